@@ -1,0 +1,315 @@
+//! The catalog table.
+
+use rocewatch_plugin_api::{MetricDescriptor, MetricKind};
+
+/// Attribute naming the RDMA device (`mlx5_0`).
+pub const ATTR_DEVICE: &str = "rdma.device";
+/// Attribute naming the port number (`1`).
+pub const ATTR_PORT: &str = "rdma.port";
+/// Attribute naming the port's netdev (`ens1f0np0`), when it has one.
+pub const ATTR_NETDEV: &str = "network.interface.name";
+/// `transmit` or `receive`.
+pub const ATTR_DIRECTION: &str = "network.io.direction";
+/// For counters without a catalog entry: the kernel's own name.
+pub const ATTR_COUNTER: &str = "rdma.counter";
+
+/// One metric as read from one kernel source.
+#[derive(Debug, Clone, Copy)]
+pub struct CatalogEntry {
+    /// Metric name (`rdma.port.io`).
+    pub name: &'static str,
+    /// UCUM unit.
+    pub unit: &'static str,
+    pub kind: MetricKind,
+    /// Kernel source relative to the port directory (`counters/port_xmit_data`); `*`
+    /// stands for any file of that directory without an entry of its own.
+    pub source: &'static str,
+    /// Attributes fixed by the source (direction, operation...).
+    pub attributes: &'static [(&'static str, &'static str)],
+    /// Multiply the raw value by this to get `unit` (4 for 4-octet data words).
+    pub scale: u64,
+    /// Which devices expose it.
+    pub seen_on: &'static str,
+    pub description: &'static str,
+}
+
+const TX: &[(&str, &str)] = &[(ATTR_DIRECTION, "transmit")];
+const RX: &[(&str, &str)] = &[(ATTR_DIRECTION, "receive")];
+const NONE: &[(&str, &str)] = &[];
+
+macro_rules! entry {
+    ($name:expr, $unit:expr, $kind:ident, $source:expr, $attrs:expr, $scale:expr, $seen:expr, $desc:expr) => {
+        CatalogEntry {
+            name: $name,
+            unit: $unit,
+            kind: MetricKind::$kind,
+            source: $source,
+            attributes: $attrs,
+            scale: $scale,
+            seen_on: $seen,
+            description: $desc,
+        }
+    };
+}
+
+const IB: &str = "IB PortCounters (mlx5, IB HCAs)";
+const IB_EXT: &str = "IB PortCountersExtended (older kernels)";
+const MLX5: &str = "mlx5";
+const RXE: &str = "rxe (soft-RoCE)";
+const PORT: &str = "every port";
+
+/// Every metric read from a port directory.
+pub static CATALOG: &[CatalogEntry] = &[
+    // ---- state (gauges)
+    entry!("rdma.port.up", "1", Gauge, "state", NONE, 1, PORT,
+        "1 when the port is ACTIVE and its physical state LinkUp, else 0 (from `state` and `phys_state`)."),
+    entry!("rdma.port.rate", "bit/s", Gauge, "rate", NONE, 1, PORT,
+        "Negotiated port rate, parsed from `rate` (`100 Gb/sec (4X EDR)`)."),
+    entry!("rdma.netdev.mtu", "By", Gauge, "class/net/<netdev>/mtu", NONE, 1, "ports with a netdev",
+        "MTU of the port's netdev."),
+    // ---- IB PortCounters (counters/)
+    entry!("rdma.port.io", "By", Counter, "counters/port_xmit_data", TX, 4, IB,
+        "Data octets transmitted. The kernel counts 4-octet words; the value is converted to bytes (×4)."),
+    entry!("rdma.port.io", "By", Counter, "counters/port_rcv_data", RX, 4, IB,
+        "Data octets received. The kernel counts 4-octet words; the value is converted to bytes (×4)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "counters/port_xmit_packets", TX, 1, IB,
+        "Packets transmitted."),
+    entry!("rdma.port.packets", "{packet}", Counter, "counters/port_rcv_packets", RX, 1, IB,
+        "Packets received."),
+    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/port_unicast_xmit_packets", TX, 1, IB,
+        "Unicast packets transmitted."),
+    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/port_unicast_rcv_packets", RX, 1, IB,
+        "Unicast packets received."),
+    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/port_multicast_xmit_packets", TX, 1, IB,
+        "Multicast packets transmitted."),
+    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/port_multicast_rcv_packets", RX, 1, IB,
+        "Multicast packets received."),
+    entry!("rdma.port.symbol_errors", "{error}", Counter, "counters/symbol_error", NONE, 1, IB,
+        "Minor link errors detected on one or more physical lanes."),
+    entry!("rdma.port.receive.errors", "{packet}", Counter, "counters/port_rcv_errors", NONE, 1, IB,
+        "Received packets containing an error."),
+    entry!("rdma.port.receive.remote_physical_errors", "{packet}", Counter, "counters/port_rcv_remote_physical_errors", NONE, 1, IB,
+        "Received packets marked with the EBP delimiter (remote physical error)."),
+    entry!("rdma.port.receive.switch_relay_errors", "{packet}", Counter, "counters/port_rcv_switch_relay_errors", NONE, 1, IB,
+        "Received packets discarded because they could not be forwarded by the switch relay."),
+    entry!("rdma.port.transmit.discards", "{packet}", Counter, "counters/port_xmit_discards", NONE, 1, IB,
+        "Outbound packets discarded because the port was down or congested."),
+    entry!("rdma.port.constraint_errors", "{packet}", Counter, "counters/port_xmit_constraint_errors", TX, 1, IB,
+        "Packets not transmitted because of outbound raw filtering."),
+    entry!("rdma.port.constraint_errors", "{packet}", Counter, "counters/port_rcv_constraint_errors", RX, 1, IB,
+        "Packets discarded because of inbound raw filtering."),
+    entry!("rdma.port.local_link_integrity_errors", "{error}", Counter, "counters/local_link_integrity_errors", NONE, 1, IB,
+        "Times the local physical errors exceeded the threshold."),
+    entry!("rdma.port.excessive_buffer_overrun_errors", "{error}", Counter, "counters/excessive_buffer_overrun_errors", NONE, 1, IB,
+        "Times consecutive flow-control update periods had buffer overruns."),
+    entry!("rdma.port.link_downed", "{event}", Counter, "counters/link_downed", NONE, 1, IB,
+        "Times the link error recovery process failed and the link went down."),
+    entry!("rdma.port.link_error_recovery", "{event}", Counter, "counters/link_error_recovery", NONE, 1, IB,
+        "Times the link error recovery process completed successfully."),
+    entry!("rdma.port.vl15_dropped", "{packet}", Counter, "counters/VL15_dropped", NONE, 1, IB,
+        "Incoming VL15 (subnet management) packets dropped."),
+    entry!("rdma.port.transmit.wait", "{tick}", Counter, "counters/port_xmit_wait", NONE, 1, IB,
+        "Ticks during which the port had data to transmit but none was sent (back-pressure)."),
+    // ---- IB PortCountersExtended (counters_ext/): same series as counters/, 64-bit.
+    entry!("rdma.port.io", "By", Counter, "counters_ext/port_xmit_data_64", TX, 4, IB_EXT,
+        "Data octets transmitted (64-bit counter, 4-octet words converted to bytes)."),
+    entry!("rdma.port.io", "By", Counter, "counters_ext/port_rcv_data_64", RX, 4, IB_EXT,
+        "Data octets received (64-bit counter, 4-octet words converted to bytes)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "counters_ext/port_xmit_packets_64", TX, 1, IB_EXT,
+        "Packets transmitted (64-bit counter)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "counters_ext/port_rcv_packets_64", RX, 1, IB_EXT,
+        "Packets received (64-bit counter)."),
+    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters_ext/port_unicast_xmit_packets", TX, 1, IB_EXT,
+        "Unicast packets transmitted (64-bit counter)."),
+    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters_ext/port_unicast_rcv_packets", RX, 1, IB_EXT,
+        "Unicast packets received (64-bit counter)."),
+    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters_ext/port_multicast_xmit_packets", TX, 1, IB_EXT,
+        "Multicast packets transmitted (64-bit counter)."),
+    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters_ext/port_multicast_rcv_packets", RX, 1, IB_EXT,
+        "Multicast packets received (64-bit counter)."),
+    // ---- hw_counters/ (mlx5)
+    entry!("rdma.port.out_of_buffer", "{packet}", Counter, "hw_counters/out_of_buffer", NONE, 1, MLX5,
+        "Packets dropped because no receive WQE was posted (receive buffer exhausted)."),
+    entry!("rdma.port.out_of_sequence", "{packet}", Counter, "hw_counters/out_of_sequence", NONE, 1, MLX5,
+        "Out-of-sequence packets received (a sign of drops on the path)."),
+    entry!("rdma.port.duplicate_requests", "{packet}", Counter, "hw_counters/duplicate_request", NONE, 1, "mlx5, rxe",
+        "Duplicate requests received (the requester retransmitted)."),
+    entry!("rdma.port.packet_sequence_errors", "{event}", Counter, "hw_counters/packet_seq_err", NONE, 1, MLX5,
+        "NAK sequence errors received."),
+    entry!("rdma.port.implied_nak_sequence_errors", "{event}", Counter, "hw_counters/implied_nak_seq_err", NONE, 1, MLX5,
+        "Implied NAK sequence errors (a read/atomic response skipped a PSN)."),
+    entry!("rdma.port.local_ack_timeouts", "{event}", Counter, "hw_counters/local_ack_timeout_err", NONE, 1, MLX5,
+        "ACK timer expirations on a requester QP (retransmission by timeout)."),
+    entry!("rdma.port.rnr_nak_retry_errors", "{event}", Counter, "hw_counters/rnr_nak_retry_err", NONE, 1, MLX5,
+        "RNR NAKs received after the retry count was exceeded."),
+    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/req_cqe_error", &[("rdma.side", "requester")], 1, MLX5,
+        "Completions with error on the requester side."),
+    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/resp_cqe_error", &[("rdma.side", "responder")], 1, MLX5,
+        "Completions with error on the responder side."),
+    entry!("rdma.port.cqe_flush_errors", "{event}", Counter, "hw_counters/req_cqe_flush_error", &[("rdma.side", "requester")], 1, MLX5,
+        "Flushed completions with error on the requester side."),
+    entry!("rdma.port.cqe_flush_errors", "{event}", Counter, "hw_counters/resp_cqe_flush_error", &[("rdma.side", "responder")], 1, MLX5,
+        "Flushed completions with error on the responder side."),
+    entry!("rdma.port.remote_access_errors", "{event}", Counter, "hw_counters/req_remote_access_errors", &[("rdma.side", "requester")], 1, MLX5,
+        "Remote access errors NAKed to the requester."),
+    entry!("rdma.port.remote_access_errors", "{event}", Counter, "hw_counters/resp_remote_access_errors", &[("rdma.side", "responder")], 1, MLX5,
+        "Remote access errors detected by the responder."),
+    entry!("rdma.port.remote_invalid_requests", "{event}", Counter, "hw_counters/req_remote_invalid_request", NONE, 1, MLX5,
+        "Invalid requests NAKed by the remote responder."),
+    entry!("rdma.port.local_length_errors", "{event}", Counter, "hw_counters/resp_local_length_error", NONE, 1, MLX5,
+        "Responder local length errors (receive buffer too small)."),
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_read_requests", &[("rdma.operation", "read")], 1, MLX5,
+        "RDMA read requests received."),
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_write_requests", &[("rdma.operation", "write")], 1, MLX5,
+        "RDMA write requests received."),
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_atomic_requests", &[("rdma.operation", "atomic")], 1, MLX5,
+        "Atomic requests received."),
+    entry!("rdma.port.icrc_encapsulated", "{packet}", Counter, "hw_counters/rx_icrc_encapsulated", NONE, 1, MLX5,
+        "RoCE packets received with an ICRC error."),
+    entry!("rdma.port.retransmissions.adaptive", "{event}", Counter, "hw_counters/roce_adp_retrans", NONE, 1, MLX5,
+        "Adaptive retransmissions."),
+    entry!("rdma.port.retransmissions.adaptive_timeouts", "{event}", Counter, "hw_counters/roce_adp_retrans_to", NONE, 1, MLX5,
+        "Timeouts during adaptive retransmission."),
+    entry!("rdma.port.slow_restart", "{event}", Counter, "hw_counters/roce_slow_restart", NONE, 1, MLX5,
+        "Slow restarts (the QP's rate was reset after a timeout)."),
+    entry!("rdma.port.slow_restart.cnps", "{packet}", Counter, "hw_counters/roce_slow_restart_cnps", NONE, 1, MLX5,
+        "CNPs generated during slow restart."),
+    entry!("rdma.port.slow_restart.transitions", "{event}", Counter, "hw_counters/roce_slow_restart_trans", NONE, 1, MLX5,
+        "Transitions from slow restart to normal state."),
+    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/rp_cnp_handled", NONE, 1, MLX5,
+        "CNPs handled by the reaction point (this NIC slowed down)."),
+    entry!("rdma.port.cnp.ignored", "{packet}", Counter, "hw_counters/rp_cnp_ignored", NONE, 1, MLX5,
+        "CNPs received and ignored by the reaction point."),
+    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/np_cnp_sent", NONE, 1, MLX5,
+        "CNPs sent by the notification point (in answer to ECN-marked packets)."),
+    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/np_ecn_marked_roce_packets", NONE, 1, MLX5,
+        "ECN-marked RoCE packets received by the notification point."),
+    // ---- hw_counters/ (rxe: soft-RoCE has no counters/ directory)
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/sent_pkts", TX, 1, RXE,
+        "Packets transmitted (soft-RoCE)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/rcvd_pkts", RX, 1, RXE,
+        "Packets received (soft-RoCE)."),
+    entry!("rdma.port.operations", "{operation}", Counter, "hw_counters/rdma_sends", &[("rdma.operation", "send")], 1, RXE,
+        "RDMA send operations (soft-RoCE)."),
+    entry!("rdma.port.operations", "{operation}", Counter, "hw_counters/rdma_recvs", &[("rdma.operation", "recv")], 1, RXE,
+        "RDMA receive operations (soft-RoCE)."),
+    entry!("rdma.port.out_of_sequence", "{packet}", Counter, "hw_counters/out_of_seq_request", NONE, 1, RXE,
+        "Out-of-sequence requests received (soft-RoCE)."),
+    entry!("rdma.port.link_downed", "{event}", Counter, "hw_counters/link_downed", NONE, 1, RXE,
+        "Times the link went down (soft-RoCE)."),
+    entry!("rdma.port.ack_deferred", "{event}", Counter, "hw_counters/ack_deferred", NONE, 1, RXE,
+        "ACKs deferred by the responder (soft-RoCE)."),
+    entry!("rdma.port.retry_errors", "{event}", Counter, "hw_counters/completer_retry_err", &[("rdma.cause", "completer_retry")], 1, RXE,
+        "Completer retries (soft-RoCE)."),
+    entry!("rdma.port.retry_errors", "{event}", Counter, "hw_counters/retry_exceeded_err", &[("rdma.cause", "retry_exceeded")], 1, RXE,
+        "Retry count exceeded (soft-RoCE)."),
+    entry!("rdma.port.retry_errors", "{event}", Counter, "hw_counters/retry_rnr_exceeded_err", &[("rdma.cause", "rnr_retry_exceeded")], 1, RXE,
+        "RNR retry count exceeded (soft-RoCE)."),
+    entry!("rdma.port.rnr_errors", "{event}", Counter, "hw_counters/rcvd_rnr_err", RX, 1, RXE,
+        "RNR NAKs received (soft-RoCE)."),
+    entry!("rdma.port.rnr_errors", "{event}", Counter, "hw_counters/send_rnr_err", TX, 1, RXE,
+        "RNR NAKs sent (soft-RoCE)."),
+    entry!("rdma.port.sequence_errors", "{event}", Counter, "hw_counters/rcvd_seq_err", NONE, 1, RXE,
+        "Sequence errors received (soft-RoCE)."),
+    entry!("rdma.port.send_errors", "{event}", Counter, "hw_counters/send_err", NONE, 1, RXE,
+        "Send errors (soft-RoCE)."),
+    // ---- any other hw_counters/ file
+    entry!("rdma.port.hw_counter", "1", Counter, "hw_counters/*", NONE, 1, "any driver",
+        "A driver-specific hw_counters file without a catalog entry of its own; the file name is in the `rdma.counter` attribute."),
+];
+
+/// Files of a counter directory that are not counters.
+/// `hw_counters/lifespan` is a setting (how long, in ms, the driver caches the values).
+pub const NOT_COUNTERS: &[&str] = &["hw_counters/lifespan"];
+
+/// The agent's own metrics.
+pub static SELF_METRICS: &[CatalogEntry] = &[
+    entry!("rocewatch.plugin.duration", "s", Histogram, "agent", NONE, 1, "agent",
+        "Duration of plugin calls, by `plugin` and `kind`."),
+    entry!("rocewatch.plugin.errors", "{error}", Counter, "agent", NONE, 1, "agent",
+        "Plugin failures by `plugin` and `reason` (load, abi, error, panic, timeout, partial, busy)."),
+    entry!("rocewatch.samples.emitted", "{sample}", Counter, "agent", NONE, 1, "agent",
+        "Samples produced by collectors, by `plugin`."),
+    entry!("rocewatch.counter.resets", "{reset}", Counter, "agent", NONE, 1, "agent",
+        "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
+];
+
+/// The entry for a file of a port directory (`counters`, `port_xmit_data`).
+pub fn lookup(group: &str, file: &str) -> Option<&'static CatalogEntry> {
+    CATALOG.iter().find(|e| {
+        e.source
+            .split_once('/')
+            .is_some_and(|(g, f)| g == group && f == file)
+    })
+}
+
+/// The fallback entry for unknown files of `hw_counters/`.
+pub fn unknown_hw_counter() -> &'static CatalogEntry {
+    CATALOG
+        .iter()
+        .find(|e| e.source == "hw_counters/*")
+        .expect("catalog has the hw_counters/* entry")
+}
+
+/// One descriptor per distinct metric name of the port catalog.
+pub fn descriptors() -> Vec<MetricDescriptor> {
+    let mut out: Vec<MetricDescriptor> = Vec::new();
+    for e in CATALOG {
+        if out.iter().any(|d| d.name == e.name) {
+            continue;
+        }
+        out.push(MetricDescriptor {
+            name: e.name.to_string(),
+            unit: e.unit.to_string(),
+            kind: e.kind,
+            description: e.description.to_string(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_name_means_same_unit_and_kind() {
+        for a in CATALOG {
+            for b in CATALOG.iter().filter(|b| b.name == a.name) {
+                assert_eq!(
+                    (a.unit, a.kind),
+                    (b.unit, b.kind),
+                    "{} differs between {} and {}",
+                    a.name,
+                    a.source,
+                    b.source
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sources_are_unique_and_names_follow_convention() {
+        for (i, a) in CATALOG.iter().enumerate() {
+            assert!(a.name.starts_with("rdma."), "{}", a.name);
+            assert!(!a.name.ends_with("_total"), "{}", a.name);
+            assert!(
+                CATALOG[i + 1..].iter().all(|b| b.source != a.source),
+                "duplicate source {}",
+                a.source
+            );
+        }
+        for s in SELF_METRICS {
+            assert!(s.name.starts_with("rocewatch."));
+        }
+    }
+
+    #[test]
+    fn lookups() {
+        let e = lookup("counters", "port_xmit_data").unwrap();
+        assert_eq!((e.name, e.scale), ("rdma.port.io", 4));
+        assert!(lookup("hw_counters", "lifespan").is_none());
+        assert!(lookup("hw_counters", "no_such").is_none());
+        assert_eq!(unknown_hw_counter().name, "rdma.port.hw_counter");
+    }
+}

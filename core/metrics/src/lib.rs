@@ -1,0 +1,18 @@
+//! The rocewatch metric catalog: the single source of truth for every metric the agent
+//! emits from the kernel, and for its own self-metrics.
+//!
+//! Layout:
+//! - [`catalog`]: one table ([`CATALOG`]) of name, unit, kind, kernel source file, fixed
+//!   attributes, scale and description; lookups by source file.
+//! - [`doc`]: renders `docs/METRICS.md` from the table (a test in this crate fails when
+//!   the committed file differs; regenerate with `rocewatch metrics-doc > docs/METRICS.md`
+//!   or `SNAPSHOTS=overwrite cargo test -p rocewatch-metrics`).
+//!
+//! Naming: `rdma.<object>.<measure>`; direction, operation, device and port are
+//! attributes; no `_total` suffix (OTLP); counters are cumulative and monotonic; agent
+//! self-metrics live under `rocewatch.*`.
+
+pub mod catalog;
+pub mod doc;
+
+pub use catalog::*;

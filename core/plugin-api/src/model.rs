@@ -1,0 +1,372 @@
+//! The data model shared by the host and every plugin.
+//!
+//! Absent and zero are different values: anything the kernel may not expose is an
+//! `Option`, never a defaulted number.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The five plugin kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginKind {
+    /// Finds RDMA devices and ports.
+    Discovery,
+    /// Reads (and later applies) RoCE/PFC/ECN configuration.
+    Configuration,
+    /// Measures reachability and latency to peers.
+    Probe,
+    /// Produces metric samples.
+    Collector,
+    /// Acts when a rule fires or clears.
+    Remediation,
+}
+
+impl PluginKind {
+    pub const ALL: [PluginKind; 5] = [
+        PluginKind::Discovery,
+        PluginKind::Configuration,
+        PluginKind::Probe,
+        PluginKind::Collector,
+        PluginKind::Remediation,
+    ];
+
+    /// The bit of this kind in the C ABI's `kinds` mask.
+    pub const fn bit(self) -> u32 {
+        match self {
+            PluginKind::Discovery => 1,
+            PluginKind::Configuration => 2,
+            PluginKind::Probe => 4,
+            PluginKind::Collector => 8,
+            PluginKind::Remediation => 16,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginKind::Discovery => "discovery",
+            PluginKind::Configuration => "configuration",
+            PluginKind::Probe => "probe",
+            PluginKind::Collector => "collector",
+            PluginKind::Remediation => "remediation",
+        }
+    }
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What every plugin is started with.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PluginContext {
+    /// Root of the sysfs tree to read (`/sys` on a real host, a fixture in tests).
+    pub sysfs_root: PathBuf,
+    /// Host name as the agent reports it.
+    pub host_name: String,
+    /// Plugin-specific options from the config file (a JSON object, possibly empty).
+    #[serde(default)]
+    pub options: serde_json::Value,
+}
+
+impl PluginContext {
+    pub fn new(sysfs_root: impl Into<PathBuf>) -> Self {
+        PluginContext {
+            sysfs_root: sysfs_root.into(),
+            host_name: String::new(),
+            options: serde_json::Value::Object(Default::default()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Discovery
+
+/// Everything discovery found on the host.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Inventory {
+    pub devices: Vec<Device>,
+}
+
+/// An RDMA device (`/sys/class/infiniband/<name>`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Device {
+    pub name: String,
+    pub node_guid: Option<String>,
+    pub fw_ver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hca_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board_id: Option<String>,
+    /// Kernel driver behind the device, when sysfs tells (`mlx5_core`, `rdma_rxe`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    pub ports: Vec<Port>,
+}
+
+/// A port of an RDMA device.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Port {
+    pub port: u32,
+    /// Logical state name, e.g. `ACTIVE`, `DOWN` (from `4: ACTIVE`).
+    pub state: Option<String>,
+    /// Physical state name, e.g. `LinkUp`, `Disabled` (from `5: LinkUp`).
+    pub phys_state: Option<String>,
+    /// `Ethernet` (RoCE) or `InfiniBand`.
+    pub link_layer: Option<String>,
+    /// The rate as the kernel prints it, e.g. `100 Gb/sec (4X EDR)`.
+    pub rate: Option<String>,
+    /// The rate in bits per second, parsed from `rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bps: Option<u64>,
+    /// The netdev of this port (what `ibdev2netdev` shows).
+    pub netdev: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev_mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev_operstate: Option<String>,
+    pub gids: Vec<Gid>,
+}
+
+impl Port {
+    /// `true` when the port is `ACTIVE` and `LinkUp`.
+    pub fn is_up(&self) -> bool {
+        self.state.as_deref() == Some("ACTIVE") && self.phys_state.as_deref() == Some("LinkUp")
+    }
+}
+
+/// One non-empty slot of a port's GID table.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Gid {
+    pub index: u32,
+    pub gid: String,
+    /// `RoCE v2`, `IB/RoCE v1`, or absent when the kernel does not say.
+    #[serde(rename = "type")]
+    pub gid_type: Option<String>,
+    pub netdev: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Collection
+
+/// How a metric behaves over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricKind {
+    /// Cumulative, monotonic (a reset starts a new series).
+    Counter,
+    /// A value that can go up and down.
+    Gauge,
+    /// A distribution (agent self-metrics, probe round-trip times).
+    Histogram,
+}
+
+impl MetricKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// What a collector declares it may emit.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetricDescriptor {
+    pub name: String,
+    /// UCUM unit: `By`, `s`, `{packet}`...
+    pub unit: String,
+    pub kind: MetricKind,
+    pub description: String,
+}
+
+/// A sample value: integers stay exact, everything else is a float.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Value {
+    U64(u64),
+    F64(f64),
+}
+
+impl Value {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Value::U64(v) => v as f64,
+            Value::F64(v) => v,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::U64(v) => write!(f, "{v}"),
+            Value::F64(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// One observation of one series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub name: String,
+    pub unit: String,
+    /// Normalized value (bytes for data counters).
+    pub value: Value,
+    pub attributes: BTreeMap<String, String>,
+    /// Where the value came from, relative to the port directory
+    /// (e.g. `counters/port_xmit_data`), or a plugin-defined origin.
+    pub source: String,
+    #[serde(default = "default_kind")]
+    pub kind: MetricKind,
+}
+
+fn default_kind() -> MetricKind {
+    MetricKind::Gauge
+}
+
+impl Sample {
+    /// A stable identity of the series: name plus sorted attributes.
+    pub fn series_key(&self) -> String {
+        let mut key = self.name.clone();
+        for (k, v) in &self.attributes {
+            key.push('|');
+            key.push_str(k);
+            key.push('=');
+            key.push_str(v);
+        }
+        key
+    }
+}
+
+/// A problem with one part of a scrape; the rest of the scrape still counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialError {
+    /// What failed: a file, a device, a port.
+    pub target: String,
+    pub message: String,
+}
+
+/// The result of one collection: what could be read, plus what could not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScrapeResult {
+    pub samples: Vec<Sample>,
+    #[serde(default)]
+    pub errors: Vec<PartialError>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Configuration (RoCE / PFC / ECN)
+
+/// One configuration setting as observed on a port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "value", rename_all = "lowercase")]
+pub enum Setting {
+    /// The effective value.
+    Value(String),
+    /// The device does not have this capability (not an error).
+    Unsupported,
+}
+
+/// The observed RoCE/PFC/ECN state of one port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosState {
+    pub device: String,
+    pub port: u32,
+    pub netdev: Option<String>,
+    /// Setting name (`roce_mode`, `pfc_enabled`, `trust`, `mtu`...) to value.
+    pub settings: BTreeMap<String, Setting>,
+}
+
+/// One change a configuration plugin is asked to make.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosChange {
+    pub device: String,
+    pub port: u32,
+    pub setting: String,
+    pub from: Option<String>,
+    pub to: String,
+}
+
+/// What applying a change did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplyOutcome {
+    pub applied: bool,
+    pub message: String,
+}
+
+// ---------------------------------------------------------------------------------------
+// Probes
+
+/// A peer to probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeTarget {
+    /// Peer address (IP or name).
+    pub peer: String,
+    /// Message size in bytes.
+    pub size: u32,
+    /// Per-probe timeout.
+    pub timeout_ms: u64,
+}
+
+/// How one probe ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ProbeOutcome {
+    /// A reply came back after `rtt_seconds`.
+    Ok { rtt_seconds: f64 },
+    /// No reply within the timeout.
+    Timeout,
+    /// No connection could be made; `cause` names the step that failed.
+    ConnectFailed { cause: String },
+}
+
+/// The result of one probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeResult {
+    pub peer: String,
+    #[serde(flatten)]
+    pub outcome: ProbeOutcome,
+}
+
+// ---------------------------------------------------------------------------------------
+// Remediation
+
+/// Why a remediation is invoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemediationEvent {
+    Firing,
+    Clearing,
+}
+
+/// What a remediation plugin is asked to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemediationRequest {
+    /// The configured action name.
+    pub action: String,
+    /// The rule (or alert) that triggered it.
+    pub rule: String,
+    pub event: RemediationEvent,
+    /// Labels of the breaching series (device, port, priority...).
+    pub labels: BTreeMap<String, String>,
+    /// The recent samples that made the rule fire.
+    pub samples: Vec<Sample>,
+    /// When true the plugin must only describe what it would do.
+    pub dry_run: bool,
+}
+
+/// What a remediation did (or would have done, in dry-run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemediationOutcome {
+    pub executed: bool,
+    pub message: String,
+}

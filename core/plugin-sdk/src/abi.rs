@@ -1,0 +1,153 @@
+//! The C ABI between the rocewatch host and a plugin library.
+//!
+//! Rules (append-only evolution):
+//! - `abi_major` changes only when the layout of existing fields changes; the host refuses
+//!   a different major.
+//! - `abi_minor` grows when fields are appended; `size` is the size of the table the
+//!   plugin was built with, and the host reads a field only if `size` covers it.
+//! - The ABI version is not the product version.
+
+use std::ffi::c_void;
+
+use rocewatch_plugin_api::PluginKind;
+
+use crate::ExportPlugin;
+
+/// The ABI major version this crate implements.
+pub const ABI_MAJOR: u32 = 1;
+/// The ABI minor version this crate implements.
+pub const ABI_MINOR: u32 = 0;
+/// The one symbol a plugin library exports (NUL-terminated for `dlsym`).
+pub const ENTRY_SYMBOL: &[u8] = b"rocewatch_plugin_entry\0";
+
+/// The call completed; the output buffer holds the JSON response.
+pub const STATUS_OK: i32 = 0;
+/// The plugin returned an error; the output buffer holds a JSON `PluginError`.
+pub const STATUS_ERROR: i32 = 1;
+/// The plugin panicked; the output buffer holds the panic message (UTF-8).
+pub const STATUS_PANIC: i32 = 2;
+/// The method is not implemented by this plugin; the output buffer is empty.
+pub const STATUS_UNSUPPORTED: i32 = 3;
+
+/// Methods of [`PluginTableV1::call`]. Requests and responses are JSON.
+pub mod method {
+    /// Request: `PluginContext`. Response: `null`.
+    pub const START: u32 = 1;
+    /// Request: empty. Response: `null`.
+    pub const STOP: u32 = 2;
+    /// Request: empty. Response: `Vec<MetricDescriptor>`.
+    pub const DESCRIPTORS: u32 = 3;
+    /// Request: empty. Response: `Inventory`.
+    pub const DISCOVER: u32 = 4;
+    /// Request: empty. Response: `ScrapeResult`.
+    pub const COLLECT: u32 = 5;
+    /// Request: empty. Response: `Vec<QosState>`.
+    pub const OBSERVE: u32 = 6;
+    /// Request: `{"change": QosChange, "dry_run": bool}`. Response: `ApplyOutcome`.
+    pub const APPLY: u32 = 7;
+    /// Request: `ProbeTarget`. Response: `ProbeResult`.
+    pub const PROBE: u32 = 8;
+    /// Request: `RemediationRequest`. Response: `RemediationOutcome`.
+    pub const REMEDIATE: u32 = 9;
+}
+
+/// A byte buffer allocated by the plugin. The host copies it, then hands it back to the
+/// plugin's `free_buf`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RwBuf {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub cap: usize,
+}
+
+impl RwBuf {
+    pub const fn empty() -> Self {
+        RwBuf {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+            cap: 0,
+        }
+    }
+
+    /// Hand a Vec's allocation over to the other side.
+    pub fn from_vec(v: Vec<u8>) -> Self {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        RwBuf {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+            cap: v.capacity(),
+        }
+    }
+}
+
+/// Creates an instance. On success writes the handle and returns `STATUS_OK`; otherwise
+/// writes a message into `out` and returns `STATUS_ERROR` or `STATUS_PANIC`.
+pub type CreateFn = unsafe extern "C" fn(out_handle: *mut *mut c_void, out: *mut RwBuf) -> i32;
+/// Calls `method` on an instance with a JSON request; writes the response into `out`.
+pub type CallFn = unsafe extern "C" fn(
+    handle: *mut c_void,
+    method: u32,
+    req_ptr: *const u8,
+    req_len: usize,
+    out: *mut RwBuf,
+) -> i32;
+/// Frees a buffer the plugin returned.
+pub type FreeBufFn = unsafe extern "C" fn(buf: RwBuf);
+/// Destroys an instance.
+pub type DestroyFn = unsafe extern "C" fn(handle: *mut c_void);
+
+/// The table a plugin library exports, version 1.
+#[repr(C)]
+pub struct PluginTableV1 {
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    /// `size_of::<PluginTableV1>()` as the plugin was built.
+    pub size: usize,
+    pub name_ptr: *const u8,
+    pub name_len: usize,
+    pub version_ptr: *const u8,
+    pub version_len: usize,
+    /// Bit mask of [`PluginKind::bit`].
+    pub kinds: u32,
+    pub create: CreateFn,
+    pub call: CallFn,
+    pub free_buf: FreeBufFn,
+    pub destroy: DestroyFn,
+}
+
+// SAFETY: the table only holds pointers to 'static string data and functions.
+unsafe impl Sync for PluginTableV1 {}
+
+/// The smallest table a host of this major version accepts.
+pub const TABLE_V1_0_SIZE: usize = std::mem::size_of::<PluginTableV1>();
+
+const fn kinds_mask(kinds: &[PluginKind]) -> u32 {
+    let mut mask = 0;
+    let mut i = 0;
+    while i < kinds.len() {
+        mask |= kinds[i].bit();
+        i += 1;
+    }
+    mask
+}
+
+impl PluginTableV1 {
+    /// The table for plugin type `T` (used by [`crate::export_plugin!`]).
+    pub const fn of<T: ExportPlugin>() -> Self {
+        PluginTableV1 {
+            abi_major: ABI_MAJOR,
+            abi_minor: ABI_MINOR,
+            size: std::mem::size_of::<PluginTableV1>(),
+            name_ptr: T::NAME.as_ptr(),
+            name_len: T::NAME.len(),
+            version_ptr: T::VERSION.as_ptr(),
+            version_len: T::VERSION.len(),
+            kinds: kinds_mask(T::KINDS),
+            create: crate::ffi::create::<T>,
+            call: crate::ffi::call::<T>,
+            free_buf: crate::ffi::free_buf,
+            destroy: crate::ffi::destroy::<T>,
+        }
+    }
+}

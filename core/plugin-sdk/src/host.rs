@@ -1,0 +1,335 @@
+//! The host side: load a plugin `.so`, check its ABI, and use its instances as plugins.
+//!
+//! Libraries are never unloaded: thread-local destructors and leaked threads of a plugin
+//! may outlive any point at which unloading would look safe.
+
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocewatch_plugin_api::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::abi::{self, method, PluginTableV1, RwBuf};
+use crate::ffi::{ApplyRequest, ErrorWire};
+
+/// Why a plugin library could not be loaded. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("plugin {path}: cannot open library: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("plugin {path}: missing entry symbol `rocewatch_plugin_entry` (not a rocewatch plugin, or built without export_plugin!): {message}")]
+    MissingSymbol { path: PathBuf, message: String },
+    #[error("plugin {path}: entry point returned a null table")]
+    NullTable { path: PathBuf },
+    #[error("plugin {path}: ABI version {found_major}.{found_minor} is not supported by this rocewatch (ABI {expected_major}.{expected_minor}); rebuild the plugin against rocewatch-plugin-sdk with ABI major {expected_major}")]
+    AbiMismatch {
+        path: PathBuf,
+        found_major: u32,
+        found_minor: u32,
+        expected_major: u32,
+        expected_minor: u32,
+    },
+    #[error("plugin {path}: function table is {found} bytes, smaller than the {expected} bytes ABI {major}.0 requires")]
+    TableTooSmall {
+        path: PathBuf,
+        found: usize,
+        expected: usize,
+        major: u32,
+    },
+    #[error("plugin {path}: name or version is not valid UTF-8")]
+    BadName { path: PathBuf },
+}
+
+/// A loaded plugin library.
+pub struct PluginLibrary {
+    pub path: PathBuf,
+    pub name: String,
+    pub version: String,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    kinds: u32,
+    table: &'static PluginTableV1,
+}
+
+impl std::fmt::Debug for PluginLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginLibrary")
+            .field("path", &self.path)
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field(
+                "abi",
+                &format_args!("{}.{}", self.abi_major, self.abi_minor),
+            )
+            .field("kinds", &self.kinds())
+            .finish()
+    }
+}
+
+impl PluginLibrary {
+    /// Load `path` and check its ABI. The library stays mapped for the life of the process.
+    pub fn load(path: &Path) -> Result<Arc<PluginLibrary>, LoadError> {
+        let path_buf = path.to_path_buf();
+        // SAFETY: loading a library runs its initializers; plugins are trusted code that the
+        // operator configured explicitly.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| LoadError::Open {
+            path: path_buf.clone(),
+            message: e.to_string(),
+        })?;
+        let table_ptr = {
+            // SAFETY: the symbol's type is fixed by the ABI.
+            let entry: libloading::Symbol<'_, unsafe extern "C" fn() -> *const PluginTableV1> =
+                unsafe { lib.get(abi::ENTRY_SYMBOL) }.map_err(|e| LoadError::MissingSymbol {
+                    path: path_buf.clone(),
+                    message: e.to_string(),
+                })?;
+            // SAFETY: the entry point takes no arguments and returns a static table.
+            unsafe { entry() }
+        };
+        // Never unload (see the module doc).
+        std::mem::forget(lib);
+        if table_ptr.is_null() {
+            return Err(LoadError::NullTable { path: path_buf });
+        }
+        // Read the three leading fields first: they are stable across every ABI version.
+        // SAFETY: every ABI version starts with (u32, u32, usize).
+        let (major, minor, size) = unsafe {
+            let head = table_ptr as *const u32;
+            let major = head.read();
+            let minor = head.add(1).read();
+            let size = (table_ptr as *const u8)
+                .add(std::mem::offset_of!(PluginTableV1, size))
+                .cast::<usize>()
+                .read();
+            (major, minor, size)
+        };
+        if major != abi::ABI_MAJOR {
+            return Err(LoadError::AbiMismatch {
+                path: path_buf,
+                found_major: major,
+                found_minor: minor,
+                expected_major: abi::ABI_MAJOR,
+                expected_minor: abi::ABI_MINOR,
+            });
+        }
+        if size < abi::TABLE_V1_0_SIZE {
+            return Err(LoadError::TableTooSmall {
+                path: path_buf,
+                found: size,
+                expected: abi::TABLE_V1_0_SIZE,
+                major,
+            });
+        }
+        // SAFETY: the major version and size say the table has the V1 layout; the library is
+        // never unloaded, so 'static holds.
+        let table: &'static PluginTableV1 = unsafe { &*table_ptr };
+        let name = unsafe { str_from(table.name_ptr, table.name_len) };
+        let version = unsafe { str_from(table.version_ptr, table.version_len) };
+        let (Some(name), Some(version)) = (name, version) else {
+            return Err(LoadError::BadName { path: path_buf });
+        };
+        Ok(Arc::new(PluginLibrary {
+            path: path_buf,
+            name,
+            version,
+            abi_major: major,
+            abi_minor: minor,
+            kinds: table.kinds,
+            table,
+        }))
+    }
+
+    /// The kinds this library implements.
+    pub fn kinds(&self) -> Vec<PluginKind> {
+        PluginKind::ALL
+            .into_iter()
+            .filter(|k| self.kinds & k.bit() != 0)
+            .collect()
+    }
+
+    pub fn implements(&self, kind: PluginKind) -> bool {
+        self.kinds & kind.bit() != 0
+    }
+
+    /// A new instance of the plugin, to be used in the role `kind`.
+    pub fn instantiate(self: &Arc<Self>, kind: PluginKind) -> Result<ExternalPlugin, PluginError> {
+        if !self.implements(kind) {
+            return Err(PluginError::Unsupported(format!(
+                "plugin {} ({}) does not implement the {kind} kind",
+                self.name,
+                self.path.display()
+            )));
+        }
+        let mut handle: *mut c_void = std::ptr::null_mut();
+        let mut out = RwBuf::empty();
+        // SAFETY: both out-pointers are valid for writes.
+        let status = unsafe { (self.table.create)(&mut handle, &mut out) };
+        let bytes = self.take(out);
+        match status {
+            abi::STATUS_OK if !handle.is_null() => Ok(ExternalPlugin {
+                library: Arc::clone(self),
+                handle,
+                kind,
+                descriptors: Vec::new(),
+            }),
+            abi::STATUS_PANIC => Err(PluginError::Panicked(
+                String::from_utf8_lossy(&bytes).into(),
+            )),
+            _ => Err(PluginError::Failed(format!(
+                "create failed: {}",
+                String::from_utf8_lossy(&bytes)
+            ))),
+        }
+    }
+
+    /// Copy a plugin-owned buffer and give it back.
+    fn take(&self, buf: RwBuf) -> Vec<u8> {
+        if buf.ptr.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: the plugin returned ptr/len describing an initialized buffer.
+        let copy = unsafe { std::slice::from_raw_parts(buf.ptr, buf.len) }.to_vec();
+        // SAFETY: the buffer came from this library.
+        unsafe { (self.table.free_buf)(buf) };
+        copy
+    }
+}
+
+unsafe fn str_from(ptr: *const u8, len: usize) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the plugin's table points at 'static string data of that length.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+    std::str::from_utf8(bytes).ok().map(str::to_owned)
+}
+
+/// One instance of an external plugin, used in one role. It implements every plugin
+/// trait; the calls of a kind it was not created for return `Unsupported`.
+#[derive(Debug)]
+pub struct ExternalPlugin {
+    library: Arc<PluginLibrary>,
+    handle: *mut c_void,
+    kind: PluginKind,
+    descriptors: Vec<MetricDescriptor>,
+}
+
+// SAFETY: the handle is only used through &mut self, so never from two threads at once;
+// plugins are required (by the ABI rules) not to tie instances to a thread.
+unsafe impl Send for ExternalPlugin {}
+
+impl ExternalPlugin {
+    pub fn library(&self) -> &Arc<PluginLibrary> {
+        &self.library
+    }
+
+    pub fn kind(&self) -> PluginKind {
+        self.kind
+    }
+
+    fn call<Q: Serialize, R: DeserializeOwned>(
+        &mut self,
+        m: u32,
+        req: &Q,
+    ) -> Result<R, PluginError> {
+        let req = serde_json::to_vec(req)
+            .map_err(|e| PluginError::Failed(format!("cannot encode request: {e}")))?;
+        let mut out = RwBuf::empty();
+        // SAFETY: handle is live (destroyed only in Drop); req and out are valid.
+        let status =
+            unsafe { (self.library.table.call)(self.handle, m, req.as_ptr(), req.len(), &mut out) };
+        let bytes = self.library.take(out);
+        match status {
+            abi::STATUS_OK => serde_json::from_slice(&bytes).map_err(|e| {
+                PluginError::Failed(format!("cannot decode response of method {m}: {e}"))
+            }),
+            abi::STATUS_ERROR => Err(serde_json::from_slice::<ErrorWire>(&bytes)
+                .map(PluginError::from)
+                .unwrap_or_else(|_| PluginError::Failed(String::from_utf8_lossy(&bytes).into()))),
+            abi::STATUS_PANIC => Err(PluginError::Panicked(
+                String::from_utf8_lossy(&bytes).into(),
+            )),
+            abi::STATUS_UNSUPPORTED => Err(PluginError::Unsupported(format!(
+                "method {m} is not implemented by this plugin"
+            ))),
+            other => Err(PluginError::Failed(format!(
+                "unknown status {other} from method {m}"
+            ))),
+        }
+    }
+}
+
+impl Drop for ExternalPlugin {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from create and is destroyed once.
+        unsafe { (self.library.table.destroy)(self.handle) };
+    }
+}
+
+impl Plugin for ExternalPlugin {
+    fn name(&self) -> &str {
+        &self.library.name
+    }
+
+    fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        self.call::<_, ()>(method::START, ctx)?;
+        if self.kind == PluginKind::Collector {
+            // Asked once: the descriptors of a library do not change while it is loaded.
+            self.descriptors = self.call(method::DESCRIPTORS, &())?;
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        let _: Result<(), _> = self.call(method::STOP, &());
+    }
+}
+
+impl DiscoveryPlugin for ExternalPlugin {
+    fn discover(&mut self) -> Result<Inventory, PluginError> {
+        self.call(method::DISCOVER, &())
+    }
+}
+
+impl CollectorPlugin for ExternalPlugin {
+    fn descriptors(&self) -> Vec<MetricDescriptor> {
+        self.descriptors.clone()
+    }
+
+    fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        self.call(method::COLLECT, &())
+    }
+}
+
+impl ConfigurationPlugin for ExternalPlugin {
+    fn observe(&mut self) -> Result<Vec<QosState>, PluginError> {
+        self.call(method::OBSERVE, &())
+    }
+
+    fn apply(&mut self, change: &QosChange, dry_run: bool) -> Result<ApplyOutcome, PluginError> {
+        self.call(
+            method::APPLY,
+            &ApplyRequest {
+                change: change.clone(),
+                dry_run,
+            },
+        )
+    }
+}
+
+impl ProbePlugin for ExternalPlugin {
+    fn probe(&mut self, target: &ProbeTarget) -> Result<ProbeResult, PluginError> {
+        self.call(method::PROBE, target)
+    }
+}
+
+impl RemediationPlugin for ExternalPlugin {
+    fn remediate(
+        &mut self,
+        request: &RemediationRequest,
+    ) -> Result<RemediationOutcome, PluginError> {
+        self.call(method::REMEDIATE, request)
+    }
+}

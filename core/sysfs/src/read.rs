@@ -1,0 +1,139 @@
+//! Reading sysfs attribute files.
+//!
+//! sysfs files report a size of 4096 whatever they hold, so nothing here trusts `stat`:
+//! a file is read until EOF into a small buffer.
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// Why a read failed for real (as opposed to the value being absent).
+#[derive(Debug, thiserror::Error)]
+pub enum SysfsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl SysfsError {
+    pub fn path(&self) -> &Path {
+        match self {
+            SysfsError::Io { path, .. } => path,
+        }
+    }
+}
+
+/// What reading an attribute gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attr {
+    /// The trimmed contents.
+    Value(String),
+    /// The kernel says the value does not exist here (see [`classify_io_error`]).
+    Absent,
+}
+
+impl Attr {
+    pub fn into_option(self) -> Option<String> {
+        match self {
+            Attr::Value(v) => Some(v),
+            Attr::Absent => None,
+        }
+    }
+}
+
+/// Whether an I/O error on a sysfs file means "this value does not exist" rather than a
+/// failure:
+/// - ENOENT: the file (or the whole device, when it vanished mid-scrape) is not there;
+/// - EINVAL: empty GID slots' `types`/`ndevs`, counters a port type lacks;
+/// - EACCES / EPERM: restricted devices (e.g. some PFs on DGX/HGX systems);
+/// - EOPNOTSUPP: the driver does not implement the query.
+pub fn classify_io_error(e: &io::Error) -> bool {
+    const ENOENT: i32 = 2;
+    const EPERM: i32 = 1;
+    const EACCES: i32 = 13;
+    const EINVAL: i32 = 22;
+    const ENODEV: i32 = 19;
+    const ENXIO: i32 = 6;
+    const EOPNOTSUPP: i32 = 95;
+    if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::PermissionDenied {
+        return true;
+    }
+    matches!(
+        e.raw_os_error(),
+        Some(ENOENT | EPERM | EACCES | EINVAL | ENODEV | ENXIO | EOPNOTSUPP)
+    )
+}
+
+/// Read a whole attribute file and trim it. Absent values are `Ok(Attr::Absent)`.
+pub fn read_attr(path: &Path) -> Result<Attr, SysfsError> {
+    let mut buf = Vec::with_capacity(64);
+    let r = std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut buf));
+    match r {
+        Ok(_) => Ok(Attr::Value(
+            String::from_utf8_lossy(&buf).trim().to_string(),
+        )),
+        Err(e) if classify_io_error(&e) => Ok(Attr::Absent),
+        Err(source) => Err(SysfsError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The entry names of a directory, sorted. A missing directory is empty, not an error.
+pub fn list_dir(path: &Path) -> Result<Vec<String>, SysfsError> {
+    let rd = match std::fs::read_dir(path) {
+        Ok(rd) => rd,
+        Err(e) if classify_io_error(&e) => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(SysfsError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_classification() {
+        for (errno, absent) in [
+            (2, true),   // ENOENT
+            (13, true),  // EACCES
+            (22, true),  // EINVAL
+            (95, true),  // EOPNOTSUPP
+            (5, false),  // EIO
+            (21, false), // EISDIR
+        ] {
+            assert_eq!(
+                classify_io_error(&io::Error::from_raw_os_error(errno)),
+                absent,
+                "errno {errno}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_and_trims_and_treats_missing_as_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("state");
+        std::fs::write(&f, "4: ACTIVE\n").unwrap();
+        assert_eq!(read_attr(&f).unwrap(), Attr::Value("4: ACTIVE".into()));
+        assert_eq!(read_attr(&dir.path().join("nope")).unwrap(), Attr::Absent);
+        // A directory where a file is expected is a real failure, named by path.
+        let err = read_attr(dir.path()).unwrap_err();
+        assert_eq!(err.path(), dir.path());
+        assert!(list_dir(&dir.path().join("missing")).unwrap().is_empty());
+    }
+}

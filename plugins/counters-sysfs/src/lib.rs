@@ -1,0 +1,430 @@
+//! Built-in collector plugin: `counters/`, `counters_ext/` and `hw_counters/` of every
+//! RDMA port, plus port state, rate and netdev MTU, named by the metric catalog.
+//!
+//! The list of files to read (the "plan") is built once and rebuilt only when the set of
+//! devices changes or a device vanishes; a scrape is then one `open+read` per file.
+//!
+//! Quirks handled at parse time (see ROCE-NOTES and `rocewatch-sysfs`):
+//! - data counters count 4-octet words: the catalog's `scale` converts them to bytes;
+//! - `N/A (no PMA)`, EINVAL, EACCES, EOPNOTSUPP and missing files are absent (no sample),
+//!   never zero;
+//! - `hw_counters/lifespan` is a setting, not a counter;
+//! - when `counters_ext/` has the 64-bit twin of a `counters/` file, only the 64-bit one
+//!   is read (one series, not two);
+//! - a device vanishing mid-scrape yields no samples for it and a plan rebuild, not errors.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use rocewatch_discovery_sysfs::DeviceFilter;
+use rocewatch_metrics::{
+    self as catalog, CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT,
+};
+use rocewatch_plugin_api::*;
+use rocewatch_sysfs::{parse, read, Attr, SysRoot};
+
+const GROUPS: [&str; 3] = ["counters_ext", "counters", "hw_counters"];
+
+#[derive(Debug)]
+struct FilePlan {
+    path: PathBuf,
+    /// Relative to the port directory (`counters/port_xmit_data`).
+    source: String,
+    entry: &'static CatalogEntry,
+    attributes: BTreeMap<String, String>,
+}
+
+#[derive(Debug)]
+struct PortPlan {
+    device: String,
+    port: u32,
+    port_dir: PathBuf,
+    netdev: Option<String>,
+    base: BTreeMap<String, String>,
+    files: Vec<FilePlan>,
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    devices: Vec<String>,
+    ports: Vec<PortPlan>,
+}
+
+fn base_attributes(device: &str, port: u32, netdev: Option<&str>) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    m.insert(ATTR_DEVICE.to_string(), device.to_string());
+    m.insert(ATTR_PORT.to_string(), port.to_string());
+    if let Some(nd) = netdev {
+        m.insert(ATTR_NETDEV.to_string(), nd.to_string());
+    }
+    m
+}
+
+fn build_plan(
+    root: &SysRoot,
+    filter: &DeviceFilter,
+    devices: Vec<String>,
+) -> (Plan, Vec<PartialError>) {
+    let mut errors = Vec::new();
+    let mut plan = Plan {
+        devices: devices.clone(),
+        ports: Vec::new(),
+    };
+    for device in devices.iter().filter(|d| filter.allows(d)) {
+        let ports = root.ports(device).unwrap_or_else(|e| {
+            errors.push(PartialError {
+                target: e.path().display().to_string(),
+                message: e.to_string(),
+            });
+            Vec::new()
+        });
+        for port in ports {
+            let gids = root.gids(device, port).unwrap_or_default();
+            let netdev = root.port_netdev(device, port, &gids);
+            let base = base_attributes(device, port, netdev.as_deref());
+            let port_dir = root.port_dir(device, port);
+            let mut files: Vec<FilePlan> = Vec::new();
+            for group in GROUPS {
+                let names = root.counter_files(device, port, group).unwrap_or_else(|e| {
+                    errors.push(PartialError {
+                        target: e.path().display().to_string(),
+                        message: e.to_string(),
+                    });
+                    Vec::new()
+                });
+                for file in names {
+                    let source = format!("{group}/{file}");
+                    if catalog::NOT_COUNTERS.contains(&source.as_str()) {
+                        continue;
+                    }
+                    let (entry, extra) = match catalog::lookup(group, &file) {
+                        Some(e) => (e, None),
+                        None if group == "hw_counters" => {
+                            (catalog::unknown_hw_counter(), Some(file.clone()))
+                        }
+                        // Unknown files of counters/ and counters_ext/ are not guessed at.
+                        None => continue,
+                    };
+                    let mut attributes = base.clone();
+                    for (k, v) in entry.attributes {
+                        attributes.insert(k.to_string(), v.to_string());
+                    }
+                    if let Some(name) = extra {
+                        attributes.insert(ATTR_COUNTER.to_string(), name);
+                    }
+                    // counters_ext/ is planned first: its 64-bit series wins over counters/.
+                    if files
+                        .iter()
+                        .any(|f| f.entry.name == entry.name && f.attributes == attributes)
+                    {
+                        continue;
+                    }
+                    files.push(FilePlan {
+                        path: port_dir.join(group).join(&file),
+                        source,
+                        entry,
+                        attributes,
+                    });
+                }
+            }
+            plan.ports.push(PortPlan {
+                device: device.clone(),
+                port,
+                port_dir,
+                netdev,
+                base,
+                files,
+            });
+        }
+    }
+    (plan, errors)
+}
+
+fn gauge(entry_name: &str, value: Value, attrs: &BTreeMap<String, String>, source: &str) -> Sample {
+    let e = catalog::CATALOG
+        .iter()
+        .find(|e| e.name == entry_name)
+        .expect("gauge in catalog");
+    Sample {
+        name: e.name.to_string(),
+        unit: e.unit.to_string(),
+        value,
+        attributes: attrs.clone(),
+        source: source.to_string(),
+        kind: e.kind,
+    }
+}
+
+/// The built-in counter collector.
+#[derive(Debug, Default)]
+pub struct SysfsCounters {
+    root: Option<SysRoot>,
+    filter: DeviceFilter,
+    plan: Option<Plan>,
+}
+
+impl SysfsCounters {
+    pub const NAME: &'static str = "counters-sysfs";
+
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn scrape_port(root: &SysRoot, p: &PortPlan, out: &mut ScrapeResult) -> bool {
+        let mut vanished = false;
+        let state = root.port_attr(&p.device, p.port, "state").ok().flatten();
+        let phys = root
+            .port_attr(&p.device, p.port, "phys_state")
+            .ok()
+            .flatten();
+        if let (Some(s), Some(ph)) = (&state, &phys) {
+            let up = parse::parse_enum(s).1 == "ACTIVE" && parse::parse_enum(ph).1 == "LinkUp";
+            out.samples.push(gauge(
+                "rdma.port.up",
+                Value::U64(up as u64),
+                &p.base,
+                "state",
+            ));
+        } else if state.is_none() && !p.port_dir.exists() {
+            return true;
+        }
+        if let Some(bps) = root
+            .port_attr(&p.device, p.port, "rate")
+            .ok()
+            .flatten()
+            .as_deref()
+            .and_then(parse::parse_rate_bps)
+        {
+            out.samples
+                .push(gauge("rdma.port.rate", Value::U64(bps), &p.base, "rate"));
+        }
+        if let Some(nd) = &p.netdev {
+            if let Some(mtu) = root
+                .netdev_attr(nd, "mtu")
+                .ok()
+                .flatten()
+                .and_then(|m| m.parse::<u64>().ok())
+            {
+                out.samples.push(gauge(
+                    "rdma.netdev.mtu",
+                    Value::U64(mtu),
+                    &p.base,
+                    &format!("class/net/{nd}/mtu"),
+                ));
+            }
+        }
+        for f in &p.files {
+            match read::read_attr(&f.path) {
+                Ok(Attr::Value(text)) => match parse::parse_counter(&text) {
+                    parse::CounterText::Value(raw) => out.samples.push(Sample {
+                        name: f.entry.name.to_string(),
+                        unit: f.entry.unit.to_string(),
+                        value: Value::U64(raw.saturating_mul(f.entry.scale)),
+                        attributes: f.attributes.clone(),
+                        source: f.source.clone(),
+                        kind: f.entry.kind,
+                    }),
+                    parse::CounterText::Absent => {}
+                    parse::CounterText::Garbage => out.errors.push(PartialError {
+                        target: f.path.display().to_string(),
+                        message: format!("not a counter value: {text:?}"),
+                    }),
+                },
+                Ok(Attr::Absent) => {
+                    if !p.port_dir.exists() {
+                        vanished = true;
+                        break;
+                    }
+                }
+                Err(e) => out.errors.push(PartialError {
+                    target: f.path.display().to_string(),
+                    message: e.to_string(),
+                }),
+            }
+        }
+        vanished
+    }
+}
+
+impl Plugin for SysfsCounters {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        self.filter = DeviceFilter::from_options(&ctx.options)?;
+        self.root = Some(SysRoot::new(&ctx.sysfs_root));
+        self.plan = None;
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        self.root = None;
+        self.plan = None;
+    }
+}
+
+impl CollectorPlugin for SysfsCounters {
+    fn descriptors(&self) -> Vec<MetricDescriptor> {
+        catalog::descriptors()
+    }
+
+    fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        let root = self
+            .root
+            .as_ref()
+            .ok_or_else(|| PluginError::failed("collect called before start"))?;
+        if !root.ib_class().is_dir() {
+            return Err(PluginError::Unsupported(format!(
+                "no RDMA devices: {} does not exist (no RDMA driver loaded?)",
+                root.ib_class().display()
+            )));
+        }
+        let devices = root
+            .devices()
+            .map_err(|e| PluginError::Failed(e.to_string()))?;
+        let mut out = ScrapeResult::default();
+        if self.plan.as_ref().is_none_or(|p| p.devices != devices) {
+            let (plan, errors) = build_plan(root, &self.filter, devices);
+            out.errors.extend(errors);
+            self.plan = Some(plan);
+        }
+        let plan = self.plan.as_ref().expect("plan built above");
+        let mut stale = false;
+        for port in &plan.ports {
+            stale |= Self::scrape_port(root, port, &mut out);
+        }
+        if stale {
+            self.plan = None; // a device vanished: re-plan on the next scrape
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn port(root: &std::path::Path, dev: &str) -> PathBuf {
+        let p = root.join("class/infiniband").join(dev).join("ports/1");
+        fs::create_dir_all(p.join("counters")).unwrap();
+        fs::create_dir_all(p.join("hw_counters")).unwrap();
+        fs::write(p.join("state"), "4: ACTIVE\n").unwrap();
+        fs::write(p.join("phys_state"), "5: LinkUp\n").unwrap();
+        fs::write(p.join("rate"), "100 Gb/sec (4X EDR)\n").unwrap();
+        p
+    }
+
+    fn collect(root: &std::path::Path) -> ScrapeResult {
+        let mut c = SysfsCounters::new();
+        c.start(&PluginContext::new(root)).unwrap();
+        c.collect().unwrap()
+    }
+
+    fn value(r: &ScrapeResult, source: &str) -> Option<Value> {
+        r.samples
+            .iter()
+            .find(|s| s.source == source)
+            .map(|s| s.value)
+    }
+
+    #[test]
+    fn data_words_become_bytes_and_no_pma_is_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx5_0");
+        fs::write(p.join("counters/port_xmit_data"), "1000\n").unwrap();
+        fs::write(p.join("counters/port_rcv_data"), "N/A (no PMA)\n").unwrap();
+        fs::write(p.join("counters/symbol_error"), "0\n").unwrap();
+        fs::write(p.join("hw_counters/lifespan"), "10\n").unwrap();
+        fs::write(p.join("hw_counters/vendor_thing"), "7\n").unwrap();
+        let r = collect(dir.path());
+        assert_eq!(value(&r, "counters/port_xmit_data"), Some(Value::U64(4000)));
+        assert_eq!(
+            value(&r, "counters/port_rcv_data"),
+            None,
+            "N/A must be absent, not zero"
+        );
+        assert_eq!(value(&r, "counters/symbol_error"), Some(Value::U64(0)));
+        assert_eq!(
+            value(&r, "hw_counters/lifespan"),
+            None,
+            "lifespan is a setting"
+        );
+        let unknown = r
+            .samples
+            .iter()
+            .find(|s| s.source == "hw_counters/vendor_thing")
+            .unwrap();
+        assert_eq!(unknown.name, "rdma.port.hw_counter");
+        assert_eq!(unknown.attributes[ATTR_COUNTER], "vendor_thing");
+        assert_eq!(value(&r, "state"), Some(Value::U64(1)));
+        assert_eq!(value(&r, "rate"), Some(Value::U64(100_000_000_000)));
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+    }
+
+    #[test]
+    fn counters_ext_wins_over_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx4_0");
+        fs::create_dir_all(p.join("counters_ext")).unwrap();
+        fs::write(p.join("counters/port_xmit_data"), "4294967295\n").unwrap();
+        fs::write(p.join("counters_ext/port_xmit_data_64"), "5000000000\n").unwrap();
+        let r = collect(dir.path());
+        let io: Vec<_> = r
+            .samples
+            .iter()
+            .filter(|s| s.name == "rdma.port.io")
+            .collect();
+        assert_eq!(io.len(), 1, "{io:?}");
+        assert_eq!(io[0].value, Value::U64(20_000_000_000));
+        assert_eq!(io[0].source, "counters_ext/port_xmit_data_64");
+    }
+
+    #[test]
+    fn unreadable_and_garbage_files_are_partial() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx5_0");
+        fs::write(p.join("counters/port_xmit_packets"), "12\n").unwrap();
+        fs::create_dir_all(p.join("counters/port_rcv_packets")).unwrap(); // EISDIR on read
+        fs::write(p.join("counters/symbol_error"), "garbage\n").unwrap();
+        let r = collect(dir.path());
+        assert_eq!(
+            value(&r, "counters/port_xmit_packets"),
+            Some(Value::U64(12))
+        );
+        assert_eq!(r.errors.len(), 2, "{:?}", r.errors);
+        assert!(r
+            .errors
+            .iter()
+            .any(|e| e.target.ends_with("counters/port_rcv_packets")));
+        assert!(r
+            .errors
+            .iter()
+            .any(|e| e.target.ends_with("counters/symbol_error")));
+    }
+
+    #[test]
+    fn vanished_device_yields_nothing_and_replans() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx5_0");
+        fs::write(p.join("counters/port_xmit_packets"), "12\n").unwrap();
+        let mut c = SysfsCounters::new();
+        c.start(&PluginContext::new(dir.path())).unwrap();
+        assert!(!c.collect().unwrap().samples.is_empty());
+        // Keep the class entry but remove the port directory under it: what a hot-unplug
+        // looks like between listing and reading.
+        fs::remove_dir_all(dir.path().join("class/infiniband/mlx5_0/ports")).unwrap();
+        let r = c.collect().unwrap();
+        assert!(r.samples.is_empty() && r.errors.is_empty(), "{r:?}");
+        assert!(c.plan.is_none());
+    }
+
+    #[test]
+    fn empty_root_is_unsupported() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = SysfsCounters::new();
+        c.start(&PluginContext::new(dir.path())).unwrap();
+        assert!(matches!(c.collect(), Err(PluginError::Unsupported(_))));
+    }
+}

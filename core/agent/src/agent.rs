@@ -1,0 +1,262 @@
+//! The agent pipeline: registry → start → per-plugin schedules → store → exporters.
+//!
+//! Every collector runs on its own interval with jitter and a per-call timeout; a slow,
+//! hung, panicking or failing plugin only affects itself. Collections are published on a
+//! broadcast channel that line-oriented exporters and the demo view subscribe to; the
+//! OTLP exporter reads the store on its own schedule.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rocewatch_plugin_api::*;
+use tokio::sync::{broadcast, watch};
+
+use crate::config::Config;
+use crate::registry::{Entry, Instance, Registry};
+use crate::runner::{self, CallError};
+use crate::selfmetrics::SelfMetrics;
+use crate::store::Store;
+
+/// One collection by one plugin, as published to subscribers.
+#[derive(Debug, Clone)]
+pub struct Collection {
+    pub plugin: String,
+    pub time: SystemTime,
+    pub result: ScrapeResult,
+}
+
+/// The running pieces, shared by every task.
+pub struct Agent {
+    pub cfg: Config,
+    pub registry: Registry,
+    pub store: Arc<Store>,
+    pub metrics: Arc<SelfMetrics>,
+    pub inventory: RwLock<Inventory>,
+    pub events: broadcast::Sender<Arc<Collection>>,
+    pub host_name: String,
+}
+
+/// The host name: config, else the kernel's.
+pub fn host_name(cfg: &Config) -> String {
+    cfg.agent.host_name.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".into())
+    })
+}
+
+/// A small xorshift PRNG for jitter (no need for cryptographic randomness here).
+struct Jitter(u64);
+
+impl Jitter {
+    fn new(seed: &str) -> Self {
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        let h = seed.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100000001b3)
+        });
+        Jitter((t ^ h ^ std::process::id() as u64) | 1)
+    }
+
+    fn next(&mut self, max: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        if max.is_zero() {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.0 % max.as_nanos().max(1) as u64)
+    }
+}
+
+impl Agent {
+    /// Build the registry, start every plugin and learn what collectors may emit.
+    pub async fn start(cfg: Config) -> Arc<Agent> {
+        let metrics = Arc::new(SelfMetrics::default());
+        let registry = Registry::build(&cfg, &metrics);
+        let host_name = host_name(&cfg);
+        let mut ctx = PluginContext::new(&cfg.agent.sysfs_root);
+        ctx.host_name = host_name.clone();
+        runner::start_all(&registry, &ctx, &cfg, &metrics).await;
+        let store = Arc::new(Store::new());
+        for e in registry.of_kind(PluginKind::Collector) {
+            let d = runner::call(e, e.timeout(&cfg), &metrics, |i| match i {
+                Instance::Collector(c) => Ok(c.descriptors()),
+                _ => Ok(Vec::new()),
+            })
+            .await;
+            if let Ok(d) = d {
+                store.declare(&d);
+            }
+        }
+        let (events, _) = broadcast::channel(64);
+        Arc::new(Agent {
+            cfg,
+            registry,
+            store,
+            metrics,
+            inventory: RwLock::new(Inventory::default()),
+            events,
+            host_name,
+        })
+    }
+
+    /// Run every discovery plugin once and merge their inventories.
+    pub async fn discover(&self) -> Result<Inventory, CallError> {
+        let mut merged = Inventory::default();
+        let mut last_err = None;
+        let mut any_ok = false;
+        for e in self.registry.of_kind(PluginKind::Discovery) {
+            match runner::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
+                Instance::Discovery(d) => d.discover(),
+                _ => Ok(Inventory::default()),
+            })
+            .await
+            {
+                Ok(inv) => {
+                    any_ok = true;
+                    merged.devices.extend(inv.devices);
+                }
+                Err(err) => last_err = Some(err),
+            }
+        }
+        if let (false, Some(e)) = (any_ok, last_err) {
+            return Err(e);
+        }
+        *self.inventory.write().unwrap_or_else(|p| p.into_inner()) = merged.clone();
+        Ok(merged)
+    }
+
+    /// One collection by one collector: store, self-metrics, subscribers.
+    pub async fn collect_from(&self, e: &Entry) -> Result<Arc<Collection>, CallError> {
+        let mut result = runner::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
+            Instance::Collector(c) => c.collect(),
+            _ => Ok(ScrapeResult::default()),
+        })
+        .await?;
+        let declared = self.store.descriptors();
+        let before = result.samples.len();
+        result
+            .samples
+            .retain(|s| declared.iter().any(|d| d.name == s.name));
+        if result.samples.len() != before {
+            self.metrics.plugin_error(&e.name, "undeclared");
+            tracing::warn!(plugin = %e.name, dropped = before - result.samples.len(), "{}: emitted metrics it did not declare; dropped", e.label());
+        }
+        for err in &result.errors {
+            self.metrics.plugin_error(&e.name, "partial");
+            tracing::warn!(plugin = %e.name, target = %err.target, "{}: partial scrape: {}", e.label(), err.message);
+        }
+        self.metrics.samples_emitted(&e.name, result.samples.len());
+        self.store
+            .ingest(&e.name, result.samples.clone(), &self.metrics);
+        let c = Arc::new(Collection {
+            plugin: e.name.clone(),
+            time: SystemTime::now(),
+            result,
+        });
+        let _ = self.events.send(Arc::clone(&c));
+        Ok(c)
+    }
+
+    /// One collection by every collector (for `collect --once`). Unsupported collectors
+    /// contribute nothing; other failures are returned alongside what did work.
+    pub async fn collect_all(&self) -> (ScrapeResult, Vec<CallError>) {
+        let mut all = ScrapeResult::default();
+        let mut failures = Vec::new();
+        for e in self.registry.of_kind(PluginKind::Collector) {
+            match self.collect_from(e).await {
+                Ok(c) => {
+                    all.samples.extend(c.result.samples.iter().cloned());
+                    all.errors.extend(c.result.errors.iter().cloned());
+                }
+                Err(err) if err.is_unsupported() => {}
+                Err(err) => failures.push(err),
+            }
+        }
+        (all, failures)
+    }
+
+    /// Run the schedules until `shutdown` turns true.
+    pub async fn run(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        let discovery = Arc::clone(self);
+        let mut sd = shutdown.clone();
+        tasks.spawn(async move {
+            loop {
+                if let Err(e) = discovery.discover().await {
+                    if !e.is_unsupported() {
+                        tracing::warn!("discovery: {e}");
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(discovery.cfg.agent.discovery_interval) => {}
+                    _ = sd.changed() => break,
+                }
+            }
+        });
+        for idx in 0..self.registry.entries.len() {
+            let e = &self.registry.entries[idx];
+            if e.kind != Some(PluginKind::Collector) || e.instance.is_none() {
+                continue;
+            }
+            let agent = Arc::clone(self);
+            let mut sd = shutdown.clone();
+            tasks.spawn(async move {
+                let e = &agent.registry.entries[idx];
+                let interval = e.interval(&agent.cfg);
+                let mut jitter = Jitter::new(&e.name);
+                let mut next = tokio::time::Instant::now();
+                loop {
+                    let at = next + jitter.next(agent.cfg.agent.jitter.min(interval / 2));
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = sd.changed() => break,
+                    }
+                    let _ = agent.collect_from(e).await;
+                    next += interval;
+                    let now = tokio::time::Instant::now();
+                    if next < now {
+                        next = now; // fell behind (slow plugin): skip, never burst
+                    }
+                }
+            });
+        }
+        let _ = shutdown.changed().await;
+        tasks.shutdown().await;
+        runner::stop_all(&self.registry, &self.cfg, &self.metrics).await;
+    }
+}
+
+/// A watch channel that turns true on SIGINT or SIGTERM.
+pub fn shutdown_on_signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => tracing::info!("SIGTERM: shutting down"),
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_in_bounds() {
+        let mut j = Jitter::new("x");
+        for _ in 0..1000 {
+            assert!(j.next(Duration::from_millis(100)) < Duration::from_millis(100));
+        }
+        assert_eq!(j.next(Duration::ZERO), Duration::ZERO);
+    }
+}

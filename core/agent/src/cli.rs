@@ -1,0 +1,508 @@
+//! The command line. `main.rs` only parses and calls [`run`].
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::agent::{self, Agent};
+use crate::config::{Config, LogFormat, OtlpConfig, OtlpProtocol};
+use crate::export::otlp::OtlpExporter;
+use crate::{demo, show};
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration {s:?} ({e}); write it like 10s, 500ms, 2m"))
+}
+
+/// rocewatch: keep RDMA/RoCEv2 networks healthy.
+///
+/// Discovers RDMA devices and ports, reads their counters from sysfs, and exports them
+/// over OTLP. Start with `rocewatch demo` (no RDMA hardware needed), then
+/// `rocewatch discover` and `rocewatch collect --once` on a real host.
+#[derive(Debug, Parser)]
+#[command(name = "rocewatch", version, propagate_version = true)]
+pub struct Cli {
+    /// Log format (logs go to standard error).
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info`, `debug`, `rocewatch=debug` (default `warn` for one-shot
+    /// commands, `info` for `run` and `demo`; RUST_LOG also works).
+    #[arg(long, global = true)]
+    pub log_level: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by the commands that read sysfs.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// Configuration file (TOML). Without it: defaults plus ROCEWATCH_* overrides.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Root of the sysfs tree to read instead of /sys (overrides agent.sysfs_root).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    fn load(&self) -> Result<Config> {
+        let mut cfg = Config::load(self.config.as_deref())?;
+        if let Some(root) = &self.sysfs_root {
+            cfg.agent.sysfs_root = root.clone();
+        }
+        Ok(cfg)
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CollectFormat {
+    /// `{"samples":[{"name","unit","value","attributes","source"}]}`
+    Json,
+    /// One line per sample.
+    Text,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DemoFormat {
+    /// The per-port rate table.
+    Table,
+    /// JSON lines, one per collection (as the stdout exporter prints them).
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List RDMA devices and ports: state, link, rate, netdev (like ibdev2netdev), GIDs.
+    ///
+    /// Example: rocewatch discover --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port --json
+    Discover {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON: {"devices":[{"name","node_guid","fw_ver","ports":[...]}]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read every counter once and print it.
+    ///
+    /// Values are normalized (port_xmit_data/port_rcv_data in bytes, not 4-octet words);
+    /// `source` is the file relative to the port directory.
+    Collect {
+        /// Collect once and exit (required; use `rocewatch run` to keep collecting).
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        source: SourceArgs,
+        #[arg(long, value_enum, default_value = "json")]
+        format: CollectFormat,
+    },
+    /// Run the agent: collect on schedule, export, until SIGINT/SIGTERM.
+    Run {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Default collection interval (overrides agent.interval).
+        #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+        interval: Option<Duration>,
+        /// Export over OTLP to this URL (overrides exporters.otlp.endpoint).
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<String>,
+        /// OTLP transport (with --otlp-endpoint).
+        #[arg(long, value_enum)]
+        otlp_protocol: Option<OtlpProtocol>,
+        /// OTLP export interval (overrides exporters.otlp.interval).
+        #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+        export_interval: Option<Duration>,
+        /// Also print every collection as JSON lines on standard output.
+        #[arg(long)]
+        stdout: bool,
+        /// Stop after this long (default: run until a signal).
+        #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+        duration: Option<Duration>,
+    },
+    /// List plugins: kind, origin (built-in or file), ABI version, state, last error.
+    ///
+    /// Loads and starts every configured plugin and calls each once.
+    Plugins {
+        #[command(flatten)]
+        source: SourceArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// The agent against a simulated fabric, with a live view of per-port rates.
+    ///
+    /// Generates a sysfs tree (two mlx5 RoCE ports) in a temporary directory, advances its
+    /// counters every tick (traffic, and after a few ticks an error burst on one port), and
+    /// runs the real pipeline on it. Add --otlp-endpoint to export as well.
+    Demo {
+        /// Tick and collection interval.
+        #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+        interval: Duration,
+        /// Stop after this long (default: until Ctrl-C).
+        #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+        duration: Option<Duration>,
+        /// Print plain frames one after another instead of redrawing the screen.
+        #[arg(long)]
+        no_tui: bool,
+        #[arg(long, value_enum, default_value = "table")]
+        format: DemoFormat,
+        /// Export over OTLP to this URL as well.
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<String>,
+        #[arg(long, value_enum, default_value = "http/protobuf")]
+        otlp_protocol: OtlpProtocol,
+        /// Write the simulated tree here (kept afterwards) instead of a temporary directory.
+        #[arg(long, value_name = "DIR")]
+        sysfs_out: Option<PathBuf>,
+    },
+    /// Print docs/METRICS.md, generated from the metric catalog.
+    MetricsDoc,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a configuration file; errors name the key path. Exit status 1 when invalid.
+    Check { file: PathBuf },
+}
+
+/// Set up logging to standard error.
+pub fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => b.json().try_init(),
+        LogFormat::Text => b.try_init(),
+    };
+}
+
+fn print_json(v: &serde_json::Value) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, v)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// Run a parsed command line; the returned code is the process exit status.
+pub async fn run(cli: Cli) -> Result<i32> {
+    let default_level = match cli.command {
+        Command::Run { .. } | Command::Demo { .. } => "info",
+        _ => "warn",
+    };
+    init_logging(
+        cli.log_format.unwrap_or_default(),
+        cli.log_level.as_deref().unwrap_or(default_level),
+    );
+    match cli.command {
+        Command::Discover { source, json } => {
+            let cfg = source.load()?;
+            let root = cfg.agent.sysfs_root.clone();
+            let agent = Agent::start(cfg).await;
+            let inv = match agent.discover().await {
+                Ok(inv) => inv,
+                Err(e) if e.is_unsupported() => {
+                    eprintln!("rocewatch: no RDMA devices under {}", root.display());
+                    Default::default()
+                }
+                Err(e) => bail!("discovery failed: {e}"),
+            };
+            if json {
+                print_json(&show::inventory_json(&inv))?;
+            } else {
+                print!("{}", show::inventory_text(&inv));
+            }
+            Ok(0)
+        }
+        Command::Collect {
+            once,
+            source,
+            format,
+        } => {
+            if !once {
+                bail!("collect needs --once (use `rocewatch run` to collect continuously)");
+            }
+            let cfg = source.load()?;
+            let root = cfg.agent.sysfs_root.clone();
+            let agent = Agent::start(cfg).await;
+            let (result, failures) = agent.collect_all().await;
+            for f in &failures {
+                eprintln!("rocewatch: {f}");
+            }
+            for e in &result.errors {
+                eprintln!("rocewatch: partial: {}: {}", e.target, e.message);
+            }
+            if result.samples.is_empty() && failures.is_empty() {
+                eprintln!(
+                    "rocewatch: no samples (no RDMA devices under {}?)",
+                    root.display()
+                );
+            }
+            match format {
+                CollectFormat::Json => print_json(
+                    &serde_json::json!({"samples": result.samples, "errors": result.errors}),
+                )?,
+                CollectFormat::Text => print!("{}", show::samples_text(&result.samples)),
+            }
+            Ok(if failures.is_empty() { 0 } else { 1 })
+        }
+        Command::Run {
+            source,
+            interval,
+            otlp_endpoint,
+            otlp_protocol,
+            export_interval,
+            stdout,
+            duration,
+        } => {
+            let mut cfg = source.load()?;
+            if let Some(i) = interval {
+                cfg.agent.interval = i;
+            }
+            if let Some(ep) = otlp_endpoint {
+                let o = cfg
+                    .exporters
+                    .otlp
+                    .get_or_insert_with(|| OtlpConfig::new(ep.clone(), OtlpProtocol::default()));
+                o.endpoint = ep;
+            }
+            if let (Some(p), Some(o)) = (otlp_protocol, cfg.exporters.otlp.as_mut()) {
+                o.protocol = p;
+            }
+            if let (Some(i), Some(o)) = (export_interval, cfg.exporters.otlp.as_mut()) {
+                o.interval = i;
+            }
+            if stdout {
+                cfg.exporters.stdout.enabled = true;
+            }
+            run_agent(cfg, duration).await
+        }
+        Command::Plugins { source, json } => {
+            let cfg = source.load()?;
+            let agent = Agent::start(cfg).await;
+            let _ = agent.discover().await;
+            let _ = agent.collect_all().await;
+            let statuses = agent.registry.statuses();
+            if json {
+                print_json(&serde_json::to_value(&statuses)?)?;
+            } else {
+                print!("{}", show::plugins_text(&statuses));
+            }
+            Ok(0)
+        }
+        Command::Config(ConfigCommand::Check { file }) => match Config::load(Some(&file)) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("rocewatch: {e}");
+                Ok(1)
+            }
+        },
+        Command::Demo {
+            interval,
+            duration,
+            no_tui,
+            format,
+            otlp_endpoint,
+            otlp_protocol,
+            sysfs_out,
+        } => {
+            run_demo(
+                interval,
+                duration,
+                no_tui,
+                format,
+                otlp_endpoint.map(|e| OtlpConfig::new(e, otlp_protocol)),
+                sysfs_out,
+            )
+            .await
+        }
+        Command::MetricsDoc => {
+            print!("{}", rocewatch_metrics::doc::render_markdown());
+            Ok(0)
+        }
+    }
+}
+
+/// A shutdown signal that also fires after `duration`.
+fn shutdown_after(duration: Option<Duration>) -> tokio::sync::watch::Receiver<bool> {
+    let signals = agent::shutdown_on_signals();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut signals = signals;
+        tokio::select! {
+            _ = signals.changed() => {}
+            _ = async { match duration { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => {
+                tracing::info!("duration elapsed: shutting down");
+            }
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+fn start_otlp(agent: &Arc<Agent>) -> Option<OtlpExporter> {
+    let o = agent.cfg.exporters.otlp.as_ref()?;
+    match OtlpExporter::start(
+        o,
+        &agent.host_name,
+        Arc::clone(&agent.store),
+        Arc::clone(&agent.metrics),
+    ) {
+        Ok(x) => {
+            tracing::info!(endpoint = %o.endpoint, protocol = ?o.protocol, "exporting over OTLP");
+            Some(x)
+        }
+        Err(e) => {
+            tracing::error!("{e}; continuing without OTLP export");
+            None
+        }
+    }
+}
+
+async fn finish_otlp(otlp: Option<OtlpExporter>) {
+    if let Some(x) = otlp {
+        // The final export: the latest values of every series.
+        match tokio::task::spawn_blocking(move || x.shutdown()).await {
+            Ok(Ok(())) => tracing::info!("final OTLP export done"),
+            Ok(Err(e)) => tracing::warn!("final OTLP export: {e}"),
+            Err(e) => tracing::warn!("final OTLP export: {e}"),
+        }
+    }
+}
+
+async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
+    let shutdown = shutdown_after(duration);
+    let agent = Agent::start(cfg).await;
+    for s in agent.registry.statuses() {
+        tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
+    }
+    let otlp = start_otlp(&agent);
+    let stdout_task = agent
+        .cfg
+        .exporters
+        .stdout
+        .enabled
+        .then(|| tokio::spawn(crate::export::stdout::run(agent.events.subscribe())));
+    agent.run(shutdown).await;
+    finish_otlp(otlp).await;
+    if let Some(t) = stdout_task {
+        t.abort();
+    }
+    Ok(0)
+}
+
+async fn run_demo(
+    interval: Duration,
+    duration: Option<Duration>,
+    no_tui: bool,
+    format: DemoFormat,
+    otlp: Option<OtlpConfig>,
+    sysfs_out: Option<PathBuf>,
+) -> Result<i32> {
+    let tmp;
+    let root = match sysfs_out {
+        Some(d) => {
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            d
+        }
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("rocewatch-demo-")
+                .tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let mut fabric = demo::Fabric::create(&root)
+        .with_context(|| format!("writing the simulated sysfs tree under {}", root.display()))?;
+    let mut cfg = Config::default();
+    cfg.agent.sysfs_root = root.clone();
+    cfg.agent.interval = interval;
+    cfg.agent.jitter = Duration::ZERO;
+    cfg.exporters.otlp = otlp.map(|mut o| {
+        o.interval = interval.max(Duration::from_secs(1));
+        o
+    });
+    let shutdown = shutdown_after(duration);
+    let agent = Agent::start(cfg).await;
+    let otlp = start_otlp(&agent);
+    let otlp_note = match (&agent.cfg.exporters.otlp, &otlp) {
+        (Some(o), Some(_)) => format!("OTLP {:?} to {}", o.protocol, o.endpoint),
+        (Some(o), None) => format!("OTLP to {} FAILED to start (see log)", o.endpoint),
+        _ => "stdout only (add --otlp-endpoint URL to export)".to_string(),
+    };
+
+    // The simulator advances the fabric half an interval before each collection.
+    let mut sim_shutdown = shutdown.clone();
+    let (tick_tx, tick_rx) = tokio::sync::watch::channel((0u64, false));
+    let sim = tokio::spawn(async move {
+        tokio::time::sleep(interval / 2).await;
+        let mut ticker = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = sim_shutdown.changed() => break,
+            }
+            if let Err(e) = fabric.advance(interval.as_secs_f64()) {
+                tracing::error!("simulator: {e}");
+            }
+            let _ = tick_tx.send((fabric.tick_count(), fabric.in_burst()));
+        }
+    });
+
+    let tui = !no_tui && format == DemoFormat::Table && std::io::stdout().is_terminal();
+    let mut events = agent.events.subscribe();
+    let view_agent = Arc::clone(&agent);
+    let root_shown = root.display().to_string();
+    let view = tokio::spawn(async move {
+        let mut frame = 0u64;
+        loop {
+            let c = match events.recv().await {
+                Ok(c) => c,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(_) => break,
+            };
+            if format == DemoFormat::Json {
+                println!("{}", crate::export::stdout::collection_json(&c));
+                continue;
+            }
+            frame += 1;
+            let (tick, burst) = *tick_rx.borrow();
+            let header = format!(
+                "rocewatch demo: simulated fabric at {root_shown}, frame {frame}, tick {tick}, every {}{}",
+                humantime::format_duration(interval),
+                if tui { "  (Ctrl-C to stop)" } else { "" }
+            );
+            let footer = format!(
+                "event: {}\nexport: {otlp_note}",
+                if burst {
+                    "ERROR BURST on mlx5_1 port 1 (symbol errors, out_of_buffer drops, CNP surge)"
+                } else {
+                    "steady traffic"
+                }
+            );
+            let text = demo::render(&demo::port_rates(&view_agent.store), &header, &footer);
+            let mut out = std::io::stdout().lock();
+            if tui {
+                let _ = write!(out, "\x1b[H\x1b[2J{text}");
+            } else {
+                let _ = writeln!(out, "{text}");
+            }
+            let _ = out.flush();
+        }
+    });
+    agent.run(shutdown).await;
+    let _ = sim.await;
+    view.abort();
+    finish_otlp(otlp).await;
+    Ok(0)
+}

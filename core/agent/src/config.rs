@@ -1,0 +1,459 @@
+//! The agent's configuration: TOML through the `config` crate, with environment
+//! overrides, decoded strictly (unknown keys are errors) with the key path of every error.
+//!
+//! Environment overrides: `ROCEWATCH_<SECTION>__<KEY>` (double underscore between
+//! levels), e.g. `ROCEWATCH_AGENT__INTERVAL=5s`, `ROCEWATCH_EXPORTERS__OTLP__ENDPOINT=...`.
+//! Variables without a double underscore (`ROCEWATCH_PLUGIN_DIR`, ...) are not config keys
+//! and are ignored here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rocewatch_discovery_sysfs::DeviceSelection;
+use serde::{Deserialize, Deserializer};
+
+/// Why a configuration could not be loaded. Every message names the file and key path.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: {path}: {message}")]
+    Invalid {
+        file: String,
+        path: String,
+        message: String,
+    },
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?} ({e}); write it like \"10s\", \"500ms\", \"2m\""
+        ))
+    })
+}
+
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+fn default_sysfs_root() -> PathBuf {
+    PathBuf::from("/sys")
+}
+fn default_interval() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_jitter() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_discovery_interval() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_true() -> bool {
+    true
+}
+fn default_options() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Agent-wide settings.
+    #[serde(default)]
+    pub agent: AgentConfig,
+    /// Which RDMA devices to read (globs); applies to the built-in sysfs plugins.
+    #[serde(default)]
+    pub devices: DeviceSelection,
+    /// Built-in and external plugins.
+    #[serde(default)]
+    pub plugins: PluginsConfig,
+    /// Where metrics go.
+    #[serde(default)]
+    pub exporters: ExportersConfig,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `[agent]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Root of the sysfs tree (default `/sys`).
+    #[serde(default = "default_sysfs_root")]
+    pub sysfs_root: PathBuf,
+    /// Default collection interval of every collector (default `10s`).
+    #[serde(default = "default_interval", deserialize_with = "de_duration")]
+    pub interval: Duration,
+    /// Each collection is delayed by a random amount up to this (default `1s`), so a
+    /// fleet does not read and export in lockstep.
+    #[serde(default = "default_jitter", deserialize_with = "de_duration")]
+    pub jitter: Duration,
+    /// Default per-call timeout of a plugin (default `5s`).
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// How often discovery runs again (default `60s`).
+    #[serde(
+        default = "default_discovery_interval",
+        deserialize_with = "de_duration"
+    )]
+    pub discovery_interval: Duration,
+    /// Host name to report (default: the system's).
+    #[serde(default)]
+    pub host_name: Option<String>,
+    /// `text` (default) or `json`.
+    #[serde(default)]
+    pub log_format: LogFormat,
+    /// A tracing filter (default `info`).
+    #[serde(default)]
+    pub log_level: Option<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            sysfs_root: default_sysfs_root(),
+            interval: default_interval(),
+            jitter: default_jitter(),
+            timeout: default_timeout(),
+            discovery_interval: default_discovery_interval(),
+            host_name: None,
+            log_format: LogFormat::Text,
+            log_level: None,
+        }
+    }
+}
+
+/// `[plugins]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginsConfig {
+    /// Settings of built-in plugins, by name (`[plugins.builtin.counters-sysfs]`).
+    #[serde(default)]
+    pub builtin: BTreeMap<String, PluginSettings>,
+    /// External `.so` plugins (`[[plugins.external]]`).
+    #[serde(default)]
+    pub external: Vec<ExternalPluginConfig>,
+}
+
+/// Settings every plugin accepts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSettings {
+    /// Run this plugin (default true).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Collection interval (default: `agent.interval`).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub interval: Option<Duration>,
+    /// Per-call timeout (default: `agent.timeout`).
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    /// Plugin-specific options, passed to the plugin as JSON.
+    #[serde(default = "default_options")]
+    pub options: serde_json::Value,
+}
+
+impl Default for PluginSettings {
+    fn default() -> Self {
+        PluginSettings {
+            enabled: true,
+            interval: None,
+            timeout: None,
+            options: default_options(),
+        }
+    }
+}
+
+/// One `[[plugins.external]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalPluginConfig {
+    /// Path of the `.so`.
+    pub path: PathBuf,
+    /// Run this plugin (default true).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub interval: Option<Duration>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<Duration>,
+    #[serde(default = "default_options")]
+    pub options: serde_json::Value,
+}
+
+impl ExternalPluginConfig {
+    pub fn settings(&self) -> PluginSettings {
+        PluginSettings {
+            enabled: self.enabled,
+            interval: self.interval,
+            timeout: self.timeout,
+            options: self.options.clone(),
+        }
+    }
+}
+
+/// `[exporters]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportersConfig {
+    #[serde(default)]
+    pub stdout: StdoutConfig,
+    /// OTLP export; absent: no OTLP.
+    #[serde(default)]
+    pub otlp: Option<OtlpConfig>,
+}
+
+/// `[exporters.stdout]`: every collection as JSON lines on standard output.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdoutConfig {
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (port 4318, path `/v1/metrics`).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+    /// OTLP/gRPC (port 4317).
+    #[serde(rename = "grpc")]
+    #[value(name = "grpc")]
+    Grpc,
+}
+
+fn default_export_interval() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_export_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `[exporters.otlp]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// Full endpoint URL, used as given: `http://collector:4318/v1/metrics` for
+    /// `http/protobuf`, `http://collector:4317` for `grpc`.
+    pub endpoint: String,
+    /// `http/protobuf` (default) or `grpc`.
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// How often to export (default `10s`).
+    #[serde(default = "default_export_interval", deserialize_with = "de_duration")]
+    pub interval: Duration,
+    /// Export request timeout (default `10s`).
+    #[serde(default = "default_export_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Extra resource attributes (`service.name` and `host.name` are always set).
+    #[serde(default)]
+    pub resource: BTreeMap<String, String>,
+}
+
+impl OtlpConfig {
+    pub fn new(endpoint: impl Into<String>, protocol: OtlpProtocol) -> Self {
+        OtlpConfig {
+            endpoint: endpoint.into(),
+            protocol,
+            interval: default_export_interval(),
+            timeout: default_export_timeout(),
+            resource: BTreeMap::new(),
+        }
+    }
+}
+
+/// The `ROCEWATCH_*` variables that are config overrides (they contain `__`).
+fn env_overrides() -> config::Map<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| {
+            k.strip_prefix("ROCEWATCH_")
+                .is_some_and(|rest| rest.contains("__"))
+        })
+        .collect()
+}
+
+impl Config {
+    /// Load `file` (or only defaults and environment when `None`).
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let name = file.map_or_else(|| "<defaults>".to_string(), |f| f.display().to_string());
+        let mut b = config::Config::builder();
+        if let Some(f) = file {
+            if !f.is_file() {
+                return Err(ConfigError::Parse {
+                    file: name,
+                    message: "no such file".into(),
+                });
+            }
+            b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
+        }
+        b = b.add_source(
+            config::Environment::with_prefix("ROCEWATCH")
+                .prefix_separator("_")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env_overrides())),
+        );
+        let raw = b.build().map_err(|e| ConfigError::Parse {
+            file: name.clone(),
+            message: e.to_string(),
+        })?;
+        let value: serde_json::Value = raw.try_deserialize().map_err(|e| ConfigError::Parse {
+            file: name.clone(),
+            message: e.to_string(),
+        })?;
+        Self::from_value(&name, value)
+    }
+
+    /// Decode an already-parsed document; errors carry the key path.
+    pub fn from_value(name: &str, value: serde_json::Value) -> Result<Config, ConfigError> {
+        let cfg: Config =
+            serde_path_to_error::deserialize(value).map_err(|e| ConfigError::Invalid {
+                file: name.to_string(),
+                path: e.path().to_string(),
+                message: e.inner().to_string(),
+            })?;
+        cfg.validate(name)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        let invalid = |path: &str, message: String| ConfigError::Invalid {
+            file: name.to_string(),
+            path: path.to_string(),
+            message,
+        };
+        if self.agent.interval.is_zero() {
+            return Err(invalid(
+                "agent.interval",
+                "must be greater than zero".into(),
+            ));
+        }
+        if self.agent.timeout.is_zero() {
+            return Err(invalid("agent.timeout", "must be greater than zero".into()));
+        }
+        for (name_, p) in &self.plugins.builtin {
+            if !crate::registry::BUILTIN_NAMES.contains(&name_.as_str()) {
+                return Err(invalid(
+                    &format!("plugins.builtin.{name_}"),
+                    format!(
+                        "no built-in plugin named {name_:?}; built-ins are {}",
+                        crate::registry::BUILTIN_NAMES.join(", ")
+                    ),
+                ));
+            }
+            if !p.options.is_object() {
+                return Err(invalid(
+                    &format!("plugins.builtin.{name_}.options"),
+                    "must be a table".into(),
+                ));
+            }
+        }
+        for (i, p) in self.plugins.external.iter().enumerate() {
+            if !p.options.is_object() {
+                return Err(invalid(
+                    &format!("plugins.external[{i}].options"),
+                    "must be a table".into(),
+                ));
+            }
+        }
+        if let Some(o) = &self.exporters.otlp {
+            if !(o.endpoint.starts_with("http://") || o.endpoint.starts_with("https://")) {
+                return Err(invalid(
+                    "exporters.otlp.endpoint",
+                    format!("{:?} is not an http:// or https:// URL", o.endpoint),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings of a built-in plugin (defaults when not configured).
+    pub fn builtin(&self, name: &str) -> PluginSettings {
+        self.plugins.builtin.get(name).cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, toml_text).unwrap();
+        Config::load(Some(&f))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.agent.sysfs_root, PathBuf::from("/sys"));
+        assert_eq!(c.agent.interval, Duration::from_secs(10));
+        assert!(c.exporters.otlp.is_none());
+    }
+
+    #[test]
+    fn durations_and_nested_keys() {
+        let c = parse(
+            r#"
+            [agent]
+            interval = "500ms"
+            [exporters.otlp]
+            endpoint = "http://127.0.0.1:4318/v1/metrics"
+            resource = { "deployment.environment" = "prod" }
+            [[plugins.external]]
+            path = "/x.so"
+            options = { output = "/tmp/o", step = 2 }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.agent.interval, Duration::from_millis(500));
+        let o = c.exporters.otlp.unwrap();
+        assert_eq!(o.resource["deployment.environment"], "prod");
+        assert_eq!(c.plugins.external[0].options["step"], 2);
+    }
+
+    #[test]
+    fn errors_name_the_key_path() {
+        let e = parse("[agent]\nintervall = \"5s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agent") && e.contains("intervall"), "{e}");
+        let e = parse("[agent]\ninterval = \"5 parsecs\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agent.interval") && e.contains("invalid duration"),
+            "{e}"
+        );
+        let e = parse("[exporters.otlp]\nendpoint = \"localhost:4318\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exporters.otlp.endpoint"), "{e}");
+        let e = parse("[plugins.builtin.nope]\n").unwrap_err().to_string();
+        assert!(e.contains("plugins.builtin.nope"), "{e}");
+        let e = parse("[[plugins.external]]\npath = \"/x.so\"\ninterval = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.external[0].interval"), "{e}");
+        let e = parse("[agent\n").unwrap_err().to_string();
+        assert!(e.contains("c.toml"), "{e}");
+    }
+}

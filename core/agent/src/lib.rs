@@ -1,0 +1,24 @@
+//! rocewatch: an agent that keeps RDMA/RoCEv2 networks healthy.
+//!
+//! Layout:
+//! - [`config`]: the TOML configuration, environment overrides, strict decoding.
+//! - [`registry`]: the explicit list of built-in plugins, `.so` loading, plugin status.
+//! - [`runner`]: calling a plugin on a blocking thread with a timeout and a panic guard.
+//! - [`agent`]: the pipeline: start, per-plugin schedules with jitter, shutdown.
+//! - [`store`]: latest value per series, counter resets, rates.
+//! - [`selfmetrics`]: `rocewatch.*` metrics.
+//! - [`export`]: OTLP and stdout exporters.
+//! - [`show`]: human and JSON renderings for the command line.
+//! - [`demo`]: the simulated fabric behind `rocewatch demo`.
+//! - [`cli`]: the commands.
+
+pub mod agent;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod export;
+pub mod registry;
+pub mod runner;
+pub mod selfmetrics;
+pub mod show;
+pub mod store;

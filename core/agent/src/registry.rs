@@ -1,0 +1,367 @@
+//! Plugin registry: the explicit list of built-in plugins, the loading of external `.so`
+//! plugins, and each plugin's status (what `rocewatch plugins` shows).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rocewatch_counters_sysfs::SysfsCounters;
+use rocewatch_discovery_sysfs::SysfsDiscovery;
+use rocewatch_plugin_api::*;
+use rocewatch_plugin_sdk::abi;
+use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
+use serde::Serialize;
+
+use crate::config::{Config, PluginSettings};
+use crate::selfmetrics::SelfMetrics;
+
+/// Names of every built-in plugin, in the order they are registered.
+pub const BUILTIN_NAMES: &[&str] = &[SysfsDiscovery::NAME, SysfsCounters::NAME];
+
+/// A plugin instance in the role it plays.
+pub enum Instance {
+    Discovery(Box<dyn DiscoveryPlugin>),
+    Configuration(Box<dyn ConfigurationPlugin>),
+    Probe(Box<dyn ProbePlugin>),
+    Collector(Box<dyn CollectorPlugin>),
+    Remediation(Box<dyn RemediationPlugin>),
+}
+
+impl Instance {
+    pub fn kind(&self) -> PluginKind {
+        match self {
+            Instance::Discovery(_) => PluginKind::Discovery,
+            Instance::Configuration(_) => PluginKind::Configuration,
+            Instance::Probe(_) => PluginKind::Probe,
+            Instance::Collector(_) => PluginKind::Collector,
+            Instance::Remediation(_) => PluginKind::Remediation,
+        }
+    }
+
+    pub fn plugin(&mut self) -> &mut dyn Plugin {
+        match self {
+            Instance::Discovery(p) => p.as_mut(),
+            Instance::Configuration(p) => p.as_mut(),
+            Instance::Probe(p) => p.as_mut(),
+            Instance::Collector(p) => p.as_mut(),
+            Instance::Remediation(p) => p.as_mut(),
+        }
+    }
+}
+
+/// Every built-in plugin, explicitly. Add new built-ins here (and to [`BUILTIN_NAMES`]).
+fn builtin_instances() -> Vec<(&'static str, Instance)> {
+    vec![
+        (
+            SysfsDiscovery::NAME,
+            Instance::Discovery(Box::new(SysfsDiscovery::new())),
+        ),
+        (
+            SysfsCounters::NAME,
+            Instance::Collector(Box::new(SysfsCounters::new())),
+        ),
+    ]
+}
+
+/// Where a plugin comes from.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(tag = "type", content = "path", rename_all = "lowercase")]
+pub enum Origin {
+    Builtin,
+    File(PathBuf),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Builtin => f.write_str("built-in"),
+            Origin::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Lifecycle: Declared → Loaded → Started, or Failed / Unsupported.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Declared,
+    Loaded,
+    Started,
+    /// The last call failed (the plugin is still called on its schedule).
+    Failed,
+    /// The plugin cannot run on this host (e.g. no RDMA devices).
+    Unsupported,
+    Disabled,
+}
+
+/// What `rocewatch plugins` shows for one plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub name: String,
+    pub kind: Option<PluginKind>,
+    pub origin: Origin,
+    pub abi: String,
+    pub state: State,
+    pub last_error: Option<String>,
+    pub calls: u64,
+    pub errors: u64,
+}
+
+/// A registered plugin: its instance (absent when loading failed) and its status.
+pub struct Entry {
+    pub name: String,
+    pub kind: Option<PluginKind>,
+    pub origin: Origin,
+    pub settings: PluginSettings,
+    pub instance: Option<Arc<Mutex<Instance>>>,
+    /// Set while a call runs on a blocking thread; a call that outlived its timeout keeps
+    /// it set until it returns, and the plugin is not called again meanwhile.
+    pub busy: Arc<AtomicBool>,
+    pub status: Arc<Mutex<Status>>,
+}
+
+impl Entry {
+    pub fn label(&self) -> String {
+        match &self.origin {
+            Origin::Builtin => format!("plugin {} (built-in)", self.name),
+            Origin::File(p) => format!("plugin {} ({})", self.name, p.display()),
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_state(&self, state: State, error: Option<String>) {
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.state = state;
+        if error.is_some() {
+            s.last_error = error;
+        }
+    }
+
+    pub fn interval(&self, cfg: &Config) -> Duration {
+        self.settings.interval.unwrap_or(cfg.agent.interval)
+    }
+
+    pub fn timeout(&self, cfg: &Config) -> Duration {
+        self.settings.timeout.unwrap_or(cfg.agent.timeout)
+    }
+}
+
+fn abi_string() -> String {
+    format!("{}.{}", abi::ABI_MAJOR, abi::ABI_MINOR)
+}
+
+fn entry(
+    name: &str,
+    kind: Option<PluginKind>,
+    origin: Origin,
+    abi: String,
+    settings: PluginSettings,
+    instance: Option<Instance>,
+    state: State,
+    error: Option<String>,
+) -> Entry {
+    Entry {
+        name: name.to_string(),
+        kind,
+        origin: origin.clone(),
+        settings,
+        instance: instance.map(|i| Arc::new(Mutex::new(i))),
+        busy: Arc::new(AtomicBool::new(false)),
+        status: Arc::new(Mutex::new(Status {
+            name: name.to_string(),
+            kind,
+            origin,
+            abi,
+            state,
+            last_error: error,
+            calls: 0,
+            errors: 0,
+        })),
+    }
+}
+
+/// All plugins of a configuration.
+pub struct Registry {
+    pub entries: Vec<Entry>,
+}
+
+impl Registry {
+    /// Build the registry: built-ins, then every external library (one entry per kind it
+    /// implements). Load failures become `Failed` entries and self-metric counts; they
+    /// never stop the agent.
+    pub fn build(cfg: &Config, metrics: &SelfMetrics) -> Registry {
+        let mut entries = Vec::new();
+        for (name, instance) in builtin_instances() {
+            let mut settings = cfg.builtin(name);
+            merge_device_selection(&mut settings.options, cfg);
+            let kind = instance.kind();
+            if !settings.enabled {
+                entries.push(entry(
+                    name,
+                    Some(kind),
+                    Origin::Builtin,
+                    abi_string(),
+                    settings,
+                    None,
+                    State::Disabled,
+                    None,
+                ));
+                continue;
+            }
+            entries.push(entry(
+                name,
+                Some(kind),
+                Origin::Builtin,
+                abi_string(),
+                settings,
+                Some(instance),
+                State::Loaded,
+                None,
+            ));
+        }
+        for ext in &cfg.plugins.external {
+            let settings = ext.settings();
+            let origin = Origin::File(ext.path.clone());
+            let fallback_name = ext
+                .path
+                .file_stem()
+                .map(|s| s.to_string_lossy().trim_start_matches("lib").to_string())
+                .unwrap_or_else(|| ext.path.display().to_string());
+            if !ext.enabled {
+                entries.push(entry(
+                    &fallback_name,
+                    None,
+                    origin,
+                    "-".into(),
+                    settings,
+                    None,
+                    State::Disabled,
+                    None,
+                ));
+                continue;
+            }
+            match PluginLibrary::load(&ext.path) {
+                Ok(lib) => {
+                    let abi = format!("{}.{}", lib.abi_major, lib.abi_minor);
+                    for kind in lib.kinds() {
+                        match lib.instantiate(kind) {
+                            Ok(inst) => {
+                                let instance = match kind {
+                                    PluginKind::Discovery => Instance::Discovery(Box::new(inst)),
+                                    PluginKind::Configuration => {
+                                        Instance::Configuration(Box::new(inst))
+                                    }
+                                    PluginKind::Probe => Instance::Probe(Box::new(inst)),
+                                    PluginKind::Collector => Instance::Collector(Box::new(inst)),
+                                    PluginKind::Remediation => {
+                                        Instance::Remediation(Box::new(inst))
+                                    }
+                                };
+                                entries.push(entry(
+                                    &lib.name,
+                                    Some(kind),
+                                    origin.clone(),
+                                    abi.clone(),
+                                    settings.clone(),
+                                    Some(instance),
+                                    State::Loaded,
+                                    None,
+                                ));
+                            }
+                            Err(e) => {
+                                let reason = if matches!(e, PluginError::Panicked(_)) {
+                                    "panic"
+                                } else {
+                                    "load"
+                                };
+                                let msg = format!(
+                                    "plugin {} ({}): cannot create {kind} instance: {e}",
+                                    lib.name,
+                                    ext.path.display()
+                                );
+                                tracing::error!("{msg}");
+                                metrics.plugin_error(&lib.name, reason);
+                                entries.push(entry(
+                                    &lib.name,
+                                    Some(kind),
+                                    origin.clone(),
+                                    abi.clone(),
+                                    settings.clone(),
+                                    None,
+                                    State::Failed,
+                                    Some(msg),
+                                ));
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    let reason = match e {
+                        LoadError::AbiMismatch { .. } | LoadError::TableTooSmall { .. } => "abi",
+                        _ => "load",
+                    };
+                    let msg = e.to_string();
+                    tracing::error!("{msg}");
+                    metrics.plugin_error(&fallback_name, reason);
+                    entries.push(entry(
+                        &fallback_name,
+                        None,
+                        origin,
+                        "-".into(),
+                        settings,
+                        None,
+                        State::Failed,
+                        Some(msg),
+                    ));
+                }
+            }
+        }
+        Registry { entries }
+    }
+
+    pub fn statuses(&self) -> Vec<Status> {
+        self.entries.iter().map(Entry::status).collect()
+    }
+
+    /// Entries with a live instance of `kind`.
+    pub fn of_kind(&self, kind: PluginKind) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .filter(move |e| e.kind == Some(kind) && e.instance.is_some())
+    }
+}
+
+/// The top-level `[devices]` selection applies to the built-in sysfs plugins unless their
+/// own options set `include`/`exclude`.
+fn merge_device_selection(options: &mut serde_json::Value, cfg: &Config) {
+    let Some(obj) = options.as_object_mut() else {
+        return;
+    };
+    if !cfg.devices.include.is_empty() {
+        obj.entry("include")
+            .or_insert_with(|| serde_json::json!(cfg.devices.include));
+    }
+    if !cfg.devices.exclude.is_empty() {
+        obj.entry("exclude")
+            .or_insert_with(|| serde_json::json!(cfg.devices.exclude));
+    }
+}
+
+impl Status {
+    /// Whether the plugin is usable now.
+    pub fn is_ok(&self) -> bool {
+        matches!(self.state, State::Loaded | State::Started)
+    }
+}
+
+/// `true` while a call of this entry is running.
+pub fn is_busy(e: &Entry) -> bool {
+    e.busy.load(Ordering::SeqCst)
+}

@@ -1,0 +1,134 @@
+//! The agent's own metrics (`rocewatch.*`): plugin call durations, plugin errors by
+//! reason, samples emitted, counter resets.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use rocewatch_plugin_api::{MetricKind, Sample, Value};
+
+#[derive(Debug, Default)]
+struct Inner {
+    errors: BTreeMap<(String, String), u64>,
+    samples: BTreeMap<String, u64>,
+    resets: BTreeMap<String, u64>,
+    /// (plugin, kind) → (count, sum of seconds)
+    durations: BTreeMap<(String, String), (u64, f64)>,
+}
+
+/// Shared by every task of the agent.
+#[derive(Debug, Default)]
+pub struct SelfMetrics {
+    inner: Mutex<Inner>,
+    /// Set by the OTLP exporter: call durations are recorded into it as well.
+    pub otel_duration: OnceLock<opentelemetry::metrics::Histogram<f64>>,
+}
+
+fn attrs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl SelfMetrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Count a failure of `plugin`; `reason` is one of load, abi, error, panic, timeout,
+    /// partial, busy.
+    pub fn plugin_error(&self, plugin: &str, reason: &str) {
+        *self
+            .lock()
+            .errors
+            .entry((plugin.into(), reason.into()))
+            .or_default() += 1;
+    }
+
+    pub fn plugin_errors(&self, plugin: &str, reason: &str) -> u64 {
+        self.lock()
+            .errors
+            .get(&(plugin.to_string(), reason.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn samples_emitted(&self, plugin: &str, n: usize) {
+        *self.lock().samples.entry(plugin.into()).or_default() += n as u64;
+    }
+
+    pub fn counter_reset(&self, metric: &str) {
+        *self.lock().resets.entry(metric.into()).or_default() += 1;
+    }
+
+    pub fn call_duration(&self, plugin: &str, kind: &str, d: Duration) {
+        let e = &mut *self.lock();
+        let slot = e.durations.entry((plugin.into(), kind.into())).or_default();
+        slot.0 += 1;
+        slot.1 += d.as_secs_f64();
+        if let Some(h) = self.otel_duration.get() {
+            h.record(
+                d.as_secs_f64(),
+                &[
+                    opentelemetry::KeyValue::new("plugin", plugin.to_string()),
+                    opentelemetry::KeyValue::new("kind", kind.to_string()),
+                ],
+            );
+        }
+    }
+
+    /// The counters as samples (for the stdout exporter and the OTLP observers).
+    /// Durations are exported as `rocewatch.plugin.duration` count and sum by OTLP's
+    /// histogram; here they appear as two counters for line-oriented outputs.
+    pub fn samples(&self) -> Vec<Sample> {
+        let inner = self.lock();
+        let mut out = Vec::new();
+        let counter = |name: &str, unit: &str, v: u64, a: BTreeMap<String, String>| Sample {
+            name: name.into(),
+            unit: unit.into(),
+            value: Value::U64(v),
+            attributes: a,
+            source: "agent".into(),
+            kind: MetricKind::Counter,
+        };
+        for ((plugin, reason), v) in &inner.errors {
+            out.push(counter(
+                "rocewatch.plugin.errors",
+                "{error}",
+                *v,
+                attrs(&[("plugin", plugin), ("reason", reason)]),
+            ));
+        }
+        for (plugin, v) in &inner.samples {
+            out.push(counter(
+                "rocewatch.samples.emitted",
+                "{sample}",
+                *v,
+                attrs(&[("plugin", plugin)]),
+            ));
+        }
+        for (name, v) in &inner.resets {
+            out.push(counter(
+                "rocewatch.counter.resets",
+                "{reset}",
+                *v,
+                attrs(&[("name", name)]),
+            ));
+        }
+        for ((plugin, kind), (count, sum)) in &inner.durations {
+            let a = attrs(&[("plugin", plugin), ("kind", kind)]);
+            out.push(counter(
+                "rocewatch.plugin.duration.count",
+                "{call}",
+                *count,
+                a.clone(),
+            ));
+            out.push(Sample {
+                value: Value::F64(*sum),
+                ..counter("rocewatch.plugin.duration.sum", "s", 0, a)
+            });
+        }
+        out
+    }
+}

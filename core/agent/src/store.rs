@@ -1,0 +1,189 @@
+//! The latest value of every series, with what exporters and the live view need:
+//! per-series start time (a counter going backwards is a reset and starts a new
+//! cumulative series) and the rate since the previous collection (never negative).
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::time::{Instant, SystemTime};
+
+use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample};
+
+use crate::selfmetrics::SelfMetrics;
+
+/// One series as last seen.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub sample: Sample,
+    /// The plugin that produced it.
+    pub plugin: String,
+    /// Start of the current cumulative run (agent start, or the last reset).
+    pub start: SystemTime,
+    /// When the value was read.
+    pub time: SystemTime,
+    /// Per-second rate since the previous read, for counters; `None` on the first read
+    /// and right after a reset.
+    pub rate: Option<f64>,
+    read_at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    series: BTreeMap<String, Series>,
+    descriptors: BTreeMap<String, MetricDescriptor>,
+}
+
+/// Shared between collectors (writers) and exporters (readers).
+#[derive(Debug, Default)]
+pub struct Store {
+    inner: RwLock<Inner>,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Remember what a plugin may emit.
+    pub fn declare(&self, descriptors: &[MetricDescriptor]) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        for d in descriptors {
+            g.descriptors
+                .entry(d.name.clone())
+                .or_insert_with(|| d.clone());
+        }
+    }
+
+    pub fn descriptors(&self) -> Vec<MetricDescriptor> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.descriptors.values().cloned().collect()
+    }
+
+    /// Replace everything `plugin` emitted with `samples` (series it no longer emits,
+    /// e.g. of a vanished device, are dropped).
+    pub fn ingest(&self, plugin: &str, samples: Vec<Sample>, metrics: &SelfMetrics) {
+        self.ingest_at(plugin, samples, metrics, SystemTime::now(), Instant::now());
+    }
+
+    pub fn ingest_at(
+        &self,
+        plugin: &str,
+        samples: Vec<Sample>,
+        metrics: &SelfMetrics,
+        now: SystemTime,
+        mono: Instant,
+    ) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut fresh: BTreeMap<String, Series> = BTreeMap::new();
+        for s in samples {
+            let key = s.series_key();
+            let prev = g.series.get(&key);
+            let (start, rate) = match prev {
+                Some(p) if s.kind == MetricKind::Counter => {
+                    let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
+                    if new < old {
+                        metrics.counter_reset(&s.name);
+                        tracing::debug!(series = %key, old, new, "counter reset");
+                        (now, None)
+                    } else {
+                        let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
+                        (p.start, (dt > 0.0).then(|| (new - old) / dt))
+                    }
+                }
+                Some(p) => (p.start, None),
+                None => (now, None),
+            };
+            fresh.insert(
+                key,
+                Series {
+                    sample: s,
+                    plugin: plugin.to_string(),
+                    start,
+                    time: now,
+                    rate,
+                    read_at: mono,
+                },
+            );
+        }
+        g.series.retain(|_, v| v.plugin != plugin);
+        g.series.extend(fresh);
+    }
+
+    /// Every series, sorted by key.
+    pub fn snapshot(&self) -> Vec<Series> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.series.values().cloned().collect()
+    }
+
+    /// Series of one metric name.
+    pub fn by_name(&self, name: &str) -> Vec<Series> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.series
+            .values()
+            .filter(|s| s.sample.name == name)
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocewatch_plugin_api::Value;
+    use std::time::Duration;
+
+    fn counter(v: u64) -> Sample {
+        Sample {
+            name: "rdma.port.io".into(),
+            unit: "By".into(),
+            value: Value::U64(v),
+            attributes: [("rdma.device".to_string(), "mlx5_0".to_string())].into(),
+            source: "counters/port_xmit_data".into(),
+            kind: MetricKind::Counter,
+        }
+    }
+
+    #[test]
+    fn rate_reset_and_vanish() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let i0 = Instant::now();
+        store.ingest_at("p", vec![counter(100)], &m, t0, i0);
+        assert_eq!(store.snapshot()[0].rate, None);
+        store.ingest_at(
+            "p",
+            vec![counter(300)],
+            &m,
+            t0 + Duration::from_secs(2),
+            i0 + Duration::from_secs(2),
+        );
+        let s = &store.snapshot()[0];
+        assert_eq!(s.rate, Some(100.0));
+        assert_eq!(s.start, t0);
+        // Backwards: a reset. New start, no (negative) rate, counted.
+        let t2 = t0 + Duration::from_secs(4);
+        store.ingest_at("p", vec![counter(50)], &m, t2, i0 + Duration::from_secs(4));
+        let s = &store.snapshot()[0];
+        assert_eq!(s.rate, None);
+        assert_eq!(s.start, t2);
+        assert_eq!(
+            m.samples()
+                .iter()
+                .find(|s| s.name == "rocewatch.counter.resets")
+                .unwrap()
+                .value,
+            Value::U64(1)
+        );
+        store.ingest_at(
+            "p",
+            vec![counter(150)],
+            &m,
+            t2 + Duration::from_secs(1),
+            i0 + Duration::from_secs(5),
+        );
+        assert_eq!(store.snapshot()[0].rate, Some(100.0));
+        // The plugin stops emitting the series (device gone): it is dropped.
+        store.ingest_at("p", vec![], &m, t2, i0 + Duration::from_secs(6));
+        assert!(store.snapshot().is_empty());
+    }
+}

@@ -29,7 +29,7 @@ pub struct Cli {
     /// Log format (logs go to standard error).
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Log filter, e.g. `info`, `debug`, `rocewatch=debug` (default `warn` for one-shot
+    /// Log filter, e.g. `info`, `debug`, `rocewatch=debug` (default `error` for one-shot
     /// commands, `info` for `run` and `demo`; RUST_LOG also works).
     #[arg(long, global = true)]
     pub log_level: Option<String>,
@@ -195,7 +195,7 @@ fn print_json(v: &serde_json::Value) -> Result<()> {
 pub async fn run(cli: Cli) -> Result<i32> {
     let default_level = match cli.command {
         Command::Run { .. } | Command::Demo { .. } => "info",
-        _ => "warn",
+        _ => "error",
     };
     init_logging(
         cli.log_format.unwrap_or_default(),

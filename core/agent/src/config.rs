@@ -3,6 +3,7 @@
 //!
 //! Environment overrides: `ROCEWATCH_<SECTION>__<KEY>` (double underscore between
 //! levels), e.g. `ROCEWATCH_AGENT__INTERVAL=5s`, `ROCEWATCH_EXPORTERS__OTLP__ENDPOINT=...`.
+//! List keys (`devices.include`, `devices.exclude`) take comma-separated values.
 //! Variables without a double underscore (`ROCEWATCH_PLUGIN_DIR`, ...) are not config keys
 //! and are ignored here.
 
@@ -308,6 +309,9 @@ impl Config {
                 .prefix_separator("_")
                 .separator("__")
                 .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("devices.include")
+                .with_list_parse_key("devices.exclude")
                 .source(Some(env_overrides())),
         );
         let raw = b.build().map_err(|e| ConfigError::Parse {

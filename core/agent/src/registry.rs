@@ -157,33 +157,49 @@ fn abi_string() -> String {
     format!("{}.{}", abi::ABI_MAJOR, abi::ABI_MINOR)
 }
 
-fn entry(
-    name: &str,
-    kind: Option<PluginKind>,
-    origin: Origin,
-    abi: String,
-    settings: PluginSettings,
-    instance: Option<Instance>,
-    state: State,
-    error: Option<String>,
-) -> Entry {
-    Entry {
-        name: name.to_string(),
-        kind,
-        origin: origin.clone(),
-        settings,
-        instance: instance.map(|i| Arc::new(Mutex::new(i))),
-        busy: Arc::new(AtomicBool::new(false)),
-        status: Arc::new(Mutex::new(Status {
+impl Entry {
+    /// A declared plugin without an instance yet.
+    fn declared(
+        name: &str,
+        kind: Option<PluginKind>,
+        origin: Origin,
+        abi: String,
+        settings: PluginSettings,
+    ) -> Entry {
+        Entry {
             name: name.to_string(),
             kind,
-            origin,
-            abi,
-            state,
-            last_error: error,
-            calls: 0,
-            errors: 0,
-        })),
+            origin: origin.clone(),
+            settings,
+            instance: None,
+            busy: Arc::new(AtomicBool::new(false)),
+            status: Arc::new(Mutex::new(Status {
+                name: name.to_string(),
+                kind,
+                origin,
+                abi,
+                state: State::Declared,
+                last_error: None,
+                calls: 0,
+                errors: 0,
+            })),
+        }
+    }
+
+    fn loaded(mut self, instance: Instance) -> Entry {
+        self.instance = Some(Arc::new(Mutex::new(instance)));
+        self.set_state(State::Loaded, None);
+        self
+    }
+
+    fn failed(self, error: String) -> Entry {
+        self.set_state(State::Failed, Some(error));
+        self
+    }
+
+    fn disabled(self) -> Entry {
+        self.set_state(State::Disabled, None);
+        self
     }
 }
 
@@ -201,30 +217,19 @@ impl Registry {
         for (name, instance) in builtin_instances() {
             let mut settings = cfg.builtin(name);
             merge_device_selection(&mut settings.options, cfg);
-            let kind = instance.kind();
-            if !settings.enabled {
-                entries.push(entry(
-                    name,
-                    Some(kind),
-                    Origin::Builtin,
-                    abi_string(),
-                    settings,
-                    None,
-                    State::Disabled,
-                    None,
-                ));
-                continue;
-            }
-            entries.push(entry(
+            let enabled = settings.enabled;
+            let e = Entry::declared(
                 name,
-                Some(kind),
+                Some(instance.kind()),
                 Origin::Builtin,
                 abi_string(),
                 settings,
-                Some(instance),
-                State::Loaded,
-                None,
-            ));
+            );
+            entries.push(if enabled {
+                e.loaded(instance)
+            } else {
+                e.disabled()
+            });
         }
         for ext in &cfg.plugins.external {
             let settings = ext.settings();
@@ -234,92 +239,54 @@ impl Registry {
                 .file_stem()
                 .map(|s| s.to_string_lossy().trim_start_matches("lib").to_string())
                 .unwrap_or_else(|| ext.path.display().to_string());
+            let declared = |name: &str, kind: Option<PluginKind>, abi: &str| {
+                Entry::declared(
+                    name,
+                    kind,
+                    origin.clone(),
+                    abi.to_string(),
+                    settings.clone(),
+                )
+            };
             if !ext.enabled {
-                entries.push(entry(
-                    &fallback_name,
-                    None,
-                    origin,
-                    "-".into(),
-                    settings,
-                    None,
-                    State::Disabled,
-                    None,
-                ));
+                entries.push(declared(&fallback_name, None, "-").disabled());
                 continue;
             }
-            match PluginLibrary::load(&ext.path) {
-                Ok(lib) => {
-                    let abi = format!("{}.{}", lib.abi_major, lib.abi_minor);
-                    for kind in lib.kinds() {
-                        match lib.instantiate(kind) {
-                            Ok(inst) => {
-                                let instance = match kind {
-                                    PluginKind::Discovery => Instance::Discovery(Box::new(inst)),
-                                    PluginKind::Configuration => {
-                                        Instance::Configuration(Box::new(inst))
-                                    }
-                                    PluginKind::Probe => Instance::Probe(Box::new(inst)),
-                                    PluginKind::Collector => Instance::Collector(Box::new(inst)),
-                                    PluginKind::Remediation => {
-                                        Instance::Remediation(Box::new(inst))
-                                    }
-                                };
-                                entries.push(entry(
-                                    &lib.name,
-                                    Some(kind),
-                                    origin.clone(),
-                                    abi.clone(),
-                                    settings.clone(),
-                                    Some(instance),
-                                    State::Loaded,
-                                    None,
-                                ));
-                            }
-                            Err(e) => {
-                                let reason = if matches!(e, PluginError::Panicked(_)) {
-                                    "panic"
-                                } else {
-                                    "load"
-                                };
-                                let msg = format!(
-                                    "plugin {} ({}): cannot create {kind} instance: {e}",
-                                    lib.name,
-                                    ext.path.display()
-                                );
-                                tracing::error!("{msg}");
-                                metrics.plugin_error(&lib.name, reason);
-                                entries.push(entry(
-                                    &lib.name,
-                                    Some(kind),
-                                    origin.clone(),
-                                    abi.clone(),
-                                    settings.clone(),
-                                    None,
-                                    State::Failed,
-                                    Some(msg),
-                                ));
-                            }
-                        }
-                    }
-                }
+            let lib = match PluginLibrary::load(&ext.path) {
+                Ok(lib) => lib,
                 Err(e) => {
                     let reason = match e {
                         LoadError::AbiMismatch { .. } | LoadError::TableTooSmall { .. } => "abi",
                         _ => "load",
                     };
-                    let msg = e.to_string();
-                    tracing::error!("{msg}");
+                    tracing::error!("{e}");
                     metrics.plugin_error(&fallback_name, reason);
-                    entries.push(entry(
-                        &fallback_name,
-                        None,
-                        origin,
-                        "-".into(),
-                        settings,
-                        None,
-                        State::Failed,
-                        Some(msg),
-                    ));
+                    entries.push(declared(&fallback_name, None, "-").failed(e.to_string()));
+                    continue;
+                }
+            };
+            let abi = format!("{}.{}", lib.abi_major, lib.abi_minor);
+            for kind in lib.kinds() {
+                let e = declared(&lib.name, Some(kind), &abi);
+                match lib.instantiate(kind) {
+                    Ok(inst) => entries.push(e.loaded(match kind {
+                        PluginKind::Discovery => Instance::Discovery(Box::new(inst)),
+                        PluginKind::Configuration => Instance::Configuration(Box::new(inst)),
+                        PluginKind::Probe => Instance::Probe(Box::new(inst)),
+                        PluginKind::Collector => Instance::Collector(Box::new(inst)),
+                        PluginKind::Remediation => Instance::Remediation(Box::new(inst)),
+                    })),
+                    Err(err) => {
+                        let reason = if matches!(err, PluginError::Panicked(_)) {
+                            "panic"
+                        } else {
+                            "load"
+                        };
+                        let msg = format!("{}: cannot create {kind} instance: {err}", e.label());
+                        tracing::error!("{msg}");
+                        metrics.plugin_error(&lib.name, reason);
+                        entries.push(e.failed(msg));
+                    }
                 }
             }
         }

@@ -20,21 +20,27 @@ pub fn inventory_text(inv: &Inventory) -> String {
     }
     for d in &inv.devices {
         for p in &d.ports {
-            let nd = p.netdev.as_deref().unwrap_or("(none)");
-            let up = match p.netdev_operstate.as_deref() {
-                Some("up") => "Up",
-                Some("down") => "Down",
-                Some(other) => other,
-                None => "?",
-            };
-            let _ = writeln!(s, "{} port {} ==> {} ({})", d.name, p.port, nd, up);
+            match (&p.netdev, p.netdev_operstate.as_deref()) {
+                (Some(nd), state) => {
+                    let up = match state {
+                        Some("up") => "Up",
+                        Some("down") => "Down",
+                        Some(other) => other,
+                        None => "unknown",
+                    };
+                    let _ = writeln!(s, "{} port {} ==> {} ({})", d.name, p.port, nd, up);
+                }
+                (None, _) => {
+                    let _ = writeln!(s, "{} port {} ==> (no netdev)", d.name, p.port);
+                }
+            }
         }
     }
     s.push('\n');
     let _ = writeln!(
         s,
-        "{:<12} {:>4}  {:<8} {:<10} {:<11} {:<22} {:<14} {:>5}  {:<12} {}",
-        "DEVICE", "PORT", "STATE", "PHYS", "LINK", "RATE", "NETDEV", "MTU", "FW", "NODE_GUID"
+        "{:<12} {:>4}  {:<8} {:<10} {:<11} {:<22} {:<14} {:>5}  {:<12} NODE_GUID",
+        "DEVICE", "PORT", "STATE", "PHYS", "LINK", "RATE", "NETDEV", "MTU", "FW"
     );
     for d in &inv.devices {
         for p in &d.ports {
@@ -67,8 +73,8 @@ pub fn inventory_text(inv: &Inventory) -> String {
         s.push('\n');
         let _ = writeln!(
             s,
-            "{:<12} {:>4} {:>5}  {:<40} {:<11} {}",
-            "DEVICE", "PORT", "INDEX", "GID", "TYPE", "NETDEV"
+            "{:<12} {:>4} {:>5}  {:<40} {:<11} NETDEV",
+            "DEVICE", "PORT", "INDEX", "GID", "TYPE"
         );
         for (d, p, g) in gids {
             let _ = writeln!(

@@ -90,6 +90,22 @@ impl PluginLibrary {
         };
         // Never unload (see the module doc).
         std::mem::forget(lib);
+        // SAFETY: the table comes from a library that is never unloaded.
+        unsafe { Self::from_table(path, table_ptr) }
+    }
+
+    /// Check and wrap a plugin table. `path` is only used to name the plugin in errors
+    /// and status. This is what [`PluginLibrary::load`] does after `dlsym`; tests use it
+    /// directly on tables built in-process with [`crate::abi::PluginTableV1::of`].
+    ///
+    /// # Safety
+    /// `table_ptr` must be null or point at a table that starts with the ABI header and
+    /// that lives for the rest of the process.
+    pub unsafe fn from_table(
+        path: &Path,
+        table_ptr: *const PluginTableV1,
+    ) -> Result<Arc<PluginLibrary>, LoadError> {
+        let path_buf = path.to_path_buf();
         if table_ptr.is_null() {
             return Err(LoadError::NullTable { path: path_buf });
         }

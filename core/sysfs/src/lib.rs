@@ -117,15 +117,24 @@ impl SysRoot {
             return Some(nd);
         }
         let netdevs = self.device_netdevs(dev);
-        let by_port = netdevs.iter().find(|nd| {
-            let p = self.netdev_dir(nd).join("dev_port");
-            matches!(read::read_attr(&p), Ok(Attr::Value(v)) if v.parse::<u32>().ok() == Some(port - 1))
-        });
-        if let Some(nd) = by_port {
-            return Some(nd.clone());
+        let dev_ports: Vec<Option<u32>> = netdevs
+            .iter()
+            .map(
+                |nd| match read::read_attr(&self.netdev_dir(nd).join("dev_port")) {
+                    Ok(Attr::Value(v)) => v.parse().ok(),
+                    _ => None,
+                },
+            )
+            .collect();
+        if let Some(i) = dev_ports.iter().position(|p| *p == Some(port - 1)) {
+            return Some(netdevs[i].clone());
         }
-        if netdevs.len() == 1 {
+        // Without dev_port to tell them apart, a lone netdev belongs to port 1 only.
+        if netdevs.len() == 1 && dev_ports[0].is_none() && port == 1 {
             return netdevs.into_iter().next();
+        }
+        if !netdevs.is_empty() {
+            return None;
         }
         self.device_attr(dev, "parent").ok().flatten()
     }

@@ -23,6 +23,13 @@ impl SysfsError {
             SysfsError::Io { path, .. } => path,
         }
     }
+
+    /// The error without the path (for reports that name the path separately).
+    pub fn cause(&self) -> String {
+        match self {
+            SysfsError::Io { source, .. } => source.to_string(),
+        }
+    }
 }
 
 /// What reading an attribute gave.

@@ -74,7 +74,7 @@ fn build_plan(
         let ports = root.ports(device).unwrap_or_else(|e| {
             errors.push(PartialError {
                 target: e.path().display().to_string(),
-                message: e.to_string(),
+                message: e.cause(),
             });
             Vec::new()
         });
@@ -88,7 +88,7 @@ fn build_plan(
                 let names = root.counter_files(device, port, group).unwrap_or_else(|e| {
                     errors.push(PartialError {
                         target: e.path().display().to_string(),
-                        message: e.to_string(),
+                        message: e.cause(),
                     });
                     Vec::new()
                 });
@@ -238,7 +238,7 @@ impl SysfsCounters {
                 }
                 Err(e) => out.errors.push(PartialError {
                     target: f.path.display().to_string(),
-                    message: e.to_string(),
+                    message: e.cause(),
                 }),
             }
         }

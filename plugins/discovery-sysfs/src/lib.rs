@@ -85,7 +85,7 @@ pub fn read_inventory(
     let mut note = |e: rocewatch_sysfs::SysfsError| {
         errors.push(PartialError {
             target: e.path().display().to_string(),
-            message: e.to_string(),
+            message: e.cause(),
         })
     };
     let devices = root

@@ -1,0 +1,346 @@
+//! Every plugin kind through the real C ABI entry points, in-process: the host side
+//! (`ExternalPlugin`) calls the plugin side (`ffi::*`) through a `PluginTableV1` exactly as
+//! it does across a `.so`, with JSON on the wire.
+
+use std::path::Path;
+
+use rocewatch_plugin_api::*;
+use rocewatch_plugin_sdk::abi::{PluginTableV1, ABI_MAJOR};
+use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
+use rocewatch_plugin_sdk::ExportPlugin;
+
+#[derive(Default)]
+struct All {
+    started_with: Option<String>,
+}
+
+impl Plugin for All {
+    fn name(&self) -> &str {
+        "all"
+    }
+    fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        if ctx.options.get("fail").is_some() {
+            return Err(PluginError::InvalidOptions("fail: not allowed".into()));
+        }
+        self.started_with = Some(ctx.sysfs_root.display().to_string());
+        Ok(())
+    }
+}
+
+impl DiscoveryPlugin for All {
+    fn discover(&mut self) -> Result<Inventory, PluginError> {
+        Ok(Inventory {
+            devices: vec![Device {
+                name: self.started_with.clone().unwrap_or_default(),
+                ..Default::default()
+            }],
+        })
+    }
+}
+
+impl CollectorPlugin for All {
+    fn descriptors(&self) -> Vec<MetricDescriptor> {
+        vec![MetricDescriptor {
+            name: "all.x".into(),
+            unit: "1".into(),
+            kind: MetricKind::Gauge,
+            description: "x".into(),
+        }]
+    }
+    fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        Ok(ScrapeResult {
+            samples: vec![],
+            errors: vec![PartialError {
+                target: "t".into(),
+                message: "m".into(),
+            }],
+        })
+    }
+}
+
+impl ConfigurationPlugin for All {
+    fn observe(&mut self) -> Result<Vec<QosState>, PluginError> {
+        let mut settings = std::collections::BTreeMap::new();
+        settings.insert("roce_mode".to_string(), Setting::Value("RoCE v2".into()));
+        settings.insert("pfc_enabled".to_string(), Setting::Unsupported);
+        Ok(vec![QosState {
+            device: "d".into(),
+            port: 1,
+            netdev: None,
+            settings,
+        }])
+    }
+    fn apply(&mut self, change: &QosChange, dry_run: bool) -> Result<ApplyOutcome, PluginError> {
+        Ok(ApplyOutcome {
+            applied: !dry_run,
+            message: format!("{} -> {}", change.setting, change.to),
+        })
+    }
+}
+
+impl ProbePlugin for All {
+    fn probe(&mut self, target: &ProbeTarget) -> Result<ProbeResult, PluginError> {
+        if target.peer == "unreachable" {
+            return Ok(ProbeResult {
+                peer: target.peer.clone(),
+                outcome: ProbeOutcome::ConnectFailed {
+                    cause: "route".into(),
+                },
+            });
+        }
+        Ok(ProbeResult {
+            peer: target.peer.clone(),
+            outcome: ProbeOutcome::Ok {
+                rtt_seconds: 1.5e-5,
+            },
+        })
+    }
+}
+
+impl RemediationPlugin for All {
+    fn remediate(
+        &mut self,
+        request: &RemediationRequest,
+    ) -> Result<RemediationOutcome, PluginError> {
+        if request.action == "boom" {
+            panic!("remediation exploded");
+        }
+        Ok(RemediationOutcome {
+            executed: !request.dry_run,
+            message: request.rule.clone(),
+        })
+    }
+}
+
+impl ExportPlugin for All {
+    const NAME: &'static str = "all";
+    const VERSION: &'static str = "1.2.3";
+    const KINDS: &'static [PluginKind] = &[
+        PluginKind::Discovery,
+        PluginKind::Configuration,
+        PluginKind::Probe,
+        PluginKind::Collector,
+        PluginKind::Remediation,
+    ];
+    fn create() -> Self {
+        All::default()
+    }
+    fn as_discovery(&mut self) -> Option<&mut dyn DiscoveryPlugin> {
+        Some(self)
+    }
+    fn as_configuration(&mut self) -> Option<&mut dyn ConfigurationPlugin> {
+        Some(self)
+    }
+    fn as_probe(&mut self) -> Option<&mut dyn ProbePlugin> {
+        Some(self)
+    }
+    fn as_collector(&mut self) -> Option<&mut dyn CollectorPlugin> {
+        Some(self)
+    }
+    fn as_remediation(&mut self) -> Option<&mut dyn RemediationPlugin> {
+        Some(self)
+    }
+}
+
+/// Only a collector: the other kinds must be refused.
+#[derive(Default)]
+struct OnlyCollector;
+impl Plugin for OnlyCollector {
+    fn name(&self) -> &str {
+        "only"
+    }
+}
+impl CollectorPlugin for OnlyCollector {
+    fn descriptors(&self) -> Vec<MetricDescriptor> {
+        vec![]
+    }
+    fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        Ok(ScrapeResult::default())
+    }
+}
+impl ExportPlugin for OnlyCollector {
+    const NAME: &'static str = "only";
+    const VERSION: &'static str = "0";
+    const KINDS: &'static [PluginKind] = &[PluginKind::Collector];
+    fn create() -> Self {
+        OnlyCollector
+    }
+    fn as_collector(&mut self) -> Option<&mut dyn CollectorPlugin> {
+        Some(self)
+    }
+}
+
+static ALL: PluginTableV1 = PluginTableV1::of::<All>();
+static ONLY: PluginTableV1 = PluginTableV1::of::<OnlyCollector>();
+
+fn lib() -> std::sync::Arc<PluginLibrary> {
+    // SAFETY: a static table.
+    unsafe { PluginLibrary::from_table(Path::new("in-process/all"), &ALL) }.unwrap()
+}
+
+fn ctx() -> PluginContext {
+    PluginContext::new("/fixture/root")
+}
+
+#[test]
+fn header_and_kinds() {
+    let l = lib();
+    assert_eq!(
+        (l.name.as_str(), l.version.as_str(), l.abi_major),
+        ("all", "1.2.3", ABI_MAJOR)
+    );
+    assert_eq!(l.kinds().len(), 5);
+}
+
+#[test]
+fn discovery_and_collector() {
+    let l = lib();
+    let mut d = l.instantiate(PluginKind::Discovery).unwrap();
+    d.start(&ctx()).unwrap();
+    assert_eq!(
+        DiscoveryPlugin::discover(&mut d).unwrap().devices[0].name,
+        "/fixture/root"
+    );
+    let mut c = l.instantiate(PluginKind::Collector).unwrap();
+    c.start(&ctx()).unwrap();
+    assert_eq!(CollectorPlugin::descriptors(&c)[0].name, "all.x");
+    let r = CollectorPlugin::collect(&mut c).unwrap();
+    assert_eq!(r.errors[0].message, "m");
+    // start/stop twice, as the contract requires.
+    c.stop();
+    c.start(&ctx()).unwrap();
+    c.stop();
+}
+
+#[test]
+fn configuration_kind() {
+    let mut c = lib().instantiate(PluginKind::Configuration).unwrap();
+    c.start(&ctx()).unwrap();
+    let states = c.observe().unwrap();
+    assert_eq!(
+        states[0].settings["roce_mode"],
+        Setting::Value("RoCE v2".into())
+    );
+    assert_eq!(states[0].settings["pfc_enabled"], Setting::Unsupported);
+    let change = QosChange {
+        device: "d".into(),
+        port: 1,
+        setting: "trust".into(),
+        from: Some("pcp".into()),
+        to: "dscp".into(),
+    };
+    let out = c.apply(&change, true).unwrap();
+    assert!(!out.applied);
+    assert_eq!(out.message, "trust -> dscp");
+}
+
+#[test]
+fn probe_kind() {
+    let mut p = lib().instantiate(PluginKind::Probe).unwrap();
+    p.start(&ctx()).unwrap();
+    let ok = p
+        .probe(&ProbeTarget {
+            peer: "10.0.0.2".into(),
+            size: 64,
+            timeout_ms: 100,
+        })
+        .unwrap();
+    assert_eq!(
+        ok.outcome,
+        ProbeOutcome::Ok {
+            rtt_seconds: 1.5e-5
+        }
+    );
+    let bad = p
+        .probe(&ProbeTarget {
+            peer: "unreachable".into(),
+            size: 64,
+            timeout_ms: 100,
+        })
+        .unwrap();
+    assert_eq!(
+        bad.outcome,
+        ProbeOutcome::ConnectFailed {
+            cause: "route".into()
+        }
+    );
+}
+
+#[test]
+fn remediation_kind_and_panic_is_caught() {
+    let mut r = lib().instantiate(PluginKind::Remediation).unwrap();
+    r.start(&ctx()).unwrap();
+    let mut req = RemediationRequest {
+        action: "log".into(),
+        rule: "pfc-storm".into(),
+        event: RemediationEvent::Firing,
+        labels: Default::default(),
+        samples: vec![],
+        dry_run: true,
+    };
+    let out = r.remediate(&req).unwrap();
+    assert_eq!((out.executed, out.message.as_str()), (false, "pfc-storm"));
+    req.action = "boom".into();
+    match r.remediate(&req) {
+        Err(PluginError::Panicked(m)) => assert!(m.contains("remediation exploded"), "{m}"),
+        other => panic!("expected a caught panic, got {other:?}"),
+    }
+    // The instance is still usable after a caught panic.
+    req.action = "log".into();
+    assert!(r.remediate(&req).is_ok());
+}
+
+#[test]
+fn plugin_errors_cross_typed() {
+    let mut c = lib().instantiate(PluginKind::Collector).unwrap();
+    let mut bad = ctx();
+    bad.options = serde_json::json!({"fail": true});
+    assert_eq!(
+        c.start(&bad),
+        Err(PluginError::InvalidOptions("fail: not allowed".into()))
+    );
+}
+
+#[test]
+fn kinds_not_implemented_are_refused() {
+    // SAFETY: a static table.
+    let l = unsafe { PluginLibrary::from_table(Path::new("in-process/only"), &ONLY) }.unwrap();
+    let err = l.instantiate(PluginKind::Probe).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not implement the probe kind"),
+        "{err}"
+    );
+    // Even an instance created for another kind cannot be driven as one.
+    let mut c = l.instantiate(PluginKind::Collector).unwrap();
+    assert!(matches!(c.observe(), Err(PluginError::Unsupported(_))));
+}
+
+#[test]
+fn wrong_major_is_refused_naming_the_file() {
+    #[repr(C)]
+    struct Head {
+        major: u32,
+        minor: u32,
+        size: usize,
+    }
+    static FUTURE: Head = Head {
+        major: 2,
+        minor: 0,
+        size: std::mem::size_of::<Head>(),
+    };
+    // SAFETY: a static header; the host reads only the header before refusing.
+    let err = unsafe {
+        PluginLibrary::from_table(
+            Path::new("/plugins/libfuture.so"),
+            &FUTURE as *const Head as *const PluginTableV1,
+        )
+    }
+    .unwrap_err();
+    assert!(matches!(err, LoadError::AbiMismatch { found_major: 2, .. }));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("/plugins/libfuture.so") && msg.contains("2.0"),
+        "{msg}"
+    );
+}

@@ -1,0 +1,91 @@
+//! Configuration files: every example parses; bad ones name the key path; environment
+//! overrides apply.
+
+use crate::support::*;
+
+#[test]
+fn every_file_in_configs_parses() {
+    let dir = root().join("configs");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("toml") {
+            continue;
+        }
+        n += 1;
+        // Through the library (strict decoding) and through the command line.
+        rocewatch::config::Config::load(Some(&p)).unwrap_or_else(|e| panic!("{e}"));
+        let o = rocewatch(&["config", "check", p.to_str().unwrap()], &[]);
+        assert!(o.status.success(), "{}: {}", p.display(), stderr(&o));
+        assert!(stdout(&o).contains(": ok"));
+    }
+    assert!(
+        n >= 2,
+        "configs/ should hold the sidecar and minimal examples, found {n}"
+    );
+}
+
+#[test]
+fn config_check_names_file_and_key_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[agent]\nintervall = \"10s\"\n", "agent"),
+        ("[agent]\ninterval = \"ten seconds\"\n", "agent.interval"),
+        (
+            "[exporters.otlp]\nendpoint = \"http://x:4318/v1/metrics\"\nprotocol = \"udp\"\n",
+            "exporters.otlp.protocol",
+        ),
+        ("[exporters.otlp]\nprotocol = \"grpc\"\n", "exporters.otlp"),
+        (
+            "[[plugins.external]]\npath = \"/x.so\"\nbogus = 1\n",
+            "plugins.external[0]",
+        ),
+        ("[devices]\ninclude = \"mlx5_*\"\n", "devices.include"),
+    ];
+    for (i, (text, key)) in cases.iter().enumerate() {
+        let f = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        let o = rocewatch(&["config", "check", f.to_str().unwrap()], &[]);
+        assert_eq!(o.status.code(), Some(1), "{text}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("bad{i}.toml")),
+            "names the file: {err}"
+        );
+        assert!(err.contains(key), "names {key}: {err}");
+    }
+    let o = rocewatch(&["config", "check", "/nonexistent.toml"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/nonexistent.toml"));
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let o = rocewatch(
+        &["collect", "--once"],
+        &[(
+            "ROCEWATCH_AGENT__SYSFS_ROOT",
+            fixture("rxe-soft-roce").to_str().unwrap(),
+        )],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("\"rxe0\""), "{}", stdout(&o));
+    // An unknown key through the environment is an error naming it.
+    let o = rocewatch(
+        &["collect", "--once"],
+        &[("ROCEWATCH_AGENT__NO_SUCH_KEY", "1")],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no_such_key"), "{}", stderr(&o));
+    // Variables that are not config keys (no double underscore) are left alone.
+    let o = rocewatch(
+        &[
+            "collect",
+            "--once",
+            "--sysfs-root",
+            fixture("rxe-soft-roce").to_str().unwrap(),
+        ],
+        &[("ROCEWATCH_PLUGIN_DIR", "/tmp")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -1,0 +1,17 @@
+//! rocewatch's end-to-end tests: one test binary.
+//!
+//! - `fixtures`: `discover` and `collect --once` on every fixture tree, against golden
+//!   outputs (`SNAPSHOTS=overwrite` rewrites them) and targeted assertions.
+//! - `plugins`: real `.so` plugins (the example, a deliberately faulty one, and C-built
+//!   libraries with a wrong ABI or no entry symbol) loaded by the agent.
+//! - `config`: every file in `configs/` parses; bad files name the key path; env overrides.
+//! - `otlp`: the agent exports to a real VictoriaMetrics on loopback.
+//! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
+
+mod support;
+
+mod config;
+mod demo;
+mod fixtures;
+mod otlp;
+mod plugins;

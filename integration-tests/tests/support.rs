@@ -1,0 +1,176 @@
+//! Shared helpers: building the binary and plugin libraries once, locating fixtures and
+//! receivers, golden files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// `integration-tests/fixtures/<case>/sys`
+pub fn fixture(case: &str) -> PathBuf {
+    root()
+        .join("integration-tests/fixtures")
+        .join(case)
+        .join("sys")
+}
+
+pub struct Artifacts {
+    pub rocewatch: PathBuf,
+    pub example_so: PathBuf,
+    pub fault_so: PathBuf,
+    pub wrong_abi_so: PathBuf,
+    pub no_symbol_so: PathBuf,
+}
+
+/// Build the `rocewatch` binary and the plugin libraries (once per test run).
+pub fn artifacts() -> &'static Artifacts {
+    static A: OnceLock<Artifacts> = OnceLock::new();
+    A.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .current_dir(root())
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "rocewatch",
+                "-p",
+                "example-plugin",
+                "-p",
+                "fault-plugin",
+            ])
+            .status()
+            .expect("run cargo build");
+        assert!(st.success(), "cargo build of the binary and plugins failed");
+        let debug = target_dir().join("debug");
+        let cdir = target_dir().join("test-plugins");
+        std::fs::create_dir_all(&cdir).unwrap();
+        let cc = |name: &str| -> PathBuf {
+            let out = cdir.join(format!("lib{name}.so"));
+            let src = root()
+                .join("integration-tests/plugins-c")
+                .join(format!("{name}.c"));
+            let st = Command::new("cc")
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .expect("run cc (gcc is needed to build the C test plugins)");
+            assert!(st.success(), "cc {} failed", src.display());
+            out
+        };
+        Artifacts {
+            rocewatch: debug.join("rocewatch"),
+            example_so: debug.join("libexample_plugin.so"),
+            fault_so: debug.join("libfault_plugin.so"),
+            wrong_abi_so: cc("wrong_abi"),
+            no_symbol_so: cc("no_symbol"),
+        }
+    })
+}
+
+/// Run `rocewatch ARGS` with extra environment.
+pub fn rocewatch(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(&artifacts().rocewatch);
+    c.args(args).current_dir(root());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run rocewatch")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Compare `actual` with `integration-tests/golden/<name>`; `SNAPSHOTS=overwrite` rewrites.
+pub fn golden(name: &str, actual: &str) {
+    let path = root().join("integration-tests/golden").join(name);
+    if std::env::var("SNAPSHOTS").as_deref() == Ok("overwrite") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden file {}; create it with SNAPSHOTS=overwrite",
+            path.display()
+        )
+    });
+    assert!(
+        want == actual,
+        "output differs from {} (rerun with SNAPSHOTS=overwrite to accept):\n--- want\n{want}\n--- got\n{actual}",
+        path.display()
+    );
+}
+
+/// Replace the machine-specific repository path in outputs.
+pub fn normalize(s: &str) -> String {
+    s.replace(&root().display().to_string(), "<repo>")
+}
+
+/// A tokio runtime whose shutdown does not wait for plugin threads that are still stuck
+/// in a call (the hang tests leave one behind on purpose).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A receiver binary: `$ENV`, else the copy `scripts/install-test-deps.sh` unpacks under
+/// `.cache/`, else `PATH`. `None` means the test must not run; see [`require`].
+pub fn receiver(env: &str, cached: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Some(PathBuf::from(p));
+    }
+    let c = root().join(cached);
+    if c.is_file() {
+        return Some(c);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// A test that needs something absent fails, with how to get it, unless the developer
+/// explicitly opted out with ROCEWATCH_SKIP_RECEIVERS=1, in which case it says SKIPPED.
+pub fn require(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+    if found.is_some() {
+        return found;
+    }
+    if std::env::var("ROCEWATCH_SKIP_RECEIVERS").as_deref() == Ok("1") {
+        eprintln!(
+            "SKIPPED: {what} not found and ROCEWATCH_SKIP_RECEIVERS=1; this test did not run"
+        );
+        return None;
+    }
+    panic!("{what} not found: run scripts/install-test-deps.sh (or scripts/test.sh), or set ROCEWATCH_SKIP_RECEIVERS=1 to skip receiver tests knowingly");
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install what the test suite needs on a fresh Debian 12 / Ubuntu machine (as root, or
+# with sudo): a C compiler (for the C test plugins and -sys crates), and the real
+# receivers the end-to-end tests start on loopback. Idempotent; fast when all is there.
+#
+#   - gcc, pkg-config, ca-certificates, curl        (Debian packages)
+#   - victoria-metrics (OTLP/HTTP receiver)         (Debian trixie package, unpacked with
+#                                                    dpkg -x into .cache/; nothing from
+#                                                    trixie is installed into the system)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+need=()
+for p in gcc pkg-config ca-certificates curl; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install-test-deps: apt-get install ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+vm=.cache/victoria-metrics/usr/bin/victoria-metrics
+if [ ! -x "$vm" ]; then
+  echo "install-test-deps: fetching victoria-metrics (Debian trixie) into .cache/victoria-metrics"
+  scripts/fetch-deb.sh trixie victoria-metrics .cache/victoria-metrics >/dev/null
+fi
+"$vm" -version >/dev/null 2>&1 || { echo "install-test-deps: $vm does not run" >&2; exit 1; }
+echo "install-test-deps: ok ($("$vm" -version 2>&1 | head -n1))"

@@ -283,3 +283,45 @@ fn device_filters_apply() {
         .collect();
     assert_eq!(devs.into_iter().collect::<Vec<_>>(), vec!["mlx5_0"]);
 }
+
+#[test]
+fn json_logs_on_stderr_name_the_unreadable_file() {
+    let root = fixture("no-pma-restricted");
+    let o = rocewatch(
+        &[
+            "--log-format",
+            "json",
+            "--log-level",
+            "warn",
+            "collect",
+            "--once",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success());
+    let logs: Vec<Value> = stderr(&o)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let warn = logs
+        .iter()
+        .find(|l| l["level"] == "WARN")
+        .unwrap_or_else(|| panic!("no JSON warning in {}", stderr(&o)));
+    assert!(
+        warn["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("partial scrape"),
+        "{warn}"
+    );
+    assert!(
+        warn["fields"]["target"]
+            .as_str()
+            .unwrap()
+            .ends_with("hw_counters/rx_write_requests"),
+        "{warn}"
+    );
+    assert_eq!(warn["fields"]["plugin"], "counters-sysfs");
+}

@@ -167,10 +167,235 @@ fn otlp_http_to_victoriametrics_matches_the_fixture() {
     );
 }
 
+#[test]
+fn demo_exports_moving_counters_over_otlp() {
+    let Some(bin) = require(
+        "victoria-metrics",
+        receiver(
+            "ROCEWATCH_VICTORIA_METRICS",
+            ".cache/victoria-metrics/usr/bin/victoria-metrics",
+            "victoria-metrics",
+        ),
+    ) else {
+        return;
+    };
+    let vm = start_vm(&bin);
+    let endpoint = format!("http://127.0.0.1:{}/opentelemetry/v1/metrics", vm.port);
+    let o = rocewatch(
+        &[
+            "demo",
+            "--no-tui",
+            "--interval",
+            "500ms",
+            "--duration",
+            "4s",
+            "--otlp-endpoint",
+            &endpoint,
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("export: OTLP HttpProtobuf to {endpoint}")),
+        "{}",
+        stdout(&o)
+    );
+    // Samples exported every second: the transmit counter of mlx5_0 took several values.
+    let url = format!("http://127.0.0.1:{}/api/v1/export", vm.port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut values: Vec<f64> = Vec::new();
+    while Instant::now() < deadline {
+        let body = reqwest::blocking::Client::new()
+            .post(&url)
+            .form(&[("match[]", "rdma_port_io_bytes_total{rdma_device=\"mlx5_0\",network_io_direction=\"transmit\"}")])
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        if let Some(line) = body.lines().next() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            values = v["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            if values.len() >= 3 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        values.len() >= 3,
+        "several exports of the demo's counters: {values:?}"
+    );
+    assert!(
+        values.windows(2).all(|w| w[1] >= w[0]) && values.last() > values.first(),
+        "a growing counter: {values:?}"
+    );
+}
+
 fn sigterm(pid: u32) {
     let st = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
         .unwrap();
     assert!(st.success());
+}
+
+mod grpc {
+    //! OTLP/gRPC to a receiver built here from the OTLP proto definitions (no real gRPC
+    //! receiver is installable on this machine): checks the data model itself (cumulative
+    //! monotonic sums, units, resource) as well as the values.
+
+    use std::process::{Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+        MetricsService, MetricsServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+    use opentelemetry_proto::tonic::common::v1::KeyValue;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, AggregationTemporality,
+    };
+
+    use crate::support::*;
+
+    #[derive(Clone, Default)]
+    struct Receiver(Arc<Mutex<Vec<ExportMetricsServiceRequest>>>);
+
+    #[tonic::async_trait]
+    impl MetricsService for Receiver {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportMetricsServiceRequest>,
+        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+            self.0.lock().unwrap().push(request.into_inner());
+            Ok(tonic::Response::new(ExportMetricsServiceResponse {
+                partial_success: None,
+            }))
+        }
+    }
+
+    fn attr<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+        kvs.iter().find(|kv| kv.key == key).and_then(|kv| {
+            match kv.value.as_ref()?.value.as_ref()? {
+                AnyValue::StringValue(s) => Some(s.as_str()),
+                _ => None,
+            }
+        })
+    }
+
+    #[test]
+    fn otlp_grpc_final_export_has_cumulative_monotonic_sums() {
+        let rt = runtime();
+        let received = Receiver::default();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = MetricsServiceServer::new(received.clone());
+        rt.spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(server)
+                .serve_with_incoming(
+                    tonic::codegen::tokio_stream::wrappers::TcpListenerStream::new(listener),
+                )
+                .await
+                .unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("grpc.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\nhost_name = \"grpc-host\"\n\n[exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\ninterval = \"1h\"\n\n[exporters.otlp.resource]\n\"deployment.environment\" = \"ci\"\n",
+                fixture("mlx5-roce-dual-port")
+            ),
+        )
+        .unwrap();
+        let agent = Command::new(&artifacts().rocewatch)
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        super::sigterm(agent.id());
+        let out = agent.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && log.contains("final OTLP export done"),
+            "{log}"
+        );
+
+        let reqs = received.0.lock().unwrap().clone();
+        assert_eq!(reqs.len(), 1, "only the final export (interval 1h)");
+        let rm = &reqs[0].resource_metrics[0];
+        let res = &rm.resource.as_ref().unwrap().attributes;
+        assert_eq!(attr(res, "service.name"), Some("rocewatch"));
+        assert_eq!(attr(res, "host.name"), Some("grpc-host"));
+        assert_eq!(attr(res, "deployment.environment"), Some("ci"));
+        let metrics: Vec<_> = rm.scope_metrics.iter().flat_map(|s| &s.metrics).collect();
+        let io = metrics
+            .iter()
+            .find(|m| m.name == "rdma.port.io")
+            .expect("rdma.port.io exported");
+        assert_eq!(io.unit, "By");
+        let Some(Data::Sum(sum)) = &io.data else {
+            panic!("rdma.port.io must be a sum: {io:?}")
+        };
+        assert!(sum.is_monotonic);
+        assert_eq!(
+            sum.aggregation_temporality,
+            AggregationTemporality::Cumulative as i32
+        );
+        let raw = |dev: &str, f: &str| -> i64 {
+            std::fs::read_to_string(
+                fixture("mlx5-roce-dual-port")
+                    .join("class/infiniband")
+                    .join(dev)
+                    .join("ports/1")
+                    .join(f),
+            )
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+        };
+        let point = sum
+            .data_points
+            .iter()
+            .find(|p| {
+                attr(&p.attributes, "rdma.device") == Some("mlx5_1")
+                    && attr(&p.attributes, "network.io.direction") == Some("receive")
+            })
+            .unwrap();
+        let value = match point.value {
+            Some(number_data_point::Value::AsInt(v)) => v,
+            other => panic!("integer value expected, got {other:?}"),
+        };
+        assert_eq!(value, 4 * raw("mlx5_1", "counters/port_rcv_data"));
+        assert!(
+            point.start_time_unix_nano > 0 && point.start_time_unix_nano <= point.time_unix_nano
+        );
+        let mtu = metrics
+            .iter()
+            .find(|m| m.name == "rdma.netdev.mtu")
+            .unwrap();
+        assert!(matches!(mtu.data, Some(Data::Gauge(_))));
+        assert!(
+            metrics
+                .iter()
+                .any(|m| m.name == "rocewatch.plugin.duration"),
+            "self-metric histogram exported"
+        );
+        rt.shutdown_background();
+    }
 }

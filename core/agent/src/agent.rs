@@ -251,6 +251,39 @@ pub fn shutdown_on_signals() -> watch::Receiver<bool> {
 mod tests {
     use super::*;
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn schedules_collectors_and_stops_on_shutdown() {
+        let mut cfg = Config::default();
+        cfg.agent.sysfs_root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys");
+        cfg.agent.interval = Duration::from_millis(200);
+        cfg.agent.jitter = Duration::from_millis(50);
+        let agent = Agent::start(cfg).await;
+        let mut rx = agent.events.subscribe();
+        let (tx, shutdown) = watch::channel(false);
+        let runner = tokio::spawn({
+            let agent = Arc::clone(&agent);
+            async move { agent.run(shutdown).await }
+        });
+        let started = tokio::time::Instant::now();
+        let mut n = 0;
+        while started.elapsed() < Duration::from_millis(1100) {
+            if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                assert_eq!(c.plugin, "counters-sysfs");
+                assert!(!c.result.samples.is_empty());
+                n += 1;
+            }
+        }
+        // 1.1 s at 200 ms: the first collection at once (plus jitter), then one per interval.
+        assert!((4..=7).contains(&n), "{n} collections");
+        tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(2), runner)
+            .await
+            .expect("shutdown is prompt")
+            .unwrap();
+        assert!(!agent.store.by_name("rdma.port.io").is_empty());
+    }
+
     #[test]
     fn jitter_stays_in_bounds() {
         let mut j = Jitter::new("x");

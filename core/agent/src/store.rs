@@ -53,6 +53,12 @@ impl Store {
         }
     }
 
+    /// Whether some plugin declared the metric `name`.
+    pub fn is_declared(&self, name: &str) -> bool {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        g.descriptors.contains_key(name)
+    }
+
     pub fn descriptors(&self) -> Vec<MetricDescriptor> {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         g.descriptors.values().cloned().collect()

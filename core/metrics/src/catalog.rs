@@ -243,6 +243,11 @@ pub fn lookup(group: &str, file: &str) -> Option<&'static CatalogEntry> {
     })
 }
 
+/// The first entry named `name` (for gauges, which have one source each).
+pub fn by_name(name: &str) -> Option<&'static CatalogEntry> {
+    CATALOG.iter().find(|e| e.name == name)
+}
+
 /// The fallback entry for unknown files of `hw_counters/`.
 pub fn unknown_hw_counter() -> &'static CatalogEntry {
     CATALOG

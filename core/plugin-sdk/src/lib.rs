@@ -61,7 +61,7 @@ pub trait ExportPlugin: Plugin + Sized + 'static {
 
 /// Export `$ty` (which implements [`ExportPlugin`]) as this library's plugin.
 ///
-/// ```ignore
+/// ```text
 /// rocewatch_plugin_sdk::export_plugin!(MyPlugin);
 /// ```
 #[macro_export]

@@ -140,11 +140,31 @@ fn build_plan(
     (plan, errors)
 }
 
-fn gauge(entry_name: &str, value: Value, attrs: &BTreeMap<String, String>, source: &str) -> Sample {
-    let e = catalog::CATALOG
-        .iter()
-        .find(|e| e.name == entry_name)
-        .expect("gauge in catalog");
+/// The catalog entries of the per-port gauges, looked up once.
+struct Gauges {
+    up: &'static CatalogEntry,
+    rate: &'static CatalogEntry,
+    mtu: &'static CatalogEntry,
+}
+
+fn gauges() -> &'static Gauges {
+    static G: std::sync::OnceLock<Gauges> = std::sync::OnceLock::new();
+    G.get_or_init(|| {
+        let get = |n| catalog::by_name(n).expect("gauge in the catalog");
+        Gauges {
+            up: get("rdma.port.up"),
+            rate: get("rdma.port.rate"),
+            mtu: get("rdma.netdev.mtu"),
+        }
+    })
+}
+
+fn gauge(
+    e: &'static CatalogEntry,
+    value: Value,
+    attrs: &BTreeMap<String, String>,
+    source: &str,
+) -> Sample {
     Sample {
         name: e.name.to_string(),
         unit: e.unit.to_string(),
@@ -179,12 +199,8 @@ impl SysfsCounters {
             .flatten();
         if let (Some(s), Some(ph)) = (&state, &phys) {
             let up = parse::parse_enum(s).1 == "ACTIVE" && parse::parse_enum(ph).1 == "LinkUp";
-            out.samples.push(gauge(
-                "rdma.port.up",
-                Value::U64(up as u64),
-                &p.base,
-                "state",
-            ));
+            out.samples
+                .push(gauge(gauges().up, Value::U64(up as u64), &p.base, "state"));
         } else if state.is_none() && !p.port_dir.exists() {
             return true;
         }
@@ -196,7 +212,7 @@ impl SysfsCounters {
             .and_then(parse::parse_rate_bps)
         {
             out.samples
-                .push(gauge("rdma.port.rate", Value::U64(bps), &p.base, "rate"));
+                .push(gauge(gauges().rate, Value::U64(bps), &p.base, "rate"));
         }
         if let Some(nd) = &p.netdev {
             if let Some(mtu) = root
@@ -206,7 +222,7 @@ impl SysfsCounters {
                 .and_then(|m| m.parse::<u64>().ok())
             {
                 out.samples.push(gauge(
-                    "rdma.netdev.mtu",
+                    gauges().mtu,
                     Value::U64(mtu),
                     &p.base,
                     &format!("class/net/{nd}/mtu"),

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use rocewatch_discovery_sysfs::DeviceFilter;
+use rocewatch_discovery_sysfs::{rdma_root, DeviceFilter};
 use rocewatch_metrics::{
     self as catalog, CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT,
 };
@@ -286,16 +286,7 @@ impl CollectorPlugin for SysfsCounters {
     }
 
     fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
-        let root = self
-            .root
-            .as_ref()
-            .ok_or_else(|| PluginError::failed("collect called before start"))?;
-        if !root.ib_class().is_dir() {
-            return Err(PluginError::Unsupported(format!(
-                "no RDMA devices: {} does not exist (no RDMA driver loaded?)",
-                root.ib_class().display()
-            )));
-        }
+        let root = rdma_root(self.root.as_ref(), "collect")?;
         let devices = root
             .devices()
             .map_err(|e| PluginError::Failed(e.to_string()))?;

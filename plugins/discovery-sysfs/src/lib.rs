@@ -168,6 +168,19 @@ pub fn read_inventory(
     Ok((inv, errors))
 }
 
+/// The started root, if it has RDMA devices at all. A root without
+/// `class/infiniband` (no RDMA driver loaded) makes the sysfs plugins "unsupported".
+pub fn rdma_root<'a>(root: Option<&'a SysRoot>, call: &str) -> Result<&'a SysRoot, PluginError> {
+    let root = root.ok_or_else(|| PluginError::failed(format!("{call} called before start")))?;
+    if !root.ib_class().is_dir() {
+        return Err(PluginError::Unsupported(format!(
+            "no RDMA devices: {} does not exist (no RDMA driver loaded?)",
+            root.ib_class().display()
+        )));
+    }
+    Ok(root)
+}
+
 /// The built-in discovery plugin.
 #[derive(Debug, Default)]
 pub struct SysfsDiscovery {
@@ -201,16 +214,7 @@ impl Plugin for SysfsDiscovery {
 
 impl DiscoveryPlugin for SysfsDiscovery {
     fn discover(&mut self) -> Result<Inventory, PluginError> {
-        let root = self
-            .root
-            .as_ref()
-            .ok_or_else(|| PluginError::failed("discover called before start"))?;
-        if !root.ib_class().is_dir() {
-            return Err(PluginError::Unsupported(format!(
-                "no RDMA devices: {} does not exist (no RDMA driver loaded?)",
-                root.ib_class().display()
-            )));
-        }
+        let root = rdma_root(self.root.as_ref(), "discover")?;
         read_inventory(root, &self.filter).map(|(inv, _)| inv)
     }
 }

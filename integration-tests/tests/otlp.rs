@@ -31,6 +31,19 @@ fn http_get(url: &str) -> Option<String> {
         .ok()
 }
 
+/// A fresh VictoriaMetrics, or `None` when it is absent and skipping was asked for.
+fn victoria_metrics() -> Option<Vm> {
+    let bin = require(
+        "victoria-metrics",
+        receiver(
+            "ROCEWATCH_VICTORIA_METRICS",
+            ".cache/victoria-metrics/usr/bin/victoria-metrics",
+            "victoria-metrics",
+        ),
+    )?;
+    Some(start_vm(&bin))
+}
+
 fn start_vm(bin: &std::path::Path) -> Vm {
     let data = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -108,17 +121,9 @@ fn raw(dev: &str, file: &str) -> f64 {
 
 #[test]
 fn otlp_http_to_victoriametrics_matches_the_fixture() {
-    let Some(bin) = require(
-        "victoria-metrics",
-        receiver(
-            "ROCEWATCH_VICTORIA_METRICS",
-            ".cache/victoria-metrics/usr/bin/victoria-metrics",
-            "victoria-metrics",
-        ),
-    ) else {
+    let Some(vm) = victoria_metrics() else {
         return;
     };
-    let vm = start_vm(&bin);
     let endpoint = format!("http://127.0.0.1:{}/opentelemetry/v1/metrics", vm.port);
     let root = fixture("mlx5-roce-dual-port");
     let agent = Command::new(&artifacts().rocewatch)
@@ -169,17 +174,9 @@ fn otlp_http_to_victoriametrics_matches_the_fixture() {
 
 #[test]
 fn demo_exports_moving_counters_over_otlp() {
-    let Some(bin) = require(
-        "victoria-metrics",
-        receiver(
-            "ROCEWATCH_VICTORIA_METRICS",
-            ".cache/victoria-metrics/usr/bin/victoria-metrics",
-            "victoria-metrics",
-        ),
-    ) else {
+    let Some(vm) = victoria_metrics() else {
         return;
     };
-    let vm = start_vm(&bin);
     let endpoint = format!("http://127.0.0.1:{}/opentelemetry/v1/metrics", vm.port);
     let o = rocewatch(
         &[

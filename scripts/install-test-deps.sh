@@ -7,6 +7,8 @@
 #   - victoria-metrics (OTLP/HTTP receiver)         (Debian trixie package, unpacked with
 #                                                    dpkg -x into .cache/; nothing from
 #                                                    trixie is installed into the system)
+#   - prometheus, promtool                          (Debian bookworm package, unpacked the
+#                                                    same way: no service is installed)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -30,4 +32,10 @@ if [ ! -x "$vm" ]; then
   scripts/fetch-deb.sh trixie victoria-metrics .cache/victoria-metrics >/dev/null
 fi
 "$vm" -version >/dev/null 2>&1 || { echo "install-test-deps: $vm does not run" >&2; exit 1; }
-echo "install-test-deps: ok ($("$vm" -version 2>&1 | head -n1))"
+prom=.cache/prometheus/usr/bin/prometheus
+if [ ! -x "$prom" ]; then
+  echo "install-test-deps: fetching prometheus (Debian bookworm) into .cache/prometheus"
+  scripts/fetch-deb.sh bookworm prometheus .cache/prometheus >/dev/null
+fi
+"$prom" --version >/dev/null 2>&1 || { echo "install-test-deps: $prom does not run" >&2; exit 1; }
+echo "install-test-deps: ok ($("$vm" -version 2>&1 | head -n1); $("$prom" --version 2>&1 | head -n1))"

@@ -26,6 +26,7 @@ mkdir -p target
 log=target/test-output.log
 # Receiver tests fail (not skip) when a receiver is missing: install-test-deps put them there.
 ROCEWATCH_VICTORIA_METRICS="$top/.cache/victoria-metrics/usr/bin/victoria-metrics" \
+ROCEWATCH_PROMETHEUS="$top/.cache/prometheus/usr/bin/prometheus" \
   cargo test --workspace --all-features "${filter[@]}" 2>&1 | tee "$log"
 # One closing line for the whole run (cargo prints one per test binary).
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, i }' "$log"

@@ -15,3 +15,4 @@ mod demo;
 mod fixtures;
 mod otlp;
 mod plugins;
+mod prometheus;

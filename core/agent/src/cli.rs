@@ -64,6 +64,8 @@ pub enum CollectFormat {
     Json,
     /// One line per sample.
     Text,
+    /// The Prometheus text exposition, as `/metrics` serves it.
+    Prometheus,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -115,6 +117,10 @@ pub enum Command {
         /// OTLP export interval (overrides exporters.otlp.interval).
         #[arg(long, value_parser = parse_duration, value_name = "DUR")]
         export_interval: Option<Duration>,
+        /// Serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9464
+        /// (overrides exporters.prometheus.listen).
+        #[arg(long, value_name = "ADDR")]
+        prometheus_listen: Option<std::net::SocketAddr>,
         /// Also print every collection as JSON lines on standard output.
         #[arg(long)]
         stdout: bool,
@@ -250,6 +256,14 @@ pub async fn run(cli: Cli) -> Result<i32> {
                     &serde_json::json!({"samples": result.samples, "errors": result.errors}),
                 )?,
                 CollectFormat::Text => print!("{}", show::samples_text(&result.samples)),
+                CollectFormat::Prometheus => print!(
+                    "{}",
+                    crate::export::prometheus::render_samples(
+                        &result.samples,
+                        &agent.store.descriptors(),
+                        crate::export::prometheus::Format::Text
+                    )
+                ),
             }
             Ok(if failures.is_empty() { 0 } else { 1 })
         }
@@ -259,6 +273,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             otlp_endpoint,
             otlp_protocol,
             export_interval,
+            prometheus_listen,
             stdout,
             duration,
         } => {
@@ -278,6 +293,12 @@ pub async fn run(cli: Cli) -> Result<i32> {
             }
             if let (Some(i), Some(o)) = (export_interval, cfg.exporters.otlp.as_mut()) {
                 o.interval = i;
+            }
+            if let Some(addr) = prometheus_listen {
+                cfg.exporters
+                    .prometheus
+                    .get_or_insert_with(Default::default)
+                    .listen = addr;
             }
             if stdout {
                 cfg.exporters.stdout.enabled = true;
@@ -382,7 +403,17 @@ async fn finish_otlp(otlp: Option<OtlpExporter>) {
 
 async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
     let shutdown = shutdown_after(duration);
+    // Bind before anything else: a taken port is a configuration error, reported at once.
+    let prom_listener = match &cfg.exporters.prometheus {
+        Some(p) => Some(crate::export::prometheus::bind(p.listen).await?),
+        None => None,
+    };
     let agent = Agent::start(cfg).await;
+    let prom_task = prom_listener.map(|l| {
+        tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus /metrics and /healthz");
+        let state = crate::export::prometheus::Exposition { store: Arc::clone(&agent.store), metrics: Arc::clone(&agent.metrics) };
+        tokio::spawn(crate::export::prometheus::serve(l, state, shutdown.clone()))
+    });
     for s in agent.registry.statuses() {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
@@ -396,6 +427,9 @@ async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
     agent.run(shutdown).await;
     finish_otlp(otlp).await;
     if let Some(t) = stdout_task {
+        t.abort();
+    }
+    if let Some(t) = prom_task {
         t.abort();
     }
     Ok(0)

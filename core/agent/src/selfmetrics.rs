@@ -78,9 +78,16 @@ impl SelfMetrics {
         }
     }
 
-    /// The counters as samples (for the stdout exporter and the OTLP observers).
-    /// Durations are exported as `rocewatch.plugin.duration` count and sum by OTLP's
-    /// histogram; here they appear as two counters for line-oriented outputs.
+    /// Call durations: (plugin, kind, count, sum of seconds).
+    pub fn durations(&self) -> Vec<(String, String, u64, f64)> {
+        self.lock()
+            .durations
+            .iter()
+            .map(|((p, k), (c, s))| (p.clone(), k.clone(), *c, *s))
+            .collect()
+    }
+
+    /// The counters as samples (for exporters); durations are in [`Self::durations`].
     pub fn samples(&self) -> Vec<Sample> {
         let inner = self.lock();
         let mut out = Vec::new();
@@ -115,19 +122,6 @@ impl SelfMetrics {
                 *v,
                 attrs(&[("name", name)]),
             ));
-        }
-        for ((plugin, kind), (count, sum)) in &inner.durations {
-            let a = attrs(&[("plugin", plugin), ("kind", kind)]);
-            out.push(counter(
-                "rocewatch.plugin.duration.count",
-                "{call}",
-                *count,
-                a.clone(),
-            ));
-            out.push(Sample {
-                value: Value::F64(*sum),
-                ..counter("rocewatch.plugin.duration.sum", "s", 0, a)
-            });
         }
         out
     }

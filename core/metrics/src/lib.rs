@@ -4,6 +4,7 @@
 //! Layout:
 //! - [`catalog`]: one table ([`CATALOG`]) of name, unit, kind, kernel source file, fixed
 //!   attributes, scale and description; lookups by source file.
+//! - [`naming`]: the Prometheus (and collectd) names derived from the catalog.
 //! - [`doc`]: renders `docs/METRICS.md` from the table (a test in this crate fails when
 //!   the committed file differs; regenerate with `rocewatch metrics-doc > docs/METRICS.md`
 //!   or `SNAPSHOTS=overwrite cargo test -p rocewatch-metrics`).
@@ -14,5 +15,6 @@
 
 pub mod catalog;
 pub mod doc;
+pub mod naming;
 
 pub use catalog::*;

@@ -1,0 +1,348 @@
+//! The Prometheus exposition: `/metrics` (text format 0.0.4, or OpenMetrics 1.0 when the
+//! scraper asks for it), `/healthz`, and the same text for `collect --format prometheus`.
+//!
+//! Names come from `rocewatch_metrics::naming` (the catalog), so `/metrics`, OTLP into
+//! VictoriaMetrics and docs/METRICS.md agree. The server only reads the store: a scrape
+//! never triggers a collection and never waits for one.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use rocewatch_metrics::naming::{prometheus_family, prometheus_label, prometheus_unit};
+use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::selfmetrics::SelfMetrics;
+use crate::store::Store;
+
+/// Which exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `text/plain; version=0.0.4`
+    Text,
+    /// `application/openmetrics-text; version=1.0.0`
+    OpenMetrics,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+
+    /// Pick the format from an `Accept` header, as Prometheus negotiates it.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+}
+
+fn escape_help(s: &str, format: Format) -> String {
+    let s = s.replace('\\', "\\\\").replace('\n', "\\n");
+    match format {
+        Format::OpenMetrics => s.replace('"', "\\\""),
+        Format::Text => s,
+    }
+}
+
+fn escape_label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn labels(attrs: &BTreeMap<String, String>) -> String {
+    if attrs.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = attrs
+        .iter()
+        .map(|(k, v)| format!("{}=\"{}\"", prometheus_label(k), escape_label(v)))
+        .collect();
+    format!("{{{}}}", parts.join(","))
+}
+
+fn number(v: Value) -> String {
+    match v {
+        Value::U64(u) => u.to_string(),
+        Value::F64(f) if f.is_nan() => "NaN".into(),
+        Value::F64(f) if f.is_infinite() => {
+            if f > 0.0 {
+                "+Inf".into()
+            } else {
+                "-Inf".into()
+            }
+        }
+        Value::F64(f) => format!("{f}"),
+    }
+}
+
+/// One metric family: its metadata lines, then its samples.
+fn family(out: &mut String, d: &MetricDescriptor, samples: &[&Sample], format: Format) {
+    let fam = prometheus_family(&d.name, &d.unit, d.kind);
+    let (type_name, sample_name, type_word) = match (d.kind, format) {
+        (MetricKind::Counter, Format::Text) => {
+            (format!("{fam}_total"), format!("{fam}_total"), "counter")
+        }
+        (MetricKind::Counter, Format::OpenMetrics) => {
+            (fam.clone(), format!("{fam}_total"), "counter")
+        }
+        (MetricKind::Gauge, _) => (fam.clone(), fam.clone(), "gauge"),
+        (MetricKind::Histogram, _) => (fam.clone(), fam.clone(), "summary"),
+    };
+    let _ = writeln!(
+        out,
+        "# HELP {type_name} {}",
+        escape_help(&d.description, format)
+    );
+    let _ = writeln!(out, "# TYPE {type_name} {type_word}");
+    if let Some(u) = prometheus_unit(&d.unit, d.kind) {
+        let _ = writeln!(out, "# UNIT {type_name} {u}");
+    }
+    for s in samples {
+        let _ = writeln!(
+            out,
+            "{sample_name}{} {}",
+            labels(&s.attributes),
+            number(s.value)
+        );
+    }
+}
+
+/// Render the store and the self-metrics.
+pub fn render(store: &Store, metrics: &SelfMetrics, format: Format) -> String {
+    let series = store.snapshot();
+    let mut by_name: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    for s in &series {
+        by_name
+            .entry(s.sample.name.as_str())
+            .or_default()
+            .push(&s.sample);
+    }
+    let descriptors: BTreeMap<String, MetricDescriptor> = store
+        .descriptors()
+        .into_iter()
+        .map(|d| (d.name.clone(), d))
+        .collect();
+    let mut out = String::with_capacity(64 * series.len() + 1024);
+    for (name, samples) in &by_name {
+        if let Some(d) = descriptors.get(*name) {
+            family(&mut out, d, samples, format);
+        }
+    }
+    render_self(&mut out, metrics, format);
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+/// Render samples that are not in a store (`collect --once --format prometheus`).
+pub fn render_samples(
+    samples: &[Sample],
+    descriptors: &[MetricDescriptor],
+    format: Format,
+) -> String {
+    let mut by_name: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    for s in samples {
+        by_name.entry(s.name.as_str()).or_default().push(s);
+    }
+    let mut out = String::new();
+    for (name, samples) in &by_name {
+        if let Some(d) = descriptors.iter().find(|d| d.name == *name) {
+            family(&mut out, d, samples, format);
+        }
+    }
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+fn render_self(out: &mut String, metrics: &SelfMetrics, format: Format) {
+    let samples = metrics.samples();
+    for e in rocewatch_metrics::SELF_METRICS {
+        let d = MetricDescriptor {
+            name: e.name.into(),
+            unit: e.unit.into(),
+            kind: e.kind,
+            description: e.description.into(),
+        };
+        if e.kind == MetricKind::Histogram {
+            let durations = metrics.durations();
+            if durations.is_empty() {
+                continue;
+            }
+            let fam = prometheus_family(e.name, e.unit, e.kind);
+            let _ = writeln!(out, "# HELP {fam} {}", escape_help(e.description, format));
+            let _ = writeln!(out, "# TYPE {fam} summary");
+            let _ = writeln!(out, "# UNIT {fam} seconds");
+            for (plugin, kind, count, sum) in durations {
+                let l =
+                    labels(&[("plugin".to_string(), plugin), ("kind".to_string(), kind)].into());
+                let _ = writeln!(out, "{fam}_sum{l} {sum}");
+                let _ = writeln!(out, "{fam}_count{l} {count}");
+            }
+            continue;
+        }
+        let mine: Vec<&Sample> = samples.iter().filter(|s| s.name == e.name).collect();
+        if !mine.is_empty() {
+            family(out, &d, &mine, format);
+        }
+    }
+}
+
+/// What the HTTP handlers read.
+#[derive(Clone)]
+pub struct Exposition {
+    pub store: Arc<Store>,
+    pub metrics: Arc<SelfMetrics>,
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    state: Exposition,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = |status: StatusCode, ctype: &str, body: String| {
+        Response::builder()
+            .status(status)
+            .header("content-type", ctype)
+            .body(Full::new(Bytes::from(body)))
+            .expect("static response parts")
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET\n".into(),
+        ));
+    }
+    Ok(match req.uri().path() {
+        "/metrics" => {
+            let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+            let format = Format::from_accept(accept);
+            reply(StatusCode::OK, format.content_type(), render(&state.store, &state.metrics, format))
+        }
+        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/" => reply(StatusCode::OK, "text/html", "<html><body><a href=\"/metrics\">/metrics</a> <a href=\"/healthz\">/healthz</a></body></html>\n".into()),
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found; try /metrics or /healthz\n".into()),
+    })
+}
+
+/// Serve `/metrics` and `/healthz` on `listener` until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, state: Exposition, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("prometheus endpoint: accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let svc = hyper::service::service_fn(move |req| handle(req, state.clone()));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10))
+                .serve_connection(io, svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "prometheus endpoint connection: {e}");
+            }
+        });
+    }
+}
+
+/// Bind `addr`; the error names the address.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, super::ExportError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| super::ExportError::Listen {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(name: &str, v: Value, attrs: &[(&str, &str)], kind: MetricKind) -> Sample {
+        Sample {
+            name: name.into(),
+            unit: "By".into(),
+            value: v,
+            attributes: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            source: "x".into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn text_and_openmetrics() {
+        let d = vec![MetricDescriptor {
+            name: "rdma.port.io".into(),
+            unit: "By".into(),
+            kind: MetricKind::Counter,
+            description: "Data \"octets\"\nline two \\ end".into(),
+        }];
+        let s = vec![sample(
+            "rdma.port.io",
+            Value::U64(400),
+            &[("rdma.device", "mlx5_0"), ("weird", "a\"b\\c\nd")],
+            MetricKind::Counter,
+        )];
+        let text = render_samples(&s, &d, Format::Text);
+        assert_eq!(
+            text,
+            "# HELP rdma_port_io_bytes_total Data \"octets\"\\nline two \\\\ end\n\
+             # TYPE rdma_port_io_bytes_total counter\n\
+             # UNIT rdma_port_io_bytes_total bytes\n\
+             rdma_port_io_bytes_total{rdma_device=\"mlx5_0\",weird=\"a\\\"b\\\\c\\nd\"} 400\n"
+        );
+        let om = render_samples(&s, &d, Format::OpenMetrics);
+        assert!(
+            om.contains("# TYPE rdma_port_io_bytes counter\n# UNIT rdma_port_io_bytes bytes\n"),
+            "{om}"
+        );
+        assert!(
+            om.contains("# HELP rdma_port_io_bytes Data \\\"octets\\\""),
+            "{om}"
+        );
+        assert!(om.contains("\nrdma_port_io_bytes_total{"), "{om}");
+        assert!(om.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn floats_and_accept() {
+        assert_eq!(number(Value::F64(f64::NAN)), "NaN");
+        assert_eq!(number(Value::F64(f64::INFINITY)), "+Inf");
+        assert_eq!(number(Value::F64(0.25)), "0.25");
+        assert_eq!(
+            Format::from_accept(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+            )),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::from_accept(None), Format::Text);
+    }
+}

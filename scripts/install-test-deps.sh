@@ -4,6 +4,7 @@
 # receivers the end-to-end tests start on loopback. Idempotent; fast when all is there.
 #
 #   - gcc, pkg-config, ca-certificates, curl        (Debian packages)
+#   - collectd-core (network, csv, exec plugins)    (Debian package; no service is started)
 #   - victoria-metrics (OTLP/HTTP receiver)         (Debian trixie package, unpacked with
 #                                                    dpkg -x into .cache/; nothing from
 #                                                    trixie is installed into the system)
@@ -17,7 +18,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need=()
-for p in gcc pkg-config ca-certificates curl; do
+for p in gcc pkg-config ca-certificates curl collectd-core; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

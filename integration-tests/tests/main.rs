@@ -10,6 +10,7 @@
 
 mod support;
 
+mod collectd;
 mod config;
 mod demo;
 mod fixtures;

@@ -66,6 +66,8 @@ pub enum CollectFormat {
     Text,
     /// The Prometheus text exposition, as `/metrics` serves it.
     Prometheus,
+    /// collectd Exec-plugin `PUTVAL` lines.
+    Collectd,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -166,8 +168,35 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         sysfs_out: Option<PathBuf>,
     },
+    /// Run as a collectd Exec plugin: print PUTVAL lines every interval.
+    ///
+    /// collectd config:  LoadPlugin exec
+    ///                   <Plugin exec> Exec "rocewatch" "/usr/bin/rocewatch" "collectd-exec" </Plugin>
+    /// The interval and host name come from COLLECTD_INTERVAL and COLLECTD_HOSTNAME (set by
+    /// collectd), else from the config. Load configs/collectd/types.db in collectd.
+    CollectdExec {
+        #[command(flatten)]
+        source: SourceArgs,
+    },
     /// Print docs/METRICS.md, generated from the metric catalog.
     MetricsDoc,
+    /// Print the collectd types.db for rocewatch's metrics.
+    CollectdTypes,
+}
+
+impl Command {
+    /// Commands that print a result and exit.
+    pub fn is_one_shot(&self) -> bool {
+        matches!(
+            self,
+            Command::Discover { .. }
+                | Command::Collect { .. }
+                | Command::Plugins { .. }
+                | Command::Config(_)
+                | Command::MetricsDoc
+                | Command::CollectdTypes
+        )
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -237,6 +266,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             }
             let cfg = source.load()?;
             let root = cfg.agent.sysfs_root.clone();
+            let cfg_interval = cfg.agent.interval;
             let agent = Agent::start(cfg).await;
             let (result, failures) = agent.collect_all().await;
             for f in &failures {
@@ -256,6 +286,18 @@ pub async fn run(cli: Cli) -> Result<i32> {
                     &serde_json::json!({"samples": result.samples, "errors": result.errors}),
                 )?,
                 CollectFormat::Text => print!("{}", show::samples_text(&result.samples)),
+                CollectFormat::Collectd => {
+                    let interval = cfg_interval;
+                    for s in &result.samples {
+                        let v = crate::export::collectd::value_list(
+                            s,
+                            &agent.host_name,
+                            std::time::SystemTime::now(),
+                            interval,
+                        );
+                        println!("{}", crate::export::collectd::putval(&v));
+                    }
+                }
                 CollectFormat::Prometheus => print!(
                     "{}",
                     crate::export::prometheus::render_samples(
@@ -347,6 +389,11 @@ pub async fn run(cli: Cli) -> Result<i32> {
             )
             .await
         }
+        Command::CollectdExec { source } => collectd_exec(source.load()?).await,
+        Command::CollectdTypes => {
+            print!("{}", rocewatch_metrics::naming::collectd_types_db());
+            Ok(0)
+        }
         Command::MetricsDoc => {
             print!("{}", rocewatch_metrics::doc::render_markdown());
             Ok(0)
@@ -418,6 +465,16 @@ async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
     let otlp = start_otlp(&agent);
+    let collectd_task = agent.cfg.exporters.collectd.clone().map(|c| {
+        tracing::info!(server = %c.server, security = ?c.security_level, "sending to collectd");
+        tokio::spawn(crate::export::collectd::run(
+            c,
+            agent.host_name.clone(),
+            agent.cfg.agent.interval,
+            Arc::clone(&agent.metrics),
+            agent.events.subscribe(),
+        ))
+    });
     let stdout_task = agent
         .cfg
         .exporters
@@ -429,10 +486,55 @@ async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
     if let Some(t) = stdout_task {
         t.abort();
     }
-    if let Some(t) = prom_task {
+    for t in [prom_task, collectd_task].into_iter().flatten() {
         t.abort();
     }
     Ok(0)
+}
+
+/// `rocewatch collectd-exec`: collect every interval and print PUTVAL lines on stdout.
+async fn collectd_exec(mut cfg: Config) -> Result<i32> {
+    if let Some(i) = std::env::var("COLLECTD_INTERVAL")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|i| *i > 0.0)
+    {
+        cfg.agent.interval = Duration::from_secs_f64(i);
+    }
+    if let Ok(h) = std::env::var("COLLECTD_HOSTNAME") {
+        if !h.is_empty() {
+            cfg.agent.host_name = Some(h);
+        }
+    }
+    let interval = cfg.agent.interval;
+    let mut shutdown = agent::shutdown_on_signals();
+    let agent = Agent::start(cfg).await;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return Ok(0),
+        }
+        let (result, _) = agent.collect_all().await;
+        let now = std::time::SystemTime::now();
+        let lists = crate::export::collectd::value_lists(
+            &result.samples,
+            &agent.metrics,
+            &agent.host_name,
+            now,
+            interval,
+        );
+        let mut out = std::io::stdout().lock();
+        for v in &lists {
+            if writeln!(out, "{}", crate::export::collectd::putval(v)).is_err() {
+                return Ok(0); // collectd closed the pipe: it is stopping us
+            }
+        }
+        if out.flush().is_err() {
+            return Ok(0);
+        }
+    }
 }
 
 async fn run_demo(

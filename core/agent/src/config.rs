@@ -219,6 +219,40 @@ pub struct ExportersConfig {
     /// The Prometheus `/metrics` endpoint; absent: none.
     #[serde(default)]
     pub prometheus: Option<PrometheusConfig>,
+    /// Send to a collectd server (binary network protocol); absent: none.
+    #[serde(default)]
+    pub collectd: Option<CollectdConfig>,
+}
+
+/// collectd's `SecurityLevel` of the network plugin.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SecurityLevel {
+    /// Plain packets.
+    #[default]
+    None,
+    /// HMAC-SHA-256 signed packets (`SecurityLevel Sign` on the server).
+    Sign,
+}
+
+/// `[exporters.collectd]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectdConfig {
+    /// `HOST:PORT` of collectd's network plugin (`Listen`), usually port 25826.
+    pub server: String,
+    /// `none` (default) or `sign`.
+    #[serde(default)]
+    pub security_level: SecurityLevel,
+    /// User name for `sign` (must be in the server's AuthFile).
+    #[serde(default)]
+    pub username: String,
+    /// Password for `sign`. Prefer the environment: ROCEWATCH_EXPORTERS__COLLECTD__PASSWORD.
+    #[serde(default)]
+    pub password: String,
+    /// Host part of the identifiers (default: the agent's host name).
+    #[serde(default)]
+    pub host_name: Option<String>,
 }
 
 fn default_prometheus_listen() -> std::net::SocketAddr {
@@ -400,6 +434,31 @@ impl Config {
                     &format!("plugins.external[{i}].options"),
                     "must be a table".into(),
                 ));
+            }
+        }
+        if let Some(c) = &self.exporters.collectd {
+            if !c.server.contains(':') {
+                return Err(invalid(
+                    "exporters.collectd.server",
+                    format!(
+                        "{:?} is not HOST:PORT (collectd listens on 25826 by default)",
+                        c.server
+                    ),
+                ));
+            }
+            if c.security_level == SecurityLevel::Sign {
+                if c.username.is_empty() {
+                    return Err(invalid(
+                        "exporters.collectd.username",
+                        "required with security_level = \"sign\"".into(),
+                    ));
+                }
+                if c.password.is_empty() {
+                    return Err(invalid(
+                        "exporters.collectd.password",
+                        "required with security_level = \"sign\"".into(),
+                    ));
+                }
             }
         }
         if let Some(o) = &self.exporters.otlp {

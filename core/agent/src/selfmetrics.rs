@@ -12,6 +12,7 @@ struct Inner {
     errors: BTreeMap<(String, String), u64>,
     samples: BTreeMap<String, u64>,
     resets: BTreeMap<String, u64>,
+    exporter_errors: BTreeMap<String, u64>,
     /// (plugin, kind) → (count, sum of seconds)
     durations: BTreeMap<(String, String), (u64, f64)>,
 }
@@ -56,6 +57,23 @@ impl SelfMetrics {
 
     pub fn samples_emitted(&self, plugin: &str, n: usize) {
         *self.lock().samples.entry(plugin.into()).or_default() += n as u64;
+    }
+
+    /// Count a failed export of `exporter` (otlp, collectd, prometheus).
+    pub fn exporter_error(&self, exporter: &str) {
+        *self
+            .lock()
+            .exporter_errors
+            .entry(exporter.into())
+            .or_default() += 1;
+    }
+
+    pub fn exporter_errors(&self, exporter: &str) -> u64 {
+        self.lock()
+            .exporter_errors
+            .get(exporter)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn counter_reset(&self, metric: &str) {
@@ -113,6 +131,14 @@ impl SelfMetrics {
                 "{sample}",
                 *v,
                 attrs(&[("plugin", plugin)]),
+            ));
+        }
+        for (exporter, v) in &inner.exporter_errors {
+            out.push(counter(
+                "rocewatch.exporter.errors",
+                "{error}",
+                *v,
+                attrs(&[("exporter", exporter)]),
             ));
         }
         for (name, v) in &inner.resets {

@@ -230,6 +230,8 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Plugin failures by `plugin` and `reason` (load, abi, error, panic, timeout, partial, busy)."),
     entry!("rocewatch.samples.emitted", "{sample}", Counter, "agent", NONE, 1, "agent",
         "Samples produced by collectors, by `plugin`."),
+    entry!("rocewatch.exporter.errors", "{error}", Counter, "agent", NONE, 1, "agent",
+        "Failed exports by `exporter` (otlp, collectd, prometheus)."),
     entry!("rocewatch.counter.resets", "{reset}", Counter, "agent", NONE, 1, "agent",
         "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
 ];

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::catalog::{CatalogEntry, CATALOG, NOT_COUNTERS, SELF_METRICS};
-use crate::naming::prometheus_sample_name;
+use crate::naming::{collectd_ds, collectd_type, prometheus_sample_name};
 
 fn attrs(e: &CatalogEntry) -> String {
     let mut s = String::from("`rdma.device`, `rdma.port`, `network.interface.name`");
@@ -37,11 +37,13 @@ pub fn render_markdown() -> String {
         };
         let _ = writeln!(
             md,
-            "| `{}` | `{}` | {} | `{}` | `{}`{} | {} | {} | {} |",
+            "| `{}` | `{}` | {} | `{}` | `{}` ({}) | `{}`{} | {} | {} | {} |",
             e.name,
             e.unit,
             e.kind.as_str(),
             prometheus_sample_name(e.name, e.unit, e.kind),
+            collectd_type(e.name),
+            collectd_ds(e.kind),
             e.source,
             scale,
             attrs(e),

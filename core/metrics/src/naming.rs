@@ -156,3 +156,93 @@ mod tests {
         );
     }
 }
+
+/// The collectd plugin name of port metrics (`rdma-<device>-<port>/...`).
+pub const COLLECTD_PLUGIN: &str = "rdma";
+/// The collectd plugin name of the agent's self-metrics.
+pub const COLLECTD_SELF_PLUGIN: &str = "rocewatch";
+
+/// The collectd type of a metric: its name with `.` → `_` (`rdma_port_io`), defined in
+/// the `types.db` that [`collectd_types_db`] renders. At most 63 characters.
+pub fn collectd_type(name: &str) -> String {
+    let mut t: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    t.truncate(63);
+    t
+}
+
+/// The data-source type: counters are DERIVE with a minimum of 0 (a reset makes the
+/// rate negative, which collectd then drops), gauges GAUGE.
+pub fn collectd_ds(kind: MetricKind) -> &'static str {
+    match kind {
+        MetricKind::Counter => "DERIVE",
+        _ => "GAUGE",
+    }
+}
+
+/// `types.db` lines for every catalog metric and self-metric (histograms excluded: they
+/// have no collectd equivalent and are not sent).
+pub fn collectd_types_db() -> String {
+    let mut out = String::from(
+        "# rocewatch types for collectd. Generated from the metric catalog (core/metrics);\n\
+         # do not edit. Load it next to collectd's own: TypesDB \"/usr/share/collectd/types.db\" \"/etc/rocewatch/types.db\"\n",
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for e in crate::CATALOG.iter().chain(crate::SELF_METRICS) {
+        if e.kind == MetricKind::Histogram || !seen.insert(e.name) {
+            continue;
+        }
+        let min = if e.kind == MetricKind::Counter {
+            "0"
+        } else {
+            "U"
+        };
+        out.push_str(&format!(
+            "{}\tvalue:{}:{min}:U\n",
+            collectd_type(e.name),
+            collectd_ds(e.kind)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod collectd_tests {
+    use super::*;
+
+    #[test]
+    fn types() {
+        assert_eq!(collectd_type("rdma.port.io"), "rdma_port_io");
+        assert_eq!(collectd_ds(MetricKind::Counter), "DERIVE");
+        let db = collectd_types_db();
+        assert!(db.contains("rdma_port_io\tvalue:DERIVE:0:U\n"), "{db}");
+        assert!(db.contains("rdma_port_up\tvalue:GAUGE:U:U\n"), "{db}");
+        assert!(!db.contains("rocewatch_plugin_duration"));
+        assert_eq!(db.matches("rdma_port_io\t").count(), 1);
+    }
+
+    /// configs/collectd/types.db must be what the catalog renders
+    /// (`SNAPSHOTS=overwrite cargo test -p rocewatch-metrics` regenerates it).
+    #[test]
+    fn committed_types_db_matches_catalog() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../configs/collectd/types.db");
+        let want = collectd_types_db();
+        if std::env::var("SNAPSHOTS").as_deref() == Ok("overwrite") {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &want).unwrap();
+        }
+        assert!(
+            std::fs::read_to_string(&path).unwrap_or_default() == want,
+            "configs/collectd/types.db differs from the catalog; run `SNAPSHOTS=overwrite cargo test -p rocewatch-metrics`"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! standard output. Each runs on its own task or thread and only reads the store, so a slow
 //! or failing exporter never stalls another or the collection.
 
+pub mod collectd;
 pub mod otlp;
 pub mod prometheus;
 pub mod stdout;

@@ -15,5 +15,6 @@ mod config;
 mod demo;
 mod fixtures;
 mod otlp;
+mod otlp_resilience;
 mod plugins;
 mod prometheus;

@@ -247,15 +247,8 @@ mod grpc {
     //! monotonic sums, units, resource) as well as the values.
 
     use std::process::{Command, Stdio};
-    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-        MetricsService, MetricsServiceServer,
-    };
-    use opentelemetry_proto::tonic::collector::metrics::v1::{
-        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-    };
     use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
     use opentelemetry_proto::tonic::common::v1::KeyValue;
     use opentelemetry_proto::tonic::metrics::v1::{
@@ -264,23 +257,7 @@ mod grpc {
 
     use crate::support::*;
 
-    #[derive(Clone, Default)]
-    struct Receiver(Arc<Mutex<Vec<ExportMetricsServiceRequest>>>);
-
-    #[tonic::async_trait]
-    impl MetricsService for Receiver {
-        async fn export(
-            &self,
-            request: tonic::Request<ExportMetricsServiceRequest>,
-        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-            self.0.lock().unwrap().push(request.into_inner());
-            Ok(tonic::Response::new(ExportMetricsServiceResponse {
-                partial_success: None,
-            }))
-        }
-    }
-
-    fn attr<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    pub(crate) fn attr<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a str> {
         kvs.iter().find(|kv| kv.key == key).and_then(|kv| {
             match kv.value.as_ref()?.value.as_ref()? {
                 AnyValue::StringValue(s) => Some(s.as_str()),
@@ -292,21 +269,7 @@ mod grpc {
     #[test]
     fn otlp_grpc_final_export_has_cumulative_monotonic_sums() {
         let rt = runtime();
-        let received = Receiver::default();
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = MetricsServiceServer::new(received.clone());
-        rt.spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(server)
-                .serve_with_incoming(
-                    tonic::codegen::tokio_stream::wrappers::TcpListenerStream::new(listener),
-                )
-                .await
-                .unwrap();
-        });
+        let (port, received) = grpc_receiver::start(&rt, 0, None);
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("grpc.toml");
         std::fs::write(
@@ -332,7 +295,12 @@ mod grpc {
             "{log}"
         );
 
-        let reqs = received.0.lock().unwrap().clone();
+        let reqs: Vec<_> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect();
         assert_eq!(reqs.len(), 1, "only the final export (interval 1h)");
         let rm = &reqs[0].resource_metrics[0];
         let res = &rm.resource.as_ref().unwrap().attributes;

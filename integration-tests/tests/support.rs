@@ -174,3 +174,132 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A test PKI: a CA, a server certificate for 127.0.0.1/localhost, a client certificate.
+pub struct Pki {
+    _dir: tempfile::TempDir,
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+pub fn pki() -> Pki {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "rocewatch test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.extended_key_usages = vec![usage];
+        let cert = p.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_pem, server_key) = leaf(
+        vec!["127.0.0.1".into(), "localhost".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (client_pem, client_key) = leaf(
+        vec!["rocewatch-agent".into()],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let w = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    Pki {
+        ca: w("ca.pem", &ca_cert.pem()),
+        server_cert: w("server.pem", &server_pem),
+        server_key: w("server.key", &server_key),
+        client_cert: w("client.pem", &client_pem),
+        client_key: w("client.key", &client_key),
+        _dir: dir,
+    }
+}
+
+pub mod grpc_receiver {
+    //! An OTLP/gRPC receiver built from the OTLP proto definitions (no real gRPC receiver
+    //! is installable here). It records every request with its `authorization` metadata.
+
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+        MetricsService, MetricsServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    };
+
+    pub type Received = Arc<Mutex<Vec<(Option<String>, ExportMetricsServiceRequest)>>>;
+
+    #[derive(Clone, Default)]
+    struct Receiver(Received);
+
+    #[tonic::async_trait]
+    impl MetricsService for Receiver {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportMetricsServiceRequest>,
+        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+            let auth = request
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            self.0.lock().unwrap().push((auth, request.into_inner()));
+            Ok(tonic::Response::new(ExportMetricsServiceResponse {
+                partial_success: None,
+            }))
+        }
+    }
+
+    /// Serve on 127.0.0.1:`port` (0: any) in `rt`; with `tls` = (ca, cert, key) it requires
+    /// TLS and a client certificate signed by `ca`. Accepts gzip.
+    pub fn start(
+        rt: &tokio::runtime::Runtime,
+        port: u16,
+        tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
+    ) -> (u16, Received) {
+        let received = Received::default();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let svc = MetricsServiceServer::new(Receiver(received.clone()))
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        let mut builder = tonic::transport::Server::builder();
+        if let Some((ca, cert, key)) = tls {
+            let identity = tonic::transport::Identity::from_pem(
+                std::fs::read(cert).unwrap(),
+                std::fs::read(key).unwrap(),
+            );
+            let tls = tonic::transport::ServerTlsConfig::new()
+                .identity(identity)
+                .client_ca_root(tonic::transport::Certificate::from_pem(
+                    std::fs::read(ca).unwrap(),
+                ));
+            builder = builder.tls_config(tls).unwrap();
+        }
+        rt.spawn(async move {
+            builder
+                .add_service(svc)
+                .serve_with_incoming(
+                    tonic::codegen::tokio_stream::wrappers::TcpListenerStream::new(listener),
+                )
+                .await
+                .unwrap();
+        });
+        (port, received)
+    }
+}

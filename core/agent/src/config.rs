@@ -325,6 +325,67 @@ pub struct OtlpConfig {
     /// Extra resource attributes (`service.name` and `host.name` are always set).
     #[serde(default)]
     pub resource: BTreeMap<String, String>,
+    /// Extra request headers (HTTP) or metadata (gRPC), e.g. `authorization`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// `none` (default) or `gzip`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Snapshots kept while the endpoint is unreachable (default: 10 minutes' worth,
+    /// i.e. 600 s / `interval`). When full, the oldest is dropped and counted.
+    #[serde(default)]
+    pub queue_size: Option<usize>,
+    /// First retry delay (default `1s`); doubles up to `retry_max`, with ±20 % jitter.
+    #[serde(default = "default_retry_initial", deserialize_with = "de_duration")]
+    pub retry_initial: Duration,
+    /// Longest retry delay (default `30s`).
+    #[serde(default = "default_retry_max", deserialize_with = "de_duration")]
+    pub retry_max: Duration,
+    /// TLS settings (for `https://` endpoints; the system's web PKI roots are used when
+    /// no CA is given).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// Request compression.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+}
+
+/// `[exporters.otlp.tls]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file of the CA that signed the receiver's certificate.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate, for receivers that require mutual TLS.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+fn default_retry_initial() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_retry_max() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl OtlpConfig {
+    /// The queue size in snapshots.
+    pub fn queue_capacity(&self) -> usize {
+        self.queue_size.unwrap_or_else(|| {
+            let per = self.interval.as_secs_f64().max(0.001);
+            ((600.0 / per).ceil() as usize).clamp(2, 100_000)
+        })
+    }
 }
 
 impl OtlpConfig {
@@ -335,6 +396,12 @@ impl OtlpConfig {
             interval: default_export_interval(),
             timeout: default_export_timeout(),
             resource: BTreeMap::new(),
+            headers: BTreeMap::new(),
+            compression: Compression::None,
+            queue_size: None,
+            retry_initial: default_retry_initial(),
+            retry_max: default_retry_max(),
+            tls: None,
         }
     }
 }
@@ -462,6 +529,18 @@ impl Config {
             }
         }
         if let Some(o) = &self.exporters.otlp {
+            if o.queue_size == Some(0) {
+                return Err(invalid(
+                    "exporters.otlp.queue_size",
+                    "must be at least 1".into(),
+                ));
+            }
+            if o.retry_initial.is_zero() || o.retry_max < o.retry_initial {
+                return Err(invalid(
+                    "exporters.otlp.retry_max",
+                    "retry_initial must be > 0 and retry_max >= retry_initial".into(),
+                ));
+            }
             if !(o.endpoint.starts_with("http://") || o.endpoint.starts_with("https://")) {
                 return Err(invalid(
                     "exporters.otlp.endpoint",

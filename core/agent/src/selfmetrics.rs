@@ -13,6 +13,8 @@ struct Inner {
     samples: BTreeMap<String, u64>,
     resets: BTreeMap<String, u64>,
     exporter_errors: BTreeMap<String, u64>,
+    exporter_dropped: BTreeMap<String, u64>,
+    exporter_sent: BTreeMap<String, u64>,
     /// (plugin, kind) → (count, sum of seconds)
     durations: BTreeMap<(String, String), (u64, f64)>,
 }
@@ -66,6 +68,32 @@ impl SelfMetrics {
             .exporter_errors
             .entry(exporter.into())
             .or_default() += 1;
+    }
+
+    /// Count one snapshot dropped by `exporter` (queue full, or given up at shutdown).
+    pub fn exporter_dropped(&self, exporter: &str) {
+        *self
+            .lock()
+            .exporter_dropped
+            .entry(exporter.into())
+            .or_default() += 1;
+    }
+
+    pub fn exporter_dropped_count(&self, exporter: &str) -> u64 {
+        self.lock()
+            .exporter_dropped
+            .get(exporter)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Count `n` snapshots delivered by `exporter`.
+    pub fn exporter_sent(&self, exporter: &str, n: usize) {
+        *self
+            .lock()
+            .exporter_sent
+            .entry(exporter.into())
+            .or_default() += n as u64;
     }
 
     pub fn exporter_errors(&self, exporter: &str) -> u64 {
@@ -137,6 +165,22 @@ impl SelfMetrics {
             out.push(counter(
                 "rocewatch.exporter.errors",
                 "{error}",
+                *v,
+                attrs(&[("exporter", exporter)]),
+            ));
+        }
+        for (exporter, v) in &inner.exporter_dropped {
+            out.push(counter(
+                "rocewatch.exporter.dropped",
+                "{snapshot}",
+                *v,
+                attrs(&[("exporter", exporter)]),
+            ));
+        }
+        for (exporter, v) in &inner.exporter_sent {
+            out.push(counter(
+                "rocewatch.exporter.sent",
+                "{snapshot}",
                 *v,
                 attrs(&[("exporter", exporter)]),
             ));

@@ -232,6 +232,10 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Samples produced by collectors, by `plugin`."),
     entry!("rocewatch.exporter.errors", "{error}", Counter, "agent", NONE, 1, "agent",
         "Failed exports by `exporter` (otlp, collectd, prometheus)."),
+    entry!("rocewatch.exporter.dropped", "{snapshot}", Counter, "agent", NONE, 1, "agent",
+        "Snapshots an exporter dropped, by `exporter`: its queue was full (the endpoint was unreachable for longer than the queue holds) or it gave up at shutdown."),
+    entry!("rocewatch.exporter.sent", "{snapshot}", Counter, "agent", NONE, 1, "agent",
+        "Snapshots an exporter delivered, by `exporter`."),
     entry!("rocewatch.counter.resets", "{reset}", Counter, "agent", NONE, 1, "agent",
         "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
 ];

@@ -1,0 +1,390 @@
+//! OTLP that survives outages: a VictoriaMetrics stopped for 60 s gets the queued data
+//! when it returns; a tiny queue drops and counts; a gRPC receiver that starts late gets
+//! the backlog in batches; TLS (custom CA, client certificate), headers and gzip work on
+//! both transports.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::support::*;
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then wait (bounded) and return the exit status and stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String, Duration) {
+        let started = Instant::now();
+        Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not stop within 20 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        if let Some(mut e) = self.0.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        (status, err, started.elapsed())
+    }
+}
+
+fn agent(config: &str) -> (Proc, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("rw.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let child = Command::new(&artifacts().rocewatch)
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (Proc(child), dir)
+}
+
+fn metric(base: &str, line_prefix: &str) -> Option<f64> {
+    let body = reqwest::blocking::get(format!("{base}/metrics"))
+        .ok()?
+        .text()
+        .ok()?;
+    body.lines()
+        .find(|l| l.starts_with(line_prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+fn wait_http(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if reqwest::blocking::get(url).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{url} never answered");
+}
+
+fn vm_bin() -> Option<std::path::PathBuf> {
+    require(
+        "victoria-metrics",
+        receiver(
+            "ROCEWATCH_VICTORIA_METRICS",
+            ".cache/victoria-metrics/usr/bin/victoria-metrics",
+            "victoria-metrics",
+        ),
+    )
+}
+
+fn start_vm(bin: &std::path::Path, port: u16, data: &std::path::Path, extra: &[String]) -> Proc {
+    let child = Command::new(bin)
+        .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
+        .arg(format!("-storageDataPath={}", data.display()))
+        .args([
+            "-retentionPeriod=1d",
+            "-search.latencyOffset=1s",
+            "-search.disableCache",
+            "-opentelemetry.usePrometheusNaming",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[test]
+fn victoriametrics_down_for_60s_gets_the_queued_data() {
+    let Some(bin) = vm_bin() else { return };
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let vm = start_vm(&bin, port, data.path(), &[]);
+    wait_http(&format!("http://127.0.0.1:{port}/health"));
+    let prom = free_port();
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/opentelemetry/v1/metrics\"\ninterval = \"1s\"\nretry_initial = \"500ms\"\nretry_max = \"4s\"\n",
+        fixture("mlx5-roce-dual-port")
+    ));
+    let base = format!("http://127.0.0.1:{prom}");
+    wait_http(&format!("{base}/healthz"));
+    std::thread::sleep(Duration::from_secs(3));
+    // The outage.
+    drop(vm);
+    let down = SystemTime::now();
+    std::thread::sleep(Duration::from_secs(60));
+    assert!(rw.alive(), "the agent must survive the outage");
+    let errors = metric(&base, "rocewatch_exporter_errors_total{exporter=\"otlp\"}").unwrap_or(0.0);
+    assert!(errors > 0.0, "failed exports are counted");
+    let up = SystemTime::now();
+    let _vm = start_vm(&bin, port, data.path(), &[]);
+    wait_http(&format!("http://127.0.0.1:{port}/health"));
+    // Snapshots taken during the outage arrive after the restart.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut in_outage = 0;
+    while Instant::now() < deadline {
+        let body = reqwest::blocking::Client::new()
+            .post(format!("http://127.0.0.1:{port}/api/v1/export"))
+            .form(&[
+                ("match[]", "rdma_port_io_bytes_total{rdma_device=\"mlx5_0\",network_io_direction=\"transmit\"}"),
+                ("start", &format!("{}", unix(down) + 2.0)),
+                ("end", &format!("{}", unix(up) - 2.0)),
+            ])
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        in_outage = body
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| v["timestamps"].as_array().map_or(0, |t| t.len()))
+            .sum();
+        if in_outage >= 40 {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(
+        in_outage >= 40,
+        "about one point per second of the 56 s window, got {in_outage}"
+    );
+    assert_eq!(
+        metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0),
+        0.0,
+        "the default queue holds 10 minutes"
+    );
+    let (status, log, took) = rw.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("OTLP export recovered"), "{log}");
+    assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
+}
+
+#[test]
+fn a_tiny_queue_drops_the_oldest_and_counts_it() {
+    let closed = free_port(); // nothing listens there
+    let prom = free_port();
+    let (rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{closed}/v1/metrics\"\ninterval = \"200ms\"\nqueue_size = 2\nretry_initial = \"1s\"\nretry_max = \"1s\"\n",
+        fixture("mlx5-roce-dual-port")
+    ));
+    let base = format!("http://127.0.0.1:{prom}");
+    wait_http(&format!("{base}/healthz"));
+    std::thread::sleep(Duration::from_secs(3));
+    let dropped =
+        metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0);
+    assert!(
+        dropped >= 5.0,
+        "about 5 snapshots a second, 2 kept: {dropped}"
+    );
+    // Collection goes on regardless.
+    let a = metric(
+        &base,
+        "rocewatch_samples_emitted_total{plugin=\"counters-sysfs\"}",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let b = metric(
+        &base,
+        "rocewatch_samples_emitted_total{plugin=\"counters-sysfs\"}",
+    )
+    .unwrap();
+    assert!(b > a, "collection is never blocked by export");
+    let (status, log, took) = rw.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        took < Duration::from_secs(5),
+        "an unreachable endpoint must not hold the exit: {took:?}"
+    );
+}
+
+#[test]
+fn a_late_grpc_receiver_gets_the_backlog_in_batches() {
+    let rt = runtime();
+    let port = free_port();
+    let (rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\n\
+         interval = \"300ms\"\nretry_initial = \"2s\"\nretry_max = \"2s\"\n",
+        fixture("mlx5-roce-dual-port")
+    ));
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, received) = grpc_receiver::start(&rt, port, None);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline
+        && received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, r)| r.resource_metrics.len())
+            .sum::<usize>()
+            < 8
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let got = received.lock().unwrap().clone();
+    let snapshots: usize = got.iter().map(|(_, r)| r.resource_metrics.len()).sum();
+    assert!(
+        snapshots >= 8,
+        "the ~10 snapshots queued while the receiver was down: {snapshots}"
+    );
+    assert!(
+        got.iter().any(|(_, r)| r.resource_metrics.len() > 1),
+        "the backlog goes in batches"
+    );
+    let (status, log, _) = rw.stop();
+    assert!(status.success(), "{log}");
+    rt.shutdown_background();
+}
+
+#[test]
+fn grpc_over_mutual_tls_with_headers_and_gzip() {
+    let rt = runtime();
+    let pki = pki();
+    let (port, received) =
+        grpc_receiver::start(&rt, 0, Some((&pki.ca, &pki.server_cert, &pki.server_key)));
+    let (rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"https://127.0.0.1:{port}\"\nprotocol = \"grpc\"\n\
+         interval = \"300ms\"\ncompression = \"gzip\"\nheaders = {{ authorization = \"Bearer t0ken\" }}\n\n[exporters.otlp.tls]\n\
+         ca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\n",
+        fixture("mlx5-roce-dual-port"),
+        pki.ca,
+        pki.client_cert,
+        pki.client_key
+    ));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline && received.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, log, _) = rw.stop();
+    let got = received.lock().unwrap().clone();
+    assert!(!got.is_empty(), "nothing arrived over mTLS: {log}");
+    assert!(
+        got.iter()
+            .all(|(auth, _)| auth.as_deref() == Some("Bearer t0ken")),
+        "the header rides along"
+    );
+    assert!(status.success(), "{log}");
+    rt.shutdown_background();
+}
+
+#[test]
+fn https_with_custom_ca_basic_auth_and_gzip_to_victoriametrics() {
+    let Some(bin) = vm_bin() else { return };
+    let pki = pki();
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _vm = start_vm(
+        &bin,
+        port,
+        data.path(),
+        &[
+            "-tls".into(),
+            format!("-tlsCertFile={}", pki.server_cert.display()),
+            format!("-tlsKeyFile={}", pki.server_key.display()),
+            "-httpAuth.username=agent".into(),
+            "-httpAuth.password=s3cret".into(),
+        ],
+    );
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .add_root_certificate(ca)
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline
+        && client
+            .get(format!("https://127.0.0.1:{port}/health"))
+            .basic_auth("agent", Some("s3cret"))
+            .send()
+            .is_err()
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // "agent:s3cret" in base64.
+    let (rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"https://127.0.0.1:{port}/opentelemetry/v1/metrics\"\n\
+         interval = \"300ms\"\ncompression = \"gzip\"\nheaders = {{ authorization = \"Basic YWdlbnQ6czNjcmV0\" }}\n\n[exporters.otlp.tls]\nca_file = {:?}\n",
+        fixture("mlx5-roce-dual-port"),
+        pki.ca
+    ));
+    let raw: f64 = std::fs::read_to_string(
+        fixture("mlx5-roce-dual-port")
+            .join("class/infiniband/mlx5_0/ports/1/counters/port_xmit_data"),
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut value = None;
+    while Instant::now() < deadline && value.is_none() {
+        let body = client
+            .get(format!("https://127.0.0.1:{port}/api/v1/query"))
+            .basic_auth("agent", Some("s3cret"))
+            .query(&[("query", "rdma_port_io_bytes_total{rdma_device=\"mlx5_0\",network_io_direction=\"transmit\"}")])
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        value = v["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|s| s.parse::<f64>().ok());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (status, log, _) = rw.stop();
+    assert_eq!(value, Some(4.0 * raw), "{log}");
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn a_missing_tls_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.toml");
+    std::fs::write(
+        &f,
+        "[exporters.otlp]\nendpoint = \"https://127.0.0.1:1/v1/metrics\"\n[exporters.otlp.tls]\nca_file = \"/nonexistent/ca.pem\"\n",
+    )
+    .unwrap();
+    let o = rocewatch(
+        &[
+            "run",
+            "--config",
+            f.to_str().unwrap(),
+            "--sysfs-root",
+            fixture("no-devices").to_str().unwrap(),
+            "--duration",
+            "1s",
+        ],
+        &[],
+    );
+    assert!(
+        stderr(&o).contains("exporters.otlp.tls.ca_file: cannot read /nonexistent/ca.pem"),
+        "{}",
+        stderr(&o)
+    );
+}

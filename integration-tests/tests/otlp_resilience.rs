@@ -388,3 +388,51 @@ fn a_missing_tls_file_is_named() {
         stderr(&o)
     );
 }
+
+#[test]
+fn slow_and_failing_exporters_stall_neither_each_other_nor_collection() {
+    // A receiver that accepts connections and never answers (slow), and a collectd port
+    // where nothing listens (failing), while Prometheus is scraped.
+    let slow = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow_port = slow.local_addr().unwrap().port();
+    let closed_udp = free_port();
+    let prom = free_port();
+    let (rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\n\
+         [exporters.collectd]\nserver = \"127.0.0.1:{closed_udp}\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{slow_port}/v1/metrics\"\ninterval = \"200ms\"\ntimeout = \"2s\"\n",
+        fixture("mlx5-roce-dual-port")
+    ));
+    let base = format!("http://127.0.0.1:{prom}");
+    wait_http(&format!("{base}/healthz"));
+    let a = metric(
+        &base,
+        "rocewatch_samples_emitted_total{plugin=\"counters-sysfs\"}",
+    )
+    .unwrap_or(0.0);
+    std::thread::sleep(Duration::from_secs(3));
+    let b = metric(
+        &base,
+        "rocewatch_samples_emitted_total{plugin=\"counters-sysfs\"}",
+    )
+    .unwrap();
+    // 3 s at 200 ms: ~15 collections of ~130 samples each.
+    assert!(b - a > 10.0 * 100.0, "collection kept its pace: {a} -> {b}");
+    assert!(
+        metric(&base, "rocewatch_exporter_errors_total{exporter=\"otlp\"}").unwrap_or(0.0) >= 1.0,
+        "the slow OTLP endpoint timed out"
+    );
+    assert!(
+        metric(
+            &base,
+            "rocewatch_exporter_errors_total{exporter=\"collectd\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "collectd sends failed"
+    );
+    let (status, log, took) = rw.stop();
+    assert!(status.success(), "{log}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    drop(slow);
+}

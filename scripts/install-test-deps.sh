@@ -5,6 +5,8 @@
 #
 #   - gcc, pkg-config, ca-certificates, curl        (Debian packages)
 #   - collectd-core (network, csv, exec plugins)    (Debian package; no service is started)
+#   - ethtool, iproute2                             (to compare our ethtool ioctls with `ethtool -S`
+#                                                    on veth pairs the tests create)
 #   - victoria-metrics (OTLP/HTTP receiver)         (Debian trixie package, unpacked with
 #                                                    dpkg -x into .cache/; nothing from
 #                                                    trixie is installed into the system)
@@ -18,7 +20,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need=()
-for p in gcc pkg-config ca-certificates curl collectd-core; do
+for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -13,6 +13,7 @@ mod support;
 mod collectd;
 mod config;
 mod demo;
+mod ethtool;
 mod fixtures;
 mod otlp;
 mod otlp_resilience;

@@ -269,9 +269,10 @@ mod tests {
         let mut n = 0;
         while started.elapsed() < Duration::from_millis(1100) {
             if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
-                assert_eq!(c.plugin, "counters-sysfs");
-                assert!(!c.result.samples.is_empty());
-                n += 1;
+                if c.plugin == "counters-sysfs" {
+                    assert!(!c.result.samples.is_empty());
+                    n += 1;
+                }
             }
         }
         // 1.1 s at 200 ms: the first collection at once (plus jitter), then one per interval.

@@ -564,6 +564,14 @@ async fn run_demo(
     cfg.agent.sysfs_root = root.clone();
     cfg.agent.interval = interval;
     cfg.agent.jitter = Duration::ZERO;
+    // The simulated fabric has no NIC behind its netdevs: only the sysfs plugins apply.
+    cfg.plugins.builtin.insert(
+        rocewatch_counters_ethtool::EthtoolCounters::NAME.to_string(),
+        crate::config::PluginSettings {
+            enabled: false,
+            ..Default::default()
+        },
+    );
     cfg.exporters.otlp = otlp.map(|mut o| {
         o.interval = interval.max(Duration::from_secs(1));
         o

@@ -479,12 +479,12 @@ impl Config {
             return Err(invalid("agent.timeout", "must be greater than zero".into()));
         }
         for (name_, p) in &self.plugins.builtin {
-            if !crate::registry::BUILTIN_NAMES.contains(&name_.as_str()) {
+            if !crate::registry::builtin_names().contains(&name_.as_str()) {
                 return Err(invalid(
                     &format!("plugins.builtin.{name_}"),
                     format!(
                         "no built-in plugin named {name_:?}; built-ins are {}",
-                        crate::registry::BUILTIN_NAMES.join(", ")
+                        crate::registry::builtin_names().join(", ")
                     ),
                 ));
             }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rocewatch_counters_ethtool::EthtoolCounters;
 use rocewatch_counters_sysfs::SysfsCounters;
 use rocewatch_discovery_sysfs::SysfsDiscovery;
 use rocewatch_plugin_api::*;
@@ -16,8 +17,27 @@ use serde::Serialize;
 use crate::config::{Config, PluginSettings};
 use crate::selfmetrics::SelfMetrics;
 
-/// Names of every built-in plugin, in the order they are registered.
-pub const BUILTIN_NAMES: &[&str] = &[SysfsDiscovery::NAME, SysfsCounters::NAME];
+/// How a built-in plugin is made.
+pub type Factory = fn() -> Instance;
+
+/// Every built-in plugin, explicitly, in the order they are registered. Add new built-ins
+/// here: name and constructor.
+pub const BUILTINS: &[(&str, Factory)] = &[
+    (SysfsDiscovery::NAME, || {
+        Instance::Discovery(Box::new(SysfsDiscovery::new()))
+    }),
+    (SysfsCounters::NAME, || {
+        Instance::Collector(Box::new(SysfsCounters::new()))
+    }),
+    (EthtoolCounters::NAME, || {
+        Instance::Collector(Box::new(EthtoolCounters::new()))
+    }),
+];
+
+/// Names of every built-in plugin.
+pub fn builtin_names() -> Vec<&'static str> {
+    BUILTINS.iter().map(|(n, _)| *n).collect()
+}
 
 /// A plugin instance in the role it plays.
 pub enum Instance {
@@ -50,18 +70,9 @@ impl Instance {
     }
 }
 
-/// Every built-in plugin, explicitly. Add new built-ins here (and to [`BUILTIN_NAMES`]).
-fn builtin_instances() -> Vec<(&'static str, Instance)> {
-    vec![
-        (
-            SysfsDiscovery::NAME,
-            Instance::Discovery(Box::new(SysfsDiscovery::new())),
-        ),
-        (
-            SysfsCounters::NAME,
-            Instance::Collector(Box::new(SysfsCounters::new())),
-        ),
-    ]
+/// A fresh instance of every built-in plugin.
+fn builtin_instances() -> impl Iterator<Item = (&'static str, Instance)> {
+    BUILTINS.iter().map(|(name, make)| (*name, make()))
 }
 
 /// Where a plugin comes from.

@@ -279,6 +279,62 @@ pub fn descriptors() -> Vec<MetricDescriptor> {
     out
 }
 
+/// Metrics normalized from NIC driver statistics (`ethtool -S`, read with the ethtool
+/// ioctls). `source` names the driver statistics per vendor; priority and direction are
+/// attributes (`rdma.priority`, `network.io.direction`).
+pub static ETHTOOL_CATALOG: &[CatalogEntry] = &[
+    entry!("rdma.pfc.pause_frames", "{frame}", Counter, "mlx5 rx|tx_prio<N>_pause; ice rx|tx_priority_<N>_xoff.nic; bnxt rx|tx_pfc_ena_frames_pri<N>", NONE, 1, "mlx5, ice, bnxt",
+        "PFC pause (XOFF) frames per priority: received means the peer asked this port to stop sending on that priority."),
+    entry!("rdma.pfc.pause_duration", "us", Counter, "mlx5 rx|tx_prio<N>_pause_duration", NONE, 1, "mlx5",
+        "Time a priority spent paused, in microseconds; its rate is the fraction of time paused (pause ratio)."),
+    entry!("rdma.pfc.pause_transitions", "{transition}", Counter, "mlx5 rx_prio<N>_pause_transition; ice rx_priority_<N>_xon_2_xoff.nic; bnxt rx_pfc_xon2xoff_frames_pri<N>", NONE, 1, "mlx5, ice, bnxt",
+        "Transitions of a priority from running to paused."),
+    entry!("rdma.pfc.resume_frames", "{frame}", Counter, "ice rx|tx_priority_<N>_xon.nic", NONE, 1, "ice",
+        "PFC resume (XON) frames per priority."),
+    entry!("rdma.pfc.storm_events", "{event}", Counter, "mlx5 tx_pause_storm_warning_events, tx_pause_storm_error_events", NONE, 1, "mlx5",
+        "Pause-storm prevention events (`rdma.severity` warning or error: the NIC stopped honouring pauses)."),
+    entry!("rdma.priority.io", "By", Counter, "mlx5 rx|tx_prio<N>_bytes", NONE, 1, "mlx5",
+        "Bytes per priority."),
+    entry!("rdma.priority.packets", "{packet}", Counter, "mlx5 rx|tx_prio<N>_packets", NONE, 1, "mlx5",
+        "Packets per priority."),
+    entry!("rdma.priority.discards", "{packet}", Counter, "mlx5 rx_prio<N>_discards, rx_prio<N>_buf_discard", NONE, 1, "mlx5",
+        "Packets of a priority discarded for lack of buffer."),
+    entry!("rdma.link.pause_frames", "{frame}", Counter, "mlx5 rx|tx_pause_ctrl_phy; bnxt rx|tx_pfc_ena_frames", NONE, 1, "mlx5, bnxt",
+        "Pause frames of all priorities at the physical port."),
+    entry!("rdma.link.discards", "{packet}", Counter, "mlx5 rx|tx_discards_phy", NONE, 1, "mlx5",
+        "Packets discarded at the physical port (receive: no buffer, usually congestion)."),
+    entry!("rdma.netdev.out_of_buffer", "{packet}", Counter, "mlx5 rx_out_of_buffer", NONE, 1, "mlx5",
+        "Packets dropped because no receive buffer was posted."),
+    entry!("rdma.link.crc_errors", "{packet}", Counter, "mlx5 rx_crc_errors_phy", NONE, 1, "mlx5",
+        "Frames received with a bad CRC (cabling, optics)."),
+    entry!("rdma.link.symbol_errors", "{error}", Counter, "mlx5 rx_symbol_err_phy", NONE, 1, "mlx5",
+        "Physical symbol errors."),
+    entry!("rdma.link.corrected_bits", "{bit}", Counter, "mlx5 rx_corrected_bits_phy", NONE, 1, "mlx5",
+        "Bits corrected by FEC (a rising rate announces uncorrectable errors)."),
+    entry!("rdma.link.down_events", "{event}", Counter, "mlx5 link_down_events_phy", NONE, 1, "mlx5",
+        "Times the physical link went down."),
+    entry!("rdma.netdev.driver_stat", "1", Counter, "any statistic matching options.raw_include", NONE, 1, "any driver",
+        "Raw passthrough of driver statistics without a normalized metric (opt-in); the name is in `rdma.driver_stat`."),
+];
+
+/// The ethtool entry of `name`.
+pub fn ethtool_entry(name: &str) -> Option<&'static CatalogEntry> {
+    ETHTOOL_CATALOG.iter().find(|e| e.name == name)
+}
+
+/// Descriptors of the ethtool collector.
+pub fn ethtool_descriptors() -> Vec<MetricDescriptor> {
+    ETHTOOL_CATALOG
+        .iter()
+        .map(|e| MetricDescriptor {
+            name: e.name.into(),
+            unit: e.unit.into(),
+            kind: e.kind,
+            description: e.description.into(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,29 @@ pub fn render_markdown() -> String {
             e.description
         );
     }
+    md.push_str("\n## NIC driver statistics (ethtool)\n\n");
+    md.push_str("Read with the ethtool ioctls from the netdevs of RDMA ports and normalized across vendors. ");
+    md.push_str("Every sample carries `network.interface.name` (plus `rdma.device` and `rdma.port` of the RDMA port ");
+    md.push_str(
+        "behind it), `rdma.priority` for per-priority metrics and `network.io.direction`.\n\n",
+    );
+    md.push_str(
+        "| name | unit | kind | Prometheus | driver statistics | seen on | description |\n",
+    );
+    md.push_str("|---|---|---|---|---|---|---|\n");
+    for e in crate::catalog::ETHTOOL_CATALOG {
+        let _ = writeln!(
+            md,
+            "| `{}` | `{}` | {} | `{}` | {} | {} | {} |",
+            e.name,
+            e.unit,
+            e.kind.as_str(),
+            prometheus_sample_name(e.name, e.unit, e.kind),
+            e.source,
+            e.seen_on,
+            e.description
+        );
+    }
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(

@@ -1,0 +1,159 @@
+//! Driver statistics through the ethtool ioctls (what `ethtool -S IF` prints), without
+//! shelling out: `ETHTOOL_GSSET_INFO` for the number of statistics, `ETHTOOL_GSTRINGS`
+//! for their names, `ETHTOOL_GSTATS` for their values. Ethtool netlink does not carry
+//! driver-private statistics, hence the ioctl.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETH_SS_STATS: u32 = 1;
+const ETH_GSTRING_LEN: usize = 32;
+/// Drivers report a few hundred statistics; refuse absurd counts from a broken driver.
+const MAX_STATS: usize = 1 << 16;
+
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+/// A socket for ethtool requests, opened once per collector.
+pub struct EthtoolSocket {
+    fd: OwnedFd,
+}
+
+impl EthtoolSocket {
+    pub fn open() -> io::Result<Self> {
+        // SAFETY: plain socket(2); the result is checked.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh, owned descriptor.
+        Ok(EthtoolSocket {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn call(&self, ifname: &str, data: *mut libc::c_void) -> io::Result<()> {
+        let bytes = ifname.as_bytes();
+        if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad interface name {ifname:?}"),
+            ));
+        }
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            data,
+            _pad: [0; 16],
+        };
+        for (d, s) in req.name.iter_mut().zip(bytes) {
+            *d = *s as libc::c_char;
+        }
+        // SAFETY: req is a valid ifreq whose data points at a buffer sized for the command.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                SIOCETHTOOL as _,
+                &mut req as *mut IfReq,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Number of driver statistics of `ifname`.
+    pub fn stats_count(&self, ifname: &str) -> io::Result<usize> {
+        // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[]; }
+        let mut buf = [0u64; 3];
+        let head = buf.as_mut_ptr() as *mut u32;
+        // SAFETY: buf holds 24 bytes: cmd, reserved, sset_mask and one u32 of data.
+        unsafe {
+            head.write(ETHTOOL_GSSET_INFO);
+        }
+        buf[1] = 1 << ETH_SS_STATS;
+        self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)?;
+        if buf[1] & (1 << ETH_SS_STATS) == 0 {
+            return Ok(0); // the driver has no statistics set
+        }
+        // SAFETY: data[0] sits right after the 16-byte header.
+        let n = unsafe { (buf.as_ptr() as *const u32).add(4).read() } as usize;
+        if n > MAX_STATS {
+            return Err(io::Error::other(format!(
+                "{ifname}: driver reports {n} statistics"
+            )));
+        }
+        Ok(n)
+    }
+
+    /// Names and values of every driver statistic of `ifname`, in driver order.
+    pub fn driver_stats(&self, ifname: &str) -> io::Result<Vec<(String, u64)>> {
+        let n = self.stats_count(ifname)?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        // struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
+        let mut strings = vec![0u8; 12 + n * ETH_GSTRING_LEN];
+        strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
+        strings[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
+        strings[8..12].copy_from_slice(&(n as u32).to_ne_bytes());
+        self.call(ifname, strings.as_mut_ptr() as *mut libc::c_void)?;
+        // struct ethtool_stats { u32 cmd; u32 n_stats; u64 data[]; }
+        let mut stats = vec![0u64; 1 + n];
+        let head = stats.as_mut_ptr() as *mut u32;
+        // SAFETY: the first 8 bytes are cmd and n_stats.
+        unsafe {
+            head.write(ETHTOOL_GSTATS);
+            head.add(1).write(n as u32);
+        }
+        self.call(ifname, stats.as_mut_ptr() as *mut libc::c_void)?;
+        // The driver may have returned fewer strings than asked (stats changed meanwhile).
+        let got_strings = u32::from_ne_bytes(strings[8..12].try_into().expect("4 bytes")) as usize;
+        // SAFETY: n_stats was written back by the kernel in the same header.
+        let got_stats = unsafe { (stats.as_ptr() as *const u32).add(1).read() } as usize;
+        let m = n.min(got_strings).min(got_stats);
+        Ok((0..m)
+            .map(|i| {
+                let raw = &strings[12 + i * ETH_GSTRING_LEN..12 + (i + 1) * ETH_GSTRING_LEN];
+                let end = raw.iter().position(|&b| b == 0).unwrap_or(ETH_GSTRING_LEN);
+                (
+                    String::from_utf8_lossy(&raw[..end]).into_owned(),
+                    stats[1 + i],
+                )
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_has_no_driver_statistics_and_bad_names_are_refused() {
+        let s = EthtoolSocket::open().unwrap();
+        // lo implements no ethtool statistics: EOPNOTSUPP, or an empty set.
+        match s.driver_stats("lo") {
+            Ok(v) => assert!(v.is_empty()),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
+        }
+        assert_eq!(
+            s.driver_stats("no-such-if0").unwrap_err().raw_os_error(),
+            Some(libc::ENODEV)
+        );
+        assert_eq!(
+            s.driver_stats("a-name-much-too-long-for-ifnamsiz")
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+}

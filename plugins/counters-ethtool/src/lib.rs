@@ -1,0 +1,251 @@
+//! Built-in collector plugin: NIC driver statistics (`ethtool -S`) through the ethtool
+//! ioctls, normalized across mlx5, ice and bnxt into per-priority PFC pause frames, pause
+//! duration and transitions, per-priority bytes/packets/discards, pause-storm events and
+//! physical-layer discards and errors.
+//!
+//! Options (`[plugins.builtin.counters-ethtool.options]`):
+//! - `interfaces`: netdevs to read; default: the netdevs of the RDMA ports found under the
+//!   sysfs root (the `ibdev2netdev` mapping).
+//! - `raw_include`: a regex; driver statistics whose name matches it and that have no
+//!   normalized metric are exported as `rdma.netdev.driver_stat{stat=NAME}`. Off by
+//!   default: a NIC has hundreds of statistics, and peers' users were hurt by that many
+//!   series per NIC.
+//!
+//! Layout: [`ioctl`] reads (Linux only), [`normalize`] maps names, this file plans and
+//! scrapes behind the [`StatsSource`] seam so recorded outputs can stand in for NICs this
+//! machine does not have.
+
+#[cfg(target_os = "linux")]
+pub mod ioctl;
+pub mod normalize;
+
+use std::collections::BTreeMap;
+
+use rocewatch_discovery_sysfs::{read_inventory, DeviceFilter};
+use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
+use rocewatch_plugin_api::*;
+use rocewatch_sysfs::SysRoot;
+
+/// Attribute naming the IEEE 802.1p priority (`0`..`7`).
+pub const ATTR_PRIORITY: &str = "rdma.priority";
+/// Attribute of raw passthrough samples: the driver's own statistic name.
+pub const ATTR_STAT: &str = "rdma.driver_stat";
+
+/// Where driver statistics come from: the ioctls on a host, recorded outputs in tests.
+pub trait StatsSource: Send {
+    /// `Ok(None)` when the interface has no driver statistics or does not exist.
+    fn stats(&mut self, ifname: &str) -> std::io::Result<Option<Vec<(String, u64)>>>;
+}
+
+/// The ioctl source.
+#[cfg(target_os = "linux")]
+pub struct IoctlSource(ioctl::EthtoolSocket);
+
+#[cfg(target_os = "linux")]
+impl StatsSource for IoctlSource {
+    fn stats(&mut self, ifname: &str) -> std::io::Result<Option<Vec<(String, u64)>>> {
+        match self.0.driver_stats(ifname) {
+            Ok(v) => Ok(Some(v)),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENODEV) | Some(libc::EOPNOTSUPP) | Some(libc::ENXIO)
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Options of the plugin.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Options {
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    #[serde(default)]
+    pub raw_include: Option<String>,
+    /// Device globs (shared with the sysfs plugins through `[devices]`).
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+struct Target {
+    ifname: String,
+    base: BTreeMap<String, String>,
+}
+
+/// The built-in ethtool collector.
+pub struct EthtoolCounters {
+    source: Option<Box<dyn StatsSource>>,
+    targets: Vec<Target>,
+    raw: Option<regex::Regex>,
+}
+
+impl Default for EthtoolCounters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EthtoolCounters {
+    pub const NAME: &'static str = "counters-ethtool";
+
+    pub fn new() -> Self {
+        EthtoolCounters {
+            source: None,
+            targets: Vec::new(),
+            raw: None,
+        }
+    }
+
+    /// A collector reading from `source` instead of the ioctls (tests, recorded outputs).
+    pub fn with_source(source: Box<dyn StatsSource>) -> Self {
+        EthtoolCounters {
+            source: Some(source),
+            targets: Vec::new(),
+            raw: None,
+        }
+    }
+}
+
+/// Turn one interface's statistics into samples.
+pub fn samples_of(
+    stats: &[(String, u64)],
+    base: &BTreeMap<String, String>,
+    raw: Option<&regex::Regex>,
+) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for (name, value) in stats {
+        let (metric, attrs) = match normalize::normalize(name) {
+            Some(n) => {
+                let mut a = base.clone();
+                if let Some(p) = n.priority {
+                    a.insert(ATTR_PRIORITY.into(), p.to_string());
+                }
+                if let Some(d) = n.direction {
+                    a.insert(ATTR_DIRECTION.into(), d.into());
+                }
+                if let Some((k, v)) = n.extra {
+                    a.insert(k.into(), v.into());
+                }
+                (n.metric, a)
+            }
+            None if raw.is_some_and(|r| r.is_match(name)) => {
+                let mut a = base.clone();
+                a.insert(ATTR_STAT.into(), name.clone());
+                ("rdma.netdev.driver_stat", a)
+            }
+            None => continue,
+        };
+        let e =
+            rocewatch_metrics::ethtool_entry(metric).expect("normalized metrics are catalogued");
+        out.push(Sample {
+            name: metric.to_string(),
+            unit: e.unit.to_string(),
+            value: Value::U64(*value),
+            attributes: attrs,
+            source: format!("ethtool:{name}"),
+            kind: e.kind,
+        });
+    }
+    out
+}
+
+impl Plugin for EthtoolCounters {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        let opts: Options = serde_json::from_value(ctx.options.clone())
+            .map_err(|e| PluginError::InvalidOptions(e.to_string()))?;
+        self.raw = match &opts.raw_include {
+            Some(r) => Some(
+                regex::Regex::new(r)
+                    .map_err(|e| PluginError::InvalidOptions(format!("raw_include: {e}")))?,
+            ),
+            None => None,
+        };
+        self.targets.clear();
+        if opts.interfaces.is_empty() {
+            let filter = DeviceFilter::from_options(&ctx.options)?;
+            let root = SysRoot::new(&ctx.sysfs_root);
+            if root.ib_class().is_dir() {
+                let (inv, _) = read_inventory(&root, &filter)?;
+                for d in &inv.devices {
+                    for p in &d.ports {
+                        let Some(nd) = &p.netdev else { continue };
+                        if self.targets.iter().any(|t| &t.ifname == nd) {
+                            continue;
+                        }
+                        let mut base = BTreeMap::new();
+                        base.insert(ATTR_NETDEV.to_string(), nd.clone());
+                        base.insert(ATTR_DEVICE.to_string(), d.name.clone());
+                        base.insert(ATTR_PORT.to_string(), p.port.to_string());
+                        self.targets.push(Target {
+                            ifname: nd.clone(),
+                            base,
+                        });
+                    }
+                }
+            }
+        } else {
+            for i in opts.interfaces {
+                let mut base = BTreeMap::new();
+                base.insert(ATTR_NETDEV.to_string(), i.clone());
+                self.targets.push(Target { ifname: i, base });
+            }
+        }
+        if self.source.is_none() {
+            #[cfg(target_os = "linux")]
+            {
+                let s = ioctl::EthtoolSocket::open()
+                    .map_err(|e| PluginError::failed(format!("ethtool socket: {e}")))?;
+                self.source = Some(Box::new(IoctlSource(s)));
+            }
+            #[cfg(not(target_os = "linux"))]
+            return Err(PluginError::Unsupported(
+                "ethtool statistics are Linux-only".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CollectorPlugin for EthtoolCounters {
+    fn descriptors(&self) -> Vec<MetricDescriptor> {
+        rocewatch_metrics::ethtool_descriptors()
+    }
+
+    fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        let source = self
+            .source
+            .as_mut()
+            .ok_or_else(|| PluginError::failed("collect called before start"))?;
+        if self.targets.is_empty() {
+            return Err(PluginError::Unsupported(
+                "no netdevs to read (no RDMA port has a netdev; set options.interfaces)".into(),
+            ));
+        }
+        let mut out = ScrapeResult::default();
+        for t in &self.targets {
+            match source.stats(&t.ifname) {
+                Ok(Some(stats)) => {
+                    out.samples
+                        .extend(samples_of(&stats, &t.base, self.raw.as_ref()))
+                }
+                Ok(None) => {}
+                Err(e) => out.errors.push(PartialError {
+                    target: format!("ethtool -S {}", t.ifname),
+                    message: e.to_string(),
+                }),
+            }
+        }
+        Ok(out)
+    }
+}

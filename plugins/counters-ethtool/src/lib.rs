@@ -233,9 +233,11 @@ impl CollectorPlugin for EthtoolCounters {
             ));
         }
         let mut out = ScrapeResult::default();
+        let mut present = 0;
         for t in &self.targets {
             match source.stats(&t.ifname) {
                 Ok(Some(stats)) => {
+                    present += 1;
                     out.samples
                         .extend(samples_of(&stats, &t.base, self.raw.as_ref()))
                 }
@@ -245,6 +247,13 @@ impl CollectorPlugin for EthtoolCounters {
                     message: e.to_string(),
                 }),
             }
+        }
+        if present == 0 && out.errors.is_empty() {
+            let names: Vec<&str> = self.targets.iter().map(|t| t.ifname.as_str()).collect();
+            return Err(PluginError::Unsupported(format!(
+                "none of the netdevs {} exists here or has driver statistics",
+                names.join(", ")
+            )));
         }
         Ok(out)
     }

@@ -148,3 +148,19 @@ fn no_netdevs_is_unsupported() {
     c.start(&PluginContext::new(dir.path())).unwrap();
     assert!(matches!(c.collect(), Err(PluginError::Unsupported(_))));
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn rdma_netdevs_that_do_not_exist_here_make_the_plugin_unsupported() {
+    // The fixture's mlx5 ports map to ens1f0np0/ens1f1np1, which this host does not have.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys");
+    let mut c = EthtoolCounters::new();
+    c.start(&PluginContext::new(root)).unwrap();
+    match c.collect() {
+        Err(PluginError::Unsupported(m)) => {
+            assert!(m.contains("ens1f0np0") && m.contains("ens1f1np1"), "{m}")
+        }
+        other => panic!("expected unsupported, got {other:?}"),
+    }
+}

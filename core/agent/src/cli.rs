@@ -589,6 +589,9 @@ async fn run_demo(
     let mut sim_shutdown = shutdown.clone();
     let (tick_tx, tick_rx) = tokio::sync::watch::channel((0u64, false));
     let sim = tokio::spawn(async move {
+        // Traffic follows real elapsed time, so rates stay true even when a busy machine
+        // delays a tick; the first advance covers one whole interval.
+        let mut last = std::time::Instant::now() - interval / 2;
         tokio::time::sleep(interval / 2).await;
         let mut ticker = tokio::time::interval(interval);
         loop {
@@ -596,7 +599,11 @@ async fn run_demo(
                 _ = ticker.tick() => {}
                 _ = sim_shutdown.changed() => break,
             }
-            if let Err(e) = fabric.advance(interval.as_secs_f64()) {
+            if let Err(e) = fabric.advance(
+                std::mem::replace(&mut last, std::time::Instant::now())
+                    .elapsed()
+                    .as_secs_f64(),
+            ) {
                 tracing::error!("simulator: {e}");
             }
             let _ = tick_tx.send((fabric.tick_count(), fabric.in_burst()));

@@ -13,6 +13,7 @@ mod support;
 mod collectd;
 mod config;
 mod demo;
+mod derived;
 mod ethtool;
 mod fixtures;
 mod otlp;

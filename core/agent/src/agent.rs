@@ -83,6 +83,7 @@ impl Agent {
         ctx.host_name = host_name.clone();
         runner::start_all(&registry, &ctx, &cfg, &metrics).await;
         let store = Arc::new(Store::new());
+        store.declare(&rocewatch_metrics::derived_descriptors());
         for e in registry.of_kind(PluginKind::Collector) {
             let d = runner::call(e, e.timeout(&cfg), &metrics, |i| match i {
                 Instance::Collector(c) => Ok(c.descriptors()),
@@ -154,6 +155,11 @@ impl Agent {
         self.metrics.samples_emitted(&e.name, result.samples.len());
         self.store
             .ingest(&e.name, result.samples.clone(), &self.metrics);
+        self.store.ingest(
+            crate::derive::PLUGIN,
+            crate::derive::compute(&self.store),
+            &self.metrics,
+        );
         let c = Arc::new(Collection {
             plugin: e.name.clone(),
             time: SystemTime::now(),

@@ -5,6 +5,7 @@
 //! - [`registry`]: the explicit list of built-in plugins, `.so` loading, plugin status.
 //! - [`runner`]: calling a plugin on a blocking thread with a timeout and a panic guard.
 //! - [`agent`]: the pipeline: start, per-plugin schedules with jitter, shutdown.
+//! - [`derive`]: pause ratio, throughput and error rates computed from counter rates.
 //! - [`store`]: latest value per series, counter resets, rates.
 //! - [`selfmetrics`]: `rocewatch.*` metrics.
 //! - [`export`]: OTLP and stdout exporters.
@@ -16,6 +17,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod derive;
 pub mod export;
 pub mod registry;
 pub mod runner;

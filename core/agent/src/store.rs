@@ -32,6 +32,38 @@ struct Inner {
     descriptors: BTreeMap<String, MetricDescriptor>,
 }
 
+/// How a counter moved between two reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Delta {
+    Increase(f64),
+    /// Stuck at the 32-bit maximum (IB PortCounters saturate): the rate is unknown, not 0.
+    Saturated,
+    /// Went backwards: a reset (driver reload, counter cleared); a new series starts.
+    Reset,
+}
+
+const U32_SPAN: f64 = 4_294_967_296.0;
+
+/// Classify a counter's move from `old` to `new`.
+///
+/// - `4294967295` (or 4× that, for data counters in bytes) twice in a row: saturated.
+/// - Backwards from the top half of the 32-bit range to the bottom half: a 32-bit wrap
+///   (some driver counters are 32 bits wide and wrap), counted as the increase across it.
+/// - Any other backwards move: a reset.
+pub fn counter_delta(old: f64, new: f64) -> Delta {
+    let saturated = |v: f64| v == U32_SPAN - 1.0 || v == 4.0 * (U32_SPAN - 1.0);
+    if saturated(old) && saturated(new) {
+        return Delta::Saturated;
+    }
+    if new >= old {
+        return Delta::Increase(new - old);
+    }
+    if (U32_SPAN / 2.0..U32_SPAN).contains(&old) && new < U32_SPAN / 2.0 {
+        return Delta::Increase(U32_SPAN - old + new);
+    }
+    Delta::Reset
+}
+
 /// Shared between collectors (writers) and exporters (readers).
 #[derive(Debug, Default)]
 pub struct Store {
@@ -86,13 +118,15 @@ impl Store {
             let (start, rate) = match prev {
                 Some(p) if s.kind == MetricKind::Counter => {
                     let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
-                    if new < old {
-                        metrics.counter_reset(&s.name);
-                        tracing::debug!(series = %key, old, new, "counter reset");
-                        (now, None)
-                    } else {
-                        let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
-                        (p.start, (dt > 0.0).then(|| (new - old) / dt))
+                    let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
+                    match counter_delta(old, new) {
+                        Delta::Increase(d) => (p.start, (dt > 0.0).then(|| d / dt)),
+                        Delta::Saturated => (p.start, None),
+                        Delta::Reset => {
+                            metrics.counter_reset(&s.name);
+                            tracing::debug!(series = %key, old, new, "counter reset");
+                            (now, None)
+                        }
                     }
                 }
                 Some(p) => (p.start, None),
@@ -146,6 +180,28 @@ mod tests {
             source: "counters/port_xmit_data".into(),
             kind: MetricKind::Counter,
         }
+    }
+
+    #[test]
+    fn deltas() {
+        assert_eq!(counter_delta(10.0, 15.0), Delta::Increase(5.0));
+        assert_eq!(
+            counter_delta(4294967290.0, 4.0),
+            Delta::Increase(10.0),
+            "32-bit wrap"
+        );
+        assert_eq!(counter_delta(4294967295.0, 4294967295.0), Delta::Saturated);
+        assert_eq!(
+            counter_delta(17179869180.0, 17179869180.0),
+            Delta::Saturated,
+            "x4 data counter"
+        );
+        assert_eq!(counter_delta(1000.0, 3.0), Delta::Reset);
+        assert_eq!(
+            counter_delta(10_000_000_000.0, 5.0),
+            Delta::Reset,
+            "64-bit counters do not wrap here"
+        );
     }
 
     #[test]

@@ -240,6 +240,16 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
 ];
 
+/// Every entry of every table: port metrics, ethtool metrics, derived signals and
+/// self-metrics.
+pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
+    CATALOG
+        .iter()
+        .chain(ETHTOOL_CATALOG)
+        .chain(DERIVED_CATALOG)
+        .chain(SELF_METRICS)
+}
+
 /// The entry for a file of a port directory (`counters`, `port_xmit_data`).
 pub fn lookup(group: &str, file: &str) -> Option<&'static CatalogEntry> {
     CATALOG.iter().find(|e| {
@@ -335,6 +345,52 @@ pub fn ethtool_descriptors() -> Vec<MetricDescriptor> {
         .collect()
 }
 
+/// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin
+/// `derived` after every collection).
+pub static DERIVED_CATALOG: &[CatalogEntry] = &[
+    entry!("rdma.pfc.pause_ratio", "1", Gauge, "rate of rdma.pfc.pause_duration / 1e6", NONE, 1, "mlx5",
+        "Fraction of time a priority was paused over the last collection interval (pause time per second): 0 is never, 1 is always."),
+    entry!("rdma.port.throughput", "By/s", Gauge, "rate of rdma.port.io", NONE, 1, PORT,
+        "Data throughput of a port per direction over the last collection interval."),
+    entry!("rdma.priority.throughput", "By/s", Gauge, "rate of rdma.priority.io", NONE, 1, "mlx5",
+        "Data throughput of a priority per direction over the last collection interval."),
+    entry!("rdma.port.error_rate", "{error}/s", Gauge, "sum of the rates of the port's error counters", NONE, 1, PORT,
+        "Errors per second on a port: symbol, receive, remote physical, discards, link integrity, buffer overrun, link downed, out_of_buffer, out-of-sequence, ACK timeouts, sequence, RNR, CQE, retry and send errors together."),
+];
+
+/// The error counters summed into `rdma.port.error_rate`.
+pub const ERROR_COUNTERS: &[&str] = &[
+    "rdma.port.symbol_errors",
+    "rdma.port.receive.errors",
+    "rdma.port.receive.remote_physical_errors",
+    "rdma.port.transmit.discards",
+    "rdma.port.local_link_integrity_errors",
+    "rdma.port.excessive_buffer_overrun_errors",
+    "rdma.port.link_downed",
+    "rdma.port.out_of_buffer",
+    "rdma.port.out_of_sequence",
+    "rdma.port.local_ack_timeouts",
+    "rdma.port.packet_sequence_errors",
+    "rdma.port.rnr_nak_retry_errors",
+    "rdma.port.cqe_errors",
+    "rdma.port.retry_errors",
+    "rdma.port.sequence_errors",
+    "rdma.port.send_errors",
+];
+
+/// Descriptors of the derived signals.
+pub fn derived_descriptors() -> Vec<MetricDescriptor> {
+    DERIVED_CATALOG
+        .iter()
+        .map(|e| MetricDescriptor {
+            name: e.name.into(),
+            unit: e.unit.into(),
+            kind: e.kind,
+            description: e.description.into(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +424,18 @@ mod tests {
         }
         for s in SELF_METRICS {
             assert!(s.name.starts_with("rocewatch."));
+        }
+    }
+
+    #[test]
+    fn error_counters_are_catalogued() {
+        for n in ERROR_COUNTERS {
+            assert!(
+                CATALOG
+                    .iter()
+                    .any(|e| e.name == *n && e.kind == MetricKind::Counter),
+                "{n}"
+            );
         }
     }
 

@@ -74,6 +74,30 @@ pub fn render_markdown() -> String {
             e.description
         );
     }
+    md.push_str("\n## Derived signals\n\n");
+    md.push_str("Computed by the agent from counter rates after every collection (pseudo-plugin `derived`), ");
+    md.push_str(
+        "with the attributes of the series they come from. Rates are per second over the last ",
+    );
+    md.push_str("collection interval; a reset or a saturated 32-bit counter yields no value for that interval, ");
+    md.push_str(
+        "never a negative or zero one; a 32-bit wrap counts as the increase across it.\n\n",
+    );
+    md.push_str(
+        "| name | unit | kind | Prometheus | from | description |\n|---|---|---|---|---|---|\n",
+    );
+    for e in crate::catalog::DERIVED_CATALOG {
+        let _ = writeln!(
+            md,
+            "| `{}` | `{}` | {} | `{}` | {} | {} |",
+            e.name,
+            e.unit,
+            e.kind.as_str(),
+            prometheus_sample_name(e.name, e.unit, e.kind),
+            e.source,
+            e.description
+        );
+    }
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(

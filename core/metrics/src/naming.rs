@@ -196,11 +196,7 @@ pub fn collectd_types_db() -> String {
          # do not edit. Load it next to collectd's own: TypesDB \"/usr/share/collectd/types.db\" \"/etc/rocewatch/types.db\"\n",
     );
     let mut seen = std::collections::BTreeSet::new();
-    for e in crate::CATALOG
-        .iter()
-        .chain(crate::ETHTOOL_CATALOG)
-        .chain(crate::SELF_METRICS)
-    {
+    for e in crate::all_entries() {
         if e.kind == MetricKind::Histogram || !seen.insert(e.name) {
             continue;
         }

@@ -80,10 +80,7 @@ fn part(s: &str) -> String {
 }
 
 fn is_catalogued(name: &str) -> bool {
-    rocewatch_metrics::CATALOG
-        .iter()
-        .chain(rocewatch_metrics::SELF_METRICS)
-        .any(|e| e.name == name)
+    rocewatch_metrics::all_entries().any(|e| e.name == name)
 }
 
 /// Map one sample to a value list.

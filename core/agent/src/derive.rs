@@ -1,0 +1,179 @@
+//! Signals computed from counter rates after every collection: PFC pause ratio per
+//! priority, throughput per port and per priority, error rate per port. They are gauges
+//! ingested under the pseudo-plugin [`PLUGIN`], so every exporter sees them.
+
+use std::collections::BTreeMap;
+
+use rocewatch_metrics::{ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, DERIVED_CATALOG, ERROR_COUNTERS};
+use rocewatch_plugin_api::{MetricKind, Sample, Value};
+
+use crate::store::Store;
+
+/// The name derived series are stored under.
+pub const PLUGIN: &str = "derived";
+
+fn derived(name: &str, value: f64, attributes: BTreeMap<String, String>, from: &str) -> Sample {
+    let e = DERIVED_CATALOG
+        .iter()
+        .find(|e| e.name == name)
+        .expect("derived metric is catalogued");
+    Sample {
+        name: name.to_string(),
+        unit: e.unit.to_string(),
+        value: Value::F64(value),
+        attributes,
+        source: format!("derived:{from}"),
+        kind: MetricKind::Gauge,
+    }
+}
+
+/// Every derived signal the store's current rates allow.
+pub fn compute(store: &Store) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for (from, to, scale) in [
+        ("rdma.pfc.pause_duration", "rdma.pfc.pause_ratio", 1e-6),
+        ("rdma.port.io", "rdma.port.throughput", 1.0),
+        ("rdma.priority.io", "rdma.priority.throughput", 1.0),
+    ] {
+        for s in store.by_name(from) {
+            if let Some(r) = s.rate {
+                out.push(derived(to, r * scale, s.sample.attributes.clone(), from));
+            }
+        }
+    }
+    // Error rate: sum per port over every error counter that has a rate.
+    let mut per_port: BTreeMap<(String, String), (f64, BTreeMap<String, String>)> = BTreeMap::new();
+    for name in ERROR_COUNTERS {
+        for s in store.by_name(name) {
+            let (Some(rate), Some(dev), Some(port)) = (
+                s.rate,
+                s.sample.attributes.get(ATTR_DEVICE),
+                s.sample.attributes.get(ATTR_PORT),
+            ) else {
+                continue;
+            };
+            let slot = per_port
+                .entry((dev.clone(), port.clone()))
+                .or_insert_with(|| {
+                    let mut a = BTreeMap::new();
+                    a.insert(ATTR_DEVICE.to_string(), dev.clone());
+                    a.insert(ATTR_PORT.to_string(), port.clone());
+                    if let Some(nd) = s.sample.attributes.get(ATTR_NETDEV) {
+                        a.insert(ATTR_NETDEV.to_string(), nd.clone());
+                    }
+                    (0.0, a)
+                });
+            slot.0 += rate;
+        }
+    }
+    for (_, (rate, attrs)) in per_port {
+        out.push(derived(
+            "rdma.port.error_rate",
+            rate,
+            attrs,
+            "error counters",
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selfmetrics::SelfMetrics;
+    use std::time::{Duration, Instant, SystemTime};
+
+    fn counter(name: &str, unit: &str, v: u64, attrs: &[(&str, &str)]) -> Sample {
+        Sample {
+            name: name.into(),
+            unit: unit.into(),
+            value: Value::U64(v),
+            attributes: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            source: "x".into(),
+            kind: MetricKind::Counter,
+        }
+    }
+
+    fn value(out: &[Sample], name: &str, attr: (&str, &str)) -> Option<f64> {
+        out.iter()
+            .find(|s| {
+                s.name == name && s.attributes.get(attr.0).map(String::as_str) == Some(attr.1)
+            })
+            .map(|s| s.value.as_f64())
+    }
+
+    #[test]
+    fn pause_ratio_throughput_and_error_rate() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let (t0, i0) = (SystemTime::now(), Instant::now());
+        let port = [
+            ("rdma.device", "mlx5_0"),
+            ("rdma.port", "1"),
+            ("network.interface.name", "ens1f0np0"),
+        ];
+        let p3 = [
+            ("network.interface.name", "ens1f0np0"),
+            ("rdma.priority", "3"),
+            ("network.io.direction", "receive"),
+        ];
+        let read = |pause_us: u64, io: u64, sym: u64, oob: u64| {
+            vec![
+                counter("rdma.pfc.pause_duration", "us", pause_us, &p3),
+                counter("rdma.port.io", "By", io, &port),
+                counter("rdma.port.symbol_errors", "{error}", sym, &port),
+                counter("rdma.port.out_of_buffer", "{packet}", oob, &port),
+            ]
+        };
+        store.ingest_at("p", read(1_000_000, 0, 0, 0), &m, t0, i0);
+        assert!(compute(&store).is_empty(), "no rates after one read");
+        // 2 s later: paused 500 ms of them (ratio 0.25), 20 GB sent, 4 + 6 errors.
+        store.ingest_at(
+            "p",
+            read(1_500_000, 20_000_000_000, 4, 6),
+            &m,
+            t0 + Duration::from_secs(2),
+            i0 + Duration::from_secs(2),
+        );
+        let out = compute(&store);
+        assert_eq!(
+            value(&out, "rdma.pfc.pause_ratio", ("rdma.priority", "3")),
+            Some(0.25)
+        );
+        assert_eq!(
+            value(&out, "rdma.port.throughput", ("rdma.device", "mlx5_0")),
+            Some(10e9)
+        );
+        assert_eq!(
+            value(&out, "rdma.port.error_rate", ("rdma.device", "mlx5_0")),
+            Some(5.0)
+        );
+        let er = out
+            .iter()
+            .find(|s| s.name == "rdma.port.error_rate")
+            .unwrap();
+        assert_eq!(
+            er.attributes
+                .get("network.interface.name")
+                .map(String::as_str),
+            Some("ens1f0np0")
+        );
+        // A reset yields no rate: no derived value, never a negative one.
+        store.ingest_at(
+            "p",
+            read(10, 5, 0, 0),
+            &m,
+            t0 + Duration::from_secs(3),
+            i0 + Duration::from_secs(3),
+        );
+        let out = compute(&store);
+        assert!(out.iter().all(|s| s.value.as_f64() >= 0.0));
+        assert_eq!(
+            value(&out, "rdma.pfc.pause_ratio", ("rdma.priority", "3")),
+            None
+        );
+    }
+}

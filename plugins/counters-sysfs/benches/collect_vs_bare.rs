@@ -1,0 +1,97 @@
+//! The cost of one collection by the sysfs counter plugin against the bare cost of reading
+//! the same files in a tight loop, on the same tree, in the same run.
+//!
+//! `cargo bench -p rocewatch-counters-sysfs --bench collect_vs_bare [-- ROOT]`
+//! ROOT defaults to a 16-port mlx5 host generated with
+//! `integration-tests/fixtures/generate.py --big`.
+
+use std::hint::black_box;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rocewatch_counters_sysfs::SysfsCounters;
+use rocewatch_plugin_api::{CollectorPlugin, Plugin, PluginContext};
+
+/// Every file the plugin reads per scrape: the counter directories plus state, phys_state,
+/// rate and the netdev MTU of each port.
+fn files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let ib = root.join("class/infiniband");
+    for dev in std::fs::read_dir(&ib).unwrap() {
+        let dev = dev.unwrap().path();
+        for port in std::fs::read_dir(dev.join("ports")).unwrap() {
+            let port = port.unwrap().path();
+            for f in ["state", "phys_state", "rate"] {
+                out.push(port.join(f));
+            }
+            for group in ["counters", "counters_ext", "hw_counters"] {
+                if let Ok(rd) = std::fs::read_dir(port.join(group)) {
+                    for f in rd {
+                        let f = f.unwrap();
+                        if f.file_name() != "lifespan" {
+                            out.push(f.path());
+                        }
+                    }
+                }
+            }
+            if let Ok(rd) = std::fs::read_dir(port.join("gid_attrs/ndevs")) {
+                if let Some(nd) = rd.filter_map(|e| e.ok()).find_map(|e| std::fs::read_to_string(e.path()).ok()) {
+                    out.push(root.join("class/net").join(nd.trim()).join("mtu"));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn bare(files: &[PathBuf]) -> u64 {
+    let mut buf = Vec::with_capacity(64);
+    let mut sum = 0u64;
+    for f in files {
+        buf.clear();
+        if let Ok(mut h) = std::fs::File::open(f) {
+            let _ = h.read_to_end(&mut buf);
+        }
+        sum += buf.len() as u64;
+    }
+    sum
+}
+
+fn per_iter(mut f: impl FnMut(), budget: Duration) -> (Duration, u32) {
+    for _ in 0..20 {
+        f(); // warm the page cache and the plan
+    }
+    let start = Instant::now();
+    let mut n = 0;
+    while start.elapsed() < budget {
+        f();
+        n += 1;
+    }
+    (start.elapsed() / n, n)
+}
+
+fn main() {
+    let root = match std::env::args().skip(1).find(|a| !a.starts_with('-')) {
+        Some(r) => PathBuf::from(r),
+        None => {
+            let dest = std::env::temp_dir().join("rocewatch-bench-host");
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration-tests/fixtures/generate.py");
+            let out = std::process::Command::new("python3").arg(&script).arg("--big").arg(&dest).output().expect("python3");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            dest.join("sys")
+        }
+    };
+    let files = files(&root);
+    let mut plugin = SysfsCounters::new();
+    plugin.start(&PluginContext::new(&root)).unwrap();
+    let samples = plugin.collect().unwrap().samples.len();
+    let budget = Duration::from_secs(3);
+    let (b, nb) = per_iter(|| { black_box(bare(black_box(&files))); }, budget);
+    let (c, nc) = per_iter(|| { black_box(plugin.collect().unwrap()); }, budget);
+    println!("tree: {}", root.display());
+    println!("files per scrape: {}, samples per scrape: {samples}", files.len());
+    println!("bare read:  {:>10.1} us per scrape ({nb} iterations)", b.as_secs_f64() * 1e6);
+    println!("collection: {:>10.1} us per scrape ({nc} iterations)", c.as_secs_f64() * 1e6);
+    println!("ratio collection / bare read: {:.2}", c.as_secs_f64() / b.as_secs_f64());
+}

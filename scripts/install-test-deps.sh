@@ -41,4 +41,4 @@ if [ ! -x "$prom" ]; then
   scripts/fetch-deb.sh bookworm prometheus .cache/prometheus >/dev/null
 fi
 "$prom" --version >/dev/null 2>&1 || { echo "install-test-deps: $prom does not run" >&2; exit 1; }
-echo "install-test-deps: ok ($("$vm" -version 2>&1 | head -n1); $("$prom" --version 2>&1 | head -n1))"
+echo "install-test-deps: ok ($("$vm" -version 2>&1 | grep -m1 .); $("$prom" --version 2>&1 | grep -m1 .))"

@@ -2,19 +2,10 @@
 //! metrics` in both formats, and scraped by a real Prometheus whose query results match
 //! the fixture.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn get(url: &str, accept: Option<&str>) -> Option<(String, String)> {
     let mut r = reqwest::blocking::Client::new()

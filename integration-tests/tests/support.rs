@@ -166,6 +166,16 @@ pub fn require(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
     panic!("{what} not found: run scripts/install-test-deps.sh (or scripts/test.sh), or set ROCEWATCH_SKIP_RECEIVERS=1 to skip receiver tests knowingly");
 }
 
+/// A child process killed (and reaped) when dropped: test servers never outlive a test.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -272,10 +272,10 @@ pub fn unknown_hw_counter() -> &'static CatalogEntry {
         .expect("catalog has the hw_counters/* entry")
 }
 
-/// One descriptor per distinct metric name of the port catalog.
-pub fn descriptors() -> Vec<MetricDescriptor> {
+/// One descriptor per distinct metric name of `table`.
+pub fn descriptors_of(table: &[CatalogEntry]) -> Vec<MetricDescriptor> {
     let mut out: Vec<MetricDescriptor> = Vec::new();
-    for e in CATALOG {
+    for e in table {
         if out.iter().any(|d| d.name == e.name) {
             continue;
         }
@@ -287,6 +287,11 @@ pub fn descriptors() -> Vec<MetricDescriptor> {
         });
     }
     out
+}
+
+/// One descriptor per distinct metric name of the port catalog.
+pub fn descriptors() -> Vec<MetricDescriptor> {
+    descriptors_of(CATALOG)
 }
 
 /// Metrics normalized from NIC driver statistics (`ethtool -S`, read with the ethtool
@@ -334,15 +339,7 @@ pub fn ethtool_entry(name: &str) -> Option<&'static CatalogEntry> {
 
 /// Descriptors of the ethtool collector.
 pub fn ethtool_descriptors() -> Vec<MetricDescriptor> {
-    ETHTOOL_CATALOG
-        .iter()
-        .map(|e| MetricDescriptor {
-            name: e.name.into(),
-            unit: e.unit.into(),
-            kind: e.kind,
-            description: e.description.into(),
-        })
-        .collect()
+    descriptors_of(ETHTOOL_CATALOG)
 }
 
 /// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin
@@ -380,15 +377,7 @@ pub const ERROR_COUNTERS: &[&str] = &[
 
 /// Descriptors of the derived signals.
 pub fn derived_descriptors() -> Vec<MetricDescriptor> {
-    DERIVED_CATALOG
-        .iter()
-        .map(|e| MetricDescriptor {
-            name: e.name.into(),
-            unit: e.unit.into(),
-            kind: e.kind,
-            description: e.description.into(),
-        })
-        .collect()
+    descriptors_of(DERIVED_CATALOG)
 }
 
 #[cfg(test)]

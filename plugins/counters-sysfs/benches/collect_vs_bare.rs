@@ -36,7 +36,10 @@ fn files(root: &Path) -> Vec<PathBuf> {
                 }
             }
             if let Ok(rd) = std::fs::read_dir(port.join("gid_attrs/ndevs")) {
-                if let Some(nd) = rd.filter_map(|e| e.ok()).find_map(|e| std::fs::read_to_string(e.path()).ok()) {
+                if let Some(nd) = rd
+                    .filter_map(|e| e.ok())
+                    .find_map(|e| std::fs::read_to_string(e.path()).ok())
+                {
                     out.push(root.join("class/net").join(nd.trim()).join("mtu"));
                 }
             }
@@ -76,9 +79,19 @@ fn main() {
         Some(r) => PathBuf::from(r),
         None => {
             let dest = std::env::temp_dir().join("rocewatch-bench-host");
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration-tests/fixtures/generate.py");
-            let out = std::process::Command::new("python3").arg(&script).arg("--big").arg(&dest).output().expect("python3");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../integration-tests/fixtures/generate.py");
+            let out = std::process::Command::new("python3")
+                .arg(&script)
+                .arg("--big")
+                .arg(&dest)
+                .output()
+                .expect("python3");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             dest.join("sys")
         }
     };
@@ -87,11 +100,33 @@ fn main() {
     plugin.start(&PluginContext::new(&root)).unwrap();
     let samples = plugin.collect().unwrap().samples.len();
     let budget = Duration::from_secs(3);
-    let (b, nb) = per_iter(|| { black_box(bare(black_box(&files))); }, budget);
-    let (c, nc) = per_iter(|| { black_box(plugin.collect().unwrap()); }, budget);
+    let (b, nb) = per_iter(
+        || {
+            black_box(bare(black_box(&files)));
+        },
+        budget,
+    );
+    let (c, nc) = per_iter(
+        || {
+            black_box(plugin.collect().unwrap());
+        },
+        budget,
+    );
     println!("tree: {}", root.display());
-    println!("files per scrape: {}, samples per scrape: {samples}", files.len());
-    println!("bare read:  {:>10.1} us per scrape ({nb} iterations)", b.as_secs_f64() * 1e6);
-    println!("collection: {:>10.1} us per scrape ({nc} iterations)", c.as_secs_f64() * 1e6);
-    println!("ratio collection / bare read: {:.2}", c.as_secs_f64() / b.as_secs_f64());
+    println!(
+        "files per scrape: {}, samples per scrape: {samples}",
+        files.len()
+    );
+    println!(
+        "bare read:  {:>10.1} us per scrape ({nb} iterations)",
+        b.as_secs_f64() * 1e6
+    );
+    println!(
+        "collection: {:>10.1} us per scrape ({nc} iterations)",
+        c.as_secs_f64() * 1e6
+    );
+    println!(
+        "ratio collection / bare read: {:.2}",
+        c.as_secs_f64() / b.as_secs_f64()
+    );
 }

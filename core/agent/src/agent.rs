@@ -153,11 +153,10 @@ impl Agent {
             tracing::warn!(plugin = %e.name, target = %err.target, "{}: partial scrape: {}", e.label(), err.message);
         }
         self.metrics.samples_emitted(&e.name, result.samples.len());
-        self.store
-            .ingest(&e.name, result.samples.clone(), &self.metrics);
+        self.store.ingest(&e.name, &result.samples, &self.metrics);
         self.store.ingest(
             crate::derive::PLUGIN,
-            crate::derive::compute(&self.store),
+            &crate::derive::compute(&self.store),
             &self.metrics,
         );
         let c = Arc::new(Collection {

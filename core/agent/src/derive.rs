@@ -35,22 +35,22 @@ pub fn compute(store: &Store) -> Vec<Sample> {
         ("rdma.port.io", "rdma.port.throughput", 1.0),
         ("rdma.priority.io", "rdma.priority.throughput", 1.0),
     ] {
-        for s in store.by_name(from) {
+        store.for_each_named(from, |s| {
             if let Some(r) = s.rate {
                 out.push(derived(to, r * scale, s.sample.attributes.clone(), from));
             }
-        }
+        });
     }
     // Error rate: sum per port over every error counter that has a rate.
     let mut per_port: BTreeMap<(String, String), (f64, BTreeMap<String, String>)> = BTreeMap::new();
     for name in ERROR_COUNTERS {
-        for s in store.by_name(name) {
+        store.for_each_named(name, |s| {
             let (Some(rate), Some(dev), Some(port)) = (
                 s.rate,
                 s.sample.attributes.get(ATTR_DEVICE),
                 s.sample.attributes.get(ATTR_PORT),
             ) else {
-                continue;
+                return;
             };
             let slot = per_port
                 .entry((dev.clone(), port.clone()))
@@ -64,7 +64,7 @@ pub fn compute(store: &Store) -> Vec<Sample> {
                     (0.0, a)
                 });
             slot.0 += rate;
-        }
+        });
     }
     for (_, (rate, attrs)) in per_port {
         out.push(derived(
@@ -128,12 +128,12 @@ mod tests {
                 counter("rdma.port.out_of_buffer", "{packet}", oob, &port),
             ]
         };
-        store.ingest_at("p", read(1_000_000, 0, 0, 0), &m, t0, i0);
+        store.ingest_at("p", &read(1_000_000, 0, 0, 0), &m, t0, i0);
         assert!(compute(&store).is_empty(), "no rates after one read");
         // 2 s later: paused 500 ms of them (ratio 0.25), 20 GB sent, 4 + 6 errors.
         store.ingest_at(
             "p",
-            read(1_500_000, 20_000_000_000, 4, 6),
+            &read(1_500_000, 20_000_000_000, 4, 6),
             &m,
             t0 + Duration::from_secs(2),
             i0 + Duration::from_secs(2),
@@ -164,7 +164,7 @@ mod tests {
         // A reset yields no rate: no derived value, never a negative one.
         store.ingest_at(
             "p",
-            read(10, 5, 0, 0),
+            &read(10, 5, 0, 0),
             &m,
             t0 + Duration::from_secs(3),
             i0 + Duration::from_secs(3),

@@ -24,10 +24,13 @@ pub struct Series {
     /// and right after a reset.
     pub rate: Option<f64>,
     read_at: Instant,
+    /// The ingest that last saw this series (series a plugin stops emitting are dropped).
+    generation: u64,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
+    generation: u64,
     series: BTreeMap<String, Series>,
     descriptors: BTreeMap<String, MetricDescriptor>,
 }
@@ -98,54 +101,74 @@ impl Store {
 
     /// Replace everything `plugin` emitted with `samples` (series it no longer emits,
     /// e.g. of a vanished device, are dropped).
-    pub fn ingest(&self, plugin: &str, samples: Vec<Sample>, metrics: &SelfMetrics) {
+    pub fn ingest(&self, plugin: &str, samples: &[Sample], metrics: &SelfMetrics) {
         self.ingest_at(plugin, samples, metrics, SystemTime::now(), Instant::now());
     }
 
+    /// [`Store::ingest`] at a given time. Series already known are updated in place (no
+    /// copy of their attributes); only new series are cloned in.
     pub fn ingest_at(
         &self,
         plugin: &str,
-        samples: Vec<Sample>,
+        samples: &[Sample],
         metrics: &SelfMetrics,
         now: SystemTime,
         mono: Instant,
     ) {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let mut fresh: BTreeMap<String, Series> = BTreeMap::new();
+        g.generation += 1;
+        let generation = g.generation;
         for s in samples {
             let key = s.series_key();
-            let prev = g.series.get(&key);
-            let (start, rate) = match prev {
-                Some(p) if s.kind == MetricKind::Counter => {
-                    let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
-                    let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
-                    match counter_delta(old, new) {
-                        Delta::Increase(d) => (p.start, (dt > 0.0).then(|| d / dt)),
-                        Delta::Saturated => (p.start, None),
-                        Delta::Reset => {
-                            metrics.counter_reset(&s.name);
-                            tracing::debug!(series = %key, old, new, "counter reset");
-                            (now, None)
+            match g.series.get_mut(&key) {
+                Some(p) => {
+                    let mut rate = None;
+                    if s.kind == MetricKind::Counter {
+                        let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
+                        let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
+                        match counter_delta(old, new) {
+                            Delta::Increase(d) => rate = (dt > 0.0).then(|| d / dt),
+                            Delta::Saturated => {}
+                            Delta::Reset => {
+                                metrics.counter_reset(&s.name);
+                                tracing::debug!(series = %key, old, new, "counter reset");
+                                p.start = now;
+                            }
                         }
                     }
+                    p.sample.value = s.value;
+                    p.rate = rate;
+                    p.time = now;
+                    p.read_at = mono;
+                    p.generation = generation;
+                    if p.plugin != plugin {
+                        p.plugin = plugin.to_string();
+                    }
                 }
-                Some(p) => (p.start, None),
-                None => (now, None),
-            };
-            fresh.insert(
-                key,
-                Series {
-                    sample: s,
-                    plugin: plugin.to_string(),
-                    start,
-                    time: now,
-                    rate,
-                    read_at: mono,
-                },
-            );
+                None => {
+                    g.series.insert(
+                        key,
+                        Series {
+                            sample: s.clone(),
+                            plugin: plugin.to_string(),
+                            start: now,
+                            time: now,
+                            rate: None,
+                            read_at: mono,
+                            generation,
+                        },
+                    );
+                }
+            }
         }
-        g.series.retain(|_, v| v.plugin != plugin);
-        g.series.extend(fresh);
+        g.series
+            .retain(|_, v| v.plugin != plugin || v.generation == generation);
+    }
+
+    /// Run `f` over every series, sorted by key, under the read lock (no copies).
+    pub fn with_series<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &Series>) -> R) -> R {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        f(&mut g.series.values())
     }
 
     /// Every series, sorted by key.
@@ -154,14 +177,28 @@ impl Store {
         g.series.values().cloned().collect()
     }
 
-    /// Series of one metric name.
-    pub fn by_name(&self, name: &str) -> Vec<Series> {
+    /// Visit the series of one metric name without copying them. Keys start with the
+    /// name followed by `|` (or end there), so this is a range scan.
+    pub fn for_each_named(&self, name: &str, mut f: impl FnMut(&Series)) {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        g.series
-            .values()
-            .filter(|s| s.sample.name == name)
-            .cloned()
-            .collect()
+        for (k, v) in g
+            .series
+            .range::<str, _>((std::ops::Bound::Included(name), std::ops::Bound::Unbounded))
+        {
+            if !k.starts_with(name) {
+                break;
+            }
+            if k.len() == name.len() || k.as_bytes()[name.len()] == b'|' {
+                f(v);
+            }
+        }
+    }
+
+    /// Series of one metric name (copies; prefer [`Store::for_each_named`] on hot paths).
+    pub fn by_name(&self, name: &str) -> Vec<Series> {
+        let mut out = Vec::new();
+        self.for_each_named(name, |s| out.push(s.clone()));
+        out
     }
 }
 
@@ -210,11 +247,11 @@ mod tests {
         let m = SelfMetrics::default();
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
         let i0 = Instant::now();
-        store.ingest_at("p", vec![counter(100)], &m, t0, i0);
+        store.ingest_at("p", &[counter(100)], &m, t0, i0);
         assert_eq!(store.snapshot()[0].rate, None);
         store.ingest_at(
             "p",
-            vec![counter(300)],
+            &[counter(300)],
             &m,
             t0 + Duration::from_secs(2),
             i0 + Duration::from_secs(2),
@@ -224,7 +261,7 @@ mod tests {
         assert_eq!(s.start, t0);
         // Backwards: a reset. New start, no (negative) rate, counted.
         let t2 = t0 + Duration::from_secs(4);
-        store.ingest_at("p", vec![counter(50)], &m, t2, i0 + Duration::from_secs(4));
+        store.ingest_at("p", &[counter(50)], &m, t2, i0 + Duration::from_secs(4));
         let s = &store.snapshot()[0];
         assert_eq!(s.rate, None);
         assert_eq!(s.start, t2);
@@ -238,14 +275,14 @@ mod tests {
         );
         store.ingest_at(
             "p",
-            vec![counter(150)],
+            &[counter(150)],
             &m,
             t2 + Duration::from_secs(1),
             i0 + Duration::from_secs(5),
         );
         assert_eq!(store.snapshot()[0].rate, Some(100.0));
         // The plugin stops emitting the series (device gone): it is dropped.
-        store.ingest_at("p", vec![], &m, t2, i0 + Duration::from_secs(6));
+        store.ingest_at("p", &[], &m, t2, i0 + Duration::from_secs(6));
         assert!(store.snapshot().is_empty());
     }
 }

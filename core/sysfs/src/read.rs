@@ -75,13 +75,34 @@ pub fn classify_io_error(e: &io::Error) -> bool {
 
 /// Read a whole attribute file and trim it. Absent values are `Ok(Attr::Absent)`.
 pub fn read_attr(path: &Path) -> Result<Attr, SysfsError> {
-    let mut buf = Vec::with_capacity(64);
-    let r = std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut buf));
+    Ok(match read_attr_with(path, str::to_string)? {
+        Some(v) => Attr::Value(v),
+        None => Attr::Absent,
+    })
+}
+
+/// Read an attribute file into a page-sized stack buffer and hand the trimmed text to `f`
+/// without allocating. `Ok(None)` when the value is absent.
+///
+/// Plain `read(2)` calls until EOF: no `stat` (sysfs sizes are always 4096) and no seek,
+/// so a counter costs open, two reads and close. sysfs attributes are at most a page.
+pub fn read_attr_with<T>(path: &Path, f: impl FnOnce(&str) -> T) -> Result<Option<T>, SysfsError> {
+    let mut buf = [0u8; 4096];
+    let r = std::fs::File::open(path).and_then(|mut file| {
+        let mut n = 0;
+        while n < buf.len() {
+            match file.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    });
     match r {
-        Ok(_) => Ok(Attr::Value(
-            String::from_utf8_lossy(&buf).trim().to_string(),
-        )),
-        Err(e) if classify_io_error(&e) => Ok(Attr::Absent),
+        Ok(n) => Ok(Some(f(String::from_utf8_lossy(&buf[..n]).trim()))),
+        Err(e) if classify_io_error(&e) => Ok(None),
         Err(source) => Err(SysfsError::Io {
             path: path.to_path_buf(),
             source,

@@ -21,7 +21,7 @@ use rocewatch_metrics::{
     self as catalog, CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT,
 };
 use rocewatch_plugin_api::*;
-use rocewatch_sysfs::{parse, read, Attr, SysRoot};
+use rocewatch_sysfs::{parse, read, SysRoot};
 
 const GROUPS: [&str; 3] = ["counters_ext", "counters", "hw_counters"];
 
@@ -230,23 +230,27 @@ impl SysfsCounters {
             }
         }
         for f in &p.files {
-            match read::read_attr(&f.path) {
-                Ok(Attr::Value(text)) => match parse::parse_counter(&text) {
-                    parse::CounterText::Value(raw) => out.samples.push(Sample {
-                        name: f.entry.name.to_string(),
-                        unit: f.entry.unit.to_string(),
-                        value: Value::U64(raw.saturating_mul(f.entry.scale)),
-                        attributes: f.attributes.clone(),
-                        source: f.source.clone(),
-                        kind: f.entry.kind,
-                    }),
-                    parse::CounterText::Absent => {}
-                    parse::CounterText::Garbage => out.errors.push(PartialError {
-                        target: f.path.display().to_string(),
-                        message: format!("not a counter value: {text:?}"),
-                    }),
-                },
-                Ok(Attr::Absent) => {
+            // Parse in place: the text is only copied out when it is garbage to report.
+            let read = read::read_attr_with(&f.path, |text| match parse::parse_counter(text) {
+                parse::CounterText::Value(raw) => Ok(Some(raw)),
+                parse::CounterText::Absent => Ok(None),
+                parse::CounterText::Garbage => Err(text.to_string()),
+            });
+            match read {
+                Ok(Some(Ok(Some(raw)))) => out.samples.push(Sample {
+                    name: f.entry.name.to_string(),
+                    unit: f.entry.unit.to_string(),
+                    value: Value::U64(raw.saturating_mul(f.entry.scale)),
+                    attributes: f.attributes.clone(),
+                    source: f.source.clone(),
+                    kind: f.entry.kind,
+                }),
+                Ok(Some(Ok(None))) => {}
+                Ok(Some(Err(text))) => out.errors.push(PartialError {
+                    target: f.path.display().to_string(),
+                    message: format!("not a counter value: {text:?}"),
+                }),
+                Ok(None) => {
                     if !p.port_dir.exists() {
                         vanished = true;
                         break;

@@ -122,25 +122,29 @@ fn family(out: &mut String, d: &MetricDescriptor, samples: &[&Sample], format: F
 
 /// Render the store and the self-metrics.
 pub fn render(store: &Store, metrics: &SelfMetrics, format: Format) -> String {
-    let series = store.snapshot();
-    let mut by_name: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
-    for s in &series {
-        by_name
-            .entry(s.sample.name.as_str())
-            .or_default()
-            .push(&s.sample);
-    }
     let descriptors: BTreeMap<String, MetricDescriptor> = store
         .descriptors()
         .into_iter()
         .map(|d| (d.name.clone(), d))
         .collect();
-    let mut out = String::with_capacity(64 * series.len() + 1024);
-    for (name, samples) in &by_name {
-        if let Some(d) = descriptors.get(*name) {
-            family(&mut out, d, samples, format);
+    let mut out = String::with_capacity(64 * 1024);
+    // The store is sorted by series key (name first), so each family's series are
+    // contiguous: render them as they come, under the read lock, without copies.
+    store.with_series(|all| {
+        let mut group: Vec<&Sample> = Vec::new();
+        for s in all {
+            if group.first().is_some_and(|g| g.name != s.sample.name) {
+                if let Some(d) = descriptors.get(&group[0].name) {
+                    family(&mut out, d, &group, format);
+                }
+                group.clear();
+            }
+            group.push(&s.sample);
         }
-    }
+        if let Some(d) = group.first().and_then(|g| descriptors.get(&g.name)) {
+            family(&mut out, d, &group, format);
+        }
+    });
     render_self(&mut out, metrics, format);
     if format == Format::OpenMetrics {
         out.push_str("# EOF\n");

@@ -55,6 +55,8 @@ macro_rules! entry {
 const IB: &str = "IB PortCounters (mlx5, IB HCAs)";
 const IB_EXT: &str = "IB PortCountersExtended (older kernels)";
 const MLX5: &str = "mlx5";
+const MLX5_BNXT: &str = "mlx5, bnxt_re (newer kernels)";
+const BNXT: &str = "bnxt_re (Broadcom)";
 const RXE: &str = "rxe (soft-RoCE)";
 const PORT: &str = "every port";
 
@@ -128,7 +130,7 @@ pub static CATALOG: &[CatalogEntry] = &[
     entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters_ext/port_multicast_rcv_packets", RX, 1, IB_EXT,
         "Multicast packets received (64-bit counter)."),
     // ---- hw_counters/ (mlx5)
-    entry!("rdma.port.out_of_buffer", "{packet}", Counter, "hw_counters/out_of_buffer", NONE, 1, MLX5,
+    entry!("rdma.port.out_of_buffer", "{packet}", Counter, "hw_counters/out_of_buffer", NONE, 1, MLX5_BNXT,
         "Packets dropped because no receive WQE was posted (receive buffer exhausted)."),
     entry!("rdma.port.out_of_sequence", "{packet}", Counter, "hw_counters/out_of_sequence", NONE, 1, MLX5,
         "Out-of-sequence packets received (a sign of drops on the path)."),
@@ -142,9 +144,9 @@ pub static CATALOG: &[CatalogEntry] = &[
         "ACK timer expirations on a requester QP (retransmission by timeout)."),
     entry!("rdma.port.rnr_nak_retry_errors", "{event}", Counter, "hw_counters/rnr_nak_retry_err", NONE, 1, MLX5,
         "RNR NAKs received after the retry count was exceeded."),
-    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/req_cqe_error", &[("rdma.side", "requester")], 1, MLX5,
+    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/req_cqe_error", &[("rdma.side", "requester")], 1, MLX5_BNXT,
         "Completions with error on the requester side."),
-    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/resp_cqe_error", &[("rdma.side", "responder")], 1, MLX5,
+    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/resp_cqe_error", &[("rdma.side", "responder")], 1, MLX5_BNXT,
         "Completions with error on the responder side."),
     entry!("rdma.port.cqe_flush_errors", "{event}", Counter, "hw_counters/req_cqe_flush_error", &[("rdma.side", "requester")], 1, MLX5,
         "Flushed completions with error on the requester side."),
@@ -158,11 +160,11 @@ pub static CATALOG: &[CatalogEntry] = &[
         "Invalid requests NAKed by the remote responder."),
     entry!("rdma.port.local_length_errors", "{event}", Counter, "hw_counters/resp_local_length_error", NONE, 1, MLX5,
         "Responder local length errors (receive buffer too small)."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_read_requests", &[("rdma.operation", "read")], 1, MLX5,
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_read_requests", &[("rdma.operation", "read")], 1, MLX5_BNXT,
         "RDMA read requests received."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_write_requests", &[("rdma.operation", "write")], 1, MLX5,
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_write_requests", &[("rdma.operation", "write")], 1, MLX5_BNXT,
         "RDMA write requests received."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_atomic_requests", &[("rdma.operation", "atomic")], 1, MLX5,
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_atomic_requests", &[("rdma.operation", "atomic")], 1, MLX5_BNXT,
         "Atomic requests received."),
     entry!("rdma.port.icrc_encapsulated", "{packet}", Counter, "hw_counters/rx_icrc_encapsulated", NONE, 1, MLX5,
         "RoCE packets received with an ICRC error."),
@@ -176,14 +178,33 @@ pub static CATALOG: &[CatalogEntry] = &[
         "CNPs generated during slow restart."),
     entry!("rdma.port.slow_restart.transitions", "{event}", Counter, "hw_counters/roce_slow_restart_trans", NONE, 1, MLX5,
         "Transitions from slow restart to normal state."),
-    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/rp_cnp_handled", NONE, 1, MLX5,
+    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/rp_cnp_handled", NONE, 1, MLX5_BNXT,
         "CNPs handled by the reaction point (this NIC slowed down)."),
     entry!("rdma.port.cnp.ignored", "{packet}", Counter, "hw_counters/rp_cnp_ignored", NONE, 1, MLX5,
         "CNPs received and ignored by the reaction point."),
     entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/np_cnp_sent", NONE, 1, MLX5,
         "CNPs sent by the notification point (in answer to ECN-marked packets)."),
-    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/np_ecn_marked_roce_packets", NONE, 1, MLX5,
+    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/np_ecn_marked_roce_packets", NONE, 1, MLX5_BNXT,
         "ECN-marked RoCE packets received by the notification point."),
+    // ---- hw_counters/ (bnxt_re). Newer kernels renamed most of these to the mlx5 names
+    // above (out_of_buffer, rp_cnp_handled, np_ecn_marked_roce_packets, rx_*_requests);
+    // older ones use the names below, and np_cnp_pkts stays bnxt's own.
+    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/np_cnp_pkts", NONE, 1, BNXT,
+        "CNPs sent by the notification point (bnxt_re)."),
+    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/tx_cnp_pkts", NONE, 1, BNXT,
+        "CNPs sent (bnxt_re, older kernels)."),
+    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/rx_cnp_pkts", NONE, 1, BNXT,
+        "CNPs received and handled (bnxt_re, older kernels)."),
+    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/rx_ecn_marked_pkts", NONE, 1, BNXT,
+        "ECN-marked RoCE packets received (bnxt_re, older kernels)."),
+    entry!("rdma.port.out_of_buffer", "{packet}", Counter, "hw_counters/rx_out_of_buffer", NONE, 1, BNXT,
+        "Packets dropped for lack of receive buffer (bnxt_re, older kernels)."),
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_read_req", &[("rdma.operation", "read")], 1, BNXT,
+        "RDMA read requests received (bnxt_re, older kernels)."),
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_write_req", &[("rdma.operation", "write")], 1, BNXT,
+        "RDMA write requests received (bnxt_re, older kernels)."),
+    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_atomic_req", &[("rdma.operation", "atomic")], 1, BNXT,
+        "Atomic requests received (bnxt_re, older kernels)."),
     // ---- hw_counters/ (rxe: soft-RoCE has no counters/ directory)
     entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/sent_pkts", TX, 1, RXE,
         "Packets transmitted (soft-RoCE)."),

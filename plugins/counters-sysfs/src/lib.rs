@@ -375,6 +375,34 @@ mod tests {
     }
 
     #[test]
+    fn bnxt_re_names_old_and_new_map_to_the_same_metrics() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = port(dir.path(), "bnxt_re0");
+        std::fs::write(old.join("hw_counters/tx_cnp_pkts"), "11\n").unwrap();
+        std::fs::write(old.join("hw_counters/rx_ecn_marked_pkts"), "12\n").unwrap();
+        let new = port(dir.path(), "bnxt_re1");
+        std::fs::write(new.join("hw_counters/np_cnp_pkts"), "21\n").unwrap();
+        std::fs::write(new.join("hw_counters/np_ecn_marked_roce_packets"), "22\n").unwrap();
+        let r = collect(dir.path());
+        let get = |dev: &str, name: &str| {
+            r.samples
+                .iter()
+                .find(|s| s.name == name && s.attributes[ATTR_DEVICE] == dev)
+                .map(|s| s.value)
+        };
+        assert_eq!(get("bnxt_re0", "rdma.port.cnp.sent"), Some(Value::U64(11)));
+        assert_eq!(get("bnxt_re1", "rdma.port.cnp.sent"), Some(Value::U64(21)));
+        assert_eq!(
+            get("bnxt_re0", "rdma.port.ecn_marked_packets"),
+            Some(Value::U64(12))
+        );
+        assert_eq!(
+            get("bnxt_re1", "rdma.port.ecn_marked_packets"),
+            Some(Value::U64(22))
+        );
+    }
+
+    #[test]
     fn counters_ext_wins_over_counters() {
         let dir = tempfile::tempdir().unwrap();
         let p = port(dir.path(), "mlx4_0");

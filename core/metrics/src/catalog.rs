@@ -57,6 +57,8 @@ const IB_EXT: &str = "IB PortCountersExtended (older kernels)";
 const MLX5: &str = "mlx5";
 const MLX5_BNXT: &str = "mlx5, bnxt_re (newer kernels)";
 const BNXT: &str = "bnxt_re (Broadcom)";
+const EFA: &str = "efa (AWS; no counters/ directory)";
+const EFA_BNXT: &str = "efa, bnxt_re";
 const RXE: &str = "rxe (soft-RoCE)";
 const PORT: &str = "every port";
 
@@ -205,6 +207,28 @@ pub static CATALOG: &[CatalogEntry] = &[
         "RDMA write requests received (bnxt_re, older kernels)."),
     entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_atomic_req", &[("rdma.operation", "atomic")], 1, BNXT,
         "Atomic requests received (bnxt_re, older kernels)."),
+    // ---- hw_counters/ (efa, and bnxt_re's own traffic counters). When a device also has
+    // counters/, the counters/ series wins and these are not read twice.
+    entry!("rdma.port.io", "By", Counter, "hw_counters/tx_bytes", TX, 1, EFA_BNXT,
+        "Bytes transmitted (driver counter, already in bytes)."),
+    entry!("rdma.port.io", "By", Counter, "hw_counters/rx_bytes", RX, 1, EFA_BNXT,
+        "Bytes received (driver counter, already in bytes)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/tx_pkts", TX, 1, EFA_BNXT,
+        "Packets transmitted (driver counter)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/rx_pkts", RX, 1, EFA_BNXT,
+        "Packets received (driver counter)."),
+    entry!("rdma.port.drops", "{packet}", Counter, "hw_counters/rx_drops", RX, 1, EFA_BNXT,
+        "Received packets dropped by the device."),
+    entry!("rdma.port.retransmissions.packets", "{packet}", Counter, "hw_counters/retrans_pkts", NONE, 1, EFA,
+        "Packets retransmitted."),
+    entry!("rdma.port.retransmissions.io", "By", Counter, "hw_counters/retrans_bytes", NONE, 1, EFA,
+        "Bytes retransmitted."),
+    entry!("rdma.port.retransmissions.timeouts", "{event}", Counter, "hw_counters/retrans_timeout_events", NONE, 1, EFA,
+        "Retransmission timeouts."),
+    entry!("rdma.port.unresponsive_remote", "{event}", Counter, "hw_counters/unresponsive_remote_events", NONE, 1, EFA,
+        "Times a remote peer stopped responding."),
+    entry!("rdma.port.impaired_remote_connections", "{event}", Counter, "hw_counters/impaired_remote_conn_events", NONE, 1, EFA,
+        "Times a connection to a remote peer was impaired."),
     // ---- hw_counters/ (rxe: soft-RoCE has no counters/ directory)
     entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/sent_pkts", TX, 1, RXE,
         "Packets transmitted (soft-RoCE)."),
@@ -394,6 +418,8 @@ pub const ERROR_COUNTERS: &[&str] = &[
     "rdma.port.retry_errors",
     "rdma.port.sequence_errors",
     "rdma.port.send_errors",
+    "rdma.port.drops",
+    "rdma.port.retransmissions.timeouts",
 ];
 
 /// Descriptors of the derived signals.

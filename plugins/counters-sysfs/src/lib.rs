@@ -403,6 +403,39 @@ mod tests {
     }
 
     #[test]
+    fn efa_traffic_from_hw_counters_and_counters_win_when_both_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let efa = port(dir.path(), "rdmap16s27");
+        std::fs::write(efa.join("hw_counters/tx_bytes"), "1000\n").unwrap();
+        std::fs::write(efa.join("hw_counters/retrans_timeout_events"), "3\n").unwrap();
+        let both = port(dir.path(), "bnxt_re0");
+        std::fs::write(both.join("counters/port_xmit_data"), "10\n").unwrap();
+        std::fs::write(both.join("hw_counters/tx_bytes"), "999\n").unwrap();
+        let r = collect(dir.path());
+        let io = |dev: &str| -> Vec<(&str, Value)> {
+            r.samples
+                .iter()
+                .filter(|s| s.name == "rdma.port.io" && s.attributes[ATTR_DEVICE] == dev)
+                .map(|s| (s.source.as_str(), s.value))
+                .collect()
+        };
+        assert_eq!(
+            io("rdmap16s27"),
+            vec![("hw_counters/tx_bytes", Value::U64(1000))],
+            "bytes, not words"
+        );
+        assert_eq!(
+            io("bnxt_re0"),
+            vec![("counters/port_xmit_data", Value::U64(40))],
+            "one series per direction"
+        );
+        assert!(r
+            .samples
+            .iter()
+            .any(|s| s.name == "rdma.port.retransmissions.timeouts" && s.value == Value::U64(3)));
+    }
+
+    #[test]
     fn counters_ext_wins_over_counters() {
         let dir = tempfile::tempdir().unwrap();
         let p = port(dir.path(), "mlx4_0");

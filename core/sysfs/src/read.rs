@@ -42,10 +42,12 @@ pub enum Attr {
 }
 
 impl Attr {
+    /// The value, or `None` when absent or empty (rxe's `fw_ver` reads as an empty line
+    /// on a 6.1 kernel: nothing to report is absent, not an empty string).
     pub fn into_option(self) -> Option<String> {
         match self {
-            Attr::Value(v) => Some(v),
-            Attr::Absent => None,
+            Attr::Value(v) if !v.is_empty() => Some(v),
+            _ => None,
         }
     }
 }

@@ -332,13 +332,6 @@ fn merge_device_selection(options: &mut serde_json::Value, cfg: &Config) {
     }
 }
 
-impl Status {
-    /// Whether the plugin is usable now.
-    pub fn is_ok(&self) -> bool {
-        matches!(self.state, State::Loaded | State::Started)
-    }
-}
-
 /// `true` while a call of this entry is running.
 pub fn is_busy(e: &Entry) -> bool {
     e.busy.load(Ordering::SeqCst)

@@ -535,11 +535,6 @@ impl OtlpExporter {
         })
     }
 
-    /// Snapshots waiting to be sent.
-    pub fn queued(&self) -> usize {
-        self.queue.len()
-    }
-
     /// The final export: collect once more, then give the sender until the exporter's
     /// timeout to deliver the queue. Blocking: call it off the runtime's worker threads.
     pub fn shutdown(mut self) -> Result<(), ExportError> {

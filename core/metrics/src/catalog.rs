@@ -36,6 +36,12 @@ pub struct CatalogEntry {
 const TX: &[(&str, &str)] = &[(ATTR_DIRECTION, "transmit")];
 const RX: &[(&str, &str)] = &[(ATTR_DIRECTION, "receive")];
 const NONE: &[(&str, &str)] = &[];
+/// IP version of the IP-level counters (irdma).
+pub const ATTR_NETWORK_TYPE: &str = "network.type";
+const TX_V4: &[(&str, &str)] = &[(ATTR_DIRECTION, "transmit"), (ATTR_NETWORK_TYPE, "ipv4")];
+const RX_V4: &[(&str, &str)] = &[(ATTR_DIRECTION, "receive"), (ATTR_NETWORK_TYPE, "ipv4")];
+const TX_V6: &[(&str, &str)] = &[(ATTR_DIRECTION, "transmit"), (ATTR_NETWORK_TYPE, "ipv6")];
+const RX_V6: &[(&str, &str)] = &[(ATTR_DIRECTION, "receive"), (ATTR_NETWORK_TYPE, "ipv6")];
 
 macro_rules! entry {
     ($name:expr, $unit:expr, $kind:ident, $source:expr, $attrs:expr, $scale:expr, $seen:expr, $desc:expr) => {
@@ -60,6 +66,7 @@ const BNXT: &str = "bnxt_re (Broadcom)";
 const EFA: &str = "efa (AWS; no counters/ directory)";
 const EFA_BNXT: &str = "efa, bnxt_re";
 const RXE: &str = "rxe (soft-RoCE)";
+const IRDMA: &str = "irdma (Intel E810, X722)";
 const PORT: &str = "every port";
 
 /// Every metric read from a port directory.
@@ -229,6 +236,43 @@ pub static CATALOG: &[CatalogEntry] = &[
         "Times a remote peer stopped responding."),
     entry!("rdma.port.impaired_remote_connections", "{event}", Counter, "hw_counters/impaired_remote_conn_events", NONE, 1, EFA,
         "Times a connection to a remote peer was impaired."),
+    // ---- hw_counters/ (irdma: Intel E810 RoCEv2 and X722 iWARP; names from the driver's
+    // irdma_hw_stat_names table; no counters/ directory). The IP-level counters come per
+    // IP version; the two series of a direction add up to the port's traffic.
+    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/cnpSent", NONE, 1, IRDMA,
+        "CNPs sent by the notification point (irdma)."),
+    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/cnpHandled", NONE, 1, IRDMA,
+        "CNPs handled by the reaction point (irdma)."),
+    entry!("rdma.port.cnp.ignored", "{packet}", Counter, "hw_counters/cnpIgnored", NONE, 1, IRDMA,
+        "CNPs received and ignored by the reaction point (irdma)."),
+    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/RxECNMrkd", NONE, 1, IRDMA,
+        "ECN-marked packets received (irdma)."),
+    entry!("rdma.port.io", "By", Counter, "hw_counters/ip4OutOctets", TX_V4, 1, IRDMA,
+        "IPv4 octets transmitted by the RDMA engine (irdma)."),
+    entry!("rdma.port.io", "By", Counter, "hw_counters/ip4InOctets", RX_V4, 1, IRDMA,
+        "IPv4 octets received by the RDMA engine (irdma)."),
+    entry!("rdma.port.io", "By", Counter, "hw_counters/ip6OutOctets", TX_V6, 1, IRDMA,
+        "IPv6 octets transmitted by the RDMA engine (irdma)."),
+    entry!("rdma.port.io", "By", Counter, "hw_counters/ip6InOctets", RX_V6, 1, IRDMA,
+        "IPv6 octets received by the RDMA engine (irdma)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip4OutPkts", TX_V4, 1, IRDMA,
+        "IPv4 packets transmitted by the RDMA engine (irdma)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip4InPkts", RX_V4, 1, IRDMA,
+        "IPv4 packets received by the RDMA engine (irdma)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip6OutPkts", TX_V6, 1, IRDMA,
+        "IPv6 packets transmitted by the RDMA engine (irdma)."),
+    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip6InPkts", RX_V6, 1, IRDMA,
+        "IPv6 packets received by the RDMA engine (irdma)."),
+    entry!("rdma.port.drops", "{packet}", Counter, "hw_counters/ip4InDiscards", RX_V4, 1, IRDMA,
+        "Received IPv4 packets discarded by the RDMA engine (irdma)."),
+    entry!("rdma.port.drops", "{packet}", Counter, "hw_counters/ip6InDiscards", RX_V6, 1, IRDMA,
+        "Received IPv6 packets discarded by the RDMA engine (irdma)."),
+    entry!("rdma.port.udp.packets", "{packet}", Counter, "hw_counters/TxUDP", TX, 1, IRDMA,
+        "UDP packets transmitted by the RDMA engine (irdma; RoCEv2 is UDP)."),
+    entry!("rdma.port.udp.packets", "{packet}", Counter, "hw_counters/RxUDP", RX, 1, IRDMA,
+        "UDP packets received by the RDMA engine (irdma; RoCEv2 is UDP)."),
+    entry!("rdma.port.retransmissions.packets", "{packet}", Counter, "hw_counters/tcpRetransSegs", NONE, 1, IRDMA,
+        "TCP segments retransmitted (irdma in iWARP mode)."),
     // ---- hw_counters/ (rxe: soft-RoCE has no counters/ directory)
     entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/sent_pkts", TX, 1, RXE,
         "Packets transmitted (soft-RoCE)."),

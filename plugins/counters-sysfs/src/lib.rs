@@ -436,6 +436,54 @@ mod tests {
     }
 
     #[test]
+    fn irdma_congestion_and_per_ip_version_traffic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "irdma0");
+        for (f, v) in [
+            ("cnpSent", "5"),
+            ("cnpHandled", "6"),
+            ("RxECNMrkd", "7"),
+            ("ip4InOctets", "1000"),
+            ("ip6InOctets", "24"),
+            ("ip4InDiscards", "2"),
+            ("RNR sent", "9"),
+        ] {
+            std::fs::write(p.join("hw_counters").join(f), format!("{v}\n")).unwrap();
+        }
+        let r = collect(dir.path());
+        let find = |name: &str, extra: Option<(&str, &str)>| -> Vec<Value> {
+            r.samples
+                .iter()
+                .filter(|s| s.name == name)
+                .filter(|s| {
+                    extra.is_none_or(|(k, v)| s.attributes.get(k).map(String::as_str) == Some(v))
+                })
+                .map(|s| s.value)
+                .collect()
+        };
+        assert_eq!(find("rdma.port.cnp.sent", None), vec![Value::U64(5)]);
+        assert_eq!(find("rdma.port.cnp.handled", None), vec![Value::U64(6)]);
+        assert_eq!(
+            find("rdma.port.ecn_marked_packets", None),
+            vec![Value::U64(7)]
+        );
+        assert_eq!(
+            find("rdma.port.io", Some(("network.type", "ipv4"))),
+            vec![Value::U64(1000)]
+        );
+        assert_eq!(
+            find("rdma.port.io", Some(("network.type", "ipv6"))),
+            vec![Value::U64(24)]
+        );
+        assert_eq!(find("rdma.port.drops", None), vec![Value::U64(2)]);
+        // A newer driver's counter without an entry (spaces in the file name) is kept raw.
+        assert_eq!(
+            find("rdma.port.hw_counter", Some((ATTR_COUNTER, "RNR sent"))),
+            vec![Value::U64(9)]
+        );
+    }
+
+    #[test]
     fn counters_ext_wins_over_counters() {
         let dir = tempfile::tempdir().unwrap();
         let p = port(dir.path(), "mlx4_0");

@@ -12,6 +12,10 @@
 #                                                    trixie is installed into the system)
 #   - prometheus, promtool                          (Debian bookworm package, unpacked the
 #                                                    same way: no service is installed)
+#   - the soft-RoCE lab image                       (integration-tests/lab/rxe-lab.sh build:
+#                                                    qemu-system-x86, debootstrap, cpio from
+#                                                    apt; the Debian kernel .deb unpacked and a
+#                                                    bookworm guest built into .cache/rxe-lab)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -41,4 +45,7 @@ if [ ! -x "$prom" ]; then
   scripts/fetch-deb.sh bookworm prometheus .cache/prometheus >/dev/null
 fi
 "$prom" --version >/dev/null 2>&1 || { echo "install-test-deps: $prom does not run" >&2; exit 1; }
+if [ "${ROCEWATCH_SKIP_LAB:-}" != 1 ]; then
+  integration-tests/lab/rxe-lab.sh build 2>&1 | sed 's/^/install-test-deps: /'
+fi
 echo "install-test-deps: ok ($("$vm" -version 2>&1 | grep -m1 .); $("$prom" --version 2>&1 | grep -m1 .))"

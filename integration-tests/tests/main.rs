@@ -16,6 +16,7 @@ mod demo;
 mod derived;
 mod ethtool;
 mod fixtures;
+mod lab;
 mod otlp;
 mod otlp_resilience;
 mod plugins;

@@ -12,14 +12,22 @@
 //! - when `counters_ext/` has the 64-bit twin of a `counters/` file, only the 64-bit one
 //!   is read (one series, not two);
 //! - a device vanishing mid-scrape yields no samples for it and a plan rebuild, not errors.
+//!
+//! `hw_counters/` has a second source: RDMA netlink (`RDMA_NLDEV_CMD_STAT_GET`, what
+//! `rdma statistic show` prints), one request per port instead of one file per counter.
+//! Option `hw_counters_source`: `auto` (default: netlink when the sysfs root is the live
+//! `/sys` and the kernel answers for the port, else sysfs), `netlink` (required: a port it
+//! cannot serve is reported, and read from sysfs that time), or `sysfs`. Netlink samples
+//! carry `source = "netlink:hw_counters/<name>"`; names, units and values are the same.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use rocewatch_discovery_sysfs::{rdma_root, DeviceFilter};
 use rocewatch_metrics::{
     self as catalog, CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT,
 };
+use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_plugin_api::*;
 use rocewatch_sysfs::{parse, read, SysRoot};
 
@@ -32,6 +40,33 @@ struct FilePlan {
     source: String,
     entry: &'static CatalogEntry,
     attributes: BTreeMap<String, String>,
+    /// `netlink:hw_counters/<name>` for files of hw_counters/ (the netlink source).
+    netlink_source: Option<String>,
+}
+
+/// Where a port's hw_counters/ are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HwCountersSource {
+    #[default]
+    Auto,
+    Netlink,
+    Sysfs,
+}
+
+impl HwCountersSource {
+    fn from_options(options: &serde_json::Value) -> Result<Self, PluginError> {
+        match options.get("hw_counters_source") {
+            None => Ok(Self::Auto),
+            Some(v) => match v.as_str() {
+                Some("auto") => Ok(Self::Auto),
+                Some("netlink") => Ok(Self::Netlink),
+                Some("sysfs") => Ok(Self::Sysfs),
+                _ => Err(PluginError::InvalidOptions(format!(
+                    "hw_counters_source: expected \"auto\", \"netlink\" or \"sysfs\", got {v}"
+                ))),
+            },
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -42,6 +77,10 @@ struct PortPlan {
     netdev: Option<String>,
     base: BTreeMap<String, String>,
     files: Vec<FilePlan>,
+    /// The kernel's device index when hw_counters/ come over netlink.
+    netlink: Option<u32>,
+    /// hw counter name -> index in `files`.
+    hw_index: HashMap<String, usize>,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +123,7 @@ fn build_plan(
             let base = base_attributes(device, port, netdev.as_deref());
             let port_dir = root.port_dir(device, port);
             let mut files: Vec<FilePlan> = Vec::new();
+            let mut hw_index = HashMap::new();
             for group in GROUPS {
                 let names = root.counter_files(device, port, group).unwrap_or_else(|e| {
                     errors.push(PartialError {
@@ -119,8 +159,13 @@ fn build_plan(
                     {
                         continue;
                     }
+                    if group == "hw_counters" {
+                        hw_index.insert(file.clone(), files.len());
+                    }
                     files.push(FilePlan {
                         path: port_dir.join(group).join(&file),
+                        netlink_source: (group == "hw_counters")
+                            .then(|| format!("netlink:{source}")),
                         source,
                         entry,
                         attributes,
@@ -134,6 +179,8 @@ fn build_plan(
                 netdev,
                 base,
                 files,
+                netlink: None,
+                hw_index,
             });
         }
     }
@@ -175,12 +222,89 @@ fn gauge(
     }
 }
 
+/// A catalog entry and attributes for a hw counter first seen in a netlink reply.
+fn hw_file_plan(port_dir: &Path, base: &BTreeMap<String, String>, name: &str) -> Option<FilePlan> {
+    let source = format!("hw_counters/{name}");
+    if catalog::NOT_COUNTERS.contains(&source.as_str()) {
+        return None;
+    }
+    let mut attributes = base.clone();
+    let entry = match catalog::lookup("hw_counters", name) {
+        Some(e) => e,
+        None => {
+            attributes.insert(ATTR_COUNTER.to_string(), name.to_string());
+            catalog::unknown_hw_counter()
+        }
+    };
+    for (k, v) in entry.attributes {
+        attributes.insert(k.to_string(), v.to_string());
+    }
+    Some(FilePlan {
+        path: port_dir.join(&source),
+        netlink_source: Some(format!("netlink:{source}")),
+        source,
+        entry,
+        attributes,
+    })
+}
+
+/// Decides, port by port, whether hw_counters/ come over netlink: the device must be
+/// visible to netlink (same network namespace) and the kernel must answer for the port.
+fn attach_netlink(
+    plan: &mut Plan,
+    nl: &mut RdmaNetlink,
+    required: bool,
+    errors: &mut Vec<PartialError>,
+) {
+    let devices = match nl.devices() {
+        Ok(d) => d,
+        Err(e) => {
+            if required {
+                errors.push(PartialError {
+                    target: "RDMA netlink".into(),
+                    message: format!("{e}; reading hw_counters/ from sysfs"),
+                });
+            }
+            return;
+        }
+    };
+    for p in &mut plan.ports {
+        let Some(d) = devices.iter().find(|d| d.name == p.device) else {
+            if required {
+                errors.push(PartialError {
+                    target: format!("{}/{}", p.device, p.port),
+                    message: "not visible over RDMA netlink (another network namespace?); reading hw_counters/ from sysfs".into(),
+                });
+            }
+            continue;
+        };
+        match nl.hw_counters(d.index, p.port, |_, _| {}) {
+            Ok(_) => p.netlink = Some(d.index),
+            Err(e) if required => errors.push(PartialError {
+                target: format!("{}/{}", p.device, p.port),
+                message: format!("{e}; reading hw_counters/ from sysfs"),
+            }),
+            Err(e) => {
+                tracing::debug!(device = %p.device, port = p.port, error = %e, "hw counters not available over netlink, using sysfs")
+            }
+        }
+    }
+    let n = plan.ports.iter().filter(|p| p.netlink.is_some()).count();
+    tracing::info!(
+        netlink_ports = n,
+        ports = plan.ports.len(),
+        "hw_counters/ read over RDMA netlink where available"
+    );
+}
+
 /// The built-in counter collector.
 #[derive(Debug, Default)]
 pub struct SysfsCounters {
     root: Option<SysRoot>,
     filter: DeviceFilter,
     plan: Option<Plan>,
+    hw_source: HwCountersSource,
+    netlink: Option<RdmaNetlink>,
 }
 
 impl SysfsCounters {
@@ -190,7 +314,59 @@ impl SysfsCounters {
         Self::default()
     }
 
-    fn scrape_port(root: &SysRoot, p: &PortPlan, out: &mut ScrapeResult) -> bool {
+    /// Reads a netlink port's hw counters into `out`; false when the request failed (the
+    /// caller then reads the files).
+    fn scrape_netlink(nl: &mut RdmaNetlink, p: &mut PortPlan, out: &mut ScrapeResult) -> bool {
+        let Some(index) = p.netlink else {
+            return false;
+        };
+        let mut unknown: Vec<(String, u64)> = Vec::new();
+        let samples = &mut out.samples;
+        let r = nl.hw_counters(index, p.port, |name, raw| match p.hw_index.get(name) {
+            Some(&i) => {
+                let f = &p.files[i];
+                samples.push(Sample {
+                    name: f.entry.name.to_string(),
+                    unit: f.entry.unit.to_string(),
+                    value: Value::U64(raw.saturating_mul(f.entry.scale)),
+                    attributes: f.attributes.clone(),
+                    source: f.netlink_source.clone().unwrap_or_default(),
+                    kind: f.entry.kind,
+                });
+            }
+            None => unknown.push((name.to_string(), raw)),
+        });
+        if let Err(e) = r {
+            out.errors.push(PartialError {
+                target: format!("{}/{} over RDMA netlink", p.device, p.port),
+                message: format!("{e}; read from sysfs this time"),
+            });
+            return false;
+        }
+        for (name, raw) in unknown {
+            let Some(f) = hw_file_plan(&p.port_dir, &p.base, &name) else {
+                continue;
+            };
+            out.samples.push(Sample {
+                name: f.entry.name.to_string(),
+                unit: f.entry.unit.to_string(),
+                value: Value::U64(raw.saturating_mul(f.entry.scale)),
+                attributes: f.attributes.clone(),
+                source: f.netlink_source.clone().unwrap_or_default(),
+                kind: f.entry.kind,
+            });
+            p.hw_index.insert(name, p.files.len());
+            p.files.push(f);
+        }
+        true
+    }
+
+    fn scrape_port(
+        root: &SysRoot,
+        p: &PortPlan,
+        hw_over_netlink: bool,
+        out: &mut ScrapeResult,
+    ) -> bool {
         let mut vanished = false;
         let state = root.port_attr(&p.device, p.port, "state").ok().flatten();
         let phys = root
@@ -230,6 +406,9 @@ impl SysfsCounters {
             }
         }
         for f in &p.files {
+            if hw_over_netlink && f.netlink_source.is_some() {
+                continue;
+            }
             // Parse in place: the text is only copied out when it is garbage to report.
             let read = read::read_attr_with(&f.path, |text| match parse::parse_counter(text) {
                 parse::CounterText::Value(raw) => Ok(Some(raw)),
@@ -273,14 +452,48 @@ impl Plugin for SysfsCounters {
 
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
         self.filter = DeviceFilter::from_options(&ctx.options)?;
+        self.hw_source = HwCountersSource::from_options(&ctx.options)?;
         self.root = Some(SysRoot::new(&ctx.sysfs_root));
         self.plan = None;
+        self.netlink = None;
+        if self.hw_source == HwCountersSource::Sysfs {
+            return Ok(());
+        }
+        // Netlink tells about the live kernel: it only stands in for the live /sys.
+        let live = std::fs::canonicalize(&ctx.sysfs_root).is_ok_and(|p| p == Path::new("/sys"));
+        let required = self.hw_source == HwCountersSource::Netlink;
+        if !live {
+            if required {
+                return Err(PluginError::InvalidOptions(format!(
+                    "hw_counters_source = \"netlink\" reads the live kernel, but the sysfs root is {}; use \"auto\" or \"sysfs\" with another tree",
+                    ctx.sysfs_root.display()
+                )));
+            }
+            return Ok(());
+        }
+        match RdmaNetlink::open() {
+            Ok(mut nl) => {
+                if let Some(dir) = std::env::var_os("ROCEWATCH_NETLINK_CAPTURE") {
+                    nl.capture_to(PathBuf::from(dir));
+                }
+                self.netlink = Some(nl);
+            }
+            Err(e) if required => {
+                return Err(PluginError::Unsupported(format!(
+                    "hw_counters_source = \"netlink\": {e}"
+                )))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "RDMA netlink unavailable, hw_counters/ from sysfs")
+            }
+        }
         Ok(())
     }
 
     fn stop(&mut self) {
         self.root = None;
         self.plan = None;
+        self.netlink = None;
     }
 }
 
@@ -296,14 +509,22 @@ impl CollectorPlugin for SysfsCounters {
             .map_err(|e| PluginError::Failed(e.to_string()))?;
         let mut out = ScrapeResult::default();
         if self.plan.as_ref().is_none_or(|p| p.devices != devices) {
-            let (plan, errors) = build_plan(root, &self.filter, devices);
+            let (mut plan, mut errors) = build_plan(root, &self.filter, devices);
+            if let Some(nl) = self.netlink.as_mut() {
+                let required = self.hw_source == HwCountersSource::Netlink;
+                attach_netlink(&mut plan, nl, required, &mut errors);
+            }
             out.errors.extend(errors);
             self.plan = Some(plan);
         }
-        let plan = self.plan.as_ref().expect("plan built above");
+        let plan = self.plan.as_mut().expect("plan built above");
         let mut stale = false;
-        for port in &plan.ports {
-            stale |= Self::scrape_port(root, port, &mut out);
+        for port in &mut plan.ports {
+            let over_netlink = match self.netlink.as_mut() {
+                Some(nl) => Self::scrape_netlink(nl, port, &mut out),
+                None => false,
+            };
+            stale |= Self::scrape_port(root, port, over_netlink, &mut out);
         }
         if stale {
             self.plan = None; // a device vanished: re-plan on the next scrape
@@ -481,6 +702,38 @@ mod tests {
             find("rdma.port.hw_counter", Some((ATTR_COUNTER, "RNR sent"))),
             vec![Value::U64(9)]
         );
+    }
+
+    #[test]
+    fn hw_counters_source_option() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx5_0");
+        fs::write(p.join("hw_counters/out_of_buffer"), "3\n").unwrap();
+        let start = |opts: serde_json::Value| {
+            let mut c = SysfsCounters::new();
+            let mut ctx = PluginContext::new(dir.path());
+            ctx.options = opts;
+            c.start(&ctx).map(|_| c)
+        };
+        let e = start(serde_json::json!({"hw_counters_source": "nl"})).unwrap_err();
+        assert!(e.to_string().contains("hw_counters_source"), "{e}");
+        // Netlink describes the live kernel: required on a fixture tree, it is refused.
+        let e = start(serde_json::json!({"hw_counters_source": "netlink"})).unwrap_err();
+        assert!(
+            e.to_string().contains("live kernel")
+                && e.to_string().contains(&dir.path().display().to_string()),
+            "{e}"
+        );
+        // auto on a fixture tree reads the files.
+        for opt in ["auto", "sysfs"] {
+            let mut c = start(serde_json::json!({"hw_counters_source": opt})).unwrap();
+            let r = c.collect().unwrap();
+            assert_eq!(
+                value(&r, "hw_counters/out_of_buffer"),
+                Some(Value::U64(3)),
+                "{opt}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,51 @@
+//! Netlink for rocewatch, without a netlink framework: the message and attribute framing
+//! ([`msg`]), one blocking request/reply socket ([`socket`]) and the RDMA "nldev"
+//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]).
+//!
+//! Everything that turns bytes into values is a pure function over byte slices, so it is
+//! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
+
+pub mod msg;
+pub mod rdma;
+pub mod socket;
+
+use std::io;
+
+/// What can go wrong talking netlink.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    /// The socket could not be opened: the kernel lacks the protocol (no RDMA core) or
+    /// we lack the permission.
+    #[error("cannot open a netlink socket for {family}: {source}")]
+    Open {
+        family: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// Sending or receiving failed (including a receive timeout).
+    #[error("netlink {request}: {source}")]
+    Io {
+        request: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel answered with an error.
+    #[error("netlink {request}: the kernel answered {}", io::Error::from_raw_os_error(*.errno))]
+    Kernel { request: String, errno: i32 },
+    /// The reply does not parse.
+    #[error("netlink {request}: malformed reply: {detail}")]
+    Malformed { request: String, detail: String },
+}
+
+impl NetlinkError {
+    /// The errno of a kernel error or an I/O error, if any.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            NetlinkError::Kernel { errno, .. } => Some(*errno),
+            NetlinkError::Open { source, .. } | NetlinkError::Io { source, .. } => {
+                source.raw_os_error()
+            }
+            NetlinkError::Malformed { .. } => None,
+        }
+    }
+}

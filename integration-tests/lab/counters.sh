@@ -1,0 +1,65 @@
+#!/bin/bash
+# Guest side of the counters lab test (integration-tests/tests/lab.rs), run in each guest of
+# a soft-RoCE pair by rxe-lab.sh: role a serves ib_write_bw, role b drives it.
+#
+# Everything is recorded under /mnt/host/<role>/ for the host-side test to check:
+#   <phase>-sysfs-before.json, <phase>-netlink.json, <phase>-sysfs-after.json
+#       `rocewatch collect --once` with hw_counters from sysfs, netlink, sysfs again
+#   <phase>-rdma.json      `rdma -j statistic show` between them
+#   <phase>-capture/       the netlink requests and replies of the netlink collection
+#   phases: idle0 (before traffic), during (while ib_write_bw runs), idle1 (after)
+#   perftest.txt, discover.json, ibv_devinfo.txt, rdma-link.json, hw_counters.txt
+set -u
+R=/mnt/host/$RXE_ROLE
+BIN=/mnt/extra/rocewatch
+mkdir -p "$R"
+exec 2> >(tee "$R/stderr.txt" >&2)
+for src in sysfs netlink; do
+  printf '[plugins.builtin.counters-sysfs]\noptions = { hw_counters_source = "%s" }\n' "$src" > /tmp/$src.toml
+done
+collect() { "$BIN" collect --once --format json --config /tmp/$1.toml; }
+snap() {
+  collect sysfs > "$R/$1-sysfs-before.json"
+  ROCEWATCH_NETLINK_CAPTURE="$R/$1-capture" collect netlink > "$R/$1-netlink.json"
+  rdma -j statistic show > "$R/$1-rdma.json"
+  collect sysfs > "$R/$1-sysfs-after.json"
+}
+# The counter the traffic moves here: the writer (b) sends the data, the target (a) receives it.
+MOVING=sent_pkts; [ "$RXE_ROLE" = a ] && MOVING=rcvd_pkts
+moving() { cat /sys/class/infiniband/rxe0/ports/1/hw_counters/$MOVING; }
+retry() { local n=0; until "$@"; do n=$((n+1)); [ $n -ge 60 ] && return 1; sleep 1; done; }
+
+[ -n "$RXE_PEER_IP" ] && retry ping -c1 -W1 "$RXE_PEER_IP" >/dev/null
+"$BIN" discover --json > "$R/discover.json"
+ibv_devinfo -v > "$R/ibv_devinfo.txt"
+rdma -j link show > "$R/rdma-link.json"
+snap idle0
+# 2000 RDMA writes of 64 KiB: about 130 MB, seconds even under software emulation.
+PERF="ib_write_bw -d rxe0 -x 1 -n 2000 -s 65536"
+# Under emulation perftest's clock calibration sometimes fails after the traffic ("Can't
+# produce a report"); both sides then fail that round and start another. Failed rounds go
+# to perftest-failed.txt, the successful one to perftest.txt.
+perf_rounds() {
+  local n=0 max=3 peer=
+  [ "$RXE_ROLE" = b ] && { max=40; peer=$RXE_PEER_IP; sleep 2; }   # b also waits for a to listen
+  while [ $n -lt $max ]; do
+    n=$((n+1))
+    if timeout 300 $PERF $peer > /tmp/perf.out 2>&1; then
+      cat /tmp/perf.out > "$R/perftest.txt"; echo "perftest exit 0 (round $n)" >> "$R/perftest.txt"; return 0
+    fi
+    { echo "== round $n"; cat /tmp/perf.out; } >> "$R/perftest-failed.txt"
+    sleep 1
+  done
+  echo "perftest exit 1 (after $n rounds)" >> "$R/perftest.txt"; return 1
+}
+base=$(moving)
+perf_rounds &
+PERF_PID=$!
+# Snapshot while packets flow (2000 of 128000 moved), then wait for the end.
+i=0; while [ $(( $(moving) - base )) -lt 2000 ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done
+snap during
+wait $PERF_PID
+sleep 3   # the peer's last ACKs
+snap idle1
+grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* > "$R/hw_counters.txt"
+echo done > "$R/done"

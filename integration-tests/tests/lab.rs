@@ -1,0 +1,325 @@
+//! The soft-RoCE lab: a pair of QEMU guests running the stock Debian kernel with a real
+//! `rdma_rxe` device each (`integration-tests/lab/rxe-lab.sh`). The `rocewatch` binary
+//! built here runs inside both guests (`integration-tests/lab/counters.sh`) before, during
+//! and after an `ib_write_bw` between them; this side checks what it recorded:
+//!
+//! - hw_counters over RDMA netlink and from sysfs give the same series and numbers: equal
+//!   when the port is idle, and sandwiched between the sysfs readings before and after
+//!   while traffic moves them; `rdma statistic show` agrees the same way;
+//! - the recorded netlink replies decode to the values the agent reported;
+//! - traffic counters rose by at least what perftest moved (packets >= iterations x
+//!   packets per message at the active MTU);
+//! - `rocewatch discover` agrees with `ibv_devinfo -v` and `rdma link show`.
+//!
+//! The lab needs root, QEMU and debootstrap (installed by scripts/install-test-deps.sh,
+//! which also builds the image into .cache/rxe-lab). A lab that cannot boot fails the
+//! test; ROCEWATCH_SKIP_LAB=1 skips it knowingly, saying so.
+
+use std::collections::BTreeMap;
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// Runs the counters lab once per test run; returns the output directory.
+fn lab_run() -> Option<&'static Path> {
+    static OUT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    OUT.get_or_init(|| {
+        if std::env::var("ROCEWATCH_SKIP_LAB").as_deref() == Ok("1") {
+            eprintln!("SKIPPED: soft-RoCE lab (ROCEWATCH_SKIP_LAB=1); this test did not run");
+            return None;
+        }
+        let share = target_dir().join("lab-share");
+        let out = target_dir().join("lab-counters");
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&share).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::copy(&artifacts().rocewatch, share.join("rocewatch")).unwrap();
+        let lab = root().join("integration-tests/lab");
+        let st = Command::new("bash")
+            .arg(lab.join("rxe-lab.sh"))
+            .args(["run", "--pair"])
+            .arg(lab.join("counters.sh"))
+            .arg(&out)
+            .env("RXE_LAB_SHARE", &share)
+            .status()
+            .expect("run integration-tests/lab/rxe-lab.sh");
+        assert!(
+            st.success(),
+            "the soft-RoCE lab failed (boot, rxe setup or the guest script): see {}/console-*.log and guest-*.log",
+            out.display()
+        );
+        Some(out)
+    })
+    .as_deref()
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn json(p: &Path) -> Value {
+    serde_json::from_str(&read(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// hw counter file name -> (metric name, attributes, value, source) of a collection.
+fn hw_counters(collection: &Value) -> BTreeMap<String, (String, Value, u64, String)> {
+    let mut out = BTreeMap::new();
+    for s in collection["samples"].as_array().expect("samples") {
+        let source = s["source"].as_str().unwrap();
+        let Some((_, file)) = source.split_once("hw_counters/") else {
+            continue;
+        };
+        out.insert(
+            file.to_string(),
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["attributes"].clone(),
+                s["value"].as_u64().unwrap(),
+                source.to_string(),
+            ),
+        );
+    }
+    out
+}
+
+/// `rdma -j statistic show`: counter -> value of the one port.
+fn rdma_statistic(v: &Value) -> BTreeMap<String, u64> {
+    let port = &v.as_array().expect("rdma -j statistic: an array")[0];
+    port.as_object()
+        .unwrap()
+        .iter()
+        .filter_map(|(k, v)| v.as_u64().filter(|_| k != "port").map(|v| (k.clone(), v)))
+        .collect()
+}
+
+const ROLES: [&str; 2] = ["a", "b"];
+
+#[test]
+fn lab_netlink_and_sysfs_hw_counters_agree() {
+    let Some(out) = lab_run() else { return };
+    for role in ROLES {
+        let r = out.join(role);
+        for phase in ["idle0", "during", "idle1"] {
+            let at = |k: &str| r.join(format!("{phase}-{k}"));
+            let before = hw_counters(&json(&at("sysfs-before.json")));
+            let nl = hw_counters(&json(&at("netlink.json")));
+            let after = hw_counters(&json(&at("sysfs-after.json")));
+            let rdma = rdma_statistic(&json(&at("rdma.json")));
+            assert!(
+                before.len() >= 10,
+                "{role}/{phase}: only {} hw counters",
+                before.len()
+            );
+            assert_eq!(
+                nl.keys().collect::<Vec<_>>(),
+                before.keys().collect::<Vec<_>>(),
+                "{role}/{phase}: netlink and sysfs give the same counters"
+            );
+            assert_eq!(
+                rdma.keys().collect::<Vec<_>>(),
+                before.keys().collect::<Vec<_>>(),
+                "{role}/{phase}: rdma statistic shows the same counters"
+            );
+            for (file, (name, attrs, v, source)) in &nl {
+                let (bname, battrs, b, bsource) = &before[file];
+                let a = after[file].2;
+                assert_eq!(
+                    source,
+                    &format!("netlink:{bsource}"),
+                    "{role}/{phase}/{file}"
+                );
+                assert_eq!((name, attrs), (bname, battrs), "{role}/{phase}/{file}");
+                assert!(
+                    b <= v && v <= &a,
+                    "{role}/{phase}/{file}: sysfs {b} <= netlink {v} <= sysfs {a}"
+                );
+                assert!(
+                    b <= &rdma[file] && rdma[file] <= a,
+                    "{role}/{phase}/{file}: sysfs {b} <= rdma statistic {} <= sysfs {a}",
+                    rdma[file]
+                );
+                if phase == "idle0" {
+                    assert_eq!((b, v), (&a, &a), "{role}/{phase}/{file}: idle, all equal");
+                }
+            }
+            if phase == "during" {
+                // The writer (b) sends the data, the target (a) receives it.
+                let moving = if role == "a" {
+                    "rcvd_pkts"
+                } else {
+                    "sent_pkts"
+                };
+                let (b, a) = (before[moving].2, after[moving].2);
+                assert!(
+                    b < a,
+                    "{role}: traffic was moving during the netlink read ({moving} {b} -> {a})"
+                );
+            }
+            // The recorded replies decode to what the agent reported.
+            let cap = at("capture");
+            let replies: Vec<_> = std::fs::read_dir(&cap)
+                .unwrap_or_else(|e| panic!("{}: {e}", cap.display()))
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.to_string_lossy().ends_with("-reply-1.bin"))
+                .collect();
+            let mut decoded = BTreeMap::new();
+            for p in replies {
+                let bytes = std::fs::read(&p).unwrap();
+                for m in rocewatch_netlink::msg::messages(&bytes) {
+                    let m = m.unwrap();
+                    if m.ty
+                        == rocewatch_netlink::rdma::nldev_type(
+                            rocewatch_netlink::rdma::CMD_STAT_GET,
+                        )
+                    {
+                        decoded.clear();
+                        rocewatch_netlink::rdma::decode_hw_counters(m.payload, |n, v| {
+                            decoded.insert(n.to_string(), v);
+                        })
+                        .unwrap();
+                    }
+                }
+            }
+            // The last STAT_GET reply is the collection's (the first one probed the port).
+            let reported: BTreeMap<String, u64> =
+                nl.iter().map(|(k, v)| (k.clone(), v.2)).collect();
+            assert_eq!(
+                decoded, reported,
+                "{role}/{phase}: recorded reply vs reported values"
+            );
+        }
+    }
+}
+
+/// `#bytes #iterations ...` line of ib_write_bw: (bytes per message, iterations).
+fn perftest_result(text: &str) -> (u64, u64) {
+    let mut lines = text.lines();
+    while let Some(l) = lines.next() {
+        if l.trim_start().starts_with("#bytes") {
+            let nums: Vec<u64> = lines
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(2)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if nums.len() == 2 {
+                return (nums[0], nums[1]);
+            }
+        }
+    }
+    panic!("no result line in ib_write_bw output:\n{text}");
+}
+
+fn ibv_field<'a>(text: &'a str, key: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}:")))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {key} in ibv_devinfo -v output"))
+}
+
+#[test]
+fn lab_traffic_counters_rise_by_what_perftest_moved() {
+    let Some(out) = lab_run() else { return };
+    let info = read(&out.join("b/ibv_devinfo.txt"));
+    let mtu: u64 = ibv_field(&info, "active_mtu")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let perf = read(&out.join("b/perftest.txt"));
+    assert!(
+        perf.contains("perftest exit 0"),
+        "ib_write_bw failed:\n{perf}"
+    );
+    let (bytes, iterations) = perftest_result(&perf);
+    let packets = iterations * bytes.div_ceil(mtu);
+    assert!(packets >= 2000, "{iterations} x {bytes} B at MTU {mtu}");
+    let delta = |role: &str, file: &str| -> u64 {
+        let get = |phase: &str| {
+            hw_counters(&json(&out.join(role).join(format!("{phase}-netlink.json"))))[file].2
+        };
+        get("idle1") - get("idle0")
+    };
+    // b writes into a: b sends the data packets, a receives them.
+    let sent = delta("b", "sent_pkts");
+    let rcvd = delta("a", "rcvd_pkts");
+    assert!(
+        sent >= packets,
+        "client sent_pkts rose {sent}, perftest moved {packets} packets"
+    );
+    assert!(
+        rcvd >= packets,
+        "server rcvd_pkts rose {rcvd}, perftest moved {packets} packets"
+    );
+}
+
+#[test]
+fn lab_discover_agrees_with_ibv_devinfo_and_rdma_link() {
+    let Some(out) = lab_run() else { return };
+    for role in ROLES {
+        let r = out.join(role);
+        let d = json(&r.join("discover.json"));
+        let info = read(&r.join("ibv_devinfo.txt"));
+        let dev = &d["devices"][0];
+        assert_eq!(dev["name"], ibv_field(&info, "hca_id"), "{role}");
+        assert_eq!(dev["node_guid"], ibv_field(&info, "node_guid"), "{role}");
+        let port = &dev["ports"][0];
+        assert_eq!(ibv_field(&info, "state"), "PORT_ACTIVE (4)");
+        assert_eq!(port["state"], "ACTIVE", "{role}");
+        assert_eq!(ibv_field(&info, "phys_state"), "LINK_UP (5)");
+        assert_eq!(port["phys_state"], "LinkUp", "{role}");
+        assert_eq!(port["link_layer"], ibv_field(&info, "link_layer"), "{role}");
+        // GID[  1]:		::ffff:192.168.100.1, RoCE v2
+        let ibv_gids: Vec<(u64, Ipv6Addr, String)> = info
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("GID["))
+            .map(|l| {
+                let (idx, rest) = l.split_once("]:").unwrap();
+                let (gid, ty) = rest.trim().split_once(", ").unwrap();
+                (
+                    idx.trim().parse().unwrap(),
+                    gid.parse().unwrap(),
+                    ty.to_string(),
+                )
+            })
+            .collect();
+        let ours: Vec<(u64, Ipv6Addr, String)> = port["gids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["index"].as_u64().unwrap(),
+                    g["gid"].as_str().unwrap().parse().unwrap(),
+                    g["type"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert!(!ibv_gids.is_empty(), "{role}: ibv_devinfo printed no GID");
+        assert_eq!(ours, ibv_gids, "{role}: GIDs");
+        let self_ip: std::net::Ipv4Addr = if role == "a" {
+            "192.168.100.1"
+        } else {
+            "192.168.100.2"
+        }
+        .parse()
+        .unwrap();
+        assert!(
+            ours.iter()
+                .any(|(_, g, t)| *g == self_ip.to_ipv6_mapped() && t == "RoCE v2"),
+            "{role}: a RoCE v2 GID for {self_ip}"
+        );
+        let link = json(&r.join("rdma-link.json"));
+        assert_eq!(
+            port["netdev"], link[0]["netdev"],
+            "{role}: netdev as rdma link shows it"
+        );
+        assert_eq!(dev["name"], link[0]["ifname"], "{role}");
+    }
+}

@@ -18,10 +18,14 @@ cargo build --release --quiet -p rocewatch
 work=$(mktemp -d)
 trap 'kill $RW $NE 2>/dev/null || true; rm -rf "$work"' EXIT
 root=$(python3 integration-tests/fixtures/generate.py --big "$work/host")
+# The generated tree is regular files, not sysfs: tell the collector to keep them open as
+# it does on sysfs by default (one pread per counter per collection), so the benchmark
+# measures the production read path.
+printf '[plugins.builtin.counters-sysfs.options]\nkeep_files_open = "always"\n' > "$work/rocewatch.toml"
 rwport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 neport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 ROCEWATCH_AGENT__JITTER=0s target/release/rocewatch run --sysfs-root "$root" --interval 200ms \
-  --prometheus-listen "127.0.0.1:$rwport" --log-level warn & RW=$!
+  --prometheus-listen "127.0.0.1:$rwport" --log-level warn --config "$work/rocewatch.toml" & RW=$!
 "$ne" --path.sysfs="$root" --collector.disable-defaults --collector.infiniband \
   --web.listen-address="127.0.0.1:$neport" --log.level=warn & NE=$!
 python3 - "$RW" "$NE" "$rwport" "$neport" "$secs" <<'PY'

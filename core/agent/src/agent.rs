@@ -139,14 +139,10 @@ impl Agent {
             _ => Ok(ScrapeResult::default()),
         })
         .await?;
-        let declared = self.store.descriptors();
-        let before = result.samples.len();
-        result
-            .samples
-            .retain(|s| declared.iter().any(|d| d.name == s.name));
-        if result.samples.len() != before {
+        let dropped = self.store.retain_declared(&mut result.samples);
+        if dropped > 0 {
             self.metrics.plugin_error(&e.name, "undeclared");
-            tracing::warn!(plugin = %e.name, dropped = before - result.samples.len(), "{}: emitted metrics it did not declare; dropped", e.label());
+            tracing::warn!(plugin = %e.name, dropped, "{}: emitted metrics it did not declare; dropped", e.label());
         }
         for err in &result.errors {
             self.metrics.plugin_error(&e.name, "partial");

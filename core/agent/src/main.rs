@@ -14,11 +14,25 @@ async fn main() {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    raise_fd_limit();
     match rocewatch::cli::run(cli).await {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("rocewatch: {e:#}");
             std::process::exit(2);
+        }
+    }
+}
+
+/// Raise the soft limit on open files to the hard limit (as Go programs do at start): the
+/// counter collector keeps sysfs files open, one per counter, within a share of it.
+fn raise_fd_limit() {
+    // SAFETY: an all-zero rlimit is a valid out-buffer; get/setrlimit have no other effect.
+    unsafe {
+        let mut rl: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
         }
     }
 }

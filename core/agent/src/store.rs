@@ -88,6 +88,14 @@ impl Store {
         }
     }
 
+    /// Drop the samples whose metric no plugin declared; returns how many were dropped.
+    pub fn retain_declared(&self, samples: &mut Vec<Sample>) -> usize {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let before = samples.len();
+        samples.retain(|s| g.descriptors.contains_key(&s.name));
+        before - samples.len()
+    }
+
     /// Whether some plugin declared the metric `name`.
     pub fn is_declared(&self, name: &str) -> bool {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
@@ -118,9 +126,10 @@ impl Store {
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
         g.generation += 1;
         let generation = g.generation;
+        let mut key = String::with_capacity(128);
         for s in samples {
-            let key = s.series_key();
-            match g.series.get_mut(&key) {
+            s.write_series_key(&mut key);
+            match g.series.get_mut(key.as_str()) {
                 Some(p) => {
                     let mut rate = None;
                     if s.kind == MetricKind::Counter {
@@ -147,7 +156,7 @@ impl Store {
                 }
                 None => {
                     g.series.insert(
-                        key,
+                        key.clone(),
                         Series {
                             sample: s.clone(),
                             plugin: plugin.to_string(),

@@ -236,14 +236,22 @@ fn default_kind() -> MetricKind {
 impl Sample {
     /// A stable identity of the series: name plus sorted attributes.
     pub fn series_key(&self) -> String {
-        let mut key = self.name.clone();
+        let mut key = String::new();
+        self.write_series_key(&mut key);
+        key
+    }
+
+    /// [`Sample::series_key`] into a reused buffer (cleared first): no allocation once
+    /// the buffer has grown.
+    pub fn write_series_key(&self, key: &mut String) {
+        key.clear();
+        key.push_str(&self.name);
         for (k, v) in &self.attributes {
             key.push('|');
             key.push_str(k);
             key.push('=');
             key.push_str(v);
         }
-        key
     }
 }
 

@@ -112,6 +112,54 @@ pub fn read_attr_with<T>(path: &Path, f: impl FnOnce(&str) -> T) -> Result<Optio
     }
 }
 
+/// Like [`read_attr_with`] on a file kept open: `pread(2)` from offset 0 until EOF, one
+/// system call per attribute instead of open, read, read, close. sysfs regenerates an
+/// attribute's text on every read at offset 0, so an open descriptor always sees the
+/// current value. (A regular file replaced by a rename would not be seen: keep
+/// descriptors open on sysfs only, see [`is_sysfs`].)
+pub fn pread_attr_with<T>(
+    file: &std::fs::File,
+    path: &Path,
+    f: impl FnOnce(&str) -> T,
+) -> Result<Option<T>, SysfsError> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 4096];
+    let mut n = 0;
+    let r = loop {
+        if n == buf.len() {
+            break Ok(n);
+        }
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break Ok(n),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => break Err(e),
+        }
+    };
+    match r {
+        Ok(n) => Ok(Some(f(String::from_utf8_lossy(&buf[..n]).trim()))),
+        Err(e) if classify_io_error(&e) => Ok(None),
+        Err(source) => Err(SysfsError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Whether `path` is on a sysfs mount (`statfs` type `SYSFS_MAGIC`).
+pub fn is_sysfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: an all-zero statfs is a valid out-buffer; c is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c and st are valid for the call.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as i64 == SYSFS_MAGIC
+}
+
 /// The entry names of a directory, sorted. A missing directory is empty, not an error.
 pub fn list_dir(path: &Path) -> Result<Vec<String>, SysfsError> {
     let rd = match std::fs::read_dir(path) {
@@ -134,6 +182,22 @@ pub fn list_dir(path: &Path) -> Result<Vec<String>, SysfsError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pread_on_an_open_file_sees_in_place_rewrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c");
+        std::fs::write(&p, "12\n").unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        let get = || pread_attr_with(&f, &p, |t| t.to_string()).unwrap();
+        assert_eq!(get(), Some("12".to_string()));
+        std::fs::write(&p, "345678\n").unwrap();
+        assert_eq!(get(), Some("345678".to_string()));
+        assert!(!is_sysfs(dir.path()), "a temporary directory is not sysfs");
+        if std::path::Path::new("/sys/kernel").is_dir() {
+            assert!(is_sysfs(std::path::Path::new("/sys")));
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -42,6 +42,50 @@ struct FilePlan {
     attributes: BTreeMap<String, String>,
     /// `netlink:hw_counters/<name>` for files of hw_counters/ (the netlink source).
     netlink_source: Option<String>,
+    /// The file kept open between collections (see [`KeepOpen`]).
+    file: Option<std::fs::File>,
+}
+
+/// Whether counter files stay open between collections: one `pread` per counter instead
+/// of open, read, read, close. Only sysfs regenerates a file's text on every read of an
+/// open descriptor; a regular file replaced by a rename (a test tree updated atomically)
+/// would be read stale, hence `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeepOpen {
+    /// Keep them open when the tree is on sysfs.
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl KeepOpen {
+    fn from_options(options: &serde_json::Value) -> Result<Self, PluginError> {
+        match options.get("keep_files_open") {
+            None => Ok(Self::Auto),
+            Some(v) => match v.as_str() {
+                Some("auto") => Ok(Self::Auto),
+                Some("always") => Ok(Self::Always),
+                Some("never") => Ok(Self::Never),
+                _ => Err(PluginError::InvalidOptions(format!(
+                    "keep_files_open: expected \"auto\", \"always\" or \"never\", got {v}"
+                ))),
+            },
+        }
+    }
+}
+
+/// How many files may stay open: a quarter of the descriptor limit left after 256 for
+/// everything else (sockets, plugins), so a host with hundreds of ports never runs the
+/// agent out of descriptors; files beyond it are opened per read.
+fn open_file_budget() -> usize {
+    // SAFETY: an all-zero rlimit is a valid out-buffer.
+    let mut rl: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: rl is valid for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 0;
+    }
+    (rl.rlim_cur as usize).saturating_sub(256) * 3 / 4
 }
 
 /// Where a port's hw_counters/ are read from.
@@ -87,6 +131,8 @@ struct PortPlan {
 struct Plan {
     devices: Vec<String>,
     ports: Vec<PortPlan>,
+    /// Files of this plan kept open.
+    open_files: usize,
 }
 
 fn base_attributes(device: &str, port: u32, netdev: Option<&str>) -> BTreeMap<String, String> {
@@ -108,6 +154,7 @@ fn build_plan(
     let mut plan = Plan {
         devices: devices.clone(),
         ports: Vec::new(),
+        open_files: 0,
     };
     for device in devices.iter().filter(|d| filter.allows(d)) {
         let ports = root.ports(device).unwrap_or_else(|e| {
@@ -169,6 +216,7 @@ fn build_plan(
                         source,
                         entry,
                         attributes,
+                        file: None,
                     });
                 }
             }
@@ -245,6 +293,7 @@ fn hw_file_plan(port_dir: &Path, base: &BTreeMap<String, String>, name: &str) ->
         source,
         entry,
         attributes,
+        file: None,
     })
 }
 
@@ -305,6 +354,8 @@ pub struct SysfsCounters {
     plan: Option<Plan>,
     hw_source: HwCountersSource,
     netlink: Option<RdmaNetlink>,
+    /// Files kept open, at most this many (0: none).
+    keep_open: usize,
 }
 
 impl SysfsCounters {
@@ -363,10 +414,12 @@ impl SysfsCounters {
 
     fn scrape_port(
         root: &SysRoot,
-        p: &PortPlan,
+        p: &mut PortPlan,
         hw_over_netlink: bool,
+        open: (&mut usize, usize),
         out: &mut ScrapeResult,
     ) -> bool {
+        let (open_files, max_open) = open;
         let mut vanished = false;
         let state = root.port_attr(&p.device, p.port, "state").ok().flatten();
         let phys = root
@@ -405,16 +458,32 @@ impl SysfsCounters {
                 ));
             }
         }
-        for f in &p.files {
+        for f in p.files.iter_mut() {
             if hw_over_netlink && f.netlink_source.is_some() {
                 continue;
             }
+            if f.file.is_none() && *open_files < max_open {
+                if let Ok(h) = std::fs::File::open(&f.path) {
+                    f.file = Some(h);
+                    *open_files += 1;
+                }
+            }
             // Parse in place: the text is only copied out when it is garbage to report.
-            let read = read::read_attr_with(&f.path, |text| match parse::parse_counter(text) {
+            let parse = |text: &str| match parse::parse_counter(text) {
                 parse::CounterText::Value(raw) => Ok(Some(raw)),
                 parse::CounterText::Absent => Ok(None),
                 parse::CounterText::Garbage => Err(text.to_string()),
-            });
+            };
+            let read = match &f.file {
+                Some(h) => read::pread_attr_with(h, &f.path, parse),
+                None => read::read_attr_with(&f.path, parse),
+            };
+            // An open file that stopped answering (a device re-created under the same
+            // name leaves old descriptors dead) is reopened by path next time.
+            if f.file.is_some() && !matches!(read, Ok(Some(_))) {
+                f.file = None;
+                *open_files -= 1;
+            }
             match read {
                 Ok(Some(Ok(Some(raw)))) => out.samples.push(Sample {
                     name: f.entry.name.to_string(),
@@ -453,6 +522,12 @@ impl Plugin for SysfsCounters {
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
         self.filter = DeviceFilter::from_options(&ctx.options)?;
         self.hw_source = HwCountersSource::from_options(&ctx.options)?;
+        self.keep_open = match KeepOpen::from_options(&ctx.options)? {
+            KeepOpen::Never => 0,
+            KeepOpen::Always => open_file_budget(),
+            KeepOpen::Auto if read::is_sysfs(&ctx.sysfs_root) => open_file_budget(),
+            KeepOpen::Auto => 0,
+        };
         self.root = Some(SysRoot::new(&ctx.sysfs_root));
         self.plan = None;
         self.netlink = None;
@@ -524,7 +599,13 @@ impl CollectorPlugin for SysfsCounters {
                 Some(nl) => Self::scrape_netlink(nl, port, &mut out),
                 None => false,
             };
-            stale |= Self::scrape_port(root, port, over_netlink, &mut out);
+            stale |= Self::scrape_port(
+                root,
+                port,
+                over_netlink,
+                (&mut plan.open_files, self.keep_open),
+                &mut out,
+            );
         }
         if stale {
             self.plan = None; // a device vanished: re-plan on the next scrape

@@ -56,35 +56,65 @@ fn escape_help(s: &str, format: Format) -> String {
     }
 }
 
-fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// `{k="v",...}` written straight into `out` (label names sanitized, values escaped),
+/// without intermediate strings: this runs for every series on every scrape.
+fn write_labels(out: &mut String, attrs: &BTreeMap<String, String>) {
+    if attrs.is_empty() {
+        return;
+    }
+    out.push('{');
+    for (i, (k, v)) in attrs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // The common case (`rdma.device`) maps dots to underscores; anything else takes
+        // the full sanitizer (which also collapses runs of underscores).
+        let sep = |b: &u8| *b == b'_' || *b == b'.';
+        if k.bytes().all(|b| b.is_ascii_alphanumeric() || sep(&b))
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && !k.as_bytes().windows(2).any(|w| sep(&w[0]) && sep(&w[1]))
+        {
+            out.extend(k.chars().map(|c| if c == '.' { '_' } else { c }));
+        } else {
+            out.push_str(&prometheus_label(k));
+        }
+        out.push_str("=\"");
+        for c in v.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push('}');
 }
 
 fn labels(attrs: &BTreeMap<String, String>) -> String {
-    if attrs.is_empty() {
-        return String::new();
-    }
-    let parts: Vec<String> = attrs
-        .iter()
-        .map(|(k, v)| format!("{}=\"{}\"", prometheus_label(k), escape_label(v)))
-        .collect();
-    format!("{{{}}}", parts.join(","))
+    let mut s = String::new();
+    write_labels(&mut s, attrs);
+    s
 }
 
+#[cfg(test)]
 fn number(v: Value) -> String {
+    let mut s = String::new();
+    write_number(&mut s, v);
+    s
+}
+
+fn write_number(out: &mut String, v: Value) {
     match v {
-        Value::U64(u) => u.to_string(),
-        Value::F64(f) if f.is_nan() => "NaN".into(),
-        Value::F64(f) if f.is_infinite() => {
-            if f > 0.0 {
-                "+Inf".into()
-            } else {
-                "-Inf".into()
-            }
+        Value::U64(u) => {
+            let _ = write!(out, "{u}");
         }
-        Value::F64(f) => format!("{f}"),
+        Value::F64(f) if f.is_nan() => out.push_str("NaN"),
+        Value::F64(f) if f.is_infinite() => out.push_str(if f > 0.0 { "+Inf" } else { "-Inf" }),
+        Value::F64(f) => {
+            let _ = write!(out, "{f}");
+        }
     }
 }
 
@@ -111,12 +141,11 @@ fn family(out: &mut String, d: &MetricDescriptor, samples: &[&Sample], format: F
         let _ = writeln!(out, "# UNIT {type_name} {u}");
     }
     for s in samples {
-        let _ = writeln!(
-            out,
-            "{sample_name}{} {}",
-            labels(&s.attributes),
-            number(s.value)
-        );
+        out.push_str(&sample_name);
+        write_labels(out, &s.attributes);
+        out.push(' ');
+        write_number(out, s.value);
+        out.push('\n');
     }
 }
 
@@ -334,6 +363,27 @@ mod tests {
         );
         assert!(om.contains("\nrdma_port_io_bytes_total{"), "{om}");
         assert!(om.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn label_fast_path_matches_the_sanitizer() {
+        for k in [
+            "rdma.device",
+            "network.io.direction",
+            "a..b",
+            "x_.y",
+            "1x",
+            "ünï",
+            "a__b",
+            "plain",
+        ] {
+            let attrs: BTreeMap<String, String> = [(k.to_string(), "v\"\\\n".to_string())].into();
+            assert_eq!(
+                labels(&attrs),
+                format!("{{{}=\"v\\\"\\\\\\n\"}}", prometheus_label(k)),
+                "{k}"
+            );
+        }
     }
 
     #[test]

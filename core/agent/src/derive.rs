@@ -5,21 +5,21 @@
 use std::collections::BTreeMap;
 
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, DERIVED_CATALOG, ERROR_COUNTERS};
-use rocewatch_plugin_api::{MetricKind, Sample, Value};
+use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
 
 use crate::store::Store;
 
 /// The name derived series are stored under.
 pub const PLUGIN: &str = "derived";
 
-fn derived(name: &str, value: f64, attributes: BTreeMap<String, String>, from: &str) -> Sample {
+fn derived(name: &str, value: f64, attributes: Attributes, from: &str) -> Sample {
     let e = DERIVED_CATALOG
         .iter()
         .find(|e| e.name == name)
         .expect("derived metric is catalogued");
     Sample {
-        name: name.to_string(),
-        unit: e.unit.to_string(),
+        name: e.name.into(),
+        unit: e.unit.into(),
         value: Value::F64(value),
         attributes,
         source: format!("derived:{from}"),
@@ -70,7 +70,7 @@ pub fn compute(store: &Store) -> Vec<Sample> {
         out.push(derived(
             "rdma.port.error_rate",
             rate,
-            attrs,
+            Attributes::new(attrs),
             "error counters",
         ));
     }
@@ -85,13 +85,15 @@ mod tests {
 
     fn counter(name: &str, unit: &str, v: u64, attrs: &[(&str, &str)]) -> Sample {
         Sample {
-            name: name.into(),
-            unit: unit.into(),
+            name: name.to_string().into(),
+            unit: unit.to_string().into(),
             value: Value::U64(v),
-            attributes: attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            attributes: Attributes::new(
+                attrs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             source: "x".into(),
             kind: MetricKind::Counter,
         }

@@ -137,14 +137,15 @@ impl SelfMetrics {
     pub fn samples(&self) -> Vec<Sample> {
         let inner = self.lock();
         let mut out = Vec::new();
-        let counter = |name: &str, unit: &str, v: u64, a: BTreeMap<String, String>| Sample {
-            name: name.into(),
-            unit: unit.into(),
-            value: Value::U64(v),
-            attributes: a,
-            source: "agent".into(),
-            kind: MetricKind::Counter,
-        };
+        let counter =
+            |name: &'static str, unit: &'static str, v: u64, a: BTreeMap<String, String>| Sample {
+                name: name.into(),
+                unit: unit.into(),
+                value: Value::U64(v),
+                attributes: a.into(),
+                source: "agent".into(),
+                kind: MetricKind::Counter,
+            };
         for ((plugin, reason), v) in &inner.errors {
             out.push(counter(
                 "rocewatch.plugin.errors",

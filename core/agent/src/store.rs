@@ -26,6 +26,8 @@ pub struct Series {
     read_at: Instant,
     /// The ingest that last saw this series (series a plugin stops emitting are dropped).
     generation: u64,
+    /// Its Prometheus label set (`{k="v",...}`), rendered once when it appeared.
+    pub labels: String,
 }
 
 #[derive(Debug, Default)]
@@ -92,7 +94,7 @@ impl Store {
     pub fn retain_declared(&self, samples: &mut Vec<Sample>) -> usize {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
         let before = samples.len();
-        samples.retain(|s| g.descriptors.contains_key(&s.name));
+        samples.retain(|s| g.descriptors.contains_key(s.name.as_ref()));
         before - samples.len()
     }
 
@@ -158,6 +160,7 @@ impl Store {
                     g.series.insert(
                         key.clone(),
                         Series {
+                            labels: crate::export::prometheus::labels(&s.attributes),
                             sample: s.clone(),
                             plugin: plugin.to_string(),
                             start: now,
@@ -222,7 +225,9 @@ mod tests {
             name: "rdma.port.io".into(),
             unit: "By".into(),
             value: Value::U64(v),
-            attributes: [("rdma.device".to_string(), "mlx5_0".to_string())].into(),
+            attributes: std::sync::Arc::new(
+                [("rdma.device".to_string(), "mlx5_0".to_string())].into(),
+            ),
             source: "counters/port_xmit_data".into(),
             kind: MetricKind::Counter,
         }

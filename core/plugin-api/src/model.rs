@@ -214,14 +214,21 @@ impl fmt::Display for Value {
     }
 }
 
+/// A sample's attributes, shared: a collector builds them once per series and every
+/// collection hands out a reference, not a copy (`Arc::make_mut` to change one).
+pub type Attributes = std::sync::Arc<BTreeMap<String, String>>;
+
+/// A metric name or unit: usually a catalog constant, borrowed for free.
+pub type Name = std::borrow::Cow<'static, str>;
+
 /// One observation of one series.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
-    pub name: String,
-    pub unit: String,
+    pub name: Name,
+    pub unit: Name,
     /// Normalized value (bytes for data counters).
     pub value: Value,
-    pub attributes: BTreeMap<String, String>,
+    pub attributes: Attributes,
     /// Where the value came from, relative to the port directory
     /// (e.g. `counters/port_xmit_data`), or a plugin-defined origin.
     pub source: String,
@@ -246,7 +253,7 @@ impl Sample {
     pub fn write_series_key(&self, key: &mut String) {
         key.clear();
         key.push_str(&self.name);
-        for (k, v) in &self.attributes {
+        for (k, v) in self.attributes.iter() {
             key.push('|');
             key.push_str(k);
             key.push('=');

@@ -145,10 +145,10 @@ pub fn samples_of(
         let e =
             rocewatch_metrics::ethtool_entry(metric).expect("normalized metrics are catalogued");
         out.push(Sample {
-            name: metric.to_string(),
-            unit: e.unit.to_string(),
+            name: metric.into(),
+            unit: e.unit.into(),
             value: Value::U64(*value),
-            attributes: attrs,
+            attributes: attrs.into(),
             source: format!("ethtool:{name}"),
             kind: e.kind,
         });

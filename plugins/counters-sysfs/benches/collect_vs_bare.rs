@@ -66,6 +66,19 @@ fn bare(files: &[PathBuf]) -> u64 {
     sum
 }
 
+/// The least a reader keeping the files open can do: one `pread` at offset 0 per file.
+fn bare_pread(files: &[std::fs::File]) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 4096];
+    let mut sum = 0u64;
+    for f in files {
+        if let Ok(n) = f.read_at(&mut buf, 0) {
+            sum += n as u64;
+        }
+    }
+    sum
+}
+
 fn per_iter(mut f: impl FnMut(), budget: Duration) -> (Duration, u32) {
     for _ in 0..20 {
         f(); // warm the page cache and the plan
@@ -101,13 +114,31 @@ fn main() {
         }
     };
     let files = files(&root);
-    let mut plugin = SysfsCounters::new();
-    plugin.start(&PluginContext::new(&root)).unwrap();
+    let open: Vec<std::fs::File> = files
+        .iter()
+        .filter_map(|f| std::fs::File::open(f).ok())
+        .collect();
+    let plugin_with = |keep: &str| {
+        let mut p = SysfsCounters::new();
+        let mut ctx = PluginContext::new(&root);
+        ctx.options = serde_json::json!({ "keep_files_open": keep });
+        p.start(&ctx).unwrap();
+        p
+    };
+    // As on sysfs (files kept open), and as on a tree where they cannot be.
+    let mut plugin = plugin_with("always");
+    let mut reopening = plugin_with("never");
     let samples = plugin.collect().unwrap().samples.len();
     let budget = Duration::from_secs(3);
     let (b, nb) = per_iter(
         || {
             black_box(bare(black_box(&files)));
+        },
+        budget,
+    );
+    let (bp, nbp) = per_iter(
+        || {
+            black_box(bare_pread(black_box(&open)));
         },
         budget,
     );
@@ -117,21 +148,37 @@ fn main() {
         },
         budget,
     );
+    let (cr, ncr) = per_iter(
+        || {
+            black_box(reopening.collect().unwrap());
+        },
+        budget,
+    );
     println!("tree: {}", root.display());
     println!(
         "files per scrape: {}, samples per scrape: {samples}",
         files.len()
     );
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "bare read:  {:>10.1} us per scrape ({nb} iterations)",
-        b.as_secs_f64() * 1e6
+        "bare pread of open files:      {:>8.1} us per scrape ({nbp} iterations)",
+        us(bp)
     );
     println!(
-        "collection: {:>10.1} us per scrape ({nc} iterations)",
-        c.as_secs_f64() * 1e6
+        "collection, files kept open:   {:>8.1} us per scrape ({nc} iterations)",
+        us(c)
     );
     println!(
-        "ratio collection / bare read: {:.2}",
-        c.as_secs_f64() / b.as_secs_f64()
+        "bare open+read+close:          {:>8.1} us per scrape ({nb} iterations)",
+        us(b)
+    );
+    println!(
+        "collection, files reopened:    {:>8.1} us per scrape ({ncr} iterations)",
+        us(cr)
+    );
+    println!(
+        "ratio collection / bare read: {:.2} (files kept open, as on sysfs), {:.2} (reopened)",
+        c.as_secs_f64() / bp.as_secs_f64(),
+        cr.as_secs_f64() / b.as_secs_f64()
     );
 }

@@ -33,17 +33,56 @@ use rocewatch_sysfs::{parse, read, SysRoot};
 
 const GROUPS: [&str; 3] = ["counters_ext", "counters", "hw_counters"];
 
+/// A file read on every collection, kept open between collections when allowed.
+#[derive(Debug)]
+struct Kept {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl Kept {
+    fn new(path: PathBuf) -> Self {
+        Kept { path, file: None }
+    }
+
+    /// Reads the trimmed text into `f`. Opens and keeps the file while `*open < max`; a
+    /// kept file that stops answering (a device re-created under the same name leaves old
+    /// descriptors dead) is closed and reopened by path next time.
+    fn read<T>(
+        &mut self,
+        open: &mut usize,
+        max: usize,
+        f: impl FnOnce(&str) -> T,
+    ) -> Result<Option<T>, rocewatch_sysfs::read::SysfsError> {
+        if self.file.is_none() && *open < max {
+            if let Ok(h) = std::fs::File::open(&self.path) {
+                self.file = Some(h);
+                *open += 1;
+            }
+        }
+        let r = match &self.file {
+            Some(h) => read::pread_attr_with(h, &self.path, f),
+            None => read::read_attr_with(&self.path, f),
+        };
+        if self.file.is_some() && !matches!(r, Ok(Some(_))) {
+            self.file = None;
+            *open -= 1;
+        }
+        r
+    }
+}
+
 #[derive(Debug)]
 struct FilePlan {
     path: PathBuf,
     /// Relative to the port directory (`counters/port_xmit_data`).
     source: String,
     entry: &'static CatalogEntry,
-    attributes: BTreeMap<String, String>,
+    attributes: Attributes,
     /// `netlink:hw_counters/<name>` for files of hw_counters/ (the netlink source).
     netlink_source: Option<String>,
-    /// The file kept open between collections (see [`KeepOpen`]).
-    file: Option<std::fs::File>,
+    /// The file, kept open between collections when allowed (see [`KeepOpen`]).
+    kept: Kept,
 }
 
 /// Whether counter files stay open between collections: one `pread` per counter instead
@@ -118,8 +157,12 @@ struct PortPlan {
     device: String,
     port: u32,
     port_dir: PathBuf,
-    netdev: Option<String>,
-    base: BTreeMap<String, String>,
+    state: Kept,
+    phys_state: Kept,
+    rate: Kept,
+    /// The netdev's `mtu` file and the sample source naming it.
+    mtu: Option<(Kept, String)>,
+    base: Attributes,
     files: Vec<FilePlan>,
     /// The kernel's device index when hw_counters/ come over netlink.
     netlink: Option<u32>,
@@ -202,30 +245,39 @@ fn build_plan(
                     // counters_ext/ is planned first: its 64-bit series wins over counters/.
                     if files
                         .iter()
-                        .any(|f| f.entry.name == entry.name && f.attributes == attributes)
+                        .any(|f| f.entry.name == entry.name && *f.attributes == attributes)
                     {
                         continue;
                     }
                     if group == "hw_counters" {
                         hw_index.insert(file.clone(), files.len());
                     }
+                    let path = port_dir.join(group).join(&file);
                     files.push(FilePlan {
-                        path: port_dir.join(group).join(&file),
+                        kept: Kept::new(path.clone()),
+                        path,
                         netlink_source: (group == "hw_counters")
                             .then(|| format!("netlink:{source}")),
                         source,
                         entry,
-                        attributes,
-                        file: None,
+                        attributes: Attributes::new(attributes),
                     });
                 }
             }
             plan.ports.push(PortPlan {
                 device: device.clone(),
                 port,
+                state: Kept::new(port_dir.join("state")),
+                phys_state: Kept::new(port_dir.join("phys_state")),
+                rate: Kept::new(port_dir.join("rate")),
+                mtu: netdev.as_ref().map(|nd| {
+                    (
+                        Kept::new(root.netdev_dir(nd).join("mtu")),
+                        format!("class/net/{nd}/mtu"),
+                    )
+                }),
                 port_dir,
-                netdev,
-                base,
+                base: Attributes::new(base),
                 files,
                 netlink: None,
                 hw_index,
@@ -254,15 +306,10 @@ fn gauges() -> &'static Gauges {
     })
 }
 
-fn gauge(
-    e: &'static CatalogEntry,
-    value: Value,
-    attrs: &BTreeMap<String, String>,
-    source: &str,
-) -> Sample {
+fn gauge(e: &'static CatalogEntry, value: Value, attrs: &Attributes, source: &str) -> Sample {
     Sample {
-        name: e.name.to_string(),
-        unit: e.unit.to_string(),
+        name: e.name.into(),
+        unit: e.unit.into(),
         value,
         attributes: attrs.clone(),
         source: source.to_string(),
@@ -271,12 +318,12 @@ fn gauge(
 }
 
 /// A catalog entry and attributes for a hw counter first seen in a netlink reply.
-fn hw_file_plan(port_dir: &Path, base: &BTreeMap<String, String>, name: &str) -> Option<FilePlan> {
+fn hw_file_plan(port_dir: &Path, base: &Attributes, name: &str) -> Option<FilePlan> {
     let source = format!("hw_counters/{name}");
     if catalog::NOT_COUNTERS.contains(&source.as_str()) {
         return None;
     }
-    let mut attributes = base.clone();
+    let mut attributes = (**base).clone();
     let entry = match catalog::lookup("hw_counters", name) {
         Some(e) => e,
         None => {
@@ -288,12 +335,12 @@ fn hw_file_plan(port_dir: &Path, base: &BTreeMap<String, String>, name: &str) ->
         attributes.insert(k.to_string(), v.to_string());
     }
     Some(FilePlan {
+        kept: Kept::new(port_dir.join(&source)),
         path: port_dir.join(&source),
         netlink_source: Some(format!("netlink:{source}")),
         source,
         entry,
-        attributes,
-        file: None,
+        attributes: Attributes::new(attributes),
     })
 }
 
@@ -377,8 +424,8 @@ impl SysfsCounters {
             Some(&i) => {
                 let f = &p.files[i];
                 samples.push(Sample {
-                    name: f.entry.name.to_string(),
-                    unit: f.entry.unit.to_string(),
+                    name: f.entry.name.into(),
+                    unit: f.entry.unit.into(),
                     value: Value::U64(raw.saturating_mul(f.entry.scale)),
                     attributes: f.attributes.clone(),
                     source: f.netlink_source.clone().unwrap_or_default(),
@@ -399,8 +446,8 @@ impl SysfsCounters {
                 continue;
             };
             out.samples.push(Sample {
-                name: f.entry.name.to_string(),
-                unit: f.entry.unit.to_string(),
+                name: f.entry.name.into(),
+                unit: f.entry.unit.into(),
                 value: Value::U64(raw.saturating_mul(f.entry.scale)),
                 attributes: f.attributes.clone(),
                 source: f.netlink_source.clone().unwrap_or_default(),
@@ -413,7 +460,6 @@ impl SysfsCounters {
     }
 
     fn scrape_port(
-        root: &SysRoot,
         p: &mut PortPlan,
         hw_over_netlink: bool,
         open: (&mut usize, usize),
@@ -421,73 +467,43 @@ impl SysfsCounters {
     ) -> bool {
         let (open_files, max_open) = open;
         let mut vanished = false;
-        let state = root.port_attr(&p.device, p.port, "state").ok().flatten();
-        let phys = root
-            .port_attr(&p.device, p.port, "phys_state")
-            .ok()
-            .flatten();
-        if let (Some(s), Some(ph)) = (&state, &phys) {
-            let up = parse::parse_enum(s).1 == "ACTIVE" && parse::parse_enum(ph).1 == "LinkUp";
-            out.samples
-                .push(gauge(gauges().up, Value::U64(up as u64), &p.base, "state"));
-        } else if state.is_none() && !p.port_dir.exists() {
-            return true;
+        let enum_is = |want: &'static str| move |t: &str| parse::parse_enum(t).1 == want;
+        let active = p.state.read(open_files, max_open, enum_is("ACTIVE"));
+        let link_up = p.phys_state.read(open_files, max_open, enum_is("LinkUp"));
+        match (active, link_up) {
+            (Ok(Some(a)), Ok(Some(l))) => {
+                let up = Value::U64((a && l) as u64);
+                out.samples.push(gauge(gauges().up, up, &p.base, "state"));
+            }
+            (Ok(None), _) if !p.port_dir.exists() => return true,
+            _ => {}
         }
-        if let Some(bps) = root
-            .port_attr(&p.device, p.port, "rate")
-            .ok()
-            .flatten()
-            .as_deref()
-            .and_then(parse::parse_rate_bps)
-        {
+        if let Ok(Some(Some(bps))) = p.rate.read(open_files, max_open, parse::parse_rate_bps) {
             out.samples
                 .push(gauge(gauges().rate, Value::U64(bps), &p.base, "rate"));
         }
-        if let Some(nd) = &p.netdev {
-            if let Some(mtu) = root
-                .netdev_attr(nd, "mtu")
-                .ok()
-                .flatten()
-                .and_then(|m| m.parse::<u64>().ok())
-            {
-                out.samples.push(gauge(
-                    gauges().mtu,
-                    Value::U64(mtu),
-                    &p.base,
-                    &format!("class/net/{nd}/mtu"),
-                ));
+        if let Some((mtu, source)) = &mut p.mtu {
+            if let Ok(Some(Ok(v))) = mtu.read(open_files, max_open, |t| t.parse::<u64>()) {
+                out.samples
+                    .push(gauge(gauges().mtu, Value::U64(v), &p.base, source));
             }
         }
         for f in p.files.iter_mut() {
             if hw_over_netlink && f.netlink_source.is_some() {
                 continue;
             }
-            if f.file.is_none() && *open_files < max_open {
-                if let Ok(h) = std::fs::File::open(&f.path) {
-                    f.file = Some(h);
-                    *open_files += 1;
-                }
-            }
             // Parse in place: the text is only copied out when it is garbage to report.
-            let parse = |text: &str| match parse::parse_counter(text) {
-                parse::CounterText::Value(raw) => Ok(Some(raw)),
-                parse::CounterText::Absent => Ok(None),
-                parse::CounterText::Garbage => Err(text.to_string()),
-            };
-            let read = match &f.file {
-                Some(h) => read::pread_attr_with(h, &f.path, parse),
-                None => read::read_attr_with(&f.path, parse),
-            };
-            // An open file that stopped answering (a device re-created under the same
-            // name leaves old descriptors dead) is reopened by path next time.
-            if f.file.is_some() && !matches!(read, Ok(Some(_))) {
-                f.file = None;
-                *open_files -= 1;
-            }
+            let read = f.kept.read(open_files, max_open, |text| {
+                match parse::parse_counter(text) {
+                    parse::CounterText::Value(raw) => Ok(Some(raw)),
+                    parse::CounterText::Absent => Ok(None),
+                    parse::CounterText::Garbage => Err(text.to_string()),
+                }
+            });
             match read {
                 Ok(Some(Ok(Some(raw)))) => out.samples.push(Sample {
-                    name: f.entry.name.to_string(),
-                    unit: f.entry.unit.to_string(),
+                    name: f.entry.name.into(),
+                    unit: f.entry.unit.into(),
                     value: Value::U64(raw.saturating_mul(f.entry.scale)),
                     attributes: f.attributes.clone(),
                     source: f.source.clone(),
@@ -593,6 +609,8 @@ impl CollectorPlugin for SysfsCounters {
             self.plan = Some(plan);
         }
         let plan = self.plan.as_mut().expect("plan built above");
+        out.samples
+            .reserve(plan.ports.iter().map(|p| p.files.len() + 3).sum());
         let mut stale = false;
         for port in &mut plan.ports {
             let over_netlink = match self.netlink.as_mut() {
@@ -600,7 +618,6 @@ impl CollectorPlugin for SysfsCounters {
                 None => false,
             };
             stale |= Self::scrape_port(
-                root,
                 port,
                 over_netlink,
                 (&mut plan.open_files, self.keep_open),

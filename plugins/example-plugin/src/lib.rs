@@ -80,7 +80,7 @@ impl CollectorPlugin for Example {
                 name: HEARTBEAT.into(),
                 unit: "{tick}".into(),
                 value: Value::U64(self.ticks),
-                attributes,
+                attributes: attributes.into(),
                 source: "example-plugin".into(),
                 kind: MetricKind::Counter,
             }],

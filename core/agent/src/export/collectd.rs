@@ -391,7 +391,8 @@ mod tests {
             ]
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+            .collect::<BTreeMap<_, _>>()
+            .into(),
             source: "counters/port_xmit_data".into(),
             kind: MetricKind::Counter,
         }
@@ -407,7 +408,7 @@ mod tests {
         assert_eq!(putval(&v), "PUTVAL \"node1/rdma-mlx5_0-1/rdma_port_io-transmit\" interval=10.000 1700000000:400000");
         let mut ext = port_sample();
         ext.name = "example.heartbeat".into();
-        ext.attributes.clear();
+        std::sync::Arc::make_mut(&mut ext.attributes).clear();
         let v = value_list(&ext, "node1", t(), Duration::from_secs(10));
         assert_eq!(
             (
@@ -464,7 +465,8 @@ mod tests {
         let many: Vec<ValueList> = (0..200)
             .map(|i| {
                 let mut s = port_sample();
-                s.attributes.insert("rdma.port".into(), i.to_string());
+                std::sync::Arc::make_mut(&mut s.attributes)
+                    .insert("rdma.port".into(), i.to_string());
                 value_list(&s, "host", t(), Duration::from_secs(10))
             })
             .collect();

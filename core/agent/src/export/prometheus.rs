@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::selfmetrics::SelfMetrics;
-use crate::store::Store;
+use crate::store::{Series, Store};
 
 /// Which exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +92,8 @@ fn write_labels(out: &mut String, attrs: &BTreeMap<String, String>) {
     out.push('}');
 }
 
-fn labels(attrs: &BTreeMap<String, String>) -> String {
+/// The `{k="v",...}` label set of a series.
+pub(crate) fn labels(attrs: &BTreeMap<String, String>) -> String {
     let mut s = String::new();
     write_labels(&mut s, attrs);
     s
@@ -120,6 +121,18 @@ fn write_number(out: &mut String, v: Value) {
 
 /// One metric family: its metadata lines, then its samples.
 fn family(out: &mut String, d: &MetricDescriptor, samples: &[&Sample], format: Format) {
+    let sample_name = family_header(out, d, format);
+    for s in samples {
+        out.push_str(&sample_name);
+        write_labels(out, &s.attributes);
+        out.push(' ');
+        write_number(out, s.value);
+        out.push('\n');
+    }
+}
+
+/// The HELP/TYPE/UNIT lines of a family; returns the name its sample lines start with.
+fn family_header(out: &mut String, d: &MetricDescriptor, format: Format) -> String {
     let fam = prometheus_family(&d.name, &d.unit, d.kind);
     let (type_name, sample_name, type_word) = match (d.kind, format) {
         (MetricKind::Counter, Format::Text) => {
@@ -140,13 +153,7 @@ fn family(out: &mut String, d: &MetricDescriptor, samples: &[&Sample], format: F
     if let Some(u) = prometheus_unit(&d.unit, d.kind) {
         let _ = writeln!(out, "# UNIT {type_name} {u}");
     }
-    for s in samples {
-        out.push_str(&sample_name);
-        write_labels(out, &s.attributes);
-        out.push(' ');
-        write_number(out, s.value);
-        out.push('\n');
-    }
+    sample_name
 }
 
 /// Render the store and the self-metrics.
@@ -158,21 +165,37 @@ pub fn render(store: &Store, metrics: &SelfMetrics, format: Format) -> String {
         .collect();
     let mut out = String::with_capacity(64 * 1024);
     // The store is sorted by series key (name first), so each family's series are
-    // contiguous: render them as they come, under the read lock, without copies.
+    // contiguous: render them as they come, under the read lock, without copies, with
+    // the label set each series rendered once when it appeared.
+    let flush = |out: &mut String, group: &[&Series]| {
+        let Some(d) = group
+            .first()
+            .and_then(|g| descriptors.get(g.sample.name.as_ref()))
+        else {
+            return;
+        };
+        let name = family_header(out, d, format);
+        for s in group {
+            out.push_str(&name);
+            out.push_str(&s.labels);
+            out.push(' ');
+            write_number(out, s.sample.value);
+            out.push('\n');
+        }
+    };
     store.with_series(|all| {
-        let mut group: Vec<&Sample> = Vec::new();
+        let mut group: Vec<&Series> = Vec::new();
         for s in all {
-            if group.first().is_some_and(|g| g.name != s.sample.name) {
-                if let Some(d) = descriptors.get(&group[0].name) {
-                    family(&mut out, d, &group, format);
-                }
+            if group
+                .first()
+                .is_some_and(|g| g.sample.name != s.sample.name)
+            {
+                flush(&mut out, &group);
                 group.clear();
             }
-            group.push(&s.sample);
+            group.push(s);
         }
-        if let Some(d) = group.first().and_then(|g| descriptors.get(&g.name)) {
-            family(&mut out, d, &group, format);
-        }
+        flush(&mut out, &group);
     });
     render_self(&mut out, metrics, format);
     if format == Format::OpenMetrics {
@@ -189,7 +212,7 @@ pub fn render_samples(
 ) -> String {
     let mut by_name: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
     for s in samples {
-        by_name.entry(s.name.as_str()).or_default().push(s);
+        by_name.entry(s.name.as_ref()).or_default().push(s);
     }
     let mut out = String::new();
     for (name, samples) in &by_name {
@@ -318,13 +341,14 @@ mod tests {
 
     fn sample(name: &str, v: Value, attrs: &[(&str, &str)], kind: MetricKind) -> Sample {
         Sample {
-            name: name.into(),
+            name: name.to_string().into(),
             unit: "By".into(),
             value: v,
             attributes: attrs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+                .collect::<BTreeMap<_, _>>()
+                .into(),
             source: "x".into(),
             kind,
         }

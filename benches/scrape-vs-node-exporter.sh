@@ -48,6 +48,14 @@ while time.time() < deadline:
     except Exception:
         time.sleep(0.1)
 time.sleep(2)  # warm-up
+def collect_time(text):
+    """(sum, count) of the agent's own counters-sysfs collection durations."""
+    v = {}
+    for l in text.splitlines():
+        if l.startswith("rocewatch_plugin_duration_seconds_") and 'plugin="counters-sysfs"' in l:
+            v[l.split("{")[0].rsplit("_", 1)[1]] = float(l.split()[-1])
+    return v.get("sum", 0.0), v.get("count", 0.0)
+k0 = collect_time(scrape(rwport))
 c0 = (cpu(rw), cpu(ne)); t0 = time.time(); n = 0
 while time.time() - t0 < secs:
     start = time.time()
@@ -55,6 +63,7 @@ while time.time() - t0 < secs:
     time.sleep(max(0, 0.2 - (time.time() - start)))
 dt = time.time() - t0
 c1 = (cpu(rw), cpu(ne))
+k1 = collect_time(scrape(rwport))
 series = lambda text, prefix: sum(1 for l in text.splitlines() if l.startswith(prefix))
 rw_cpu, ne_cpu = c1[0] - c0[0], c1[1] - c0[1]
 rw_rss, ne_rss = hwm(rw), hwm(ne)
@@ -65,5 +74,11 @@ print(f"{'CPU seconds':22}{rw_cpu:>12.2f}{ne_cpu:>15.2f}{rw_cpu / max(ne_cpu, 1e
 print(f"{'CPU % of one core':22}{100 * rw_cpu / dt:>12.2f}{100 * ne_cpu / dt:>15.2f}")
 print(f"{'peak RSS (MiB)':22}{rw_rss:>12.1f}{ne_rss:>15.1f}{rw_rss / ne_rss:>8.2f}")
 print(f"{'series exported':22}{rw_series:>12}{ne_series:>15}{rw_series / ne_series:>8.2f}")
+print(f"{'bytes per scrape':22}{len(a):>12}{len(b):>15}{len(a) / len(b):>8.2f}")
+ncol = k1[1] - k0[1]
+if ncol > 0:
+    per = (k1[0] - k0[0]) / ncol
+    print(f"rocewatch: {ncol:.0f} collections in the window, {per * 1e3:.2f} ms each (its own plugin-duration metric),")
+    print(f"  {per * ncol:.2f} s of its {rw_cpu:.2f} CPU seconds; the rest is storing, deriving, rendering and serving /metrics")
 PY
 cargo bench --quiet -p rocewatch-counters-sysfs --bench collect_vs_bare -- "$root" 2>/dev/null | grep -v '^tree:'

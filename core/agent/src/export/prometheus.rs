@@ -317,6 +317,9 @@ pub async fn serve(listener: TcpListener, state: Exposition, mut shutdown: watch
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(std::time::Duration::from_secs(10))
+                // Hand the rendered body to the socket as it is (writev), not copied into
+                // hyper's own buffer first: it is the bulk of every scrape.
+                .writev(true)
                 .serve_connection(io, svc);
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, "prometheus endpoint connection: {e}");

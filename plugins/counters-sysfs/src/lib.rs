@@ -835,6 +835,56 @@ mod tests {
     }
 
     #[test]
+    fn files_kept_open_see_rewrites_and_auto_reopens_off_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx5_0");
+        let f = p.join("hw_counters/out_of_buffer");
+        fs::write(&f, "1\n").unwrap();
+        let start = |keep: &str| {
+            let mut c = SysfsCounters::new();
+            let mut ctx = PluginContext::new(dir.path());
+            ctx.options = serde_json::json!({ "keep_files_open": keep });
+            c.start(&ctx).unwrap();
+            c
+        };
+        let mut kept = start("always");
+        let mut auto = start("auto");
+        assert!(
+            kept.keep_open > 0 && auto.keep_open == 0,
+            "a temp dir is not sysfs"
+        );
+        let oob = |c: &mut SysfsCounters| value(&c.collect().unwrap(), "hw_counters/out_of_buffer");
+        assert_eq!(oob(&mut kept), Some(Value::U64(1)));
+        assert_eq!(oob(&mut auto), Some(Value::U64(1)));
+        assert_eq!(
+            kept.plan.as_ref().unwrap().open_files,
+            4,
+            "state, phys_state, rate, the counter"
+        );
+        // Rewritten in place (as sysfs regenerates a value): the open file sees it.
+        fs::write(&f, "2\n").unwrap();
+        assert_eq!(oob(&mut kept), Some(Value::U64(2)));
+        // Replaced by a rename: only a reopening reader sees it, hence "auto" off sysfs.
+        let tmp = p.join("hw_counters/.tmp");
+        fs::write(&tmp, "3\n").unwrap();
+        fs::rename(&tmp, &f).unwrap();
+        assert_eq!(oob(&mut auto), Some(Value::U64(3)));
+        assert_eq!(
+            oob(&mut kept),
+            Some(Value::U64(2)),
+            "the documented limit of always"
+        );
+        let e = SysfsCounters::new()
+            .start(&{
+                let mut ctx = PluginContext::new(dir.path());
+                ctx.options = serde_json::json!({ "keep_files_open": "yes" });
+                ctx
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("keep_files_open"), "{e}");
+    }
+
+    #[test]
     fn counters_ext_wins_over_counters() {
         let dir = tempfile::tempdir().unwrap();
         let p = port(dir.path(), "mlx4_0");

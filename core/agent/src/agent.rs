@@ -34,6 +34,10 @@ pub struct Agent {
     pub inventory: RwLock<Inventory>,
     pub events: broadcast::Sender<Arc<Collection>>,
     pub host_name: String,
+    /// The threshold rules and their per-series state.
+    pub rules: Arc<std::sync::Mutex<crate::rules::Engine>>,
+    /// Rules firing and clearing, for remediation and logs.
+    pub transitions: broadcast::Sender<Arc<crate::rules::Transition>>,
 }
 
 /// The host name: config, else the kernel's.
@@ -95,7 +99,11 @@ impl Agent {
             }
         }
         let (events, _) = broadcast::channel(64);
+        let (transitions, _) = broadcast::channel(1024);
+        let rules = Arc::new(std::sync::Mutex::new(crate::rules::Engine::new(&cfg.rules)));
         Arc::new(Agent {
+            rules,
+            transitions,
             cfg,
             registry,
             store,
@@ -155,6 +163,7 @@ impl Agent {
             &crate::derive::compute(&self.store),
             &self.metrics,
         );
+        self.evaluate_rules();
         let c = Arc::new(Collection {
             plugin: e.name.clone(),
             time: SystemTime::now(),
@@ -162,6 +171,27 @@ impl Agent {
         });
         let _ = self.events.send(Arc::clone(&c));
         Ok(c)
+    }
+
+    /// Evaluate the rules on what is in the store now; log and publish what changed.
+    pub fn evaluate_rules(&self) {
+        let changes = {
+            let mut engine = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+            if engine.is_empty() {
+                return;
+            }
+            engine.evaluate(&self.store, tokio::time::Instant::now())
+        };
+        for t in changes {
+            let labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if t.firing {
+                tracing::warn!(rule = %t.rule, severity = %t.severity, value = t.value, labels = %labels.join(","), "rule firing");
+            } else {
+                tracing::info!(rule = %t.rule, value = t.value, labels = %labels.join(","), "rule cleared");
+            }
+            self.metrics.rule_transition(&t.rule, t.firing);
+            let _ = self.transitions.send(Arc::new(t));
+        }
     }
 
     /// One collection by every collector (for `collect --once`). Unsupported collectors

@@ -139,6 +139,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Threshold rules and their state: pending, firing, cleared, with values.
+    ///
+    /// Asks a running agent (its Prometheus listener serves /rules), or with --once
+    /// evaluates the configured rules on one collection here (rates and `for` durations
+    /// need a running agent; --once shows what holds right now).
+    ///
+    /// Examples:
+    ///   rocewatch rules --url http://127.0.0.1:9464
+    ///   rocewatch rules --once --config configs/rules.toml --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys
+    Rules {
+        /// The agent's Prometheus listener.
+        #[arg(long, default_value = "http://127.0.0.1:9464", value_name = "URL")]
+        url: String,
+        /// Evaluate the configured rules once, here, instead of asking an agent.
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        source: SourceArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -192,6 +213,7 @@ impl Command {
             Command::Discover { .. }
                 | Command::Collect { .. }
                 | Command::Plugins { .. }
+                | Command::Rules { .. }
                 | Command::Config(_)
                 | Command::MetricsDoc
                 | Command::CollectdTypes
@@ -347,6 +369,49 @@ pub async fn run(cli: Cli) -> Result<i32> {
             }
             run_agent(cfg, duration).await
         }
+        Command::Rules {
+            url,
+            once,
+            source,
+            json,
+        } => {
+            let rows: Vec<serde_json::Value> = if once {
+                let cfg = source.load()?;
+                if cfg.rules.is_empty() {
+                    anyhow::bail!("no [[rules]] in the configuration (configs/rules.toml has the default set)");
+                }
+                let agent = Agent::start(cfg).await;
+                let _ = agent.discover().await;
+                let _ = agent.collect_all().await;
+                let status = agent
+                    .rules
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .status(tokio::time::Instant::now());
+                status
+                    .into_iter()
+                    .map(|s| serde_json::to_value(s).expect("plain data"))
+                    .collect()
+            } else {
+                let u = format!("{}/rules", url.trim_end_matches('/'));
+                let body = reqwest::get(&u)
+                    .await
+                    .and_then(|r| r.error_for_status())
+                    .with_context(|| format!("asking the agent at {u} (is `rocewatch run --prometheus-listen` running there?)"))?
+                    .text()
+                    .await
+                    .with_context(|| format!("reading {u}"))?;
+                let body: serde_json::Value = serde_json::from_str(&body)
+                    .with_context(|| format!("{u}: not a rules document"))?;
+                body["rules"].as_array().cloned().unwrap_or_default()
+            };
+            if json {
+                println!("{}", serde_json::json!({ "rules": rows }));
+            } else {
+                print!("{}", show::rules_text(&rows));
+            }
+            Ok(0)
+        }
         Command::Plugins { source, json } => {
             let cfg = source.load()?;
             let agent = Agent::start(cfg).await;
@@ -458,7 +523,11 @@ async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
     let agent = Agent::start(cfg).await;
     let prom_task = prom_listener.map(|l| {
         tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus /metrics and /healthz");
-        let state = crate::export::prometheus::Exposition { store: Arc::clone(&agent.store), metrics: Arc::clone(&agent.metrics) };
+        let state = crate::export::prometheus::Exposition {
+            store: Arc::clone(&agent.store),
+            metrics: Arc::clone(&agent.metrics),
+            rules: Some(Arc::clone(&agent.rules)),
+        };
         tokio::spawn(crate::export::prometheus::serve(l, state, shutdown.clone()))
     });
     for s in agent.registry.statuses() {

@@ -36,7 +36,9 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     })
 }
 
-fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+pub(crate) fn de_opt_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
     de_duration(d).map(Some)
 }
 
@@ -78,6 +80,9 @@ pub struct Config {
     /// Where metrics go.
     #[serde(default)]
     pub exporters: ExportersConfig,
+    /// Threshold rules (`[[rules]]`), evaluated after every collection.
+    #[serde(default)]
+    pub rules: Vec<crate::rules::RuleConfig>,
 }
 
 /// Log output format.
@@ -477,6 +482,11 @@ impl Config {
         }
         if self.agent.timeout.is_zero() {
             return Err(invalid("agent.timeout", "must be greater than zero".into()));
+        }
+        let known = |m: &str| rocewatch_metrics::all_entries().any(|e| e.name == m);
+        if let Err((i, message)) = crate::rules::validate(&self.rules, known) {
+            let rule = &self.rules[i].name;
+            return Err(invalid(&format!("rules[{i}] ({rule})"), message));
         }
         for (name_, p) in &self.plugins.builtin {
             if !crate::registry::builtin_names().contains(&name_.as_str()) {

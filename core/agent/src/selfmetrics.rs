@@ -15,6 +15,8 @@ struct Inner {
     exporter_errors: BTreeMap<String, u64>,
     exporter_dropped: BTreeMap<String, u64>,
     exporter_sent: BTreeMap<String, u64>,
+    /// (rule, "firing" | "cleared") → count
+    rule_transitions: BTreeMap<(String, String), u64>,
     /// (plugin, kind) → (count, sum of seconds)
     durations: BTreeMap<(String, String), (u64, f64)>,
 }
@@ -104,6 +106,15 @@ impl SelfMetrics {
             .unwrap_or(0)
     }
 
+    pub fn rule_transition(&self, rule: &str, firing: bool) {
+        let what = if firing { "firing" } else { "cleared" };
+        *self
+            .lock()
+            .rule_transitions
+            .entry((rule.into(), what.into()))
+            .or_default() += 1;
+    }
+
     pub fn counter_reset(&self, metric: &str) {
         *self.lock().resets.entry(metric.into()).or_default() += 1;
     }
@@ -184,6 +195,14 @@ impl SelfMetrics {
                 "{snapshot}",
                 *v,
                 attrs(&[("exporter", exporter)]),
+            ));
+        }
+        for ((rule, what), v) in &inner.rule_transitions {
+            out.push(counter(
+                "rocewatch.rule.transitions",
+                "{transition}",
+                *v,
+                attrs(&[("rule", rule), ("transition", what)]),
             ));
         }
         for (name, v) in &inner.resets {

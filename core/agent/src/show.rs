@@ -136,3 +136,36 @@ pub fn plugins_text(statuses: &[Status]) -> String {
     }
     s
 }
+
+/// The `rocewatch rules` table, from the `/rules` rows.
+pub fn rules_text(rows: &[serde_json::Value]) -> String {
+    let mut out = format!(
+        "{:<28} {:<9} {:>14} {:>8}  {:<44} {}\n",
+        "RULE", "PHASE", "VALUE", "FOR", "LABELS", "CONDITION"
+    );
+    for r in rows {
+        let labels: Vec<String> = r["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let value = r["value"]
+            .as_f64()
+            .map(|v| format!("{v:.4}"))
+            .unwrap_or_else(|| "-".into());
+        let secs = r["for_seconds"].as_f64().unwrap_or(0.0);
+        out.push_str(&format!(
+            "{:<28} {:<9} {:>14} {:>7.0}s  {:<44} {}\n",
+            r["rule"].as_str().unwrap_or_default(),
+            r["phase"].as_str().unwrap_or_default(),
+            value,
+            secs,
+            labels.join(","),
+            r["condition"].as_str().unwrap_or_default()
+        ));
+    }
+    out
+}

@@ -264,6 +264,8 @@ fn render_self(out: &mut String, metrics: &SelfMetrics, format: Format) {
 pub struct Exposition {
     pub store: Arc<Store>,
     pub metrics: Arc<SelfMetrics>,
+    /// The rules whose state `/rules` shows (what `rocewatch rules` reads).
+    pub rules: Option<Arc<std::sync::Mutex<crate::rules::Engine>>>,
 }
 
 async fn handle(
@@ -291,6 +293,15 @@ async fn handle(
             reply(StatusCode::OK, format.content_type(), render(&state.store, &state.metrics, format))
         }
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/rules" => {
+            let rules = state.rules.as_ref().map(|r| {
+                r.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .status(tokio::time::Instant::now())
+            });
+            let body = serde_json::json!({ "rules": rules.unwrap_or_default() });
+            reply(StatusCode::OK, "application/json", format!("{body}\n"))
+        }
         "/" => reply(StatusCode::OK, "text/html", "<html><body><a href=\"/metrics\">/metrics</a> <a href=\"/healthz\">/healthz</a></body></html>\n".into()),
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found; try /metrics or /healthz\n".into()),
     })

@@ -21,3 +21,4 @@ mod otlp;
 mod otlp_resilience;
 mod plugins;
 mod prometheus;
+mod rules;

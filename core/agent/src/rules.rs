@@ -216,6 +216,9 @@ struct SeriesState {
     /// (time, raw value): for rates, increases and the samples handed to remediation.
     history: VecDeque<(Instant, f64)>,
     seen: bool,
+    /// When the store last read the series: a point is added only for a new read (rules
+    /// are evaluated after every collector's collection, not only this series').
+    read_at: Option<std::time::SystemTime>,
 }
 
 #[derive(Debug)]
@@ -302,8 +305,13 @@ impl Engine {
                     value: f64::NAN,
                     history: VecDeque::new(),
                     seen: false,
+                    read_at: None,
                 });
                 s.seen = true;
+                if s.read_at == Some(st.time) {
+                    return;
+                }
+                s.read_at = Some(st.time);
                 s.history.push_back((now, st.sample.value.as_f64()));
                 // Keep two windows of points (at least RECENT), never more than RECENT * 64.
                 let keep = window.max(Duration::from_secs(1)) * 2;
@@ -325,6 +333,7 @@ impl Engine {
                         value: f64::NAN,
                         history: VecDeque::new(),
                         seen: true,
+                        read_at: None,
                     });
                 s.seen = true;
                 s.value = matched as f64;

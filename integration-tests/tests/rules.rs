@@ -1,0 +1,176 @@
+//! Threshold rules in a running agent: a rule fires on a fixture, `rocewatch rules` shows
+//! it firing with its value, the agent logs it and counts it in /metrics; the default rule
+//! set parses and evaluates on every fixture.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+#[test]
+fn a_rule_fires_in_a_running_agent_and_rocewatch_rules_shows_it() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("rules.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[[rules]]
+name = "slow-link"
+metric = "rdma.port.rate"
+match = { "rdma.device" = "mlx5_*" }
+op = "<"
+threshold = 200e9
+severity = "warning"
+
+[[rules]]
+name = "never"
+metric = "rdma.port.up"
+op = "=="
+threshold = 0
+for = "1h"
+"#,
+    )
+    .unwrap();
+    let log = dir.path().join("agent.log");
+    let mut agent = Proc(
+        Command::new(&artifacts().rocewatch)
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .args(["--sysfs-root"])
+            .arg(fixture("mlx5-roce-dual-port"))
+            .args(["--interval", "300ms", "--prometheus-listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rows = loop {
+        let out = rocewatch(&["rules", "--url", &url, "--json"], &[]);
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+            let rows = v["rules"].as_array().unwrap().clone();
+            if rows.iter().any(|r| r["phase"] == "firing") {
+                break rows;
+            }
+        }
+        assert!(Instant::now() < deadline, "no rule fired: {}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Both mlx5 ports run at 100 Gb/s: two firing series with the value, and the rule
+    // with a 1 h `for` never fires.
+    let firing: Vec<_> = rows.iter().filter(|r| r["rule"] == "slow-link").collect();
+    assert_eq!(firing.len(), 2, "{rows:?}");
+    for r in &firing {
+        assert_eq!(r["phase"], "firing");
+        assert_eq!(r["value"], 100e9);
+        assert!(r["labels"]["rdma.device"]
+            .as_str()
+            .unwrap()
+            .starts_with("mlx5_"));
+    }
+    assert!(rows
+        .iter()
+        .filter(|r| r["rule"] == "never")
+        .all(|r| r["phase"] == "inactive"));
+    let table = rocewatch(&["rules", "--url", &url], &[]);
+    let text = stdout(&table);
+    assert!(
+        text.contains("slow-link") && text.contains("firing"),
+        "{text}"
+    );
+    assert!(text.contains("rdma.port.rate < 200000000000"), "{text}");
+    let metrics = reqwest::blocking::get(format!("{url}/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"rocewatch_rule_transitions_total{rule="slow-link",transition="firing"} 2"#
+        ),
+        "{metrics}"
+    );
+    let _ = agent.0.kill();
+    let _ = agent.0.wait();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("rule firing") && logged.contains("slow-link"),
+        "{logged}"
+    );
+}
+
+#[test]
+fn the_default_rule_set_evaluates_on_every_fixture() {
+    for case in [
+        "mlx5-roce-dual-port",
+        "rxe-soft-roce",
+        "ib-hca",
+        "no-pma-restricted",
+    ] {
+        let root = fixture(case);
+        let out = rocewatch(
+            &[
+                "rules",
+                "--once",
+                "--json",
+                "--config",
+                "configs/rules.toml",
+                "--sysfs-root",
+                root.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(out.status.success(), "{case}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let rows = v["rules"].as_array().unwrap();
+        assert!(
+            rows.iter().any(|r| r["rule"] == "pfc-pause-storm"),
+            "{case}"
+        );
+        // Nothing is firing on a quiet fixture at first sight, except what `for` = 0 allows.
+        assert!(
+            rows.iter().all(|r| r["phase"] != "firing"),
+            "{case}: {rows:?}"
+        );
+    }
+    // ib-hca has a port down and slow links: pending (the rules wait 30 s / 1 m).
+    let out = rocewatch(
+        &[
+            "rules",
+            "--once",
+            "--json",
+            "--config",
+            "configs/rules.toml",
+            "--sysfs-root",
+            fixture("ib-hca").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["rule"] == "port-down"
+            && r["phase"] == "pending"
+            && r["labels"]["rdma.port"] == "2"));
+    // A config without rules says where the default set is.
+    let out = rocewatch(
+        &[
+            "rules",
+            "--once",
+            "--sysfs-root",
+            fixture("ib-hca").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("configs/rules.toml"),
+        "{}",
+        stderr(&out)
+    );
+}

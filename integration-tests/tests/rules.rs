@@ -174,3 +174,117 @@ fn the_default_rule_set_evaluates_on_every_fixture() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_firing_rule_runs_its_actions_in_a_running_agent_with_an_audit_trail() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit/audit.jsonl");
+    let out = dir.path().join("action.out");
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[[rules]]
+name = "slow-link"
+metric = "rdma.port.rate"
+match = {{ "rdma.device" = "mlx5_0" }}
+op = "<"
+threshold = 200e9
+actions = ["record", "drain"]
+
+[remediation]
+audit_log = {audit:?}
+kill_switch = {stop:?}
+
+[remediation.actions.record]
+type = "exec"
+command = ["sh", "-c", "env | grep ^ROCEWATCH_LABEL_ > \"$0\"", {out:?}]
+dry_run = false
+
+[remediation.actions.drain]
+type = "exec"
+command = ["/usr/local/sbin/drain-this-node"]
+"#,
+            stop = dir.path().join("STOP"),
+        ),
+    )
+    .unwrap();
+    let check = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let _agent = Proc(
+        Command::new(&artifacts().rocewatch)
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .args(["--sysfs-root"])
+            .arg(fixture("mlx5-roce-dual-port"))
+            .args(["--interval", "300ms", "--prometheus-listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let records = loop {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        let recs: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if recs.iter().any(|r| r["decision"] == "result") && out.exists() {
+            break recs;
+        }
+        assert!(Instant::now() < deadline, "no action ran: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let decisions: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["decision"].as_str().unwrap(),
+                r["action"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        &decisions[..4],
+        [
+            ("fired", "-"),
+            ("executing", "record"),
+            ("dry_run", "drain"),
+            ("result", "record")
+        ],
+        "{records:?}"
+    );
+    assert_eq!(records[3]["outcome"], "ok");
+    assert!(records[2]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("/usr/local/sbin/drain-this-node"));
+    let env = std::fs::read_to_string(&out).unwrap();
+    assert!(env.contains("ROCEWATCH_LABEL_RDMA_DEVICE=mlx5_0"), "{env}");
+    // It fires once: no new decision while it stays firing.
+    std::thread::sleep(Duration::from_millis(1000));
+    let n = std::fs::read_to_string(&audit).unwrap().lines().count();
+    assert_eq!(n, 4, "one firing, one set of decisions");
+}
+
+#[test]
+fn a_rule_naming_an_unknown_action_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[[rules]]\nname = \"r\"\nmetric = \"rdma.port.up\"\nactions = [\"reboot\"]\n",
+    )
+    .unwrap();
+    let out = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
+    assert!(!out.status.success());
+    let e = stderr(&out) + &stdout(&out);
+    assert!(
+        e.contains("rules[0] (r).actions") && e.contains("no action \"reboot\""),
+        "{e}"
+    );
+}

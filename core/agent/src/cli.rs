@@ -533,6 +533,7 @@ async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
     for s in agent.registry.statuses() {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
+    let _remediation = start_remediation(&agent);
     let otlp = start_otlp(&agent);
     let collectd_task = agent.cfg.exporters.collectd.clone().map(|c| {
         tracing::info!(server = %c.server, security = ?c.security_level, "sending to collectd");
@@ -725,4 +726,39 @@ async fn run_demo(
     view.abort();
     finish_otlp(otlp).await;
     Ok(0)
+}
+
+/// The remediation dispatcher, when any action is configured: it takes every rule
+/// transition from the agent and decides (and audits) its actions.
+fn start_remediation(agent: &Arc<Agent>) -> Option<tokio::task::JoinHandle<()>> {
+    if agent.cfg.remediation.actions.is_empty() {
+        return None;
+    }
+    let d = crate::remediation::Dispatcher::new(
+        agent.cfg.remediation.clone(),
+        Arc::clone(&agent.metrics),
+    );
+    tracing::info!(
+        audit_log = %d.audit_path().display(),
+        kill_switch = %agent.cfg.remediation.kill_switch.display(),
+        actions = agent.cfg.remediation.actions.len(),
+        "remediation enabled (actions are dry runs unless dry_run = false)"
+    );
+    let mut rx = agent.transitions.subscribe();
+    Some(tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok(t) => {
+                    d.handle(&t);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::error!(
+                        missed = n,
+                        "remediation fell behind: {n} rule transitions were not acted on"
+                    );
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }))
 }

@@ -83,6 +83,9 @@ pub struct Config {
     /// Threshold rules (`[[rules]]`), evaluated after every collection.
     #[serde(default)]
     pub rules: Vec<crate::rules::RuleConfig>,
+    /// What rules may do when they fire or clear (`[remediation]`).
+    #[serde(default)]
+    pub remediation: crate::remediation::RemediationConfig,
 }
 
 /// Log output format.
@@ -487,6 +490,9 @@ impl Config {
         if let Err((i, message)) = crate::rules::validate(&self.rules, known) {
             let rule = &self.rules[i].name;
             return Err(invalid(&format!("rules[{i}] ({rule})"), message));
+        }
+        if let Err((path, message)) = crate::remediation::validate(&self.remediation, &self.rules) {
+            return Err(invalid(&path, message));
         }
         for (name_, p) in &self.plugins.builtin {
             if !crate::registry::builtin_names().contains(&name_.as_str()) {

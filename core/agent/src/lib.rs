@@ -20,6 +20,7 @@ pub mod demo;
 pub mod derive;
 pub mod export;
 pub mod registry;
+pub mod remediation;
 pub mod rules;
 pub mod runner;
 pub mod selfmetrics;

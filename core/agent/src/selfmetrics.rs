@@ -15,6 +15,8 @@ struct Inner {
     exporter_errors: BTreeMap<String, u64>,
     exporter_dropped: BTreeMap<String, u64>,
     exporter_sent: BTreeMap<String, u64>,
+    /// (action, decision) → count
+    remediation: BTreeMap<(String, String), u64>,
     /// (rule, "firing" | "cleared") → count
     rule_transitions: BTreeMap<(String, String), u64>,
     /// (plugin, kind) → (count, sum of seconds)
@@ -106,6 +108,14 @@ impl SelfMetrics {
             .unwrap_or(0)
     }
 
+    pub fn remediation_decision(&self, action: &str, decision: &str) {
+        *self
+            .lock()
+            .remediation
+            .entry((action.into(), decision.into()))
+            .or_default() += 1;
+    }
+
     pub fn rule_transition(&self, rule: &str, firing: bool) {
         let what = if firing { "firing" } else { "cleared" };
         *self
@@ -195,6 +205,14 @@ impl SelfMetrics {
                 "{snapshot}",
                 *v,
                 attrs(&[("exporter", exporter)]),
+            ));
+        }
+        for ((action, decision), v) in &inner.remediation {
+            out.push(counter(
+                "rocewatch.remediation.decisions",
+                "{decision}",
+                *v,
+                attrs(&[("action", action), ("decision", decision)]),
             ));
         }
         for ((rule, what), v) in &inner.rule_transitions {

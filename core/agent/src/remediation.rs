@@ -1,0 +1,911 @@
+//! Remediation: what happens when a rule fires or clears, made safe for production hosts.
+//!
+//! Every action is a dry run unless its configuration says `dry_run = false`: it logs and
+//! audits what it would do. Before anything runs, in this order: the kill-switch file
+//! (its existence stops every action), the action's cooldown per target (the rule's
+//! labels) and event, the maximum number of actions per hour, the maximum of concurrent
+//! actions. Every decision (fired, suppressed and why, dry run, executing, result and
+//! duration) is appended to the audit log as one JSON line; the line announcing an
+//! execution is flushed to disk (`fsync`) before the action starts. Each action runs under
+//! its own timeout; one that hangs is abandoned (a command is killed) and the agent goes on.
+//!
+//! Action kinds: `log`, `exec` (a command, never through a shell: the breach is in
+//! `ROCEWATCH_*` environment variables and as JSON on standard input), `webhook` (HTTP
+//! POST of the same JSON, with retries).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::rules::Transition;
+use crate::selfmetrics::SelfMetrics;
+
+fn default_true() -> bool {
+    true
+}
+fn default_audit_log() -> PathBuf {
+    PathBuf::from("/var/lib/rocewatch/audit.jsonl")
+}
+fn default_kill_switch() -> PathBuf {
+    PathBuf::from("/etc/rocewatch/remediation.disabled")
+}
+fn default_per_hour() -> u32 {
+    20
+}
+fn default_concurrent() -> usize {
+    2
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_cooldown() -> Duration {
+    Duration::from_secs(600)
+}
+fn default_events() -> Vec<Event> {
+    vec![Event::Firing, Event::Clearing]
+}
+fn default_retries() -> u32 {
+    3
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    crate::config::de_opt_duration(d).map(|o| o.unwrap_or_default())
+}
+
+/// `[remediation]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemediationConfig {
+    /// Where every decision is appended, one JSON object per line.
+    #[serde(default = "default_audit_log")]
+    pub audit_log: PathBuf,
+    /// While this file exists, no action runs (each one is audited as suppressed).
+    #[serde(default = "default_kill_switch")]
+    pub kill_switch: PathBuf,
+    /// Actions started (dry runs included) in any hour, over all actions.
+    #[serde(default = "default_per_hour")]
+    pub max_actions_per_hour: u32,
+    /// Actions running at once.
+    #[serde(default = "default_concurrent")]
+    pub max_concurrent: usize,
+    /// The actions rules name, by name.
+    #[serde(default)]
+    pub actions: BTreeMap<String, ActionConfig>,
+}
+
+impl Default for RemediationConfig {
+    fn default() -> Self {
+        RemediationConfig {
+            audit_log: default_audit_log(),
+            kill_switch: default_kill_switch(),
+            max_actions_per_hour: default_per_hour(),
+            max_concurrent: default_concurrent(),
+            actions: BTreeMap::new(),
+        }
+    }
+}
+
+/// When an action is invoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    Firing,
+    Clearing,
+}
+
+/// What an action does.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ActionKind {
+    /// Log the breach (and audit it).
+    Log {},
+    /// Run a command: `command = ["/usr/local/sbin/drain", "--node"]`.
+    Exec { command: Vec<String> },
+    /// POST the breach as JSON.
+    Webhook {
+        url: String,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        #[serde(default = "default_retries")]
+        retries: u32,
+    },
+}
+
+/// `[remediation.actions.NAME]`
+#[derive(Debug, Clone, Deserialize)]
+pub struct ActionConfig {
+    #[serde(flatten)]
+    pub kind: ActionKind,
+    /// Only describe what would be done (default): set `dry_run = false` to act.
+    #[serde(default = "default_true")]
+    pub dry_run: bool,
+    /// Per run.
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Minimum time between two runs for the same target (rule labels) and event.
+    #[serde(default = "default_cooldown", deserialize_with = "de_duration")]
+    pub cooldown: Duration,
+    /// On which events (default both).
+    #[serde(default = "default_events")]
+    pub on: Vec<Event>,
+}
+
+/// What the action receives (stdin of `exec`, body of `webhook`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Breach {
+    pub rule: String,
+    pub event: Event,
+    pub action: String,
+    pub severity: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: Option<f64>,
+    /// Recent values, oldest first: (seconds ago, value).
+    pub recent: Vec<(f64, f64)>,
+    pub dry_run: bool,
+}
+
+/// One audit log line.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditRecord {
+    /// RFC 3339.
+    pub time: String,
+    /// fired | cleared | suppressed | dry_run | executing | result
+    pub decision: &'static str,
+    pub rule: String,
+    pub event: Event,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// Why suppressed; what a dry run would do; the result's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// ok | error | timeout (results only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+}
+
+/// The append-only audit log.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: Mutex<Option<std::fs::File>>,
+}
+
+impl AuditLog {
+    pub fn new(path: PathBuf) -> Self {
+        AuditLog {
+            path,
+            file: Mutex::new(None),
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Append one line; with `sync`, flushed to disk before returning.
+    pub fn append(&self, rec: &AuditRecord, sync: bool) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(rec).expect("plain data");
+        line.push(b'\n');
+        let mut g = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            *g = Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)?,
+            );
+        }
+        let f = g.as_mut().expect("opened above");
+        f.write_all(&line)?;
+        if sync {
+            f.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks `[remediation]` and the actions the rules name.
+pub fn validate(
+    cfg: &RemediationConfig,
+    rules: &[crate::rules::RuleConfig],
+) -> Result<(), (String, String)> {
+    for (name, a) in &cfg.actions {
+        let path = format!("remediation.actions.{name}");
+        match &a.kind {
+            ActionKind::Exec { command } if command.is_empty() || command[0].is_empty() => {
+                return Err((format!("{path}.command"), "must name a program".into()))
+            }
+            ActionKind::Webhook { url, .. }
+                if !(url.starts_with("http://") || url.starts_with("https://")) =>
+            {
+                return Err((
+                    format!("{path}.url"),
+                    format!("{url:?} is not an http(s) URL"),
+                ))
+            }
+            _ => {}
+        }
+        if a.timeout.is_zero() {
+            return Err((
+                format!("{path}.timeout"),
+                "must be greater than zero".into(),
+            ));
+        }
+        if a.on.is_empty() {
+            return Err((
+                format!("{path}.on"),
+                "names no event (firing, clearing)".into(),
+            ));
+        }
+    }
+    if cfg.max_concurrent == 0 {
+        return Err((
+            "remediation.max_concurrent".into(),
+            "must be at least 1".into(),
+        ));
+    }
+    for (i, r) in rules.iter().enumerate() {
+        for a in &r.actions {
+            if !cfg.actions.contains_key(a) {
+                let known: Vec<&str> = cfg.actions.keys().map(String::as_str).collect();
+                return Err((
+                    format!("rules[{i}] ({}).actions", r.name),
+                    format!(
+                        "no action {a:?} under [remediation.actions] (known: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// Decides and runs remediation for rule transitions.
+pub struct Dispatcher {
+    cfg: RemediationConfig,
+    audit: Arc<AuditLog>,
+    metrics: Arc<SelfMetrics>,
+    semaphore: Arc<Semaphore>,
+    state: Mutex<Limits>,
+    http: reqwest::Client,
+}
+
+#[derive(Default)]
+struct Limits {
+    /// (action, target, event) → last start
+    last: HashMap<(String, String, Event), Instant>,
+    /// starts in the last hour
+    starts: VecDeque<Instant>,
+}
+
+impl Dispatcher {
+    pub fn new(cfg: RemediationConfig, metrics: Arc<SelfMetrics>) -> Arc<Self> {
+        Arc::new(Dispatcher {
+            audit: Arc::new(AuditLog::new(cfg.audit_log.clone())),
+            semaphore: Arc::new(Semaphore::new(cfg.max_concurrent)),
+            cfg,
+            metrics,
+            state: Mutex::new(Limits::default()),
+            http: reqwest::Client::new(),
+        })
+    }
+
+    pub fn audit_path(&self) -> &std::path::Path {
+        self.audit.path()
+    }
+
+    fn record(&self, rec: AuditRecord, sync: bool) {
+        if let Some(a) = &rec.action {
+            self.metrics.remediation_decision(a, rec.decision);
+        }
+        if let Err(e) = self.audit.append(&rec, sync) {
+            tracing::error!(path = %self.audit.path().display(), "cannot write the remediation audit log: {e}");
+        }
+    }
+
+    /// Handle one transition: audit it, then decide every action it names. Actions that
+    /// run are spawned; their results are audited when they end. Returns the handles of
+    /// what was spawned (tests wait on them).
+    pub fn handle(self: &Arc<Self>, t: &Transition) -> Vec<tokio::task::JoinHandle<()>> {
+        let event = if t.firing {
+            Event::Firing
+        } else {
+            Event::Clearing
+        };
+        let labels: BTreeMap<String, String> = (*t.labels).clone();
+        let value = Some(t.value).filter(|v| v.is_finite());
+        let base = |decision: &'static str, action: Option<&str>| AuditRecord {
+            time: now_rfc3339(),
+            decision,
+            rule: t.rule.clone(),
+            event,
+            action: action.map(str::to_string),
+            labels: labels.clone(),
+            value,
+            detail: None,
+            outcome: None,
+            duration_ms: None,
+        };
+        self.record(
+            base(if t.firing { "fired" } else { "cleared" }, None),
+            false,
+        );
+        let mut spawned = Vec::new();
+        for name in &t.actions {
+            let Some(action) = self.cfg.actions.get(name) else {
+                continue; // validated at load; a rule never names an unknown action
+            };
+            if !action.on.contains(&event) {
+                continue;
+            }
+            let suppressed = |why: String| AuditRecord {
+                detail: Some(why),
+                ..base("suppressed", Some(name))
+            };
+            if self.cfg.kill_switch.exists() {
+                self.record(
+                    suppressed(format!(
+                        "kill switch {} exists",
+                        self.cfg.kill_switch.display()
+                    )),
+                    false,
+                );
+                continue;
+            }
+            let target = labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let now = Instant::now();
+            {
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let key = (name.clone(), target.clone(), event);
+                if let Some(last) = st.last.get(&key) {
+                    let since = now.duration_since(*last);
+                    if since < action.cooldown {
+                        drop(st);
+                        self.record(
+                            suppressed(format!(
+                                "cooldown: ran {} ago for this target, cooldown {}",
+                                humantime::format_duration(Duration::from_secs(since.as_secs())),
+                                humantime::format_duration(action.cooldown)
+                            )),
+                            false,
+                        );
+                        continue;
+                    }
+                }
+                while st
+                    .starts
+                    .front()
+                    .is_some_and(|s| now.duration_since(*s) >= Duration::from_secs(3600))
+                {
+                    st.starts.pop_front();
+                }
+                if st.starts.len() >= self.cfg.max_actions_per_hour as usize {
+                    drop(st);
+                    self.record(
+                        suppressed(format!(
+                            "rate limit: {} actions in the last hour (max_actions_per_hour)",
+                            self.cfg.max_actions_per_hour
+                        )),
+                        false,
+                    );
+                    continue;
+                }
+                let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() else {
+                    drop(st);
+                    self.record(
+                        suppressed(format!(
+                            "concurrency: {} actions already running (max_concurrent)",
+                            self.cfg.max_concurrent
+                        )),
+                        false,
+                    );
+                    continue;
+                };
+                st.last.insert(key, now);
+                st.starts.push_back(now);
+                let breach = Breach {
+                    rule: t.rule.clone(),
+                    event,
+                    action: name.clone(),
+                    severity: t.severity.clone(),
+                    labels: labels.clone(),
+                    value,
+                    recent: t.recent.clone(),
+                    dry_run: action.dry_run,
+                };
+                if action.dry_run {
+                    drop(permit);
+                    self.record(
+                        AuditRecord {
+                            detail: Some(format!("would {}", describe(&action.kind))),
+                            ..base("dry_run", Some(name))
+                        },
+                        false,
+                    );
+                    tracing::warn!(rule = %t.rule, action = %name, "dry run: would {}", describe(&action.kind));
+                    continue;
+                }
+                // Flushed to disk before the action starts.
+                self.record(
+                    AuditRecord {
+                        detail: Some(describe(&action.kind)),
+                        ..base("executing", Some(name))
+                    },
+                    true,
+                );
+                let me = Arc::clone(self);
+                let action = action.clone();
+                let result_base = base("result", Some(name));
+                spawned.push(tokio::spawn(async move {
+                    let started = Instant::now();
+                    let r = tokio::time::timeout(action.timeout, me.run(&action.kind, &breach)).await;
+                    let (outcome, detail) = match r {
+                        Ok(Ok(msg)) => ("ok", msg),
+                        Ok(Err(msg)) => ("error", msg),
+                        Err(_) => (
+                            "timeout",
+                            format!("did not finish within {}; abandoned", humantime::format_duration(action.timeout)),
+                        ),
+                    };
+                    drop(permit);
+                    if outcome != "ok" {
+                        tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
+                    }
+                    me.record(
+                        AuditRecord {
+                            time: now_rfc3339(),
+                            outcome: Some(outcome),
+                            detail: Some(detail),
+                            duration_ms: Some(started.elapsed().as_millis() as u64),
+                            ..result_base
+                        },
+                        false,
+                    );
+                }));
+            }
+        }
+        spawned
+    }
+
+    async fn run(&self, kind: &ActionKind, b: &Breach) -> Result<String, String> {
+        match kind {
+            ActionKind::Log {} => {
+                tracing::warn!(rule = %b.rule, event = ?b.event, labels = ?b.labels, value = ?b.value, "remediation log action");
+                Ok("logged".into())
+            }
+            ActionKind::Exec { command } => run_exec(command, b).await,
+            ActionKind::Webhook {
+                url,
+                headers,
+                retries,
+            } => {
+                let body = serde_json::to_vec(b).expect("plain data");
+                let mut delay = Duration::from_millis(200);
+                let mut last = String::new();
+                for attempt in 0..=*retries {
+                    let mut req = self
+                        .http
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body(body.clone());
+                    for (k, v) in headers {
+                        req = req.header(k, v);
+                    }
+                    match req.send().await {
+                        Ok(r) if r.status().is_success() => {
+                            return Ok(format!("{url}: {} (attempt {})", r.status(), attempt + 1))
+                        }
+                        Ok(r) if r.status().is_client_error() => {
+                            return Err(format!("{url}: {} (not retried)", r.status()))
+                        }
+                        Ok(r) => last = format!("{url}: {}", r.status()),
+                        Err(e) => last = format!("{url}: {e}"),
+                    }
+                    if attempt < *retries {
+                        tokio::time::sleep(delay).await;
+                        delay *= 2;
+                    }
+                }
+                Err(format!("{last} (after {} attempts)", retries + 1))
+            }
+        }
+    }
+}
+
+/// What an action would do, for dry runs and the audit log.
+pub fn describe(kind: &ActionKind) -> String {
+    match kind {
+        ActionKind::Log {} => "log the breach".into(),
+        ActionKind::Exec { command } => format!("run {command:?}"),
+        ActionKind::Webhook { url, .. } => format!("POST the breach to {url}"),
+    }
+}
+
+/// `ROCEWATCH_LABEL_RDMA_DEVICE` for `rdma.device`.
+fn env_name(label: &str) -> String {
+    let mut s = String::from("ROCEWATCH_LABEL_");
+    s.extend(label.chars().map(|c| {
+        if c.is_ascii_alphanumeric() {
+            c.to_ascii_uppercase()
+        } else {
+            '_'
+        }
+    }));
+    s
+}
+
+async fn run_exec(command: &[String], b: &Breach) -> Result<String, String> {
+    use tokio::io::AsyncWriteExt;
+    let mut c = tokio::process::Command::new(&command[0]);
+    c.args(&command[1..])
+        .env("ROCEWATCH_RULE", &b.rule)
+        .env(
+            "ROCEWATCH_EVENT",
+            if b.event == Event::Firing {
+                "firing"
+            } else {
+                "clearing"
+            },
+        )
+        .env("ROCEWATCH_ACTION", &b.action)
+        .env("ROCEWATCH_SEVERITY", &b.severity)
+        .env(
+            "ROCEWATCH_VALUE",
+            b.value.map(|v| v.to_string()).unwrap_or_default(),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in &b.labels {
+        c.env(env_name(k), v);
+    }
+    let mut child = c
+        .spawn()
+        .map_err(|e| format!("cannot run {:?}: {e}", command[0]))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let body = serde_json::to_vec(b).expect("plain data");
+        // A command that does not read its input is not an error.
+        let _ = stdin.write_all(&body).await;
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|e| format!("{:?}: {e}", command[0]))?;
+    let tail = |b: &[u8]| {
+        let s = String::from_utf8_lossy(b);
+        let s = s.trim();
+        let start = s.len().saturating_sub(400);
+        let start = (start..=s.len())
+            .find(|i| s.is_char_boundary(*i))
+            .unwrap_or(s.len());
+        s[start..].to_string()
+    };
+    if out.status.success() {
+        Ok(format!("exit 0; stdout: {}", tail(&out.stdout)))
+    } else {
+        Err(format!("{}; stderr: {}", out.status, tail(&out.stderr)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocewatch_plugin_api::Attributes;
+
+    fn cfg(dir: &std::path::Path, actions: &str, extra: &str) -> RemediationConfig {
+        let text = format!(
+            "audit_log = {:?}\nkill_switch = {:?}\n{extra}\n{actions}",
+            dir.join("audit.jsonl"),
+            dir.join("STOP")
+        );
+        toml::from_str(&text).unwrap()
+    }
+
+    fn fire(rule: &str, device: &str, firing: bool, action: &str) -> Transition {
+        Transition {
+            rule: rule.into(),
+            firing,
+            labels: Attributes::new(
+                [
+                    ("rdma.device".to_string(), device.to_string()),
+                    ("rdma.priority".to_string(), "3".to_string()),
+                ]
+                .into(),
+            ),
+            value: 0.42,
+            recent: vec![(10.0, 0.3), (0.0, 0.42)],
+            actions: vec![action.into()],
+            severity: "critical".into(),
+        }
+    }
+
+    fn audit(dir: &std::path::Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(dir.join("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn decisions(dir: &std::path::Path) -> Vec<String> {
+        audit(dir)
+            .iter()
+            .map(|r| {
+                let d = r["decision"].as_str().unwrap().to_string();
+                match r["detail"].as_str() {
+                    Some(why) if d == "suppressed" => {
+                        format!("{d}:{}", why.split(':').next().unwrap())
+                    }
+                    _ => d,
+                }
+            })
+            .collect()
+    }
+
+    async fn settle(handles: Vec<tokio::task::JoinHandle<()>>) {
+        for h in handles {
+            h.await.unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_by_default_then_cooldown_then_again_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!("[actions.touch]\ntype = \"exec\"\ncommand = [\"touch\", {marker:?}]\ncooldown = \"10m\""),
+                "",
+            ),
+            Arc::default(),
+        );
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        assert!(!marker.exists(), "dry run: nothing ran");
+        let rec = audit(dir.path());
+        assert_eq!(rec[1]["decision"], "dry_run");
+        assert!(
+            rec[1]["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("would run [\"touch\""),
+            "{rec:?}"
+        );
+        assert_eq!(rec[1]["labels"]["rdma.device"], "mlx5_0");
+        // Same target within the cooldown: suppressed; another device is its own target.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        settle(d.handle(&fire("storm", "mlx5_1", true, "touch"))).await;
+        // Clearing is its own event: not held back by the firing's cooldown.
+        settle(d.handle(&fire("storm", "mlx5_0", false, "touch"))).await;
+        tokio::time::advance(Duration::from_secs(600)).await;
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        assert_eq!(
+            decisions(dir.path()),
+            [
+                "fired",
+                "dry_run",
+                "fired",
+                "suppressed:cooldown",
+                "fired",
+                "dry_run",
+                "cleared",
+                "dry_run",
+                "fired",
+                "dry_run"
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hourly_limit_and_kill_switch() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                "[actions.note]\ntype = \"log\"\ndry_run = false",
+                "max_actions_per_hour = 2",
+            ),
+            Arc::default(),
+        );
+        for dev in ["a", "b", "c"] {
+            settle(d.handle(&fire("r", dev, true, "note"))).await;
+        }
+        std::fs::write(dir.path().join("STOP"), "").unwrap();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        settle(d.handle(&fire("r", "d", true, "note"))).await;
+        std::fs::remove_file(dir.path().join("STOP")).unwrap();
+        settle(d.handle(&fire("r", "e", true, "note"))).await;
+        assert_eq!(
+            decisions(dir.path()),
+            [
+                "fired",
+                "executing",
+                "result",
+                "fired",
+                "executing",
+                "result",
+                "fired",
+                "suppressed:rate limit",
+                "fired",
+                "suppressed:kill switch /",
+                "fired",
+                "executing",
+                "result"
+            ]
+            .map(|s| if s.starts_with("suppressed:kill") {
+                format!(
+                    "suppressed:kill switch {} exists",
+                    dir.path().join("STOP").display()
+                )
+            } else {
+                s.to_string()
+            })
+        );
+        let m = d.metrics.samples();
+        assert!(m.iter().any(|s| s.name == "rocewatch.remediation.decisions"
+            && s.attributes.get("decision").map(String::as_str) == Some("suppressed")));
+    }
+
+    #[tokio::test]
+    async fn exec_gets_the_breach_in_env_and_stdin_never_through_a_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let script = dir.path().join("act.sh");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\n{{ env | grep ^ROCEWATCH_ | sort; cat; }} > {out:?}\necho done\n"),
+        )
+        .unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!("[actions.drain]\ntype = \"exec\"\ncommand = [\"sh\", {script:?}]\ndry_run = false"),
+                "",
+            ),
+            Arc::default(),
+        );
+        // A label that would do harm if it reached a shell.
+        let evil = format!("$(touch {})", dir.path().join("pwned").display());
+        settle(d.handle(&fire("storm", &evil, true, "drain"))).await;
+        let got = std::fs::read_to_string(&out).unwrap();
+        assert!(got.contains("ROCEWATCH_RULE=storm"), "{got}");
+        assert!(got.contains("ROCEWATCH_EVENT=firing"));
+        assert!(got.contains("ROCEWATCH_VALUE=0.42"));
+        assert!(got.contains(&format!("ROCEWATCH_LABEL_RDMA_DEVICE={evil}")));
+        assert!(
+            got.contains("\"rule\":\"storm\"")
+                && got.contains("\"recent\":[[10.0,0.3],[0.0,0.42]]"),
+            "{got}"
+        );
+        assert!(
+            !dir.path().join("pwned").exists(),
+            "the label was never interpreted"
+        );
+        let rec = audit(dir.path());
+        assert_eq!(rec[1]["decision"], "executing");
+        assert_eq!(rec[2]["decision"], "result");
+        assert_eq!(rec[2]["outcome"], "ok");
+        assert!(rec[2]["detail"].as_str().unwrap().contains("done"));
+        assert!(rec[2]["duration_ms"].is_u64());
+    }
+
+    #[tokio::test]
+    async fn a_hanging_action_times_out_holds_its_slot_and_the_rest_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                "[actions.hang]\ntype = \"exec\"\ncommand = [\"sleep\", \"30\"]\ndry_run = false\ntimeout = \"500ms\"\n\
+                 [actions.fail]\ntype = \"exec\"\ncommand = [\"false\"]\ndry_run = false\n\
+                 [actions.missing]\ntype = \"exec\"\ncommand = [\"/nonexistent/rocewatch-action\"]\ndry_run = false",
+                "max_concurrent = 1",
+            ),
+            Arc::default(),
+        );
+        let started = std::time::Instant::now();
+        let hang = d.handle(&fire("r", "a", true, "hang"));
+        // The only slot is taken: the next action is suppressed, not queued forever.
+        settle(d.handle(&fire("r", "b", true, "fail"))).await;
+        settle(hang).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the hung command was abandoned"
+        );
+        settle(d.handle(&fire("r", "c", true, "fail"))).await;
+        settle(d.handle(&fire("r", "d", true, "missing"))).await;
+        let rec = audit(dir.path());
+        let results: Vec<(&str, &str)> = rec
+            .iter()
+            .filter(|r| r["decision"] == "result" || r["decision"] == "suppressed")
+            .map(|r| {
+                (
+                    r["action"].as_str().unwrap(),
+                    r["outcome"]
+                        .as_str()
+                        .unwrap_or(r["decision"].as_str().unwrap()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            results,
+            [
+                ("fail", "suppressed"),
+                ("hang", "timeout"),
+                ("fail", "error"),
+                ("missing", "error")
+            ]
+        );
+        let missing = rec
+            .iter()
+            .rev()
+            .find(|r| r["decision"] == "result")
+            .unwrap();
+        assert!(missing["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/rocewatch-action"));
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg(dir.path(), "[actions.x]\ntype = \"exec\"\ncommand = []", "");
+        assert_eq!(
+            validate(&c, &[]).unwrap_err().0,
+            "remediation.actions.x.command"
+        );
+        let c = cfg(
+            dir.path(),
+            "[actions.x]\ntype = \"webhook\"\nurl = \"ftp://h\"",
+            "",
+        );
+        assert!(validate(&c, &[])
+            .unwrap_err()
+            .1
+            .contains("not an http(s) URL"));
+        let c = cfg(dir.path(), "[actions.x]\ntype = \"log\"", "");
+        let rule: crate::rules::RuleConfig =
+            toml::from_str::<toml::Table>("name = \"r\"\nmetric = \"m\"\nactions = [\"y\"]")
+                .unwrap()
+                .try_into()
+                .unwrap();
+        let e = validate(&c, &[rule]).unwrap_err();
+        assert_eq!(e.0, "rules[0] (r).actions");
+        assert!(
+            e.1.contains("no action \"y\"") && e.1.contains("known: x"),
+            "{}",
+            e.1
+        );
+        let bad: Result<RemediationConfig, _> = toml::from_str("[actions.x]\ntype = \"shell\"");
+        assert!(bad.is_err());
+    }
+}

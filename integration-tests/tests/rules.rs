@@ -288,3 +288,154 @@ fn a_rule_naming_an_unknown_action_is_a_config_error() {
         "{e}"
     );
 }
+
+/// Starts the agent on the mlx5 fixture with `extra` config appended to a rule that fires
+/// at once and names `actions`; returns the audit records once `done` holds.
+fn run_until(
+    dir: &std::path::Path,
+    actions: &str,
+    extra: &str,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let port = free_port();
+    let audit = dir.join("audit.jsonl");
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = {{ \"rdma.device\" = \"mlx5_0\" }}\nop = \"<\"\nthreshold = 200e9\nactions = {actions}\n\n[remediation]\naudit_log = {audit:?}\nkill_switch = {stop:?}\n{extra}",
+            stop = dir.join("STOP"),
+        ),
+    )
+    .unwrap();
+    let check = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let _agent = Proc(
+        Command::new(&artifacts().rocewatch)
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .args(["--sysfs-root"])
+            .arg(fixture("mlx5-roce-dual-port"))
+            .args(["--interval", "300ms", "--prometheus-listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        let recs: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if done(&recs) {
+            return recs;
+        }
+        assert!(Instant::now() < deadline, "not done: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_remediation_plugin_loaded_through_the_c_abi_is_invoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plugin.jsonl");
+    let recs = run_until(
+        dir.path(),
+        r#"["plug"]"#,
+        &format!(
+            "[remediation.actions.plug]\ntype = \"plugin\"\nplugin = \"example\"\ndry_run = false\n\n[[plugins.external]]\npath = {:?}\noptions = {{ output = {out:?} }}\n",
+            artifacts().example_so
+        ),
+        |r| r.iter().any(|r| r["decision"] == "result"),
+    );
+    let result = recs.iter().find(|r| r["decision"] == "result").unwrap();
+    assert_eq!(result["outcome"], "ok", "{recs:?}");
+    assert!(
+        result["detail"].as_str().unwrap().contains("recorded"),
+        "{result}"
+    );
+    let req: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(req["rule"], "slow-link");
+    assert_eq!(req["event"], "firing");
+    assert_eq!(req["dry_run"], false);
+    assert_eq!(req["labels"]["rdma.device"], "mlx5_0");
+    assert_eq!(req["samples"][0]["name"], "rdma.port.rate");
+    assert_eq!(req["samples"][0]["value"], 100e9);
+}
+
+#[test]
+fn a_webhook_action_retries_until_the_receiver_answers() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    // The receiver fails the first request with a 503, then accepts.
+    let server = std::thread::spawn(move || {
+        let mut bodies = Vec::new();
+        for status in ["503 Service Unavailable", "200 OK"] {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                let n = s.read(&mut chunk).unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some(h) = text.find("\r\n\r\n") {
+                    let len: usize = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= h + 4 + len {
+                        bodies.push(text);
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            write!(
+                s,
+                "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            .unwrap();
+        }
+        bodies
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let recs = run_until(
+        dir.path(),
+        r#"["hook"]"#,
+        &format!("[remediation.actions.hook]\ntype = \"webhook\"\nurl = {url:?}\nheaders = {{ authorization = \"Bearer t0k\" }}\ndry_run = false\n"),
+        |r| r.iter().any(|r| r["decision"] == "result"),
+    );
+    let result = recs.iter().find(|r| r["decision"] == "result").unwrap();
+    assert_eq!(result["outcome"], "ok", "{recs:?}");
+    assert!(
+        result["detail"].as_str().unwrap().contains("attempt 2"),
+        "{result}"
+    );
+    let bodies = server.join().unwrap();
+    assert_eq!(bodies.len(), 2);
+    assert!(bodies[1].starts_with("POST /hook"), "{}", bodies[1]);
+    assert!(bodies[1]
+        .to_ascii_lowercase()
+        .contains("authorization: bearer t0k"));
+    assert!(
+        bodies[1].contains("\"rule\":\"slow-link\"") && bodies[1].contains("\"event\":\"firing\"")
+    );
+}

@@ -734,9 +734,15 @@ fn start_remediation(agent: &Arc<Agent>) -> Option<tokio::task::JoinHandle<()>> 
     if agent.cfg.remediation.actions.is_empty() {
         return None;
     }
+    let plugins = agent
+        .registry
+        .of_kind(rocewatch_plugin_api::PluginKind::Remediation)
+        .cloned()
+        .collect();
     let d = crate::remediation::Dispatcher::new(
         agent.cfg.remediation.clone(),
         Arc::clone(&agent.metrics),
+        plugins,
     );
     tracing::info!(
         audit_log = %d.audit_path().display(),

@@ -120,6 +120,7 @@ pub struct Status {
 }
 
 /// A registered plugin: its instance (absent when loading failed) and its status.
+#[derive(Clone)]
 pub struct Entry {
     pub name: String,
     pub kind: Option<PluginKind>,

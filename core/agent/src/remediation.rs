@@ -107,6 +107,8 @@ pub enum ActionKind {
     Log {},
     /// Run a command: `command = ["/usr/local/sbin/drain", "--node"]`.
     Exec { command: Vec<String> },
+    /// Call an external remediation plugin (a `.so` under `[[plugins.external]]`) by name.
+    Plugin { plugin: String },
     /// POST the breach as JSON.
     Webhook {
         url: String,
@@ -140,6 +142,7 @@ pub struct ActionConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct Breach {
     pub rule: String,
+    pub metric: String,
     pub event: Event,
     pub action: String,
     pub severity: String,
@@ -291,6 +294,8 @@ pub struct Dispatcher {
     semaphore: Arc<Semaphore>,
     state: Mutex<Limits>,
     http: reqwest::Client,
+    /// Loaded remediation plugins, by name.
+    plugins: Vec<crate::registry::Entry>,
 }
 
 #[derive(Default)]
@@ -302,7 +307,11 @@ struct Limits {
 }
 
 impl Dispatcher {
-    pub fn new(cfg: RemediationConfig, metrics: Arc<SelfMetrics>) -> Arc<Self> {
+    pub fn new(
+        cfg: RemediationConfig,
+        metrics: Arc<SelfMetrics>,
+        plugins: Vec<crate::registry::Entry>,
+    ) -> Arc<Self> {
         Arc::new(Dispatcher {
             audit: Arc::new(AuditLog::new(cfg.audit_log.clone())),
             semaphore: Arc::new(Semaphore::new(cfg.max_concurrent)),
@@ -310,6 +319,7 @@ impl Dispatcher {
             metrics,
             state: Mutex::new(Limits::default()),
             http: reqwest::Client::new(),
+            plugins,
         })
     }
 
@@ -432,6 +442,7 @@ impl Dispatcher {
                 st.starts.push_back(now);
                 let breach = Breach {
                     rule: t.rule.clone(),
+                    metric: t.metric.clone(),
                     event,
                     action: name.clone(),
                     severity: t.severity.clone(),
@@ -465,7 +476,7 @@ impl Dispatcher {
                 let result_base = base("result", Some(name));
                 spawned.push(tokio::spawn(async move {
                     let started = Instant::now();
-                    let r = tokio::time::timeout(action.timeout, me.run(&action.kind, &breach)).await;
+                    let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
                     let (outcome, detail) = match r {
                         Ok(Ok(msg)) => ("ok", msg),
                         Ok(Err(msg)) => ("error", msg),
@@ -494,8 +505,47 @@ impl Dispatcher {
         spawned
     }
 
-    async fn run(&self, kind: &ActionKind, b: &Breach) -> Result<String, String> {
-        match kind {
+    async fn run(&self, action: &ActionConfig, b: &Breach) -> Result<String, String> {
+        match &action.kind {
+            ActionKind::Plugin { plugin } => {
+                let entry = self
+                    .plugins
+                    .iter()
+                    .find(|e| &e.name == plugin)
+                    .ok_or_else(|| format!("no remediation plugin named {plugin:?} is loaded"))?;
+                let req = rocewatch_plugin_api::RemediationRequest {
+                    action: b.action.clone(),
+                    rule: b.rule.clone(),
+                    event: match b.event {
+                        Event::Firing => rocewatch_plugin_api::RemediationEvent::Firing,
+                        Event::Clearing => rocewatch_plugin_api::RemediationEvent::Clearing,
+                    },
+                    labels: b.labels.clone(),
+                    samples: b
+                        .recent
+                        .iter()
+                        .map(|(ago, v)| rocewatch_plugin_api::Sample {
+                            name: b.metric.clone().into(),
+                            unit: "".into(),
+                            value: rocewatch_plugin_api::Value::F64(*v),
+                            attributes: Arc::new(b.labels.clone()),
+                            source: format!("{ago:.0}s ago"),
+                            kind: rocewatch_plugin_api::MetricKind::Gauge,
+                        })
+                        .collect(),
+                    dry_run: b.dry_run,
+                };
+                let out =
+                    crate::runner::call(entry, action.timeout, &self.metrics, move |i| match i {
+                        crate::registry::Instance::Remediation(r) => r.remediate(&req),
+                        _ => Err(rocewatch_plugin_api::PluginError::failed(
+                            "not a remediation plugin",
+                        )),
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(out.message)
+            }
             ActionKind::Log {} => {
                 tracing::warn!(rule = %b.rule, event = ?b.event, labels = ?b.labels, value = ?b.value, "remediation log action");
                 Ok("logged".into())
@@ -543,6 +593,7 @@ impl Dispatcher {
 pub fn describe(kind: &ActionKind) -> String {
     match kind {
         ActionKind::Log {} => "log the breach".into(),
+        ActionKind::Plugin { plugin } => format!("call remediation plugin {plugin:?}"),
         ActionKind::Exec { command } => format!("run {command:?}"),
         ActionKind::Webhook { url, .. } => format!("POST the breach to {url}"),
     }
@@ -632,6 +683,7 @@ mod tests {
     fn fire(rule: &str, device: &str, firing: bool, action: &str) -> Transition {
         Transition {
             rule: rule.into(),
+            metric: "rdma.pfc.pause_ratio".into(),
             firing,
             labels: Attributes::new(
                 [
@@ -687,6 +739,7 @@ mod tests {
                 "",
             ),
             Arc::default(),
+            vec![],
         );
         settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
         assert!(!marker.exists(), "dry run: nothing ran");
@@ -735,6 +788,7 @@ mod tests {
                 "max_actions_per_hour = 2",
             ),
             Arc::default(),
+            vec![],
         );
         for dev in ["a", "b", "c"] {
             settle(d.handle(&fire("r", dev, true, "note"))).await;
@@ -792,6 +846,7 @@ mod tests {
                 "",
             ),
             Arc::default(),
+            vec![],
         );
         // A label that would do harm if it reached a shell.
         let evil = format!("$(touch {})", dir.path().join("pwned").display());
@@ -830,6 +885,7 @@ mod tests {
                 "max_concurrent = 1",
             ),
             Arc::default(),
+            vec![],
         );
         let started = std::time::Instant::now();
         let hang = d.handle(&fire("r", "a", true, "hang"));

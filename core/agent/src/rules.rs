@@ -197,6 +197,8 @@ pub enum Phase {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
     pub rule: String,
+    /// The rule's metric.
+    pub metric: String,
     pub firing: bool,
     pub labels: Attributes,
     /// The value that made it change (NaN for absent series).
@@ -461,6 +463,7 @@ fn increase(
 fn transition(cfg: &RuleConfig, s: &SeriesState, firing: bool, now: Instant) -> Transition {
     Transition {
         rule: cfg.name.clone(),
+        metric: cfg.metric.clone(),
         firing,
         labels: s.labels.clone(),
         value: s.value,

@@ -10,6 +10,7 @@
 
 mod support;
 
+mod alertmanager;
 mod collectd;
 mod config;
 mod demo;

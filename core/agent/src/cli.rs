@@ -533,7 +533,18 @@ async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
     for s in agent.registry.statuses() {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
-    let _remediation = start_remediation(&agent);
+    let remediation = start_remediation(&agent);
+    let _alertmanager = match (&agent.cfg.alertmanager, &remediation) {
+        (Some(am), Some(d)) => {
+            let listener = crate::export::prometheus::bind(am.listen).await?;
+            let rx = crate::alertmanager::Receiver::new(am, Arc::clone(d), Arc::clone(&agent.metrics))
+                .map_err(|(path, msg)| anyhow::anyhow!("{path}: {msg}"))?;
+            tracing::info!(addr = %am.listen, authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), "Alertmanager webhook receiver on POST /alertmanager");
+            Some(tokio::spawn(crate::alertmanager::serve(listener, rx, shutdown.clone())))
+        }
+        (Some(_), None) => anyhow::bail!("[alertmanager] needs at least one action under [remediation.actions] to route alerts to"),
+        _ => None,
+    };
     let otlp = start_otlp(&agent);
     let collectd_task = agent.cfg.exporters.collectd.clone().map(|c| {
         tracing::info!(server = %c.server, security = ?c.security_level, "sending to collectd");
@@ -730,7 +741,7 @@ async fn run_demo(
 
 /// The remediation dispatcher, when any action is configured: it takes every rule
 /// transition from the agent and decides (and audits) its actions.
-fn start_remediation(agent: &Arc<Agent>) -> Option<tokio::task::JoinHandle<()>> {
+fn start_remediation(agent: &Arc<Agent>) -> Option<Arc<crate::remediation::Dispatcher>> {
     if agent.cfg.remediation.actions.is_empty() {
         return None;
     }
@@ -751,7 +762,8 @@ fn start_remediation(agent: &Arc<Agent>) -> Option<tokio::task::JoinHandle<()>> 
         "remediation enabled (actions are dry runs unless dry_run = false)"
     );
     let mut rx = agent.transitions.subscribe();
-    Some(tokio::spawn(async move {
+    let dispatcher = Arc::clone(&d);
+    tokio::spawn(async move {
         loop {
             match rx.recv().await {
                 Ok(t) => {
@@ -766,5 +778,6 @@ fn start_remediation(agent: &Arc<Agent>) -> Option<tokio::task::JoinHandle<()>> 
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
         }
-    }))
+    });
+    Some(dispatcher)
 }

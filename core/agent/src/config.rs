@@ -86,6 +86,9 @@ pub struct Config {
     /// What rules may do when they fire or clear (`[remediation]`).
     #[serde(default)]
     pub remediation: crate::remediation::RemediationConfig,
+    /// The Alertmanager webhook receiver (`[alertmanager]`), off unless present.
+    #[serde(default)]
+    pub alertmanager: Option<crate::alertmanager::AlertmanagerConfig>,
 }
 
 /// Log output format.
@@ -493,6 +496,13 @@ impl Config {
         }
         if let Err((path, message)) = crate::remediation::validate(&self.remediation, &self.rules) {
             return Err(invalid(&path, message));
+        }
+        if let Some(am) = &self.alertmanager {
+            if let Err((path, message)) =
+                crate::alertmanager::validate(am, &self.remediation.actions)
+            {
+                return Err(invalid(&path, message));
+            }
         }
         for (name_, p) in &self.plugins.builtin {
             if !crate::registry::builtin_names().contains(&name_.as_str()) {

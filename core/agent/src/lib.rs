@@ -14,6 +14,7 @@
 //! - [`cli`]: the commands.
 
 pub mod agent;
+pub mod alertmanager;
 pub mod cli;
 pub mod config;
 pub mod demo;

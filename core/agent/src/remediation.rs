@@ -393,6 +393,18 @@ impl Dispatcher {
             let now = Instant::now();
             {
                 let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                // Targets seen once (alerts with unique labels) must not pile up: forget
+                // the ones whose every cooldown is over.
+                if st.last.len() > 4096 {
+                    let longest = self
+                        .cfg
+                        .actions
+                        .values()
+                        .map(|a| a.cooldown)
+                        .max()
+                        .unwrap_or_default();
+                    st.last.retain(|_, t| now.duration_since(*t) < longest);
+                }
                 let key = (name.clone(), target.clone(), event);
                 if let Some(last) = st.last.get(&key) {
                     let since = now.duration_since(*last);

@@ -15,6 +15,8 @@ struct Inner {
     exporter_errors: BTreeMap<String, u64>,
     exporter_dropped: BTreeMap<String, u64>,
     exporter_sent: BTreeMap<String, u64>,
+    /// result → count
+    alertmanager: BTreeMap<String, u64>,
     /// (action, decision) → count
     remediation: BTreeMap<(String, String), u64>,
     /// (rule, "firing" | "cleared") → count
@@ -106,6 +108,10 @@ impl SelfMetrics {
             .get(exporter)
             .copied()
             .unwrap_or(0)
+    }
+
+    pub fn alertmanager_request(&self, result: &str) {
+        *self.lock().alertmanager.entry(result.into()).or_default() += 1;
     }
 
     pub fn remediation_decision(&self, action: &str, decision: &str) {
@@ -205,6 +211,14 @@ impl SelfMetrics {
                 "{snapshot}",
                 *v,
                 attrs(&[("exporter", exporter)]),
+            ));
+        }
+        for (result, v) in &inner.alertmanager {
+            out.push(counter(
+                "rocewatch.alertmanager.requests",
+                "{request}",
+                *v,
+                attrs(&[("result", result)]),
             ));
         }
         for ((action, decision), v) in &inner.remediation {

@@ -325,6 +325,8 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Snapshots an exporter dropped, by `exporter`: its queue was full (the endpoint was unreachable for longer than the queue holds) or it gave up at shutdown."),
     entry!("rocewatch.exporter.sent", "{snapshot}", Counter, "agent", NONE, 1, "agent",
         "Snapshots an exporter delivered, by `exporter`."),
+    entry!("rocewatch.alertmanager.requests", "{request}", Counter, "agent", NONE, 1, "agent",
+        "Alertmanager webhook requests by `result` (accepted, unauthorized, rate_limited, too_large, rejected)."),
     entry!("rocewatch.remediation.decisions", "{decision}", Counter, "agent", NONE, 1, "agent",
         "Remediation decisions by `action` and `decision` (dry_run, suppressed, executing, result)."),
     entry!("rocewatch.rule.transitions", "{transition}", Counter, "agent", NONE, 1, "agent",

@@ -77,3 +77,60 @@ fn demo_json_lines_are_collections() {
         .iter()
         .all(|l| l["plugin"] == "counters-sysfs" && !l["samples"].as_array().unwrap().is_empty()));
 }
+
+#[test]
+fn demo_pfc_storm_is_detected_by_the_default_rule_and_remediated_in_dry_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let o = rocewatch(
+        &[
+            "demo",
+            "--scenario",
+            "pfc-storm",
+            "--no-tui",
+            "--duration",
+            "60s",
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("PFC PAUSE STORM on mlx5_0 port 1 priority 3"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pfc-pause-storm") && out.contains("FIRING"),
+        "{out}"
+    );
+    assert!(
+        out.contains("CLEARED"),
+        "the storm ends and the rule clears:\n{out}"
+    );
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seq: Vec<&str> = recs
+        .iter()
+        .map(|r| r["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(seq, ["fired", "dry_run", "cleared", "dry_run"], "{recs:#?}");
+    for r in &recs {
+        assert_eq!(r["rule"], "pfc-pause-storm");
+        assert_eq!(r["labels"]["rdma.device"], "mlx5_0");
+        assert_eq!(r["labels"]["rdma.priority"], "3");
+    }
+    let ratio = recs[0]["value"].as_f64().unwrap();
+    assert!(
+        (0.5..0.7).contains(&ratio),
+        "paused about 60 % of the time: {ratio}"
+    );
+    assert!(recs[1]["detail"].as_str().unwrap().starts_with("would run"));
+    // Nothing ran for real: the command does not exist on this machine, and a real run
+    // would have left an "executing" record.
+    assert!(!recs.iter().any(|r| r["decision"] == "executing"));
+}

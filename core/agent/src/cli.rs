@@ -70,6 +70,17 @@ pub enum CollectFormat {
     Collectd,
 }
 
+/// What happens on the simulated fabric.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Scenario {
+    /// Steady traffic, then an error burst on one port.
+    Default,
+    /// A PFC pause storm on priority 3 of one port: the default `pfc-pause-storm` rule
+    /// fires after 30 s, a dry-run remediation is decided and audited, the storm ends and
+    /// the rule clears.
+    PfcStorm,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum DemoFormat {
     /// The per-port rate table.
@@ -188,6 +199,12 @@ pub enum Command {
         /// Write the simulated tree here (kept afterwards) instead of a temporary directory.
         #[arg(long, value_name = "DIR")]
         sysfs_out: Option<PathBuf>,
+        /// What happens on the simulated fabric.
+        #[arg(long, value_enum, default_value = "default")]
+        scenario: Scenario,
+        /// The remediation audit log (pfc-storm scenario; default: in the simulated tree).
+        #[arg(long, value_name = "FILE")]
+        audit_log: Option<PathBuf>,
     },
     /// Run as a collectd Exec plugin: print PUTVAL lines every interval.
     ///
@@ -443,15 +460,19 @@ pub async fn run(cli: Cli) -> Result<i32> {
             otlp_endpoint,
             otlp_protocol,
             sysfs_out,
+            scenario,
+            audit_log,
         } => {
-            run_demo(
+            run_demo(DemoArgs {
                 interval,
                 duration,
                 no_tui,
                 format,
-                otlp_endpoint.map(|e| OtlpConfig::new(e, otlp_protocol)),
+                otlp: otlp_endpoint.map(|e| OtlpConfig::new(e, otlp_protocol)),
                 sysfs_out,
-            )
+                scenario,
+                audit_log,
+            })
             .await
         }
         Command::CollectdExec { source } => collectd_exec(source.load()?).await,
@@ -618,14 +639,29 @@ async fn collectd_exec(mut cfg: Config) -> Result<i32> {
     }
 }
 
-async fn run_demo(
+/// The demo's command line.
+struct DemoArgs {
     interval: Duration,
     duration: Option<Duration>,
     no_tui: bool,
     format: DemoFormat,
     otlp: Option<OtlpConfig>,
     sysfs_out: Option<PathBuf>,
-) -> Result<i32> {
+    scenario: Scenario,
+    audit_log: Option<PathBuf>,
+}
+
+async fn run_demo(args: DemoArgs) -> Result<i32> {
+    let DemoArgs {
+        interval,
+        duration,
+        no_tui,
+        format,
+        otlp,
+        sysfs_out,
+        scenario,
+        audit_log,
+    } = args;
     let tmp;
     let root = match sysfs_out {
         Some(d) => {
@@ -645,20 +681,45 @@ async fn run_demo(
     cfg.agent.sysfs_root = root.clone();
     cfg.agent.interval = interval;
     cfg.agent.jitter = Duration::ZERO;
-    // The simulated fabric has no NIC behind its netdevs: only the sysfs plugins apply.
+    let storm = scenario == Scenario::PfcStorm;
+    // The simulated netdevs have no NIC behind them: the ethtool plugin reads the driver
+    // statistics the simulator writes (pfc-storm), or stays off.
     cfg.plugins.builtin.insert(
         rocewatch_counters_ethtool::EthtoolCounters::NAME.to_string(),
         crate::config::PluginSettings {
-            enabled: false,
+            enabled: storm,
+            options: serde_json::json!({ "stats_dir": root.join("ethtool") }),
             ..Default::default()
         },
     );
+    let audit_path = audit_log.unwrap_or_else(|| root.join("audit.jsonl"));
+    if storm {
+        fabric.storm = Some((5, 40));
+        fabric.burst_at = u64::MAX; // one event at a time
+        cfg.rules = demo::default_rules()?;
+        for r in &mut cfg.rules {
+            if r.name == "pfc-pause-storm" {
+                r.actions = vec!["pfc-storm-response".into()];
+            }
+        }
+        cfg.remediation.audit_log = audit_path.clone();
+        cfg.remediation.kill_switch = root.join("remediation.disabled");
+        cfg.remediation.actions.insert(
+            "pfc-storm-response".into(),
+            toml_action(
+                r#"type = "exec"
+command = ["/usr/local/sbin/roce-pfc-storm-response"]
+cooldown = "10m""#,
+            )?,
+        );
+    }
     cfg.exporters.otlp = otlp.map(|mut o| {
         o.interval = interval.max(Duration::from_secs(1));
         o
     });
     let shutdown = shutdown_after(duration);
     let agent = Agent::start(cfg).await;
+    let _remediation = start_remediation(&agent);
     let otlp = start_otlp(&agent);
     let otlp_note = match (&agent.cfg.exporters.otlp, &otlp) {
         (Some(o), Some(_)) => format!("OTLP {:?} to {}", o.protocol, o.endpoint),
@@ -668,7 +729,7 @@ async fn run_demo(
 
     // The simulator advances the fabric half an interval before each collection.
     let mut sim_shutdown = shutdown.clone();
-    let (tick_tx, tick_rx) = tokio::sync::watch::channel((0u64, false));
+    let (tick_tx, tick_rx) = tokio::sync::watch::channel((0u64, false, false));
     let sim = tokio::spawn(async move {
         // Traffic follows real elapsed time, so rates stay true even when a busy machine
         // delays a tick; the first advance covers one whole interval.
@@ -687,7 +748,7 @@ async fn run_demo(
             ) {
                 tracing::error!("simulator: {e}");
             }
-            let _ = tick_tx.send((fabric.tick_count(), fabric.in_burst()));
+            let _ = tick_tx.send((fabric.tick_count(), fabric.in_burst(), fabric.in_storm()));
         }
     });
 
@@ -707,21 +768,37 @@ async fn run_demo(
                 println!("{}", crate::export::stdout::collection_json(&c));
                 continue;
             }
+            // One frame per tick: after the port counters' collection.
+            if c.plugin != rocewatch_counters_sysfs::SysfsCounters::NAME {
+                continue;
+            }
             frame += 1;
-            let (tick, burst) = *tick_rx.borrow();
+            let (tick, burst, in_storm) = *tick_rx.borrow();
             let header = format!(
                 "rocewatch demo: simulated fabric at {root_shown}, frame {frame}, tick {tick}, every {}{}",
                 humantime::format_duration(interval),
                 if tui { "  (Ctrl-C to stop)" } else { "" }
             );
-            let footer = format!(
+            let mut footer = format!(
                 "event: {}\nexport: {otlp_note}",
                 if burst {
                     "ERROR BURST on mlx5_1 port 1 (symbol errors, out_of_buffer drops, CNP surge)"
+                } else if in_storm {
+                    "PFC PAUSE STORM on mlx5_0 port 1 priority 3 (paused 60% of the time)"
                 } else {
                     "steady traffic"
                 }
             );
+            if storm {
+                footer.push_str(&demo::rules_footer(
+                    &view_agent
+                        .rules
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .status(tokio::time::Instant::now()),
+                    &audit_path,
+                ));
+            }
             let text = demo::render(&demo::port_rates(&view_agent.store), &header, &footer);
             let mut out = std::io::stdout().lock();
             if tui {
@@ -780,4 +857,13 @@ fn start_remediation(agent: &Arc<Agent>) -> Option<Arc<crate::remediation::Dispa
         }
     });
     Some(dispatcher)
+}
+
+/// One `[remediation.actions.X]` table from TOML text (the demo's built-in action).
+fn toml_action(text: &str) -> Result<crate::remediation::ActionConfig> {
+    config::Config::builder()
+        .add_source(config::File::from_str(text, config::FileFormat::Toml))
+        .build()?
+        .try_deserialize()
+        .context("the demo's remediation action")
 }

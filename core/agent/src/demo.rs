@@ -5,6 +5,11 @@
 //! `burst_at` for `burst_len` ticks an error burst on the second port (symbol errors,
 //! receive errors, out_of_buffer drops, ACK timeouts, a CNP surge). The agent reads it
 //! with the built-in plugins exactly as it reads `/sys`.
+//!
+//! It also writes each netdev's driver statistics in `ethtool -S` format under
+//! `ethtool/<netdev>` (per-priority PFC pauses, pause duration, bytes) and, in the
+//! `pfc-storm` scenario, a PFC pause storm on priority 3 of `mlx5_0` from `storm_at` for
+//! `storm_len` ticks: that port spends 60 % of its time paused.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -24,6 +29,8 @@ struct SimPort {
     tx_bps: f64,
     counters: BTreeMap<&'static str, u64>,
     hw: BTreeMap<&'static str, u64>,
+    /// `ethtool -S` statistics (mlx5 names).
+    ethtool: BTreeMap<String, u64>,
 }
 
 /// A simulated host with RDMA ports whose counters move.
@@ -36,6 +43,8 @@ pub struct Fabric {
     pub burst_at: u64,
     /// Length of the error burst in ticks.
     pub burst_len: u64,
+    /// The PFC pause storm (first tick, length in ticks), when the scenario has one.
+    pub storm: Option<(u64, u64)>,
 }
 
 const COUNTERS: &[&str] = &[
@@ -105,6 +114,21 @@ impl Fabric {
             tx_bps: gbps * 1e9 / 8.0,
             counters: COUNTERS.iter().map(|c| (*c, 0)).collect(),
             hw: HW.iter().map(|c| (*c, 0)).collect(),
+            ethtool: (0..8)
+                .flat_map(|p| {
+                    ["rx", "tx"].into_iter().flat_map(move |d| {
+                        [
+                            "pause",
+                            "pause_duration",
+                            "pause_transition",
+                            "bytes",
+                            "packets",
+                        ]
+                        .into_iter()
+                        .map(move |s| (format!("{d}_prio{p}_{s}"), 0))
+                    })
+                })
+                .collect(),
         };
         let f = Fabric {
             root: root.to_path_buf(),
@@ -127,6 +151,7 @@ impl Fabric {
             tick: 0,
             burst_at: 8,
             burst_len: 6,
+            storm: None,
         };
         for p in f.ports.clone() {
             let dev = root.join("class/infiniband").join(p.device);
@@ -179,6 +204,12 @@ impl Fabric {
         self.tick
     }
 
+    /// Whether the PFC storm is on now.
+    pub fn in_storm(&self) -> bool {
+        self.storm
+            .is_some_and(|(at, len)| self.tick >= at && self.tick < at + len)
+    }
+
     /// Whether the error burst is on now.
     pub fn in_burst(&self) -> bool {
         self.tick >= self.burst_at && self.tick < self.burst_at + self.burst_len
@@ -197,6 +228,11 @@ impl Fabric {
             for (name, v) in &p.hw {
                 put(&port.join("hw_counters").join(name), format!("{v}\n"))?;
             }
+            let mut text = String::from("NIC statistics:\n");
+            for (name, v) in &p.ethtool {
+                let _ = writeln!(text, "     {name}: {v}");
+            }
+            put(&self.root.join("ethtool").join(p.netdev), text)?;
         }
         Ok(())
     }
@@ -205,6 +241,7 @@ impl Fabric {
     pub fn advance(&mut self, dt_secs: f64) -> io::Result<()> {
         self.tick += 1;
         let burst = self.in_burst();
+        let storm = self.in_storm();
         let t = self.tick as f64;
         for (i, p) in self.ports.iter_mut().enumerate() {
             // A slow wave on top of the mean, different per port, so numbers visibly move.
@@ -225,6 +262,21 @@ impl Fabric {
             *h.get_mut("np_ecn_marked_roce_packets").unwrap() += (20.0 * dt_secs) as u64;
             *h.get_mut("np_cnp_sent").unwrap() += (20.0 * dt_secs) as u64;
             *h.get_mut("rp_cnp_handled").unwrap() += (15.0 * dt_secs) as u64;
+            // RoCE on priority 3, lossless: a few short pauses (1 ms per second).
+            let e = &mut p.ethtool;
+            let mut add = |k: &str, v: f64| *e.get_mut(k).expect("simulated stat") += v as u64;
+            add("tx_prio3_bytes", tx_bytes as f64);
+            add("rx_prio3_bytes", rx_bytes as f64);
+            add("tx_prio3_packets", tx_bytes as f64 / 4096.0);
+            add("rx_prio3_packets", rx_bytes as f64 / 4096.0);
+            add("rx_prio3_pause", 20.0 * dt_secs);
+            add("rx_prio3_pause_duration", 1_000.0 * dt_secs);
+            if storm && i == 0 {
+                // Paused 60 % of the time (µs per second), tens of thousands of XOFFs.
+                add("rx_prio3_pause", 30_000.0 * dt_secs);
+                add("rx_prio3_pause_duration", 600_000.0 * dt_secs);
+                add("rx_prio3_pause_transition", 2_000.0 * dt_secs);
+            }
             if burst && i == 1 {
                 let c = &mut p.counters;
                 *c.get_mut("symbol_error").unwrap() += (40.0 * dt_secs) as u64;
@@ -362,6 +414,78 @@ pub fn render(rates: &[PortRates], header: &str, footer: &str) -> String {
     }
     let _ = writeln!(s, "{footer}");
     s
+}
+
+/// The default rule set shipped in `configs/rules.toml`.
+pub fn default_rules() -> Result<Vec<crate::rules::RuleConfig>, config::ConfigError> {
+    #[derive(serde::Deserialize)]
+    struct Rules {
+        #[serde(default)]
+        rules: Vec<crate::rules::RuleConfig>,
+    }
+    let r: Rules = config::Config::builder()
+        .add_source(config::File::from_str(
+            include_str!("../../../configs/rules.toml"),
+            config::FileFormat::Toml,
+        ))
+        .build()?
+        .try_deserialize()?;
+    Ok(r.rules)
+}
+
+/// The live view's lines about rules (those not inactive) and the audit log's last
+/// decisions.
+pub fn rules_footer(status: &[crate::rules::RuleStatus], audit: &Path) -> String {
+    let mut out = String::from("\nrules:");
+    let active: Vec<_> = status
+        .iter()
+        .filter(|s| s.phase != crate::rules::Phase::Inactive)
+        .collect();
+    if active.is_empty() {
+        out.push_str(" all inactive");
+    }
+    for s in active {
+        let labels: Vec<String> = [
+            "rdma.device",
+            "rdma.port",
+            "rdma.priority",
+            "network.io.direction",
+        ]
+        .iter()
+        .filter_map(|k| s.labels.get(*k).map(|v| format!("{k}={v}")))
+        .collect();
+        let _ = write!(
+            out,
+            "\n  {:<20} {:<8} {:>8} for {:>3.0}s  {}",
+            s.rule,
+            format!("{:?}", s.phase).to_uppercase(),
+            s.value
+                .map(|v| format!("{v:.3}"))
+                .unwrap_or_else(|| "-".into()),
+            s.for_seconds,
+            labels.join(" ")
+        );
+    }
+    let text = std::fs::read_to_string(audit).unwrap_or_default();
+    let last: Vec<&str> = text.lines().rev().take(3).collect();
+    let _ = write!(
+        out,
+        "\naudit log {} ({} decisions):",
+        audit.display(),
+        text.lines().count()
+    );
+    for l in last.iter().rev() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+        let _ = write!(
+            out,
+            "\n  {} {:<10} {} {}",
+            v["time"].as_str().unwrap_or("-"),
+            v["decision"].as_str().unwrap_or("-"),
+            v["rule"].as_str().unwrap_or("-"),
+            v["detail"].as_str().unwrap_or("")
+        );
+    }
+    out
 }
 
 #[cfg(test)]

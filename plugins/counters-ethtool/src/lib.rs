@@ -10,6 +10,9 @@
 //!   normalized metric are exported as `rdma.netdev.driver_stat{stat=NAME}`. Off by
 //!   default: a NIC has hundreds of statistics, and peers' users were hurt by that many
 //!   series per NIC.
+//! - `stats_dir`: read `DIR/<ifname>` files in `ethtool -S` format instead of the ioctls
+//!   (a simulation, as `rocewatch demo --scenario pfc-storm` writes them, or outputs
+//!   recorded on a host to replay).
 //!
 //! Layout: [`ioctl`] reads (Linux only), [`normalize`] maps names, this file plans and
 //! scrapes behind the [`StatsSource`] seam so recorded outputs can stand in for NICs this
@@ -72,6 +75,21 @@ pub struct Options {
     pub include: Vec<String>,
     #[serde(default)]
     pub exclude: Vec<String>,
+    #[serde(default)]
+    pub stats_dir: Option<std::path::PathBuf>,
+}
+
+/// `ethtool -S` text files, one per interface (`DIR/<ifname>`).
+pub struct FileSource(pub std::path::PathBuf);
+
+impl StatsSource for FileSource {
+    fn stats(&mut self, ifname: &str) -> std::io::Result<Option<Vec<(String, u64)>>> {
+        match std::fs::read_to_string(self.0.join(ifname)) {
+            Ok(text) => Ok(Some(normalize::parse_ethtool_s(&text))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 struct Target {
@@ -200,6 +218,9 @@ impl Plugin for EthtoolCounters {
                 base.insert(ATTR_NETDEV.to_string(), i.clone());
                 self.targets.push(Target { ifname: i, base });
             }
+        }
+        if let Some(dir) = &opts.stats_dir {
+            self.source = Some(Box::new(FileSource(dir.clone())));
         }
         if self.source.is_none() {
             #[cfg(target_os = "linux")]

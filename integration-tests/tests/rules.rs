@@ -439,3 +439,38 @@ fn a_webhook_action_retries_until_the_receiver_answers() {
         bodies[1].contains("\"rule\":\"slow-link\"") && bodies[1].contains("\"event\":\"firing\"")
     );
 }
+
+#[test]
+fn a_remediation_plugin_that_panics_or_hangs_is_contained_and_the_agent_goes_on() {
+    for (mode, outcome, detail) in [
+        ("panic", "error", "panic"),
+        ("hang", "timeout", "did not finish"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let recs = run_until(
+            dir.path(),
+            r#"["bad", "note"]"#,
+            &format!(
+                "[remediation.actions.bad]\ntype = \"plugin\"\nplugin = \"fault\"\ndry_run = false\ntimeout = \"1s\"\n\n\
+                 [remediation.actions.note]\ntype = \"log\"\ndry_run = false\n\n\
+                 [[plugins.external]]\npath = {:?}\noptions = {{ mode = \"{mode}\" }}\n",
+                artifacts().fault_so
+            ),
+            |r| r.iter().filter(|r| r["decision"] == "result").count() == 2,
+        );
+        let bad = recs
+            .iter()
+            .find(|r| r["decision"] == "result" && r["action"] == "bad")
+            .unwrap();
+        assert_eq!(bad["outcome"], outcome, "{mode}: {recs:#?}");
+        assert!(
+            bad["detail"].as_str().unwrap().contains(detail),
+            "{mode}: {bad}"
+        );
+        let note = recs
+            .iter()
+            .find(|r| r["decision"] == "result" && r["action"] == "note")
+            .unwrap();
+        assert_eq!(note["outcome"], "ok", "the other action ran: {recs:#?}");
+    }
+}

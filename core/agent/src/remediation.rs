@@ -547,8 +547,12 @@ impl Dispatcher {
                         .collect(),
                     dry_run: b.dry_run,
                 };
+                // The dispatcher's own timeout (the same) ends the wait and audits a
+                // timeout; the runner's, a second later, marks the plugin busy until its
+                // call returns.
+                let runner_timeout = action.timeout + Duration::from_secs(1);
                 let out =
-                    crate::runner::call(entry, action.timeout, &self.metrics, move |i| match i {
+                    crate::runner::call(entry, runner_timeout, &self.metrics, move |i| match i {
                         crate::registry::Instance::Remediation(r) => r.remediate(&req),
                         _ => Err(rocewatch_plugin_api::PluginError::failed(
                             "not a remediation plugin",

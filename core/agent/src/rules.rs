@@ -570,8 +570,11 @@ mod tests {
         }
 
         /// Ingest `samples` at t0 + `secs` and evaluate: (firing?, value) per transition.
-        fn at(&mut self, secs: u64, samples: &[Sample]) -> Vec<(bool, f64)> {
-            let now = self.t0 + Duration::from_secs(secs);
+        async fn at(&mut self, secs: u64, samples: &[Sample]) -> Vec<(bool, f64)> {
+            // Paused tokio time: move the clock to t0 + secs.
+            let target = self.t0 + Duration::from_secs(secs);
+            tokio::time::advance(target.saturating_duration_since(Instant::now())).await;
+            let now = Instant::now();
             self.store.ingest_at(
                 "p",
                 samples,
@@ -604,8 +607,8 @@ mod tests {
         )
     }
 
-    #[test]
-    fn pending_for_then_firing_then_hysteresis_then_cleared() {
+    #[tokio::test(start_paused = true)]
+    async fn pending_for_then_firing_then_hysteresis_then_cleared() {
         let mut r = Rig::new(rule(
             r#"[[rules]]
 name = "pfc-storm"
@@ -617,26 +620,26 @@ clear = 0.1
 for = "30s""#,
         ));
         // Priority 0 never matches.
-        assert_eq!(r.at(0, &[ratio(0.3, "3"), ratio(0.9, "0")]), vec![]);
+        assert_eq!(r.at(0, &[ratio(0.3, "3"), ratio(0.9, "0")]).await, vec![]);
         assert_eq!(r.phase(), vec![Phase::Pending]);
-        assert_eq!(r.at(20, &[ratio(0.3, "3")]), vec![], "not yet 30 s");
-        assert_eq!(r.at(30, &[ratio(0.25, "3")]), vec![(true, 0.25)]);
+        assert_eq!(r.at(20, &[ratio(0.3, "3")]).await, vec![], "not yet 30 s");
+        assert_eq!(r.at(30, &[ratio(0.25, "3")]).await, vec![(true, 0.25)]);
         assert_eq!(r.phase(), vec![Phase::Firing]);
         assert_eq!(
-            r.at(40, &[ratio(0.15, "3")]),
+            r.at(40, &[ratio(0.15, "3")]).await,
             vec![],
             "above clear: still firing"
         );
-        assert_eq!(r.at(50, &[ratio(0.05, "3")]), vec![(false, 0.05)]);
+        assert_eq!(r.at(50, &[ratio(0.05, "3")]).await, vec![(false, 0.05)]);
         assert_eq!(r.phase(), vec![Phase::Cleared]);
         // A blip shorter than `for` never fires.
-        assert_eq!(r.at(60, &[ratio(0.5, "3")]), vec![]);
-        assert_eq!(r.at(70, &[ratio(0.0, "3")]), vec![]);
+        assert_eq!(r.at(60, &[ratio(0.5, "3")]).await, vec![]);
+        assert_eq!(r.at(70, &[ratio(0.0, "3")]).await, vec![]);
         assert_eq!(r.phase(), vec![Phase::Inactive]);
     }
 
-    #[test]
-    fn rate_over_a_window_survives_a_counter_reset() {
+    #[tokio::test(start_paused = true)]
+    async fn rate_over_a_window_survives_a_counter_reset() {
         let mut r = Rig::new(rule(
             r#"[[rules]]
 name = "cnp-surge"
@@ -653,23 +656,23 @@ threshold = 50"#,
                 "3",
             )
         };
-        assert_eq!(r.at(0, &[c(1000)]), vec![], "one point: no rate");
-        assert_eq!(r.at(10, &[c(1100)]), vec![], "10/s");
+        assert_eq!(r.at(0, &[c(1000)]).await, vec![], "one point: no rate");
+        assert_eq!(r.at(10, &[c(1100)]).await, vec![], "10/s");
         // 100/s: fires at once (no `for`).
-        let t = r.at(20, &[c(2100)]);
+        let t = r.at(20, &[c(2100)]).await;
         assert_eq!(t.len(), 1);
         assert!(t[0].0 && (t[0].1 - 55.0).abs() < 1e-9, "{t:?}");
         // The counter resets (driver reload) and restarts from 0: the drop is no negative
         // rate, the 10 after it count. Over the 30 s window: 100 + 1000 + 10 = 37/s.
-        let t = r.at(30, &[c(10)]);
+        let t = r.at(30, &[c(10)]).await;
         assert_eq!(t.len(), 1);
         assert!(!t[0].0 && (t[0].1 - 37.0).abs() < 1e-9, "{t:?}");
-        assert_eq!(r.at(60, &[c(20)]), vec![], "0.5/s: stays cleared");
+        assert_eq!(r.at(60, &[c(20)]).await, vec![], "0.5/s: stays cleared");
         assert_eq!(r.phase(), vec![Phase::Cleared]);
     }
 
-    #[test]
-    fn absent_fires_when_nothing_matches_and_clears_when_it_returns() {
+    #[tokio::test(start_paused = true)]
+    async fn absent_fires_when_nothing_matches_and_clears_when_it_returns() {
         let mut r = Rig::new(rule(
             r#"[[rules]]
 name = "port-missing"
@@ -679,14 +682,14 @@ condition = "absent"
 for = "10s""#,
         ));
         let up = sample("rdma.port.up", Value::U64(1), MetricKind::Gauge, "0");
-        assert_eq!(r.at(0, std::slice::from_ref(&up)), vec![]);
-        assert_eq!(r.at(5, &[]), vec![], "pending");
-        assert_eq!(r.at(15, &[]), vec![(true, 0.0)]);
-        assert_eq!(r.at(20, &[up]), vec![(false, 1.0)]);
+        assert_eq!(r.at(0, std::slice::from_ref(&up)).await, vec![]);
+        assert_eq!(r.at(5, &[]).await, vec![], "pending");
+        assert_eq!(r.at(15, &[]).await, vec![(true, 0.0)]);
+        assert_eq!(r.at(20, &[up]).await, vec![(false, 1.0)]);
     }
 
-    #[test]
-    fn a_firing_series_that_vanishes_clears() {
+    #[tokio::test(start_paused = true)]
+    async fn a_firing_series_that_vanishes_clears() {
         let mut r = Rig::new(rule(
             r#"[[rules]]
 name = "port-down"
@@ -694,8 +697,8 @@ metric = "rdma.pfc.pause_ratio"
 op = ">="
 threshold = 1"#,
         ));
-        assert_eq!(r.at(0, &[ratio(1.0, "3")]), vec![(true, 1.0)]);
-        let t = r.at(10, &[]);
+        assert_eq!(r.at(0, &[ratio(1.0, "3")]).await, vec![(true, 1.0)]);
+        let t = r.at(10, &[]).await;
         assert_eq!(t.len(), 1);
         assert!(!t[0].0);
         assert!(r.engine.status(r.t0)[0].phase == Phase::Inactive);

@@ -1,6 +1,7 @@
 //! A plugin that misbehaves on purpose, for the host's failure tests. Its collector reads
 //! `mode` from the options: `ok`, `error`, `panic`, `hang` (sleeps `hang_ms`, default one
-//! hour), `panic-on-start`. Its discovery kind always panics.
+//! hour), `panic-on-start`. Its discovery kind always panics. Its remediation kind follows
+//! `mode` the same way (`panic`, `hang`, `error`, else it reports success).
 
 use std::time::Duration;
 
@@ -70,6 +71,29 @@ impl CollectorPlugin for Fault {
     }
 }
 
+impl RemediationPlugin for Fault {
+    fn remediate(
+        &mut self,
+        request: &RemediationRequest,
+    ) -> Result<RemediationOutcome, PluginError> {
+        match self.mode.as_str() {
+            "error" => Err(PluginError::failed("fault plugin: deliberate error")),
+            "panic" => panic!("fault plugin: deliberate panic in remediate"),
+            "hang" => {
+                std::thread::sleep(Duration::from_millis(self.hang_ms));
+                Ok(RemediationOutcome {
+                    executed: false,
+                    message: "woke up".into(),
+                })
+            }
+            _ => Ok(RemediationOutcome {
+                executed: !request.dry_run,
+                message: format!("fault plugin: {} ok", request.action),
+            }),
+        }
+    }
+}
+
 impl DiscoveryPlugin for Fault {
     fn discover(&mut self) -> Result<Inventory, PluginError> {
         panic!("fault plugin: discovery always panics")
@@ -79,7 +103,11 @@ impl DiscoveryPlugin for Fault {
 impl ExportPlugin for Fault {
     const NAME: &'static str = "fault";
     const VERSION: &'static str = "0.0.1";
-    const KINDS: &'static [PluginKind] = &[PluginKind::Collector, PluginKind::Discovery];
+    const KINDS: &'static [PluginKind] = &[
+        PluginKind::Collector,
+        PluginKind::Discovery,
+        PluginKind::Remediation,
+    ];
 
     fn create() -> Self {
         Fault::default()
@@ -90,6 +118,10 @@ impl ExportPlugin for Fault {
     }
 
     fn as_discovery(&mut self) -> Option<&mut dyn DiscoveryPlugin> {
+        Some(self)
+    }
+
+    fn as_remediation(&mut self) -> Option<&mut dyn RemediationPlugin> {
         Some(self)
     }
 }

@@ -113,7 +113,10 @@ pub fn validate(
     cfg: &AlertmanagerConfig,
     actions: &BTreeMap<String, crate::remediation::ActionConfig>,
 ) -> Result<(), (String, String)> {
-    cfg.token()?;
+    // The token file is read when the receiver starts (it may exist only on the host).
+    if cfg.bearer_token.is_none() && cfg.bearer_token_file.is_none() && !cfg.allow_unauthenticated {
+        cfg.token()?;
+    }
     if cfg.max_requests_per_second == 0 {
         return Err((
             "alertmanager.max_requests_per_second".into(),

@@ -73,9 +73,13 @@ fn demo_json_lines_are_collections() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!(lines.len() >= 3);
-    assert!(lines
-        .iter()
-        .all(|l| l["plugin"] == "counters-sysfs" && !l["samples"].as_array().unwrap().is_empty()));
+    // Port counters, and the simulated NICs' driver statistics through the ethtool plugin.
+    assert!(lines.iter().all(|l| (l["plugin"] == "counters-sysfs"
+        || l["plugin"] == "counters-ethtool")
+        && !l["samples"].as_array().unwrap().is_empty()));
+    for p in ["counters-sysfs", "counters-ethtool"] {
+        assert!(lines.iter().any(|l| l["plugin"] == p), "{p}");
+    }
 }
 
 #[test]

@@ -176,9 +176,12 @@ pub enum Command {
     Config(ConfigCommand),
     /// The agent against a simulated fabric, with a live view of per-port rates.
     ///
-    /// Generates a sysfs tree (two mlx5 RoCE ports) in a temporary directory, advances its
-    /// counters every tick (traffic, and after a few ticks an error burst on one port), and
-    /// runs the real pipeline on it. Add --otlp-endpoint to export as well.
+    /// Generates a sysfs tree (two mlx5 RoCE ports, with their driver statistics) in a
+    /// temporary directory, advances its counters every tick (traffic; an error burst on
+    /// one port at 8 s; a PFC pause storm on priority 3 of the other at 20 s), and runs the
+    /// real pipeline on it with the default rules (configs/rules.toml): the storm fires
+    /// `pfc-pause-storm` 30 s later and a dry-run remediation is audited. Add
+    /// --otlp-endpoint to export as well.
     Demo {
         /// Tick and collection interval.
         #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
@@ -681,21 +684,27 @@ async fn run_demo(args: DemoArgs) -> Result<i32> {
     cfg.agent.sysfs_root = root.clone();
     cfg.agent.interval = interval;
     cfg.agent.jitter = Duration::ZERO;
-    let storm = scenario == Scenario::PfcStorm;
     // The simulated netdevs have no NIC behind them: the ethtool plugin reads the driver
-    // statistics the simulator writes (pfc-storm), or stays off.
+    // statistics the simulator writes.
     cfg.plugins.builtin.insert(
         rocewatch_counters_ethtool::EthtoolCounters::NAME.to_string(),
         crate::config::PluginSettings {
-            enabled: storm,
             options: serde_json::json!({ "stats_dir": root.join("ethtool") }),
             ..Default::default()
         },
     );
     let audit_path = audit_log.unwrap_or_else(|| root.join("audit.jsonl"));
-    if storm {
-        fabric.storm = Some((5, 40));
-        fabric.burst_at = u64::MAX; // one event at a time
+    match scenario {
+        // The error burst at 8 s, then the PFC storm at 20 s.
+        Scenario::Default => fabric.storm = Some((20, 40)),
+        // The storm alone, at 5 s.
+        Scenario::PfcStorm => {
+            fabric.storm = Some((5, 40));
+            fabric.burst_at = u64::MAX;
+        }
+    }
+    // The default rules, with a dry-run response to the PFC storm.
+    {
         cfg.rules = demo::default_rules()?;
         for r in &mut cfg.rules {
             if r.name == "pfc-pause-storm" {
@@ -789,7 +798,7 @@ cooldown = "10m""#,
                     "steady traffic"
                 }
             );
-            if storm {
+            {
                 footer.push_str(&demo::rules_footer(
                     &view_agent
                         .rules

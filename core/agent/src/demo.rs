@@ -7,9 +7,9 @@
 //! with the built-in plugins exactly as it reads `/sys`.
 //!
 //! It also writes each netdev's driver statistics in `ethtool -S` format under
-//! `ethtool/<netdev>` (per-priority PFC pauses, pause duration, bytes) and, in the
-//! `pfc-storm` scenario, a PFC pause storm on priority 3 of `mlx5_0` from `storm_at` for
-//! `storm_len` ticks: that port spends 60 % of its time paused.
+//! `ethtool/<netdev>` (per-priority PFC pauses, pause duration, bytes) and a PFC pause
+//! storm on priority 3 of `mlx5_0` (`storm`: first tick and length): that port spends
+//! 60 % of its time paused.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -34,6 +34,9 @@ pub enum Condition {
     Increase,
     /// True when no series matches (a port or a probe that stopped reporting).
     Absent,
+    /// `rate(metric) / rate(denominator)` over `window`, the denominator series being the
+    /// one with the same `join` attributes (out_of_buffer drops per received packet).
+    Ratio,
 }
 
 /// Comparison of the value with the threshold.
@@ -124,6 +127,24 @@ pub struct RuleConfig {
     /// `[remediation.actions]`).
     #[serde(default)]
     pub actions: Vec<String>,
+    /// For `ratio`: the metric divided by.
+    #[serde(default)]
+    pub denominator: Option<String>,
+    /// For `ratio`: matchers on the denominator's series.
+    #[serde(default)]
+    pub denominator_match: BTreeMap<String, String>,
+    /// For `ratio`: the attributes a numerator and its denominator share (default
+    /// `rdma.device`, `rdma.port`).
+    #[serde(default)]
+    pub join: Option<Vec<String>>,
+}
+
+impl RuleConfig {
+    fn join_keys(&self) -> Vec<String> {
+        self.join
+            .clone()
+            .unwrap_or_else(|| vec!["rdma.device".into(), "rdma.port".into()])
+    }
 }
 
 /// A rule that does not make sense, with the reason.
@@ -171,6 +192,27 @@ pub fn validate(
                     ),
                 ));
             }
+        }
+        match (&r.denominator, r.condition) {
+            (None, Condition::Ratio) => {
+                return Err((
+                    i,
+                    "denominator: a ratio rule needs the metric to divide by".into(),
+                ))
+            }
+            (Some(d), Condition::Ratio) if !known_metric(d) => {
+                return Err((
+                    i,
+                    format!("denominator: {d:?} is not a catalogued metric (see docs/METRICS.md)"),
+                ))
+            }
+            (Some(_), c) if c != Condition::Ratio => {
+                return Err((i, "denominator: only for condition = \"ratio\"".into()))
+            }
+            _ => {}
+        }
+        for (k, v) in &r.denominator_match {
+            Glob::new(v).map_err(|e| (i, format!("denominator_match.{k}: {e}")))?;
         }
         if r.condition == Condition::Absent && r.clear.is_some() {
             return Err((
@@ -228,6 +270,58 @@ struct Rule {
     cfg: RuleConfig,
     matchers: Vec<(String, GlobMatcher)>,
     series: BTreeMap<String, SeriesState>,
+    /// For ratios: the denominator's matchers and histories by join key.
+    den_matchers: Vec<(String, GlobMatcher)>,
+    den: BTreeMap<Vec<String>, SeriesState>,
+}
+
+fn compile(m: &BTreeMap<String, String>) -> Vec<(String, GlobMatcher)> {
+    m.iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                Glob::new(v).expect("validated glob").compile_matcher(),
+            )
+        })
+        .collect()
+}
+
+fn join_key(keys: &[String], s: &Sample) -> Vec<String> {
+    keys.iter()
+        .map(|k| s.attributes.get(k).cloned().unwrap_or_default())
+        .collect()
+}
+
+/// Record a new read of `st` in `s` (once per read), trimming to two windows.
+fn record(s: &mut SeriesState, st: &crate::store::Series, now: Instant, window: Duration) {
+    s.seen = true;
+    if s.read_at == Some(st.time) {
+        return;
+    }
+    s.read_at = Some(st.time);
+    s.history.push_back((now, st.sample.value.as_f64()));
+    let keep = window.max(Duration::from_secs(1)) * 2;
+    while s.history.len() > RECENT
+        && (s.history.len() > RECENT * 64 || now.duration_since(s.history[0].0) > keep)
+    {
+        s.history.pop_front();
+    }
+}
+
+fn new_state(labels: Attributes, now: Instant) -> SeriesState {
+    SeriesState {
+        labels,
+        phase: Phase::Inactive,
+        since: now,
+        value: f64::NAN,
+        history: VecDeque::new(),
+        seen: false,
+        read_at: None,
+    }
+}
+
+fn per_second(history: &VecDeque<(Instant, f64)>, now: Instant, window: Duration) -> Option<f64> {
+    increase(history, now, window).and_then(|(inc, span)| (span > 0.0).then(|| inc / span))
 }
 
 /// One row of `rocewatch rules`.
@@ -270,6 +364,8 @@ impl Engine {
                             )
                         })
                         .collect(),
+                    den_matchers: compile(&r.denominator_match),
+                    den: BTreeMap::new(),
                     cfg: r.clone(),
                     series: BTreeMap::new(),
                 })
@@ -289,6 +385,22 @@ impl Engine {
                 s.seen = false;
             }
             let window = rule.cfg.window.unwrap_or(Duration::from_secs(60));
+            if let (Condition::Ratio, Some(den)) = (rule.cfg.condition, &rule.cfg.denominator) {
+                let keys = rule.cfg.join_keys();
+                let (dm, dens) = (&rule.den_matchers, &mut rule.den);
+                for d in dens.values_mut() {
+                    d.seen = false;
+                }
+                store.for_each_named(den, |st| {
+                    if matches(dm, &st.sample) {
+                        let d = dens
+                            .entry(join_key(&keys, &st.sample))
+                            .or_insert_with(|| new_state(st.sample.attributes.clone(), now));
+                        record(d, st, now, window);
+                    }
+                });
+                dens.retain(|_, d| d.seen);
+            }
             let mut matched = 0usize;
             let (matchers, series) = (&rule.matchers, &mut rule.series);
             store.for_each_named(&rule.cfg.metric, |st| {
@@ -300,28 +412,10 @@ impl Engine {
                     return;
                 }
                 let key = st.sample.series_key();
-                let s = series.entry(key).or_insert_with(|| SeriesState {
-                    labels: st.sample.attributes.clone(),
-                    phase: Phase::Inactive,
-                    since: now,
-                    value: f64::NAN,
-                    history: VecDeque::new(),
-                    seen: false,
-                    read_at: None,
-                });
-                s.seen = true;
-                if s.read_at == Some(st.time) {
-                    return;
-                }
-                s.read_at = Some(st.time);
-                s.history.push_back((now, st.sample.value.as_f64()));
-                // Keep two windows of points (at least RECENT), never more than RECENT * 64.
-                let keep = window.max(Duration::from_secs(1)) * 2;
-                while s.history.len() > RECENT
-                    && (s.history.len() > RECENT * 64 || now.duration_since(s.history[0].0) > keep)
-                {
-                    s.history.pop_front();
-                }
+                let s = series
+                    .entry(key)
+                    .or_insert_with(|| new_state(st.sample.attributes.clone(), now));
+                record(s, st, now, window);
             });
             if rule.cfg.condition == Condition::Absent {
                 let labels: BTreeMap<String, String> = rule.cfg.matchers.clone();
@@ -343,6 +437,7 @@ impl Engine {
                 continue;
             }
             let cfg = &rule.cfg;
+            let (den, keys) = (&rule.den, cfg.join_keys());
             rule.series.retain(|_, s| {
                 if !s.seen {
                     // The series is gone (device removed, plugin stopped): a firing rule
@@ -366,6 +461,20 @@ impl Engine {
                                 inc
                             }
                         })
+                    }
+                    Condition::Ratio => {
+                        let jk: Vec<String> = keys
+                            .iter()
+                            .map(|k| s.labels.get(k).cloned().unwrap_or_default())
+                            .collect();
+                        match (
+                            per_second(&s.history, now, window),
+                            den.get(&jk)
+                                .and_then(|d| per_second(&d.history, now, window)),
+                        ) {
+                            (Some(n), Some(d)) if d > 0.0 => Some(n / d),
+                            _ => None,
+                        }
                     }
                     Condition::Absent => unreachable!("handled above"),
                 };
@@ -417,6 +526,11 @@ pub fn describe(r: &RuleConfig) -> String {
         Condition::Rate => format!("rate({}[{w}])", r.metric),
         Condition::Increase => format!("increase({}[{w}])", r.metric),
         Condition::Absent => return format!("absent({})", r.metric),
+        Condition::Ratio => format!(
+            "rate({}[{w}]) / rate({}[{w}])",
+            r.metric,
+            r.denominator.as_deref().unwrap_or("?")
+        ),
     };
     let mut s = format!("{what} {} {}", r.op.as_str(), r.threshold);
     if let Some(c) = r.clear {
@@ -704,6 +818,39 @@ threshold = 1"#,
         assert!(r.engine.status(r.t0)[0].phase == Phase::Inactive);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn ratio_of_two_rates_joined_on_device_and_port() {
+        let mut r = Rig::new(rule(
+            r#"[[rules]]
+name = "drops-per-packet"
+metric = "rdma.port.out_of_buffer"
+condition = "ratio"
+denominator = "rdma.port.packets"
+denominator_match = { "rdma.priority" = "3" }
+window = "30s"
+threshold = 0.01"#,
+        ));
+        let c = |name: &'static str, v: u64, dev: &str| {
+            let mut s = sample(name, Value::U64(v), MetricKind::Counter, "3");
+            std::sync::Arc::make_mut(&mut s.attributes).insert("rdma.device".into(), dev.into());
+            s
+        };
+        let at = |oob0: u64, pk0: u64, pk1: u64| {
+            vec![
+                c("rdma.port.out_of_buffer", oob0, "mlx5_0"),
+                c("rdma.port.packets", pk0, "mlx5_0"),
+                c("rdma.port.packets", pk1, "mlx5_1"),
+            ]
+        };
+        assert_eq!(r.at(0, &at(0, 0, 0)).await, vec![]);
+        // 1 drop per 1000 packets: below 1 %.
+        assert_eq!(r.at(10, &at(10, 10_000, 0)).await, vec![]);
+        // 500 more drops per 10 000 more packets over the window: 510 / 20 000 = 2.55 %.
+        let t = r.at(20, &at(510, 20_000, 1_000_000)).await;
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert!(t[0].0 && (t[0].1 - 0.0255).abs() < 1e-9, "{t:?}");
+    }
+
     #[test]
     fn validation_names_the_problem() {
         let known = |m: &str| m == "rdma.pfc.pause_ratio";
@@ -719,6 +866,8 @@ threshold = 0.2
         assert!(err("", false).contains("not a catalogued metric"));
         assert!(err("clear = 0.3", true).contains("hysteresis"));
         assert!(err("match = { \"rdma.device\" = \"[x\" }", true).contains("match.rdma.device"));
+        assert!(err("condition = \"ratio\"", true).contains("denominator"));
+        assert!(err("denominator = \"rdma.pfc.pause_ratio\"", true).contains("only for condition"));
         let r = rule(base);
         let e = validate(&[r.clone(), r], known).unwrap_err();
         assert_eq!(e.0, 1);

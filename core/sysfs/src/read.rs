@@ -102,6 +102,16 @@ pub fn read_attr_with<T>(path: &Path, f: impl FnOnce(&str) -> T) -> Result<Optio
         }
         Ok(n)
     });
+    finish(r, &buf, path, f)
+}
+
+/// The trimmed text of a read of `n` bytes into `buf`, or what its error means.
+fn finish<T>(
+    r: io::Result<usize>,
+    buf: &[u8],
+    path: &Path,
+    f: impl FnOnce(&str) -> T,
+) -> Result<Option<T>, SysfsError> {
     match r {
         Ok(n) => Ok(Some(f(String::from_utf8_lossy(&buf[..n]).trim()))),
         Err(e) if classify_io_error(&e) => Ok(None),
@@ -136,14 +146,7 @@ pub fn pread_attr_with<T>(
             Err(e) => break Err(e),
         }
     };
-    match r {
-        Ok(n) => Ok(Some(f(String::from_utf8_lossy(&buf[..n]).trim()))),
-        Err(e) if classify_io_error(&e) => Ok(None),
-        Err(source) => Err(SysfsError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
+    finish(r, &buf, path, f)
 }
 
 /// Whether `path` is on a sysfs mount (`statfs` type `SYSFS_MAGIC`).

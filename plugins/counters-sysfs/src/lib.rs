@@ -98,19 +98,39 @@ pub enum KeepOpen {
     Never,
 }
 
+/// The value of option `key`, one of `choices` (the first is the default).
+fn choice<T: Copy>(
+    options: &serde_json::Value,
+    key: &str,
+    choices: &[(&str, T)],
+) -> Result<T, PluginError> {
+    let Some(v) = options.get(key) else {
+        return Ok(choices[0].1);
+    };
+    choices
+        .iter()
+        .find(|(name, _)| v.as_str() == Some(name))
+        .map(|(_, t)| *t)
+        .ok_or_else(|| {
+            let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+            PluginError::InvalidOptions(format!(
+                "{key}: expected one of {}, got {v}",
+                names.join(", ")
+            ))
+        })
+}
+
 impl KeepOpen {
     fn from_options(options: &serde_json::Value) -> Result<Self, PluginError> {
-        match options.get("keep_files_open") {
-            None => Ok(Self::Auto),
-            Some(v) => match v.as_str() {
-                Some("auto") => Ok(Self::Auto),
-                Some("always") => Ok(Self::Always),
-                Some("never") => Ok(Self::Never),
-                _ => Err(PluginError::InvalidOptions(format!(
-                    "keep_files_open: expected \"auto\", \"always\" or \"never\", got {v}"
-                ))),
-            },
-        }
+        choice(
+            options,
+            "keep_files_open",
+            &[
+                ("auto", Self::Auto),
+                ("always", Self::Always),
+                ("never", Self::Never),
+            ],
+        )
     }
 }
 
@@ -138,17 +158,15 @@ pub enum HwCountersSource {
 
 impl HwCountersSource {
     fn from_options(options: &serde_json::Value) -> Result<Self, PluginError> {
-        match options.get("hw_counters_source") {
-            None => Ok(Self::Auto),
-            Some(v) => match v.as_str() {
-                Some("auto") => Ok(Self::Auto),
-                Some("netlink") => Ok(Self::Netlink),
-                Some("sysfs") => Ok(Self::Sysfs),
-                _ => Err(PluginError::InvalidOptions(format!(
-                    "hw_counters_source: expected \"auto\", \"netlink\" or \"sysfs\", got {v}"
-                ))),
-            },
-        }
+        choice(
+            options,
+            "hw_counters_source",
+            &[
+                ("auto", Self::Auto),
+                ("netlink", Self::Netlink),
+                ("sysfs", Self::Sysfs),
+            ],
+        )
     }
 }
 

@@ -7,6 +7,9 @@
 #   - collectd-core (network, csv, exec plugins)    (Debian package; no service is started)
 #   - ethtool, iproute2                             (to compare our ethtool ioctls with `ethtool -S`
 #                                                    on veth pairs the tests create)
+#   - libibverbs-dev, librdmacm-dev, libclang-dev,  (to build the verbs probe plugin: rdma-sys
+#     clang                                          generates its bindings with bindgen; the
+#                                                    rocewatch binary itself links none of it)
 #   - victoria-metrics (OTLP/HTTP receiver)         (Debian trixie package, unpacked with
 #                                                    dpkg -x into .cache/; nothing from
 #                                                    trixie is installed into the system)
@@ -24,7 +27,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need=()
-for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2; do
+for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2 libibverbs-dev librdmacm-dev libclang-dev clang; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

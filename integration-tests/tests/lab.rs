@@ -27,22 +27,42 @@ use crate::support::*;
 /// Runs the counters lab once per test run; returns the output directory.
 fn lab_run() -> Option<&'static Path> {
     static OUT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    OUT.get_or_init(|| {
+    OUT.get_or_init(|| run_lab("counters")).as_deref()
+}
+
+/// Runs the probe lab once per test run; returns the output directory.
+fn probe_lab() -> Option<&'static Path> {
+    static OUT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    OUT.get_or_init(|| run_lab("probe")).as_deref()
+}
+
+/// Boot the guest pair with `integration-tests/lab/<script>.sh`; the agent and the probe
+/// plugin built here are shared with the guests.
+fn run_lab(script: &str) -> Option<PathBuf> {
+    {
         if std::env::var("ROCEWATCH_SKIP_LAB").as_deref() == Ok("1") {
             eprintln!("SKIPPED: soft-RoCE lab (ROCEWATCH_SKIP_LAB=1); this test did not run");
             return None;
         }
-        let share = target_dir().join("lab-share");
-        let out = target_dir().join("lab-counters");
+        // One lab at a time: two pairs of emulated guests on two cores starve each other.
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let share = target_dir().join(format!("lab-share-{script}"));
+        let out = target_dir().join(format!("lab-{script}"));
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&share).unwrap();
         std::fs::create_dir_all(&out).unwrap();
         std::fs::copy(&artifacts().rocewatch, share.join("rocewatch")).unwrap();
+        std::fs::copy(
+            &artifacts().probe_so,
+            share.join("librocewatch_probe_verbs.so"),
+        )
+        .unwrap();
         let lab = root().join("integration-tests/lab");
         let st = Command::new("bash")
             .arg(lab.join("rxe-lab.sh"))
             .args(["run", "--pair"])
-            .arg(lab.join("counters.sh"))
+            .arg(lab.join(format!("{script}.sh")))
             .arg(&out)
             .env("RXE_LAB_SHARE", &share)
             .status()
@@ -53,8 +73,7 @@ fn lab_run() -> Option<&'static Path> {
             out.display()
         );
         Some(out)
-    })
-    .as_deref()
+    }
 }
 
 fn read(p: &Path) -> String {
@@ -322,4 +341,90 @@ fn lab_discover_agrees_with_ibv_devinfo_and_rdma_link() {
         );
         assert_eq!(dev["name"], link[0]["ifname"], "{role}");
     }
+}
+
+fn probe_json(out: &Path, name: &str) -> Value {
+    json(&out.join("b").join(format!("{name}.json")))
+}
+
+#[test]
+fn lab_probes_succeed_with_rtts_of_the_order_of_ib_send_lat() {
+    let Some(out) = probe_lab() else { return };
+    let ok = probe_json(out, "probe-ok");
+    assert_eq!(ok["sent"], 200);
+    assert_eq!(ok["received"], 200, "{ok}");
+    assert_eq!(ok["loss_percent"], 0.0);
+    let p50 = ok["rtt_seconds"]["p50"].as_f64().unwrap();
+    assert!(p50 > 0.0);
+    // ib_send_lat prints one-way latency (half the round trip) in microseconds:
+    //  #bytes #iterations t_min[usec] t_max[usec] t_typical[usec] t_avg[usec] ...
+    let lat = read(&out.join("b/ib_send_lat.txt"));
+    let typical: f64 = lat
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(4)?.parse().ok())
+        .unwrap_or_else(|| panic!("no ib_send_lat result:\n{lat}"));
+    let their_rtt = 2.0 * typical * 1e-6;
+    let ratio = p50 / their_rtt;
+    assert!(
+        (0.2..=10.0).contains(&ratio),
+        "probe p50 RTT {:.1} us vs ib_send_lat round trip {:.1} us (x{ratio:.1}): not the same order",
+        p50 * 1e6,
+        their_rtt * 1e6
+    );
+}
+
+#[test]
+fn lab_a_killed_responder_gives_timeouts_or_refusals_then_recovery() {
+    let Some(out) = probe_lab() else { return };
+    let r = probe_json(out, "probe-recovery");
+    let outcomes: Vec<&str> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["outcome"].as_str().unwrap())
+        .collect();
+    let first_bad = outcomes
+        .iter()
+        .position(|o| *o != "ok")
+        .expect("the kill shows");
+    let recovered = outcomes[first_bad..].iter().position(|o| *o == "ok");
+    assert!(first_bad > 0, "probes worked before the kill: {outcomes:?}");
+    assert!(
+        recovered.is_some(),
+        "probes work again after the restart: {outcomes:?}"
+    );
+    assert!(
+        r["timeouts"].as_u64().unwrap() + r["connect_failures"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    assert_eq!(*outcomes.last().unwrap(), "ok", "{outcomes:?}");
+    // While the responder is down, the cause says so.
+    assert!(
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x["cause"].as_str())
+            .all(|c| c.starts_with("rejected") || c.starts_with("QP error")),
+        "{r}"
+    );
+}
+
+#[test]
+fn lab_a_peer_without_responder_is_a_connection_failure_with_its_cause() {
+    let Some(out) = probe_lab() else { return };
+    let r = probe_json(out, "probe-refused");
+    assert_eq!(r["received"], 0);
+    assert_eq!(r["connect_failures"], 2);
+    let cause = r["results"][0]["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("rejected") && cause.contains("connection refused"),
+        "{cause}"
+    );
+    assert!(
+        read(&out.join("b/rc.txt")).contains("refused rc=1"),
+        "exit status 1 when unreachable"
+    );
 }

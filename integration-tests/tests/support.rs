@@ -30,6 +30,7 @@ pub struct Artifacts {
     pub rocewatch: PathBuf,
     pub example_so: PathBuf,
     pub fault_so: PathBuf,
+    pub probe_so: PathBuf,
     pub wrong_abi_so: PathBuf,
     pub no_symbol_so: PathBuf,
 }
@@ -50,6 +51,8 @@ pub fn artifacts() -> &'static Artifacts {
                 "example-plugin",
                 "-p",
                 "fault-plugin",
+                "-p",
+                "rocewatch-probe-verbs",
             ])
             .status()
             .expect("run cargo build");
@@ -75,6 +78,7 @@ pub fn artifacts() -> &'static Artifacts {
             rocewatch: debug.join("rocewatch"),
             example_so: debug.join("libexample_plugin.so"),
             fault_so: debug.join("libfault_plugin.so"),
+            probe_so: debug.join("librocewatch_probe_verbs.so"),
             wrong_abi_so: cc("wrong_abi"),
             no_symbol_so: cc("no_symbol"),
         }

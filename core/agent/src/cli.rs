@@ -171,6 +171,48 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// RDMA reachability and latency to a peer: RC Send/Recv ping-pong over verbs, like
+    /// `ib_send_lat` (or `rping -c`), with a summary; exit status 1 when nothing came back.
+    ///
+    /// The peer runs a responder: `rocewatch probe --serve`. Connection setup goes over a
+    /// TCP side channel (port 18516), the RoCE v2 GID is the one of the local IP towards
+    /// the peer. The verbs plugin (librocewatch_probe_verbs.so, which needs rdma-core's
+    /// libibverbs) is found next to this binary or in ROCEWATCH_PLUGIN_DIR.
+    ///
+    /// Examples:
+    ///   rocewatch probe --serve
+    ///   rocewatch probe 192.168.100.1 --count 100 --size 64
+    Probe {
+        /// The peer (IP address or name).
+        #[arg(required_unless_present = "serve")]
+        peer: Option<String>,
+        /// Probes to send.
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+        /// Message size in bytes.
+        #[arg(long, default_value_t = 64)]
+        size: u32,
+        /// Per-probe timeout.
+        #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+        timeout: Duration,
+        /// Time between probes.
+        #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "DUR")]
+        interval: Duration,
+        /// Run a responder until interrupted instead of probing.
+        #[arg(long)]
+        serve: bool,
+        /// RDMA device (default: the first).
+        #[arg(long)]
+        device: Option<String>,
+        /// TCP port of the side channel.
+        #[arg(long, default_value_t = 18516)]
+        tcp_port: u16,
+        /// Print the results and the summary as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        source: SourceArgs,
+    },
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -234,6 +276,7 @@ impl Command {
                 | Command::Collect { .. }
                 | Command::Plugins { .. }
                 | Command::Rules { .. }
+                | Command::Probe { serve: false, .. }
                 | Command::Config(_)
                 | Command::MetricsDoc
                 | Command::CollectdTypes
@@ -388,6 +431,34 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 cfg.exporters.stdout.enabled = true;
             }
             run_agent(cfg, duration).await
+        }
+        Command::Probe {
+            peer,
+            count,
+            size,
+            timeout,
+            interval,
+            serve,
+            device,
+            tcp_port,
+            json,
+            source,
+        } => {
+            run_probe(
+                ProbeArgs {
+                    peer,
+                    count,
+                    size,
+                    timeout,
+                    interval,
+                    serve,
+                    device,
+                    tcp_port,
+                    json,
+                },
+                source.load()?,
+            )
+            .await
         }
         Command::Rules {
             url,
@@ -875,4 +946,195 @@ fn toml_action(text: &str) -> Result<crate::remediation::ActionConfig> {
         .build()?
         .try_deserialize()
         .context("the demo's remediation action")
+}
+
+/// `rocewatch probe`'s command line.
+struct ProbeArgs {
+    peer: Option<String>,
+    count: u32,
+    size: u32,
+    timeout: Duration,
+    interval: Duration,
+    serve: bool,
+    device: Option<String>,
+    tcp_port: u16,
+    json: bool,
+}
+
+/// The probe plugin's file: `ROCEWATCH_PLUGIN_DIR`, else next to this binary.
+fn probe_plugin_path() -> Result<PathBuf> {
+    const FILE: &str = "librocewatch_probe_verbs.so";
+    let mut tried = Vec::new();
+    if let Some(d) = std::env::var_os("ROCEWATCH_PLUGIN_DIR") {
+        let p = PathBuf::from(d).join(FILE);
+        if p.is_file() {
+            return Ok(p);
+        }
+        tried.push(p);
+    }
+    if let Some(d) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(PathBuf::from))
+    {
+        let p = d.join(FILE);
+        if p.is_file() {
+            return Ok(p);
+        }
+        tried.push(p);
+    }
+    let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    bail!(
+        "the verbs probe plugin {FILE} was not found (looked at {}); build it with `cargo build -p rocewatch-probe-verbs` or set ROCEWATCH_PLUGIN_DIR",
+        tried.join(", ")
+    )
+}
+
+async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
+    use rocewatch_plugin_api::{PluginKind, ProbeOutcome, ProbeTarget};
+    let path = probe_plugin_path()?;
+    // Only the probe plugin: no collection here.
+    for name in crate::registry::builtin_names() {
+        cfg.plugins.builtin.insert(
+            name.to_string(),
+            crate::config::PluginSettings {
+                enabled: false,
+                ..Default::default()
+            },
+        );
+    }
+    cfg.plugins.external = vec![crate::config::ExternalPluginConfig {
+        path: path.clone(),
+        enabled: true,
+        interval: None,
+        timeout: Some(a.timeout + Duration::from_secs(5)),
+        options: serde_json::json!({
+            "device": a.device,
+            "tcp_port": a.tcp_port,
+            "serve": a.serve,
+        }),
+    }];
+    let agent = Agent::start(cfg).await;
+    let Some(entry) = agent
+        .registry
+        .of_kind(PluginKind::Probe)
+        .find(|e| e.instance.is_some() && e.status().state == crate::registry::State::Started)
+    else {
+        let why = agent
+            .registry
+            .statuses()
+            .into_iter()
+            .filter_map(|s| s.last_error)
+            .collect::<Vec<_>>()
+            .join("; ");
+        bail!(
+            "the verbs probe plugin ({}) did not start: {why}",
+            path.display()
+        );
+    };
+    if a.serve {
+        eprintln!(
+            "rocewatch probe: responding on TCP port {} (Ctrl-C to stop)",
+            a.tcp_port
+        );
+        let mut stop = crate::agent::shutdown_on_signals();
+        let _ = stop.changed().await;
+        return Ok(0);
+    }
+    let peer = a
+        .peer
+        .clone()
+        .expect("clap requires a peer without --serve");
+    let mut rtts = Vec::new();
+    let mut rows = Vec::new();
+    let (mut timeouts, mut failures) = (0u32, Vec::new());
+    for seq in 1..=a.count {
+        let target = ProbeTarget {
+            peer: peer.clone(),
+            size: a.size,
+            timeout_ms: a.timeout.as_millis() as u64,
+        };
+        let r = crate::runner::call(
+            entry,
+            a.timeout + Duration::from_secs(5),
+            &agent.metrics,
+            move |i| match i {
+                crate::registry::Instance::Probe(p) => p.probe(&target),
+                _ => Err(rocewatch_plugin_api::PluginError::failed(
+                    "not a probe plugin",
+                )),
+            },
+        )
+        .await;
+        let line = match r {
+            Ok(res) => {
+                rows.push(serde_json::to_value(&res).expect("plain data"));
+                match res.outcome {
+                    ProbeOutcome::Ok { rtt_seconds } => {
+                        rtts.push(rtt_seconds);
+                        format!(
+                            "{} bytes from {peer}: seq={seq} rtt={:.3} ms",
+                            a.size,
+                            rtt_seconds * 1e3
+                        )
+                    }
+                    ProbeOutcome::Timeout => {
+                        timeouts += 1;
+                        format!(
+                            "seq={seq}: timeout after {}",
+                            humantime::format_duration(a.timeout)
+                        )
+                    }
+                    ProbeOutcome::ConnectFailed { cause } => {
+                        let l = format!("seq={seq}: connection failed: {cause}");
+                        failures.push(cause);
+                        l
+                    }
+                }
+            }
+            Err(e) => {
+                failures.push(e.to_string());
+                format!("seq={seq}: {e}")
+            }
+        };
+        if !a.json {
+            println!("{line}");
+        }
+        if seq < a.count {
+            tokio::time::sleep(a.interval).await;
+        }
+    }
+    let mut sorted = rtts.clone();
+    sorted.sort_by(f64::total_cmp);
+    let q = |p: f64| -> Option<f64> {
+        (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * p).round() as usize])
+    };
+    let loss = 100.0 * (a.count as f64 - rtts.len() as f64) / a.count.max(1) as f64;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "peer": peer, "size": a.size, "sent": a.count, "received": rtts.len(),
+                "timeouts": timeouts, "connect_failures": failures.len(), "loss_percent": loss,
+                "rtt_seconds": { "min": q(0.0), "p50": q(0.5), "p99": q(0.99), "max": q(1.0) },
+                "results": rows,
+            })
+        );
+    } else {
+        println!(
+            "--- {peer} rdma probe: {} sent, {} received, {loss:.1}% loss, {timeouts} timeouts, {} connection failures",
+            a.count,
+            rtts.len(),
+            failures.len()
+        );
+        if let (Some(min), Some(p50), Some(p99), Some(max)) = (q(0.0), q(0.5), q(0.99), q(1.0)) {
+            println!(
+                "rtt min/p50/p99/max = {:.3}/{:.3}/{:.3}/{:.3} ms",
+                min * 1e3,
+                p50 * 1e3,
+                p99 * 1e3,
+                max * 1e3
+            );
+        }
+    }
+    Ok(if rtts.is_empty() { 1 } else { 0 })
 }

@@ -20,9 +20,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// rocewatch: keep RDMA/RoCEv2 networks healthy.
 ///
-/// Discovers RDMA devices and ports, reads their counters from sysfs, and exports them
-/// over OTLP. Start with `rocewatch demo` (no RDMA hardware needed), then
-/// `rocewatch discover` and `rocewatch collect --once` on a real host.
+/// Discovers RDMA devices and ports, reads their counters (sysfs, RDMA netlink, ethtool),
+/// exports them (OTLP, Prometheus, collectd), evaluates threshold rules and runs
+/// remediation safely, and probes peers over verbs. Start with `rocewatch demo` (no RDMA
+/// hardware needed), then `rocewatch discover` and `rocewatch collect --once` on a real
+/// host.
 #[derive(Debug, Parser)]
 #[command(name = "rocewatch", version, propagate_version = true)]
 pub struct Cli {
@@ -150,7 +152,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Threshold rules and their state: pending, firing, cleared, with values.
+    /// Threshold rules and their state: pending, firing, cleared, with values
     ///
     /// Asks a running agent (its Prometheus listener serves /rules), or with --once
     /// evaluates the configured rules on one collection here (rates and `for` durations
@@ -159,6 +161,7 @@ pub enum Command {
     /// Examples:
     ///   rocewatch rules --url http://127.0.0.1:9464
     ///   rocewatch rules --once --config configs/rules.toml --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys
+    #[command(verbatim_doc_comment)]
     Rules {
         /// The agent's Prometheus listener.
         #[arg(long, default_value = "http://127.0.0.1:9464", value_name = "URL")]
@@ -171,8 +174,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// RDMA reachability and latency to a peer: RC Send/Recv ping-pong over verbs, like
-    /// `ib_send_lat` (or `rping -c`), with a summary; exit status 1 when nothing came back.
+    /// RDMA reachability and latency to a peer (RC ping-pong over verbs, like ib_send_lat).
+    ///
+    /// Sends `--count` RC Send/Recv ping-pongs (as `ib_send_lat` or `rping -c` do) and
+    /// prints a summary; the exit status is 1 when nothing came back.
     ///
     /// The peer runs a responder: `rocewatch probe --serve`. Connection setup goes over a
     /// TCP side channel (port 18516), the RoCE v2 GID is the one of the local IP towards
@@ -182,6 +187,7 @@ pub enum Command {
     /// Examples:
     ///   rocewatch probe --serve
     ///   rocewatch probe 192.168.100.1 --count 100 --size 64
+    #[command(verbatim_doc_comment)]
     Probe {
         /// The peer (IP address or name).
         #[arg(required_unless_present = "serve")]

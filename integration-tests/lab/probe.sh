@@ -36,6 +36,29 @@ b)
   # Nobody listens on this port: a connection failure with its cause, exit status 1.
   $BIN probe "$P" --count 2 --tcp-port 1 --json > "$R/probe-refused.json"
   echo "refused rc=$?" >> "$R/rc.txt"
+  # The agent probing on schedule: the responder and an address nobody has; a rule on
+  # probe failures fires for the latter.
+  cat > /tmp/probes.toml <<CFG
+[exporters.prometheus]
+listen = "127.0.0.1:9464"
+[probes]
+peers = ["$P", "192.168.100.77"]
+interval = "500ms"
+timeout = "1s"
+serve = false
+[[rules]]
+name = "probe-unreachable"
+metric = "rdma.probe.failures"
+condition = "increase"
+window = "10s"
+op = ">"
+threshold = 0
+CFG
+  http_get() { exec 3<>/dev/tcp/127.0.0.1/9464; printf 'GET %s HTTP/1.0\r\nHost: lab\r\n\r\n' "$1" >&3; cat <&3; exec 3<&-; }
+  timeout 30 $BIN run --config /tmp/probes.toml > /dev/null 2> "$R/agent.log" & AG=$!
+  sleep 10
+  http_get /metrics > "$R/agent-metrics.txt"; http_get /rules > "$R/agent-rules.txt"
+  kill $AG; wait $AG
   touch /mnt/host/b/lat; sleep 2
   n=0; until timeout 120 ib_send_lat -d rxe0 -x 1 -n 200 -s 64 "$P" > "$R/ib_send_lat.txt" 2>&1 || [ $n -ge 30 ]; do sleep 1; n=$((n+1)); done
   touch /mnt/host/b/done

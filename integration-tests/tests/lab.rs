@@ -428,3 +428,39 @@ fn lab_a_peer_without_responder_is_a_connection_failure_with_its_cause() {
         "exit status 1 when unreachable"
     );
 }
+
+#[test]
+fn lab_the_agent_probes_on_schedule_and_a_rule_fires_on_probe_failures() {
+    let Some(out) = probe_lab() else { return };
+    let metrics = read(&out.join("b/agent-metrics.txt"));
+    let value = |line_start: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {line_start} in:\n{metrics}"))
+    };
+    let sent = value(r#"rdma_probe_sent_total{rdma_probe_peer="192.168.100.1"}"#);
+    let received = value(r#"rdma_probe_received_total{rdma_probe_peer="192.168.100.1"}"#);
+    assert!(
+        sent >= 3.0 && received == sent,
+        "{sent} sent, {received} received"
+    );
+    assert!(value(r#"rdma_probe_rtt_seconds{rdma_probe_peer="192.168.100.1"}"#) > 0.0);
+    // Nobody has 192.168.100.77: the side channel's connection times out (a route failure).
+    assert!(
+        value(
+            r#"rdma_probe_failures_total{rdma_probe_cause="route",rdma_probe_peer="192.168.100.77"}"#
+        ) >= 1.0
+    );
+    let rules = read(&out.join("b/agent-rules.txt"));
+    let body: Value = serde_json::from_str(rules.split("\r\n\r\n").nth(1).unwrap().trim()).unwrap();
+    let firing: Vec<&Value> = body["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["rule"] == "probe-unreachable" && r["phase"] == "firing")
+        .collect();
+    assert_eq!(firing.len(), 1, "{body}");
+    assert_eq!(firing[0]["labels"]["rdma.probe.peer"], "192.168.100.77");
+}

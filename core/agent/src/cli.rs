@@ -614,8 +614,25 @@ async fn finish_otlp(otlp: Option<OtlpExporter>) {
     }
 }
 
-async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
+async fn run_agent(mut cfg: Config, duration: Option<Duration>) -> Result<i32> {
     let shutdown = shutdown_after(duration);
+    if let Some(p) = &cfg.probes {
+        let path = match &p.plugin {
+            Some(path) => path.clone(),
+            None => probe_plugin_path()?,
+        };
+        cfg.plugins
+            .external
+            .push(crate::config::ExternalPluginConfig {
+                path,
+                enabled: true,
+                interval: None,
+                timeout: Some(p.timeout + Duration::from_secs(5)),
+                options: serde_json::json!({
+                    "device": p.device, "tcp_port": p.tcp_port, "serve": p.serve,
+                }),
+            });
+    }
     // Bind before anything else: a taken port is a configuration error, reported at once.
     let prom_listener = match &cfg.exporters.prometheus {
         Some(p) => Some(crate::export::prometheus::bind(p.listen).await?),
@@ -635,6 +652,10 @@ async fn run_agent(cfg: Config, duration: Option<Duration>) -> Result<i32> {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
     let remediation = start_remediation(&agent);
+    let _prober = agent.cfg.probes.clone().map(|p| {
+        tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
+        tokio::spawn(crate::prober::run(Arc::clone(&agent), p, shutdown.clone()))
+    });
     let _alertmanager = match (&agent.cfg.alertmanager, &remediation) {
         (Some(am), Some(d)) => {
             let listener = crate::export::prometheus::bind(am.listen).await?;

@@ -89,6 +89,9 @@ pub struct Config {
     /// The Alertmanager webhook receiver (`[alertmanager]`), off unless present.
     #[serde(default)]
     pub alertmanager: Option<crate::alertmanager::AlertmanagerConfig>,
+    /// Scheduled verbs probes (`[probes]`), off unless present.
+    #[serde(default)]
+    pub probes: Option<crate::prober::ProbesConfig>,
 }
 
 /// Log output format.

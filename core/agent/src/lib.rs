@@ -20,6 +20,7 @@ pub mod config;
 pub mod demo;
 pub mod derive;
 pub mod export;
+pub mod prober;
 pub mod registry;
 pub mod remediation;
 pub mod rules;

@@ -342,6 +342,7 @@ pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
         .iter()
         .chain(ETHTOOL_CATALOG)
         .chain(DERIVED_CATALOG)
+        .chain(PROBE_CATALOG)
         .chain(SELF_METRICS)
 }
 
@@ -436,6 +437,22 @@ pub fn ethtool_entry(name: &str) -> Option<&'static CatalogEntry> {
 pub fn ethtool_descriptors() -> Vec<MetricDescriptor> {
     descriptors_of(ETHTOOL_CATALOG)
 }
+
+/// Verbs probe results, per peer (`rdma.probe.peer`), emitted by the agent's prober.
+pub static PROBE_CATALOG: &[CatalogEntry] = &[
+    entry!("rdma.probe.sent", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+        "Probes sent to the peer."),
+    entry!("rdma.probe.received", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+        "Probes answered by the peer within the timeout."),
+    entry!("rdma.probe.timeouts", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+        "Probes without an answer within the timeout."),
+    entry!("rdma.probe.failures", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+        "Probes that could not be sent, by `rdma.probe.cause` (address_resolution, route, rejected, qp_error, plugin)."),
+    entry!("rdma.probe.rtt", "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",
+        "Round-trip time of the last answered probe."),
+    entry!("rdma.probe.rtt.sum", "s", Counter, "prober", NONE, 1, "probe-verbs plugin",
+        "Sum of the round-trip times of every answered probe (with rdma.probe.received: the mean over any window)."),
+];
 
 /// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin
 /// `derived` after every collection).

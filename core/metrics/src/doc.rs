@@ -98,6 +98,19 @@ pub fn render_markdown() -> String {
             e.description
         );
     }
+    md.push_str("\n## Verbs probes\n\nPer peer (`rdma.probe.peer`), from the agent's prober (`[probes]`, the probe-verbs plugin).\n\n");
+    md.push_str("| name | unit | kind | Prometheus | description |\n|---|---|---|---|---|\n");
+    for e in crate::catalog::PROBE_CATALOG {
+        let _ = writeln!(
+            md,
+            "| `{}` | `{}` | {} | `{}` | {} |",
+            e.name,
+            e.unit,
+            e.kind.as_str(),
+            prometheus_sample_name(e.name, e.unit, e.kind),
+            e.description
+        );
+    }
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(

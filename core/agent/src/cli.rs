@@ -1080,18 +1080,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             size: a.size,
             timeout_ms: a.timeout.as_millis() as u64,
         };
-        let r = crate::runner::call(
-            entry,
-            a.timeout + Duration::from_secs(5),
-            &agent.metrics,
-            move |i| match i {
-                crate::registry::Instance::Probe(p) => p.probe(&target),
-                _ => Err(rocewatch_plugin_api::PluginError::failed(
-                    "not a probe plugin",
-                )),
-            },
-        )
-        .await;
+        let r = crate::prober::probe_once(entry, target, &agent.metrics).await;
         let line = match r {
             Ok(res) => {
                 rows.push(serde_json::to_value(&res).expect("plain data"));

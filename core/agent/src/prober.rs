@@ -185,6 +185,23 @@ fn samples(stats: &BTreeMap<String, PeerStats>) -> Vec<Sample> {
     out
 }
 
+/// One probe through the probe plugin `entry`, on the runner (the plugin's own timeout is
+/// the probe's; the runner allows five seconds more before giving up on the call).
+pub async fn probe_once(
+    entry: &crate::registry::Entry,
+    target: ProbeTarget,
+    metrics: &crate::selfmetrics::SelfMetrics,
+) -> Result<rocewatch_plugin_api::ProbeResult, crate::runner::CallError> {
+    let limit = Duration::from_millis(target.timeout_ms) + Duration::from_secs(5);
+    crate::runner::call(entry, limit, metrics, move |i| match i {
+        crate::registry::Instance::Probe(p) => p.probe(&target),
+        _ => Err(rocewatch_plugin_api::PluginError::failed(
+            "not a probe plugin",
+        )),
+    })
+    .await
+}
+
 /// Probe every peer every `interval` until `shutdown` turns true.
 pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Receiver<bool>) {
     let Some(entry) = agent
@@ -220,18 +237,7 @@ pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Rece
                 size: cfg.size,
                 timeout_ms: cfg.timeout.as_millis() as u64,
             };
-            let r = crate::runner::call(
-                &entry,
-                cfg.timeout + Duration::from_secs(5),
-                &agent.metrics,
-                move |i| match i {
-                    crate::registry::Instance::Probe(p) => p.probe(&target),
-                    _ => Err(rocewatch_plugin_api::PluginError::failed(
-                        "not a probe plugin",
-                    )),
-                },
-            )
-            .await;
+            let r = probe_once(&entry, target, &agent.metrics).await;
             let s = stats.entry(peer).or_default();
             s.sent += 1;
             match r {

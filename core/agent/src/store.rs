@@ -177,10 +177,14 @@ impl Store {
             .retain(|_, v| v.plugin != plugin || v.generation == generation);
     }
 
-    /// Run `f` over every series, sorted by key, under the read lock (no copies).
-    pub fn with_series<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = &Series>) -> R) -> R {
+    /// Run `f` over every series, sorted by key, and the declared descriptors by name,
+    /// under the read lock (no copies).
+    pub fn with_series<R>(
+        &self,
+        f: impl FnOnce(&mut dyn Iterator<Item = &Series>, &BTreeMap<String, MetricDescriptor>) -> R,
+    ) -> R {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        f(&mut g.series.values())
+        f(&mut g.series.values(), &g.descriptors)
     }
 
     /// Every series, sorted by key.

@@ -158,44 +158,40 @@ fn family_header(out: &mut String, d: &MetricDescriptor, format: Format) -> Stri
 
 /// Render the store and the self-metrics.
 pub fn render(store: &Store, metrics: &SelfMetrics, format: Format) -> String {
-    let descriptors: BTreeMap<String, MetricDescriptor> = store
-        .descriptors()
-        .into_iter()
-        .map(|d| (d.name.clone(), d))
-        .collect();
     let mut out = String::with_capacity(64 * 1024);
     // The store is sorted by series key (name first), so each family's series are
     // contiguous: render them as they come, under the read lock, without copies, with
     // the label set each series rendered once when it appeared.
-    let flush = |out: &mut String, group: &[&Series]| {
-        let Some(d) = group
-            .first()
-            .and_then(|g| descriptors.get(g.sample.name.as_ref()))
-        else {
-            return;
+    let flush =
+        |out: &mut String, group: &[&Series], descriptors: &BTreeMap<String, MetricDescriptor>| {
+            let Some(d) = group
+                .first()
+                .and_then(|g| descriptors.get(g.sample.name.as_ref()))
+            else {
+                return;
+            };
+            let name = family_header(out, d, format);
+            for s in group {
+                out.push_str(&name);
+                out.push_str(&s.labels);
+                out.push(' ');
+                write_number(out, s.sample.value);
+                out.push('\n');
+            }
         };
-        let name = family_header(out, d, format);
-        for s in group {
-            out.push_str(&name);
-            out.push_str(&s.labels);
-            out.push(' ');
-            write_number(out, s.sample.value);
-            out.push('\n');
-        }
-    };
-    store.with_series(|all| {
+    store.with_series(|all, descriptors| {
         let mut group: Vec<&Series> = Vec::new();
         for s in all {
             if group
                 .first()
                 .is_some_and(|g| g.sample.name != s.sample.name)
             {
-                flush(&mut out, &group);
+                flush(&mut out, &group, descriptors);
                 group.clear();
             }
             group.push(s);
         }
-        flush(&mut out, &group);
+        flush(&mut out, &group, descriptors);
     });
     render_self(&mut out, metrics, format);
     if format == Format::OpenMetrics {

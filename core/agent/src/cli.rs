@@ -189,33 +189,8 @@ pub enum Command {
     ///   rocewatch probe 192.168.100.1 --count 100 --size 64
     #[command(verbatim_doc_comment)]
     Probe {
-        /// The peer (IP address or name).
-        #[arg(required_unless_present = "serve")]
-        peer: Option<String>,
-        /// Probes to send.
-        #[arg(long, default_value_t = 10)]
-        count: u32,
-        /// Message size in bytes.
-        #[arg(long, default_value_t = 64)]
-        size: u32,
-        /// Per-probe timeout.
-        #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
-        timeout: Duration,
-        /// Time between probes.
-        #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "DUR")]
-        interval: Duration,
-        /// Run a responder until interrupted instead of probing.
-        #[arg(long)]
-        serve: bool,
-        /// RDMA device (default: the first).
-        #[arg(long)]
-        device: Option<String>,
-        /// TCP port of the side channel.
-        #[arg(long, default_value_t = 18516)]
-        tcp_port: u16,
-        /// Print the results and the summary as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        args: ProbeArgs,
         #[command(flatten)]
         source: SourceArgs,
     },
@@ -282,7 +257,10 @@ impl Command {
                 | Command::Collect { .. }
                 | Command::Plugins { .. }
                 | Command::Rules { .. }
-                | Command::Probe { serve: false, .. }
+                | Command::Probe {
+                    args: ProbeArgs { serve: false, .. },
+                    ..
+                }
                 | Command::Config(_)
                 | Command::MetricsDoc
                 | Command::CollectdTypes
@@ -438,34 +416,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             }
             run_agent(cfg, duration).await
         }
-        Command::Probe {
-            peer,
-            count,
-            size,
-            timeout,
-            interval,
-            serve,
-            device,
-            tcp_port,
-            json,
-            source,
-        } => {
-            run_probe(
-                ProbeArgs {
-                    peer,
-                    count,
-                    size,
-                    timeout,
-                    interval,
-                    serve,
-                    device,
-                    tcp_port,
-                    json,
-                },
-                source.load()?,
-            )
-            .await
-        }
+        Command::Probe { args, source } => run_probe(args, source.load()?).await,
         Command::Rules {
             url,
             once,
@@ -621,17 +572,9 @@ async fn run_agent(mut cfg: Config, duration: Option<Duration>) -> Result<i32> {
             Some(path) => path.clone(),
             None => probe_plugin_path()?,
         };
-        cfg.plugins
-            .external
-            .push(crate::config::ExternalPluginConfig {
-                path,
-                enabled: true,
-                interval: None,
-                timeout: Some(p.timeout + Duration::from_secs(5)),
-                options: serde_json::json!({
-                    "device": p.device, "tcp_port": p.tcp_port, "serve": p.serve,
-                }),
-            });
+        cfg.plugins.external.push(probe_plugin_config(
+            path, p.timeout, &p.device, p.tcp_port, p.serve,
+        ));
     }
     // Bind before anything else: a taken port is a configuration error, reported at once.
     let prom_listener = match &cfg.exporters.prometheus {
@@ -976,15 +919,34 @@ fn toml_action(text: &str) -> Result<crate::remediation::ActionConfig> {
 }
 
 /// `rocewatch probe`'s command line.
-struct ProbeArgs {
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The peer (IP address or name).
+    #[arg(required_unless_present = "serve")]
     peer: Option<String>,
+    /// Probes to send.
+    #[arg(long, default_value_t = 10)]
     count: u32,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 64)]
     size: u32,
+    /// Per-probe timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
     timeout: Duration,
+    /// Time between probes.
+    #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "DUR")]
     interval: Duration,
+    /// Run a responder until interrupted instead of probing.
+    #[arg(long)]
     serve: bool,
+    /// RDMA device (default: the first).
+    #[arg(long)]
     device: Option<String>,
+    /// TCP port of the side channel.
+    #[arg(long, default_value_t = 18516)]
     tcp_port: u16,
+    /// Print the results and the summary as JSON.
+    #[arg(long)]
     json: bool,
 }
 
@@ -1016,6 +978,24 @@ fn probe_plugin_path() -> Result<PathBuf> {
     )
 }
 
+/// The probe-verbs plugin as an external plugin: its call timeout leaves five seconds
+/// beyond the probe's own.
+fn probe_plugin_config(
+    path: PathBuf,
+    timeout: Duration,
+    device: &Option<String>,
+    tcp_port: u16,
+    serve: bool,
+) -> crate::config::ExternalPluginConfig {
+    crate::config::ExternalPluginConfig {
+        path,
+        enabled: true,
+        interval: None,
+        timeout: Some(timeout + Duration::from_secs(5)),
+        options: serde_json::json!({ "device": device, "tcp_port": tcp_port, "serve": serve }),
+    }
+}
+
 async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     use rocewatch_plugin_api::{PluginKind, ProbeOutcome, ProbeTarget};
     let path = probe_plugin_path()?;
@@ -1029,17 +1009,13 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             },
         );
     }
-    cfg.plugins.external = vec![crate::config::ExternalPluginConfig {
-        path: path.clone(),
-        enabled: true,
-        interval: None,
-        timeout: Some(a.timeout + Duration::from_secs(5)),
-        options: serde_json::json!({
-            "device": a.device,
-            "tcp_port": a.tcp_port,
-            "serve": a.serve,
-        }),
-    }];
+    cfg.plugins.external = vec![probe_plugin_config(
+        path.clone(),
+        a.timeout,
+        &a.device,
+        a.tcp_port,
+        a.serve,
+    )];
     let agent = Agent::start(cfg).await;
     let Some(entry) = agent
         .registry

@@ -422,15 +422,7 @@ impl Engine {
                 let s = rule
                     .series
                     .entry(String::new())
-                    .or_insert_with(|| SeriesState {
-                        labels: Attributes::new(labels),
-                        phase: Phase::Inactive,
-                        since: now,
-                        value: f64::NAN,
-                        history: VecDeque::new(),
-                        seen: true,
-                        read_at: None,
-                    });
+                    .or_insert_with(|| new_state(Attributes::new(labels), now));
                 s.seen = true;
                 s.value = matched as f64;
                 step(&rule.cfg, s, matched == 0, matched == 0, now, &mut out);

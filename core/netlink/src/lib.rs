@@ -36,16 +36,3 @@ pub enum NetlinkError {
     #[error("netlink {request}: malformed reply: {detail}")]
     Malformed { request: String, detail: String },
 }
-
-impl NetlinkError {
-    /// The errno of a kernel error or an I/O error, if any.
-    pub fn errno(&self) -> Option<i32> {
-        match self {
-            NetlinkError::Kernel { errno, .. } => Some(*errno),
-            NetlinkError::Open { source, .. } | NetlinkError::Io { source, .. } => {
-                source.raw_os_error()
-            }
-            NetlinkError::Malformed { .. } => None,
-        }
-    }
-}

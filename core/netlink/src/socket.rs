@@ -15,7 +15,6 @@ const RECV_BUF: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct NetlinkSocket {
     fd: OwnedFd,
-    family: &'static str,
     seq: u32,
     buf: Vec<u8>,
     capture: Option<(PathBuf, u32)>,
@@ -76,7 +75,6 @@ impl NetlinkSocket {
         }
         Ok(NetlinkSocket {
             fd,
-            family,
             seq: 0,
             buf: vec![0; RECV_BUF],
             capture: None,
@@ -188,10 +186,5 @@ impl NetlinkSocket {
                 return Ok(());
             }
         }
-    }
-
-    /// The protocol family this socket speaks, for messages.
-    pub fn family(&self) -> &'static str {
-        self.family
     }
 }

@@ -350,6 +350,27 @@ pub struct ProbeResult {
     pub peer: String,
     #[serde(flatten)]
     pub outcome: ProbeOutcome,
+    /// NIC completion timestamps: the RTT split measured by the device, or why there is
+    /// none. Absent from plugins that do not say (ABI 1.0); a plugin may say why there
+    /// is none on the first result of a round only (it is the same for every peer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_timestamps: Option<NicTimestamps>,
+}
+
+/// What the device's completion timestamps tell about a probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NicTimestamps {
+    /// The device cannot timestamp completions (rxe, older firmware): `reason` says what
+    /// it reported.
+    Unsupported { reason: String },
+    /// The RTT split by the device's clock: time on the wire and the peer's NIC
+    /// (`network_seconds`), and the rest (`host_seconds`: posting, polling, the peer's
+    /// software).
+    Measured {
+        network_seconds: f64,
+        host_seconds: f64,
+    },
 }
 
 // ---------------------------------------------------------------------------------------

@@ -47,6 +47,14 @@ pub trait ConfigurationPlugin: Plugin {
 /// Probes a peer.
 pub trait ProbePlugin: Plugin {
     fn probe(&mut self, target: &ProbeTarget) -> Result<ProbeResult, PluginError>;
+
+    /// Probe every target of a round, one result per target in the same order. The
+    /// default probes them one after another; a plugin that can have many probes in
+    /// flight at once (the verbs plugin does) overrides it, so that a dead peer costs the
+    /// round one timeout instead of one timeout per dead peer.
+    fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
+        targets.iter().map(|t| self.probe(t)).collect()
+    }
 }
 
 /// Acts when a rule fires or clears.

@@ -16,7 +16,7 @@ use crate::ExportPlugin;
 /// The ABI major version this crate implements.
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this crate implements.
-pub const ABI_MINOR: u32 = 0;
+pub const ABI_MINOR: u32 = 1;
 /// The one symbol a plugin library exports (NUL-terminated for `dlsym`).
 pub const ENTRY_SYMBOL: &[u8] = b"rocewatch_plugin_entry\0";
 
@@ -49,6 +49,10 @@ pub mod method {
     pub const PROBE: u32 = 8;
     /// Request: `RemediationRequest`. Response: `RemediationOutcome`.
     pub const REMEDIATE: u32 = 9;
+    /// Since 1.1. Request: `Vec<ProbeTarget>`. Response: `Vec<ProbeResult>`, one per
+    /// target, in order. A 1.0 plugin answers unsupported and the host falls back to
+    /// [`PROBE`] one target at a time.
+    pub const PROBE_MANY: u32 = 10;
 }
 
 /// A byte buffer allocated by the plugin. The host copies it, then hands it back to the

@@ -135,6 +135,22 @@ fn dispatch<T: ExportPlugin>(plugin: &mut T, m: u32, req: &[u8]) -> Outcome {
             Some(p) => respond(decode::<ProbeTarget>(req).and_then(|t| p.probe(&t))),
             None => Outcome::Unsupported,
         },
+        method::PROBE_MANY => match plugin.as_probe() {
+            Some(p) => respond(decode::<Vec<ProbeTarget>>(req).and_then(|t| {
+                p.probe_many(&t).and_then(|r| {
+                    if r.len() == t.len() {
+                        Ok(r)
+                    } else {
+                        Err(PluginError::failed(format!(
+                            "probe_many returned {} results for {} targets",
+                            r.len(),
+                            t.len()
+                        )))
+                    }
+                })
+            })),
+            None => Outcome::Unsupported,
+        },
         method::REMEDIATE => match plugin.as_remediation() {
             Some(p) => respond(decode::<RemediationRequest>(req).and_then(|r| p.remediate(&r))),
             None => Outcome::Unsupported,

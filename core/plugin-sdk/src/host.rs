@@ -339,6 +339,24 @@ impl ProbePlugin for ExternalPlugin {
     fn probe(&mut self, target: &ProbeTarget) -> Result<ProbeResult, PluginError> {
         self.call(method::PROBE, target)
     }
+
+    fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
+        if self.library.abi_minor >= 1 {
+            match self.call::<_, Vec<ProbeResult>>(method::PROBE_MANY, &targets) {
+                Err(PluginError::Unsupported(_)) => {}
+                Ok(r) if r.len() != targets.len() => {
+                    return Err(PluginError::Failed(format!(
+                        "{}: probe_many returned {} results for {} targets",
+                        self.library.name,
+                        r.len(),
+                        targets.len()
+                    )))
+                }
+                other => return other,
+            }
+        }
+        targets.iter().map(|t| self.probe(t)).collect()
+    }
 }
 
 impl RemediationPlugin for ExternalPlugin {

@@ -86,6 +86,7 @@ impl ProbePlugin for All {
                 outcome: ProbeOutcome::ConnectFailed {
                     cause: "route".into(),
                 },
+                nic_timestamps: None,
             });
         }
         Ok(ProbeResult {
@@ -93,6 +94,7 @@ impl ProbePlugin for All {
             outcome: ProbeOutcome::Ok {
                 rtt_seconds: 1.5e-5,
             },
+            nic_timestamps: None,
         })
     }
 }
@@ -264,6 +266,40 @@ fn probe_kind() {
             cause: "route".into()
         }
     );
+}
+
+static ALL_1_0: PluginTableV1 = {
+    let mut t = PluginTableV1::of::<All>();
+    t.abi_minor = 0;
+    t
+};
+
+#[test]
+fn probe_many_in_order_and_from_a_1_0_plugin() {
+    let targets: Vec<ProbeTarget> = ["10.0.0.2", "unreachable", "10.0.0.3"]
+        .iter()
+        .map(|p| ProbeTarget {
+            peer: p.to_string(),
+            size: 64,
+            timeout_ms: 100,
+        })
+        .collect();
+    // SAFETY: a static table.
+    let old = unsafe { PluginLibrary::from_table(Path::new("in-process/all-1.0"), &ALL_1_0) };
+    for l in [lib(), old.unwrap()] {
+        let mut p = l.instantiate(PluginKind::Probe).unwrap();
+        p.start(&ctx()).unwrap();
+        let r = p.probe_many(&targets).unwrap();
+        let peers: Vec<&str> = r.iter().map(|r| r.peer.as_str()).collect();
+        assert_eq!(
+            peers,
+            ["10.0.0.2", "unreachable", "10.0.0.3"],
+            "abi 1.{}",
+            l.abi_minor
+        );
+        assert!(matches!(r[1].outcome, ProbeOutcome::ConnectFailed { .. }));
+        assert!(matches!(r[2].outcome, ProbeOutcome::Ok { .. }));
+    }
 }
 
 #[test]

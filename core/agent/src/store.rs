@@ -3,10 +3,10 @@
 //! cumulative series) and the rate since the previous collection (never negative).
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime};
 
-use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample};
+use rocewatch_plugin_api::{Attributes, MetricDescriptor, MetricKind, Sample};
 
 use crate::selfmetrics::SelfMetrics;
 
@@ -69,10 +69,46 @@ pub fn counter_delta(old: f64, new: f64) -> Delta {
     Delta::Reset
 }
 
+/// One histogram series: counts per bucket (`bounds.len() + 1` of them, the last for
+/// values above every bound), with the sum and the count, cumulative since `start`.
+#[derive(Debug, Clone)]
+pub struct HistogramSeries {
+    pub attributes: Attributes,
+    /// Its Prometheus label set, rendered once.
+    pub labels: String,
+    pub counts: Box<[u64]>,
+    pub sum: f64,
+    pub count: u64,
+    pub start: SystemTime,
+}
+
+/// The histograms of one metric, with their bucket bounds (upper, inclusive, ascending).
+#[derive(Default)]
+pub struct HistogramFamily {
+    pub bounds: Arc<[f64]>,
+    /// By attributes (compared by value; a lookup renders no label string).
+    pub series: BTreeMap<Attributes, HistogramSeries>,
+    /// The OTLP exporter's instrument, when it runs: every observation is recorded there
+    /// too (the SDK has no observable histogram to read this family from).
+    otel: Option<opentelemetry::metrics::Histogram<f64>>,
+}
+
+impl std::fmt::Debug for HistogramFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistogramFamily")
+            .field("bounds", &self.bounds)
+            .field("series", &self.series.len())
+            .field("otel", &self.otel.is_some())
+            .finish()
+    }
+}
+
 /// Shared between collectors (writers) and exporters (readers).
 #[derive(Debug, Default)]
 pub struct Store {
     inner: RwLock<Inner>,
+    /// Histograms by metric name (probe round-trip times), apart from the scalar series.
+    histograms: Mutex<BTreeMap<String, HistogramFamily>>,
 }
 
 impl Store {
@@ -210,6 +246,81 @@ impl Store {
         }
     }
 
+    fn histograms(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, HistogramFamily>> {
+        self.histograms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Declare a histogram metric and its bucket bounds (ascending, in the metric's unit).
+    pub fn declare_histogram(&self, d: &MetricDescriptor, bounds: &[f64]) {
+        debug_assert_eq!(d.kind, MetricKind::Histogram);
+        self.declare(std::slice::from_ref(d));
+        self.histograms().entry(d.name.clone()).or_default().bounds = bounds.into();
+    }
+
+    /// The bucket bounds of a declared histogram.
+    pub fn histogram_bounds(&self, name: &str) -> Option<Arc<[f64]>> {
+        self.histograms().get(name).map(|f| Arc::clone(&f.bounds))
+    }
+
+    /// Let the OTLP exporter's instrument see every later observation of `name`.
+    pub fn attach_otel_histogram(&self, name: &str, h: opentelemetry::metrics::Histogram<f64>) {
+        if let Some(f) = self.histograms().get_mut(name) {
+            f.otel = Some(h);
+        }
+    }
+
+    /// Record values of the histogram `name`, each with its series' attributes. Values
+    /// of an undeclared histogram are ignored.
+    pub fn observe<'a>(&self, name: &str, values: impl IntoIterator<Item = (&'a Attributes, f64)>) {
+        let mut g = self.histograms();
+        let Some(fam) = g.get_mut(name) else {
+            return;
+        };
+        let mut kv = Vec::new();
+        for (attrs, v) in values {
+            let buckets = fam.bounds.len() + 1;
+            let s = match fam.series.get_mut(attrs) {
+                Some(s) => s,
+                None => fam
+                    .series
+                    .entry(Arc::clone(attrs))
+                    .or_insert_with(|| HistogramSeries {
+                        attributes: Arc::clone(attrs),
+                        labels: crate::export::prometheus::labels(attrs),
+                        counts: vec![0; buckets].into(),
+                        sum: 0.0,
+                        count: 0,
+                        start: SystemTime::now(),
+                    }),
+            };
+            let b = fam.bounds.partition_point(|&le| le < v);
+            s.counts[b] += 1;
+            s.sum += v;
+            s.count += 1;
+            if let Some(h) = &fam.otel {
+                kv.clear();
+                kv.extend(
+                    attrs
+                        .iter()
+                        .map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())),
+                );
+                h.record(v, &kv);
+            }
+        }
+    }
+
+    /// Keep only the histogram series of `name` whose attributes pass `keep`.
+    pub fn retain_histogram(&self, name: &str, keep: impl Fn(&Attributes) -> bool) {
+        if let Some(f) = self.histograms().get_mut(name) {
+            f.series.retain(|_, s| keep(&s.attributes));
+        }
+    }
+
+    /// Run `f` over the histogram families, by name, under their lock.
+    pub fn with_histograms<R>(&self, f: impl FnOnce(&BTreeMap<String, HistogramFamily>) -> R) -> R {
+        f(&self.histograms())
+    }
+
     /// Series of one metric name (copies; prefer [`Store::for_each_named`] on hot paths).
     pub fn by_name(&self, name: &str) -> Vec<Series> {
         let mut out = Vec::new();
@@ -257,6 +368,38 @@ mod tests {
             Delta::Reset,
             "64-bit counters do not wrap here"
         );
+    }
+
+    #[test]
+    fn histograms_bucket_and_forget() {
+        let store = Store::new();
+        let d = MetricDescriptor {
+            name: "rdma.probe.rtt".into(),
+            unit: "s".into(),
+            kind: MetricKind::Histogram,
+            description: "d".into(),
+        };
+        store.declare_histogram(&d, &[0.001, 0.01]);
+        let a: Attributes = Arc::new([("rdma.probe.peer".to_string(), "a".to_string())].into());
+        let b: Attributes = Arc::new([("rdma.probe.peer".to_string(), "b".to_string())].into());
+        // On a bound: counted in that bucket (bounds are inclusive upper bounds).
+        store.observe(
+            "rdma.probe.rtt",
+            [(&a, 0.0005), (&a, 0.001), (&a, 0.5), (&b, 0.002)],
+        );
+        store.observe("undeclared", [(&a, 1.0)]);
+        store.with_histograms(|h| {
+            assert_eq!(h.len(), 1);
+            let f = &h["rdma.probe.rtt"];
+            let sa = &f.series[&a];
+            assert_eq!(sa.labels, r#"{rdma_probe_peer="a"}"#);
+            assert_eq!(&*sa.counts, &[2, 0, 1]);
+            assert_eq!((sa.count, sa.sum), (3, 0.5015));
+            assert_eq!(&*f.series[&b].counts, &[0, 1, 0]);
+        });
+        store.retain_histogram("rdma.probe.rtt", |x| x["rdma.probe.peer"] == "b");
+        store.with_histograms(|h| assert_eq!(h["rdma.probe.rtt"].series.len(), 1));
+        assert!(store.is_declared("rdma.probe.rtt"));
     }
 
     #[test]

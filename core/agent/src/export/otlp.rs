@@ -568,7 +568,21 @@ fn register_store_instruments(meter: &Meter, store: &Arc<Store>) {
                     })
                     .build();
             }
-            MetricKind::Gauge | MetricKind::Histogram => {
+            MetricKind::Histogram => {
+                // Recorded by the store as observations come (no observable histogram in
+                // the SDK), with the store's own bucket bounds.
+                let Some(bounds) = store.histogram_bounds(&d.name) else {
+                    continue;
+                };
+                let h = meter
+                    .f64_histogram(d.name.clone())
+                    .with_unit(d.unit.clone())
+                    .with_description(d.description.clone())
+                    .with_boundaries(bounds.to_vec())
+                    .build();
+                store.attach_otel_histogram(&d.name, h);
+            }
+            MetricKind::Gauge => {
                 meter
                     .f64_observable_gauge(d.name.clone())
                     .with_unit(d.unit.clone())

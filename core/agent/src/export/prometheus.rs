@@ -142,7 +142,7 @@ fn family_header(out: &mut String, d: &MetricDescriptor, format: Format) -> Stri
             (fam.clone(), format!("{fam}_total"), "counter")
         }
         (MetricKind::Gauge, _) => (fam.clone(), fam.clone(), "gauge"),
-        (MetricKind::Histogram, _) => (fam.clone(), fam.clone(), "summary"),
+        (MetricKind::Histogram, _) => (fam.clone(), fam.clone(), "histogram"),
     };
     let _ = writeln!(
         out,
@@ -192,6 +192,7 @@ pub fn render(store: &Store, metrics: &SelfMetrics, format: Format) -> String {
             group.push(s);
         }
         flush(&mut out, &group, descriptors);
+        store.with_histograms(|h| render_histograms(&mut out, h, descriptors, format));
     });
     render_self(&mut out, metrics, format);
     if format == Format::OpenMetrics {
@@ -219,6 +220,49 @@ pub fn render_samples(
     if format == Format::OpenMetrics {
         out.push_str("# EOF\n");
     }
+    out
+}
+
+/// Histogram families: cumulative `_bucket{le}` lines (the last `+Inf`), `_sum`, `_count`.
+fn render_histograms(
+    out: &mut String,
+    families: &BTreeMap<String, crate::store::HistogramFamily>,
+    descriptors: &BTreeMap<String, MetricDescriptor>,
+    format: Format,
+) {
+    for (name, f) in families {
+        let Some(d) = descriptors.get(name) else {
+            continue;
+        };
+        if f.series.is_empty() {
+            continue;
+        }
+        let fam = family_header(out, d, format);
+        let les: Vec<String> = f
+            .bounds
+            .iter()
+            .map(|b| format_float(*b))
+            .chain(["+Inf".to_string()])
+            .collect();
+        for s in f.series.values() {
+            // `{a="b"}` → `{a="b",le="..."}`; `` → `{le="..."}`.
+            let head = s.labels.strip_suffix('}').unwrap_or("{");
+            let sep = if head == "{" { "" } else { "," };
+            let mut cumulative = 0u64;
+            for (c, le) in s.counts.iter().zip(&les) {
+                cumulative += c;
+                let _ = writeln!(out, "{fam}_bucket{head}{sep}le=\"{le}\"}} {cumulative}");
+            }
+            let _ = writeln!(out, "{fam}_sum{} {}", s.labels, format_float(s.sum));
+            let _ = writeln!(out, "{fam}_count{} {}", s.labels, s.count);
+        }
+    }
+}
+
+/// A float as the sample lines write one.
+fn format_float(v: f64) -> String {
+    let mut out = String::new();
+    write_number(&mut out, rocewatch_plugin_api::Value::F64(v));
     out
 }
 

@@ -88,9 +88,7 @@ impl Agent {
         runner::start_all(&registry, &ctx, &cfg, &metrics).await;
         let store = Arc::new(Store::new());
         store.declare(&rocewatch_metrics::derived_descriptors());
-        store.declare(&rocewatch_metrics::descriptors_of(
-            rocewatch_metrics::PROBE_CATALOG,
-        ));
+        crate::prober::declare(&store, cfg.probes.as_ref());
         for e in registry.of_kind(PluginKind::Collector) {
             let d = runner::call(e, e.timeout(&cfg), &metrics, |i| match i {
                 Instance::Collector(c) => Ok(c.descriptors()),

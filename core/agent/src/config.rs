@@ -500,6 +500,9 @@ impl Config {
         if let Err((path, message)) = crate::remediation::validate(&self.remediation, &self.rules) {
             return Err(invalid(&path, message));
         }
+        if let Some(Err((path, message))) = self.probes.as_ref().map(|p| p.validate()) {
+            return Err(invalid(&path, message));
+        }
         if let Some(am) = &self.alertmanager {
             if let Err((path, message)) =
                 crate::alertmanager::validate(am, &self.remediation.actions)

@@ -159,6 +159,15 @@ pub fn validate(
         if rules[..i].iter().any(|o| o.name == r.name) {
             return Err((i, format!("name: {:?} is used by another rule", r.name)));
         }
+        if r.metric == crate::prober::RTT {
+            return Err((
+                i,
+                format!(
+                    "metric: {:?} is a histogram, which rules do not read; use \"rdma.probe.rtt.last\" (with `for` to ride out one slow probe)",
+                    r.metric
+                ),
+            ));
+        }
         if !known_metric(&r.metric) {
             return Err((
                 i,
@@ -856,6 +865,11 @@ threshold = 0.2
             validate(&[r], |m| metric_ok && known(m)).unwrap_err().1
         };
         assert!(err("", false).contains("not a catalogued metric"));
+        let hist = rule("[[rules]]\nname = \"x\"\nmetric = \"rdma.probe.rtt\"\nthreshold = 0.01");
+        assert!(validate(&[hist], |_| true)
+            .unwrap_err()
+            .1
+            .contains("rdma.probe.rtt.last"));
         assert!(err("clear = 0.3", true).contains("hysteresis"));
         assert!(err("match = { \"rdma.device\" = \"[x\" }", true).contains("match.rdma.device"));
         assert!(err("condition = \"ratio\"", true).contains("denominator"));

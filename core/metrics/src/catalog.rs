@@ -448,10 +448,14 @@ pub static PROBE_CATALOG: &[CatalogEntry] = &[
         "Probes without an answer within the timeout."),
     entry!("rdma.probe.failures", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
         "Probes that could not be sent, by `rdma.probe.cause` (address_resolution, route, rejected, qp_error, plugin)."),
-    entry!("rdma.probe.rtt", "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",
-        "Round-trip time of the last answered probe."),
-    entry!("rdma.probe.rtt.sum", "s", Counter, "prober", NONE, 1, "probe-verbs plugin",
-        "Sum of the round-trip times of every answered probe (with rdma.probe.received: the mean over any window)."),
+    entry!("rdma.probe.rtt", "s", Histogram, "prober", NONE, 1, "probe-verbs plugin",
+        "Round-trip times of the answered probes (buckets: `[probes] rtt_buckets`); OTLP histogram, Prometheus histogram."),
+    entry!("rdma.probe.rtt.last", "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",
+        "Round-trip time of the last answered probe (for rules: the histogram is not a series they read)."),
+    entry!("rdma.probe.peers", "{peer}", Gauge, "prober", NONE, 1, "prober",
+        "Peers listed, by `rdma.probe.state`: `probed`, or `over_limit` (beyond `[probes] max_peers`, not probed)."),
+    entry!("rdma.probe.interval", "s", Gauge, "prober", NONE, 1, "prober",
+        "Time between two probes of the same peer in effect: `[probes] interval`, stretched when the peers at that interval would exceed `max_rate`."),
 ];
 
 /// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin

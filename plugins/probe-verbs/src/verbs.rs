@@ -1,5 +1,6 @@
 //! The verbs part: one RC queue pair per peer, a buffer for one message each way, send
-//! and receive with completions polled under a deadline.
+//! and receive, completions polled or awaited through the queue's completion channel
+//! (many channels watched with one epoll set).
 //!
 //! Everything unsafe is here; each call's result is checked and turned into an error that
 //! names the verb and the device.
@@ -101,6 +102,30 @@ impl Device {
     }
 }
 
+impl Device {
+    /// Whether the device timestamps completions: `Ok(())` if it does, else why not.
+    pub fn completion_timestamps(&self) -> Result<(), String> {
+        // SAFETY: an all-zero attribute is a valid out-buffer.
+        let mut attr: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        // SAFETY: ctx is open; a null input asks for the default query.
+        let r = unsafe { ibv_query_device_ex(self.ctx, ptr::null(), &mut attr) };
+        if r != 0 {
+            return Err(format!(
+                "{}: ibv_query_device_ex failed: {}",
+                self.name,
+                std::io::Error::from_raw_os_error(r)
+            ));
+        }
+        if attr.completion_timestamp_mask == 0 || attr.hca_core_clock == 0 {
+            return Err(format!(
+                "{} does not timestamp completions (completion_timestamp_mask {:#x}, hca_core_clock {} kHz)",
+                self.name, attr.completion_timestamp_mask, attr.hca_core_clock
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: created in open; every endpoint holds an Arc, so none is left.
@@ -137,12 +162,127 @@ impl Info {
     }
 }
 
+/// A completion channel: a file descriptor that becomes readable when its armed
+/// completion queue gets a completion. Each endpoint has its own (non-blocking), so that
+/// its events can all be read and acknowledged before its queue is destroyed:
+/// `ibv_destroy_cq` waits for every event the kernel reported to be acknowledged, and an
+/// event left unread on a shared channel would hang it for ever.
+struct CompChannel {
+    ptr: *mut ibv_comp_channel,
+}
+
+impl CompChannel {
+    fn new(dev: &Device) -> Result<CompChannel, VerbsError> {
+        // SAFETY: ctx is open.
+        let ptr = unsafe { ibv_create_comp_channel(dev.ctx) };
+        if ptr.is_null() {
+            return Err(os_err(&format!("ibv_create_comp_channel {}", dev.name)));
+        }
+        let ch = CompChannel { ptr };
+        // SAFETY: the descriptor is open; O_NONBLOCK makes ibv_get_cq_event return
+        // instead of waiting when no event is there.
+        unsafe {
+            let fl = libc::fcntl(ch.fd(), libc::F_GETFL);
+            libc::fcntl(ch.fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        Ok(ch)
+    }
+
+    fn fd(&self) -> i32 {
+        // SAFETY: the channel is open while it lives.
+        unsafe { (*self.ptr).fd }
+    }
+
+    /// Read and acknowledge every event waiting; how many there were.
+    fn drain(&self) -> usize {
+        let mut n = 0;
+        loop {
+            let mut cq = ptr::null_mut();
+            let mut ctx = ptr::null_mut();
+            // SAFETY: the channel is open and non-blocking; an event read is acknowledged
+            // at once.
+            unsafe {
+                if ibv_get_cq_event(self.ptr, &mut cq, &mut ctx) != 0 {
+                    return n;
+                }
+                ibv_ack_cq_events(cq, 1);
+            }
+            n += 1;
+        }
+    }
+}
+
+impl Drop for CompChannel {
+    fn drop(&mut self) {
+        // SAFETY: its queue was destroyed first (see Endpoint's Drop).
+        unsafe { ibv_destroy_comp_channel(self.ptr) };
+    }
+}
+
+/// An epoll set of completion channels (and other descriptors), each with a token.
+pub struct Epoll {
+    fd: i32,
+}
+
+impl Epoll {
+    pub fn new() -> Result<Epoll, VerbsError> {
+        // SAFETY: plain system call.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(os_err("epoll_create1"));
+        }
+        Ok(Epoll { fd })
+    }
+
+    /// Watch `fd` for input, reported as `token` (level-triggered).
+    pub fn add(&self, fd: i32, token: u64) -> Result<(), VerbsError> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: both descriptors are open; ev is valid for the call.
+        if unsafe { libc::epoll_ctl(self.fd, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+            return Err(os_err("epoll_ctl ADD"));
+        }
+        Ok(())
+    }
+
+    pub fn remove(&self, fd: i32) {
+        // SAFETY: plain system call; an unknown descriptor is an error we ignore.
+        unsafe { libc::epoll_ctl(self.fd, libc::EPOLL_CTL_DEL, fd, ptr::null_mut()) };
+    }
+
+    /// The tokens of the descriptors ready within `timeout`.
+    pub fn wait(&self, timeout: Duration, out: &mut Vec<u64>) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        // SAFETY: evs is valid for 64 entries.
+        let n = unsafe { libc::epoll_wait(self.fd, evs.as_mut_ptr(), 64, poll_ms(timeout)) };
+        for e in evs.iter().take(n.max(0) as usize) {
+            out.push(e.u64);
+        }
+    }
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        // SAFETY: opened in new.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// A poll(2) or epoll timeout in milliseconds, rounded up (a 0 ms wait for 300 µs would
+/// spin).
+pub fn poll_ms(timeout: Duration) -> i32 {
+    timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+}
+
 /// One RC queue pair with its completion queue and a registered buffer
 /// (`[0, size)` to send, `[size, 2 size)` to receive).
 pub struct Endpoint {
+    /// Its own completion channel, destroyed after the queue (fields drop after
+    /// `Drop::drop`, in this order: the channel before the device it belongs to).
+    channel: CompChannel,
     dev: Arc<Device>,
-    /// Completion events, so an idle responder sleeps in poll(2) instead of spinning.
-    channel: *mut ibv_comp_channel,
     cq: *mut ibv_cq,
     qp: *mut ibv_qp,
     mr: *mut ibv_mr,
@@ -156,6 +296,7 @@ pub struct Endpoint {
 unsafe impl Send for Endpoint {}
 
 impl Endpoint {
+    /// A queue pair whose completions raise events (once armed) on its own channel.
     pub fn new(
         dev: Arc<Device>,
         size: usize,
@@ -164,17 +305,11 @@ impl Endpoint {
     ) -> Result<Endpoint, VerbsError> {
         let size = size.max(1);
         let mut buf = vec![0u8; 2 * size].into_boxed_slice();
+        let channel = CompChannel::new(&dev)?;
         let d = &dev.name;
-        // SAFETY: ctx is open.
-        let channel = unsafe { ibv_create_comp_channel(dev.ctx) };
-        if channel.is_null() {
-            return Err(os_err(&format!("ibv_create_comp_channel {d}")));
-        }
         // SAFETY: ctx and channel are valid.
-        let cq = unsafe { ibv_create_cq(dev.ctx, 16, ptr::null_mut(), channel, 0) };
+        let cq = unsafe { ibv_create_cq(dev.ctx, 16, ptr::null_mut(), channel.ptr, 0) };
         if cq.is_null() {
-            // SAFETY: created above.
-            unsafe { ibv_destroy_comp_channel(channel) };
             return Err(os_err(&format!("ibv_create_cq {d}")));
         }
         // SAFETY: an all-zero init attribute is valid; the fields are set below.
@@ -189,11 +324,8 @@ impl Endpoint {
         // SAFETY: pd and init are valid.
         let qp = unsafe { ibv_create_qp(dev.pd, &mut init) };
         if qp.is_null() {
-            // SAFETY: cq and channel were created above.
-            unsafe {
-                ibv_destroy_cq(cq);
-                ibv_destroy_comp_channel(channel);
-            }
+            // SAFETY: created above.
+            unsafe { ibv_destroy_cq(cq) };
             return Err(os_err(&format!("ibv_create_qp {d}")));
         }
         // SAFETY: buf outlives the MR (dropped after dereg in Drop).
@@ -211,7 +343,6 @@ impl Endpoint {
             unsafe {
                 ibv_destroy_qp(qp);
                 ibv_destroy_cq(cq);
-                ibv_destroy_comp_channel(channel);
             }
             return Err(os_err(&format!("ibv_reg_mr {d}")));
         }
@@ -219,8 +350,8 @@ impl Endpoint {
         // SAFETY: qp is valid.
         let qpn = unsafe { (*qp).qp_num };
         Ok(Endpoint {
-            dev,
             channel,
+            dev,
             cq,
             qp,
             mr,
@@ -358,109 +489,64 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Like [`Endpoint::wait`], but sleeping in poll(2) on the completion channel between
-    /// completions: for a responder that waits long for the next probe.
-    pub fn wait_event(
-        &mut self,
-        wr_id: u64,
-        deadline: Instant,
-        pending: &mut Vec<u64>,
-    ) -> Result<Option<()>, VerbsError> {
-        loop {
-            // Arm first, then look: a completion that lands in between is seen by the poll.
-            // SAFETY: cq is valid.
-            if unsafe { ibv_req_notify_cq(self.cq, 0) } != 0 {
-                return Err(VerbsError("ibv_req_notify_cq failed".into()));
-            }
-            if let Some(done) = self.wait(wr_id, Instant::now(), pending)? {
-                return Ok(Some(done));
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            // SAFETY: the channel's fd is open while the endpoint lives.
-            let mut pfd = libc::pollfd {
-                fd: unsafe { (*self.channel).fd },
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: pfd is valid for the call.
-            let r =
-                unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-            if r > 0 {
-                let mut cq = ptr::null_mut();
-                let mut ctx = ptr::null_mut();
-                // SAFETY: an event is ready on the channel; it is acknowledged at once.
-                unsafe {
-                    if ibv_get_cq_event(self.channel, &mut cq, &mut ctx) == 0 {
-                        ibv_ack_cq_events(cq, 1);
-                    }
-                }
-            }
-        }
+    /// Ask for an event on the channel at the next completion (once); false if the
+    /// device refused.
+    pub fn arm(&self) -> bool {
+        // SAFETY: cq is valid.
+        unsafe { ibv_req_notify_cq(self.cq, 0) == 0 }
     }
 
-    /// Wait for the completion of `wr_id` (1 send, 2 receive) until `deadline`:
-    /// `Ok(Some(()))` done, `Ok(None)` timed out, `Err` a failed completion.
-    pub fn wait(
-        &mut self,
-        wr_id: u64,
-        deadline: Instant,
-        pending: &mut Vec<u64>,
-    ) -> Result<Option<()>, VerbsError> {
-        if let Some(i) = pending.iter().position(|w| *w == wr_id) {
-            pending.remove(i);
-            return Ok(Some(()));
+    /// The completion queue's identity (a token for [`Epoll`]).
+    pub fn cq_id(&self) -> usize {
+        self.cq as usize
+    }
+
+    /// The descriptor that becomes readable with an event (for [`Epoll::add`]).
+    pub fn event_fd(&self) -> i32 {
+        self.channel.fd()
+    }
+
+    /// Read and acknowledge the events waiting (an event disarms the queue); how many.
+    pub fn take_events(&self) -> usize {
+        self.channel.drain()
+    }
+
+    /// One completion if there is one: `Ok(Some(wr_id))`, `Ok(None)` when the queue is
+    /// empty, `Err` for a failed completion (with its status).
+    pub fn poll(&mut self) -> Result<Option<u64>, VerbsError> {
+        // SAFETY: an all-zero work completion is a valid out-buffer.
+        let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
+        // SAFETY: cq and wc are valid.
+        let n = unsafe { ibv_poll_cq(self.cq, 1, &mut wc) };
+        if n < 0 {
+            return Err(VerbsError("ibv_poll_cq failed".into()));
         }
-        // Busy-poll for the first 5 ms (a reply normally comes well within that, and
-        // sleeping would add the timer's granularity to the measured RTT), then poll every
-        // 50 µs so an idle responder does not burn a core.
-        let spin_until = Instant::now() + Duration::from_millis(5);
-        loop {
-            // SAFETY: an all-zero work completion is a valid out-buffer.
-            let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
-            // SAFETY: cq and wc are valid.
-            let n = unsafe { ibv_poll_cq(self.cq, 1, &mut wc) };
-            if n < 0 {
-                return Err(VerbsError("ibv_poll_cq failed".into()));
-            }
-            if n == 1 {
-                if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-                    // SAFETY: returns a static string.
-                    let s = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(wc.status)) };
-                    return Err(VerbsError(format!(
-                        "work completion status {} ({})",
-                        s.to_string_lossy(),
-                        wc.status
-                    )));
-                }
-                if wc.wr_id == wr_id {
-                    return Ok(Some(()));
-                }
-                pending.push(wc.wr_id);
-                continue;
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            if Instant::now() > spin_until {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
-            }
+        if n == 0 {
+            return Ok(None);
         }
+        if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
+            // SAFETY: returns a static string.
+            let s = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(wc.status)) };
+            return Err(VerbsError(format!(
+                "work completion status {} ({})",
+                s.to_string_lossy(),
+                wc.status
+            )));
+        }
+        Ok(Some(wc.wr_id))
     }
 }
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        // SAFETY: created in new, destroyed once, in dependency order.
+        // SAFETY: created in new, destroyed once, in dependency order. With the queue
+        // pair gone no completion (and so no event) can come; the events already
+        // reported are acknowledged before the queue is destroyed, which waits for that.
         unsafe {
             ibv_destroy_qp(self.qp);
+            self.channel.drain();
             ibv_dereg_mr(self.mr);
             ibv_destroy_cq(self.cq);
-            ibv_destroy_comp_channel(self.channel);
         }
     }
 }

@@ -11,7 +11,9 @@ exec 2> >(tee "$R/stderr.txt" >&2)
 waitfor() { local i=0; until [ -e "$1" ] || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; }
 case $RXE_ROLE in
 a)
-  $BIN probe --serve > "$R/serve1.txt" 2>&1 & SRV=$!
+  # Busy-polling like ib_send_lat's server, for the RTT comparison; the restarted
+  # responder sleeps on completion events, as the agent's does.
+  $BIN probe --serve --busy-poll > "$R/serve1.txt" 2>&1 & SRV=$!
   waitfor /mnt/host/b/kill; kill $SRV; wait $SRV 2>/dev/null
   waitfor /mnt/host/b/restart
   $BIN probe --serve > "$R/serve2.txt" 2>&1 & SRV=$!
@@ -23,9 +25,9 @@ a)
 b)
   P=$RXE_PEER_IP
   i=0; until $BIN probe "$P" --count 1 --timeout 2s > /dev/null 2>&1 || [ $i -ge 60 ]; do sleep 1; i=$((i+1)); done
-  # Back to back, as ib_send_lat measures (an idle emulated guest takes milliseconds to
-  # wake up for a probe that comes alone).
-  $BIN probe "$P" --count 200 --interval 0s --json > "$R/probe-ok.json"
+  # Back to back and busy-polling on both sides, as ib_send_lat measures (an emulated
+  # guest takes milliseconds to wake up on a completion event).
+  $BIN probe "$P" --count 200 --interval 0s --busy-poll --json > "$R/probe-ok.json"
   echo "rc=$?" >> "$R/rc.txt"
   # Kill the responder 2 s into a run of 40 probes, bring it back 3 s later.
   $BIN probe "$P" --count 40 --interval 250ms --timeout 1s --json > "$R/probe-recovery.json" &
@@ -36,13 +38,14 @@ b)
   # Nobody listens on this port: a connection failure with its cause, exit status 1.
   $BIN probe "$P" --count 2 --tcp-port 1 --json > "$R/probe-refused.json"
   echo "refused rc=$?" >> "$R/rc.txt"
-  # The agent probing on schedule: the responder and an address nobody has; a rule on
-  # probe failures fires for the latter.
+  # The agent probing on schedule: the responder and eight addresses nobody has (every
+  # round has them all in flight at once, so they cost it one timeout, not eight); a rule
+  # on probe failures fires for them.
   cat > /tmp/probes.toml <<CFG
 [exporters.prometheus]
 listen = "127.0.0.1:9464"
 [probes]
-peers = ["$P", "192.168.100.77"]
+peers = ["$P", "192.168.100.77", "192.168.100.78", "192.168.100.79", "192.168.100.80", "192.168.100.81", "192.168.100.82", "192.168.100.83", "192.168.100.84"]
 interval = "500ms"
 timeout = "1s"
 serve = false
@@ -59,6 +62,52 @@ CFG
   sleep 10
   http_get /metrics > "$R/agent-metrics.txt"; http_get /rules > "$R/agent-rules.txt"
   kill $AG; wait $AG
+  # Overhead: 100 peers (names for the responder's one address, each its own queue pair)
+  # at 10 probes/s each, i.e. 1000 probes/s, the issue's target rate; against the same
+  # agent without probes, and with 10 peers (memory per peer: the slope between 10 and
+  # 100). CPU from /proc/PID/stat over 20 s after the warm-up.
+  for i in $(seq 1 100); do echo "$P peer-$i" >> /etc/hosts; echo "peer-$i" >> /tmp/peers.txt; done
+  cat > /tmp/base.toml <<CFG
+[exporters.prometheus]
+listen = "127.0.0.1:9464"
+CFG
+  head -10 /tmp/peers.txt > /tmp/peers10.txt
+  for n in 10 100; do
+    f=/tmp/peers.txt; [ $n = 10 ] && f=/tmp/peers10.txt
+    cat /tmp/base.toml - > /tmp/load$n.toml <<CFG
+[probes]
+peers_file = "$f"
+interval = "100ms"
+timeout = "1s"
+serve = false
+CFG
+  done
+  ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
+  rss() { awk '/^VmRSS/ {print $2}' /proc/$1/status; }
+  rss_parts() { awk -v n="$2" '/^Rss(Anon|File|Shmem)/ {sub(":", "", $1); printf "%s_%s_kib=%s\n", n, $1, $2}' /proc/$1/status; }
+  measure() { # NAME CONFIG PEERS
+    $BIN run --config "$2" > /dev/null 2> "$R/$1.log" & local pid=$!
+    # Warm-up: 5 s, and with probes until every peer has answered once (setting up 100
+    # queue pairs takes seconds in an emulated guest).
+    sleep 5
+    if [ "$3" -gt 0 ]; then
+      local i=0
+      until [ "$(http_get /metrics | grep -c '^rdma_probe_rtt_last_seconds{')" -ge "$3" ] || [ $i -ge 60 ]; do sleep 0.5; i=$((i+1)); done
+      sleep 2
+    fi
+    local t0; t0=$(ticks $pid); local w0; w0=$(date +%s.%N)
+    http_get /metrics > "$R/$1-metrics0.txt"
+    sleep 20; local t1; t1=$(ticks $pid); local w1; w1=$(date +%s.%N)
+    awk -v n="$1" -v a="$t0" -v b="$t1" -v hz="$(getconf CLK_TCK)" -v w0="$w0" -v w1="$w1" \
+      'BEGIN { printf "%s_cpu_seconds=%.3f\n%s_wall_seconds=%.3f\n", n, (b - a) / hz, n, w1 - w0 }' >> "$R/overhead.txt"
+    echo "$1_rss_kib=$(rss $pid)" >> "$R/overhead.txt"
+    rss_parts $pid "$1" >> "$R/overhead.txt"
+    http_get /metrics > "$R/$1-metrics.txt"
+    kill $pid; wait $pid
+  }
+  measure base /tmp/base.toml 0
+  measure load10 /tmp/load10.toml 10
+  measure load /tmp/load100.toml 100
   touch /mnt/host/b/lat; sleep 2
   n=0; until timeout 120 ib_send_lat -d rxe0 -x 1 -n 200 -s 64 "$P" > "$R/ib_send_lat.txt" 2>&1 || [ $n -ge 30 ]; do sleep 1; n=$((n+1)); done
   touch /mnt/host/b/done

@@ -21,5 +21,6 @@ mod lab;
 mod otlp;
 mod otlp_resilience;
 mod plugins;
+mod probes;
 mod prometheus;
 mod rules;

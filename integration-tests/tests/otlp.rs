@@ -233,7 +233,7 @@ fn demo_exports_moving_counters_over_otlp() {
     );
 }
 
-fn sigterm(pid: u32) {
+pub(crate) fn sigterm(pid: u32) {
     let st = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -241,7 +241,7 @@ fn sigterm(pid: u32) {
     assert!(st.success());
 }
 
-mod grpc {
+pub(crate) mod grpc {
     //! OTLP/gRPC to a receiver built here from the OTLP proto definitions (no real gRPC
     //! receiver is installable on this machine): checks the data model itself (cumulative
     //! monotonic sums, units, resource) as well as the values.

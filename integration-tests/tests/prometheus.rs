@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-fn get(url: &str, accept: Option<&str>) -> Option<(String, String)> {
+pub(crate) fn get(url: &str, accept: Option<&str>) -> Option<(String, String)> {
     let mut r = reqwest::blocking::Client::new()
         .get(url)
         .timeout(Duration::from_secs(5));
@@ -23,7 +23,7 @@ fn get(url: &str, accept: Option<&str>) -> Option<(String, String)> {
     Some((ctype, resp.text().ok()?))
 }
 
-fn wait_ready(url: &str) {
+pub(crate) fn wait_ready(url: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if get(url, None).is_some() {
@@ -34,7 +34,7 @@ fn wait_ready(url: &str) {
     panic!("{url} did not answer");
 }
 
-fn promtool_check(promtool: &std::path::Path, body: &str) {
+pub(crate) fn promtool_check(promtool: &std::path::Path, body: &str) {
     use std::io::Write;
     let mut c = Command::new(promtool)
         .args(["check", "metrics"])

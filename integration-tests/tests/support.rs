@@ -31,6 +31,7 @@ pub struct Artifacts {
     pub example_so: PathBuf,
     pub fault_so: PathBuf,
     pub probe_so: PathBuf,
+    pub fake_probe_so: PathBuf,
     pub wrong_abi_so: PathBuf,
     pub no_symbol_so: PathBuf,
 }
@@ -53,6 +54,8 @@ pub fn artifacts() -> &'static Artifacts {
                 "fault-plugin",
                 "-p",
                 "rocewatch-probe-verbs",
+                "-p",
+                "fake-probe",
             ])
             .status()
             .expect("run cargo build");
@@ -79,6 +82,7 @@ pub fn artifacts() -> &'static Artifacts {
             example_so: debug.join("libexample_plugin.so"),
             fault_so: debug.join("libfault_plugin.so"),
             probe_so: debug.join("librocewatch_probe_verbs.so"),
+            fake_probe_so: debug.join("libfake_probe.so"),
             wrong_abi_so: cc("wrong_abi"),
             no_symbol_so: cc("no_symbol"),
         }

@@ -1,0 +1,99 @@
+//! A probe plugin without RDMA, for the prober's tests on any host. It answers by the
+//! peer's name:
+//!
+//! - `ok-<N>us...`: answered after N microseconds (the RTT it reports is N µs);
+//! - `dead-...`: no answer: the probe waits out its timeout;
+//! - `refused-...`: connection refused (`rejected: ...`);
+//! - anything else: address resolution fails.
+//!
+//! `probe_many` has a round's probes in flight together, as the verbs plugin does: the
+//! round waits for its longest probe once, so dead peers cost it one timeout, not one
+//! each.
+
+use std::time::Duration;
+
+use rocewatch_plugin_api::*;
+use rocewatch_plugin_sdk::{export_plugin, ExportPlugin};
+
+#[derive(Default)]
+pub struct FakeProbe;
+
+impl Plugin for FakeProbe {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+}
+
+/// The outcome for `t`, and how long it takes.
+fn answer(t: &ProbeTarget) -> (ProbeOutcome, Duration) {
+    let p = t.peer.as_str();
+    if let Some(us) = p
+        .strip_prefix("ok-")
+        .and_then(|r| r.split("us").next())
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        let rtt = Duration::from_micros(us);
+        return (
+            ProbeOutcome::Ok {
+                rtt_seconds: rtt.as_secs_f64(),
+            },
+            rtt,
+        );
+    }
+    if p.starts_with("dead-") {
+        return (ProbeOutcome::Timeout, Duration::from_millis(t.timeout_ms));
+    }
+    let cause = if p.starts_with("refused-") {
+        format!("rejected: no responder on {p} (connection refused)")
+    } else {
+        format!("address resolution: {p}: no address")
+    };
+    (ProbeOutcome::ConnectFailed { cause }, Duration::ZERO)
+}
+
+/// The first result of a round says why there is no NIC-measured split.
+fn result(t: &ProbeTarget, outcome: ProbeOutcome, first: bool) -> ProbeResult {
+    ProbeResult {
+        peer: t.peer.clone(),
+        outcome,
+        nic_timestamps: first.then(|| NicTimestamps::Unsupported {
+            reason: "fake-probe has no NIC".into(),
+        }),
+    }
+}
+
+impl ProbePlugin for FakeProbe {
+    fn probe(&mut self, t: &ProbeTarget) -> Result<ProbeResult, PluginError> {
+        let (o, took) = answer(t);
+        std::thread::sleep(took);
+        Ok(result(t, o, true))
+    }
+
+    fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
+        let answers: Vec<_> = targets.iter().map(answer).collect();
+        let longest = answers.iter().map(|a| a.1).max().unwrap_or_default();
+        std::thread::sleep(longest);
+        Ok(targets
+            .iter()
+            .zip(answers)
+            .enumerate()
+            .map(|(i, (t, (o, _)))| result(t, o, i == 0))
+            .collect())
+    }
+}
+
+impl ExportPlugin for FakeProbe {
+    const NAME: &'static str = "fake-probe";
+    const VERSION: &'static str = "0.0.1";
+    const KINDS: &'static [PluginKind] = &[PluginKind::Probe];
+
+    fn create() -> Self {
+        FakeProbe
+    }
+
+    fn as_probe(&mut self) -> Option<&mut dyn ProbePlugin> {
+        Some(self)
+    }
+}
+
+export_plugin!(FakeProbe);

@@ -1,10 +1,12 @@
 //! Netlink for rocewatch, without a netlink framework: the message and attribute framing
-//! ([`msg`]), one blocking request/reply socket ([`socket`]) and the RDMA "nldev"
-//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]).
+//! ([`msg`]), one blocking request/reply socket ([`socket`]), the RDMA "nldev"
+//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]) and the DCB
+//! (PFC, APP table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]).
 //!
 //! Everything that turns bytes into values is a pure function over byte slices, so it is
 //! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
 
+pub mod dcb;
 pub mod msg;
 pub mod rdma;
 pub mod socket;

@@ -40,6 +40,31 @@ impl MessageBuilder {
         MessageBuilder { buf }
     }
 
+    /// Raw bytes right after the netlink header: a family's fixed header (`struct
+    /// dcbmsg` for DCB), padded to 4 bytes. Call before any attribute.
+    pub fn family_header(&mut self, bytes: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(bytes);
+        self.buf.resize(align4(self.buf.len()), 0);
+        self
+    }
+
+    /// An attribute of raw bytes (a C struct, a `u8`).
+    pub fn attr_bytes(&mut self, ty: u16, data: &[u8]) -> &mut Self {
+        self.attr(ty, data)
+    }
+
+    /// A nested attribute whose members `f` adds (no `NLA_F_NESTED` flag, as the DCB
+    /// code of the kernel writes and expects them).
+    pub fn nest(&mut self, ty: u16, f: impl FnOnce(&mut Self)) -> &mut Self {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&0u16.to_ne_bytes());
+        self.buf.extend_from_slice(&ty.to_ne_bytes());
+        f(self);
+        let len = (self.buf.len() - start) as u16;
+        self.buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+        self
+    }
+
     fn attr(&mut self, ty: u16, data: &[u8]) -> &mut Self {
         let len = (ATTR_HDR_LEN + data.len()) as u16;
         self.buf.extend_from_slice(&len.to_ne_bytes());

@@ -9,6 +9,8 @@
 #   <phase>-capture/       the netlink requests and replies of the netlink collection
 #   phases: idle0 (before traffic), during (while ib_write_bw runs), idle1 (after)
 #   perftest.txt, discover.json, ibv_devinfo.txt, rdma-link.json, hw_counters.txt
+#   qos-before.json, qos-v2.json, qos-tos.json, qos-tos.txt, qos-set-v1.txt (role a):
+#       `rocewatch qos show` around configfs changes
 set -u
 R=/mnt/host/$RXE_ROLE
 # Run the agent from the guest's memory, not page by page over 9p (a debug build is big).
@@ -35,6 +37,24 @@ retry() { local n=0; until "$@"; do n=$((n+1)); [ $n -ge 60 ] && return 1; sleep
 "$BIN" discover --json > "$R/discover.json"
 ibv_devinfo -v > "$R/ibv_devinfo.txt"
 rdma -j link show > "$R/rdma-link.json"
+# QoS on a real kernel (role a): configfs rdma_cm mounted, `qos show` before the device's
+# directory exists, then with it (RoCE v2, the default), then after setting the ToS to 106
+# through configfs; RoCE v1 is refused by rxe (it is RoCE v2 only), and the refusal is
+# recorded; DCB is asked over netlink of a netdev without DCB operations.
+if [ "$RXE_ROLE" = a ]; then
+  modprobe rdma_cm 2>/dev/null
+  mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+  "$BIN" qos show --json > "$R/qos-before.json" 2>> "$R/qos.log"
+  mkdir -p /sys/kernel/config/rdma_cm/rxe0
+  P1=/sys/kernel/config/rdma_cm/rxe0/ports/1
+  "$BIN" qos show --json > "$R/qos-v2.json" 2>> "$R/qos.log"
+  ( echo "IB/RoCE v1" > $P1/default_roce_mode ) 2> "$R/qos-set-v1.txt"; echo "rc=$?" >> "$R/qos-set-v1.txt"
+  echo 106 > $P1/default_roce_tos
+  "$BIN" qos show --json > "$R/qos-tos.json" 2>> "$R/qos.log"
+  "$BIN" qos show > "$R/qos-tos.txt" 2>> "$R/qos.log"
+  echo 0 > $P1/default_roce_tos
+  rmdir /sys/kernel/config/rdma_cm/rxe0
+fi
 snap idle0
 # RDMA writes of 64 KiB for 15 s (duration mode): long enough to read the counters while
 # they move, however slow the emulation.

@@ -553,3 +553,62 @@ fn lab_probe_overhead_100_peers_at_1000_probes_per_second() {
     );
     assert!(cpu > 0.0, "the CPU measurement saw the probes");
 }
+
+/// A setting of `rocewatch qos show --json`: (status, value).
+fn qos_setting(v: &Value, key: &str) -> (String, String) {
+    let s = &v["ports"][0]["settings"][key];
+    (
+        s["status"].as_str().unwrap_or_default().to_string(),
+        s["value"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn lab_qos_show_reads_roce_mode_from_configfs_and_dcb_over_netlink() {
+    let Some(out) = lab_run() else { return };
+    let before = json(&out.join("a/qos-before.json"));
+    let after_mkdir = json(&out.join("a/qos-v2.json"));
+    let tos = json(&out.join("a/qos-tos.json"));
+    assert_eq!(before["ports"][0]["device"], "rxe0");
+    let (st, why) = qos_setting(&before, "roce_mode");
+    assert!(
+        st == "unknown" && why.contains("not created"),
+        "{st}: {why}"
+    );
+    assert_eq!(
+        qos_setting(&after_mkdir, "roce_mode"),
+        ("value".into(), "RoCE v2".into())
+    );
+    assert_eq!(
+        qos_setting(&after_mkdir, "roce_tos"),
+        ("value".into(), "0".into())
+    );
+    assert_eq!(
+        qos_setting(&tos, "roce_tos"),
+        ("value".into(), "106".into()),
+        "the ToS set through configfs is what qos show reads"
+    );
+    // rxe is RoCE v2 only: the kernel refuses v1 (EINVAL), and the mode stays.
+    let refused = read(&out.join("a/qos-set-v1.txt"));
+    assert!(
+        refused.contains("Invalid argument") && !refused.contains("rc=0"),
+        "{refused}"
+    );
+    assert_eq!(
+        qos_setting(&tos, "roce_mode"),
+        ("value".into(), "RoCE v2".into())
+    );
+    // The guest's netdev has no DCB operations: the kernel answers EOPNOTSUPP over
+    // netlink, which is "unsupported", not an error.
+    for k in ["pfc_enabled", "trust", "dscp_map"] {
+        assert_eq!(qos_setting(&tos, k).0, "unsupported", "{k}: {tos}");
+    }
+    // rxe has no mlx5 ECN knobs or traffic class.
+    assert_eq!(qos_setting(&tos, "ecn_np_enabled").0, "unsupported");
+    assert_eq!(qos_setting(&tos, "mtu"), ("value".into(), "1500".into()));
+    assert_eq!(
+        qos_setting(&tos, "rdma_mtu"),
+        ("value".into(), "1024".into())
+    );
+    assert!(read(&out.join("a/qos-tos.txt")).contains("  roce_tos        106\n"));
+}

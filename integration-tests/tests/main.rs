@@ -23,4 +23,5 @@ mod otlp_resilience;
 mod plugins;
 mod probes;
 mod prometheus;
+mod qos;
 mod rules;

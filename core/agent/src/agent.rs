@@ -115,6 +115,40 @@ impl Agent {
         })
     }
 
+    /// Every configuration plugin's view of the ports, merged (a port seen by two plugins
+    /// has the settings of both). Fails when no configuration plugin answered.
+    pub async fn observe_qos(&self) -> Result<Vec<rocewatch_plugin_api::QosState>, CallError> {
+        let mut out: Vec<rocewatch_plugin_api::QosState> = Vec::new();
+        let mut last_err = None;
+        let mut any_ok = false;
+        for e in self.registry.of_kind(PluginKind::Configuration) {
+            match runner::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
+                Instance::Configuration(c) => c.observe(),
+                _ => Ok(Vec::new()),
+            })
+            .await
+            {
+                Ok(states) => {
+                    any_ok = true;
+                    for s in states {
+                        match out
+                            .iter_mut()
+                            .find(|o| o.device == s.device && o.port == s.port)
+                        {
+                            Some(o) => o.settings.extend(s.settings),
+                            None => out.push(s),
+                        }
+                    }
+                }
+                Err(err) => last_err = Some(err),
+            }
+        }
+        match (any_ok, last_err) {
+            (false, Some(e)) => Err(e),
+            _ => Ok(out),
+        }
+    }
+
     /// Run every discovery plugin once and merge their inventories.
     pub async fn discover(&self) -> Result<Inventory, CallError> {
         let mut merged = Inventory::default();

@@ -197,6 +197,9 @@ pub enum Command {
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// RoCE, PFC and ECN configuration of the RDMA ports.
+    #[command(subcommand)]
+    Qos(QosCommand),
     /// The agent against a simulated fabric, with a live view of per-port rates.
     ///
     /// Generates a sysfs tree (two mlx5 RoCE ports, with their driver statistics) in a
@@ -257,6 +260,7 @@ impl Command {
                 | Command::Collect { .. }
                 | Command::Plugins { .. }
                 | Command::Rules { .. }
+                | Command::Qos(_)
                 | Command::Probe {
                     args: ProbeArgs { serve: false, .. },
                     ..
@@ -266,6 +270,28 @@ impl Command {
                 | Command::CollectdTypes
         )
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QosCommand {
+    /// What every RDMA port is configured to do.
+    ///
+    /// Per port: RoCE mode and ToS (configfs rdma_cm, read under the sysfs root at
+    /// kernel/config/rdma_cm), PFC-enabled priorities, trust mode and DSCP map (DCB
+    /// netlink: the live kernel only), ECN enables per priority for the notification and
+    /// reaction points and the CNP DSCP/priority (mlx5 sysfs), traffic class, netdev MTU
+    /// and the RoCE MTU it implies. A setting the device does not have says
+    /// "unsupported"; one that could not be read says "unknown" and why.
+    ///
+    /// Example: rocewatch qos show --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --json
+    #[command(verbatim_doc_comment)]
+    Show {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON: {"ports":[{"device","port","netdev","settings":{NAME:{"status","value"}}}]}.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -306,6 +332,17 @@ pub async fn run(cli: Cli) -> Result<i32> {
         cli.log_level.as_deref().unwrap_or(default_level),
     );
     match cli.command {
+        Command::Qos(QosCommand::Show { source, json }) => {
+            let cfg = source.load()?;
+            let agent = Agent::start(cfg).await;
+            let states = agent.observe_qos().await?;
+            if json {
+                print_json(&serde_json::json!({ "ports": states }))?;
+            } else {
+                print!("{}", show::qos_text(&states));
+            }
+            Ok(0)
+        }
         Command::Discover { source, json } => {
             let cfg = source.load()?;
             let root = cfg.agent.sysfs_root.clone();

@@ -12,6 +12,7 @@ use rocewatch_discovery_sysfs::SysfsDiscovery;
 use rocewatch_plugin_api::*;
 use rocewatch_plugin_sdk::abi;
 use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
+use rocewatch_qos_linux::QosLinux;
 use serde::Serialize;
 
 use crate::config::{Config, PluginSettings};
@@ -31,6 +32,9 @@ pub const BUILTINS: &[(&str, Factory)] = &[
     }),
     (EthtoolCounters::NAME, || {
         Instance::Collector(Box::new(EthtoolCounters::new()))
+    }),
+    (QosLinux::NAME, || {
+        Instance::Configuration(Box::new(QosLinux::new()))
     }),
 ];
 

@@ -169,3 +169,32 @@ pub fn rules_text(rows: &[serde_json::Value]) -> String {
     }
     out
 }
+
+/// `rocewatch qos show`: one block per port, one line per setting.
+pub fn qos_text(states: &[rocewatch_plugin_api::QosState]) -> String {
+    use rocewatch_plugin_api::Setting;
+    let mut s = String::new();
+    if states.is_empty() {
+        s.push_str("no RDMA ports found\n");
+        return s;
+    }
+    for st in states {
+        let _ = writeln!(
+            s,
+            "{}/{} ({})",
+            st.device,
+            st.port,
+            st.netdev.as_deref().unwrap_or("no netdev")
+        );
+        let width = st.settings.keys().map(String::len).max().unwrap_or(0);
+        for (k, v) in &st.settings {
+            let v = match v {
+                Setting::Value(v) => v.clone(),
+                Setting::Unsupported => "unsupported".to_string(),
+                Setting::Unknown(why) => format!("unknown: {why}"),
+            };
+            let _ = writeln!(s, "  {k:<width$}  {v}");
+        }
+    }
+    s
+}

@@ -289,6 +289,8 @@ pub enum Setting {
     Value(String),
     /// The device does not have this capability (not an error).
     Unsupported,
+    /// It could not be read; the reason (configfs not mounted, not the live kernel...).
+    Unknown(String),
 }
 
 /// The observed RoCE/PFC/ECN state of one port.

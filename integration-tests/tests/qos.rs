@@ -1,0 +1,107 @@
+//! `rocewatch qos show` on fixture trees: configfs RoCE defaults read under the sysfs
+//! root, mlx5 ECN knobs, MTUs, and the three kinds of answer (a value, `unsupported`,
+//! `unknown` with the reason). The live kernel's configfs and DCB netlink are checked in
+//! the soft-RoCE lab (`lab.rs`).
+
+use serde_json::Value;
+
+use crate::support::*;
+
+fn show(case: &str) -> Value {
+    let root = fixture(case);
+    let o = rocewatch(
+        &[
+            "qos",
+            "show",
+            "--json",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+fn setting<'a>(v: &'a Value, dev: &str, key: &str) -> &'a Value {
+    let port = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["device"] == dev)
+        .unwrap_or_else(|| panic!("no {dev} in {v}"));
+    &port["settings"][key]
+}
+
+#[test]
+fn qos_show_reads_configfs_ecn_and_mtu_from_the_tree() {
+    let v = show("mlx5-roce-dual-port");
+    let val = |dev: &str, k: &str| {
+        let s = setting(&v, dev, k);
+        assert_eq!(s["status"], "value", "{dev} {k}: {s}");
+        s["value"].as_str().unwrap().to_string()
+    };
+    assert_eq!(val("mlx5_0", "roce_mode"), "RoCE v2");
+    assert_eq!(val("mlx5_0", "roce_tos"), "106");
+    assert_eq!(val("mlx5_0", "ecn_np_enabled"), "3");
+    assert_eq!(val("mlx5_0", "ecn_rp_enabled"), "3");
+    assert_eq!(val("mlx5_1", "ecn_np_enabled"), "none");
+    assert_eq!(val("mlx5_0", "cnp_dscp"), "48");
+    assert_eq!(val("mlx5_0", "cnp_802p_prio"), "6");
+    assert_eq!(val("mlx5_0", "mtu"), "9000");
+    assert_eq!(val("mlx5_0", "rdma_mtu"), "4096");
+    // mlx5_1's rdma_cm directory was never created: unknown, saying how to see it.
+    let m1 = setting(&v, "mlx5_1", "roce_mode");
+    assert_eq!(m1["status"], "unknown");
+    assert!(m1["value"].as_str().unwrap().contains("mkdir"), "{m1}");
+    // No tc/ directory in this tree: the device has no traffic class setting.
+    assert_eq!(
+        setting(&v, "mlx5_0", "traffic_class")["status"],
+        "unsupported"
+    );
+    // DCB is netlink on the live kernel only.
+    let pfc = setting(&v, "mlx5_0", "pfc_enabled");
+    assert_eq!(pfc["status"], "unknown");
+    assert!(pfc["value"].as_str().unwrap().contains("live"), "{pfc}");
+    assert_eq!(v["ports"][0]["netdev"], "ens1f0np0");
+}
+
+#[test]
+fn qos_show_on_rxe_and_without_configfs() {
+    let v = show("rxe-soft-roce");
+    // No configfs in this tree at all.
+    let m = setting(&v, "rxe0", "roce_mode");
+    assert_eq!(m["status"], "unknown");
+    assert!(
+        m["value"]
+            .as_str()
+            .unwrap()
+            .contains("configfs not mounted"),
+        "{m}"
+    );
+    for k in ["ecn_np_enabled", "cnp_dscp", "traffic_class"] {
+        assert_eq!(setting(&v, "rxe0", k)["status"], "unsupported", "{k}");
+    }
+    assert_eq!(setting(&v, "rxe0", "rdma_mtu")["value"], "1024");
+    // The text form: a block per port, unknowns with their reason.
+    let root = fixture("rxe-soft-roce");
+    let o = rocewatch(
+        &["qos", "show", "--sysfs-root", root.to_str().unwrap()],
+        &[],
+    );
+    let text = stdout(&o);
+    assert!(text.starts_with("rxe0/1 (eth0)\n"), "{text}");
+    assert!(text.contains("  ecn_np_enabled  unsupported\n"), "{text}");
+    // A tree without RDMA devices: no ports, said plainly.
+    let none = fixture("no-devices");
+    let o = rocewatch(
+        &["qos", "show", "--sysfs-root", none.to_str().unwrap()],
+        &[],
+    );
+    assert!(
+        stdout(&o).contains("no RDMA ports found"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}

@@ -105,3 +105,84 @@ fn qos_show_on_rxe_and_without_configfs() {
         stderr(&o)
     );
 }
+
+#[test]
+fn qos_plan_lists_the_exact_differences() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("qos.toml");
+    std::fs::write(
+        &cfg,
+        "[[qos.desired]]\ndevices = \"mlx5_*\"\nsettings = { roce_mode = \"RoCE v2\", ecn_np_enabled = \"3\", mtu = \"9000\", traffic_class = \"3\" }\n",
+    )
+    .unwrap();
+    let root = fixture("mlx5-roce-dual-port");
+    let args = |json: bool| {
+        let mut a = vec![
+            "qos",
+            "plan",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--sysfs-root",
+            root.to_str().unwrap(),
+        ];
+        if json {
+            a.push("--json");
+        }
+        rocewatch(&a, &[])
+    };
+    let o = args(false);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "differences: exit 1\n{}",
+        stderr(&o)
+    );
+    let text = stdout(&o);
+    assert!(
+        text.contains("change  mlx5_1/1 (ens1f1np1)  ecn_np_enabled: none -> 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("1 to change, 3 that cannot be compared, 4 already as desired\n"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&args(true))).unwrap();
+    assert_eq!(v["changes"].as_array().unwrap().len(), 1);
+    assert_eq!(v["in_sync"], 4);
+    let blocked: Vec<(&str, &str)> = v["blocked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["device"].as_str().unwrap(),
+                b["setting"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        blocked,
+        [
+            ("mlx5_0", "traffic_class"),
+            ("mlx5_1", "roce_mode"),
+            ("mlx5_1", "traffic_class")
+        ]
+    );
+    // In sync: exit 0.
+    std::fs::write(
+        &cfg,
+        "[[qos.desired]]\ndevices = \"mlx5_0\"\nsettings = { roce_mode = \"RoCE v2\", ecn_np_enabled = \"3\" }\n",
+    )
+    .unwrap();
+    let o = args(false);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // A setting that does not exist: a configuration error naming the key, exit 2.
+    std::fs::write(&cfg, "[[qos.desired]]\nsettings = { roce_mod = \"x\" }\n").unwrap();
+    let o = args(false);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("qos.desired[0].settings.roce_mod"),
+        "{}",
+        stderr(&o)
+    );
+}

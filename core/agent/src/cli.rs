@@ -292,6 +292,25 @@ pub enum QosCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The exact differences between what the ports are set to and `[[qos.desired]]`.
+    ///
+    /// Each desired setting of each matching port is either already as desired, a change
+    /// ("change  mlx5_0/1 (ens1f0np0)  mtu: 1500 -> 9000"), or cannot be compared (the
+    /// device lacks the setting, or it could not be read: the reason is given). Changes
+    /// nothing. Exit status, as diff(1): 0 when everything is as desired, 1 when
+    /// something differs or cannot be compared, 2 on an error.
+    ///
+    /// [[qos.desired]]
+    /// devices = "mlx5_*"
+    /// settings = { roce_mode = "RoCE v2", pfc_enabled = "3", trust = "dscp", mtu = "9000" }
+    #[command(verbatim_doc_comment)]
+    Plan {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON: {"changes":[...],"blocked":[...],"in_sync":N}.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -342,6 +361,24 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 print!("{}", show::qos_text(&states));
             }
             Ok(0)
+        }
+        Command::Qos(QosCommand::Plan { source, json }) => {
+            let cfg = source.load()?;
+            if cfg.qos.desired.is_empty() {
+                bail!(
+                    "no desired state: add [[qos.desired]] entries to the configuration (see `rocewatch qos plan --help`)"
+                );
+            }
+            let desired = cfg.qos.clone();
+            let agent = Agent::start(cfg).await;
+            let states = agent.observe_qos().await?;
+            let plan = crate::qos::plan(&desired, &states);
+            if json {
+                print_json(&serde_json::to_value(&plan)?)?;
+            } else {
+                print!("{}", crate::qos::plan_text(&plan));
+            }
+            Ok(if plan.is_clean() { 0 } else { 1 })
         }
         Command::Discover { source, json } => {
             let cfg = source.load()?;

@@ -92,6 +92,9 @@ pub struct Config {
     /// Scheduled verbs probes (`[probes]`), off unless present.
     #[serde(default)]
     pub probes: Option<crate::prober::ProbesConfig>,
+    /// The desired RoCE/PFC/ECN state (`[[qos.desired]]`), for `rocewatch qos plan`.
+    #[serde(default)]
+    pub qos: crate::qos::QosConfig,
 }
 
 /// Log output format.
@@ -501,6 +504,9 @@ impl Config {
             return Err(invalid(&path, message));
         }
         if let Some(Err((path, message))) = self.probes.as_ref().map(|p| p.validate()) {
+            return Err(invalid(&path, message));
+        }
+        if let Err((path, message)) = crate::qos::validate(&self.qos) {
             return Err(invalid(&path, message));
         }
         if let Some(am) = &self.alertmanager {

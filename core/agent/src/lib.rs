@@ -21,6 +21,7 @@ pub mod demo;
 pub mod derive;
 pub mod export;
 pub mod prober;
+pub mod qos;
 pub mod registry;
 pub mod remediation;
 pub mod rules;

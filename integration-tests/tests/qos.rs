@@ -186,3 +186,69 @@ fn qos_plan_lists_the_exact_differences() {
         stderr(&o)
     );
 }
+
+#[test]
+fn qos_diff_compares_two_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let save = |case: &str| {
+        let p = dir.path().join(format!("{case}.json"));
+        std::fs::write(&p, serde_json::to_string(&show(case)).unwrap()).unwrap();
+        p
+    };
+    let (a, b) = (save("mlx5-roce-dual-port"), save("rxe-soft-roce"));
+    let diff = |x: &std::path::Path, y: &std::path::Path, json: bool| {
+        let mut args = vec!["qos", "diff", x.to_str().unwrap(), y.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        rocewatch(&args, &[])
+    };
+    // The same host twice: no difference, exit 0.
+    let o = diff(&a, &a, false);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).ends_with("0 differences\n"));
+    // Different hosts: the ports of each side only, exit 1.
+    let o = diff(&a, &b, true);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let ports: Vec<(&str, &str, &str)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["setting"] == "port")
+        .map(|d| {
+            (
+                d["port"].as_str().unwrap(),
+                d["a"].as_str().unwrap(),
+                d["b"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("mlx5_0/1", "present", "absent"),
+            ("mlx5_1/1", "present", "absent"),
+            ("rxe0/1", "absent", "present")
+        ]
+    );
+    // One host with a changed setting: that setting, both values.
+    let mut changed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+    changed["ports"][0]["settings"]["mtu"]["value"] = "1500".into();
+    let c = dir.path().join("changed.json");
+    std::fs::write(&c, changed.to_string()).unwrap();
+    let o = diff(&a, &c, false);
+    let text = stdout(&o);
+    assert!(text.contains("mlx5_0/1  mtu: "), "{text}");
+    assert!(
+        text.contains("= 9000  |  ") && text.ends_with("= 1500\n1 difference\n"),
+        "{text}"
+    );
+    // Not a qos show output: an error naming the file, exit 2.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{}").unwrap();
+    let o = diff(&a, &bad, false);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("bad.json"), "{}", stderr(&o));
+}

@@ -311,6 +311,20 @@ pub enum QosCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Compare two hosts' `rocewatch qos show --json`, port by port, setting by setting.
+    ///
+    /// Lists every setting that differs (priority lists compare as sets) and every port
+    /// present on one side only. Exit status, as diff(1): 0 same, 1 different, 2 on an
+    /// error (a file that cannot be read or is not `qos show --json`).
+    ///
+    /// Example: rocewatch qos diff node1.json node2.json
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        /// Print JSON: [{"port","setting","a","b"}].
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -379,6 +393,45 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 print!("{}", crate::qos::plan_text(&plan));
             }
             Ok(if plan.is_clean() { 0 } else { 1 })
+        }
+        Command::Qos(QosCommand::Diff { a, b, json }) => {
+            let load = |p: &PathBuf| -> Result<Vec<rocewatch_plugin_api::QosState>> {
+                #[derive(serde::Deserialize)]
+                struct Shown {
+                    ports: Vec<rocewatch_plugin_api::QosState>,
+                }
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read {}", p.display()))?;
+                let v: Shown = serde_json::from_str(&text).with_context(|| {
+                    format!(
+                        "{}: not the output of `rocewatch qos show --json`",
+                        p.display()
+                    )
+                })?;
+                Ok(v.ports)
+            };
+            let d = crate::qos::diff_hosts(&load(&a)?, &load(&b)?);
+            if json {
+                print_json(&serde_json::to_value(&d)?)?;
+            } else {
+                for x in &d {
+                    println!(
+                        "{}  {}: {} = {}  |  {} = {}",
+                        x.port,
+                        x.setting,
+                        a.display(),
+                        x.a,
+                        b.display(),
+                        x.b
+                    );
+                }
+                println!(
+                    "{} difference{}",
+                    d.len(),
+                    if d.len() == 1 { "" } else { "s" }
+                );
+            }
+            Ok(if d.is_empty() { 0 } else { 1 })
         }
         Command::Discover { source, json } => {
             let cfg = source.load()?;

@@ -249,7 +249,8 @@ pub struct HostDiff {
     pub b: String,
 }
 
-fn shown(s: Option<&Setting>) -> String {
+/// A setting as `qos show` prints it (`absent` when not reported).
+pub fn setting_text(s: Option<&Setting>) -> String {
     match s {
         Some(Setting::Value(v)) => v.clone(),
         Some(Setting::Unsupported) => "unsupported".into(),
@@ -285,8 +286,8 @@ pub fn diff_hosts(a: &[QosState], b: &[QosState]) -> Vec<HostDiff> {
                         out.push(HostDiff {
                             port: p.clone(),
                             setting: n.clone(),
-                            a: shown(va),
-                            b: shown(vb),
+                            a: setting_text(va),
+                            b: setting_text(vb),
                         });
                     }
                 }

@@ -172,7 +172,6 @@ pub fn rules_text(rows: &[serde_json::Value]) -> String {
 
 /// `rocewatch qos show`: one block per port, one line per setting.
 pub fn qos_text(states: &[rocewatch_plugin_api::QosState]) -> String {
-    use rocewatch_plugin_api::Setting;
     let mut s = String::new();
     if states.is_empty() {
         s.push_str("no RDMA ports found\n");
@@ -188,11 +187,7 @@ pub fn qos_text(states: &[rocewatch_plugin_api::QosState]) -> String {
         );
         let width = st.settings.keys().map(String::len).max().unwrap_or(0);
         for (k, v) in &st.settings {
-            let v = match v {
-                Setting::Value(v) => v.clone(),
-                Setting::Unsupported => "unsupported".to_string(),
-                Setting::Unknown(why) => format!("unknown: {why}"),
-            };
+            let v = crate::qos::setting_text(Some(v));
             let _ = writeln!(s, "  {k:<width$}  {v}");
         }
     }

@@ -33,19 +33,7 @@ for = "1h"
     )
     .unwrap();
     let log = dir.path().join("agent.log");
-    let mut agent = Proc(
-        Command::new(&artifacts().rocewatch)
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .args(["--sysfs-root"])
-            .arg(fixture("mlx5-roce-dual-port"))
-            .args(["--interval", "300ms", "--prometheus-listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut agent = agent_on_mlx5(&cfg, port, std::fs::File::create(&log).unwrap().into());
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let rows = loop {
@@ -247,6 +235,24 @@ fn a_rule_naming_an_unknown_action_is_a_config_error() {
     );
 }
 
+/// `rocewatch run` with `cfg` on the mlx5 fixture, collecting every 300 ms, serving
+/// Prometheus on `port`, its log to `stderr`.
+fn agent_on_mlx5(cfg: &std::path::Path, port: u16, stderr: Stdio) -> Proc {
+    Proc(
+        Command::new(&artifacts().rocewatch)
+            .args(["run", "--config"])
+            .arg(cfg)
+            .args(["--sysfs-root"])
+            .arg(fixture("mlx5-roce-dual-port"))
+            .args(["--interval", "300ms", "--prometheus-listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// Starts the agent on the mlx5 fixture with `extra` config appended to a rule that fires
 /// at once and names `actions`; returns the audit records once `done` holds.
 fn run_until(
@@ -268,19 +274,7 @@ fn run_until(
     .unwrap();
     let check = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
     assert!(check.status.success(), "{}", stderr(&check));
-    let _agent = Proc(
-        Command::new(&artifacts().rocewatch)
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .args(["--sysfs-root"])
-            .arg(fixture("mlx5-roce-dual-port"))
-            .args(["--interval", "300ms", "--prometheus-listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _agent = agent_on_mlx5(&cfg, port, Stdio::null());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let text = std::fs::read_to_string(&audit).unwrap_or_default();

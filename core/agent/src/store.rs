@@ -70,7 +70,7 @@ pub fn counter_delta(old: f64, new: f64) -> Delta {
 }
 
 /// One histogram series: counts per bucket (`bounds.len() + 1` of them, the last for
-/// values above every bound), with the sum and the count, cumulative since `start`.
+/// values above every bound), with the sum and the count, cumulative since it appeared.
 #[derive(Debug, Clone)]
 pub struct HistogramSeries {
     pub attributes: Attributes,
@@ -79,7 +79,6 @@ pub struct HistogramSeries {
     pub counts: Box<[u64]>,
     pub sum: f64,
     pub count: u64,
-    pub start: SystemTime,
 }
 
 /// The histograms of one metric, with their bucket bounds (upper, inclusive, ascending).
@@ -290,7 +289,6 @@ impl Store {
                         counts: vec![0; buckets].into(),
                         sum: 0.0,
                         count: 0,
-                        start: SystemTime::now(),
                     }),
             };
             let b = fam.bounds.partition_point(|&le| le < v);

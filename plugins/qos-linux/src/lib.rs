@@ -199,18 +199,18 @@ impl QosLinux {
                     "cnp_802p_prio".into(),
                     file_setting(&ecn.join("roce_np/cnp_802p_prio")),
                 );
-                let mtu = read(&nd.join("mtu")).ok().flatten();
-                settings.insert(
-                    "mtu".into(),
-                    mtu.clone().map_or(Setting::Unsupported, value),
-                );
-                settings.insert(
-                    "rdma_mtu".into(),
-                    match mtu.and_then(|m| m.parse().ok()).and_then(rdma_mtu_for) {
-                        Some(m) => value(m.to_string()),
+                // The RoCE MTU follows the netdev's; an MTU that cannot be read leaves it
+                // the same kind of answer.
+                let mtu = file_setting(&nd.join("mtu"));
+                let rdma_mtu = match &mtu {
+                    Setting::Value(m) => match m.parse().ok().and_then(rdma_mtu_for) {
+                        Some(r) => value(r.to_string()),
                         None => Setting::Unsupported,
                     },
-                );
+                    other => other.clone(),
+                };
+                settings.insert("mtu".into(), mtu);
+                settings.insert("rdma_mtu".into(), rdma_mtu);
                 let dcb = match self.dcb.as_mut() {
                     Some(Ok(nl)) => match nl.ieee_get(ifname) {
                         Ok(d) => Ok(d),

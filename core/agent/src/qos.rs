@@ -313,6 +313,7 @@ mod tests {
             port: 1,
             netdev: Some(nd.into()),
             settings: s.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            settable_unread: Vec::new(),
         }
     }
 

@@ -24,6 +24,8 @@ pub const RTM_SETDCB: u16 = 79;
 pub const CMD_IEEE_SET: u8 = 20;
 /// `DCB_CMD_IEEE_GET`.
 pub const CMD_IEEE_GET: u8 = 21;
+/// `DCB_CMD_IEEE_DEL`: remove APP entries.
+pub const CMD_IEEE_DEL: u8 = 22;
 /// `DCB_ATTR_IFNAME`.
 pub const ATTR_IFNAME: u16 = 1;
 /// `DCB_ATTR_IEEE`.
@@ -184,8 +186,23 @@ pub fn encode_ieee_get(seq: u32, ifname: &str) -> Vec<u8> {
 /// Set PFC and/or add APP entries on `ifname` (`DCB_CMD_IEEE_SET`; the kernel answers
 /// with an `RTM_SETDCB` message whose `DCB_ATTR_IEEE` is a status byte).
 pub fn encode_ieee_set(seq: u32, ifname: &str, pfc: Option<&IeeePfc>, apps: &[DcbApp]) -> Vec<u8> {
+    encode_ieee_change(CMD_IEEE_SET, seq, ifname, pfc, apps)
+}
+
+/// Remove APP entries from `ifname` (`DCB_CMD_IEEE_DEL`; `dcb app del`).
+pub fn encode_ieee_del(seq: u32, ifname: &str, apps: &[DcbApp]) -> Vec<u8> {
+    encode_ieee_change(CMD_IEEE_DEL, seq, ifname, None, apps)
+}
+
+fn encode_ieee_change(
+    cmd: u8,
+    seq: u32,
+    ifname: &str,
+    pfc: Option<&IeeePfc>,
+    apps: &[DcbApp],
+) -> Vec<u8> {
     MessageBuilder::new(RTM_SETDCB, msg::F_REQUEST, seq)
-        .family_header(&dcbmsg(CMD_IEEE_SET))
+        .family_header(&dcbmsg(cmd))
         .attr_str(ATTR_IFNAME, ifname)
         .nest(ATTR_IEEE, |b| {
             if let Some(p) = pfc {
@@ -255,6 +272,30 @@ pub fn decode_ieee_get(payload: &[u8]) -> Result<IeeeDcb, String> {
     Ok(out)
 }
 
+/// The kernel's answer to `DCB_CMD_IEEE_SET`/`DEL`: a `dcbmsg` and `DCB_ATTR_IEEE` as
+/// one status byte (0, or the negative errno the driver returned, as a u8). `Err`
+/// carries the errno, or 0 for a malformed reply.
+pub fn decode_ieee_status(payload: &[u8], cmd: u8) -> Result<(), (i32, String)> {
+    if payload.len() < 4 || payload[1] != cmd {
+        return Err((0, format!("not a reply to DCB command {cmd}")));
+    }
+    for a in msg::attrs(&payload[4..]) {
+        let a = a.map_err(|e| (0, e))?;
+        if a.ty == ATTR_IEEE {
+            let status =
+                *a.data
+                    .first()
+                    .ok_or((0, "empty DCB_ATTR_IEEE status".to_string()))? as i8;
+            return if status == 0 {
+                Ok(())
+            } else {
+                Err((-(status as i32), format!("the driver answered {status}")))
+            };
+        }
+    }
+    Err((0, "no DCB_ATTR_IEEE status in the reply".into()))
+}
+
 /// `NETLINK_ROUTE`.
 pub const NETLINK_ROUTE: libc::c_int = 0;
 
@@ -290,6 +331,52 @@ impl DcbNetlink {
         out.ok_or_else(|| crate::NetlinkError::Malformed {
             request: format!("DCB IEEE get {ifname}"),
             detail: "no reply message".into(),
+        })
+    }
+
+    /// Set PFC and/or add APP entries (`dcb pfc set`, `dcb app add`).
+    pub fn ieee_set(
+        &mut self,
+        ifname: &str,
+        pfc: Option<&IeeePfc>,
+        apps: &[DcbApp],
+    ) -> Result<(), crate::NetlinkError> {
+        let seq = self.sock.next_seq();
+        let req = encode_ieee_set(seq, ifname, pfc, apps);
+        self.change(&format!("DCB IEEE set {ifname}"), CMD_IEEE_SET, &req, seq)
+    }
+
+    /// Remove APP entries (`dcb app del`).
+    pub fn ieee_del(&mut self, ifname: &str, apps: &[DcbApp]) -> Result<(), crate::NetlinkError> {
+        let seq = self.sock.next_seq();
+        let req = encode_ieee_del(seq, ifname, apps);
+        self.change(&format!("DCB IEEE del {ifname}"), CMD_IEEE_DEL, &req, seq)
+    }
+
+    fn change(
+        &mut self,
+        what: &str,
+        cmd: u8,
+        req: &[u8],
+        seq: u32,
+    ) -> Result<(), crate::NetlinkError> {
+        let mut status = Ok(());
+        self.sock.request(what, req, seq, false, |m| {
+            status = decode_ieee_status(m.payload, cmd);
+            Ok(())
+        })?;
+        status.map_err(|(errno, detail)| {
+            if errno == 0 {
+                crate::NetlinkError::Malformed {
+                    request: what.to_string(),
+                    detail,
+                }
+            } else {
+                crate::NetlinkError::Kernel {
+                    request: what.to_string(),
+                    errno,
+                }
+            }
         })
     }
 }
@@ -412,6 +499,47 @@ mod tests {
         assert_eq!(IeeePfc::from_bytes(&pfc.to_bytes()), Some(pfc));
     }
 
+    #[test]
+    fn ieee_del_request_and_status_replies() {
+        let r = encode_ieee_del(4, "eth0", &[DcbApp::dscp(26, 3)]);
+        let m = msg::messages(&r).next().unwrap().unwrap();
+        assert_eq!((m.ty, m.seq), (RTM_SETDCB, 4));
+        assert_eq!(m.payload[..4], [0, CMD_IEEE_DEL, 0, 0]);
+        let mut as_reply = m.payload.to_vec();
+        as_reply[1] = CMD_IEEE_GET;
+        assert_eq!(
+            decode_ieee_get(&as_reply).unwrap().apps,
+            [DcbApp::dscp(26, 3)]
+        );
+        assert!(decode_ieee_get(&as_reply).unwrap().pfc.is_none());
+        // The status reply as dcbnl_ieee_set writes it: dcbmsg, DCB_ATTR_IEEE u8.
+        let status = |cmd: u8, v: u8| {
+            let mut b = vec![0, cmd, 0, 0];
+            b.extend_from_slice(&5u16.to_ne_bytes());
+            b.extend_from_slice(&ATTR_IEEE.to_ne_bytes());
+            b.extend_from_slice(&[v, 0, 0, 0]);
+            b
+        };
+        assert_eq!(
+            decode_ieee_status(&status(CMD_IEEE_SET, 0), CMD_IEEE_SET),
+            Ok(())
+        );
+        let einval = (-libc::EINVAL) as i8 as u8;
+        assert_eq!(
+            decode_ieee_status(&status(CMD_IEEE_DEL, einval), CMD_IEEE_DEL)
+                .unwrap_err()
+                .0,
+            libc::EINVAL
+        );
+        assert_eq!(
+            decode_ieee_status(&status(CMD_IEEE_GET, 0), CMD_IEEE_SET)
+                .unwrap_err()
+                .0,
+            0
+        );
+        assert!(decode_ieee_status(&[0, CMD_IEEE_SET, 0, 0], CMD_IEEE_SET).is_err());
+    }
+
     /// The live kernel parses the request: for an interface without DCB operations it
     /// answers "not supported", for a missing interface "no such device" (it found the
     /// name attribute and looked the name up).
@@ -424,5 +552,12 @@ mod tests {
         };
         assert_eq!(errno(nl.ieee_get("lo")), libc::EOPNOTSUPP);
         assert_eq!(errno(nl.ieee_get("rocewatch-none0")), libc::ENODEV);
+        // So does a set: lo has no DCB operations.
+        match nl.ieee_set("lo", None, &[DcbApp::dscp(26, 3)]) {
+            Err(crate::NetlinkError::Kernel { errno, .. }) => {
+                assert_eq!(errno, libc::EOPNOTSUPP)
+            }
+            other => panic!("a kernel error expected, got {other:?}"),
+        }
     }
 }

@@ -301,6 +301,11 @@ pub struct QosState {
     pub netdev: Option<String>,
     /// Setting name (`roce_mode`, `pfc_enabled`, `trust`, `mtu`...) to value.
     pub settings: BTreeMap<String, Setting>,
+    /// Settings reported `unknown` that the plugin can nevertheless set (the RoCE
+    /// defaults of a device whose configfs directory is not created yet: setting them
+    /// creates it). A plan treats them as changes from "unknown" instead of blocking.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settable_unread: Vec<String>,
 }
 
 /// One change a configuration plugin is asked to make.
@@ -318,6 +323,10 @@ pub struct QosChange {
 pub struct ApplyOutcome {
     pub applied: bool,
     pub message: String,
+    /// The value the setting had just before the change, when the plugin read it then
+    /// (a rollback restores this rather than what the plan saw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------

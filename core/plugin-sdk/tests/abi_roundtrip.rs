@@ -68,12 +68,14 @@ impl ConfigurationPlugin for All {
             port: 1,
             netdev: None,
             settings,
+            settable_unread: vec!["roce_tos".into()],
         }])
     }
     fn apply(&mut self, change: &QosChange, dry_run: bool) -> Result<ApplyOutcome, PluginError> {
         Ok(ApplyOutcome {
             applied: !dry_run,
             message: format!("{} -> {}", change.setting, change.to),
+            previous: change.from.clone(),
         })
     }
 }
@@ -224,6 +226,7 @@ fn configuration_kind() {
         Setting::Value("RoCE v2".into())
     );
     assert_eq!(states[0].settings["pfc_enabled"], Setting::Unsupported);
+    assert_eq!(states[0].settable_unread, ["roce_tos"]);
     let change = QosChange {
         device: "d".into(),
         port: 1,
@@ -234,6 +237,7 @@ fn configuration_kind() {
     let out = c.apply(&change, true).unwrap();
     assert!(!out.applied);
     assert_eq!(out.message, "trust -> dscp");
+    assert_eq!(out.previous.as_deref(), Some("pcp"));
 }
 
 #[test]

@@ -11,6 +11,14 @@ const ETHTOOL_GSTRINGS: u32 = 0x1b;
 const ETHTOOL_GSTATS: u32 = 0x1d;
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
 const ETH_SS_STATS: u32 = 1;
+const ETHTOOL_GTUNABLE: u32 = 0x48;
+const ETHTOOL_STUNABLE: u32 = 0x49;
+/// `ETHTOOL_PFC_PREVENTION_TOUT`: how long (ms) a priority may stay paused before the
+/// NIC stops honouring pauses on it (PFC storm prevention); 0 is off, 0xffff "auto".
+pub const TUNABLE_PFC_PREVENTION_TOUT: u32 = 3;
+const ETHTOOL_TUNABLE_U16: u32 = 2;
+/// `PFC_STORM_PREVENTION_AUTO`.
+pub const PFC_PREVENTION_AUTO: u16 = 0xffff;
 const ETH_GSTRING_LEN: usize = 32;
 /// Drivers report a few hundred statistics; refuse absurd counts from a broken driver.
 const MAX_STATS: usize = 1 << 16;
@@ -94,6 +102,51 @@ impl EthtoolSocket {
         Ok(n)
     }
 
+    /// `struct ethtool_tunable { u32 cmd, id, type_id, len; void *data[]; }` carrying
+    /// one u16: the request bytes (the value at offset 16, where `data` starts).
+    pub fn tunable_u16_request(cmd_set: bool, id: u32, value: u16) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        let cmd = if cmd_set {
+            ETHTOOL_STUNABLE
+        } else {
+            ETHTOOL_GTUNABLE
+        };
+        b[0..4].copy_from_slice(&cmd.to_ne_bytes());
+        b[4..8].copy_from_slice(&id.to_ne_bytes());
+        b[8..12].copy_from_slice(&ETHTOOL_TUNABLE_U16.to_ne_bytes());
+        b[12..16].copy_from_slice(&2u32.to_ne_bytes());
+        b[16..18].copy_from_slice(&value.to_ne_bytes());
+        b
+    }
+
+    /// A u16 tunable of `ifname` (`ethtool --get-tunable`); `EOPNOTSUPP` when the
+    /// driver has none.
+    pub fn get_tunable_u16(&self, ifname: &str, id: u32) -> io::Result<u16> {
+        // u64 storage: the kernel's struct is 8-byte aligned (data is an array of pointers).
+        let mut buf = [0u64; 3];
+        let req = Self::tunable_u16_request(false, id, 0);
+        // SAFETY: buf is 24 bytes, as req.
+        unsafe { std::ptr::copy_nonoverlapping(req.as_ptr(), buf.as_mut_ptr() as *mut u8, 24) };
+        self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)?;
+        // SAFETY: reading 2 bytes at offset 16 of the 24-byte buffer.
+        let v = unsafe {
+            (buf.as_ptr() as *const u8)
+                .add(16)
+                .cast::<u16>()
+                .read_unaligned()
+        };
+        Ok(v)
+    }
+
+    /// Set a u16 tunable of `ifname` (`ethtool --set-tunable`).
+    pub fn set_tunable_u16(&self, ifname: &str, id: u32, value: u16) -> io::Result<()> {
+        let mut buf = [0u64; 3];
+        let req = Self::tunable_u16_request(true, id, value);
+        // SAFETY: buf is 24 bytes, as req.
+        unsafe { std::ptr::copy_nonoverlapping(req.as_ptr(), buf.as_mut_ptr() as *mut u8, 24) };
+        self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)
+    }
+
     /// Names and values of every driver statistic of `ifname`, in driver order.
     pub fn driver_stats(&self, ifname: &str) -> io::Result<Vec<(String, u64)>> {
         let n = self.stats_count(ifname)?;
@@ -136,6 +189,33 @@ impl EthtoolSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Laid out as `ethtool --get-tunable IF pfc-prevention-tout` sends it (ethtool.h:
+    /// ETHTOOL_GTUNABLE 0x48, ETHTOOL_PFC_PREVENTION_TOUT 3, ETHTOOL_TUNABLE_U16 2).
+    #[test]
+    fn pfc_prevention_tunable_request_bytes() {
+        let ne = |v: u32| v.to_ne_bytes();
+        let get = EthtoolSocket::tunable_u16_request(false, TUNABLE_PFC_PREVENTION_TOUT, 0);
+        assert_eq!(&get[0..4], &ne(0x48));
+        assert_eq!(&get[4..8], &ne(3));
+        assert_eq!(&get[8..12], &ne(2));
+        assert_eq!(&get[12..16], &ne(2));
+        assert_eq!(&get[16..], &[0; 8]);
+        let set = EthtoolSocket::tunable_u16_request(true, TUNABLE_PFC_PREVENTION_TOUT, 500);
+        assert_eq!(&set[0..4], &ne(0x49));
+        assert_eq!(&set[16..18], &500u16.to_ne_bytes());
+    }
+
+    /// A driver without the tunable (lo here) answers EOPNOTSUPP: what the plugin
+    /// reports as unsupported.
+    #[test]
+    fn pfc_prevention_tunable_unsupported_on_lo() {
+        let s = EthtoolSocket::open().unwrap();
+        let e = s
+            .get_tunable_u16("lo", TUNABLE_PFC_PREVENTION_TOUT)
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+    }
 
     #[test]
     fn loopback_has_no_driver_statistics_and_bad_names_are_refused() {

@@ -1,7 +1,12 @@
-//! `rocewatch qos show` on fixture trees: configfs RoCE defaults read under the sysfs
-//! root, mlx5 ECN knobs, MTUs, and the three kinds of answer (a value, `unsupported`,
-//! `unknown` with the reason). The live kernel's configfs and DCB netlink are checked in
-//! the soft-RoCE lab (`lab.rs`).
+//! `rocewatch qos` on fixture trees: `show` (configfs RoCE defaults read under the sysfs
+//! root, mlx5 ECN knobs, MTUs, and the three kinds of answer: a value, `unsupported`,
+//! `unknown` with the reason), `plan`, `diff`, `apply` (dry run, snapshot, audit, undo
+//! on a half-way failure) and `rollback` on writable copies of the trees; the agent's
+//! configuration metrics and re-apply on drift; the shipped Prometheus rules under
+//! promtool. The live kernel's configfs and DCB netlink are checked in the soft-RoCE
+//! lab (`lab.rs`).
+
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -91,7 +96,12 @@ fn qos_show_on_rxe_and_without_configfs() {
     );
     let text = stdout(&o);
     assert!(text.starts_with("rxe0/1 (eth0)\n"), "{text}");
-    assert!(text.contains("  ecn_np_enabled  unsupported\n"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  ecn_np_enabled ") && l.ends_with(" unsupported")),
+        "{text}"
+    );
+    assert!(text.contains("\nfingerprint "), "{text}");
     // A tree without RDMA devices: no ports, said plainly.
     let none = fixture("no-devices");
     let o = rocewatch(
@@ -142,12 +152,19 @@ fn qos_plan_lists_the_exact_differences() {
         text.contains("change  mlx5_1/1 (ens1f1np1)  ecn_np_enabled: none -> 3\n"),
         "{text}"
     );
+    // mlx5_1's RoCE mode cannot be read (no configfs directory) but can be set:
+    // apply creates the directory.
     assert!(
-        text.ends_with("1 to change, 3 that cannot be compared, 4 already as desired\n"),
+        text.contains("change  mlx5_1/1 (ens1f1np1)  roce_mode: unknown -> RoCE v2\n"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("2 to change, 2 that cannot be compared, 4 already as desired\n"),
         "{text}"
     );
     let v: serde_json::Value = serde_json::from_str(&stdout(&args(true))).unwrap();
-    assert_eq!(v["changes"].as_array().unwrap().len(), 1);
+    assert_eq!(v["changes"].as_array().unwrap().len(), 2);
+    assert_eq!(v["changes"][1]["unread"], true);
     assert_eq!(v["in_sync"], 4);
     let blocked: Vec<(&str, &str)> = v["blocked"]
         .as_array()
@@ -162,11 +179,7 @@ fn qos_plan_lists_the_exact_differences() {
         .collect();
     assert_eq!(
         blocked,
-        [
-            ("mlx5_0", "traffic_class"),
-            ("mlx5_1", "roce_mode"),
-            ("mlx5_1", "traffic_class")
-        ]
+        [("mlx5_0", "traffic_class"), ("mlx5_1", "traffic_class")]
     );
     // In sync: exit 0.
     std::fs::write(
@@ -251,4 +264,482 @@ fn qos_diff_compares_two_hosts() {
     let o = diff(&a, &bad, false);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("bad.json"), "{}", stderr(&o));
+}
+
+/// A writable copy of a fixture tree (apply writes into it).
+fn fixture_copy(case: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture(case))
+        .arg(dir.join("sys"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    dir.join("sys")
+}
+
+fn audit_records(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn read_tree(root: &std::path::Path, rel: &str) -> String {
+    std::fs::read_to_string(root.join(rel))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Runs `rocewatch qos ARGS --config CFG`.
+fn qos(cfg: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["qos"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--config", cfg.to_str().unwrap()]);
+    rocewatch(&a, &[])
+}
+
+#[test]
+fn qos_apply_dry_run_then_apply_audit_snapshot_and_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_copy("mlx5-roce-dual-port", dir.path());
+    let audit = dir.path().join("audit.jsonl");
+    let snaps = dir.path().join("snapshots");
+    let cfg = dir.path().join("qos.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {root:?}\n[remediation]\naudit_log = {audit:?}\n[qos]\nsnapshot_dir = {snaps:?}\n\
+             [[qos.desired]]\ndevices = \"mlx5_0\"\nsettings = {{ roce_mode = \"v2\", roce_tos = \"24\", ecn_np_enabled = \"4,3\", cnp_dscp = \"46\", mtu = \"1500\" }}\n"
+        ),
+    )
+    .unwrap();
+    let tos = "kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos";
+    let mtu = "class/net/ens1f0np0/mtu";
+    let np4 = "class/net/ens1f0np0/ecn/roce_np/enable/4";
+    let before = show_at(&root);
+
+    // Dry run: says what it would write where, changes nothing, audits dry runs.
+    let o = qos(&cfg, &["apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains(&format!(
+            "would       mlx5_0/1 (ens1f0np0)  roce_tos: 106 -> 24  would write \"24\" to {}",
+            root.join(tos).display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("dry run: 4 to change"), "{text}");
+    assert_eq!(show_at(&root), before, "a dry run changed something");
+    assert!(!snaps.exists(), "a dry run wrote a snapshot");
+    let recs = audit_records(&audit);
+    assert_eq!(recs.len(), 4);
+    assert!(recs.iter().all(|r| r["decision"] == "dry_run"), "{recs:?}");
+
+    // Apply: every change made, audited before and after, snapshot written.
+    let o = qos(&cfg, &["apply", "--yes", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["failed"], false);
+    assert!(v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["outcome"] == "done"));
+    assert_eq!(
+        (read_tree(&root, tos), read_tree(&root, mtu)),
+        ("24".into(), "1500".into())
+    );
+    assert_eq!(read_tree(&root, np4), "1");
+    let snap_path = std::path::PathBuf::from(v["snapshot"].as_str().unwrap());
+    let snap: Value = serde_json::from_str(&std::fs::read_to_string(&snap_path).unwrap()).unwrap();
+    assert_eq!(snap["state"], "applied");
+    let from: Vec<(&str, &str)> = snap["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["setting"].as_str().unwrap(), c["from"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        from,
+        [
+            ("cnp_dscp", "48"),
+            ("ecn_np_enabled", "3"),
+            ("mtu", "9000"),
+            ("roce_tos", "106")
+        ]
+    );
+    let recs = audit_records(&audit);
+    let executing: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["decision"] == "executing")
+        .collect();
+    let results: Vec<&Value> = recs.iter().filter(|r| r["decision"] == "result").collect();
+    assert_eq!((executing.len(), results.len()), (4, 4));
+    assert!(results
+        .iter()
+        .all(|r| r["outcome"] == "ok" && r["rule"] == "qos apply"));
+    assert_eq!(executing[2]["labels"]["rdma.qos.setting"], "mtu");
+    assert_eq!(executing[2]["detail"], "9000 -> 1500");
+    // In sync now.
+    assert_eq!(qos(&cfg, &["plan"]).status.code(), Some(0));
+
+    // Rollback: a dry run first, then the values before the apply, newest first.
+    let o = qos(&cfg, &["rollback"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("would "), "{}", stdout(&o));
+    assert_eq!(read_tree(&root, mtu), "1500");
+    let o = qos(&cfg, &["rollback", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        show_at(&root),
+        before,
+        "rollback did not restore everything"
+    );
+    let snap: Value = serde_json::from_str(&std::fs::read_to_string(&snap_path).unwrap()).unwrap();
+    assert_eq!(snap["state"], "restored");
+    assert!(audit_records(&audit)
+        .iter()
+        .any(|r| r["action"] == "qos_rollback" && r["decision"] == "result"));
+    // Nothing left to roll back.
+    let o = qos(&cfg, &["rollback", "--yes"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no snapshot to roll back"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A setting someone changed after the apply is left alone (unless --force).
+    assert_eq!(qos(&cfg, &["apply", "--yes"]).status.code(), Some(0));
+    std::fs::write(root.join(mtu), "4200").unwrap();
+    let o = qos(&cfg, &["rollback", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("mtu: 4200 -> 9000  changed since apply set \"1500\"; left alone"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(read_tree(&root, mtu), "4200");
+    assert_eq!(read_tree(&root, tos), "106");
+}
+
+/// `qos show --json` of a tree.
+fn show_at(root: &std::path::Path) -> Value {
+    let o = rocewatch(
+        &[
+            "qos",
+            "show",
+            "--json",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+#[test]
+fn qos_apply_failing_half_way_undoes_what_it_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_copy("mlx5-roce-dual-port", dir.path());
+    let audit = dir.path().join("audit.jsonl");
+    let cfg = dir.path().join("qos.toml");
+    // ECN first (alphabetical), then the RoCE mode: mlx5_1 has no configfs directory;
+    // apply creates it, but in a fixture tree nothing makes the port files the kernel
+    // would, so the write fails after the ECN changes were made.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {root:?}\n[remediation]\naudit_log = {audit:?}\n[qos]\nsnapshot_dir = {:?}\n\
+             [[qos.desired]]\ndevices = \"mlx5_1\"\nsettings = {{ ecn_np_enabled = \"3\", ecn_rp_enabled = \"3\", roce_mode = \"RoCE v2\" }}\n",
+            dir.path().join("snapshots")
+        ),
+    )
+    .unwrap();
+    let before = show_at(&root);
+    let o = qos(&cfg, &["apply", "--yes", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let outcomes: Vec<(&str, &str)> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["setting"].as_str().unwrap(),
+                s["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("ecn_np_enabled", "done"),
+            ("ecn_rp_enabled", "done"),
+            ("roce_mode", "failed"),
+            ("ecn_rp_enabled", "undone"),
+            ("ecn_np_enabled", "undone"),
+        ]
+    );
+    // The settings are as before (the created configfs directory stays: it only shows
+    // the device's defaults).
+    let mut before = before;
+    before["ports"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("settable_unread");
+    let mut after = show_at(&root);
+    for s in [&before, &after] {
+        assert_eq!(setting(s, "mlx5_1", "ecn_np_enabled")["value"], "none");
+    }
+    assert_eq!(
+        setting(&after, "mlx5_1", "roce_mode")["status"],
+        "unsupported"
+    );
+    after["ports"][1]["settings"]["roce_mode"] =
+        before["ports"][1]["settings"]["roce_mode"].clone();
+    after["ports"][1]["settings"]["roce_tos"] = before["ports"][1]["settings"]["roce_tos"].clone();
+    assert_eq!(after["ports"], before["ports"]);
+    let snap: Value =
+        serde_json::from_str(&std::fs::read_to_string(v["snapshot"].as_str().unwrap()).unwrap())
+            .unwrap();
+    assert_eq!(snap["state"], "rolled_back");
+    let recs = audit_records(&audit);
+    let undo: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["rule"] == "qos apply (undo after a failure)" && r["decision"] == "result")
+        .collect();
+    assert_eq!(undo.len(), 2);
+    assert!(recs
+        .iter()
+        .any(|r| r["decision"] == "result" && r["outcome"] == "error"));
+    // Nothing to roll back: the failed apply undid itself.
+    let o = qos(&cfg, &["rollback"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+}
+
+#[test]
+fn qos_values_are_checked_at_load_with_the_key_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("qos.toml");
+    for (settings, key, says) in [
+        ("mtu = \"jumbo\"", "settings.mtu", "bytes (68-65535)"),
+        (
+            "pfc_enabled = \"3,9\"",
+            "settings.pfc_enabled",
+            "priorities 0-7",
+        ),
+        (
+            "roce_mode = \"v3\"",
+            "settings.roce_mode",
+            "\"RoCE v2\" or \"IB/RoCE v1\"",
+        ),
+        ("dscp_map = \"26=3\"", "settings.dscp_map", "DSCP:PRIORITY"),
+        ("trust = \"vlan\"", "settings.trust", "\"dscp\" or \"pcp\""),
+    ] {
+        std::fs::write(
+            &cfg,
+            format!("[[qos.desired]]\nsettings = {{ {settings} }}\n"),
+        )
+        .unwrap();
+        let o = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
+        assert_eq!(o.status.code(), Some(1), "{settings}");
+        let e = stderr(&o);
+        assert!(
+            e.contains(&format!("qos.desired[0].{key}")) && e.contains(says),
+            "{settings}: {e}"
+        );
+    }
+    // qos_apply needs a desired state to re-apply.
+    std::fs::write(&cfg, "[remediation.actions.fix]\ntype = \"qos_apply\"\n").unwrap();
+    let o = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("remediation.actions.fix"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The running agent exports the configuration (settings, drift, fingerprint), and a
+/// rule on drift with a `qos_apply` action puts a changed setting back (audited, with a
+/// snapshot), within the remediation limits.
+#[test]
+fn agent_exports_the_configuration_and_reapplies_on_drift() {
+    use crate::prometheus::{get, wait_ready};
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_copy("mlx5-roce-dual-port", dir.path());
+    let audit = dir.path().join("audit.jsonl");
+    let snaps = dir.path().join("snapshots");
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[qos]\ninterval = \"300ms\"\nsnapshot_dir = {snaps:?}\n\
+             [[qos.desired]]\ndevices = \"mlx5_0\"\nsettings = {{ mtu = \"9000\", cnp_dscp = \"48\" }}\n\
+             [remediation]\naudit_log = {audit:?}\nkill_switch = {:?}\n\
+             [remediation.actions.reapply]\ntype = \"qos_apply\"\ndry_run = false\n\
+             [[rules]]\nname = \"qos-drift\"\nmetric = \"rdma.qos.drift\"\nop = \">\"\nthreshold = 0\nactions = [\"reapply\"]\n",
+            dir.path().join("STOP")
+        ),
+    )
+    .unwrap();
+    let check = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let port = free_port();
+    let _agent = Proc(
+        std::process::Command::new(&artifacts().rocewatch)
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .arg("--sysfs-root")
+            .arg(&root)
+            .args(["--interval", "300ms", "--prometheus-listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    wait_ready(&url);
+    let scrape_until = |what: &str, ok: &dyn Fn(&str) -> bool| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = get(&url, None).map(|(_, b)| b).unwrap_or_default();
+            if ok(&text) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "{what} never seen:\n{text}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let drift_mtu = |v: &str| {
+        format!(
+            "rdma_qos_drift{{network_interface_name=\"ens1f0np0\",rdma_device=\"mlx5_0\",rdma_port=\"1\",rdma_qos_setting=\"mtu\"}} {v}"
+        )
+    };
+    let text = scrape_until("the configuration metrics", &|t| {
+        t.contains(&drift_mtu("0"))
+    });
+    assert!(
+        text.contains("rdma_qos_setting{network_interface_name=\"ens1f0np0\",rdma_device=\"mlx5_0\",rdma_port=\"1\",rdma_qos_setting=\"roce_mode\",rdma_qos_value=\"RoCE v2\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rdma_qos_value=\"unsupported\"")
+            && text.contains("rdma_qos_value=\"unknown\""),
+        "{text}"
+    );
+    let fp_line = text
+        .lines()
+        .find(|l| l.starts_with("rdma_qos_fingerprint{"))
+        .unwrap_or_else(|| panic!("no fingerprint:\n{text}"))
+        .to_string();
+    // The same fingerprint as `qos show` prints for the tree.
+    let shown = show_at(&root);
+    assert!(
+        fp_line.contains(shown["fingerprint"].as_str().unwrap()),
+        "{fp_line} vs {}",
+        shown["fingerprint"]
+    );
+    assert!(
+        !text.contains("rdma_qos_drift{network_interface_name=\"ens1f1np1\""),
+        "only mlx5_0 is desired"
+    );
+    if let Some(prom) = require(
+        "prometheus (for promtool)",
+        receiver(
+            "ROCEWATCH_PROMETHEUS",
+            ".cache/prometheus/usr/bin/prometheus",
+            "prometheus",
+        ),
+    ) {
+        crate::prometheus::promtool_check(&prom.with_file_name("promtool"), &text);
+    }
+
+    // Someone changes the MTU: drift, the rule fires, the action puts it back.
+    std::fs::write(root.join("class/net/ens1f0np0/mtu"), "1500").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let recs = loop {
+        let recs = audit_records(&audit);
+        if recs
+            .iter()
+            .any(|r| r["action"] == "reapply" && r["decision"] == "result")
+        {
+            break recs;
+        }
+        assert!(Instant::now() < deadline, "no re-apply audited: {recs:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let result = recs
+        .iter()
+        .find(|r| r["action"] == "reapply" && r["decision"] == "result")
+        .unwrap();
+    assert_eq!(result["outcome"], "ok", "{result}");
+    assert_eq!(
+        result["detail"], "done mlx5_0/1 mtu: 1500 -> 9000",
+        "{result}"
+    );
+    assert_eq!(result["labels"]["rdma.qos.setting"], "mtu");
+    // The change itself is audited under the rule's name, before and after.
+    assert!(recs.iter().any(|r| r["rule"] == "qos-drift"
+        && r["action"] == "qos_apply"
+        && r["decision"] == "executing"
+        && r["detail"] == "1500 -> 9000"));
+    assert_eq!(
+        std::fs::read_to_string(root.join("class/net/ens1f0np0/mtu")).unwrap(),
+        "9000"
+    );
+    assert_eq!(std::fs::read_dir(&snaps).unwrap().count(), 1);
+    scrape_until("the drift cleared", &|t| t.contains(&drift_mtu("0")));
+}
+
+/// The shipped alert rules: valid for `promtool check rules`, and their unit tests (a
+/// host whose fingerprint differs from the majority fires; hosts alike do not; drift
+/// fires after 10 minutes and clears) pass under `promtool test rules`.
+#[test]
+fn prometheus_rules_find_the_host_that_differs_from_the_majority() {
+    let Some(prom) = require(
+        "prometheus (for promtool)",
+        receiver(
+            "ROCEWATCH_PROMETHEUS",
+            ".cache/prometheus/usr/bin/prometheus",
+            "prometheus",
+        ),
+    ) else {
+        return;
+    };
+    let promtool = prom.with_file_name("promtool");
+    let dir = root().join("configs/prometheus");
+    for args in [
+        vec!["check", "rules", "rocewatch.rules.yml"],
+        vec!["test", "rules", "rocewatch.rules.test.yml"],
+    ] {
+        let o = std::process::Command::new(&promtool)
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "promtool {args:?}: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+    }
+    let o = std::process::Command::new(&promtool)
+        .args(["check", "rules", "rocewatch.rules.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&o).contains("SUCCESS: 2 rules found"),
+        "{}",
+        stdout(&o)
+    );
 }

@@ -89,6 +89,9 @@ impl Agent {
         let store = Arc::new(Store::new());
         store.declare(&rocewatch_metrics::derived_descriptors());
         crate::prober::declare(&store, cfg.probes.as_ref());
+        store.declare(&rocewatch_metrics::descriptors_of(
+            rocewatch_metrics::QOS_CATALOG,
+        ));
         for e in registry.of_kind(PluginKind::Collector) {
             let d = runner::call(e, e.timeout(&cfg), &metrics, |i| match i {
                 Instance::Collector(c) => Ok(c.descriptors()),
@@ -118,35 +121,15 @@ impl Agent {
     /// Every configuration plugin's view of the ports, merged (a port seen by two plugins
     /// has the settings of both). Fails when no configuration plugin answered.
     pub async fn observe_qos(&self) -> Result<Vec<rocewatch_plugin_api::QosState>, CallError> {
-        let mut out: Vec<rocewatch_plugin_api::QosState> = Vec::new();
-        let mut last_err = None;
-        let mut any_ok = false;
-        for e in self.registry.of_kind(PluginKind::Configuration) {
-            match runner::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
-                Instance::Configuration(c) => c.observe(),
-                _ => Ok(Vec::new()),
-            })
-            .await
-            {
-                Ok(states) => {
-                    any_ok = true;
-                    for s in states {
-                        match out
-                            .iter_mut()
-                            .find(|o| o.device == s.device && o.port == s.port)
-                        {
-                            Some(o) => o.settings.extend(s.settings),
-                            None => out.push(s),
-                        }
-                    }
-                }
-                Err(err) => last_err = Some(err),
-            }
-        }
-        match (any_ok, last_err) {
-            (false, Some(e)) => Err(e),
-            _ => Ok(out),
-        }
+        crate::qosapply::observe(&crate::qosapply::config_plugins(self), &self.metrics).await
+    }
+
+    /// The inventory of the last discovery.
+    pub fn inventory(&self) -> Inventory {
+        self.inventory
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Run every discovery plugin once and merge their inventories.

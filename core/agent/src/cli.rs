@@ -311,6 +311,59 @@ pub enum QosCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Change what differs from `[[qos.desired]]`: a dry run unless --yes.
+    ///
+    /// The dry run asks the configuration plugins what they would write where and
+    /// changes nothing. With --yes: the values about to be replaced are first written to
+    /// a snapshot under [qos] snapshot_dir (no snapshot, no change), every change is
+    /// audited in [remediation] audit_log before it is made and with its result, and a
+    /// change that fails undoes the ones made before it. `rocewatch qos rollback`
+    /// restores the snapshot. Settings that cannot be compared (the device lacks them,
+    /// or they cannot be read) are listed and left alone.
+    ///
+    /// RoCE mode and ToS live in configfs (rdma_cm): a device's directory there is
+    /// created when a RoCE setting is desired and it does not exist yet (audited).
+    ///
+    /// Exit status: 0 everything applied (or nothing to do), 1 a change failed (and what
+    /// was made before it was undone) or the dry run found one a plugin cannot make,
+    /// 2 on an error (configuration, snapshot not writable).
+    ///
+    /// Example: rocewatch qos apply            # what would change
+    ///          rocewatch qos apply --yes      # change it
+    #[command(verbatim_doc_comment)]
+    Apply {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Make the changes (without it: a dry run).
+        #[arg(long)]
+        yes: bool,
+        /// Print JSON: {"plan":{...},"steps":[...],"snapshot":PATH,"failed":BOOL}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore what a `qos apply --yes` replaced: a dry run unless --yes.
+    ///
+    /// Without SNAPSHOT, the newest one under [qos] snapshot_dir that was applied and
+    /// not restored yet. Newest change first; a setting changed by someone else since
+    /// the apply is left alone (--force restores it anyway); one whose value before the
+    /// apply could not be read is left as is. Audited like apply. Exit status: 0
+    /// restored, 1 a restore failed, 2 on an error (no snapshot, already restored).
+    #[command(verbatim_doc_comment)]
+    Rollback {
+        /// The snapshot file (qos-*.json).
+        snapshot: Option<PathBuf>,
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Make the changes (without it: a dry run).
+        #[arg(long)]
+        yes: bool,
+        /// Restore settings changed since the apply, and snapshots already restored.
+        #[arg(long)]
+        force: bool,
+        /// Print JSON: {"steps":[...],"snapshot":PATH,"failed":BOOL}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Compare two hosts' `rocewatch qos show --json`, port by port, setting by setting.
     ///
     /// Lists every setting that differs (priority lists compare as sets) and every port
@@ -369,10 +422,13 @@ pub async fn run(cli: Cli) -> Result<i32> {
             let cfg = source.load()?;
             let agent = Agent::start(cfg).await;
             let states = agent.observe_qos().await?;
+            let inventory = agent.discover().await.unwrap_or_default();
+            let fingerprint = crate::qosapply::fingerprint(&states, &inventory);
             if json {
-                print_json(&serde_json::json!({ "ports": states }))?;
+                print_json(&serde_json::json!({ "ports": states, "fingerprint": fingerprint }))?;
             } else {
                 print!("{}", show::qos_text(&states));
+                println!("fingerprint {fingerprint} (settings, drivers and firmware; equal on hosts configured alike)");
             }
             Ok(0)
         }
@@ -393,6 +449,101 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 print!("{}", crate::qos::plan_text(&plan));
             }
             Ok(if plan.is_clean() { 0 } else { 1 })
+        }
+        Command::Qos(QosCommand::Apply { source, yes, json }) => {
+            let cfg = source.load()?;
+            if cfg.qos.desired.is_empty() {
+                bail!(
+                    "no desired state: add [[qos.desired]] entries to the configuration (see `rocewatch qos plan --help`)"
+                );
+            }
+            let agent = Agent::start(cfg).await;
+            let applier = crate::qosapply::Applier::new(&agent);
+            let states = applier.observe().await?;
+            let plan = crate::qos::plan(&applier.desired, &states);
+            let report = applier
+                .apply(&plan.changes, !yes, "qos apply")
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+            if json {
+                let mut v = serde_json::to_value(&report)?;
+                v["plan"] = serde_json::to_value(&plan)?;
+                print_json(&v)?;
+            } else {
+                print!("{}", crate::qosapply::report_text(&report));
+                for b in &plan.blocked {
+                    println!(
+                        "cannot      {}/{} ({})  {} -> {}: {}",
+                        b.device,
+                        b.port,
+                        b.netdev.as_deref().unwrap_or("no netdev"),
+                        b.setting,
+                        b.to,
+                        b.reason
+                    );
+                }
+                let done = report.steps.iter().filter(|s| s.outcome == "done").count();
+                if plan.changes.is_empty() {
+                    println!(
+                        "nothing to change ({} already as desired, {} cannot be compared)",
+                        plan.in_sync,
+                        plan.blocked.len()
+                    );
+                } else if !yes {
+                    println!(
+                        "dry run: {} to change; run again with --yes to change them (audit log: {})",
+                        plan.changes.len(),
+                        applier.audit_path().display()
+                    );
+                } else if report.failed {
+                    println!(
+                        "a change failed: what was changed before it was undone (audit log: {})",
+                        applier.audit_path().display()
+                    );
+                } else {
+                    println!(
+                        "{done} changed; `rocewatch qos rollback --yes` restores them (audit log: {})",
+                        applier.audit_path().display()
+                    );
+                }
+            }
+            Ok(if report.failed { 1 } else { 0 })
+        }
+        Command::Qos(QosCommand::Rollback {
+            snapshot,
+            source,
+            yes,
+            force,
+            json,
+        }) => {
+            let cfg = source.load()?;
+            let dir = cfg.qos.snapshot_dir.clone();
+            let path = match snapshot {
+                Some(p) => p,
+                None => crate::qosapply::latest_snapshot(&dir)
+                    .map_err(|e| anyhow::anyhow!(e))?
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "no snapshot to roll back in {} (`qos apply --yes` writes one; [qos] snapshot_dir)",
+                            dir.display()
+                        )
+                    })?,
+            };
+            let agent = Agent::start(cfg).await;
+            let applier = crate::qosapply::Applier::new(&agent);
+            let report = applier
+                .rollback(&path, !yes, force)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+            if json {
+                print_json(&serde_json::to_value(&report)?)?;
+            } else {
+                print!("{}", crate::qosapply::report_text(&report));
+                if !yes {
+                    println!("dry run: run again with --yes to restore");
+                }
+            }
+            Ok(if report.failed { 1 } else { 0 })
         }
         Command::Qos(QosCommand::Diff { a, b, json }) => {
             let load = |p: &PathBuf| -> Result<Vec<rocewatch_plugin_api::QosState>> {
@@ -728,6 +879,7 @@ async fn run_agent(mut cfg: Config, duration: Option<Duration>) -> Result<i32> {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
     let remediation = start_remediation(&agent);
+    let _qos = tokio::spawn(crate::qosapply::watch(Arc::clone(&agent), shutdown.clone()));
     let _prober = agent.cfg.probes.clone().map(|p| {
         tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
         tokio::spawn(crate::prober::run(Arc::clone(&agent), p, shutdown.clone()))
@@ -1015,6 +1167,7 @@ fn start_remediation(agent: &Arc<Agent>) -> Option<Arc<crate::remediation::Dispa
         Arc::clone(&agent.metrics),
         plugins,
     );
+    d.set_qos(Arc::new(crate::qosapply::Applier::new(agent)));
     tracing::info!(
         audit_log = %d.audit_path().display(),
         kill_switch = %agent.cfg.remediation.kill_switch.display(),

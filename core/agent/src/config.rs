@@ -27,7 +27,7 @@ pub enum ConfigError {
     },
 }
 
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s).map_err(|e| {
         serde::de::Error::custom(format!(
@@ -508,6 +508,16 @@ impl Config {
         }
         if let Err((path, message)) = crate::qos::validate(&self.qos) {
             return Err(invalid(&path, message));
+        }
+        for (name, a) in &self.remediation.actions {
+            if matches!(a.kind, crate::remediation::ActionKind::QosApply {})
+                && self.qos.desired.is_empty()
+            {
+                return Err(invalid(
+                    &format!("remediation.actions.{name}"),
+                    "type \"qos_apply\" re-applies [[qos.desired]], and there is none".into(),
+                ));
+            }
         }
         if let Some(am) = &self.alertmanager {
             if let Err((path, message)) =

@@ -9,6 +9,8 @@
 //! - [`store`]: latest value per series, counter resets, rates.
 //! - [`selfmetrics`]: `rocewatch.*` metrics.
 //! - [`export`]: OTLP and stdout exporters.
+//! - [`qos`], [`qosapply`]: desired QoS state and plans; apply, rollback, snapshots,
+//!   audit, and the configuration as metrics.
 //! - [`show`]: human and JSON renderings for the command line.
 //! - [`demo`]: the simulated fabric behind `rocewatch demo`.
 //! - [`cli`]: the commands.
@@ -22,6 +24,7 @@ pub mod derive;
 pub mod export;
 pub mod prober;
 pub mod qos;
+pub mod qosapply;
 pub mod registry;
 pub mod remediation;
 pub mod rules;

@@ -109,6 +109,12 @@ pub enum ActionKind {
     Exec { command: Vec<String> },
     /// Call an external remediation plugin (a `.so` under `[[plugins.external]]`) by name.
     Plugin { plugin: String },
+    /// Re-apply `[[qos.desired]]` to what the rule's labels select (`rdma.device`,
+    /// `rdma.port`, `rdma.qos.setting`), as `rocewatch qos apply --yes` would: snapshot,
+    /// audit, undo on a half-way failure. For a rule on `rdma.qos.drift`; acts when
+    /// the rule fires only.
+    #[serde(rename = "qos_apply")]
+    QosApply {},
     /// POST the breach as JSON.
     Webhook {
         url: String,
@@ -296,6 +302,8 @@ pub struct Dispatcher {
     http: reqwest::Client,
     /// Loaded remediation plugins, by name.
     plugins: Vec<crate::registry::Entry>,
+    /// What `qos_apply` actions apply through.
+    qos: std::sync::OnceLock<Arc<crate::qosapply::Applier>>,
 }
 
 #[derive(Default)]
@@ -320,7 +328,13 @@ impl Dispatcher {
             state: Mutex::new(Limits::default()),
             http: reqwest::Client::new(),
             plugins,
+            qos: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Give `qos_apply` actions the agent's configuration plugins.
+    pub fn set_qos(&self, applier: Arc<crate::qosapply::Applier>) {
+        let _ = self.qos.set(applier);
     }
 
     pub fn audit_path(&self) -> &std::path::Path {
@@ -368,7 +382,9 @@ impl Dispatcher {
             let Some(action) = self.cfg.actions.get(name) else {
                 continue; // validated at load; a rule never names an unknown action
             };
-            if !action.on.contains(&event) {
+            // A re-apply has nothing to do when the drift clears.
+            let firing_only = matches!(action.kind, ActionKind::QosApply {});
+            if !action.on.contains(&event) || (firing_only && event == Event::Clearing) {
                 continue;
             }
             let suppressed = |why: String| AuditRecord {
@@ -562,6 +578,13 @@ impl Dispatcher {
                     .map_err(|e| e.to_string())?;
                 Ok(out.message)
             }
+            ActionKind::QosApply {} => {
+                let applier = self
+                    .qos
+                    .get()
+                    .ok_or_else(|| "no configuration plugins to apply through".to_string())?;
+                applier.reapply(&b.labels, &b.rule).await
+            }
             ActionKind::Log {} => {
                 tracing::warn!(rule = %b.rule, event = ?b.event, labels = ?b.labels, value = ?b.value, "remediation log action");
                 Ok("logged".into())
@@ -609,6 +632,9 @@ impl Dispatcher {
 pub fn describe(kind: &ActionKind) -> String {
     match kind {
         ActionKind::Log {} => "log the breach".into(),
+        ActionKind::QosApply {} => {
+            "re-apply [[qos.desired]] to the settings the rule's labels select (snapshot, audit, undo on failure)".into()
+        }
         ActionKind::Plugin { plugin } => format!("call remediation plugin {plugin:?}"),
         ActionKind::Exec { command } => format!("run {command:?}"),
         ActionKind::Webhook { url, .. } => format!("POST the breach to {url}"),

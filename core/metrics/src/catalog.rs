@@ -343,6 +343,7 @@ pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
         .chain(ETHTOOL_CATALOG)
         .chain(DERIVED_CATALOG)
         .chain(PROBE_CATALOG)
+        .chain(QOS_CATALOG)
         .chain(SELF_METRICS)
 }
 
@@ -456,6 +457,17 @@ pub static PROBE_CATALOG: &[CatalogEntry] = &[
         "Peers listed, by `rdma.probe.state`: `probed`, or `over_limit` (beyond `[probes] max_peers`, not probed)."),
     entry!("rdma.probe.interval", "s", Gauge, "prober", NONE, 1, "prober",
         "Time between two probes of the same peer in effect: `[probes] interval`, stretched when the peers at that interval would exceed `max_rate`."),
+];
+
+/// The RoCE/PFC/ECN configuration, read by the configuration plugins every `[qos]
+/// interval` (gauges of the pseudo-plugin `qos`).
+pub static QOS_CATALOG: &[CatalogEntry] = &[
+    entry!("rdma.qos.setting", "{setting}", Gauge, "configuration plugins (qos-linux)", NONE, 1, PORT,
+        "Always 1: one series per port and setting (`rdma.qos.setting`), its effective value in `rdma.qos.value` (`unsupported` where the device lacks it, `unknown` where it could not be read)."),
+    entry!("rdma.qos.drift", "{setting}", Gauge, "configuration plugins, [[qos.desired]]", NONE, 1, PORT,
+        "Per desired setting of a port: 1 when the effective value differs from `[[qos.desired]]`, 0 when it matches (absent where it cannot be compared)."),
+    entry!("rdma.qos.fingerprint", "{fingerprint}", Gauge, "configuration plugins, discovery", NONE, 1, "every host",
+        "Always 1; `rdma.qos.fingerprint` is a digest of every port's effective configuration and every device's driver and firmware: hosts configured alike have the same one (the shipped alert rule finds hosts that differ from the majority)."),
 ];
 
 /// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin

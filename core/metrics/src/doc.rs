@@ -118,6 +118,8 @@ pub fn render_markdown() -> String {
     table(&mut md, crate::catalog::DERIVED_CATALOG, true);
     md.push_str("\n## Verbs probes\n\nPer peer (`rdma.probe.peer`), from the agent's prober (`[probes]`, the probe-verbs plugin).\n\n");
     table(&mut md, crate::catalog::PROBE_CATALOG, false);
+    md.push_str("\n## RoCE/PFC/ECN configuration\n\nPer port (`rdma.device`, `rdma.port`, `network.interface.name`), from the configuration plugins every `[qos] interval` (pseudo-plugin `qos`). The settings are those of `rocewatch qos show`; drift compares them with `[[qos.desired]]`.\n\n");
+    table(&mut md, crate::catalog::QOS_CATALOG, false);
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(

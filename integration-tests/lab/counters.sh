@@ -11,6 +11,9 @@
 #   perftest.txt, discover.json, ibv_devinfo.txt, rdma-link.json, hw_counters.txt
 #   qos-before.json, qos-v2.json, qos-tos.json, qos-tos.txt, qos-set-v1.txt (role a):
 #       `rocewatch qos show` around configfs changes
+#   qos-plan-a.txt, qos-dry-a.txt, qos-apply-a.json, qos-applied.json, qos-rollback-a.json,
+#   qos-rolledback.json, qos-apply-b.json/.rc, qos-mtu-after-b.txt, qos-audit.jsonl (role a):
+#       `rocewatch qos plan/apply/rollback` on the real configfs and netdev
 set -u
 R=/mnt/host/$RXE_ROLE
 # Run the agent from the guest's memory, not page by page over 9p (a debug build is big).
@@ -53,6 +56,24 @@ if [ "$RXE_ROLE" = a ]; then
   "$BIN" qos show --json > "$R/qos-tos.json" 2>> "$R/qos.log"
   "$BIN" qos show > "$R/qos-tos.txt" 2>> "$R/qos.log"
   echo 0 > $P1/default_roce_tos
+  rmdir /sys/kernel/config/rdma_cm/rxe0
+  # qos apply/rollback on the real configfs: apply creates the device's directory and
+  # sets the ToS; rollback restores the value read once the directory existed. Then a
+  # change the kernel refuses half-way (RoCE v1 on rxe) after one it accepted (the
+  # netdev MTU): the MTU is put back.
+  q() { printf '[remediation]\naudit_log = "/tmp/audit.jsonl"\n[qos]\nsnapshot_dir = "/tmp/snaps"\n[[qos.desired]]\ndevices = "rxe0"\nsettings = { %s }\n' "$1" > /tmp/qos.toml; }
+  q 'roce_mode = "v2", roce_tos = "106", pfc_enabled = "3"'
+  "$BIN" qos plan --config /tmp/qos.toml > "$R/qos-plan-a.txt" 2>> "$R/qos.log"; echo "rc=$?" >> "$R/qos-plan-a.txt"
+  "$BIN" qos apply --config /tmp/qos.toml > "$R/qos-dry-a.txt" 2>> "$R/qos.log"; echo "rc=$?" >> "$R/qos-dry-a.txt"
+  ls /sys/kernel/config/rdma_cm/ > "$R/qos-after-dry.txt"
+  "$BIN" qos apply --yes --json --config /tmp/qos.toml > "$R/qos-apply-a.json" 2>> "$R/qos.log"
+  "$BIN" qos show --json > "$R/qos-applied.json" 2>> "$R/qos.log"
+  "$BIN" qos rollback --yes --json --config /tmp/qos.toml > "$R/qos-rollback-a.json" 2>> "$R/qos.log"
+  "$BIN" qos show --json > "$R/qos-rolledback.json" 2>> "$R/qos.log"
+  q 'mtu = "1400", roce_mode = "IB/RoCE v1"'
+  "$BIN" qos apply --yes --json --config /tmp/qos.toml > "$R/qos-apply-b.json" 2>> "$R/qos.log"; echo $? > "$R/qos-apply-b.rc"
+  cat /sys/class/net/eth0/mtu > "$R/qos-mtu-after-b.txt"
+  cp /tmp/audit.jsonl "$R/qos-audit.jsonl"
   rmdir /sys/kernel/config/rdma_cm/rxe0
 fi
 snap idle0

@@ -610,5 +610,115 @@ fn lab_qos_show_reads_roce_mode_from_configfs_and_dcb_over_netlink() {
         qos_setting(&tos, "rdma_mtu"),
         ("value".into(), "1024".into())
     );
-    assert!(read(&out.join("a/qos-tos.txt")).contains("  roce_tos        106\n"));
+    assert!(read(&out.join("a/qos-tos.txt"))
+        .lines()
+        .any(|l| l.starts_with("  roce_tos ") && l.ends_with(" 106")));
+}
+
+/// `qos plan/apply/rollback` on the guest's real configfs and netdev: the dry run
+/// creates nothing; apply creates the device's rdma_cm directory and sets the ToS; DCB
+/// (unsupported on rxe) is listed as not comparable; rollback restores the ToS the
+/// kernel showed once the directory existed; a change the kernel refuses half-way (RoCE
+/// v1 on rxe) undoes the MTU change made before it; everything is audited.
+#[test]
+fn lab_qos_apply_and_rollback_on_the_real_configfs() {
+    let Some(out) = lab_run() else { return };
+    let a = out.join("a");
+    let plan = read(&a.join("qos-plan-a.txt"));
+    assert!(
+        plan.contains("change  rxe0/1 (eth0)  roce_mode: unknown -> RoCE v2\n")
+            && plan.contains("change  rxe0/1 (eth0)  roce_tos: unknown -> 106\n")
+            && plan.contains(
+                "cannot  rxe0/1 (eth0)  pfc_enabled -> 3: the device does not have this setting"
+            )
+            && plan.ends_with("rc=1\n"),
+        "{plan}"
+    );
+    let dry = read(&a.join("qos-dry-a.txt"));
+    assert!(
+        dry.contains("would create /sys/kernel/config/rdma_cm/rxe0 and write \"106\""),
+        "{dry}"
+    );
+    assert!(dry.ends_with("rc=0\n"), "{dry}");
+    assert_eq!(
+        read(&a.join("qos-after-dry.txt")).trim(),
+        "",
+        "the dry run created the directory"
+    );
+    let applied = json(&a.join("qos-apply-a.json"));
+    assert_eq!(applied["failed"], false, "{applied}");
+    let steps = applied["steps"].as_array().unwrap();
+    assert!(steps.iter().all(|s| s["outcome"] == "done"), "{applied}");
+    assert!(
+        steps[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("created /sys/kernel/config/rdma_cm/rxe0"),
+        "{applied}"
+    );
+    let shown = json(&a.join("qos-applied.json"));
+    assert_eq!(
+        qos_setting(&shown, "roce_tos"),
+        ("value".into(), "106".into())
+    );
+    assert_eq!(
+        qos_setting(&shown, "roce_mode"),
+        ("value".into(), "RoCE v2".into())
+    );
+    let rb = json(&a.join("qos-rollback-a.json"));
+    assert_eq!(rb["failed"], false, "{rb}");
+    let outcome = |r: &serde_json::Value, setting: &str| {
+        r["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["setting"] == setting)
+            .map(|s| s["outcome"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(outcome(&rb, "roce_tos"), ["done"], "{rb}");
+    assert_eq!(outcome(&rb, "roce_mode"), ["skipped"], "{rb}");
+    assert_eq!(
+        qos_setting(&json(&a.join("qos-rolledback.json")), "roce_tos"),
+        ("value".into(), "0".into())
+    );
+    // The half-way failure on the real kernel.
+    assert_eq!(read(&a.join("qos-apply-b.rc")).trim(), "1");
+    let b = json(&a.join("qos-apply-b.json"));
+    assert_eq!(outcome(&b, "mtu"), ["done", "undone"], "{b}");
+    assert_eq!(outcome(&b, "roce_mode"), ["failed"], "{b}");
+    let failed = b["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["outcome"] == "failed")
+        .unwrap();
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("Invalid argument"),
+        "{failed}"
+    );
+    assert_eq!(read(&a.join("qos-mtu-after-b.txt")).trim(), "1500");
+    let audit: Vec<serde_json::Value> = read(&a.join("qos-audit.jsonl"))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let results = |action: &str, outcome: &str| {
+        audit
+            .iter()
+            .filter(|r| {
+                r["action"] == action && r["decision"] == "result" && r["outcome"] == outcome
+            })
+            .count()
+    };
+    // apply a: 2 ok; rollback: 1 ok; apply b: mtu ok, roce_mode error, undo ok.
+    assert_eq!(results("qos_apply", "ok"), 4, "{audit:?}");
+    assert_eq!(results("qos_apply", "error"), 1, "{audit:?}");
+    assert_eq!(results("qos_rollback", "ok"), 1, "{audit:?}");
+    assert_eq!(
+        audit.iter().filter(|r| r["decision"] == "dry_run").count(),
+        2
+    );
 }

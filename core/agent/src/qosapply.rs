@@ -406,7 +406,11 @@ impl Applier {
                         Some("ok"),
                         Some(t0),
                     );
-                    report.steps.push(step("done", o.message));
+                    let mut st = step("done", o.message);
+                    if let Some(p) = o.previous {
+                        st.from = p;
+                    }
+                    report.steps.push(st);
                 }
                 Err(e) => {
                     self.audit(

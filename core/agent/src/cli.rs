@@ -280,15 +280,17 @@ pub enum QosCommand {
     /// kernel/config/rdma_cm), PFC-enabled priorities, trust mode and DSCP map (DCB
     /// netlink: the live kernel only), ECN enables per priority for the notification and
     /// reaction points and the CNP DSCP/priority (mlx5 sysfs), traffic class, netdev MTU
-    /// and the RoCE MTU it implies. A setting the device does not have says
-    /// "unsupported"; one that could not be read says "unknown" and why.
+    /// and the RoCE MTU it implies, the PFC storm-prevention timeout (ethtool tunable,
+    /// live kernel only). A setting the device does not have says "unsupported"; one
+    /// that could not be read says "unknown" and why. Ends with the configuration
+    /// fingerprint (settings, drivers, firmware: equal on hosts configured alike).
     ///
     /// Example: rocewatch qos show --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --json
     #[command(verbatim_doc_comment)]
     Show {
         #[command(flatten)]
         source: SourceArgs,
-        /// Print JSON: {"ports":[{"device","port","netdev","settings":{NAME:{"status","value"}}}]}.
+        /// Print JSON: {"ports":[{"device","port","netdev","settings":{NAME:{"status","value"}}}],"fingerprint"}.
         #[arg(long)]
         json: bool,
     },

@@ -474,15 +474,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             } else {
                 print!("{}", crate::qosapply::report_text(&report));
                 for b in &plan.blocked {
-                    println!(
-                        "cannot      {}/{} ({})  {} -> {}: {}",
-                        b.device,
-                        b.port,
-                        b.netdev.as_deref().unwrap_or("no netdev"),
-                        b.setting,
-                        b.to,
-                        b.reason
-                    );
+                    println!("{}", crate::qos::blocked_line(b, 12));
                 }
                 let done = report.steps.iter().filter(|s| s.outcome == "done").count();
                 if plan.changes.is_empty() {

@@ -343,16 +343,7 @@ pub fn plan_text(p: &Plan) -> String {
         );
     }
     for b in &p.blocked {
-        let _ = writeln!(
-            s,
-            "cannot  {}/{} ({})  {} -> {}: {}",
-            b.device,
-            b.port,
-            b.netdev.as_deref().unwrap_or("no netdev"),
-            b.setting,
-            b.to,
-            b.reason
-        );
+        let _ = writeln!(s, "{}", blocked_line(b, 8));
     }
     let _ = writeln!(
         s,
@@ -362,6 +353,20 @@ pub fn plan_text(p: &Plan) -> String {
         p.in_sync
     );
     s
+}
+
+/// "cannot  mlx5_0/1 (ens1f0np0)  pfc_enabled -> 3: why", the word padded to `width`.
+pub fn blocked_line(b: &Blocked, width: usize) -> String {
+    format!(
+        "{:<width$}{}/{} ({})  {} -> {}: {}",
+        "cannot",
+        b.device,
+        b.port,
+        b.netdev.as_deref().unwrap_or("no netdev"),
+        b.setting,
+        b.to,
+        b.reason
+    )
 }
 
 /// One setting that differs between two hosts' `qos show --json`.
@@ -430,7 +435,7 @@ pub fn diff_hosts(a: &[QosState], b: &[QosState]) -> Vec<HostDiff> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -450,7 +455,8 @@ mod tests {
         assert!(check_value("ecn_np_enabled", "3;4").is_err());
     }
 
-    fn state(dev: &str, nd: &str, s: &[(&str, Setting)]) -> QosState {
+    /// Port 1 of `dev` on netdev `nd` with settings `s`.
+    pub(crate) fn state(dev: &str, nd: &str, s: &[(&str, Setting)]) -> QosState {
         QosState {
             device: dev.into(),
             port: 1,

@@ -882,15 +882,7 @@ pub async fn watch(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
 mod tests {
     use super::*;
 
-    fn port(dev: &str, nd: &str, s: &[(&str, Setting)]) -> QosState {
-        QosState {
-            device: dev.into(),
-            port: 1,
-            netdev: Some(nd.into()),
-            settings: s.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-            settable_unread: Vec::new(),
-        }
-    }
+    use crate::qos::tests::state as port;
 
     fn inv(fw: &str) -> Inventory {
         serde_json::from_value(serde_json::json!({"devices": [

@@ -392,7 +392,7 @@ impl ConfigurationPlugin for QosLinux {
                         PluginError::failed(format!("mkdir {}: {e}", dev_dir.display()))
                     })?;
                 }
-                let mut o = write_file(&file, to)?;
+                let mut o = write_file(&file, to, false)?;
                 if create {
                     o.message = format!("created {}; {}", dev_dir.display(), o.message);
                 }
@@ -454,14 +454,7 @@ impl ConfigurationPlugin for QosLinux {
                 } else {
                     nd.join("ecn/roce_np").join(s)
                 };
-                if dry_run {
-                    return Ok(outcome(
-                        false,
-                        format!("would write {to:?} to {}", file.display()),
-                        None,
-                    ));
-                }
-                write_file(&file, to)
+                write_file(&file, to, dry_run)
             }
             "traffic_class" => {
                 let file = root
@@ -469,14 +462,7 @@ impl ConfigurationPlugin for QosLinux {
                     .join("tc")
                     .join(port.to_string())
                     .join("traffic_class");
-                if dry_run {
-                    return Ok(outcome(
-                        false,
-                        format!("would write {to:?} to {}", file.display()),
-                        None,
-                    ));
-                }
-                write_file(&file, to)
+                write_file(&file, to, dry_run)
             }
             s @ ("pfc_enabled" | "trust" | "dscp_map") => {
                 let ifname = netdev()?;
@@ -536,8 +522,9 @@ fn outcome(applied: bool, message: String, previous: Option<String>) -> ApplyOut
     }
 }
 
-/// Write `to` into an attribute file that must exist, and read it back.
-fn write_file(file: &Path, to: &str) -> Result<ApplyOutcome, PluginError> {
+/// Write `to` into an attribute file that must exist, and read it back; in a dry run,
+/// say what would be written.
+fn write_file(file: &Path, to: &str, dry_run: bool) -> Result<ApplyOutcome, PluginError> {
     let previous = match read(file).map_err(PluginError::failed)? {
         Some(v) => v,
         None => {
@@ -547,6 +534,16 @@ fn write_file(file: &Path, to: &str) -> Result<ApplyOutcome, PluginError> {
             )))
         }
     };
+    if dry_run {
+        return Ok(outcome(
+            false,
+            format!(
+                "would write {to:?} to {} (now {previous:?})",
+                file.display()
+            ),
+            Some(previous),
+        ));
+    }
     std::fs::write(file, to)
         .map_err(|e| PluginError::failed(format!("write {to:?} to {}: {e}", file.display())))?;
     let now = read(file).map_err(PluginError::failed)?.unwrap_or_default();

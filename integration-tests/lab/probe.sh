@@ -38,6 +38,20 @@ b)
   # Nobody listens on this port: a connection failure with its cause, exit status 1.
   $BIN probe "$P" --count 2 --tcp-port 1 --json > "$R/probe-refused.json"
   echo "refused rc=$?" >> "$R/rc.txt"
+  # doctor against the live responder: first as the host comes (the RoCE mode cannot be
+  # read until rdma_cm's configfs directory exists: doctor says how), then after that
+  # fix; then with an nftables rule dropping UDP 4791 (the firewall check and the probe
+  # must fail), then without it again.
+  $BIN doctor --peer "$P" --window 1s --json > "$R/doctor-first.json"; echo "doctor-first rc=$?" >> "$R/rc.txt"
+  modprobe rdma_cm 2>/dev/null; mkdir -p /sys/kernel/config/rdma_cm/rxe0
+  $BIN doctor --peer "$P" --window 1s --json > "$R/doctor-ok.json"; echo "doctor-ok rc=$?" >> "$R/rc.txt"
+  $BIN doctor --peer "$P" --window 1s > "$R/doctor-ok.txt"
+  nft add table inet rwtest && nft add chain inet rwtest input '{ type filter hook input priority 0; policy accept; }' \
+    && nft add rule inet rwtest input udp dport 4791 drop 2>> "$R/nft.log" || echo "nft setup failed" >> "$R/nft.log"
+  nft -j list ruleset > "$R/nft-ruleset.json" 2>> "$R/nft.log"
+  $BIN doctor --peer "$P" --window 1s --json > "$R/doctor-firewall.json"; echo "doctor-firewall rc=$?" >> "$R/rc.txt"
+  nft delete table inet rwtest
+  rmdir /sys/kernel/config/rdma_cm/rxe0
   # The agent probing on schedule: the responder and eight addresses nobody has (every
   # round has them all in flight at once, so they cost it one timeout, not eight); a rule
   # on probe failures fires for them.

@@ -8,7 +8,7 @@
 # Works on a Debian 12 (bookworm) x86_64 host as root, without RDMA support in the host kernel.
 # The guest runs the stock Debian bookworm kernel (linux-image-amd64, which ships rdma_rxe.ko)
 # and a debootstrap'ed bookworm userland (rdma-core, ibverbs-utils, rdmacm-utils, perftest,
-# iproute2, tcpdump) packed as an initramfs. The host is never modified except by `apt-get install`
+# iproute2, tcpdump, nftables) packed as an initramfs. The host is never modified except by `apt-get install`
 # of the tools below; the kernel .deb is only downloaded and unpacked (dpkg -x).
 #
 # Usage:
@@ -55,8 +55,8 @@ SMP=${RXE_LAB_SMP:-1}
 TMO=${RXE_LAB_TIMEOUT:-900}
 ACCEL=${RXE_LAB_ACCEL:-auto}
 SETUP=${RXE_LAB_SETUP:-1}
-GUEST_PKGS="rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,iproute2,tcpdump,kmod,iputils-ping,procps${RXE_LAB_EXTRA_PKGS:+,$RXE_LAB_EXTRA_PKGS}"
-GUEST_MODULES="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci virtio_rng 9p 9pnet_virtio configfs crc32_generic crc32-pclmul"
+GUEST_PKGS="rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,iproute2,tcpdump,kmod,iputils-ping,procps,nftables${RXE_LAB_EXTRA_PKGS:+,$RXE_LAB_EXTRA_PKGS}"
+GUEST_MODULES="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci virtio_rng 9p 9pnet_virtio configfs crc32_generic crc32-pclmul nf_tables"
 
 log() { echo "[rxe-lab $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

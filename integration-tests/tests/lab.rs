@@ -436,6 +436,93 @@ fn lab_a_peer_without_responder_is_a_connection_failure_with_its_cause() {
     );
 }
 
+/// `rocewatch doctor --peer` in the guest pair: device, port, GID, RoCE mode (once its
+/// configfs directory exists, which the first run says how to make), firewall, MTU and
+/// probe checks pass; the QoS checks say unsupported (rxe); an nftables rule dropping
+/// UDP 4791 fails the firewall check, naming the rule and how to delete it, and the probe.
+#[test]
+fn lab_doctor_passes_on_the_pair_and_fails_on_a_firewall_that_drops_roce() {
+    let Some(out) = probe_lab() else { return };
+    let status = |v: &serde_json::Value, check: &str| -> Vec<String> {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"] == check)
+            .map(|c| c["status"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first = json(&out.join("b/doctor-first.json"));
+    let mode = first["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "roce-mode")
+        .unwrap();
+    assert_eq!(mode["status"], "warn", "{mode}");
+    assert!(
+        mode["fix"]
+            .as_str()
+            .unwrap()
+            .contains("mkdir /sys/kernel/config/rdma_cm/rxe0"),
+        "{mode}"
+    );
+    let ok = json(&out.join("b/doctor-ok.json"));
+    for c in [
+        "devices",
+        "port",
+        "netdev",
+        "ip",
+        "gid",
+        "roce-mode",
+        "firewall",
+        "mtu",
+        "probe",
+        "counters",
+    ] {
+        let st = status(&ok, c);
+        assert!(
+            !st.is_empty() && st.iter().all(|s| s == "pass"),
+            "{c}: {st:?}\n{ok}"
+        );
+    }
+    assert_eq!(
+        status(&ok, "mtu").len(),
+        2,
+        "the netdev's MTUs, and the path MTU to the peer"
+    );
+    for c in ["pfc", "ecn"] {
+        assert_eq!(status(&ok, c), ["skip"], "{c}: rxe has none\n{ok}");
+    }
+    let rc = read(&out.join("b/rc.txt"));
+    assert!(rc.contains("doctor-ok rc=0"), "{rc}");
+    let text = read(&out.join("b/doctor-ok.txt"));
+    assert!(text.contains("tcpdump -i eth0 -nn udp port 4791"), "{text}");
+    // With UDP 4791 dropped on input.
+    let fw = json(&out.join("b/doctor-firewall.json"));
+    let firewall = fw["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "firewall")
+        .unwrap();
+    assert_eq!(
+        firewall["status"],
+        "fail",
+        "{fw}\n{}",
+        read(&out.join("b/nft.log"))
+    );
+    assert!(
+        firewall["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("nft delete rule inet rwtest input handle "),
+        "{firewall}"
+    );
+    assert_eq!(status(&fw, "probe"), ["fail"], "{fw}");
+    assert!(rc.contains("doctor-firewall rc=1"), "{rc}");
+}
+
 #[test]
 fn lab_the_agent_probes_on_schedule_and_a_rule_fires_on_probe_failures() {
     let Some(out) = probe_lab() else { return };

@@ -7,6 +7,9 @@
 //! - `config`: every file in `configs/` parses; bad files name the key path; env overrides.
 //! - `otlp`: the agent exports to a real VictoriaMetrics on loopback.
 //! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
+//! - `doctor`: `rocewatch doctor` on fixture trees (the soft-RoCE pair is in `lab`).
+//! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
+//!   and the Grafana dashboard are valid and name only metrics that exist.
 
 mod support;
 
@@ -15,6 +18,7 @@ mod collectd;
 mod config;
 mod demo;
 mod derived;
+mod doctor;
 mod ethtool;
 mod fixtures;
 mod lab;

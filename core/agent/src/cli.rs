@@ -200,6 +200,43 @@ pub enum Command {
     /// RoCE, PFC and ECN configuration of the RDMA ports.
     #[command(subcommand)]
     Qos(QosCommand),
+    /// Run the RoCE troubleshooting guide as checks: pass/warn/fail, evidence, the fix.
+    ///
+    /// Checks, in order: RDMA devices present; every port ACTIVE and LinkUp; the netdev of
+    /// each RoCE port, up, with an IP address; a RoCE v2 GID for that IP; RoCE mode (v2);
+    /// PFC on --priority and trust dscp; ECN on that priority (notification and reaction
+    /// point); one MTU on every RoCE netdev (and, with --peer, packets of that size reach
+    /// the peer unfragmented); nftables and iptables rule sets that drop UDP 4791 (read
+    /// with nft -j list ruleset and iptables-save, not guessed); irqbalance running or the
+    /// NIC's interrupts spread over CPUs; the same firmware on devices of one driver;
+    /// pause frames, drops, out_of_buffer, out-of-sequence and retransmission counters
+    /// not moving over --window; with --peer, a verbs probe (the peer runs
+    /// `rocewatch probe --serve` or the agent with [probes]); and which interface to
+    /// capture on with the tcpdump and ethtool offload commands to use and to restore.
+    /// A check that cannot be decided here says skip and why (a fixture tree is not the
+    /// live host's firewall; rxe has no PFC).
+    ///
+    /// Exit status: 0 nothing failed (warnings allowed), 1 a check failed, 2 on an error.
+    ///
+    /// Example: rocewatch doctor --peer 10.0.0.2
+    ///          rocewatch doctor --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --window 1s
+    #[command(verbatim_doc_comment)]
+    Doctor {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// A peer to probe over RDMA and to check the path MTU to.
+        #[arg(long, value_name = "IP")]
+        peer: Option<String>,
+        /// The priority RoCE traffic uses (PFC and ECN are expected on it).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
+        priority: u8,
+        /// How long the counters are watched.
+        #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DUR")]
+        window: Duration,
+        /// Print JSON: {"checks":[{"check","subject","status","evidence","fix"}]}.
+        #[arg(long)]
+        json: bool,
+    },
     /// The agent against a simulated fabric, with a live view of per-port rates.
     ///
     /// Generates a sysfs tree (two mlx5 RoCE ports, with their driver statistics) in a
@@ -261,6 +298,7 @@ impl Command {
                 | Command::Plugins { .. }
                 | Command::Rules { .. }
                 | Command::Qos(_)
+                | Command::Doctor { .. }
                 | Command::Probe {
                     args: ProbeArgs { serve: false, .. },
                     ..
@@ -420,6 +458,51 @@ pub async fn run(cli: Cli) -> Result<i32> {
         cli.log_level.as_deref().unwrap_or(default_level),
     );
     match cli.command {
+        Command::Doctor {
+            source,
+            peer,
+            priority,
+            window,
+            json,
+        } => {
+            let mut cfg = source.load()?;
+            // The probe needs the verbs plugin: the one configured, else the one next to
+            // the binary (its absence is the probe check's to report).
+            let probe_configured = cfg
+                .plugins
+                .external
+                .iter()
+                .any(|e| e.path.ends_with("librocewatch_probe_verbs.so"));
+            if peer.is_some() && !probe_configured {
+                if let Ok(path) = probe_plugin_path() {
+                    cfg.plugins.external.push(probe_plugin_config(
+                        path,
+                        Duration::from_secs(2),
+                        &None,
+                        18516,
+                        false,
+                        false,
+                        Duration::ZERO,
+                    ));
+                }
+            }
+            let agent = Agent::start(cfg).await;
+            let opts = crate::doctor::Options {
+                peer,
+                priority,
+                window,
+            };
+            let checks = crate::doctor::run(&agent, &opts).await;
+            if json {
+                print_json(&serde_json::json!({ "checks": checks }))?;
+            } else {
+                print!("{}", crate::doctor::text(&checks));
+            }
+            let failed = checks
+                .iter()
+                .any(|c| c.status == crate::doctor::Status::Fail);
+            Ok(if failed { 1 } else { 0 })
+        }
         Command::Qos(QosCommand::Show { source, json }) => {
             let cfg = source.load()?;
             let agent = Agent::start(cfg).await;

@@ -11,6 +11,7 @@
 //! - [`export`]: OTLP and stdout exporters.
 //! - [`qos`], [`qosapply`]: desired QoS state and plans; apply, rollback, snapshots,
 //!   audit, and the configuration as metrics.
+//! - [`doctor`]: the troubleshooting guide as checks.
 //! - [`show`]: human and JSON renderings for the command line.
 //! - [`demo`]: the simulated fabric behind `rocewatch demo`.
 //! - [`cli`]: the commands.
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod derive;
+pub mod doctor;
 pub mod export;
 pub mod prober;
 pub mod qos;

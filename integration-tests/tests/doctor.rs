@@ -1,0 +1,141 @@
+//! `rocewatch doctor` on fixture trees: what passes, what fails with which fix, what is
+//! skipped because a tree is not the live host. The live guest pair (firewall, probe,
+//! MTU to the peer) is in `lab.rs`.
+
+use serde_json::Value;
+
+use crate::support::*;
+
+fn doctor(case: &str, extra: &[&str]) -> (Option<i32>, Value) {
+    let root = fixture(case);
+    let mut args = vec![
+        "doctor",
+        "--json",
+        "--window",
+        "300ms",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = rocewatch(&args, &[]);
+    let v = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    (o.status.code(), v)
+}
+
+/// (check, subject) → (status, evidence, fix).
+fn find<'a>(v: &'a Value, check: &str, subject: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == check && c["subject"] == subject)
+        .unwrap_or_else(|| panic!("no {check} {subject} in {v}"))
+}
+
+#[test]
+fn doctor_on_the_mlx5_tree() {
+    let (code, v) = doctor("mlx5-roce-dual-port", &[]);
+    // mlx5_1 has ECN off on priority 3: a failure, exit 1.
+    assert_eq!(code, Some(1), "{v}");
+    for (check, subject) in [
+        ("devices", ""),
+        ("port", "mlx5_0/1"),
+        ("netdev", "mlx5_0/1"),
+        ("gid", "mlx5_0/1"),
+        ("roce-mode", "mlx5_0/1"),
+        ("ecn", "mlx5_0/1"),
+        ("mtu", ""),
+        ("firmware", "mlx5_core"),
+        ("counters", ""),
+    ] {
+        assert_eq!(
+            find(&v, check, subject)["status"],
+            "pass",
+            "{check} {subject}: {v}"
+        );
+    }
+    assert_eq!(
+        find(&v, "gid", "mlx5_0/1")["evidence"],
+        "RoCE v2 GID index 3 for 10.0.0.1"
+    );
+    let ecn = find(&v, "ecn", "mlx5_1/1");
+    assert_eq!(ecn["status"], "fail");
+    assert_eq!(
+        ecn["fix"],
+        "echo 1 > /sys/class/net/ens1f1np1/ecn/roce_np/enable/3; echo 1 > /sys/class/net/ens1f1np1/ecn/roce_rp/enable/3"
+    );
+    // mlx5_1's RoCE mode cannot be read until its configfs directory exists: a warning
+    // saying how.
+    let mode = find(&v, "roce-mode", "mlx5_1/1");
+    assert_eq!(mode["status"], "warn");
+    assert!(mode["fix"]
+        .as_str()
+        .unwrap()
+        .contains("mkdir /sys/kernel/config/rdma_cm/mlx5_1"));
+    // A tree is not the live host: its firewall and interrupts are not checked.
+    for c in ["firewall", "interrupts"] {
+        assert_eq!(find(&v, c, "")["status"], "skip", "{c}");
+    }
+    assert_eq!(find(&v, "probe", "")["status"], "skip");
+    let cap = find(&v, "capture", "ens1f0np0");
+    assert!(
+        cap["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("tcpdump -i ens1f0np0 -nn udp port 4791"),
+        "{cap}"
+    );
+    // The expected priority is an option: on priority 4 ECN fails on mlx5_0 too.
+    let (_, v4) = doctor("mlx5-roce-dual-port", &["--priority", "4"]);
+    assert_eq!(find(&v4, "ecn", "mlx5_0/1")["status"], "fail");
+}
+
+#[test]
+fn doctor_on_other_trees() {
+    // Soft-RoCE: RoCE checks pass, the mlx5 QoS knobs are unsupported (skipped).
+    let (code, v) = doctor("rxe-soft-roce", &[]);
+    assert_eq!(find(&v, "gid", "rxe0/1")["status"], "pass", "{v}");
+    assert_eq!(find(&v, "ecn", "rxe0/1")["status"], "skip");
+    assert!(find(&v, "ecn", "rxe0/1")["evidence"]
+        .as_str()
+        .unwrap()
+        .starts_with("unsupported"));
+    assert_eq!(find(&v, "mtu", "")["evidence"], "eth0 1500 (RoCE MTU 1024)");
+    assert_eq!(code, Some(0), "warnings only: {v}");
+    // A RoCE port whose netdev has no address: no IP, with the command.
+    let (code, v) = doctor("no-pma-restricted", &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        find(&v, "ip", "mlx5_4/1")["fix"],
+        "ip addr add ADDRESS/PREFIX dev ens3np0"
+    );
+    // InfiniBand: the RoCE checks do not apply.
+    let (_, v) = doctor("ib-hca", &[]);
+    let nd = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "netdev")
+        .unwrap();
+    assert_eq!(nd["status"], "info", "{v}");
+    // No devices: one failure with the fix, and the text form.
+    let (code, v) = doctor("no-devices", &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(v["checks"].as_array().unwrap().len(), 1);
+    let root = fixture("no-devices");
+    let o = rocewatch(&["doctor", "--sysfs-root", root.to_str().unwrap()], &[]);
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("FAIL  devices: no RDMA devices under "),
+        "{text}"
+    );
+    assert!(
+        text.contains("      fix: load the NIC's RDMA driver"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("0 passed, 0 warnings, 1 failed, 0 skipped\n"),
+        "{text}"
+    );
+}

@@ -24,6 +24,7 @@ mod fixtures;
 mod lab;
 mod otlp;
 mod otlp_resilience;
+mod packaging;
 mod plugins;
 mod probes;
 mod prometheus;

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Writes rocewatch-dashboard.json (Grafana 9+, Prometheus data source chosen at import).
+
+Run from this directory: python3 generate.py. The integration tests check that every
+metric the dashboard queries is one rocewatch exports (docs/METRICS.md)."""
+import json
+
+DS = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+SEL = 'instance=~"$instance"'
+
+panels = []
+
+
+def panel(title, exprs, unit="short", kind="timeseries", w=12, h=8, desc=""):
+    n = len(panels)
+    panels.append({
+        "id": n + 1,
+        "type": kind,
+        "title": title,
+        "description": desc,
+        "datasource": DS,
+        "gridPos": {"x": (n % 2) * 12 if w == 12 else 0, "y": (n // 2) * h, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "table", "placement": "bottom", "calcs": ["max", "lastNotNull"]}} if kind == "timeseries" else {},
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": DS, "expr": e, "legendFormat": lf}
+            for i, (e, lf) in enumerate(exprs)
+        ],
+    })
+
+
+panel("Ports up", [(f"rdma_port_up_ratio{{{SEL}}}", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
+      unit="bool_yes_no", kind="stat", desc="1 when the port is ACTIVE and LinkUp.")
+panel("Port throughput", [(f"rdma_port_throughput_bytes_per_second{{{SEL}}} * 8", "{{instance}} {{rdma_device}}/{{rdma_port}} {{network_io_direction}}")],
+      unit="bps")
+panel("PFC pause ratio per priority", [(f"rdma_pfc_pause_ratio{{{SEL}}}", "{{instance}} {{network_interface_name}} prio {{rdma_priority}} {{network_io_direction}}")],
+      unit="percentunit", desc="Fraction of time paused; above 0.2 for a minute is a pause storm (RdmaPfcPauseStorm).")
+panel("PFC pause frames", [(f"rate(rdma_pfc_pause_frames_total{{{SEL}}}[$__rate_interval])", "{{instance}} {{network_interface_name}} prio {{rdma_priority}} {{network_io_direction}}")],
+      unit="pps")
+panel("CNPs (congestion notifications)", [
+    (f"rate(rdma_port_cnp_handled_total{{{SEL}}}[$__rate_interval])", "handled {{instance}} {{rdma_device}}/{{rdma_port}}"),
+    (f"rate(rdma_port_cnp_sent_total{{{SEL}}}[$__rate_interval])", "sent {{instance}} {{rdma_device}}/{{rdma_port}}"),
+], unit="pps")
+panel("ECN-marked packets", [(f"rate(rdma_port_ecn_marked_packets_total{{{SEL}}}[$__rate_interval])", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
+      unit="pps")
+panel("Errors per second", [(f"rdma_port_error_rate{{{SEL}}}", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
+      unit="short")
+panel("Drops and retransmissions", [
+    (f"rate(rdma_port_out_of_buffer_total{{{SEL}}}[$__rate_interval])", "out_of_buffer {{instance}} {{rdma_device}}/{{rdma_port}}"),
+    (f"rate(rdma_port_out_of_sequence_total{{{SEL}}}[$__rate_interval])", "out_of_sequence {{instance}} {{rdma_device}}/{{rdma_port}}"),
+    (f"rate(rdma_port_local_ack_timeouts_total{{{SEL}}}[$__rate_interval])", "ack timeouts {{instance}} {{rdma_device}}/{{rdma_port}}"),
+], unit="pps")
+panel("Probe RTT (p50, p99)", [
+    (f"histogram_quantile(0.5, sum by (le, instance, rdma_probe_peer) (rate(rdma_probe_rtt_seconds_bucket{{{SEL}}}[$__rate_interval])))", "p50 {{instance}} -> {{rdma_probe_peer}}"),
+    (f"histogram_quantile(0.99, sum by (le, instance, rdma_probe_peer) (rate(rdma_probe_rtt_seconds_bucket{{{SEL}}}[$__rate_interval])))", "p99 {{instance}} -> {{rdma_probe_peer}}"),
+], unit="s")
+panel("Probe loss", [(f"1 - rate(rdma_probe_received_total{{{SEL}}}[$__rate_interval]) / rate(rdma_probe_sent_total{{{SEL}}}[$__rate_interval])", "{{instance}} -> {{rdma_probe_peer}}")],
+      unit="percentunit")
+panel("QoS settings differing from the desired state", [(f"rdma_qos_drift{{{SEL}}} == 1", "{{instance}} {{rdma_device}}/{{rdma_port}} {{rdma_qos_setting}}")],
+      kind="table", desc="rocewatch qos plan on the host shows the difference.")
+panel("Hosts per configuration fingerprint", [("count by (rdma_qos_fingerprint) (rdma_qos_fingerprint)", "{{rdma_qos_fingerprint}}")],
+      kind="bargauge", desc="One bar per distinct configuration (settings, drivers, firmware); more than one bar: hosts differ (RdmaConfigDiffersFromMajority).")
+panel("Agent: plugin errors and exporter drops", [
+    (f"rate(rocewatch_plugin_errors_total{{{SEL}}}[$__rate_interval])", "plugin {{plugin}} {{reason}} {{instance}}"),
+    (f"rate(rocewatch_exporter_dropped_total{{{SEL}}}[$__rate_interval])", "dropped {{exporter}} {{instance}}"),
+])
+panel("Agent: remediation decisions", [(f"increase(rocewatch_remediation_decisions_total{{{SEL}}}[$__range])", "{{action}} {{decision}} {{instance}}")],
+      kind="table")
+
+dashboard = {
+    "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}],
+    "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "9.0.0"}],
+    "uid": "rocewatch-rdma",
+    "title": "rocewatch: RDMA / RoCE v2",
+    "tags": ["rdma", "roce", "rocewatch"],
+    "timezone": "browser",
+    "schemaVersion": 39,
+    "version": 1,
+    "refresh": "30s",
+    "time": {"from": "now-1h", "to": "now"},
+    "templating": {"list": [{
+        "name": "instance", "label": "Host", "type": "query", "datasource": DS,
+        "query": {"query": "label_values(rdma_port_up_ratio, instance)", "refId": "instance"},
+        "definition": "label_values(rdma_port_up_ratio, instance)",
+        "multi": True, "includeAll": True, "allValue": ".*", "refresh": 2,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+    }]},
+    "annotations": {"list": []},
+    "panels": panels,
+}
+
+with open("rocewatch-dashboard.json", "w") as f:
+    json.dump(dashboard, f, indent=2)
+    f.write("\n")

@@ -124,6 +124,14 @@ impl Agent {
         crate::qosapply::observe(&crate::qosapply::config_plugins(self), &self.metrics).await
     }
 
+    /// The loaded probe plugin, if any.
+    pub fn probe_plugin(&self) -> Option<Entry> {
+        self.registry
+            .of_kind(PluginKind::Probe)
+            .find(|e| e.instance.is_some())
+            .cloned()
+    }
+
     /// The inventory of the last discovery.
     pub fn inventory(&self) -> Inventory {
         self.inventory

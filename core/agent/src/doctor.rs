@@ -1053,12 +1053,7 @@ fn port_check(subject: &str, p: &Port) -> Check {
 }
 
 async fn probe_check(agent: &Arc<Agent>, peer: &str) -> Check {
-    let Some(entry) = agent
-        .registry
-        .of_kind(rocewatch_plugin_api::PluginKind::Probe)
-        .find(|e| e.instance.is_some())
-        .cloned()
-    else {
+    let Some(entry) = agent.probe_plugin() else {
         return check(
             "probe",
             peer,

@@ -413,12 +413,7 @@ pub async fn probe_batch(
 
 /// Probe every peer once per (effective) interval until `shutdown` turns true.
 pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Receiver<bool>) {
-    let Some(entry) = agent
-        .registry
-        .of_kind(rocewatch_plugin_api::PluginKind::Probe)
-        .find(|e| e.instance.is_some())
-        .cloned()
-    else {
+    let Some(entry) = agent.probe_plugin() else {
         tracing::error!("probes: the probe-verbs plugin is not loaded; no probes will run");
         return;
     };

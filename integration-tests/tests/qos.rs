@@ -738,7 +738,7 @@ fn prometheus_rules_find_the_host_that_differs_from_the_majority() {
         .output()
         .unwrap();
     assert!(
-        stdout(&o).contains("SUCCESS: 2 rules found"),
+        stdout(&o).contains("SUCCESS: 8 rules found"),
         "{}",
         stdout(&o)
     );

@@ -326,6 +326,11 @@ pub fn plan(cfg: &QosConfig, observed: &[QosState]) -> Plan {
     p
 }
 
+/// `mlx5_0/1 (ens1f0np0)`: how every QoS text names a port.
+pub fn port_label(device: &str, port: u32, netdev: Option<&str>) -> String {
+    format!("{device}/{port} ({})", netdev.unwrap_or("no netdev"))
+}
+
 /// The plan as text: one line per difference, then what could not be compared.
 pub fn plan_text(p: &Plan) -> String {
     use std::fmt::Write;
@@ -333,10 +338,8 @@ pub fn plan_text(p: &Plan) -> String {
     for c in &p.changes {
         let _ = writeln!(
             s,
-            "change  {}/{} ({})  {}: {} -> {}",
-            c.device,
-            c.port,
-            c.netdev.as_deref().unwrap_or("no netdev"),
+            "change  {}  {}: {} -> {}",
+            port_label(&c.device, c.port, c.netdev.as_deref()),
             c.setting,
             c.from,
             c.to
@@ -358,11 +361,9 @@ pub fn plan_text(p: &Plan) -> String {
 /// "cannot  mlx5_0/1 (ens1f0np0)  pfc_enabled -> 3: why", the word padded to `width`.
 pub fn blocked_line(b: &Blocked, width: usize) -> String {
     format!(
-        "{:<width$}{}/{} ({})  {} -> {}: {}",
+        "{:<width$}{}  {} -> {}: {}",
         "cannot",
-        b.device,
-        b.port,
-        b.netdev.as_deref().unwrap_or("no netdev"),
+        port_label(&b.device, b.port, b.netdev.as_deref()),
         b.setting,
         b.to,
         b.reason

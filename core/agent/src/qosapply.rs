@@ -189,11 +189,9 @@ pub fn report_text(r: &Report) -> String {
     for st in &r.steps {
         let _ = writeln!(
             s,
-            "{:<11} {}/{} ({})  {}: {} -> {}  {}",
+            "{:<11} {}  {}: {} -> {}  {}",
             st.outcome,
-            st.device,
-            st.port,
-            st.netdev.as_deref().unwrap_or("no netdev"),
+            crate::qos::port_label(&st.device, st.port, st.netdev.as_deref()),
             st.setting,
             st.from,
             st.to,

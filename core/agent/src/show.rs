@@ -180,10 +180,8 @@ pub fn qos_text(states: &[rocewatch_plugin_api::QosState]) -> String {
     for st in states {
         let _ = writeln!(
             s,
-            "{}/{} ({})",
-            st.device,
-            st.port,
-            st.netdev.as_deref().unwrap_or("no netdev")
+            "{}",
+            crate::qos::port_label(&st.device, st.port, st.netdev.as_deref())
         );
         let width = st.settings.keys().map(String::len).max().unwrap_or(0);
         for (k, v) in &st.settings {

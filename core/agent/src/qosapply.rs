@@ -293,6 +293,46 @@ impl Applier {
         }
     }
 
+    /// A dry run of one change, audited as such: what the plugin would do, or why it
+    /// could not.
+    async fn audited_dry_run(
+        &self,
+        qc: &QosChange,
+        c: &SnapChange,
+        origin: &str,
+        action: &str,
+        from_text: &str,
+    ) -> Result<String, String> {
+        let r = self.apply_one(qc, true).await.map(|o| o.message);
+        let msg = match &r {
+            Ok(m) | Err(m) => m,
+        };
+        let detail = format!("{from_text} -> {}: {msg}", qc.to);
+        self.audit("dry_run", origin, action, c, detail, None, None);
+        r
+    }
+
+    /// One change made: audited before (flushed to disk) and with its result.
+    async fn audited_change(
+        &self,
+        qc: &QosChange,
+        c: &SnapChange,
+        origin: &str,
+        action: &str,
+        from_text: &str,
+    ) -> Result<ApplyOutcome, String> {
+        let t0 = Instant::now();
+        let detail = format!("{from_text} -> {}", qc.to);
+        self.audit("executing", origin, action, c, detail, None, None);
+        let r = self.apply_one(qc, false).await;
+        let (outcome, msg) = match &r {
+            Ok(o) => ("ok", o.message.clone()),
+            Err(e) => ("error", e.clone()),
+        };
+        self.audit("result", origin, action, c, msg, Some(outcome), Some(t0));
+        r
+    }
+
     /// Apply `changes` (a plan's). `origin` names who asked (`qos apply`, a rule).
     pub async fn apply(
         &self,
@@ -357,36 +397,23 @@ impl Applier {
                 message,
             };
             if dry_run {
-                let (outcome, msg) = match self.apply_one(&qc, true).await {
-                    Ok(o) => ("would", o.message),
+                let step = match self
+                    .audited_dry_run(&qc, &c, origin, "qos_apply", &from_text)
+                    .await
+                {
+                    Ok(msg) => step("would", msg),
                     Err(e) => {
                         report.failed = true;
-                        ("failed", e)
+                        step("failed", e)
                     }
                 };
-                self.audit(
-                    "dry_run",
-                    origin,
-                    "qos_apply",
-                    &c,
-                    format!("{from_text} -> {}: {msg}", c.to),
-                    None,
-                    None,
-                );
-                report.steps.push(step(outcome, msg));
+                report.steps.push(step);
                 continue;
             }
-            let t0 = Instant::now();
-            self.audit(
-                "executing",
-                origin,
-                "qos_apply",
-                &c,
-                format!("{from_text} -> {}", c.to),
-                None,
-                None,
-            );
-            match self.apply_one(&qc, false).await {
+            match self
+                .audited_change(&qc, &c, origin, "qos_apply", &from_text)
+                .await
+            {
                 Ok(o) => {
                     snap.changes[i].done = true;
                     if o.previous.is_some() {
@@ -395,15 +422,6 @@ impl Applier {
                     if let Err(e) = snap.write(&path) {
                         tracing::error!("cannot update the snapshot {}: {e}", path.display());
                     }
-                    self.audit(
-                        "result",
-                        origin,
-                        "qos_apply",
-                        &snap.changes[i],
-                        o.message.clone(),
-                        Some("ok"),
-                        Some(t0),
-                    );
                     let mut st = step("done", o.message);
                     if let Some(p) = o.previous {
                         st.from = p;
@@ -411,15 +429,6 @@ impl Applier {
                     report.steps.push(st);
                 }
                 Err(e) => {
-                    self.audit(
-                        "result",
-                        origin,
-                        "qos_apply",
-                        &c,
-                        e.clone(),
-                        Some("error"),
-                        Some(t0),
-                    );
                     report.steps.push(step("failed", e));
                     report.failed = true;
                     self.undo(&mut snap, i, origin, &mut report).await;
@@ -470,43 +479,16 @@ impl Applier {
                 from: Some(c.to.clone()),
                 to: from.clone(),
             };
-            let t0 = Instant::now();
             let origin = format!("{origin} (undo after a failure)");
-            self.audit(
-                "executing",
-                &origin,
-                "qos_apply",
-                &c,
-                format!("{} -> {from}", c.to),
-                None,
-                None,
-            );
-            match self.apply_one(&qc, false).await {
+            match self
+                .audited_change(&qc, &c, &origin, "qos_apply", &c.to)
+                .await
+            {
                 Ok(o) => {
                     snap.changes[j].done = false;
-                    self.audit(
-                        "result",
-                        &origin,
-                        "qos_apply",
-                        &c,
-                        o.message.clone(),
-                        Some("ok"),
-                        Some(t0),
-                    );
                     r.steps.push(step("undone", o.message));
                 }
-                Err(e) => {
-                    self.audit(
-                        "result",
-                        &origin,
-                        "qos_apply",
-                        &c,
-                        e.clone(),
-                        Some("error"),
-                        Some(t0),
-                    );
-                    r.steps.push(step("undo_failed", e));
-                }
+                Err(e) => r.steps.push(step("undo_failed", e)),
             }
         }
     }
@@ -584,60 +566,19 @@ impl Applier {
                 from: cur.clone(),
                 to: from.clone(),
             };
-            let origin = "qos rollback";
-            if dry_run {
-                let (outcome, msg) = match self.apply_one(&qc, true).await {
-                    Ok(o) => ("would", o.message),
-                    Err(e) => {
-                        r.failed = true;
-                        ("failed", e)
-                    }
-                };
-                self.audit(
-                    "dry_run",
-                    origin,
-                    "qos_rollback",
-                    c,
-                    format!("{current_text} -> {from}: {msg}"),
-                    None,
-                    None,
-                );
-                r.steps.push(step(outcome, msg));
-                continue;
-            }
-            let t0 = Instant::now();
-            self.audit(
-                "executing",
-                origin,
-                "qos_rollback",
-                c,
-                format!("{current_text} -> {from}"),
-                None,
-                None,
-            );
-            match self.apply_one(&qc, false).await {
-                Ok(o) => {
-                    self.audit(
-                        "result",
-                        origin,
-                        "qos_rollback",
-                        c,
-                        o.message.clone(),
-                        Some("ok"),
-                        Some(t0),
-                    );
-                    r.steps.push(step("done", o.message));
-                }
+            let (origin, action) = ("qos rollback", "qos_rollback");
+            let done = if dry_run {
+                self.audited_dry_run(&qc, c, origin, action, &current_text)
+                    .await
+                    .map(|msg| ("would", msg))
+            } else {
+                self.audited_change(&qc, c, origin, action, &current_text)
+                    .await
+                    .map(|o| ("done", o.message))
+            };
+            match done {
+                Ok((outcome, msg)) => r.steps.push(step(outcome, msg)),
                 Err(e) => {
-                    self.audit(
-                        "result",
-                        origin,
-                        "qos_rollback",
-                        c,
-                        e.clone(),
-                        Some("error"),
-                        Some(t0),
-                    );
                     r.failed = true;
                     r.steps.push(step("failed", e));
                 }

@@ -135,15 +135,8 @@ fn scheduled_probes_histograms_causes_and_limits() {
     );
     assert_eq!(v("rdma_probe_interval_seconds"), 0.5);
     assert!(text.contains("# TYPE rdma_probe_rtt_seconds histogram"));
-    if let Some(prom) = require(
-        "prometheus (for promtool)",
-        receiver(
-            "ROCEWATCH_PROMETHEUS",
-            ".cache/prometheus/usr/bin/prometheus",
-            "prometheus",
-        ),
-    ) {
-        promtool_check(&prom.with_file_name("promtool"), &text);
+    if let Some(promtool) = crate::prometheus::promtool() {
+        promtool_check(&promtool, &text);
     }
 
     // OTLP: the final export carries the histogram with the configured (default) bounds.

@@ -34,6 +34,20 @@ pub(crate) fn wait_ready(url: &str) {
     panic!("{url} did not answer");
 }
 
+/// promtool, beside the prometheus binary the tests use (`None`: skipped knowingly, see
+/// [`require`]).
+pub(crate) fn promtool() -> Option<std::path::PathBuf> {
+    require(
+        "prometheus (for promtool)",
+        receiver(
+            "ROCEWATCH_PROMETHEUS",
+            ".cache/prometheus/usr/bin/prometheus",
+            "prometheus",
+        ),
+    )
+    .map(|p| p.with_file_name("promtool"))
+}
+
 pub(crate) fn promtool_check(promtool: &std::path::Path, body: &str) {
     use std::io::Write;
     let mut c = Command::new(promtool)

@@ -462,17 +462,11 @@ fn irq_checks(netdevs: &[String]) -> Vec<Check> {
     let table = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
     let mut out = Vec::new();
     for nd in netdevs {
-        let irqs: Vec<String> = table
-            .lines()
-            .filter(|l| {
-                l.split_whitespace().last().is_some_and(|n| {
-                    n.starts_with(nd.as_str())
-                        || n.contains(&format!("@{nd}"))
-                        || n.contains("mlx5_comp")
-                })
-            })
-            .filter_map(|l| l.split(':').next().map(|s| s.trim().to_string()))
-            .collect();
+        // The netdev's PCI function (mlx5 names its queues' interrupts after it).
+        let pci = std::fs::read_link(format!("/sys/class/net/{nd}/device"))
+            .ok()
+            .and_then(|l| l.file_name().map(|f| f.to_string_lossy().into_owned()));
+        let irqs = nic_irqs(&table, nd, pci.as_deref());
         if irqs.is_empty() {
             out.push(check(
                 "interrupts",
@@ -522,6 +516,26 @@ fn irq_checks(netdevs: &[String]) -> Vec<Check> {
         }
     }
     out
+}
+
+/// The interrupts of `/proc/interrupts` that belong to a netdev: named after it
+/// (`ens1f0np0-TxRx-3`, `eth0-rx-0`) or after its PCI function
+/// (`mlx5_comp3@pci:0000:3b:00.0`).
+pub fn nic_irqs(table: &str, netdev: &str, pci: Option<&str>) -> Vec<String> {
+    table
+        .lines()
+        .filter(|l| {
+            l.split_whitespace().last().is_some_and(|n| {
+                n == netdev
+                    || n.starts_with(&format!("{netdev}-"))
+                    || pci.is_some_and(|p| n.ends_with(&format!("@pci:{p}")) || n.contains(p))
+            })
+        })
+        .filter_map(|l| {
+            let irq = l.split(':').next()?.trim();
+            irq.parse::<u32>().ok().map(|_| irq.to_string())
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1182,6 +1196,37 @@ mod tests {
         assert_eq!(b[0].fix, "iptables -I INPUT -p udp --dport 4791 -j ACCEPT");
         let open = "*filter\n:INPUT DROP [0:0]\n-A INPUT -p udp --dport 4791 -j ACCEPT\nCOMMIT\n";
         assert!(iptables_blocking(open, 4791, "iptables").is_empty());
+    }
+
+    #[test]
+    fn interrupts_are_matched_by_netdev_name_or_pci_function() {
+        let table = "            CPU0       CPU1
+  24:          0        120  PCI-MSIX-0000:3b:00.0   1-edge      mlx5_comp0@pci:0000:3b:00.0
+  25:        300          0  PCI-MSIX-0000:3b:00.0   2-edge      mlx5_comp1@pci:0000:3b:00.0
+  26:          5          0  PCI-MSIX-0000:3b:00.1   1-edge      mlx5_comp0@pci:0000:3b:00.1
+  40:          1          1  PCI-MSIX-0000:5e:00.0   3-edge      ens5f0-TxRx-0
+  41:          1          1  PCI-MSIX-0000:5e:00.0   4-edge      ens5f01-TxRx-0
+ NMI:          0          0   Non-maskable interrupts
+";
+        assert_eq!(
+            nic_irqs(table, "ens1f0np0", Some("0000:3b:00.0")),
+            ["24", "25"]
+        );
+        assert_eq!(nic_irqs(table, "ens5f0", None), ["40"]);
+        assert!(nic_irqs(table, "eth9", None).is_empty());
+    }
+
+    /// A name that is not in the catalog would never match: every trouble counter is one
+    /// rocewatch emits.
+    #[test]
+    fn trouble_counters_are_catalogued() {
+        for n in TROUBLE {
+            assert!(
+                rocewatch_metrics::all_entries()
+                    .any(|e| e.name == *n && e.kind == rocewatch_plugin_api::MetricKind::Counter),
+                "{n}"
+            );
+        }
     }
 
     #[test]

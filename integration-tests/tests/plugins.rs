@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use rocewatch::agent::Agent;
 use rocewatch::config::{Config, ExternalPluginConfig};
-use rocewatch::registry::{Instance, State, Status};
-use rocewatch::runner;
+use rocewatch::host::call;
+use rocewatch::host::registry::{Instance, State, Status};
+use rocewatch::pipeline::Agent;
 use rocewatch_plugin_api::*;
 
 use crate::support::*;
@@ -57,7 +57,7 @@ fn example_plugin_collects_and_remediates() {
         let col = status(&st, "example", Some(PluginKind::Collector));
         assert_eq!(col.abi, "1.1");
         assert!(
-            matches!(col.origin, rocewatch::registry::Origin::File(ref p) if p == &a.example_so)
+            matches!(col.origin, rocewatch::host::registry::Origin::File(ref p) if p == &a.example_so)
         );
         let (r1, f1) = agent.collect_all().await;
         let (r2, _) = agent.collect_all().await;
@@ -89,7 +89,7 @@ fn example_plugin_collects_and_remediates() {
             samples: r2.samples[..1].to_vec(),
             dry_run: true,
         };
-        let outcome = runner::call(
+        let outcome = call::call(
             rem,
             Duration::from_secs(5),
             &agent.metrics,

@@ -16,21 +16,17 @@
 //! - [`demo`]: the simulated fabric behind `rocewatch demo`.
 //! - [`cli`]: the commands.
 
-pub mod agent;
 pub mod alertmanager;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod derive;
 pub mod doctor;
 pub mod export;
-pub mod prober;
+pub mod host;
+pub mod pipeline;
+pub mod probes;
 pub mod qos;
-pub mod qosapply;
-pub mod registry;
 pub mod remediation;
 pub mod rules;
-pub mod runner;
 pub mod selfmetrics;
-pub mod show;
 pub mod store;

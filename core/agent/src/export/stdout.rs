@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use crate::agent::Collection;
+use crate::pipeline::Collection;
 
 /// The JSON document of one collection.
 pub fn collection_json(c: &Collection) -> serde_json::Value {

@@ -11,6 +11,8 @@
 //!
 //! Entries apply in order; a later one overrides an earlier one's value for a setting.
 
+pub mod apply;
+
 use std::collections::BTreeMap;
 
 use globset::Glob;

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use rocewatch_plugin_api::{Inventory, Sample};
 
-use crate::registry::Status;
+use crate::host::registry::Status;
 
 /// `rocewatch discover --json`.
 pub fn inventory_json(inv: &Inventory) -> serde_json::Value {

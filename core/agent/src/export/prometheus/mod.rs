@@ -380,10 +380,10 @@ pub async fn serve(listener: TcpListener, state: Exposition, mut shutdown: watch
 }
 
 /// Bind `addr`; the error names the address.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, super::ExportError> {
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::export::ExportError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| super::ExportError::Listen {
+        .map_err(|e| crate::export::ExportError::Listen {
             addr: addr.to_string(),
             message: e.to_string(),
         })

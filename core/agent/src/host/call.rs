@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rocewatch_plugin_api::{PluginContext, PluginError};
 use rocewatch_plugin_sdk::ffi::panic_message;
 
-use crate::registry::{Entry, Instance, State};
+use crate::host::registry::{Entry, Instance, State};
 use crate::selfmetrics::SelfMetrics;
 
 /// Why a plugin call did not give a result.
@@ -128,7 +128,7 @@ where
 
 /// Start every loaded plugin with its context. Failures are recorded, never fatal.
 pub async fn start_all(
-    reg: &crate::registry::Registry,
+    reg: &crate::host::registry::Registry,
     base: &PluginContext,
     cfg: &crate::config::Config,
     metrics: &SelfMetrics,
@@ -145,12 +145,12 @@ pub async fn start_all(
 
 /// Stop every plugin that is not stuck in a call.
 pub async fn stop_all(
-    reg: &crate::registry::Registry,
+    reg: &crate::host::registry::Registry,
     cfg: &crate::config::Config,
     metrics: &SelfMetrics,
 ) {
     for e in reg.entries.iter().filter(|e| e.instance.is_some()) {
-        if crate::registry::is_busy(e) {
+        if crate::host::registry::is_busy(e) {
             continue;
         }
         let _ = call(e, e.timeout(cfg), metrics, |i| {

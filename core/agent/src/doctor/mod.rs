@@ -16,7 +16,7 @@ use std::time::Duration;
 use rocewatch_plugin_api::{Inventory, Port, QosState, Setting};
 use serde::Serialize;
 
-use crate::agent::Agent;
+use crate::pipeline::Agent;
 
 /// The RoCE v2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
@@ -1081,7 +1081,7 @@ async fn probe_check(agent: &Arc<Agent>, peer: &str) -> Check {
         size: 64,
         timeout_ms: 2000,
     };
-    match crate::prober::probe_once(&entry, target, &agent.metrics).await {
+    match crate::probes::probe_once(&entry, target, &agent.metrics).await {
         Ok(r) => match r.outcome {
             rocewatch_plugin_api::ProbeOutcome::Ok { rtt_seconds } => check(
                 "probe",

@@ -159,7 +159,7 @@ pub fn validate(
         if rules[..i].iter().any(|o| o.name == r.name) {
             return Err((i, format!("name: {:?} is used by another rule", r.name)));
         }
-        if r.metric == crate::prober::RTT {
+        if r.metric == crate::probes::RTT {
             return Err((
                 i,
                 format!(

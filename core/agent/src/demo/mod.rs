@@ -425,7 +425,7 @@ pub fn default_rules() -> Result<Vec<crate::rules::RuleConfig>, config::ConfigEr
     }
     let r: Rules = config::Config::builder()
         .add_source(config::File::from_str(
-            include_str!("../../../configs/rules.toml"),
+            include_str!("../../../../configs/rules.toml"),
             config::FileFormat::Toml,
         ))
         .build()?

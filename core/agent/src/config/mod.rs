@@ -91,7 +91,7 @@ pub struct Config {
     pub alertmanager: Option<crate::alertmanager::AlertmanagerConfig>,
     /// Scheduled verbs probes (`[probes]`), off unless present.
     #[serde(default)]
-    pub probes: Option<crate::prober::ProbesConfig>,
+    pub probes: Option<crate::probes::ProbesConfig>,
     /// The desired RoCE/PFC/ECN state (`[[qos.desired]]`), for `rocewatch qos plan`.
     #[serde(default)]
     pub qos: crate::qos::QosConfig,
@@ -527,12 +527,12 @@ impl Config {
             }
         }
         for (name_, p) in &self.plugins.builtin {
-            if !crate::registry::builtin_names().contains(&name_.as_str()) {
+            if !crate::host::registry::builtin_names().contains(&name_.as_str()) {
                 return Err(invalid(
                     &format!("plugins.builtin.{name_}"),
                     format!(
                         "no built-in plugin named {name_:?}; built-ins are {}",
-                        crate::registry::builtin_names().join(", ")
+                        crate::host::registry::builtin_names().join(", ")
                     ),
                 ));
             }

@@ -301,9 +301,9 @@ pub struct Dispatcher {
     state: Mutex<Limits>,
     http: reqwest::Client,
     /// Loaded remediation plugins, by name.
-    plugins: Vec<crate::registry::Entry>,
+    plugins: Vec<crate::host::registry::Entry>,
     /// What `qos_apply` actions apply through.
-    qos: std::sync::OnceLock<Arc<crate::qosapply::Applier>>,
+    qos: std::sync::OnceLock<Arc<crate::qos::apply::Applier>>,
 }
 
 #[derive(Default)]
@@ -318,7 +318,7 @@ impl Dispatcher {
     pub fn new(
         cfg: RemediationConfig,
         metrics: Arc<SelfMetrics>,
-        plugins: Vec<crate::registry::Entry>,
+        plugins: Vec<crate::host::registry::Entry>,
     ) -> Arc<Self> {
         Arc::new(Dispatcher {
             audit: Arc::new(AuditLog::new(cfg.audit_log.clone())),
@@ -333,7 +333,7 @@ impl Dispatcher {
     }
 
     /// Give `qos_apply` actions the agent's configuration plugins.
-    pub fn set_qos(&self, applier: Arc<crate::qosapply::Applier>) {
+    pub fn set_qos(&self, applier: Arc<crate::qos::apply::Applier>) {
         let _ = self.qos.set(applier);
     }
 
@@ -568,12 +568,17 @@ impl Dispatcher {
                 // call returns.
                 let runner_timeout = action.timeout + Duration::from_secs(1);
                 let out =
-                    crate::runner::call(entry, runner_timeout, &self.metrics, move |i| match i {
-                        crate::registry::Instance::Remediation(r) => r.remediate(&req),
-                        _ => Err(rocewatch_plugin_api::PluginError::failed(
-                            "not a remediation plugin",
-                        )),
-                    })
+                    crate::host::call::call(
+                        entry,
+                        runner_timeout,
+                        &self.metrics,
+                        move |i| match i {
+                            crate::host::registry::Instance::Remediation(r) => r.remediate(&req),
+                            _ => Err(rocewatch_plugin_api::PluginError::failed(
+                                "not a remediation plugin",
+                            )),
+                        },
+                    )
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(out.message)

@@ -36,8 +36,8 @@ use opentelemetry_sdk::Resource;
 use prost::Message;
 use rocewatch_plugin_api::{MetricKind, Sample, Value};
 
-use super::ExportError;
 use crate::config::{Compression, OtlpConfig, OtlpProtocol};
+use crate::export::ExportError;
 use crate::selfmetrics::SelfMetrics;
 use crate::store::Store;
 

@@ -27,7 +27,7 @@ use rocewatch_plugin_api::{
     Attributes, MetricKind, NicTimestamps, ProbeOutcome, ProbeResult, ProbeTarget, Sample, Value,
 };
 
-use crate::agent::Agent;
+use crate::pipeline::Agent;
 use crate::store::Store;
 
 /// The name probe series are stored under.
@@ -382,28 +382,28 @@ fn call_limit(targets: usize, timeout: Duration) -> Duration {
 
 /// One probe through the probe plugin `entry`, on the runner.
 pub async fn probe_once(
-    entry: &crate::registry::Entry,
+    entry: &crate::host::registry::Entry,
     target: ProbeTarget,
     metrics: &crate::selfmetrics::SelfMetrics,
-) -> Result<ProbeResult, crate::runner::CallError> {
+) -> Result<ProbeResult, crate::host::call::CallError> {
     let mut r = probe_batch(entry, vec![target], metrics).await?;
     Ok(r.remove(0))
 }
 
 /// Every target at once through the probe plugin `entry` (`probe_many`), on the runner.
 pub async fn probe_batch(
-    entry: &crate::registry::Entry,
+    entry: &crate::host::registry::Entry,
     targets: Vec<ProbeTarget>,
     metrics: &crate::selfmetrics::SelfMetrics,
-) -> Result<Vec<ProbeResult>, crate::runner::CallError> {
+) -> Result<Vec<ProbeResult>, crate::host::call::CallError> {
     let timeout = targets
         .iter()
         .map(|t| Duration::from_millis(t.timeout_ms))
         .max()
         .unwrap_or_default();
     let limit = call_limit(targets.len(), timeout);
-    crate::runner::call(entry, limit, metrics, move |i| match i {
-        crate::registry::Instance::Probe(p) => p.probe_many(&targets),
+    crate::host::call::call(entry, limit, metrics, move |i| match i {
+        crate::host::registry::Instance::Probe(p) => p.probe_many(&targets),
         _ => Err(rocewatch_plugin_api::PluginError::failed(
             "not a probe plugin",
         )),

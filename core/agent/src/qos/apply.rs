@@ -25,11 +25,11 @@ use rocewatch_plugin_api::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::agent::Agent;
+use crate::host::call::{self, CallError};
+use crate::host::registry::{Entry, Instance};
+use crate::pipeline::Agent;
 use crate::qos::{normalize, Change, QosConfig};
-use crate::registry::{Entry, Instance};
 use crate::remediation::{AuditLog, AuditRecord, Event};
-use crate::runner::{self, CallError};
 use crate::selfmetrics::SelfMetrics;
 
 /// The configuration plugins, each with its call timeout.
@@ -45,7 +45,7 @@ pub async fn observe(
     let mut last_err = None;
     let mut any_ok = false;
     for (e, timeout) in plugins {
-        match runner::call(e, *timeout, metrics, |i| match i {
+        match call::call(e, *timeout, metrics, |i| match i {
             Instance::Configuration(c) => c.observe(),
             _ => Ok(Vec::new()),
         })
@@ -241,7 +241,7 @@ impl Applier {
         let mut last = format!("no configuration plugin can set {}", qc.setting);
         for (e, timeout) in &self.plugins {
             let c = qc.clone();
-            match runner::call(e, *timeout, &self.metrics, move |i| match i {
+            match call::call(e, *timeout, &self.metrics, move |i| match i {
                 Instance::Configuration(p) => p.apply(&c, dry_run),
                 _ => Err(rocewatch_plugin_api::PluginError::Unsupported(
                     "not a configuration plugin".into(),

@@ -23,8 +23,8 @@ use rocewatch_plugin_api::{MetricKind, Sample, Value};
 use sha2::Sha256;
 use tokio::sync::broadcast;
 
-use crate::agent::Collection;
 use crate::config::{CollectdConfig, SecurityLevel};
+use crate::pipeline::Collection;
 use crate::selfmetrics::SelfMetrics;
 
 const PART_HOST: u16 = 0x0000;

@@ -1,5 +1,7 @@
 //! The command line. `main.rs` only parses and calls [`run`].
 
+pub mod show;
+
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,10 +10,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::agent::{self, Agent};
 use crate::config::{Config, LogFormat, OtlpConfig, OtlpProtocol};
+use crate::demo;
 use crate::export::otlp::OtlpExporter;
-use crate::{demo, show};
+use crate::pipeline::{self, Agent};
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
@@ -508,7 +510,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             let agent = Agent::start(cfg).await;
             let states = agent.observe_qos().await?;
             let inventory = agent.discover().await.unwrap_or_default();
-            let fingerprint = crate::qosapply::fingerprint(&states, &inventory);
+            let fingerprint = crate::qos::apply::fingerprint(&states, &inventory);
             if json {
                 print_json(&serde_json::json!({ "ports": states, "fingerprint": fingerprint }))?;
             } else {
@@ -543,7 +545,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 );
             }
             let agent = Agent::start(cfg).await;
-            let applier = crate::qosapply::Applier::new(&agent);
+            let applier = crate::qos::apply::Applier::new(&agent);
             let states = applier.observe().await?;
             let plan = crate::qos::plan(&applier.desired, &states);
             let report = applier
@@ -555,7 +557,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 v["plan"] = serde_json::to_value(&plan)?;
                 print_json(&v)?;
             } else {
-                print!("{}", crate::qosapply::report_text(&report));
+                print!("{}", crate::qos::apply::report_text(&report));
                 for b in &plan.blocked {
                     println!("{}", crate::qos::blocked_line(b, 12));
                 }
@@ -597,7 +599,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             let dir = cfg.qos.snapshot_dir.clone();
             let path = match snapshot {
                 Some(p) => p,
-                None => crate::qosapply::latest_snapshot(&dir)
+                None => crate::qos::apply::latest_snapshot(&dir)
                     .map_err(|e| anyhow::anyhow!(e))?
                     .ok_or_else(|| {
                         anyhow::anyhow!(
@@ -607,7 +609,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                     })?,
             };
             let agent = Agent::start(cfg).await;
-            let applier = crate::qosapply::Applier::new(&agent);
+            let applier = crate::qos::apply::Applier::new(&agent);
             let report = applier
                 .rollback(&path, !yes, force)
                 .await
@@ -615,7 +617,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             if json {
                 print_json(&serde_json::to_value(&report)?)?;
             } else {
-                print!("{}", crate::qosapply::report_text(&report));
+                print!("{}", crate::qos::apply::report_text(&report));
                 if !yes {
                     println!("dry run: run again with --yes to restore");
                 }
@@ -875,7 +877,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
 
 /// A shutdown signal that also fires after `duration`.
 fn shutdown_after(duration: Option<Duration>) -> tokio::sync::watch::Receiver<bool> {
-    let signals = agent::shutdown_on_signals();
+    let signals = pipeline::shutdown_on_signals();
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut signals = signals;
@@ -956,10 +958,13 @@ async fn run_agent(mut cfg: Config, duration: Option<Duration>) -> Result<i32> {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
     let remediation = start_remediation(&agent);
-    let _qos = tokio::spawn(crate::qosapply::watch(Arc::clone(&agent), shutdown.clone()));
+    let _qos = tokio::spawn(crate::qos::apply::watch(
+        Arc::clone(&agent),
+        shutdown.clone(),
+    ));
     let _prober = agent.cfg.probes.clone().map(|p| {
         tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
-        tokio::spawn(crate::prober::run(Arc::clone(&agent), p, shutdown.clone()))
+        tokio::spawn(crate::probes::run(Arc::clone(&agent), p, shutdown.clone()))
     });
     let _alertmanager = match (&agent.cfg.alertmanager, &remediation) {
         (Some(am), Some(d)) => {
@@ -1015,7 +1020,7 @@ async fn collectd_exec(mut cfg: Config) -> Result<i32> {
         }
     }
     let interval = cfg.agent.interval;
-    let mut shutdown = agent::shutdown_on_signals();
+    let mut shutdown = pipeline::shutdown_on_signals();
     let agent = Agent::start(cfg).await;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -1244,7 +1249,7 @@ fn start_remediation(agent: &Arc<Agent>) -> Option<Arc<crate::remediation::Dispa
         Arc::clone(&agent.metrics),
         plugins,
     );
-    d.set_qos(Arc::new(crate::qosapply::Applier::new(agent)));
+    d.set_qos(Arc::new(crate::qos::apply::Applier::new(agent)));
     tracing::info!(
         audit_log = %d.audit_path().display(),
         kill_switch = %agent.cfg.remediation.kill_switch.display(),
@@ -1372,7 +1377,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     use rocewatch_plugin_api::{PluginKind, ProbeOutcome, ProbeTarget};
     let path = probe_plugin_path()?;
     // Only the probe plugin: no collection here.
-    for name in crate::registry::builtin_names() {
+    for name in crate::host::registry::builtin_names() {
         cfg.plugins.builtin.insert(
             name.to_string(),
             crate::config::PluginSettings {
@@ -1392,11 +1397,9 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
         Duration::ZERO,
     )];
     let agent = Agent::start(cfg).await;
-    let Some(entry) = agent
-        .registry
-        .of_kind(PluginKind::Probe)
-        .find(|e| e.instance.is_some() && e.status().state == crate::registry::State::Started)
-    else {
+    let Some(entry) = agent.registry.of_kind(PluginKind::Probe).find(|e| {
+        e.instance.is_some() && e.status().state == crate::host::registry::State::Started
+    }) else {
         let why = agent
             .registry
             .statuses()
@@ -1414,7 +1417,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             "rocewatch probe: responding on TCP port {} (Ctrl-C to stop)",
             a.tcp_port
         );
-        let mut stop = crate::agent::shutdown_on_signals();
+        let mut stop = crate::pipeline::shutdown_on_signals();
         let _ = stop.changed().await;
         return Ok(0);
     }
@@ -1432,7 +1435,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             size: a.size,
             timeout_ms: a.timeout.as_millis() as u64,
         };
-        let r = crate::prober::probe_once(entry, target, &agent.metrics).await;
+        let r = crate::probes::probe_once(entry, target, &agent.metrics).await;
         let line = match r {
             Ok(res) => {
                 rows.push(serde_json::to_value(&res).expect("plain data"));

@@ -5,6 +5,8 @@
 //! broadcast channel that line-oriented exporters and the demo view subscribe to; the
 //! OTLP exporter reads the store on its own schedule.
 
+pub mod derive;
+
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -12,8 +14,8 @@ use rocewatch_plugin_api::*;
 use tokio::sync::{broadcast, watch};
 
 use crate::config::Config;
-use crate::registry::{Entry, Instance, Registry};
-use crate::runner::{self, CallError};
+use crate::host::call::{self, CallError};
+use crate::host::registry::{Entry, Instance, Registry};
 use crate::selfmetrics::SelfMetrics;
 use crate::store::Store;
 
@@ -85,15 +87,15 @@ impl Agent {
         let host_name = host_name(&cfg);
         let mut ctx = PluginContext::new(&cfg.agent.sysfs_root);
         ctx.host_name = host_name.clone();
-        runner::start_all(&registry, &ctx, &cfg, &metrics).await;
+        call::start_all(&registry, &ctx, &cfg, &metrics).await;
         let store = Arc::new(Store::new());
         store.declare(&rocewatch_metrics::derived_descriptors());
-        crate::prober::declare(&store, cfg.probes.as_ref());
+        crate::probes::declare(&store, cfg.probes.as_ref());
         store.declare(&rocewatch_metrics::descriptors_of(
             rocewatch_metrics::QOS_CATALOG,
         ));
         for e in registry.of_kind(PluginKind::Collector) {
-            let d = runner::call(e, e.timeout(&cfg), &metrics, |i| match i {
+            let d = call::call(e, e.timeout(&cfg), &metrics, |i| match i {
                 Instance::Collector(c) => Ok(c.descriptors()),
                 _ => Ok(Vec::new()),
             })
@@ -121,7 +123,7 @@ impl Agent {
     /// Every configuration plugin's view of the ports, merged (a port seen by two plugins
     /// has the settings of both). Fails when no configuration plugin answered.
     pub async fn observe_qos(&self) -> Result<Vec<rocewatch_plugin_api::QosState>, CallError> {
-        crate::qosapply::observe(&crate::qosapply::config_plugins(self), &self.metrics).await
+        crate::qos::apply::observe(&crate::qos::apply::config_plugins(self), &self.metrics).await
     }
 
     /// The loaded probe plugin, if any.
@@ -146,7 +148,7 @@ impl Agent {
         let mut last_err = None;
         let mut any_ok = false;
         for e in self.registry.of_kind(PluginKind::Discovery) {
-            match runner::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
+            match call::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
                 Instance::Discovery(d) => d.discover(),
                 _ => Ok(Inventory::default()),
             })
@@ -168,7 +170,7 @@ impl Agent {
 
     /// One collection by one collector: store, self-metrics, subscribers.
     pub async fn collect_from(&self, e: &Entry) -> Result<Arc<Collection>, CallError> {
-        let mut result = runner::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
+        let mut result = call::call(e, e.timeout(&self.cfg), &self.metrics, |i| match i {
             Instance::Collector(c) => c.collect(),
             _ => Ok(ScrapeResult::default()),
         })
@@ -185,8 +187,8 @@ impl Agent {
         self.metrics.samples_emitted(&e.name, result.samples.len());
         self.store.ingest(&e.name, &result.samples, &self.metrics);
         self.store.ingest(
-            crate::derive::PLUGIN,
-            &crate::derive::compute(&self.store),
+            crate::pipeline::derive::PLUGIN,
+            &crate::pipeline::derive::compute(&self.store),
             &self.metrics,
         );
         self.evaluate_rules();
@@ -285,7 +287,7 @@ impl Agent {
         }
         let _ = shutdown.changed().await;
         tasks.shutdown().await;
-        runner::stop_all(&self.registry, &self.cfg, &self.metrics).await;
+        call::stop_all(&self.registry, &self.cfg, &self.metrics).await;
     }
 }
 

@@ -1,0 +1,484 @@
+//! The command line's grammar: every command, its arguments and their help text (clap).
+//! What each command does is in the file of its name beside this one.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{Config, LogFormat, OtlpProtocol};
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration {s:?} ({e}); write it like 10s, 500ms, 2m"))
+}
+
+/// rocewatch: keep RDMA/RoCEv2 networks healthy.
+///
+/// Discovers RDMA devices and ports, reads their counters (sysfs, RDMA netlink, ethtool),
+/// exports them (OTLP, Prometheus, collectd), evaluates threshold rules and runs
+/// remediation safely, and probes peers over verbs. Start with `rocewatch demo` (no RDMA
+/// hardware needed), then `rocewatch discover` and `rocewatch collect --once` on a real
+/// host.
+#[derive(Debug, Parser)]
+#[command(name = "rocewatch", version, propagate_version = true)]
+pub struct Cli {
+    /// Log format (logs go to standard error).
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info`, `debug`, `rocewatch=debug` (default `error` for one-shot
+    /// commands, `info` for `run` and `demo`; RUST_LOG also works).
+    #[arg(long, global = true)]
+    pub log_level: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by the commands that read sysfs.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// Configuration file (TOML). Without it: defaults plus ROCEWATCH_* overrides.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Root of the sysfs tree to read instead of /sys (overrides agent.sysfs_root).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    pub fn load(&self) -> Result<Config> {
+        let mut cfg = Config::load(self.config.as_deref())?;
+        if let Some(root) = &self.sysfs_root {
+            cfg.agent.sysfs_root = root.clone();
+        }
+        Ok(cfg)
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CollectFormat {
+    /// `{"samples":[{"name","unit","value","attributes","source"}]}`
+    Json,
+    /// One line per sample.
+    Text,
+    /// The Prometheus text exposition, as `/metrics` serves it.
+    Prometheus,
+    /// collectd Exec-plugin `PUTVAL` lines.
+    Collectd,
+}
+
+/// What happens on the simulated fabric.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Scenario {
+    /// Steady traffic, then an error burst on one port.
+    Default,
+    /// A PFC pause storm on priority 3 of one port: the default `pfc-pause-storm` rule
+    /// fires after 30 s, a dry-run remediation is decided and audited, the storm ends and
+    /// the rule clears.
+    PfcStorm,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DemoFormat {
+    /// The per-port rate table.
+    Table,
+    /// JSON lines, one per collection (as the stdout exporter prints them).
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List RDMA devices and ports: state, link, rate, netdev (like ibdev2netdev), GIDs.
+    ///
+    /// Example: rocewatch discover --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port --json
+    Discover(DiscoverArgs),
+    /// Read every counter once and print it.
+    ///
+    /// Values are normalized (port_xmit_data/port_rcv_data in bytes, not 4-octet words);
+    /// `source` is the file relative to the port directory.
+    Collect(CollectArgs),
+    /// Run the agent: collect on schedule, export, until SIGINT/SIGTERM.
+    Run(RunArgs),
+    /// List plugins: kind, origin (built-in or file), ABI version, state, last error.
+    ///
+    /// Loads and starts every configured plugin and calls each once.
+    Plugins(PluginsArgs),
+    /// Threshold rules and their state: pending, firing, cleared, with values
+    ///
+    /// Asks a running agent (its Prometheus listener serves /rules), or with --once
+    /// evaluates the configured rules on one collection here (rates and `for` durations
+    /// need a running agent; --once shows what holds right now).
+    ///
+    /// Examples:
+    ///   rocewatch rules --url http://127.0.0.1:9464
+    ///   rocewatch rules --once --config configs/rules.toml --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys
+    #[command(verbatim_doc_comment)]
+    Rules(RulesArgs),
+    /// RDMA reachability and latency to a peer (RC ping-pong over verbs, like ib_send_lat).
+    ///
+    /// Sends `--count` RC Send/Recv ping-pongs (as `ib_send_lat` or `rping -c` do) and
+    /// prints a summary; the exit status is 1 when nothing came back.
+    ///
+    /// The peer runs a responder: `rocewatch probe --serve`. Connection setup goes over a
+    /// TCP side channel (port 18516), the RoCE v2 GID is the one of the local IP towards
+    /// the peer. The verbs plugin (librocewatch_probe_verbs.so, which needs rdma-core's
+    /// libibverbs) is found next to this binary or in ROCEWATCH_PLUGIN_DIR.
+    ///
+    /// Examples:
+    ///   rocewatch probe --serve
+    ///   rocewatch probe 192.168.100.1 --count 100 --size 64
+    #[command(verbatim_doc_comment)]
+    Probe(ProbeCmdArgs),
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// RoCE, PFC and ECN configuration of the RDMA ports.
+    #[command(subcommand)]
+    Qos(QosCommand),
+    /// Run the RoCE troubleshooting guide as checks: pass/warn/fail, evidence, the fix.
+    ///
+    /// Checks, in order: RDMA devices present; every port ACTIVE and LinkUp; the netdev of
+    /// each RoCE port, up, with an IP address; a RoCE v2 GID for that IP; RoCE mode (v2);
+    /// PFC on --priority and trust dscp; ECN on that priority (notification and reaction
+    /// point); one MTU on every RoCE netdev (and, with --peer, packets of that size reach
+    /// the peer unfragmented); nftables and iptables rule sets that drop UDP 4791 (read
+    /// with nft -j list ruleset and iptables-save, not guessed); irqbalance running or the
+    /// NIC's interrupts spread over CPUs; the same firmware on devices of one driver;
+    /// pause frames, drops, out_of_buffer, out-of-sequence and retransmission counters
+    /// not moving over --window; with --peer, a verbs probe (the peer runs
+    /// `rocewatch probe --serve` or the agent with [probes]); and which interface to
+    /// capture on with the tcpdump and ethtool offload commands to use and to restore.
+    /// A check that cannot be decided here says skip and why (a fixture tree is not the
+    /// live host's firewall; rxe has no PFC).
+    ///
+    /// Exit status: 0 nothing failed (warnings allowed), 1 a check failed, 2 on an error.
+    ///
+    /// Example: rocewatch doctor --peer 10.0.0.2
+    ///          rocewatch doctor --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --window 1s
+    #[command(verbatim_doc_comment)]
+    Doctor(DoctorArgs),
+    /// The agent against a simulated fabric, with a live view of per-port rates.
+    ///
+    /// Generates a sysfs tree (two mlx5 RoCE ports, with their driver statistics) in a
+    /// temporary directory, advances its counters every tick (traffic; an error burst on
+    /// one port at 8 s; a PFC pause storm on priority 3 of the other at 20 s), and runs the
+    /// real pipeline on it with the default rules (configs/rules.toml): the storm fires
+    /// `pfc-pause-storm` 30 s later and a dry-run remediation is audited. Add
+    /// --otlp-endpoint to export as well.
+    Demo(DemoArgs),
+    /// Run as a collectd Exec plugin: print PUTVAL lines every interval.
+    ///
+    /// collectd config:  LoadPlugin exec
+    ///                   <Plugin exec> Exec "rocewatch" "/usr/bin/rocewatch" "collectd-exec" </Plugin>
+    /// The interval and host name come from COLLECTD_INTERVAL and COLLECTD_HOSTNAME (set by
+    /// collectd), else from the config. Load configs/collectd/types.db in collectd.
+    CollectdExec(CollectdExecArgs),
+    /// Print docs/METRICS.md, generated from the metric catalog.
+    MetricsDoc,
+    /// Print the collectd types.db for rocewatch's metrics.
+    CollectdTypes,
+}
+
+/// `rocewatch discover`'s arguments.
+#[derive(Debug, Args)]
+pub struct DiscoverArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print JSON: {"devices":[{"name","node_guid","fw_ver","ports":[...]}]}.
+    #[arg(long)]
+    pub json: bool,
+}
+/// `rocewatch collect`'s arguments.
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// Collect once and exit (required; use `rocewatch run` to keep collecting).
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: CollectFormat,
+}
+/// `rocewatch run`'s arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Default collection interval (overrides agent.interval).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub interval: Option<Duration>,
+    /// Export over OTLP to this URL (overrides exporters.otlp.endpoint).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport (with --otlp-endpoint).
+    #[arg(long, value_enum)]
+    pub otlp_protocol: Option<OtlpProtocol>,
+    /// OTLP export interval (overrides exporters.otlp.interval).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub export_interval: Option<Duration>,
+    /// Serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9464
+    /// (overrides exporters.prometheus.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_listen: Option<std::net::SocketAddr>,
+    /// Also print every collection as JSON lines on standard output.
+    #[arg(long)]
+    pub stdout: bool,
+    /// Stop after this long (default: run until a signal).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub duration: Option<Duration>,
+}
+/// `rocewatch plugins`'s arguments.
+#[derive(Debug, Args)]
+pub struct PluginsArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+/// `rocewatch rules`'s arguments.
+#[derive(Debug, Args)]
+pub struct RulesArgs {
+    /// The agent's Prometheus listener.
+    #[arg(long, default_value = "http://127.0.0.1:9464", value_name = "URL")]
+    pub url: String,
+    /// Evaluate the configured rules once, here, instead of asking an agent.
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+/// `rocewatch probe`'s arguments.
+#[derive(Debug, Args)]
+pub struct ProbeCmdArgs {
+    #[command(flatten)]
+    pub args: ProbeArgs,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+/// `rocewatch doctor`'s arguments.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// A peer to probe over RDMA and to check the path MTU to.
+    #[arg(long, value_name = "IP")]
+    pub peer: Option<String>,
+    /// The priority RoCE traffic uses (PFC and ECN are expected on it).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
+    pub priority: u8,
+    /// How long the counters are watched.
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DUR")]
+    pub window: Duration,
+    /// Print JSON: {"checks":[{"check","subject","status","evidence","fix"}]}.
+    #[arg(long)]
+    pub json: bool,
+}
+/// `rocewatch demo`'s arguments.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Tick and collection interval.
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    pub interval: Duration,
+    /// Stop after this long (default: until Ctrl-C).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub duration: Option<Duration>,
+    /// Print plain frames one after another instead of redrawing the screen.
+    #[arg(long)]
+    pub no_tui: bool,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: DemoFormat,
+    /// Export over OTLP to this URL as well.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    #[arg(long, value_enum, default_value = "http/protobuf")]
+    pub otlp_protocol: OtlpProtocol,
+    /// Write the simulated tree here (kept afterwards) instead of a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_out: Option<PathBuf>,
+    /// What happens on the simulated fabric.
+    #[arg(long, value_enum, default_value = "default")]
+    pub scenario: Scenario,
+    /// The remediation audit log (pfc-storm scenario; default: in the simulated tree).
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+}
+/// `rocewatch collectd-exec`'s arguments.
+#[derive(Debug, Args)]
+pub struct CollectdExecArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// `rocewatch probe`'s command line.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The peer (IP address or name).
+    #[arg(required_unless_present = "serve")]
+    pub peer: Option<String>,
+    /// Probes to send.
+    #[arg(long, default_value_t = 10)]
+    pub count: u32,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub size: u32,
+    /// Per-probe timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    pub timeout: Duration,
+    /// Time between probes.
+    #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "DUR")]
+    pub interval: Duration,
+    /// Run a responder until interrupted instead of probing.
+    #[arg(long)]
+    pub serve: bool,
+    /// RDMA device (default: the first).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// TCP port of the side channel.
+    #[arg(long, default_value_t = 18516)]
+    pub tcp_port: u16,
+    /// Print the results and the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Busy-poll for completions (prober, or responder with --serve) instead of sleeping
+    /// on completion events, as ib_send_lat does: lower, steadier RTTs, one core busy.
+    #[arg(long)]
+    pub busy_poll: bool,
+}
+
+impl Command {
+    /// Commands that print a result and exit.
+    pub fn is_one_shot(&self) -> bool {
+        match self {
+            Command::Probe(p) => !p.args.serve,
+            Command::Run(_) | Command::Demo(_) | Command::CollectdExec(_) => false,
+            Command::Discover(_)
+            | Command::Collect(_)
+            | Command::Plugins(_)
+            | Command::Rules(_)
+            | Command::Qos(_)
+            | Command::Doctor(_)
+            | Command::Config(_)
+            | Command::MetricsDoc
+            | Command::CollectdTypes => true,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QosCommand {
+    /// What every RDMA port is configured to do.
+    ///
+    /// Per port: RoCE mode and ToS (configfs rdma_cm, read under the sysfs root at
+    /// kernel/config/rdma_cm), PFC-enabled priorities, trust mode and DSCP map (DCB
+    /// netlink: the live kernel only), ECN enables per priority for the notification and
+    /// reaction points and the CNP DSCP/priority (mlx5 sysfs), traffic class, netdev MTU
+    /// and the RoCE MTU it implies, the PFC storm-prevention timeout (ethtool tunable,
+    /// live kernel only). A setting the device does not have says "unsupported"; one
+    /// that could not be read says "unknown" and why. Ends with the configuration
+    /// fingerprint (settings, drivers, firmware: equal on hosts configured alike).
+    ///
+    /// Example: rocewatch qos show --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --json
+    #[command(verbatim_doc_comment)]
+    Show {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON: {"ports":[{"device","port","netdev","settings":{NAME:{"status","value"}}}],"fingerprint"}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The exact differences between what the ports are set to and `[[qos.desired]]`.
+    ///
+    /// Each desired setting of each matching port is either already as desired, a change
+    /// ("change  mlx5_0/1 (ens1f0np0)  mtu: 1500 -> 9000"), or cannot be compared (the
+    /// device lacks the setting, or it could not be read: the reason is given). Changes
+    /// nothing. Exit status, as diff(1): 0 when everything is as desired, 1 when
+    /// something differs or cannot be compared, 2 on an error.
+    ///
+    /// [[qos.desired]]
+    /// devices = "mlx5_*"
+    /// settings = { roce_mode = "RoCE v2", pfc_enabled = "3", trust = "dscp", mtu = "9000" }
+    #[command(verbatim_doc_comment)]
+    Plan {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON: {"changes":[...],"blocked":[...],"in_sync":N}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change what differs from `[[qos.desired]]`: a dry run unless --yes.
+    ///
+    /// The dry run asks the configuration plugins what they would write where and
+    /// changes nothing. With --yes: the values about to be replaced are first written to
+    /// a snapshot under [qos] snapshot_dir (no snapshot, no change), every change is
+    /// audited in [remediation] audit_log before it is made and with its result, and a
+    /// change that fails undoes the ones made before it. `rocewatch qos rollback`
+    /// restores the snapshot. Settings that cannot be compared (the device lacks them,
+    /// or they cannot be read) are listed and left alone.
+    ///
+    /// RoCE mode and ToS live in configfs (rdma_cm): a device's directory there is
+    /// created when a RoCE setting is desired and it does not exist yet (audited).
+    ///
+    /// Exit status: 0 everything applied (or nothing to do), 1 a change failed (and what
+    /// was made before it was undone) or the dry run found one a plugin cannot make,
+    /// 2 on an error (configuration, snapshot not writable).
+    ///
+    /// Example: rocewatch qos apply            # what would change
+    ///          rocewatch qos apply --yes      # change it
+    #[command(verbatim_doc_comment)]
+    Apply {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Make the changes (without it: a dry run).
+        #[arg(long)]
+        yes: bool,
+        /// Print JSON: {"plan":{...},"steps":[...],"snapshot":PATH,"failed":BOOL}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore what a `qos apply --yes` replaced: a dry run unless --yes.
+    ///
+    /// Without SNAPSHOT, the newest one under [qos] snapshot_dir that was applied and
+    /// not restored yet. Newest change first; a setting changed by someone else since
+    /// the apply is left alone (--force restores it anyway); one whose value before the
+    /// apply could not be read is left as is. Audited like apply. Exit status: 0
+    /// restored, 1 a restore failed, 2 on an error (no snapshot, already restored).
+    #[command(verbatim_doc_comment)]
+    Rollback {
+        /// The snapshot file (qos-*.json).
+        snapshot: Option<PathBuf>,
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Make the changes (without it: a dry run).
+        #[arg(long)]
+        yes: bool,
+        /// Restore settings changed since the apply, and snapshots already restored.
+        #[arg(long)]
+        force: bool,
+        /// Print JSON: {"steps":[...],"snapshot":PATH,"failed":BOOL}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare two hosts' `rocewatch qos show --json`, port by port, setting by setting.
+    ///
+    /// Lists every setting that differs (priority lists compare as sets) and every port
+    /// present on one side only. Exit status, as diff(1): 0 same, 1 different, 2 on an
+    /// error (a file that cannot be read or is not `qos show --json`).
+    ///
+    /// Example: rocewatch qos diff node1.json node2.json
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        /// Print JSON: [{"port","setting","a","b"}].
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a configuration file; errors name the key path. Exit status 1 when invalid.
+    Check { file: PathBuf },
+}

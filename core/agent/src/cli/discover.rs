@@ -1,0 +1,29 @@
+//! `rocewatch discover`: RDMA devices and ports, like ibdev2netdev.
+
+use anyhow::{bail, Result};
+
+use super::args::DiscoverArgs;
+use super::output::print_json;
+use super::show;
+use crate::pipeline::Agent;
+
+pub async fn run(a: DiscoverArgs) -> Result<i32> {
+    let DiscoverArgs { source, json } = a;
+    let cfg = source.load()?;
+    let root = cfg.agent.sysfs_root.clone();
+    let agent = Agent::start(cfg).await;
+    let inv = match agent.discover().await {
+        Ok(inv) => inv,
+        Err(e) if e.is_unsupported() => {
+            eprintln!("rocewatch: no RDMA devices under {}", root.display());
+            Default::default()
+        }
+        Err(e) => bail!("discovery failed: {e}"),
+    };
+    if json {
+        print_json(&show::inventory_json(&inv))?;
+    } else {
+        print!("{}", show::inventory_text(&inv));
+    }
+    Ok(0)
+}

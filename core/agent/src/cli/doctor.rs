@@ -1,0 +1,57 @@
+//! `rocewatch doctor`: the troubleshooting guide as checks, printed.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::args::DoctorArgs;
+use super::output::print_json;
+use super::probe::{probe_plugin_config, probe_plugin_path};
+use crate::pipeline::Agent;
+
+pub async fn run(a: DoctorArgs) -> Result<i32> {
+    let DoctorArgs {
+        source,
+        peer,
+        priority,
+        window,
+        json,
+    } = a;
+    let mut cfg = source.load()?;
+    // The probe needs the verbs plugin: the one configured, else the one next to
+    // the binary (its absence is the probe check's to report).
+    let probe_configured = cfg
+        .plugins
+        .external
+        .iter()
+        .any(|e| e.path.ends_with("librocewatch_probe_verbs.so"));
+    if peer.is_some() && !probe_configured {
+        if let Ok(path) = probe_plugin_path() {
+            cfg.plugins.external.push(probe_plugin_config(
+                path,
+                Duration::from_secs(2),
+                &None,
+                18516,
+                false,
+                false,
+                Duration::ZERO,
+            ));
+        }
+    }
+    let agent = Agent::start(cfg).await;
+    let opts = crate::doctor::Options {
+        peer,
+        priority,
+        window,
+    };
+    let checks = crate::doctor::run(&agent, &opts).await;
+    if json {
+        print_json(&serde_json::json!({ "checks": checks }))?;
+    } else {
+        print!("{}", crate::doctor::text(&checks));
+    }
+    let failed = checks
+        .iter()
+        .any(|c| c.status == crate::doctor::Status::Fail);
+    Ok(if failed { 1 } else { 0 })
+}

@@ -1,0 +1,23 @@
+//! `rocewatch plugins`: every plugin's kind, origin, ABI, state and last error.
+
+use anyhow::Result;
+
+use super::args::PluginsArgs;
+use super::output::print_json;
+use super::show;
+use crate::pipeline::Agent;
+
+pub async fn run(a: PluginsArgs) -> Result<i32> {
+    let PluginsArgs { source, json } = a;
+    let cfg = source.load()?;
+    let agent = Agent::start(cfg).await;
+    let _ = agent.discover().await;
+    let _ = agent.collect_all().await;
+    let statuses = agent.registry.statuses();
+    if json {
+        print_json(&serde_json::to_value(&statuses)?)?;
+    } else {
+        print!("{}", show::plugins_text(&statuses));
+    }
+    Ok(0)
+}

@@ -1,0 +1,189 @@
+//! `rocewatch qos show|plan|apply|rollback|diff`: the RoCE/PFC/ECN configuration.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use super::args::{QosCommand, SourceArgs};
+use super::output::print_json;
+use super::show;
+use crate::pipeline::Agent;
+
+pub async fn run(c: QosCommand) -> Result<i32> {
+    match c {
+        QosCommand::Show { source, json } => show_cmd(source, json).await,
+        QosCommand::Plan { source, json } => plan(source, json).await,
+        QosCommand::Apply { source, yes, json } => apply(source, yes, json).await,
+        QosCommand::Rollback {
+            snapshot,
+            source,
+            yes,
+            force,
+            json,
+        } => rollback(snapshot, source, yes, force, json).await,
+        QosCommand::Diff { a, b, json } => diff(a, b, json),
+    }
+}
+
+pub async fn show_cmd(source: SourceArgs, json: bool) -> Result<i32> {
+    let cfg = source.load()?;
+    let agent = Agent::start(cfg).await;
+    let states = agent.observe_qos().await?;
+    let inventory = agent.discover().await.unwrap_or_default();
+    let fingerprint = crate::qos::apply::fingerprint(&states, &inventory);
+    if json {
+        print_json(&serde_json::json!({ "ports": states, "fingerprint": fingerprint }))?;
+    } else {
+        print!("{}", show::qos_text(&states));
+        println!("fingerprint {fingerprint} (settings, drivers and firmware; equal on hosts configured alike)");
+    }
+    Ok(0)
+}
+
+pub async fn plan(source: SourceArgs, json: bool) -> Result<i32> {
+    let cfg = source.load()?;
+    if cfg.qos.desired.is_empty() {
+        bail!(
+            "no desired state: add [[qos.desired]] entries to the configuration (see `rocewatch qos plan --help`)"
+        );
+    }
+    let desired = cfg.qos.clone();
+    let agent = Agent::start(cfg).await;
+    let states = agent.observe_qos().await?;
+    let plan = crate::qos::plan(&desired, &states);
+    if json {
+        print_json(&serde_json::to_value(&plan)?)?;
+    } else {
+        print!("{}", crate::qos::plan_text(&plan));
+    }
+    Ok(if plan.is_clean() { 0 } else { 1 })
+}
+
+pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
+    let cfg = source.load()?;
+    if cfg.qos.desired.is_empty() {
+        bail!(
+            "no desired state: add [[qos.desired]] entries to the configuration (see `rocewatch qos plan --help`)"
+        );
+    }
+    let agent = Agent::start(cfg).await;
+    let applier = crate::qos::apply::Applier::new(&agent);
+    let states = applier.observe().await?;
+    let plan = crate::qos::plan(&applier.desired, &states);
+    let report = applier
+        .apply(&plan.changes, !yes, "qos apply")
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    if json {
+        let mut v = serde_json::to_value(&report)?;
+        v["plan"] = serde_json::to_value(&plan)?;
+        print_json(&v)?;
+    } else {
+        print!("{}", crate::qos::apply::report_text(&report));
+        for b in &plan.blocked {
+            println!("{}", crate::qos::blocked_line(b, 12));
+        }
+        let done = report.steps.iter().filter(|s| s.outcome == "done").count();
+        if plan.changes.is_empty() {
+            println!(
+                "nothing to change ({} already as desired, {} cannot be compared)",
+                plan.in_sync,
+                plan.blocked.len()
+            );
+        } else if !yes {
+            println!(
+                "dry run: {} to change; run again with --yes to change them (audit log: {})",
+                plan.changes.len(),
+                applier.audit_path().display()
+            );
+        } else if report.failed {
+            println!(
+                "a change failed: what was changed before it was undone (audit log: {})",
+                applier.audit_path().display()
+            );
+        } else {
+            println!(
+                "{done} changed; `rocewatch qos rollback --yes` restores them (audit log: {})",
+                applier.audit_path().display()
+            );
+        }
+    }
+    Ok(if report.failed { 1 } else { 0 })
+}
+
+pub async fn rollback(
+    snapshot: Option<PathBuf>,
+    source: SourceArgs,
+    yes: bool,
+    force: bool,
+    json: bool,
+) -> Result<i32> {
+    let cfg = source.load()?;
+    let dir = cfg.qos.snapshot_dir.clone();
+    let path = match snapshot {
+        Some(p) => p,
+        None => crate::qos::apply::latest_snapshot(&dir)
+            .map_err(|e| anyhow::anyhow!(e))?
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no snapshot to roll back in {} (`qos apply --yes` writes one; [qos] snapshot_dir)",
+                    dir.display()
+                )
+            })?,
+    };
+    let agent = Agent::start(cfg).await;
+    let applier = crate::qos::apply::Applier::new(&agent);
+    let report = applier
+        .rollback(&path, !yes, force)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", crate::qos::apply::report_text(&report));
+        if !yes {
+            println!("dry run: run again with --yes to restore");
+        }
+    }
+    Ok(if report.failed { 1 } else { 0 })
+}
+
+pub fn diff(a: PathBuf, b: PathBuf, json: bool) -> Result<i32> {
+    let load = |p: &PathBuf| -> Result<Vec<rocewatch_plugin_api::QosState>> {
+        #[derive(serde::Deserialize)]
+        struct Shown {
+            ports: Vec<rocewatch_plugin_api::QosState>,
+        }
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let v: Shown = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: not the output of `rocewatch qos show --json`",
+                p.display()
+            )
+        })?;
+        Ok(v.ports)
+    };
+    let d = crate::qos::diff_hosts(&load(&a)?, &load(&b)?);
+    if json {
+        print_json(&serde_json::to_value(&d)?)?;
+    } else {
+        for x in &d {
+            println!(
+                "{}  {}: {} = {}  |  {} = {}",
+                x.port,
+                x.setting,
+                a.display(),
+                x.a,
+                b.display(),
+                x.b
+            );
+        }
+        println!(
+            "{} difference{}",
+            d.len(),
+            if d.len() == 1 { "" } else { "s" }
+        );
+    }
+    Ok(if d.is_empty() { 0 } else { 1 })
+}

@@ -1,0 +1,108 @@
+//! The report: a check's status, evidence and fix; the options of a run; the text form.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The RoCE v2 UDP port.
+pub const ROCE_PORT: u16 = 4791;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+    Skip,
+    Info,
+}
+
+impl Status {
+    fn word(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+            Status::Skip => "SKIP",
+            Status::Info => "INFO",
+        }
+    }
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// `ports`, `gid`, `firewall`...
+    pub check: String,
+    /// What it is about (`mlx5_0/1`, `eth0`), empty for the host.
+    pub subject: String,
+    pub status: Status,
+    /// What was read.
+    pub evidence: String,
+    /// What to run or change (absent on a pass).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+pub(super) fn check(
+    name: &str,
+    subject: &str,
+    status: Status,
+    evidence: impl Into<String>,
+    fix: Option<String>,
+) -> Check {
+    Check {
+        check: name.into(),
+        subject: subject.into(),
+        status,
+        evidence: evidence.into(),
+        fix,
+    }
+}
+
+/// What `doctor` is told.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A peer to probe and to check the path MTU to.
+    pub peer: Option<String>,
+    /// The priority PFC and ECN are expected on.
+    pub priority: u8,
+    /// How long the counters are watched.
+    pub window: Duration,
+}
+
+/// The checks as text: one line each, the fix indented below.
+pub fn text(checks: &[Check]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for c in checks {
+        let subject = if c.subject.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", c.subject)
+        };
+        let _ = writeln!(
+            s,
+            "{}  {}{}: {}",
+            c.status.word(),
+            c.check,
+            subject,
+            c.evidence
+        );
+        if let Some(f) = &c.fix {
+            for l in f.lines() {
+                let _ = writeln!(s, "      fix: {l}");
+            }
+        }
+    }
+    let n = |st: Status| checks.iter().filter(|c| c.status == st).count();
+    let _ = writeln!(
+        s,
+        "{} passed, {} warnings, {} failed, {} skipped",
+        n(Status::Pass),
+        n(Status::Warn),
+        n(Status::Fail),
+        n(Status::Skip)
+    );
+    s
+}

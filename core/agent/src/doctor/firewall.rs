@@ -1,0 +1,330 @@
+//! Firewall rules that drop RoCE v2 (UDP 4791): nftables' JSON rule set and
+//! iptables-save output, parsed, never guessed.
+
+use std::collections::BTreeMap;
+
+use super::check::{check, Check, Status, ROCE_PORT};
+use super::host::run_tool;
+
+/// A rule (or policy) that drops RoCE v2 traffic, as found in a rule set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocking {
+    /// Where: `nft inet filter input handle 7`, `iptables INPUT`.
+    pub place: String,
+    /// The rule as read.
+    pub rule: String,
+    /// The command that removes or bypasses it.
+    pub fix: String,
+}
+
+pub(super) fn port_matches(right: &serde_json::Value, port: u16) -> bool {
+    match right {
+        serde_json::Value::Number(n) => n.as_u64() == Some(port as u64),
+        serde_json::Value::Object(o) => {
+            if let Some(set) = o.get("set").and_then(|s| s.as_array()) {
+                set.iter().any(|e| port_matches(e, port))
+            } else if let Some(r) = o.get("range").and_then(|r| r.as_array()) {
+                let lo = r.first().and_then(|v| v.as_u64()).unwrap_or(u64::MAX);
+                let hi = r.get(1).and_then(|v| v.as_u64()).unwrap_or(0);
+                (lo..=hi).contains(&(port as u64))
+            } else {
+                false
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().any(|e| port_matches(e, port)),
+        _ => false,
+    }
+}
+
+/// Rules of `nft -j list ruleset` that drop or reject UDP to `port` on input, and input
+/// chains whose policy drops with no rule accepting it first.
+pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("nft -j list ruleset: {e}"))?;
+    let items = v["nftables"]
+        .as_array()
+        .ok_or("nft -j list ruleset: no \"nftables\" array")?;
+    // (family, table, chain) of input hooks, with their policy.
+    let mut inputs: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    for it in items {
+        if let Some(c) = it.get("chain") {
+            if c["hook"] == "input" {
+                let key = (
+                    c["family"].as_str().unwrap_or("").to_string(),
+                    c["table"].as_str().unwrap_or("").to_string(),
+                    c["name"].as_str().unwrap_or("").to_string(),
+                );
+                inputs.insert(key, c["policy"].as_str().unwrap_or("accept").to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut accepted: std::collections::BTreeSet<(String, String, String)> = Default::default();
+    for it in items {
+        let Some(r) = it.get("rule") else { continue };
+        let key = (
+            r["family"].as_str().unwrap_or("").to_string(),
+            r["table"].as_str().unwrap_or("").to_string(),
+            r["chain"].as_str().unwrap_or("").to_string(),
+        );
+        if !inputs.contains_key(&key) {
+            continue;
+        }
+        let exprs = r["expr"].as_array().cloned().unwrap_or_default();
+        let mut udp_port = false;
+        let mut other_match = false;
+        let mut verdict = None;
+        for e in &exprs {
+            if let Some(m) = e.get("match") {
+                let left = &m["left"]["payload"];
+                if left["protocol"] == "udp" && left["field"] == "dport" {
+                    let hit = port_matches(&m["right"], port);
+                    let negated = m["op"] == "!=";
+                    if hit != negated {
+                        udp_port = true;
+                    } else {
+                        other_match = true;
+                    }
+                } else {
+                    other_match = true;
+                }
+            }
+            for v in ["drop", "reject", "accept"] {
+                if e.get(v).is_some() {
+                    verdict = Some(v);
+                }
+            }
+        }
+        let handle = r["handle"].as_u64().unwrap_or(0);
+        let (fam, table, chain) = &key;
+        match verdict {
+            Some("drop") | Some("reject") if udp_port => out.push(Blocking {
+                place: format!("nft {fam} {table} {chain} handle {handle}"),
+                rule: format!(
+                    "udp dport {} {}",
+                    r["expr"]
+                        .as_array()
+                        .and_then(|a| a.iter().find_map(|e| e.get("match")))
+                        .map(|m| m["right"].to_string())
+                        .unwrap_or_default(),
+                    verdict.unwrap_or_default()
+                ),
+                fix: format!("nft delete rule {fam} {table} {chain} handle {handle}"),
+            }),
+            Some("accept") if udp_port || !other_match => {
+                accepted.insert(key.clone());
+            }
+            _ => {}
+        }
+    }
+    for ((fam, table, chain), policy) in &inputs {
+        let key = (fam.clone(), table.clone(), chain.clone());
+        if policy == "drop" && !accepted.contains(&key) {
+            out.push(Blocking {
+                place: format!("nft {fam} {table} {chain}"),
+                rule: "policy drop, and no rule accepts udp dport 4791".into(),
+                fix: format!("nft insert rule {fam} {table} {chain} udp dport {port} accept"),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Rules of `iptables-save` (or `ip6tables-save`) that drop or reject UDP to `port` on
+/// INPUT, and an INPUT policy of DROP with no rule accepting it.
+pub fn iptables_blocking(save: &str, port: u16, tool: &str) -> Vec<Blocking> {
+    let mut out = Vec::new();
+    let mut table = String::new();
+    let mut policy_drop = false;
+    let mut accepted = false;
+    for line in save.lines() {
+        let line = line.trim();
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.to_string();
+            continue;
+        }
+        if table != "filter" {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix(":INPUT ") {
+            policy_drop = rest.starts_with("DROP");
+            continue;
+        }
+        let Some(rule) = line.strip_prefix("-A INPUT ") else {
+            continue;
+        };
+        let words: Vec<&str> = rule.split_whitespace().collect();
+        let arg = |flag: &str| {
+            words
+                .iter()
+                .position(|w| *w == flag)
+                .and_then(|i| words.get(i + 1))
+                .copied()
+        };
+        let udp = arg("-p") == Some("udp");
+        let ports = arg("--dport").or(arg("--dports"));
+        let hits = ports.is_some_and(|p| {
+            p.split(',').any(|p| match p.split_once(':') {
+                Some((lo, hi)) => {
+                    let (lo, hi) = (lo.parse().unwrap_or(0u16), hi.parse().unwrap_or(u16::MAX));
+                    (lo..=hi).contains(&port)
+                }
+                None => p.parse() == Ok(port),
+            })
+        });
+        let target = arg("-j");
+        match target {
+            Some("DROP") | Some("REJECT") if udp && hits => out.push(Blocking {
+                place: format!("{tool} filter INPUT"),
+                rule: format!("-A INPUT {rule}"),
+                fix: format!("{tool} -D INPUT {rule}"),
+            }),
+            Some("ACCEPT") if (udp && hits) || words.len() == 2 => accepted = true,
+            _ => {}
+        }
+    }
+    if policy_drop && !accepted {
+        out.push(Blocking {
+            place: format!("{tool} filter INPUT"),
+            rule: "policy DROP, and no rule accepts udp dport 4791".into(),
+            fix: format!("{tool} -I INPUT -p udp --dport {port} -j ACCEPT"),
+        });
+    }
+    out
+}
+
+pub(super) fn firewall_checks() -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut read = Vec::new();
+    let mut blocking = Vec::new();
+    if let Some(r) = run_tool("nft", &["-j", "list", "ruleset"]) {
+        match r.and_then(|j| nft_blocking(&j, ROCE_PORT)) {
+            Ok(b) => {
+                read.push("nft ruleset");
+                blocking.extend(b);
+            }
+            Err(e) => out.push(check("firewall", "nft", Status::Warn, e, None)),
+        }
+    }
+    for tool in ["iptables-save", "ip6tables-save"] {
+        if let Some(r) = run_tool(tool, &[]) {
+            match r {
+                Ok(save) => {
+                    read.push(tool);
+                    let name = tool.trim_end_matches("-save");
+                    blocking.extend(iptables_blocking(&save, ROCE_PORT, name));
+                }
+                Err(e) => out.push(check("firewall", tool, Status::Warn, e, None)),
+            }
+        }
+    }
+    if read.is_empty() && out.is_empty() {
+        out.push(check(
+            "firewall",
+            "",
+            Status::Skip,
+            "neither nft nor iptables-save is installed: no rule set could be read",
+            None,
+        ));
+        return out;
+    }
+    if blocking.is_empty() {
+        out.push(check(
+            "firewall",
+            "",
+            Status::Pass,
+            format!(
+                "no rule drops UDP {ROCE_PORT} on input ({} read)",
+                read.join(", ")
+            ),
+            None,
+        ));
+    }
+    for b in blocking {
+        out.push(check(
+            "firewall",
+            &b.place,
+            Status::Fail,
+            format!("drops RoCE v2 (UDP {ROCE_PORT}): {}", b.rule),
+            Some(b.fix),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `nft -j list ruleset` of a host with a drop rule, one with a set including 4791,
+    /// a drop policy with and without an accept, and an unrelated rule.
+    #[test]
+    fn nft_rules_that_drop_roce_are_found() {
+        let ruleset = |rules: &str, policy: &str| {
+            format!(
+                r#"{{"nftables": [{{"metainfo": {{"json_schema_version": 1}}}},
+                {{"table": {{"family": "inet", "name": "filter", "handle": 1}}}},
+                {{"chain": {{"family": "inet", "table": "filter", "name": "input", "handle": 1, "type": "filter", "hook": "input", "prio": 0, "policy": "{policy}"}}}},
+                {{"chain": {{"family": "inet", "table": "filter", "name": "output", "handle": 2, "type": "filter", "hook": "output", "prio": 0, "policy": "accept"}}}}
+                {rules}]}}"#
+            )
+        };
+        let rule = |chain: &str, handle: u32, right: &str, verdict: &str| {
+            format!(
+                r#",{{"rule": {{"family": "inet", "table": "filter", "chain": "{chain}", "handle": {handle}, "expr": [{{"match": {{"op": "==", "left": {{"payload": {{"protocol": "udp", "field": "dport"}}}}, "right": {right}}}}}, {{"{verdict}": null}}]}}}}"#
+            )
+        };
+        let b = nft_blocking(&ruleset(&rule("input", 7, "4791", "drop"), "accept"), 4791).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].place, "nft inet filter input handle 7");
+        assert_eq!(b[0].fix, "nft delete rule inet filter input handle 7");
+        let set = r#"{"set": [53, {"range": [4000, 5000]}]}"#;
+        assert_eq!(
+            nft_blocking(&ruleset(&rule("input", 8, set, "reject"), "accept"), 4791)
+                .unwrap()
+                .len(),
+            1
+        );
+        // Another port, or the output chain: not blocking.
+        assert!(
+            nft_blocking(&ruleset(&rule("input", 9, "53", "drop"), "accept"), 4791)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            nft_blocking(&ruleset(&rule("output", 9, "4791", "drop"), "accept"), 4791)
+                .unwrap()
+                .is_empty()
+        );
+        // A drop policy without an accept for 4791 blocks; with one it does not.
+        let b = nft_blocking(&ruleset("", "drop"), 4791).unwrap();
+        assert_eq!(
+            b[0].fix,
+            "nft insert rule inet filter input udp dport 4791 accept"
+        );
+        assert!(
+            nft_blocking(&ruleset(&rule("input", 3, "4791", "accept"), "drop"), 4791)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(nft_blocking("{}", 4791).is_err());
+    }
+
+    #[test]
+    fn iptables_rules_that_drop_roce_are_found() {
+        let save = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p udp --dport 4791 -j DROP\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -p udp -m udp --dport 4791 -j DROP\nCOMMIT\n";
+        let b = iptables_blocking(save, 4791, "iptables");
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!(
+            b[0].fix,
+            "iptables -D INPUT -p udp -m udp --dport 4791 -j DROP"
+        );
+        let range = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m multiport --dports 4000:5000 -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n";
+        assert_eq!(iptables_blocking(range, 4791, "iptables").len(), 1);
+        let policy = "*filter\n:INPUT DROP [0:0]\n-A INPUT -p tcp --dport 22 -j ACCEPT\nCOMMIT\n";
+        let b = iptables_blocking(policy, 4791, "iptables");
+        assert_eq!(b[0].fix, "iptables -I INPUT -p udp --dport 4791 -j ACCEPT");
+        let open = "*filter\n:INPUT DROP [0:0]\n-A INPUT -p udp --dport 4791 -j ACCEPT\nCOMMIT\n";
+        assert!(iptables_blocking(open, 4791, "iptables").is_empty());
+    }
+}

@@ -1,0 +1,208 @@
+//! What the host itself says: interface addresses (getifaddrs), the IP in a GID, the NIC's
+//! interrupts and their CPUs (`/proc/interrupts`), and running a host tool.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::check::{check, Check, Status};
+
+/// The IPv4 address a RoCE v2 GID carries (`::ffff:a.b.c.d`), or the IPv6 address it is.
+pub fn gid_ip(gid: &str) -> Option<IpAddr> {
+    let v6: std::net::Ipv6Addr = gid.parse().ok()?;
+    Some(match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    })
+}
+
+/// The addresses of every interface (getifaddrs), link-local IPv6 left out.
+pub fn interface_addresses() -> std::io::Result<BTreeMap<String, Vec<IpAddr>>> {
+    let mut out: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills head with a list freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string of the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: ifa_addr points at a sockaddr whose family says its real type.
+        let ip = unsafe {
+            match (*ifa.ifa_addr).sa_family as i32 {
+                libc::AF_INET => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
+                }
+                libc::AF_INET6 => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    Some(IpAddr::from(a.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        };
+        if let Some(ip) = ip {
+            let link_local = matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
+            if !link_local {
+                out.entry(name).or_default().push(ip);
+            }
+        }
+    }
+    // SAFETY: head came from getifaddrs.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+pub(super) fn run_tool(cmd: &str, args: &[&str]) -> Option<Result<String, String>> {
+    match std::process::Command::new(cmd).args(args).output() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Err(format!("{cmd}: {e}"))),
+        Ok(o) if o.status.success() => Some(Ok(String::from_utf8_lossy(&o.stdout).into_owned())),
+        Ok(o) => Some(Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))),
+    }
+}
+
+pub(super) fn irq_checks(netdevs: &[String]) -> Vec<Check> {
+    let irqbalance = std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(Result::ok).any(|e| {
+                std::fs::read_to_string(e.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "irqbalance")
+            })
+        })
+        .unwrap_or(false);
+    if irqbalance {
+        return vec![check(
+            "interrupts",
+            "",
+            Status::Pass,
+            "irqbalance is running",
+            None,
+        )];
+    }
+    let table = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    let mut out = Vec::new();
+    for nd in netdevs {
+        // The netdev's PCI function (mlx5 names its queues' interrupts after it).
+        let pci = std::fs::read_link(format!("/sys/class/net/{nd}/device"))
+            .ok()
+            .and_then(|l| l.file_name().map(|f| f.to_string_lossy().into_owned()));
+        let irqs = nic_irqs(&table, nd, pci.as_deref());
+        if irqs.is_empty() {
+            out.push(check(
+                "interrupts",
+                nd,
+                Status::Skip,
+                format!("no interrupt named after {nd} in /proc/interrupts, and irqbalance is not running"),
+                None,
+            ));
+            continue;
+        }
+        let cpus: std::collections::BTreeSet<String> = irqs
+            .iter()
+            .filter_map(|i| {
+                std::fs::read_to_string(format!("/proc/irq/{i}/effective_affinity_list"))
+                    .or_else(|_| {
+                        std::fs::read_to_string(format!("/proc/irq/{i}/smp_affinity_list"))
+                    })
+                    .ok()
+                    .map(|s| s.trim().to_string())
+            })
+            .collect();
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus.len() <= 1 && irqs.len() > 1 && online > 1 {
+            out.push(check(
+                "interrupts",
+                nd,
+                Status::Warn,
+                format!(
+                    "{} interrupts of {nd} all on CPU {} and irqbalance is not running",
+                    irqs.len(),
+                    cpus.iter().next().cloned().unwrap_or_default()
+                ),
+                Some("systemctl enable --now irqbalance (or spread them: set_irq_affinity.sh from the NIC vendor)".into()),
+            ));
+        } else {
+            out.push(check(
+                "interrupts",
+                nd,
+                Status::Pass,
+                format!(
+                    "{} interrupts of {nd} on CPUs {}",
+                    irqs.len(),
+                    cpus.into_iter().collect::<Vec<_>>().join(" ")
+                ),
+                None,
+            ));
+        }
+    }
+    out
+}
+
+/// The interrupts of `/proc/interrupts` that belong to a netdev: named after it
+/// (`ens1f0np0-TxRx-3`, `eth0-rx-0`) or after its PCI function
+/// (`mlx5_comp3@pci:0000:3b:00.0`).
+pub fn nic_irqs(table: &str, netdev: &str, pci: Option<&str>) -> Vec<String> {
+    table
+        .lines()
+        .filter(|l| {
+            l.split_whitespace().last().is_some_and(|n| {
+                n == netdev
+                    || n.starts_with(&format!("{netdev}-"))
+                    || pci.is_some_and(|p| n.ends_with(&format!("@pci:{p}")) || n.contains(p))
+            })
+        })
+        .filter_map(|l| {
+            let irq = l.split(':').next()?.trim();
+            irq.parse::<u32>().ok().map(|_| irq.to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_addresses() {
+        assert_eq!(
+            gid_ip("0000:0000:0000:0000:0000:ffff:0a00:0001"),
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            gid_ip("fe80:0000:0000:0000:ba59:9fff:fec1:2a40"),
+            Some("fe80::ba59:9fff:fec1:2a40".parse().unwrap())
+        );
+        assert_eq!(gid_ip("nonsense"), None);
+    }
+
+    #[test]
+    fn interrupts_are_matched_by_netdev_name_or_pci_function() {
+        let table = "            CPU0       CPU1
+  24:          0        120  PCI-MSIX-0000:3b:00.0   1-edge      mlx5_comp0@pci:0000:3b:00.0
+  25:        300          0  PCI-MSIX-0000:3b:00.0   2-edge      mlx5_comp1@pci:0000:3b:00.0
+  26:          5          0  PCI-MSIX-0000:3b:00.1   1-edge      mlx5_comp0@pci:0000:3b:00.1
+  40:          1          1  PCI-MSIX-0000:5e:00.0   3-edge      ens5f0-TxRx-0
+  41:          1          1  PCI-MSIX-0000:5e:00.0   4-edge      ens5f01-TxRx-0
+ NMI:          0          0   Non-maskable interrupts
+";
+        assert_eq!(
+            nic_irqs(table, "ens1f0np0", Some("0000:3b:00.0")),
+            ["24", "25"]
+        );
+        assert_eq!(nic_irqs(table, "ens5f0", None), ["40"]);
+        assert!(nic_irqs(table, "eth9", None).is_empty());
+    }
+}

@@ -16,104 +16,34 @@
 //! Each setting is a value, `unsupported` (the device has no such thing: not an error),
 //! or `unknown` with the reason it could not be read (configfs not mounted, a directory
 //! nobody created, not the live kernel).
+//!
+//! Modules:
+//! - `configfs`: the configfs `rdma_cm` directory and reading `roce_mode`/`roce_tos`.
+//! - `dcb`: DCB over rtnetlink: PFC, trust and the DSCP map, read and changed.
+//! - `ecn`: mlx5 ECN enable files, and the priority-list syntax.
+//! - `tunable`: the PFC storm-prevention ethtool tunable's syntax and errors.
+//! - `mtu`: the RoCE MTU a netdev MTU implies.
+//! - `attr`: reading and writing attribute files; the result constructors.
 
-use std::path::{Path, PathBuf};
+mod attr;
+mod configfs;
+mod dcb;
+mod ecn;
+mod mtu;
+mod tunable;
+
+use std::path::PathBuf;
 
 use rocewatch_counters_ethtool::ioctl::{self, EthtoolSocket};
-use rocewatch_netlink::dcb::{DcbApp, DcbNetlink, IeeeDcb};
+use rocewatch_netlink::dcb::DcbNetlink;
 use rocewatch_plugin_api::*;
 use rocewatch_sysfs::SysRoot;
 
-/// The RoCE MTU a netdev MTU allows: the largest IB MTU that fits after the RoCE v2
-/// headers (GRH 40, UDP 8, BTH 12, extended headers 32, ICRC 4: 96 bytes, as the
-/// kernel's `iboe_get_mtu` counts them).
-pub fn rdma_mtu_for(netdev_mtu: u32) -> Option<u32> {
-    let room = netdev_mtu.checked_sub(96)?;
-    [4096, 2048, 1024, 512, 256]
-        .into_iter()
-        .find(|m| *m <= room)
-}
-
-fn value(v: impl Into<String>) -> Setting {
-    Setting::Value(v.into())
-}
-
-/// Read one attribute file: its trimmed text, or `None` when it does not exist.
-fn read(path: &Path) -> Result<Option<String>, String> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s.trim().to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
-    }
-}
-
-/// A setting from a file: its value, `unsupported` when the file is not there.
-fn file_setting(path: &Path) -> Setting {
-    match read(path) {
-        Ok(Some(v)) => value(v),
-        Ok(None) => Setting::Unsupported,
-        Err(e) => Setting::Unknown(e),
-    }
-}
-
-/// The priorities whose `<dir>/<prio>` file says 1, as "3" or "3,4" ("none" if none);
-/// `unsupported` without the directory.
-fn enabled_priorities(dir: &Path) -> Setting {
-    if !dir.is_dir() {
-        return Setting::Unsupported;
-    }
-    let mut on = Vec::new();
-    for p in 0..8 {
-        match read(&dir.join(p.to_string())) {
-            Ok(Some(v)) if v == "1" => on.push(p.to_string()),
-            Ok(_) => {}
-            Err(e) => return Setting::Unknown(e),
-        }
-    }
-    value(if on.is_empty() {
-        "none".to_string()
-    } else {
-        on.join(",")
-    })
-}
-
-/// The DCB settings of one netdev.
-fn dcb_settings(dcb: Result<&IeeeDcb, &str>) -> [(&'static str, Setting); 3] {
-    match dcb {
-        Ok(d) => {
-            let pfc = match &d.pfc {
-                Some(p) if p.enabled == 0 => value("none"),
-                Some(p) => value(
-                    p.priorities()
-                        .iter()
-                        .map(u8::to_string)
-                        .collect::<Vec<_>>()
-                        .join(","),
-                ),
-                None => Setting::Unsupported,
-            };
-            let map = d
-                .dscp_map()
-                .iter()
-                .map(|(dscp, prio)| format!("{dscp}:{prio}"))
-                .collect::<Vec<_>>()
-                .join(",");
-            [
-                ("pfc_enabled", pfc),
-                ("trust", value(d.trust())),
-                (
-                    "dscp_map",
-                    value(if map.is_empty() { "none".into() } else { map }),
-                ),
-            ]
-        }
-        Err(why) => [
-            ("pfc_enabled", Setting::Unknown(why.to_string())),
-            ("trust", Setting::Unknown(why.to_string())),
-            ("dscp_map", Setting::Unknown(why.to_string())),
-        ],
-    }
-}
+use attr::{file_setting, outcome, read, value, write_file};
+use dcb::{dcb_apply, dcb_settings};
+use ecn::{enabled_priorities, priority_set};
+pub use mtu::rdma_mtu_for;
+use tunable::{parse_prevention_timeout, prevention_text, tunable_error};
 
 /// The configuration plugin.
 #[derive(Default)]
@@ -130,47 +60,6 @@ impl QosLinux {
 
     pub fn new() -> Self {
         Self::default()
-    }
-
-    fn configfs(&self) -> PathBuf {
-        self.root
-            .as_ref()
-            .expect("started")
-            .root()
-            .join("kernel/config/rdma_cm")
-    }
-
-    /// `roce_mode` and `roce_tos` of a port from configfs.
-    fn roce_settings(&self, dev: &str, port: u32) -> [(&'static str, Setting); 2] {
-        let cm = self.configfs();
-        let port_dir = cm.join(dev).join("ports").join(port.to_string());
-        let why = if !cm.is_dir() {
-            Some(format!(
-                "{} is not there (configfs not mounted at <root>/kernel/config, or rdma_cm not loaded)",
-                cm.display()
-            ))
-        } else if !cm.join(dev).is_dir() {
-            Some(format!(
-                "{} not created (configfs shows a device's RoCE defaults once its directory is made: mkdir {})",
-                cm.join(dev).display(),
-                cm.join(dev).display()
-            ))
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return [
-                ("roce_mode", Setting::Unknown(why.clone())),
-                ("roce_tos", Setting::Unknown(why)),
-            ];
-        }
-        [
-            (
-                "roce_mode",
-                file_setting(&port_dir.join("default_roce_mode")),
-            ),
-            ("roce_tos", file_setting(&port_dir.join("default_roce_tos"))),
-        ]
     }
 
     fn port_state(&mut self, dev: &str, port: u32) -> QosState {
@@ -514,196 +403,6 @@ impl ConfigurationPlugin for QosLinux {
     }
 }
 
-fn outcome(applied: bool, message: String, previous: Option<String>) -> ApplyOutcome {
-    ApplyOutcome {
-        applied,
-        message,
-        previous,
-    }
-}
-
-/// Write `to` into an attribute file that must exist, and read it back; in a dry run,
-/// say what would be written.
-fn write_file(file: &Path, to: &str, dry_run: bool) -> Result<ApplyOutcome, PluginError> {
-    let previous = match read(file).map_err(PluginError::failed)? {
-        Some(v) => v,
-        None => {
-            return Err(PluginError::Unsupported(format!(
-                "{} is not there",
-                file.display()
-            )))
-        }
-    };
-    if dry_run {
-        return Ok(outcome(
-            false,
-            format!(
-                "would write {to:?} to {} (now {previous:?})",
-                file.display()
-            ),
-            Some(previous),
-        ));
-    }
-    std::fs::write(file, to)
-        .map_err(|e| PluginError::failed(format!("write {to:?} to {}: {e}", file.display())))?;
-    let now = read(file).map_err(PluginError::failed)?.unwrap_or_default();
-    let msg = if now == to {
-        format!("{}: {previous:?} -> {to:?}", file.display())
-    } else {
-        format!(
-            "{}: {previous:?} -> {to:?} (reads back as {now:?})",
-            file.display()
-        )
-    };
-    Ok(outcome(true, msg, Some(previous)))
-}
-
-/// "3,4" / "none" → the priorities.
-fn priority_set(v: &str) -> Result<Vec<u8>, String> {
-    if v == "none" {
-        return Ok(Vec::new());
-    }
-    v.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|p| match p.parse::<u8>() {
-            Ok(n) if n < 8 => Ok(n),
-            _ => Err(format!("{p:?} is not a priority (0-7)")),
-        })
-        .collect()
-}
-
-/// "26:3,48:6" / "none" → DSCP → priority.
-fn dscp_pairs(v: &str) -> Result<Vec<(u8, u8)>, String> {
-    if v == "none" {
-        return Ok(Vec::new());
-    }
-    v.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|pair| {
-            let (d, p) = pair
-                .split_once(':')
-                .ok_or_else(|| format!("{pair:?} is not DSCP:PRIORITY"))?;
-            match (d.trim().parse::<u8>(), p.trim().parse::<u8>()) {
-                (Ok(d), Ok(p)) if d < 64 && p < 8 => Ok((d, p)),
-                _ => Err(format!("{pair:?}: DSCP 0-63, priority 0-7")),
-            }
-        })
-        .collect()
-}
-
-/// "auto", "off" or milliseconds.
-fn parse_prevention_timeout(v: &str) -> Result<u16, String> {
-    match v {
-        "auto" => Ok(ioctl::PFC_PREVENTION_AUTO),
-        "off" => Ok(0),
-        ms => ms
-            .parse::<u16>()
-            .ok()
-            .filter(|m| *m != ioctl::PFC_PREVENTION_AUTO)
-            .ok_or_else(|| format!("{v:?}: \"auto\", \"off\" or milliseconds")),
-    }
-}
-
-fn prevention_text(v: u16) -> String {
-    match v {
-        ioctl::PFC_PREVENTION_AUTO => "auto".into(),
-        0 => "off".into(),
-        ms => ms.to_string(),
-    }
-}
-
-fn tunable_error(ifname: &str, e: std::io::Error) -> PluginError {
-    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-        PluginError::Unsupported(format!(
-            "{ifname}'s driver has no PFC storm-prevention timeout"
-        ))
-    } else {
-        PluginError::failed(format!("{ifname} pfc-prevention-tout: {e}"))
-    }
-}
-
-/// The DCB changes over netlink: PFC priorities, the DSCP map, trust (trust is DSCP
-/// while the APP table maps DSCP values, so `trust = dscp` installs the default map,
-/// DSCP d to priority d/8, when there is none, and `trust = pcp` removes the map).
-fn dcb_apply(
-    nl: &mut DcbNetlink,
-    ifname: &str,
-    setting: &str,
-    to: &str,
-    dry_run: bool,
-) -> Result<ApplyOutcome, PluginError> {
-    let kernel = |e: rocewatch_netlink::NetlinkError| match e {
-        rocewatch_netlink::NetlinkError::Kernel { errno, .. } if errno == libc::EOPNOTSUPP => {
-            PluginError::Unsupported(format!("{ifname}'s driver has no DCB operations"))
-        }
-        e => PluginError::failed(e.to_string()),
-    };
-    let cur = nl.ieee_get(ifname).map_err(kernel)?;
-    let before: std::collections::BTreeMap<&str, Setting> =
-        dcb_settings(Ok(&cur)).into_iter().collect();
-    let previous = match before.get(setting) {
-        Some(Setting::Value(v)) => Some(v.clone()),
-        _ => None,
-    };
-    let map = cur.dscp_map();
-    let (mut add, mut del) = (Vec::new(), Vec::new());
-    let mut pfc = None;
-    match setting {
-        "pfc_enabled" => {
-            let mut p = cur.pfc.ok_or_else(|| {
-                PluginError::Unsupported(format!("{ifname}'s driver reports no PFC"))
-            })?;
-            p.enabled = priority_set(to)
-                .map_err(PluginError::failed)?
-                .iter()
-                .fold(0u8, |m, p| m | (1 << p));
-            pfc = Some(p);
-        }
-        "dscp_map" => {
-            let want = dscp_pairs(to).map_err(PluginError::failed)?;
-            add = want.iter().filter(|w| !map.contains(w)).copied().collect();
-            del = map.iter().filter(|m| !want.contains(m)).copied().collect();
-        }
-        "trust" => match to {
-            "dscp" if map.is_empty() => add = (0..64u8).map(|d| (d, d >> 3)).collect(),
-            "dscp" => {}
-            "pcp" => del = map.clone(),
-            other => return Err(PluginError::failed(format!("trust {other:?}: dscp or pcp"))),
-        },
-        _ => unreachable!("dcb settings only"),
-    }
-    let apps = |v: &[(u8, u8)]| {
-        v.iter()
-            .map(|(d, p)| DcbApp::dscp(*d, *p))
-            .collect::<Vec<_>>()
-    };
-    let what = format!(
-        "{ifname} {setting} -> {to} (DCB: {}{} APP entries added, {} removed)",
-        if pfc.is_some() {
-            "PFC bitmap set, "
-        } else {
-            ""
-        },
-        add.len(),
-        del.len()
-    );
-    if dry_run {
-        return Ok(outcome(false, format!("would set {what}"), previous));
-    }
-    // Added before removed: a map being replaced never passes through "no map" (which
-    // would switch the port to PCP trust for a moment).
-    if pfc.is_some() || !add.is_empty() {
-        nl.ieee_set(ifname, pfc.as_ref(), &apps(&add))
-            .map_err(kernel)?;
-    }
-    if !del.is_empty() {
-        nl.ieee_del(ifname, &apps(&del)).map_err(kernel)?;
-    }
-    Ok(outcome(true, format!("set {what}"), previous))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -856,28 +555,5 @@ mod tests {
             Err(PluginError::Failed(m)) => assert!(m.contains("not a priority"), "{m}"),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn value_syntax() {
-        assert_eq!(priority_set("4,3").unwrap(), [4, 3]);
-        assert_eq!(priority_set("none").unwrap(), [] as [u8; 0]);
-        assert!(priority_set("8").is_err());
-        assert_eq!(dscp_pairs("26:3, 48:6").unwrap(), [(26, 3), (48, 6)]);
-        assert!(dscp_pairs("64:1").is_err() && dscp_pairs("26").is_err());
-        assert_eq!(parse_prevention_timeout("auto").unwrap(), 0xffff);
-        assert_eq!(parse_prevention_timeout("off").unwrap(), 0);
-        assert_eq!(parse_prevention_timeout("500").unwrap(), 500);
-        assert!(parse_prevention_timeout("65535").is_err());
-        assert_eq!(prevention_text(0xffff), "auto");
-    }
-
-    #[test]
-    fn rdma_mtu_from_netdev_mtu() {
-        assert_eq!(rdma_mtu_for(9000), Some(4096));
-        assert_eq!(rdma_mtu_for(4200), Some(4096));
-        assert_eq!(rdma_mtu_for(4191), Some(2048));
-        assert_eq!(rdma_mtu_for(1500), Some(1024));
-        assert_eq!(rdma_mtu_for(300), None);
     }
 }

@@ -11,7 +11,7 @@ use std::ffi::c_void;
 
 use rocewatch_plugin_api::PluginKind;
 
-use crate::ExportPlugin;
+use crate::export::ExportPlugin;
 
 /// The ABI major version this crate implements.
 pub const ABI_MAJOR: u32 = 1;

@@ -10,7 +10,7 @@ use rocewatch_plugin_api::{
 use serde::{Deserialize, Serialize};
 
 use crate::abi::{method, RwBuf, STATUS_ERROR, STATUS_OK, STATUS_PANIC, STATUS_UNSUPPORTED};
-use crate::ExportPlugin;
+use crate::export::ExportPlugin;
 
 /// The request of [`method::APPLY`].
 #[derive(Debug, Serialize, Deserialize)]

@@ -9,10 +9,6 @@
 
 use std::ffi::c_void;
 
-use rocewatch_plugin_api::PluginKind;
-
-use crate::export::ExportPlugin;
-
 /// The ABI major version this crate implements.
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this crate implements.
@@ -112,7 +108,7 @@ pub struct PluginTableV1 {
     pub name_len: usize,
     pub version_ptr: *const u8,
     pub version_len: usize,
-    /// Bit mask of [`PluginKind::bit`].
+    /// Bit mask of [`rocewatch_plugin_api::PluginKind::bit`].
     pub kinds: u32,
     pub create: CreateFn,
     pub call: CallFn,
@@ -125,33 +121,3 @@ unsafe impl Sync for PluginTableV1 {}
 
 /// The smallest table a host of this major version accepts.
 pub const TABLE_V1_0_SIZE: usize = std::mem::size_of::<PluginTableV1>();
-
-const fn kinds_mask(kinds: &[PluginKind]) -> u32 {
-    let mut mask = 0;
-    let mut i = 0;
-    while i < kinds.len() {
-        mask |= kinds[i].bit();
-        i += 1;
-    }
-    mask
-}
-
-impl PluginTableV1 {
-    /// The table for plugin type `T` (used by [`crate::export_plugin!`]).
-    pub const fn of<T: ExportPlugin>() -> Self {
-        PluginTableV1 {
-            abi_major: ABI_MAJOR,
-            abi_minor: ABI_MINOR,
-            size: std::mem::size_of::<PluginTableV1>(),
-            name_ptr: T::NAME.as_ptr(),
-            name_len: T::NAME.len(),
-            version_ptr: T::VERSION.as_ptr(),
-            version_len: T::VERSION.len(),
-            kinds: kinds_mask(T::KINDS),
-            create: crate::ffi::create::<T>,
-            call: crate::ffi::call::<T>,
-            free_buf: crate::ffi::free_buf,
-            destroy: crate::ffi::destroy::<T>,
-        }
-    }
-}

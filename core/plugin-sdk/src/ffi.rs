@@ -1,15 +1,19 @@
 //! The plugin side of the C ABI. Every `extern "C"` function here catches panics.
+//! [`PluginTableV1::of`], the table of a plugin type, is defined here too.
 
 use std::any::Any;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rocewatch_plugin_api::{
-    PluginContext, PluginError, ProbeTarget, QosChange, RemediationRequest,
+    PluginContext, PluginError, PluginKind, ProbeTarget, QosChange, RemediationRequest,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::abi::{method, RwBuf, STATUS_ERROR, STATUS_OK, STATUS_PANIC, STATUS_UNSUPPORTED};
+use crate::abi::{
+    method, PluginTableV1, RwBuf, ABI_MAJOR, ABI_MINOR, STATUS_ERROR, STATUS_OK, STATUS_PANIC,
+    STATUS_UNSUPPORTED,
+};
 use crate::export::ExportPlugin;
 
 /// The request of [`method::APPLY`].
@@ -239,6 +243,37 @@ impl From<ErrorWire> for PluginError {
             "invalid_options" => PluginError::InvalidOptions(w.message),
             "panicked" => PluginError::Panicked(w.message),
             _ => PluginError::Failed(w.message),
+        }
+    }
+}
+
+const fn kinds_mask(kinds: &[PluginKind]) -> u32 {
+    let mut mask = 0;
+    let mut i = 0;
+    while i < kinds.len() {
+        mask |= kinds[i].bit();
+        i += 1;
+    }
+    mask
+}
+
+impl PluginTableV1 {
+    /// The table for plugin type `T` (used by [`crate::export_plugin!`]). Defined here,
+    /// beside the entry points it points to, so that `abi` does not depend on `ffi`.
+    pub const fn of<T: ExportPlugin>() -> Self {
+        PluginTableV1 {
+            abi_major: ABI_MAJOR,
+            abi_minor: ABI_MINOR,
+            size: std::mem::size_of::<PluginTableV1>(),
+            name_ptr: T::NAME.as_ptr(),
+            name_len: T::NAME.len(),
+            version_ptr: T::VERSION.as_ptr(),
+            version_len: T::VERSION.len(),
+            kinds: kinds_mask(T::KINDS),
+            create: create::<T>,
+            call: call::<T>,
+            free_buf,
+            destroy: destroy::<T>,
         }
     }
 }

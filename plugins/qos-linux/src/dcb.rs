@@ -1,4 +1,4 @@
-//! DCB over rtnetlink: PFC, trust and the DSCP map as settings, and changing them.
+//! DCB over rtnetlink: PFC, trust and the DSCP map as settings, reading and changing them.
 
 use rocewatch_netlink::dcb::{DcbApp, DcbNetlink, IeeeDcb};
 use rocewatch_plugin_api::*;
@@ -7,7 +7,7 @@ use crate::attr::{outcome, value};
 use crate::ecn::priority_set;
 
 /// The DCB settings of one netdev.
-pub(crate) fn dcb_settings(dcb: Result<&IeeeDcb, &str>) -> [(&'static str, Setting); 3] {
+fn dcb_settings(dcb: Result<&IeeeDcb, &str>) -> [(&'static str, Setting); 3] {
     match dcb {
         Ok(d) => {
             let pfc = match &d.pfc {
@@ -67,7 +67,7 @@ fn dscp_pairs(v: &str) -> Result<Vec<(u8, u8)>, String> {
 /// The DCB changes over netlink: PFC priorities, the DSCP map, trust (trust is DSCP
 /// while the APP table maps DSCP values, so `trust = dscp` installs the default map,
 /// DSCP d to priority d/8, when there is none, and `trust = pcp` removes the map).
-pub(crate) fn dcb_apply(
+fn dcb_apply(
     nl: &mut DcbNetlink,
     ifname: &str,
     setting: &str,
@@ -142,6 +142,49 @@ pub(crate) fn dcb_apply(
         nl.ieee_del(ifname, &apps(&del)).map_err(kernel)?;
     }
     Ok(outcome(true, format!("set {what}"), previous))
+}
+
+/// `pfc_enabled`, `trust` and `dscp_map` of `ifname`, read over netlink (the live kernel
+/// only: else `dcb` says why not).
+pub(crate) fn dcb_state(
+    dcb: Option<&mut Result<DcbNetlink, String>>,
+    ifname: &str,
+) -> [(&'static str, Setting); 3] {
+    let dcb = match dcb {
+        Some(Ok(nl)) => match nl.ieee_get(ifname) {
+            Ok(d) => Ok(d),
+            Err(rocewatch_netlink::NetlinkError::Kernel { errno, .. })
+                if errno == libc::EOPNOTSUPP =>
+            {
+                Err(None)
+            }
+            Err(e) => Err(Some(e.to_string())),
+        },
+        Some(Err(why)) => Err(Some(why.clone())),
+        None => Err(Some("not started".into())),
+    };
+    match dcb {
+        Ok(d) => dcb_settings(Ok(&d)),
+        // The driver has no DCB operations: the capability is missing.
+        Err(None) => ["pfc_enabled", "trust", "dscp_map"].map(|k| (k, Setting::Unsupported)),
+        Err(Some(why)) => dcb_settings(Err(&why)),
+    }
+}
+
+/// Set `pfc_enabled`, `trust` or `dscp_map` of `ifname` over netlink.
+pub(crate) fn apply(
+    dcb: Option<&mut Result<DcbNetlink, String>>,
+    ifname: &str,
+    setting: &str,
+    to: &str,
+    dry_run: bool,
+) -> Result<ApplyOutcome, PluginError> {
+    let nl = match dcb {
+        Some(Ok(nl)) => nl,
+        Some(Err(why)) => return Err(PluginError::Unsupported(why.clone())),
+        None => return Err(PluginError::failed("not started")),
+    };
+    dcb_apply(nl, ifname, setting, to, dry_run)
 }
 
 #[cfg(test)]

@@ -17,13 +17,18 @@
 //! or `unknown` with the reason it could not be read (configfs not mounted, a directory
 //! nobody created, not the live kernel).
 //!
-//! Modules:
-//! - `configfs`: the configfs `rdma_cm` directory and reading `roce_mode`/`roce_tos`.
-//! - `dcb`: DCB over rtnetlink: PFC, trust and the DSCP map, read and changed.
-//! - `ecn`: mlx5 ECN enable files, and the priority-list syntax.
-//! - `tunable`: the PFC storm-prevention ethtool tunable's syntax and errors.
-//! - `mtu`: the RoCE MTU a netdev MTU implies.
-//! - `attr`: reading and writing attribute files; the result constructors.
+//! Modules (this file: the plugin type, `observe` and `apply`, which hand each setting
+//! to the module that owns it):
+//! - `configfs`: `roce_mode`, `roce_tos` (configfs `rdma_cm`), read and set, and which of
+//!   them are settable though unread.
+//! - `dcb`: `pfc_enabled`, `trust`, `dscp_map` over DCB rtnetlink, read and set; the DSCP
+//!   map syntax.
+//! - `ecn`: the mlx5 files: `ecn_np_enabled`, `ecn_rp_enabled` (read and set), the CNP
+//!   and `traffic_class` files; the priority-list syntax (also PFC's).
+//! - `mtu`: `mtu` and the `rdma_mtu` it implies ([`rdma_mtu_for`]).
+//! - `tunable`: `pfc_prevention_timeout` (ethtool tunable), read and set; its syntax.
+//! - `attr`: reading a setting from an attribute file, writing one and reading it back;
+//!   the `Setting`/`ApplyOutcome` constructors.
 
 mod attr;
 mod configfs;
@@ -34,16 +39,13 @@ mod tunable;
 
 use std::path::PathBuf;
 
-use rocewatch_counters_ethtool::ioctl::{self, EthtoolSocket};
+use rocewatch_counters_ethtool::ioctl::EthtoolSocket;
 use rocewatch_netlink::dcb::DcbNetlink;
 use rocewatch_plugin_api::*;
 use rocewatch_sysfs::SysRoot;
 
-use attr::{file_setting, outcome, read, value, write_file};
-use dcb::{dcb_apply, dcb_settings};
-use ecn::{enabled_priorities, priority_set};
+use attr::{file_setting, write_file};
 pub use mtu::rdma_mtu_for;
-use tunable::{parse_prevention_timeout, prevention_text, tunable_error};
 
 /// The configuration plugin.
 #[derive(Default)]
@@ -67,94 +69,28 @@ impl QosLinux {
         let gids = root.gids(dev, port).unwrap_or_default();
         let netdev = root.port_netdev(dev, port, &gids);
         let mut settings = std::collections::BTreeMap::new();
-        for (k, v) in self.roce_settings(dev, port) {
+        for (k, v) in configfs::roce_settings(&root, dev, port) {
             settings.insert(k.to_string(), v);
         }
-        let tc = root.device_dir(dev).join("tc").join(port.to_string());
         settings.insert(
             "traffic_class".into(),
-            file_setting(&tc.join("traffic_class")),
+            file_setting(&ecn::traffic_class_file(&root, dev, port)),
         );
         match &netdev {
             Some(ifname) => {
                 let nd = root.netdev_dir(ifname);
-                let ecn = nd.join("ecn");
-                settings.insert(
-                    "ecn_np_enabled".into(),
-                    enabled_priorities(&ecn.join("roce_np/enable")),
-                );
-                settings.insert(
-                    "ecn_rp_enabled".into(),
-                    enabled_priorities(&ecn.join("roce_rp/enable")),
-                );
-                settings.insert(
-                    "cnp_dscp".into(),
-                    file_setting(&ecn.join("roce_np/cnp_dscp")),
-                );
-                settings.insert(
-                    "cnp_802p_prio".into(),
-                    file_setting(&ecn.join("roce_np/cnp_802p_prio")),
-                );
-                // The RoCE MTU follows the netdev's; an MTU that cannot be read leaves it
-                // the same kind of answer.
-                let mtu = file_setting(&nd.join("mtu"));
-                let rdma_mtu = match &mtu {
-                    Setting::Value(m) => match m.parse().ok().and_then(rdma_mtu_for) {
-                        Some(r) => value(r.to_string()),
-                        None => Setting::Unsupported,
-                    },
-                    other => other.clone(),
-                };
+                for (k, v) in ecn::ecn_settings(&nd) {
+                    settings.insert(k.into(), v);
+                }
+                for (k, v) in mtu::mtu_settings(&nd) {
+                    settings.insert(k.into(), v);
+                }
                 settings.insert(
                     "pfc_prevention_timeout".into(),
-                    match &self.ethtool {
-                        Some(Ok(eth)) => {
-                            match eth.get_tunable_u16(ifname, ioctl::TUNABLE_PFC_PREVENTION_TOUT) {
-                                Ok(v) => value(prevention_text(v)),
-                                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                                    Setting::Unsupported
-                                }
-                                Err(e) => {
-                                    Setting::Unknown(format!("{ifname} pfc-prevention-tout: {e}"))
-                                }
-                            }
-                        }
-                        Some(Err(why)) => Setting::Unknown(why.clone()),
-                        None => Setting::Unknown("not started".into()),
-                    },
+                    tunable::prevention_timeout_setting(self.ethtool.as_ref(), ifname),
                 );
-                settings.insert("mtu".into(), mtu);
-                settings.insert("rdma_mtu".into(), rdma_mtu);
-                let dcb = match self.dcb.as_mut() {
-                    Some(Ok(nl)) => match nl.ieee_get(ifname) {
-                        Ok(d) => Ok(d),
-                        Err(rocewatch_netlink::NetlinkError::Kernel { errno, .. })
-                            if errno == libc::EOPNOTSUPP =>
-                        {
-                            Err(None)
-                        }
-                        Err(e) => Err(Some(e.to_string())),
-                    },
-                    Some(Err(why)) => Err(Some(why.clone())),
-                    None => Err(Some("not started".into())),
-                };
-                match dcb {
-                    Ok(d) => {
-                        for (k, v) in dcb_settings(Ok(&d)) {
-                            settings.insert(k.into(), v);
-                        }
-                    }
-                    // The driver has no DCB operations: the capability is missing.
-                    Err(None) => {
-                        for k in ["pfc_enabled", "trust", "dscp_map"] {
-                            settings.insert(k.into(), Setting::Unsupported);
-                        }
-                    }
-                    Err(Some(why)) => {
-                        for (k, v) in dcb_settings(Err(&why)) {
-                            settings.insert(k.into(), v);
-                        }
-                    }
+                for (k, v) in dcb::dcb_state(self.dcb.as_mut(), ifname) {
+                    settings.insert(k.into(), v);
                 }
             }
             None => {
@@ -174,13 +110,7 @@ impl QosLinux {
                 }
             }
         }
-        // RoCE defaults not read only because the device's configfs directory is not
-        // created yet: apply creates it.
-        let settable_unread = if self.configfs().is_dir() && !self.configfs().join(dev).is_dir() {
-            vec!["roce_mode".to_string(), "roce_tos".to_string()]
-        } else {
-            Vec::new()
-        };
+        let settable_unread = configfs::settable_unread(&root, dev);
         QosState {
             device: dev.to_string(),
             port,
@@ -251,150 +181,23 @@ impl ConfigurationPlugin for QosLinux {
         };
         match change.setting.as_str() {
             s @ ("roce_mode" | "roce_tos") => {
-                let cm = self.configfs();
-                if !cm.is_dir() {
-                    return Err(PluginError::Unsupported(format!(
-                        "{} is not there (configfs not mounted at <root>/kernel/config, or rdma_cm not loaded)",
-                        cm.display()
-                    )));
-                }
-                let dev_dir = cm.join(dev);
-                let create = !dev_dir.is_dir();
-                let file = dev_dir
-                    .join("ports")
-                    .join(port.to_string())
-                    .join(format!("default_{s}"));
-                if dry_run {
-                    let pre = if create {
-                        format!("create {} and ", dev_dir.display())
-                    } else {
-                        String::new()
-                    };
-                    return Ok(outcome(
-                        false,
-                        format!("would {pre}write {to:?} to {}", file.display()),
-                        None,
-                    ));
-                }
-                if create {
-                    std::fs::create_dir(&dev_dir).map_err(|e| {
-                        PluginError::failed(format!("mkdir {}: {e}", dev_dir.display()))
-                    })?;
-                }
-                let mut o = write_file(&file, to, false)?;
-                if create {
-                    o.message = format!("created {}; {}", dev_dir.display(), o.message);
-                }
-                Ok(o)
+                configfs::apply_roce(&root, dev, port, s, to, dry_run)
             }
             s @ ("ecn_np_enabled" | "ecn_rp_enabled") => {
-                let which = if s == "ecn_np_enabled" {
-                    "roce_np"
-                } else {
-                    "roce_rp"
-                };
-                let dir = root
-                    .netdev_dir(&netdev()?)
-                    .join("ecn")
-                    .join(which)
-                    .join("enable");
-                if !dir.is_dir() {
-                    return Err(PluginError::Unsupported(format!(
-                        "{} is not there (not an mlx5 netdev)",
-                        dir.display()
-                    )));
-                }
-                let want = priority_set(to).map_err(PluginError::failed)?;
-                let previous = match enabled_priorities(&dir) {
-                    Setting::Value(v) => Some(v),
-                    _ => None,
-                };
-                let mut wrote = Vec::new();
-                for p in 0..8u8 {
-                    let f = dir.join(p.to_string());
-                    let on = want.contains(&p);
-                    let now = read(&f).map_err(PluginError::failed)?;
-                    if now.as_deref() == Some(if on { "1" } else { "0" }) {
-                        continue;
-                    }
-                    if !dry_run {
-                        std::fs::write(&f, if on { "1" } else { "0" }).map_err(|e| {
-                            PluginError::failed(format!("write {}: {e}", f.display()))
-                        })?;
-                    }
-                    wrote.push(format!("{}={}", p, u8::from(on)));
-                }
-                let msg = format!(
-                    "{} {} in {}",
-                    wrote.join(" "),
-                    if dry_run {
-                        "would be written"
-                    } else {
-                        "written"
-                    },
-                    dir.display()
-                );
-                Ok(outcome(!dry_run, msg, previous))
+                ecn::apply_enabled(&root.netdev_dir(&netdev()?), s, to, dry_run)
             }
-            s @ ("cnp_dscp" | "cnp_802p_prio" | "mtu") => {
-                let nd = root.netdev_dir(&netdev()?);
-                let file = if s == "mtu" {
-                    nd.join("mtu")
-                } else {
-                    nd.join("ecn/roce_np").join(s)
-                };
-                write_file(&file, to, dry_run)
+            s @ ("cnp_dscp" | "cnp_802p_prio") => {
+                write_file(&ecn::cnp_file(&root.netdev_dir(&netdev()?), s), to, dry_run)
             }
-            "traffic_class" => {
-                let file = root
-                    .device_dir(dev)
-                    .join("tc")
-                    .join(port.to_string())
-                    .join("traffic_class");
-                write_file(&file, to, dry_run)
-            }
+            "mtu" => write_file(&mtu::mtu_file(&root.netdev_dir(&netdev()?)), to, dry_run),
+            "traffic_class" => write_file(&ecn::traffic_class_file(&root, dev, port), to, dry_run),
             s @ ("pfc_enabled" | "trust" | "dscp_map") => {
                 let ifname = netdev()?;
-                let nl = match self.dcb.as_mut() {
-                    Some(Ok(nl)) => nl,
-                    Some(Err(why)) => return Err(PluginError::Unsupported(why.clone())),
-                    None => return Err(PluginError::failed("not started")),
-                };
-                dcb_apply(nl, &ifname, s, to, dry_run)
+                dcb::apply(self.dcb.as_mut(), &ifname, s, to, dry_run)
             }
             "pfc_prevention_timeout" => {
                 let ifname = netdev()?;
-                let Some(Ok(eth)) = &self.ethtool else {
-                    return Err(PluginError::Unsupported(
-                        "the PFC storm-prevention timeout is an ethtool tunable of the live kernel"
-                            .into(),
-                    ));
-                };
-                let want = parse_prevention_timeout(to).map_err(PluginError::failed)?;
-                let id = ioctl::TUNABLE_PFC_PREVENTION_TOUT;
-                let previous = eth
-                    .get_tunable_u16(&ifname, id)
-                    .map_err(|e| tunable_error(&ifname, e))?;
-                if dry_run {
-                    return Ok(outcome(
-                        false,
-                        format!(
-                            "would set {ifname}'s pfc-prevention-tout to {to} (now {})",
-                            prevention_text(previous)
-                        ),
-                        Some(prevention_text(previous)),
-                    ));
-                }
-                eth.set_tunable_u16(&ifname, id, want)
-                    .map_err(|e| tunable_error(&ifname, e))?;
-                Ok(outcome(
-                    true,
-                    format!(
-                        "{ifname} pfc-prevention-tout {} -> {to}",
-                        prevention_text(previous)
-                    ),
-                    Some(prevention_text(previous)),
-                ))
+                tunable::apply_prevention_timeout(self.ethtool.as_ref(), &ifname, to, dry_run)
             }
             other => Err(PluginError::Unsupported(format!(
                 "qos-linux cannot set {other:?}"

@@ -1,0 +1,195 @@
+//! `[remediation]`: the audit log, the kill switch, the limits, and the actions rules name
+//! (`[remediation.actions.NAME]`), validated with the key named.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub(super) fn default_true() -> bool {
+    true
+}
+
+pub(super) fn default_audit_log() -> PathBuf {
+    PathBuf::from("/var/lib/rocewatch/audit.jsonl")
+}
+
+pub(super) fn default_kill_switch() -> PathBuf {
+    PathBuf::from("/etc/rocewatch/remediation.disabled")
+}
+
+pub(super) fn default_per_hour() -> u32 {
+    20
+}
+
+pub(super) fn default_concurrent() -> usize {
+    2
+}
+
+pub(super) fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+pub(super) fn default_cooldown() -> Duration {
+    Duration::from_secs(600)
+}
+
+pub(super) fn default_events() -> Vec<Event> {
+    vec![Event::Firing, Event::Clearing]
+}
+
+pub(super) fn default_retries() -> u32 {
+    3
+}
+
+pub(super) fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    crate::config::de_opt_duration(d).map(|o| o.unwrap_or_default())
+}
+
+/// `[remediation]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemediationConfig {
+    /// Where every decision is appended, one JSON object per line.
+    #[serde(default = "default_audit_log")]
+    pub audit_log: PathBuf,
+    /// While this file exists, no action runs (each one is audited as suppressed).
+    #[serde(default = "default_kill_switch")]
+    pub kill_switch: PathBuf,
+    /// Actions started (dry runs included) in any hour, over all actions.
+    #[serde(default = "default_per_hour")]
+    pub max_actions_per_hour: u32,
+    /// Actions running at once.
+    #[serde(default = "default_concurrent")]
+    pub max_concurrent: usize,
+    /// The actions rules name, by name.
+    #[serde(default)]
+    pub actions: BTreeMap<String, ActionConfig>,
+}
+
+impl Default for RemediationConfig {
+    fn default() -> Self {
+        RemediationConfig {
+            audit_log: default_audit_log(),
+            kill_switch: default_kill_switch(),
+            max_actions_per_hour: default_per_hour(),
+            max_concurrent: default_concurrent(),
+            actions: BTreeMap::new(),
+        }
+    }
+}
+
+/// When an action is invoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    Firing,
+    Clearing,
+}
+
+/// What an action does.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ActionKind {
+    /// Log the breach (and audit it).
+    Log {},
+    /// Run a command: `command = ["/usr/local/sbin/drain", "--node"]`.
+    Exec { command: Vec<String> },
+    /// Call an external remediation plugin (a `.so` under `[[plugins.external]]`) by name.
+    Plugin { plugin: String },
+    /// Re-apply `[[qos.desired]]` to what the rule's labels select (`rdma.device`,
+    /// `rdma.port`, `rdma.qos.setting`), as `rocewatch qos apply --yes` would: snapshot,
+    /// audit, undo on a half-way failure. For a rule on `rdma.qos.drift`; acts when
+    /// the rule fires only.
+    #[serde(rename = "qos_apply")]
+    QosApply {},
+    /// POST the breach as JSON.
+    Webhook {
+        url: String,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        #[serde(default = "default_retries")]
+        retries: u32,
+    },
+}
+
+/// `[remediation.actions.NAME]`
+#[derive(Debug, Clone, Deserialize)]
+pub struct ActionConfig {
+    #[serde(flatten)]
+    pub kind: ActionKind,
+    /// Only describe what would be done (default): set `dry_run = false` to act.
+    #[serde(default = "default_true")]
+    pub dry_run: bool,
+    /// Per run.
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Minimum time between two runs for the same target (rule labels) and event.
+    #[serde(default = "default_cooldown", deserialize_with = "de_duration")]
+    pub cooldown: Duration,
+    /// On which events (default both).
+    #[serde(default = "default_events")]
+    pub on: Vec<Event>,
+}
+
+/// Checks `[remediation]` and the actions the rules name.
+pub fn validate(
+    cfg: &RemediationConfig,
+    rules: &[crate::rules::RuleConfig],
+) -> Result<(), (String, String)> {
+    for (name, a) in &cfg.actions {
+        let path = format!("remediation.actions.{name}");
+        match &a.kind {
+            ActionKind::Exec { command } if command.is_empty() || command[0].is_empty() => {
+                return Err((format!("{path}.command"), "must name a program".into()))
+            }
+            ActionKind::Webhook { url, .. }
+                if !(url.starts_with("http://") || url.starts_with("https://")) =>
+            {
+                return Err((
+                    format!("{path}.url"),
+                    format!("{url:?} is not an http(s) URL"),
+                ))
+            }
+            _ => {}
+        }
+        if a.timeout.is_zero() {
+            return Err((
+                format!("{path}.timeout"),
+                "must be greater than zero".into(),
+            ));
+        }
+        if a.on.is_empty() {
+            return Err((
+                format!("{path}.on"),
+                "names no event (firing, clearing)".into(),
+            ));
+        }
+    }
+    if cfg.max_concurrent == 0 {
+        return Err((
+            "remediation.max_concurrent".into(),
+            "must be at least 1".into(),
+        ));
+    }
+    for (i, r) in rules.iter().enumerate() {
+        for a in &r.actions {
+            if !cfg.actions.contains_key(a) {
+                let known: Vec<&str> = cfg.actions.keys().map(String::as_str).collect();
+                return Err((
+                    format!("rules[{i}] ({}).actions", r.name),
+                    format!(
+                        "no action {a:?} under [remediation.actions] (known: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

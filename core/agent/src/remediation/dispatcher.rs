@@ -1,0 +1,658 @@
+//! The dispatcher: for each rule transition, the kill switch, cooldown per target and
+//! event, the hourly and concurrency limits, the audit record, and the action run under
+//! its timeout (log, exec, webhook, plugin, qos_apply).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::action::{describe, run_exec, Breach};
+use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
+use crate::audit::{now_rfc3339, AuditLog, AuditRecord};
+use crate::rules::Transition;
+use crate::selfmetrics::SelfMetrics;
+
+/// Decides and runs remediation for rule transitions.
+pub struct Dispatcher {
+    cfg: RemediationConfig,
+    audit: Arc<AuditLog>,
+    metrics: Arc<SelfMetrics>,
+    semaphore: Arc<Semaphore>,
+    state: Mutex<Limits>,
+    http: reqwest::Client,
+    /// Loaded remediation plugins, by name.
+    plugins: Vec<crate::host::registry::Entry>,
+    /// What `qos_apply` actions apply through.
+    qos: std::sync::OnceLock<Arc<crate::qos::apply::Applier>>,
+}
+
+#[derive(Default)]
+pub(super) struct Limits {
+    /// (action, target, event) → last start
+    last: HashMap<(String, String, Event), Instant>,
+    /// starts in the last hour
+    starts: VecDeque<Instant>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        cfg: RemediationConfig,
+        metrics: Arc<SelfMetrics>,
+        plugins: Vec<crate::host::registry::Entry>,
+    ) -> Arc<Self> {
+        Arc::new(Dispatcher {
+            audit: Arc::new(AuditLog::new(cfg.audit_log.clone())),
+            semaphore: Arc::new(Semaphore::new(cfg.max_concurrent)),
+            cfg,
+            metrics,
+            state: Mutex::new(Limits::default()),
+            http: reqwest::Client::new(),
+            plugins,
+            qos: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Give `qos_apply` actions the agent's configuration plugins.
+    pub fn set_qos(&self, applier: Arc<crate::qos::apply::Applier>) {
+        let _ = self.qos.set(applier);
+    }
+
+    pub fn audit_path(&self) -> &std::path::Path {
+        self.audit.path()
+    }
+
+    fn record(&self, rec: AuditRecord, sync: bool) {
+        if let Some(a) = &rec.action {
+            self.metrics.remediation_decision(a, rec.decision);
+        }
+        if let Err(e) = self.audit.append(&rec, sync) {
+            tracing::error!(path = %self.audit.path().display(), "cannot write the remediation audit log: {e}");
+        }
+    }
+
+    /// Handle one transition: audit it, then decide every action it names. Actions that
+    /// run are spawned; their results are audited when they end. Returns the handles of
+    /// what was spawned (tests wait on them).
+    pub fn handle(self: &Arc<Self>, t: &Transition) -> Vec<tokio::task::JoinHandle<()>> {
+        let event = if t.firing {
+            Event::Firing
+        } else {
+            Event::Clearing
+        };
+        let labels: BTreeMap<String, String> = (*t.labels).clone();
+        let value = Some(t.value).filter(|v| v.is_finite());
+        let base = |decision: &'static str, action: Option<&str>| AuditRecord {
+            time: now_rfc3339(),
+            decision,
+            rule: t.rule.clone(),
+            event,
+            action: action.map(str::to_string),
+            labels: labels.clone(),
+            value,
+            detail: None,
+            outcome: None,
+            duration_ms: None,
+        };
+        self.record(
+            base(if t.firing { "fired" } else { "cleared" }, None),
+            false,
+        );
+        let mut spawned = Vec::new();
+        for name in &t.actions {
+            let Some(action) = self.cfg.actions.get(name) else {
+                continue; // validated at load; a rule never names an unknown action
+            };
+            // A re-apply has nothing to do when the drift clears.
+            let firing_only = matches!(action.kind, ActionKind::QosApply {});
+            if !action.on.contains(&event) || (firing_only && event == Event::Clearing) {
+                continue;
+            }
+            let suppressed = |why: String| AuditRecord {
+                detail: Some(why),
+                ..base("suppressed", Some(name))
+            };
+            if self.cfg.kill_switch.exists() {
+                self.record(
+                    suppressed(format!(
+                        "kill switch {} exists",
+                        self.cfg.kill_switch.display()
+                    )),
+                    false,
+                );
+                continue;
+            }
+            let target = labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let now = Instant::now();
+            {
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                // Targets seen once (alerts with unique labels) must not pile up: forget
+                // the ones whose every cooldown is over.
+                if st.last.len() > 4096 {
+                    let longest = self
+                        .cfg
+                        .actions
+                        .values()
+                        .map(|a| a.cooldown)
+                        .max()
+                        .unwrap_or_default();
+                    st.last.retain(|_, t| now.duration_since(*t) < longest);
+                }
+                let key = (name.clone(), target.clone(), event);
+                if let Some(last) = st.last.get(&key) {
+                    let since = now.duration_since(*last);
+                    if since < action.cooldown {
+                        drop(st);
+                        self.record(
+                            suppressed(format!(
+                                "cooldown: ran {} ago for this target, cooldown {}",
+                                humantime::format_duration(Duration::from_secs(since.as_secs())),
+                                humantime::format_duration(action.cooldown)
+                            )),
+                            false,
+                        );
+                        continue;
+                    }
+                }
+                while st
+                    .starts
+                    .front()
+                    .is_some_and(|s| now.duration_since(*s) >= Duration::from_secs(3600))
+                {
+                    st.starts.pop_front();
+                }
+                if st.starts.len() >= self.cfg.max_actions_per_hour as usize {
+                    drop(st);
+                    self.record(
+                        suppressed(format!(
+                            "rate limit: {} actions in the last hour (max_actions_per_hour)",
+                            self.cfg.max_actions_per_hour
+                        )),
+                        false,
+                    );
+                    continue;
+                }
+                let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() else {
+                    drop(st);
+                    self.record(
+                        suppressed(format!(
+                            "concurrency: {} actions already running (max_concurrent)",
+                            self.cfg.max_concurrent
+                        )),
+                        false,
+                    );
+                    continue;
+                };
+                st.last.insert(key, now);
+                st.starts.push_back(now);
+                let breach = Breach {
+                    rule: t.rule.clone(),
+                    metric: t.metric.clone(),
+                    event,
+                    action: name.clone(),
+                    severity: t.severity.clone(),
+                    labels: labels.clone(),
+                    value,
+                    recent: t.recent.clone(),
+                    dry_run: action.dry_run,
+                };
+                if action.dry_run {
+                    drop(permit);
+                    self.record(
+                        AuditRecord {
+                            detail: Some(format!("would {}", describe(&action.kind))),
+                            ..base("dry_run", Some(name))
+                        },
+                        false,
+                    );
+                    tracing::warn!(rule = %t.rule, action = %name, "dry run: would {}", describe(&action.kind));
+                    continue;
+                }
+                // Flushed to disk before the action starts.
+                self.record(
+                    AuditRecord {
+                        detail: Some(describe(&action.kind)),
+                        ..base("executing", Some(name))
+                    },
+                    true,
+                );
+                let me = Arc::clone(self);
+                let action = action.clone();
+                let result_base = base("result", Some(name));
+                spawned.push(tokio::spawn(async move {
+                    let started = Instant::now();
+                    let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
+                    let (outcome, detail) = match r {
+                        Ok(Ok(msg)) => ("ok", msg),
+                        Ok(Err(msg)) => ("error", msg),
+                        Err(_) => (
+                            "timeout",
+                            format!("did not finish within {}; abandoned", humantime::format_duration(action.timeout)),
+                        ),
+                    };
+                    drop(permit);
+                    if outcome != "ok" {
+                        tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
+                    }
+                    me.record(
+                        AuditRecord {
+                            time: now_rfc3339(),
+                            outcome: Some(outcome),
+                            detail: Some(detail),
+                            duration_ms: Some(started.elapsed().as_millis() as u64),
+                            ..result_base
+                        },
+                        false,
+                    );
+                }));
+            }
+        }
+        spawned
+    }
+
+    async fn run(&self, action: &ActionConfig, b: &Breach) -> Result<String, String> {
+        match &action.kind {
+            ActionKind::Plugin { plugin } => {
+                let entry = self
+                    .plugins
+                    .iter()
+                    .find(|e| &e.name == plugin)
+                    .ok_or_else(|| format!("no remediation plugin named {plugin:?} is loaded"))?;
+                let req = rocewatch_plugin_api::RemediationRequest {
+                    action: b.action.clone(),
+                    rule: b.rule.clone(),
+                    event: match b.event {
+                        Event::Firing => rocewatch_plugin_api::RemediationEvent::Firing,
+                        Event::Clearing => rocewatch_plugin_api::RemediationEvent::Clearing,
+                    },
+                    labels: b.labels.clone(),
+                    samples: b
+                        .recent
+                        .iter()
+                        .map(|(ago, v)| rocewatch_plugin_api::Sample {
+                            name: b.metric.clone().into(),
+                            unit: "".into(),
+                            value: rocewatch_plugin_api::Value::F64(*v),
+                            attributes: Arc::new(b.labels.clone()),
+                            source: format!("{ago:.0}s ago"),
+                            kind: rocewatch_plugin_api::MetricKind::Gauge,
+                        })
+                        .collect(),
+                    dry_run: b.dry_run,
+                };
+                // The dispatcher's own timeout (the same) ends the wait and audits a
+                // timeout; the runner's, a second later, marks the plugin busy until its
+                // call returns.
+                let runner_timeout = action.timeout + Duration::from_secs(1);
+                let out =
+                    crate::host::call::call(
+                        entry,
+                        runner_timeout,
+                        &self.metrics,
+                        move |i| match i {
+                            crate::host::registry::Instance::Remediation(r) => r.remediate(&req),
+                            _ => Err(rocewatch_plugin_api::PluginError::failed(
+                                "not a remediation plugin",
+                            )),
+                        },
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(out.message)
+            }
+            ActionKind::QosApply {} => {
+                let applier = self
+                    .qos
+                    .get()
+                    .ok_or_else(|| "no configuration plugins to apply through".to_string())?;
+                applier.reapply(&b.labels, &b.rule).await
+            }
+            ActionKind::Log {} => {
+                tracing::warn!(rule = %b.rule, event = ?b.event, labels = ?b.labels, value = ?b.value, "remediation log action");
+                Ok("logged".into())
+            }
+            ActionKind::Exec { command } => run_exec(command, b).await,
+            ActionKind::Webhook {
+                url,
+                headers,
+                retries,
+            } => {
+                let body = serde_json::to_vec(b).expect("plain data");
+                let mut delay = Duration::from_millis(200);
+                let mut last = String::new();
+                for attempt in 0..=*retries {
+                    let mut req = self
+                        .http
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body(body.clone());
+                    for (k, v) in headers {
+                        req = req.header(k, v);
+                    }
+                    match req.send().await {
+                        Ok(r) if r.status().is_success() => {
+                            return Ok(format!("{url}: {} (attempt {})", r.status(), attempt + 1))
+                        }
+                        Ok(r) if r.status().is_client_error() => {
+                            return Err(format!("{url}: {} (not retried)", r.status()))
+                        }
+                        Ok(r) => last = format!("{url}: {}", r.status()),
+                        Err(e) => last = format!("{url}: {e}"),
+                    }
+                    if attempt < *retries {
+                        tokio::time::sleep(delay).await;
+                        delay *= 2;
+                    }
+                }
+                Err(format!("{last} (after {} attempts)", retries + 1))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remediation::validate;
+    use rocewatch_plugin_api::Attributes;
+
+    fn cfg(dir: &std::path::Path, actions: &str, extra: &str) -> RemediationConfig {
+        let text = format!(
+            "audit_log = {:?}\nkill_switch = {:?}\n{extra}\n{actions}",
+            dir.join("audit.jsonl"),
+            dir.join("STOP")
+        );
+        toml::from_str(&text).unwrap()
+    }
+
+    fn fire(rule: &str, device: &str, firing: bool, action: &str) -> Transition {
+        Transition {
+            rule: rule.into(),
+            metric: "rdma.pfc.pause_ratio".into(),
+            firing,
+            labels: Attributes::new(
+                [
+                    ("rdma.device".to_string(), device.to_string()),
+                    ("rdma.priority".to_string(), "3".to_string()),
+                ]
+                .into(),
+            ),
+            value: 0.42,
+            recent: vec![(10.0, 0.3), (0.0, 0.42)],
+            actions: vec![action.into()],
+            severity: "critical".into(),
+        }
+    }
+
+    fn audit(dir: &std::path::Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(dir.join("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn decisions(dir: &std::path::Path) -> Vec<String> {
+        audit(dir)
+            .iter()
+            .map(|r| {
+                let d = r["decision"].as_str().unwrap().to_string();
+                match r["detail"].as_str() {
+                    Some(why) if d == "suppressed" => {
+                        format!("{d}:{}", why.split(':').next().unwrap())
+                    }
+                    _ => d,
+                }
+            })
+            .collect()
+    }
+
+    async fn settle(handles: Vec<tokio::task::JoinHandle<()>>) {
+        for h in handles {
+            h.await.unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_by_default_then_cooldown_then_again_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!("[actions.touch]\ntype = \"exec\"\ncommand = [\"touch\", {marker:?}]\ncooldown = \"10m\""),
+                "",
+            ),
+            Arc::default(),
+            vec![],
+        );
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        assert!(!marker.exists(), "dry run: nothing ran");
+        let rec = audit(dir.path());
+        assert_eq!(rec[1]["decision"], "dry_run");
+        assert!(
+            rec[1]["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("would run [\"touch\""),
+            "{rec:?}"
+        );
+        assert_eq!(rec[1]["labels"]["rdma.device"], "mlx5_0");
+        // Same target within the cooldown: suppressed; another device is its own target.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        settle(d.handle(&fire("storm", "mlx5_1", true, "touch"))).await;
+        // Clearing is its own event: not held back by the firing's cooldown.
+        settle(d.handle(&fire("storm", "mlx5_0", false, "touch"))).await;
+        tokio::time::advance(Duration::from_secs(600)).await;
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        assert_eq!(
+            decisions(dir.path()),
+            [
+                "fired",
+                "dry_run",
+                "fired",
+                "suppressed:cooldown",
+                "fired",
+                "dry_run",
+                "cleared",
+                "dry_run",
+                "fired",
+                "dry_run"
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hourly_limit_and_kill_switch() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                "[actions.note]\ntype = \"log\"\ndry_run = false",
+                "max_actions_per_hour = 2",
+            ),
+            Arc::default(),
+            vec![],
+        );
+        for dev in ["a", "b", "c"] {
+            settle(d.handle(&fire("r", dev, true, "note"))).await;
+        }
+        std::fs::write(dir.path().join("STOP"), "").unwrap();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        settle(d.handle(&fire("r", "d", true, "note"))).await;
+        std::fs::remove_file(dir.path().join("STOP")).unwrap();
+        settle(d.handle(&fire("r", "e", true, "note"))).await;
+        assert_eq!(
+            decisions(dir.path()),
+            [
+                "fired",
+                "executing",
+                "result",
+                "fired",
+                "executing",
+                "result",
+                "fired",
+                "suppressed:rate limit",
+                "fired",
+                "suppressed:kill switch /",
+                "fired",
+                "executing",
+                "result"
+            ]
+            .map(|s| if s.starts_with("suppressed:kill") {
+                format!(
+                    "suppressed:kill switch {} exists",
+                    dir.path().join("STOP").display()
+                )
+            } else {
+                s.to_string()
+            })
+        );
+        let m = d.metrics.samples();
+        assert!(m.iter().any(|s| s.name == "rocewatch.remediation.decisions"
+            && s.attributes.get("decision").map(String::as_str) == Some("suppressed")));
+    }
+
+    #[tokio::test]
+    async fn exec_gets_the_breach_in_env_and_stdin_never_through_a_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let script = dir.path().join("act.sh");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\n{{ env | grep ^ROCEWATCH_ | sort; cat; }} > {out:?}\necho done\n"),
+        )
+        .unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!("[actions.drain]\ntype = \"exec\"\ncommand = [\"sh\", {script:?}]\ndry_run = false"),
+                "",
+            ),
+            Arc::default(),
+            vec![],
+        );
+        // A label that would do harm if it reached a shell.
+        let evil = format!("$(touch {})", dir.path().join("pwned").display());
+        settle(d.handle(&fire("storm", &evil, true, "drain"))).await;
+        let got = std::fs::read_to_string(&out).unwrap();
+        assert!(got.contains("ROCEWATCH_RULE=storm"), "{got}");
+        assert!(got.contains("ROCEWATCH_EVENT=firing"));
+        assert!(got.contains("ROCEWATCH_VALUE=0.42"));
+        assert!(got.contains(&format!("ROCEWATCH_LABEL_RDMA_DEVICE={evil}")));
+        assert!(
+            got.contains("\"rule\":\"storm\"")
+                && got.contains("\"recent\":[[10.0,0.3],[0.0,0.42]]"),
+            "{got}"
+        );
+        assert!(
+            !dir.path().join("pwned").exists(),
+            "the label was never interpreted"
+        );
+        let rec = audit(dir.path());
+        assert_eq!(rec[1]["decision"], "executing");
+        assert_eq!(rec[2]["decision"], "result");
+        assert_eq!(rec[2]["outcome"], "ok");
+        assert!(rec[2]["detail"].as_str().unwrap().contains("done"));
+        assert!(rec[2]["duration_ms"].is_u64());
+    }
+
+    #[tokio::test]
+    async fn a_hanging_action_times_out_holds_its_slot_and_the_rest_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                "[actions.hang]\ntype = \"exec\"\ncommand = [\"sleep\", \"30\"]\ndry_run = false\ntimeout = \"500ms\"\n\
+                 [actions.fail]\ntype = \"exec\"\ncommand = [\"false\"]\ndry_run = false\n\
+                 [actions.missing]\ntype = \"exec\"\ncommand = [\"/nonexistent/rocewatch-action\"]\ndry_run = false",
+                "max_concurrent = 1",
+            ),
+            Arc::default(),
+            vec![],
+        );
+        let started = std::time::Instant::now();
+        let hang = d.handle(&fire("r", "a", true, "hang"));
+        // The only slot is taken: the next action is suppressed, not queued forever.
+        settle(d.handle(&fire("r", "b", true, "fail"))).await;
+        settle(hang).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the hung command was abandoned"
+        );
+        settle(d.handle(&fire("r", "c", true, "fail"))).await;
+        settle(d.handle(&fire("r", "d", true, "missing"))).await;
+        let rec = audit(dir.path());
+        let results: Vec<(&str, &str)> = rec
+            .iter()
+            .filter(|r| r["decision"] == "result" || r["decision"] == "suppressed")
+            .map(|r| {
+                (
+                    r["action"].as_str().unwrap(),
+                    r["outcome"]
+                        .as_str()
+                        .unwrap_or(r["decision"].as_str().unwrap()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            results,
+            [
+                ("fail", "suppressed"),
+                ("hang", "timeout"),
+                ("fail", "error"),
+                ("missing", "error")
+            ]
+        );
+        let missing = rec
+            .iter()
+            .rev()
+            .find(|r| r["decision"] == "result")
+            .unwrap();
+        assert!(missing["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/rocewatch-action"));
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg(dir.path(), "[actions.x]\ntype = \"exec\"\ncommand = []", "");
+        assert_eq!(
+            validate(&c, &[]).unwrap_err().0,
+            "remediation.actions.x.command"
+        );
+        let c = cfg(
+            dir.path(),
+            "[actions.x]\ntype = \"webhook\"\nurl = \"ftp://h\"",
+            "",
+        );
+        assert!(validate(&c, &[])
+            .unwrap_err()
+            .1
+            .contains("not an http(s) URL"));
+        let c = cfg(dir.path(), "[actions.x]\ntype = \"log\"", "");
+        let rule: crate::rules::RuleConfig =
+            toml::from_str::<toml::Table>("name = \"r\"\nmetric = \"m\"\nactions = [\"y\"]")
+                .unwrap()
+                .try_into()
+                .unwrap();
+        let e = validate(&c, &[rule]).unwrap_err();
+        assert_eq!(e.0, "rules[0] (r).actions");
+        assert!(
+            e.1.contains("no action \"y\"") && e.1.contains("known: x"),
+            "{}",
+            e.1
+        );
+        let bad: Result<RemediationConfig, _> = toml::from_str("[actions.x]\ntype = \"shell\"");
+        assert!(bad.is_err());
+    }
+}

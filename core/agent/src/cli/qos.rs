@@ -30,7 +30,7 @@ pub async fn show_cmd(source: SourceArgs, json: bool) -> Result<i32> {
     let agent = Agent::start(cfg).await;
     let states = agent.observe_qos().await?;
     let inventory = agent.discover().await.unwrap_or_default();
-    let fingerprint = crate::qos::apply::fingerprint(&states, &inventory);
+    let fingerprint = crate::qos::metrics::fingerprint(&states, &inventory);
     if json {
         print_json(&serde_json::json!({ "ports": states, "fingerprint": fingerprint }))?;
     } else {
@@ -122,7 +122,7 @@ pub async fn rollback(
     let dir = cfg.qos.snapshot_dir.clone();
     let path = match snapshot {
         Some(p) => p,
-        None => crate::qos::apply::latest_snapshot(&dir)
+        None => crate::qos::snapshot::latest_snapshot(&dir)
             .map_err(|e| anyhow::anyhow!(e))?
             .ok_or_else(|| {
                 anyhow::anyhow!(

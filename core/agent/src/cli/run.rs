@@ -134,7 +134,7 @@ async fn run_agent(mut cfg: Config, duration: Option<Duration>) -> Result<i32> {
         tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
     }
     let remediation = start_remediation(&agent);
-    let _qos = tokio::spawn(crate::qos::apply::watch(
+    let _qos = tokio::spawn(crate::qos::metrics::watch(
         Arc::clone(&agent),
         shutdown.clone(),
     ));

@@ -123,7 +123,8 @@ impl Agent {
     /// Every configuration plugin's view of the ports, merged (a port seen by two plugins
     /// has the settings of both). Fails when no configuration plugin answered.
     pub async fn observe_qos(&self) -> Result<Vec<rocewatch_plugin_api::QosState>, CallError> {
-        crate::qos::apply::observe(&crate::qos::apply::config_plugins(self), &self.metrics).await
+        crate::qos::observe::observe(&crate::qos::observe::config_plugins(self), &self.metrics)
+            .await
     }
 
     /// The loaded probe plugin, if any.

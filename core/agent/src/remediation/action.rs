@@ -2,7 +2,6 @@
 //! shell, with the breach in `ROCEWATCH_*` variables and as JSON on standard input.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 
 use serde::Serialize;
 

@@ -1,0 +1,181 @@
+//! `[probes]`: peers (list, DNS name, file), interval, timeout, bounds, RTT buckets.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The name probe series are stored under.
+pub const PLUGIN: &str = "prober";
+
+/// Attribute naming the peer.
+pub const ATTR_PEER: &str = "rdma.probe.peer";
+
+/// Attribute naming a failure's cause.
+pub const ATTR_CAUSE: &str = "rdma.probe.cause";
+
+/// The RTT histogram.
+pub const RTT: &str = "rdma.probe.rtt";
+
+pub(super) fn default_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+pub(super) fn default_timeout() -> Duration {
+    Duration::from_secs(1)
+}
+
+pub(super) fn default_size() -> u32 {
+    64
+}
+
+pub(super) fn default_tcp_port() -> u16 {
+    18516
+}
+
+pub(super) fn default_true() -> bool {
+    true
+}
+
+pub(super) fn default_max_peers() -> usize {
+    1000
+}
+
+pub(super) fn default_backoff() -> Duration {
+    Duration::from_secs(30)
+}
+
+pub(super) fn default_max_rate() -> f64 {
+    1000.0
+}
+
+/// 10 µs to 1 s, three buckets a decade: RDMA RTTs are tens of microseconds on a healthy
+/// fabric and milliseconds when something is wrong.
+pub fn default_rtt_buckets() -> Vec<f64> {
+    vec![
+        10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+        100e-3, 250e-3, 500e-3, 1.0,
+    ]
+}
+
+pub(super) fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    crate::config::de_opt_duration(d).map(|o| o.unwrap_or_default())
+}
+
+/// `[probes]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbesConfig {
+    /// Peers by address or name.
+    #[serde(default)]
+    pub peers: Vec<String>,
+    /// A DNS name whose every address is a peer.
+    #[serde(default)]
+    pub peers_dns: Option<String>,
+    /// A file with one peer per line (`#` comments), re-read when it changes.
+    #[serde(default)]
+    pub peers_file: Option<PathBuf>,
+    /// Time between two probes of the same peer.
+    #[serde(default = "default_interval", deserialize_with = "de_duration")]
+    pub interval: Duration,
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Message size in bytes.
+    #[serde(default = "default_size")]
+    pub size: u32,
+    /// At most this many peers are probed (the first ones listed).
+    #[serde(default = "default_max_peers")]
+    pub max_peers: usize,
+    /// At most this many probes per second from this agent, all peers together.
+    #[serde(default = "default_max_rate")]
+    pub max_rate: f64,
+    /// After a peer could not be connected, the plugin waits 1 s before trying again,
+    /// doubling up to this (its probes fail with the last cause meanwhile).
+    #[serde(default = "default_backoff", deserialize_with = "de_duration")]
+    pub reconnect_backoff: Duration,
+    /// Upper bounds of the RTT histogram's buckets, in seconds, ascending.
+    #[serde(default = "default_rtt_buckets")]
+    pub rtt_buckets: Vec<f64>,
+    /// Also answer other agents' probes (default true).
+    #[serde(default = "default_true")]
+    pub serve: bool,
+    #[serde(default)]
+    pub device: Option<String>,
+    #[serde(default = "default_tcp_port")]
+    pub tcp_port: u16,
+    /// The probe-verbs plugin (default: next to the binary, or ROCEWATCH_PLUGIN_DIR).
+    #[serde(default)]
+    pub plugin: Option<PathBuf>,
+}
+
+impl ProbesConfig {
+    /// What is wrong with the settings: (key, message).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |k: &str, m: String| Err((format!("probes.{k}"), m));
+        let b = &self.rtt_buckets;
+        if b.is_empty() || b.len() > 64 {
+            return bad("rtt_buckets", format!("{} bounds; give 1 to 64", b.len()));
+        }
+        if !b.iter().all(|v| v.is_finite() && *v > 0.0) || !b.windows(2).all(|w| w[0] < w[1]) {
+            return bad(
+                "rtt_buckets",
+                format!("{b:?}: bounds must be positive and strictly ascending (seconds)"),
+            );
+        }
+        if !(self.max_rate.is_finite() && self.max_rate > 0.0) {
+            return bad(
+                "max_rate",
+                format!(
+                    "{}: give a positive number of probes per second",
+                    self.max_rate
+                ),
+            );
+        }
+        if self.max_peers == 0 {
+            return bad("max_peers", "must be at least 1".into());
+        }
+        if self.interval.is_zero() {
+            return bad("interval", "must be greater than zero".into());
+        }
+        if self.timeout.is_zero() {
+            return bad("timeout", "must be greater than zero".into());
+        }
+        Ok(())
+    }
+
+    /// The interval in effect for `peers` peers: `interval`, or longer so that the agent
+    /// stays within `max_rate`.
+    pub fn effective_interval(&self, peers: usize) -> Duration {
+        let floor = Duration::from_secs_f64(peers as f64 / self.max_rate);
+        self.interval.max(floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_validate_and_stretch_the_interval() {
+        let cfg = |extra: &str| -> ProbesConfig { toml::from_str(extra).unwrap() };
+        let c = cfg("max_rate = 100.0\ninterval = \"1s\"");
+        assert!(c.validate().is_ok());
+        assert_eq!(c.effective_interval(50), Duration::from_secs(1));
+        assert_eq!(c.effective_interval(250), Duration::from_millis(2500));
+        assert_eq!(c.rtt_buckets, default_rtt_buckets());
+        for (bad, key) in [
+            ("rtt_buckets = [0.001, 0.001]", "probes.rtt_buckets"),
+            ("rtt_buckets = []", "probes.rtt_buckets"),
+            ("rtt_buckets = [-1.0]", "probes.rtt_buckets"),
+            ("max_rate = 0.0", "probes.max_rate"),
+            ("max_peers = 0", "probes.max_peers"),
+        ] {
+            let e = cfg(bad).validate().unwrap_err();
+            assert_eq!(e.0, key, "{bad}: {e:?}");
+        }
+        // The default buckets are valid and tell 10 µs from 1 s.
+        let d = default_rtt_buckets();
+        assert_eq!((d[0], *d.last().unwrap()), (10e-6, 1.0));
+        assert!(cfg("").validate().is_ok());
+    }
+}

@@ -1,0 +1,176 @@
+//! Probe rounds on the agent's schedule: every peer of a round in flight at once through
+//! the probe plugin, bounded by `max_peers` and `max_rate`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use rocewatch_plugin_api::{NicTimestamps, ProbeResult, ProbeTarget};
+
+use super::config::{ProbesConfig, ATTR_PEER, PLUGIN, RTT};
+use super::peers::PeerSource;
+use super::stats::{samples, PeerStats};
+use crate::pipeline::Agent;
+
+/// How long a call to the plugin for `targets` may take: connecting (64 at a time: the
+/// TCP connection and the side channel's answer, each within the timeout) and the probe,
+/// plus five seconds.
+pub(super) fn call_limit(targets: usize, timeout: Duration) -> Duration {
+    let connect_waves = targets.div_ceil(64).max(1) as u32;
+    timeout * (2 * connect_waves + 1) + Duration::from_secs(5)
+}
+
+/// One probe through the probe plugin `entry`, on the runner.
+pub async fn probe_once(
+    entry: &crate::host::registry::Entry,
+    target: ProbeTarget,
+    metrics: &crate::selfmetrics::SelfMetrics,
+) -> Result<ProbeResult, crate::host::call::CallError> {
+    let mut r = probe_batch(entry, vec![target], metrics).await?;
+    Ok(r.remove(0))
+}
+
+/// Every target at once through the probe plugin `entry` (`probe_many`), on the runner.
+pub async fn probe_batch(
+    entry: &crate::host::registry::Entry,
+    targets: Vec<ProbeTarget>,
+    metrics: &crate::selfmetrics::SelfMetrics,
+) -> Result<Vec<ProbeResult>, crate::host::call::CallError> {
+    let timeout = targets
+        .iter()
+        .map(|t| Duration::from_millis(t.timeout_ms))
+        .max()
+        .unwrap_or_default();
+    let limit = call_limit(targets.len(), timeout);
+    crate::host::call::call(entry, limit, metrics, move |i| match i {
+        crate::host::registry::Instance::Probe(p) => p.probe_many(&targets),
+        _ => Err(rocewatch_plugin_api::PluginError::failed(
+            "not a probe plugin",
+        )),
+    })
+    .await
+}
+
+/// Probe every peer once per (effective) interval until `shutdown` turns true.
+pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Receiver<bool>) {
+    let Some(entry) = agent.probe_plugin() else {
+        tracing::error!("probes: the probe-verbs plugin is not loaded; no probes will run");
+        return;
+    };
+    let mut stats: BTreeMap<String, PeerStats> = BTreeMap::new();
+    let mut last_problems = Vec::new();
+    let mut last_limits = (0, Duration::ZERO);
+    let mut said_timestamps = false;
+    let mut source = Some(PeerSource::new(cfg.clone()));
+    loop {
+        let round = tokio::time::Instant::now();
+        // DNS and the peers file block: not on the async worker.
+        let mut src = source.take().expect("returned by the previous round");
+        let Ok((src, (mut list, problems))) = tokio::task::spawn_blocking(move || {
+            let r = src.peers();
+            (src, r)
+        })
+        .await
+        else {
+            tracing::error!("probes: resolving the peers failed; probing stops");
+            return;
+        };
+        source = Some(src);
+        if problems != last_problems {
+            for p in &problems {
+                tracing::warn!("probes: {p}");
+            }
+            last_problems = problems;
+        }
+        let over_limit = list.len().saturating_sub(cfg.max_peers);
+        list.truncate(cfg.max_peers);
+        let interval = cfg.effective_interval(list.len());
+        if (over_limit, interval) != last_limits {
+            if over_limit > 0 {
+                tracing::warn!(
+                    "probes: {over_limit} peers beyond probes.max_peers = {} are not probed",
+                    cfg.max_peers
+                );
+            }
+            if interval > cfg.interval {
+                tracing::warn!(
+                    "probes: {} peers at probes.max_rate = {}/s: each is probed every {interval:?} instead of every {:?}",
+                    list.len(),
+                    cfg.max_rate,
+                    cfg.interval
+                );
+            }
+            last_limits = (over_limit, interval);
+        }
+        // Peers no longer listed are forgotten (their series end).
+        let listed: std::collections::HashSet<&str> = list.iter().map(String::as_str).collect();
+        stats.retain(|p, _| listed.contains(p.as_str()));
+        agent.store.retain_histogram(RTT, |a| {
+            a.get(ATTR_PEER).is_some_and(|p| stats.contains_key(p))
+        });
+        let targets: Vec<ProbeTarget> = list
+            .iter()
+            .map(|peer| ProbeTarget {
+                peer: peer.clone(),
+                size: cfg.size,
+                timeout_ms: cfg.timeout.as_millis() as u64,
+            })
+            .collect();
+        if !targets.is_empty() {
+            let results = tokio::select! {
+                r = probe_batch(&entry, targets, &agent.metrics) => r,
+                _ = shutdown.changed() => return,
+            };
+            if let (Ok(r), false) = (&results, said_timestamps) {
+                if let Some(NicTimestamps::Unsupported { reason }) =
+                    r.first().and_then(|r| r.nic_timestamps.as_ref())
+                {
+                    tracing::info!("probes: no NIC-measured RTT split: {reason}");
+                }
+                said_timestamps = true;
+            }
+            let mut rtts = Vec::with_capacity(list.len());
+            for (i, peer) in list.iter().enumerate() {
+                let s = stats
+                    .entry(peer.clone())
+                    .or_insert_with(|| PeerStats::new(peer));
+                let outcome = match &results {
+                    Ok(r) => r.get(i).map(|r| &r.outcome).ok_or(()),
+                    Err(_) => Err(()),
+                };
+                if let Some(rtt) = s.count(outcome) {
+                    rtts.push((s.attrs.clone(), rtt));
+                }
+            }
+            agent.store.observe(RTT, rtts.iter().map(|(a, v)| (a, *v)));
+        }
+        agent.store.ingest_at(
+            PLUGIN,
+            &samples(&stats, over_limit, interval),
+            &agent.metrics,
+            SystemTime::now(),
+            Instant::now(),
+        );
+        agent.evaluate_rules();
+        tokio::select! {
+            _ = tokio::time::sleep_until(round + interval) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_limit_grows_with_connect_waves() {
+        let t = Duration::from_secs(1);
+        assert_eq!(call_limit(1, t), Duration::from_secs(8));
+        assert_eq!(call_limit(64, t), Duration::from_secs(8));
+        assert_eq!(call_limit(65, t), Duration::from_secs(10));
+        assert_eq!(call_limit(1000, t), Duration::from_secs(38));
+    }
+}

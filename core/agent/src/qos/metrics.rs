@@ -1,0 +1,285 @@
+//! The configuration as metrics: `rdma.qos.setting`, `rdma.qos.drift`, `rdma.qos.fingerprint`,
+//! read every `[qos] interval` by the agent (and re-applied on drift when a rule says so).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use rocewatch_plugin_api::{Attributes, Inventory, MetricKind, QosState, Sample, Setting, Value};
+use tokio::sync::watch;
+
+use super::observe::{config_plugins, observe};
+use crate::pipeline::Agent;
+use crate::qos::{normalize, QosConfig};
+
+/// The setting's name, on `rdma.qos.*`.
+pub const ATTR_SETTING: &str = "rdma.qos.setting";
+
+/// The setting's value, on `rdma.qos.setting`.
+pub const ATTR_VALUE: &str = "rdma.qos.value";
+
+/// The fingerprint, on `rdma.qos.fingerprint`.
+pub const ATTR_FINGERPRINT: &str = "rdma.qos.fingerprint";
+
+/// The pseudo-plugin the configuration metrics are stored under.
+pub const PLUGIN: &str = "qos";
+
+/// A stable digest (FNV-1a, 64 bits, hex) of the effective configuration of every port
+/// and of every device's driver and firmware: equal on hosts configured alike, whatever
+/// their netdev names. Settings that could not be read count as "unknown" (not why).
+pub fn fingerprint(states: &[QosState], inventory: &Inventory) -> String {
+    let mut lines = Vec::new();
+    for s in states {
+        for (k, v) in &s.settings {
+            let v = match v {
+                Setting::Value(v) => normalize(k, v),
+                Setting::Unsupported => "unsupported".into(),
+                Setting::Unknown(_) => "unknown".into(),
+            };
+            lines.push(format!("{}/{} {k}={v}", s.device, s.port));
+        }
+    }
+    for d in &inventory.devices {
+        lines.push(format!(
+            "{} driver={} fw={}",
+            d.name,
+            d.driver.as_deref().unwrap_or("?"),
+            d.fw_ver.as_deref().unwrap_or("?")
+        ));
+    }
+    lines.sort();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for l in &lines {
+        for b in l.bytes().chain(std::iter::once(b'\n')) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+pub(super) fn qos_sample(
+    name: &'static str,
+    value: f64,
+    attrs: BTreeMap<String, String>,
+) -> Sample {
+    let e = rocewatch_metrics::QOS_CATALOG
+        .iter()
+        .find(|e| e.name == name)
+        .expect("qos metric is catalogued");
+    Sample {
+        name: name.into(),
+        unit: e.unit.into(),
+        value: Value::F64(value),
+        attributes: Attributes::new(attrs),
+        source: PLUGIN.into(),
+        kind: MetricKind::Gauge,
+    }
+}
+
+/// The configuration as samples: every setting (value 1, the value as an attribute),
+/// drift per desired setting (1 differs, 0 as desired; none where it cannot be
+/// compared), and the fingerprint.
+pub fn samples(states: &[QosState], desired: &QosConfig, fingerprint: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let port_attrs = |s: &QosState| {
+        let mut a = BTreeMap::new();
+        a.insert(rocewatch_metrics::ATTR_DEVICE.to_string(), s.device.clone());
+        a.insert(rocewatch_metrics::ATTR_PORT.to_string(), s.port.to_string());
+        if let Some(n) = &s.netdev {
+            a.insert(rocewatch_metrics::ATTR_NETDEV.to_string(), n.clone());
+        }
+        a
+    };
+    for s in states {
+        for (k, v) in &s.settings {
+            let mut a = port_attrs(s);
+            a.insert(ATTR_SETTING.into(), k.clone());
+            a.insert(
+                ATTR_VALUE.into(),
+                match v {
+                    Setting::Value(v) => v.clone(),
+                    Setting::Unsupported => "unsupported".into(),
+                    Setting::Unknown(_) => "unknown".into(),
+                },
+            );
+            out.push(qos_sample("rdma.qos.setting", 1.0, a));
+        }
+    }
+    if !desired.desired.is_empty() {
+        let plan = crate::qos::plan(desired, states);
+        let mut drift: BTreeMap<(String, u32, String), (Option<String>, bool)> = BTreeMap::new();
+        for s in states {
+            for k in crate::qos::desired_for(desired, s).keys() {
+                drift.insert(
+                    (s.device.clone(), s.port, k.clone()),
+                    (s.netdev.clone(), false),
+                );
+            }
+        }
+        for c in &plan.changes {
+            if let Some(d) = drift.get_mut(&(c.device.clone(), c.port, c.setting.clone())) {
+                d.1 = true;
+            }
+        }
+        for b in &plan.blocked {
+            drift.remove(&(b.device.clone(), b.port, b.setting.clone()));
+        }
+        for ((device, port, setting), (netdev, differs)) in drift {
+            let mut a = port_attrs(&QosState {
+                device,
+                port,
+                netdev,
+                ..QosState::default()
+            });
+            a.insert(ATTR_SETTING.into(), setting);
+            out.push(qos_sample(
+                "rdma.qos.drift",
+                if differs { 1.0 } else { 0.0 },
+                a,
+            ));
+        }
+    }
+    out.push(qos_sample(
+        "rdma.qos.fingerprint",
+        1.0,
+        [(ATTR_FINGERPRINT.to_string(), fingerprint.to_string())].into(),
+    ));
+    out
+}
+
+/// Read the configuration every `[qos] interval` and store it as metrics, until
+/// `shutdown` turns true.
+pub async fn watch(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
+    let interval = agent.cfg.qos.interval;
+    let plugins = config_plugins(&agent);
+    if interval.is_zero() || plugins.iter().all(|(e, _)| e.instance.is_none()) {
+        return;
+    }
+    let mut last_error = String::new();
+    loop {
+        match observe(&plugins, &agent.metrics).await {
+            Ok(states) => {
+                let mut inv = agent.inventory();
+                if inv.devices.is_empty() {
+                    inv = agent.discover().await.unwrap_or_default();
+                }
+                let fp = fingerprint(&states, &inv);
+                agent.store.ingest_at(
+                    PLUGIN,
+                    &samples(&states, &agent.cfg.qos, &fp),
+                    &agent.metrics,
+                    SystemTime::now(),
+                    Instant::now(),
+                );
+                agent.evaluate_rules();
+                last_error.clear();
+            }
+            Err(e) if !e.is_unsupported() && e.to_string() != last_error => {
+                tracing::warn!("qos: {e}");
+                last_error = e.to_string();
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qos::tests::state as port;
+
+    fn inv(fw: &str) -> Inventory {
+        serde_json::from_value(serde_json::json!({"devices": [
+            {"name": "mlx5_0", "node_guid": null, "fw_ver": fw, "driver": "mlx5_core", "ports": []}
+        ]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn fingerprint_equal_on_hosts_alike_whatever_their_netdev_names_and_reasons() {
+        let v = |s: &str| Setting::Value(s.into());
+        let a = [port(
+            "mlx5_0",
+            "ens1f0np0",
+            &[
+                ("pfc_enabled", v("3,4")),
+                ("trust", Setting::Unknown("/host-a/path: EACCES".into())),
+            ],
+        )];
+        let b = [port(
+            "mlx5_0",
+            "eth2",
+            &[
+                ("pfc_enabled", v("4,3")),
+                ("trust", Setting::Unknown("another reason".into())),
+            ],
+        )];
+        let fa = fingerprint(&a, &inv("28.39.1002"));
+        assert_eq!(fa.len(), 16);
+        assert_eq!(fa, fingerprint(&b, &inv("28.39.1002")));
+        // A different firmware, or a different value, is a different fingerprint.
+        assert_ne!(fa, fingerprint(&a, &inv("28.40.1000")));
+        let c = [port("mlx5_0", "eth2", &[("pfc_enabled", v("3"))])];
+        assert_ne!(fa, fingerprint(&c, &inv("28.39.1002")));
+    }
+
+    #[test]
+    fn drift_is_one_differs_zero_matches_absent_when_it_cannot_be_compared() {
+        let v = |s: &str| Setting::Value(s.into());
+        let states = [port(
+            "mlx5_0",
+            "eth2",
+            &[
+                ("mtu", v("1500")),
+                ("cnp_dscp", v("48")),
+                ("trust", Setting::Unsupported),
+            ],
+        )];
+        let desired: QosConfig = toml::from_str(
+            "[[desired]]\nsettings = { mtu = \"9000\", cnp_dscp = \"48\", trust = \"dscp\" }\n",
+        )
+        .unwrap();
+        let s = samples(&states, &desired, "00");
+        let drift: BTreeMap<String, f64> = s
+            .iter()
+            .filter(|s| s.name == "rdma.qos.drift")
+            .map(|s| (s.attributes[ATTR_SETTING].clone(), s.value.as_f64()))
+            .collect();
+        assert_eq!(
+            drift,
+            [("cnp_dscp".to_string(), 0.0), ("mtu".to_string(), 1.0)].into()
+        );
+        let settings: Vec<(&str, &str)> = s
+            .iter()
+            .filter(|s| s.name == "rdma.qos.setting")
+            .map(|s| {
+                (
+                    s.attributes[ATTR_SETTING].as_str(),
+                    s.attributes[ATTR_VALUE].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            settings,
+            [
+                ("cnp_dscp", "48"),
+                ("mtu", "1500"),
+                ("trust", "unsupported")
+            ]
+        );
+        assert_eq!(
+            s.last().unwrap().attributes[ATTR_FINGERPRINT],
+            "00",
+            "one fingerprint sample"
+        );
+        // Without a desired state: no drift series at all.
+        assert!(!samples(&states, &QosConfig::default(), "00")
+            .iter()
+            .any(|s| s.name == "rdma.qos.drift"));
+    }
+}

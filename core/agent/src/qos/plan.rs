@@ -1,0 +1,249 @@
+//! `qos plan`: the exact differences between the observed and the desired settings, and
+//! what cannot be compared and why.
+
+use std::collections::BTreeMap;
+
+use globset::Glob;
+use rocewatch_plugin_api::{QosState, Setting};
+use serde::Serialize;
+
+use super::config::{normalize, QosConfig};
+
+/// One difference between the observed and the desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub device: String,
+    pub port: u32,
+    pub netdev: Option<String>,
+    pub setting: String,
+    /// The observed value ("unknown" when it could not be read but can be set).
+    pub from: String,
+    pub to: String,
+    /// The value could not be read before (see `QosState::settable_unread`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unread: bool,
+}
+
+/// A desired setting that cannot be compared on a port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Blocked {
+    pub device: String,
+    pub port: u32,
+    pub netdev: Option<String>,
+    pub setting: String,
+    pub to: String,
+    pub reason: String,
+}
+
+/// The plan: what differs, what cannot be compared, how many settings already match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub changes: Vec<Change>,
+    pub blocked: Vec<Blocked>,
+    pub in_sync: usize,
+}
+
+impl Plan {
+    pub fn is_clean(&self) -> bool {
+        self.changes.is_empty() && self.blocked.is_empty()
+    }
+}
+
+/// The desired settings of one port: every matching entry, in order.
+pub fn desired_for(cfg: &QosConfig, st: &QosState) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for e in &cfg.desired {
+        let m = |g: &str, v: Option<&str>| {
+            Glob::new(g)
+                .map(|g| g.compile_matcher().is_match(v.unwrap_or("")))
+                .unwrap_or(false)
+        };
+        if m(&e.devices, Some(&st.device))
+            && (e.netdevs == "*" || m(&e.netdevs, st.netdev.as_deref()))
+        {
+            for (k, v) in &e.settings {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Compare every port's observed settings with what the configuration wants.
+pub fn plan(cfg: &QosConfig, observed: &[QosState]) -> Plan {
+    let mut p = Plan::default();
+    for st in observed {
+        for (setting, to) in desired_for(cfg, st) {
+            let (device, port, netdev) = (st.device.clone(), st.port, st.netdev.clone());
+            let blocked = |reason: String| Blocked {
+                device: device.clone(),
+                port,
+                netdev: netdev.clone(),
+                setting: setting.clone(),
+                to: to.clone(),
+                reason,
+            };
+            match st.settings.get(&setting) {
+                Some(Setting::Value(v)) => {
+                    if normalize(&setting, v) == normalize(&setting, &to) {
+                        p.in_sync += 1;
+                    } else {
+                        p.changes.push(Change {
+                            device,
+                            port,
+                            netdev,
+                            setting: setting.clone(),
+                            from: v.clone(),
+                            to: normalize(&setting, &to),
+                            unread: false,
+                        });
+                    }
+                }
+                Some(Setting::Unsupported) => p
+                    .blocked
+                    .push(blocked("the device does not have this setting".into())),
+                Some(Setting::Unknown(_)) if st.settable_unread.contains(&setting) => {
+                    p.changes.push(Change {
+                        device,
+                        port,
+                        netdev,
+                        setting: setting.clone(),
+                        from: "unknown".into(),
+                        to: normalize(&setting, &to),
+                        unread: true,
+                    })
+                }
+                Some(Setting::Unknown(why)) => p.blocked.push(blocked(format!("unknown: {why}"))),
+                None => p
+                    .blocked
+                    .push(blocked("no configuration plugin reports it".into())),
+            }
+        }
+    }
+    p
+}
+
+/// `mlx5_0/1 (ens1f0np0)`: how every QoS text names a port.
+pub fn port_label(device: &str, port: u32, netdev: Option<&str>) -> String {
+    format!("{device}/{port} ({})", netdev.unwrap_or("no netdev"))
+}
+
+/// The plan as text: one line per difference, then what could not be compared.
+pub fn plan_text(p: &Plan) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for c in &p.changes {
+        let _ = writeln!(
+            s,
+            "change  {}  {}: {} -> {}",
+            port_label(&c.device, c.port, c.netdev.as_deref()),
+            c.setting,
+            c.from,
+            c.to
+        );
+    }
+    for b in &p.blocked {
+        let _ = writeln!(s, "{}", blocked_line(b, 8));
+    }
+    let _ = writeln!(
+        s,
+        "{} to change, {} that cannot be compared, {} already as desired",
+        p.changes.len(),
+        p.blocked.len(),
+        p.in_sync
+    );
+    s
+}
+
+/// "cannot  mlx5_0/1 (ens1f0np0)  pfc_enabled -> 3: why", the word padded to `width`.
+pub fn blocked_line(b: &Blocked, width: usize) -> String {
+    format!(
+        "{:<width$}{}  {} -> {}: {}",
+        "cannot",
+        port_label(&b.device, b.port, b.netdev.as_deref()),
+        b.setting,
+        b.to,
+        b.reason
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qos::tests::state;
+    use crate::qos::validate;
+
+    fn cfg(text: &str) -> QosConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn plan_lists_differences_and_what_cannot_be_compared() {
+        let c = cfg(r#"
+[[desired]]
+settings = { roce_mode = "RoCE v2", pfc_enabled = "3", mtu = "9000" }
+[[desired]]
+devices = "mlx5_1"
+settings = { pfc_enabled = "3,4" }
+"#);
+        assert!(validate(&c).is_ok());
+        let v = |s: &str| Setting::Value(s.into());
+        let obs = [
+            state(
+                "mlx5_0",
+                "ens1f0np0",
+                &[
+                    ("roce_mode", v("RoCE v2")),
+                    ("pfc_enabled", v("3")),
+                    ("mtu", v("1500")),
+                ],
+            ),
+            state(
+                "mlx5_1",
+                "ens1f1np1",
+                &[
+                    ("roce_mode", Setting::Unknown("not created".into())),
+                    ("pfc_enabled", v("4,3")),
+                    ("mtu", Setting::Unsupported),
+                ],
+            ),
+        ];
+        let p = plan(&c, &obs);
+        assert_eq!(p.changes.len(), 1);
+        assert_eq!(
+            (p.changes[0].device.as_str(), p.changes[0].setting.as_str()),
+            ("mlx5_0", "mtu")
+        );
+        assert_eq!(
+            (p.changes[0].from.as_str(), p.changes[0].to.as_str()),
+            ("1500", "9000")
+        );
+        // "4,3" is "3,4"; the later entry's value wins for mlx5_1.
+        assert_eq!(p.in_sync, 3);
+        let blocked: Vec<_> = p.blocked.iter().map(|b| b.setting.as_str()).collect();
+        assert_eq!(blocked, ["mtu", "roce_mode"]);
+        assert!(p.blocked[1].reason.contains("not created"));
+        assert!(!p.is_clean());
+        let text = plan_text(&p);
+        assert!(
+            text.contains("change  mlx5_0/1 (ens1f0np0)  mtu: 1500 -> 9000\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("1 to change, 2 that cannot be compared, 3 already as desired\n"));
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let e = validate(&cfg("[[desired]]\nsettings = { roce_mode2 = \"x\" }")).unwrap_err();
+        assert_eq!(e.0, "qos.desired[0].settings.roce_mode2");
+        let e = validate(&cfg(
+            "[[desired]]\ndevices = \"[\"\nsettings = { mtu = \"9000\" }",
+        ))
+        .unwrap_err();
+        assert_eq!(e.0, "qos.desired[0].devices");
+        let e = validate(&cfg("[[desired]]\nsettings = {}")).unwrap_err();
+        assert_eq!(e.0, "qos.desired[0].settings");
+        assert_eq!(normalize("pfc_enabled", " 4, 3 ,3"), "3,4");
+        assert_eq!(normalize("roce_mode", " RoCE v2\n"), "RoCE v2");
+    }
+}

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use rocewatch::config::{Config, ExternalPluginConfig};
+use rocewatch::config::Config;
 use rocewatch::host::call;
 use rocewatch::host::registry::{Instance, State, Status};
+use rocewatch::host::settings::ExternalPluginConfig;
 use rocewatch::pipeline::Agent;
 use rocewatch_plugin_api::*;
 

@@ -31,3 +31,4 @@ pub mod remediation;
 pub mod rules;
 pub mod selfmetrics;
 pub mod store;
+pub mod util;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, LogFormat, OtlpProtocol};
+use crate::config::{Config, LogFormat};
+use crate::export::otlp::config::OtlpProtocol;
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)

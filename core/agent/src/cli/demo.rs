@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 
 use super::args::{DemoArgs, DemoFormat, Scenario};
 use super::run::{finish_otlp, shutdown_after, start_otlp, start_remediation};
-use crate::config::{Config, OtlpConfig};
+use crate::config::Config;
 use crate::demo;
+use crate::export::otlp::config::OtlpConfig;
 use crate::pipeline::Agent;
 
 pub async fn run(a: DemoArgs) -> Result<i32> {
@@ -84,7 +85,7 @@ async fn run_demo(args: DemoRun) -> Result<i32> {
     // statistics the simulator writes.
     cfg.plugins.builtin.insert(
         rocewatch_counters_ethtool::EthtoolCounters::NAME.to_string(),
-        crate::config::PluginSettings {
+        crate::host::settings::PluginSettings {
             options: serde_json::json!({ "stats_dir": root.join("ethtool") }),
             ..Default::default()
         },

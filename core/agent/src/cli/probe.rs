@@ -51,8 +51,8 @@ pub(super) fn probe_plugin_config(
     serve: bool,
     busy_poll: bool,
     reconnect_backoff: Duration,
-) -> crate::config::ExternalPluginConfig {
-    crate::config::ExternalPluginConfig {
+) -> crate::host::settings::ExternalPluginConfig {
+    crate::host::settings::ExternalPluginConfig {
         path,
         enabled: true,
         interval: None,
@@ -71,7 +71,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     for name in crate::host::registry::builtin_names() {
         cfg.plugins.builtin.insert(
             name.to_string(),
-            crate::config::PluginSettings {
+            crate::host::settings::PluginSettings {
                 enabled: false,
                 ..Default::default()
             },

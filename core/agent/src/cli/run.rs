@@ -7,7 +7,8 @@ use anyhow::Result;
 
 use super::args::RunArgs;
 use super::probe::{probe_plugin_config, probe_plugin_path};
-use crate::config::{Config, OtlpConfig, OtlpProtocol};
+use crate::config::Config;
+use crate::export::otlp::config::{OtlpConfig, OtlpProtocol};
 use crate::export::otlp::OtlpExporter;
 use crate::pipeline::{self, Agent};
 

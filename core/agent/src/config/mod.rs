@@ -7,12 +7,15 @@
 //! Variables without a double underscore (`ROCEWATCH_PLUGIN_DIR`, ...) are not config keys
 //! and are ignored here.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::export::collectd::config::SecurityLevel;
+use crate::export::config::ExportersConfig;
+use crate::host::settings::{PluginSettings, PluginsConfig};
+use crate::util::duration::de_duration;
 use rocewatch_discovery_sysfs::DeviceSelection;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 /// Why a configuration could not be loaded. Every message names the file and key path.
 #[derive(Debug, thiserror::Error)]
@@ -27,41 +30,24 @@ pub enum ConfigError {
     },
 }
 
-pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    humantime::parse_duration(&s).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "invalid duration {s:?} ({e}); write it like \"10s\", \"500ms\", \"2m\""
-        ))
-    })
-}
-
-pub(crate) fn de_opt_duration<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Duration>, D::Error> {
-    de_duration(d).map(Some)
-}
-
 fn default_sysfs_root() -> PathBuf {
     PathBuf::from("/sys")
 }
+
 fn default_interval() -> Duration {
     Duration::from_secs(10)
 }
+
 fn default_jitter() -> Duration {
     Duration::from_secs(1)
 }
+
 fn default_timeout() -> Duration {
     Duration::from_secs(5)
 }
+
 fn default_discovery_interval() -> Duration {
     Duration::from_secs(60)
-}
-fn default_true() -> bool {
-    true
-}
-fn default_options() -> serde_json::Value {
-    serde_json::Value::Object(Default::default())
 }
 
 /// The whole configuration file.
@@ -151,274 +137,6 @@ impl Default for AgentConfig {
             host_name: None,
             log_format: LogFormat::Text,
             log_level: None,
-        }
-    }
-}
-
-/// `[plugins]`
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PluginsConfig {
-    /// Settings of built-in plugins, by name (`[plugins.builtin.counters-sysfs]`).
-    #[serde(default)]
-    pub builtin: BTreeMap<String, PluginSettings>,
-    /// External `.so` plugins (`[[plugins.external]]`).
-    #[serde(default)]
-    pub external: Vec<ExternalPluginConfig>,
-}
-
-/// Settings every plugin accepts.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PluginSettings {
-    /// Run this plugin (default true).
-    #[serde(default = "default_true")]
-    pub enabled: bool,
-    /// Collection interval (default: `agent.interval`).
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub interval: Option<Duration>,
-    /// Per-call timeout (default: `agent.timeout`).
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub timeout: Option<Duration>,
-    /// Plugin-specific options, passed to the plugin as JSON.
-    #[serde(default = "default_options")]
-    pub options: serde_json::Value,
-}
-
-impl Default for PluginSettings {
-    fn default() -> Self {
-        PluginSettings {
-            enabled: true,
-            interval: None,
-            timeout: None,
-            options: default_options(),
-        }
-    }
-}
-
-/// One `[[plugins.external]]` entry.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExternalPluginConfig {
-    /// Path of the `.so`.
-    pub path: PathBuf,
-    /// Run this plugin (default true).
-    #[serde(default = "default_true")]
-    pub enabled: bool,
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub interval: Option<Duration>,
-    #[serde(default, deserialize_with = "de_opt_duration")]
-    pub timeout: Option<Duration>,
-    #[serde(default = "default_options")]
-    pub options: serde_json::Value,
-}
-
-impl ExternalPluginConfig {
-    pub fn settings(&self) -> PluginSettings {
-        PluginSettings {
-            enabled: self.enabled,
-            interval: self.interval,
-            timeout: self.timeout,
-            options: self.options.clone(),
-        }
-    }
-}
-
-/// `[exporters]`
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExportersConfig {
-    #[serde(default)]
-    pub stdout: StdoutConfig,
-    /// OTLP export; absent: no OTLP.
-    #[serde(default)]
-    pub otlp: Option<OtlpConfig>,
-    /// The Prometheus `/metrics` endpoint; absent: none.
-    #[serde(default)]
-    pub prometheus: Option<PrometheusConfig>,
-    /// Send to a collectd server (binary network protocol); absent: none.
-    #[serde(default)]
-    pub collectd: Option<CollectdConfig>,
-}
-
-/// collectd's `SecurityLevel` of the network plugin.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum SecurityLevel {
-    /// Plain packets.
-    #[default]
-    None,
-    /// HMAC-SHA-256 signed packets (`SecurityLevel Sign` on the server).
-    Sign,
-}
-
-/// `[exporters.collectd]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CollectdConfig {
-    /// `HOST:PORT` of collectd's network plugin (`Listen`), usually port 25826.
-    pub server: String,
-    /// `none` (default) or `sign`.
-    #[serde(default)]
-    pub security_level: SecurityLevel,
-    /// User name for `sign` (must be in the server's AuthFile).
-    #[serde(default)]
-    pub username: String,
-    /// Password for `sign`. Prefer the environment: ROCEWATCH_EXPORTERS__COLLECTD__PASSWORD.
-    #[serde(default)]
-    pub password: String,
-    /// Host part of the identifiers (default: the agent's host name).
-    #[serde(default)]
-    pub host_name: Option<String>,
-}
-
-fn default_prometheus_listen() -> std::net::SocketAddr {
-    std::net::SocketAddr::from(([127, 0, 0, 1], 9464))
-}
-
-/// `[exporters.prometheus]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PrometheusConfig {
-    /// Address of `/metrics` and `/healthz` (default `127.0.0.1:9464`, loopback only; use
-    /// `0.0.0.0:9464` to let a remote Prometheus scrape).
-    #[serde(default = "default_prometheus_listen")]
-    pub listen: std::net::SocketAddr,
-}
-
-impl Default for PrometheusConfig {
-    fn default() -> Self {
-        PrometheusConfig {
-            listen: default_prometheus_listen(),
-        }
-    }
-}
-
-/// `[exporters.stdout]`: every collection as JSON lines on standard output.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StdoutConfig {
-    #[serde(default)]
-    pub enabled: bool,
-}
-
-/// OTLP transport.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
-pub enum OtlpProtocol {
-    /// OTLP/HTTP with protobuf bodies (port 4318, path `/v1/metrics`).
-    #[default]
-    #[serde(rename = "http/protobuf")]
-    #[value(name = "http/protobuf")]
-    HttpProtobuf,
-    /// OTLP/gRPC (port 4317).
-    #[serde(rename = "grpc")]
-    #[value(name = "grpc")]
-    Grpc,
-}
-
-fn default_export_interval() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_export_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-
-/// `[exporters.otlp]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpConfig {
-    /// Full endpoint URL, used as given: `http://collector:4318/v1/metrics` for
-    /// `http/protobuf`, `http://collector:4317` for `grpc`.
-    pub endpoint: String,
-    /// `http/protobuf` (default) or `grpc`.
-    #[serde(default)]
-    pub protocol: OtlpProtocol,
-    /// How often to export (default `10s`).
-    #[serde(default = "default_export_interval", deserialize_with = "de_duration")]
-    pub interval: Duration,
-    /// Export request timeout (default `10s`).
-    #[serde(default = "default_export_timeout", deserialize_with = "de_duration")]
-    pub timeout: Duration,
-    /// Extra resource attributes (`service.name` and `host.name` are always set).
-    #[serde(default)]
-    pub resource: BTreeMap<String, String>,
-    /// Extra request headers (HTTP) or metadata (gRPC), e.g. `authorization`.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// `none` (default) or `gzip`.
-    #[serde(default)]
-    pub compression: Compression,
-    /// Snapshots kept while the endpoint is unreachable (default: 10 minutes' worth,
-    /// i.e. 600 s / `interval`). When full, the oldest is dropped and counted.
-    #[serde(default)]
-    pub queue_size: Option<usize>,
-    /// First retry delay (default `1s`); doubles up to `retry_max`, with ±20 % jitter.
-    #[serde(default = "default_retry_initial", deserialize_with = "de_duration")]
-    pub retry_initial: Duration,
-    /// Longest retry delay (default `30s`).
-    #[serde(default = "default_retry_max", deserialize_with = "de_duration")]
-    pub retry_max: Duration,
-    /// TLS settings (for `https://` endpoints; the system's web PKI roots are used when
-    /// no CA is given).
-    #[serde(default)]
-    pub tls: Option<TlsConfig>,
-}
-
-/// Request compression.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    #[default]
-    None,
-    Gzip,
-}
-
-/// `[exporters.otlp.tls]`
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM file of the CA that signed the receiver's certificate.
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// PEM client certificate, for receivers that require mutual TLS.
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    /// PEM private key of the client certificate.
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-}
-
-fn default_retry_initial() -> Duration {
-    Duration::from_secs(1)
-}
-fn default_retry_max() -> Duration {
-    Duration::from_secs(30)
-}
-
-impl OtlpConfig {
-    /// The queue size in snapshots.
-    pub fn queue_capacity(&self) -> usize {
-        self.queue_size.unwrap_or_else(|| {
-            let per = self.interval.as_secs_f64().max(0.001);
-            ((600.0 / per).ceil() as usize).clamp(2, 100_000)
-        })
-    }
-}
-
-impl OtlpConfig {
-    pub fn new(endpoint: impl Into<String>, protocol: OtlpProtocol) -> Self {
-        OtlpConfig {
-            endpoint: endpoint.into(),
-            protocol,
-            interval: default_export_interval(),
-            timeout: default_export_timeout(),
-            resource: BTreeMap::new(),
-            headers: BTreeMap::new(),
-            compression: Compression::None,
-            queue_size: None,
-            retry_initial: default_retry_initial(),
-            retry_max: default_retry_max(),
-            tls: None,
         }
     }
 }

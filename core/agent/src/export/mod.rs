@@ -3,6 +3,7 @@
 //! or failing exporter never stalls another or the collection.
 
 pub mod collectd;
+pub mod config;
 pub mod otlp;
 pub mod prometheus;
 pub mod stdout;

@@ -15,7 +15,8 @@ use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
 use rocewatch_qos_linux::QosLinux;
 use serde::Serialize;
 
-use crate::config::{Config, PluginSettings};
+use crate::config::Config;
+use crate::host::settings::PluginSettings;
 use crate::selfmetrics::SelfMetrics;
 
 /// How a built-in plugin is made.

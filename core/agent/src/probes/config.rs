@@ -59,7 +59,7 @@ pub fn default_rtt_buckets() -> Vec<f64> {
 }
 
 pub(super) fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    crate::config::de_opt_duration(d).map(|o| o.unwrap_or_default())
+    crate::util::duration::de_opt_duration(d).map(|o| o.unwrap_or_default())
 }
 
 /// `[probes]`

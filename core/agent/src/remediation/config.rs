@@ -44,7 +44,7 @@ pub(super) fn default_retries() -> u32 {
 }
 
 pub(super) fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    crate::config::de_opt_duration(d).map(|o| o.unwrap_or_default())
+    crate::util::duration::de_opt_duration(d).map(|o| o.unwrap_or_default())
 }
 
 /// `[remediation]`

@@ -89,7 +89,7 @@ pub struct RuleConfig {
     #[serde(default)]
     pub condition: Condition,
     /// For `rate` and `increase` (default 1m).
-    #[serde(default, deserialize_with = "crate::config::de_opt_duration")]
+    #[serde(default, deserialize_with = "crate::util::duration::de_opt_duration")]
     pub window: Option<Duration>,
     #[serde(default = "default_op")]
     pub op: Op,
@@ -102,7 +102,7 @@ pub struct RuleConfig {
     #[serde(
         default,
         rename = "for",
-        deserialize_with = "crate::config::de_opt_duration"
+        deserialize_with = "crate::util::duration::de_opt_duration"
     )]
     pub for_: Option<Duration>,
     #[serde(default = "default_severity")]

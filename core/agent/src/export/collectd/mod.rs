@@ -11,6 +11,8 @@
 //! big-endian i64, GAUGE values little-endian f64. A signed packet starts with a part
 //! 0x0200 holding HMAC-SHA-256(password, username ‖ rest of packet) and the username.
 
+pub mod config;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use rocewatch_plugin_api::{MetricKind, Sample, Value};
 use sha2::Sha256;
 use tokio::sync::broadcast;
 
-use crate::config::{CollectdConfig, SecurityLevel};
+use self::config::{CollectdConfig, SecurityLevel};
 use crate::pipeline::Collection;
 use crate::selfmetrics::SelfMetrics;
 

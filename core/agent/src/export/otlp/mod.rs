@@ -20,6 +20,8 @@
 //! `opentelemetry-otlp`'s own exporters send each snapshot once and forget it, which is
 //! what this module exists to avoid; the wire format is the same (the official protos).
 
+pub mod config;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -36,7 +38,7 @@ use opentelemetry_sdk::Resource;
 use prost::Message;
 use rocewatch_plugin_api::{MetricKind, Sample, Value};
 
-use crate::config::{Compression, OtlpConfig, OtlpProtocol};
+use self::config::{Compression, OtlpConfig, OtlpProtocol};
 use crate::export::ExportError;
 use crate::selfmetrics::SelfMetrics;
 use crate::store::Store;

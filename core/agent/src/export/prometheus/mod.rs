@@ -5,6 +5,8 @@
 //! VictoriaMetrics and docs/METRICS.md agree. The server only reads the store: a scrape
 //! never triggers a collection and never waits for one.
 
+pub mod config;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;

@@ -1,0 +1,122 @@
+//! `[alertmanager]`: listener, token, limits and the routes from alert labels to actions.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use globset::Glob;
+use serde::Deserialize;
+
+pub(super) fn default_listen() -> SocketAddr {
+    "127.0.0.1:9465".parse().expect("static address")
+}
+
+pub(super) fn default_max_body() -> usize {
+    1 << 20
+}
+
+pub(super) fn default_rate() -> u32 {
+    20
+}
+
+/// `[alertmanager]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertmanagerConfig {
+    /// Where the webhook listens (POST /alertmanager). Loopback by default.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// A file holding the bearer token Alertmanager sends
+    /// (`http_config.authorization.credentials_file` on its side).
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
+    /// The token itself (prefer the file, or `ROCEWATCH_ALERTMANAGER__BEARER_TOKEN`).
+    #[serde(default)]
+    pub bearer_token: Option<String>,
+    /// Accept requests without a token. Off by default: anyone who can reach the port
+    /// could otherwise trigger remediation.
+    #[serde(default)]
+    pub allow_unauthenticated: bool,
+    /// Larger bodies get a 413.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// Requests per second (a token bucket with one second of burst); beyond it, a 429.
+    #[serde(default = "default_rate")]
+    pub max_requests_per_second: u32,
+    /// Which alerts trigger which actions.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[[alertmanager.routes]]`: every label matcher (a glob) must match the alert's labels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    #[serde(default, rename = "match")]
+    pub matchers: BTreeMap<String, String>,
+    pub actions: Vec<String>,
+}
+
+impl AlertmanagerConfig {
+    /// The token requests must carry, or `None` when unauthenticated access is allowed.
+    pub fn token(&self) -> Result<Option<String>, (String, String)> {
+        if let Some(t) = &self.bearer_token {
+            return Ok(Some(t.trim().to_string()));
+        }
+        if let Some(f) = &self.bearer_token_file {
+            let t = std::fs::read_to_string(f).map_err(|e| {
+                (
+                    "alertmanager.bearer_token_file".to_string(),
+                    format!("{}: {e}", f.display()),
+                )
+            })?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err((
+                    "alertmanager.bearer_token_file".into(),
+                    format!("{} is empty", f.display()),
+                ));
+            }
+            return Ok(Some(t));
+        }
+        if self.allow_unauthenticated {
+            return Ok(None);
+        }
+        Err((
+            "alertmanager".into(),
+            "set bearer_token_file (or bearer_token), or allow_unauthenticated = true to accept anyone who can reach the port".into(),
+        ))
+    }
+}
+
+/// Checks the section against the configured actions.
+pub fn validate(
+    cfg: &AlertmanagerConfig,
+    actions: &BTreeMap<String, crate::remediation::ActionConfig>,
+) -> Result<(), (String, String)> {
+    // The token file is read when the receiver starts (it may exist only on the host).
+    if cfg.bearer_token.is_none() && cfg.bearer_token_file.is_none() && !cfg.allow_unauthenticated {
+        cfg.token()?;
+    }
+    if cfg.max_requests_per_second == 0 {
+        return Err((
+            "alertmanager.max_requests_per_second".into(),
+            "must be at least 1".into(),
+        ));
+    }
+    for (i, r) in cfg.routes.iter().enumerate() {
+        for (k, v) in &r.matchers {
+            Glob::new(v)
+                .map_err(|e| (format!("alertmanager.routes[{i}].match.{k}"), e.to_string()))?;
+        }
+        for a in &r.actions {
+            if !actions.contains_key(a) {
+                return Err((
+                    format!("alertmanager.routes[{i}].actions"),
+                    format!("no action {a:?} under [remediation.actions]"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

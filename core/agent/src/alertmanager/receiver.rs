@@ -1,0 +1,227 @@
+//! The HTTP receiver: bearer token, body size and request-rate limits, then the router.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::config::AlertmanagerConfig;
+use super::payload::parse;
+use super::router::Router;
+use crate::remediation::Dispatcher;
+
+/// A token bucket: `rate` per second, one second of burst.
+pub(super) struct Bucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn take(&mut self, now: Instant) -> bool {
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.rate);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Shared by the connections.
+pub struct Receiver {
+    token: Option<String>,
+    max_body: usize,
+    router: Router,
+    bucket: Mutex<Bucket>,
+    dispatcher: Arc<Dispatcher>,
+    metrics: Arc<crate::selfmetrics::SelfMetrics>,
+}
+
+impl Receiver {
+    pub fn new(
+        cfg: &AlertmanagerConfig,
+        dispatcher: Arc<Dispatcher>,
+        metrics: Arc<crate::selfmetrics::SelfMetrics>,
+    ) -> Result<Arc<Self>, (String, String)> {
+        Ok(Arc::new(Receiver {
+            token: cfg.token()?,
+            max_body: cfg.max_body_bytes,
+            router: Router::new(cfg),
+            bucket: Mutex::new(Bucket {
+                rate: cfg.max_requests_per_second as f64,
+                tokens: cfg.max_requests_per_second as f64,
+                at: Instant::now(),
+            }),
+            dispatcher,
+            metrics,
+        }))
+    }
+
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<Full<Bytes>>, Infallible> {
+        let reply = |status: StatusCode, body: String| {
+            Response::builder()
+                .status(status)
+                .header("content-type", "text/plain; charset=utf-8")
+                .body(Full::new(Bytes::from(body + "\n")))
+                .expect("static response parts")
+        };
+        let r = self.handle_inner(req).await;
+        let code = match &r {
+            Ok(_) => "accepted",
+            Err((s, _)) if *s == StatusCode::UNAUTHORIZED => "unauthorized",
+            Err((s, _)) if *s == StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+            Err((s, _)) if *s == StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            Err(_) => "rejected",
+        };
+        self.metrics.alertmanager_request(code);
+        Ok(match r {
+            Ok(msg) => reply(StatusCode::OK, msg),
+            Err((status, msg)) => {
+                tracing::warn!(status = status.as_u16(), "alertmanager webhook: {msg}");
+                reply(status, msg)
+            }
+        })
+    }
+
+    async fn handle_inner(&self, req: Request<Incoming>) -> Result<String, (StatusCode, String)> {
+        if req.uri().path() != "/alertmanager" {
+            return Err((
+                StatusCode::NOT_FOUND,
+                "POST Alertmanager webhooks to /alertmanager".into(),
+            ));
+        }
+        if req.method() != Method::POST {
+            return Err((StatusCode::METHOD_NOT_ALLOWED, "only POST".into()));
+        }
+        if let Some(t) = &self.token {
+            let got = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            if !got.is_some_and(|g| constant_time_eq(g.as_bytes(), t.as_bytes())) {
+                return Err((
+                    StatusCode::UNAUTHORIZED,
+                    "missing or wrong bearer token".into(),
+                ));
+            }
+        }
+        if !self
+            .bucket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(Instant::now())
+        {
+            return Err((
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests; slow down".into(),
+            ));
+        }
+        let declared = req
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > self.max_body) {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body larger than {} bytes", self.max_body),
+            ));
+        }
+        let body = Limited::new(req.into_body(), self.max_body)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    (
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("body larger than {} bytes", self.max_body),
+                    )
+                } else {
+                    (StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
+                }
+            })?
+            .to_bytes();
+        let p = parse(&body).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+        if p.truncated_alerts > 0 {
+            tracing::warn!(
+                truncated = p.truncated_alerts,
+                "alertmanager truncated this group: {} alerts were not sent",
+                p.truncated_alerts
+            );
+        }
+        for a in &p.alerts {
+            let t = self.router.transition(a);
+            self.dispatcher.handle(&t);
+        }
+        Ok(format!("{} alerts accepted", p.alerts.len()))
+    }
+}
+
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Serve the webhook until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("alertmanager webhook: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let rx = Arc::clone(&rx);
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let svc = hyper::service::service_fn(move |req| Arc::clone(&rx).handle(req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(io, svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "alertmanager webhook connection: {e}");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_limits_the_rate() {
+        let t0 = Instant::now();
+        let mut b = Bucket {
+            rate: 2.0,
+            tokens: 2.0,
+            at: t0,
+        };
+        assert!(b.take(t0) && b.take(t0));
+        assert!(!b.take(t0));
+        assert!(b.take(t0 + Duration::from_millis(500)));
+        assert!(!b.take(t0 + Duration::from_millis(500)));
+    }
+}

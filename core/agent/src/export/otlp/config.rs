@@ -1,0 +1,132 @@
+//! `[exporters.otlp]`: endpoint, protocol, interval, timeout, headers, compression, TLS,
+//! retry and the outage queue.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::util::duration::de_duration;
+use serde::Deserialize;
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (port 4318, path `/v1/metrics`).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+    /// OTLP/gRPC (port 4317).
+    #[serde(rename = "grpc")]
+    #[value(name = "grpc")]
+    Grpc,
+}
+
+pub(super) fn default_export_interval() -> Duration {
+    Duration::from_secs(10)
+}
+
+pub(super) fn default_export_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `[exporters.otlp]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// Full endpoint URL, used as given: `http://collector:4318/v1/metrics` for
+    /// `http/protobuf`, `http://collector:4317` for `grpc`.
+    pub endpoint: String,
+    /// `http/protobuf` (default) or `grpc`.
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// How often to export (default `10s`).
+    #[serde(default = "default_export_interval", deserialize_with = "de_duration")]
+    pub interval: Duration,
+    /// Export request timeout (default `10s`).
+    #[serde(default = "default_export_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Extra resource attributes (`service.name` and `host.name` are always set).
+    #[serde(default)]
+    pub resource: BTreeMap<String, String>,
+    /// Extra request headers (HTTP) or metadata (gRPC), e.g. `authorization`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// `none` (default) or `gzip`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Snapshots kept while the endpoint is unreachable (default: 10 minutes' worth,
+    /// i.e. 600 s / `interval`). When full, the oldest is dropped and counted.
+    #[serde(default)]
+    pub queue_size: Option<usize>,
+    /// First retry delay (default `1s`); doubles up to `retry_max`, with ±20 % jitter.
+    #[serde(default = "default_retry_initial", deserialize_with = "de_duration")]
+    pub retry_initial: Duration,
+    /// Longest retry delay (default `30s`).
+    #[serde(default = "default_retry_max", deserialize_with = "de_duration")]
+    pub retry_max: Duration,
+    /// TLS settings (for `https://` endpoints; the system's web PKI roots are used when
+    /// no CA is given).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// Request compression.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+}
+
+/// `[exporters.otlp.tls]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file of the CA that signed the receiver's certificate.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate, for receivers that require mutual TLS.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+}
+
+pub(super) fn default_retry_initial() -> Duration {
+    Duration::from_secs(1)
+}
+
+pub(super) fn default_retry_max() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl OtlpConfig {
+    /// The queue size in snapshots.
+    pub fn queue_capacity(&self) -> usize {
+        self.queue_size.unwrap_or_else(|| {
+            let per = self.interval.as_secs_f64().max(0.001);
+            ((600.0 / per).ceil() as usize).clamp(2, 100_000)
+        })
+    }
+}
+
+impl OtlpConfig {
+    pub fn new(endpoint: impl Into<String>, protocol: OtlpProtocol) -> Self {
+        OtlpConfig {
+            endpoint: endpoint.into(),
+            protocol,
+            interval: default_export_interval(),
+            timeout: default_export_timeout(),
+            resource: BTreeMap::new(),
+            headers: BTreeMap::new(),
+            compression: Compression::None,
+            queue_size: None,
+            retry_initial: default_retry_initial(),
+            retry_max: default_retry_max(),
+            tls: None,
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! `[exporters.prometheus]`: the `/metrics` listener.
+
+use serde::Deserialize;
+
+pub(super) fn default_prometheus_listen() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 9464))
+}
+
+/// `[exporters.prometheus]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusConfig {
+    /// Address of `/metrics` and `/healthz` (default `127.0.0.1:9464`, loopback only; use
+    /// `0.0.0.0:9464` to let a remote Prometheus scrape).
+    #[serde(default = "default_prometheus_listen")]
+    pub listen: std::net::SocketAddr,
+}
+
+impl Default for PrometheusConfig {
+    fn default() -> Self {
+        PrometheusConfig {
+            listen: default_prometheus_listen(),
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Small pieces every component may use: configuration durations.
+
+pub mod duration;

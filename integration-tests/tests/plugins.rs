@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
+use rocewatch::app::App;
 use rocewatch::config::Config;
 use rocewatch::host::call;
 use rocewatch::host::registry::{Instance, State, Status};
 use rocewatch::host::settings::ExternalPluginConfig;
-use rocewatch::pipeline::Agent;
 use rocewatch_plugin_api::*;
 
 use crate::support::*;
@@ -53,7 +53,7 @@ fn example_plugin_collects_and_remediates() {
             serde_json::json!({"output": out_file, "step": 5}),
             None,
         )]);
-        let agent = Agent::start(cfg).await;
+        let agent = App::start(cfg, None).await;
         let st = agent.registry.statuses();
         let col = status(&st, "example", Some(PluginKind::Collector));
         assert_eq!(col.abi, "1.1");
@@ -93,7 +93,7 @@ fn example_plugin_collects_and_remediates() {
         let outcome = call::call(
             rem,
             Duration::from_secs(5),
-            &agent.metrics,
+            agent.metrics(),
             move |i| match i {
                 Instance::Remediation(r) => r.remediate(&req),
                 _ => unreachable!(),
@@ -135,7 +135,7 @@ fn faulty_plugins_are_contained_named_and_counted() {
             ),
             external(&a.example_so, serde_json::json!({}), None),
         ]);
-        let agent = Agent::start(cfg).await;
+        let agent = App::start(cfg, None).await;
         let st = agent.registry.statuses();
 
         // Load-time failures: Failed, the message names the file and the cause.
@@ -178,8 +178,8 @@ fn faulty_plugins_are_contained_named_and_counted() {
             })
             .unwrap();
         assert_eq!(missing.state, State::Failed);
-        assert_eq!(agent.metrics.plugin_errors("wrong_abi", "abi"), 1);
-        assert_eq!(agent.metrics.plugin_errors("no_symbol", "load"), 1);
+        assert_eq!(agent.metrics().plugin_errors("wrong_abi", "abi"), 1);
+        assert_eq!(agent.metrics().plugin_errors("no_symbol", "load"), 1);
 
         // Two rounds of collection with panicking, failing and hanging collectors.
         let started = std::time::Instant::now();
@@ -223,18 +223,18 @@ fn faulty_plugins_are_contained_named_and_counted() {
                 .any(|e| e.contains(&fault) && e.contains("still running")),
             "second call of the hung plugin is skipped: {all:#?}"
         );
-        assert_eq!(agent.metrics.plugin_errors("fault", "panic"), 2);
-        assert_eq!(agent.metrics.plugin_errors("fault", "error"), 2);
-        assert_eq!(agent.metrics.plugin_errors("fault", "timeout"), 1);
-        assert_eq!(agent.metrics.plugin_errors("fault", "busy"), 1);
+        assert_eq!(agent.metrics().plugin_errors("fault", "panic"), 2);
+        assert_eq!(agent.metrics().plugin_errors("fault", "error"), 2);
+        assert_eq!(agent.metrics().plugin_errors("fault", "timeout"), 1);
+        assert_eq!(agent.metrics().plugin_errors("fault", "busy"), 1);
         // The fault plugin's discovery kind always panics: caught, and discovery of the
         // built-in plugin still returns the devices.
         let inv = agent.discover().await.unwrap();
         assert_eq!(inv.devices.len(), 2);
-        assert!(agent.metrics.plugin_errors("fault", "panic") >= 3);
+        assert!(agent.metrics().plugin_errors("fault", "panic") >= 3);
 
         // Self-metrics are exported as samples too.
-        let selfm = agent.metrics.samples();
+        let selfm = agent.metrics().samples();
         assert!(selfm
             .iter()
             .any(|s| s.name == "rocewatch.plugin.errors" && s.attributes["reason"] == "timeout"));

@@ -7,9 +7,16 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::remediation::Event;
+/// A rule transition's direction: what a decision was about, and when an action is
+/// invoked (`on = ["firing", "clearing"]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    Firing,
+    Clearing,
+}
 
 /// One audit log line.
 #[derive(Debug, Clone, Serialize)]

@@ -17,6 +17,7 @@
 //! - [`cli`]: the commands.
 
 pub mod alertmanager;
+pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod config;

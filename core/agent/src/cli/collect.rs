@@ -5,7 +5,8 @@ use anyhow::{bail, Result};
 use super::args::{CollectArgs, CollectFormat};
 use super::output::print_json;
 use super::show;
-use crate::pipeline::Agent;
+use crate::app::App;
+use rocewatch_plugin_api::PluginKind;
 
 pub async fn run(a: CollectArgs) -> Result<i32> {
     let CollectArgs {
@@ -19,7 +20,7 @@ pub async fn run(a: CollectArgs) -> Result<i32> {
     let cfg = source.load()?;
     let root = cfg.agent.sysfs_root.clone();
     let cfg_interval = cfg.agent.interval;
-    let agent = Agent::start(cfg).await;
+    let agent = App::start(cfg, Some(&[PluginKind::Collector])).await;
     let (result, failures) = agent.collect_all().await;
     for f in &failures {
         eprintln!("rocewatch: {f}");
@@ -54,7 +55,7 @@ pub async fn run(a: CollectArgs) -> Result<i32> {
             "{}",
             crate::export::prometheus::render_samples(
                 &result.samples,
-                &agent.store.descriptors(),
+                &agent.store().descriptors(),
                 crate::export::prometheus::Format::Text
             )
         ),

@@ -1,19 +1,20 @@
 //! `rocewatch collectd-exec` (collectd's Exec plugin) and `rocewatch collectd-types`.
 
-use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Result;
 
 use super::args::CollectdExecArgs;
+use crate::app::{Agent, Extras};
 use crate::config::Config;
-use crate::pipeline::{self, Agent};
+use crate::util::signals::shutdown_on_signals;
 
 pub async fn run(a: CollectdExecArgs) -> Result<i32> {
     collectd_exec(a.source.load()?).await
 }
 
-/// `rocewatch collectd-exec`: collect every interval and print PUTVAL lines on stdout.
+/// `rocewatch collectd-exec`: the agent, printing PUTVAL lines of every series on stdout
+/// every interval (what the other exporters see), until collectd closes the pipe.
 async fn collectd_exec(mut cfg: Config) -> Result<i32> {
     if let Some(i) = std::env::var("COLLECTD_INTERVAL")
         .ok()
@@ -27,35 +28,14 @@ async fn collectd_exec(mut cfg: Config) -> Result<i32> {
             cfg.agent.host_name = Some(h);
         }
     }
-    let interval = cfg.agent.interval;
-    let mut shutdown = pipeline::shutdown_on_signals();
-    let agent = Agent::start(cfg).await;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.changed() => return Ok(0),
-        }
-        let (result, _) = agent.collect_all().await;
-        let now = std::time::SystemTime::now();
-        let lists = crate::export::collectd::value_lists(
-            &result.samples,
-            &agent.metrics,
-            &agent.host_name,
-            now,
-            interval,
-        );
-        let mut out = std::io::stdout().lock();
-        for v in &lists {
-            if writeln!(out, "{}", crate::export::collectd::putval(v)).is_err() {
-                return Ok(0); // collectd closed the pipe: it is stopping us
-            }
-        }
-        if out.flush().is_err() {
-            return Ok(0);
-        }
-    }
+    // Standard output carries the PUTVAL lines: nothing else may print there.
+    cfg.exporters.stdout.enabled = false;
+    let extras = Extras {
+        collectd_exec: true,
+    };
+    let agent = Agent::start(cfg, shutdown_on_signals(), extras).await?;
+    agent.run().await;
+    Ok(0)
 }
 
 pub fn types() -> Result<i32> {

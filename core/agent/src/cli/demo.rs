@@ -8,11 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::args::{DemoArgs, DemoFormat, Scenario};
-use super::run::{finish_otlp, shutdown_after, start_otlp, start_remediation};
+use crate::app::{Agent, Extras};
 use crate::config::Config;
 use crate::demo;
 use crate::export::otlp::config::OtlpConfig;
-use crate::pipeline::Agent;
+use crate::util::signals::shutdown_after;
 
 pub async fn run(a: DemoArgs) -> Result<i32> {
     let DemoArgs {
@@ -124,12 +124,10 @@ cooldown = "10m""#,
         o
     });
     let shutdown = shutdown_after(duration);
-    let agent = Agent::start(cfg).await;
-    let _remediation = start_remediation(&agent);
-    let otlp = start_otlp(&agent);
-    let otlp_note = match (&agent.cfg.exporters.otlp, &otlp) {
-        (Some(o), Some(_)) => format!("OTLP {:?} to {}", o.protocol, o.endpoint),
-        (Some(o), None) => format!("OTLP to {} FAILED to start (see log)", o.endpoint),
+    let agent = Agent::start(cfg, shutdown.clone(), Extras::default()).await?;
+    let otlp_note = match (&agent.app.cfg.exporters.otlp, agent.otlp_running()) {
+        (Some(o), true) => format!("OTLP {:?} to {}", o.protocol, o.endpoint),
+        (Some(o), false) => format!("OTLP to {} FAILED to start (see log)", o.endpoint),
         _ => "stdout only (add --otlp-endpoint URL to export)".to_string(),
     };
 
@@ -159,8 +157,8 @@ cooldown = "10m""#,
     });
 
     let tui = !no_tui && format == DemoFormat::Table && std::io::stdout().is_terminal();
-    let mut events = agent.events.subscribe();
-    let view_agent = Arc::clone(&agent);
+    let mut events = agent.app.pipeline.collections();
+    let view_agent = Arc::clone(&agent.app);
     let root_shown = root.display().to_string();
     let view = tokio::spawn(async move {
         let mut frame = 0u64;
@@ -197,15 +195,11 @@ cooldown = "10m""#,
             );
             {
                 footer.push_str(&demo::rules_footer(
-                    &view_agent
-                        .rules
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .status(tokio::time::Instant::now()),
+                    &view_agent.pipeline.rule_status(),
                     &audit_path,
                 ));
             }
-            let text = demo::render(&demo::port_rates(&view_agent.store), &header, &footer);
+            let text = demo::render(&demo::port_rates(view_agent.store()), &header, &footer);
             let mut out = std::io::stdout().lock();
             if tui {
                 let _ = write!(out, "\x1b[H\x1b[2J{text}");
@@ -215,10 +209,9 @@ cooldown = "10m""#,
             let _ = out.flush();
         }
     });
-    agent.run(shutdown).await;
+    agent.run().await;
     let _ = sim.await;
     view.abort();
-    finish_otlp(otlp).await;
     Ok(0)
 }
 

@@ -5,13 +5,14 @@ use anyhow::{bail, Result};
 use super::args::DiscoverArgs;
 use super::output::print_json;
 use super::show;
-use crate::pipeline::Agent;
+use crate::app::App;
+use rocewatch_plugin_api::PluginKind;
 
 pub async fn run(a: DiscoverArgs) -> Result<i32> {
     let DiscoverArgs { source, json } = a;
     let cfg = source.load()?;
     let root = cfg.agent.sysfs_root.clone();
-    let agent = Agent::start(cfg).await;
+    let agent = App::start(cfg, Some(&[PluginKind::Discovery])).await;
     let inv = match agent.discover().await {
         Ok(inv) => inv,
         Err(e) if e.is_unsupported() => {

@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use super::args::DoctorArgs;
 use super::output::print_json;
-use super::probe::{probe_plugin_config, probe_plugin_path};
-use crate::pipeline::Agent;
+use crate::app::App;
+use rocewatch_plugin_api::PluginKind;
 
 pub async fn run(a: DoctorArgs) -> Result<i32> {
     let DoctorArgs {
@@ -26,8 +26,8 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         .iter()
         .any(|e| e.path.ends_with("librocewatch_probe_verbs.so"));
     if peer.is_some() && !probe_configured {
-        if let Ok(path) = probe_plugin_path() {
-            cfg.plugins.external.push(probe_plugin_config(
+        if let Ok(path) = crate::probes::plugin_path() {
+            cfg.plugins.external.push(crate::probes::plugin_config(
                 path,
                 Duration::from_secs(2),
                 &None,
@@ -38,7 +38,16 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
             ));
         }
     }
-    let agent = Agent::start(cfg).await;
+    let agent = App::start(
+        cfg,
+        Some(&[
+            PluginKind::Discovery,
+            PluginKind::Collector,
+            PluginKind::Configuration,
+            PluginKind::Probe,
+        ]),
+    )
+    .await;
     let opts = crate::doctor::Options {
         peer,
         priority,

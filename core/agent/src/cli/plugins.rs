@@ -5,12 +5,12 @@ use anyhow::Result;
 use super::args::PluginsArgs;
 use super::output::print_json;
 use super::show;
-use crate::pipeline::Agent;
+use crate::app::App;
 
 pub async fn run(a: PluginsArgs) -> Result<i32> {
     let PluginsArgs { source, json } = a;
     let cfg = source.load()?;
-    let agent = Agent::start(cfg).await;
+    let agent = App::start(cfg, None).await;
     let _ = agent.discover().await;
     let _ = agent.collect_all().await;
     let statuses = agent.registry.statuses();

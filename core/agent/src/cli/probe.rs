@@ -1,72 +1,20 @@
 //! `rocewatch probe PEER` and `rocewatch probe --serve`, and where the verbs plugin is.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 
 use super::args::{ProbeArgs, ProbeCmdArgs};
+use crate::app::App;
 use crate::config::Config;
-use crate::pipeline::Agent;
 
 pub async fn run(a: ProbeCmdArgs) -> Result<i32> {
     run_probe(a.args, a.source.load()?).await
 }
 
-/// The probe plugin's file: `ROCEWATCH_PLUGIN_DIR`, else next to this binary.
-pub(super) fn probe_plugin_path() -> Result<PathBuf> {
-    const FILE: &str = "librocewatch_probe_verbs.so";
-    let mut tried = Vec::new();
-    if let Some(d) = std::env::var_os("ROCEWATCH_PLUGIN_DIR") {
-        let p = PathBuf::from(d).join(FILE);
-        if p.is_file() {
-            return Ok(p);
-        }
-        tried.push(p);
-    }
-    if let Some(d) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(PathBuf::from))
-    {
-        let p = d.join(FILE);
-        if p.is_file() {
-            return Ok(p);
-        }
-        tried.push(p);
-    }
-    let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
-    bail!(
-        "the verbs probe plugin {FILE} was not found (looked at {}); build it with `cargo build -p rocewatch-probe-verbs` or set ROCEWATCH_PLUGIN_DIR",
-        tried.join(", ")
-    )
-}
-
-/// The probe-verbs plugin as an external plugin: its call timeout leaves five seconds
-/// beyond the probe's own.
-pub(super) fn probe_plugin_config(
-    path: PathBuf,
-    timeout: Duration,
-    device: &Option<String>,
-    tcp_port: u16,
-    serve: bool,
-    busy_poll: bool,
-    reconnect_backoff: Duration,
-) -> crate::host::settings::ExternalPluginConfig {
-    crate::host::settings::ExternalPluginConfig {
-        path,
-        enabled: true,
-        interval: None,
-        timeout: Some(timeout + Duration::from_secs(5)),
-        options: serde_json::json!({
-            "device": device, "tcp_port": tcp_port, "serve": serve, "busy_poll": busy_poll,
-            "reconnect_backoff": humantime::format_duration(reconnect_backoff).to_string(),
-        }),
-    }
-}
-
 async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     use rocewatch_plugin_api::{PluginKind, ProbeOutcome, ProbeTarget};
-    let path = probe_plugin_path()?;
+    let path = crate::probes::plugin_path()?;
     // Only the probe plugin: no collection here.
     for name in crate::host::registry::builtin_names() {
         cfg.plugins.builtin.insert(
@@ -77,7 +25,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             },
         );
     }
-    cfg.plugins.external = vec![probe_plugin_config(
+    cfg.plugins.external = vec![crate::probes::plugin_config(
         path.clone(),
         a.timeout,
         &a.device,
@@ -87,7 +35,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
         // A one-off run tries to connect for every probe.
         Duration::ZERO,
     )];
-    let agent = Agent::start(cfg).await;
+    let agent = App::start(cfg, Some(&[PluginKind::Probe])).await;
     let Some(entry) = agent.registry.of_kind(PluginKind::Probe).find(|e| {
         e.instance.is_some() && e.status().state == crate::host::registry::State::Started
     }) else {
@@ -108,7 +56,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             "rocewatch probe: responding on TCP port {} (Ctrl-C to stop)",
             a.tcp_port
         );
-        let mut stop = crate::pipeline::shutdown_on_signals();
+        let mut stop = crate::util::signals::shutdown_on_signals();
         let _ = stop.changed().await;
         return Ok(0);
     }
@@ -126,7 +74,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             size: a.size,
             timeout_ms: a.timeout.as_millis() as u64,
         };
-        let r = crate::probes::probe_once(entry, target, &agent.metrics).await;
+        let r = crate::probes::probe_once(entry, target, agent.metrics()).await;
         let line = match r {
             Ok(res) => {
                 rows.push(serde_json::to_value(&res).expect("plain data"));

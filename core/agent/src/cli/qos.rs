@@ -7,7 +7,8 @@ use anyhow::{bail, Context, Result};
 use super::args::{QosCommand, SourceArgs};
 use super::output::print_json;
 use super::show;
-use crate::pipeline::Agent;
+use crate::app::App;
+use rocewatch_plugin_api::PluginKind;
 
 pub async fn run(c: QosCommand) -> Result<i32> {
     match c {
@@ -27,7 +28,11 @@ pub async fn run(c: QosCommand) -> Result<i32> {
 
 pub async fn show_cmd(source: SourceArgs, json: bool) -> Result<i32> {
     let cfg = source.load()?;
-    let agent = Agent::start(cfg).await;
+    let agent = App::start(
+        cfg,
+        Some(&[PluginKind::Configuration, PluginKind::Discovery]),
+    )
+    .await;
     let states = agent.observe_qos().await?;
     let inventory = agent.discover().await.unwrap_or_default();
     let fingerprint = crate::qos::metrics::fingerprint(&states, &inventory);
@@ -48,7 +53,7 @@ pub async fn plan(source: SourceArgs, json: bool) -> Result<i32> {
         );
     }
     let desired = cfg.qos.clone();
-    let agent = Agent::start(cfg).await;
+    let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
     let states = agent.observe_qos().await?;
     let plan = crate::qos::plan(&desired, &states);
     if json {
@@ -66,8 +71,8 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
             "no desired state: add [[qos.desired]] entries to the configuration (see `rocewatch qos plan --help`)"
         );
     }
-    let agent = Agent::start(cfg).await;
-    let applier = crate::qos::apply::Applier::new(&agent);
+    let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
+    let applier = agent.qos_applier();
     let states = applier.observe().await?;
     let plan = crate::qos::plan(&applier.desired, &states);
     let report = applier
@@ -131,8 +136,8 @@ pub async fn rollback(
                 )
             })?,
     };
-    let agent = Agent::start(cfg).await;
-    let applier = crate::qos::apply::Applier::new(&agent);
+    let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
+    let applier = agent.qos_applier();
     let report = applier
         .rollback(&path, !yes, force)
         .await

@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 
 use super::args::RulesArgs;
 use super::show;
-use crate::pipeline::Agent;
+use crate::app::{App, READ};
 
 pub async fn run(a: RulesArgs) -> Result<i32> {
     let RulesArgs {
@@ -20,15 +20,12 @@ pub async fn run(a: RulesArgs) -> Result<i32> {
                 "no [[rules]] in the configuration (configs/rules.toml has the default set)"
             );
         }
-        let agent = Agent::start(cfg).await;
+        let agent = App::start(cfg, Some(READ)).await;
         let _ = agent.discover().await;
         let _ = agent.collect_all().await;
-        let status = agent
-            .rules
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .status(tokio::time::Instant::now());
-        status
+        agent
+            .pipeline
+            .rule_status()
             .into_iter()
             .map(|s| serde_json::to_value(s).expect("plain data"))
             .collect()

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::export::collectd::config::SecurityLevel;
 use crate::export::config::ExportersConfig;
-use crate::host::settings::{PluginSettings, PluginsConfig};
+use crate::host::settings::PluginsConfig;
 use crate::util::duration::de_duration;
 use rocewatch_discovery_sysfs::DeviceSelection;
 use serde::Deserialize;
@@ -317,9 +317,21 @@ impl Config {
         Ok(())
     }
 
-    /// The settings of a built-in plugin (defaults when not configured).
-    pub fn builtin(&self, name: &str) -> PluginSettings {
-        self.plugins.builtin.get(name).cloned().unwrap_or_default()
+    /// What the plugin host is built from, for a command that needs plugins of `kinds`
+    /// (`None`: every kind).
+    pub fn host_settings<'a>(
+        &'a self,
+        kinds: Option<&'a [rocewatch_plugin_api::PluginKind]>,
+    ) -> crate::host::registry::HostSettings<'a> {
+        crate::host::registry::HostSettings {
+            plugins: &self.plugins,
+            devices: &self.devices,
+            defaults: crate::host::registry::Defaults {
+                interval: self.agent.interval,
+                timeout: self.agent.timeout,
+            },
+            kinds,
+        }
     }
 }
 

@@ -15,10 +15,10 @@ use super::firewall::firewall_checks;
 use super::host::{gid_ip, interface_addresses, irq_checks};
 use super::mtu::peer_mtu_check;
 use super::qos::qos_checks;
-use crate::pipeline::Agent;
+use crate::app::App;
 
 /// Run every check.
-pub async fn run(agent: &Arc<Agent>, opts: &Options) -> Vec<Check> {
+pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
     let root = agent.cfg.agent.sysfs_root.clone();
     let live = rocewatch_sysfs::read::is_sysfs(Path::new(&root));
     let mut out = Vec::new();
@@ -342,7 +342,7 @@ pub(super) fn port_check(subject: &str, p: &Port) -> Check {
     }
 }
 
-pub(super) async fn probe_check(agent: &Arc<Agent>, peer: &str) -> Check {
+pub(super) async fn probe_check(agent: &Arc<App>, peer: &str) -> Check {
     let Some(entry) = agent.probe_plugin() else {
         return check(
             "probe",
@@ -357,7 +357,7 @@ pub(super) async fn probe_check(agent: &Arc<Agent>, peer: &str) -> Check {
         size: 64,
         timeout_ms: 2000,
     };
-    match crate::probes::probe_once(&entry, target, &agent.metrics).await {
+    match crate::probes::probe_once(&entry, target, agent.metrics()).await {
         Ok(r) => match r.outcome {
             rocewatch_plugin_api::ProbeOutcome::Ok { rtt_seconds } => check(
                 "probe",

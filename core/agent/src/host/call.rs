@@ -130,13 +130,12 @@ where
 pub async fn start_all(
     reg: &crate::host::registry::Registry,
     base: &PluginContext,
-    cfg: &crate::config::Config,
     metrics: &SelfMetrics,
 ) {
     for e in reg.entries.iter().filter(|e| e.instance.is_some()) {
         let mut ctx = base.clone();
         ctx.options = e.settings.options.clone();
-        let r = call(e, e.timeout(cfg), metrics, move |i| i.plugin().start(&ctx)).await;
+        let r = call(e, e.timeout, metrics, move |i| i.plugin().start(&ctx)).await;
         if r.is_ok() {
             tracing::debug!(plugin = %e.name, kind = ?e.kind, "started");
         }
@@ -144,16 +143,12 @@ pub async fn start_all(
 }
 
 /// Stop every plugin that is not stuck in a call.
-pub async fn stop_all(
-    reg: &crate::host::registry::Registry,
-    cfg: &crate::config::Config,
-    metrics: &SelfMetrics,
-) {
+pub async fn stop_all(reg: &crate::host::registry::Registry, metrics: &SelfMetrics) {
     for e in reg.entries.iter().filter(|e| e.instance.is_some()) {
         if crate::host::registry::is_busy(e) {
             continue;
         }
-        let _ = call(e, e.timeout(cfg), metrics, |i| {
+        let _ = call(e, e.timeout, metrics, |i| {
             i.plugin().stop();
             Ok(())
         })

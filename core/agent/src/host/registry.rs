@@ -15,8 +15,9 @@ use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
 use rocewatch_qos_linux::QosLinux;
 use serde::Serialize;
 
-use crate::config::Config;
-use crate::host::settings::PluginSettings;
+use rocewatch_discovery_sysfs::DeviceSelection;
+
+use crate::host::settings::{PluginSettings, PluginsConfig};
 use crate::selfmetrics::SelfMetrics;
 
 /// How a built-in plugin is made.
@@ -75,11 +76,6 @@ impl Instance {
     }
 }
 
-/// A fresh instance of every built-in plugin.
-fn builtin_instances() -> impl Iterator<Item = (&'static str, Instance)> {
-    BUILTINS.iter().map(|(name, make)| (*name, make()))
-}
-
 /// Where a plugin comes from.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(tag = "type", content = "path", rename_all = "lowercase")]
@@ -131,6 +127,10 @@ pub struct Entry {
     pub kind: Option<PluginKind>,
     pub origin: Origin,
     pub settings: PluginSettings,
+    /// Its collection interval: its own setting, else the agent's.
+    pub interval: Duration,
+    /// Its per-call timeout: its own setting, else the agent's.
+    pub timeout: Duration,
     pub instance: Option<Arc<Mutex<Instance>>>,
     /// Set while a call runs on a blocking thread; a call that outlived its timeout keeps
     /// it set until it returns, and the plugin is not called again meanwhile.
@@ -160,14 +160,6 @@ impl Entry {
             s.last_error = error;
         }
     }
-
-    pub fn interval(&self, cfg: &Config) -> Duration {
-        self.settings.interval.unwrap_or(cfg.agent.interval)
-    }
-
-    pub fn timeout(&self, cfg: &Config) -> Duration {
-        self.settings.timeout.unwrap_or(cfg.agent.timeout)
-    }
 }
 
 fn abi_string() -> String {
@@ -182,11 +174,14 @@ impl Entry {
         origin: Origin,
         abi: String,
         settings: PluginSettings,
+        defaults: &Defaults,
     ) -> Entry {
         Entry {
             name: name.to_string(),
             kind,
             origin: origin.clone(),
+            interval: settings.interval.unwrap_or(defaults.interval),
+            timeout: settings.timeout.unwrap_or(defaults.timeout),
             settings,
             instance: None,
             busy: Arc::new(AtomicBool::new(false)),
@@ -220,6 +215,25 @@ impl Entry {
     }
 }
 
+/// What the registry is built from: the `[plugins]` section, the `[devices]` selection for
+/// the built-in sysfs plugins, the agent-wide interval and timeout, and the kinds of plugin
+/// the command needs (a one-shot command starts only those).
+pub struct HostSettings<'a> {
+    pub plugins: &'a PluginsConfig,
+    pub devices: &'a DeviceSelection,
+    pub defaults: Defaults,
+    /// Kinds to instantiate; `None`: every kind. Plugins of other kinds are listed as
+    /// disabled ("not needed by this command").
+    pub kinds: Option<&'a [PluginKind]>,
+}
+
+/// The agent-wide defaults a plugin's own settings override.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
 /// All plugins of a configuration.
 pub struct Registry {
     pub entries: Vec<Entry>,
@@ -229,18 +243,21 @@ impl Registry {
     /// Build the registry: built-ins, then every external library (one entry per kind it
     /// implements). Load failures become `Failed` entries and self-metric counts; they
     /// never stop the agent.
-    pub fn build(cfg: &Config, metrics: &SelfMetrics) -> Registry {
+    pub fn build(host: &HostSettings<'_>, metrics: &SelfMetrics) -> Registry {
+        let wanted = |k: PluginKind| host.kinds.is_none_or(|ks| ks.contains(&k));
         let mut entries = Vec::new();
-        for (name, instance) in builtin_instances() {
-            let mut settings = cfg.builtin(name);
-            merge_device_selection(&mut settings.options, cfg);
-            let enabled = settings.enabled;
+        for (name, make) in BUILTINS {
+            let mut settings = host.plugins.builtin.get(*name).cloned().unwrap_or_default();
+            merge_device_selection(&mut settings.options, host.devices);
+            let instance = make();
+            let enabled = settings.enabled && wanted(instance.kind());
             let e = Entry::declared(
                 name,
                 Some(instance.kind()),
                 Origin::Builtin,
                 abi_string(),
                 settings,
+                &host.defaults,
             );
             entries.push(if enabled {
                 e.loaded(instance)
@@ -248,7 +265,7 @@ impl Registry {
                 e.disabled()
             });
         }
-        for ext in &cfg.plugins.external {
+        for ext in &host.plugins.external {
             let settings = ext.settings();
             let origin = Origin::File(ext.path.clone());
             let fallback_name = ext
@@ -263,6 +280,7 @@ impl Registry {
                     origin.clone(),
                     abi.to_string(),
                     settings.clone(),
+                    &host.defaults,
                 )
             };
             if !ext.enabled {
@@ -285,6 +303,10 @@ impl Registry {
             let abi = format!("{}.{}", lib.abi_major, lib.abi_minor);
             for kind in lib.kinds() {
                 let e = declared(&lib.name, Some(kind), &abi);
+                if !wanted(kind) {
+                    entries.push(e.disabled());
+                    continue;
+                }
                 match lib.instantiate(kind) {
                     Ok(inst) => entries.push(e.loaded(match kind {
                         PluginKind::Discovery => Instance::Discovery(Box::new(inst)),
@@ -324,17 +346,17 @@ impl Registry {
 
 /// The top-level `[devices]` selection applies to the built-in sysfs plugins unless their
 /// own options set `include`/`exclude`.
-fn merge_device_selection(options: &mut serde_json::Value, cfg: &Config) {
+fn merge_device_selection(options: &mut serde_json::Value, devices: &DeviceSelection) {
     let Some(obj) = options.as_object_mut() else {
         return;
     };
-    if !cfg.devices.include.is_empty() {
+    if !devices.include.is_empty() {
         obj.entry("include")
-            .or_insert_with(|| serde_json::json!(cfg.devices.include));
+            .or_insert_with(|| serde_json::json!(devices.include));
     }
-    if !cfg.devices.exclude.is_empty() {
+    if !devices.exclude.is_empty() {
         obj.entry("exclude")
-            .or_insert_with(|| serde_json::json!(cfg.devices.exclude));
+            .or_insert_with(|| serde_json::json!(devices.exclude));
     }
 }
 

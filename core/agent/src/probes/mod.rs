@@ -16,10 +16,12 @@
 
 mod config;
 mod peers;
+mod plugin;
 mod rounds;
 mod stats;
 
 pub use config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER, PLUGIN, RTT};
 pub use peers::PeerSource;
+pub use plugin::{plugin_config, plugin_path, PluginNotFound};
 pub use rounds::{probe_batch, probe_once, run};
 pub use stats::declare;

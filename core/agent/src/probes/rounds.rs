@@ -12,7 +12,8 @@ use rocewatch_plugin_api::{NicTimestamps, ProbeResult, ProbeTarget};
 use super::config::{ProbesConfig, ATTR_PEER, PLUGIN, RTT};
 use super::peers::PeerSource;
 use super::stats::{samples, PeerStats};
-use crate::pipeline::Agent;
+use crate::host::registry::Entry;
+use crate::pipeline::Pipeline;
 
 /// How long a call to the plugin for `targets` may take: connecting (64 at a time: the
 /// TCP connection and the side channel's answer, each within the timeout) and the probe,
@@ -54,11 +55,13 @@ pub async fn probe_batch(
 }
 
 /// Probe every peer once per (effective) interval until `shutdown` turns true.
-pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Receiver<bool>) {
-    let Some(entry) = agent.probe_plugin() else {
-        tracing::error!("probes: the probe-verbs plugin is not loaded; no probes will run");
-        return;
-    };
+pub async fn run(
+    entry: Entry,
+    pipeline: Arc<Pipeline>,
+    cfg: ProbesConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let store = pipeline.store();
     let mut stats: BTreeMap<String, PeerStats> = BTreeMap::new();
     let mut last_problems = Vec::new();
     let mut last_limits = (0, Duration::ZERO);
@@ -107,7 +110,7 @@ pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Rece
         // Peers no longer listed are forgotten (their series end).
         let listed: std::collections::HashSet<&str> = list.iter().map(String::as_str).collect();
         stats.retain(|p, _| listed.contains(p.as_str()));
-        agent.store.retain_histogram(RTT, |a| {
+        store.retain_histogram(RTT, |a| {
             a.get(ATTR_PEER).is_some_and(|p| stats.contains_key(p))
         });
         let targets: Vec<ProbeTarget> = list
@@ -120,7 +123,7 @@ pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Rece
             .collect();
         if !targets.is_empty() {
             let results = tokio::select! {
-                r = probe_batch(&entry, targets, &agent.metrics) => r,
+                r = probe_batch(&entry, targets, pipeline.metrics()) => r,
                 _ = shutdown.changed() => return,
             };
             if let (Ok(r), false) = (&results, said_timestamps) {
@@ -144,16 +147,14 @@ pub async fn run(agent: Arc<Agent>, cfg: ProbesConfig, mut shutdown: watch::Rece
                     rtts.push((s.attrs.clone(), rtt));
                 }
             }
-            agent.store.observe(RTT, rtts.iter().map(|(a, v)| (a, *v)));
+            store.observe(RTT, rtts.iter().map(|(a, v)| (a, *v)));
         }
-        agent.store.ingest_at(
+        pipeline.ingest_at(
             PLUGIN,
             &samples(&stats, over_limit, interval),
-            &agent.metrics,
             SystemTime::now(),
             Instant::now(),
         );
-        agent.evaluate_rules();
         tokio::select! {
             _ = tokio::time::sleep_until(round + interval) => {}
             _ = shutdown.changed() => return,

@@ -22,13 +22,12 @@ use rocewatch_plugin_api::{ApplyOutcome, QosChange, QosState, Setting};
 use serde::Serialize;
 
 use super::metrics::ATTR_SETTING;
-use super::observe::{config_plugins, observe, ConfigPlugins};
+use super::observe::{observe, ConfigPlugins};
 use super::snapshot::{SnapChange, Snapshot};
+use crate::audit::{AuditLog, AuditRecord, Event};
 use crate::host::call::{self, CallError};
 use crate::host::registry::Instance;
-use crate::pipeline::Agent;
 use crate::qos::{normalize, Change, QosConfig};
-use crate::remediation::{AuditLog, AuditRecord, Event};
 use crate::selfmetrics::SelfMetrics;
 
 /// What happened to one setting.
@@ -91,14 +90,22 @@ pub struct Applier {
 }
 
 impl Applier {
-    pub fn new(agent: &Agent) -> Self {
+    /// An applier through `plugins` towards `desired`, auditing to `audit_log`; `host` is
+    /// recorded in snapshots.
+    pub fn new(
+        plugins: ConfigPlugins,
+        desired: QosConfig,
+        audit_log: PathBuf,
+        host: String,
+        metrics: Arc<SelfMetrics>,
+    ) -> Self {
         Applier {
-            plugins: config_plugins(agent),
-            metrics: Arc::clone(&agent.metrics),
-            audit: AuditLog::new(agent.cfg.remediation.audit_log.clone()),
-            snapshot_dir: agent.cfg.qos.snapshot_dir.clone(),
-            host: agent.host_name.clone(),
-            desired: agent.cfg.qos.clone(),
+            plugins,
+            metrics,
+            audit: AuditLog::new(audit_log),
+            snapshot_dir: desired.snapshot_dir.clone(),
+            host,
+            desired,
         }
     }
 

@@ -8,8 +8,9 @@ use std::time::{Instant, SystemTime};
 use rocewatch_plugin_api::{Attributes, Inventory, MetricKind, QosState, Sample, Setting, Value};
 use tokio::sync::watch;
 
-use super::observe::{config_plugins, observe};
-use crate::pipeline::Agent;
+use super::observe::{observe, ConfigPlugins};
+use crate::host::discovery::Discovery;
+use crate::pipeline::Pipeline;
 use crate::qos::{normalize, QosConfig};
 
 /// The setting's name, on `rdma.qos.*`.
@@ -150,29 +151,32 @@ pub fn samples(states: &[QosState], desired: &QosConfig, fingerprint: &str) -> V
 
 /// Read the configuration every `[qos] interval` and store it as metrics, until
 /// `shutdown` turns true.
-pub async fn watch(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
-    let interval = agent.cfg.qos.interval;
-    let plugins = config_plugins(&agent);
+pub async fn watch(
+    plugins: ConfigPlugins,
+    desired: QosConfig,
+    discovery: Arc<Discovery>,
+    pipeline: Arc<Pipeline>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let interval = desired.interval;
     if interval.is_zero() || plugins.iter().all(|(e, _)| e.instance.is_none()) {
         return;
     }
     let mut last_error = String::new();
     loop {
-        match observe(&plugins, &agent.metrics).await {
+        match observe(&plugins, pipeline.metrics()).await {
             Ok(states) => {
-                let mut inv = agent.inventory();
+                let mut inv = discovery.latest();
                 if inv.devices.is_empty() {
-                    inv = agent.discover().await.unwrap_or_default();
+                    inv = discovery.discover().await.unwrap_or_default();
                 }
                 let fp = fingerprint(&states, &inv);
-                agent.store.ingest_at(
+                pipeline.ingest_at(
                     PLUGIN,
-                    &samples(&states, &agent.cfg.qos, &fp),
-                    &agent.metrics,
+                    &samples(&states, &desired, &fp),
                     SystemTime::now(),
                     Instant::now(),
                 );
-                agent.evaluate_rules();
                 last_error.clear();
             }
             Err(e) if !e.is_unsupported() && e.to_string() != last_error => {

@@ -5,8 +5,8 @@ use std::time::Duration;
 use rocewatch_plugin_api::{PluginKind, QosState};
 
 use crate::host::call::{self, CallError};
+use crate::host::registry::Registry;
 use crate::host::registry::{Entry, Instance};
-use crate::pipeline::Agent;
 use crate::selfmetrics::SelfMetrics;
 
 /// The configuration plugins, each with its call timeout.
@@ -52,11 +52,10 @@ pub async fn observe(
     }
 }
 
-/// The configuration plugins of the agent that are loaded.
-pub fn config_plugins(agent: &Agent) -> ConfigPlugins {
-    agent
-        .registry
+/// The configuration plugins of `registry` that are loaded.
+pub fn config_plugins(registry: &Registry) -> ConfigPlugins {
+    registry
         .of_kind(PluginKind::Configuration)
-        .map(|e| (e.clone(), e.timeout(&agent.cfg)))
+        .map(|e| (e.clone(), e.timeout))
         .collect()
 }

@@ -1,11 +1,12 @@
 //! `[remediation]`: the audit log, the kill switch, the limits, and the actions rules name
 //! (`[remediation.actions.NAME]`), validated with the key named.
 
+pub use crate::audit::Event;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 pub(super) fn default_true() -> bool {
     true
@@ -78,14 +79,6 @@ impl Default for RemediationConfig {
             actions: BTreeMap::new(),
         }
     }
-}
-
-/// When an action is invoked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Event {
-    Firing,
-    Clearing,
 }
 
 /// What an action does.

@@ -23,10 +23,16 @@ pub struct Dispatcher {
     semaphore: Arc<Semaphore>,
     state: Mutex<Limits>,
     http: reqwest::Client,
-    /// Loaded remediation plugins, by name.
-    plugins: Vec<crate::host::registry::Entry>,
-    /// What `qos_apply` actions apply through.
-    qos: std::sync::OnceLock<Arc<crate::qos::apply::Applier>>,
+    targets: Targets,
+}
+
+/// What actions act through, handed over when the dispatcher is built.
+#[derive(Default)]
+pub struct Targets {
+    /// Loaded remediation plugins (`type = "plugin"`), by name.
+    pub plugins: Vec<crate::host::registry::Entry>,
+    /// What `qos_apply` actions apply through (none without configuration plugins).
+    pub qos: Option<Arc<crate::qos::apply::Applier>>,
 }
 
 #[derive(Default)]
@@ -38,11 +44,7 @@ pub(super) struct Limits {
 }
 
 impl Dispatcher {
-    pub fn new(
-        cfg: RemediationConfig,
-        metrics: Arc<SelfMetrics>,
-        plugins: Vec<crate::host::registry::Entry>,
-    ) -> Arc<Self> {
+    pub fn new(cfg: RemediationConfig, metrics: Arc<SelfMetrics>, targets: Targets) -> Arc<Self> {
         Arc::new(Dispatcher {
             audit: Arc::new(AuditLog::new(cfg.audit_log.clone())),
             semaphore: Arc::new(Semaphore::new(cfg.max_concurrent)),
@@ -50,14 +52,8 @@ impl Dispatcher {
             metrics,
             state: Mutex::new(Limits::default()),
             http: reqwest::Client::new(),
-            plugins,
-            qos: std::sync::OnceLock::new(),
+            targets,
         })
-    }
-
-    /// Give `qos_apply` actions the agent's configuration plugins.
-    pub fn set_qos(&self, applier: Arc<crate::qos::apply::Applier>) {
-        let _ = self.qos.set(applier);
     }
 
     pub fn audit_path(&self) -> &std::path::Path {
@@ -260,6 +256,7 @@ impl Dispatcher {
         match &action.kind {
             ActionKind::Plugin { plugin } => {
                 let entry = self
+                    .targets
                     .plugins
                     .iter()
                     .find(|e| &e.name == plugin)
@@ -308,8 +305,9 @@ impl Dispatcher {
             }
             ActionKind::QosApply {} => {
                 let applier = self
+                    .targets
                     .qos
-                    .get()
+                    .as_ref()
                     .ok_or_else(|| "no configuration plugins to apply through".to_string())?;
                 applier.reapply(&b.labels, &b.rule).await
             }
@@ -430,7 +428,7 @@ mod tests {
                 "",
             ),
             Arc::default(),
-            vec![],
+            Targets::default(),
         );
         settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
         assert!(!marker.exists(), "dry run: nothing ran");
@@ -479,7 +477,7 @@ mod tests {
                 "max_actions_per_hour = 2",
             ),
             Arc::default(),
-            vec![],
+            Targets::default(),
         );
         for dev in ["a", "b", "c"] {
             settle(d.handle(&fire("r", dev, true, "note"))).await;
@@ -537,7 +535,7 @@ mod tests {
                 "",
             ),
             Arc::default(),
-            vec![],
+            Targets::default(),
         );
         // A label that would do harm if it reached a shell.
         let evil = format!("$(touch {})", dir.path().join("pwned").display());
@@ -576,7 +574,7 @@ mod tests {
                 "max_concurrent = 1",
             ),
             Arc::default(),
-            vec![],
+            Targets::default(),
         );
         let started = std::time::Instant::now();
         let hang = d.handle(&fire("r", "a", true, "hang"));

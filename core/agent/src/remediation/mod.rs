@@ -17,7 +17,6 @@ mod action;
 mod config;
 mod dispatcher;
 
-pub use crate::audit::{AuditLog, AuditRecord};
 pub use action::{describe, Breach};
 pub use config::{validate, ActionConfig, ActionKind, Event, RemediationConfig};
-pub use dispatcher::Dispatcher;
+pub use dispatcher::{Dispatcher, Targets};

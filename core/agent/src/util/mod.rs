@@ -1,3 +1,4 @@
-//! Small pieces every component may use: configuration durations.
+//! Small pieces every component may use: configuration durations, shutdown signals.
 
 pub mod duration;
+pub mod signals;

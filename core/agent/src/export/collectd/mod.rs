@@ -23,11 +23,11 @@ use rocewatch_metrics::naming::{collectd_type, COLLECTD_PLUGIN, COLLECTD_SELF_PL
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT};
 use rocewatch_plugin_api::{MetricKind, Sample, Value};
 use sha2::Sha256;
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 
 use self::config::{CollectdConfig, SecurityLevel};
-use crate::pipeline::Collection;
 use crate::selfmetrics::SelfMetrics;
+use crate::store::Store;
 
 const PART_HOST: u16 = 0x0000;
 const PART_PLUGIN: u16 = 0x0002;
@@ -312,27 +312,54 @@ pub fn value_lists(
         .collect()
 }
 
-/// Send every collection to the collectd server until the channel closes. Failures are
-/// logged and counted; they never reach the collectors.
+/// Value lists of every series in the store read after `since` (each at the time it was
+/// read: collectd refuses a value no newer than the last one it has) plus the
+/// self-metrics: what every other exporter sees, histograms aside (collectd has no type
+/// for a distribution).
+pub fn store_value_lists(
+    store: &Store,
+    metrics: &SelfMetrics,
+    host: &str,
+    interval: Duration,
+    since: SystemTime,
+) -> Vec<ValueList> {
+    let mut lists = store.with_series(|series, _| {
+        series
+            .filter(|s| s.time > since)
+            .map(|s| value_list(&s.sample, host, s.time, interval))
+            .collect::<Vec<_>>()
+    });
+    let now = SystemTime::now();
+    lists.extend(
+        metrics
+            .samples()
+            .iter()
+            .map(|s| value_list(s, host, now, interval)),
+    );
+    lists
+}
+
+/// Send every series in the store to the collectd server every `interval` until `shutdown`
+/// turns true. Failures are logged and counted; they never reach the collectors.
 pub async fn run(
     cfg: CollectdConfig,
     host: String,
     interval: Duration,
+    store: Arc<Store>,
     metrics: Arc<SelfMetrics>,
-    mut rx: broadcast::Receiver<Arc<Collection>>,
+    mut shutdown: watch::Receiver<bool>,
 ) {
     let security = Security::from_config(&cfg);
     let host = cfg.host_name.clone().unwrap_or(host);
     let mut socket: Option<tokio::net::UdpSocket> = None;
+    let mut sent_until = SystemTime::UNIX_EPOCH;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
-        let c = match rx.recv().await {
-            Ok(c) => c,
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!("collectd exporter fell behind; {n} collections not sent");
-                continue;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
         if socket.is_none() {
             socket = match connect(&cfg.server).await {
                 Ok(s) => Some(s),
@@ -344,7 +371,9 @@ pub async fn run(
             };
         }
         let sock = socket.as_ref().expect("connected above");
-        let lists = value_lists(&c.result.samples, &metrics, &host, c.time, interval);
+        let now = SystemTime::now();
+        let lists = store_value_lists(&store, &metrics, &host, interval, sent_until);
+        sent_until = now;
         for packet in encode(&lists, &security) {
             if let Err(e) = sock.send(&packet).await {
                 metrics.exporter_error("collectd");
@@ -352,6 +381,42 @@ pub async fn run(
                 socket = None; // resolve and connect again next time
                 break;
             }
+        }
+    }
+}
+
+/// collectd's Exec plugin: `PUTVAL` lines of every series in the store on standard output
+/// every `interval`, until `shutdown` turns true or collectd closes the pipe (then it
+/// returns: collectd is stopping us).
+pub async fn run_exec(
+    host: String,
+    interval: Duration,
+    store: Arc<Store>,
+    metrics: Arc<SelfMetrics>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use std::io::Write;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // The first tick is at once, before anything was collected: wait one interval.
+    tick.tick().await;
+    let mut sent_until = SystemTime::UNIX_EPOCH;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let now = SystemTime::now();
+        let lists = store_value_lists(&store, &metrics, &host, interval, sent_until);
+        sent_until = now;
+        let mut out = std::io::stdout().lock();
+        for v in &lists {
+            if writeln!(out, "{}", putval(v)).is_err() {
+                return;
+            }
+        }
+        if out.flush().is_err() {
+            return;
         }
     }
 }

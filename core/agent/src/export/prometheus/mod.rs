@@ -306,8 +306,8 @@ fn render_self(out: &mut String, metrics: &SelfMetrics, format: Format) {
 pub struct Exposition {
     pub store: Arc<Store>,
     pub metrics: Arc<SelfMetrics>,
-    /// The rules whose state `/rules` shows (what `rocewatch rules` reads).
-    pub rules: Option<Arc<std::sync::Mutex<crate::rules::Engine>>>,
+    /// The pipeline whose rule states `/rules` shows (what `rocewatch rules` reads).
+    pub pipeline: Option<Arc<crate::pipeline::Pipeline>>,
 }
 
 async fn handle(
@@ -336,11 +336,7 @@ async fn handle(
         }
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
         "/rules" => {
-            let rules = state.rules.as_ref().map(|r| {
-                r.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .status(tokio::time::Instant::now())
-            });
+            let rules = state.pipeline.as_ref().map(|p| p.rule_status());
             let body = serde_json::json!({ "rules": rules.unwrap_or_default() });
             reply(StatusCode::OK, "application/json", format!("{body}\n"))
         }

@@ -1,0 +1,460 @@
+//! The one place the agent is wired.
+//!
+//! [`App`] is what every command starts: the plugins it needs (one-shot commands name the
+//! kinds they use; `run` starts every kind), the store with every metric declared, the
+//! pipeline and discovery. [`Agent`] is the running agent of `run`, `demo` and
+//! `collectd-exec`: an [`App`] plus everything the configuration turns on (exporters,
+//! remediation, the Alertmanager receiver, probes, the QoS metrics loop) and the schedules.
+//! Nothing below this module sees the whole configuration: each component gets its own
+//! section and the narrow handles it needs (the pipeline, the plugin entries of its kind).
+
+use std::sync::Arc;
+
+use rocewatch_plugin_api::{Inventory, PluginContext, PluginKind, QosState, ScrapeResult};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::export::otlp::OtlpExporter;
+use crate::export::ExportError;
+use crate::host::call::{self, CallError};
+use crate::host::discovery::Discovery;
+use crate::host::registry::{Entry, Registry};
+use crate::pipeline::scheduler::{self, Schedule};
+use crate::pipeline::Pipeline;
+use crate::qos::apply::Applier;
+use crate::remediation::{Dispatcher, Targets};
+use crate::selfmetrics::SelfMetrics;
+use crate::store::Store;
+
+/// Plugin kinds of the commands that only read: discovery and collectors.
+pub const READ: &[PluginKind] = &[PluginKind::Discovery, PluginKind::Collector];
+
+/// The host name: config, else the kernel's.
+pub fn host_name(cfg: &Config) -> String {
+    cfg.agent.host_name.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".into())
+    })
+}
+
+/// Started plugins, the store and the pipeline: what every command works with.
+pub struct App {
+    pub cfg: Config,
+    pub host_name: String,
+    pub registry: Arc<Registry>,
+    pub discovery: Arc<Discovery>,
+    pub pipeline: Arc<Pipeline>,
+}
+
+impl App {
+    /// Build the registry with the plugins of `kinds` (`None`: every kind), start them
+    /// and declare what they and the agent's own features may emit.
+    pub async fn start(cfg: Config, kinds: Option<&[PluginKind]>) -> Arc<App> {
+        let metrics = Arc::new(SelfMetrics::default());
+        let registry = Arc::new(Registry::build(&cfg.host_settings(kinds), &metrics));
+        let host_name = host_name(&cfg);
+        let mut ctx = PluginContext::new(&cfg.agent.sysfs_root);
+        ctx.host_name = host_name.clone();
+        call::start_all(&registry, &ctx, &metrics).await;
+        let store = Arc::new(Store::new());
+        store.declare(&rocewatch_metrics::derived_descriptors());
+        crate::probes::declare(&store, cfg.probes.as_ref());
+        store.declare(&rocewatch_metrics::descriptors_of(
+            rocewatch_metrics::QOS_CATALOG,
+        ));
+        let pipeline = Pipeline::new(store, Arc::clone(&metrics), &cfg.rules);
+        pipeline.declare_collectors(&registry).await;
+        let discovery = Discovery::new(&registry, metrics);
+        Arc::new(App {
+            cfg,
+            host_name,
+            registry,
+            discovery,
+            pipeline,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        self.pipeline.store()
+    }
+
+    pub fn metrics(&self) -> &Arc<SelfMetrics> {
+        self.pipeline.metrics()
+    }
+
+    /// The loaded probe plugin, if any.
+    pub fn probe_plugin(&self) -> Option<Entry> {
+        self.registry.of_kind(PluginKind::Probe).next().cloned()
+    }
+
+    /// Run every discovery plugin once.
+    pub async fn discover(&self) -> Result<Inventory, CallError> {
+        self.discovery.discover().await
+    }
+
+    /// One collection by every collector.
+    pub async fn collect_all(&self) -> (ScrapeResult, Vec<CallError>) {
+        self.pipeline.collect_all(&self.registry).await
+    }
+
+    /// Every configuration plugin's view of the ports, merged.
+    pub async fn observe_qos(&self) -> Result<Vec<QosState>, CallError> {
+        crate::qos::observe::observe(
+            &crate::qos::observe::config_plugins(&self.registry),
+            self.metrics(),
+        )
+        .await
+    }
+
+    /// What `qos apply`, `qos rollback` and the `qos_apply` action change settings through.
+    pub fn qos_applier(&self) -> Applier {
+        Applier::new(
+            crate::qos::observe::config_plugins(&self.registry),
+            self.cfg.qos.clone(),
+            self.cfg.remediation.audit_log.clone(),
+            self.host_name.clone(),
+            Arc::clone(self.metrics()),
+        )
+    }
+
+    /// Stop every plugin that is not stuck in a call.
+    pub async fn stop(&self) {
+        call::stop_all(&self.registry, self.metrics()).await;
+    }
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    ProbePlugin(#[from] crate::probes::PluginNotFound),
+    #[error(transparent)]
+    Listen(#[from] ExportError),
+    #[error("{path}: {message}")]
+    Config { path: String, message: String },
+    #[error(
+        "[alertmanager] needs at least one action under [remediation.actions] to route alerts to"
+    )]
+    AlertmanagerWithoutActions,
+}
+
+/// Outputs a command adds to the configured ones.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// `collectd-exec`: PUTVAL lines of every series on standard output every interval;
+    /// the agent stops when collectd closes the pipe.
+    pub collectd_exec: bool,
+}
+
+/// The running agent: an [`App`] with every configured feature and exporter.
+pub struct Agent {
+    pub app: Arc<App>,
+    otlp: Option<OtlpExporter>,
+    tasks: Vec<JoinHandle<()>>,
+    stop: Arc<watch::Sender<bool>>,
+}
+
+impl Agent {
+    /// Start everything the configuration turns on; stop when `shutdown` turns true.
+    /// A listener that cannot bind and an unusable `[alertmanager]` are errors here, before
+    /// anything runs.
+    pub async fn start(
+        mut cfg: Config,
+        shutdown: watch::Receiver<bool>,
+        extras: Extras,
+    ) -> Result<Agent, StartError> {
+        if let Some(p) = &cfg.probes {
+            let path = match &p.plugin {
+                Some(path) => path.clone(),
+                None => crate::probes::plugin_path()?,
+            };
+            cfg.plugins.external.push(crate::probes::plugin_config(
+                path,
+                p.timeout,
+                &p.device,
+                p.tcp_port,
+                p.serve,
+                false,
+                p.reconnect_backoff,
+            ));
+        }
+        // Bind before anything else: a taken port is a configuration error, reported at once.
+        let prom_listener = match &cfg.exporters.prometheus {
+            Some(p) => Some(crate::export::prometheus::bind(p.listen).await?),
+            None => None,
+        };
+        let (stop_tx, stop) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        {
+            let stop_tx = Arc::clone(&stop_tx);
+            let mut shutdown = shutdown;
+            tokio::spawn(async move {
+                let _ = shutdown.changed().await;
+                let _ = stop_tx.send(true);
+            });
+        }
+        let app = App::start(cfg, None).await;
+        let cfg = &app.cfg;
+        let mut tasks = Vec::new();
+        if let Some(l) = prom_listener {
+            tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus /metrics and /healthz");
+            let state = crate::export::prometheus::Exposition {
+                store: Arc::clone(app.store()),
+                metrics: Arc::clone(app.metrics()),
+                pipeline: Some(Arc::clone(&app.pipeline)),
+            };
+            tasks.push(tokio::spawn(crate::export::prometheus::serve(
+                l,
+                state,
+                stop.clone(),
+            )));
+        }
+        for s in app.registry.statuses() {
+            tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
+        }
+        let remediation = start_remediation(&app);
+        tasks.push(tokio::spawn(crate::qos::metrics::watch(
+            crate::qos::observe::config_plugins(&app.registry),
+            cfg.qos.clone(),
+            Arc::clone(&app.discovery),
+            Arc::clone(&app.pipeline),
+            stop.clone(),
+        )));
+        if let Some(p) = cfg.probes.clone() {
+            match app.probe_plugin() {
+                Some(entry) => {
+                    tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
+                    tasks.push(tokio::spawn(crate::probes::run(
+                        entry,
+                        Arc::clone(&app.pipeline),
+                        p,
+                        stop.clone(),
+                    )));
+                }
+                None => tracing::error!(
+                    "probes: the probe-verbs plugin is not loaded; no probes will run"
+                ),
+            }
+        }
+        match (&cfg.alertmanager, &remediation) {
+            (Some(am), Some(d)) => {
+                let listener = crate::export::prometheus::bind(am.listen).await?;
+                let rx = crate::alertmanager::Receiver::new(
+                    am,
+                    Arc::clone(d),
+                    Arc::clone(app.metrics()),
+                )
+                .map_err(|(path, message)| StartError::Config { path, message })?;
+                tracing::info!(addr = %am.listen, authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), "Alertmanager webhook receiver on POST /alertmanager");
+                tasks.push(tokio::spawn(crate::alertmanager::serve(
+                    listener,
+                    rx,
+                    stop.clone(),
+                )));
+            }
+            (Some(_), None) => return Err(StartError::AlertmanagerWithoutActions),
+            _ => {}
+        }
+        let otlp = start_otlp(&app);
+        if let Some(c) = cfg.exporters.collectd.clone() {
+            tracing::info!(server = %c.server, security = ?c.security_level, "sending to collectd");
+            tasks.push(tokio::spawn(crate::export::collectd::run(
+                c,
+                app.host_name.clone(),
+                cfg.agent.interval,
+                Arc::clone(app.store()),
+                Arc::clone(app.metrics()),
+                stop.clone(),
+            )));
+        }
+        if extras.collectd_exec {
+            let stop_tx = Arc::clone(&stop_tx);
+            let exec = crate::export::collectd::run_exec(
+                app.host_name.clone(),
+                cfg.agent.interval,
+                Arc::clone(app.store()),
+                Arc::clone(app.metrics()),
+                stop.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                exec.await;
+                // collectd closed the pipe: it is stopping us.
+                let _ = stop_tx.send(true);
+            }));
+        }
+        if cfg.exporters.stdout.enabled {
+            tasks.push(tokio::spawn(crate::export::stdout::run(
+                app.pipeline.collections(),
+            )));
+        }
+        Ok(Agent {
+            app,
+            otlp,
+            tasks,
+            stop: stop_tx,
+        })
+    }
+
+    /// Whether the OTLP exporter is running (it was configured and could start).
+    pub fn otlp_running(&self) -> bool {
+        self.otlp.is_some()
+    }
+
+    /// Run the schedules until shutdown, then stop the plugins, export a last time and end
+    /// every task.
+    pub async fn run(self) {
+        let app = &self.app;
+        scheduler::run(
+            Schedule {
+                jitter: app.cfg.agent.jitter,
+                discovery_interval: app.cfg.agent.discovery_interval,
+            },
+            Arc::clone(&app.registry),
+            Arc::clone(&app.discovery),
+            Arc::clone(&app.pipeline),
+            self.stop.subscribe(),
+        )
+        .await;
+        app.stop().await;
+        finish_otlp(self.otlp).await;
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn start_otlp(app: &App) -> Option<OtlpExporter> {
+    let o = app.cfg.exporters.otlp.as_ref()?;
+    match OtlpExporter::start(
+        o,
+        &app.host_name,
+        Arc::clone(app.store()),
+        Arc::clone(app.metrics()),
+    ) {
+        Ok(x) => {
+            tracing::info!(endpoint = %o.endpoint, protocol = ?o.protocol, "exporting over OTLP");
+            Some(x)
+        }
+        Err(e) => {
+            tracing::error!("{e}; continuing without OTLP export");
+            None
+        }
+    }
+}
+
+async fn finish_otlp(otlp: Option<OtlpExporter>) {
+    if let Some(x) = otlp {
+        // The final export: the latest values of every series.
+        match tokio::task::spawn_blocking(move || x.shutdown()).await {
+            Ok(Ok(())) => tracing::info!("final OTLP export done"),
+            Ok(Err(e)) => tracing::warn!("final OTLP export: {e}"),
+            Err(e) => tracing::warn!("final OTLP export: {e}"),
+        }
+    }
+}
+
+/// The remediation dispatcher, when any action is configured: it takes every rule
+/// transition from the pipeline and decides (and audits) its actions.
+fn start_remediation(app: &App) -> Option<Arc<Dispatcher>> {
+    let cfg = &app.cfg.remediation;
+    if cfg.actions.is_empty() {
+        return None;
+    }
+    let targets = Targets {
+        plugins: app
+            .registry
+            .of_kind(PluginKind::Remediation)
+            .cloned()
+            .collect(),
+        qos: Some(Arc::new(app.qos_applier())),
+    };
+    let d = Dispatcher::new(cfg.clone(), Arc::clone(app.metrics()), targets);
+    tracing::info!(
+        audit_log = %d.audit_path().display(),
+        kill_switch = %cfg.kill_switch.display(),
+        actions = cfg.actions.len(),
+        "remediation enabled (actions are dry runs unless dry_run = false)"
+    );
+    let mut rx = app.pipeline.transitions();
+    let dispatcher = Arc::clone(&d);
+    tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok(t) => {
+                    d.handle(&t);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::error!(
+                        missed = n,
+                        "remediation fell behind: {n} rule transitions were not acted on"
+                    );
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+    Some(dispatcher)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn schedules_collectors_and_stops_on_shutdown() {
+        let mut cfg = Config::default();
+        cfg.agent.sysfs_root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys");
+        cfg.agent.interval = Duration::from_millis(200);
+        cfg.agent.jitter = Duration::from_millis(50);
+        let (tx, shutdown) = watch::channel(false);
+        let agent = Agent::start(cfg, shutdown, Extras::default())
+            .await
+            .expect("starts");
+        let app = Arc::clone(&agent.app);
+        let mut rx = app.pipeline.collections();
+        let runner = tokio::spawn(agent.run());
+        let started = tokio::time::Instant::now();
+        let mut n = 0;
+        while started.elapsed() < Duration::from_millis(1100) {
+            if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                if c.plugin == "counters-sysfs" {
+                    assert!(!c.result.samples.is_empty());
+                    n += 1;
+                }
+            }
+        }
+        // 1.1 s at 200 ms: the first collection at once (plus jitter), then one per interval.
+        assert!((4..=7).contains(&n), "{n} collections");
+        tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(2), runner)
+            .await
+            .expect("shutdown is prompt")
+            .unwrap();
+        assert!(!app.store().by_name("rdma.port.io").is_empty());
+    }
+
+    #[tokio::test]
+    async fn one_shot_commands_start_only_the_kinds_they_name() {
+        let mut cfg = Config::default();
+        cfg.agent.sysfs_root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys");
+        let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
+        let started: Vec<_> = app
+            .registry
+            .entries
+            .iter()
+            .filter(|e| e.instance.is_some())
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(started, ["discovery-sysfs"]);
+        assert!(app.registry.of_kind(PluginKind::Collector).next().is_none());
+        assert!(!app.discover().await.unwrap().devices.is_empty());
+    }
+}

@@ -87,17 +87,20 @@ pub struct HistogramFamily {
     pub bounds: Arc<[f64]>,
     /// By attributes (compared by value; a lookup renders no label string).
     pub series: BTreeMap<Attributes, HistogramSeries>,
-    /// The OTLP exporter's instrument, when it runs: every observation is recorded there
-    /// too (the SDK has no observable histogram to read this family from).
-    otel: Option<opentelemetry::metrics::Histogram<f64>>,
+    /// Who else sees every observation (the OTLP exporter's instrument: the SDK has no
+    /// observable histogram to read this family from).
+    observers: Vec<Observer>,
 }
+
+/// A callback that sees every observation of one histogram metric.
+pub type Observer = Box<dyn Fn(&Attributes, f64) + Send + Sync>;
 
 impl std::fmt::Debug for HistogramFamily {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HistogramFamily")
             .field("bounds", &self.bounds)
             .field("series", &self.series.len())
-            .field("otel", &self.otel.is_some())
+            .field("observers", &self.observers.len())
             .finish()
     }
 }
@@ -195,7 +198,7 @@ impl Store {
                     g.series.insert(
                         key.clone(),
                         Series {
-                            labels: crate::export::prometheus::labels(&s.attributes),
+                            labels: rocewatch_metrics::naming::prometheus_labels(&s.attributes),
                             sample: s.clone(),
                             plugin: plugin.to_string(),
                             start: now,
@@ -261,10 +264,10 @@ impl Store {
         self.histograms().get(name).map(|f| Arc::clone(&f.bounds))
     }
 
-    /// Let the OTLP exporter's instrument see every later observation of `name`.
-    pub fn attach_otel_histogram(&self, name: &str, h: opentelemetry::metrics::Histogram<f64>) {
+    /// Let `observer` see every later observation of the histogram `name`.
+    pub fn on_observe(&self, name: &str, observer: Observer) {
         if let Some(f) = self.histograms().get_mut(name) {
-            f.otel = Some(h);
+            f.observers.push(observer);
         }
     }
 
@@ -275,7 +278,6 @@ impl Store {
         let Some(fam) = g.get_mut(name) else {
             return;
         };
-        let mut kv = Vec::new();
         for (attrs, v) in values {
             let buckets = fam.bounds.len() + 1;
             let s = match fam.series.get_mut(attrs) {
@@ -285,7 +287,7 @@ impl Store {
                     .entry(Arc::clone(attrs))
                     .or_insert_with(|| HistogramSeries {
                         attributes: Arc::clone(attrs),
-                        labels: crate::export::prometheus::labels(attrs),
+                        labels: rocewatch_metrics::naming::prometheus_labels(attrs),
                         counts: vec![0; buckets].into(),
                         sum: 0.0,
                         count: 0,
@@ -295,14 +297,8 @@ impl Store {
             s.counts[b] += 1;
             s.sum += v;
             s.count += 1;
-            if let Some(h) = &fam.otel {
-                kv.clear();
-                kv.extend(
-                    attrs
-                        .iter()
-                        .map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())),
-                );
-                h.record(v, &kv);
+            for o in &fam.observers {
+                o(attrs, v);
             }
         }
     }

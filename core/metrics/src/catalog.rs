@@ -347,6 +347,12 @@ pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
         .chain(SELF_METRICS)
 }
 
+/// The instrument kind of the catalogued metric `name` (every entry of one name has the
+/// same kind), or `None` when nothing by that name is catalogued.
+pub fn kind_of(name: &str) -> Option<MetricKind> {
+    all_entries().find(|e| e.name == name).map(|e| e.kind)
+}
+
 /// The entry for a file of a port directory (`counters`, `port_xmit_data`).
 pub fn lookup(group: &str, file: &str) -> Option<&'static CatalogEntry> {
     CATALOG.iter().find(|e| {

@@ -5,6 +5,8 @@
 //! `bit_per_second`, `1` → `ratio` for gauges, annotations like `{packet}` dropped),
 //! `_total` on counters).
 
+use std::collections::BTreeMap;
+
 use rocewatch_plugin_api::MetricKind;
 
 /// Replace every character Prometheus does not allow with `_` and collapse runs.
@@ -94,6 +96,49 @@ pub fn prometheus_sample_name(name: &str, unit: &str, kind: MetricKind) -> Strin
 /// A label name: `network.io.direction` → `network_io_direction`.
 pub fn prometheus_label(key: &str) -> String {
     sanitize(key)
+}
+
+/// `{k="v",...}` written straight into `out` (label names sanitized, values escaped),
+/// without intermediate strings: this runs for every series on every scrape.
+pub fn write_prometheus_labels(out: &mut String, attrs: &BTreeMap<String, String>) {
+    if attrs.is_empty() {
+        return;
+    }
+    out.push('{');
+    for (i, (k, v)) in attrs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // The common case (`rdma.device`) maps dots to underscores; anything else takes
+        // the full sanitizer (which also collapses runs of underscores).
+        let sep = |b: &u8| *b == b'_' || *b == b'.';
+        if k.bytes().all(|b| b.is_ascii_alphanumeric() || sep(&b))
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && !k.as_bytes().windows(2).any(|w| sep(&w[0]) && sep(&w[1]))
+        {
+            out.extend(k.chars().map(|c| if c == '.' { '_' } else { c }));
+        } else {
+            out.push_str(&prometheus_label(k));
+        }
+        out.push_str("=\"");
+        for c in v.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push('}');
+}
+
+/// The `{k="v",...}` label set of a series (rendered once when a series appears).
+pub fn prometheus_labels(attrs: &BTreeMap<String, String>) -> String {
+    let mut s = String::new();
+    write_prometheus_labels(&mut s, attrs);
+    s
 }
 
 #[cfg(test)]

@@ -213,8 +213,7 @@ impl Config {
         if self.agent.timeout.is_zero() {
             return Err(invalid("agent.timeout", "must be greater than zero".into()));
         }
-        let known = |m: &str| rocewatch_metrics::all_entries().any(|e| e.name == m);
-        if let Err((i, message)) = crate::rules::validate(&self.rules, known) {
+        if let Err((i, message)) = crate::rules::validate(&self.rules, rocewatch_metrics::kind_of) {
             let rule = &self.rules[i].name;
             return Err(invalid(&format!("rules[{i}] ({rule})"), message));
         }

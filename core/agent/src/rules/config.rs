@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use globset::Glob;
+use rocewatch_plugin_api::MetricKind;
 use serde::{Deserialize, Serialize};
 
 /// How a rule turns a series into a number.
@@ -136,7 +137,7 @@ impl RuleConfig {
 /// A rule that does not make sense, with the reason.
 pub fn validate(
     rules: &[RuleConfig],
-    known_metric: impl Fn(&str) -> bool,
+    kind_of: impl Fn(&str) -> Option<MetricKind>,
 ) -> Result<(), (usize, String)> {
     for (i, r) in rules.iter().enumerate() {
         if r.name.trim().is_empty() {
@@ -145,16 +146,21 @@ pub fn validate(
         if rules[..i].iter().any(|o| o.name == r.name) {
             return Err((i, format!("name: {:?} is used by another rule", r.name)));
         }
-        if r.metric == crate::probes::RTT {
+        if kind_of(&r.metric) == Some(MetricKind::Histogram) {
+            let last = format!("{}.last", r.metric);
+            let instead = match kind_of(&last) {
+                Some(_) => format!("; use {last:?} (with `for` to ride out one slow value)"),
+                None => String::new(),
+            };
             return Err((
                 i,
                 format!(
-                    "metric: {:?} is a histogram, which rules do not read; use \"rdma.probe.rtt.last\" (with `for` to ride out one slow probe)",
+                    "metric: {:?} is a histogram, which rules do not read{instead}",
                     r.metric
                 ),
             ));
         }
-        if !known_metric(&r.metric) {
+        if kind_of(&r.metric).is_none() {
             return Err((
                 i,
                 format!(
@@ -195,7 +201,7 @@ pub fn validate(
                     "denominator: a ratio rule needs the metric to divide by".into(),
                 ))
             }
-            (Some(d), Condition::Ratio) if !known_metric(d) => {
+            (Some(d), Condition::Ratio) if kind_of(d).is_none() => {
                 return Err((
                     i,
                     format!("denominator: {d:?} is not a catalogued metric (see docs/METRICS.md)"),

@@ -447,7 +447,7 @@ mod tests {
 
     impl Rig {
         fn new(r: RuleConfig) -> Rig {
-            validate(std::slice::from_ref(&r), |_| true).unwrap();
+            validate(std::slice::from_ref(&r), |_| Some(MetricKind::Gauge)).unwrap();
             Rig {
                 store: Store::new(),
                 engine: Engine::new(&[r]),
@@ -652,7 +652,7 @@ threshold = 0.01"#,
 
     #[test]
     fn validation_names_the_problem() {
-        let known = |m: &str| m == "rdma.pfc.pause_ratio";
+        let known = |m: &str| (m == "rdma.pfc.pause_ratio").then_some(MetricKind::Gauge);
         let base = r#"[[rules]]
 name = "x"
 metric = "rdma.pfc.pause_ratio"
@@ -660,11 +660,13 @@ threshold = 0.2
 "#;
         let err = |extra: &str, metric_ok: bool| {
             let r = rule(&format!("{base}{extra}"));
-            validate(&[r], |m| metric_ok && known(m)).unwrap_err().1
+            validate(&[r], |m| known(m).filter(|_| metric_ok))
+                .unwrap_err()
+                .1
         };
         assert!(err("", false).contains("not a catalogued metric"));
         let hist = rule("[[rules]]\nname = \"x\"\nmetric = \"rdma.probe.rtt\"\nthreshold = 0.01");
-        assert!(validate(&[hist], |_| true)
+        assert!(validate(&[hist], rocewatch_metrics::kind_of)
             .unwrap_err()
             .1
             .contains("rdma.probe.rtt.last"));

@@ -582,7 +582,16 @@ fn register_store_instruments(meter: &Meter, store: &Arc<Store>) {
                     .with_description(d.description.clone())
                     .with_boundaries(bounds.to_vec())
                     .build();
-                store.attach_otel_histogram(&d.name, h);
+                store.on_observe(
+                    &d.name,
+                    Box::new(move |attrs, v| {
+                        let kv: Vec<opentelemetry::KeyValue> = attrs
+                            .iter()
+                            .map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone()))
+                            .collect();
+                        h.record(v, &kv);
+                    }),
+                );
             }
             MetricKind::Gauge => {
                 meter

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use rocewatch_metrics::naming::{prometheus_family, prometheus_label, prometheus_unit};
+use rocewatch_metrics::naming::{
+    prometheus_family, prometheus_labels, prometheus_unit, write_prometheus_labels,
+};
 use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -58,49 +60,6 @@ fn escape_help(s: &str, format: Format) -> String {
     }
 }
 
-/// `{k="v",...}` written straight into `out` (label names sanitized, values escaped),
-/// without intermediate strings: this runs for every series on every scrape.
-fn write_labels(out: &mut String, attrs: &BTreeMap<String, String>) {
-    if attrs.is_empty() {
-        return;
-    }
-    out.push('{');
-    for (i, (k, v)) in attrs.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        // The common case (`rdma.device`) maps dots to underscores; anything else takes
-        // the full sanitizer (which also collapses runs of underscores).
-        let sep = |b: &u8| *b == b'_' || *b == b'.';
-        if k.bytes().all(|b| b.is_ascii_alphanumeric() || sep(&b))
-            && !k.starts_with(|c: char| c.is_ascii_digit())
-            && !k.as_bytes().windows(2).any(|w| sep(&w[0]) && sep(&w[1]))
-        {
-            out.extend(k.chars().map(|c| if c == '.' { '_' } else { c }));
-        } else {
-            out.push_str(&prometheus_label(k));
-        }
-        out.push_str("=\"");
-        for c in v.chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                '"' => out.push_str("\\\""),
-                '\n' => out.push_str("\\n"),
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-    }
-    out.push('}');
-}
-
-/// The `{k="v",...}` label set of a series.
-pub(crate) fn labels(attrs: &BTreeMap<String, String>) -> String {
-    let mut s = String::new();
-    write_labels(&mut s, attrs);
-    s
-}
-
 #[cfg(test)]
 fn number(v: Value) -> String {
     let mut s = String::new();
@@ -126,7 +85,7 @@ fn family(out: &mut String, d: &MetricDescriptor, samples: &[&Sample], format: F
     let sample_name = family_header(out, d, format);
     for s in samples {
         out.push_str(&sample_name);
-        write_labels(out, &s.attributes);
+        write_prometheus_labels(out, &s.attributes);
         out.push(' ');
         write_number(out, s.value);
         out.push('\n');
@@ -287,8 +246,9 @@ fn render_self(out: &mut String, metrics: &SelfMetrics, format: Format) {
             let _ = writeln!(out, "# TYPE {fam} summary");
             let _ = writeln!(out, "# UNIT {fam} seconds");
             for (plugin, kind, count, sum) in durations {
-                let l =
-                    labels(&[("plugin".to_string(), plugin), ("kind".to_string(), kind)].into());
+                let l = prometheus_labels(
+                    &[("plugin".to_string(), plugin), ("kind".to_string(), kind)].into(),
+                );
                 let _ = writeln!(out, "{fam}_sum{l} {sum}");
                 let _ = writeln!(out, "{fam}_count{l} {count}");
             }
@@ -390,6 +350,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::export::Export
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rocewatch_metrics::naming::prometheus_label;
 
     fn sample(name: &str, v: Value, attrs: &[(&str, &str)], kind: MetricKind) -> Sample {
         Sample {
@@ -455,7 +416,7 @@ mod tests {
         ] {
             let attrs: BTreeMap<String, String> = [(k.to_string(), "v\"\\\n".to_string())].into();
             assert_eq!(
-                labels(&attrs),
+                prometheus_labels(&attrs),
                 format!("{{{}=\"v\\\"\\\\\\n\"}}", prometheus_label(k)),
                 "{k}"
             );

@@ -8,6 +8,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{Config, LogFormat};
+use crate::demo::{Format as DemoFormat, Scenario};
 use crate::export::otlp::config::OtlpProtocol;
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -67,25 +68,6 @@ pub enum CollectFormat {
     Prometheus,
     /// collectd Exec-plugin `PUTVAL` lines.
     Collectd,
-}
-
-/// What happens on the simulated fabric.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum Scenario {
-    /// Steady traffic, then an error burst on one port.
-    Default,
-    /// A PFC pause storm on priority 3 of one port: the default `pfc-pause-storm` rule
-    /// fires after 30 s, a dry-run remediation is decided and audited, the storm ends and
-    /// the rule clears.
-    PfcStorm,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum DemoFormat {
-    /// The per-port rate table.
-    Table,
-    /// JSON lines, one per collection (as the stdout exporter prints them).
-    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -58,10 +58,6 @@ pub fn default_rtt_buckets() -> Vec<f64> {
     ]
 }
 
-pub(super) fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    crate::util::duration::de_opt_duration(d).map(|o| o.unwrap_or_default())
-}
-
 /// `[probes]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,9 +72,15 @@ pub struct ProbesConfig {
     #[serde(default)]
     pub peers_file: Option<PathBuf>,
     /// Time between two probes of the same peer.
-    #[serde(default = "default_interval", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_interval",
+        deserialize_with = "crate::util::duration::de_duration"
+    )]
     pub interval: Duration,
-    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "crate::util::duration::de_duration"
+    )]
     pub timeout: Duration,
     /// Message size in bytes.
     #[serde(default = "default_size")]
@@ -91,7 +93,10 @@ pub struct ProbesConfig {
     pub max_rate: f64,
     /// After a peer could not be connected, the plugin waits 1 s before trying again,
     /// doubling up to this (its probes fail with the last cause meanwhile).
-    #[serde(default = "default_backoff", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_backoff",
+        deserialize_with = "crate::util::duration::de_duration"
+    )]
     pub reconnect_backoff: Duration,
     /// Upper bounds of the RTT histogram's buckets, in seconds, ascending.
     #[serde(default = "default_rtt_buckets")]

@@ -44,10 +44,6 @@ pub(super) fn default_retries() -> u32 {
     3
 }
 
-pub(super) fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    crate::util::duration::de_opt_duration(d).map(|o| o.unwrap_or_default())
-}
-
 /// `[remediation]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,10 +112,16 @@ pub struct ActionConfig {
     #[serde(default = "default_true")]
     pub dry_run: bool,
     /// Per run.
-    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "crate::util::duration::de_duration"
+    )]
     pub timeout: Duration,
     /// Minimum time between two runs for the same target (rule labels) and event.
-    #[serde(default = "default_cooldown", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_cooldown",
+        deserialize_with = "crate::util::duration::de_duration"
+    )]
     pub cooldown: Duration,
     /// On which events (default both).
     #[serde(default = "default_events")]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-struct Collectd {
+pub(crate) struct Collectd {
     child: Child,
     dir: tempfile::TempDir,
 }
@@ -21,16 +21,16 @@ impl Drop for Collectd {
 }
 
 impl Collectd {
-    fn csv(&self) -> PathBuf {
+    pub(crate) fn csv(&self) -> PathBuf {
         self.dir.path().join("csv")
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("collectd.log")).unwrap_or_default()
     }
 }
 
-fn collectd_bin() -> Option<PathBuf> {
+pub(crate) fn collectd_bin() -> Option<PathBuf> {
     require(
         "collectd",
         receiver("ROCEWATCH_COLLECTD", "/usr/sbin/collectd", "collectd"),
@@ -39,7 +39,7 @@ fn collectd_bin() -> Option<PathBuf> {
 
 /// Start collectd with csv + logfile and the extra plugin configuration that `extra`
 /// writes given collectd's own directory.
-fn start(bin: &Path, hostname: &str, extra: impl FnOnce(&Path) -> String) -> Collectd {
+pub(crate) fn start(bin: &Path, hostname: &str, extra: impl FnOnce(&Path) -> String) -> Collectd {
     // collectd's csv plugin refuses paths with a component starting with a dot (`.tmpXYZ`).
     let dir = tempfile::Builder::new()
         .prefix("rocewatch-collectd-")

@@ -5,7 +5,15 @@
 //! - `plugins`: real `.so` plugins (the example, a deliberately faulty one, and C-built
 //!   libraries with a wrong ABI or no entry symbol) loaded by the agent.
 //! - `config`: every file in `configs/` parses; bad files name the key path; env overrides.
-//! - `otlp`: the agent exports to a real VictoriaMetrics on loopback.
+//! - `otlp`, `otlp_resilience`: the agent exports to a real VictoriaMetrics on loopback and
+//!   an in-test gRPC receiver; outages are queued and retried.
+//! - `prometheus`: `/metrics` checked by promtool, content negotiation, `/rules`.
+//! - `collectd`: a real collectd receives the network protocol (plain and signed) and runs
+//!   `collectd-exec`.
+//! - `exporters`: Prometheus, OTLP, collectd and collectd-exec carry the same metrics.
+//! - `derived`, `ethtool`, `rules`, `alertmanager`, `probes`, `qos`: each feature through
+//!   the binary on fixture trees.
+//! - `lab`: the soft-RoCE guest pair (real verbs, sysfs, netlink, configfs, nftables).
 //! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
 //! - `doctor`: `rocewatch doctor` on fixture trees (the soft-RoCE pair is in `lab`).
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
@@ -20,6 +28,7 @@ mod demo;
 mod derived;
 mod doctor;
 mod ethtool;
+mod exporters;
 mod fixtures;
 mod lab;
 mod otlp;

@@ -11,7 +11,13 @@
 //!
 //! Action kinds: `log`, `exec` (a command, never through a shell: the breach is in
 //! `ROCEWATCH_*` environment variables and as JSON on standard input), `webhook` (HTTP
-//! POST of the same JSON, with retries).
+//! POST of the same JSON, with retries), `plugin` (a remediation plugin through the C ABI)
+//! and `qos_apply` (re-apply `[[qos.desired]]` through the configuration plugins, on firing
+//! only). What they act through is handed to the dispatcher when it is built ([`Targets`]).
+//!
+//! Files: `config` (the section and its validation), `dispatcher` (gating, audit, running
+//! under the timeout), `action` (the breach and the exec action). The audit log itself is
+//! `crate::audit`.
 
 mod action;
 mod config;

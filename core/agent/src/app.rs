@@ -134,6 +134,8 @@ pub enum StartError {
     ProbePlugin(#[from] crate::probes::PluginNotFound),
     #[error(transparent)]
     Listen(#[from] ExportError),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     #[error("{path}: {message}")]
     Config { path: String, message: String },
     #[error(
@@ -216,7 +218,7 @@ impl Agent {
         for s in app.registry.statuses() {
             tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
         }
-        let remediation = start_remediation(&app);
+        let remediation = start_remediation(&app)?;
         tasks.push(tokio::spawn(crate::qos::metrics::watch(
             crate::qos::observe::config_plugins(&app.registry),
             cfg.qos.clone(),
@@ -359,10 +361,10 @@ async fn finish_otlp(otlp: Option<OtlpExporter>) {
 
 /// The remediation dispatcher, when any action is configured: it takes every rule
 /// transition from the pipeline and decides (and audits) its actions.
-fn start_remediation(app: &App) -> Option<Arc<Dispatcher>> {
+fn start_remediation(app: &App) -> Result<Option<Arc<Dispatcher>>, StartError> {
     let cfg = &app.cfg.remediation;
     if cfg.actions.is_empty() {
-        return None;
+        return Ok(None);
     }
     let targets = Targets {
         plugins: app
@@ -372,7 +374,7 @@ fn start_remediation(app: &App) -> Option<Arc<Dispatcher>> {
             .collect(),
         qos: Some(Arc::new(app.qos_applier())),
     };
-    let d = Dispatcher::new(cfg.clone(), Arc::clone(app.metrics()), targets);
+    let d = Dispatcher::new(cfg.clone(), Arc::clone(app.metrics()), targets)?;
     tracing::info!(
         audit_log = %d.audit_path().display(),
         kill_switch = %cfg.kill_switch.display(),
@@ -397,7 +399,7 @@ fn start_remediation(app: &App) -> Option<Arc<Dispatcher>> {
             }
         }
     });
-    Some(dispatcher)
+    Ok(Some(dispatcher))
 }
 
 #[cfg(test)]

@@ -140,11 +140,19 @@ pub fn render_markdown() -> String {
     );
     md.push_str("\n## Every exporter, the same series\n\n");
     md.push_str("Prometheus, OTLP and collectd (the network protocol and the Exec plugin's `PUTVAL` lines) ");
-    md.push_str("all read the agent's one store, so each carries every series above: collected, derived, ");
-    md.push_str("probe and QoS. In collectd a metric's type is the name with `.` as `_` (`rdma_port_io`), ");
+    md.push_str(
+        "all read the agent's one store, so each carries every series above: collected, derived, ",
+    );
+    md.push_str(
+        "probe and QoS. In collectd a metric's type is the name with `.` as `_` (`rdma_port_io`), ",
+    );
     md.push_str("declared in `configs/collectd/types.db` (`rocewatch collectd-types`); the plugin instance is ");
-    md.push_str("`rdma-DEVICE-PORT` for port metrics, `rocewatch-WHO` for self-metrics. Histograms aside: ");
-    md.push_str("collectd has no type for a distribution, so `rdma.probe.rtt` is not sent there (its ");
+    md.push_str(
+        "`rdma-DEVICE-PORT` for port metrics, `rocewatch-WHO` for self-metrics. Histograms aside: ",
+    );
+    md.push_str(
+        "collectd has no type for a distribution, so `rdma.probe.rtt` is not sent there (its ",
+    );
     md.push_str("`rdma.probe.rtt.last` gauge and the probe counters are). `rocewatch collect --once` and the ");
     md.push_str("stdout exporter print collections as they happen, without the derived, probe and QoS series.\n");
     md

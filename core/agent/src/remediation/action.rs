@@ -36,7 +36,7 @@ pub fn describe(kind: &ActionKind) -> String {
 }
 
 /// `ROCEWATCH_LABEL_RDMA_DEVICE` for `rdma.device`.
-pub(super) fn env_name(label: &str) -> String {
+fn env_name(label: &str) -> String {
     let mut s = String::from("ROCEWATCH_LABEL_");
     s.extend(label.chars().map(|c| {
         if c.is_ascii_alphanumeric() {
@@ -48,8 +48,108 @@ pub(super) fn env_name(label: &str) -> String {
     s
 }
 
+/// The `ROCEWATCH_LABEL_*` variables of `labels`; labels that differ only in case or
+/// punctuation (`a.b`, `a_b`, `A-B`) would share one variable, and the command could act on
+/// the wrong one: that is refused, naming them.
+pub(super) fn label_env(labels: &BTreeMap<String, String>) -> Result<Vec<(String, &str)>, String> {
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    let mut out = Vec::with_capacity(labels.len());
+    for (k, v) in labels {
+        let name = env_name(k);
+        if let Some(other) = seen.insert(name.clone(), k) {
+            return Err(format!(
+                "labels {other:?} and {k:?} both map to {name}: refused (rename one of them, or read the labels from the JSON on standard input)"
+            ));
+        }
+        out.push((name, v.as_str()));
+    }
+    Ok(out)
+}
+
+/// How much of a command's standard output and error is kept: the first and the last
+/// bytes; the rest is read and discarded, so a command that prints gigabytes costs no
+/// memory.
+const KEEP_HEAD: usize = 2048;
+const KEEP_TAIL: usize = 2048;
+
+/// What a command printed: its first and last bytes, and how much in all.
+#[derive(Debug, Default)]
+pub(super) struct Captured {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    total: u64,
+}
+
+impl Captured {
+    fn push(&mut self, mut buf: &[u8]) {
+        self.total += buf.len() as u64;
+        if self.head.len() < KEEP_HEAD {
+            let n = buf.len().min(KEEP_HEAD - self.head.len());
+            self.head.extend_from_slice(&buf[..n]);
+            buf = &buf[n..];
+        }
+        if buf.len() >= KEEP_TAIL {
+            self.tail.clear();
+            buf = &buf[buf.len() - KEEP_TAIL..];
+        }
+        let over = (self.tail.len() + buf.len()).saturating_sub(KEEP_TAIL);
+        self.tail.drain(..over);
+        self.tail.extend(buf);
+    }
+
+    /// The last 400 characters (what the audit record keeps), trimmed.
+    fn tail_text(&self) -> String {
+        let mut all = self.head.clone();
+        let skipped = self.total - (self.head.len() + self.tail.len()) as u64;
+        all.extend(self.tail.iter());
+        let s = String::from_utf8_lossy(&all);
+        let s = s.trim();
+        let start = s.len().saturating_sub(400);
+        let start = (start..=s.len())
+            .find(|i| s.is_char_boundary(*i))
+            .unwrap_or(s.len());
+        if skipped > 0 {
+            format!("[{skipped} bytes not kept] ...{}", &s[start..])
+        } else {
+            s[start..].to_string()
+        }
+    }
+}
+
+/// Read `r` to its end, keeping only what [`Captured`] keeps.
+async fn capture(mut r: impl tokio::io::AsyncRead + Unpin) -> Captured {
+    use tokio::io::AsyncReadExt;
+    let mut c = Captured::default();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return c,
+            Ok(n) => c.push(&buf[..n]),
+        }
+    }
+}
+
+/// Kills a command's whole process group when dropped: on timeout (the future running the
+/// command is dropped) and after the command exits (nothing it started lives on).
+struct GroupKill(Option<i32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            // SAFETY: killpg only sends a signal; ESRCH (nothing left) is fine.
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Run `command` for `b`, in its own process group (killed as a whole on timeout and
+/// after the command exits), with bounded output. The outcome is the command's exit
+/// status, not the end of its output (a daemon it left holding stdout is killed).
 pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, String> {
     use tokio::io::AsyncWriteExt;
+    let env = label_env(&b.labels)?;
     let mut c = tokio::process::Command::new(&command[0]);
     c.args(&command[1..])
         .env("ROCEWATCH_RULE", &b.rule)
@@ -70,34 +170,83 @@ pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
-    for (k, v) in &b.labels {
-        c.env(env_name(k), v);
+    for (k, v) in env {
+        c.env(k, v);
     }
     let mut child = c
         .spawn()
         .map_err(|e| format!("cannot run {:?}: {e}", command[0]))?;
+    let group = GroupKill(child.id().map(|id| id as i32));
+    let out = tokio::spawn(capture(child.stdout.take().expect("piped")));
+    let err = tokio::spawn(capture(child.stderr.take().expect("piped")));
     if let Some(mut stdin) = child.stdin.take() {
         let body = serde_json::to_vec(b).expect("plain data");
         // A command that does not read its input is not an error.
         let _ = stdin.write_all(&body).await;
     }
-    let out = child
-        .wait_with_output()
+    let status = child
+        .wait()
         .await
         .map_err(|e| format!("{:?}: {e}", command[0]))?;
-    let tail = |b: &[u8]| {
-        let s = String::from_utf8_lossy(b);
-        let s = s.trim();
-        let start = s.len().saturating_sub(400);
-        let start = (start..=s.len())
-            .find(|i| s.is_char_boundary(*i))
-            .unwrap_or(s.len());
-        s[start..].to_string()
-    };
-    if out.status.success() {
-        Ok(format!("exit 0; stdout: {}", tail(&out.stdout)))
+    // The command is done: whatever it left running goes with its group, which also
+    // closes the pipes the readers wait on.
+    drop(group);
+    let grace = std::time::Duration::from_secs(1);
+    let out = tokio::time::timeout(grace, out)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let err = tokio::time::timeout(grace, err)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    if status.success() {
+        Ok(format!("exit 0; stdout: {}", out.tail_text()))
     } else {
-        Err(format!("{}; stderr: {}", out.status, tail(&out.stderr)))
+        Err(format!("{status}; stderr: {}", err.tail_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_that_share_a_variable_are_refused() {
+        let l = |ks: &[&str]| -> BTreeMap<String, String> {
+            ks.iter()
+                .map(|k| (k.to_string(), "v".to_string()))
+                .collect()
+        };
+        assert_eq!(
+            label_env(&l(&["rdma.device", "rdma.port"])).unwrap()[0].0,
+            "ROCEWATCH_LABEL_RDMA_DEVICE"
+        );
+        for pair in [["a.b", "a_b"], ["a.b", "A-B"], ["x", "X"]] {
+            let e = label_env(&l(&pair)).unwrap_err();
+            assert!(e.contains("both map to") && e.contains(pair[0]), "{e}");
+        }
+    }
+
+    #[test]
+    fn output_keeps_head_and_tail_only() {
+        let mut c = Captured::default();
+        c.push(b"first line\n");
+        for _ in 0..10_000 {
+            c.push(&[b'x'; 1000]);
+        }
+        c.push(b"\nlast line");
+        assert_eq!(c.total, 11 + 10_000_000 + 10);
+        assert!(c.head.len() <= KEEP_HEAD && c.tail.len() <= KEEP_TAIL);
+        assert!(c.head.starts_with(b"first line"));
+        let t = c.tail_text();
+        assert!(t.ends_with("last line") && t.starts_with('['), "{t}");
+        let mut small = Captured::default();
+        small.push(b"ok\n");
+        assert_eq!(small.tail_text(), "ok");
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::action::{describe, run_exec, Breach};
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
-use crate::audit::{now_rfc3339, AuditLog, AuditRecord};
+use crate::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord};
 use crate::rules::Transition;
 use crate::selfmetrics::SelfMetrics;
 
@@ -44,28 +44,53 @@ pub(super) struct Limits {
 }
 
 impl Dispatcher {
-    pub fn new(cfg: RemediationConfig, metrics: Arc<SelfMetrics>, targets: Targets) -> Arc<Self> {
-        Arc::new(Dispatcher {
-            audit: Arc::new(AuditLog::new(cfg.audit_log.clone())),
+    /// A dispatcher for `cfg`; fails when the audit log's directory does not exist (only
+    /// the state directory is created).
+    pub fn new(
+        cfg: RemediationConfig,
+        metrics: Arc<SelfMetrics>,
+        targets: Targets,
+    ) -> Result<Arc<Self>, AuditError> {
+        let audit = AuditLog::new(cfg.audit_log.clone());
+        audit.prepare()?;
+        Ok(Arc::new(Dispatcher {
+            audit: Arc::new(audit),
             semaphore: Arc::new(Semaphore::new(cfg.max_concurrent)),
             cfg,
             metrics,
             state: Mutex::new(Limits::default()),
             http: reqwest::Client::new(),
             targets,
-        })
+        }))
     }
 
     pub fn audit_path(&self) -> &std::path::Path {
         self.audit.path()
     }
 
-    fn record(&self, rec: AuditRecord, sync: bool) {
+    /// Count and audit a decision; `Err` with the reason when the record could not be
+    /// written (the caller must then not act).
+    fn record(&self, rec: AuditRecord, sync: bool) -> Result<(), String> {
         if let Some(a) = &rec.action {
             self.metrics.remediation_decision(a, rec.decision);
         }
-        if let Err(e) = self.audit.append(&rec, sync) {
-            tracing::error!(path = %self.audit.path().display(), "cannot write the remediation audit log: {e}");
+        self.audit.append(&rec, sync).map_err(|e| {
+            tracing::error!(path = %self.audit.path().display(), decision = rec.decision, "cannot write the remediation audit log: {e}");
+            e.to_string()
+        })
+    }
+
+    /// Whether the kill switch stops actions: only "no such file" means it is not engaged;
+    /// a kill switch that cannot be checked (a directory the agent cannot search, an I/O
+    /// error) counts as engaged, with the reason.
+    fn kill_switch(&self) -> Option<String> {
+        let path = self.cfg.kill_switch.display();
+        match std::fs::symlink_metadata(&self.cfg.kill_switch) {
+            Ok(_) => Some(format!("kill switch {path} exists")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => Some(format!(
+                "kill switch {path} cannot be checked ({e}): treated as engaged"
+            )),
         }
     }
 
@@ -92,7 +117,7 @@ impl Dispatcher {
             outcome: None,
             duration_ms: None,
         };
-        self.record(
+        let _ = self.record(
             base(if t.firing { "fired" } else { "cleared" }, None),
             false,
         );
@@ -110,14 +135,8 @@ impl Dispatcher {
                 detail: Some(why),
                 ..base("suppressed", Some(name))
             };
-            if self.cfg.kill_switch.exists() {
-                self.record(
-                    suppressed(format!(
-                        "kill switch {} exists",
-                        self.cfg.kill_switch.display()
-                    )),
-                    false,
-                );
+            if let Some(why) = self.kill_switch() {
+                let _ = self.record(suppressed(why), false);
                 continue;
             }
             let target = labels
@@ -145,7 +164,7 @@ impl Dispatcher {
                     let since = now.duration_since(*last);
                     if since < action.cooldown {
                         drop(st);
-                        self.record(
+                        let _ = self.record(
                             suppressed(format!(
                                 "cooldown: ran {} ago for this target, cooldown {}",
                                 humantime::format_duration(Duration::from_secs(since.as_secs())),
@@ -165,7 +184,7 @@ impl Dispatcher {
                 }
                 if st.starts.len() >= self.cfg.max_actions_per_hour as usize {
                     drop(st);
-                    self.record(
+                    let _ = self.record(
                         suppressed(format!(
                             "rate limit: {} actions in the last hour (max_actions_per_hour)",
                             self.cfg.max_actions_per_hour
@@ -176,7 +195,7 @@ impl Dispatcher {
                 }
                 let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() else {
                     drop(st);
-                    self.record(
+                    let _ = self.record(
                         suppressed(format!(
                             "concurrency: {} actions already running (max_concurrent)",
                             self.cfg.max_concurrent
@@ -185,7 +204,7 @@ impl Dispatcher {
                     );
                     continue;
                 };
-                st.last.insert(key, now);
+                st.last.insert(key.clone(), now);
                 st.starts.push_back(now);
                 let breach = Breach {
                     rule: t.rule.clone(),
@@ -200,7 +219,7 @@ impl Dispatcher {
                 };
                 if action.dry_run {
                     drop(permit);
-                    self.record(
+                    let _ = self.record(
                         AuditRecord {
                             detail: Some(format!("would {}", describe(&action.kind))),
                             ..base("dry_run", Some(name))
@@ -210,14 +229,28 @@ impl Dispatcher {
                     tracing::warn!(rule = %t.rule, action = %name, "dry run: would {}", describe(&action.kind));
                     continue;
                 }
-                // Flushed to disk before the action starts.
-                self.record(
+                // Flushed to disk before the action starts; an action that cannot be
+                // audited does not run (and does not count against its limits).
+                if let Err(e) = self.record(
                     AuditRecord {
                         detail: Some(describe(&action.kind)),
                         ..base("executing", Some(name))
                     },
                     true,
-                );
+                ) {
+                    st.last.remove(&key);
+                    st.starts.pop_back();
+                    drop(permit);
+                    tracing::error!(rule = %t.rule, action = %name, "refused: audit unavailable ({e}); the action did not run");
+                    let _ = self.record(
+                        AuditRecord {
+                            detail: Some(format!("audit unavailable: {e}")),
+                            ..base("refused", Some(name))
+                        },
+                        true,
+                    );
+                    continue;
+                }
                 let me = Arc::clone(self);
                 let action = action.clone();
                 let result_base = base("result", Some(name));
@@ -236,7 +269,7 @@ impl Dispatcher {
                     if outcome != "ok" {
                         tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
                     }
-                    me.record(
+                    let _ = me.record(
                         AuditRecord {
                             time: now_rfc3339(),
                             outcome: Some(outcome),
@@ -429,7 +462,8 @@ mod tests {
             ),
             Arc::default(),
             Targets::default(),
-        );
+        )
+        .unwrap();
         settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
         assert!(!marker.exists(), "dry run: nothing ran");
         let rec = audit(dir.path());
@@ -478,7 +512,8 @@ mod tests {
             ),
             Arc::default(),
             Targets::default(),
-        );
+        )
+        .unwrap();
         for dev in ["a", "b", "c"] {
             settle(d.handle(&fire("r", dev, true, "note"))).await;
         }
@@ -536,7 +571,8 @@ mod tests {
             ),
             Arc::default(),
             Targets::default(),
-        );
+        )
+        .unwrap();
         // A label that would do harm if it reached a shell.
         let evil = format!("$(touch {})", dir.path().join("pwned").display());
         settle(d.handle(&fire("storm", &evil, true, "drain"))).await;
@@ -575,7 +611,8 @@ mod tests {
             ),
             Arc::default(),
             Targets::default(),
-        );
+        )
+        .unwrap();
         let started = std::time::Instant::now();
         let hang = d.handle(&fire("r", "a", true, "hang"));
         // The only slot is taken: the next action is suppressed, not queued forever.
@@ -652,5 +689,227 @@ mod tests {
         );
         let bad: Result<RemediationConfig, _> = toml::from_str("[actions.x]\ntype = \"shell\"");
         assert!(bad.is_err());
+    }
+
+    fn alive(pid: &str) -> bool {
+        // A killed process reparented to init is reaped at once; a zombie counts as gone.
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
+    async fn wait_gone(pid: &str) -> bool {
+        for _ in 0..50 {
+            if !alive(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn an_action_that_cannot_be_audited_does_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let c = cfg(
+            dir.path(),
+            &format!("[actions.touch]\ntype = \"exec\"\ncommand = [\"touch\", {marker:?}]\ndry_run = false\ncooldown = \"0s\""),
+            "",
+        );
+        // The audit log's path is a directory: every write fails (as on a full or
+        // read-only file system, or a file the agent's user cannot write).
+        std::fs::create_dir(dir.path().join("audit.jsonl")).unwrap();
+        let metrics = Arc::new(SelfMetrics::default());
+        let d = Dispatcher::new(c, Arc::clone(&metrics), Targets::default()).unwrap();
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        assert!(!marker.exists(), "an unaudited action ran");
+        let refused = metrics
+            .samples()
+            .iter()
+            .filter(|s| {
+                s.name == "rocewatch.remediation.decisions"
+                    && s.attributes.get("decision").map(String::as_str) == Some("refused")
+            })
+            .map(|s| s.value.as_f64())
+            .sum::<f64>();
+        assert_eq!(refused, 1.0);
+        // The log works again: the next decision is audited and the action runs.
+        std::fs::remove_dir(dir.path().join("audit.jsonl")).unwrap();
+        settle(d.handle(&fire("storm", "mlx5_1", true, "touch"))).await;
+        assert!(marker.exists(), "the action runs once it can be audited");
+        assert!(decisions(dir.path()).contains(&"executing".to_string()));
+    }
+
+    #[test]
+    fn a_missing_audit_directory_is_created_only_when_it_is_the_state_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(dir.path(), "[actions.l]\ntype = \"log\"", "");
+        c.audit_log = dir.path().join("nonexistent/dir/audit.jsonl");
+        let e = Dispatcher::new(c, Arc::default(), Targets::default())
+            .err()
+            .expect("a missing directory is an error at start")
+            .to_string();
+        assert!(
+            e.contains("nonexistent/dir") && e.contains("does not exist"),
+            "{e}"
+        );
+        assert!(
+            !dir.path().join("nonexistent").exists(),
+            "nothing was created"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kill_switch_that_cannot_be_checked_stops_actions() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let mut c = cfg(
+            dir.path(),
+            &format!("[actions.touch]\ntype = \"exec\"\ncommand = [\"touch\", {marker:?}]\ndry_run = false"),
+            "",
+        );
+        // Under a regular file: stat fails with ENOTDIR, not "no such file" (as EACCES
+        // does for an agent user that cannot search the directory).
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        c.kill_switch = dir.path().join("file/remediation.disabled");
+        let d = Dispatcher::new(c, Arc::default(), Targets::default()).unwrap();
+        settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;
+        assert!(
+            !marker.exists(),
+            "the action ran past an unreadable kill switch"
+        );
+        let rec = audit(dir.path());
+        let why = rec[1]["detail"].as_str().unwrap();
+        assert!(
+            rec[1]["decision"] == "suppressed" && why.contains("cannot be checked"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn exec_output_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let hwm = || -> u64 {
+            std::fs::read_to_string("/proc/self/status")
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap()
+        };
+        let before = hwm();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                "[actions.loud]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", \"head -c 300000000 /dev/zero | tr '\\\\0' x; echo; echo the end\"]\ndry_run = false\ntimeout = \"60s\"",
+                "",
+            ),
+            Arc::default(),
+            Targets::default(),
+        )
+        .unwrap();
+        settle(d.handle(&fire("storm", "mlx5_0", true, "loud"))).await;
+        let rec = audit(dir.path());
+        let result = rec.iter().find(|r| r["decision"] == "result").unwrap();
+        let detail = result["detail"].as_str().unwrap();
+        assert_eq!(result["outcome"], "ok", "{detail}");
+        assert!(
+            detail.ends_with("the end") && detail.contains("bytes not kept"),
+            "{detail}"
+        );
+        let grew_mib = hwm().saturating_sub(before) / 1024;
+        assert!(
+            grew_mib < 64,
+            "300 MB of output raised the peak RSS by {grew_mib} MiB"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_or_finished_command_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let bg = dir.path().join("bg.pid");
+        let daemon = dir.path().join("daemon.pid");
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!(
+                    "[actions.hang]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", \"sleep 300 & echo $! > {}; wait\"]\ndry_run = false\ntimeout = \"1s\"\n\
+                     [actions.daemon]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", \"sleep 300 & echo $! > {}; exit 0\"]\ndry_run = false\ntimeout = \"20s\"",
+                    bg.display(),
+                    daemon.display()
+                ),
+                "",
+            ),
+            Arc::default(),
+            Targets::default(),
+        )
+        .unwrap();
+        settle(d.handle(&fire("r", "a", true, "hang"))).await;
+        let started = std::time::Instant::now();
+        settle(d.handle(&fire("r", "b", true, "daemon"))).await;
+        let rec = audit(dir.path());
+        let outcomes: Vec<(&str, &str)> = rec
+            .iter()
+            .filter(|r| r["decision"] == "result")
+            .map(|r| {
+                (
+                    r["action"].as_str().unwrap(),
+                    r["outcome"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(outcomes, [("hang", "timeout"), ("daemon", "ok")]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the outcome is the exit status, not the end of the output"
+        );
+        let bg = std::fs::read_to_string(&bg).unwrap();
+        let daemon = std::fs::read_to_string(&daemon).unwrap();
+        assert!(
+            wait_gone(&bg).await,
+            "the timed-out command's child {bg} lives on"
+        );
+        assert!(
+            wait_gone(&daemon).await,
+            "the finished command's daemon {daemon} lives on"
+        );
+    }
+
+    #[tokio::test]
+    async fn labels_that_would_share_a_variable_are_refused_and_audited() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!("[actions.touch]\ntype = \"exec\"\ncommand = [\"touch\", {marker:?}]\ndry_run = false"),
+                "",
+            ),
+            Arc::default(),
+            Targets::default(),
+        )
+        .unwrap();
+        let mut t = fire("r", "a", true, "touch");
+        t.labels = Attributes::new(
+            [
+                ("a.b".to_string(), "1".to_string()),
+                ("a_b".to_string(), "2".to_string()),
+            ]
+            .into(),
+        );
+        settle(d.handle(&t)).await;
+        assert!(!marker.exists());
+        let rec = audit(dir.path());
+        let result = rec.iter().find(|r| r["decision"] == "result").unwrap();
+        assert_eq!(result["outcome"], "error");
+        assert!(result["detail"]
+            .as_str()
+            .unwrap()
+            .contains("both map to ROCEWATCH_LABEL_A_B"));
     }
 }

@@ -115,7 +115,7 @@ impl App {
         Applier::new(
             crate::qos::observe::config_plugins(&self.registry),
             self.cfg.qos.clone(),
-            self.cfg.remediation.audit_log.clone(),
+            self.cfg.remediation.audit(),
             self.host_name.clone(),
             Arc::clone(self.metrics()),
         )

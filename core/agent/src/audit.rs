@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+#[cfg(test)]
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -77,19 +79,64 @@ pub enum AuditError {
     },
 }
 
+/// When the log is rotated: past `max_bytes` the file becomes `PATH.1` (`PATH.1` becomes
+/// `PATH.2`, ...), and `keep` rotated files are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// 0: never rotate.
+    pub max_bytes: u64,
+    pub keep: usize,
+}
+
+impl Default for Rotation {
+    fn default() -> Self {
+        Rotation {
+            max_bytes: 64 << 20,
+            keep: 5,
+        }
+    }
+}
+
 /// The append-only audit log.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: Mutex<Option<std::fs::File>>,
+    rotation: Rotation,
+    /// The open file and its size.
+    file: Mutex<Option<(std::fs::File, u64)>>,
 }
 
 impl AuditLog {
     pub fn new(path: PathBuf) -> Self {
+        Self::with_rotation(path, Rotation::default())
+    }
+
+    pub fn with_rotation(path: PathBuf, rotation: Rotation) -> Self {
         AuditLog {
             path,
+            rotation,
             file: Mutex::new(None),
         }
+    }
+
+    /// `PATH.n`
+    fn rotated(&self, n: usize) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(format!(".{n}"));
+        PathBuf::from(p)
+    }
+
+    /// Shift `PATH` to `PATH.1`, `PATH.1` to `PATH.2`, ..., dropping what is past `keep`.
+    fn rotate(&self) -> std::io::Result<()> {
+        let keep = self.rotation.keep.max(1);
+        let _ = std::fs::remove_file(self.rotated(keep));
+        for n in (1..keep).rev() {
+            match std::fs::rename(self.rotated(n), self.rotated(n + 1)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        std::fs::rename(&self.path, self.rotated(1))
     }
 
     pub fn path(&self) -> &std::path::Path {
@@ -128,17 +175,36 @@ impl AuditLog {
         line.push(b'\n');
         let mut g = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let r = (|| {
+            let full = |size: u64| {
+                self.rotation.max_bytes > 0
+                    && size > 0
+                    && size + line.len() as u64 > self.rotation.max_bytes
+            };
+            if g.as_ref().is_some_and(|(_, size)| full(*size)) {
+                *g = None;
+                self.rotate()?;
+            }
             if g.is_none() {
                 self.prepare().map_err(std::io::Error::other)?;
-                *g = Some(
-                    std::fs::OpenOptions::new()
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)?;
+                let size = f.metadata()?.len();
+                *g = Some((f, size));
+                if full(size) {
+                    *g = None;
+                    self.rotate()?;
+                    let f = std::fs::OpenOptions::new()
                         .create(true)
                         .append(true)
-                        .open(&self.path)?,
-                );
+                        .open(&self.path)?;
+                    *g = Some((f, 0));
+                }
             }
-            let f = g.as_mut().expect("opened above");
+            let (f, size) = g.as_mut().expect("opened above");
             f.write_all(&line)?;
+            *size += line.len() as u64;
             if sync {
                 f.sync_data()?;
             }
@@ -153,4 +219,65 @@ impl AuditLog {
 
 pub(super) fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: usize) -> AuditRecord {
+        AuditRecord {
+            time: "t".into(),
+            decision: "fired",
+            rule: format!("rule-{n}"),
+            event: Event::Firing,
+            action: None,
+            labels: BTreeMap::new(),
+            value: None,
+            detail: None,
+            outcome: None,
+            duration_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_log_rotates_by_size_and_keeps_n_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::with_rotation(
+            path.clone(),
+            Rotation {
+                max_bytes: 1000,
+                keep: 2,
+            },
+        );
+        for n in 0..100 {
+            log.append(&record(n), false).unwrap();
+        }
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let (cur, one, two) = (size(&path), size(&log.rotated(1)), size(&log.rotated(2)));
+        assert!(
+            cur > 0 && cur <= 1000 && one > 900 && one <= 1000 && two > 900,
+            "{cur} {one} {two}"
+        );
+        assert!(!log.rotated(3).exists(), "only `keep` rotated files");
+        let last = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            last.trim_end()
+                .ends_with("\"rule\":\"rule-99\",\"event\":\"firing\",\"labels\":{}}"),
+            "{last}"
+        );
+        // A new log on the same path continues the file and rotates it when full.
+        let again = AuditLog::with_rotation(
+            path.clone(),
+            Rotation {
+                max_bytes: 1000,
+                keep: 2,
+            },
+        );
+        for n in 100..120 {
+            again.append(&record(n), false).unwrap();
+        }
+        assert!(size(&path) <= 1000);
+    }
 }

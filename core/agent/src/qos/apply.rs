@@ -95,14 +95,14 @@ impl Applier {
     pub fn new(
         plugins: ConfigPlugins,
         desired: QosConfig,
-        audit_log: PathBuf,
+        audit: AuditLog,
         host: String,
         metrics: Arc<SelfMetrics>,
     ) -> Self {
         Applier {
             plugins,
             metrics,
-            audit: AuditLog::new(audit_log),
+            audit,
             snapshot_dir: desired.snapshot_dir.clone(),
             host,
             desired,

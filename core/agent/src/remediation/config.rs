@@ -16,6 +16,14 @@ pub(super) fn default_audit_log() -> PathBuf {
     PathBuf::from("/var/lib/rocewatch/audit.jsonl")
 }
 
+pub(super) fn default_audit_max_bytes() -> u64 {
+    crate::audit::Rotation::default().max_bytes
+}
+
+pub(super) fn default_audit_keep() -> usize {
+    crate::audit::Rotation::default().keep
+}
+
 pub(super) fn default_kill_switch() -> PathBuf {
     PathBuf::from("/etc/rocewatch/remediation.disabled")
 }
@@ -51,6 +59,13 @@ pub struct RemediationConfig {
     /// Where every decision is appended, one JSON object per line.
     #[serde(default = "default_audit_log")]
     pub audit_log: PathBuf,
+    /// Rotate the audit log past this size: it becomes `audit_log.1`, and so on (default
+    /// 64 MiB; 0: never).
+    #[serde(default = "default_audit_max_bytes")]
+    pub audit_max_bytes: u64,
+    /// Rotated audit logs kept (default 5).
+    #[serde(default = "default_audit_keep")]
+    pub audit_keep: usize,
     /// While this file exists, no action runs (each one is audited as suppressed).
     #[serde(default = "default_kill_switch")]
     pub kill_switch: PathBuf,
@@ -65,10 +80,25 @@ pub struct RemediationConfig {
     pub actions: BTreeMap<String, ActionConfig>,
 }
 
+impl RemediationConfig {
+    /// The audit log this section describes.
+    pub fn audit(&self) -> crate::audit::AuditLog {
+        crate::audit::AuditLog::with_rotation(
+            self.audit_log.clone(),
+            crate::audit::Rotation {
+                max_bytes: self.audit_max_bytes,
+                keep: self.audit_keep,
+            },
+        )
+    }
+}
+
 impl Default for RemediationConfig {
     fn default() -> Self {
         RemediationConfig {
             audit_log: default_audit_log(),
+            audit_max_bytes: default_audit_max_bytes(),
+            audit_keep: default_audit_keep(),
             kill_switch: default_kill_switch(),
             max_actions_per_hour: default_per_hour(),
             max_concurrent: default_concurrent(),
@@ -161,6 +191,12 @@ pub fn validate(
                 "names no event (firing, clearing)".into(),
             ));
         }
+    }
+    if cfg.audit_keep == 0 {
+        return Err((
+            "remediation.audit_keep".into(),
+            "must be at least 1 (rotated files kept)".into(),
+        ));
     }
     if cfg.max_concurrent == 0 {
         return Err((

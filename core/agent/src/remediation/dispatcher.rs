@@ -51,7 +51,7 @@ impl Dispatcher {
         metrics: Arc<SelfMetrics>,
         targets: Targets,
     ) -> Result<Arc<Self>, AuditError> {
-        let audit = AuditLog::new(cfg.audit_log.clone());
+        let audit = cfg.audit();
         audit.prepare()?;
         Ok(Arc::new(Dispatcher {
             audit: Arc::new(audit),

@@ -94,8 +94,11 @@ pub fn validate(
     cfg: &AlertmanagerConfig,
     actions: &BTreeMap<String, crate::remediation::ActionConfig>,
 ) -> Result<(), (String, String)> {
-    // The token file is read when the receiver starts (it may exist only on the host).
-    if cfg.bearer_token.is_none() && cfg.bearer_token_file.is_none() && !cfg.allow_unauthenticated {
+    // What the receiver checks at start, checked here too (a token file that is missing
+    // or empty, no token at all without allow_unauthenticated): `config check` refuses
+    // what `run` would.
+    if cfg.bearer_token_file.is_some() || (cfg.bearer_token.is_none() && !cfg.allow_unauthenticated)
+    {
         cfg.token()?;
     }
     if cfg.max_requests_per_second == 0 {

@@ -213,6 +213,19 @@ impl Config {
         if self.agent.timeout.is_zero() {
             return Err(invalid("agent.timeout", "must be greater than zero".into()));
         }
+        for (path, value, max) in self.durations() {
+            if value > max {
+                return Err(invalid(
+                    &path,
+                    format!(
+                        "{} is more than this setting allows ({})",
+                        humantime::format_duration(value),
+                        humantime::format_duration(max)
+                    ),
+                ));
+            }
+        }
+        self.check_listeners().map_err(|(p, m)| invalid(&p, m))?;
         if let Err((i, message)) = crate::rules::validate(&self.rules, rocewatch_metrics::kind_of) {
             let rule = &self.rules[i].name;
             return Err(invalid(&format!("rules[{i}] ({rule})"), message));
@@ -241,6 +254,12 @@ impl Config {
                 crate::alertmanager::validate(am, &self.remediation.actions)
             {
                 return Err(invalid(&path, message));
+            }
+            if self.remediation.actions.is_empty() {
+                return Err(invalid(
+                    "alertmanager",
+                    "routes alerts to [remediation.actions], and there is none".into(),
+                ));
             }
         }
         for (name_, p) in &self.plugins.builtin {
@@ -312,6 +331,76 @@ impl Config {
                     format!("{:?} is not an http:// or https:// URL", o.endpoint),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Every duration of the configuration with its key and the most it may be: beyond
+    /// these a schedule stops making sense, and far beyond them time arithmetic overflows.
+    fn durations(&self) -> Vec<(String, Duration, Duration)> {
+        const MINUTE: Duration = Duration::from_secs(60);
+        const HOUR: Duration = Duration::from_secs(3600);
+        const DAY: Duration = Duration::from_secs(86_400);
+        let mut out = vec![
+            ("agent.interval".to_string(), self.agent.interval, HOUR),
+            ("agent.jitter".to_string(), self.agent.jitter, HOUR),
+            ("agent.timeout".to_string(), self.agent.timeout, HOUR),
+            (
+                "agent.discovery_interval".to_string(),
+                self.agent.discovery_interval,
+                DAY,
+            ),
+            ("qos.interval".to_string(), self.qos.interval, DAY),
+        ];
+        for (name, p) in &self.plugins.builtin {
+            let key = format!("plugins.builtin.{name}");
+            out.extend(p.interval.map(|d| (format!("{key}.interval"), d, HOUR)));
+            out.extend(p.timeout.map(|d| (format!("{key}.timeout"), d, HOUR)));
+        }
+        for (i, p) in self.plugins.external.iter().enumerate() {
+            let key = format!("plugins.external[{i}]");
+            out.extend(p.interval.map(|d| (format!("{key}.interval"), d, HOUR)));
+            out.extend(p.timeout.map(|d| (format!("{key}.timeout"), d, HOUR)));
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            let key = format!("rules[{i}] ({})", r.name);
+            out.extend(r.window.map(|d| (format!("{key}.window"), d, HOUR)));
+            out.extend(r.for_.map(|d| (format!("{key}.for"), d, DAY)));
+        }
+        for (name, a) in &self.remediation.actions {
+            let key = format!("remediation.actions.{name}");
+            out.push((format!("{key}.timeout"), a.timeout, HOUR));
+            out.push((format!("{key}.cooldown"), a.cooldown, 30 * DAY));
+        }
+        if let Some(o) = &self.exporters.otlp {
+            out.push(("exporters.otlp.interval".into(), o.interval, HOUR));
+            out.push(("exporters.otlp.timeout".into(), o.timeout, 10 * MINUTE));
+            out.push(("exporters.otlp.retry_initial".into(), o.retry_initial, HOUR));
+            out.push(("exporters.otlp.retry_max".into(), o.retry_max, HOUR));
+        }
+        if let Some(p) = &self.probes {
+            out.push(("probes.interval".into(), p.interval, HOUR));
+            out.push(("probes.timeout".into(), p.timeout, MINUTE));
+            out.push(("probes.reconnect_backoff".into(), p.reconnect_backoff, HOUR));
+        }
+        out
+    }
+
+    /// Two listeners on one port (the same address, or one of them on every address) would
+    /// fail at start; say so now.
+    fn check_listeners(&self) -> Result<(), (String, String)> {
+        let (Some(p), Some(am)) = (&self.exporters.prometheus, &self.alertmanager) else {
+            return Ok(());
+        };
+        let (a, b) = (p.listen, am.listen);
+        let overlap = a.port() == b.port()
+            && a.port() != 0
+            && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified());
+        if overlap {
+            return Err((
+                "alertmanager.listen".into(),
+                format!("{b} is the port of exporters.prometheus.listen ({a}): give each listener its own port"),
+            ));
         }
         Ok(())
     }
@@ -399,5 +488,48 @@ mod tests {
         assert!(e.contains("plugins.external[0].interval"), "{e}");
         let e = parse("[agent\n").unwrap_err().to_string();
         assert!(e.contains("c.toml"), "{e}");
+    }
+
+    #[test]
+    fn what_run_cannot_survive_is_refused_with_the_key() {
+        let cases = [
+            ("[agent]\ninterval = \"18446744073709551615s\"\n", "agent.interval"),
+            ("[agent]\njitter = \"2h\"\n", "agent.jitter"),
+            (
+                "[[rules]]\nname = \"w\"\nmetric = \"rdma.port.io\"\ncondition = \"rate\"\nthreshold = 1.0\nwindow = \"100000000d\"\n",
+                "rules[0] (w).window",
+            ),
+            ("[probes]\npeers = [\"a\"]\ntimeout = \"3h\"\n", "probes.timeout"),
+        ];
+        for (text, key) in cases {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(
+                e.contains(key) && e.contains("more than this setting allows"),
+                "{key}: {e}"
+            );
+        }
+        let e = parse(
+            "[exporters.prometheus]\nlisten = \"0.0.0.0:9464\"\n[remediation.actions.l]\ntype = \"log\"\n\
+             [alertmanager]\nlisten = \"127.0.0.1:9464\"\nallow_unauthenticated = true\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("alertmanager.listen") && e.contains("own port"),
+            "{e}"
+        );
+        let e = parse("[alertmanager]\nallow_unauthenticated = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("alertmanager") && e.contains("there is none"),
+            "{e}"
+        );
+        let e = parse(
+            "[remediation.actions.l]\ntype = \"log\"\n[alertmanager]\nbearer_token_file = \"/nonexistent/token\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("/nonexistent/token"), "{e}");
     }
 }

@@ -13,6 +13,7 @@
 //! - `exporters`: Prometheus, OTLP, collectd and collectd-exec carry the same metrics.
 //! - `derived`, `ethtool`, `rules`, `alertmanager`, `probes`, `qos`: each feature through
 //!   the binary on fixture trees.
+//! - `lifecycle`: steady conditions said once, a closed stdout, a second signal.
 //! - `lab`: the soft-RoCE guest pair (real verbs, sysfs, netlink, configfs, nftables).
 //! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
 //! - `doctor`: `rocewatch doctor` on fixture trees (the soft-RoCE pair is in `lab`).
@@ -31,6 +32,7 @@ mod ethtool;
 mod exporters;
 mod fixtures;
 mod lab;
+mod lifecycle;
 mod otlp;
 mod otlp_resilience;
 mod packaging;

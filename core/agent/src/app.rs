@@ -291,6 +291,7 @@ impl Agent {
         if cfg.exporters.stdout.enabled {
             tasks.push(tokio::spawn(crate::export::stdout::run(
                 app.pipeline.collections(),
+                Arc::clone(app.metrics()),
             )));
         }
         Ok(Agent {
@@ -352,7 +353,10 @@ async fn finish_otlp(otlp: Option<OtlpExporter>) {
     if let Some(x) = otlp {
         // The final export: the latest values of every series.
         match tokio::task::spawn_blocking(move || x.shutdown()).await {
-            Ok(Ok(())) => tracing::info!("final OTLP export done"),
+            Ok(Ok(0)) => tracing::info!("final OTLP export done"),
+            Ok(Ok(n)) => tracing::warn!(
+                "final OTLP export: the endpoint was unreachable at shutdown; {n} snapshot(s) dropped"
+            ),
             Ok(Err(e)) => tracing::warn!("final OTLP export: {e}"),
             Err(e) => tracing::warn!("final OTLP export: {e}"),
         }

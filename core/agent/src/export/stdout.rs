@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use crate::pipeline::Collection;
+use crate::selfmetrics::SelfMetrics;
 
 /// The JSON document of one collection.
 pub fn collection_json(c: &Collection) -> serde_json::Value {
@@ -19,15 +20,19 @@ pub fn collection_json(c: &Collection) -> serde_json::Value {
     })
 }
 
-/// Print every collection until the channel closes.
-pub async fn run(mut rx: broadcast::Receiver<Arc<Collection>>) {
+/// Print every collection until the channel closes. When standard output closes (piped
+/// into `head`, a reader that went away), the exporter stops: said once, at error, and
+/// counted in `rocewatch.exporter.errors{exporter="stdout"}`; the agent goes on.
+pub async fn run(mut rx: broadcast::Receiver<Arc<Collection>>, metrics: Arc<SelfMetrics>) {
     loop {
         match rx.recv().await {
             Ok(c) => {
                 let line = collection_json(&c).to_string();
                 let mut out = std::io::stdout().lock();
-                if writeln!(out, "{line}").is_err() {
-                    return; // stdout closed (e.g. piped into head): stop quietly
+                if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+                    metrics.exporter_error("stdout");
+                    tracing::error!("stdout exporter: standard output is closed ({e}); nothing more is printed there, the agent goes on");
+                    return;
                 }
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {

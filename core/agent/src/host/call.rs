@@ -99,8 +99,15 @@ where
     };
     let kind = entry.kind.map_or("unknown", |k| k.as_str());
     metrics.call_duration(&entry.name, kind, started.elapsed());
-    {
+    // An unsupported plugin stays unsupported: said once, and again when the reason changes.
+    let said_before = {
         let mut s = entry.status.lock().unwrap_or_else(|p| p.into_inner());
+        let said = match &outcome {
+            Err(e) if e.is_unsupported() => {
+                s.state == State::Unsupported && s.last_error.as_deref() == Some(&e.to_string())
+            }
+            _ => false,
+        };
         s.calls += 1;
         match &outcome {
             Ok(_) => s.state = State::Started,
@@ -114,8 +121,12 @@ where
                 s.last_error = Some(e.to_string());
             }
         }
-    }
+        said
+    };
     match &outcome {
+        Err(e) if e.is_unsupported() && said_before => {
+            tracing::debug!(plugin = %entry.name, "{e}")
+        }
         Err(e) if e.is_unsupported() => tracing::info!(plugin = %entry.name, "{e}"),
         Err(e) => {
             metrics.plugin_error(&entry.name, e.reason());

@@ -2,21 +2,42 @@
 
 use std::time::Duration;
 
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
-/// A watch channel that turns true on SIGINT or SIGTERM.
+/// A watch channel that turns true on SIGINT or SIGTERM. A second signal while shutting
+/// down (a final export that hangs) ends the process at once, with status 130.
 pub fn shutdown_on_signals() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => tracing::info!("SIGTERM: shutting down"),
-        }
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut int = signal(SignalKind::interrupt()).ok();
+        let first = next_signal(&mut term, &mut int).await;
+        tracing::info!("{first}: shutting down (a second signal exits at once)");
         let _ = tx.send(true);
+        let second = next_signal(&mut term, &mut int).await;
+        tracing::warn!(
+            "{second} during shutdown: exiting now, without waiting for the final export"
+        );
+        std::process::exit(130);
     });
     rx
+}
+
+/// The name of the next SIGINT or SIGTERM.
+async fn next_signal(term: &mut Option<Signal>, int: &mut Option<Signal>) -> &'static str {
+    async fn recv(s: &mut Option<Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    tokio::select! {
+        _ = recv(int) => "SIGINT",
+        _ = recv(term) => "SIGTERM",
+    }
 }
 
 /// A shutdown signal that also fires after `duration`.

@@ -86,6 +86,8 @@ struct QueueState {
     closing: bool,
     /// Set by the sender when it has finished (drained or gave up).
     done: bool,
+    /// Snapshots given up at shutdown (the endpoint unreachable).
+    dropped_at_shutdown: usize,
 }
 
 struct Queue {
@@ -409,9 +411,7 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                     for _ in 0..left {
                         queue.metrics.exporter_dropped("otlp");
                     }
-                    tracing::warn!(
-                        "OTLP endpoint unreachable at shutdown; {left} snapshot(s) dropped"
-                    );
+                    st.dropped_at_shutdown = left;
                     st.done = true;
                     queue.cv.notify_all();
                     return;
@@ -538,8 +538,9 @@ impl OtlpExporter {
     }
 
     /// The final export: collect once more, then give the sender until the exporter's
-    /// timeout to deliver the queue. Blocking: call it off the runtime's worker threads.
-    pub fn shutdown(mut self) -> Result<(), ExportError> {
+    /// timeout to deliver the queue. Returns how many snapshots were given up because the
+    /// endpoint was unreachable. Blocking: call it off the runtime's worker threads.
+    pub fn shutdown(mut self) -> Result<usize, ExportError> {
         let r = self.provider.shutdown().map_err(|e| ExportError::Otlp {
             endpoint: self.endpoint.clone(),
             message: e.to_string(),
@@ -549,7 +550,8 @@ impl OtlpExporter {
                 let _ = h.join();
             }
         }
-        r
+        let dropped = self.queue.lock().dropped_at_shutdown;
+        r.map(|()| dropped)
     }
 }
 

@@ -1,0 +1,146 @@
+//! The agent's life on a host: a steady "unsupported" is said once, a closed standard
+//! output is said once and counted while the agent goes on, and a second signal during a
+//! final export that hangs ends the agent at once.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::otlp::sigterm;
+use crate::prometheus::{get, wait_ready};
+use crate::support::*;
+
+fn wait_exit(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn a_steady_unsupported_plugin_is_said_once() {
+    // Ten collections at 200 ms on a host without RDMA devices: every collector answers
+    // unsupported every time; each says so once.
+    let o = rocewatch(
+        &[
+            "run",
+            "--sysfs-root",
+            fixture("no-devices").to_str().unwrap(),
+            "--interval",
+            "200ms",
+            "--duration",
+            "2500ms",
+            "--log-level",
+            "info",
+        ],
+        &[("ROCEWATCH_AGENT__JITTER", "0s")],
+    );
+    let log = stderr(&o);
+    assert!(o.status.success(), "{log}");
+    for plugin in ["counters-sysfs", "counters-ethtool"] {
+        let n = log
+            .lines()
+            .filter(|l| l.contains(&format!("plugin {plugin} (built-in): unsupported")))
+            .count();
+        assert_eq!(n, 1, "{plugin} said unsupported {n} times:\n{log}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_is_said_once_and_counted_and_the_agent_goes_on() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let mut child = Command::new(&artifacts().rocewatch)
+        .args(["run", "--stdout", "--interval", "200ms"])
+        .args([
+            "--sysfs-root",
+            fixture("mlx5-roce-dual-port").to_str().unwrap(),
+        ])
+        .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // `rocewatch run --stdout | head -c 10`
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 10];
+    out.read_exact(&mut first).unwrap();
+    drop(out);
+    std::thread::sleep(Duration::from_secs(2));
+    let agent = Proc(child);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&format!("{base}/healthz"));
+    let (_, metrics) = get(&format!("{base}/metrics"), None).unwrap();
+    drop(agent);
+    let text = log_text();
+    assert_eq!(
+        text.matches("standard output is closed").count(),
+        1,
+        "said once:\n{text}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "rocewatch_exporter_errors_total{exporter=\"stdout\"} 1"),
+        "counted:\n{metrics}\n{text}"
+    );
+}
+
+#[test]
+fn a_second_signal_during_a_hanging_final_export_exits_at_once() {
+    // An OTLP endpoint that accepts connections and never answers.
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = blackhole.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in blackhole.incoming().take(16) {
+            conns.push(c);
+        }
+        conns.len()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.otlp]\nendpoint = \"http://{addr}/v1/metrics\"\ninterval = \"1s\"\ntimeout = \"5m\"\n",
+            fixture("mlx5-roce-dual-port")
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("agent.log");
+    let mut child = Command::new(&artifacts().rocewatch)
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    std::thread::sleep(Duration::from_secs(3));
+    sigterm(child.id());
+    // The final export waits for an endpoint that never answers.
+    assert!(
+        wait_exit(&mut child, Duration::from_millis(1500)).is_none(),
+        "the final export was expected to hang:\n{}",
+        log_text()
+    );
+    let second = Instant::now();
+    sigterm(child.id());
+    let st = wait_exit(&mut child, Duration::from_secs(5)).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("a second signal did not end the agent:\n{}", log_text())
+    });
+    assert!(second.elapsed() < Duration::from_secs(5));
+    assert_eq!(st.code(), Some(130), "{}", log_text());
+    assert!(log_text().contains("exiting now"), "{}", log_text());
+    drop(held);
+}

@@ -122,6 +122,7 @@ fn faulty_plugins_are_contained_named_and_counted() {
         let cfg = config(vec![
             external(&a.wrong_abi_so, serde_json::json!({}), None),
             external(&a.no_symbol_so, serde_json::json!({}), None),
+            external(&a.null_fn_so, serde_json::json!({}), None),
             external(
                 std::path::Path::new("/nonexistent/libnothing.so"),
                 serde_json::json!({}),
@@ -181,6 +182,31 @@ fn faulty_plugins_are_contained_named_and_counted() {
             })
             .unwrap();
         assert_eq!(missing.state, State::Failed);
+        assert!(
+            missing
+                .last_error
+                .as_deref()
+                .unwrap()
+                .contains("No such file or directory"),
+            "the loader's own reason: {missing:?}"
+        );
+        // A table with a NULL function pointer is refused at load, not called (SIGSEGV).
+        let null = st
+            .iter()
+            .find(|s| {
+                s.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("libnull_fn.so"))
+            })
+            .unwrap();
+        assert_eq!(null.state, State::Failed);
+        assert!(
+            null.last_error
+                .as_deref()
+                .unwrap()
+                .contains("`call` is a null pointer"),
+            "{null:?}"
+        );
         assert_eq!(agent.metrics().plugin_errors("wrong_abi", "abi"), 1);
         assert_eq!(agent.metrics().plugin_errors("no_symbol", "load"), 1);
 
@@ -294,5 +320,51 @@ fn plugins_command_lists_kind_origin_abi_state_and_error() {
             && t.contains("libexample_plugin.so")
             && t.contains("failed"),
         "{t}"
+    );
+}
+
+#[test]
+fn a_plugin_others_could_replace_is_refused_unless_allowed() {
+    let a = artifacts();
+    // The example plugin, copied into a directory everyone may write to.
+    let dir = tempfile::Builder::new()
+        .prefix("rocewatch-insecure-")
+        .tempdir_in(target_dir())
+        .unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let so = open.join("libexample_plugin.so");
+    std::fs::copy(&a.example_so, &so).unwrap();
+    let load = |allow: bool| {
+        let mut e = external(&so, serde_json::json!({}), None);
+        e.allow_insecure_path = allow;
+        let rt = runtime();
+        rt.block_on(async {
+            let app = App::start(config(vec![e]), None).await;
+            app.registry.statuses()
+        })
+    };
+    let st = load(false);
+    let refused = st
+        .iter()
+        .find(|s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("writable by others"))
+        })
+        .unwrap_or_else(|| panic!("not refused: {st:#?}"));
+    assert_eq!(refused.state, State::Failed);
+    let msg = refused.last_error.as_deref().unwrap();
+    assert!(
+        msg.contains(&so.display().to_string()) && msg.contains("allow_insecure_path"),
+        "{msg}"
+    );
+    // With the override it loads.
+    let st = load(true);
+    assert!(
+        st.iter()
+            .any(|s| s.name == "example" && s.state != State::Failed),
+        "{st:#?}"
     );
 }

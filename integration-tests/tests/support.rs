@@ -34,6 +34,7 @@ pub struct Artifacts {
     pub fake_probe_so: PathBuf,
     pub wrong_abi_so: PathBuf,
     pub no_symbol_so: PathBuf,
+    pub null_fn_so: PathBuf,
 }
 
 /// Build the `rocewatch` binary and the plugin libraries (once per test run).
@@ -85,6 +86,7 @@ pub fn artifacts() -> &'static Artifacts {
             fake_probe_so: debug.join("libfake_probe.so"),
             wrong_abi_so: cc("wrong_abi"),
             no_symbol_so: cc("no_symbol"),
+            null_fn_so: cc("null_fn"),
         }
     })
 }

@@ -40,6 +40,57 @@ pub enum LoadError {
     },
     #[error("plugin {path}: name or version is not valid UTF-8")]
     BadName { path: PathBuf },
+    #[error("plugin {path}: the function table's `{field}` is a null pointer (a broken or hand-made table; rebuild the plugin with export_plugin!)")]
+    NullFunction { path: PathBuf, field: &'static str },
+    #[error("plugin {path}: refused: {why}; a library others can replace runs as the agent (fix the permissions, or set allow_insecure_path = true for this plugin)")]
+    InsecurePath { path: PathBuf, why: String },
+}
+
+/// Why loading `path` would let someone other than root and the agent's user run code in
+/// the agent, as sshd's StrictModes asks: the file or a directory above it writable by
+/// others (a root-owned sticky directory such as /tmp excepted), or owned by someone other
+/// than root or the agent's user. `None`: safe.
+pub fn insecure_path(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let check = |p: &Path, what: &str| -> Option<String> {
+        let m = match std::fs::metadata(p) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{what} {} cannot be checked ({e})", p.display())),
+        };
+        if m.mode() & 0o002 != 0 && !(m.is_dir() && m.mode() & 0o1000 != 0 && m.uid() == 0) {
+            return Some(format!(
+                "{what} {} is writable by others (mode {:o})",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+        if m.uid() != 0 && m.uid() != me {
+            return Some(format!(
+                "{what} {} belongs to uid {}, neither root nor the agent's user",
+                p.display(),
+                m.uid()
+            ));
+        }
+        None
+    };
+    let full = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Some(why) = check(&full, "the file") {
+        return Some(why);
+    }
+    full.ancestors()
+        .skip(1)
+        .find_map(|dir| check(dir, "the directory"))
+}
+
+/// The dynamic loader's own reason (`dlerror`), with libloading's wrapper text removed.
+fn dl_reason(e: &libloading::Error) -> String {
+    use std::error::Error;
+    match e.source() {
+        Some(inner) => inner.to_string(),
+        None => e.to_string(),
+    }
 }
 
 /// A loaded plugin library.
@@ -76,14 +127,14 @@ impl PluginLibrary {
         // operator configured explicitly.
         let lib = unsafe { libloading::Library::new(path) }.map_err(|e| LoadError::Open {
             path: path_buf.clone(),
-            message: e.to_string(),
+            message: dl_reason(&e),
         })?;
         let table_ptr = {
             // SAFETY: the symbol's type is fixed by the ABI.
             let entry: libloading::Symbol<'_, unsafe extern "C" fn() -> *const PluginTableV1> =
                 unsafe { lib.get(abi::ENTRY_SYMBOL) }.map_err(|e| LoadError::MissingSymbol {
                     path: path_buf.clone(),
-                    message: e.to_string(),
+                    message: dl_reason(&e),
                 })?;
             // SAFETY: the entry point takes no arguments and returns a static table.
             unsafe { entry() }
@@ -138,8 +189,30 @@ impl PluginLibrary {
                 major,
             });
         }
-        // SAFETY: the major version and size say the table has the V1 layout; the library is
-        // never unloaded, so 'static holds.
+        // The function pointers are read as raw addresses first: a null one in a Rust
+        // `fn` type would be undefined behaviour, and calling it a crash of the agent.
+        for (field, offset) in [
+            ("create", std::mem::offset_of!(PluginTableV1, create)),
+            ("call", std::mem::offset_of!(PluginTableV1, call)),
+            ("free_buf", std::mem::offset_of!(PluginTableV1, free_buf)),
+            ("destroy", std::mem::offset_of!(PluginTableV1, destroy)),
+        ] {
+            // SAFETY: `size` covers the V1.0 table, which holds these fields.
+            let f = unsafe {
+                (table_ptr as *const u8)
+                    .add(offset)
+                    .cast::<*const c_void>()
+                    .read()
+            };
+            if f.is_null() {
+                return Err(LoadError::NullFunction {
+                    path: path_buf,
+                    field,
+                });
+            }
+        }
+        // SAFETY: the major version and size say the table has the V1 layout, its function
+        // pointers are not null; the library is never unloaded, so 'static holds.
         let table: &'static PluginTableV1 = unsafe { &*table_ptr };
         let name = unsafe { str_from(table.name_ptr, table.name_len) };
         let version = unsafe { str_from(table.version_ptr, table.version_len) };

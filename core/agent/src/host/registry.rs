@@ -287,11 +287,22 @@ impl Registry {
                 entries.push(declared(&fallback_name, None, "-").disabled());
                 continue;
             }
-            let lib = match PluginLibrary::load(&ext.path) {
+            let insecure = (!ext.allow_insecure_path)
+                .then(|| rocewatch_plugin_sdk::host::insecure_path(&ext.path))
+                .flatten();
+            let loaded = match insecure {
+                Some(why) => Err(LoadError::InsecurePath {
+                    path: ext.path.clone(),
+                    why,
+                }),
+                None => PluginLibrary::load(&ext.path),
+            };
+            let lib = match loaded {
                 Ok(lib) => lib,
                 Err(e) => {
                     let reason = match e {
                         LoadError::AbiMismatch { .. } | LoadError::TableTooSmall { .. } => "abi",
+                        LoadError::InsecurePath { .. } => "insecure",
                         _ => "load",
                     };
                     tracing::error!("{e}");

@@ -72,6 +72,11 @@ pub struct ExternalPluginConfig {
     pub timeout: Option<Duration>,
     #[serde(default = "default_options")]
     pub options: serde_json::Value,
+    /// Load the library even when others could replace it (it, or a directory above it,
+    /// writable by others, or owned by someone other than root or the agent's user).
+    /// Default false: such a library is refused, as sshd's StrictModes refuses such keys.
+    #[serde(default)]
+    pub allow_insecure_path: bool,
 }
 
 impl ExternalPluginConfig {

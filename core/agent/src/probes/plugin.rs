@@ -66,5 +66,6 @@ pub fn plugin_config(
             "device": device, "tcp_port": tcp_port, "serve": serve, "busy_poll": busy_poll,
             "reconnect_backoff": humantime::format_duration(reconnect_backoff).to_string(),
         }),
+        allow_insecure_path: false,
     }
 }

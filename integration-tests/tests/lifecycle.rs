@@ -144,3 +144,93 @@ fn a_second_signal_during_a_hanging_final_export_exits_at_once() {
     assert!(log_text().contains("exiting now"), "{}", log_text());
     drop(held);
 }
+
+fn sighup(pid: u32) {
+    let st = Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn sighup_reloads_a_valid_configuration_and_keeps_the_old_one_on_error() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    let base = format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{port}\"\n",
+        fixture("mlx5-roce-dual-port")
+    );
+    let rule = |name: &str| {
+        format!("\n[[rules]]\nname = \"{name}\"\nmetric = \"rdma.port.rate\"\nthreshold = 0.0\n")
+    };
+    std::fs::write(&cfg, format!("{base}{}", rule("before"))).unwrap();
+    let log = dir.path().join("agent.log");
+    let child = Command::new(&artifacts().rocewatch)
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut agent = Proc(child);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let url = format!("http://127.0.0.1:{port}");
+    wait_ready(&format!("{url}/healthz"));
+    let rules = || {
+        get(&format!("{url}/rules"), None)
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    };
+    let metric = |line: &str| {
+        get(&format!("{url}/metrics"), None).is_some_and(|(_, b)| b.lines().any(|l| l == line))
+    };
+    let eventually = |what: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if what() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    };
+    assert!(
+        eventually(&|| rules().contains("\"before\"")),
+        "{}",
+        log_text()
+    );
+
+    // A valid new file: the agent runs with it.
+    std::fs::write(&cfg, format!("{base}{}", rule("after"))).unwrap();
+    sighup(pid);
+    assert!(
+        eventually(&|| rules().contains("\"after\"") && !rules().contains("\"before\"")),
+        "not reloaded: {}\n{}",
+        rules(),
+        log_text()
+    );
+    assert!(eventually(&|| metric(
+        "rocewatch_config_reloads_total{result=\"ok\"} 1"
+    )));
+
+    // A broken one: refused, said why, and the agent runs on with what it had.
+    std::fs::write(&cfg, format!("{base}[agent]\nintervall = \"1s\"\n")).unwrap();
+    sighup(pid);
+    assert!(
+        eventually(&|| metric("rocewatch_config_reloads_total{result=\"error\"} 1")),
+        "{}",
+        log_text()
+    );
+    assert!(rules().contains("\"after\""), "{}", log_text());
+    assert!(
+        log_text().contains("running on with the previous configuration"),
+        "{}",
+        log_text()
+    );
+    assert!(
+        agent.0.try_wait().unwrap().is_none(),
+        "SIGHUP ended the agent"
+    );
+}

@@ -21,6 +21,8 @@ struct Inner {
     remediation: BTreeMap<(String, String), u64>,
     /// (rule, "firing" | "cleared") → count
     rule_transitions: BTreeMap<(String, String), u64>,
+    /// Configuration reloads by result (ok, error).
+    reloads: BTreeMap<String, u64>,
     /// (plugin, kind) → (count, sum of seconds)
     durations: BTreeMap<(String, String), (u64, f64)>,
 }
@@ -120,6 +122,21 @@ impl SelfMetrics {
             .remediation
             .entry((action.into(), decision.into()))
             .or_default() += 1;
+    }
+
+    /// A configuration reload (SIGHUP) and its result (`ok`, `error`).
+    pub fn config_reload(&self, result: &str) {
+        *self.lock().reloads.entry(result.into()).or_default() += 1;
+    }
+
+    /// Reload counts, to carry them into the agent that replaces this one.
+    pub fn config_reloads(&self) -> BTreeMap<String, u64> {
+        self.lock().reloads.clone()
+    }
+
+    /// Start from the reload counts of the agent this one replaces.
+    pub fn set_config_reloads(&self, counts: BTreeMap<String, u64>) {
+        self.lock().reloads = counts;
     }
 
     pub fn rule_transition(&self, rule: &str, firing: bool) {
@@ -235,6 +252,14 @@ impl SelfMetrics {
                 "{transition}",
                 *v,
                 attrs(&[("rule", rule), ("transition", what)]),
+            ));
+        }
+        for (result, v) in &inner.reloads {
+            out.push(counter(
+                "rocewatch.config.reloads",
+                "{reload}",
+                *v,
+                attrs(&[("result", result)]),
             ));
         }
         for (name, v) in &inner.resets {

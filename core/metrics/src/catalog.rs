@@ -331,6 +331,8 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Remediation decisions by `action` and `decision` (dry_run, suppressed, executing, result)."),
     entry!("rocewatch.rule.transitions", "{transition}", Counter, "agent", NONE, 1, "agent",
         "Rules firing or clearing, by `rule` and `transition` (firing, cleared)."),
+    entry!("rocewatch.config.reloads", "{reload}", Counter, "agent", NONE, 1, "agent",
+        "Configuration reloads on SIGHUP by `result` (ok; error: the new file was refused and the agent runs on with the old one)."),
     entry!("rocewatch.counter.resets", "{reset}", Counter, "agent", NONE, 1, "agent",
         "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
 ];

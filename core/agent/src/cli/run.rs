@@ -1,50 +1,117 @@
-//! `rocewatch run`: the agent, until a signal or `--duration`.
+//! `rocewatch run`: the agent, until a signal or `--duration`; SIGHUP reloads the
+//! configuration.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
 
 use super::args::RunArgs;
-use crate::app::{Agent, Extras};
+use crate::app::{Agent, Extras, StartError};
+use crate::config::Config;
 use crate::export::otlp::config::{OtlpConfig, OtlpProtocol};
 use crate::util::signals::shutdown_after;
 
-pub async fn run(a: RunArgs) -> Result<i32> {
-    let RunArgs {
-        source,
-        interval,
-        otlp_endpoint,
-        otlp_protocol,
-        export_interval,
-        prometheus_listen,
-        stdout,
-        duration,
-    } = a;
-    let mut cfg = source.load()?;
-    if let Some(i) = interval {
+/// The configuration file with the command line's overrides applied: what `run` starts
+/// with, and what a SIGHUP loads again.
+fn load(a: &RunArgs) -> Result<Config> {
+    let mut cfg = a.source.load()?;
+    if let Some(i) = a.interval {
         cfg.agent.interval = i;
     }
-    if let Some(ep) = otlp_endpoint {
+    if let Some(ep) = &a.otlp_endpoint {
         let o = cfg
             .exporters
             .otlp
             .get_or_insert_with(|| OtlpConfig::new(ep.clone(), OtlpProtocol::default()));
-        o.endpoint = ep;
+        o.endpoint = ep.clone();
     }
-    if let (Some(p), Some(o)) = (otlp_protocol, cfg.exporters.otlp.as_mut()) {
+    if let (Some(p), Some(o)) = (a.otlp_protocol, cfg.exporters.otlp.as_mut()) {
         o.protocol = p;
     }
-    if let (Some(i), Some(o)) = (export_interval, cfg.exporters.otlp.as_mut()) {
+    if let (Some(i), Some(o)) = (a.export_interval, cfg.exporters.otlp.as_mut()) {
         o.interval = i;
     }
-    if let Some(addr) = prometheus_listen {
+    if let Some(addr) = a.prometheus_listen {
         cfg.exporters
             .prometheus
             .get_or_insert_with(Default::default)
             .listen = addr;
     }
-    if stdout {
+    if a.stdout {
         cfg.exporters.stdout.enabled = true;
     }
-    let agent = Agent::start(cfg, shutdown_after(duration), Extras::default()).await?;
-    agent.run().await;
-    Ok(0)
+    Ok(cfg)
+}
+
+/// Start an agent; a listener whose port the agent it replaces has not let go of yet is
+/// tried again for a few seconds.
+async fn start(cfg: &Config, stop: watch::Receiver<bool>) -> Result<Agent, StartError> {
+    let mut tries = 0;
+    loop {
+        match Agent::start(cfg.clone(), stop.clone(), Extras::default()).await {
+            Err(StartError::Listen(_)) if tries < 30 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+pub async fn run(a: RunArgs) -> Result<i32> {
+    let mut cfg = load(&a)?;
+    let mut shutdown = shutdown_after(a.duration);
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut reloads: BTreeMap<String, u64> = BTreeMap::new();
+    let mut previous: Option<Config> = None;
+    loop {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let agent = match (start(&cfg, stop_rx).await, previous.take()) {
+            (Ok(agent), _) => agent,
+            (Err(e), None) => return Err(e.into()),
+            (Err(e), Some(old)) => {
+                // The reloaded configuration was valid but could not start (a port taken
+                // by someone else): back to the one that ran.
+                tracing::error!("SIGHUP: the new configuration did not start: {e}; running on with the previous one");
+                *reloads.entry("error".into()).or_default() += 1;
+                *reloads.entry("ok".into()).or_default() -= 1;
+                cfg = old;
+                continue;
+            }
+        };
+        agent.app.metrics().set_config_reloads(reloads.clone());
+        let metrics = Arc::clone(agent.app.metrics());
+        let mut running = tokio::spawn(agent.run());
+        let next = loop {
+            tokio::select! {
+                _ = shutdown.changed() => break None,
+                r = &mut running => {
+                    let _ = r;
+                    return Ok(0);
+                }
+                _ = hup.recv() => match load(&a) {
+                    Ok(new) => {
+                        tracing::info!("SIGHUP: configuration reloaded; restarting the agent with it");
+                        metrics.config_reload("ok");
+                        break Some(new);
+                    }
+                    Err(e) => {
+                        metrics.config_reload("error");
+                        tracing::error!("SIGHUP: {e:#}; running on with the previous configuration");
+                    }
+                },
+            }
+        };
+        reloads = metrics.config_reloads();
+        let _ = stop_tx.send(true);
+        let _ = running.await;
+        match next {
+            None => return Ok(0),
+            Some(new) => previous = Some(std::mem::replace(&mut cfg, new)),
+        }
+    }
 }

@@ -212,6 +212,10 @@ impl Agent {
             tasks.push(tokio::spawn(crate::export::prometheus::serve(
                 l,
                 state,
+                cfg.exporters
+                    .prometheus
+                    .as_ref()
+                    .map_or(64, |p| p.max_connections),
                 stop.clone(),
             )));
         }

@@ -15,6 +15,10 @@ pub(super) fn default_max_body() -> usize {
     1 << 20
 }
 
+pub(super) fn default_max_connections() -> usize {
+    64
+}
+
 pub(super) fn default_rate() -> u32 {
     20
 }
@@ -43,6 +47,9 @@ pub struct AlertmanagerConfig {
     /// Requests per second (a token bucket with one second of burst); beyond it, a 429.
     #[serde(default = "default_rate")]
     pub max_requests_per_second: u32,
+    /// Connections served at once (default 64); past it a new one is closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
     /// Which alerts trigger which actions.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,

@@ -45,6 +45,9 @@ pub struct Receiver {
     bucket: Mutex<Bucket>,
     dispatcher: Arc<Dispatcher>,
     metrics: Arc<crate::selfmetrics::SelfMetrics>,
+    max_connections: usize,
+    /// Refused requests are said at most once a minute, with their count.
+    refused: crate::util::http::Throttle,
 }
 
 impl Receiver {
@@ -64,6 +67,8 @@ impl Receiver {
             }),
             dispatcher,
             metrics,
+            max_connections: cfg.max_connections,
+            refused: crate::util::http::Throttle::new(Duration::from_secs(60)),
         }))
     }
 
@@ -90,7 +95,11 @@ impl Receiver {
         Ok(match r {
             Ok(msg) => reply(StatusCode::OK, msg),
             Err((status, msg)) => {
-                tracing::warn!(status = status.as_u16(), "alertmanager webhook: {msg}");
+                // One line per minute however many come (a scanner, a misconfigured
+                // Alertmanager); every one is counted in rocewatch.alertmanager.requests.
+                if let Some(n) = self.refused.hit() {
+                    tracing::warn!(status = status.as_u16(), "alertmanager webhook: {n} request(s) refused since the last report; latest: {msg}");
+                }
                 reply(status, msg)
             }
         })
@@ -179,32 +188,20 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Serve the webhook until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("alertmanager webhook: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => return,
-        };
-        let rx = Arc::clone(&rx);
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(move |req| Arc::clone(&rx).handle(req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(io, svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, "alertmanager webhook connection: {e}");
-            }
-        });
-    }
+/// Serve the webhook on `listener` until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, shutdown: watch::Receiver<bool>) {
+    let opts = crate::util::http::ServeOptions {
+        name: "alertmanager webhook",
+        max_connections: rx.max_connections,
+        writev: false,
+    };
+    crate::util::http::serve(
+        listener,
+        opts,
+        move |req| Arc::clone(&rx).handle(req),
+        shutdown,
+    )
+    .await;
 }
 
 #[cfg(test)]

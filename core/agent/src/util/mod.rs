@@ -1,4 +1,6 @@
-//! Small pieces every component may use: configuration durations, shutdown signals.
+//! Small pieces every component may use: configuration durations, shutdown signals, the
+//! HTTP accept loop of the listeners.
 
 pub mod duration;
+pub mod http;
 pub mod signals;

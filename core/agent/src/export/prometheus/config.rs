@@ -14,12 +14,20 @@ pub struct PrometheusConfig {
     /// `0.0.0.0:9464` to let a remote Prometheus scrape).
     #[serde(default = "default_prometheus_listen")]
     pub listen: std::net::SocketAddr,
+    /// Connections served at once (default 64); past it a new one is closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+pub(super) fn default_max_connections() -> usize {
+    64
 }
 
 impl Default for PrometheusConfig {
     fn default() -> Self {
         PrometheusConfig {
             listen: default_prometheus_listen(),
+            max_connections: default_max_connections(),
         }
     }
 }

@@ -305,36 +305,27 @@ async fn handle(
     })
 }
 
-/// Serve `/metrics` and `/healthz` on `listener` until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, state: Exposition, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("prometheus endpoint: accept: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => return,
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(move |req| handle(req, state.clone()));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(10))
-                // Hand the rendered body to the socket as it is (writev), not copied into
-                // hyper's own buffer first: it is the bulk of every scrape.
-                .writev(true)
-                .serve_connection(io, svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, "prometheus endpoint connection: {e}");
-            }
-        });
-    }
+/// Serve `/metrics`, `/healthz` and `/rules` on `listener` until `shutdown` turns true,
+/// with at most `max_connections` connections at once.
+pub async fn serve(
+    listener: TcpListener,
+    state: Exposition,
+    max_connections: usize,
+    shutdown: watch::Receiver<bool>,
+) {
+    let opts = crate::util::http::ServeOptions {
+        name: "prometheus endpoint",
+        max_connections,
+        // The rendered body is the bulk of every scrape: to the socket as it is.
+        writev: true,
+    };
+    crate::util::http::serve(
+        listener,
+        opts,
+        move |req| handle(req, state.clone()),
+        shutdown,
+    )
+    .await;
 }
 
 /// Bind `addr`; the error names the address.

@@ -1,0 +1,170 @@
+//! The one HTTP accept loop of the agent's listeners (`/metrics`, the Alertmanager
+//! receiver): HTTP/1.1 with a header timeout (slow clients are closed) and at most
+//! `max_connections` connections at once; past that a new connection is closed at once
+//! (it costs nothing to keep), and the refusals are said at most once a minute.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// How a listener serves.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// For logs: "prometheus endpoint", "alertmanager webhook".
+    pub name: &'static str,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Hand response bodies to the socket as they are (writev) instead of copying them
+    /// into hyper's buffer first (large bodies: `/metrics`).
+    pub writev: bool,
+}
+
+/// Say a repeated condition at most once per `every`, with how often it happened.
+#[derive(Debug)]
+pub struct Throttle {
+    every: Duration,
+    count: AtomicU64,
+    last: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Throttle {
+    pub fn new(every: Duration) -> Self {
+        Throttle {
+            every,
+            count: AtomicU64::new(0),
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Count one occurrence; `Some(n)` (occurrences since the last time it said so) when
+    /// it is time to say it.
+    pub fn hit(&self) -> Option<u64> {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < self.every) {
+            return None;
+        }
+        *last = Some(now);
+        Some(self.count.swap(0, Ordering::Relaxed))
+    }
+}
+
+/// Serve `handler` on `listener` until `shutdown` turns true.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    opts: ServeOptions,
+    handler: H,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(opts.max_connections.max(1)));
+    let refused = Throttle::new(Duration::from_secs(60));
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("{}: accept: {e}", opts.name);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            drop(stream);
+            if let Some(n) = refused.hit() {
+                tracing::warn!(
+                    "{}: {n} connection(s) refused: {} already open (max_connections)",
+                    opts.name,
+                    opts.max_connections
+                );
+            }
+            continue;
+        };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let svc = hyper::service::service_fn(handler);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .writev(opts.writev)
+                .serve_connection(io, svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "{} connection: {e}", opts.name);
+            }
+            drop(permit);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_throttle_says_once_per_period_with_the_count() {
+        let t = Throttle::new(Duration::from_secs(3600));
+        assert_eq!(t.hit(), Some(1));
+        for _ in 0..999 {
+            assert_eq!(t.hit(), None);
+        }
+        let t = Throttle::new(Duration::ZERO);
+        assert_eq!(t.hit(), Some(1));
+        assert_eq!(t.hit(), Some(1));
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_limit_are_closed_at_once() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let opts = ServeOptions {
+            name: "test",
+            max_connections: 2,
+            writev: false,
+        };
+        let server = tokio::spawn(serve(
+            listener,
+            opts,
+            |_req| async { Ok(Response::new(Full::new(Bytes::from_static(b"ok")))) },
+            rx,
+        ));
+        // Two idle connections hold both slots.
+        let _a = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _b = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut buf = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut buf))
+            .await
+            .expect("the third connection is closed, not left waiting");
+        assert!(n.unwrap_or(0) == 0, "no answer past the limit");
+        // A slot freed: served again.
+        drop(_a);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut d = tokio::net::TcpStream::connect(addr).await.unwrap();
+        d.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        d.read_to_end(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf).ends_with("ok"));
+        tx.send(true).unwrap();
+        server.await.unwrap();
+    }
+}

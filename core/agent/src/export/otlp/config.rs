@@ -59,6 +59,11 @@ pub struct OtlpConfig {
     /// i.e. 600 s / `interval`). When full, the oldest is dropped and counted.
     #[serde(default)]
     pub queue_size: Option<usize>,
+    /// Bytes the queue holds at most, encoded (default 64 MiB): past it the oldest
+    /// snapshots are dropped and counted, whatever `queue_size` says (a snapshot of a host
+    /// with thousands of ports is tens of megabytes).
+    #[serde(default = "default_queue_max_bytes")]
+    pub queue_max_bytes: usize,
     /// First retry delay (default `1s`); doubles up to `retry_max`, with ±20 % jitter.
     #[serde(default = "default_retry_initial", deserialize_with = "de_duration")]
     pub retry_initial: Duration,
@@ -99,6 +104,10 @@ pub(super) fn default_retry_initial() -> Duration {
     Duration::from_secs(1)
 }
 
+pub(super) fn default_queue_max_bytes() -> usize {
+    64 << 20
+}
+
 pub(super) fn default_retry_max() -> Duration {
     Duration::from_secs(30)
 }
@@ -124,6 +133,7 @@ impl OtlpConfig {
             headers: BTreeMap::new(),
             compression: Compression::None,
             queue_size: None,
+            queue_max_bytes: default_queue_max_bytes(),
             retry_initial: default_retry_initial(),
             retry_max: default_retry_max(),
             tls: None,

@@ -82,7 +82,10 @@ pub fn resource(cfg: &OtlpConfig, host: &str) -> Resource {
 
 #[derive(Default)]
 struct QueueState {
-    batches: VecDeque<ExportMetricsServiceRequest>,
+    /// Each snapshot with its encoded size.
+    batches: VecDeque<(ExportMetricsServiceRequest, usize)>,
+    /// The encoded size of everything queued.
+    bytes: usize,
     closing: bool,
     /// Set by the sender when it has finished (drained or gave up).
     done: bool,
@@ -94,6 +97,8 @@ struct Queue {
     state: Mutex<QueueState>,
     cv: Condvar,
     capacity: usize,
+    /// Bytes queued at most (`queue_max_bytes`).
+    max_bytes: usize,
     metrics: Arc<SelfMetrics>,
 }
 
@@ -102,10 +107,12 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Add at the back; drop the oldest beyond capacity.
+    /// Add at the back; drop the oldest beyond capacity or bytes.
     fn push(&self, r: ExportMetricsServiceRequest) {
+        let size = prost::Message::encoded_len(&r);
         let mut st = self.lock();
-        st.batches.push_back(r);
+        st.bytes += size;
+        st.batches.push_back((r, size));
         self.trim(&mut st);
         drop(st);
         self.cv.notify_all();
@@ -115,14 +122,22 @@ impl Queue {
     fn push_front(&self, rs: Vec<ExportMetricsServiceRequest>) {
         let mut st = self.lock();
         for r in rs.into_iter().rev() {
-            st.batches.push_front(r);
+            let size = prost::Message::encoded_len(&r);
+            st.bytes += size;
+            st.batches.push_front((r, size));
         }
         self.trim(&mut st);
     }
 
+    /// Drop the oldest snapshots beyond `capacity` or `max_bytes` (the newest one is
+    /// always kept), counting each.
     fn trim(&self, st: &mut QueueState) {
-        while st.batches.len() > self.capacity {
-            st.batches.pop_front();
+        while st.batches.len() > self.capacity
+            || (st.bytes > self.max_bytes && st.batches.len() > 1)
+        {
+            if let Some((_, size)) = st.batches.pop_front() {
+                st.bytes -= size;
+            }
             self.metrics.exporter_dropped("otlp");
         }
     }
@@ -369,7 +384,9 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 return;
             }
             let n = st.batches.len().min(MAX_MERGE);
-            st.batches.drain(..n).collect()
+            let taken: Vec<_> = st.batches.drain(..n).collect();
+            st.bytes -= taken.iter().map(|(_, size)| size).sum::<usize>();
+            taken.into_iter().map(|(r, _)| r).collect()
         };
         let count = batches.len();
         let req = merge(batches.clone());
@@ -408,6 +425,7 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                     let mut st = st;
                     let left = st.batches.len();
                     st.batches.clear();
+                    st.bytes = 0;
                     for _ in 0..left {
                         queue.metrics.exporter_dropped("otlp");
                     }
@@ -490,6 +508,7 @@ impl OtlpExporter {
             state: Mutex::new(QueueState::default()),
             cv: Condvar::new(),
             capacity,
+            max_bytes: cfg.queue_max_bytes,
             metrics: Arc::clone(&metrics),
         });
         // The clients are built on the sender thread: the blocking HTTP client and the gRPC
@@ -661,6 +680,7 @@ mod tests {
             state: Mutex::new(QueueState::default()),
             cv: Condvar::new(),
             capacity: 2,
+            max_bytes: usize::MAX,
             metrics: Arc::clone(&metrics),
         };
         q.push(req("a"));
@@ -670,7 +690,7 @@ mod tests {
             .lock()
             .batches
             .iter()
-            .map(|b| b.resource_metrics[0].schema_url.clone())
+            .map(|(b, _)| b.resource_metrics[0].schema_url.clone())
             .collect();
         assert_eq!(tags, ["b", "c"]);
         assert_eq!(metrics.exporter_dropped_count("otlp"), 1);
@@ -680,10 +700,46 @@ mod tests {
             .lock()
             .batches
             .iter()
-            .map(|b| b.resource_metrics[0].schema_url.clone())
+            .map(|(b, _)| b.resource_metrics[0].schema_url.clone())
             .collect();
         assert_eq!(tags, ["b", "c"]);
         assert_eq!(metrics.exporter_dropped_count("otlp"), 2);
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_bytes() {
+        let metrics = Arc::new(SelfMetrics::default());
+        let one = prost::Message::encoded_len(&req("aaaa"));
+        let q = Queue {
+            state: Mutex::new(QueueState::default()),
+            cv: Condvar::new(),
+            capacity: 1000,
+            max_bytes: 3 * one,
+            metrics: Arc::clone(&metrics),
+        };
+        for tag in ["aaaa", "bbbb", "cccc", "dddd", "eeee"] {
+            q.push(req(tag));
+        }
+        let st = q.lock();
+        let tags: Vec<&str> = st
+            .batches
+            .iter()
+            .map(|(b, _)| b.resource_metrics[0].schema_url.as_str())
+            .collect();
+        assert_eq!(tags, ["cccc", "dddd", "eeee"]);
+        assert_eq!(st.bytes, 3 * one);
+        assert_eq!(metrics.exporter_dropped_count("otlp"), 2);
+        drop(st);
+        // One snapshot larger than the bound is still kept (the newest always is).
+        let tiny = Queue {
+            state: Mutex::new(QueueState::default()),
+            cv: Condvar::new(),
+            capacity: 1000,
+            max_bytes: 1,
+            metrics: Arc::default(),
+        };
+        tiny.push(req("big"));
+        assert_eq!(tiny.len(), 1);
     }
 
     #[test]

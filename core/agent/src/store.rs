@@ -2,7 +2,7 @@
 //! per-series start time (a counter going backwards is a reset and starts a new
 //! cumulative series) and the rate since the previous collection (never negative).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime};
 
@@ -14,8 +14,8 @@ use crate::selfmetrics::SelfMetrics;
 #[derive(Debug, Clone)]
 pub struct Series {
     pub sample: Sample,
-    /// The plugin that produced it.
-    pub plugin: String,
+    /// The plugin that produced it (shared by all of its series).
+    pub plugin: Arc<str>,
     /// Start of the current cumulative run (agent start, or the last reset).
     pub start: SystemTime,
     /// When the value was read.
@@ -30,11 +30,85 @@ pub struct Series {
     pub labels: String,
 }
 
+/// What one plugin emitted last time: the slot of each of its samples, in emission
+/// order. A plugin that emits the same series in the same order again (every collector,
+/// nearly every time) is stored by position: no series key is built or looked up.
+#[derive(Debug)]
+struct Emitted {
+    plugin: Arc<str>,
+    slots: Vec<usize>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     generation: u64,
-    series: BTreeMap<String, Series>,
+    /// Every series, by slot (`None`: free, see `free`). A slot stays with its series
+    /// for as long as the series lives.
+    slots: Vec<Option<Series>>,
+    free: Vec<usize>,
+    /// Series key (name, then the sorted attributes) to slot: the keyed lookup of a
+    /// series seen for the first time or out of order, and the order readers see.
+    index: BTreeMap<String, usize>,
+    /// By plugin name.
+    emitted: HashMap<String, Emitted>,
     descriptors: BTreeMap<String, MetricDescriptor>,
+}
+
+impl Inner {
+    /// Every series, sorted by key.
+    fn sorted(&self) -> impl Iterator<Item = &Series> + '_ {
+        self.index.values().map(|&i| self.slot(i))
+    }
+
+    fn slot(&self, i: usize) -> &Series {
+        self.slots[i].as_ref().expect("indexed slot holds a series")
+    }
+}
+
+/// Whether a stored sample and a new one are the same series: the same name and
+/// attributes. Built-in collectors hand out the same `&'static` name and the same `Arc`
+/// of attributes every time, so this is usually two pointer comparisons.
+fn same_series(stored: &Sample, s: &Sample) -> bool {
+    same_str(&stored.name, &s.name)
+        && (Arc::ptr_eq(&stored.attributes, &s.attributes) || stored.attributes == s.attributes)
+}
+
+fn same_str(a: &str, b: &str) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
+
+/// Record a new reading `s` of the series `p` by `plugin` at ingest `generation`.
+fn update(
+    p: &mut Series,
+    s: &Sample,
+    plugin: &Arc<str>,
+    generation: u64,
+    metrics: &SelfMetrics,
+    now: SystemTime,
+    mono: Instant,
+) {
+    let mut rate = None;
+    if s.kind == MetricKind::Counter {
+        let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
+        let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
+        match counter_delta(old, new) {
+            Delta::Increase(d) => rate = (dt > 0.0).then(|| d / dt),
+            Delta::Saturated => {}
+            Delta::Reset => {
+                metrics.counter_reset(&s.name);
+                tracing::debug!(series = %s.series_key(), old, new, "counter reset");
+                p.start = now;
+            }
+        }
+    }
+    p.sample.value = s.value;
+    p.rate = rate;
+    p.time = now;
+    p.read_at = mono;
+    p.generation = generation;
+    if !Arc::ptr_eq(&p.plugin, plugin) {
+        p.plugin = Arc::clone(plugin);
+    }
 }
 
 /// How a counter moved between two reads.
@@ -136,6 +210,31 @@ impl Store {
         before - samples.len()
     }
 
+    /// [`Store::retain_declared`] for what `plugin` emitted: a sample in the place of a
+    /// series `plugin` emitted last time under the same name passed this check then (a
+    /// name stays declared), so only the others are looked up.
+    pub fn retain_declared_from(&self, plugin: &str, samples: &mut Vec<Sample>) -> usize {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let Some(last) = g.emitted.get(plugin) else {
+            drop(g);
+            return self.retain_declared(samples);
+        };
+        let before = samples.len();
+        let mut i = 0;
+        samples.retain(|s| {
+            let known = last
+                .slots
+                .get(i)
+                .and_then(|&slot| g.slots[slot].as_ref())
+                .is_some_and(|p| {
+                    Arc::ptr_eq(&p.plugin, &last.plugin) && same_str(&p.sample.name, &s.name)
+                });
+            i += 1;
+            known || g.descriptors.contains_key(s.name.as_ref())
+        });
+        before - samples.len()
+    }
+
     /// Whether some plugin declared the metric `name`.
     pub fn is_declared(&self, name: &str) -> bool {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
@@ -155,6 +254,12 @@ impl Store {
 
     /// [`Store::ingest`] at a given time. Series already known are updated in place (no
     /// copy of their attributes); only new series are cloned in.
+    ///
+    /// While `plugin` emits the same series in the same order as last time, each sample
+    /// updates the slot at its position (checked: same name and attributes, by pointer
+    /// first). From the first sample that differs on, series are looked up by key, new
+    /// ones added, and those `plugin` no longer emits dropped; the new order is
+    /// remembered for the next time.
     pub fn ingest_at(
         &self,
         plugin: &str,
@@ -163,56 +268,93 @@ impl Store {
         now: SystemTime,
         mono: Instant,
     ) {
-        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let g = &mut *guard;
         g.generation += 1;
         let generation = g.generation;
+        if !g.emitted.contains_key(plugin) {
+            g.emitted.insert(
+                plugin.to_string(),
+                Emitted {
+                    plugin: plugin.into(),
+                    slots: Vec::new(),
+                },
+            );
+        }
+        let emitted = g.emitted.get_mut(plugin).expect("inserted above");
+        let owner = Arc::clone(&emitted.plugin);
+        let order = &mut emitted.slots;
+        // By position.
+        let mut same = 0;
+        for (s, &slot) in samples.iter().zip(order.iter()) {
+            let Some(p) = g.slots[slot].as_mut() else {
+                break;
+            };
+            if !same_series(&p.sample, s) {
+                break;
+            }
+            if !Arc::ptr_eq(&p.sample.attributes, &s.attributes) {
+                // Equal content: keep the emitter's `Arc`, so that the next comparison is
+                // a pointer comparison.
+                p.sample.attributes = Arc::clone(&s.attributes);
+            }
+            update(p, s, &owner, generation, metrics, now, mono);
+            same += 1;
+        }
+        if same == samples.len() && same == order.len() {
+            return;
+        }
+        // By key, from the first difference on.
+        let gone = order.split_off(same);
         let mut key = String::with_capacity(128);
-        for s in samples {
+        for s in &samples[same..] {
             s.write_series_key(&mut key);
-            match g.series.get_mut(key.as_str()) {
-                Some(p) => {
-                    let mut rate = None;
-                    if s.kind == MetricKind::Counter {
-                        let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
-                        let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
-                        match counter_delta(old, new) {
-                            Delta::Increase(d) => rate = (dt > 0.0).then(|| d / dt),
-                            Delta::Saturated => {}
-                            Delta::Reset => {
-                                metrics.counter_reset(&s.name);
-                                tracing::debug!(series = %key, old, new, "counter reset");
-                                p.start = now;
-                            }
-                        }
-                    }
-                    p.sample.value = s.value;
-                    p.rate = rate;
-                    p.time = now;
-                    p.read_at = mono;
-                    p.generation = generation;
-                    if p.plugin != plugin {
-                        p.plugin = plugin.to_string();
-                    }
+            let slot = match g.index.get(key.as_str()) {
+                Some(&slot) => {
+                    let p = g.slots[slot].as_mut().expect("indexed slot holds a series");
+                    update(p, s, &owner, generation, metrics, now, mono);
+                    slot
                 }
                 None => {
-                    g.series.insert(
-                        key.clone(),
-                        Series {
-                            labels: rocewatch_metrics::naming::prometheus_labels(&s.attributes),
-                            sample: s.clone(),
-                            plugin: plugin.to_string(),
-                            start: now,
-                            time: now,
-                            rate: None,
-                            read_at: mono,
-                            generation,
-                        },
-                    );
+                    let series = Series {
+                        labels: rocewatch_metrics::naming::prometheus_labels(&s.attributes),
+                        sample: s.clone(),
+                        plugin: Arc::clone(&owner),
+                        start: now,
+                        time: now,
+                        rate: None,
+                        read_at: mono,
+                        generation,
+                    };
+                    let slot = match g.free.pop() {
+                        Some(slot) => {
+                            g.slots[slot] = Some(series);
+                            slot
+                        }
+                        None => {
+                            g.slots.push(Some(series));
+                            g.slots.len() - 1
+                        }
+                    };
+                    g.index.insert(key.clone(), slot);
+                    slot
                 }
+            };
+            order.push(slot);
+        }
+        // Every series `plugin` owns is in its last order; those not seen now are gone
+        // (another plugin may have taken one over since: then it is that plugin's).
+        for slot in gone {
+            let stale = g.slots[slot]
+                .as_ref()
+                .is_some_and(|p| Arc::ptr_eq(&p.plugin, &owner) && p.generation != generation);
+            if stale {
+                let p = g.slots[slot].take().expect("checked above");
+                p.sample.write_series_key(&mut key);
+                g.index.remove(key.as_str());
+                g.free.push(slot);
             }
         }
-        g.series
-            .retain(|_, v| v.plugin != plugin || v.generation == generation);
     }
 
     /// Run `f` over every series, sorted by key, and the declared descriptors by name,
@@ -222,28 +364,29 @@ impl Store {
         f: impl FnOnce(&mut dyn Iterator<Item = &Series>, &BTreeMap<String, MetricDescriptor>) -> R,
     ) -> R {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        f(&mut g.series.values(), &g.descriptors)
+        let r = f(&mut g.sorted(), &g.descriptors);
+        r
     }
 
     /// Every series, sorted by key.
     pub fn snapshot(&self) -> Vec<Series> {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        g.series.values().cloned().collect()
+        g.sorted().cloned().collect()
     }
 
     /// Visit the series of one metric name without copying them. Keys start with the
     /// name followed by `|` (or end there), so this is a range scan.
     pub fn for_each_named(&self, name: &str, mut f: impl FnMut(&Series)) {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        for (k, v) in g
-            .series
+        for (k, &slot) in g
+            .index
             .range::<str, _>((std::ops::Bound::Included(name), std::ops::Bound::Unbounded))
         {
             if !k.starts_with(name) {
                 break;
             }
             if k.len() == name.len() || k.as_bytes()[name.len()] == b'|' {
-                f(v);
+                f(g.slot(slot));
             }
         }
     }
@@ -439,5 +582,253 @@ mod tests {
         // The plugin stops emitting the series (device gone): it is dropped.
         store.ingest_at("p", &[], &m, t2, i0 + Duration::from_secs(6));
         assert!(store.snapshot().is_empty());
+    }
+
+    fn series(name: &'static str, attrs: &Attributes, v: u64) -> Sample {
+        Sample {
+            name: name.into(),
+            unit: "1".into(),
+            value: Value::U64(v),
+            attributes: Arc::clone(attrs),
+            source: "s".into(),
+            kind: MetricKind::Counter,
+        }
+    }
+
+    fn attrs(pairs: &[(&str, &str)]) -> Attributes {
+        Arc::new(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    type Seen = (
+        String,
+        Value,
+        Option<f64>,
+        SystemTime,
+        SystemTime,
+        String,
+        String,
+    );
+
+    /// What readers see of the store, in their order.
+    fn seen(store: &Store) -> Vec<Seen> {
+        store
+            .snapshot()
+            .into_iter()
+            .map(|s| {
+                (
+                    s.sample.series_key(),
+                    s.sample.value,
+                    s.rate,
+                    s.start,
+                    s.time,
+                    s.plugin.to_string(),
+                    s.labels,
+                )
+            })
+            .collect()
+    }
+
+    fn at(secs: u64) -> (SystemTime, Duration) {
+        (
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + secs),
+            Duration::from_secs(secs),
+        )
+    }
+
+    /// Ingest `samples` by `plugin` `secs` after `i0`.
+    fn put(
+        store: &Store,
+        m: &SelfMetrics,
+        plugin: &str,
+        samples: &[Sample],
+        i0: Instant,
+        secs: u64,
+    ) {
+        let (t, d) = at(secs);
+        store.ingest_at(plugin, samples, m, t, i0 + d);
+    }
+
+    #[test]
+    fn by_position_is_the_keyed_result() {
+        let (a, b) = (
+            attrs(&[("d", "x"), ("p", "1")]),
+            attrs(&[("d", "y"), ("p", "1")]),
+        );
+        let step = |v: u64| {
+            vec![
+                series("m.b", &a, v),
+                series("m.a", &b, 2 * v),
+                series("m.a", &a, 3 * v),
+                series("m.c", &a, 4 * v),
+            ]
+        };
+        let m = SelfMetrics::default();
+        let i0 = Instant::now();
+        // `fast` gets the same order every time (by position from the second ingest on);
+        // `keyed` gets it reversed every other time (every sample looked up by key).
+        let (fast, keyed) = (Store::new(), Store::new());
+        for (n, v) in [10, 20, 5, 40].into_iter().enumerate() {
+            put(&fast, &m, "p", &step(v), i0, n as u64);
+            let mut r = step(v);
+            if n % 2 == 1 {
+                r.reverse();
+            }
+            put(&keyed, &m, "p", &r, i0, n as u64);
+            assert_eq!(seen(&fast), seen(&keyed), "after ingest {n}");
+        }
+        let s = seen(&fast);
+        let keys: Vec<&str> = s.iter().map(|s| s.0.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["m.a|d=x|p=1", "m.a|d=y|p=1", "m.b|d=x|p=1", "m.c|d=x|p=1"]
+        );
+        // The last ingest: 5 -> 40 is an increase of 35 in 1 s, for m.b.
+        assert_eq!(s[2].2, Some(35.0));
+        // 10 -> 20 -> 5: the third ingest was a reset of every series.
+        assert_eq!(s[2].3, at(2).0);
+        let resets = |m: &SelfMetrics| {
+            m.samples()
+                .iter()
+                .filter(|s| s.name == "rocewatch.counter.resets")
+                .map(|s| s.value.as_f64())
+                .sum::<f64>()
+        };
+        assert_eq!(resets(&m), 8.0, "4 series, 2 stores");
+        let mut n = 0;
+        fast.for_each_named("m.a", |_| n += 1);
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn changed_order_new_and_vanished_series() {
+        let m = SelfMetrics::default();
+        let i0 = Instant::now();
+        let store = Store::new();
+        let x: Vec<Attributes> = (0..4).map(|i| attrs(&[("i", &i.to_string())])).collect();
+        let all = |v: u64| x.iter().map(|a| series("m", a, v)).collect::<Vec<_>>();
+        put(&store, &m, "p", &all(0), i0, 0);
+        put(&store, &m, "q", &[series("n", &x[0], 1)], i0, 0);
+        // One series gone from the middle, one new at the end.
+        let y = attrs(&[("i", "9")]);
+        let mut s = all(10);
+        s.remove(1);
+        s.push(series("m", &y, 10));
+        put(&store, &m, "p", &s, i0, 1);
+        let keys: Vec<String> = seen(&store).into_iter().map(|s| s.0).collect();
+        assert_eq!(keys, ["m|i=0", "m|i=2", "m|i=3", "m|i=9", "n|i=0"]);
+        // The new order is remembered: by position again, rates from the last ingest.
+        s.iter_mut().for_each(|s| s.value = Value::U64(30));
+        put(&store, &m, "p", &s, i0, 2);
+        let now = seen(&store);
+        assert_eq!(now[0].2, Some(20.0));
+        assert_eq!(now[3].2, Some(20.0), "the new series");
+        // Reordered, and one vanished at the end.
+        s.reverse();
+        s.pop();
+        put(&store, &m, "p", &s, i0, 3);
+        let keys: Vec<String> = seen(&store).into_iter().map(|s| s.0).collect();
+        assert_eq!(keys, ["m|i=2", "m|i=3", "m|i=9", "n|i=0"]);
+        // Nothing from `p`: only `q`'s series stays. A freed slot is reused.
+        put(&store, &m, "p", &[], i0, 4);
+        assert_eq!(seen(&store).len(), 1);
+        put(&store, &m, "p", &all(1), i0, 5);
+        assert_eq!(seen(&store).len(), 5);
+        assert_eq!(store.inner.read().unwrap().slots.len(), 6);
+    }
+
+    #[test]
+    fn equal_attributes_in_another_arc_are_the_same_series() {
+        let m = SelfMetrics::default();
+        let i0 = Instant::now();
+        let store = Store::new();
+        put(
+            &store,
+            &m,
+            "p",
+            &[series("m", &attrs(&[("a", "1"), ("b", "2")]), 1)],
+            i0,
+            0,
+        );
+        // Built in another order, another `Arc`: a BTreeMap sorts, so the same series.
+        let again = attrs(&[("b", "2"), ("a", "1")]);
+        put(&store, &m, "p", &[series("m", &again, 3)], i0, 1);
+        let s = store.snapshot();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].rate, Some(2.0));
+        assert_eq!(s[0].labels, r#"{a="1",b="2"}"#);
+        assert!(
+            Arc::ptr_eq(&s[0].sample.attributes, &again),
+            "the emitter's Arc kept"
+        );
+        // A name built at run time (not the same pointer) compares by content.
+        let mut owned = series("m", &again, 4);
+        owned.name = String::from("m").into();
+        put(&store, &m, "p", &[owned], i0, 2);
+        assert_eq!(store.snapshot()[0].rate, Some(1.0));
+        // Other attributes: another series, the old one gone.
+        put(
+            &store,
+            &m,
+            "p",
+            &[series("m", &attrs(&[("a", "1")]), 5)],
+            i0,
+            3,
+        );
+        let s = seen(&store);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].0.as_str(), s[0].2), ("m|a=1", None));
+    }
+
+    #[test]
+    fn a_series_taken_over_stays_with_its_new_plugin() {
+        let m = SelfMetrics::default();
+        let i0 = Instant::now();
+        let store = Store::new();
+        let a = attrs(&[("a", "1")]);
+        put(&store, &m, "p", &[series("m", &a, 1)], i0, 0);
+        put(&store, &m, "q", &[series("m", &a, 2)], i0, 1);
+        assert_eq!(seen(&store)[0].5, "q");
+        // `p` stops emitting it: it is `q`'s now, so it stays.
+        put(&store, &m, "p", &[], i0, 2);
+        assert_eq!(seen(&store).len(), 1);
+        // `p` emits it again: by key; then `q` stops: it is `p`'s, so it stays.
+        put(&store, &m, "p", &[series("m", &a, 3)], i0, 3);
+        put(&store, &m, "q", &[], i0, 4);
+        let s = seen(&store);
+        assert_eq!((s.len(), s[0].5.as_str(), s[0].2), (1, "p", Some(0.5)));
+        put(&store, &m, "p", &[], i0, 5);
+        assert!(seen(&store).is_empty());
+    }
+
+    #[test]
+    fn declared_check_by_position() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let d = |name: &str| MetricDescriptor {
+            name: name.into(),
+            unit: "1".into(),
+            kind: MetricKind::Counter,
+            description: "d".into(),
+        };
+        store.declare(&[d("m")]);
+        let a = attrs(&[("a", "1")]);
+        let mut s = vec![series("m", &a, 1), series("undeclared", &a, 1)];
+        assert_eq!(store.retain_declared_from("p", &mut s), 1);
+        store.ingest("p", &s, &m);
+        let mut s = vec![
+            series("m", &a, 2),
+            series("undeclared", &a, 2),
+            series("m", &a, 3),
+        ];
+        assert_eq!(store.retain_declared_from("p", &mut s), 1);
+        assert_eq!(s.len(), 2);
+        // Another plugin's order says nothing about this one's samples.
+        let mut s = vec![series("undeclared", &a, 2)];
+        assert_eq!(store.retain_declared_from("q", &mut s), 1);
     }
 }

@@ -125,7 +125,9 @@ impl Pipeline {
             _ => Ok(ScrapeResult::default()),
         })
         .await?;
-        let dropped = self.store.retain_declared(&mut result.samples);
+        let dropped = self
+            .store
+            .retain_declared_from(&e.name, &mut result.samples);
         if dropped > 0 {
             self.metrics.plugin_error(&e.name, "undeclared");
             tracing::warn!(plugin = %e.name, dropped, "{}: emitted metrics it did not declare; dropped", e.label());

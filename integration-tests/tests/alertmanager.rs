@@ -3,7 +3,6 @@
 //! a burst of 1000 alerts per second for 10 s with memory staying flat and every decision
 //! audited.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -11,7 +10,7 @@ use serde_json::json;
 use crate::support::*;
 
 struct Agent {
-    _p: Proc,
+    _agent: RunningAgent,
     pid: u32,
     url: String,
     audit: std::path::PathBuf,
@@ -20,7 +19,6 @@ struct Agent {
 
 fn start(extra: &str) -> Agent {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
     let audit = dir.path().join("audit.jsonl");
     let cfg = dir.path().join("agent.toml");
     std::fs::write(
@@ -39,7 +37,7 @@ type = "exec"
 command = ["/usr/local/sbin/drain-this-node"]
 
 [alertmanager]
-listen = "127.0.0.1:{port}"
+listen = "127.0.0.1:0"
 bearer_token = "s3cret"
 {extra}
 
@@ -55,24 +53,18 @@ actions = ["drain"]
         ),
     )
     .unwrap();
-    let p = Command::new(&artifacts().rocewatch)
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .args(["--sysfs-root"])
-        .arg(fixture("no-devices"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = p.id();
-    let url = format!("http://127.0.0.1:{port}/alertmanager");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the receiver did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Port 0: the agent says where it listens (--ready-file); its stderr is printed when
+    // a test fails.
+    let agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        fixture("no-devices").to_str().unwrap(),
+    ]);
+    let pid = agent.pid();
+    let url = format!("http://{}/alertmanager", agent.addr("alertmanager"));
     Agent {
-        _p: Proc(p),
+        _agent: agent,
         pid,
         url,
         audit,

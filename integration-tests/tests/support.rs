@@ -323,3 +323,77 @@ pub mod grpc_receiver {
         (port, received)
     }
 }
+
+/// `rocewatch run ARGS --ready-file ...`: listeners may use port 0 (no race for ports);
+/// [`RunningAgent::addr`] says where they are. Its standard error goes to a file that is
+/// printed when the test fails while the agent runs; the agent is killed when dropped.
+pub struct RunningAgent {
+    pub child: std::process::Child,
+    pub log: PathBuf,
+    addresses: serde_json::Value,
+    _dir: tempfile::TempDir,
+}
+
+impl RunningAgent {
+    pub fn start(args: &[&str]) -> RunningAgent {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("stderr.log");
+        let ready = dir.path().join("ready.json");
+        let child = Command::new(&artifacts().rocewatch)
+            .arg("run")
+            .args(args)
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut agent = RunningAgent {
+            child,
+            log,
+            addresses: serde_json::Value::Null,
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&ready) {
+                agent.addresses = serde_json::from_str(&text).unwrap();
+                return agent;
+            }
+            if let Some(st) = agent.child.try_wait().unwrap() {
+                panic!("rocewatch run exited ({st}) before it was ready");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "rocewatch run was not ready within 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// `HOST:PORT` of a listener (`prometheus`, `alertmanager`).
+    pub fn addr(&self, listener: &str) -> String {
+        self.addresses[listener]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {listener} listener: {}", self.addresses))
+            .to_string()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- rocewatch run's standard error:\n{}", self.stderr());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -144,6 +144,13 @@ pub enum StartError {
     AlertmanagerWithoutActions,
 }
 
+/// The bound addresses of the agent's listeners.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Addresses {
+    pub prometheus: Option<std::net::SocketAddr>,
+    pub alertmanager: Option<std::net::SocketAddr>,
+}
+
 /// Outputs a command adds to the configured ones.
 #[derive(Debug, Default)]
 pub struct Extras {
@@ -155,6 +162,8 @@ pub struct Extras {
 /// The running agent: an [`App`] with every configured feature and exporter.
 pub struct Agent {
     pub app: Arc<App>,
+    /// Where the listeners are bound (the port the kernel chose for port 0).
+    pub addresses: Addresses,
     otlp: Option<OtlpExporter>,
     tasks: Vec<JoinHandle<()>>,
     stop: Arc<watch::Sender<bool>>,
@@ -202,6 +211,10 @@ impl Agent {
         let app = App::start(cfg, None).await;
         let cfg = &app.cfg;
         let mut tasks = Vec::new();
+        let mut addresses = Addresses {
+            prometheus: prom_listener.as_ref().and_then(|l| l.local_addr().ok()),
+            alertmanager: None,
+        };
         if let Some(l) = prom_listener {
             tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus /metrics and /healthz");
             let state = crate::export::prometheus::Exposition {
@@ -249,13 +262,14 @@ impl Agent {
         match (&cfg.alertmanager, &remediation) {
             (Some(am), Some(d)) => {
                 let listener = crate::export::prometheus::bind(am.listen).await?;
+                addresses.alertmanager = listener.local_addr().ok();
                 let rx = crate::alertmanager::Receiver::new(
                     am,
                     Arc::clone(d),
                     Arc::clone(app.metrics()),
                 )
                 .map_err(|(path, message)| StartError::Config { path, message })?;
-                tracing::info!(addr = %am.listen, authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), "Alertmanager webhook receiver on POST /alertmanager");
+                tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), "Alertmanager webhook receiver on POST /alertmanager");
                 tasks.push(tokio::spawn(crate::alertmanager::serve(
                     listener,
                     rx,
@@ -300,6 +314,7 @@ impl Agent {
         }
         Ok(Agent {
             app,
+            addresses,
             otlp,
             tasks,
             stop: stop_tx,

@@ -210,6 +210,11 @@ pub struct RunArgs {
     /// Stop after this long (default: run until a signal).
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub duration: Option<Duration>,
+    /// Once every listener is bound, write their addresses to this file as JSON
+    /// (`{"prometheus":"127.0.0.1:9464","alertmanager":null}`), again after each reload:
+    /// with port 0 in the configuration, this says which port the kernel chose.
+    #[arg(long, value_name = "FILE")]
+    pub ready_file: Option<PathBuf>,
 }
 /// `rocewatch plugins`'s arguments.
 #[derive(Debug, Args)]

@@ -84,6 +84,14 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             }
         };
         agent.app.metrics().set_config_reloads(reloads.clone());
+        if let Some(path) = &a.ready_file {
+            let body = serde_json::to_vec(&agent.addresses).expect("plain data");
+            // Written whole, then renamed: a reader never sees half a file.
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, body)
+                .and_then(|()| std::fs::rename(&tmp, path))
+                .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", path.display()))?;
+        }
         let metrics = Arc::clone(agent.app.metrics());
         let mut running = tokio::spawn(agent.run());
         let next = loop {

@@ -37,7 +37,7 @@ pub fn parse_enum(text: &str) -> (Option<u8>, String) {
 /// `10 Gb/sec (1X QDR)`, `400 Gb/sec (4X NDR)`.
 pub fn parse_rate_bps(text: &str) -> Option<u64> {
     let mut it = text.split_whitespace();
-    let number: f64 = it.next()?.parse().ok()?;
+    let number: f64 = it.next()?.parse().ok().filter(|n: &f64| *n >= 0.0)?;
     let unit = it.next()?;
     let scale = match unit {
         "Gb/sec" => 1e9,
@@ -45,7 +45,9 @@ pub fn parse_rate_bps(text: &str) -> Option<u64> {
         "Tb/sec" => 1e12,
         _ => return None,
     };
-    Some((number * scale).round() as u64)
+    let bps = (number * scale).round();
+    // Not a rate: negative, NaN, infinite, or beyond u64 (a cast would saturate silently).
+    (bps.is_finite() && (0.0..u64::MAX as f64).contains(&bps)).then_some(bps as u64)
 }
 
 /// An all-zero GID marks an empty slot of the table.

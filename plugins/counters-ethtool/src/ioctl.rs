@@ -172,18 +172,27 @@ impl EthtoolSocket {
         let got_strings = u32::from_ne_bytes(strings[8..12].try_into().expect("4 bytes")) as usize;
         // SAFETY: n_stats was written back by the kernel in the same header.
         let got_stats = unsafe { (stats.as_ptr() as *const u32).add(1).read() } as usize;
-        let m = n.min(got_strings).min(got_stats);
-        Ok((0..m)
-            .map(|i| {
-                let raw = &strings[12 + i * ETH_GSTRING_LEN..12 + (i + 1) * ETH_GSTRING_LEN];
-                let end = raw.iter().position(|&b| b == 0).unwrap_or(ETH_GSTRING_LEN);
-                (
-                    String::from_utf8_lossy(&raw[..end]).into_owned(),
-                    stats[1 + i],
-                )
-            })
-            .collect())
+        Ok(pair_strings(
+            &strings[12..],
+            &stats[1..],
+            n.min(got_strings).min(got_stats),
+        ))
     }
+}
+
+/// The first `count` names of an `ETH_SS_STATS` string set (`ETH_GSTRING_LEN` bytes each,
+/// NUL-padded, not necessarily NUL-terminated or UTF-8) paired with their values; a
+/// count beyond what the buffers hold is cut to what they hold.
+pub fn pair_strings(names: &[u8], values: &[u64], count: usize) -> Vec<(String, u64)> {
+    names
+        .chunks_exact(ETH_GSTRING_LEN)
+        .zip(values)
+        .take(count)
+        .map(|(raw, v)| {
+            let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            (String::from_utf8_lossy(&raw[..end]).into_owned(), *v)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -17,4 +17,6 @@ mod mtu;
 mod qos;
 
 pub use check::{text, Check, Options, Status, ROCE_PORT};
+pub use firewall::{iptables_blocking, nft_blocking};
 pub use guide::run;
+pub use host::{gid_ip, nic_irqs};

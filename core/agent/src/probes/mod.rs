@@ -21,7 +21,7 @@ mod rounds;
 mod stats;
 
 pub use config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER, PLUGIN, RTT};
-pub use peers::PeerSource;
+pub use peers::{parse_peers_file, PeerSource};
 pub use plugin::{plugin_config, plugin_path, PluginNotFound};
 pub use rounds::{probe_batch, probe_once, run};
 pub use stats::declare;

@@ -56,12 +56,7 @@ impl PeerSource {
                     if self.file.as_ref().is_none_or(|(k, _)| *k != key) {
                         match std::fs::read_to_string(f) {
                             Ok(text) => {
-                                let list = text
-                                    .lines()
-                                    .map(|l| {
-                                        l.split('#').next().unwrap_or_default().trim().to_string()
-                                    })
-                                    .collect();
+                                let list = parse_peers_file(&text);
                                 self.file = Some((key, list));
                             }
                             Err(e) => problems.push(format!("peers_file {}: {e}", f.display())),
@@ -85,6 +80,16 @@ impl PeerSource {
         }
         (out, problems)
     }
+}
+
+/// A peers file: one peer (address or name) per line; `#` starts a comment; blank lines
+/// and surrounding space do not count.
+pub fn parse_peers_file(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]

@@ -78,7 +78,12 @@ pub static CATALOG: &[CatalogEntry] = &[
         "Negotiated port rate, parsed from `rate` (`100 Gb/sec (4X EDR)`)."),
     entry!("rdma.netdev.mtu", "By", Gauge, "class/net/<netdev>/mtu", NONE, 1, "ports with a netdev",
         "MTU of the port's netdev."),
-    // ---- IB PortCounters (counters/)
+    // ---- IB PortCounters (counters/): the PMA attributes of drivers/infiniband/core/sysfs.c
+    // (PORT_PMA_ATTR: symbol_error ... port_rcv_packets; PORT_PMA_ATTR_EXT, when the
+    // device has extended width counters: 64-bit port_*_data/packets under the same names
+    // and unicast_/multicast_{xmit,rcv}_packets, without a `port_` prefix). The kernel
+    // creates no `port_rcv_discards` (the procfs parser knows it from other exporters'
+    // lists; no mainline PMA table has it), so it is not catalogued.
     entry!("rdma.port.io", "By", Counter, "counters/port_xmit_data", TX, 4, IB,
         "Data octets transmitted. The kernel counts 4-octet words; the value is converted to bytes (×4)."),
     entry!("rdma.port.io", "By", Counter, "counters/port_rcv_data", RX, 4, IB,
@@ -87,13 +92,13 @@ pub static CATALOG: &[CatalogEntry] = &[
         "Packets transmitted."),
     entry!("rdma.port.packets", "{packet}", Counter, "counters/port_rcv_packets", RX, 1, IB,
         "Packets received."),
-    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/port_unicast_xmit_packets", TX, 1, IB,
+    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/unicast_xmit_packets", TX, 1, IB,
         "Unicast packets transmitted."),
-    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/port_unicast_rcv_packets", RX, 1, IB,
+    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/unicast_rcv_packets", RX, 1, IB,
         "Unicast packets received."),
-    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/port_multicast_xmit_packets", TX, 1, IB,
+    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/multicast_xmit_packets", TX, 1, IB,
         "Multicast packets transmitted."),
-    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/port_multicast_rcv_packets", RX, 1, IB,
+    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/multicast_rcv_packets", RX, 1, IB,
         "Multicast packets received."),
     entry!("rdma.port.symbol_errors", "{error}", Counter, "counters/symbol_error", NONE, 1, IB,
         "Minor link errors detected on one or more physical lanes."),

@@ -40,10 +40,10 @@ pub(super) const COUNTERS: &[&str] = &[
     "port_rcv_data",
     "port_xmit_packets",
     "port_rcv_packets",
-    "port_unicast_xmit_packets",
-    "port_unicast_rcv_packets",
-    "port_multicast_xmit_packets",
-    "port_multicast_rcv_packets",
+    "unicast_xmit_packets",
+    "unicast_rcv_packets",
+    "multicast_xmit_packets",
+    "multicast_rcv_packets",
     "symbol_error",
     "port_rcv_errors",
     "port_rcv_remote_physical_errors",
@@ -242,8 +242,8 @@ impl Fabric {
             *c.get_mut("port_rcv_data").unwrap() += rx_bytes / 4;
             *c.get_mut("port_xmit_packets").unwrap() += tx_bytes / 4096;
             *c.get_mut("port_rcv_packets").unwrap() += rx_bytes / 4096;
-            *c.get_mut("port_unicast_xmit_packets").unwrap() += tx_bytes / 4096;
-            *c.get_mut("port_unicast_rcv_packets").unwrap() += rx_bytes / 4096;
+            *c.get_mut("unicast_xmit_packets").unwrap() += tx_bytes / 4096;
+            *c.get_mut("unicast_rcv_packets").unwrap() += rx_bytes / 4096;
             let h = &mut p.hw;
             *h.get_mut("rx_write_requests").unwrap() += rx_bytes / 65536;
             *h.get_mut("rx_read_requests").unwrap() += rx_bytes / 262144;

@@ -234,3 +234,61 @@ fn sighup_reloads_a_valid_configuration_and_keeps_the_old_one_on_error() {
         "SIGHUP ended the agent"
     );
 }
+
+#[test]
+fn a_counter_the_agents_user_cannot_read_is_an_error_naming_the_file() {
+    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| p.exists())
+    else {
+        panic!("setpriv (util-linux) is needed to run the agent as an unprivileged user");
+    };
+    // The fixture tree, copied where user nobody can read it, with one counter 0000.
+    let dir = tempfile::Builder::new()
+        .prefix("rocewatch-eacces-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let copy = Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(dir.path().join("sys"))
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status();
+    let root = dir.path().join("sys");
+    let locked = root.join("class/infiniband/mlx5_0/ports/1/counters/symbol_error");
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    let o = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&artifacts().rocewatch)
+        .args(["collect", "--once", "--format", "json", "--sysfs-root"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    if err.contains("Permission denied") && !err.contains("symbol_error") {
+        panic!("the binary is not reachable for user nobody here: {err}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let errors = doc["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["target"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("mlx5_0/ports/1/counters/symbol_error"))
+            && e["message"].as_str().is_some_and(|m| m.contains("denied"))),
+        "an unreadable counter must be a partial error naming the file: {errors:?}\n{err}"
+    );
+    assert!(
+        doc["samples"].as_array().is_some_and(|s| s.len() > 50),
+        "the other counters still flow"
+    );
+}

@@ -14,9 +14,10 @@ pub enum CounterText {
 /// Parse a counter file. Values are decimal; some kernels print hex with `0x`.
 pub fn parse_counter(text: &str) -> CounterText {
     let t = text.trim();
-    if t.starts_with("N/A") || t.is_empty() {
+    if t.starts_with("N/A") {
         return CounterText::Absent;
     }
+    // An empty counter file is broken, not absent: `parse::<u64>` makes it Garbage.
     let parsed = match t.strip_prefix("0x") {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => t.parse::<u64>().ok(),
@@ -68,7 +69,7 @@ mod tests {
             ("0x10", CounterText::Value(16)),
             ("0", CounterText::Value(0)),
             ("N/A (no PMA)\n", CounterText::Absent),
-            ("", CounterText::Absent),
+            ("", CounterText::Garbage),
             ("abc", CounterText::Garbage),
             ("-1", CounterText::Garbage),
         ] {

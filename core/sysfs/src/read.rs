@@ -56,22 +56,23 @@ impl Attr {
 /// failure:
 /// - ENOENT: the file (or the whole device, when it vanished mid-scrape) is not there;
 /// - EINVAL: empty GID slots' `types`/`ndevs`, counters a port type lacks;
-/// - EACCES / EPERM: restricted devices (e.g. some PFs on DGX/HGX systems);
 /// - EOPNOTSUPP: the driver does not implement the query.
+///
+/// EACCES and EPERM are errors, not absences: an agent without the right to read a
+/// counter (an unprivileged user, a restricted PF on DGX/HGX systems) must say so, naming
+/// the file, instead of exporting fewer series without a word. EIO likewise.
 pub fn classify_io_error(e: &io::Error) -> bool {
     const ENOENT: i32 = 2;
-    const EPERM: i32 = 1;
-    const EACCES: i32 = 13;
     const EINVAL: i32 = 22;
     const ENODEV: i32 = 19;
     const ENXIO: i32 = 6;
     const EOPNOTSUPP: i32 = 95;
-    if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::PermissionDenied {
+    if e.kind() == io::ErrorKind::NotFound {
         return true;
     }
     matches!(
         e.raw_os_error(),
-        Some(ENOENT | EPERM | EACCES | EINVAL | ENODEV | ENXIO | EOPNOTSUPP)
+        Some(ENOENT | EINVAL | ENODEV | ENXIO | EOPNOTSUPP)
     )
 }
 
@@ -207,7 +208,8 @@ mod tests {
     fn errno_classification() {
         for (errno, absent) in [
             (2, true),   // ENOENT
-            (13, true),  // EACCES
+            (13, false), // EACCES: said, naming the file
+            (1, false),  // EPERM
             (22, true),  // EINVAL
             (95, true),  // EOPNOTSUPP
             (5, false),  // EIO

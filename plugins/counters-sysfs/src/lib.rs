@@ -519,14 +519,24 @@ impl SysfsCounters {
                 }
             });
             match read {
-                Ok(Some(Ok(Some(raw)))) => out.samples.push(Sample {
-                    name: f.entry.name.into(),
-                    unit: f.entry.unit.into(),
-                    value: Value::U64(raw.saturating_mul(f.entry.scale)),
-                    attributes: f.attributes.clone(),
-                    source: f.source.clone(),
-                    kind: f.entry.kind,
-                }),
+                Ok(Some(Ok(Some(raw)))) => match raw.checked_mul(f.entry.scale) {
+                    Some(v) => out.samples.push(Sample {
+                        name: f.entry.name.into(),
+                        unit: f.entry.unit.into(),
+                        value: Value::U64(v),
+                        attributes: f.attributes.clone(),
+                        source: f.source.clone(),
+                        kind: f.entry.kind,
+                    }),
+                    // A saturated value would look like a real one that stopped moving.
+                    None => out.errors.push(PartialError {
+                        target: f.path.display().to_string(),
+                        message: format!(
+                            "{raw} does not fit in 64 bits once converted (×{})",
+                            f.entry.scale
+                        ),
+                    }),
+                },
                 Ok(Some(Ok(None))) => {}
                 Ok(Some(Err(text))) => out.errors.push(PartialError {
                     target: f.path.display().to_string(),
@@ -941,6 +951,46 @@ mod tests {
             .errors
             .iter()
             .any(|e| e.target.ends_with("counters/symbol_error")));
+    }
+
+    #[test]
+    fn an_empty_file_and_a_data_counter_past_u64_are_errors_not_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx5_0");
+        fs::write(p.join("counters/port_xmit_packets"), "12\n").unwrap();
+        fs::write(p.join("counters/port_rcv_packets"), "").unwrap();
+        // 2^63 words are 2^65 bytes: the ×4 does not fit.
+        fs::write(
+            p.join("counters/port_xmit_data"),
+            format!("{}\n", 1u64 << 63),
+        )
+        .unwrap();
+        let r = collect(dir.path());
+        assert_eq!(
+            value(&r, "counters/port_xmit_packets"),
+            Some(Value::U64(12))
+        );
+        assert_eq!(value(&r, "counters/port_rcv_packets"), None);
+        assert_eq!(
+            value(&r, "counters/port_xmit_data"),
+            None,
+            "not a saturated value"
+        );
+        let said = |file: &str, what: &str| {
+            r.errors
+                .iter()
+                .any(|e| e.target.ends_with(file) && e.message.contains(what))
+        };
+        assert!(
+            said("counters/port_rcv_packets", "not a counter value"),
+            "{:?}",
+            r.errors
+        );
+        assert!(
+            said("counters/port_xmit_data", "does not fit in 64 bits"),
+            "{:?}",
+            r.errors
+        );
     }
 
     #[test]

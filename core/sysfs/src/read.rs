@@ -76,6 +76,32 @@ pub fn classify_io_error(e: &io::Error) -> bool {
     )
 }
 
+/// Open an attribute file for reading without ever blocking: `O_NONBLOCK` (a FIFO put in
+/// place of a counter would otherwise hold the open, and every counter after it, until a
+/// writer appears), and only regular files (what sysfs attributes are): a FIFO, socket or
+/// device node there is an error naming the file, costing only its own value.
+pub fn open_attr(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let t = f.metadata()?.file_type();
+    if !t.is_file() {
+        return Err(io::Error::other(format!(
+            "not a regular file ({}): refused, an attribute never is one",
+            if std::os::unix::fs::FileTypeExt::is_fifo(&t) {
+                "a FIFO"
+            } else if t.is_dir() {
+                "a directory"
+            } else {
+                "a device or socket"
+            }
+        )));
+    }
+    Ok(f)
+}
+
 /// Read a whole attribute file and trim it. Absent values are `Ok(Attr::Absent)`.
 pub fn read_attr(path: &Path) -> Result<Attr, SysfsError> {
     Ok(match read_attr_with(path, str::to_string)? {
@@ -91,7 +117,7 @@ pub fn read_attr(path: &Path) -> Result<Attr, SysfsError> {
 /// so a counter costs open, two reads and close. sysfs attributes are at most a page.
 pub fn read_attr_with<T>(path: &Path, f: impl FnOnce(&str) -> T) -> Result<Option<T>, SysfsError> {
     let mut buf = [0u8; 4096];
-    let r = std::fs::File::open(path).and_then(|mut file| {
+    let r = open_attr(path).and_then(|mut file| {
         let mut n = 0;
         while n < buf.len() {
             match file.read(&mut buf[n..]) {

@@ -55,7 +55,7 @@ impl Kept {
         f: impl FnOnce(&str) -> T,
     ) -> Result<Option<T>, rocewatch_sysfs::read::SysfsError> {
         if self.file.is_none() && *open < max {
-            if let Ok(h) = std::fs::File::open(&self.path) {
+            if let Ok(h) = read::open_attr(&self.path) {
                 self.file = Some(h);
                 *open += 1;
             }
@@ -988,6 +988,36 @@ mod tests {
         );
         assert!(
             said("counters/port_xmit_data", "does not fit in 64 bits"),
+            "{:?}",
+            r.errors
+        );
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_counter_costs_only_its_own_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = port(dir.path(), "mlx5_0");
+        fs::write(p.join("counters/port_xmit_packets"), "12\n").unwrap();
+        fs::write(p.join("counters/port_rcv_packets"), "34\n").unwrap();
+        let fifo = p.join("counters/symbol_error");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain mkfifo on a path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let started = std::time::Instant::now();
+        let r = collect(dir.path());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "a FIFO with no writer stalled the collection"
+        );
+        assert_eq!(
+            value(&r, "counters/port_xmit_packets"),
+            Some(Value::U64(12))
+        );
+        assert_eq!(value(&r, "counters/port_rcv_packets"), Some(Value::U64(34)));
+        assert!(
+            r.errors
+                .iter()
+                .any(|e| e.target.ends_with("counters/symbol_error") && e.message.contains("FIFO")),
             "{:?}",
             r.errors
         );

@@ -29,10 +29,12 @@ b)
   # guest takes milliseconds to wake up on a completion event).
   $BIN probe "$P" --count 200 --interval 0s --busy-poll --json > "$R/probe-ok.json"
   echo "rc=$?" >> "$R/rc.txt"
-  # Kill the responder 2 s into a run of 40 probes, bring it back 3 s later.
-  $BIN probe "$P" --count 40 --interval 250ms --timeout 1s --json > "$R/probe-recovery.json" &
+  # Kill the responder 4 s into a run of 60 probes, bring it back 3 s later (4 s: the
+  # emulated guest can take 2 s to start the prober when the host is busy; 60 probes: the
+  # run outlasts the restart even when the failures come back at once).
+  $BIN probe "$P" --count 60 --interval 250ms --timeout 1s --json > "$R/probe-recovery.json" &
   RUN=$!
-  sleep 2; touch /mnt/host/b/kill
+  sleep 4; touch /mnt/host/b/kill
   sleep 3; touch /mnt/host/b/restart
   wait $RUN
   # Nobody listens on this port: a connection failure with its cause, exit status 1.

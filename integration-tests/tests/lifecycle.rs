@@ -244,6 +244,12 @@ fn a_counter_the_agents_user_cannot_read_is_an_error_naming_the_file() {
     else {
         panic!("setpriv (util-linux) is needed to run the agent as an unprivileged user");
     };
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test runs the agent as user nobody through setpriv: it needs root (CI runs as root)"
+    );
     // The fixture tree, copied where user nobody can read it, with one counter 0000.
     let dir = tempfile::Builder::new()
         .prefix("rocewatch-eacces-")

@@ -722,3 +722,30 @@ fn prometheus_rules_find_the_host_that_differs_from_the_majority() {
     }
     assert!(said[0].contains("SUCCESS: 8 rules found"), "{}", said[0]);
 }
+
+#[test]
+fn qos_apply_changes_nothing_it_cannot_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_copy("mlx5-roce-dual-port", dir.path());
+    // The audit log's path is a directory: no record can be written.
+    let audit = dir.path().join("audit.jsonl");
+    std::fs::create_dir(&audit).unwrap();
+    let snaps = dir.path().join("snapshots");
+    let cfg = dir.path().join("qos.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {root:?}\n[remediation]\naudit_log = {audit:?}\n[qos]\nsnapshot_dir = {snaps:?}\n\
+             [[qos.desired]]\ndevices = \"mlx5_0\"\nsettings = {{ roce_tos = \"24\", mtu = \"1500\" }}\n"
+        ),
+    )
+    .unwrap();
+    let before = show_at(&root);
+    let o = qos(&cfg, &["apply", "--yes", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["failed"], true);
+    let why = v["steps"].to_string();
+    assert!(why.contains("cannot be written"), "{why}");
+    assert_eq!(show_at(&root), before, "an unaudited change was made");
+}

@@ -157,6 +157,8 @@ pub struct Extras {
     /// `collectd-exec`: PUTVAL lines of every series on standard output every interval;
     /// the agent stops when collectd closes the pipe.
     pub collectd_exec: bool,
+    /// Remediation's cooldowns and limits, carried across a configuration reload.
+    pub remediation: crate::remediation::Memory,
 }
 
 /// The running agent: an [`App`] with every configured feature and exporter.
@@ -166,7 +168,9 @@ pub struct Agent {
     pub addresses: Addresses,
     otlp: Option<OtlpExporter>,
     tasks: Vec<JoinHandle<()>>,
-    stop: Arc<watch::Sender<bool>>,
+    /// The stop flag, as the scheduler sees it (taken at start: a stop that arrives
+    /// before `run` is not missed).
+    stop: watch::Receiver<bool>,
 }
 
 impl Agent {
@@ -198,13 +202,17 @@ impl Agent {
             Some(p) => Some(crate::export::prometheus::bind(p.listen).await?),
             None => None,
         };
+        let am_listener = match &cfg.alertmanager {
+            Some(am) => Some(crate::export::prometheus::bind(am.listen).await?),
+            None => None,
+        };
         let (stop_tx, stop) = watch::channel(false);
         let stop_tx = Arc::new(stop_tx);
         {
             let stop_tx = Arc::clone(&stop_tx);
             let mut shutdown = shutdown;
             tokio::spawn(async move {
-                let _ = shutdown.changed().await;
+                let _ = shutdown.wait_for(|stop| *stop).await;
                 let _ = stop_tx.send(true);
             });
         }
@@ -235,7 +243,11 @@ impl Agent {
         for s in app.registry.statuses() {
             tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
         }
-        let remediation = start_remediation(&app)?;
+        // From here on, a failure stops what was started (plugins, tasks) before it returns.
+        let remediation = match start_remediation(&app, &extras.remediation) {
+            Ok(r) => r,
+            Err(e) => return Err(abandon(&app, tasks, e).await),
+        };
         tasks.push(tokio::spawn(crate::qos::metrics::watch(
             crate::qos::observe::config_plugins(&app.registry),
             cfg.qos.clone(),
@@ -259,16 +271,19 @@ impl Agent {
                 ),
             }
         }
-        match (&cfg.alertmanager, &remediation) {
-            (Some(am), Some(d)) => {
-                let listener = crate::export::prometheus::bind(am.listen).await?;
+        match (&cfg.alertmanager, &remediation, am_listener) {
+            (Some(am), Some(d), Some(listener)) => {
                 addresses.alertmanager = listener.local_addr().ok();
-                let rx = crate::alertmanager::Receiver::new(
+                let rx = match crate::alertmanager::Receiver::new(
                     am,
                     Arc::clone(d),
                     Arc::clone(app.metrics()),
-                )
-                .map_err(|(path, message)| StartError::Config { path, message })?;
+                ) {
+                    Ok(rx) => rx,
+                    Err((path, message)) => {
+                        return Err(abandon(&app, tasks, StartError::Config { path, message }).await)
+                    }
+                };
                 tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), "Alertmanager webhook receiver on POST /alertmanager");
                 tasks.push(tokio::spawn(crate::alertmanager::serve(
                     listener,
@@ -276,7 +291,9 @@ impl Agent {
                     stop.clone(),
                 )));
             }
-            (Some(_), None) => return Err(StartError::AlertmanagerWithoutActions),
+            (Some(_), _, _) => {
+                return Err(abandon(&app, tasks, StartError::AlertmanagerWithoutActions).await)
+            }
             _ => {}
         }
         let otlp = start_otlp(&app);
@@ -317,7 +334,7 @@ impl Agent {
             addresses,
             otlp,
             tasks,
-            stop: stop_tx,
+            stop: stop.clone(),
         })
     }
 
@@ -338,7 +355,7 @@ impl Agent {
             Arc::clone(&app.registry),
             Arc::clone(&app.discovery),
             Arc::clone(&app.pipeline),
-            self.stop.subscribe(),
+            self.stop,
         )
         .await;
         app.stop().await;
@@ -347,6 +364,16 @@ impl Agent {
             t.abort();
         }
     }
+}
+
+/// A start that failed half-way: end the tasks already spawned and stop the plugins
+/// already started (a retry or the previous configuration must find nothing of it).
+async fn abandon(app: &App, tasks: Vec<JoinHandle<()>>, e: StartError) -> StartError {
+    for t in tasks {
+        t.abort();
+    }
+    app.stop().await;
+    e
 }
 
 fn start_otlp(app: &App) -> Option<OtlpExporter> {
@@ -384,7 +411,10 @@ async fn finish_otlp(otlp: Option<OtlpExporter>) {
 
 /// The remediation dispatcher, when any action is configured: it takes every rule
 /// transition from the pipeline and decides (and audits) its actions.
-fn start_remediation(app: &App) -> Result<Option<Arc<Dispatcher>>, StartError> {
+fn start_remediation(
+    app: &App,
+    memory: &crate::remediation::Memory,
+) -> Result<Option<Arc<Dispatcher>>, StartError> {
     let cfg = &app.cfg.remediation;
     if cfg.actions.is_empty() {
         return Ok(None);
@@ -397,7 +427,7 @@ fn start_remediation(app: &App) -> Result<Option<Arc<Dispatcher>>, StartError> {
             .collect(),
         qos: Some(Arc::new(app.qos_applier())),
     };
-    let d = Dispatcher::new(cfg.clone(), Arc::clone(app.metrics()), targets)?;
+    let d = Dispatcher::with_memory(cfg.clone(), Arc::clone(app.metrics()), targets, memory)?;
     tracing::info!(
         audit_log = %d.audit_path().display(),
         kill_switch = %cfg.kill_switch.display(),

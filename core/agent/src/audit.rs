@@ -104,6 +104,9 @@ pub struct AuditLog {
     rotation: Rotation,
     /// The open file and its size.
     file: Mutex<Option<(std::fs::File, u64)>>,
+    /// A rotation failed (a directory the agent may not write): the log grows on, said
+    /// once, rather than every record failing (which would refuse every action).
+    rotation_failed: std::sync::atomic::AtomicBool,
 }
 
 impl AuditLog {
@@ -116,6 +119,7 @@ impl AuditLog {
             path,
             rotation,
             file: Mutex::new(None),
+            rotation_failed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -124,6 +128,15 @@ impl AuditLog {
         let mut p = self.path.clone().into_os_string();
         p.push(format!(".{n}"));
         PathBuf::from(p)
+    }
+
+    /// Rotate; on failure, keep appending to the file as it is (said once).
+    fn try_rotate(&self) {
+        if let Err(e) = self.rotate() {
+            self.rotation_failed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!(path = %self.path.display(), "cannot rotate the audit log ({e}); it grows on past audit_max_bytes");
+        }
     }
 
     /// Shift `PATH` to `PATH.1`, `PATH.1` to `PATH.2`, ..., dropping what is past `keep`.
@@ -176,13 +189,16 @@ impl AuditLog {
         let mut g = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let r = (|| {
             let full = |size: u64| {
-                self.rotation.max_bytes > 0
+                !self
+                    .rotation_failed
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    && self.rotation.max_bytes > 0
                     && size > 0
                     && size + line.len() as u64 > self.rotation.max_bytes
             };
             if g.as_ref().is_some_and(|(_, size)| full(*size)) {
                 *g = None;
-                self.rotate()?;
+                self.try_rotate();
             }
             if g.is_none() {
                 self.prepare().map_err(std::io::Error::other)?;
@@ -194,12 +210,13 @@ impl AuditLog {
                 *g = Some((f, size));
                 if full(size) {
                     *g = None;
-                    self.rotate()?;
+                    self.try_rotate();
                     let f = std::fs::OpenOptions::new()
                         .create(true)
                         .append(true)
                         .open(&self.path)?;
-                    *g = Some((f, 0));
+                    let size = f.metadata()?.len();
+                    *g = Some((f, size));
                 }
             }
             let (f, size) = g.as_mut().expect("opened above");

@@ -47,7 +47,8 @@ pub enum LoadError {
 }
 
 /// Why loading `path` would let someone other than root and the agent's user run code in
-/// the agent, as sshd's StrictModes asks: the file or a directory above it writable by
+/// the agent, in the spirit of sshd's StrictModes (which also refuses group-writable
+/// paths; here only others' write permission and foreign owners are refused): the file or a directory above it writable by
 /// others (a root-owned sticky directory such as /tmp excepted), or owned by someone other
 /// than root or the agent's user. `None`: safe.
 pub fn insecure_path(path: &Path) -> Option<String> {
@@ -75,6 +76,16 @@ pub fn insecure_path(path: &Path) -> Option<String> {
         }
         None
     };
+    // The directories of the path as configured (a symlink in a directory others can
+    // write is as replaceable as the file), then the file and directories it resolves to.
+    if let Some(why) = path
+        .ancestors()
+        .skip(1)
+        .filter(|d| !d.as_os_str().is_empty())
+        .find_map(|dir| check(dir, "the directory"))
+    {
+        return Some(why);
+    }
     let full = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     if let Some(why) = check(&full, "the file") {
         return Some(why);

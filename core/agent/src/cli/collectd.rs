@@ -32,6 +32,7 @@ async fn collectd_exec(mut cfg: Config) -> Result<i32> {
     cfg.exporters.stdout.enabled = false;
     let extras = Extras {
         collectd_exec: true,
+        ..Extras::default()
     };
     let agent = Agent::start(cfg, shutdown_on_signals(), extras).await?;
     agent.run().await;

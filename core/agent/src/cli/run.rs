@@ -49,10 +49,18 @@ fn load(a: &RunArgs) -> Result<Config> {
 
 /// Start an agent; a listener whose port the agent it replaces has not let go of yet is
 /// tried again for a few seconds.
-async fn start(cfg: &Config, stop: watch::Receiver<bool>) -> Result<Agent, StartError> {
+async fn start(
+    cfg: &Config,
+    stop: watch::Receiver<bool>,
+    memory: &crate::remediation::Memory,
+) -> Result<Agent, StartError> {
     let mut tries = 0;
     loop {
-        match Agent::start(cfg.clone(), stop.clone(), Extras::default()).await {
+        let extras = Extras {
+            remediation: memory.clone(),
+            ..Extras::default()
+        };
+        match Agent::start(cfg.clone(), stop.clone(), extras).await {
             Err(StartError::Listen(_)) if tries < 30 => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -68,9 +76,11 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     let mut hup = signal(SignalKind::hangup())?;
     let mut reloads: BTreeMap<String, u64> = BTreeMap::new();
     let mut previous: Option<Config> = None;
+    // Cooldowns and limits outlive a reload: a reload never lets an action run early.
+    let memory = crate::remediation::Memory::default();
     loop {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let agent = match (start(&cfg, stop_rx).await, previous.take()) {
+        let agent = match (start(&cfg, stop_rx, &memory).await, previous.take()) {
             (Ok(agent), _) => agent,
             (Err(e), None) => return Err(e.into()),
             (Err(e), Some(old)) => {

@@ -213,6 +213,32 @@ impl Config {
         if self.agent.timeout.is_zero() {
             return Err(invalid("agent.timeout", "must be greater than zero".into()));
         }
+        if self.agent.discovery_interval.is_zero() {
+            return Err(invalid(
+                "agent.discovery_interval",
+                "must be greater than zero".into(),
+            ));
+        }
+        for (name, p) in &self.plugins.builtin {
+            for (key, d) in [("interval", p.interval), ("timeout", p.timeout)] {
+                if d.is_some_and(|d| d.is_zero()) {
+                    return Err(invalid(
+                        &format!("plugins.builtin.{name}.{key}"),
+                        "must be greater than zero".into(),
+                    ));
+                }
+            }
+        }
+        for (i, p) in self.plugins.external.iter().enumerate() {
+            for (key, d) in [("interval", p.interval), ("timeout", p.timeout)] {
+                if d.is_some_and(|d| d.is_zero()) {
+                    return Err(invalid(
+                        &format!("plugins.external[{i}].{key}"),
+                        "must be greater than zero".into(),
+                    ));
+                }
+            }
+        }
         for (path, value, max) in self.durations() {
             if value > max {
                 return Err(invalid(

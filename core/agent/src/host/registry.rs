@@ -295,7 +295,11 @@ impl Registry {
                     path: ext.path.clone(),
                     why,
                 }),
-                None => PluginLibrary::load(&ext.path),
+                // Load what was checked: the resolved path, not a symlink that could
+                // change between the check and the load.
+                None => PluginLibrary::load(
+                    &std::fs::canonicalize(&ext.path).unwrap_or_else(|_| ext.path.clone()),
+                ),
             };
             let lib = match loaded {
                 Ok(lib) => lib,

@@ -74,7 +74,7 @@ pub struct ExternalPluginConfig {
     pub options: serde_json::Value,
     /// Load the library even when others could replace it (it, or a directory above it,
     /// writable by others, or owned by someone other than root or the agent's user).
-    /// Default false: such a library is refused, as sshd's StrictModes refuses such keys.
+    /// Default false: such a library is refused, in the spirit of sshd's StrictModes.
     #[serde(default)]
     pub allow_insecure_path: bool,
 }

@@ -37,6 +37,9 @@ pub struct Pipeline {
     rules: Mutex<Engine>,
     transitions: broadcast::Sender<Arc<Transition>>,
     events: broadcast::Sender<Arc<Collection>>,
+    /// The partial errors last said, per plugin (target → message).
+    partial_said:
+        Mutex<std::collections::HashMap<String, std::collections::BTreeMap<String, String>>>,
 }
 
 impl Pipeline {
@@ -50,6 +53,7 @@ impl Pipeline {
             rules: Mutex::new(Engine::new(rules)),
             transitions,
             events,
+            partial_said: Mutex::default(),
         })
     }
 
@@ -132,9 +136,20 @@ impl Pipeline {
             self.metrics.plugin_error(&e.name, "undeclared");
             tracing::warn!(plugin = %e.name, dropped, "{}: emitted metrics it did not declare; dropped", e.label());
         }
-        for err in &result.errors {
-            self.metrics.plugin_error(&e.name, "partial");
-            tracing::warn!(plugin = %e.name, target = %err.target, "{}: partial scrape: {}", e.label(), err.message);
+        {
+            // Every partial error is counted; each is said when it appears or changes, not
+            // on every collection (an unreadable counter stays unreadable).
+            let mut said = self.partial_said.lock().unwrap_or_else(|p| p.into_inner());
+            let before = said.remove(&e.name).unwrap_or_default();
+            let mut now = std::collections::BTreeMap::new();
+            for err in &result.errors {
+                self.metrics.plugin_error(&e.name, "partial");
+                if before.get(&err.target) != Some(&err.message) {
+                    tracing::warn!(plugin = %e.name, target = %err.target, "{}: partial scrape: {}", e.label(), err.message);
+                }
+                now.insert(err.target.clone(), err.message.clone());
+            }
+            said.insert(e.name.clone(), now);
         }
         self.metrics.samples_emitted(&e.name, result.samples.len());
         self.ingest(&e.name, &result.samples);

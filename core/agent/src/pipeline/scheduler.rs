@@ -67,7 +67,7 @@ pub async fn run(
             }
             tokio::select! {
                 _ = tokio::time::sleep(schedule.discovery_interval) => {}
-                _ = sd.changed() => break,
+                _ = sd.wait_for(|stop| *stop) => break,
             }
         }
     });
@@ -88,7 +88,7 @@ pub async fn run(
                 let at = next + jitter.next(schedule.jitter.min(interval / 2));
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
-                    _ = sd.changed() => break,
+                    _ = sd.wait_for(|stop| *stop) => break,
                 }
                 let _ = pipeline.collect_from(e).await;
                 next += interval;
@@ -100,7 +100,8 @@ pub async fn run(
         });
     }
     let mut shutdown = shutdown;
-    let _ = shutdown.changed().await;
+    // wait_for, not changed: a stop that came before this point is not missed.
+    let _ = shutdown.wait_for(|stop| *stop).await;
     tasks.shutdown().await;
 }
 

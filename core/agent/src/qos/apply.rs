@@ -149,7 +149,7 @@ impl Applier {
         detail: String,
         outcome: Option<&'static str>,
         started: Option<Instant>,
-    ) {
+    ) -> Result<(), String> {
         let mut labels = BTreeMap::new();
         labels.insert(rocewatch_metrics::ATTR_DEVICE.to_string(), c.device.clone());
         labels.insert(rocewatch_metrics::ATTR_PORT.to_string(), c.port.to_string());
@@ -170,9 +170,12 @@ impl Applier {
             duration_ms: started.map(|s| s.elapsed().as_millis() as u64),
         };
         // Flushed before a change is made; a change that cannot be audited is not made.
-        if let Err(e) = self.audit.append(&rec, decision == "executing") {
-            tracing::error!(path = %self.audit.path().display(), "cannot write the audit log: {e}");
-        }
+        self.audit
+            .append(&rec, decision == "executing")
+            .map_err(|e| {
+                tracing::error!(path = %self.audit.path().display(), "cannot write the audit log: {e}");
+                format!("refused: the audit log {} cannot be written ({e}); nothing was changed", self.audit.path().display())
+            })
     }
 
     /// A dry run of one change, audited as such: what the plugin would do, or why it
@@ -190,7 +193,7 @@ impl Applier {
             Ok(m) | Err(m) => m,
         };
         let detail = format!("{from_text} -> {}: {msg}", qc.to);
-        self.audit("dry_run", origin, action, c, detail, None, None);
+        let _ = self.audit("dry_run", origin, action, c, detail, None, None);
         r
     }
 
@@ -205,13 +208,18 @@ impl Applier {
     ) -> Result<ApplyOutcome, String> {
         let t0 = Instant::now();
         let detail = format!("{from_text} -> {}", qc.to);
-        self.audit("executing", origin, action, c, detail, None, None);
+        let audited = self.audit("executing", origin, action, c, detail, None, None);
+        // A new change that cannot be audited is not made. An undo is: it puts back what
+        // was there, and leaving a half-applied change in place would be the greater harm.
+        if !origin.ends_with("(undo after a failure)") {
+            audited?;
+        }
         let r = self.apply_one(qc, false).await;
         let (outcome, msg) = match &r {
             Ok(o) => ("ok", o.message.clone()),
             Err(e) => ("error", e.clone()),
         };
-        self.audit("result", origin, action, c, msg, Some(outcome), Some(t0));
+        let _ = self.audit("result", origin, action, c, msg, Some(outcome), Some(t0));
         r
     }
 

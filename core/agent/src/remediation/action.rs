@@ -193,17 +193,23 @@ pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
     // The command is done: whatever it left running goes with its group, which also
     // closes the pipes the readers wait on.
     drop(group);
+    // A grandchild that left the group (setsid) may still hold the pipes: read what came
+    // within a second, then stop reading.
     let grace = std::time::Duration::from_secs(1);
-    let out = tokio::time::timeout(grace, out)
+    let (mut out, mut err) = (out, err);
+    let out_text = tokio::time::timeout(grace, &mut out)
         .await
         .ok()
         .and_then(Result::ok)
         .unwrap_or_default();
-    let err = tokio::time::timeout(grace, err)
+    let err_text = tokio::time::timeout(grace, &mut err)
         .await
         .ok()
         .and_then(Result::ok)
         .unwrap_or_default();
+    out.abort();
+    err.abort();
+    let (out, err) = (out_text, err_text);
     if status.success() {
         Ok(format!("exit 0; stdout: {}", out.tail_text()))
     } else {

@@ -21,7 +21,7 @@ pub struct Dispatcher {
     audit: Arc<AuditLog>,
     metrics: Arc<SelfMetrics>,
     semaphore: Arc<Semaphore>,
-    state: Mutex<Limits>,
+    state: Arc<Mutex<Limits>>,
     http: reqwest::Client,
     targets: Targets,
 }
@@ -33,6 +33,24 @@ pub struct Targets {
     pub plugins: Vec<crate::host::registry::Entry>,
     /// What `qos_apply` actions apply through (none without configuration plugins).
     pub qos: Option<Arc<crate::qos::apply::Applier>>,
+}
+
+/// What the dispatcher remembers across a configuration reload: when each action last ran
+/// for each target (cooldowns), the starts of the last hour, and the slots of the actions
+/// still running. A reload must not let an action run again before its cooldown.
+#[derive(Clone, Default)]
+pub struct Memory {
+    limits: Arc<Mutex<Limits>>,
+    slots: Arc<Mutex<Option<Slots>>>,
+}
+
+/// The concurrency slots and how many there are (`max_concurrent`).
+type Slots = (usize, Arc<Semaphore>);
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("remediation::Memory")
+    }
 }
 
 #[derive(Default)]
@@ -51,14 +69,34 @@ impl Dispatcher {
         metrics: Arc<SelfMetrics>,
         targets: Targets,
     ) -> Result<Arc<Self>, AuditError> {
+        Self::with_memory(cfg, metrics, targets, &Memory::default())
+    }
+
+    /// A dispatcher that continues `memory` (the one before a reload).
+    pub fn with_memory(
+        cfg: RemediationConfig,
+        metrics: Arc<SelfMetrics>,
+        targets: Targets,
+        memory: &Memory,
+    ) -> Result<Arc<Self>, AuditError> {
         let audit = cfg.audit();
         audit.prepare()?;
         Ok(Arc::new(Dispatcher {
             audit: Arc::new(audit),
-            semaphore: Arc::new(Semaphore::new(cfg.max_concurrent)),
+            semaphore: {
+                let mut slots = memory.slots.lock().unwrap_or_else(|p| p.into_inner());
+                match &*slots {
+                    Some((n, s)) if *n == cfg.max_concurrent => Arc::clone(s),
+                    _ => {
+                        let s = Arc::new(Semaphore::new(cfg.max_concurrent));
+                        *slots = Some((cfg.max_concurrent, Arc::clone(&s)));
+                        s
+                    }
+                }
+            },
             cfg,
             metrics,
-            state: Mutex::new(Limits::default()),
+            state: Arc::clone(&memory.limits),
             http: reqwest::Client::new(),
             targets,
         }))
@@ -71,13 +109,16 @@ impl Dispatcher {
     /// Count and audit a decision; `Err` with the reason when the record could not be
     /// written (the caller must then not act).
     fn record(&self, rec: AuditRecord, sync: bool) -> Result<(), String> {
-        if let Some(a) = &rec.action {
-            self.metrics.remediation_decision(a, rec.decision);
-        }
-        self.audit.append(&rec, sync).map_err(|e| {
+        let r = self.audit.append(&rec, sync).map_err(|e| {
             tracing::error!(path = %self.audit.path().display(), decision = rec.decision, "cannot write the remediation audit log: {e}");
             e.to_string()
-        })
+        });
+        // Counted when it happened: an unwritten `executing` did not (it became
+        // `refused`, which is counted even when the log cannot take it either).
+        if let (Some(a), true) = (&rec.action, r.is_ok() || rec.decision == "refused") {
+            self.metrics.remediation_decision(a, rec.decision);
+        }
+        r
     }
 
     /// Whether the kill switch stops actions: only "no such file" means it is not engaged;
@@ -911,5 +952,37 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("both map to ROCEWATCH_LABEL_A_B"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_keeps_cooldowns() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = || {
+            cfg(
+                dir.path(),
+                "[actions.l]\ntype = \"log\"\ndry_run = false\ncooldown = \"10m\"",
+                "",
+            )
+        };
+        let memory = Memory::default();
+        let before =
+            Dispatcher::with_memory(c(), Arc::default(), Targets::default(), &memory).unwrap();
+        settle(before.handle(&fire("storm", "mlx5_0", true, "l"))).await;
+        // The configuration is reloaded: a new dispatcher, the same memory.
+        let after =
+            Dispatcher::with_memory(c(), Arc::default(), Targets::default(), &memory).unwrap();
+        settle(after.handle(&fire("storm", "mlx5_0", true, "l"))).await;
+        let d = decisions(dir.path());
+        assert_eq!(
+            d,
+            [
+                "fired",
+                "executing",
+                "result",
+                "fired",
+                "suppressed:cooldown"
+            ],
+            "{d:?}"
+        );
     }
 }

@@ -25,4 +25,4 @@ mod dispatcher;
 
 pub use action::{describe, Breach};
 pub use config::{validate, ActionConfig, ActionKind, Event, RemediationConfig};
-pub use dispatcher::{Dispatcher, Targets};
+pub use dispatcher::{Dispatcher, Memory, Targets};

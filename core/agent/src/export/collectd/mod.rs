@@ -312,20 +312,19 @@ pub fn value_lists(
         .collect()
 }
 
-/// Value lists of every series in the store read after `since` (each at the time it was
-/// read: collectd refuses a value no newer than the last one it has) plus the
-/// self-metrics: what every other exporter sees, histograms aside (collectd has no type
-/// for a distribution).
+/// Value lists of every series the store ingested after its ingest count `since` (each
+/// at the time it was read: collectd refuses a value no newer than the last one it has)
+/// plus the self-metrics, and the count to pass next time: what every other exporter sees,
+/// histograms aside (collectd has no type for a distribution).
 pub fn store_value_lists(
     store: &Store,
     metrics: &SelfMetrics,
     host: &str,
     interval: Duration,
-    since: SystemTime,
-) -> Vec<ValueList> {
-    let mut lists = store.with_series(|series, _| {
+    since: u64,
+) -> (Vec<ValueList>, u64) {
+    let (mut lists, seen) = store.with_series_since(since, |series| {
         series
-            .filter(|s| s.time > since)
             .map(|s| value_list(&s.sample, host, s.time, interval))
             .collect::<Vec<_>>()
     });
@@ -336,7 +335,7 @@ pub fn store_value_lists(
             .iter()
             .map(|s| value_list(s, host, now, interval)),
     );
-    lists
+    (lists, seen)
 }
 
 /// Send every series in the store to the collectd server every `interval` until `shutdown`
@@ -352,7 +351,7 @@ pub async fn run(
     let security = Security::from_config(&cfg);
     let host = cfg.host_name.clone().unwrap_or(host);
     let mut socket: Option<tokio::net::UdpSocket> = None;
-    let mut sent_until = SystemTime::UNIX_EPOCH;
+    let mut sent_until = 0;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -371,9 +370,8 @@ pub async fn run(
             };
         }
         let sock = socket.as_ref().expect("connected above");
-        let now = SystemTime::now();
-        let lists = store_value_lists(&store, &metrics, &host, interval, sent_until);
-        sent_until = now;
+        let (lists, seen) = store_value_lists(&store, &metrics, &host, interval, sent_until);
+        sent_until = seen;
         for packet in encode(&lists, &security) {
             if let Err(e) = sock.send(&packet).await {
                 metrics.exporter_error("collectd");
@@ -400,15 +398,14 @@ pub async fn run_exec(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // The first tick is at once, before anything was collected: wait one interval.
     tick.tick().await;
-    let mut sent_until = SystemTime::UNIX_EPOCH;
+    let mut sent_until = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let now = SystemTime::now();
-        let lists = store_value_lists(&store, &metrics, &host, interval, sent_until);
-        sent_until = now;
+        let (lists, seen) = store_value_lists(&store, &metrics, &host, interval, sent_until);
+        sent_until = seen;
         let mut out = std::io::stdout().lock();
         for v in &lists {
             if writeln!(out, "{}", putval(v)).is_err() {

@@ -623,8 +623,13 @@ fn agent_exports_the_configuration_and_reapplies_on_drift() {
             "rdma_qos_drift{{network_interface_name=\"ens1f0np0\",rdma_device=\"mlx5_0\",rdma_port=\"1\",rdma_qos_setting=\"mtu\"}} {v}"
         )
     };
-    let text = scrape_until("the configuration metrics", &|t| {
+    // Each drifting setting is re-applied on its own transition: wait until none drifts, so
+    // the fingerprint below is of the same settings `qos show` reads afterwards.
+    let text = scrape_until("the configuration metrics, in sync", &|t| {
         t.contains(&drift_mtu("0"))
+            && !t
+                .lines()
+                .any(|l| l.starts_with("rdma_qos_drift{") && l.ends_with(" 1"))
     });
     assert!(
         text.contains("rdma_qos_setting{network_interface_name=\"ens1f0np0\",rdma_device=\"mlx5_0\",rdma_port=\"1\",rdma_qos_setting=\"roce_mode\",rdma_qos_value=\"RoCE v2\"} 1"),

@@ -640,13 +640,18 @@ fn agent_exports_the_configuration_and_reapplies_on_drift() {
             && text.contains("rdma_qos_value=\"unknown\""),
         "{text}"
     );
+    // The same fingerprint as `qos show` prints for the tree (once the agent has read the
+    // settings as they are now).
+    let shown = show_at(&root);
+    let want = shown["fingerprint"].as_str().unwrap().to_string();
+    let text = scrape_until("the fingerprint of the settings as they are", &|t| {
+        t.contains(&format!("rdma_qos_fingerprint=\"{want}\""))
+    });
     let fp_line = text
         .lines()
         .find(|l| l.starts_with("rdma_qos_fingerprint{"))
         .unwrap_or_else(|| panic!("no fingerprint:\n{text}"))
         .to_string();
-    // The same fingerprint as `qos show` prints for the tree.
-    let shown = show_at(&root);
     assert!(
         fp_line.contains(shown["fingerprint"].as_str().unwrap()),
         "{fp_line} vs {}",

@@ -168,7 +168,21 @@ pub async fn watch(
             Ok(states) => {
                 let mut inv = discovery.latest();
                 if inv.devices.is_empty() {
-                    inv = discovery.discover().await.unwrap_or_default();
+                    match discovery.discover().await {
+                        Ok(i) => inv = i,
+                        // Discovery is busy (the scheduler's own run at start): a
+                        // fingerprint without drivers and firmware would differ from the
+                        // fleet's for no reason. Read again next interval.
+                        Err(e @ crate::host::call::CallError::Busy { .. }) => {
+                            tracing::debug!("qos: no inventory yet ({e}); next interval");
+                            tokio::select! {
+                                _ = tokio::time::sleep(interval) => {}
+                                _ = shutdown.changed() => return,
+                            }
+                            continue;
+                        }
+                        Err(_) => {}
+                    }
                 }
                 let fp = fingerprint(&states, &inv);
                 pipeline.ingest_at(

@@ -261,13 +261,11 @@ mod tests {
     fn the_log_rotates_by_size_and_keeps_n_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let log = AuditLog::with_rotation(
-            path.clone(),
-            Rotation {
-                max_bytes: 1000,
-                keep: 2,
-            },
-        );
+        const SMALL: Rotation = Rotation {
+            max_bytes: 1000,
+            keep: 2,
+        };
+        let log = AuditLog::with_rotation(path.clone(), SMALL);
         for n in 0..100 {
             log.append(&record(n), false).unwrap();
         }
@@ -285,13 +283,7 @@ mod tests {
             "{last}"
         );
         // A new log on the same path continues the file and rotates it when full.
-        let again = AuditLog::with_rotation(
-            path.clone(),
-            Rotation {
-                max_bytes: 1000,
-                keep: 2,
-            },
-        );
+        let again = AuditLog::with_rotation(path.clone(), SMALL);
         for n in 100..120 {
             again.append(&record(n), false).unwrap();
         }

@@ -297,21 +297,6 @@ impl Security {
     }
 }
 
-/// Value lists of one collection plus the self-metrics.
-pub fn value_lists(
-    samples: &[Sample],
-    metrics: &SelfMetrics,
-    host: &str,
-    time: SystemTime,
-    interval: Duration,
-) -> Vec<ValueList> {
-    samples
-        .iter()
-        .chain(metrics.samples().iter())
-        .map(|s| value_list(s, host, time, interval))
-        .collect()
-}
-
 /// Value lists of every series the store ingested after its ingest count `since` (each
 /// at the time it was read: collectd refuses a value no newer than the last one it has)
 /// plus the self-metrics, and the count to pass next time: what every other exporter sees,

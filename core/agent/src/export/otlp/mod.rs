@@ -673,16 +673,20 @@ mod tests {
         }
     }
 
+    fn queue(capacity: usize, max_bytes: usize, metrics: &Arc<SelfMetrics>) -> Queue {
+        Queue {
+            state: Mutex::new(QueueState::default()),
+            cv: Condvar::new(),
+            capacity,
+            max_bytes,
+            metrics: Arc::clone(metrics),
+        }
+    }
+
     #[test]
     fn full_queue_drops_the_oldest_and_counts() {
         let metrics = Arc::new(SelfMetrics::default());
-        let q = Queue {
-            state: Mutex::new(QueueState::default()),
-            cv: Condvar::new(),
-            capacity: 2,
-            max_bytes: usize::MAX,
-            metrics: Arc::clone(&metrics),
-        };
+        let q = queue(2, usize::MAX, &metrics);
         q.push(req("a"));
         q.push(req("b"));
         q.push(req("c"));
@@ -710,13 +714,7 @@ mod tests {
     fn the_queue_is_bounded_in_bytes() {
         let metrics = Arc::new(SelfMetrics::default());
         let one = prost::Message::encoded_len(&req("aaaa"));
-        let q = Queue {
-            state: Mutex::new(QueueState::default()),
-            cv: Condvar::new(),
-            capacity: 1000,
-            max_bytes: 3 * one,
-            metrics: Arc::clone(&metrics),
-        };
+        let q = queue(1000, 3 * one, &metrics);
         for tag in ["aaaa", "bbbb", "cccc", "dddd", "eeee"] {
             q.push(req(tag));
         }
@@ -731,13 +729,7 @@ mod tests {
         assert_eq!(metrics.exporter_dropped_count("otlp"), 2);
         drop(st);
         // One snapshot larger than the bound is still kept (the newest always is).
-        let tiny = Queue {
-            state: Mutex::new(QueueState::default()),
-            cv: Condvar::new(),
-            capacity: 1000,
-            max_bytes: 1,
-            metrics: Arc::default(),
-        };
+        let tiny = queue(1000, 1, &Arc::default());
         tiny.push(req("big"));
         assert_eq!(tiny.len(), 1);
     }

@@ -17,6 +17,8 @@
 //! - `lab`: the soft-RoCE guest pair (real verbs, sysfs, netlink, configfs, nftables).
 //! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
 //! - `doctor`: `rocewatch doctor` on fixture trees (the soft-RoCE pair is in `lab`).
+//! - `web`: TLS and basic auth on the listeners (exporter-toolkit's web configuration),
+//!   with a real Prometheus and curl.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 
@@ -41,3 +43,4 @@ mod probes;
 mod prometheus;
 mod qos;
 mod rules;
+mod web;

@@ -197,7 +197,23 @@ impl Agent {
                 p.reconnect_backoff,
             ));
         }
-        // Bind before anything else: a taken port is a configuration error, reported at once.
+        // Read the web configuration and bind before anything else: a bad certificate or a
+        // taken port is a configuration error, reported at once.
+        let prom_web =
+            match cfg
+                .exporters
+                .prometheus
+                .as_ref()
+                .and_then(|p| p.web_config_file.as_ref())
+            {
+                Some(f) => Some(crate::util::web::WebListener::load(f).map_err(|e| {
+                    StartError::Config {
+                        path: "exporters.prometheus.web_config_file".into(),
+                        message: e.to_string(),
+                    }
+                })?),
+                None => None,
+            };
         let prom_listener = match &cfg.exporters.prometheus {
             Some(p) => Some(crate::export::prometheus::bind(p.listen).await?),
             None => None,
@@ -224,7 +240,11 @@ impl Agent {
             alertmanager: None,
         };
         if let Some(l) = prom_listener {
-            tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus /metrics and /healthz");
+            let web = prom_web.as_ref().map_or_else(
+                || "plain HTTP, no authentication".to_string(),
+                |w| w.current("prometheus endpoint").summary,
+            );
+            tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), %web, "serving Prometheus /metrics and /healthz");
             let state = crate::export::prometheus::Exposition {
                 store: Arc::clone(app.store()),
                 metrics: Arc::clone(app.metrics()),
@@ -237,6 +257,7 @@ impl Agent {
                     .prometheus
                     .as_ref()
                     .map_or(64, |p| p.max_connections),
+                prom_web,
                 stop.clone(),
             )));
         }
@@ -284,7 +305,7 @@ impl Agent {
                         return Err(abandon(&app, tasks, StartError::Config { path, message }).await)
                     }
                 };
-                tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), "Alertmanager webhook receiver on POST /alertmanager");
+                tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), web = am.web_config_file.as_ref().map(|f| f.display().to_string()).unwrap_or_default(), "Alertmanager webhook receiver on POST /alertmanager");
                 tasks.push(tokio::spawn(crate::alertmanager::serve(
                     listener,
                     rx,

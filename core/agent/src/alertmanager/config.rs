@@ -3,9 +3,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use globset::Glob;
 use serde::Deserialize;
+
+use crate::util::web::{Web, WebListener};
 
 pub(super) fn default_listen() -> SocketAddr {
     "127.0.0.1:9465".parse().expect("static address")
@@ -50,6 +53,11 @@ pub struct AlertmanagerConfig {
     /// Connections served at once (default 64); past it a new one is closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// TLS and basic authentication: a web configuration file in the format of
+    /// Prometheus's exporter-toolkit. Its `basic_auth_users` (or client certificates it
+    /// requires and verifies) authenticate Alertmanager in place of the bearer token.
+    #[serde(default)]
+    pub web_config_file: Option<PathBuf>,
     /// Which alerts trigger which actions.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
@@ -65,12 +73,23 @@ pub struct RouteConfig {
 }
 
 impl AlertmanagerConfig {
-    /// The token requests must carry, or `None` when unauthenticated access is allowed.
-    pub fn token(&self) -> Result<Option<String>, (String, String)> {
-        if let Some(t) = &self.bearer_token {
-            return Ok(Some(t.trim().to_string()));
-        }
-        if let Some(f) = &self.bearer_token_file {
+    /// The listener's web configuration (TLS, basic auth), when one is set.
+    pub fn web(&self) -> Result<Option<Arc<WebListener>>, (String, String)> {
+        self.web_config_file
+            .as_ref()
+            .map(|p| {
+                WebListener::load(p)
+                    .map_err(|e| ("alertmanager.web_config_file".to_string(), e.to_string()))
+            })
+            .transpose()
+    }
+
+    /// The token requests must carry, or `None` when the web configuration authenticates
+    /// requests or unauthenticated access is allowed.
+    pub fn token(&self, web: Option<&Web>) -> Result<Option<String>, (String, String)> {
+        let token = if let Some(t) = &self.bearer_token {
+            Some(t.trim().to_string())
+        } else if let Some(f) = &self.bearer_token_file {
             let t = std::fs::read_to_string(f).map_err(|e| {
                 (
                     "alertmanager.bearer_token_file".to_string(),
@@ -84,14 +103,22 @@ impl AlertmanagerConfig {
                     format!("{} is empty", f.display()),
                 ));
             }
-            return Ok(Some(t));
+            Some(t)
+        } else {
+            None
+        };
+        if token.is_some() && web.is_some_and(|w| w.users.is_some()) {
+            return Err((
+                "alertmanager.web_config_file".into(),
+                "its basic_auth_users and a bearer token cannot both be required (Alertmanager sends one Authorization header): keep one".into(),
+            ));
         }
-        if self.allow_unauthenticated {
-            return Ok(None);
+        if token.is_some() || web.is_some_and(Web::authenticates) || self.allow_unauthenticated {
+            return Ok(token);
         }
         Err((
             "alertmanager".into(),
-            "set bearer_token_file (or bearer_token), or allow_unauthenticated = true to accept anyone who can reach the port".into(),
+            "set bearer_token_file (or bearer_token), or a web_config_file with basic_auth_users or required client certificates, or allow_unauthenticated = true to accept anyone who can reach the port".into(),
         ))
     }
 }
@@ -104,10 +131,8 @@ pub fn validate(
     // What the receiver checks at start, checked here too (a token file that is missing
     // or empty, no token at all without allow_unauthenticated): `config check` refuses
     // what `run` would.
-    if cfg.bearer_token_file.is_some() || (cfg.bearer_token.is_none() && !cfg.allow_unauthenticated)
-    {
-        cfg.token()?;
-    }
+    let web = cfg.web()?;
+    cfg.token(web.map(|w| w.current("alertmanager webhook")).as_ref())?;
     if cfg.max_requests_per_second == 0 {
         return Err((
             "alertmanager.max_requests_per_second".into(),

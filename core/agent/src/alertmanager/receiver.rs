@@ -48,6 +48,7 @@ pub struct Receiver {
     max_connections: usize,
     /// Refused requests are said at most once a minute, with their count.
     refused: crate::util::http::Throttle,
+    web: Option<Arc<crate::util::web::WebListener>>,
 }
 
 impl Receiver {
@@ -56,8 +57,14 @@ impl Receiver {
         dispatcher: Arc<Dispatcher>,
         metrics: Arc<crate::selfmetrics::SelfMetrics>,
     ) -> Result<Arc<Self>, (String, String)> {
+        let web = cfg.web()?;
         Ok(Arc::new(Receiver {
-            token: cfg.token()?,
+            token: cfg.token(
+                web.as_ref()
+                    .map(|w| w.current("alertmanager webhook"))
+                    .as_ref(),
+            )?,
+            web,
             max_body: cfg.max_body_bytes,
             router: Router::new(cfg),
             bucket: Mutex::new(Bucket {
@@ -194,6 +201,7 @@ pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, shutdown: watch::Re
         name: "alertmanager webhook",
         max_connections: rx.max_connections,
         writev: false,
+        web: rx.web.clone(),
     };
     crate::util::http::serve(
         listener,

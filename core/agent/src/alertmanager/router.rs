@@ -125,10 +125,10 @@ actions = ["page", "log"]
             router.transition(&alert("RoCEPauseStorm", "critical")).rule,
             "alertmanager/RoCEPauseStorm"
         );
-        assert_eq!(cfg.token().unwrap().as_deref(), Some("s3cret"));
+        assert_eq!(cfg.token(None).unwrap().as_deref(), Some("s3cret"));
         let open: AlertmanagerConfig = toml::from_str("").unwrap();
         assert!(open
-            .token()
+            .token(None)
             .unwrap_err()
             .1
             .contains("allow_unauthenticated"));

@@ -1,4 +1,4 @@
-//! `rocewatch config check FILE`.
+//! `rocewatch config check FILE`, `rocewatch config hash-password`.
 
 use std::path::Path;
 
@@ -17,4 +17,18 @@ pub fn check(file: &Path) -> Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// One line from standard input (without its newline) → its bcrypt hash on standard output.
+pub fn hash_password(cost: u32) -> Result<i32> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.strip_suffix('\n').unwrap_or(&line);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    if password.is_empty() {
+        eprintln!("rocewatch: no password on standard input");
+        return Ok(1);
+    }
+    println!("{}", bcrypt::hash(password, cost)?);
+    Ok(0)
 }

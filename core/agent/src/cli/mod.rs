@@ -41,6 +41,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Rules(a) => rules::run(a).await,
         Command::Probe(a) => probe::run(a).await,
         Command::Config(ConfigCommand::Check { file }) => config::check(&file),
+        Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,
         Command::Demo(a) => demo::run(a).await,

@@ -252,6 +252,15 @@ impl Config {
             }
         }
         self.check_listeners().map_err(|(p, m)| invalid(&p, m))?;
+        if let Some(f) = self
+            .exporters
+            .prometheus
+            .as_ref()
+            .and_then(|p| p.web_config_file.as_ref())
+        {
+            crate::util::web::WebListener::load(f)
+                .map_err(|e| invalid("exporters.prometheus.web_config_file", e.to_string()))?;
+        }
         if let Err((i, message)) = crate::rules::validate(&self.rules, rocewatch_metrics::kind_of) {
             let rule = &self.rules[i].name;
             return Err(invalid(&format!("rules[{i}] ({rule})"), message));

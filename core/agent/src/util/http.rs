@@ -1,7 +1,9 @@
 //! The one HTTP accept loop of the agent's listeners (`/metrics`, the Alertmanager
 //! receiver): HTTP/1.1 with a header timeout (slow clients are closed) and at most
 //! `max_connections` connections at once; past that a new connection is closed at once
-//! (it costs nothing to keep), and the refusals are said at most once a minute.
+//! (it costs nothing to keep), and the refusals are said at most once a minute. With a
+//! web configuration ([`super::web`]): TLS (the handshake bounded like the headers) and
+//! basic authentication before the handler sees a request.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 /// How a listener serves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// For logs: "prometheus endpoint", "alertmanager webhook".
     pub name: &'static str,
@@ -25,7 +27,12 @@ pub struct ServeOptions {
     /// Hand response bodies to the socket as they are (writev) instead of copying them
     /// into hyper's buffer first (large bodies: `/metrics`).
     pub writev: bool,
+    /// TLS and authentication (exporter-toolkit's web configuration), when configured.
+    pub web: Option<Arc<super::web::WebListener>>,
 }
+
+/// Slow TLS handshakes are closed like slow headers.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Say a repeated condition at most once per `every`, with how often it happened.
 #[derive(Debug)]
@@ -70,6 +77,9 @@ pub async fn serve<H, F>(
 {
     let slots = Arc::new(Semaphore::new(opts.max_connections.max(1)));
     let refused = Throttle::new(Duration::from_secs(60));
+    // Failed handshakes and refused credentials are said apart, each once a minute.
+    let failed = Arc::new(Throttle::new(Duration::from_secs(60)));
+    let unauthorized = Arc::new(Throttle::new(Duration::from_secs(60)));
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -94,20 +104,98 @@ pub async fn serve<H, F>(
             continue;
         };
         let handler = handler.clone();
+        let opts = opts.clone();
+        let failed = Arc::clone(&failed);
+        let unauthorized = Arc::clone(&unauthorized);
         tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(handler);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .writev(opts.writev)
-                .serve_connection(io, svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, "{} connection: {e}", opts.name);
+            let web = opts.web.as_ref().map(|w| w.current(opts.name));
+            let tls = web.as_ref().and_then(|w| w.tls.clone());
+            let r = match tls {
+                None => connection(stream, &opts, handler, web, &unauthorized).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => connection(tls, &opts, handler, web, &unauthorized).await,
+                        Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
+                        Err(_) => Err(format!("TLS handshake: not done in {HANDSHAKE_TIMEOUT:?}")),
+                    }
+                }
+            };
+            if let Err(e) = r {
+                if let Some(n) = failed.hit() {
+                    tracing::warn!("{}: {n} connection(s) refused since the last report; latest from {peer}: {e}", opts.name);
+                }
             }
             drop(permit);
         });
     }
+}
+
+/// Serve one connection (plain or TLS): authentication first, then the handler, then the
+/// configured response headers.
+async fn connection<S, H, F>(
+    stream: S,
+    opts: &ServeOptions,
+    handler: H,
+    web: Option<super::web::Web>,
+    failed: &Arc<Throttle>,
+) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let web = web.map(Arc::new);
+    let name = opts.name;
+    let failed = Arc::clone(failed);
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let handler = handler.clone();
+        let web = web.clone();
+        let failed = Arc::clone(&failed);
+        async move {
+            if let Some(users) = web.as_ref().and_then(|w| w.users.as_ref()) {
+                let header = req
+                    .headers()
+                    .get(hyper::header::AUTHORIZATION)
+                    .map(|v| v.as_bytes());
+                if !users.allows(header).await {
+                    if let Some(n) = failed.hit() {
+                        tracing::warn!("{name}: {n} request(s) refused since the last report; latest: {} {}: missing or wrong basic auth credentials", req.method(), req.uri().path());
+                    }
+                    let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized\n")));
+                    *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
+                    r.headers_mut().insert(
+                        hyper::header::WWW_AUTHENTICATE,
+                        hyper::header::HeaderValue::from_static("Basic realm=\"rocewatch\""),
+                    );
+                    return Ok::<_, Infallible>(with_headers(r, web.as_deref()));
+                }
+            }
+            let r = handler(req).await?;
+            Ok(with_headers(r, web.as_deref()))
+        }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
+        .writev(opts.writev)
+        .serve_connection(io, svc)
+        .await
+    {
+        // A client that goes away mid-request is its own business.
+        tracing::debug!("{} connection: {e}", opts.name);
+    }
+    Ok(())
+}
+
+fn with_headers(
+    mut r: Response<Full<Bytes>>,
+    web: Option<&super::web::Web>,
+) -> Response<Full<Bytes>> {
+    for (k, v) in web.iter().flat_map(|w| &w.headers) {
+        r.headers_mut().insert(k.clone(), v.clone());
+    }
+    r
 }
 
 #[cfg(test)]
@@ -136,6 +224,7 @@ mod tests {
             name: "test",
             max_connections: 2,
             writev: false,
+            web: None,
         };
         let server = tokio::spawn(serve(
             listener,

@@ -1,6 +1,7 @@
 //! Small pieces every component may use: configuration durations, shutdown signals, the
-//! HTTP accept loop of the listeners.
+//! HTTP accept loop of the listeners and their web configuration (TLS, basic auth).
 
 pub mod duration;
 pub mod http;
 pub mod signals;
+pub mod web;

@@ -17,6 +17,10 @@ pub struct PrometheusConfig {
     /// Connections served at once (default 64); past it a new one is closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// TLS and basic authentication: a web configuration file in the format of
+    /// Prometheus's exporter-toolkit (node_exporter's `--web.config.file`).
+    #[serde(default)]
+    pub web_config_file: Option<std::path::PathBuf>,
 }
 
 pub(super) fn default_max_connections() -> usize {
@@ -28,6 +32,7 @@ impl Default for PrometheusConfig {
         PrometheusConfig {
             listen: default_prometheus_listen(),
             max_connections: default_max_connections(),
+            web_config_file: None,
         }
     }
 }

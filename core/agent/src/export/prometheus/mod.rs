@@ -306,11 +306,13 @@ async fn handle(
 }
 
 /// Serve `/metrics`, `/healthz` and `/rules` on `listener` until `shutdown` turns true,
-/// with at most `max_connections` connections at once.
+/// with at most `max_connections` connections at once, with TLS and authentication when
+/// `web` says so.
 pub async fn serve(
     listener: TcpListener,
     state: Exposition,
     max_connections: usize,
+    web: Option<Arc<crate::util::web::WebListener>>,
     shutdown: watch::Receiver<bool>,
 ) {
     let opts = crate::util::http::ServeOptions {
@@ -318,6 +320,7 @@ pub async fn serve(
         max_connections,
         // The rendered body is the bulk of every scrape: to the socket as it is.
         writev: true,
+        web,
     };
     crate::util::http::serve(
         listener,

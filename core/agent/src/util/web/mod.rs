@@ -1,0 +1,370 @@
+//! TLS and basic authentication on the listeners, configured by a web configuration file
+//! in the format of Prometheus's exporter-toolkit (the file node_exporter users already
+//! have works as it is): `tls_server_config` (certificate and key, client CA and client
+//! auth type, allowed client SANs, TLS versions, cipher suites, curves),
+//! `http_server_config.headers`, `basic_auth_users` (bcrypt).
+//!
+//! The file and the files it names are looked at again when a connection arrives (a
+//! `stat` each): a renewed certificate is served without a restart, as exporter-toolkit
+//! does. A file that turns bad keeps the last good settings, and says so once.
+
+pub mod auth;
+pub mod config;
+pub mod tls;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use hyper::header::{HeaderName, HeaderValue};
+
+/// What is wrong with a web configuration; always names the file, and the key when known.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WebError {
+    #[error("{file}: {}{message}", key_prefix(key))]
+    Invalid {
+        file: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+fn key_prefix(key: &str) -> String {
+    if key.is_empty() || key == "." {
+        String::new()
+    } else {
+        format!("{key}: ")
+    }
+}
+
+impl WebError {
+    pub fn invalid(file: &Path, key: impl Into<String>, message: impl Into<String>) -> Self {
+        WebError::Invalid {
+            file: file.to_path_buf(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    fn file(file: &Path, key: &str, e: impl std::fmt::Display) -> Self {
+        WebError::invalid(file, key, e.to_string())
+    }
+}
+
+/// One loaded web configuration.
+#[derive(Clone)]
+pub struct Web {
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub users: Option<Arc<auth::Users>>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Whether a client is asked for a certificate it must have and that the CA signed.
+    pub requires_client_cert: bool,
+    /// What a log line says about the settings.
+    pub summary: String,
+}
+
+impl std::fmt::Debug for Web {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary)
+    }
+}
+
+impl Web {
+    /// Read and check `path` and build what serving needs; errors name the file and key.
+    pub fn load(path: &Path) -> Result<(Web, Vec<PathBuf>), WebError> {
+        let (file, tls, files) = config::read(path)?;
+        let mut summary = Vec::new();
+        let acceptor = match &tls {
+            Some(t) => {
+                let cfg = tls::server_config(path, t)?;
+                summary.push(format!(
+                    "TLS (client certificates: {:?}, min {:?})",
+                    t.client_auth,
+                    t.min_version.max(config::TlsVersion::Tls12)
+                ));
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
+            }
+            None => None,
+        };
+        let users = if file.basic_auth_users.is_empty() {
+            None
+        } else {
+            summary.push(format!(
+                "basic auth ({} user(s))",
+                file.basic_auth_users.len()
+            ));
+            Some(auth::Users::new(file.basic_auth_users.clone()))
+        };
+        let headers = file
+            .http_server_config
+            .iter()
+            .flat_map(|h| &h.headers)
+            .filter_map(|(k, v)| {
+                Some((
+                    HeaderName::from_bytes(k.as_bytes()).ok()?,
+                    HeaderValue::from_str(v).ok()?,
+                ))
+            })
+            .collect();
+        let web = Web {
+            tls: acceptor,
+            users,
+            headers,
+            requires_client_cert: tls
+                .as_ref()
+                .is_some_and(|t| t.client_auth == config::ClientAuth::RequireAndVerifyClientCert),
+            summary: if summary.is_empty() {
+                "plain HTTP, no authentication".into()
+            } else {
+                summary.join(", ")
+            },
+        };
+        Ok((web, files))
+    }
+
+    /// Whether a client must authenticate (a password or a verified certificate).
+    pub fn authenticates(&self) -> bool {
+        self.users.is_some() || self.requires_client_cert
+    }
+}
+
+type Stamp = Vec<Option<(SystemTime, u64)>>;
+
+fn stamp(files: &[PathBuf]) -> Stamp {
+    files
+        .iter()
+        .map(|f| {
+            let m = std::fs::metadata(f).ok()?;
+            Some((m.modified().ok()?, m.len()))
+        })
+        .collect()
+}
+
+/// A listener's web configuration, read again when its files change.
+#[derive(Debug)]
+pub struct WebListener {
+    path: PathBuf,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    web: Web,
+    files: Vec<PathBuf>,
+    stamp: Stamp,
+    /// The stamp of a change that failed to load (said once, not per connection).
+    refused: Option<Stamp>,
+}
+
+impl WebListener {
+    /// Load `path`; an error names the file and key.
+    pub fn load(path: &Path) -> Result<Arc<WebListener>, WebError> {
+        let (web, files) = Web::load(path)?;
+        let stamp = stamp(&files);
+        Ok(Arc::new(WebListener {
+            path: path.to_path_buf(),
+            state: Mutex::new(State {
+                web,
+                files,
+                stamp,
+                refused: None,
+            }),
+        }))
+    }
+
+    /// The settings now: the files are read again when one of them changed.
+    pub fn current(&self, name: &str) -> Web {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = stamp(&s.files);
+        if now != s.stamp && s.refused.as_ref() != Some(&now) {
+            match Web::load(&self.path) {
+                Ok((web, files)) => {
+                    tracing::info!(
+                        "{name}: {} changed; now serving {}",
+                        self.path.display(),
+                        web.summary
+                    );
+                    s.stamp = stamp(&files);
+                    s.web = web;
+                    s.files = files;
+                    s.refused = None;
+                }
+                Err(e) => {
+                    tracing::error!("{name}: web configuration changed but cannot be used, keeping the previous one: {e}");
+                    s.refused = Some(now);
+                }
+            }
+        }
+        s.web.clone()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Files {
+        dir: tempfile::TempDir,
+    }
+
+    impl Files {
+        fn new() -> Files {
+            let dir = tempfile::tempdir().unwrap();
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+                .unwrap()
+                .self_signed(&key)
+                .unwrap();
+            std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+            std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+            std::fs::write(dir.path().join("ca.pem"), cert.pem()).unwrap();
+            Files { dir }
+        }
+
+        fn web(&self, yaml: &str) -> PathBuf {
+            let p = self.dir.path().join("web.yml");
+            std::fs::write(&p, yaml).unwrap();
+            p
+        }
+
+        fn error(&self, yaml: &str) -> String {
+            let p = self.web(yaml);
+            let e = Web::load(&p).unwrap_err().to_string();
+            assert!(e.starts_with(&p.display().to_string()), "{e}");
+            e
+        }
+    }
+
+    const TLS: &str = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n";
+
+    #[test]
+    fn a_node_exporter_web_config_loads_with_paths_relative_to_it() {
+        let f = Files::new();
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let p = f.web(&format!(
+            "{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519, CurveP256]\nhttp_server_config:\n  http2: false\n  headers:\n    Strict-Transport-Security: max-age=31536000\nbasic_auth_users:\n  prometheus: {hash}\n"
+        ));
+        let (web, files) = Web::load(&p).unwrap();
+        assert!(web.tls.is_some() && web.users.is_some() && web.requires_client_cert);
+        assert!(web.authenticates());
+        assert_eq!(web.headers.len(), 1);
+        assert_eq!(files.len(), 4, "{files:?}");
+        assert!(
+            web.summary.contains("TLS") && web.summary.contains("basic auth"),
+            "{}",
+            web.summary
+        );
+        // An empty file and an empty TLS section: plain HTTP, as exporter-toolkit.
+        let (web, _) = Web::load(&f.web("")).unwrap();
+        assert!(web.tls.is_none() && web.users.is_none() && !web.authenticates());
+        let (web, _) = Web::load(&f.web("tls_server_config: {}\n")).unwrap();
+        assert!(web.tls.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_key() {
+        let f = Files::new();
+        for (yaml, want) in [
+            (
+                "tls_server_config:\n  cert_file: server.pem\n  kee_file: x\n",
+                "unknown field `kee_file`",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.pem\n",
+                "tls_server_config.key_file: missing",
+            ),
+            (
+                "tls_server_config:\n  cert_file: nope.pem\n  key_file: server.key\n",
+                "tls_server_config.cert_file: ",
+            ),
+            (
+                &format!("{TLS}  client_auth_type: RequireAndVerify\n"),
+                "tls_server_config.client_auth_type: \"RequireAndVerify\"",
+            ),
+            (
+                &format!("{TLS}  client_auth_type: RequireAndVerifyClientCert\n"),
+                "tls_server_config.client_ca_file: RequireAndVerifyClientCert needs",
+            ),
+            (
+                &format!("{TLS}  client_ca_file: ca.pem\n"),
+                "tls_server_config.client_auth_type: a client CA is set",
+            ),
+            (
+                &format!("{TLS}  max_version: TLS11\n"),
+                "tls_server_config.max_version: TLS 1.0 and 1.1 are not offered",
+            ),
+            (
+                &format!("{TLS}  min_version: TLS13\n  max_version: TLS12\n"),
+                "lower than min_version",
+            ),
+            (
+                &format!("{TLS}  min_version: SSL3\n"),
+                "tls_server_config.min_version: \"SSL3\"",
+            ),
+            (
+                &format!("{TLS}  cipher_suites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n"),
+                "tls_server_config.cipher_suites: \"TLS_RSA_WITH_AES_128_CBC_SHA\" is not offered",
+            ),
+            (
+                &format!("{TLS}  curve_preferences: [CurveP521]\n"),
+                "tls_server_config.curve_preferences: \"CurveP521\"",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n",
+                "no PEM certificate",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.pem\n  key_file: server.pem\n",
+                "tls_server_config.key_file: ",
+            ),
+            (
+                "basic_auth_users:\n  prometheus: hunter2\n",
+                "basic_auth_users.prometheus: not a bcrypt hash",
+            ),
+            (
+                "basic_auth_users: [a, b]\n",
+                "basic_auth_users: invalid type",
+            ),
+            (
+                "http_server_config:\n  headers:\n    \"bad header\": x\n",
+                "http_server_config.headers.bad header",
+            ),
+        ] {
+            let e = f.error(yaml);
+            assert!(e.contains(want), "{yaml}\nwanted {want:?} in: {e}");
+        }
+        let missing = f.dir.path().join("missing.yml");
+        assert!(Web::load(&missing)
+            .unwrap_err()
+            .to_string()
+            .contains("missing.yml"));
+    }
+
+    #[test]
+    fn a_renewed_certificate_is_taken_and_a_broken_one_keeps_the_last_good() {
+        let f = Files::new();
+        let p = f.web(TLS);
+        let l = WebListener::load(&p).unwrap();
+        assert!(l.current("test").tls.is_some());
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        // Changed: basic auth appears (a longer file, so the stamp differs at any clock).
+        std::fs::write(&p, format!("{TLS}basic_auth_users:\n  u: {hash}\n")).unwrap();
+        assert!(l.current("test").users.is_some());
+        // Broken: the last good settings stay.
+        std::fs::write(f.dir.path().join("server.key"), "not a key, and longer than before ........................................................................................................................................................................................................................").unwrap();
+        let w = l.current("test");
+        assert!(w.tls.is_some() && w.users.is_some());
+        assert_eq!(l.path(), p.as_path());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn authorization_headers_never_panic(h in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = auth::basic(&h);
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The rustls server configuration of a web configuration's `tls_server_config`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+
+use super::config::{ClientAuth, Pem, TlsSettings, TlsVersion};
+use super::WebError;
+
+/// Go's names of the TLS 1.2 suites rustls offers (TLS 1.3 suites are not configurable,
+/// as in Go).
+const SUITES: &[(&str, &str)] = &[
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        "TLS12_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        "TLS12_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+        "TLS12_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+        "TLS12_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        "TLS12_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+        "TLS12_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+        "TLS12_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+        "TLS12_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+];
+
+/// Go's curve names and rustls's.
+const CURVES: &[(&str, &str)] = &[
+    ("X25519", "X25519"),
+    ("CurveP256", "secp256r1"),
+    ("CurveP384", "secp384r1"),
+];
+
+fn names(table: &[(&str, &str)]) -> String {
+    table
+        .iter()
+        .map(|(go, _)| *go)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn provider(file: &Path, t: &TlsSettings) -> Result<CryptoProvider, WebError> {
+    let mut p = rustls::crypto::ring::default_provider();
+    if !t.cipher_suites.is_empty() {
+        let mut wanted = Vec::new();
+        for name in &t.cipher_suites {
+            let Some((_, ours)) = SUITES.iter().find(|(go, _)| go == name) else {
+                return Err(WebError::invalid(
+                    file,
+                    "tls_server_config.cipher_suites",
+                    format!("{name:?} is not offered; one of {}", names(SUITES)),
+                ));
+            };
+            wanted.push(*ours);
+        }
+        // The configured order, then every TLS 1.3 suite (not configurable, as in Go).
+        let all = p.cipher_suites.clone();
+        p.cipher_suites = wanted
+            .iter()
+            .filter_map(|w| {
+                all.iter()
+                    .find(|s| format!("{:?}", s.suite()) == *w)
+                    .copied()
+            })
+            .chain(
+                all.iter()
+                    .filter(|s| s.version() == &rustls::version::TLS13)
+                    .copied(),
+            )
+            .collect();
+    }
+    if !t.curve_preferences.is_empty() {
+        let all = p.kx_groups.clone();
+        let mut groups = Vec::new();
+        for name in &t.curve_preferences {
+            let Some((_, ours)) = CURVES.iter().find(|(go, _)| go == name) else {
+                return Err(WebError::invalid(
+                    file,
+                    "tls_server_config.curve_preferences",
+                    format!("{name:?} is not offered; one of {}", names(CURVES)),
+                ));
+            };
+            if let Some(g) = all
+                .iter()
+                .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(ours))
+            {
+                groups.push(*g);
+            }
+        }
+        p.kx_groups = groups;
+    }
+    Ok(p)
+}
+
+fn certs(file: &Path, key: &str, pem: &Pem) -> Result<Vec<CertificateDer<'static>>, WebError> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem.text.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| WebError::invalid(file, key, format!("{}: {e}", pem.origin)))?;
+    if certs.is_empty() {
+        return Err(WebError::invalid(
+            file,
+            key,
+            format!("{}: no PEM certificate in it", pem.origin),
+        ));
+    }
+    Ok(certs)
+}
+
+/// Build the server configuration; every error names the key and the file at fault.
+pub fn server_config(file: &Path, t: &TlsSettings) -> Result<rustls::ServerConfig, WebError> {
+    let provider = Arc::new(provider(file, t)?);
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = [
+        (TlsVersion::Tls12, &rustls::version::TLS12),
+        (TlsVersion::Tls13, &rustls::version::TLS13),
+    ]
+    .into_iter()
+    .filter(|(v, _)| *v >= t.min_version && *v <= t.max_version)
+    .map(|(_, p)| p)
+    .collect();
+    let chain = certs(file, "tls_server_config.cert_file", &t.cert)?;
+    let key = PrivateKeyDer::from_pem_slice(t.key.text.as_bytes()).map_err(|e| {
+        WebError::invalid(
+            file,
+            "tls_server_config.key_file",
+            format!("{}: {e}", t.key.origin),
+        )
+    })?;
+    let algs = provider.signature_verification_algorithms;
+    let verifier: Option<Arc<dyn ClientCertVerifier>> = match t.client_auth {
+        ClientAuth::NoClientCert => None,
+        ClientAuth::RequestClientCert | ClientAuth::RequireAnyClientCert => {
+            Some(Arc::new(AnyClientCert {
+                mandatory: t.client_auth == ClientAuth::RequireAnyClientCert,
+                algs,
+            }))
+        }
+        ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert => {
+            let ca = t.client_ca.as_ref().expect("checked when read");
+            let mut roots = RootCertStore::empty();
+            for c in certs(file, "tls_server_config.client_ca_file", ca)? {
+                roots.add(c).map_err(|e| {
+                    WebError::invalid(
+                        file,
+                        "tls_server_config.client_ca_file",
+                        format!("{}: {e}", ca.origin),
+                    )
+                })?;
+            }
+            let mut b =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider));
+            if t.client_auth == ClientAuth::VerifyClientCertIfGiven {
+                b = b.allow_unauthenticated();
+            }
+            let v = b.build().map_err(|e| {
+                WebError::invalid(
+                    file,
+                    "tls_server_config.client_ca_file",
+                    format!("{}: {e}", ca.origin),
+                )
+            })?;
+            if t.client_allowed_sans.is_empty() {
+                Some(v)
+            } else {
+                Some(Arc::new(AllowedSans {
+                    inner: v,
+                    allowed: t.client_allowed_sans.clone(),
+                }))
+            }
+        }
+    };
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(|e| WebError::invalid(file, "tls_server_config", e.to_string()))?;
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(chain, key).map_err(|e| {
+        WebError::invalid(
+            file,
+            "tls_server_config.key_file",
+            format!("{} does not go with the certificate: {e}", t.key.origin),
+        )
+    })?;
+    cfg.ignore_client_order = t.prefer_server_cipher_suites;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// `RequestClientCert` and `RequireAnyClientCert`: a certificate is asked for (and for the
+/// second, required) but not checked against a CA; the handshake's signature still is.
+#[derive(Debug)]
+struct AnyClientCert {
+    mandatory: bool,
+    algs: WebPkiSupportedAlgorithms,
+}
+
+impl ClientCertVerifier for AnyClientCert {
+    fn client_auth_mandatory(&self) -> bool {
+        self.mandatory
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+/// `client_allowed_sans`: a verified client certificate must also name one of these (a DNS
+/// name or an IP address among its subject alternative names).
+#[derive(Debug)]
+struct AllowedSans {
+    inner: Arc<dyn ClientCertVerifier>,
+    allowed: Vec<String>,
+}
+
+impl ClientCertVerifier for AllowedSans {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let ok = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let cert = webpki::EndEntityCert::try_from(end_entity)
+            .map_err(|e| rustls::Error::General(format!("client certificate: {e}")))?;
+        let named = self.allowed.iter().any(|san| {
+            ServerName::try_from(san.as_str())
+                .is_ok_and(|n| cert.verify_is_valid_for_subject_name(&n).is_ok())
+        });
+        if named {
+            Ok(ok)
+        } else {
+            Err(rustls::Error::General(
+                "client certificate names none of client_allowed_sans".into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}

@@ -313,6 +313,38 @@ actions = ["page"]
         "the wrong password is refused: {down:?}"
     );
 
+    // `rocewatch rules` asks the agent over the same TLS and basic auth.
+    let base = format!("https://{}", agent.addr("prometheus"));
+    let rules = |user: &str| {
+        rocewatch(
+            &[
+                "rules",
+                "--url",
+                &base,
+                "--ca-file",
+                ca,
+                "--cert-file",
+                cert,
+                "--key-file",
+                key,
+                "--json",
+            ],
+            &[("ROCEWATCH_BASIC_AUTH", user)],
+        )
+    };
+    let o = rules("prometheus:s3cret");
+    assert!(
+        o.status.success() && stdout(&o).contains("\"rules\""),
+        "{}",
+        stderr(&o)
+    );
+    let o = rules("prometheus:wrong");
+    assert!(
+        !o.status.success() && stderr(&o).contains("401"),
+        "{}",
+        stderr(&o)
+    );
+
     // A renewed web configuration is served without a restart: TLS 1.3 only now.
     std::fs::write(&web, web_yml("TLS13")).unwrap();
     let o = curl(

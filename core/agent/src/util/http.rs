@@ -107,14 +107,17 @@ pub async fn serve<H, F>(
         let opts = opts.clone();
         let failed = Arc::clone(&failed);
         let unauthorized = Arc::clone(&unauthorized);
+        let stop = shutdown.clone();
         tokio::spawn(async move {
             let web = opts.web.as_ref().map(|w| w.current(opts.name));
             let tls = web.as_ref().and_then(|w| w.tls.clone());
             let r = match tls {
-                None => connection(stream, &opts, handler, web, &unauthorized).await,
+                None => connection(stream, &opts, handler, web, &unauthorized, stop).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => connection(tls, &opts, handler, web, &unauthorized).await,
+                        Ok(Ok(tls)) => {
+                            connection(tls, &opts, handler, web, &unauthorized, stop).await
+                        }
                         Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
                         Err(_) => Err(format!("TLS handshake: not done in {HANDSHAKE_TIMEOUT:?}")),
                     }
@@ -131,13 +134,16 @@ pub async fn serve<H, F>(
 }
 
 /// Serve one connection (plain or TLS): authentication first, then the handler, then the
-/// configured response headers.
+/// configured response headers. When `shutdown` turns true (the agent stops, or a reload
+/// replaces it) the request in progress is answered and the connection closed: a
+/// keep-alive client reconnects to what serves now, not to a stopped agent's state.
 async fn connection<S, H, F>(
     stream: S,
     opts: &ServeOptions,
     handler: H,
     web: Option<super::web::Web>,
     failed: &Arc<Throttle>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), String>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -175,13 +181,20 @@ where
             Ok(with_headers(r, web.as_deref()))
         }
     });
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
+    let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(Duration::from_secs(10))
         .writev(opts.writev)
-        .serve_connection(io, svc)
-        .await
-    {
+        .serve_connection(io, svc);
+    tokio::pin!(conn);
+    let r = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
+            conn.as_mut().graceful_shutdown();
+            conn.as_mut().await
+        }
+    };
+    if let Err(e) = r {
         // A client that goes away mid-request is its own business.
         tracing::debug!("{} connection: {e}", opts.name);
     }
@@ -255,5 +268,41 @@ mod tests {
         assert!(String::from_utf8_lossy(&buf).ends_with("ok"));
         tx.send(true).unwrap();
         server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_keep_alive_connection_is_closed_when_the_listener_stops() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let opts = ServeOptions {
+            name: "test",
+            max_connections: 4,
+            writev: false,
+            web: None,
+        };
+        let server = tokio::spawn(serve(
+            listener,
+            opts,
+            |_req| async { Ok(Response::new(Full::new(Bytes::from_static(b"ok")))) },
+            rx,
+        ));
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = c.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).ends_with("ok"));
+        // Kept alive; the listener stops (a reload): the connection is closed, not left
+        // serving the old state.
+        tx.send(true).unwrap();
+        server.await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .expect("closed by the server")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
     }
 }

@@ -86,6 +86,9 @@ struct QueueState {
     batches: VecDeque<(ExportMetricsServiceRequest, usize)>,
     /// The encoded size of everything queued.
     bytes: usize,
+    /// What the batch being sent holds (its snapshots and their merged request): counted
+    /// against `max_bytes` with the queue, since it is in memory as well.
+    in_flight: usize,
     closing: bool,
     /// Set by the sender when it has finished (drained or gave up).
     done: bool,
@@ -121,6 +124,7 @@ impl Queue {
     /// Put a failed batch back at the front (it is older than anything queued since).
     fn push_front(&self, rs: Vec<ExportMetricsServiceRequest>) {
         let mut st = self.lock();
+        st.in_flight = 0;
         for r in rs.into_iter().rev() {
             let size = prost::Message::encoded_len(&r);
             st.bytes += size;
@@ -133,7 +137,7 @@ impl Queue {
     /// always kept), counting each.
     fn trim(&self, st: &mut QueueState) {
         while st.batches.len() > self.capacity
-            || (st.bytes > self.max_bytes && st.batches.len() > 1)
+            || (st.bytes + st.in_flight > self.max_bytes && st.batches.len() > 1)
         {
             if let Some((_, size)) = st.batches.pop_front() {
                 st.bytes -= size;
@@ -385,13 +389,16 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
             }
             let n = st.batches.len().min(MAX_MERGE);
             let taken: Vec<_> = st.batches.drain(..n).collect();
-            st.bytes -= taken.iter().map(|(_, size)| size).sum::<usize>();
+            let size = taken.iter().map(|(_, size)| size).sum::<usize>();
+            st.bytes -= size;
+            st.in_flight = 2 * size;
             taken.into_iter().map(|(r, _)| r).collect()
         };
         let count = batches.len();
         let req = merge(batches.clone());
         match transport.send(&req) {
             Ok(()) => {
+                queue.lock().in_flight = 0;
                 if failing {
                     tracing::info!(endpoint = %cfg.endpoint, "OTLP export recovered; queued data sent");
                 }
@@ -400,6 +407,7 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 queue.metrics.exporter_sent("otlp", count);
             }
             Err(SendError::Permanent(e)) => {
+                queue.lock().in_flight = 0;
                 queue.metrics.exporter_error("otlp");
                 tracing::warn!("OTLP export rejected, {count} snapshot(s) dropped: {e}");
             }
@@ -732,6 +740,20 @@ mod tests {
         let tiny = queue(1000, 1, &Arc::default());
         tiny.push(req("big"));
         assert_eq!(tiny.len(), 1);
+        // The batch being sent counts too: with two snapshots' worth in flight, one more
+        // fits beside it.
+        let metrics = Arc::new(SelfMetrics::default());
+        let q = queue(1000, 3 * one, &metrics);
+        q.lock().in_flight = 2 * one;
+        for tag in ["aaaa", "bbbb", "cccc"] {
+            q.push(req(tag));
+        }
+        assert_eq!(q.len(), 1);
+        assert_eq!(metrics.exporter_dropped_count("otlp"), 2);
+        // Put back after a failure: no longer in flight, and within the bound again.
+        q.push_front(vec![req("zzzz")]);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.lock().in_flight, 0);
     }
 
     #[test]

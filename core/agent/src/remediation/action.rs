@@ -144,6 +144,26 @@ impl Drop for GroupKill {
     }
 }
 
+/// Block until process `pid` (a child of ours) has exited, leaving it to be reaped.
+fn exited_unreaped(pid: u32) {
+    loop {
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter; waitid with WNOWAIT only
+        // reports, it reaps nothing.
+        let r = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
 /// Run `command` for `b`, in its own process group (killed as a whole on timeout and
 /// after the command exits), with bounded output. The outcome is the command's exit
 /// status, not the end of its output (a daemon it left holding stdout is killed).
@@ -186,13 +206,19 @@ pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
         // A command that does not read its input is not an error.
         let _ = stdin.write_all(&body).await;
     }
+    // Wait for the command to exit without reaping it: while it is a zombie its pid, the
+    // group's id, cannot be given to another process, so the group kill below cannot hit
+    // an unrelated process group that happens to get the same number.
+    if let Some(pid) = child.id() {
+        let _ = tokio::task::spawn_blocking(move || exited_unreaped(pid)).await;
+    }
+    // The command is done: whatever it left running goes with its group, which also
+    // closes the pipes the readers wait on.
+    drop(group);
     let status = child
         .wait()
         .await
         .map_err(|e| format!("{:?}: {e}", command[0]))?;
-    // The command is done: whatever it left running goes with its group, which also
-    // closes the pipes the readers wait on.
-    drop(group);
     // A grandchild that left the group (setsid) may still hold the pipes: read what came
     // within a second, then stop reading.
     let grace = std::time::Duration::from_secs(1);

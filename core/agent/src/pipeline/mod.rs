@@ -138,18 +138,35 @@ impl Pipeline {
         }
         {
             // Every partial error is counted; each is said when it appears or changes, not
-            // on every collection (an unreadable counter stays unreadable).
-            let mut said = self.partial_said.lock().unwrap_or_else(|p| p.into_inner());
-            let before = said.remove(&e.name).unwrap_or_default();
-            let mut now = std::collections::BTreeMap::new();
-            for err in &result.errors {
+            // on every collection (an unreadable counter stays unreadable). The steady
+            // case (the same errors, or none) allocates nothing.
+            for _ in &result.errors {
                 self.metrics.plugin_error(&e.name, "partial");
-                if before.get(&err.target) != Some(&err.message) {
-                    tracing::warn!(plugin = %e.name, target = %err.target, "{}: partial scrape: {}", e.label(), err.message);
-                }
-                now.insert(err.target.clone(), err.message.clone());
             }
-            said.insert(e.name.clone(), now);
+            let mut said = self.partial_said.lock().unwrap_or_else(|p| p.into_inner());
+            let unchanged = match said.get(&e.name) {
+                None => result.errors.is_empty(),
+                Some(before) => {
+                    before.len() == result.errors.len()
+                        && result
+                            .errors
+                            .iter()
+                            .all(|err| before.get(&err.target) == Some(&err.message))
+                }
+            };
+            if !unchanged {
+                let before = said.remove(&e.name).unwrap_or_default();
+                let mut now = std::collections::BTreeMap::new();
+                for err in &result.errors {
+                    if before.get(&err.target) != Some(&err.message) {
+                        tracing::warn!(plugin = %e.name, target = %err.target, "{}: partial scrape: {}", e.label(), err.message);
+                    }
+                    now.insert(err.target.clone(), err.message.clone());
+                }
+                if !now.is_empty() {
+                    said.insert(e.name.clone(), now);
+                }
+            }
         }
         self.metrics.samples_emitted(&e.name, result.samples.len());
         self.ingest(&e.name, &result.samples);

@@ -80,15 +80,19 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     let memory = crate::remediation::Memory::default();
     loop {
         let (stop_tx, stop_rx) = watch::channel(false);
+        // A reload counts as `ok` once the new agent runs, `error` when it did not.
         let agent = match (start(&cfg, stop_rx, &memory).await, previous.take()) {
-            (Ok(agent), _) => agent,
+            (Ok(agent), None) => agent,
+            (Ok(agent), Some(_)) => {
+                *reloads.entry("ok".into()).or_default() += 1;
+                agent
+            }
             (Err(e), None) => return Err(e.into()),
             (Err(e), Some(old)) => {
                 // The reloaded configuration was valid but could not start (a port taken
                 // by someone else): back to the one that ran.
                 tracing::error!("SIGHUP: the new configuration did not start: {e}; running on with the previous one");
                 *reloads.entry("error".into()).or_default() += 1;
-                *reloads.entry("ok".into()).or_default() -= 1;
                 cfg = old;
                 continue;
             }
@@ -114,7 +118,6 @@ pub async fn run(a: RunArgs) -> Result<i32> {
                 _ = hup.recv() => match load(&a) {
                     Ok(new) => {
                         tracing::info!("SIGHUP: configuration reloaded; restarting the agent with it");
-                        metrics.config_reload("ok");
                         break Some(new);
                     }
                     Err(e) => {

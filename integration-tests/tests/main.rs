@@ -19,12 +19,15 @@
 //! - `doctor`: `rocewatch doctor` on fixture trees (the soft-RoCE pair is in `lab`).
 //! - `web`: TLS and basic auth on the listeners (exporter-toolkit's web configuration),
 //!   with a real Prometheus and curl.
+//! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
+//!   fixture trees.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 
 mod support;
 
 mod alertmanager;
+mod appenv;
 mod collectd;
 mod config;
 mod demo;

@@ -141,6 +141,24 @@ pub enum Command {
     ///          rocewatch doctor --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --window 1s
     #[command(verbatim_doc_comment)]
     Doctor(DoctorArgs),
+    /// The environment NCCL, UCX and Open MPI need on this host to take the RDMA path.
+    ///
+    /// Computed from discovery and the QoS state: the ACTIVE ports (NCCL_IB_HCA,
+    /// UCX_NET_DEVICES), the GID index holding the RoCE v2 GID of the netdev's IPv4 address
+    /// (NCCL_IB_GID_INDEX, UCX_IB_GID_INDEX), the traffic class that puts RDMA on the
+    /// lossless priority (NCCL_IB_TC, UCX_IB_TRAFFIC_CLASS: the configured RDMA CM ToS, else
+    /// the one [[qos.desired]] asks for), the interfaces for sockets (NCCL_SOCKET_IFNAME),
+    /// and Open MPI's OMPI_MCA_pml=ucx, OMPI_MCA_btl=^openib. InfiniBand ports get no GID
+    /// index and their IPoIB netdev for sockets. What cannot be decided (a DOWN port, ports
+    /// whose GID index differs, no traffic class) is said on standard error, naming the port.
+    ///
+    /// Examples:
+    ///   eval "$(rocewatch env)"
+    ///   rocewatch env --for nccl --device 'mlx5_*'
+    ///   rocewatch env --format slurm > /etc/slurm/rdma-env.sh   # slurm.conf: TaskProlog=
+    ///   rocewatch doctor --env job.env                          # check a job's settings
+    #[command(verbatim_doc_comment)]
+    Env(EnvArgs),
     /// The agent against a simulated fabric, with a live view of per-port rates.
     ///
     /// Generates a sysfs tree (two mlx5 RoCE ports, with their driver statistics) in a
@@ -281,6 +299,34 @@ pub struct DoctorArgs {
     /// Print JSON: {"checks":[{"check","subject","status","evidence","fix"}]}.
     #[arg(long)]
     pub json: bool,
+    /// Also check an application's NCCL_*/UCX_*/OMPI_MCA_* settings against what this host
+    /// needs: a file of NAME=value lines (an env file, `env` output, exports), or `-` for
+    /// this process's environment. One check per variable, with the fix.
+    #[arg(long, value_name = "FILE|-")]
+    pub env: Option<String>,
+}
+/// `rocewatch env`'s arguments.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Whose variables.
+    #[arg(long = "for", value_enum, default_value = "all")]
+    pub target: crate::doctor::appenv::For,
+    /// shell: `export NAME=value` lines; json: variables, ports and warnings; slurm: a
+    /// TaskProlog script.
+    #[arg(long, value_enum, default_value = "shell")]
+    pub format: EnvFormat,
+    /// Only RDMA devices whose name matches this glob (e.g. 'mlx5_*').
+    #[arg(long, value_name = "GLOB")]
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum EnvFormat {
+    Shell,
+    Json,
+    Slurm,
 }
 /// `rocewatch demo`'s arguments.
 #[derive(Debug, Args)]
@@ -366,6 +412,7 @@ impl Command {
             | Command::Rules(_)
             | Command::Qos(_)
             | Command::Doctor(_)
+            | Command::Env(_)
             | Command::Config(_)
             | Command::MetricsDoc
             | Command::CollectdTypes => true,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::args::DoctorArgs;
 use super::output::print_json;
@@ -16,7 +16,15 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         priority,
         window,
         json,
+        env,
     } = a;
+    let env = match env.as_deref() {
+        None => None,
+        Some("-") => Some(std::env::vars().collect()),
+        Some(file) => Some(crate::doctor::parse_env(
+            &std::fs::read_to_string(file).with_context(|| format!("--env {file}"))?,
+        )),
+    };
     let mut cfg = source.load()?;
     // The probe needs the verbs plugin: the one configured, else the one next to
     // the binary (its absence is the probe check's to report).
@@ -52,6 +60,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         peer,
         priority,
         window,
+        env,
     };
     let checks = crate::doctor::run(&agent, &opts).await;
     if json {

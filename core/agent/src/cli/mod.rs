@@ -9,6 +9,7 @@ mod config;
 mod demo;
 mod discover;
 mod doctor;
+mod env;
 mod output;
 mod plugins;
 mod probe;
@@ -44,6 +45,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,
+        Command::Env(a) => env::run(a).await,
         Command::Demo(a) => demo::run(a).await,
         Command::CollectdExec(a) => collectd::run(a).await,
         Command::CollectdTypes => collectd::types(),

@@ -69,6 +69,9 @@ pub struct Options {
     pub priority: u8,
     /// How long the counters are watched.
     pub window: Duration,
+    /// An application's environment (`--env`): its NCCL_*/UCX_*/OMPI_MCA_* settings are
+    /// checked against what this host needs.
+    pub env: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The checks as text: one line each, the fix indented below.

@@ -311,6 +311,21 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
             None,
         )),
     }
+    // An application's settings against what this host needs.
+    if let Some(env) = &opts.env {
+        let host = super::appenv::compute(
+            super::appenv::ports(&inv, &qos, None),
+            super::appenv::desired_tos(&agent.cfg.qos, &qos),
+            super::appenv::For::All,
+        );
+        out.extend(super::appenv_check::env_checks(
+            &host,
+            &inv,
+            &qos,
+            env,
+            addrs.as_ref(),
+        ));
+    }
     out
 }
 

@@ -7,6 +7,8 @@
 //! 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
 
+pub mod appenv;
+mod appenv_check;
 mod capture;
 mod check;
 mod counters;
@@ -16,6 +18,7 @@ mod host;
 mod mtu;
 mod qos;
 
+pub use appenv_check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};
 pub use firewall::{iptables_blocking, nft_blocking};
 pub use guide::run;

@@ -1,0 +1,73 @@
+//! `rocewatch env`: what NCCL, UCX and Open MPI need on this host.
+
+use anyhow::{Context, Result};
+
+use super::args::{EnvArgs, EnvFormat};
+use super::output::print_json;
+use crate::app::App;
+use crate::doctor::appenv;
+use rocewatch_plugin_api::PluginKind;
+
+pub async fn run(a: EnvArgs) -> Result<i32> {
+    let EnvArgs {
+        source,
+        target,
+        format,
+        device,
+    } = a;
+    let cfg = source.load()?;
+    let device = device
+        .map(|g| {
+            globset::Glob::new(&g)
+                .map(|g| g.compile_matcher())
+                .with_context(|| format!("--device {g:?}"))
+        })
+        .transpose()?;
+    let agent = App::start(
+        cfg,
+        Some(&[PluginKind::Discovery, PluginKind::Configuration]),
+    )
+    .await;
+    let inv = agent.discover().await.context("discovering RDMA devices")?;
+    // Without the QoS state the traffic class is unknown, not fatal: said below.
+    let qos = agent.observe_qos().await.unwrap_or_default();
+    let ports = appenv::ports(&inv, &qos, device.as_ref());
+    let tos = appenv::desired_tos(&agent.cfg.qos, &qos);
+    let mut env = appenv::compute(ports, tos, target);
+    if env.ports.is_empty() {
+        env.warnings.insert(
+            0,
+            format!(
+                "no RDMA device{} under {}/class/infiniband",
+                if device.is_some() {
+                    " matching --device"
+                } else {
+                    ""
+                },
+                agent.cfg.agent.sysfs_root.display()
+            ),
+        );
+    }
+    agent.stop().await;
+    match format {
+        EnvFormat::Json => print_json(&serde_json::json!({
+            "variables": env.variables.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
+            "ports": env.ports,
+            "warnings": env.warnings,
+        }))?,
+        EnvFormat::Shell | EnvFormat::Slurm => {
+            for w in &env.warnings {
+                eprintln!("rocewatch env: warning: {w}");
+            }
+            if matches!(format, EnvFormat::Shell) {
+                print!("{}", appenv::shell(&env));
+            } else {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|_| "this host".into());
+                print!("{}", appenv::slurm(&env, &host));
+            }
+        }
+    }
+    Ok(if env.variables.is_empty() { 1 } else { 0 })
+}

@@ -1,0 +1,480 @@
+//! `rocewatch doctor --env FILE|-`: an application's NCCL_*/UCX_*/OMPI_* settings against
+//! what this host needs (appenv), one check per variable, with the fix.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use rocewatch_plugin_api::{Inventory, QosState, Setting};
+
+use super::appenv::{HostEnv, PortEnv};
+use super::check::{check, Check, Status};
+use super::host::gid_ip;
+
+/// `NAME=value` lines (a leading `export `, quotes, comments and blank lines allowed), as
+/// an env file, `env` output or a job script's exports are written.
+pub fn parse_env(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let line = line.strip_prefix("export ").unwrap_or(line).trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let k = k.trim();
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let v = v.trim();
+        let v = v
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(v);
+        out.insert(k.to_string(), v.to_string());
+    }
+    out
+}
+
+/// The variables these checks look at.
+pub fn relevant(k: &str) -> bool {
+    k.starts_with("NCCL_") || k.starts_with("UCX_") || k.starts_with("OMPI_MCA_")
+}
+
+fn value(s: Option<&Setting>) -> Option<&str> {
+    match s {
+        Some(Setting::Value(v)) => Some(v.as_str()),
+        _ => None,
+    }
+}
+
+/// `dev[:port]` entries of an NCCL_IB_HCA / UCX_NET_DEVICES list: `^` excludes, `=` asks
+/// for exact names (else a prefix matches, as NCCL does).
+fn selected<'a>(list: &str, ports: &'a [PortEnv]) -> (Vec<&'a PortEnv>, Vec<String>) {
+    let (exclude, list) = match list.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, list),
+    };
+    let (exact, list) = match list.strip_prefix('=') {
+        Some(rest) => (true, rest),
+        None => (false, list),
+    };
+    let mut unknown = Vec::new();
+    let mut hit = vec![false; ports.len()];
+    for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (dev, port) = match entry.split_once(':') {
+            Some((d, p)) => (d, p.parse::<u32>().ok()),
+            None => (entry, None),
+        };
+        let mut any = false;
+        for (i, p) in ports.iter().enumerate() {
+            let name_ok = if exact {
+                p.device == dev
+            } else {
+                p.device.starts_with(dev)
+            };
+            if name_ok && port.is_none_or(|n| n == p.port) {
+                hit[i] = true;
+                any = true;
+            }
+        }
+        if !any {
+            unknown.push(entry.to_string());
+        }
+    }
+    let chosen = ports
+        .iter()
+        .zip(hit)
+        .filter(|(_, h)| *h != exclude)
+        .map(|(p, _)| p)
+        .collect();
+    (chosen, unknown)
+}
+
+/// Whether a UCX_TLS list lets UCX use an RDMA transport (`all`, `rc*`, `dc*`, `ud*`,
+/// `ib`), `^` meaning "all but".
+fn ucx_tls_has_rdma(v: &str) -> bool {
+    let rdma = |t: &str| {
+        let t = t.trim();
+        t == "ib" || t.starts_with("rc") || t.starts_with("dc") || t.starts_with("ud")
+    };
+    match v.trim().strip_prefix('^') {
+        Some(excluded) => !["rc", "dc", "ud"].iter().all(|family| {
+            excluded
+                .split(',')
+                .any(|t| t.trim().starts_with(family) || t.trim() == "ib")
+        }),
+        None => v.split(',').any(|t| t.trim() == "all" || rdma(t)),
+    }
+}
+
+/// The checks. `addrs`: the interfaces' addresses on a live host (None on a fixture tree).
+pub fn env_checks(
+    host: &HostEnv,
+    inv: &Inventory,
+    qos: &[QosState],
+    env: &BTreeMap<String, String>,
+    addrs: Option<&BTreeMap<String, Vec<IpAddr>>>,
+) -> Vec<Check> {
+    let need = |k: &str| {
+        host.variables
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    let mut out = Vec::new();
+    let relevant_set: Vec<(&String, &String)> = env.iter().filter(|(k, _)| relevant(k)).collect();
+    if relevant_set.is_empty() {
+        out.push(check(
+            "env",
+            "",
+            Status::Warn,
+            "no NCCL_*, UCX_* or OMPI_MCA_* variable set",
+            Some(format!(
+                "set what `rocewatch env` prints here: {}",
+                host.variables
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
+        ));
+    }
+    let ports = &host.ports;
+    // The GID index an application chose, looked up on every RoCE port it uses.
+    let gid_check = |name: &str, v: &str, used: &[&PortEnv]| -> Check {
+        let Ok(index) = v.trim().parse::<u32>() else {
+            return check(
+                "env",
+                name,
+                Status::Fail,
+                format!("{name}={v}: not a number"),
+                need(name).map(|n| format!("set {name}={n}")),
+            );
+        };
+        let fix = need(name).map(|n| format!("set {name}={n}"));
+        let mut problems = Vec::new();
+        for p in used.iter().filter(|p| p.roce()) {
+            let g = inv
+                .devices
+                .iter()
+                .find(|d| d.name == p.device)
+                .and_then(|d| d.ports.iter().find(|q| q.port == p.port))
+                .and_then(|q| q.gids.iter().find(|g| g.index == index));
+            match g {
+                None => problems.push(format!("{}: no GID at index {index}", p.name())),
+                Some(g) if g.gid_type.as_deref() != Some("RoCE v2") => problems.push(format!(
+                    "{}: GID {index} is {} ({}, {}): traffic leaves untagged and skips the lossless priority",
+                    p.name(),
+                    g.gid,
+                    g.gid_type.as_deref().unwrap_or("type unknown"),
+                    if g.gid.starts_with("fe80") { "link-local" } else { "RoCE v1" }
+                )),
+                Some(g) => match gid_ip(&g.gid) {
+                    Some(IpAddr::V4(_)) => {}
+                    _ => problems.push(format!(
+                        "{}: GID {index} is RoCE v2 but {} is not an IPv4 address (connections set up over IPv4 use the GID of that address)",
+                        p.name(),
+                        g.gid
+                    )),
+                },
+            }
+        }
+        if problems.is_empty() {
+            check(
+                "env",
+                name,
+                Status::Pass,
+                format!("{name}={index}: the RoCE v2 IPv4 GID on every RoCE port used"),
+                None,
+            )
+        } else {
+            check("env", name, Status::Fail, problems.join("; "), fix)
+        }
+    };
+    // A traffic class: what priority it lands on, and whether PFC is on there.
+    let tc_check = |name: &str, v: &str, used: &[&PortEnv]| -> Check {
+        let Ok(tc) = v.trim().parse::<u8>() else {
+            return check(
+                "env",
+                name,
+                Status::Fail,
+                format!("{name}={v}: not a traffic class (0-255)"),
+                need(name).map(|n| format!("set {name}={n}")),
+            );
+        };
+        let dscp = tc >> 2;
+        let fix = need(name).map(|n| format!("set {name}={n}"));
+        let mut problems = Vec::new();
+        let mut undecided = Vec::new();
+        for p in used.iter().filter(|p| p.roce()) {
+            let st = qos
+                .iter()
+                .find(|s| s.device == p.device && s.port == p.port);
+            let get = |k: &str| st.and_then(|s| value(s.settings.get(k)));
+            match (get("trust"), get("pfc_enabled")) {
+                (Some("dscp"), Some(pfc)) => {
+                    let map = get("dscp_map").unwrap_or("none");
+                    let prio = map
+                        .split(',')
+                        .filter_map(|pair| pair.split_once(':'))
+                        .find(|(d, _)| d.trim().parse::<u8>() == Ok(dscp))
+                        .and_then(|(_, pr)| pr.trim().parse::<u8>().ok())
+                        .unwrap_or(dscp >> 3);
+                    let on: Vec<u8> = pfc
+                        .split(',')
+                        .filter_map(|x| x.trim().parse().ok())
+                        .collect();
+                    if !on.contains(&prio) {
+                        problems.push(format!(
+                            "{}: traffic class {tc} is DSCP {dscp}, which maps to priority {prio}; PFC is on {pfc}",
+                            p.name()
+                        ));
+                    }
+                }
+                _ => undecided.push(p.name()),
+            }
+        }
+        if !problems.is_empty() {
+            return check(
+                "env",
+                name,
+                Status::Fail,
+                format!(
+                    "{}: RDMA traffic would not be lossless",
+                    problems.join("; ")
+                ),
+                fix,
+            );
+        }
+        match need(name) {
+            Some(n) if n != tc.to_string() => check(
+                "env",
+                name,
+                Status::Warn,
+                format!("{name}={tc}, but the RoCE ToS configured on this host is {n}{}", if undecided.is_empty() { String::new() } else { format!(" (PFC and the DSCP map of {} could not be read: trust dscp expected)", undecided.join(", ")) }),
+                fix,
+            ),
+            _ if !undecided.is_empty() => check(
+                "env",
+                name,
+                Status::Pass,
+                format!("{name}={tc} is the configured RoCE ToS (which priority it lands on could not be read for {})", undecided.join(", ")),
+                None,
+            ),
+            _ => check("env", name, Status::Pass, format!("{name}={tc}: DSCP {dscp} lands on a priority with PFC"), None),
+        }
+    };
+    let active_names = |ps: &[&PortEnv]| ps.iter().map(|p| p.name()).collect::<Vec<_>>().join(",");
+    // The ports an application uses (its HCA list, else all active ones).
+    let used_by = |var: &str| -> Vec<&PortEnv> {
+        match env.get(var) {
+            Some(list) => selected(list, ports).0,
+            None => ports.iter().filter(|p| p.up).collect(),
+        }
+    };
+    for (k, v) in relevant_set {
+        let c = match k.as_str() {
+            "NCCL_IB_HCA" | "UCX_NET_DEVICES" => {
+                let (chosen, unknown) = selected(v, ports);
+                let down: Vec<String> = chosen
+                    .iter()
+                    .filter(|p| !p.up)
+                    .map(|p| format!("{} is {}", p.name(), p.state))
+                    .collect();
+                let fix = need(k).map(|n| format!("set {k}={n}"));
+                if !unknown.is_empty() {
+                    check(
+                        "env",
+                        k,
+                        Status::Fail,
+                        format!("{k}={v}: no RDMA port named {}", unknown.join(", ")),
+                        fix,
+                    )
+                } else if !down.is_empty() {
+                    check(
+                        "env",
+                        k,
+                        Status::Fail,
+                        format!("{k}={v}: {}: it cannot carry traffic", down.join(", ")),
+                        fix,
+                    )
+                } else if chosen.is_empty() {
+                    check(
+                        "env",
+                        k,
+                        Status::Fail,
+                        format!("{k}={v} selects no RDMA port: traffic falls back to TCP"),
+                        fix,
+                    )
+                } else {
+                    check(
+                        "env",
+                        k,
+                        Status::Pass,
+                        format!("{k}={v}: {} (ACTIVE)", active_names(&chosen)),
+                        None,
+                    )
+                }
+            }
+            "NCCL_IB_GID_INDEX" => gid_check(k, v, &used_by("NCCL_IB_HCA")),
+            "UCX_IB_GID_INDEX" => gid_check(k, v, &used_by("UCX_NET_DEVICES")),
+            "NCCL_IB_TC" => tc_check(k, v, &used_by("NCCL_IB_HCA")),
+            "UCX_IB_TRAFFIC_CLASS" => tc_check(k, v, &used_by("UCX_NET_DEVICES")),
+            "NCCL_SOCKET_IFNAME" => {
+                let list = v.trim_start_matches('^').trim_start_matches('=');
+                let mut problems = Vec::new();
+                let mut evidence = Vec::new();
+                let mut unknown = 0;
+                for ifname in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let from_gid = ports
+                        .iter()
+                        .find(|p| p.netdev.as_deref() == Some(ifname))
+                        .and_then(|p| p.ipv4.map(IpAddr::V4));
+                    let live = addrs
+                        .and_then(|a| a.get(ifname))
+                        .and_then(|ips| ips.first().copied());
+                    match (live.or(from_gid), addrs) {
+                        (Some(ip), _) => evidence.push(format!("{ifname} has {ip}")),
+                        (None, Some(_)) => {
+                            problems.push(format!("{ifname} has no address (or does not exist)"))
+                        }
+                        (None, None)
+                            if ports.iter().any(|p| p.netdev.as_deref() == Some(ifname)) =>
+                        {
+                            problems.push(format!("{ifname}: its GID table holds no IPv4 address"))
+                        }
+                        (None, None) => {
+                            unknown += 1;
+                            evidence.push(format!("{ifname}: not an RDMA netdev, its address cannot be read from a sysfs tree"));
+                        }
+                    }
+                }
+                if v.starts_with('^') {
+                    check(
+                        "env",
+                        k,
+                        Status::Info,
+                        format!("{k}={v}: excludes interfaces; NCCL picks among the others"),
+                        None,
+                    )
+                } else if problems.is_empty() && unknown == evidence.len() {
+                    check("env", k, Status::Skip, evidence.join("; "), None)
+                } else if problems.is_empty() {
+                    check("env", k, Status::Pass, evidence.join("; "), None)
+                } else {
+                    check(
+                        "env",
+                        k,
+                        Status::Fail,
+                        format!("{}: NCCL's bootstrap cannot use it", problems.join("; ")),
+                        need(k).map(|n| format!("set {k}={n}")),
+                    )
+                }
+            }
+            "NCCL_IB_DISABLE" if v.trim() == "1" => check(
+                "env",
+                k,
+                Status::Fail,
+                "NCCL_IB_DISABLE=1: NCCL uses TCP sockets, not RDMA",
+                Some("unset NCCL_IB_DISABLE".into()),
+            ),
+            "NCCL_NET" if v.trim().eq_ignore_ascii_case("socket") => check(
+                "env",
+                k,
+                Status::Fail,
+                "NCCL_NET=Socket: NCCL uses TCP sockets, not RDMA",
+                Some("unset NCCL_NET (or NCCL_NET=IB)".into()),
+            ),
+            "UCX_TLS" if !ucx_tls_has_rdma(v) => check(
+                "env",
+                k,
+                Status::Fail,
+                format!("UCX_TLS={v} leaves out the RDMA transports (rc, dc, ud)"),
+                Some("unset UCX_TLS, or include rc (e.g. UCX_TLS=rc,sm,self)".into()),
+            ),
+            "OMPI_MCA_pml" if v.trim() != "ucx" => check(
+                "env",
+                k,
+                Status::Warn,
+                format!("OMPI_MCA_pml={v}: Open MPI's RDMA path on RoCE is UCX"),
+                Some("set OMPI_MCA_pml=ucx".into()),
+            ),
+            "OMPI_MCA_btl" if !v.trim().starts_with('^') && v.contains("openib") => check(
+                "env",
+                k,
+                Status::Warn,
+                format!("OMPI_MCA_btl={v}: the openib BTL is deprecated and conflicts with UCX"),
+                Some("set OMPI_MCA_btl=^openib".into()),
+            ),
+            _ => continue,
+        };
+        out.push(c);
+    }
+    // Needed but unset, for the libraries the application configures at all.
+    let uses = |prefix: &str| env.keys().any(|k| k.starts_with(prefix));
+    for (k, n) in &host.variables {
+        let family = if k.starts_with("NCCL_") {
+            "NCCL_"
+        } else {
+            "UCX_"
+        };
+        if env.contains_key(k) || !uses(family) {
+            continue;
+        }
+        match k.as_str() {
+            "NCCL_IB_GID_INDEX" if n != "0" => out.push(check(
+                "env",
+                k,
+                Status::Warn,
+                format!(
+                    "{k} unset: NCCL before 2.21 uses GID index 0, not the RoCE v2 IPv4 GID at {n}"
+                ),
+                Some(format!("set {k}={n}")),
+            )),
+            "NCCL_IB_TC" | "UCX_IB_TRAFFIC_CLASS" => out.push(check(
+                "env",
+                k,
+                Status::Warn,
+                format!(
+                    "{k} unset: RDMA traffic goes out with traffic class 0, not the configured {n}"
+                ),
+                Some(format!("set {k}={n}")),
+            )),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_files_as_people_write_them() {
+        let e = parse_env("# job\nexport NCCL_IB_HCA=\"=mlx5_0:1\"\nNCCL_IB_GID_INDEX=3\n\nUCX_TLS='rc,sm'\nnot a line\nBAD-KEY=1\n");
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert_eq!(e["NCCL_IB_HCA"], "=mlx5_0:1");
+        assert_eq!(e["UCX_TLS"], "rc,sm");
+    }
+
+    #[test]
+    fn ucx_tls_lists() {
+        assert!(ucx_tls_has_rdma("rc,sm,self"));
+        assert!(ucx_tls_has_rdma("all"));
+        assert!(ucx_tls_has_rdma("^tcp"));
+        assert!(!ucx_tls_has_rdma("tcp,sm,self"));
+        assert!(!ucx_tls_has_rdma("^rc,dc,ud"));
+        assert!(!ucx_tls_has_rdma("^ib"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn env_parsing_never_panics(s in ".{0,300}") {
+            let _ = parse_env(&s);
+        }
+    }
+}

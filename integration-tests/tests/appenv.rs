@@ -1,0 +1,310 @@
+//! `rocewatch env` and `rocewatch doctor --env` on the fixture trees: the mlx5 dual port
+//! (RoCE v2 GID at index 3, ToS 106 on mlx5_0), the IB HCA (IB form, a DOWN port), and a
+//! copy of the mlx5 tree whose second port holds its RoCE v2 IPv4 GID at index 5.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+fn env(root: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["env", "--sysfs-root", root.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    rocewatch(&args, &[])
+}
+
+fn mlx5() -> std::path::PathBuf {
+    fixture("mlx5-roce-dual-port")
+}
+
+#[test]
+fn env_prints_what_nccl_ucx_and_open_mpi_need_on_the_mlx5_host() {
+    let o = env(&mlx5(), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n\
+         export NCCL_IB_GID_INDEX=3\n\
+         export NCCL_IB_TC=106\n\
+         export NCCL_SOCKET_IFNAME==ens1f0np0,ens1f1np1\n\
+         export UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1\n\
+         export UCX_IB_GID_INDEX=3\n\
+         export UCX_IB_TRAFFIC_CLASS=106\n\
+         export OMPI_MCA_pml=ucx\n\
+         export OMPI_MCA_btl=^openib\n"
+    );
+    assert_eq!(stderr(&o), "", "nothing to warn about");
+    // The GID index is the one of the netdev's IPv4 address, as discover shows it.
+    let d: Value = serde_json::from_str(&stdout(&rocewatch(
+        &[
+            "discover",
+            "--sysfs-root",
+            mlx5().to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    )))
+    .unwrap();
+    for dev in d["devices"].as_array().unwrap() {
+        let g = dev["ports"][0]["gids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["type"] == "RoCE v2" && g["gid"].as_str().unwrap().contains("ffff"))
+            .unwrap();
+        assert_eq!(g["index"], 3, "{}", dev["name"]);
+    }
+    // --for and --device narrow it; JSON says the ports.
+    let o = env(
+        &mlx5(),
+        &["--for", "nccl", "--device", "mlx5_1", "--format", "json"],
+    );
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["variables"]["NCCL_IB_HCA"], "=mlx5_1:1");
+    assert!(j["variables"].get("UCX_NET_DEVICES").is_none(), "{j}");
+    assert_eq!(j["ports"][0]["gid_index"], 3);
+    assert_eq!(j["ports"][0]["ipv4"], "10.0.1.1");
+    // mlx5_1 has no RDMA CM directory: the traffic class comes from the desired state.
+    assert!(j["variables"].get("NCCL_IB_TC").is_none(), "{j}");
+    assert!(
+        j["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("no RoCE traffic class"),
+        "{j}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("qos.toml");
+    std::fs::write(
+        &cfg,
+        "[[qos.desired]]\ndevices = \"mlx5_*\"\nsettings = { roce_tos = \"106\" }\n",
+    )
+    .unwrap();
+    let o = env(
+        &mlx5(),
+        &[
+            "--for",
+            "nccl",
+            "--device",
+            "mlx5_1",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        stdout(&o).contains("export NCCL_IB_TC=106\n"),
+        "{}",
+        stdout(&o)
+    );
+    // A glob that matches nothing: nothing to print, said, exit 1.
+    let o = env(&mlx5(), &["--device", "bnxt_*"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no RDMA device matching --device"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn env_for_slurm_is_a_task_prolog_that_prints_the_same_exports() {
+    let o = env(&mlx5(), &["--format", "slurm"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("rdma-env.sh");
+    std::fs::write(&script, stdout(&o)).unwrap();
+    let run = Command::new("sh")
+        .arg(&script)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        stdout(&env(&mlx5(), &[]))
+    );
+    assert!(stdout(&o).starts_with("#!/bin/sh\n# Slurm TaskProlog"));
+}
+
+#[test]
+fn env_on_an_infiniband_hca_has_no_gid_index_and_names_the_down_port() {
+    let o = env(&fixture("ib-hca"), &["--for", "nccl"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "export NCCL_IB_HCA==mlx4_0:1\nexport NCCL_SOCKET_IFNAME==ib0\n"
+    );
+    assert!(
+        stderr(&o).contains("mlx4_0:2: port is DOWN"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A copy of the mlx5 tree whose mlx5_1 holds its RoCE v2 IPv4 GID at index 5 (a host
+/// where an address was added in another order).
+fn shifted_gid_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .args(["-a", mlx5().to_str().unwrap(), dir.path().to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let port = dir
+        .path()
+        .join("sys/devices/pci0000:00/0000:3b:00.1/infiniband/mlx5_1/ports/1");
+    for sub in ["gids", "gid_attrs/types", "gid_attrs/ndevs"] {
+        std::fs::rename(port.join(sub).join("3"), port.join(sub).join("5")).unwrap();
+        // Index 3 keeps a RoCE v1 copy of the address, as a kernel lists both types.
+        std::fs::copy(port.join(sub).join("2"), port.join(sub).join("3")).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn ports_whose_gid_index_differs_are_named() {
+    let tree = shifted_gid_tree();
+    let o = env(&tree.path().join("sys"), &["--for", "nccl"]);
+    let e = stderr(&o);
+    assert!(
+        e.contains("mlx5_1:1: its RoCE v2 IPv4 GID is at index 5, not 3 like the other ports")
+            || e.contains(
+                "mlx5_0:1: its RoCE v2 IPv4 GID is at index 3, not 5 like the other ports"
+            ),
+        "{e}"
+    );
+    assert!(e.contains("NCCL_IB_ROCE_VERSION_NUM=2"), "{e}");
+    // doctor --env: index 3 is RoCE v1 on mlx5_1 now.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.env");
+    std::fs::write(&file, "NCCL_IB_GID_INDEX=3\n").unwrap();
+    let o = rocewatch(
+        &[
+            "doctor",
+            "--sysfs-root",
+            tree.path().join("sys").to_str().unwrap(),
+            "--window",
+            "100ms",
+            "--json",
+            "--env",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let checks: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let c = checks["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "env" && c["subject"] == "NCCL_IB_GID_INDEX")
+        .unwrap();
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("mlx5_1:1: GID 3 is"),
+        "{c}"
+    );
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("skips the lossless priority"),
+        "{c}"
+    );
+}
+
+fn env_checks(root: &Path, job: &str) -> (Option<i32>, Vec<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.env");
+    std::fs::write(&file, job).unwrap();
+    let o = rocewatch(
+        &[
+            "doctor",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--window",
+            "100ms",
+            "--json",
+            "--env",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let v: Value =
+        serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    let env: Vec<Value> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "env")
+        .cloned()
+        .collect();
+    (o.status.code(), env)
+}
+
+#[test]
+fn doctor_env_checks_each_variable_with_the_fix() {
+    // What `rocewatch env` prints passes.
+    let good = stdout(&env(&mlx5(), &[]));
+    let (_, checks) = env_checks(&mlx5(), &good);
+    assert!(checks.len() >= 7, "{checks:#?}");
+    for c in &checks {
+        assert!(c["status"] == "pass" || c["status"] == "skip", "{c}");
+    }
+    // A job that would miss the RDMA path, variable by variable.
+    let (code, checks) = env_checks(
+        &mlx5(),
+        "export NCCL_IB_HCA=mlx5_0:1,mlx5_9\nNCCL_IB_GID_INDEX=0\nNCCL_SOCKET_IFNAME=ens1f1np1\nUCX_TLS=tcp,sm,self\nNCCL_IB_DISABLE=1\n",
+    );
+    assert_eq!(code, Some(1), "a failed check fails doctor");
+    let by = |subject: &str| -> &Value {
+        checks
+            .iter()
+            .find(|c| c["subject"] == subject)
+            .unwrap_or_else(|| panic!("no check of {subject}: {checks:#?}"))
+    };
+    let c = by("NCCL_IB_GID_INDEX");
+    assert_eq!(c["status"], "fail");
+    assert!(
+        c["evidence"].as_str().unwrap().contains("GID 0 is fe80"),
+        "{c}"
+    );
+    assert!(c["evidence"].as_str().unwrap().contains("RoCE v1"), "{c}");
+    assert_eq!(c["fix"], "set NCCL_IB_GID_INDEX=3");
+    let c = by("NCCL_IB_HCA");
+    assert_eq!(c["status"], "fail");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("no RDMA port named mlx5_9"),
+        "{c}"
+    );
+    assert_eq!(
+        by("NCCL_SOCKET_IFNAME")["status"],
+        "pass",
+        "ens1f1np1 has 10.0.1.1"
+    );
+    assert_eq!(by("UCX_TLS")["status"], "fail");
+    assert_eq!(by("NCCL_IB_DISABLE")["status"], "fail");
+    let c = by("NCCL_IB_TC");
+    assert_eq!(c["status"], "warn", "unset but configured: {c}");
+    assert_eq!(c["fix"], "set NCCL_IB_TC=106");
+    // A DOWN port named, on the IB HCA.
+    let (_, checks) = env_checks(&fixture("ib-hca"), "NCCL_IB_HCA=mlx4_0:2\n");
+    let c = &checks[0];
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["evidence"].as_str().unwrap().contains("mlx4_0:2 is DOWN"),
+        "{c}"
+    );
+    assert_eq!(c["fix"], "set NCCL_IB_HCA==mlx4_0:1");
+}

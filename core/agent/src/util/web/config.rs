@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::WebError;
+use super::error::WebError;
 
 /// The file as written.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -11,7 +11,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
 use super::config::{ClientAuth, Pem, TlsSettings, TlsVersion};
-use super::WebError;
+use super::error::WebError;
 
 /// Go's names of the TLS 1.2 suites rustls offers (TLS 1.3 suites are not configurable,
 /// as in Go).

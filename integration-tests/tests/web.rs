@@ -347,6 +347,8 @@ actions = ["page"]
 
     // A renewed web configuration is served without a restart: TLS 1.3 only now.
     std::fs::write(&web, web_yml("TLS13")).unwrap();
+    // The files are looked at again at most once a second.
+    std::thread::sleep(Duration::from_millis(1100));
     let o = curl(
         &[
             &tls[..],

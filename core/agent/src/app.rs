@@ -305,7 +305,7 @@ impl Agent {
                         return Err(abandon(&app, tasks, StartError::Config { path, message }).await)
                     }
                 };
-                tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = !am.allow_unauthenticated || am.bearer_token.is_some() || am.bearer_token_file.is_some(), web = am.web_config_file.as_ref().map(|f| f.display().to_string()).unwrap_or_default(), "Alertmanager webhook receiver on POST /alertmanager");
+                tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = rx.authenticated(), web = am.web_config_file.as_ref().map(|f| f.display().to_string()).unwrap_or_default(), "Alertmanager webhook receiver on POST /alertmanager");
                 tasks.push(tokio::spawn(crate::alertmanager::serve(
                     listener,
                     rx,

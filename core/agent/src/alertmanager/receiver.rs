@@ -79,6 +79,16 @@ impl Receiver {
         }))
     }
 
+    /// Whether a request must prove who sent it (a token, a password, a verified
+    /// certificate).
+    pub fn authenticated(&self) -> bool {
+        self.token.is_some()
+            || self
+                .web
+                .as_ref()
+                .is_some_and(|w| w.current("alertmanager webhook").authenticates())
+    }
+
     async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
@@ -202,6 +212,18 @@ pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, shutdown: watch::Re
         max_connections: rx.max_connections,
         writev: false,
         web: rx.web.clone(),
+        // Refused by the web configuration (basic auth, rate_limit): counted with the
+        // receiver's own refusals.
+        on_refused: Some({
+            let metrics = Arc::clone(&rx.metrics);
+            Arc::new(move |status: StatusCode| {
+                metrics.alertmanager_request(if status == StatusCode::UNAUTHORIZED {
+                    "unauthorized"
+                } else {
+                    "rate_limited"
+                })
+            })
+        }),
     };
     crate::util::http::serve(
         listener,

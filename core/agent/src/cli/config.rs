@@ -29,6 +29,14 @@ pub fn hash_password(cost: u32) -> Result<i32> {
         eprintln!("rocewatch: no password on standard input");
         return Ok(1);
     }
-    println!("{}", bcrypt::hash(password, cost)?);
+    // bcrypt reads 72 bytes; a longer password would match on its first 72 only.
+    match bcrypt::non_truncating_hash(password, cost) {
+        Ok(h) => println!("{h}"),
+        Err(bcrypt::BcryptError::Truncation(n)) => {
+            eprintln!("rocewatch: the password is {n} bytes; bcrypt uses at most 72: choose a shorter one");
+            return Ok(1);
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(0)
 }

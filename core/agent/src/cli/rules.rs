@@ -38,6 +38,9 @@ pub async fn run(a: RulesArgs) -> Result<i32> {
         let client = client(ca_file.as_deref(), cert_file.zip(key_file))?;
         let mut req = client.get(&u);
         if let Some(user) = &user {
+            if !u.starts_with("https://") {
+                eprintln!("rocewatch: warning: sending the password in the clear to {u}");
+            }
             let (name, password) = user.split_once(':').unwrap_or((user, ""));
             req = req.basic_auth(name, Some(password));
         }

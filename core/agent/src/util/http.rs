@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 /// How a listener serves.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeOptions {
     /// For logs: "prometheus endpoint", "alertmanager webhook".
     pub name: &'static str,
@@ -29,10 +29,27 @@ pub struct ServeOptions {
     pub writev: bool,
     /// TLS and authentication (exporter-toolkit's web configuration), when configured.
     pub web: Option<Arc<super::web::WebListener>>,
+    /// Called for each request refused before the handler (credentials, rate limit), so a
+    /// listener can count it with its own refusals.
+    pub on_refused: Option<Arc<dyn Fn(hyper::StatusCode) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("name", &self.name)
+            .field("max_connections", &self.max_connections)
+            .field("web", &self.web)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Slow TLS handshakes are closed like slow headers.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a stopping listener lets a connection finish the request in progress (a
+/// client that never reads its answer does not hold a stopped agent's state).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Say a repeated condition at most once per `every`, with how often it happened.
 #[derive(Debug)]
@@ -109,15 +126,12 @@ pub async fn serve<H, F>(
         let unauthorized = Arc::clone(&unauthorized);
         let stop = shutdown.clone();
         tokio::spawn(async move {
-            let web = opts.web.as_ref().map(|w| w.current(opts.name));
-            let tls = web.as_ref().and_then(|w| w.tls.clone());
+            let tls = opts.web.as_ref().and_then(|w| w.current(opts.name).tls);
             let r = match tls {
-                None => connection(stream, &opts, handler, web, &unauthorized, stop).await,
+                None => connection(stream, &opts, handler, &unauthorized, stop).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            connection(tls, &opts, handler, web, &unauthorized, stop).await
-                        }
+                        Ok(Ok(tls)) => connection(tls, &opts, handler, &unauthorized, stop).await,
                         Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
                         Err(_) => Err(format!("TLS handshake: not done in {HANDSHAKE_TIMEOUT:?}")),
                     }
@@ -133,15 +147,15 @@ pub async fn serve<H, F>(
     }
 }
 
-/// Serve one connection (plain or TLS): authentication first, then the handler, then the
-/// configured response headers. When `shutdown` turns true (the agent stops, or a reload
+/// Serve one connection (plain or TLS): the rate limit and authentication first (the web
+/// configuration as it is at each request: a password removed is refused on a kept-alive
+/// connection too), then the handler, then the configured response headers. When `shutdown` turns true (the agent stops, or a reload
 /// replaces it) the request in progress is answered and the connection closed: a
 /// keep-alive client reconnects to what serves now, not to a stopped agent's state.
 async fn connection<S, H, F>(
     stream: S,
     opts: &ServeOptions,
     handler: H,
-    web: Option<super::web::Web>,
     failed: &Arc<Throttle>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), String>
@@ -151,34 +165,57 @@ where
     F: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
 {
     let io = hyper_util::rt::TokioIo::new(stream);
-    let web = web.map(Arc::new);
     let name = opts.name;
     let failed = Arc::clone(failed);
+    let listener = opts.web.clone();
+    let on_refused = opts.on_refused.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let handler = handler.clone();
-        let web = web.clone();
+        let web = listener.as_ref().map(|w| w.current(name));
         let failed = Arc::clone(&failed);
+        let on_refused = on_refused.clone();
         async move {
+            let refuse = |status: hyper::StatusCode, why: &str| {
+                if let Some(n) = failed.hit() {
+                    tracing::warn!("{name}: {n} request(s) refused since the last report; latest: {} {}: {why}", req.method(), req.uri().path());
+                }
+                if let Some(f) = &on_refused {
+                    f(status);
+                }
+                let mut r = Response::new(Full::new(Bytes::from(format!(
+                    "{}\n",
+                    status.canonical_reason().unwrap_or("refused")
+                ))));
+                *r.status_mut() = status;
+                r
+            };
+            if web
+                .as_ref()
+                .and_then(|w| w.limiter.as_ref())
+                .is_some_and(|l| !l.allow())
+            {
+                let r = refuse(hyper::StatusCode::TOO_MANY_REQUESTS, "rate_limit");
+                return Ok::<_, Infallible>(with_headers(r, web.as_ref()));
+            }
             if let Some(users) = web.as_ref().and_then(|w| w.users.as_ref()) {
                 let header = req
                     .headers()
                     .get(hyper::header::AUTHORIZATION)
                     .map(|v| v.as_bytes());
                 if !users.allows(header).await {
-                    if let Some(n) = failed.hit() {
-                        tracing::warn!("{name}: {n} request(s) refused since the last report; latest: {} {}: missing or wrong basic auth credentials", req.method(), req.uri().path());
-                    }
-                    let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized\n")));
-                    *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
+                    let mut r = refuse(
+                        hyper::StatusCode::UNAUTHORIZED,
+                        "missing or wrong basic auth credentials",
+                    );
                     r.headers_mut().insert(
                         hyper::header::WWW_AUTHENTICATE,
                         hyper::header::HeaderValue::from_static("Basic realm=\"rocewatch\""),
                     );
-                    return Ok::<_, Infallible>(with_headers(r, web.as_deref()));
+                    return Ok(with_headers(r, web.as_ref()));
                 }
             }
             let r = handler(req).await?;
-            Ok(with_headers(r, web.as_deref()))
+            Ok(with_headers(r, web.as_ref()))
         }
     });
     let conn = hyper::server::conn::http1::Builder::new()
@@ -191,7 +228,10 @@ where
         r = conn.as_mut() => r,
         _ = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
             conn.as_mut().graceful_shutdown();
-            conn.as_mut().await
+            match tokio::time::timeout(DRAIN_TIMEOUT, conn.as_mut()).await {
+                Ok(r) => r,
+                Err(_) => return Ok(()),
+            }
         }
     };
     if let Err(e) = r {
@@ -238,6 +278,7 @@ mod tests {
             max_connections: 2,
             writev: false,
             web: None,
+            on_refused: None,
         };
         let server = tokio::spawn(serve(
             listener,
@@ -281,6 +322,7 @@ mod tests {
             max_connections: 4,
             writev: false,
             web: None,
+            on_refused: None,
         };
         let server = tokio::spawn(serve(
             listener,

@@ -396,7 +396,11 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
         };
         let count = batches.len();
         let req = merge(batches.clone());
-        match transport.send(&req) {
+        let sent = transport.send(&req);
+        // Not kept through a retry's backoff: the snapshots go back to the queue, where
+        // they are counted.
+        drop(req);
+        match sent {
             Ok(()) => {
                 queue.lock().in_flight = 0;
                 if failing {

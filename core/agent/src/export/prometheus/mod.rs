@@ -321,6 +321,7 @@ pub async fn serve(
         // The rendered body is the bulk of every scrape: to the socket as it is.
         writev: true,
         web,
+        on_refused: None,
     };
     crate::util::http::serve(
         listener,

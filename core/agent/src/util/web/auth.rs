@@ -1,38 +1,37 @@
 //! `basic_auth_users`: HTTP basic authentication against bcrypt hashes, as exporter-toolkit
 //! does it: bcrypt runs one at a time on a blocking thread (a flood of wrong passwords
-//! costs one core, not the runtime), the outcome of a (user, hash, password) is cached so a
-//! scraper with the right password pays bcrypt once, and an unknown user costs the same
-//! time as a known one.
+//! costs one core, not the runtime), a (user, hash, password) that was right is remembered
+//! so a scraper pays bcrypt once (wrong ones are not: they cannot push it out), and an
+//! unknown user costs the same time as a known one (a dummy hash at the highest cost
+//! configured).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-/// Outcomes remembered; past it the cache starts again (a flood of wrong passwords cannot
-/// grow it).
+/// Right credentials remembered (distinct users and passwords in use: a handful); past it
+/// the cache starts again.
 const CACHE_ENTRIES: usize = 100;
 
 /// The users and their hashes, with the cache of checked credentials.
 #[derive(Debug)]
 pub struct Users {
     users: BTreeMap<String, String>,
-    cache: Mutex<HashMap<[u8; 32], bool>>,
+    cache: Mutex<HashSet<[u8; 32]>>,
     bcrypt: Mutex<()>,
-}
-
-fn dummy_hash() -> &'static str {
-    static H: OnceLock<String> = OnceLock::new();
-    H.get_or_init(|| bcrypt::hash("rocewatch: a user that does not exist", 10).unwrap_or_default())
+    /// Checked against when the user is unknown, at the highest cost configured.
+    dummy: OnceLock<String>,
 }
 
 impl Users {
     pub fn new(users: BTreeMap<String, String>) -> Arc<Users> {
         Arc::new(Users {
             users,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(HashSet::new()),
             bcrypt: Mutex::new(()),
+            dummy: OnceLock::new(),
         })
     }
 
@@ -43,37 +42,59 @@ impl Users {
         };
         let hash = self.users.get(&user).cloned();
         let known = hash.is_some();
-        let hash = hash.unwrap_or_else(|| dummy_hash().to_string());
         let key: [u8; 32] = {
             let mut h = Sha256::new();
-            for part in [user.as_bytes(), hash.as_bytes(), password.as_bytes()] {
+            for part in [
+                user.as_bytes(),
+                hash.as_deref().unwrap_or("").as_bytes(),
+                password.as_bytes(),
+            ] {
                 h.update((part.len() as u64).to_le_bytes());
                 h.update(part);
             }
             h.finalize().into()
         };
-        if let Some(ok) = self
-            .cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
+        if known
+            && self
+                .cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&key)
         {
-            return *ok;
+            return true;
         }
         let me = Arc::clone(self);
         let ok = tokio::task::spawn_blocking(move || {
+            let hash = hash.unwrap_or_else(|| me.dummy().to_string());
             let _one_at_a_time = me.bcrypt.lock().unwrap_or_else(|p| p.into_inner());
             bcrypt::verify(&password, &hash).unwrap_or(false)
         })
         .await
         .unwrap_or(false)
             && known;
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_ENTRIES {
-            cache.clear();
+        if ok {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.len() >= CACHE_ENTRIES {
+                cache.clear();
+            }
+            cache.insert(key);
         }
-        cache.insert(key, ok);
         ok
+    }
+
+    /// A hash of nothing anyone knows, at the highest cost among the users' (computed on
+    /// first need, on a blocking thread).
+    fn dummy(&self) -> &str {
+        self.dummy.get_or_init(|| {
+            let cost = self
+                .users
+                .values()
+                .filter_map(|h| h.parse::<bcrypt::HashParts>().ok())
+                .map(|p| p.get_cost())
+                .max()
+                .unwrap_or(bcrypt::DEFAULT_COST);
+            bcrypt::hash("rocewatch: a user that does not exist", cost).unwrap_or_default()
+        })
     }
 }
 
@@ -120,22 +141,25 @@ mod tests {
         assert!(!users.allows(None).await);
         assert!(!users.allows(Some(b"Bearer s3cret")).await);
         assert!(!users.allows(Some(b"Basic !!!")).await);
-        assert_eq!(users.cache.lock().unwrap().len(), 4);
+        assert_eq!(users.cache.lock().unwrap().len(), 2, "right ones only");
         // A cached outcome is the same outcome.
         assert!(users.allows(Some(&header("prometheus", "s3cret"))).await);
         assert!(!users.allows(Some(&header("prometheus", "wrong"))).await);
     }
 
     #[tokio::test]
-    async fn a_flood_of_wrong_passwords_cannot_grow_the_cache() {
+    async fn a_flood_of_wrong_passwords_cannot_push_the_right_one_out() {
         let users = Users::new(BTreeMap::from([(
             "u".to_string(),
             bcrypt::hash("p", 4).unwrap(),
         )]));
+        assert!(users.allows(Some(&header("u", "p"))).await);
         for i in 0..(CACHE_ENTRIES + 20) {
             assert!(!users.allows(Some(&header("u", &format!("guess{i}")))).await);
         }
-        assert!(users.cache.lock().unwrap().len() <= CACHE_ENTRIES);
+        assert_eq!(users.cache.lock().unwrap().len(), 1);
         assert!(users.allows(Some(&header("u", "p"))).await);
+        // The unknown user's dummy hash has the users' cost.
+        assert!(users.dummy().starts_with("$2b$04$"), "{}", users.dummy());
     }
 }

@@ -21,7 +21,30 @@ pub struct WebConfigFile {
     /// User name → bcrypt hash (`$2y$`, `$2b$`, `$2a$`).
     #[serde(default)]
     pub basic_auth_users: BTreeMap<String, String>,
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
 }
+
+/// `rate_limit`: requests answered per `interval`, with `burst` at once; beyond, a 429.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    #[serde(default)]
+    pub burst: u32,
+    /// A Go duration (`1s`, `100ms`); 0 or absent: no limit.
+    #[serde(default)]
+    pub interval: Option<String>,
+}
+
+/// The response headers exporter-toolkit lets a web configuration add, with the values
+/// it allows (`None`: any).
+const HEADERS: &[(&str, Option<&[&str]>)] = &[
+    ("Strict-Transport-Security", None),
+    ("X-Content-Type-Options", Some(&["nosniff"])),
+    ("X-Frame-Options", Some(&["deny", "sameorigin"])),
+    ("X-XSS-Protection", None),
+    ("Content-Security-Policy", None),
+];
 
 /// `tls_server_config`
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -85,7 +108,8 @@ impl ClientAuth {
         Some(match s {
             "" | "NoClientCert" => ClientAuth::NoClientCert,
             "RequestClientCert" => ClientAuth::RequestClientCert,
-            "RequireAnyClientCert" => ClientAuth::RequireAnyClientCert,
+            // RequireClientCert: exporter-toolkit's older name.
+            "RequireAnyClientCert" | "RequireClientCert" => ClientAuth::RequireAnyClientCert,
             "VerifyClientCertIfGiven" => ClientAuth::VerifyClientCertIfGiven,
             "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerifyClientCert,
             _ => return None,
@@ -144,6 +168,27 @@ pub struct TlsSettings {
     pub prefer_server_cipher_suites: bool,
 }
 
+/// The rate limit as (burst, interval), `None` when there is none.
+pub fn rate_limit(
+    path: &Path,
+    r: &Option<RateLimit>,
+) -> Result<Option<(u32, std::time::Duration)>, WebError> {
+    let Some(r) = r else { return Ok(None) };
+    let interval = match r.interval.as_deref().map(str::trim) {
+        None | Some("") | Some("0") | Some("0s") => return Ok(None),
+        Some(i) => humantime::parse_duration(i)
+            .map_err(|e| WebError::invalid(path, "rate_limit.interval", format!("{i:?}: {e}")))?,
+    };
+    if r.burst == 0 {
+        return Err(WebError::invalid(
+            path,
+            "rate_limit.burst",
+            "must be at least 1 when an interval is set (0 would refuse every request)",
+        ));
+    }
+    Ok(Some((r.burst, interval)))
+}
+
 /// Read and check `path`; relative paths inside it are relative to its directory (as
 /// exporter-toolkit resolves them). Returns the settings and every file they were read
 /// from (the web configuration first), so a listener can tell when they change.
@@ -173,8 +218,9 @@ pub fn read(path: &Path) -> Result<(WebConfigFile, Option<TlsSettings>, Vec<Path
                 "a user name cannot contain ':' (it separates the name from the password)",
             ));
         }
-        // Refuse what bcrypt cannot verify now, not on the first request.
-        if bcrypt::verify("", hash).is_err() {
+        // Refuse what bcrypt cannot verify now, not on the first request (parsed, not
+        // computed: a check at cost 31 would take hours).
+        if hash.parse::<bcrypt::HashParts>().is_err() {
             return Err(WebError::invalid(
                 path,
                 format!("basic_auth_users.{user}"),
@@ -184,17 +230,39 @@ pub fn read(path: &Path) -> Result<(WebConfigFile, Option<TlsSettings>, Vec<Path
     }
     if let Some(h) = &file.http_server_config {
         for (name, value) in &h.headers {
-            if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+            let key = format!("http_server_config.headers.{name}");
+            let Some((_, allowed)) = HEADERS.iter().find(|(h, _)| h.eq_ignore_ascii_case(name))
+            else {
+                return Err(WebError::invalid(
+                    path,
+                    key,
+                    format!(
+                        "not a header a web configuration may set; one of {}",
+                        HEADERS
+                            .iter()
+                            .map(|(h, _)| *h)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            };
+            if allowed.is_some_and(|vs| !vs.iter().any(|v| v.eq_ignore_ascii_case(value)))
                 || hyper::header::HeaderValue::from_str(value).is_err()
             {
                 return Err(WebError::invalid(
                     path,
-                    format!("http_server_config.headers.{name}"),
-                    "not a valid HTTP header name or value",
+                    key,
+                    format!(
+                        "{value:?} is not allowed{}",
+                        allowed
+                            .map(|vs| format!("; one of {}", vs.join(", ")))
+                            .unwrap_or_default()
+                    ),
                 ));
             }
         }
     }
+    rate_limit(path, &file.rate_limit)?;
     Ok((file, tls, files))
 }
 
@@ -287,11 +355,18 @@ fn tls_settings(
             "a client CA is set but no client_auth_type asks for client certificates (set RequireAndVerifyClientCert)",
         ));
     }
-    if !t.client_allowed_sans.is_empty() && !client_auth.verifies() {
+    // Only where a client must show a certificate: with the optional kinds a client that
+    // shows none would pass unchecked.
+    if !t.client_allowed_sans.is_empty()
+        && !matches!(
+            client_auth,
+            ClientAuth::RequireAnyClientCert | ClientAuth::RequireAndVerifyClientCert
+        )
+    {
         return Err(WebError::invalid(
             path,
             key("client_allowed_sans"),
-            "needs client_auth_type RequireAndVerifyClientCert (or VerifyClientCertIfGiven)",
+            "needs client_auth_type RequireAndVerifyClientCert (or RequireAnyClientCert)",
         ));
     }
     let version = |v: &Option<String>, name: &str, default: TlsVersion| match v.as_deref() {

@@ -34,4 +34,3 @@ impl WebError {
         WebError::invalid(file, key, e.to_string())
     }
 }
-

@@ -17,7 +17,7 @@ pub use error::WebError;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use hyper::header::{HeaderName, HeaderValue};
 
@@ -29,8 +29,44 @@ pub struct Web {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Whether a client is asked for a certificate it must have and that the CA signed.
     pub requires_client_cert: bool,
+    /// `rate_limit`: requests beyond it get a 429.
+    pub limiter: Option<Arc<Limiter>>,
     /// What a log line says about the settings.
     pub summary: String,
+}
+
+/// exporter-toolkit's `rate_limit`: a token bucket of `burst` tokens, one more every
+/// `interval`.
+#[derive(Debug)]
+pub struct Limiter {
+    burst: f64,
+    interval: std::time::Duration,
+    state: Mutex<(f64, std::time::Instant)>,
+}
+
+impl Limiter {
+    fn new(burst: u32, interval: std::time::Duration) -> Limiter {
+        Limiter {
+            burst: burst as f64,
+            interval,
+            state: Mutex::new((burst as f64, std::time::Instant::now())),
+        }
+    }
+
+    /// Take a token; `false` when there is none (answer 429).
+    pub fn allow(&self) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(st.1).as_secs_f64() / self.interval.as_secs_f64();
+        st.0 = (st.0 + refill).min(self.burst);
+        st.1 = now;
+        if st.0 >= 1.0 {
+            st.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 impl std::fmt::Debug for Web {
@@ -76,10 +112,15 @@ impl Web {
                 ))
             })
             .collect();
+        let limiter = config::rate_limit(path, &file.rate_limit)?.map(|(burst, interval)| {
+            summary.push(format!("rate limit {burst} per {interval:?}"));
+            Arc::new(Limiter::new(burst, interval))
+        });
         let web = Web {
             tls: acceptor,
             users,
             headers,
+            limiter,
             requires_client_cert: tls
                 .as_ref()
                 .is_some_and(|t| t.client_auth == config::ClientAuth::RequireAndVerifyClientCert),
@@ -90,6 +131,20 @@ impl Web {
             },
         };
         Ok((web, files))
+    }
+
+    /// What `new` protects less than `self` does, if anything: a file rewritten in place
+    /// (truncated, then written) or edited by mistake must not open the listener.
+    fn weakened_by(&self, new: &Web) -> Option<&'static str> {
+        if self.tls.is_some() && new.tls.is_none() {
+            Some("it turns TLS off")
+        } else if self.users.is_some() && new.users.is_none() {
+            Some("it removes basic_auth_users")
+        } else if self.requires_client_cert && !new.requires_client_cert {
+            Some("it no longer requires verified client certificates")
+        } else {
+            None
+        }
     }
 
     /// Whether a client must authenticate (a password or a verified certificate).
@@ -122,8 +177,10 @@ struct State {
     web: Web,
     files: Vec<PathBuf>,
     stamp: Stamp,
-    /// The stamp of a change that failed to load (said once, not per connection).
-    refused: Option<Stamp>,
+    /// The stamp of a change that was refused, and when (said once per change).
+    refused: Option<(Stamp, Instant)>,
+    /// When the files were last looked at.
+    checked: Option<Instant>,
 }
 
 impl WebListener {
@@ -138,32 +195,56 @@ impl WebListener {
                 files,
                 stamp,
                 refused: None,
+                checked: None,
             }),
         }))
     }
 
-    /// The settings now: the files are read again when one of them changed.
+    /// The settings now. At most once a second the files are looked at (a `stat` each) and
+    /// read again when one changed. A change that does not load, or that would protect less
+    /// (TLS off, basic auth removed, client certificates no longer required), is refused
+    /// and said: the last good settings stay until a SIGHUP or a restart takes the file
+    /// as it is. A refused change is tried again when the files change or after 30 s.
     pub fn current(&self, name: &str) -> Web {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let t = Instant::now();
+        if s.checked
+            .is_some_and(|c| t.duration_since(c) < Duration::from_secs(1))
+        {
+            return s.web.clone();
+        }
+        s.checked = Some(t);
+        // Stamped before reading: a change while it is read is seen next time.
         let now = stamp(&s.files);
-        if now != s.stamp && s.refused.as_ref() != Some(&now) {
-            match Web::load(&self.path) {
-                Ok((web, files)) => {
-                    tracing::info!(
-                        "{name}: {} changed; now serving {}",
-                        self.path.display(),
-                        web.summary
-                    );
-                    s.stamp = stamp(&files);
-                    s.web = web;
-                    s.files = files;
-                    s.refused = None;
-                }
-                Err(e) => {
-                    tracing::error!("{name}: web configuration changed but cannot be used, keeping the previous one: {e}");
-                    s.refused = Some(now);
-                }
+        let retry = match &s.refused {
+            Some((st, at)) => *st != now || t.duration_since(*at) > Duration::from_secs(30),
+            None => true,
+        };
+        if now != s.stamp && retry {
+            let refused = match Web::load(&self.path) {
+                Ok((web, files)) => match s.web.weakened_by(&web) {
+                    None => {
+                        tracing::info!(
+                            "{name}: {} changed; now serving {}",
+                            self.path.display(),
+                            web.summary
+                        );
+                        s.stamp = if files == s.files { now } else { stamp(&files) };
+                        s.web = web;
+                        s.files = files;
+                        s.refused = None;
+                        return s.web.clone();
+                    }
+                    Some(why) => {
+                        format!("{why}; to serve with less protection, send SIGHUP or restart")
+                    }
+                },
+                Err(e) => e.to_string(),
+            };
+            if s.refused.as_ref().is_none_or(|(st, _)| *st != now) {
+                tracing::error!("{name}: the web configuration changed but is refused, the previous one stays: {refused}");
             }
+            s.refused = Some((now, t));
         }
         s.web.clone()
     }
@@ -314,8 +395,13 @@ mod tests {
             .contains("missing.yml"));
     }
 
+    /// Look at the files at the next call (current() does at most once a second).
+    fn recheck(l: &WebListener) {
+        l.state.lock().unwrap().checked = None;
+    }
+
     #[test]
-    fn a_renewed_certificate_is_taken_and_a_broken_one_keeps_the_last_good() {
+    fn a_renewed_certificate_is_taken_and_a_broken_or_weaker_file_is_refused() {
         let f = Files::new();
         let p = f.web(TLS);
         let l = WebListener::load(&p).unwrap();
@@ -323,12 +409,109 @@ mod tests {
         let hash = bcrypt::hash("pw", 4).unwrap();
         // Changed: basic auth appears (a longer file, so the stamp differs at any clock).
         std::fs::write(&p, format!("{TLS}basic_auth_users:\n  u: {hash}\n")).unwrap();
+        assert!(
+            l.current("test").users.is_none(),
+            "not looked at again within a second"
+        );
+        recheck(&l);
         assert!(l.current("test").users.is_some());
         // Broken: the last good settings stay.
         std::fs::write(f.dir.path().join("server.key"), "not a key, and longer than before ........................................................................................................................................................................................................................").unwrap();
+        recheck(&l);
         let w = l.current("test");
         assert!(w.tls.is_some() && w.users.is_some());
+        // Weaker: an empty file (a rewrite caught half-way), TLS off, the users removed:
+        // refused, the listener keeps its protection.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(f.dir.path().join("server.pem"), cert.pem()).unwrap();
+        std::fs::write(f.dir.path().join("server.key"), key.serialize_pem()).unwrap();
+        for weaker in [
+            String::new(),
+            format!("basic_auth_users:\n  u: {hash}\n"),
+            TLS.to_string(),
+        ] {
+            std::fs::write(&p, &weaker).unwrap();
+            recheck(&l);
+            let w = l.current("test");
+            assert!(
+                w.tls.is_some() && w.users.is_some(),
+                "{weaker:?} is refused"
+            );
+        }
         assert_eq!(l.path(), p.as_path());
+    }
+
+    #[test]
+    fn cipher_suites_keep_tls12_and_sans_need_a_required_certificate() {
+        let f = Files::new();
+        let p = f.web(&format!("{TLS}  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305]\n"));
+        let (web, _) = Web::load(&p).unwrap();
+        let cfg = web.tls.unwrap();
+        let suites: Vec<String> = cfg
+            .config()
+            .crypto_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| format!("{:?}", s.suite()))
+            .collect();
+        assert_eq!(
+            suites.iter().filter(|s| !s.starts_with("TLS13")).count(),
+            2,
+            "{suites:?}"
+        );
+        // TLS 1.2 only, with those suites: loads.
+        Web::load(&f.web(&format!("{TLS}  max_version: TLS12\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n"))).unwrap();
+        // client_allowed_sans where a client may show no certificate: refused.
+        for auth in ["VerifyClientCertIfGiven", "RequestClientCert"] {
+            let e = f.error(&format!("{TLS}  client_auth_type: {auth}\n  client_ca_file: ca.pem\n  client_allowed_sans: [prometheus]\n"));
+            assert!(
+                e.contains(
+                    "client_allowed_sans: needs client_auth_type RequireAndVerifyClientCert"
+                ),
+                "{e}"
+            );
+        }
+        Web::load(&f.web(&format!(
+            "{TLS}  client_auth_type: RequireClientCert\n  client_allowed_sans: [prometheus]\n"
+        )))
+        .unwrap();
+    }
+
+    #[test]
+    fn headers_and_rate_limit_as_exporter_toolkit_allows() {
+        let f = Files::new();
+        let (web, _) = Web::load(&f.web("http_server_config:\n  headers:\n    X-Frame-Options: deny\nrate_limit:\n  burst: 2\n  interval: 1h\n")).unwrap();
+        assert_eq!(web.headers.len(), 1);
+        let l = web.limiter.unwrap();
+        assert!(
+            l.allow() && l.allow() && !l.allow(),
+            "burst 2, then one an hour"
+        );
+        for (yaml, want) in [
+            (
+                "http_server_config:\n  headers:\n    Content-Length: \"0\"\n",
+                "not a header a web configuration may set",
+            ),
+            (
+                "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+                "\"allow\" is not allowed; one of deny, sameorigin",
+            ),
+            (
+                "rate_limit:\n  burst: 0\n  interval: 1s\n",
+                "rate_limit.burst: must be at least 1",
+            ),
+            (
+                "rate_limit:\n  burst: 1\n  interval: soon\n",
+                "rate_limit.interval",
+            ),
+        ] {
+            let e = f.error(yaml);
+            assert!(e.contains(want), "{yaml}: {e}");
+        }
     }
 
     proptest::proptest! {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
@@ -15,40 +15,43 @@ use super::error::WebError;
 
 /// Go's names of the TLS 1.2 suites rustls offers (TLS 1.3 suites are not configurable,
 /// as in Go).
-const SUITES: &[(&str, &str)] = &[
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-        "TLS12_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-        "TLS12_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-        "TLS12_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-        "TLS12_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-        "TLS12_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-        "TLS12_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
-        "TLS12_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-        "TLS12_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-];
+const SUITES: &[(&str, rustls::CipherSuite)] = {
+    use rustls::CipherSuite as C;
+    &[
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+            C::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+            C::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            C::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+            C::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+            C::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
+    ]
+};
 
 /// Go's curve names and rustls's.
 const CURVES: &[(&str, &str)] = &[
@@ -57,7 +60,7 @@ const CURVES: &[(&str, &str)] = &[
     ("CurveP384", "secp384r1"),
 ];
 
-fn names(table: &[(&str, &str)]) -> String {
+fn names<T>(table: &[(&str, T)]) -> String {
     table
         .iter()
         .map(|(go, _)| *go)
@@ -83,11 +86,7 @@ fn provider(file: &Path, t: &TlsSettings) -> Result<CryptoProvider, WebError> {
         let all = p.cipher_suites.clone();
         p.cipher_suites = wanted
             .iter()
-            .filter_map(|w| {
-                all.iter()
-                    .find(|s| format!("{:?}", s.suite()) == *w)
-                    .copied()
-            })
+            .filter_map(|w| all.iter().find(|s| s.suite() == *w).copied())
             .chain(
                 all.iter()
                     .filter(|s| s.version() == &rustls::version::TLS13)
@@ -184,15 +183,17 @@ pub fn server_config(file: &Path, t: &TlsSettings) -> Result<rustls::ServerConfi
                     format!("{}: {e}", ca.origin),
                 )
             })?;
-            if t.client_allowed_sans.is_empty() {
-                Some(v)
-            } else {
-                Some(Arc::new(AllowedSans {
-                    inner: v,
-                    allowed: t.client_allowed_sans.clone(),
-                }))
-            }
+            Some(v)
         }
+    };
+    // client_allowed_sans (read() allows it only where a certificate is required).
+    let verifier = match verifier {
+        Some(v) if !t.client_allowed_sans.is_empty() => Some(Arc::new(AllowedSans {
+            inner: v,
+            allowed: t.client_allowed_sans.clone(),
+        })
+            as Arc<dyn ClientCertVerifier>),
+        v => v,
     };
     let builder = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&versions)
@@ -262,8 +263,36 @@ impl ClientCertVerifier for AnyClientCert {
     }
 }
 
-/// `client_allowed_sans`: a verified client certificate must also name one of these (a DNS
-/// name or an IP address among its subject alternative names).
+/// Every subject alternative name of a certificate as exporter-toolkit compares them: DNS
+/// names, e-mail addresses, IP addresses (their text form) and URIs, exactly.
+fn san_values(der: &CertificateDer<'_>) -> Result<Vec<String>, rustls::Error> {
+    use x509_parser::extensions::GeneralName;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
+        .map_err(|e| rustls::Error::General(format!("client certificate: {e}")))?;
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| rustls::Error::General(format!("client certificate: {e}")))?;
+    let mut out = Vec::new();
+    for name in san.iter().flat_map(|s| s.value.general_names.iter()) {
+        match name {
+            GeneralName::DNSName(n) | GeneralName::RFC822Name(n) | GeneralName::URI(n) => {
+                out.push(n.to_string())
+            }
+            GeneralName::IPAddress(b) => {
+                if let Ok(v4) = <[u8; 4]>::try_from(*b) {
+                    out.push(std::net::Ipv4Addr::from(v4).to_string());
+                } else if let Ok(v6) = <[u8; 16]>::try_from(*b) {
+                    out.push(std::net::Ipv6Addr::from(v6).to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// `client_allowed_sans`: the client certificate must also name one of these, compared
+/// exactly with its subject alternative names (as exporter-toolkit does; no wildcards).
 #[derive(Debug)]
 struct AllowedSans {
     inner: Arc<dyn ClientCertVerifier>,
@@ -292,18 +321,14 @@ impl ClientCertVerifier for AllowedSans {
         let ok = self
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
-        let cert = webpki::EndEntityCert::try_from(end_entity)
-            .map_err(|e| rustls::Error::General(format!("client certificate: {e}")))?;
-        let named = self.allowed.iter().any(|san| {
-            ServerName::try_from(san.as_str())
-                .is_ok_and(|n| cert.verify_is_valid_for_subject_name(&n).is_ok())
-        });
-        if named {
+        let names = san_values(end_entity)?;
+        if names.iter().any(|n| self.allowed.contains(n)) {
             Ok(ok)
         } else {
-            Err(rustls::Error::General(
-                "client certificate names none of client_allowed_sans".into(),
-            ))
+            Err(rustls::Error::General(format!(
+                "the client certificate's names ({}) are none of client_allowed_sans",
+                names.join(", ")
+            )))
         }
     }
 
@@ -327,5 +352,37 @@ impl ClientCertVerifier for AllowedSans {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sans_are_compared_as_exporter_toolkit_does() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec![
+            "*.example.com".to_string(),
+            "10.0.0.1".to_string(),
+        ])
+        .unwrap();
+        p.subject_alt_names.push(rcgen::SanType::URI(
+            "spiffe://cluster/ns/monitoring/sa/prometheus"
+                .try_into()
+                .unwrap(),
+        ));
+        let cert = p.self_signed(&key).unwrap();
+        let names = san_values(cert.der()).unwrap();
+        assert_eq!(
+            names,
+            [
+                "*.example.com",
+                "10.0.0.1",
+                "spiffe://cluster/ns/monitoring/sa/prometheus"
+            ]
+        );
+        // Exact: a wildcard in the certificate does not stand for a name in the list.
+        assert!(!names.contains(&"prom.example.com".to_string()));
     }
 }

@@ -1,0 +1,283 @@
+//! The plan: which files of which port are read, with their catalog entry and attributes,
+//! built when the set of devices changes; the files kept open between collections; and
+//! which ports' hw_counters/ come over RDMA netlink.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use rocewatch_discovery_sysfs::DeviceFilter;
+use rocewatch_metrics::{
+    self as catalog, CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT,
+};
+use rocewatch_netlink::rdma::RdmaNetlink;
+use rocewatch_plugin_api::*;
+use rocewatch_sysfs::{read, SysRoot};
+
+pub(crate) const GROUPS: [&str; 3] = ["counters_ext", "counters", "hw_counters"];
+
+/// A file read on every collection, kept open between collections when allowed.
+#[derive(Debug)]
+pub(crate) struct Kept {
+    pub(crate) path: PathBuf,
+    pub(crate) file: Option<std::fs::File>,
+}
+
+impl Kept {
+    pub(crate) fn new(path: PathBuf) -> Self {
+        Kept { path, file: None }
+    }
+
+    /// Reads the trimmed text into `f`. Opens and keeps the file while `*open < max`; a
+    /// kept file that stops answering (a device re-created under the same name leaves old
+    /// descriptors dead) is closed and reopened by path next time.
+    pub(crate) fn read<T>(
+        &mut self,
+        open: &mut usize,
+        max: usize,
+        f: impl FnOnce(&str) -> T,
+    ) -> Result<Option<T>, rocewatch_sysfs::read::SysfsError> {
+        if self.file.is_none() && *open < max {
+            if let Ok(h) = read::open_attr(&self.path) {
+                self.file = Some(h);
+                *open += 1;
+            }
+        }
+        let r = match &self.file {
+            Some(h) => read::pread_attr_with(h, &self.path, f),
+            None => read::read_attr_with(&self.path, f),
+        };
+        if self.file.is_some() && !matches!(r, Ok(Some(_))) {
+            self.file = None;
+            *open -= 1;
+        }
+        r
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct FilePlan {
+    pub(crate) path: PathBuf,
+    /// Relative to the port directory (`counters/port_xmit_data`).
+    pub(crate) source: String,
+    pub(crate) entry: &'static CatalogEntry,
+    pub(crate) attributes: Attributes,
+    /// `netlink:hw_counters/<name>` for files of hw_counters/ (the netlink source).
+    pub(crate) netlink_source: Option<String>,
+    /// The file, kept open between collections when allowed (see [`KeepOpen`]).
+    pub(crate) kept: Kept,
+}
+
+#[derive(Debug)]
+pub(crate) struct PortPlan {
+    pub(crate) device: String,
+    pub(crate) port: u32,
+    pub(crate) port_dir: PathBuf,
+    pub(crate) state: Kept,
+    pub(crate) phys_state: Kept,
+    pub(crate) rate: Kept,
+    /// The netdev's `mtu` file and the sample source naming it.
+    pub(crate) mtu: Option<(Kept, String)>,
+    pub(crate) base: Attributes,
+    pub(crate) files: Vec<FilePlan>,
+    /// The kernel's device index when hw_counters/ come over netlink.
+    pub(crate) netlink: Option<u32>,
+    /// hw counter name -> index in `files`.
+    pub(crate) hw_index: HashMap<String, usize>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    pub(crate) devices: Vec<String>,
+    pub(crate) ports: Vec<PortPlan>,
+    /// Files of this plan kept open.
+    pub(crate) open_files: usize,
+}
+
+pub(crate) fn base_attributes(
+    device: &str,
+    port: u32,
+    netdev: Option<&str>,
+) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    m.insert(ATTR_DEVICE.to_string(), device.to_string());
+    m.insert(ATTR_PORT.to_string(), port.to_string());
+    if let Some(nd) = netdev {
+        m.insert(ATTR_NETDEV.to_string(), nd.to_string());
+    }
+    m
+}
+
+pub(crate) fn build_plan(
+    root: &SysRoot,
+    filter: &DeviceFilter,
+    devices: Vec<String>,
+) -> (Plan, Vec<PartialError>) {
+    let mut errors = Vec::new();
+    let mut plan = Plan {
+        devices: devices.clone(),
+        ports: Vec::new(),
+        open_files: 0,
+    };
+    for device in devices.iter().filter(|d| filter.allows(d)) {
+        let ports = root.ports(device).unwrap_or_else(|e| {
+            errors.push(PartialError {
+                target: e.path().display().to_string(),
+                message: e.cause(),
+            });
+            Vec::new()
+        });
+        for port in ports {
+            let gids = root.gids(device, port).unwrap_or_default();
+            let netdev = root.port_netdev(device, port, &gids);
+            let base = base_attributes(device, port, netdev.as_deref());
+            let port_dir = root.port_dir(device, port);
+            let mut files: Vec<FilePlan> = Vec::new();
+            let mut hw_index = HashMap::new();
+            for group in GROUPS {
+                let names = root.counter_files(device, port, group).unwrap_or_else(|e| {
+                    errors.push(PartialError {
+                        target: e.path().display().to_string(),
+                        message: e.cause(),
+                    });
+                    Vec::new()
+                });
+                for file in names {
+                    let source = format!("{group}/{file}");
+                    if catalog::NOT_COUNTERS.contains(&source.as_str()) {
+                        continue;
+                    }
+                    let (entry, extra) = match catalog::lookup(group, &file) {
+                        Some(e) => (e, None),
+                        None if group == "hw_counters" => {
+                            (catalog::unknown_hw_counter(), Some(file.clone()))
+                        }
+                        // Unknown files of counters/ and counters_ext/ are not guessed at.
+                        None => continue,
+                    };
+                    let mut attributes = base.clone();
+                    for (k, v) in entry.attributes {
+                        attributes.insert(k.to_string(), v.to_string());
+                    }
+                    if let Some(name) = extra {
+                        attributes.insert(ATTR_COUNTER.to_string(), name);
+                    }
+                    // counters_ext/ is planned first: its 64-bit series wins over counters/.
+                    if files
+                        .iter()
+                        .any(|f| f.entry.name == entry.name && *f.attributes == attributes)
+                    {
+                        continue;
+                    }
+                    if group == "hw_counters" {
+                        hw_index.insert(file.clone(), files.len());
+                    }
+                    let path = port_dir.join(group).join(&file);
+                    files.push(FilePlan {
+                        kept: Kept::new(path.clone()),
+                        path,
+                        netlink_source: (group == "hw_counters")
+                            .then(|| format!("netlink:{source}")),
+                        source,
+                        entry,
+                        attributes: Attributes::new(attributes),
+                    });
+                }
+            }
+            plan.ports.push(PortPlan {
+                device: device.clone(),
+                port,
+                state: Kept::new(port_dir.join("state")),
+                phys_state: Kept::new(port_dir.join("phys_state")),
+                rate: Kept::new(port_dir.join("rate")),
+                mtu: netdev.as_ref().map(|nd| {
+                    (
+                        Kept::new(root.netdev_dir(nd).join("mtu")),
+                        format!("class/net/{nd}/mtu"),
+                    )
+                }),
+                port_dir,
+                base: Attributes::new(base),
+                files,
+                netlink: None,
+                hw_index,
+            });
+        }
+    }
+    (plan, errors)
+}
+
+/// A catalog entry and attributes for a hw counter first seen in a netlink reply.
+pub(crate) fn hw_file_plan(port_dir: &Path, base: &Attributes, name: &str) -> Option<FilePlan> {
+    let source = format!("hw_counters/{name}");
+    if catalog::NOT_COUNTERS.contains(&source.as_str()) {
+        return None;
+    }
+    let mut attributes = (**base).clone();
+    let entry = match catalog::lookup("hw_counters", name) {
+        Some(e) => e,
+        None => {
+            attributes.insert(ATTR_COUNTER.to_string(), name.to_string());
+            catalog::unknown_hw_counter()
+        }
+    };
+    for (k, v) in entry.attributes {
+        attributes.insert(k.to_string(), v.to_string());
+    }
+    Some(FilePlan {
+        kept: Kept::new(port_dir.join(&source)),
+        path: port_dir.join(&source),
+        netlink_source: Some(format!("netlink:{source}")),
+        source,
+        entry,
+        attributes: Attributes::new(attributes),
+    })
+}
+
+/// Decides, port by port, whether hw_counters/ come over netlink: the device must be
+/// visible to netlink (same network namespace) and the kernel must answer for the port.
+pub(crate) fn attach_netlink(
+    plan: &mut Plan,
+    nl: &mut RdmaNetlink,
+    required: bool,
+    errors: &mut Vec<PartialError>,
+) {
+    let devices = match nl.devices() {
+        Ok(d) => d,
+        Err(e) => {
+            if required {
+                errors.push(PartialError {
+                    target: "RDMA netlink".into(),
+                    message: format!("{e}; reading hw_counters/ from sysfs"),
+                });
+            }
+            return;
+        }
+    };
+    for p in &mut plan.ports {
+        let Some(d) = devices.iter().find(|d| d.name == p.device) else {
+            if required {
+                errors.push(PartialError {
+                    target: format!("{}/{}", p.device, p.port),
+                    message: "not visible over RDMA netlink (another network namespace?); reading hw_counters/ from sysfs".into(),
+                });
+            }
+            continue;
+        };
+        match nl.hw_counters(d.index, p.port, |_, _| {}) {
+            Ok(_) => p.netlink = Some(d.index),
+            Err(e) if required => errors.push(PartialError {
+                target: format!("{}/{}", p.device, p.port),
+                message: format!("{e}; reading hw_counters/ from sysfs"),
+            }),
+            Err(e) => {
+                tracing::debug!(device = %p.device, port = p.port, error = %e, "hw counters not available over netlink, using sysfs")
+            }
+        }
+    }
+    let n = plan.ports.iter().filter(|p| p.netlink.is_some()).count();
+    tracing::info!(
+        netlink_ports = n,
+        ports = plan.ports.len(),
+        "hw_counters/ read over RDMA netlink where available"
+    );
+}

@@ -72,6 +72,13 @@ pub struct PluginContext {
     /// Plugin-specific options from the config file (a JSON object, possibly empty).
     #[serde(default)]
     pub options: serde_json::Value,
+    /// The host's timeout for each call of this plugin, in milliseconds (`timeout` of its
+    /// configuration). A call that outlasts it delivers nothing, so a collector that reads
+    /// much stops a little before it and returns what it read with a partial error.
+    /// Absent from hosts before it was added (the context crosses as JSON: old plugins
+    /// ignore it, new plugins see `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_timeout_ms: Option<u64>,
 }
 
 impl PluginContext {
@@ -80,6 +87,7 @@ impl PluginContext {
             sysfs_root: sysfs_root.into(),
             host_name: String::new(),
             options: serde_json::Value::Object(Default::default()),
+            call_timeout_ms: None,
         }
     }
 }

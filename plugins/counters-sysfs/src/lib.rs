@@ -21,6 +21,7 @@
 //! carry `source = "netlink:hw_counters/<name>"`; names, units and values are the same.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use rocewatch_discovery_sysfs::{rdma_root, DeviceFilter};
 use rocewatch_metrics::{self as catalog, CatalogEntry};
@@ -28,7 +29,9 @@ use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_plugin_api::*;
 use rocewatch_sysfs::{parse, read, SysRoot};
 
+mod budget;
 mod plan;
+use budget::{Budget, Clock, Slow};
 use plan::{attach_netlink, build_plan, hw_file_plan, Plan, PortPlan};
 
 /// Whether counter files stay open between collections: one `pread` per counter instead
@@ -156,6 +159,30 @@ pub struct SysfsCounters {
     netlink: Option<RdmaNetlink>,
     /// Files kept open, at most this many (0: none).
     keep_open: usize,
+    budget: Budget,
+    /// Devices cut short by their deadline in the last collection.
+    slow: Slow,
+}
+
+/// How reading a port ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortEnd {
+    Read,
+    /// The port's directory is gone: re-plan.
+    Vanished,
+    /// The deadline came after `read` of its `total` files.
+    Stopped {
+        read: usize,
+        total: usize,
+    },
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's slow driver: reading each counter file of this device (of every device
+    /// when the name is empty) takes this long.
+    static SLOW_DRIVER: std::cell::RefCell<Option<(String, std::time::Duration)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 impl SysfsCounters {
@@ -181,7 +208,7 @@ impl SysfsCounters {
                     unit: f.entry.unit.into(),
                     value: Value::U64(raw.saturating_mul(f.entry.scale)),
                     attributes: f.attributes.clone(),
-                    source: f.netlink_source.clone().unwrap_or_default(),
+                    source: f.netlink_source(),
                     kind: f.entry.kind,
                 });
             }
@@ -203,7 +230,7 @@ impl SysfsCounters {
                 unit: f.entry.unit.into(),
                 value: Value::U64(raw.saturating_mul(f.entry.scale)),
                 attributes: f.attributes.clone(),
-                source: f.netlink_source.clone().unwrap_or_default(),
+                source: f.netlink_source(),
                 kind: f.entry.kind,
             });
             p.hw_index.insert(name, p.files.len());
@@ -216,10 +243,14 @@ impl SysfsCounters {
         p: &mut PortPlan,
         hw_over_netlink: bool,
         open: (&mut usize, usize),
+        deadline: Instant,
         out: &mut ScrapeResult,
-    ) -> bool {
+    ) -> PortEnd {
         let (open_files, max_open) = open;
-        let mut vanished = false;
+        if Instant::now() >= deadline {
+            let total = p.files.len() + 3;
+            return PortEnd::Stopped { read: 0, total };
+        }
         let enum_is = |want: &'static str| move |t: &str| parse::parse_enum(t).1 == want;
         let active = p.state.read(open_files, max_open, enum_is("ACTIVE"));
         let link_up = p.phys_state.read(open_files, max_open, enum_is("LinkUp"));
@@ -228,7 +259,7 @@ impl SysfsCounters {
                 let up = Value::U64((a && l) as u64);
                 out.samples.push(gauge(gauges().up, up, &p.base, "state"));
             }
-            (Ok(None), _) if !p.port_dir.exists() => return true,
+            (Ok(None), _) if !p.port_dir.exists() => return PortEnd::Vanished,
             _ => {}
         }
         if let Ok(Some(Some(bps))) = p.rate.read(open_files, max_open, parse::parse_rate_bps) {
@@ -241,10 +272,19 @@ impl SysfsCounters {
                     .push(gauge(gauges().mtu, Value::U64(v), &p.base, source));
             }
         }
-        for f in p.files.iter_mut() {
-            if hw_over_netlink && f.netlink_source.is_some() {
+        let total = p.files.len() + 3;
+        for (i, f) in p.files.iter_mut().enumerate() {
+            if hw_over_netlink && f.hw {
                 continue;
             }
+            if Instant::now() >= deadline {
+                return PortEnd::Stopped { read: i + 3, total };
+            }
+            #[cfg(test)]
+            SLOW_DRIVER.with_borrow(|slow| match slow {
+                Some((dev, d)) if dev.is_empty() || *dev == p.device => std::thread::sleep(*d),
+                _ => {}
+            });
             // Parse in place: the text is only copied out when it is garbage to report.
             let read = f.kept.read(open_files, max_open, |text| {
                 match parse::parse_counter(text) {
@@ -265,7 +305,7 @@ impl SysfsCounters {
                     }),
                     // A saturated value would look like a real one that stopped moving.
                     None => out.errors.push(PartialError {
-                        target: f.path.display().to_string(),
+                        target: f.path().display().to_string(),
                         message: format!(
                             "{raw} does not fit in 64 bits once converted (×{})",
                             f.entry.scale
@@ -274,22 +314,21 @@ impl SysfsCounters {
                 },
                 Ok(Some(Ok(None))) => {}
                 Ok(Some(Err(text))) => out.errors.push(PartialError {
-                    target: f.path.display().to_string(),
+                    target: f.path().display().to_string(),
                     message: format!("not a counter value: {text:?}"),
                 }),
                 Ok(None) => {
                     if !p.port_dir.exists() {
-                        vanished = true;
-                        break;
+                        return PortEnd::Vanished;
                     }
                 }
                 Err(e) => out.errors.push(PartialError {
-                    target: f.path.display().to_string(),
+                    target: f.path().display().to_string(),
                     message: e.cause(),
                 }),
             }
         }
-        vanished
+        PortEnd::Read
     }
 }
 
@@ -307,6 +346,8 @@ impl Plugin for SysfsCounters {
             KeepOpen::Auto if read::is_sysfs(&ctx.sysfs_root) => open_file_budget(),
             KeepOpen::Auto => 0,
         };
+        self.budget = Budget::from_context(ctx)?;
+        self.slow.clear();
         self.root = Some(SysRoot::new(&ctx.sysfs_root));
         self.plan = None;
         self.netlink = None;
@@ -357,6 +398,7 @@ impl CollectorPlugin for SysfsCounters {
     }
 
     fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        let started = Instant::now();
         let root = rdma_root(self.root.as_ref(), "collect")?;
         let devices = root
             .devices()
@@ -375,18 +417,67 @@ impl CollectorPlugin for SysfsCounters {
         out.samples
             .reserve(plan.ports.iter().map(|p| p.files.len() + 3).sum());
         let mut stale = false;
-        for port in &mut plan.ports {
+        // Devices cut short last time go last; ports of a device stay together.
+        let n = plan.ports.len();
+        let is_slow = |i: &usize| self.slow.contains(&plan.ports[*i].device);
+        let order: Vec<usize> = (0..n)
+            .filter(|i| !is_slow(i))
+            .chain((0..n).filter(is_slow))
+            .collect();
+        let mut clock = Clock::start(&self.budget, started);
+        let mut slow = Slow::new();
+        let (mut devices_done, mut ports_done) = (0, 0);
+        // The device being read ran out of its own time: its other ports are skipped.
+        let mut cut = false;
+        for (k, &i) in order.iter().enumerate() {
+            let new_device = k == 0 || plan.ports[order[k - 1]].device != plan.ports[i].device;
+            if new_device {
+                if clock.spent() {
+                    let mut left: Vec<&str> = order[k..]
+                        .iter()
+                        .map(|&i| plan.ports[i].device.as_str())
+                        .collect();
+                    left.dedup();
+                    out.errors
+                        .push(clock.stopped(devices_done, ports_done, &left, n));
+                    break;
+                }
+                devices_done += 1;
+                cut = false;
+                clock.device_starts();
+            }
+            if cut {
+                continue;
+            }
+            let port = &mut plan.ports[i];
             let over_netlink = match self.netlink.as_mut() {
                 Some(nl) => Self::scrape_netlink(nl, port, &mut out),
                 None => false,
             };
-            stale |= Self::scrape_port(
-                port,
-                over_netlink,
-                (&mut plan.open_files, self.keep_open),
-                &mut out,
-            );
+            let open = (&mut plan.open_files, self.keep_open);
+            match Self::scrape_port(port, over_netlink, open, clock.device_deadline(), &mut out) {
+                PortEnd::Read => ports_done += 1,
+                PortEnd::Vanished => stale = true,
+                PortEnd::Stopped { read, total } if clock.device_deadline_is_its_own() => {
+                    let target = format!("{} port {}", port.device, port.port);
+                    out.errors.push(clock.device_stopped(&target, read, total));
+                    slow.insert(port.device.clone());
+                    cut = true;
+                }
+                PortEnd::Stopped { .. } => {
+                    // The budget ran out inside this device: it counts as not read.
+                    let mut left: Vec<&str> = order[k..]
+                        .iter()
+                        .map(|&i| plan.ports[i].device.as_str())
+                        .collect();
+                    left.dedup();
+                    out.errors
+                        .push(clock.stopped(devices_done - 1, ports_done, &left, n));
+                    break;
+                }
+            }
         }
+        self.slow = slow;
         if stale {
             self.plan = None; // a device vanished: re-plan on the next scrape
         }
@@ -781,5 +872,95 @@ mod tests {
         let mut c = SysfsCounters::new();
         c.start(&PluginContext::new(dir.path())).unwrap();
         assert!(matches!(c.collect(), Err(PluginError::Unsupported(_))));
+    }
+
+    /// `n` devices of one port with ten hw counters each.
+    fn devices(root: &std::path::Path, n: usize) {
+        for d in 0..n {
+            let p = port(root, &format!("mlx5_{d}"));
+            for c in 0..10 {
+                fs::write(p.join(format!("hw_counters/c{c}")), format!("{c}\n")).unwrap();
+            }
+        }
+    }
+
+    fn devices_in(r: &ScrapeResult) -> Vec<String> {
+        let mut d: Vec<String> = r
+            .samples
+            .iter()
+            .map(|s| s.attributes[ATTR_DEVICE].clone())
+            .collect();
+        d.dedup();
+        d
+    }
+
+    #[test]
+    fn a_collection_over_its_budget_delivers_what_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        devices(dir.path(), 30);
+        // 10 ms per file: 3 s for the whole host, against a 1 s call timeout.
+        SLOW_DRIVER.set(Some((String::new(), std::time::Duration::from_millis(10))));
+        let mut c = SysfsCounters::new();
+        let mut ctx = PluginContext::new(dir.path());
+        ctx.call_timeout_ms = Some(1000);
+        c.start(&ctx).unwrap();
+        let started = Instant::now();
+        let r = c.collect().unwrap();
+        SLOW_DRIVER.set(None);
+        assert!(started.elapsed() < std::time::Duration::from_millis(1000));
+        let read = devices_in(&r);
+        assert!(read.first().is_some_and(|d| d == "mlx5_0"), "{read:?}");
+        assert!(read.len() < 30, "{read:?}");
+        let e = r
+            .errors
+            .iter()
+            .find(|e| e.target == "collection budget")
+            .unwrap_or_else(|| panic!("{:?}", r.errors));
+        assert!(
+            e.message.starts_with("stopped after ")
+                && e.message.contains(" of 30 devices")
+                && e.message
+                    .contains("collection budget 800ms of the 1s call timeout spent")
+                && e.message.contains("; not read: mlx5_"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn a_slow_device_costs_only_its_own_counters_and_is_read_last() {
+        let dir = tempfile::tempdir().unwrap();
+        devices(dir.path(), 4);
+        SLOW_DRIVER.set(Some((
+            "mlx5_1".into(),
+            std::time::Duration::from_millis(50),
+        )));
+        let mut c = SysfsCounters::new();
+        let mut ctx = PluginContext::new(dir.path());
+        ctx.options = serde_json::json!({"device_timeout": "120ms"});
+        c.start(&ctx).unwrap();
+        let r = c.collect().unwrap();
+        let per_device = |r: &ScrapeResult, d: &str| {
+            r.samples
+                .iter()
+                .filter(|s| s.attributes[ATTR_DEVICE] == d)
+                .count()
+        };
+        for d in ["mlx5_0", "mlx5_2", "mlx5_3"] {
+            assert_eq!(per_device(&r, d), 12, "{d}: up, rate and ten counters");
+        }
+        assert!(per_device(&r, "mlx5_1") < 12);
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert_eq!(r.errors[0].target, "mlx5_1 port 1");
+        assert!(
+            r.errors[0].message.contains("device deadline 120ms spent"),
+            "{}",
+            r.errors[0].message
+        );
+        let r = c.collect().unwrap();
+        SLOW_DRIVER.set(None);
+        assert_eq!(devices_in(&r), ["mlx5_0", "mlx5_2", "mlx5_3", "mlx5_1"]);
+        ctx.options = serde_json::json!({"device_timeout": "soon"});
+        assert!(matches!(c.start(&ctx), Err(PluginError::InvalidOptions(_))));
     }
 }

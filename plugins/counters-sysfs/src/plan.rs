@@ -56,15 +56,27 @@ impl Kept {
 
 #[derive(Debug)]
 pub(crate) struct FilePlan {
-    pub(crate) path: PathBuf,
     /// Relative to the port directory (`counters/port_xmit_data`).
     pub(crate) source: String,
     pub(crate) entry: &'static CatalogEntry,
+    /// Shared by the files of a port that carry the same attributes (at 2000 ports a
+    /// map per file was 60 MB of the plan).
     pub(crate) attributes: Attributes,
-    /// `netlink:hw_counters/<name>` for files of hw_counters/ (the netlink source).
-    pub(crate) netlink_source: Option<String>,
+    /// A file of hw_counters/ (which RDMA netlink can stand in for).
+    pub(crate) hw: bool,
     /// The file, kept open between collections when allowed (see [`KeepOpen`]).
     pub(crate) kept: Kept,
+}
+
+impl FilePlan {
+    pub(crate) fn path(&self) -> &Path {
+        &self.kept.path
+    }
+
+    /// `netlink:hw_counters/<name>`: the source of a value read over RDMA netlink.
+    pub(crate) fn netlink_source(&self) -> String {
+        format!("netlink:{}", self.source)
+    }
 }
 
 #[derive(Debug)]
@@ -133,6 +145,8 @@ pub(crate) fn build_plan(
             let port_dir = root.port_dir(device, port);
             let mut files: Vec<FilePlan> = Vec::new();
             let mut hw_index = HashMap::new();
+            let mut shared: HashMap<&'static [(&'static str, &'static str)], Attributes> =
+                HashMap::new();
             for group in GROUPS {
                 let names = root.counter_files(device, port, group).unwrap_or_else(|e| {
                     errors.push(PartialError {
@@ -154,32 +168,38 @@ pub(crate) fn build_plan(
                         // Unknown files of counters/ and counters_ext/ are not guessed at.
                         None => continue,
                     };
-                    let mut attributes = base.clone();
-                    for (k, v) in entry.attributes {
-                        attributes.insert(k.to_string(), v.to_string());
-                    }
-                    if let Some(name) = extra {
-                        attributes.insert(ATTR_COUNTER.to_string(), name);
-                    }
+                    let with = |extra: Option<String>| {
+                        let mut attributes = base.clone();
+                        for (k, v) in entry.attributes {
+                            attributes.insert(k.to_string(), v.to_string());
+                        }
+                        if let Some(name) = extra {
+                            attributes.insert(ATTR_COUNTER.to_string(), name);
+                        }
+                        Attributes::new(attributes)
+                    };
+                    let attributes = match extra {
+                        Some(name) => with(Some(name)),
+                        None => Attributes::clone(
+                            shared.entry(entry.attributes).or_insert_with(|| with(None)),
+                        ),
+                    };
                     // counters_ext/ is planned first: its 64-bit series wins over counters/.
                     if files
                         .iter()
-                        .any(|f| f.entry.name == entry.name && *f.attributes == attributes)
+                        .any(|f| f.entry.name == entry.name && f.attributes == attributes)
                     {
                         continue;
                     }
                     if group == "hw_counters" {
                         hw_index.insert(file.clone(), files.len());
                     }
-                    let path = port_dir.join(group).join(&file);
                     files.push(FilePlan {
-                        kept: Kept::new(path.clone()),
-                        path,
-                        netlink_source: (group == "hw_counters")
-                            .then(|| format!("netlink:{source}")),
+                        kept: Kept::new(port_dir.join(group).join(&file)),
+                        hw: group == "hw_counters",
                         source,
                         entry,
-                        attributes: Attributes::new(attributes),
+                        attributes,
                     });
                 }
             }
@@ -225,8 +245,7 @@ pub(crate) fn hw_file_plan(port_dir: &Path, base: &Attributes, name: &str) -> Op
     }
     Some(FilePlan {
         kept: Kept::new(port_dir.join(&source)),
-        path: port_dir.join(&source),
-        netlink_source: Some(format!("netlink:{source}")),
+        hw: true,
         source,
         entry,
         attributes: Attributes::new(attributes),

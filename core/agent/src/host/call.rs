@@ -146,6 +146,7 @@ pub async fn start_all(
     for e in reg.entries.iter().filter(|e| e.instance.is_some()) {
         let mut ctx = base.clone();
         ctx.options = e.settings.options.clone();
+        ctx.call_timeout_ms = Some(e.timeout.as_millis().try_into().unwrap_or(u64::MAX));
         let r = call(e, e.timeout, metrics, move |i| i.plugin().start(&ctx)).await;
         if r.is_ok() {
             tracing::debug!(plugin = %e.name, kind = ?e.kind, "started");

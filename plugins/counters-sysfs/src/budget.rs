@@ -1,0 +1,132 @@
+//! How long a collection may read: the collection budget (the host's call timeout less a
+//! margin: a call that outlasts its timeout delivers nothing, one that stops before it
+//! delivers what it read) and the deadline of each device (a device whose driver answers
+//! slowly costs only its own counters, and is read last next time).
+//!
+//! Deadlines are checked before each file is read: a single read is not interrupted (a
+//! sysfs `show()` runs to its end in the kernel), so one read that never returns still
+//! holds the call, and the host's timeout applies.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use rocewatch_plugin_api::{PartialError, PluginContext, PluginError};
+
+/// Option `device_timeout`'s default: a device's counters take well under a millisecond
+/// on a healthy mlx5 host; a second means its driver is stuck on something.
+pub(crate) const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest margin left to the host before its timeout.
+const MAX_MARGIN: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Budget {
+    /// The host's call timeout, when it said one.
+    timeout: Option<Duration>,
+    /// How long a collection reads: the timeout less a fifth of it, at most 500 ms less.
+    collection: Option<Duration>,
+    device: Duration,
+}
+
+impl Budget {
+    pub(crate) fn from_context(ctx: &PluginContext) -> Result<Self, PluginError> {
+        let device = match ctx.options.get("device_timeout") {
+            None => DEFAULT_DEVICE_TIMEOUT,
+            Some(v) => v
+                .as_str()
+                .and_then(|s| humantime::parse_duration(s).ok())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    PluginError::InvalidOptions(format!(
+                        "device_timeout: expected a duration such as \"1s\" or \"500ms\", got {v}"
+                    ))
+                })?,
+        };
+        let timeout = ctx.call_timeout_ms.map(Duration::from_millis);
+        Ok(Budget {
+            timeout,
+            collection: timeout.map(|t| t - (t / 5).min(MAX_MARGIN)),
+            device,
+        })
+    }
+}
+
+/// One collection's clock: the budget's deadline, each device's, and the devices that
+/// were cut short (read last next time, so that the healthy ones are read first).
+#[derive(Debug)]
+pub(crate) struct Clock<'a> {
+    budget: &'a Budget,
+    end: Option<Instant>,
+    device_end: Instant,
+}
+
+impl<'a> Clock<'a> {
+    pub(crate) fn start(budget: &'a Budget, started: Instant) -> Self {
+        Clock {
+            budget,
+            end: budget.collection.map(|b| started + b),
+            device_end: started,
+        }
+    }
+
+    /// Whether the collection's budget is spent.
+    pub(crate) fn spent(&self) -> bool {
+        self.end.is_some_and(|e| Instant::now() >= e)
+    }
+
+    /// A device starts: its deadline from now (never past the collection's).
+    pub(crate) fn device_starts(&mut self) {
+        let d = Instant::now() + self.budget.device;
+        self.device_end = self.end.map_or(d, |e| e.min(d));
+    }
+
+    /// The deadline of the device being read.
+    pub(crate) fn device_deadline(&self) -> Instant {
+        self.device_end
+    }
+
+    /// Whether the device's own deadline (not the collection's) ran out.
+    pub(crate) fn device_deadline_is_its_own(&self) -> bool {
+        self.end.is_none_or(|e| self.device_end < e)
+    }
+
+    /// The partial error of a collection stopped at its budget: what was read, what not.
+    pub(crate) fn stopped(
+        &self,
+        done: usize,
+        ports_done: usize,
+        left: &[&str],
+        ports: usize,
+    ) -> PartialError {
+        let total = done + left.len();
+        let shown: Vec<&str> = left.iter().take(3).copied().collect();
+        let more = if left.len() > shown.len() {
+            format!(" and {} more", left.len() - shown.len())
+        } else {
+            String::new()
+        };
+        PartialError {
+            target: "collection budget".into(),
+            message: format!(
+                "stopped after {done} of {total} devices ({ports_done} of {ports} ports): collection budget {} of the {} call timeout spent; not read: {}{more}",
+                humantime::format_duration(self.budget.collection.unwrap_or_default()),
+                humantime::format_duration(self.budget.timeout.unwrap_or_default()),
+                shown.join(", "),
+            ),
+        }
+    }
+
+    /// The partial error of a device stopped at its own deadline.
+    pub(crate) fn device_stopped(&self, device: &str, read: usize, total: usize) -> PartialError {
+        PartialError {
+            target: device.to_string(),
+            message: format!(
+                "stopped after {read} of its {total} files: device deadline {} spent (its driver answers slowly); the rest skipped this time, and it is read last next time",
+                humantime::format_duration(self.budget.device)
+            ),
+        }
+    }
+}
+
+/// Devices cut short by their deadline last time: read after the others.
+pub(crate) type Slow = HashSet<String>;

@@ -28,7 +28,8 @@ once() { # BINARY ROOT FORMAT -> "wall_s cpu_s rss_mib bytes"
   /usr/bin/time -f "%e %U %S %M" -o "$work/time" "$1" collect --once --format "$3" \
     --sysfs-root "$2" --config "$work/rocewatch.toml" > "$work/out" 2> "$work/err" || true
   read -r wall user sys rss < "$work/time"
-  echo "$wall $(echo "$user + $sys" | bc) $(echo "scale=1; $rss / 1024" | bc) $(wc -c < "$work/out")"
+  awk -v w="$wall" -v u="$user" -v s="$sys" -v r="$rss" -v b="$(wc -c < "$work/out")" \
+    'BEGIN { printf "%s %.2f %.1f %s\n", w, u + s, r / 1024, b }'
 }
 bins=("target/release/rocewatch")
 [ -n "${BEFORE:-}" ] && bins+=("$BEFORE")

@@ -3,20 +3,22 @@
 //! tests read back. A wrong password must be rejected by collectd.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 
 pub(crate) struct Collectd {
-    child: Child,
+    _proc: Spawned,
     dir: tempfile::TempDir,
 }
 
 impl Drop for Collectd {
+    /// Its log file is printed when the test fails (its standard error is, by [`Spawned`]).
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- collectd's log:\n{}--- end", self.log());
+        }
     }
 }
 
@@ -74,14 +76,12 @@ pub(crate) fn start(bin: &Path, hostname: &str, extra: impl FnOnce(&Path) -> Str
         String::from_utf8_lossy(&t.stdout),
         String::from_utf8_lossy(&t.stderr)
     );
-    let child = Command::new(bin)
-        .args(["-f", "-C"])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start collectd");
-    let c = Collectd { child, dir };
+    let proc = Spawned::start(
+        "collectd",
+        Command::new(bin).args(["-f", "-C"]).arg(&path),
+        None,
+    );
+    let c = Collectd { _proc: proc, dir };
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline && !c.log().contains("Initialization complete") {
         std::thread::sleep(Duration::from_millis(100));
@@ -92,6 +92,28 @@ pub(crate) fn start(bin: &Path, hostname: &str, extra: impl FnOnce(&Path) -> Str
         c.log()
     );
     c
+}
+
+/// collectd with a network listener on a UDP port (`listen` writes its configuration for
+/// a port): collectd cannot listen on port 0 and say where, so the port is one that was
+/// free a moment ago, and another is tried when it was taken in between.
+pub(crate) fn start_listening(
+    bin: &Path,
+    hostname: &str,
+    listen: impl Fn(&Path, u16) -> String,
+) -> (Collectd, u16) {
+    for _ in 0..5 {
+        let port = free_udp_port();
+        let c = start(bin, hostname, |dir| listen(dir, port));
+        if !c.log().contains("sockent_server_listen failed") {
+            return (c, port);
+        }
+        eprintln!(
+            "collectd could not bind UDP port {port}; trying another:\n{}",
+            c.log()
+        );
+    }
+    panic!("collectd could not bind a UDP port in five tries");
 }
 
 /// The last value written to the CSV file of `host/plugin_dir/prefix-DATE`.
@@ -177,8 +199,7 @@ fn check_values(c: &Collectd, host: &str) {
 #[test]
 fn network_protocol_plain() {
     let Some(bin) = collectd_bin() else { return };
-    let port = free_port();
-    let c = start(&bin, "collectd-plain", |_| {
+    let (c, port) = start_listening(&bin, "collectd-plain", |_, port| {
         format!(
             "LoadPlugin network\n<Plugin network>\n  Listen \"127.0.0.1\" \"{port}\"\n</Plugin>\n"
         )
@@ -187,8 +208,8 @@ fn network_protocol_plain() {
     check_values(&c, "rw-plain");
 }
 
-fn signed_server(bin: &Path, port: u16) -> Collectd {
-    start(bin, "collectd-signed", |dir| {
+fn signed_server(bin: &Path) -> (Collectd, u16) {
+    start_listening(bin, "collectd-signed", |dir, port| {
         let auth = dir.join("auth");
         std::fs::write(&auth, "rocewatch: right-password\n").unwrap();
         format!(
@@ -201,8 +222,7 @@ fn signed_server(bin: &Path, port: u16) -> Collectd {
 #[test]
 fn network_protocol_signed() {
     let Some(bin) = collectd_bin() else { return };
-    let port = free_port();
-    let c = signed_server(&bin, port);
+    let (c, port) = signed_server(&bin);
     run_agent(
         port,
         "rw-signed",
@@ -214,8 +234,7 @@ fn network_protocol_signed() {
 #[test]
 fn network_protocol_wrong_password_is_rejected_by_collectd() {
     let Some(bin) = collectd_bin() else { return };
-    let port = free_port();
-    let c = signed_server(&bin, port);
+    let (c, port) = signed_server(&bin);
     run_agent(
         port,
         "rw-wrong",

@@ -1,7 +1,7 @@
 //! Derived signals end to end: a copy of the mlx5 fixture whose transmit counter moves at
 //! a known rate, read by the agent, served on /metrics as throughput.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -23,26 +23,20 @@ fn throughput_and_error_rate_from_moving_counters() {
     copy_tree(&fixture("mlx5-roce-dual-port"), &root);
     let file = root.join("class/infiniband/mlx5_0/ports/1/counters/port_xmit_data");
     let sym = root.join("class/infiniband/mlx5_0/ports/1/counters/symbol_error");
-    let prom = free_port();
-    let mut agent = Command::new(&artifacts().rocewatch)
-        .args([
-            "run",
-            "--sysfs-root",
-            root.to_str().unwrap(),
-            "--interval",
-            "400ms",
-            "--prometheus-listen",
-            &format!("127.0.0.1:{prom}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let agent = RunningAgent::start(&[
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--interval",
+        "400ms",
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    let url = format!("{}/metrics", agent.prometheus_url());
     // 1.25e9 words (5 GB) every 500 ms: 10 GB/s; 2 symbol errors every 500 ms: 4/s.
     // /metrics is sampled every 100 ms: averaged over time, the derived throughput must
     // be the writer's pace, whatever the phase between writer and agent.
     let scrape = || {
-        reqwest::blocking::get(format!("http://127.0.0.1:{prom}/metrics"))
+        reqwest::blocking::get(&url)
             .ok()
             .and_then(|r| r.text().ok())
     };
@@ -77,8 +71,7 @@ fn throughput_and_error_rate_from_moving_counters() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = agent.kill();
-    let _ = agent.wait();
+    drop(agent);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     assert!(tps.len() >= 20, "{tps:?}");
     assert!(

@@ -16,9 +16,8 @@ use rocewatch_metrics::naming::{collectd_type, prometheus_sample_name};
 use rocewatch_metrics::{all_entries, kind_of};
 use rocewatch_plugin_api::MetricKind;
 
-use crate::collectd::{collectd_bin, start};
-use crate::otlp::sigterm;
-use crate::prometheus::{get, wait_ready};
+use crate::collectd::{collectd_bin, start_listening};
+use crate::prometheus::get;
 use crate::support::*;
 
 /// The configuration shared by the agent and `collectd-exec` (without exporters).
@@ -74,8 +73,7 @@ fn prometheus_otlp_and_collectd_carry_the_same_metrics() {
     let Some(bin) = collectd_bin() else { return };
     let rt = runtime();
     let (otlp_port, exported) = grpc_receiver::start(&rt, 0, None);
-    let collectd_port = free_port();
-    let c = start(&bin, "same-host", |_| {
+    let (c, collectd_port) = start_listening(&bin, "same-host", |_, collectd_port| {
         format!("LoadPlugin network\n<Plugin network>\n  Listen \"127.0.0.1\" \"{collectd_port}\"\n</Plugin>\n")
     });
     let dir = tempfile::tempdir().unwrap();
@@ -92,49 +90,41 @@ fn prometheus_otlp_and_collectd_carry_the_same_metrics() {
     let exec_cfg = dir.path().join("exec.toml");
     std::fs::write(&exec_cfg, base_config()).unwrap();
 
-    let port = free_port();
-    let log = dir.path().join("agent.log");
-    let agent = Proc(
+    let agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut exec = Spawned::start(
+        "rocewatch collectd-exec",
         Command::new(&artifacts().rocewatch)
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+            .args(["collectd-exec", "--config", exec_cfg.to_str().unwrap()])
+            .env("COLLECTD_INTERVAL", "0.5")
+            .env("COLLECTD_HOSTNAME", "exec-host"),
+        Some(Stdio::piped()),
     );
-    let exec_log = dir.path().join("exec.log");
-    let mut exec = Command::new(&artifacts().rocewatch)
-        .args(["collectd-exec", "--config", exec_cfg.to_str().unwrap()])
-        .env("COLLECTD_INTERVAL", "0.5")
-        .env("COLLECTD_HOSTNAME", "exec-host")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&exec_log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut exec_out = exec.stdout.take().unwrap();
+    let mut exec_out = exec.child.stdout.take().unwrap();
     let exec_reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = exec_out.read_to_string(&mut s);
         s
     });
-    let logs = || {
-        format!(
-            "--- agent stderr:\n{}\n--- collectd-exec stderr:\n{}\n--- collectd log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default(),
-            std::fs::read_to_string(&exec_log).unwrap_or_default(),
-            c.log()
-        )
-    };
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&format!("{base}/healthz"));
+    let base = agent.prometheus_url();
     // Several collections, probe rounds and QoS reads; two OTLP exports at least.
     std::thread::sleep(Duration::from_secs(5));
     let (_, text) = get(&format!("{base}/metrics"), None).unwrap();
-    sigterm(exec.id());
+    exec.signal("TERM");
     let exec_text = exec_reader.join().unwrap();
-    let _ = exec.wait();
-    drop(agent);
+    let _ = exec.wait_exit(Duration::from_secs(20));
+    let logs = || {
+        format!(
+            "--- agent stderr:\n{}\n--- collectd-exec stderr:\n{}\n--- collectd log:\n{}",
+            agent.stderr(),
+            exec.log(),
+            c.log()
+        )
+    };
 
     let prometheus = prometheus_names(&text);
     let otlp: BTreeSet<String> = exported

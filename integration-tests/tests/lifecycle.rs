@@ -6,23 +6,8 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::otlp::sigterm;
-use crate::prometheus::{get, wait_ready};
+use crate::prometheus::get;
 use crate::support::*;
-
-fn wait_exit(
-    child: &mut std::process::Child,
-    within: Duration,
-) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
 
 #[test]
 fn a_steady_unsupported_plugin_is_said_once() {
@@ -55,42 +40,46 @@ fn a_steady_unsupported_plugin_is_said_once() {
 
 #[test]
 fn a_closed_stdout_is_said_once_and_counted_and_the_agent_goes_on() {
-    let port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("agent.log");
-    let mut child = Command::new(&artifacts().rocewatch)
-        .args(["run", "--stdout", "--interval", "200ms"])
-        .args([
+    let mut agent = RunningAgent::start_with(
+        &[
+            "--stdout",
+            "--interval",
+            "200ms",
             "--sysfs-root",
             fixture("mlx5-roce-dual-port").to_str().unwrap(),
-        ])
-        .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Some(Stdio::piped()),
+    );
     // `rocewatch run --stdout | head -c 10`
-    let mut out = child.stdout.take().unwrap();
+    let mut out = agent.proc.child.stdout.take().unwrap();
     let mut first = [0u8; 10];
     out.read_exact(&mut first).unwrap();
     drop(out);
-    std::thread::sleep(Duration::from_secs(2));
-    let agent = Proc(child);
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&format!("{base}/healthz"));
-    let (_, metrics) = get(&format!("{base}/metrics"), None).unwrap();
-    drop(agent);
-    let text = log_text();
+    // The next collections (every 200 ms) meet the closed pipe; the counter says when.
+    let url = format!("{}/metrics", agent.prometheus_url());
+    let counted = "rocewatch_exporter_errors_total{exporter=\"stdout\"} 1";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let metrics = loop {
+        let (_, metrics) = get(&url, None).unwrap();
+        if metrics.lines().any(|l| l == counted) || Instant::now() > deadline {
+            break metrics;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Collections go on after it: a second later the error is still counted once.
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, later) = get(&url, None).unwrap();
+    let text = agent.stderr();
     assert_eq!(
         text.matches("standard output is closed").count(),
         1,
         "said once:\n{text}"
     );
     assert!(
-        metrics
-            .lines()
-            .any(|l| l == "rocewatch_exporter_errors_total{exporter=\"stdout\"} 1"),
+        metrics.lines().any(|l| l == counted) && later.lines().any(|l| l == counted),
         "counted:\n{metrics}\n{text}"
     );
 }
@@ -100,10 +89,13 @@ fn a_second_signal_during_a_hanging_final_export_exits_at_once() {
     // An OTLP endpoint that accepts connections and never answers.
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = blackhole.local_addr().unwrap();
+    let blackhole_conns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&blackhole_conns);
     let held = std::thread::spawn(move || {
         let mut conns = Vec::new();
         for c in blackhole.incoming().take(16) {
             conns.push(c);
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         conns.len()
     });
@@ -117,74 +109,54 @@ fn a_second_signal_during_a_hanging_final_export_exits_at_once() {
         ),
     )
     .unwrap();
-    let log = dir.path().join("agent.log");
-    let mut child = Command::new(&artifacts().rocewatch)
-        .args(["run", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    std::thread::sleep(Duration::from_secs(3));
-    sigterm(child.id());
+    let mut agent = RunningAgent::start(&["--config", cfg.to_str().unwrap()]);
+    // The first export (1 s) is under way, waiting for the endpoint.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while blackhole_conns.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no export reached the endpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    agent.proc.signal("TERM");
     // The final export waits for an endpoint that never answers.
     assert!(
-        wait_exit(&mut child, Duration::from_millis(1500)).is_none(),
-        "the final export was expected to hang:\n{}",
-        log_text()
+        agent.proc.wait_exit(Duration::from_millis(1500)).is_none(),
+        "the final export was expected to hang"
     );
     let second = Instant::now();
-    sigterm(child.id());
-    let st = wait_exit(&mut child, Duration::from_secs(5)).unwrap_or_else(|| {
-        let _ = child.kill();
-        panic!("a second signal did not end the agent:\n{}", log_text())
-    });
+    agent.proc.signal("TERM");
+    let st = agent
+        .proc
+        .wait_exit(Duration::from_secs(5))
+        .expect("a second signal did not end the agent");
     assert!(second.elapsed() < Duration::from_secs(5));
-    assert_eq!(st.code(), Some(130), "{}", log_text());
-    assert!(log_text().contains("exiting now"), "{}", log_text());
+    assert_eq!(st.code(), Some(130));
+    assert!(agent.stderr().contains("exiting now"), "{}", agent.stderr());
     drop(held);
-}
-
-fn sighup(pid: u32) {
-    let st = Command::new("kill")
-        .args(["-HUP", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
 }
 
 #[test]
 fn sighup_reloads_a_valid_configuration_and_keeps_the_old_one_on_error() {
-    let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("agent.toml");
     let base = format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{port}\"\n",
+        "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n",
         fixture("mlx5-roce-dual-port")
     );
     let rule = |name: &str| {
         format!("\n[[rules]]\nname = \"{name}\"\nmetric = \"rdma.port.rate\"\nthreshold = 0.0\n")
     };
     std::fs::write(&cfg, format!("{base}{}", rule("before"))).unwrap();
-    let log = dir.path().join("agent.log");
-    let child = Command::new(&artifacts().rocewatch)
-        .args(["run", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut agent = Proc(child);
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    let url = format!("http://127.0.0.1:{port}");
-    wait_ready(&format!("{url}/healthz"));
+    let mut agent = RunningAgent::start(&["--config", cfg.to_str().unwrap()]);
+    let log_text = || agent.stderr();
+    // Port 0: a reload binds again, elsewhere; the ready file says where.
+    let url = || agent.prometheus_url();
     let rules = || {
-        get(&format!("{url}/rules"), None)
+        get(&format!("{}/rules", url()), None)
             .map(|(_, b)| b)
             .unwrap_or_default()
     };
     let metric = |line: &str| {
-        get(&format!("{url}/metrics"), None).is_some_and(|(_, b)| b.lines().any(|l| l == line))
+        get(&format!("{}/metrics", url()), None).is_some_and(|(_, b)| b.lines().any(|l| l == line))
     };
     let eventually = |what: &dyn Fn() -> bool| {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -204,7 +176,7 @@ fn sighup_reloads_a_valid_configuration_and_keeps_the_old_one_on_error() {
 
     // A valid new file: the agent runs with it.
     std::fs::write(&cfg, format!("{base}{}", rule("after"))).unwrap();
-    sighup(pid);
+    agent.proc.signal("HUP");
     assert!(
         eventually(&|| rules().contains("\"after\"") && !rules().contains("\"before\"")),
         "not reloaded: {}\n{}",
@@ -217,7 +189,7 @@ fn sighup_reloads_a_valid_configuration_and_keeps_the_old_one_on_error() {
 
     // A broken one: refused, said why, and the agent runs on with what it had.
     std::fs::write(&cfg, format!("{base}[agent]\nintervall = \"1s\"\n")).unwrap();
-    sighup(pid);
+    agent.proc.signal("HUP");
     assert!(
         eventually(&|| metric("rocewatch_config_reloads_total{result=\"error\"} 1")),
         "{}",
@@ -229,10 +201,7 @@ fn sighup_reloads_a_valid_configuration_and_keeps_the_old_one_on_error() {
         "{}",
         log_text()
     );
-    assert!(
-        agent.0.try_wait().unwrap().is_none(),
-        "SIGHUP ended the agent"
-    );
+    assert!(agent.proc.alive(), "SIGHUP ended the agent");
 }
 
 #[test]

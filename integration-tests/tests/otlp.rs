@@ -3,21 +3,21 @@
 //! the final export of the graceful shutdown), and the values queried back from
 //! VictoriaMetrics match the fixture files, with the ×4 conversion of data counters.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-struct Vm {
-    child: Child,
-    port: u16,
-    _data: tempfile::TempDir,
+pub(crate) struct Vm {
+    _proc: Spawned,
+    /// `HOST:PORT` it listens on.
+    pub(crate) addr: String,
+    _data: Option<tempfile::TempDir>,
 }
 
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Vm {
+    pub(crate) fn port(&self) -> u16 {
+        self.addr.rsplit(':').next().unwrap().parse().unwrap()
     }
 }
 
@@ -31,53 +31,65 @@ fn http_get(url: &str) -> Option<String> {
         .ok()
 }
 
-/// A fresh VictoriaMetrics, or `None` when it is absent and skipping was asked for.
-fn victoria_metrics() -> Option<Vm> {
-    let bin = require(
+pub(crate) fn vm_bin() -> Option<std::path::PathBuf> {
+    require(
         "victoria-metrics",
         receiver(
             "ROCEWATCH_VICTORIA_METRICS",
             ".cache/victoria-metrics/usr/bin/victoria-metrics",
             "victoria-metrics",
         ),
-    )?;
-    Some(start_vm(&bin))
+    )
 }
 
-fn start_vm(bin: &std::path::Path) -> Vm {
+/// A fresh VictoriaMetrics, or `None` when it is absent and skipping was asked for.
+fn victoria_metrics() -> Option<Vm> {
+    let bin = vm_bin()?;
     let data = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = Command::new(bin)
-        .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
-        .arg(format!("-storageDataPath={}", data.path().display()))
-        .args([
-            "-retentionPeriod=1d",
-            "-search.latencyOffset=1s",
-            "-search.disableCache",
-            "-opentelemetry.usePrometheusNaming",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start victoria-metrics");
-    let vm = Vm {
-        child,
-        port,
-        _data: data,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if http_get(&format!("http://127.0.0.1:{port}/health")).is_some_and(|b| b.contains("OK")) {
-            return vm;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let mut vm = start_vm(&bin, "127.0.0.1:0", data.path(), &[]);
+    vm._data = Some(data);
+    Some(vm)
+}
+
+/// VictoriaMetrics on `listen` (port 0: the kernel chooses, VictoriaMetrics says which in
+/// its log) with its data in `data`, once its listener is up; its log is printed when the
+/// test fails.
+pub(crate) fn start_vm(
+    bin: &std::path::Path,
+    listen: &str,
+    data: &std::path::Path,
+    extra: &[String],
+) -> Vm {
+    let mut proc = Spawned::start(
+        "victoria-metrics",
+        Command::new(bin)
+            .arg(format!("-httpListenAddr={listen}"))
+            .arg(format!("-storageDataPath={}", data.display()))
+            .args([
+                "-retentionPeriod=1d",
+                "-search.latencyOffset=1s",
+                "-search.disableCache",
+                "-opentelemetry.usePrometheusNaming",
+            ])
+            .args(extra),
+        None,
+    );
+    // "started server at http://127.0.0.1:43745/"
+    let addr = proc.wait_log("its listener", Duration::from_secs(30), |log| {
+        let rest = log.split("started server at http").nth(1)?;
+        let rest = rest.strip_prefix("s").unwrap_or(rest).strip_prefix("://")?;
+        Some(rest.split('/').next()?.to_string())
+    });
+    Vm {
+        _proc: proc,
+        addr,
+        _data: None,
     }
-    panic!("victoria-metrics did not become ready on 127.0.0.1:{port}");
 }
 
 /// `series → value` for a PromQL query (instant).
 fn query(vm: &Vm, promql: &str) -> Vec<(serde_json::Value, f64)> {
-    let url = format!("http://127.0.0.1:{}/api/v1/query", vm.port);
+    let url = format!("http://{}/api/v1/query", vm.addr);
     let body = reqwest::blocking::Client::new()
         .get(url)
         .query(&[("query", promql)])
@@ -124,27 +136,27 @@ fn otlp_http_to_victoriametrics_matches_the_fixture() {
     let Some(vm) = victoria_metrics() else {
         return;
     };
-    let endpoint = format!("http://127.0.0.1:{}/opentelemetry/v1/metrics", vm.port);
+    let endpoint = format!("http://{}/opentelemetry/v1/metrics", vm.addr);
     let root = fixture("mlx5-roce-dual-port");
-    let agent = Command::new(&artifacts().rocewatch)
-        .args([
-            "run",
+    let mut agent = RunningAgent::start_with(
+        &[
             "--sysfs-root",
             root.to_str().unwrap(),
             "--interval",
             "500ms",
-        ])
-        .args(["--otlp-endpoint", &endpoint, "--export-interval", "1h"])
-        .env("ROCEWATCH_AGENT__HOST_NAME", "fixture-host")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
-    sigterm(agent.id());
-    let out = agent.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "agent exit: {:?}\n{log}", out.status);
+            "--otlp-endpoint",
+            &endpoint,
+            "--export-interval",
+            "1h",
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ],
+        &[("ROCEWATCH_AGENT__HOST_NAME", "fixture-host")],
+        None,
+    );
+    wait_collected(&agent);
+    let (status, log, _) = agent.proc.stop();
+    assert!(status.success(), "agent exit: {status:?}\n{log}");
     assert!(log.contains("final OTLP export done"), "{log}");
 
     let io = wait_for(&vm, "rdma_port_io_bytes_total", 4);
@@ -177,7 +189,7 @@ fn demo_exports_moving_counters_over_otlp() {
     let Some(vm) = victoria_metrics() else {
         return;
     };
-    let endpoint = format!("http://127.0.0.1:{}/opentelemetry/v1/metrics", vm.port);
+    let endpoint = format!("http://{}/opentelemetry/v1/metrics", vm.addr);
     let o = rocewatch(
         &[
             "demo",
@@ -198,7 +210,7 @@ fn demo_exports_moving_counters_over_otlp() {
         stdout(&o)
     );
     // Samples exported every second: the transmit counter of mlx5_0 took several values.
-    let url = format!("http://127.0.0.1:{}/api/v1/export", vm.port);
+    let url = format!("http://{}/api/v1/export", vm.addr);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut values: Vec<f64> = Vec::new();
     while Instant::now() < deadline {
@@ -233,21 +245,21 @@ fn demo_exports_moving_counters_over_otlp() {
     );
 }
 
-pub(crate) fn sigterm(pid: u32) {
-    let st = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+/// Wait until the agent's /metrics carries a collection of the fixture (its data
+/// counters): what a final export must then carry.
+pub(crate) fn wait_collected(agent: &RunningAgent) {
+    let url = format!("{}/metrics", agent.prometheus_url());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !http_get(&url).is_some_and(|b| b.contains("rdma_port_io_bytes_total{")) {
+        assert!(Instant::now() < deadline, "no collection within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 pub(crate) mod grpc {
     //! OTLP/gRPC to a receiver built here from the OTLP proto definitions (no real gRPC
     //! receiver is installable on this machine): checks the data model itself (cumulative
     //! monotonic sums, units, resource) as well as the values.
-
-    use std::process::{Command, Stdio};
-    use std::time::Duration;
 
     use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
     use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -280,18 +292,16 @@ pub(crate) mod grpc {
             ),
         )
         .unwrap();
-        let agent = Command::new(&artifacts().rocewatch)
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_secs(2));
-        super::sigterm(agent.id());
-        let out = agent.wait_with_output().unwrap();
-        let log = String::from_utf8_lossy(&out.stderr);
+        let mut agent = RunningAgent::start(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ]);
+        super::wait_collected(&agent);
+        let (status, log, _) = agent.proc.stop();
         assert!(
-            out.status.success() && log.contains("final OTLP export done"),
+            status.success() && log.contains("final OTLP export done"),
             "{log}"
         );
 

@@ -3,54 +3,21 @@
 //! the backlog in batches; TLS (custom CA, client certificate), headers and gzip work on
 //! both transports.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::otlp::{start_vm, vm_bin};
 use crate::support::*;
 
-impl Proc {
-    fn alive(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
-
-    /// SIGTERM, then wait (bounded) and return the exit status and stderr.
-    fn stop(mut self) -> (std::process::ExitStatus, String, Duration) {
-        let started = Instant::now();
-        Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the agent did not stop within 20 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut err = String::new();
-        if let Some(mut e) = self.0.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        (status, err, started.elapsed())
-    }
-}
-
-fn agent(config: &str) -> (Proc, tempfile::TempDir) {
+/// The agent with `config`, once its listeners are bound (port 0 in the configuration:
+/// [`RunningAgent::prometheus_url`] says where).
+fn agent(config: &str) -> (RunningAgent, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("rw.toml");
     std::fs::write(&cfg, config).unwrap();
-    let child = Command::new(&artifacts().rocewatch)
-        .args(["run", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    (Proc(child), dir)
+    (
+        RunningAgent::start(&["--config", cfg.to_str().unwrap()]),
+        dir,
+    )
 }
 
 fn metric(base: &str, line_prefix: &str) -> Option<f64> {
@@ -63,46 +30,6 @@ fn metric(base: &str, line_prefix: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-fn wait_http(url: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if reqwest::blocking::get(url).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{url} never answered");
-}
-
-fn vm_bin() -> Option<std::path::PathBuf> {
-    require(
-        "victoria-metrics",
-        receiver(
-            "ROCEWATCH_VICTORIA_METRICS",
-            ".cache/victoria-metrics/usr/bin/victoria-metrics",
-            "victoria-metrics",
-        ),
-    )
-}
-
-fn start_vm(bin: &std::path::Path, port: u16, data: &std::path::Path, extra: &[String]) -> Proc {
-    let child = Command::new(bin)
-        .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
-        .arg(format!("-storageDataPath={}", data.display()))
-        .args([
-            "-retentionPeriod=1d",
-            "-search.latencyOffset=1s",
-            "-search.disableCache",
-            "-opentelemetry.usePrometheusNaming",
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Proc(child)
-}
-
 fn unix(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -113,28 +40,27 @@ fn unix(t: SystemTime) -> f64 {
 fn victoriametrics_down_for_60s_gets_the_queued_data() {
     let Some(bin) = vm_bin() else { return };
     let data = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let vm = start_vm(&bin, port, data.path(), &[]);
-    wait_http(&format!("http://127.0.0.1:{port}/health"));
-    let prom = free_port();
+    let vm = start_vm(&bin, "127.0.0.1:0", data.path(), &[]);
+    let port = vm.port();
     let (mut rw, _cfg) = agent(&format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\n\
+        "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
          [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/opentelemetry/v1/metrics\"\ninterval = \"1s\"\nretry_initial = \"500ms\"\nretry_max = \"4s\"\n",
         fixture("mlx5-roce-dual-port")
     ));
-    let base = format!("http://127.0.0.1:{prom}");
-    wait_http(&format!("{base}/healthz"));
+    let base = rw.prometheus_url();
+    // A few exports arrive before the outage.
     std::thread::sleep(Duration::from_secs(3));
     // The outage.
     drop(vm);
     let down = SystemTime::now();
     std::thread::sleep(Duration::from_secs(60));
-    assert!(rw.alive(), "the agent must survive the outage");
+    assert!(rw.proc.alive(), "the agent must survive the outage");
     let errors = metric(&base, "rocewatch_exporter_errors_total{exporter=\"otlp\"}").unwrap_or(0.0);
     assert!(errors > 0.0, "failed exports are counted");
     let up = SystemTime::now();
-    let _vm = start_vm(&bin, port, data.path(), &[]);
-    wait_http(&format!("http://127.0.0.1:{port}/health"));
+    // The same port again: the agent's endpoint (taken in the minute between, it fails
+    // here, saying so).
+    let _vm = start_vm(&bin, &format!("127.0.0.1:{port}"), data.path(), &[]);
     // Snapshots taken during the outage arrive after the restart.
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut in_outage = 0;
@@ -169,7 +95,7 @@ fn victoriametrics_down_for_60s_gets_the_queued_data() {
         0.0,
         "the default queue holds 10 minutes"
     );
-    let (status, log, took) = rw.stop();
+    let (status, log, took) = rw.proc.stop();
     assert!(status.success(), "{log}");
     assert!(log.contains("OTLP export recovered"), "{log}");
     assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
@@ -177,15 +103,14 @@ fn victoriametrics_down_for_60s_gets_the_queued_data() {
 
 #[test]
 fn a_tiny_queue_drops_the_oldest_and_counts_it() {
-    let closed = free_port(); // nothing listens there
-    let prom = free_port();
-    let (rw, _cfg) = agent(&format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\n\
-         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{closed}/v1/metrics\"\ninterval = \"200ms\"\nqueue_size = 2\nretry_initial = \"1s\"\nretry_max = \"1s\"\n",
-        fixture("mlx5-roce-dual-port")
+    let closed = HeldPort::new(); // bound, nothing listens there
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{}/v1/metrics\"\ninterval = \"200ms\"\nqueue_size = 2\nretry_initial = \"1s\"\nretry_max = \"1s\"\n",
+        fixture("mlx5-roce-dual-port"),
+        closed.port
     ));
-    let base = format!("http://127.0.0.1:{prom}");
-    wait_http(&format!("{base}/healthz"));
+    let base = rw.prometheus_url();
     std::thread::sleep(Duration::from_secs(3));
     let dropped =
         metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0);
@@ -206,7 +131,7 @@ fn a_tiny_queue_drops_the_oldest_and_counts_it() {
     )
     .unwrap();
     assert!(b > a, "collection is never blocked by export");
-    let (status, log, took) = rw.stop();
+    let (status, log, took) = rw.proc.stop();
     assert!(status.success(), "{log}");
     assert!(
         took < Duration::from_secs(5),
@@ -217,14 +142,17 @@ fn a_tiny_queue_drops_the_oldest_and_counts_it() {
 #[test]
 fn a_late_grpc_receiver_gets_the_backlog_in_batches() {
     let rt = runtime();
-    let port = free_port();
-    let (rw, _cfg) = agent(&format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\n\
+    // The receiver's port is held (connections refused) until it starts.
+    let held = HeldPort::new();
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n\
          interval = \"300ms\"\nretry_initial = \"2s\"\nretry_max = \"2s\"\n",
-        fixture("mlx5-roce-dual-port")
+        fixture("mlx5-roce-dual-port"),
+        held.port
     ));
+    // Snapshots pile up while nobody listens.
     std::thread::sleep(Duration::from_secs(3));
-    let (_, received) = grpc_receiver::start(&rt, port, None);
+    let (_, received) = grpc_receiver::start_on(&rt, held.listen(), None);
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline
         && received
@@ -247,7 +175,7 @@ fn a_late_grpc_receiver_gets_the_backlog_in_batches() {
         got.iter().any(|(_, r)| r.resource_metrics.len() > 1),
         "the backlog goes in batches"
     );
-    let (status, log, _) = rw.stop();
+    let (status, log, _) = rw.proc.stop();
     assert!(status.success(), "{log}");
     rt.shutdown_background();
 }
@@ -258,7 +186,7 @@ fn grpc_over_mutual_tls_with_headers_and_gzip() {
     let pki = pki();
     let (port, received) =
         grpc_receiver::start(&rt, 0, Some((&pki.ca, &pki.server_cert, &pki.server_key)));
-    let (rw, _cfg) = agent(&format!(
+    let (mut rw, _cfg) = agent(&format!(
         "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"https://127.0.0.1:{port}\"\nprotocol = \"grpc\"\n\
          interval = \"300ms\"\ncompression = \"gzip\"\nheaders = {{ authorization = \"Bearer t0ken\" }}\n\n[exporters.otlp.tls]\n\
          ca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\n",
@@ -271,7 +199,7 @@ fn grpc_over_mutual_tls_with_headers_and_gzip() {
     while Instant::now() < deadline && received.lock().unwrap().is_empty() {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (status, log, _) = rw.stop();
+    let (status, log, _) = rw.proc.stop();
     let got = received.lock().unwrap().clone();
     assert!(!got.is_empty(), "nothing arrived over mTLS: {log}");
     assert!(
@@ -288,10 +216,9 @@ fn https_with_custom_ca_basic_auth_and_gzip_to_victoriametrics() {
     let Some(bin) = vm_bin() else { return };
     let pki = pki();
     let data = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _vm = start_vm(
+    let vm = start_vm(
         &bin,
-        port,
+        "127.0.0.1:0",
         data.path(),
         &[
             "-tls".into(),
@@ -301,23 +228,14 @@ fn https_with_custom_ca_basic_auth_and_gzip_to_victoriametrics() {
             "-httpAuth.password=s3cret".into(),
         ],
     );
+    let port = vm.port();
     let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap();
     let client = reqwest::blocking::Client::builder()
         .add_root_certificate(ca)
         .build()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline
-        && client
-            .get(format!("https://127.0.0.1:{port}/health"))
-            .basic_auth("agent", Some("s3cret"))
-            .send()
-            .is_err()
-    {
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // "agent:s3cret" in base64.
-    let (rw, _cfg) = agent(&format!(
+    let (mut rw, _cfg) = agent(&format!(
         "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"https://127.0.0.1:{port}/opentelemetry/v1/metrics\"\n\
          interval = \"300ms\"\ncompression = \"gzip\"\nheaders = {{ authorization = \"Basic YWdlbnQ6czNjcmV0\" }}\n\n[exporters.otlp.tls]\nca_file = {:?}\n",
         fixture("mlx5-roce-dual-port"),
@@ -347,7 +265,7 @@ fn https_with_custom_ca_basic_auth_and_gzip_to_victoriametrics() {
             .and_then(|s| s.parse::<f64>().ok());
         std::thread::sleep(Duration::from_millis(300));
     }
-    let (status, log, _) = rw.stop();
+    let (status, log, _) = rw.proc.stop();
     assert_eq!(value, Some(4.0 * raw), "{log}");
     assert!(status.success(), "{log}");
 }
@@ -386,16 +304,16 @@ fn slow_and_failing_exporters_stall_neither_each_other_nor_collection() {
     // where nothing listens (failing), while Prometheus is scraped.
     let slow = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let slow_port = slow.local_addr().unwrap().port();
-    let closed_udp = free_port();
-    let prom = free_port();
-    let (rw, _cfg) = agent(&format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\n\
+    // Nothing listens there a moment ago (if something took it since, sends may not fail
+    // and the assertion below says so).
+    let closed_udp = free_udp_port();
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
          [exporters.collectd]\nserver = \"127.0.0.1:{closed_udp}\"\n\n\
          [exporters.otlp]\nendpoint = \"http://127.0.0.1:{slow_port}/v1/metrics\"\ninterval = \"200ms\"\ntimeout = \"2s\"\n",
         fixture("mlx5-roce-dual-port")
     ));
-    let base = format!("http://127.0.0.1:{prom}");
-    wait_http(&format!("{base}/healthz"));
+    let base = rw.prometheus_url();
     let a = metric(
         &base,
         "rocewatch_samples_emitted_total{plugin=\"counters-sysfs\"}",
@@ -422,7 +340,7 @@ fn slow_and_failing_exporters_stall_neither_each_other_nor_collection() {
             >= 1.0,
         "collectd sends failed"
     );
-    let (status, log, took) = rw.stop();
+    let (status, log, took) = rw.proc.stop();
     assert!(status.success(), "{log}");
     assert!(took < Duration::from_secs(10), "{took:?}");
     drop(slow);

@@ -5,13 +5,12 @@
 //! peers beyond `max_peers` are counted and not probed. The verbs plugin itself is tested
 //! in the soft-RoCE lab (`lab.rs`).
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::metrics::v1::{metric::Data, AggregationTemporality};
 
 use crate::otlp::grpc::attr;
-use crate::prometheus::{get, promtool_check, wait_ready};
+use crate::prometheus::{get, promtool_check};
 use crate::support::*;
 
 /// The value of the sample line starting with `series` (name and labels, exactly).
@@ -45,26 +44,17 @@ fn scheduled_probes_histograms_causes_and_limits() {
         ),
     )
     .unwrap();
-    let port = free_port();
-    let log = dir.path().join("agent.log");
-    let agent = Command::new(&artifacts().rocewatch)
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--prometheus-listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let agent = Proc(agent);
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&format!("{base}/healthz"));
+    let mut agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    let base = agent.prometheus_url();
+    // Several rounds (every 500 ms) to count.
     std::thread::sleep(Duration::from_secs(3));
     let (_, text) = get(&format!("{base}/metrics"), None).unwrap();
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let log_text = || agent.stderr();
     let v =
         |s: &str| value(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}\n{}", log_text()));
 
@@ -140,10 +130,7 @@ fn scheduled_probes_histograms_causes_and_limits() {
     }
 
     // OTLP: the final export carries the histogram with the configured (default) bounds.
-    crate::otlp::sigterm(agent.0.id());
-    let mut agent = agent;
-    let st = agent.0.wait().unwrap();
-    let log = log_text();
+    let (st, log, _) = agent.proc.stop();
     assert!(st.success(), "{log}");
     assert!(
         log.contains("no NIC-measured RTT split: fake-probe has no NIC"),

@@ -23,17 +23,6 @@ pub(crate) fn get(url: &str, accept: Option<&str>) -> Option<(String, String)> {
     Some((ctype, resp.text().ok()?))
 }
 
-pub(crate) fn wait_ready(url: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if get(url, None).is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{url} did not answer");
-}
-
 /// promtool, beside the prometheus binary the tests use (`None`: skipped knowingly, see
 /// [`require`]).
 pub(crate) fn promtool() -> Option<std::path::PathBuf> {
@@ -127,28 +116,26 @@ fn a_real_prometheus_scrapes_the_agent() {
         return;
     };
     let promtool = prom.with_file_name("promtool");
-    let agent_port = free_port();
     let root = fixture("mlx5-roce-dual-port");
     // No config file: flags only.
-    let _agent = Proc(
-        Command::new(&artifacts().rocewatch)
-            .args([
-                "run",
-                "--prometheus-listen",
-                &format!("127.0.0.1:{agent_port}"),
-                "--sysfs-root",
-                root.to_str().unwrap(),
-                "--interval",
-                "500ms",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{agent_port}");
-    wait_ready(&format!("{base}/healthz"));
-    std::thread::sleep(Duration::from_millis(800)); // at least one collection
+    let agent = RunningAgent::start(&[
+        "--prometheus-listen",
+        "127.0.0.1:0",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--interval",
+        "500ms",
+    ]);
+    let agent_addr = agent.addr("prometheus");
+    let base = agent.prometheus_url();
+    // At least one collection.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !get(&format!("{base}/metrics"), None)
+        .is_some_and(|(_, b)| b.contains("rdma_port_io_bytes_total{"))
+    {
+        assert!(Instant::now() < deadline, "no collection within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (ctype, text) = get(&format!("{base}/metrics"), None).unwrap();
     assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
     assert!(
@@ -181,26 +168,34 @@ fn a_real_prometheus_scrapes_the_agent() {
     let cfg = data.path().join("prometheus.yml");
     std::fs::write(
         &cfg,
-        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: rocewatch\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"),
+        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: rocewatch\n    static_configs:\n      - targets: ['{agent_addr}']\n"),
     )
     .unwrap();
-    let prom_port = free_port();
-    let _prom = Proc(
+    let mut prom = Spawned::start(
+        "prometheus",
         Command::new(&prom)
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 data.path().join("tsdb").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .arg("--web.listen-address=127.0.0.1:0"),
+        None,
     );
+    // msg="Listening on" address=127.0.0.1:33655
+    let prom_addr = prom.wait_log("its listener", Duration::from_secs(30), |log| {
+        let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
+        Some(
+            line.split("address=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .to_string(),
+        )
+    });
     let q = |promql: &str| -> Vec<(serde_json::Value, f64)> {
         let body = reqwest::blocking::Client::new()
-            .get(format!("http://127.0.0.1:{prom_port}/api/v1/query"))
+            .get(format!("http://{prom_addr}/api/v1/query"))
             .query(&[("query", promql)])
             .send()
             .ok()
@@ -229,7 +224,12 @@ fn a_real_prometheus_scrapes_the_agent() {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    assert_eq!(io.len(), 4, "two ports × two directions scraped: {io:?}");
+    assert_eq!(
+        io.len(),
+        4,
+        "two ports × two directions scraped: {io:?}\n--- agent:\n{}",
+        agent.stderr()
+    );
     for (labels, value) in &io {
         let dev = labels["rdma_device"].as_str().unwrap();
         let f = if labels["network_io_direction"] == "transmit" {

@@ -571,7 +571,7 @@ fn qos_values_are_checked_at_load_with_the_key_named() {
 /// snapshot), within the remediation limits.
 #[test]
 fn agent_exports_the_configuration_and_reapplies_on_drift() {
-    use crate::prometheus::{get, wait_ready};
+    use crate::prometheus::get;
     let dir = tempfile::tempdir().unwrap();
     let root = fixture_copy("mlx5-roce-dual-port", dir.path());
     let audit = dir.path().join("audit.jsonl");
@@ -591,22 +591,17 @@ fn agent_exports_the_configuration_and_reapplies_on_drift() {
     .unwrap();
     let check = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
     assert!(check.status.success(), "{}", stderr(&check));
-    let port = free_port();
-    let _agent = Proc(
-        std::process::Command::new(&artifacts().rocewatch)
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .arg("--sysfs-root")
-            .arg(&root)
-            .args(["--interval", "300ms", "--prometheus-listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    wait_ready(&url);
+    let agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--interval",
+        "300ms",
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    let url = format!("{}/metrics", agent.prometheus_url());
     let scrape_until = |what: &str, ok: &dyn Fn(&str) -> bool| -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

@@ -2,14 +2,12 @@
 //! it firing with its value, the agent logs it and counts it in /metrics; the default rule
 //! set parses and evaluates on every fixture.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 
 #[test]
 fn a_rule_fires_in_a_running_agent_and_rocewatch_rules_shows_it() {
-    let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("rules.toml");
     std::fs::write(
@@ -32,9 +30,8 @@ for = "1h"
 "#,
     )
     .unwrap();
-    let log = dir.path().join("agent.log");
-    let mut agent = agent_on_mlx5(&cfg, port, std::fs::File::create(&log).unwrap().into());
-    let url = format!("http://127.0.0.1:{port}");
+    let mut agent = agent_on_mlx5(&cfg);
+    let url = agent.prometheus_url();
     let deadline = Instant::now() + Duration::from_secs(20);
     let rows = loop {
         let out = rocewatch(&["rules", "--url", &url, "--json"], &[]);
@@ -81,9 +78,7 @@ for = "1h"
         ),
         "{metrics}"
     );
-    let _ = agent.0.kill();
-    let _ = agent.0.wait();
-    let logged = std::fs::read_to_string(&log).unwrap();
+    let (_, logged, _) = agent.proc.stop();
     assert!(
         logged.contains("rule firing") && logged.contains("slow-link"),
         "{logged}"
@@ -236,21 +231,18 @@ fn a_rule_naming_an_unknown_action_is_a_config_error() {
 }
 
 /// `rocewatch run` with `cfg` on the mlx5 fixture, collecting every 300 ms, serving
-/// Prometheus on `port`, its log to `stderr`.
-fn agent_on_mlx5(cfg: &std::path::Path, port: u16, stderr: Stdio) -> Proc {
-    Proc(
-        Command::new(&artifacts().rocewatch)
-            .args(["run", "--config"])
-            .arg(cfg)
-            .args(["--sysfs-root"])
-            .arg(fixture("mlx5-roce-dual-port"))
-            .args(["--interval", "300ms", "--prometheus-listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap(),
-    )
+/// Prometheus on a port of the kernel's choosing.
+fn agent_on_mlx5(cfg: &std::path::Path) -> RunningAgent {
+    RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        fixture("mlx5-roce-dual-port").to_str().unwrap(),
+        "--interval",
+        "300ms",
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ])
 }
 
 /// Starts the agent on the mlx5 fixture with `extra` config appended to a rule that fires
@@ -261,7 +253,6 @@ fn run_until(
     extra: &str,
     done: impl Fn(&[serde_json::Value]) -> bool,
 ) -> Vec<serde_json::Value> {
-    let port = free_port();
     let audit = dir.join("audit.jsonl");
     let cfg = dir.join("agent.toml");
     std::fs::write(
@@ -274,7 +265,7 @@ fn run_until(
     .unwrap();
     let check = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
     assert!(check.status.success(), "{}", stderr(&check));
-    let _agent = agent_on_mlx5(&cfg, port, Stdio::null());
+    let _agent = agent_on_mlx5(&cfg);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let text = std::fs::read_to_string(&audit).unwrap_or_default();

@@ -176,23 +176,67 @@ pub fn require(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
     panic!("{what} not found: run scripts/install-test-deps.sh (or scripts/test.sh), or set ROCEWATCH_SKIP_RECEIVERS=1 to skip receiver tests knowingly");
 }
 
-/// A child process killed (and reaped) when dropped: test servers never outlive a test.
-pub struct Proc(pub std::process::Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A free TCP port on loopback.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
+/// A UDP port on loopback that was free a moment ago (bound, then let go): for receivers
+/// that cannot listen on port 0 and say where they are (collectd). Whoever binds it must
+/// try another one when it was taken in between ([`crate::collectd::start`] does).
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A loopback TCP port held bound but not listening: a connection to it is refused, and
+/// no other process can take it, until [`HeldPort::listen`] (a receiver that starts
+/// late) or the drop. No race for the port, unlike binding one and letting it go.
+pub struct HeldPort {
+    fd: std::os::fd::OwnedFd,
+    pub port: u16,
+}
+
+impl HeldPort {
+    pub fn new() -> HeldPort {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: a new socket is owned at once; bind and getsockname get a sockaddr_in of
+        // the length they are told.
+        unsafe {
+            let raw = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(raw >= 0, "socket: {}", std::io::Error::last_os_error());
+            let fd = std::os::fd::OwnedFd::from_raw_fd(raw);
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            let r = libc::bind(
+                fd.as_raw_fd(),
+                &addr as *const _ as *const libc::sockaddr,
+                len,
+            );
+            assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+            let mut bound: libc::sockaddr_in = std::mem::zeroed();
+            let mut blen = len;
+            let r = libc::getsockname(
+                fd.as_raw_fd(),
+                &mut bound as *mut _ as *mut libc::sockaddr,
+                &mut blen,
+            );
+            assert_eq!(r, 0, "getsockname: {}", std::io::Error::last_os_error());
+            HeldPort {
+                fd,
+                port: u16::from_be(bound.sin_port),
+            }
+        }
+    }
+
+    /// Start listening on the held port.
+    pub fn listen(self) -> std::net::TcpListener {
+        use std::os::fd::AsRawFd;
+        // SAFETY: listen on a socket we own.
+        let r = unsafe { libc::listen(self.fd.as_raw_fd(), 128) };
+        assert_eq!(r, 0, "listen: {}", std::io::Error::last_os_error());
+        std::net::TcpListener::from(self.fd)
+    }
 }
 
 /// A test PKI: a CA, a server certificate for 127.0.0.1/localhost, a client certificate.
@@ -291,10 +335,26 @@ pub mod grpc_receiver {
         port: u16,
         tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
     ) -> (u16, Received) {
+        start_on(
+            rt,
+            std::net::TcpListener::bind(("127.0.0.1", port)).unwrap(),
+            tls,
+        )
+    }
+
+    /// [`start`] on a listener the test holds (a port held for a receiver that starts
+    /// late, see [`super::HeldPort`]).
+    pub fn start_on(
+        rt: &tokio::runtime::Runtime,
+        listener: std::net::TcpListener,
+        tls: Option<(&std::path::Path, &std::path::Path, &std::path::Path)>,
+    ) -> (u16, Received) {
         let received = Received::default();
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
-            .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let listener = {
+            let _guard = rt.enter();
+            tokio::net::TcpListener::from_std(listener).unwrap()
+        };
         let port = listener.local_addr().unwrap().port();
         let svc = MetricsServiceServer::new(Receiver(received.clone()))
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
@@ -324,76 +384,186 @@ pub mod grpc_receiver {
     }
 }
 
-/// `rocewatch run ARGS --ready-file ...`: listeners may use port 0 (no race for ports);
-/// [`RunningAgent::addr`] says where they are. Its standard error goes to a file that is
-/// printed when the test fails while the agent runs; the agent is killed when dropped.
-pub struct RunningAgent {
+/// A process a test started. Its standard error (and output, unless the caller takes it)
+/// goes to a file, never to a pipe nobody reads (a full pipe stalls the process); the file
+/// is printed when the test fails while the process is in its hands (a panic, an assertion
+/// or a timeout); it is killed and reaped when dropped.
+pub struct Spawned {
     pub child: std::process::Child,
-    pub log: PathBuf,
-    addresses: serde_json::Value,
+    name: String,
+    log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
-impl RunningAgent {
-    pub fn start(args: &[&str]) -> RunningAgent {
+impl Spawned {
+    /// Spawn `cmd` as `name` (said when its log is printed); `stdout` is where its standard
+    /// output goes (`None`: the log file too).
+    pub fn start(name: &str, cmd: &mut Command, stdout: Option<std::process::Stdio>) -> Spawned {
         let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("stderr.log");
-        let ready = dir.path().join("ready.json");
-        let child = Command::new(&artifacts().rocewatch)
-            .arg("run")
-            .args(args)
-            .arg("--ready-file")
-            .arg(&ready)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut agent = RunningAgent {
-            child,
-            log,
-            addresses: serde_json::Value::Null,
-            _dir: dir,
+        let log = dir.path().join("output.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let out = match stdout {
+            Some(s) => s,
+            None => file.try_clone().unwrap().into(),
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&ready) {
-                agent.addresses = serde_json::from_str(&text).unwrap();
-                return agent;
-            }
-            if let Some(st) = agent.child.try_wait().unwrap() {
-                panic!("rocewatch run exited ({st}) before it was ready");
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "rocewatch run was not ready within 30 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        let child = cmd
+            .stdout(out)
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        Spawned {
+            child,
+            name: name.to_string(),
+            log,
+            _dir: dir,
         }
     }
 
-    /// `HOST:PORT` of a listener (`prometheus`, `alertmanager`).
-    pub fn addr(&self, listener: &str) -> String {
-        self.addresses[listener]
-            .as_str()
-            .unwrap_or_else(|| panic!("no {listener} listener: {}", self.addresses))
-            .to_string()
+    /// What it wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+    /// Whether it still runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Wait until `find` finds what it looks for in the log; fails (with the log) when the
+    /// process exits first or `within` passes.
+    pub fn wait_log<T>(
+        &mut self,
+        what: &str,
+        within: std::time::Duration,
+        find: impl Fn(&str) -> Option<T>,
+    ) -> T {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(t) = find(&self.log()) {
+                return t;
+            }
+            if let Some(st) = self.child.try_wait().unwrap() {
+                panic!("{} exited ({st}) before {what}", self.name);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{}: no {what} within {within:?}",
+                self.name
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Send `signal` (`TERM`, `HUP`, ...).
+    pub fn signal(&self, signal: &str) {
+        let st = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill -{signal} {}", self.pid());
+    }
+
+    /// Its exit status once it exits within `within`.
+    pub fn wait_exit(&mut self, within: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return Some(st);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then its exit status (within 20 s, or the test fails), its log and how long
+    /// it took to exit.
+    pub fn stop(&mut self) -> (std::process::ExitStatus, String, std::time::Duration) {
+        let started = std::time::Instant::now();
+        self.signal("TERM");
+        let st = self
+            .wait_exit(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{} did not stop within 20 s of SIGTERM", self.name));
+        (st, self.log(), started.elapsed())
     }
 }
 
-impl Drop for RunningAgent {
+impl Drop for Spawned {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- rocewatch run's standard error:\n{}", self.stderr());
+            eprintln!("--- {}'s standard error:\n{}--- end", self.name, self.log());
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// `rocewatch run ARGS --ready-file ...`: listeners may use port 0 (no race for ports);
+/// [`RunningAgent::addr`] says where they are. Its standard error is printed when the test
+/// fails while the agent runs; the agent is killed when dropped.
+pub struct RunningAgent {
+    pub proc: Spawned,
+    ready: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RunningAgent {
+    pub fn start(args: &[&str]) -> RunningAgent {
+        Self::start_with(args, &[], None)
+    }
+
+    /// With extra environment; `stdout` where the agent's standard output goes (`None`:
+    /// its log).
+    pub fn start_with(
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdout: Option<std::process::Stdio>,
+    ) -> RunningAgent {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready.json");
+        let mut cmd = Command::new(&artifacts().rocewatch);
+        cmd.arg("run").args(args).arg("--ready-file").arg(&ready);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut proc = Spawned::start("rocewatch run", &mut cmd, stdout);
+        let ready_file = ready.clone();
+        proc.wait_log("its ready file", std::time::Duration::from_secs(30), |_| {
+            ready_file.exists().then_some(())
+        });
+        RunningAgent {
+            proc,
+            ready,
+            _dir: dir,
+        }
+    }
+
+    /// `HOST:PORT` of a listener (`prometheus`, `alertmanager`), as the ready file says
+    /// now (a reload binds again, and rewrites it).
+    pub fn addr(&self, listener: &str) -> String {
+        let text = std::fs::read_to_string(&self.ready).unwrap();
+        let addresses: serde_json::Value = serde_json::from_str(&text).unwrap();
+        addresses[listener]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {listener} listener: {addresses}"))
+            .to_string()
+    }
+
+    /// `http://HOST:PORT` of the Prometheus listener.
+    pub fn prometheus_url(&self) -> String {
+        format!("http://{}", self.addr("prometheus"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.proc.log()
     }
 }

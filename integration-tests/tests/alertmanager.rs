@@ -209,6 +209,11 @@ fn alertmanager_grouped_truncated_and_resolved_alerts_reach_remediation() {
         assert!(Instant::now() < deadline, "{r:?}");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The labels are on the first record of each decision; the others name it by id.
+    let labels: std::collections::HashMap<&str, &serde_json::Value> = recs
+        .iter()
+        .filter_map(|r| Some((r["decision_id"].as_str()?, r.get("labels")?)))
+        .collect();
     let lines: Vec<String> = recs
         .iter()
         .map(|r| {
@@ -216,7 +221,9 @@ fn alertmanager_grouped_truncated_and_resolved_alerts_reach_remediation() {
                 "{} {} {} {}",
                 r["decision"].as_str().unwrap(),
                 r["rule"].as_str().unwrap(),
-                r["labels"]["rdma_device"].as_str().unwrap_or("-"),
+                labels[r["decision_id"].as_str().unwrap()]["rdma_device"]
+                    .as_str()
+                    .unwrap_or("-"),
                 r["action"].as_str().unwrap_or("-")
             )
         })

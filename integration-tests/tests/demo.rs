@@ -125,9 +125,16 @@ fn demo_pfc_storm_is_detected_by_the_default_rule_and_remediated_in_dry_run() {
     assert_eq!(seq, ["fired", "dry_run", "cleared", "dry_run"], "{recs:#?}");
     for r in &recs {
         assert_eq!(r["rule"], "pfc-pause-storm");
-        assert_eq!(r["labels"]["rdma.device"], "mlx5_0");
-        assert_eq!(r["labels"]["rdma.priority"], "3");
     }
+    // Two decisions (the firing, the clearing), each its transition and its dry run: one
+    // id each, the labels on the transition's record only.
+    for (transition, dry_run) in [(&recs[0], &recs[1]), (&recs[2], &recs[3])] {
+        assert_eq!(transition["labels"]["rdma.device"], "mlx5_0");
+        assert_eq!(transition["labels"]["rdma.priority"], "3");
+        assert!(dry_run.get("labels").is_none(), "{dry_run}");
+        assert_eq!(transition["decision_id"], dry_run["decision_id"]);
+    }
+    assert_ne!(recs[0]["decision_id"], recs[2]["decision_id"]);
     let ratio = recs[0]["value"].as_f64().unwrap();
     assert!(
         (0.5..0.7).contains(&ratio),

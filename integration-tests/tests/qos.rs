@@ -384,6 +384,15 @@ fn qos_apply_dry_run_then_apply_audit_snapshot_and_rollback() {
         .all(|r| r["outcome"] == "ok" && r["rule"] == "qos apply"));
     assert_eq!(executing[2]["labels"]["rdma.qos.setting"], "mtu");
     assert_eq!(executing[2]["detail"], "9000 -> 1500");
+    // A change and its result are one decision; the result names it and has no labels.
+    for e in &executing {
+        let r: Vec<&&Value> = results
+            .iter()
+            .filter(|r| r["decision_id"] == e["decision_id"])
+            .collect();
+        assert_eq!(r.len(), 1, "{recs:?}");
+        assert!(r[0].get("labels").is_none(), "{recs:?}");
+    }
     // In sync now.
     assert_eq!(qos(&cfg, &["plan"]).status.code(), Some(0));
 
@@ -683,7 +692,13 @@ fn agent_exports_the_configuration_and_reapplies_on_drift() {
         result["detail"], "done mlx5_0/1 mtu: 1500 -> 9000",
         "{result}"
     );
-    assert_eq!(result["labels"]["rdma.qos.setting"], "mtu");
+    // The labels are on the decision's first record (the rule's firing).
+    let fired = recs
+        .iter()
+        .find(|r| r["decision_id"] == result["decision_id"] && r["decision"] == "fired")
+        .unwrap_or_else(|| panic!("no fired record of the decision: {recs:?}"));
+    assert_eq!(fired["labels"]["rdma.qos.setting"], "mtu");
+    assert!(result.get("labels").is_none(), "{result}");
     // The change itself is audited under the rule's name, before and after.
     assert!(recs.iter().any(|r| r["rule"] == "qos-drift"
         && r["action"] == "qos_apply"

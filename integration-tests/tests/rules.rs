@@ -423,3 +423,73 @@ fn a_remediation_plugin_that_panics_or_hangs_is_contained_and_the_agent_goes_on(
         assert_eq!(note["outcome"], "ok", "the other action ran: {recs:#?}");
     }
 }
+
+#[test]
+fn each_decision_has_its_own_id_across_a_restart_and_its_labels_once() {
+    // A rule that fires on both mlx5 ports: two decisions per run; two runs on one log.
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = {{ \"rdma.device\" = \"mlx5_*\" }}\nop = \"<\"\nthreshold = 200e9\nactions = [\"ok\"]\n\n\
+             [remediation]\naudit_log = {audit:?}\nkill_switch = {:?}\n\n\
+             [remediation.actions.ok]\ntype = \"exec\"\ncommand = [\"true\"]\ndry_run = false\n",
+            dir.path().join("STOP"),
+        ),
+    )
+    .unwrap();
+    let records = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    for run in 1..=2 {
+        let agent = agent_on_mlx5(&cfg);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while records()
+            .iter()
+            .filter(|r| r["decision"] == "result")
+            .count()
+            < 2 * run
+        {
+            assert!(
+                Instant::now() < deadline,
+                "run {run}: no two results: {:?}\n{}",
+                records(),
+                agent.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let recs = records();
+    let mut by_id: std::collections::BTreeMap<&str, Vec<&serde_json::Value>> = Default::default();
+    for r in &recs {
+        let id = r["decision_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id: {r}"));
+        by_id.entry(id).or_default().push(r);
+    }
+    // Four decisions (two ports, two runs): four ids, none repeated by the restart.
+    assert_eq!(by_id.len(), 4, "{recs:#?}");
+    for (id, records) in &by_id {
+        let kinds: Vec<&str> = records
+            .iter()
+            .map(|r| r["decision"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["fired", "executing", "result"], "{id}: {recs:#?}");
+        assert!(
+            records[0]["labels"]["rdma.device"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("mlx5_")),
+            "{id}: the labels on the first record: {recs:#?}"
+        );
+        assert!(
+            records[1..].iter().all(|r| r.get("labels").is_none()),
+            "{id}: labels once: {recs:#?}"
+        );
+    }
+}

@@ -1,5 +1,8 @@
-//! The audit log: one JSON line per decision, appended, flushed to disk before an action
-//! runs. Remediation and `qos apply`/`rollback` write it.
+//! The audit log: one JSON line per record, appended, flushed to disk before an action
+//! runs. Remediation and `qos apply`/`rollback` write it. The records of one decision (a
+//! transition and what each of its actions did; one QoS change and its result) share a
+//! `decision_id`; the first record written of a decision carries its labels, the later
+//! ones only the id ([`Decision`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -27,11 +30,15 @@ pub struct AuditRecord {
     pub time: String,
     /// fired | cleared | suppressed | dry_run | executing | refused | result
     pub decision: &'static str,
+    /// The decision this record belongs to; set by [`AuditLog::append_to`].
+    pub decision_id: String,
     pub rule: String,
     pub event: Event,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
-    pub labels: BTreeMap<String, String>,
+    /// The decision's labels: on its first record written only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
     /// Why suppressed; what a dry run would do; the result's message.
@@ -42,6 +49,50 @@ pub struct AuditRecord {
     pub outcome: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+}
+
+/// One decision: its id, and its labels until a record of it carrying them is written.
+#[derive(Debug)]
+pub struct Decision {
+    id: String,
+    labels: BTreeMap<String, String>,
+    labels_written: std::sync::atomic::AtomicBool,
+}
+
+impl Decision {
+    /// A new decision about `labels`, with an id no other decision has (see
+    /// [`next_decision_id`]).
+    pub fn new(labels: BTreeMap<String, String>) -> Decision {
+        Decision {
+            id: next_decision_id(),
+            labels,
+            labels_written: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+}
+
+/// `PREFIX-N`: N counts the decisions of this process from 1; PREFIX is when this process
+/// made its first one (Unix milliseconds, hex) and its pid (hex), so that a restarted
+/// agent, or two `qos apply` at once, never repeat an id. A reload keeps counting.
+pub fn next_decision_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let prefix = PREFIX.get_or_init(|| {
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!("{ms:x}.{:x}", std::process::id())
+    });
+    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Where rocewatch keeps its state (audit log, QoS snapshots) by default; systemd's
@@ -181,6 +232,25 @@ impl AuditLog {
         })
     }
 
+    /// Append a record of `decision`: its id always, its labels until they are written
+    /// once (a first record that could not be written leaves them to the next one).
+    pub fn append_to(
+        &self,
+        decision: &Decision,
+        mut rec: AuditRecord,
+        sync: bool,
+    ) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        rec.decision_id.clone_from(&decision.id);
+        let first = !decision.labels_written.load(Ordering::Acquire);
+        rec.labels = first.then(|| decision.labels.clone());
+        let r = self.append(&rec, sync);
+        if first && r.is_ok() {
+            decision.labels_written.store(true, Ordering::Release);
+        }
+        r
+    }
+
     /// Append one line; with `sync`, flushed to disk before returning. A failure leaves
     /// the log closed: the next record opens it again (the disk may have room by then).
     pub fn append(&self, rec: &AuditRecord, sync: bool) -> std::io::Result<()> {
@@ -246,15 +316,44 @@ mod tests {
         AuditRecord {
             time: "t".into(),
             decision: "fired",
+            decision_id: String::new(),
             rule: format!("rule-{n}"),
             event: Event::Firing,
             action: None,
-            labels: BTreeMap::new(),
+            labels: None,
             value: None,
             detail: None,
             outcome: None,
             duration_ms: None,
         }
+    }
+
+    #[test]
+    fn a_decisions_labels_go_with_its_first_record_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::new(path.clone());
+        let d = Decision::new(BTreeMap::from([("rdma.device".into(), "mlx5_0".into())]));
+        // The first record cannot be written (a directory in the log's place): the labels
+        // go with the next one that is.
+        std::fs::create_dir(&path).unwrap();
+        assert!(log.append_to(&d, record(1), false).is_err());
+        std::fs::remove_dir(&path).unwrap();
+        log.append_to(&d, record(2), false).unwrap();
+        log.append_to(&d, record(3), false).unwrap();
+        let other = Decision::new(BTreeMap::new());
+        log.append_to(&other, record(4), false).unwrap();
+        let recs: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(recs[0]["labels"]["rdma.device"], "mlx5_0");
+        assert!(recs[1].get("labels").is_none(), "{recs:?}");
+        assert_eq!(recs[0]["decision_id"], d.id());
+        assert_eq!(recs[1]["decision_id"], d.id());
+        assert_eq!(recs[2]["decision_id"], other.id());
+        assert_ne!(d.id(), other.id());
     }
 
     #[test]
@@ -279,7 +378,7 @@ mod tests {
         let last = std::fs::read_to_string(&path).unwrap();
         assert!(
             last.trim_end()
-                .ends_with("\"rule\":\"rule-99\",\"event\":\"firing\",\"labels\":{}}"),
+                .ends_with("\"rule\":\"rule-99\",\"event\":\"firing\"}"),
             "{last}"
         );
         // A new log on the same path continues the file and rotates it when full.

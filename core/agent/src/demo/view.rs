@@ -164,7 +164,7 @@ pub fn rules_footer(status: &[crate::rules::RuleStatus], audit: &Path) -> String
     let last: Vec<&str> = text.lines().rev().take(3).collect();
     let _ = write!(
         out,
-        "\naudit log {} ({} decisions):",
+        "\naudit log {} ({} records):",
         audit.display(),
         text.lines().count()
     );

@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::metrics::ATTR_SETTING;
 use super::observe::{observe, ConfigPlugins};
 use super::snapshot::{SnapChange, Snapshot};
-use crate::audit::{AuditLog, AuditRecord, Event};
+use crate::audit::{AuditLog, AuditRecord, Decision, Event};
 use crate::host::call::{self, CallError};
 use crate::host::registry::Instance;
 use crate::qos::{normalize, Change, QosConfig};
@@ -139,17 +139,8 @@ impl Applier {
         Err(last)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn audit(
-        &self,
-        decision: &'static str,
-        origin: &str,
-        action: &str,
-        c: &SnapChange,
-        detail: String,
-        outcome: Option<&'static str>,
-        started: Option<Instant>,
-    ) -> Result<(), String> {
+    /// One change of one setting of one port: a decision, labelled with what it changes.
+    fn decision(c: &SnapChange) -> Decision {
         let mut labels = BTreeMap::new();
         labels.insert(rocewatch_metrics::ATTR_DEVICE.to_string(), c.device.clone());
         labels.insert(rocewatch_metrics::ATTR_PORT.to_string(), c.port.to_string());
@@ -157,13 +148,28 @@ impl Applier {
             labels.insert(rocewatch_metrics::ATTR_NETDEV.to_string(), n.clone());
         }
         labels.insert(ATTR_SETTING.to_string(), c.setting.clone());
+        Decision::new(labels)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn audit(
+        &self,
+        d: &Decision,
+        kind: &'static str,
+        origin: &str,
+        action: &str,
+        detail: String,
+        outcome: Option<&'static str>,
+        started: Option<Instant>,
+    ) -> Result<(), String> {
         let rec = AuditRecord {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-            decision,
+            decision: kind,
+            decision_id: String::new(),
             rule: origin.to_string(),
             event: Event::Firing,
             action: Some(action.to_string()),
-            labels,
+            labels: None,
             value: None,
             detail: Some(detail),
             outcome,
@@ -171,7 +177,7 @@ impl Applier {
         };
         // Flushed before a change is made; a change that cannot be audited is not made.
         self.audit
-            .append(&rec, decision == "executing")
+            .append_to(d, rec, kind == "executing")
             .map_err(|e| {
                 tracing::error!(path = %self.audit.path().display(), "cannot write the audit log: {e}");
                 format!("refused: the audit log {} cannot be written ({e}); nothing was changed", self.audit.path().display())
@@ -193,7 +199,8 @@ impl Applier {
             Ok(m) | Err(m) => m,
         };
         let detail = format!("{from_text} -> {}: {msg}", qc.to);
-        let _ = self.audit("dry_run", origin, action, c, detail, None, None);
+        let d = Self::decision(c);
+        let _ = self.audit(&d, "dry_run", origin, action, detail, None, None);
         r
     }
 
@@ -208,7 +215,8 @@ impl Applier {
     ) -> Result<ApplyOutcome, String> {
         let t0 = Instant::now();
         let detail = format!("{from_text} -> {}", qc.to);
-        let audited = self.audit("executing", origin, action, c, detail, None, None);
+        let d = Self::decision(c);
+        let audited = self.audit(&d, "executing", origin, action, detail, None, None);
         // A new change that cannot be audited is not made. An undo is: it puts back what
         // was there, and leaving a half-applied change in place would be the greater harm.
         if !origin.ends_with("(undo after a failure)") {
@@ -219,7 +227,7 @@ impl Applier {
             Ok(o) => ("ok", o.message.clone()),
             Err(e) => ("error", e.clone()),
         };
-        let _ = self.audit("result", origin, action, c, msg, Some(outcome), Some(t0));
+        let _ = self.audit(&d, "result", origin, action, msg, Some(outcome), Some(t0));
         r
     }
 

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::action::{describe, run_exec, Breach};
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
-use crate::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord};
+use crate::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
 use crate::rules::Transition;
 use crate::selfmetrics::SelfMetrics;
 
@@ -106,17 +106,18 @@ impl Dispatcher {
         self.audit.path()
     }
 
-    /// Count and audit a decision; `Err` with the reason when the record could not be
-    /// written (the caller must then not act).
-    fn record(&self, rec: AuditRecord, sync: bool) -> Result<(), String> {
-        let r = self.audit.append(&rec, sync).map_err(|e| {
-            tracing::error!(path = %self.audit.path().display(), decision = rec.decision, "cannot write the remediation audit log: {e}");
+    /// Count and audit a record of `decision`; `Err` with the reason when the record could
+    /// not be written (the caller must then not act).
+    fn record(&self, decision: &Decision, rec: AuditRecord, sync: bool) -> Result<(), String> {
+        let (kind, action) = (rec.decision, rec.action.clone());
+        let r = self.audit.append_to(decision, rec, sync).map_err(|e| {
+            tracing::error!(path = %self.audit.path().display(), decision = kind, decision_id = decision.id(), "cannot write the remediation audit log: {e}");
             e.to_string()
         });
         // Counted when it happened: an unwritten `executing` did not (it became
         // `refused`, which is counted even when the log cannot take it either).
-        if let (Some(a), true) = (&rec.action, r.is_ok() || rec.decision == "refused") {
-            self.metrics.remediation_decision(a, rec.decision);
+        if let (Some(a), true) = (&action, r.is_ok() || kind == "refused") {
+            self.metrics.remediation_decision(a, kind);
         }
         r
     }
@@ -145,20 +146,24 @@ impl Dispatcher {
             Event::Clearing
         };
         let labels: BTreeMap<String, String> = (*t.labels).clone();
+        // The transition and what each action did: one decision, its labels written once.
+        let decision = Arc::new(Decision::new(labels.clone()));
         let value = Some(t.value).filter(|v| v.is_finite());
-        let base = |decision: &'static str, action: Option<&str>| AuditRecord {
+        let base = |kind: &'static str, action: Option<&str>| AuditRecord {
             time: now_rfc3339(),
-            decision,
+            decision: kind,
+            decision_id: String::new(),
             rule: t.rule.clone(),
             event,
             action: action.map(str::to_string),
-            labels: labels.clone(),
+            labels: None,
             value,
             detail: None,
             outcome: None,
             duration_ms: None,
         };
         let _ = self.record(
+            &decision,
             base(if t.firing { "fired" } else { "cleared" }, None),
             false,
         );
@@ -177,7 +182,7 @@ impl Dispatcher {
                 ..base("suppressed", Some(name))
             };
             if let Some(why) = self.kill_switch() {
-                let _ = self.record(suppressed(why), false);
+                let _ = self.record(&decision, suppressed(why), false);
                 continue;
             }
             let target = labels
@@ -206,6 +211,7 @@ impl Dispatcher {
                     if since < action.cooldown {
                         drop(st);
                         let _ = self.record(
+                            &decision,
                             suppressed(format!(
                                 "cooldown: ran {} ago for this target, cooldown {}",
                                 humantime::format_duration(Duration::from_secs(since.as_secs())),
@@ -226,6 +232,7 @@ impl Dispatcher {
                 if st.starts.len() >= self.cfg.max_actions_per_hour as usize {
                     drop(st);
                     let _ = self.record(
+                        &decision,
                         suppressed(format!(
                             "rate limit: {} actions in the last hour (max_actions_per_hour)",
                             self.cfg.max_actions_per_hour
@@ -237,6 +244,7 @@ impl Dispatcher {
                 let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() else {
                     drop(st);
                     let _ = self.record(
+                        &decision,
                         suppressed(format!(
                             "concurrency: {} actions already running (max_concurrent)",
                             self.cfg.max_concurrent
@@ -261,6 +269,7 @@ impl Dispatcher {
                 if action.dry_run {
                     drop(permit);
                     let _ = self.record(
+                        &decision,
                         AuditRecord {
                             detail: Some(format!("would {}", describe(&action.kind))),
                             ..base("dry_run", Some(name))
@@ -273,6 +282,7 @@ impl Dispatcher {
                 // Flushed to disk before the action starts; an action that cannot be
                 // audited does not run (and does not count against its limits).
                 if let Err(e) = self.record(
+                    &decision,
                     AuditRecord {
                         detail: Some(describe(&action.kind)),
                         ..base("executing", Some(name))
@@ -284,6 +294,7 @@ impl Dispatcher {
                     drop(permit);
                     tracing::error!(rule = %t.rule, action = %name, "refused: audit unavailable ({e}); the action did not run");
                     let _ = self.record(
+                        &decision,
                         AuditRecord {
                             detail: Some(format!("audit unavailable: {e}")),
                             ..base("refused", Some(name))
@@ -295,6 +306,7 @@ impl Dispatcher {
                 let me = Arc::clone(self);
                 let action = action.clone();
                 let result_base = base("result", Some(name));
+                let decision = Arc::clone(&decision);
                 spawned.push(tokio::spawn(async move {
                     let started = Instant::now();
                     let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
@@ -311,6 +323,7 @@ impl Dispatcher {
                         tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
                     }
                     let _ = me.record(
+                        &decision,
                         AuditRecord {
                             time: now_rfc3339(),
                             outcome: Some(outcome),
@@ -492,6 +505,59 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_records_of_a_decision_share_its_id_and_carry_its_labels_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                "[actions.ok]\ntype = \"exec\"\ncommand = [\"true\"]\ndry_run = false\n\n\
+                 [actions.note]\ntype = \"log\"\n",
+                "",
+            ),
+            Arc::default(),
+            Targets::default(),
+        )
+        .unwrap();
+        let mut t = fire("storm", "mlx5_0", true, "ok");
+        t.actions.push("note".into());
+        settle(d.handle(&t)).await;
+        settle(d.handle(&fire("storm", "mlx5_1", true, "ok"))).await;
+        let rec = audit(dir.path());
+        let kinds: Vec<&str> = rec
+            .iter()
+            .map(|r| r["decision"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "fired",
+                "executing",
+                "dry_run",
+                "result",
+                "fired",
+                "executing",
+                "result"
+            ],
+            "{rec:#?}"
+        );
+        let id = |r: &serde_json::Value| r["decision_id"].as_str().unwrap().to_string();
+        let (first, second) = rec.split_at(4);
+        for records in [first, second] {
+            // One id for the records of one decision; the labels on its first record only.
+            assert!(!id(&records[0]).is_empty());
+            assert!(records.iter().all(|r| id(r) == id(&records[0])), "{rec:#?}");
+            assert_eq!(records[0]["labels"]["rdma.priority"], "3");
+            assert!(
+                records[1..].iter().all(|r| r.get("labels").is_none()),
+                "{rec:#?}"
+            );
+        }
+        assert_eq!(first[0]["labels"]["rdma.device"], "mlx5_0");
+        assert_eq!(second[0]["labels"]["rdma.device"], "mlx5_1");
+        assert_ne!(id(&first[0]), id(&second[0]), "two decisions, two ids");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn dry_run_by_default_then_cooldown_then_again_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("ran");
@@ -516,7 +582,7 @@ mod tests {
                 .starts_with("would run [\"touch\""),
             "{rec:?}"
         );
-        assert_eq!(rec[1]["labels"]["rdma.device"], "mlx5_0");
+        assert_eq!(rec[0]["labels"]["rdma.device"], "mlx5_0");
         // Same target within the cooldown: suppressed; another device is its own target.
         tokio::time::advance(Duration::from_secs(60)).await;
         settle(d.handle(&fire("storm", "mlx5_0", true, "touch"))).await;

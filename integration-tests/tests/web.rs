@@ -252,24 +252,31 @@ actions = ["page"]
         ),
     )
     .unwrap();
-    let prom_port = free_port();
-    let prom_log = data.path().join("prometheus.log");
-    let _prom = Proc(
+    let mut prom_proc = Spawned::start(
+        "prometheus",
         Command::new(&prom)
             .arg(format!("--config.file={}", prom_cfg.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 data.path().join("tsdb").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&prom_log).unwrap())
-            .spawn()
-            .unwrap(),
+            .arg("--web.listen-address=127.0.0.1:0"),
+        None,
     );
+    // msg="Listening on" address=127.0.0.1:33655
+    let prom_addr = prom_proc.wait_log("its listener", Duration::from_secs(30), |log| {
+        let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
+        Some(
+            line.split("address=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .to_string(),
+        )
+    });
     let q = |promql: &str| -> Vec<(serde_json::Value, f64)> {
         let body = reqwest::blocking::Client::new()
-            .get(format!("http://127.0.0.1:{prom_port}/api/v1/query"))
+            .get(format!("http://{prom_addr}/api/v1/query"))
             .query(&[("query", promql)])
             .send()
             .ok()
@@ -300,7 +307,7 @@ actions = ["page"]
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let prom_stderr = std::fs::read_to_string(&prom_log).unwrap_or_default();
+    let prom_stderr = prom_proc.log();
     assert_eq!(
         io.len(),
         4,

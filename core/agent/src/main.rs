@@ -15,11 +15,15 @@ fn main() {
     }
     raise_fd_limit();
     // Two malloc arenas instead of glibc's 8 per core: the agent's threads allocate
-    // little, and every arena keeps its own freed pages (resident memory).
+    // little, and every arena keeps its own freed pages (resident memory). Allocations of
+    // 1 MiB and more (the /metrics body of a large host) are mapped on their own and
+    // unmapped when freed; glibc's default threshold rises to the largest block freed,
+    // after which such buffers stay in the heap.
     #[cfg(target_env = "gnu")]
-    // SAFETY: a malloc tuning call before any other thread exists.
+    // SAFETY: malloc tuning calls before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
     // One async worker: the agent's async work (schedules, exporters, the HTTP endpoint)
     // is small, and plugin calls and blocking exporters run on the blocking pool; a

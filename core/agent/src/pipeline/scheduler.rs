@@ -91,6 +91,9 @@ pub async fn run(
                     _ = sd.wait_for(|stop| *stop) => break,
                 }
                 let _ = pipeline.collect_from(e).await;
+                // What the collection built and dropped goes back to the system now, not
+                // at some later allocation (resident memory of large hosts).
+                crate::util::memory::release_freed();
                 next += interval;
                 let now = tokio::time::Instant::now();
                 if next < now {

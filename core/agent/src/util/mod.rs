@@ -3,5 +3,6 @@
 
 pub mod duration;
 pub mod http;
+pub mod memory;
 pub mod signals;
 pub mod web;

@@ -9,6 +9,7 @@
 #   <phase>-capture/       the netlink requests and replies of the netlink collection
 #   phases: idle0 (before traffic), during (while ib_write_bw runs), idle1 (after)
 #   perftest.txt, discover.json, ibv_devinfo.txt, rdma-link.json, hw_counters.txt
+#   env.json, env.stderr; env.sh, doctor-env.json, doctor-env-bad.json (role b)
 #   qos-before.json, qos-v2.json, qos-tos.json, qos-tos.txt, qos-set-v1.txt (role a):
 #       `rocewatch qos show` around configfs changes
 #   qos-plan-a.txt, qos-dry-a.txt, qos-apply-a.json, qos-applied.json, qos-rollback-a.json,
@@ -39,6 +40,15 @@ retry() { local n=0; until "$@"; do n=$((n+1)); [ $n -ge 60 ] && return 1; sleep
 [ -n "$RXE_PEER_IP" ] && retry ping -c1 -W1 "$RXE_PEER_IP" >/dev/null
 "$BIN" discover --json > "$R/discover.json"
 ibv_devinfo -v > "$R/ibv_devinfo.txt"
+# rocewatch env: what NCCL/UCX need here (the GID index is checked against ibv_devinfo);
+# doctor --env on those settings and on a job's wrong ones (role b).
+"$BIN" env --format json > "$R/env.json" 2> "$R/env.stderr"
+if [ "$RXE_ROLE" = b ]; then
+  "$BIN" env > "$R/env.sh" 2>> "$R/env.stderr"
+  "$BIN" doctor --window 1s --json --env "$R/env.sh" > "$R/doctor-env.json" 2>> "$R/env.stderr"
+  printf 'NCCL_IB_GID_INDEX=0\nNCCL_IB_HCA=rxe0:1,rxe9\n' > /tmp/bad.env
+  "$BIN" doctor --window 1s --json --env /tmp/bad.env > "$R/doctor-env-bad.json" 2>> "$R/env.stderr"
+fi
 rdma -j link show > "$R/rdma-link.json"
 # QoS on a real kernel (role a): configfs rdma_cm mounted, `qos show` before the device's
 # directory exists, then with it (RoCE v2, the default), then after setting the ToS to 106

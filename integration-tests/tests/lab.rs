@@ -343,6 +343,89 @@ fn lab_discover_agrees_with_ibv_devinfo_and_rdma_link() {
     }
 }
 
+/// `rocewatch env` in the guests: the GID index it prints is the one `ibv_devinfo -v` shows
+/// for the guest's IPv4 address as RoCE v2; `doctor --env` passes those settings and fails
+/// a job's wrong GID index and a device that does not exist.
+#[test]
+fn lab_env_gives_the_gid_index_ibv_devinfo_shows_and_doctor_checks_a_job() {
+    let Some(out) = lab_run() else { return };
+    for role in ROLES {
+        let r = out.join(role);
+        let env = json(&r.join("env.json"));
+        let info = read(&r.join("ibv_devinfo.txt"));
+        let self_ip = if role == "a" {
+            "192.168.100.1"
+        } else {
+            "192.168.100.2"
+        };
+        // GID[  1]:		::ffff:192.168.100.1, RoCE v2
+        let index = info
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("GID["))
+            .find(|l| l.contains(&format!("::ffff:{self_ip}, RoCE v2")))
+            .and_then(|l| l.split_once(']'))
+            .map(|(i, _)| i.trim().to_string())
+            .unwrap_or_else(|| {
+                panic!("{role}: no RoCE v2 GID for {self_ip} in ibv_devinfo:\n{info}")
+            });
+        let vars = &env["variables"];
+        assert_eq!(vars["NCCL_IB_GID_INDEX"], index.as_str(), "{role}: {env}");
+        assert_eq!(vars["UCX_IB_GID_INDEX"], index.as_str(), "{role}: {env}");
+        assert_eq!(vars["NCCL_IB_HCA"], "=rxe0:1", "{role}: {env}");
+        assert_eq!(vars["UCX_NET_DEVICES"], "rxe0:1", "{role}: {env}");
+        assert_eq!(env["ports"][0]["ipv4"], self_ip, "{role}: {env}");
+        let netdev = env["ports"][0]["netdev"].as_str().unwrap().to_string();
+        assert_eq!(
+            vars["NCCL_SOCKET_IFNAME"],
+            format!("={netdev}"),
+            "{role}: {env}"
+        );
+    }
+    let b = out.join("b");
+    let env_checks = |file: &str| -> Vec<Value> {
+        json(&b.join(file))["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"] == "env")
+            .cloned()
+            .collect()
+    };
+    let good = env_checks("doctor-env.json");
+    assert!(good.len() >= 5, "{good:#?}");
+    for c in &good {
+        assert!(
+            c["status"] == "pass",
+            "what rocewatch env printed passes: {c}"
+        );
+    }
+    let bad = env_checks("doctor-env-bad.json");
+    let by = |s: &str| {
+        bad.iter()
+            .find(|c| c["subject"] == s)
+            .unwrap_or_else(|| panic!("{s}: {bad:#?}"))
+    };
+    let gid = by("NCCL_IB_GID_INDEX");
+    assert_eq!(gid["status"], "fail", "{gid}");
+    // rxe's GID 0 is its link-local address (RoCE v2, not IPv4).
+    assert!(
+        gid["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("is not an IPv4 address"),
+        "{gid}"
+    );
+    let hca = by("NCCL_IB_HCA");
+    assert_eq!(hca["status"], "fail", "{hca}");
+    assert!(
+        hca["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("no RDMA port named rxe9"),
+        "{hca}"
+    );
+}
+
 fn probe_json(out: &Path, name: &str) -> Value {
     json(&out.join("b").join(format!("{name}.json")))
 }

@@ -115,8 +115,13 @@ fn prometheus_otlp_and_collectd_carry_the_same_metrics() {
     std::thread::sleep(Duration::from_secs(5));
     let (_, text) = get(&format!("{base}/metrics"), None).unwrap();
     exec.signal("TERM");
+    // Bounded: a collectd-exec that ignored SIGTERM is killed (closing its stdout) before
+    // its output is joined, so the test cannot hang on it.
+    if exec.wait_exit(Duration::from_secs(20)).is_none() {
+        exec.signal("KILL");
+        let _ = exec.wait_exit(Duration::from_secs(5));
+    }
     let exec_text = exec_reader.join().unwrap();
-    let _ = exec.wait_exit(Duration::from_secs(20));
     let logs = || {
         format!(
             "--- agent stderr:\n{}\n--- collectd-exec stderr:\n{}\n--- collectd log:\n{}",

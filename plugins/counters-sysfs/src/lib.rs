@@ -160,8 +160,12 @@ pub struct SysfsCounters {
     /// Files kept open, at most this many (0: none).
     keep_open: usize,
     budget: Budget,
-    /// Devices cut short by their deadline in the last collection.
+    /// Devices cut short by their deadline in the last collection (and slow ones the
+    /// budget did not reach since).
     slow: Slow,
+    /// The first device the last collection's budget did not reach: the next one starts
+    /// there, so a host always over budget still has every device read in turn.
+    resume: Option<String>,
 }
 
 /// How reading a port ended.
@@ -348,6 +352,7 @@ impl Plugin for SysfsCounters {
         };
         self.budget = Budget::from_context(ctx)?;
         self.slow.clear();
+        self.resume = None;
         self.root = Some(SysRoot::new(&ctx.sysfs_root));
         self.plan = None;
         self.netlink = None;
@@ -420,10 +425,14 @@ impl CollectorPlugin for SysfsCounters {
         // Devices cut short last time go last; ports of a device stay together.
         let n = plan.ports.len();
         let is_slow = |i: &usize| self.slow.contains(&plan.ports[*i].device);
-        let order: Vec<usize> = (0..n)
-            .filter(|i| !is_slow(i))
-            .chain((0..n).filter(is_slow))
-            .collect();
+        let mut first: Vec<usize> = (0..n).filter(|i| !is_slow(i)).collect();
+        if let Some(dev) = &self.resume {
+            if let Some(at) = first.iter().position(|&i| plan.ports[i].device == *dev) {
+                first.rotate_left(at);
+            }
+        }
+        let order: Vec<usize> = first.into_iter().chain((0..n).filter(is_slow)).collect();
+        let mut resume = None;
         let mut clock = Clock::start(&self.budget, started);
         let mut slow = Slow::new();
         let (mut devices_done, mut ports_done) = (0, 0);
@@ -440,6 +449,10 @@ impl CollectorPlugin for SysfsCounters {
                     left.dedup();
                     out.errors
                         .push(clock.stopped(devices_done, ports_done, &left, n));
+                    resume = left.first().map(|d| d.to_string());
+                    for d in left.iter().filter(|d| self.slow.contains(**d)) {
+                        slow.insert(d.to_string());
+                    }
                     break;
                 }
                 devices_done += 1;
@@ -473,11 +486,16 @@ impl CollectorPlugin for SysfsCounters {
                     left.dedup();
                     out.errors
                         .push(clock.stopped(devices_done - 1, ports_done, &left, n));
+                    resume = left.first().map(|d| d.to_string());
+                    for d in left.iter().filter(|d| self.slow.contains(**d)) {
+                        slow.insert(d.to_string());
+                    }
                     break;
                 }
             }
         }
         self.slow = slow;
+        self.resume = resume;
         if stale {
             self.plan = None; // a device vanished: re-plan on the next scrape
         }
@@ -906,9 +924,19 @@ mod tests {
         c.start(&ctx).unwrap();
         let started = Instant::now();
         let r = c.collect().unwrap();
+        // The next collection starts where this one stopped: a host always over budget
+        // still has every device read in turn.
+        let r2 = c.collect().unwrap();
         SLOW_DRIVER.set(None);
-        assert!(started.elapsed() < std::time::Duration::from_millis(1000));
+        assert!(started.elapsed() < std::time::Duration::from_millis(2000));
         let read = devices_in(&r);
+        let read2 = devices_in(&r2);
+        // (The device the budget ran out in counts as not read: the next starts there.)
+        let union: std::collections::BTreeSet<&String> = read.iter().chain(&read2).collect();
+        assert!(
+            read2.first() == read.last() && union.len() > read.len(),
+            "second collection starts where the first stopped: {read:?} then {read2:?}"
+        );
         assert!(read.first().is_some_and(|d| d == "mlx5_0"), "{read:?}");
         assert!(read.len() < 30, "{read:?}");
         let e = r

@@ -149,6 +149,9 @@ impl Pipeline {
             for _ in &result.errors {
                 self.metrics.plugin_error(&e.name, "partial");
             }
+            // Per target: the message last said and when. A message that changes within a
+            // minute of the last one said is held back, and said once the minute is over
+            // if it still differs (the map keeps what was said, not the latest).
             let mut said = self.partial_said.lock().unwrap_or_else(|p| p.into_inner());
             let unchanged = match said.get(&e.name) {
                 None => result.errors.is_empty(),
@@ -162,27 +165,27 @@ impl Pipeline {
                 }
             };
             if !unchanged {
-                let before = said.remove(&e.name).unwrap_or_default();
-                let mut now = std::collections::BTreeMap::new();
                 let at = Instant::now();
+                let entry = said.entry(e.name.clone()).or_default();
                 for err in &result.errors {
-                    let when = match before.get(&err.target) {
-                        Some((m, when)) if *m == err.message => Some(*when),
-                        Some((_, when)) if at.duration_since(*when) < PARTIAL_CHANGE_SAID_EVERY => {
-                            Some(*when)
-                        }
-                        _ => None,
+                    let say = match entry.get(&err.target) {
+                        Some((m, _)) if *m == err.message => false,
+                        Some((_, when)) => at.duration_since(*when) >= PARTIAL_CHANGE_SAID_EVERY,
+                        None => true,
                     };
-                    if when.is_none() {
+                    if say {
                         tracing::warn!(plugin = %e.name, target = %err.target, "{}: partial scrape: {}", e.label(), err.message);
+                        entry.insert(err.target.clone(), (err.message.clone(), at));
                     }
-                    now.insert(
-                        err.target.clone(),
-                        (err.message.clone(), when.unwrap_or(at)),
-                    );
                 }
-                if !now.is_empty() {
-                    said.insert(e.name.clone(), now);
+                let current: std::collections::HashSet<&str> = result
+                    .errors
+                    .iter()
+                    .map(|err| err.target.as_str())
+                    .collect();
+                entry.retain(|target, _| current.contains(target.as_str()));
+                if entry.is_empty() {
+                    said.remove(&e.name);
                 }
             }
         }

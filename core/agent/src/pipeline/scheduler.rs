@@ -12,6 +12,9 @@ use super::Pipeline;
 use crate::host::discovery::Discovery;
 use crate::host::registry::Registry;
 
+/// Samples from which a collection's freed memory is given back at once.
+const BIG_COLLECTION: usize = 10_000;
+
 /// When things run.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {
@@ -90,10 +93,16 @@ pub async fn run(
                     _ = tokio::time::sleep_until(at) => {}
                     _ = sd.wait_for(|stop| *stop) => break,
                 }
-                let _ = pipeline.collect_from(e).await;
-                // What the collection built and dropped goes back to the system now, not
-                // at some later allocation (resident memory of large hosts).
-                crate::util::memory::release_freed();
+                let big = pipeline
+                    .collect_from(e)
+                    .await
+                    .is_ok_and(|c| c.result.samples.len() >= BIG_COLLECTION);
+                // What a large collection built and dropped goes back to the system now,
+                // not at some later allocation (resident memory of large hosts); off the
+                // async worker. Small hosts keep their pages for the next collection.
+                if big {
+                    tokio::task::spawn_blocking(crate::util::memory::release_freed);
+                }
                 next += interval;
                 let now = tokio::time::Instant::now();
                 if next < now {

@@ -298,6 +298,44 @@ fn doctor_env_checks_each_variable_with_the_fix() {
     let c = by("NCCL_IB_TC");
     assert_eq!(c["status"], "warn", "unset but configured: {c}");
     assert_eq!(c["fix"], "set NCCL_IB_TC=106");
+    // UCX names ports exactly (dev:port) and takes `all`; NCCL_SOCKET_IFNAME entries are
+    // prefixes unless the list starts with `=`.
+    let (_, checks) = env_checks(
+        &mlx5(),
+        "UCX_NET_DEVICES=mlx5_0\nNCCL_SOCKET_IFNAME=ens1f\n",
+    );
+    let c = &checks
+        .iter()
+        .find(|c| c["subject"] == "UCX_NET_DEVICES")
+        .unwrap();
+    assert_eq!(
+        c["status"], "fail",
+        "UCX matches no port by a bare device name: {c}"
+    );
+    let c = &checks
+        .iter()
+        .find(|c| c["subject"] == "NCCL_SOCKET_IFNAME")
+        .unwrap();
+    assert_eq!(c["status"], "pass", "{c}");
+    let (_, checks) = env_checks(&mlx5(), "UCX_NET_DEVICES=all\nNCCL_SOCKET_IFNAME==ens1f\n");
+    assert_eq!(
+        checks
+            .iter()
+            .find(|c| c["subject"] == "UCX_NET_DEVICES")
+            .unwrap()["status"],
+        "pass"
+    );
+    assert_eq!(
+        checks
+            .iter()
+            .find(|c| c["subject"] == "NCCL_SOCKET_IFNAME")
+            .unwrap()["status"],
+        "skip",
+        "exact: no interface is named ens1f here (a tree cannot tell others)"
+    );
+    // A DOWN port picked up by a prefix: NCCL skips it, a warning.
+    let (_, checks) = env_checks(&fixture("ib-hca"), "NCCL_IB_HCA=mlx4_0\n");
+    assert_eq!(checks[0]["status"], "warn", "{}", checks[0]);
     // A DOWN port named, on the IB HCA.
     let (_, checks) = env_checks(&fixture("ib-hca"), "NCCL_IB_HCA=mlx4_0:2\n");
     let c = &checks[0];

@@ -33,7 +33,15 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
     let qos = agent.observe_qos().await.unwrap_or_default();
     let ports = appenv::ports(&inv, &qos, device.as_ref());
     let tos = appenv::desired_tos(&agent.cfg.qos, &qos);
-    let mut env = appenv::compute(ports, tos, target);
+    // On the live host the interfaces' addresses say which IPoIB netdev can carry
+    // sockets; a sysfs tree has none to tell.
+    let live = rocewatch_sysfs::read::is_sysfs(&agent.cfg.agent.sysfs_root);
+    let addrs = if live {
+        crate::doctor::interface_addresses().ok()
+    } else {
+        None
+    };
+    let mut env = appenv::compute(ports, tos, target, addrs.as_ref());
     if env.ports.is_empty() {
         env.warnings.insert(
             0,

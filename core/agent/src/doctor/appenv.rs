@@ -36,6 +36,8 @@ pub struct PortEnv {
     pub gid_index: Option<u32>,
     pub gid: Option<String>,
     pub ipv4: Option<Ipv4Addr>,
+    /// The netdev that address is on (a VLAN netdev's, when the GID is the VLAN's).
+    pub ip_netdev: Option<String>,
     /// The RoCE traffic class (ToS) the port's RDMA CM default says, when read.
     pub tos: Option<u8>,
 }
@@ -61,7 +63,7 @@ pub struct HostEnv {
 
 /// The RoCE v2 GID index of a port: the lowest index whose GID is RoCE v2 and carries an
 /// IPv4 address, on the port's own netdev when one does (a VLAN netdev's GIDs come after).
-fn v2_ipv4_gid(p: &rocewatch_plugin_api::Port) -> Option<(u32, String, Ipv4Addr)> {
+fn v2_ipv4_gid(p: &rocewatch_plugin_api::Port) -> Option<(u32, String, Ipv4Addr, Option<String>)> {
     let candidates = p.gids.iter().filter_map(|g| {
         let v2 = g.gid_type.as_deref() == Some("RoCE v2");
         match (v2, gid_ip(&g.gid)) {
@@ -83,7 +85,7 @@ fn v2_ipv4_gid(p: &rocewatch_plugin_api::Port) -> Option<(u32, String, Ipv4Addr)
             best = Some((g, ip));
         }
     }
-    best.map(|(g, ip)| (g.index, g.gid.clone(), ip))
+    best.map(|(g, ip)| (g.index, g.gid.clone(), ip, g.netdev.clone()))
 }
 
 fn value(s: Option<&Setting>) -> Option<&str> {
@@ -126,7 +128,8 @@ pub fn ports(
                 netdev: p.netdev.clone(),
                 gid_index: gid.as_ref().map(|g| g.0),
                 gid: gid.as_ref().map(|g| g.1.clone()),
-                ipv4: gid.map(|g| g.2),
+                ipv4: gid.as_ref().map(|g| g.2),
+                ip_netdev: gid.and_then(|g| g.3).or_else(|| p.netdev.clone()),
                 tos,
             });
         }
@@ -159,7 +162,12 @@ fn consensus<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Option<(T, bool)
 
 /// What an application on this host needs. `desired_tos` is the RoCE ToS the QoS
 /// configuration asks for, used when no port's ToS could be read.
-pub fn compute(ports: Vec<PortEnv>, desired_tos: Option<u8>, target: For) -> HostEnv {
+pub fn compute(
+    ports: Vec<PortEnv>,
+    desired_tos: Option<u8>,
+    target: For,
+    addrs: Option<&BTreeMap<String, Vec<IpAddr>>>,
+) -> HostEnv {
     let mut warnings = Vec::new();
     for p in ports.iter().filter(|p| !p.up) {
         warnings.push(format!(
@@ -218,13 +226,36 @@ pub fn compute(ports: Vec<PortEnv>, desired_tos: Option<u8>, target: For) -> Hos
         .map(|p| p.name())
         .collect::<Vec<_>>()
         .join(",");
-    // Sockets: the netdevs with an address (RoCE: the GID tells; InfiniBand: the IPoIB
-    // netdev, whose address the GID table does not carry).
+    // Sockets: the netdevs with an address. RoCE: the GID table tells (the VLAN netdev
+    // when the address is on one); InfiniBand: the IPoIB netdev, whose address the GID
+    // table does not carry: on the live host its addresses say, on a tree it is assumed.
     let socket_ifs: Vec<String> = active
         .iter()
-        .filter(|p| !p.roce() || p.ipv4.is_some())
-        .filter_map(|p| p.netdev.clone())
+        .filter_map(|p| {
+            if p.roce() {
+                p.ipv4.and(p.ip_netdev.clone())
+            } else {
+                let nd = p.netdev.clone()?;
+                match addrs {
+                    Some(a) if a.get(&nd).is_none_or(|ips| ips.is_empty()) => None,
+                    _ => Some(nd),
+                }
+            }
+        })
         .collect();
+    if active.iter().any(|p| p.roce()) && active.iter().any(|p| !p.roce()) {
+        warnings.push("both InfiniBand and RoCE ports are ACTIVE: the GID index and traffic class apply to the RoCE ports only; give each job the ports of one fabric (--device)".into());
+    }
+    for p in active.iter().filter(|p| !p.roce()) {
+        if let (Some(nd), Some(a)) = (&p.netdev, addrs) {
+            if a.get(nd).is_none_or(|ips| ips.is_empty()) {
+                warnings.push(format!(
+                    "{}: its IPoIB netdev {nd} has no address: NCCL's sockets cannot use it",
+                    p.name()
+                ));
+            }
+        }
+    }
     let mut vars: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: String| vars.push((k.to_string(), v));
     let nccl = matches!(target, For::Nccl | For::All);
@@ -310,6 +341,7 @@ mod tests {
             state: if up { "ACTIVE" } else { "DOWN" }.into(),
             up,
             netdev: Some(format!("eth-{device}")),
+            ip_netdev: Some(format!("eth-{device}")),
             gid_index: gid,
             gid: gid.map(|_| "::ffff:10.0.0.1".into()),
             ipv4: gid.map(|_| Ipv4Addr::new(10, 0, 0, 1)),
@@ -334,6 +366,7 @@ mod tests {
             ],
             None,
             For::All,
+            None,
         );
         assert_eq!(var(&e, "NCCL_IB_HCA"), Some("=mlx5_0:1,mlx5_1:1"));
         assert_eq!(var(&e, "NCCL_IB_GID_INDEX"), Some("3"));
@@ -365,6 +398,7 @@ mod tests {
             ],
             None,
             For::Nccl,
+            None,
         );
         assert_eq!(var(&e, "NCCL_IB_GID_INDEX"), Some("3"));
         assert!(
@@ -379,7 +413,12 @@ mod tests {
 
     #[test]
     fn no_traffic_class_is_a_warning_and_the_desired_one_is_used() {
-        let e = compute(vec![port("a:1", true, Some(1), Some(0))], None, For::Nccl);
+        let e = compute(
+            vec![port("a:1", true, Some(1), Some(0))],
+            None,
+            For::Nccl,
+            None,
+        );
         assert_eq!(var(&e, "NCCL_IB_TC"), None);
         assert!(e
             .warnings
@@ -389,6 +428,7 @@ mod tests {
             vec![port("a:1", true, Some(1), Some(0))],
             Some(106),
             For::Nccl,
+            None,
         );
         assert_eq!(var(&e, "NCCL_IB_TC"), Some("106"));
     }

@@ -50,10 +50,20 @@ fn value(s: Option<&Setting>) -> Option<&str> {
     }
 }
 
-/// `dev[:port]` entries of an NCCL_IB_HCA / UCX_NET_DEVICES list: `^` excludes, `=` asks
-/// for exact names (else a prefix matches, as NCCL does).
-fn selected<'a>(list: &str, ports: &'a [PortEnv]) -> (Vec<&'a PortEnv>, Vec<String>) {
-    let (exclude, list) = match list.strip_prefix('^') {
+/// The ports a list selects.
+struct Selection<'a> {
+    chosen: Vec<&'a PortEnv>,
+    /// Entries that name no RDMA port.
+    unknown: Vec<String>,
+    /// Ports named exactly (`dev:port`), not by a prefix or an exclusion.
+    named: Vec<&'a PortEnv>,
+    excluding: bool,
+}
+
+/// NCCL_IB_HCA's `dev[:port]` entries: `^` excludes, `=` asks for exact names (else a
+/// prefix matches, as NCCL does).
+fn nccl_selected<'a>(list: &str, ports: &'a [PortEnv]) -> Selection<'a> {
+    let (excluding, list) = match list.strip_prefix('^') {
         Some(rest) => (true, rest),
         None => (false, list),
     };
@@ -62,6 +72,7 @@ fn selected<'a>(list: &str, ports: &'a [PortEnv]) -> (Vec<&'a PortEnv>, Vec<Stri
         None => (false, list),
     };
     let mut unknown = Vec::new();
+    let mut named = Vec::new();
     let mut hit = vec![false; ports.len()];
     for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (dev, port) = match entry.split_once(':') {
@@ -78,6 +89,9 @@ fn selected<'a>(list: &str, ports: &'a [PortEnv]) -> (Vec<&'a PortEnv>, Vec<Stri
             if name_ok && port.is_none_or(|n| n == p.port) {
                 hit[i] = true;
                 any = true;
+                if port.is_some() && p.device == dev && !excluding {
+                    named.push(p);
+                }
             }
         }
         if !any {
@@ -87,10 +101,46 @@ fn selected<'a>(list: &str, ports: &'a [PortEnv]) -> (Vec<&'a PortEnv>, Vec<Stri
     let chosen = ports
         .iter()
         .zip(hit)
-        .filter(|(_, h)| *h != exclude)
+        .filter(|(_, h)| *h != excluding)
         .map(|(p, _)| p)
         .collect();
-    (chosen, unknown)
+    Selection {
+        chosen,
+        unknown: if excluding { Vec::new() } else { unknown },
+        named,
+        excluding,
+    }
+}
+
+/// UCX_NET_DEVICES: exact `dev:port` names of RDMA ports, `all`, and names of other
+/// devices (netdevs for TCP, shared memory) that are not RDMA ports and not checked here.
+fn ucx_selected<'a>(list: &str, ports: &'a [PortEnv]) -> Selection<'a> {
+    let mut s = Selection {
+        chosen: Vec::new(),
+        unknown: Vec::new(),
+        named: Vec::new(),
+        excluding: false,
+    };
+    for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if entry == "all" {
+            s.chosen = ports.iter().filter(|p| p.up).collect();
+            return s;
+        }
+        let Some((dev, port)) = entry.split_once(':') else {
+            continue; // a netdev (TCP) or another transport's device
+        };
+        match ports
+            .iter()
+            .find(|p| p.device == dev && port.parse() == Ok(p.port))
+        {
+            Some(p) => {
+                s.chosen.push(p);
+                s.named.push(p);
+            }
+            None => s.unknown.push(entry.to_string()),
+        }
+    }
+    s
 }
 
 /// Whether a UCX_TLS list lets UCX use an RDMA transport (`all`, `rc*`, `dc*`, `ud*`,
@@ -209,6 +259,7 @@ pub fn env_checks(
         let fix = need(name).map(|n| format!("set {name}={n}"));
         let mut problems = Vec::new();
         let mut undecided = Vec::new();
+        let mut pcp = Vec::new();
         for p in used.iter().filter(|p| p.roce()) {
             let st = qos
                 .iter()
@@ -234,6 +285,9 @@ pub fn env_checks(
                         ));
                     }
                 }
+                (Some(trust), _) if trust != "dscp" => {
+                    pcp.push(format!("{} (trust {trust})", p.name()))
+                }
                 _ => undecided.push(p.name()),
             }
         }
@@ -249,7 +303,23 @@ pub fn env_checks(
                 fix,
             );
         }
+        if !pcp.is_empty() {
+            return check(
+                "env",
+                name,
+                Status::Warn,
+                format!("{name}={tc}: on {} the DSCP does not choose the priority, so the traffic class alone does not put RDMA on the lossless priority", pcp.join(", ")),
+                Some("trust dscp on the RoCE netdevs (rocewatch qos apply with trust = \"dscp\"), or a VLAN whose PCP is the PFC priority".into()),
+            );
+        }
         match need(name) {
+            None if !undecided.is_empty() => check(
+                "env",
+                name,
+                Status::Skip,
+                format!("{name}={tc}: no RoCE ToS is configured here to compare with, and PFC and the DSCP map of {} could not be read", undecided.join(", ")),
+                None,
+            ),
             Some(n) if n != tc.to_string() => check(
                 "env",
                 name,
@@ -267,33 +337,55 @@ pub fn env_checks(
             _ => check("env", name, Status::Pass, format!("{name}={tc}: DSCP {dscp} lands on a priority with PFC"), None),
         }
     };
-    let active_names = |ps: &[&PortEnv]| ps.iter().map(|p| p.name()).collect::<Vec<_>>().join(",");
     // The ports an application uses (its HCA list, else all active ones).
     let used_by = |var: &str| -> Vec<&PortEnv> {
         match env.get(var) {
-            Some(list) => selected(list, ports).0,
+            Some(list) if var == "UCX_NET_DEVICES" => ucx_selected(list, ports).chosen,
+            Some(list) => nccl_selected(list, ports).chosen,
             None => ports.iter().filter(|p| p.up).collect(),
         }
     };
     for (k, v) in relevant_set {
         let c = match k.as_str() {
             "NCCL_IB_HCA" | "UCX_NET_DEVICES" => {
-                let (chosen, unknown) = selected(v, ports);
-                let down: Vec<String> = chosen
+                let sel = if k == "NCCL_IB_HCA" {
+                    nccl_selected(v, ports)
+                } else {
+                    ucx_selected(v, ports)
+                };
+                let down: Vec<String> = sel
+                    .chosen
                     .iter()
                     .filter(|p| !p.up)
                     .map(|p| format!("{} is {}", p.name(), p.state))
                     .collect();
+                let named_down = sel.named.iter().any(|p| !p.up);
+                let any_up = sel.chosen.iter().any(|p| p.up);
                 let fix = need(k).map(|n| format!("set {k}={n}"));
-                if !unknown.is_empty() {
+                if !sel.unknown.is_empty() {
                     check(
                         "env",
                         k,
                         Status::Fail,
-                        format!("{k}={v}: no RDMA port named {}", unknown.join(", ")),
+                        format!("{k}={v}: no RDMA port named {}", sel.unknown.join(", ")),
                         fix,
                     )
-                } else if !down.is_empty() {
+                } else if !any_up {
+                    check(
+                        "env",
+                        k,
+                        Status::Fail,
+                        format!(
+                            "{k}={v} selects no ACTIVE RDMA port{}: traffic falls back to TCP",
+                            if down.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", down.join(", "))
+                            }
+                        ),
+                        fix,
+                    )
+                } else if named_down {
                     check(
                         "env",
                         k,
@@ -301,20 +393,36 @@ pub fn env_checks(
                         format!("{k}={v}: {}: it cannot carry traffic", down.join(", ")),
                         fix,
                     )
-                } else if chosen.is_empty() {
+                } else if !down.is_empty() {
+                    // Picked up by a prefix or left by an exclusion: NCCL skips ports that
+                    // are not ACTIVE.
                     check(
                         "env",
                         k,
-                        Status::Fail,
-                        format!("{k}={v} selects no RDMA port: traffic falls back to TCP"),
+                        Status::Warn,
+                        format!(
+                            "{k}={v} also selects {} (skipped by the library)",
+                            down.join(", ")
+                        ),
                         fix,
                     )
                 } else {
+                    let names = sel
+                        .chosen
+                        .iter()
+                        .map(|p| p.name())
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    let how = if sel.excluding {
+                        " (all but the excluded)"
+                    } else {
+                        ""
+                    };
                     check(
                         "env",
                         k,
                         Status::Pass,
-                        format!("{k}={v}: {} (ACTIVE)", active_names(&chosen)),
+                        format!("{k}={v}: {names}{how} (ACTIVE)"),
                         None,
                     )
                 }
@@ -324,31 +432,73 @@ pub fn env_checks(
             "NCCL_IB_TC" => tc_check(k, v, &used_by("NCCL_IB_HCA")),
             "UCX_IB_TRAFFIC_CLASS" => tc_check(k, v, &used_by("UCX_NET_DEVICES")),
             "NCCL_SOCKET_IFNAME" => {
+                // Entries are prefixes (eth matches eth0, eth1) unless the list starts
+                // with `=`.
+                let exact = v.trim_start_matches('^').starts_with('=');
                 let list = v.trim_start_matches('^').trim_start_matches('=');
                 let mut problems = Vec::new();
                 let mut evidence = Vec::new();
                 let mut unknown = 0;
-                for ifname in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    let from_gid = ports
+                // Interface names known here, with an address if one is known: the live
+                // host's addresses, else the addresses RoCE GIDs carry (IPoIB: none).
+                let mut known: BTreeMap<String, Option<IpAddr>> = BTreeMap::new();
+                if let Some(a) = addrs {
+                    for (nd, ips) in a {
+                        known.insert(nd.clone(), ips.first().copied());
+                    }
+                }
+                for p in ports {
+                    for nd in [&p.netdev, &p.ip_netdev].into_iter().flatten() {
+                        let ip = if Some(nd) == p.ip_netdev.as_ref() {
+                            p.ipv4.map(IpAddr::V4)
+                        } else {
+                            None
+                        };
+                        let e = known.entry(nd.clone()).or_insert(None);
+                        if e.is_none() && addrs.is_none() {
+                            *e = ip;
+                        }
+                    }
+                }
+                for entry in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let matching: Vec<(&String, &Option<IpAddr>)> = known
                         .iter()
-                        .find(|p| p.netdev.as_deref() == Some(ifname))
-                        .and_then(|p| p.ipv4.map(IpAddr::V4));
-                    let live = addrs
-                        .and_then(|a| a.get(ifname))
-                        .and_then(|ips| ips.first().copied());
-                    match (live.or(from_gid), addrs) {
-                        (Some(ip), _) => evidence.push(format!("{ifname} has {ip}")),
-                        (None, Some(_)) => {
-                            problems.push(format!("{ifname} has no address (or does not exist)"))
-                        }
-                        (None, None)
-                            if ports.iter().any(|p| p.netdev.as_deref() == Some(ifname)) =>
+                        .filter(|(nd, _)| {
+                            if exact {
+                                *nd == entry
+                            } else {
+                                nd.starts_with(entry)
+                            }
+                        })
+                        .collect();
+                    match matching.iter().find_map(|(nd, ip)| ip.map(|ip| (nd, ip))) {
+                        Some((nd, ip)) => evidence.push(format!("{nd} has {ip}")),
+                        None if addrs.is_some() => problems.push(if matching.is_empty() {
+                            format!(
+                                "no interface {}{entry}",
+                                if exact { "named " } else { "starting with " }
+                            )
+                        } else {
+                            format!(
+                                "{entry}: {} without an address",
+                                matching
+                                    .iter()
+                                    .map(|(nd, _)| nd.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        }),
+                        None if matching.iter().any(|(nd, _)| {
+                            ports
+                                .iter()
+                                .any(|p| p.roce() && p.ip_netdev.as_ref() == Some(nd))
+                        }) =>
                         {
-                            problems.push(format!("{ifname}: its GID table holds no IPv4 address"))
+                            problems.push(format!("{entry}: its GID table holds no IPv4 address"))
                         }
-                        (None, None) => {
+                        None => {
                             unknown += 1;
-                            evidence.push(format!("{ifname}: not an RDMA netdev, its address cannot be read from a sysfs tree"));
+                            evidence.push(format!("{entry}: its address cannot be read from a sysfs tree (not a RoCE netdev)"));
                         }
                     }
                 }

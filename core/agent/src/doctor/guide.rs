@@ -317,6 +317,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
             super::appenv::ports(&inv, &qos, None),
             super::appenv::desired_tos(&agent.cfg.qos, &qos),
             super::appenv::For::All,
+            addrs.as_ref(),
         );
         out.extend(super::appenv_check::env_checks(
             &host,

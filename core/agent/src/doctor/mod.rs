@@ -22,4 +22,4 @@ pub use appenv_check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};
 pub use firewall::{iptables_blocking, nft_blocking};
 pub use guide::run;
-pub use host::{gid_ip, nic_irqs};
+pub use host::{gid_ip, interface_addresses, nic_irqs};

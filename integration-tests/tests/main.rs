@@ -21,6 +21,7 @@
 //!   with a real Prometheus and curl.
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
 //!   fixture trees.
+//! - `capture`: `rocewatch capture --read` on a crafted pcap of RoCE v2 packets.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 
@@ -28,6 +29,7 @@ mod support;
 
 mod alertmanager;
 mod appenv;
+mod capture;
 mod collectd;
 mod config;
 mod demo;

@@ -159,6 +159,19 @@ pub enum Command {
     ///   rocewatch doctor --env job.env                          # check a job's settings
     #[command(verbatim_doc_comment)]
     Env(EnvArgs),
+    /// Sum up the RoCE v2 traffic of a packet capture: per opcode and destination QP,
+    /// CNPs, ECN-CE marks, NAKs, RNR NAKs, PSN gaps and retransmissions.
+    ///
+    /// Reads a pcap file (tcpdump -w; Ethernet or Linux cooked, VLAN tags skipped) and
+    /// decodes UDP 4791 (BTH, AETH). Capture on the RDMA device's netdev (rocewatch
+    /// discover shows it, like ibdev2netdev), or on the device's RDMA sniffer interface when
+    /// `tcpdump -D` lists one (mlx5: offloaded RDMA traffic never reaches the netdev).
+    ///
+    /// Example:
+    ///   tcpdump -i ens1f0np0 -nn -w roce.pcap udp port 4791 -c 100000
+    ///   rocewatch capture --read roce.pcap
+    #[command(verbatim_doc_comment)]
+    Capture(CaptureArgs),
     /// The agent against a simulated fabric, with a live view of per-port rates.
     ///
     /// Generates a sysfs tree (two mlx5 RoCE ports, with their driver statistics) in a
@@ -305,6 +318,16 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "FILE|-")]
     pub env: Option<String>,
 }
+/// `rocewatch capture`'s arguments.
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    /// The pcap file to read.
+    #[arg(long, value_name = "FILE")]
+    pub read: PathBuf,
+    /// Print JSON: {"frames","roce","other","by_opcode","by_dest_qp","cnp","ecn_ce",...}.
+    #[arg(long)]
+    pub json: bool,
+}
 /// `rocewatch env`'s arguments.
 #[derive(Debug, Args)]
 pub struct EnvArgs {
@@ -413,6 +436,7 @@ impl Command {
             | Command::Qos(_)
             | Command::Doctor(_)
             | Command::Env(_)
+            | Command::Capture(_)
             | Command::Config(_)
             | Command::MetricsDoc
             | Command::CollectdTypes => true,

@@ -3,6 +3,7 @@
 //! sets up logging. `main.rs` only parses and calls [`run`].
 
 mod args;
+mod capture;
 mod collect;
 mod collectd;
 mod config;
@@ -46,6 +47,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,
         Command::Env(a) => env::run(a).await,
+        Command::Capture(a) => capture::run(a),
         Command::Demo(a) => demo::run(a).await,
         Command::CollectdExec(a) => collectd::run(a).await,
         Command::CollectdTypes => collectd::types(),

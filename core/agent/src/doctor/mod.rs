@@ -17,6 +17,7 @@ mod guide;
 mod host;
 mod mtu;
 mod qos;
+pub mod roce_decode;
 
 pub use appenv_check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};

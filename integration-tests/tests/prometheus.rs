@@ -165,56 +165,12 @@ fn a_real_prometheus_scrapes_the_agent() {
 
     // A real Prometheus scrapes it every second.
     let data = tempfile::tempdir().unwrap();
-    let cfg = data.path().join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: rocewatch\n    static_configs:\n      - targets: ['{agent_addr}']\n"),
-    )
-    .unwrap();
-    let mut prom = Spawned::start(
-        "prometheus",
-        Command::new(&prom)
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                data.path().join("tsdb").display()
-            ))
-            .arg("--web.listen-address=127.0.0.1:0"),
-        None,
+    let prom = Prometheus::start(
+        &prom,
+        data.path(),
+        &format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: rocewatch\n    static_configs:\n      - targets: ['{agent_addr}']\n"),
     );
-    // msg="Listening on" address=127.0.0.1:33655
-    let prom_addr = prom.wait_log("its listener", Duration::from_secs(30), |log| {
-        let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
-        Some(
-            line.split("address=")
-                .nth(1)?
-                .split(' ')
-                .next()?
-                .to_string(),
-        )
-    });
-    let q = |promql: &str| -> Vec<(serde_json::Value, f64)> {
-        let body = reqwest::blocking::Client::new()
-            .get(format!("http://{prom_addr}/api/v1/query"))
-            .query(&[("query", promql)])
-            .send()
-            .ok()
-            .and_then(|r| r.text().ok())
-            .unwrap_or_default();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        v["data"]["result"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|r| {
-                (
-                    r["metric"].clone(),
-                    r["value"][1].as_str().unwrap().parse().unwrap(),
-                )
-            })
-            .collect()
-    };
+    let q = |promql: &str| prom.query(promql);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut io = vec![];
     while Instant::now() < deadline {

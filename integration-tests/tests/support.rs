@@ -567,3 +567,59 @@ impl RunningAgent {
         self.proc.log()
     }
 }
+
+/// A real Prometheus (`prom`, the binary) with `config` (prometheus.yml text) in `dir`,
+/// listening on port 0; its stderr is printed if the test fails while it runs.
+pub struct Prometheus {
+    pub proc: Spawned,
+    pub addr: String,
+}
+
+impl Prometheus {
+    pub fn start(prom: &std::path::Path, dir: &std::path::Path, config: &str) -> Prometheus {
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut proc = Spawned::start(
+            "prometheus",
+            Command::new(prom)
+                .arg(format!("--config.file={}", cfg.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("tsdb").display()
+                ))
+                .arg("--web.listen-address=127.0.0.1:0"),
+            None,
+        );
+        // msg="Listening on" address=127.0.0.1:33655
+        let addr = proc.wait_log("its listener", std::time::Duration::from_secs(30), |log| {
+            let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
+            Some(
+                line.split("address=")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .to_string(),
+            )
+        });
+        Prometheus { proc, addr }
+    }
+
+    /// An instant query: each result's labels and value (empty while nothing matches).
+    pub fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let body = reqwest::blocking::Client::new()
+            .get(format!("http://{}/api/v1/query", self.addr))
+            .query(&[("query", promql)])
+            .send()
+            .ok()
+            .and_then(|r| r.text().ok())
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        v["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| Some((r["metric"].clone(), r["value"][1].as_str()?.parse().ok()?)))
+            .collect()
+    }
+}

@@ -242,60 +242,16 @@ actions = ["page"]
     let job = |name: &str, password: &str| {
         format!("  - job_name: {name}\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n      cert_file: {cert}\n      key_file: {key}\n    basic_auth:\n      username: prometheus\n      password: {password}\n    static_configs:\n      - targets: ['{target}']\n")
     };
-    let prom_cfg = data.path().join("prometheus.yml");
-    std::fs::write(
-        &prom_cfg,
-        format!(
+    let prom_proc = Prometheus::start(
+        &prom,
+        data.path(),
+        &format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n{}{}",
             job("rocewatch", "s3cret"),
             job("wrong", "nope")
         ),
-    )
-    .unwrap();
-    let mut prom_proc = Spawned::start(
-        "prometheus",
-        Command::new(&prom)
-            .arg(format!("--config.file={}", prom_cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                data.path().join("tsdb").display()
-            ))
-            .arg("--web.listen-address=127.0.0.1:0"),
-        None,
     );
-    // msg="Listening on" address=127.0.0.1:33655
-    let prom_addr = prom_proc.wait_log("its listener", Duration::from_secs(30), |log| {
-        let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
-        Some(
-            line.split("address=")
-                .nth(1)?
-                .split(' ')
-                .next()?
-                .to_string(),
-        )
-    });
-    let q = |promql: &str| -> Vec<(serde_json::Value, f64)> {
-        let body = reqwest::blocking::Client::new()
-            .get(format!("http://{prom_addr}/api/v1/query"))
-            .query(&[("query", promql)])
-            .send()
-            .ok()
-            .and_then(|r| r.text().ok())
-            .unwrap_or_default();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        v["data"]["result"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|r| {
-                (
-                    r["metric"].clone(),
-                    r["value"][1].as_str().unwrap().parse().unwrap(),
-                )
-            })
-            .collect()
-    };
+    let q = |promql: &str| prom_proc.query(promql);
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut up, mut down, mut io) = (vec![], vec![], vec![]);
     while Instant::now() < deadline {
@@ -307,7 +263,7 @@ actions = ["page"]
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let prom_stderr = prom_proc.log();
+    let prom_stderr = prom_proc.proc.log();
     assert_eq!(
         io.len(),
         4,

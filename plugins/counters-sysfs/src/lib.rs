@@ -149,6 +149,16 @@ fn gauge(e: &'static CatalogEntry, value: Value, attrs: &Attributes, source: &st
     }
 }
 
+/// The devices of `order` (indexes into the plan's ports), each once, in order.
+fn unreached<'p>(plan: &'p Plan, order: &[usize]) -> Vec<&'p str> {
+    let mut left: Vec<&str> = order
+        .iter()
+        .map(|&i| plan.ports[i].device.as_str())
+        .collect();
+    left.dedup();
+    left
+}
+
 /// The built-in counter collector.
 #[derive(Debug, Default)]
 pub struct SysfsCounters {
@@ -432,7 +442,7 @@ impl CollectorPlugin for SysfsCounters {
             }
         }
         let order: Vec<usize> = first.into_iter().chain((0..n).filter(is_slow)).collect();
-        let mut resume = None;
+        let mut stopped_at: Option<Vec<&str>> = None;
         let mut clock = Clock::start(&self.budget, started);
         let mut slow = Slow::new();
         let (mut devices_done, mut ports_done) = (0, 0);
@@ -442,17 +452,10 @@ impl CollectorPlugin for SysfsCounters {
             let new_device = k == 0 || plan.ports[order[k - 1]].device != plan.ports[i].device;
             if new_device {
                 if clock.spent() {
-                    let mut left: Vec<&str> = order[k..]
-                        .iter()
-                        .map(|&i| plan.ports[i].device.as_str())
-                        .collect();
-                    left.dedup();
+                    let left = unreached(plan, &order[k..]);
                     out.errors
                         .push(clock.stopped(devices_done, ports_done, &left, n));
-                    resume = left.first().map(|d| d.to_string());
-                    for d in left.iter().filter(|d| self.slow.contains(**d)) {
-                        slow.insert(d.to_string());
-                    }
+                    stopped_at = Some(left);
                     break;
                 }
                 devices_done += 1;
@@ -479,23 +482,23 @@ impl CollectorPlugin for SysfsCounters {
                 }
                 PortEnd::Stopped { .. } => {
                     // The budget ran out inside this device: it counts as not read.
-                    let mut left: Vec<&str> = order[k..]
-                        .iter()
-                        .map(|&i| plan.ports[i].device.as_str())
-                        .collect();
-                    left.dedup();
+                    let left = unreached(plan, &order[k..]);
                     out.errors
                         .push(clock.stopped(devices_done - 1, ports_done, &left, n));
-                    resume = left.first().map(|d| d.to_string());
-                    for d in left.iter().filter(|d| self.slow.contains(**d)) {
-                        slow.insert(d.to_string());
-                    }
+                    stopped_at = Some(left);
                     break;
                 }
             }
         }
+        // Where the next collection starts, and the slow devices it did not reach.
+        self.resume = None;
+        if let Some(left) = stopped_at {
+            self.resume = left.first().map(|d| d.to_string());
+            for d in left.iter().filter(|d| self.slow.contains(**d)) {
+                slow.insert(d.to_string());
+            }
+        }
         self.slow = slow;
-        self.resume = resume;
         if stale {
             self.plan = None; // a device vanished: re-plan on the next scrape
         }

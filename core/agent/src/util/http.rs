@@ -255,6 +255,34 @@ fn with_headers(
 mod tests {
     use super::*;
 
+    /// A listener answering "ok" with at most `max_connections`: its address, its stop
+    /// switch, its task.
+    async fn ok_server(
+        max_connections: usize,
+    ) -> (
+        std::net::SocketAddr,
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let opts = ServeOptions {
+            name: "test",
+            max_connections,
+            writev: false,
+            web: None,
+            on_refused: None,
+        };
+        let server = tokio::spawn(serve(
+            listener,
+            opts,
+            |_req| async { Ok(Response::new(Full::new(Bytes::from_static(b"ok")))) },
+            rx,
+        ));
+        (addr, tx, server)
+    }
+
     #[test]
     fn a_throttle_says_once_per_period_with_the_count() {
         let t = Throttle::new(Duration::from_secs(3600));
@@ -270,22 +298,7 @@ mod tests {
     #[tokio::test]
     async fn connections_past_the_limit_are_closed_at_once() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = watch::channel(false);
-        let opts = ServeOptions {
-            name: "test",
-            max_connections: 2,
-            writev: false,
-            web: None,
-            on_refused: None,
-        };
-        let server = tokio::spawn(serve(
-            listener,
-            opts,
-            |_req| async { Ok(Response::new(Full::new(Bytes::from_static(b"ok")))) },
-            rx,
-        ));
+        let (addr, tx, server) = ok_server(2).await;
         // Two idle connections hold both slots.
         let _a = tokio::net::TcpStream::connect(addr).await.unwrap();
         let _b = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -314,22 +327,7 @@ mod tests {
     #[tokio::test]
     async fn a_keep_alive_connection_is_closed_when_the_listener_stops() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = watch::channel(false);
-        let opts = ServeOptions {
-            name: "test",
-            max_connections: 4,
-            writev: false,
-            web: None,
-            on_refused: None,
-        };
-        let server = tokio::spawn(serve(
-            listener,
-            opts,
-            |_req| async { Ok(Response::new(Full::new(Bytes::from_static(b"ok")))) },
-            rx,
-        ));
+        let (addr, tx, server) = ok_server(4).await;
         let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
         c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await

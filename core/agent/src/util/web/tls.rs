@@ -68,20 +68,35 @@ fn names<T>(table: &[(&str, T)]) -> String {
         .join(", ")
 }
 
+/// Each of Go's `names` as ours, from `table`; an unknown one names the key.
+fn lookup<T: Copy>(
+    file: &Path,
+    key: &str,
+    table: &[(&str, T)],
+    wanted: &[String],
+) -> Result<Vec<T>, WebError> {
+    wanted
+        .iter()
+        .map(|name| {
+            table
+                .iter()
+                .find(|(go, _)| go == name)
+                .map(|(_, ours)| *ours)
+                .ok_or_else(|| {
+                    WebError::invalid(
+                        file,
+                        format!("tls_server_config.{key}"),
+                        format!("{name:?} is not offered; one of {}", names(table)),
+                    )
+                })
+        })
+        .collect()
+}
+
 fn provider(file: &Path, t: &TlsSettings) -> Result<CryptoProvider, WebError> {
     let mut p = rustls::crypto::ring::default_provider();
     if !t.cipher_suites.is_empty() {
-        let mut wanted = Vec::new();
-        for name in &t.cipher_suites {
-            let Some((_, ours)) = SUITES.iter().find(|(go, _)| go == name) else {
-                return Err(WebError::invalid(
-                    file,
-                    "tls_server_config.cipher_suites",
-                    format!("{name:?} is not offered; one of {}", names(SUITES)),
-                ));
-            };
-            wanted.push(*ours);
-        }
+        let wanted = lookup(file, "cipher_suites", SUITES, &t.cipher_suites)?;
         // The configured order, then every TLS 1.3 suite (not configurable, as in Go).
         let all = p.cipher_suites.clone();
         p.cipher_suites = wanted
@@ -96,22 +111,14 @@ fn provider(file: &Path, t: &TlsSettings) -> Result<CryptoProvider, WebError> {
     }
     if !t.curve_preferences.is_empty() {
         let all = p.kx_groups.clone();
-        let mut groups = Vec::new();
-        for name in &t.curve_preferences {
-            let Some((_, ours)) = CURVES.iter().find(|(go, _)| go == name) else {
-                return Err(WebError::invalid(
-                    file,
-                    "tls_server_config.curve_preferences",
-                    format!("{name:?} is not offered; one of {}", names(CURVES)),
-                ));
-            };
-            if let Some(g) = all
-                .iter()
-                .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(ours))
-            {
-                groups.push(*g);
-            }
-        }
+        let groups = lookup(file, "curve_preferences", CURVES, &t.curve_preferences)?
+            .into_iter()
+            .filter_map(|ours| {
+                all.iter()
+                    .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(ours))
+                    .copied()
+            })
+            .collect();
         p.kx_groups = groups;
     }
     Ok(p)

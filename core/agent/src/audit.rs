@@ -51,12 +51,14 @@ pub struct AuditRecord {
     pub duration_ms: Option<u64>,
 }
 
-/// One decision: its id, and its labels until a record of it carrying them is written.
+/// One decision: its id, and its labels until a record of it carrying them is written
+/// (again after a rotation, so the current file has them too).
 #[derive(Debug)]
 pub struct Decision {
     id: String,
     labels: BTreeMap<String, String>,
-    labels_written: std::sync::atomic::AtomicBool,
+    /// 1 + the log file generation its labels were written to; 0: not yet.
+    labels_in: std::sync::atomic::AtomicU64,
 }
 
 impl Decision {
@@ -66,7 +68,7 @@ impl Decision {
         Decision {
             id: next_decision_id(),
             labels,
-            labels_written: std::sync::atomic::AtomicBool::new(false),
+            labels_in: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -158,6 +160,8 @@ pub struct AuditLog {
     /// A rotation failed (a directory the agent may not write): the log grows on, said
     /// once, rather than every record failing (which would refuse every action).
     rotation_failed: std::sync::atomic::AtomicBool,
+    /// Rotations so far (the generation of the file written now).
+    rotations: std::sync::atomic::AtomicU64,
 }
 
 impl AuditLog {
@@ -171,6 +175,7 @@ impl AuditLog {
             rotation,
             file: Mutex::new(None),
             rotation_failed: std::sync::atomic::AtomicBool::new(false),
+            rotations: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -183,10 +188,16 @@ impl AuditLog {
 
     /// Rotate; on failure, keep appending to the file as it is (said once).
     fn try_rotate(&self) {
-        if let Err(e) = self.rotate() {
-            self.rotation_failed
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            tracing::error!(path = %self.path.display(), "cannot rotate the audit log ({e}); it grows on past audit_max_bytes");
+        match self.rotate() {
+            Ok(()) => {
+                self.rotations
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+            Err(e) => {
+                self.rotation_failed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!(path = %self.path.display(), "cannot rotate the audit log ({e}); it grows on past audit_max_bytes");
+            }
         }
     }
 
@@ -233,7 +244,9 @@ impl AuditLog {
     }
 
     /// Append a record of `decision`: its id always, its labels until they are written
-    /// once (a first record that could not be written leaves them to the next one).
+    /// once to the file written now (a first record that could not be written leaves them
+    /// to the next one; after a rotation the decision's next record carries them again,
+    /// so a decision's labels are in every file holding its records).
     pub fn append_to(
         &self,
         decision: &Decision,
@@ -242,21 +255,42 @@ impl AuditLog {
     ) -> std::io::Result<()> {
         use std::sync::atomic::Ordering;
         rec.decision_id.clone_from(&decision.id);
-        let first = !decision.labels_written.load(Ordering::Acquire);
-        rec.labels = first.then(|| decision.labels.clone());
-        let r = self.append(&rec, sync);
-        if first && r.is_ok() {
-            decision.labels_written.store(true, Ordering::Release);
+        let build = |generation: u64| {
+            let mut r = rec.clone();
+            let written = decision.labels_in.load(Ordering::Acquire) == generation + 1;
+            r.labels = (!written).then(|| decision.labels.clone());
+            r
+        };
+        let (generation, labelled) = self.append_built(&build, sync)?;
+        if labelled {
+            decision.labels_in.store(generation + 1, Ordering::Release);
         }
-        r
+        Ok(())
     }
 
     /// Append one line; with `sync`, flushed to disk before returning. A failure leaves
     /// the log closed: the next record opens it again (the disk may have room by then).
     pub fn append(&self, rec: &AuditRecord, sync: bool) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(rec).expect("plain data");
-        line.push(b'\n');
+        self.append_built(&|_| rec.clone(), sync).map(|_| ())
+    }
+
+    /// Append the record `build` makes for the file generation it lands in (built again
+    /// when the file rotates first); returns that generation and whether it has labels.
+    fn append_built(
+        &self,
+        build: &dyn Fn(u64) -> AuditRecord,
+        sync: bool,
+    ) -> std::io::Result<(u64, bool)> {
+        use std::sync::atomic::Ordering;
+        let line_of = |generation: u64| {
+            let rec = build(generation);
+            let mut line = serde_json::to_vec(&rec).expect("plain data");
+            line.push(b'\n');
+            (line, rec.labels.is_some())
+        };
         let mut g = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut generation = self.rotations.load(Ordering::Acquire);
+        let (mut line, mut labelled) = line_of(generation);
         let r = (|| {
             let full = |size: u64| {
                 !self
@@ -289,6 +323,12 @@ impl AuditLog {
                     *g = Some((f, size));
                 }
             }
+            let now = self.rotations.load(Ordering::Acquire);
+            if now != generation {
+                // Rotated just now: this record opens a new file.
+                generation = now;
+                (line, labelled) = line_of(generation);
+            }
             let (f, size) = g.as_mut().expect("opened above");
             f.write_all(&line)?;
             *size += line.len() as u64;
@@ -300,7 +340,7 @@ impl AuditLog {
         if r.is_err() {
             *g = None;
         }
-        r
+        r.map(|()| (generation, labelled))
     }
 }
 
@@ -325,6 +365,48 @@ mod tests {
             detail: None,
             outcome: None,
             duration_ms: None,
+        }
+    }
+
+    #[test]
+    fn after_a_rotation_a_decisions_next_record_carries_its_labels_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        // Room for about two records per file.
+        let log = AuditLog::with_rotation(
+            path.clone(),
+            Rotation {
+                max_bytes: 400,
+                keep: 3,
+            },
+        );
+        let d = Decision::new(BTreeMap::from([("rdma.device".into(), "mlx5_0".into())]));
+        for n in 0..6 {
+            log.append_to(&d, record(n), false).unwrap();
+        }
+        // Every file that holds a record of the decision holds its labels.
+        let files: Vec<PathBuf> = [path.clone(), log.rotated(1), log.rotated(2), log.rotated(3)]
+            .into_iter()
+            .filter(|f| f.exists())
+            .collect();
+        assert!(files.len() >= 2, "the log rotated: {files:?}");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let recs: Vec<serde_json::Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert!(!recs.is_empty(), "{}", file.display());
+            assert_eq!(
+                recs[0]["labels"]["rdma.device"],
+                "mlx5_0",
+                "{}: {text}",
+                file.display()
+            );
+            assert!(
+                recs[1..].iter().all(|r| r.get("labels").is_none()),
+                "{text}"
+            );
         }
     }
 

@@ -8,7 +8,8 @@
 //!
 //! Where things are:
 //! - [`cli`]: the command line; `args` is the grammar, one file per command.
-//! - [`doctor`]: the RoCE troubleshooting guide as checks, one file per topic.
+//! - [`doctor`]: the RoCE troubleshooting guide as checks, one file per topic; what
+//!   NCCL/UCX need (`appenv`); RoCE v2 in packet captures (`roce_decode`).
 //! - [`demo`]: the simulated fabric behind `rocewatch demo`, and its live view.
 //! - [`app`]: the one place the agent is wired (`App` for every command, `Agent` for `run`,
 //!   `demo` and `collectd-exec`).
@@ -26,7 +27,8 @@
 //! - [`store`]: the latest value of every series, rates, counter resets, histograms.
 //! - [`audit`]: the JSON-lines audit log of remediation and QoS changes.
 //! - [`selfmetrics`]: `rocewatch.*` metrics.
-//! - [`util`]: configuration durations, shutdown signals.
+//! - [`util`]: configuration durations, shutdown signals, the listeners' HTTP loop and web
+//!   configuration (TLS, basic auth), giving freed memory back.
 //!
 //! Where a metric is defined: the catalog in `core/metrics`. Where PFC is read:
 //! `plugins/qos-linux/src/dcb.rs` (settings) and the counters plugins (pause frames).

@@ -6,8 +6,9 @@
 #   - gcc, pkg-config, ca-certificates, curl        (Debian packages)
 #   - collectd-core (network, csv, exec plugins)    (Debian package; no service is started)
 #   - systemd (systemd-analyze)                     (verifies and scores packaging/systemd/rocewatch.service)
-#   - ethtool, iproute2                             (to compare our ethtool ioctls with `ethtool -S`
-#                                                    on veth pairs the tests create)
+#   - ethtool, iproute2, tcpdump                    (to compare our ethtool ioctls with `ethtool -S`
+#                                                    on veth pairs the tests create; tcpdump for
+#                                                    `rocewatch capture` on such a pair)
 #   - libibverbs-dev, librdmacm-dev, libclang-dev,  (to build the verbs probe plugin: rdma-sys
 #     clang                                          generates its bindings with bindgen; the
 #                                                    rocewatch binary itself links none of it)
@@ -28,7 +29,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need=()
-for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2 libibverbs-dev librdmacm-dev libclang-dev clang systemd; do
+for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2 tcpdump libibverbs-dev librdmacm-dev libclang-dev clang systemd; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,6 +1,8 @@
-//! `rocewatch capture --read FILE`: a pcap of RoCE v2 packets (crafted here: an RDMA WRITE
-//! with a lost packet and a retransmission, an ACK, a NAK, a CNP, an ECN-CE mark), summed
-//! up as text and JSON; a file that is not a pcap is refused with the reason.
+//! `rocewatch capture`: a pcap of RoCE v2 packets (crafted here: an RDMA WRITE with a lost
+//! packet and a retransmission, an ACK, a NAK, a CNP, an ECN-CE mark) summed up as text and
+//! JSON (`--read`); a file that is not a pcap refused with the reason; and a live capture
+//! with tcpdump on a veth pair, frames injected on the peer, rx-vlan-offload turned off for
+//! it and put back after the capture, after SIGTERM, and after a SIGKILL on the next start.
 
 use serde_json::Value;
 
@@ -80,6 +82,174 @@ fn capture_read_sums_up_roce_traffic() {
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("roce.pcap: not a pcap file"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Send `frame` out of `ifname` (AF_PACKET): it arrives on the veth peer.
+fn inject(ifname: &str, frame: &[u8]) {
+    let c = std::ffi::CString::new(ifname).unwrap();
+    // SAFETY: plain socket calls on a sockaddr_ll filled here; every result is checked.
+    unsafe {
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut sa: libc::sockaddr_ll = std::mem::zeroed();
+        sa.sll_family = libc::AF_PACKET as u16;
+        sa.sll_ifindex = libc::if_nametoindex(c.as_ptr()) as i32;
+        sa.sll_halen = 6;
+        let n = libc::sendto(
+            fd,
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&sa as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        );
+        libc::close(fd);
+        assert_eq!(
+            n,
+            frame.len() as isize,
+            "sendto: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn vlan_offload(ifname: &str) -> String {
+    let o = std::process::Command::new("ethtool")
+        .args(["-k", ifname])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("rx-vlan-offload:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+fn wait_for(what: &str, within: std::time::Duration, f: impl Fn() -> bool) {
+    let end = std::time::Instant::now() + within;
+    while !f() {
+        assert!(std::time::Instant::now() < end, "{what} within {within:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn capture(veth: &str, state: &std::path::Path, args: &[&str]) -> Spawned {
+    let out = Some(std::process::Stdio::piped());
+    Spawned::start(
+        "rocewatch capture",
+        std::process::Command::new(&artifacts().rocewatch)
+            .arg("capture")
+            .arg(veth)
+            .args(args)
+            .env("STATE_DIRECTORY", state),
+        out,
+    )
+}
+
+#[test]
+fn a_live_capture_turns_the_vlan_offload_off_and_always_puts_it_back() {
+    let Some(_) = require("tcpdump", receiver("ROCEWATCH_TCPDUMP", "", "tcpdump")) else {
+        return;
+    };
+    let veth = crate::ethtool::Veth::create();
+    let state = tempfile::tempdir().unwrap();
+    let rec = state.path().join("capture-offload.json");
+    assert_eq!(vlan_offload(&veth.0), "on");
+    // A capture of 4 s: offload off while it runs, the frames counted, on again after.
+    let mut c = capture(
+        &veth.0,
+        state.path(),
+        &["--duration", "4s", "--offload-off", "--summary", "--json"],
+    );
+    wait_for("offload off", std::time::Duration::from_secs(15), || {
+        vlan_offload(&veth.0) == "off"
+    });
+    assert!(
+        rec.exists(),
+        "the restore record is written before the change"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500)); // tcpdump listening
+    for psn in 0..20 {
+        inject(veth.peer(), &frame(0x0a, 0x77, psn, 2, None)); // RC RDMA WRITE Only
+    }
+    assert!(
+        c.wait_exit(std::time::Duration::from_secs(20))
+            .is_some_and(|s| s.success()),
+        "{}",
+        c.log()
+    );
+    let mut out = String::new();
+    use std::io::Read;
+    c.child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{}", c.log()));
+    assert_eq!(j["by_opcode"]["RC RDMA WRITE Only"]["packets"], 20, "{j}");
+    assert_eq!(j["by_dest_qp"]["119"]["psn_gaps"], 0, "{j}");
+    assert_eq!(vlan_offload(&veth.0), "on", "put back after the capture");
+    assert!(!rec.exists());
+    // SIGTERM in the middle: put back, exit 130.
+    let mut c = capture(
+        &veth.0,
+        state.path(),
+        &["--duration", "60s", "--offload-off"],
+    );
+    wait_for("offload off", std::time::Duration::from_secs(15), || {
+        vlan_offload(&veth.0) == "off"
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    c.signal("TERM");
+    let st = c.wait_exit(std::time::Duration::from_secs(20));
+    assert_eq!(st.and_then(|s| s.code()), Some(130), "{}", c.log());
+    assert_eq!(
+        vlan_offload(&veth.0),
+        "on",
+        "put back after SIGTERM: {}",
+        c.log()
+    );
+    // SIGKILL: nothing can run; the record stays and the next start puts the value back.
+    let mut c = capture(
+        &veth.0,
+        state.path(),
+        &["--duration", "60s", "--offload-off"],
+    );
+    wait_for("offload off", std::time::Duration::from_secs(15), || {
+        vlan_offload(&veth.0) == "off"
+    });
+    c.signal("KILL");
+    let _ = c.wait_exit(std::time::Duration::from_secs(10));
+    assert_eq!(vlan_offload(&veth.0), "off");
+    assert!(rec.exists());
+    let o = std::process::Command::new(&artifacts().rocewatch)
+        .args(["capture", &veth.0, "--duration", "1s"])
+        .env("STATE_DIRECTORY", state.path())
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains("rx-vlan-hw-parse on restored, as found by an interrupted capture"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(vlan_offload(&veth.0), "on");
+    assert!(!rec.exists());
+    // Something that is neither an RDMA device nor a netdev: refused with the cause.
+    let o = rocewatch(&["capture", "nosuch0", "--duration", "1s"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no RDMA device or netdev named \"nosuch0\""),
         "{}",
         stderr(&o)
     );

@@ -9,11 +9,12 @@ use rocewatch_counters_ethtool::normalize::parse_ethtool_s;
 
 use crate::support::*;
 
-struct Veth(String, String);
+/// A veth pair (also used by the capture tests).
+pub(crate) struct Veth(pub String, pub String);
 
 impl Veth {
     /// A veth pair with names unique to this process and test.
-    fn create() -> Veth {
+    pub(crate) fn create() -> Veth {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let id = std::process::id() % 100_000;
@@ -35,7 +36,7 @@ impl Veth {
         Veth(a, b)
     }
 
-    fn peer(&self) -> &str {
+    pub(crate) fn peer(&self) -> &str {
         &self.1
     }
 }

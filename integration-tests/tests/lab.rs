@@ -426,6 +426,37 @@ fn lab_env_gives_the_gid_index_ibv_devinfo_shows_and_doctor_checks_a_job() {
     );
 }
 
+/// `rocewatch capture rxe0` in the target guest while `ib_write_bw` writes to it: RDMA
+/// WRITE packets in, acknowledgements out, no CNP, no PSN gap, and the VLAN offload setting
+/// the same after the capture as before it.
+#[test]
+fn lab_capture_during_ib_write_bw_sees_the_writes() {
+    let Some(out) = lab_run() else { return };
+    let a = out.join("a");
+    let stderr = read(&a.join("capture.stderr"));
+    assert!(stderr.contains("rc=0"), "{stderr}");
+    let c = json(&a.join("capture.json"));
+    let writes: u64 = c["by_opcode"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(op, _)| op.starts_with("RC RDMA WRITE"))
+        .map(|(_, n)| n["packets"].as_u64().unwrap())
+        .sum();
+    // 3 s of 64 KiB writes (1024-byte RoCE MTU: 64 packets each), however slow the guest.
+    assert!(writes >= 64, "{c}");
+    assert!(c["acks"].as_u64().unwrap() > 0, "{c}");
+    assert_eq!(c["cnp"], 0, "{c}");
+    for (qp, q) in c["by_dest_qp"].as_object().unwrap() {
+        assert_eq!(q["retransmitted"], 0, "QP {qp}: {c}");
+    }
+    assert_eq!(
+        read(&a.join("capture-offload-before.txt")),
+        read(&a.join("capture-offload-after.txt")),
+        "{stderr}"
+    );
+}
+
 fn probe_json(out: &Path, name: &str) -> Value {
     json(&out.join("b").join(format!("{name}.json")))
 }

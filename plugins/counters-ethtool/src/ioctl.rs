@@ -11,6 +11,9 @@ const ETHTOOL_GSTRINGS: u32 = 0x1b;
 const ETHTOOL_GSTATS: u32 = 0x1d;
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
 const ETH_SS_STATS: u32 = 1;
+const ETH_SS_FEATURES: u32 = 4;
+const ETHTOOL_GFEATURES: u32 = 0x3a;
+const ETHTOOL_SFEATURES: u32 = 0x3b;
 const ETHTOOL_GTUNABLE: u32 = 0x48;
 const ETHTOOL_STUNABLE: u32 = 0x49;
 /// `ETHTOOL_PFC_PREVENTION_TOUT`: how long (ms) a priority may stay paused before the
@@ -80,6 +83,11 @@ impl EthtoolSocket {
 
     /// Number of driver statistics of `ifname`.
     pub fn stats_count(&self, ifname: &str) -> io::Result<usize> {
+        self.set_count(ifname, ETH_SS_STATS)
+    }
+
+    /// Number of strings in string set `set` of `ifname` (0 when the driver has none).
+    fn set_count(&self, ifname: &str, set: u32) -> io::Result<usize> {
         // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[]; }
         let mut buf = [0u64; 3];
         let head = buf.as_mut_ptr() as *mut u32;
@@ -87,10 +95,10 @@ impl EthtoolSocket {
         unsafe {
             head.write(ETHTOOL_GSSET_INFO);
         }
-        buf[1] = 1 << ETH_SS_STATS;
+        buf[1] = 1 << set;
         self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)?;
-        if buf[1] & (1 << ETH_SS_STATS) == 0 {
-            return Ok(0); // the driver has no statistics set
+        if buf[1] & (1 << set) == 0 {
+            return Ok(0); // the driver has no such set
         }
         // SAFETY: data[0] sits right after the 16-byte header.
         let n = unsafe { (buf.as_ptr() as *const u32).add(4).read() } as usize;
@@ -100,6 +108,69 @@ impl EthtoolSocket {
             )));
         }
         Ok(n)
+    }
+
+    /// The names of `ifname`'s features (`ethtool -k` shows their friendlier names:
+    /// `rx-vlan-offload` is `rx-vlan-hw-parse`), in bit order.
+    pub fn feature_names(&self, ifname: &str) -> io::Result<Vec<String>> {
+        let n = self.set_count(ifname, ETH_SS_FEATURES)?;
+        let mut strings = vec![0u8; 12 + n * ETH_GSTRING_LEN];
+        strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
+        strings[4..8].copy_from_slice(&ETH_SS_FEATURES.to_ne_bytes());
+        strings[8..12].copy_from_slice(&(n as u32).to_ne_bytes());
+        self.call(ifname, strings.as_mut_ptr() as *mut libc::c_void)?;
+        let got = (u32::from_ne_bytes(strings[8..12].try_into().expect("4 bytes")) as usize).min(n);
+        Ok(strings[12..]
+            .chunks_exact(ETH_GSTRING_LEN)
+            .take(got)
+            .map(|raw| {
+                let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+                String::from_utf8_lossy(&raw[..end]).into_owned()
+            })
+            .collect())
+    }
+
+    /// Feature `name` of `ifname`: `(active, changeable)`, `None` when it has no such
+    /// feature.
+    pub fn feature(&self, ifname: &str, name: &str) -> io::Result<Option<(bool, bool)>> {
+        let names = self.feature_names(ifname)?;
+        let Some(bit) = names.iter().position(|n| n == name) else {
+            return Ok(None);
+        };
+        let blocks = names.len().div_ceil(32);
+        // struct ethtool_gfeatures { u32 cmd; u32 size; { u32 available, requested,
+        // active, never_changed; } features[size]; }
+        let mut buf = vec![0u32; 2 + 4 * blocks];
+        buf[0] = ETHTOOL_GFEATURES;
+        buf[1] = blocks as u32;
+        self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)?;
+        let block = &buf[2 + 4 * (bit / 32)..2 + 4 * (bit / 32) + 4];
+        let mask = 1u32 << (bit % 32);
+        let changeable = block[0] & mask != 0 && block[3] & mask == 0;
+        Ok(Some((block[2] & mask != 0, changeable)))
+    }
+
+    /// Turn feature `name` of `ifname` on or off (`ethtool -K`).
+    pub fn set_feature(&self, ifname: &str, name: &str, on: bool) -> io::Result<()> {
+        let names = self.feature_names(ifname)?;
+        let Some(bit) = names.iter().position(|n| n == name) else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{ifname} has no feature {name}"),
+            ));
+        };
+        let blocks = names.len().div_ceil(32);
+        // struct ethtool_sfeatures { u32 cmd; u32 size; { u32 valid, requested; }
+        // features[size]; }
+        let mut buf = vec![0u32; 2 + 2 * blocks];
+        buf[0] = ETHTOOL_SFEATURES;
+        buf[1] = blocks as u32;
+        let mask = 1u32 << (bit % 32);
+        buf[2 + 2 * (bit / 32)] = mask;
+        if on {
+            buf[3 + 2 * (bit / 32)] = mask;
+        }
+        self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)
     }
 
     /// `struct ethtool_tunable { u32 cmd, id, type_id, len; void *data[]; }` carrying

@@ -159,17 +159,22 @@ pub enum Command {
     ///   rocewatch doctor --env job.env                          # check a job's settings
     #[command(verbatim_doc_comment)]
     Env(EnvArgs),
-    /// Sum up the RoCE v2 traffic of a packet capture: per opcode and destination QP,
-    /// CNPs, ECN-CE marks, NAKs, RNR NAKs, PSN gaps and retransmissions.
+    /// Capture RoCE v2 traffic (UDP 4791) on an RDMA device's netdev, or sum up a capture.
     ///
-    /// Reads a pcap file (tcpdump -w; Ethernet or Linux cooked, VLAN tags skipped) and
-    /// decodes UDP 4791 (BTH, AETH). Capture on the RDMA device's netdev (rocewatch
-    /// discover shows it, like ibdev2netdev), or on the device's RDMA sniffer interface when
-    /// `tcpdump -D` lists one (mlx5: offloaded RDMA traffic never reaches the netdev).
+    /// Finds the netdev of the RDMA device (as ibdev2netdev; or takes a netdev; default:
+    /// the first RoCE port whose netdev is up) and runs tcpdump on it. On mlx5, offloaded
+    /// RDMA traffic never reaches the netdev: when `tcpdump -D` lists an RDMA sniffer
+    /// interface for the device, the capture is taken there (and says so). --offload-off
+    /// turns rx-vlan-offload off through the ethtool ioctls for the capture and restores
+    /// the value it found afterwards, on Ctrl-C/SIGTERM too, and after a crash on the next
+    /// start (a restore record in the state directory). --summary (or --read FILE for an
+    /// existing pcap) decodes RoCE v2: packets and bytes per opcode and destination QP,
+    /// CNPs, ECN-CE marks, ACKs, NAKs, RNR NAKs, PSN gaps and retransmissions.
     ///
-    /// Example:
-    ///   tcpdump -i ens1f0np0 -nn -w roce.pcap udp port 4791 -c 100000
-    ///   rocewatch capture --read roce.pcap
+    /// Examples:
+    ///   rocewatch capture mlx5_0 --duration 10s --summary
+    ///   rocewatch capture ens1f0np0 --count 100000 -w roce.pcap --offload-off
+    ///   rocewatch capture --read roce.pcap --json
     #[command(verbatim_doc_comment)]
     Capture(CaptureArgs),
     /// The agent against a simulated fabric, with a live view of per-port rates.
@@ -321,10 +326,30 @@ pub struct DoctorArgs {
 /// `rocewatch capture`'s arguments.
 #[derive(Debug, Args)]
 pub struct CaptureArgs {
-    /// The pcap file to read.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// An RDMA device (mlx5_0) or a netdev (ens1f0np0).
+    #[arg(conflicts_with = "read")]
+    pub target: Option<String>,
+    /// Stop after this long (default: until Ctrl-C, or --count).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub duration: Option<Duration>,
+    /// Stop after this many packets.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Write the packets to this pcap file (as tcpdump -w).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Turn rx-vlan-offload off for the capture; the value found is put back afterwards.
+    #[arg(long)]
+    pub offload_off: bool,
+    /// Decode the captured RoCE v2 packets and print the summary.
+    #[arg(long)]
+    pub summary: bool,
+    /// Sum up this pcap file instead of capturing.
     #[arg(long, value_name = "FILE")]
-    pub read: PathBuf,
-    /// Print JSON: {"frames","roce","other","by_opcode","by_dest_qp","cnp","ecn_ce",...}.
+    pub read: Option<PathBuf>,
+    /// The summary as JSON: {"frames","roce","other","by_opcode","by_dest_qp","cnp",...}.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,18 +1,184 @@
-//! `rocewatch capture --read FILE`: the RoCE v2 traffic of a capture, summed up.
+//! `rocewatch capture`: tcpdump on the RDMA device's netdev (or its RDMA sniffer
+//! interface), optionally with rx-vlan-offload off for the capture; or the RoCE v2
+//! summary of a capture (`--summary`, `--read FILE`).
 
-use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rocewatch_plugin_api::{Inventory, PluginKind};
 
 use super::args::CaptureArgs;
 use super::output::print_json;
+use crate::app::App;
+use crate::doctor::capture::{restore_leftover, OffloadGuard};
 use crate::doctor::roce_decode::summarize;
 
-pub fn run(a: CaptureArgs) -> Result<i32> {
-    let bytes = std::fs::read(&a.read).with_context(|| format!("--read {}", a.read.display()))?;
-    let s = summarize(&bytes).with_context(|| a.read.display().to_string())?;
-    if a.json {
+fn print_summary(file: &Path, json: bool) -> Result<()> {
+    let bytes = std::fs::read(file).with_context(|| file.display().to_string())?;
+    let s = summarize(&bytes).with_context(|| file.display().to_string())?;
+    if json {
         print_json(&serde_json::to_value(&s)?)?;
     } else {
         print!("{}", s.text());
+    }
+    Ok(())
+}
+
+/// The netdev to capture on, and the RDMA device it belongs to (when known).
+fn resolve(inv: &Inventory, root: &Path, target: Option<&str>) -> Result<(String, Option<String>)> {
+    match target {
+        Some(t) => {
+            if let Some(d) = inv.devices.iter().find(|d| d.name == t) {
+                let port = d
+                    .ports
+                    .iter()
+                    .filter(|p| p.netdev.is_some())
+                    .max_by_key(|p| p.is_up())
+                    .with_context(|| format!("{t} has no netdev (its RDMA traffic does not pass a network interface tcpdump can open)"))?;
+                return Ok((port.netdev.clone().expect("filtered"), Some(t.into())));
+            }
+            let device = inv
+                .devices
+                .iter()
+                .find(|d| d.ports.iter().any(|p| p.netdev.as_deref() == Some(t)))
+                .map(|d| d.name.clone());
+            if device.is_some() || root.join("class/net").join(t).exists() {
+                return Ok((t.into(), device));
+            }
+            bail!("no RDMA device or netdev named {t:?} (rocewatch discover lists them)")
+        }
+        None => inv
+            .devices
+            .iter()
+            .flat_map(|d| d.ports.iter().map(move |p| (d, p)))
+            .find(|(_, p)| {
+                p.link_layer.as_deref() == Some("Ethernet") && p.is_up() && p.netdev.is_some()
+            })
+            .map(|(d, p)| (p.netdev.clone().expect("checked"), Some(d.name.clone())))
+            .context("no RoCE port whose netdev is up: name a device or netdev"),
+    }
+}
+
+/// The RDMA sniffer interface libpcap offers for `device` (mlx5: `tcpdump -D` lists
+/// `mlx5_0`), when it does.
+fn sniffer(device: &str) -> Option<String> {
+    let out = std::process::Command::new("tcpdump")
+        .arg("-D")
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let name = l.split_once('.')?.1.split_whitespace().next()?;
+        (name == device).then(|| name.to_string())
+    })
+}
+
+pub async fn run(a: CaptureArgs) -> Result<i32> {
+    if let Some(file) = &a.read {
+        print_summary(file, a.json)?;
+        return Ok(0);
+    }
+    let state = crate::audit::state_dir();
+    match restore_leftover(&state) {
+        Some(Ok(said)) => eprintln!("rocewatch: {said}"),
+        Some(Err(e)) => eprintln!("rocewatch: a restore record was left by an earlier capture and could not be applied: {e}"),
+        None => {}
+    }
+    let cfg = a.source.load()?;
+    let root = cfg.agent.sysfs_root.clone();
+    let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
+    let inv = app.discover().await.unwrap_or_default();
+    app.stop().await;
+    let (netdev, device) = resolve(&inv, &root, a.target.as_deref())?;
+    let iface = match device.as_deref().and_then(sniffer) {
+        Some(s) => {
+            eprintln!("rocewatch: capturing on {s}, the RDMA sniffer interface of {s} (offloaded RDMA traffic never reaches {netdev})");
+            s
+        }
+        None => netdev.clone(),
+    };
+    let mut guard = if a.offload_off {
+        let g = OffloadGuard::turn_off(&netdev, &state).map_err(anyhow::Error::msg)?;
+        match &g {
+            Some(g) => eprintln!(
+                "rocewatch: rx-vlan-offload off on {} for the capture (it is put back after)",
+                g.netdev()
+            ),
+            None => eprintln!("rocewatch: rx-vlan-offload is already off on {netdev}"),
+        }
+        g
+    } else {
+        None
+    };
+    let temp = tempfile::Builder::new()
+        .suffix(".pcap")
+        .tempfile()
+        .context("a temporary capture file")?;
+    let file: Option<PathBuf> = match (&a.write, a.summary) {
+        (Some(w), _) => Some(w.clone()),
+        (None, true) => Some(temp.path().to_path_buf()),
+        (None, false) => None,
+    };
+    let mut cmd = tokio::process::Command::new("tcpdump");
+    cmd.args(["-i", &iface, "-nn", "-s", "0"]);
+    if let Some(f) = &file {
+        cmd.arg("-U").arg("-w").arg(f);
+    } else {
+        cmd.arg("-l");
+    }
+    if let Some(n) = a.count {
+        cmd.args(["-c", &n.to_string()]);
+    }
+    cmd.args(["udp", "port", &crate::doctor::ROCE_PORT.to_string()]);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("tcpdump not found: install it (apt-get install tcpdump)")
+        }
+        Err(e) => bail!("tcpdump: {e}"),
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let forever = Duration::from_secs(u64::MAX / 4);
+    let mut interrupted = false;
+    let status = tokio::select! {
+        s = child.wait() => Some(s?),
+        _ = tokio::time::sleep(a.duration.unwrap_or(forever)) => None,
+        _ = tokio::signal::ctrl_c() => { interrupted = true; None }
+        _ = term.recv() => { interrupted = true; None }
+    };
+    let status = match status {
+        Some(s) => s,
+        None => {
+            // tcpdump flushes its file and prints its counts on SIGINT.
+            if let Some(pid) = child.id() {
+                // SAFETY: kill only sends a signal to our child.
+                unsafe {
+                    libc::kill(pid as i32, libc::SIGINT);
+                }
+            }
+            match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+                Ok(s) => s?,
+                Err(_) => {
+                    let _ = child.kill().await;
+                    child.wait().await?
+                }
+            }
+        }
+    };
+    if let Some(g) = guard.as_mut() {
+        match g.restore() {
+            Ok(()) => eprintln!("rocewatch: rx-vlan-offload put back on {}", g.netdev()),
+            Err(e) => eprintln!("rocewatch: {e}; the restore record stays for the next start"),
+        }
+    }
+    if interrupted {
+        return Ok(130);
+    }
+    if !status.success() && status.code() != Some(0) {
+        bail!("tcpdump on {iface}: {status}");
+    }
+    if a.summary {
+        print_summary(file.as_deref().expect("a file with --summary"), a.json)?;
     }
     Ok(0)
 }

@@ -47,7 +47,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,
         Command::Env(a) => env::run(a).await,
-        Command::Capture(a) => capture::run(a),
+        Command::Capture(a) => capture::run(a).await,
         Command::Demo(a) => demo::run(a).await,
         Command::CollectdExec(a) => collectd::run(a).await,
         Command::CollectdTypes => collectd::types(),

@@ -9,7 +9,7 @@
 
 pub mod appenv;
 mod appenv_check;
-mod capture;
+pub mod capture;
 mod check;
 mod counters;
 mod firewall;

@@ -10,8 +10,7 @@
 #   phases: idle0 (before traffic), during (while ib_write_bw runs), idle1 (after)
 #   perftest.txt, discover.json, ibv_devinfo.txt, rdma-link.json, hw_counters.txt
 #   env.json, env.stderr; env.sh, doctor-env.json, doctor-env-bad.json (role b)
-#   capture.json, capture.stderr, capture-offload-before/after.txt (role a): rocewatch
-#       capture on rxe0 while ib_write_bw runs
+#   capture.json, capture.stderr (role a): rocewatch capture on rxe0 while ib_write_bw runs
 #   qos-before.json, qos-v2.json, qos-tos.json, qos-tos.txt, qos-set-v1.txt (role a):
 #       `rocewatch qos show` around configfs changes
 #   qos-plan-a.txt, qos-dry-a.txt, qos-apply-a.json, qos-applied.json, qos-rollback-a.json,
@@ -114,13 +113,10 @@ PERF_PID=$!
 # Snapshot while packets flow (once 2000 have moved), then wait for the end.
 i=0; while [ $(( $(moving) - base )) -lt 2000 ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done
 snap during
-# rocewatch capture while the writes flow (role a, the target: WRITEs in, ACKs out), with
-# the VLAN offload setting read before and after (virtio-net: whatever it is, unchanged).
+# rocewatch capture while the writes flow (role a, the target: WRITEs in, ACKs out).
 if [ "$RXE_ROLE" = a ]; then
-  ethtool -k eth0 | grep '^rx-vlan-offload' > "$R/capture-offload-before.txt"
   "$BIN" capture rxe0 --duration 3s --offload-off --summary --json > "$R/capture.json" 2> "$R/capture.stderr"
   echo "rc=$?" >> "$R/capture.stderr"
-  ethtool -k eth0 | grep '^rx-vlan-offload' > "$R/capture-offload-after.txt"
 fi
 wait $PERF_PID
 sleep 3   # the peer's last ACKs

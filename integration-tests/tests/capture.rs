@@ -163,7 +163,16 @@ fn a_live_capture_turns_the_vlan_offload_off_and_always_puts_it_back() {
     };
     let veth = crate::ethtool::Veth::create();
     let state = tempfile::tempdir().unwrap();
-    let rec = state.path().join("capture-offload.json");
+    let rec = state
+        .path()
+        .join(format!("capture-offload-{}.json", veth.0));
+    let secs = std::time::Duration::from_secs;
+    let off = || vlan_offload(&veth.0) == "off";
+    let listening = |c: &mut Spawned| {
+        c.wait_log("tcpdump listening", secs(15), |l| {
+            l.contains("listening on").then_some(())
+        })
+    };
     assert_eq!(vlan_offload(&veth.0), "on");
     // A capture of 4 s: offload off while it runs, the frames counted, on again after.
     let mut c = capture(
@@ -171,20 +180,17 @@ fn a_live_capture_turns_the_vlan_offload_off_and_always_puts_it_back() {
         state.path(),
         &["--duration", "4s", "--offload-off", "--summary", "--json"],
     );
-    wait_for("offload off", std::time::Duration::from_secs(15), || {
-        vlan_offload(&veth.0) == "off"
-    });
+    wait_for("offload off", secs(15), off);
     assert!(
         rec.exists(),
-        "the restore record is written before the change"
+        "the restore record is there while the offload is off"
     );
-    std::thread::sleep(std::time::Duration::from_millis(1500)); // tcpdump listening
+    listening(&mut c);
     for psn in 0..20 {
         inject(veth.peer(), &frame(0x0a, 0x77, psn, 2, None)); // RC RDMA WRITE Only
     }
     assert!(
-        c.wait_exit(std::time::Duration::from_secs(20))
-            .is_some_and(|s| s.success()),
+        c.wait_exit(secs(20)).is_some_and(|s| s.success()),
         "{}",
         c.log()
     );
@@ -201,19 +207,30 @@ fn a_live_capture_turns_the_vlan_offload_off_and_always_puts_it_back() {
     assert_eq!(j["by_dest_qp"]["119"]["psn_gaps"], 0, "{j}");
     assert_eq!(vlan_offload(&veth.0), "on", "put back after the capture");
     assert!(!rec.exists());
-    // SIGTERM in the middle: put back, exit 130.
+    // SIGTERM in the middle: put back, exit 143 (128 + SIGTERM).
     let mut c = capture(
         &veth.0,
         state.path(),
         &["--duration", "60s", "--offload-off"],
     );
-    wait_for("offload off", std::time::Duration::from_secs(15), || {
-        vlan_offload(&veth.0) == "off"
-    });
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    wait_for("offload off", secs(15), off);
+    // A second capture of the same netdev meanwhile finds the offload off and leaves the
+    // first one's record and setting alone (its leftover check skips a held record).
+    let o = std::process::Command::new(&artifacts().rocewatch)
+        .args(["capture", &veth.0, "--duration", "1s", "--offload-off"])
+        .env("STATE_DIRECTORY", state.path())
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains("rx-vlan-offload is already off") && !stderr(&o).contains("restored"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(off() && rec.exists());
+    listening(&mut c);
     c.signal("TERM");
-    let st = c.wait_exit(std::time::Duration::from_secs(20));
-    assert_eq!(st.and_then(|s| s.code()), Some(130), "{}", c.log());
+    let st = c.wait_exit(secs(20));
+    assert_eq!(st.and_then(|s| s.code()), Some(143), "{}", c.log());
     assert_eq!(
         vlan_offload(&veth.0),
         "on",
@@ -221,18 +238,31 @@ fn a_live_capture_turns_the_vlan_offload_off_and_always_puts_it_back() {
         c.log()
     );
     // SIGKILL: nothing can run; the record stays and the next start puts the value back.
+    let kept = state.path().join("k.pcap");
     let mut c = capture(
         &veth.0,
         state.path(),
-        &["--duration", "60s", "--offload-off"],
+        &[
+            "--duration",
+            "60s",
+            "--offload-off",
+            "-w",
+            kept.to_str().unwrap(),
+        ],
     );
-    wait_for("offload off", std::time::Duration::from_secs(15), || {
-        vlan_offload(&veth.0) == "off"
-    });
+    wait_for("offload off", secs(15), off);
+    listening(&mut c);
     c.signal("KILL");
-    let _ = c.wait_exit(std::time::Duration::from_secs(10));
-    assert_eq!(vlan_offload(&veth.0), "off");
-    assert!(rec.exists());
+    let _ = c.wait_exit(secs(10));
+    assert!(off() && rec.exists());
+    // Its tcpdump went with it.
+    wait_for("tcpdump gone", secs(10), || {
+        !std::process::Command::new("pgrep")
+            .args(["-f", &format!("tcpdump -i {} ", veth.0)])
+            .status()
+            .unwrap()
+            .success()
+    });
     let o = std::process::Command::new(&artifacts().rocewatch)
         .args(["capture", &veth.0, "--duration", "1s"])
         .env("STATE_DIRECTORY", state.path())
@@ -246,7 +276,10 @@ fn a_live_capture_turns_the_vlan_offload_off_and_always_puts_it_back() {
     assert_eq!(vlan_offload(&veth.0), "on");
     assert!(!rec.exists());
     // Something that is neither an RDMA device nor a netdev: refused with the cause.
-    let o = rocewatch(&["capture", "nosuch0", "--duration", "1s"], &[]);
+    let o = rocewatch(
+        &["capture", "nosuch0", "--duration", "1s"],
+        &[("STATE_DIRECTORY", state.path().to_str().unwrap())],
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("no RDMA device or netdev named \"nosuch0\""),

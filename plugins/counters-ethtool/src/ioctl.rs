@@ -33,6 +33,17 @@ struct IfReq {
     _pad: [u8; 16],
 }
 
+/// A netdev feature's state (`ethtool -k`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feature {
+    /// In effect now.
+    pub active: bool,
+    /// What was asked for (`ethtool -K`): what a restore puts back.
+    pub requested: bool,
+    /// The driver lets it change (not `[fixed]`).
+    pub changeable: bool,
+}
+
 /// A socket for ethtool requests, opened once per collector.
 pub struct EthtoolSocket {
     fd: OwnedFd,
@@ -114,7 +125,7 @@ impl EthtoolSocket {
     /// `rx-vlan-offload` is `rx-vlan-hw-parse`), in bit order.
     pub fn feature_names(&self, ifname: &str) -> io::Result<Vec<String>> {
         let n = self.set_count(ifname, ETH_SS_FEATURES)?;
-        let mut strings = vec![0u8; 12 + n * ETH_GSTRING_LEN];
+        let mut strings = vec![0u8; 12 + (n + 16) * ETH_GSTRING_LEN];
         strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
         strings[4..8].copy_from_slice(&ETH_SS_FEATURES.to_ne_bytes());
         strings[8..12].copy_from_slice(&(n as u32).to_ne_bytes());
@@ -130,9 +141,8 @@ impl EthtoolSocket {
             .collect())
     }
 
-    /// Feature `name` of `ifname`: `(active, changeable)`, `None` when it has no such
-    /// feature.
-    pub fn feature(&self, ifname: &str, name: &str) -> io::Result<Option<(bool, bool)>> {
+    /// Feature `name` of `ifname`, `None` when it has no such feature.
+    pub fn feature(&self, ifname: &str, name: &str) -> io::Result<Option<Feature>> {
         let names = self.feature_names(ifname)?;
         let Some(bit) = names.iter().position(|n| n == name) else {
             return Ok(None);
@@ -146,8 +156,11 @@ impl EthtoolSocket {
         self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)?;
         let block = &buf[2 + 4 * (bit / 32)..2 + 4 * (bit / 32) + 4];
         let mask = 1u32 << (bit % 32);
-        let changeable = block[0] & mask != 0 && block[3] & mask == 0;
-        Ok(Some((block[2] & mask != 0, changeable)))
+        Ok(Some(Feature {
+            active: block[2] & mask != 0,
+            requested: block[1] & mask != 0,
+            changeable: block[0] & mask != 0 && block[3] & mask == 0,
+        }))
     }
 
     /// Turn feature `name` of `ifname` on or off (`ethtool -K`).
@@ -170,7 +183,16 @@ impl EthtoolSocket {
         if on {
             buf[3 + 2 * (bit / 32)] = mask;
         }
-        self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)
+        self.call(ifname, buf.as_mut_ptr() as *mut libc::c_void)?;
+        // A driver that does not apply the change answers with a positive flag, not an
+        // error: read it back.
+        match self.feature(ifname, name)? {
+            Some(f) if f.requested == on && f.active == on => Ok(()),
+            _ => Err(io::Error::other(format!(
+                "{ifname}: the driver did not turn {name} {}",
+                if on { "on" } else { "off" }
+            ))),
+        }
     }
 
     /// `struct ethtool_tunable { u32 cmd, id, type_id, len; void *data[]; }` carrying
@@ -225,13 +247,16 @@ impl EthtoolSocket {
             return Ok(Vec::new());
         }
         // struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
-        let mut strings = vec![0u8; 12 + n * ETH_GSTRING_LEN];
+        // The kernel writes as many strings and values as the driver has when it answers,
+        // whatever length is asked: room for the set to grow between the calls.
+        let room = n + n / 2 + 16;
+        let mut strings = vec![0u8; 12 + room * ETH_GSTRING_LEN];
         strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
         strings[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
         strings[8..12].copy_from_slice(&(n as u32).to_ne_bytes());
         self.call(ifname, strings.as_mut_ptr() as *mut libc::c_void)?;
         // struct ethtool_stats { u32 cmd; u32 n_stats; u64 data[]; }
-        let mut stats = vec![0u64; 1 + n];
+        let mut stats = vec![0u64; 1 + room];
         let head = stats.as_mut_ptr() as *mut u32;
         // SAFETY: the first 8 bytes are cmd and n_stats.
         unsafe {

@@ -11,7 +11,7 @@ use rocewatch_plugin_api::{Inventory, PluginKind};
 use super::args::CaptureArgs;
 use super::output::print_json;
 use crate::app::App;
-use crate::doctor::capture::{restore_leftover, OffloadGuard};
+use crate::doctor::capture::{restore_leftovers, OffloadGuard};
 use crate::doctor::roce_decode::summarize;
 
 fn print_summary(file: &Path, json: bool) -> Result<()> {
@@ -74,15 +74,29 @@ fn sniffer(device: &str) -> Option<String> {
 }
 
 pub async fn run(a: CaptureArgs) -> Result<i32> {
+    let summary = a.summary || a.json;
     if let Some(file) = &a.read {
         print_summary(file, a.json)?;
         return Ok(0);
     }
+    // The signals that end a capture are caught before anything changes: whichever comes,
+    // the offload is put back. A closed standard output must not kill us with it off.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    // SAFETY: setting a signal disposition; EPIPE is handled where it is written.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     let state = crate::audit::state_dir();
-    match restore_leftover(&state) {
-        Some(Ok(said)) => eprintln!("rocewatch: {said}"),
-        Some(Err(e)) => eprintln!("rocewatch: a restore record was left by an earlier capture and could not be applied: {e}"),
-        None => {}
+    for r in restore_leftovers(&state) {
+        match r {
+            Ok(said) => eprintln!("rocewatch: {said}"),
+            Err(e) => eprintln!(
+                "rocewatch: a restore record left by an earlier capture could not be applied: {e}"
+            ),
+        }
     }
     let cfg = a.source.load()?;
     let root = cfg.agent.sysfs_root.clone();
@@ -92,7 +106,7 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
     let (netdev, device) = resolve(&inv, &root, a.target.as_deref())?;
     let iface = match device.as_deref().and_then(sniffer) {
         Some(s) => {
-            eprintln!("rocewatch: capturing on {s}, the RDMA sniffer interface of {s} (offloaded RDMA traffic never reaches {netdev})");
+            eprintln!("rocewatch: capturing on {s}, the RDMA sniffer interface of the device (offloaded RDMA traffic never reaches {netdev})");
             s
         }
         None => netdev.clone(),
@@ -114,7 +128,7 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
         .suffix(".pcap")
         .tempfile()
         .context("a temporary capture file")?;
-    let file: Option<PathBuf> = match (&a.write, a.summary) {
+    let file: Option<PathBuf> = match (&a.write, summary) {
         (Some(w), _) => Some(w.clone()),
         (None, true) => Some(temp.path().to_path_buf()),
         (None, false) => None,
@@ -122,7 +136,12 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
     let mut cmd = tokio::process::Command::new("tcpdump");
     cmd.args(["-i", &iface, "-nn", "-s", "0"]);
     if let Some(f) = &file {
-        cmd.arg("-U").arg("-w").arg(f);
+        // Writing a file, tcpdump dissects nothing: it may keep its user (dropping
+        // privileges would clear the parent-death signal below, and a SIGKILLed
+        // rocewatch would leave it capturing). Printing packets, it drops to its own
+        // user as usual (a dissector bug then runs unprivileged), and a SIGKILL of
+        // rocewatch leaves it to its --count or to whoever stops it.
+        cmd.args(["-Z", "root", "-U", "-w"]).arg(f);
     } else {
         cmd.arg("-l");
     }
@@ -130,6 +149,15 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
         cmd.args(["-c", &n.to_string()]);
     }
     cmd.args(["udp", "port", &crate::doctor::ROCE_PORT.to_string()]);
+    // tcpdump goes when we go, however we go (SIGKILL included).
+    cmd.kill_on_drop(true);
+    // SAFETY: prctl in the child before exec, async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT);
+            Ok(())
+        });
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -137,14 +165,16 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
         }
         Err(e) => bail!("tcpdump: {e}"),
     };
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let forever = Duration::from_secs(u64::MAX / 4);
-    let mut interrupted = false;
+    // 128 + the signal that ended the capture, as a shell reports it.
+    let mut signalled: Option<i32> = None;
     let status = tokio::select! {
+        biased;
+        _ = int.recv() => { signalled = Some(libc::SIGINT); None }
+        _ = term.recv() => { signalled = Some(libc::SIGTERM); None }
+        _ = hup.recv() => { signalled = Some(libc::SIGHUP); None }
         s = child.wait() => Some(s?),
         _ = tokio::time::sleep(a.duration.unwrap_or(forever)) => None,
-        _ = tokio::signal::ctrl_c() => { interrupted = true; None }
-        _ = term.recv() => { interrupted = true; None }
     };
     let status = match status {
         Some(s) => s,
@@ -171,14 +201,19 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
             Err(e) => eprintln!("rocewatch: {e}; the restore record stays for the next start"),
         }
     }
-    if interrupted {
-        return Ok(130);
+    // The offload is back: a closed standard output may end us quietly again.
+    // SAFETY: setting a signal disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    if !status.success() && status.code() != Some(0) {
+    use std::os::unix::process::ExitStatusExt;
+    let reader_gone = status.signal() == Some(libc::SIGPIPE);
+    // A capture ended by Ctrl-C (tcpdump gets it too) is a capture like any other.
+    if !status.success() && !reader_gone && signalled.is_none() {
         bail!("tcpdump on {iface}: {status}");
     }
-    if a.summary {
+    if summary && !reader_gone {
         print_summary(file.as_deref().expect("a file with --summary"), a.json)?;
     }
-    Ok(0)
+    Ok(signalled.map_or(0, |sig| 128 + sig))
 }

@@ -30,67 +30,99 @@ pub(super) fn vlan_offload(nd: &str) -> Option<String> {
 pub struct OffloadRecord {
     pub netdev: String,
     pub feature: String,
-    /// The value found (restored).
+    /// The value found (what `ethtool -K` had asked for): put back.
     pub was_on: bool,
     pub pid: u32,
 }
 
-/// The restore record's place.
-pub fn record_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("capture-offload.json")
+/// The restore record of `netdev` (one per netdev: captures of two netdevs do not share
+/// one).
+pub fn record_path(state_dir: &Path, netdev: &str) -> PathBuf {
+    state_dir.join(format!("capture-offload-{netdev}.json"))
+}
+
+/// Open (creating) a record file and take its lock without waiting: `None` when a
+/// running capture holds it (the kernel drops the lock of a process that died).
+fn locked(path: &Path) -> Result<Option<std::fs::File>, String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(None);
+    }
+    Ok(Some(f))
 }
 
 /// A feature turned off for a capture; [`OffloadGuard::restore`] puts the value back.
+/// The record stays locked while the capture runs.
 #[derive(Debug)]
 pub struct OffloadGuard {
     record: OffloadRecord,
     path: PathBuf,
+    _lock: std::fs::File,
     restored: bool,
 }
 
+fn socket() -> Result<EthtoolSocket, String> {
+    EthtoolSocket::open().map_err(|e| format!("ethtool socket: {e}"))
+}
+
 fn set(netdev: &str, feature: &str, on: bool) -> Result<(), String> {
-    EthtoolSocket::open()
-        .and_then(|s| s.set_feature(netdev, feature, on))
-        .map_err(|e| {
-            format!(
-                "{netdev}: setting {feature} {}: {e}",
-                if on { "on" } else { "off" }
-            )
-        })
+    socket()?.set_feature(netdev, feature, on).map_err(|e| {
+        format!(
+            "{netdev}: setting {feature} {}: {e}",
+            if on { "on" } else { "off" }
+        )
+    })
 }
 
 impl OffloadGuard {
-    /// Turn `rx-vlan-offload` of `netdev` off, the value found recorded first under
-    /// `state_dir`. `Ok(None)` when it is off already (nothing to restore).
+    /// Turn `rx-vlan-offload` of `netdev` off, the value found recorded (and the record
+    /// locked) under `state_dir` first. `Ok(None)` when it is off already.
     pub fn turn_off(netdev: &str, state_dir: &Path) -> Result<Option<OffloadGuard>, String> {
-        let sock = EthtoolSocket::open().map_err(|e| format!("ethtool socket: {e}"))?;
-        let (on, changeable) = sock
+        let now = socket()?
             .feature(netdev, VLAN_FEATURE)
             .map_err(|e| format!("{netdev}: reading {VLAN_FEATURE}: {e}"))?
             .ok_or_else(|| format!("{netdev} has no {VLAN_FEATURE} (rx-vlan-offload) feature"))?;
-        if !on {
+        if !now.requested && !now.active {
             return Ok(None);
         }
-        if !changeable {
+        if !now.changeable {
             return Err(format!(
                 "{netdev}: rx-vlan-offload is fixed on by the driver"
             ));
         }
+        std::fs::create_dir_all(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
+        let path = record_path(state_dir, netdev);
+        let Some(mut lock) = locked(&path)? else {
+            return Err(format!("another capture has rx-vlan-offload of {netdev} off (its record {} is held); it puts it back when it ends", path.display()));
+        };
         let record = OffloadRecord {
             netdev: netdev.into(),
             feature: VLAN_FEATURE.into(),
-            was_on: true,
+            was_on: now.requested,
             pid: std::process::id(),
         };
-        let path = record_path(state_dir);
-        std::fs::create_dir_all(state_dir)
-            .and_then(|()| std::fs::write(&path, serde_json::to_vec(&record).expect("plain data")))
-            .map_err(|e| {
-                format!(
-                    "{}: cannot write the restore record ({e}); nothing changed",
-                    path.display()
-                )
-            })?;
+        {
+            use std::io::{Seek, Write};
+            let body = serde_json::to_vec(&record).expect("plain data");
+            lock.set_len(0)
+                .and_then(|()| lock.seek(std::io::SeekFrom::Start(0)).map(|_| ()))
+                .and_then(|()| lock.write_all(&body))
+                .and_then(|()| lock.sync_data())
+                .map_err(|e| {
+                    format!(
+                        "{}: cannot write the restore record ({e}); nothing changed",
+                        path.display()
+                    )
+                })?;
+        }
         if let Err(e) = set(netdev, VLAN_FEATURE, false) {
             let _ = std::fs::remove_file(&path);
             return Err(e);
@@ -98,6 +130,7 @@ impl OffloadGuard {
         Ok(Some(OffloadGuard {
             record,
             path,
+            _lock: lock,
             restored: false,
         }))
     }
@@ -108,12 +141,12 @@ impl OffloadGuard {
         if self.restored {
             return Ok(());
         }
+        self.restored = true;
         set(
             &self.record.netdev,
             &self.record.feature,
             self.record.was_on,
         )?;
-        self.restored = true;
         let _ = std::fs::remove_file(&self.path);
         Ok(())
     }
@@ -131,23 +164,67 @@ impl Drop for OffloadGuard {
     }
 }
 
-/// A record left by a capture that did not end (killed, crashed): restore it. `None`
-/// when there is none; otherwise what was done.
-pub fn restore_leftover(state_dir: &Path) -> Option<Result<String, String>> {
-    let path = record_path(state_dir);
-    let text = std::fs::read(&path).ok()?;
-    let rec: OffloadRecord = match serde_json::from_slice(&text) {
-        Ok(r) => r,
-        Err(e) => return Some(Err(format!("{}: {e}", path.display()))),
+/// Records left by captures that did not end (killed, crashed), not held by a running
+/// one: the value is put back where the feature is still as the capture set it (off);
+/// one changed since is left as it is, said. What was done, one line each.
+pub fn restore_leftovers(state_dir: &Path) -> Vec<Result<String, String>> {
+    let Ok(dir) = std::fs::read_dir(state_dir) else {
+        return Vec::new();
     };
-    Some(set(&rec.netdev, &rec.feature, rec.was_on).map(|()| {
-        let _ = std::fs::remove_file(&path);
-        format!(
-            "{}: {} {} restored, as found by an interrupted capture (pid {})",
-            rec.netdev,
-            rec.feature,
-            if rec.was_on { "on" } else { "off" },
-            rec.pid
-        )
-    }))
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("capture-offload-") && name.ends_with(".json")) {
+            continue;
+        }
+        let lock = match locked(&path) {
+            Ok(Some(l)) => l,
+            Ok(None) => continue, // a running capture's
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
+        let rec: OffloadRecord = match std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(Err(format!("{}: {e}", path.display())));
+                continue;
+            }
+        };
+        let now = socket().and_then(|s| {
+            s.feature(&rec.netdev, &rec.feature)
+                .map_err(|e| format!("{}: reading {}: {e}", rec.netdev, rec.feature))
+        });
+        let r = match now {
+            Ok(Some(f)) if f.requested => Ok(format!(
+                "{}: {} is on again (changed since an interrupted capture, pid {}); left as it is",
+                rec.netdev, rec.feature, rec.pid
+            )),
+            Ok(Some(_)) => set(&rec.netdev, &rec.feature, rec.was_on).map(|()| {
+                format!(
+                    "{}: {} {} restored, as found by an interrupted capture (pid {})",
+                    rec.netdev,
+                    rec.feature,
+                    if rec.was_on { "on" } else { "off" },
+                    rec.pid
+                )
+            }),
+            Ok(None) => Ok(format!(
+                "{}: no {} any more (the interface is gone?); record dropped",
+                rec.netdev, rec.feature
+            )),
+            Err(e) => Err(e),
+        };
+        if r.is_ok() {
+            let _ = std::fs::remove_file(&path);
+        }
+        drop(lock);
+        out.push(r);
+    }
+    out
 }

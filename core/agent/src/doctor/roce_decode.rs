@@ -61,6 +61,9 @@ pub fn read_pcap(bytes: &[u8]) -> Result<(u32, Vec<Frame<'_>>), PcapError> {
     let mut at = 24;
     while at < bytes.len() {
         let index = frames.len();
+        if bytes.len() - at < 16 && index > 0 {
+            break; // a capture cut short inside a record header
+        }
         if bytes.len() - at < 16 {
             return Err(PcapError::Record {
                 index,
@@ -72,6 +75,11 @@ pub fn read_pcap(bytes: &[u8]) -> Result<(u32, Vec<Frame<'_>>), PcapError> {
         let wire_len = u32_at(bytes, at + 12);
         let start = at + 16;
         let Some(end) = start.checked_add(incl).filter(|e| *e <= bytes.len()) else {
+            if index > 0 && incl <= 262_144 {
+                // The last record of a capture cut short (killed while writing): the
+                // frames before it stand.
+                break;
+            }
             return Err(PcapError::Record {
                 index,
                 offset: at,
@@ -302,7 +310,11 @@ impl Summary {
         }
         let qp = self.by_dest_qp.entry(p.dest_qp).or_default();
         qp.count.add(p.bytes);
-        if sequential(p.opcode) {
+        if matches!(p.opcode & 0x1f, 0x0c | 0x13 | 0x14) && p.opcode >> 5 <= 1 {
+            // A READ request takes as many PSNs as the responses it asks for, an atomic
+            // one: the requester's next PSN is not known from here.
+            qp.next_psn = None;
+        } else if sequential(p.opcode) {
             if let Some(next) = qp.next_psn {
                 // Distance forward in the 24-bit PSN space: ahead of what was expected
                 // is a gap; behind it (the upper half) is a PSN seen again.
@@ -465,6 +477,20 @@ pub(crate) mod tests {
         let t = s.text();
         assert!(t.contains("CNPs 1   ECN-CE marked 1"), "{t}");
         assert!(t.contains("NAK PSN sequence error: 1"), "{t}");
+    }
+
+    #[test]
+    fn a_capture_cut_short_keeps_its_whole_frames_and_a_read_request_resets_the_psn() {
+        let mut file = pcap(&[
+            frame(0x04, 9, 1, 0, None, false),
+            frame(0x0c, 9, 2, 0, None, false), // READ request: 2.. taken by its responses
+            frame(0x04, 9, 7, 0, None, false), // no gap counted
+            frame(0x04, 9, 8, 0, None, false),
+        ]);
+        file.truncate(file.len() - 20);
+        let s = summarize(&file).unwrap();
+        assert_eq!(s.roce.packets, 3);
+        assert_eq!(s.by_dest_qp[&9].psn_gaps, 0);
     }
 
     #[test]

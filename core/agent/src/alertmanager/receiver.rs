@@ -1,7 +1,7 @@
 //! The HTTP receiver: bearer token, body size and request-rate limits, then the router.
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -9,40 +9,18 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::config::AlertmanagerConfig;
 use super::payload::parse;
 use super::router::Router;
 use crate::remediation::Dispatcher;
 
-/// A token bucket: `rate` per second, one second of burst.
-pub(super) struct Bucket {
-    rate: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn take(&mut self, now: Instant) -> bool {
-        self.tokens =
-            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.rate);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// Shared by the connections.
 pub struct Receiver {
     token: Option<String>,
     max_body: usize,
     router: Router,
-    bucket: Mutex<Bucket>,
+    bucket: crate::util::rate::TokenBucket,
     dispatcher: Arc<Dispatcher>,
     metrics: Arc<crate::selfmetrics::SelfMetrics>,
     max_connections: usize,
@@ -67,11 +45,7 @@ impl Receiver {
             web,
             max_body: cfg.max_body_bytes,
             router: Router::new(cfg),
-            bucket: Mutex::new(Bucket {
-                rate: cfg.max_requests_per_second as f64,
-                tokens: cfg.max_requests_per_second as f64,
-                at: Instant::now(),
-            }),
+            bucket: crate::util::rate::TokenBucket::per_second(cfg.max_requests_per_second),
             dispatcher,
             metrics,
             max_connections: cfg.max_connections,
@@ -146,12 +120,7 @@ impl Receiver {
                 ));
             }
         }
-        if !self
-            .bucket
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take(Instant::now())
-        {
+        if !self.bucket.allow() {
             return Err((
                 StatusCode::TOO_MANY_REQUESTS,
                 "too many requests; slow down".into(),
@@ -232,23 +201,4 @@ pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, shutdown: watch::Re
         shutdown,
     )
     .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bucket_limits_the_rate() {
-        let t0 = Instant::now();
-        let mut b = Bucket {
-            rate: 2.0,
-            tokens: 2.0,
-            at: t0,
-        };
-        assert!(b.take(t0) && b.take(t0));
-        assert!(!b.take(t0));
-        assert!(b.take(t0 + Duration::from_millis(500)));
-        assert!(!b.take(t0 + Duration::from_millis(500)));
-    }
 }

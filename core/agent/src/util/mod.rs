@@ -4,5 +4,6 @@
 pub mod duration;
 pub mod http;
 pub mod memory;
+pub mod rate;
 pub mod signals;
 pub mod web;

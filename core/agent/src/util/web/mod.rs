@@ -30,43 +30,9 @@ pub struct Web {
     /// Whether a client is asked for a certificate it must have and that the CA signed.
     pub requires_client_cert: bool,
     /// `rate_limit`: requests beyond it get a 429.
-    pub limiter: Option<Arc<Limiter>>,
+    pub limiter: Option<Arc<crate::util::rate::TokenBucket>>,
     /// What a log line says about the settings.
     pub summary: String,
-}
-
-/// exporter-toolkit's `rate_limit`: a token bucket of `burst` tokens, one more every
-/// `interval`.
-#[derive(Debug)]
-pub struct Limiter {
-    burst: f64,
-    interval: std::time::Duration,
-    state: Mutex<(f64, std::time::Instant)>,
-}
-
-impl Limiter {
-    fn new(burst: u32, interval: std::time::Duration) -> Limiter {
-        Limiter {
-            burst: burst as f64,
-            interval,
-            state: Mutex::new((burst as f64, std::time::Instant::now())),
-        }
-    }
-
-    /// Take a token; `false` when there is none (answer 429).
-    pub fn allow(&self) -> bool {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let now = std::time::Instant::now();
-        let refill = now.duration_since(st.1).as_secs_f64() / self.interval.as_secs_f64();
-        st.0 = (st.0 + refill).min(self.burst);
-        st.1 = now;
-        if st.0 >= 1.0 {
-            st.0 -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
 }
 
 impl std::fmt::Debug for Web {
@@ -114,7 +80,7 @@ impl Web {
             .collect();
         let limiter = config::rate_limit(path, &file.rate_limit)?.map(|(burst, interval)| {
             summary.push(format!("rate limit {burst} per {interval:?}"));
-            Arc::new(Limiter::new(burst, interval))
+            Arc::new(crate::util::rate::TokenBucket::new(burst, interval))
         });
         let web = Web {
             tls: acceptor,

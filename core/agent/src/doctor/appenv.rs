@@ -88,7 +88,8 @@ fn v2_ipv4_gid(p: &rocewatch_plugin_api::Port) -> Option<(u32, String, Ipv4Addr,
     best.map(|(g, ip)| (g.index, g.gid.clone(), ip, g.netdev.clone()))
 }
 
-fn value(s: Option<&Setting>) -> Option<&str> {
+/// A setting's value, when it was read.
+pub(super) fn value(s: Option<&Setting>) -> Option<&str> {
     match s {
         Some(Setting::Value(v)) => Some(v.as_str()),
         _ => None,

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use rocewatch_plugin_api::{Inventory, QosState, Setting};
+use rocewatch_plugin_api::{Inventory, QosState};
 
-use super::appenv::{HostEnv, PortEnv};
+use super::appenv::{value, HostEnv, PortEnv};
 use super::check::{check, Check, Status};
 use super::host::gid_ip;
 
@@ -41,13 +41,6 @@ pub fn parse_env(text: &str) -> BTreeMap<String, String> {
 /// The variables these checks look at.
 pub fn relevant(k: &str) -> bool {
     k.starts_with("NCCL_") || k.starts_with("UCX_") || k.starts_with("OMPI_MCA_")
-}
-
-fn value(s: Option<&Setting>) -> Option<&str> {
-    match s {
-        Some(Setting::Value(v)) => Some(v.as_str()),
-        _ => None,
-    }
 }
 
 /// The ports a list selects.

@@ -10,19 +10,17 @@ use std::path::{Path, PathBuf};
 use rocewatch_counters_ethtool::ioctl::EthtoolSocket;
 use serde::{Deserialize, Serialize};
 
-use super::host::run_tool;
-
 /// The ethtool feature behind `rx-vlan-offload`.
 pub const VLAN_FEATURE: &str = "rx-vlan-hw-parse";
 
-/// The `ethtool -k IF` state of rx-vlan-offload (`on`/`off`), when ethtool tells.
+/// The rx-vlan-offload state of `nd` (`on`/`off`, as `ethtool -k` says it), read with the
+/// ethtool ioctls; `None` when it cannot be read.
 pub(super) fn vlan_offload(nd: &str) -> Option<String> {
-    let text = run_tool("ethtool", &["-k", nd])?.ok()?;
-    text.lines().find_map(|l| {
-        l.trim()
-            .strip_prefix("rx-vlan-offload:")
-            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
-    })
+    let f = EthtoolSocket::open()
+        .ok()?
+        .feature(nd, VLAN_FEATURE)
+        .ok()??;
+    Some(if f.active { "on" } else { "off" }.to_string())
 }
 
 /// What a capture turned off, to turn back on.

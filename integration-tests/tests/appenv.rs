@@ -181,29 +181,11 @@ fn ports_whose_gid_index_differs_are_named() {
     );
     assert!(e.contains("NCCL_IB_ROCE_VERSION_NUM=2"), "{e}");
     // doctor --env: index 3 is RoCE v1 on mlx5_1 now.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("job.env");
-    std::fs::write(&file, "NCCL_IB_GID_INDEX=3\n").unwrap();
-    let o = rocewatch(
-        &[
-            "doctor",
-            "--sysfs-root",
-            tree.path().join("sys").to_str().unwrap(),
-            "--window",
-            "100ms",
-            "--json",
-            "--env",
-            file.to_str().unwrap(),
-        ],
-        &[],
-    );
-    let checks: Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let c = checks["checks"]
-        .as_array()
-        .unwrap()
+    let (_, checks) = env_checks(&tree.path().join("sys"), "NCCL_IB_GID_INDEX=3\n");
+    let c = checks
         .iter()
-        .find(|c| c["check"] == "env" && c["subject"] == "NCCL_IB_GID_INDEX")
-        .unwrap();
+        .find(|c| c["subject"] == "NCCL_IB_GID_INDEX")
+        .unwrap_or_else(|| panic!("{checks:#?}"));
     assert_eq!(c["status"], "fail", "{c}");
     assert!(
         c["evidence"]

@@ -26,15 +26,7 @@ pub(crate) fn get(url: &str, accept: Option<&str>) -> Option<(String, String)> {
 /// promtool, beside the prometheus binary the tests use (`None`: skipped knowingly, see
 /// [`require`]).
 pub(crate) fn promtool() -> Option<std::path::PathBuf> {
-    require(
-        "prometheus (for promtool)",
-        receiver(
-            "ROCEWATCH_PROMETHEUS",
-            ".cache/prometheus/usr/bin/prometheus",
-            "prometheus",
-        ),
-    )
-    .map(|p| p.with_file_name("promtool"))
+    prometheus_binary().map(|p| p.with_file_name("promtool"))
 }
 
 pub(crate) fn promtool_check(promtool: &std::path::Path, body: &str) {
@@ -70,14 +62,7 @@ fn raw(dev: &str, file: &str) -> f64 {
 
 #[test]
 fn collect_once_prometheus_passes_promtool() {
-    let Some(prom) = require(
-        "prometheus",
-        receiver(
-            "ROCEWATCH_PROMETHEUS",
-            ".cache/prometheus/usr/bin/prometheus",
-            "prometheus",
-        ),
-    ) else {
+    let Some(prom) = prometheus_binary() else {
         return;
     };
     let promtool = prom.with_file_name("promtool");
@@ -105,14 +90,7 @@ fn collect_once_prometheus_passes_promtool() {
 
 #[test]
 fn a_real_prometheus_scrapes_the_agent() {
-    let Some(prom) = require(
-        "prometheus",
-        receiver(
-            "ROCEWATCH_PROMETHEUS",
-            ".cache/prometheus/usr/bin/prometheus",
-            "prometheus",
-        ),
-    ) else {
+    let Some(prom) = prometheus_binary() else {
         return;
     };
     let promtool = prom.with_file_name("promtool");

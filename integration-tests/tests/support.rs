@@ -568,6 +568,19 @@ impl RunningAgent {
     }
 }
 
+/// The prometheus binary the receiver tests use (`None`: skipped knowingly, see
+/// [`require`]).
+pub fn prometheus_binary() -> Option<PathBuf> {
+    require(
+        "prometheus",
+        receiver(
+            "ROCEWATCH_PROMETHEUS",
+            ".cache/prometheus/usr/bin/prometheus",
+            "prometheus",
+        ),
+    )
+}
+
 /// A real Prometheus (`prom`, the binary) with `config` (prometheus.yml text) in `dir`,
 /// listening on port 0; its stderr is printed if the test fails while it runs.
 pub struct Prometheus {

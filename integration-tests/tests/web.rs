@@ -52,14 +52,7 @@ fn hash(password: &str) -> String {
 
 #[test]
 fn tls_and_basic_auth_for_prometheus_and_alertmanager() {
-    let Some(prom) = require(
-        "prometheus",
-        receiver(
-            "ROCEWATCH_PROMETHEUS",
-            ".cache/prometheus/usr/bin/prometheus",
-            "prometheus",
-        ),
-    ) else {
+    let Some(prom) = prometheus_binary() else {
         return;
     };
     let pki = pki();

@@ -214,10 +214,6 @@ impl WebListener {
         }
         s.web.clone()
     }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 #[cfg(test)]
@@ -408,7 +404,6 @@ mod tests {
                 "{weaker:?} is refused"
             );
         }
-        assert_eq!(l.path(), p.as_path());
     }
 
     #[test]

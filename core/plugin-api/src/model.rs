@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -238,8 +239,10 @@ pub struct Sample {
     pub value: Value,
     pub attributes: Attributes,
     /// Where the value came from, relative to the port directory
-    /// (e.g. `counters/port_xmit_data`), or a plugin-defined origin.
-    pub source: String,
+    /// (e.g. `counters/port_xmit_data`), or a plugin-defined origin. Shared: a collector
+    /// that reads the same file every time hands out one `Arc` for it (at 2000 ports a
+    /// `String` per sample was 104 000 allocations per collection and 5 MB of the store).
+    pub source: Arc<str>,
     #[serde(default = "default_kind")]
     pub kind: MetricKind,
 }

@@ -167,7 +167,7 @@ pub fn samples_of(
             unit: e.unit.into(),
             value: Value::U64(*value),
             attributes: attrs.into(),
-            source: format!("ethtool:{name}"),
+            source: format!("ethtool:{name}").into(),
             kind: e.kind,
         });
     }

@@ -87,7 +87,7 @@ fn pfc_priority_3_reads_the_same_on_every_vendor() {
     )
     .unwrap();
     assert_eq!(
-        (d.value, d.unit.as_ref(), d.source.as_str()),
+        (d.value, d.unit.as_ref(), &*d.source),
         (Value::U64(3320119), "us", "ethtool:rx_prio3_pause_duration")
     );
     let storm = find(

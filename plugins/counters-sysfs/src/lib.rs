@@ -21,6 +21,7 @@
 //! carry `source = "netlink:hw_counters/<name>"`; names, units and values are the same.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rocewatch_discovery_sysfs::{rdma_root, DeviceFilter};
@@ -138,13 +139,19 @@ fn gauges() -> &'static Gauges {
     })
 }
 
-fn gauge(e: &'static CatalogEntry, value: Value, attrs: &Attributes, source: &str) -> Sample {
+/// The sources of the port's `state` and `rate` gauges, one `Arc` each for every sample.
+fn port_sources() -> &'static (Arc<str>, Arc<str>) {
+    static SOURCES: std::sync::OnceLock<(Arc<str>, Arc<str>)> = std::sync::OnceLock::new();
+    SOURCES.get_or_init(|| ("state".into(), "rate".into()))
+}
+
+fn gauge(e: &'static CatalogEntry, value: Value, attrs: &Attributes, source: Arc<str>) -> Sample {
     Sample {
         name: e.name.into(),
         unit: e.unit.into(),
         value,
         attributes: attrs.clone(),
-        source: source.to_string(),
+        source,
         kind: e.kind,
     }
 }
@@ -236,7 +243,7 @@ impl SysfsCounters {
             return false;
         }
         for (name, raw) in unknown {
-            let Some(f) = hw_file_plan(&p.port_dir, &p.base, &name) else {
+            let Some(f) = hw_file_plan(&p.base, &name) else {
                 continue;
             };
             out.samples.push(Sample {
@@ -271,22 +278,29 @@ impl SysfsCounters {
         match (active, link_up) {
             (Ok(Some(a)), Ok(Some(l))) => {
                 let up = Value::U64((a && l) as u64);
-                out.samples.push(gauge(gauges().up, up, &p.base, "state"));
+                out.samples
+                    .push(gauge(gauges().up, up, &p.base, port_sources().0.clone()));
             }
             (Ok(None), _) if !p.port_dir.exists() => return PortEnd::Vanished,
             _ => {}
         }
         if let Ok(Some(Some(bps))) = p.rate.read(open_files, max_open, parse::parse_rate_bps) {
-            out.samples
-                .push(gauge(gauges().rate, Value::U64(bps), &p.base, "rate"));
+            out.samples.push(gauge(
+                gauges().rate,
+                Value::U64(bps),
+                &p.base,
+                port_sources().1.clone(),
+            ));
         }
         if let Some((mtu, source)) = &mut p.mtu {
             if let Ok(Some(Ok(v))) = mtu.read(open_files, max_open, |t| t.parse::<u64>()) {
                 out.samples
-                    .push(gauge(gauges().mtu, Value::U64(v), &p.base, source));
+                    .push(gauge(gauges().mtu, Value::U64(v), &p.base, source.clone()));
             }
         }
         let total = p.files.len() + 3;
+        // One path buffer for the port's files, refilled per file.
+        let mut path = PathBuf::with_capacity(p.port_dir.as_os_str().len() + 64);
         for (i, f) in p.files.iter_mut().enumerate() {
             if hw_over_netlink && f.hw {
                 continue;
@@ -300,13 +314,19 @@ impl SysfsCounters {
                 _ => {}
             });
             // Parse in place: the text is only copied out when it is garbage to report.
-            let read = f.kept.read(open_files, max_open, |text| {
-                match parse::parse_counter(text) {
+            path.as_mut_os_string().clear();
+            path.push(&p.port_dir);
+            path.push(&*f.source);
+            let read = f.kept.read(
+                &path,
+                open_files,
+                max_open,
+                |text| match parse::parse_counter(text) {
                     parse::CounterText::Value(raw) => Ok(Some(raw)),
                     parse::CounterText::Absent => Ok(None),
                     parse::CounterText::Garbage => Err(text.to_string()),
-                }
-            });
+                },
+            );
             match read {
                 Ok(Some(Ok(Some(raw)))) => match raw.checked_mul(f.entry.scale) {
                     Some(v) => out.samples.push(Sample {
@@ -319,7 +339,7 @@ impl SysfsCounters {
                     }),
                     // A saturated value would look like a real one that stopped moving.
                     None => out.errors.push(PartialError {
-                        target: f.path().display().to_string(),
+                        target: path.display().to_string(),
                         message: format!(
                             "{raw} does not fit in 64 bits once converted (×{})",
                             f.entry.scale
@@ -328,7 +348,7 @@ impl SysfsCounters {
                 },
                 Ok(Some(Ok(None))) => {}
                 Ok(Some(Err(text))) => out.errors.push(PartialError {
-                    target: f.path().display().to_string(),
+                    target: path.display().to_string(),
                     message: format!("not a counter value: {text:?}"),
                 }),
                 Ok(None) => {
@@ -337,7 +357,7 @@ impl SysfsCounters {
                     }
                 }
                 Err(e) => out.errors.push(PartialError {
-                    target: f.path().display().to_string(),
+                    target: path.display().to_string(),
                     message: e.cause(),
                 }),
             }
@@ -531,7 +551,7 @@ mod tests {
     fn value(r: &ScrapeResult, source: &str) -> Option<Value> {
         r.samples
             .iter()
-            .find(|s| s.source == source)
+            .find(|s| &*s.source == source)
             .map(|s| s.value)
     }
 
@@ -560,7 +580,7 @@ mod tests {
         let unknown = r
             .samples
             .iter()
-            .find(|s| s.source == "hw_counters/vendor_thing")
+            .find(|s| &*s.source == "hw_counters/vendor_thing")
             .unwrap();
         assert_eq!(unknown.name, "rdma.port.hw_counter");
         assert_eq!(unknown.attributes[ATTR_COUNTER], "vendor_thing");
@@ -611,7 +631,7 @@ mod tests {
             r.samples
                 .iter()
                 .filter(|s| s.name == "rdma.port.io" && s.attributes[ATTR_DEVICE] == dev)
-                .map(|s| (s.source.as_str(), s.value))
+                .map(|s| (&*s.source, s.value))
                 .collect()
         };
         assert_eq!(
@@ -775,7 +795,7 @@ mod tests {
             .collect();
         assert_eq!(io.len(), 1, "{io:?}");
         assert_eq!(io[0].value, Value::U64(20_000_000_000));
-        assert_eq!(io[0].source, "counters_ext/port_xmit_data_64");
+        assert_eq!(&*io[0].source, "counters_ext/port_xmit_data_64");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rocewatch_discovery_sysfs::DeviceFilter;
 use rocewatch_metrics::{
@@ -15,36 +16,34 @@ use rocewatch_sysfs::{read, SysRoot};
 
 pub(crate) const GROUPS: [&str; 3] = ["counters_ext", "counters", "hw_counters"];
 
-/// A file read on every collection, kept open between collections when allowed.
-#[derive(Debug)]
+/// A file read on every collection, kept open between collections when allowed. Its path
+/// is the caller's: at 2000 ports a path per counter file was 10 MB of the plan, and a
+/// counter file's path is its port directory joined with its source.
+#[derive(Debug, Default)]
 pub(crate) struct Kept {
-    pub(crate) path: PathBuf,
     pub(crate) file: Option<std::fs::File>,
 }
 
 impl Kept {
-    pub(crate) fn new(path: PathBuf) -> Self {
-        Kept { path, file: None }
-    }
-
-    /// Reads the trimmed text into `f`. Opens and keeps the file while `*open < max`; a
-    /// kept file that stops answering (a device re-created under the same name leaves old
-    /// descriptors dead) is closed and reopened by path next time.
+    /// Reads the trimmed text of `path` into `f`. Opens and keeps the file while
+    /// `*open < max`; a kept file that stops answering (a device re-created under the
+    /// same name leaves old descriptors dead) is closed and reopened by path next time.
     pub(crate) fn read<T>(
         &mut self,
+        path: &Path,
         open: &mut usize,
         max: usize,
         f: impl FnOnce(&str) -> T,
     ) -> Result<Option<T>, rocewatch_sysfs::read::SysfsError> {
         if self.file.is_none() && *open < max {
-            if let Ok(h) = read::open_attr(&self.path) {
+            if let Ok(h) = read::open_attr(path) {
                 self.file = Some(h);
                 *open += 1;
             }
         }
         let r = match &self.file {
-            Some(h) => read::pread_attr_with(h, &self.path, f),
-            None => read::read_attr_with(&self.path, f),
+            Some(h) => read::pread_attr_with(h, path, f),
+            None => read::read_attr_with(path, f),
         };
         if self.file.is_some() && !matches!(r, Ok(Some(_))) {
             self.file = None;
@@ -54,10 +53,37 @@ impl Kept {
     }
 }
 
+/// A port-level file (`state`, `rate`, the netdev's `mtu`): a few per port, so it keeps
+/// its own path.
+#[derive(Debug)]
+pub(crate) struct KeptAt {
+    pub(crate) path: PathBuf,
+    pub(crate) kept: Kept,
+}
+
+impl KeptAt {
+    pub(crate) fn new(path: PathBuf) -> Self {
+        KeptAt {
+            path,
+            kept: Kept::default(),
+        }
+    }
+
+    pub(crate) fn read<T>(
+        &mut self,
+        open: &mut usize,
+        max: usize,
+        f: impl FnOnce(&str) -> T,
+    ) -> Result<Option<T>, rocewatch_sysfs::read::SysfsError> {
+        self.kept.read(&self.path, open, max, f)
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct FilePlan {
-    /// Relative to the port directory (`counters/port_xmit_data`).
-    pub(crate) source: String,
+    /// Relative to the port directory (`counters/port_xmit_data`); every sample of the
+    /// file shares it.
+    pub(crate) source: Arc<str>,
     pub(crate) entry: &'static CatalogEntry,
     /// Shared by the files of a port that carry the same attributes (at 2000 ports a
     /// map per file was 60 MB of the plan).
@@ -69,13 +95,9 @@ pub(crate) struct FilePlan {
 }
 
 impl FilePlan {
-    pub(crate) fn path(&self) -> &Path {
-        &self.kept.path
-    }
-
     /// `netlink:hw_counters/<name>`: the source of a value read over RDMA netlink.
-    pub(crate) fn netlink_source(&self) -> String {
-        format!("netlink:{}", self.source)
+    pub(crate) fn netlink_source(&self) -> Arc<str> {
+        format!("netlink:{}", self.source).into()
     }
 }
 
@@ -84,16 +106,18 @@ pub(crate) struct PortPlan {
     pub(crate) device: String,
     pub(crate) port: u32,
     pub(crate) port_dir: PathBuf,
-    pub(crate) state: Kept,
-    pub(crate) phys_state: Kept,
-    pub(crate) rate: Kept,
+    pub(crate) state: KeptAt,
+    pub(crate) phys_state: KeptAt,
+    pub(crate) rate: KeptAt,
     /// The netdev's `mtu` file and the sample source naming it.
-    pub(crate) mtu: Option<(Kept, String)>,
+    pub(crate) mtu: Option<(KeptAt, Arc<str>)>,
     pub(crate) base: Attributes,
     pub(crate) files: Vec<FilePlan>,
     /// The kernel's device index when hw_counters/ come over netlink.
     pub(crate) netlink: Option<u32>,
-    /// hw counter name -> index in `files`.
+    /// hw counter name -> index in `files`, for the ports whose hw counters come over
+    /// netlink (built by [`attach_netlink`]; empty otherwise: at 2000 ports the map was
+    /// 6 MB that reading the files never looks at).
     pub(crate) hw_index: HashMap<String, usize>,
 }
 
@@ -144,7 +168,6 @@ pub(crate) fn build_plan(
             let base = base_attributes(device, port, netdev.as_deref());
             let port_dir = root.port_dir(device, port);
             let mut files: Vec<FilePlan> = Vec::new();
-            let mut hw_index = HashMap::new();
             let mut shared: HashMap<&'static [(&'static str, &'static str)], Attributes> =
                 HashMap::new();
             for group in GROUPS {
@@ -191,13 +214,10 @@ pub(crate) fn build_plan(
                     {
                         continue;
                     }
-                    if group == "hw_counters" {
-                        hw_index.insert(file.clone(), files.len());
-                    }
                     files.push(FilePlan {
-                        kept: Kept::new(port_dir.join(group).join(&file)),
+                        kept: Kept::default(),
                         hw: group == "hw_counters",
-                        source,
+                        source: source.into(),
                         entry,
                         attributes,
                     });
@@ -206,20 +226,20 @@ pub(crate) fn build_plan(
             plan.ports.push(PortPlan {
                 device: device.clone(),
                 port,
-                state: Kept::new(port_dir.join("state")),
-                phys_state: Kept::new(port_dir.join("phys_state")),
-                rate: Kept::new(port_dir.join("rate")),
+                state: KeptAt::new(port_dir.join("state")),
+                phys_state: KeptAt::new(port_dir.join("phys_state")),
+                rate: KeptAt::new(port_dir.join("rate")),
                 mtu: netdev.as_ref().map(|nd| {
                     (
-                        Kept::new(root.netdev_dir(nd).join("mtu")),
-                        format!("class/net/{nd}/mtu"),
+                        KeptAt::new(root.netdev_dir(nd).join("mtu")),
+                        format!("class/net/{nd}/mtu").into(),
                     )
                 }),
                 port_dir,
                 base: Attributes::new(base),
                 files,
                 netlink: None,
-                hw_index,
+                hw_index: HashMap::new(),
             });
         }
     }
@@ -227,7 +247,7 @@ pub(crate) fn build_plan(
 }
 
 /// A catalog entry and attributes for a hw counter first seen in a netlink reply.
-pub(crate) fn hw_file_plan(port_dir: &Path, base: &Attributes, name: &str) -> Option<FilePlan> {
+pub(crate) fn hw_file_plan(base: &Attributes, name: &str) -> Option<FilePlan> {
     let source = format!("hw_counters/{name}");
     if catalog::NOT_COUNTERS.contains(&source.as_str()) {
         return None;
@@ -244,9 +264,9 @@ pub(crate) fn hw_file_plan(port_dir: &Path, base: &Attributes, name: &str) -> Op
         attributes.insert(k.to_string(), v.to_string());
     }
     Some(FilePlan {
-        kept: Kept::new(port_dir.join(&source)),
+        kept: Kept::default(),
         hw: true,
-        source,
+        source: source.into(),
         entry,
         attributes: Attributes::new(attributes),
     })
@@ -283,7 +303,18 @@ pub(crate) fn attach_netlink(
             continue;
         };
         match nl.hw_counters(d.index, p.port, |_, _| {}) {
-            Ok(_) => p.netlink = Some(d.index),
+            Ok(_) => {
+                p.netlink = Some(d.index);
+                p.hw_index = p
+                    .files
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, f)| f.hw)
+                    .filter_map(|(i, f)| {
+                        Some((f.source.strip_prefix("hw_counters/")?.to_string(), i))
+                    })
+                    .collect();
+            }
             Err(e) if required => errors.push(PartialError {
                 target: format!("{}/{}", p.device, p.port),
                 message: format!("{e}; reading hw_counters/ from sysfs"),

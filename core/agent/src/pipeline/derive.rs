@@ -3,6 +3,7 @@
 //! ingested under the pseudo-plugin [`PLUGIN`], so every exporter sees them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, DERIVED_CATALOG, ERROR_COUNTERS};
 use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
@@ -12,7 +13,9 @@ use crate::store::Store;
 /// The name derived series are stored under.
 pub const PLUGIN: &str = "derived";
 
-fn derived(name: &str, value: f64, attributes: Attributes, from: &str) -> Sample {
+/// A derived sample; `source` is `derived:<what it is computed from>`, one `Arc` for
+/// every sample of a kind.
+fn derived(name: &str, value: f64, attributes: Attributes, source: &Arc<str>) -> Sample {
     let e = DERIVED_CATALOG
         .iter()
         .find(|e| e.name == name)
@@ -22,7 +25,7 @@ fn derived(name: &str, value: f64, attributes: Attributes, from: &str) -> Sample
         unit: e.unit.into(),
         value: Value::F64(value),
         attributes,
-        source: format!("derived:{from}"),
+        source: Arc::clone(source),
         kind: MetricKind::Gauge,
     }
 }
@@ -35,9 +38,10 @@ pub fn compute(store: &Store) -> Vec<Sample> {
         ("rdma.port.io", "rdma.port.throughput", 1.0),
         ("rdma.priority.io", "rdma.priority.throughput", 1.0),
     ] {
+        let source: Arc<str> = format!("derived:{from}").into();
         store.for_each_named(from, |s| {
             if let Some(r) = s.rate {
-                out.push(derived(to, r * scale, s.sample.attributes.clone(), from));
+                out.push(derived(to, r * scale, s.sample.attributes.clone(), &source));
             }
         });
     }
@@ -66,12 +70,13 @@ pub fn compute(store: &Store) -> Vec<Sample> {
             slot.0 += rate;
         });
     }
+    let source: Arc<str> = "derived:error counters".into();
     for (_, (rate, attrs)) in per_port {
         out.push(derived(
             "rdma.port.error_rate",
             rate,
             Attributes::new(attrs),
-            "error counters",
+            &source,
         ));
     }
     out

@@ -364,7 +364,7 @@ impl Dispatcher {
                             unit: "".into(),
                             value: rocewatch_plugin_api::Value::F64(*v),
                             attributes: Arc::new(b.labels.clone()),
-                            source: format!("{ago:.0}s ago"),
+                            source: format!("{ago:.0}s ago").into(),
                             kind: rocewatch_plugin_api::MetricKind::Gauge,
                         })
                         .collect(),

@@ -101,6 +101,11 @@ impl App {
         self.pipeline.collect_all(&self.registry).await
     }
 
+    /// One collection by every collector, not stored (`collect --once`).
+    pub async fn collect_unstored(&self) -> (ScrapeResult, Vec<CallError>) {
+        self.pipeline.collect_unstored(&self.registry).await
+    }
+
     /// Every configuration plugin's view of the ports, merged.
     pub async fn observe_qos(&self) -> Result<Vec<QosState>, CallError> {
         crate::qos::observe::observe(

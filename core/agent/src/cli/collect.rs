@@ -66,7 +66,7 @@ pub async fn run(a: CollectArgs) -> Result<i32> {
     let root = cfg.agent.sysfs_root.clone();
     let cfg_interval = cfg.agent.interval;
     let agent = App::start(cfg, Some(&[PluginKind::Collector])).await;
-    let (result, failures) = agent.collect_all().await;
+    let (result, failures) = agent.collect_unstored().await;
     for f in &failures {
         eprintln!("rocewatch: {f}");
     }

@@ -8,10 +8,17 @@
 //! only enqueues it. A sender thread delivers the queue over OTLP/HTTP (protobuf) or
 //! OTLP/gRPC:
 //!
-//! - bounded queue of snapshots (default: 10 minutes of exports); when full the oldest is
-//!   dropped and counted in `rocewatch.exporter.dropped`, so memory never grows without
-//!   bound and collection never waits for the network;
-//! - batching: a backlog is sent as up to [`MAX_MERGE`] snapshots per request;
+//! - bounded queue of snapshots (default: 10 minutes of exports, and `queue_max_bytes`);
+//!   when full the oldest is dropped and counted in `rocewatch.exporter.dropped`, so
+//!   memory never grows without bound and collection never waits for the network;
+//! - each snapshot is encoded once, when it is queued, and held as its protobuf bytes:
+//!   a decoded request takes several times its encoded size in memory (at 2000 ports a
+//!   queue of decoded snapshots within 64 MiB of encoded bytes held over 500 MB), and a
+//!   retry sends the same bytes again instead of encoding again;
+//! - batching: a backlog is sent as up to [`MAX_MERGE`] snapshots per request, by
+//!   concatenating their bytes (a protobuf message's encodings concatenated decode as
+//!   one message with the repeated fields appended: one request with every snapshot's
+//!   resource metrics); a batch that fails goes back to the queue as it is;
 //! - retries with exponential backoff and jitter on retryable failures (connection
 //!   errors, timeouts, HTTP 429/502/503/504, gRPC UNAVAILABLE and friends); permanent
 //!   rejections (HTTP 400...) drop the batch and are counted in `rocewatch.exporter.errors`;
@@ -26,6 +33,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use hyper::body::Bytes;
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
@@ -80,14 +88,34 @@ pub fn resource(cfg: &OtlpConfig, host: &str) -> Resource {
 // ---------------------------------------------------------------------------------------
 // The queue
 
+/// Encoded snapshots: one, or several merged into one request.
+#[derive(Debug, Clone)]
+struct Batch {
+    /// An `ExportMetricsServiceRequest`, encoded.
+    body: Bytes,
+    /// How many snapshots it holds.
+    snapshots: usize,
+}
+
+impl Batch {
+    fn of(r: &ExportMetricsServiceRequest) -> Batch {
+        Batch {
+            body: r.encode_to_vec().into(),
+            snapshots: 1,
+        }
+    }
+}
+
 #[derive(Default)]
 struct QueueState {
-    /// Each snapshot with its encoded size.
-    batches: VecDeque<(ExportMetricsServiceRequest, usize)>,
+    /// Oldest first.
+    batches: VecDeque<Batch>,
+    /// The snapshots of every batch queued.
+    snapshots: usize,
     /// The encoded size of everything queued.
     bytes: usize,
-    /// What the batch being sent holds (its snapshots and their merged request): counted
-    /// against `max_bytes` with the queue, since it is in memory as well.
+    /// The size of the batch being sent: counted against `max_bytes` with the queue,
+    /// since it is in memory as well.
     in_flight: usize,
     closing: bool,
     /// Set by the sender when it has finished (drained or gave up).
@@ -110,44 +138,69 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Add at the back; drop the oldest beyond capacity or bytes.
-    fn push(&self, r: ExportMetricsServiceRequest) {
-        let size = prost::Message::encoded_len(&r);
+    /// Add a snapshot at the back; drop the oldest beyond capacity or bytes.
+    fn push(&self, b: Batch) {
         let mut st = self.lock();
-        st.bytes += size;
-        st.batches.push_back((r, size));
+        st.bytes += b.body.len();
+        st.snapshots += b.snapshots;
+        st.batches.push_back(b);
         self.trim(&mut st);
         drop(st);
         self.cv.notify_all();
     }
 
     /// Put a failed batch back at the front (it is older than anything queued since).
-    fn push_front(&self, rs: Vec<ExportMetricsServiceRequest>) {
+    fn push_front(&self, b: Batch) {
         let mut st = self.lock();
         st.in_flight = 0;
-        for r in rs.into_iter().rev() {
-            let size = prost::Message::encoded_len(&r);
-            st.bytes += size;
-            st.batches.push_front((r, size));
-        }
+        st.bytes += b.body.len();
+        st.snapshots += b.snapshots;
+        st.batches.push_front(b);
         self.trim(&mut st);
     }
 
-    /// Drop the oldest snapshots beyond `capacity` or `max_bytes` (the newest one is
-    /// always kept), counting each.
+    /// Drop the oldest batches beyond `capacity` snapshots or `max_bytes` (the newest
+    /// batch is always kept), counting each snapshot dropped.
     fn trim(&self, st: &mut QueueState) {
-        while st.batches.len() > self.capacity
-            || (st.bytes + st.in_flight > self.max_bytes && st.batches.len() > 1)
+        while st.batches.len() > 1
+            && (st.snapshots > self.capacity || st.bytes + st.in_flight > self.max_bytes)
         {
-            if let Some((_, size)) = st.batches.pop_front() {
-                st.bytes -= size;
+            if let Some(b) = st.batches.pop_front() {
+                st.bytes -= b.body.len();
+                st.snapshots -= b.snapshots;
+                for _ in 0..b.snapshots {
+                    self.metrics.exporter_dropped("otlp");
+                }
             }
-            self.metrics.exporter_dropped("otlp");
         }
     }
 
+    /// Take the oldest batches, up to [`MAX_MERGE`] snapshots (at least one batch),
+    /// merged into one.
+    fn take(&self, st: &mut QueueState) -> Batch {
+        let first = st
+            .batches
+            .pop_front()
+            .expect("taken from a non-empty queue");
+        let mut taken = vec![first];
+        let mut snapshots = taken[0].snapshots;
+        while let Some(next) = st.batches.front() {
+            if snapshots + next.snapshots > MAX_MERGE {
+                break;
+            }
+            snapshots += next.snapshots;
+            taken.push(st.batches.pop_front().expect("front exists"));
+        }
+        let b = merge(taken);
+        st.bytes -= b.body.len();
+        st.snapshots -= b.snapshots;
+        st.in_flight = b.body.len();
+        b
+    }
+
+    /// Snapshots queued.
     pub fn len(&self) -> usize {
-        self.lock().batches.len()
+        self.lock().snapshots
     }
 }
 
@@ -287,10 +340,11 @@ impl Transport {
         }
     }
 
-    fn send(&mut self, req: &ExportMetricsServiceRequest) -> Result<(), SendError> {
+    /// Send an encoded `ExportMetricsServiceRequest`.
+    fn send(&mut self, encoded: &Bytes) -> Result<(), SendError> {
         match self {
             Transport::Http { client, url, gzip } => {
-                let mut body = req.encode_to_vec();
+                let mut body = encoded.clone();
                 let mut r = client
                     .post(url.as_str())
                     .header("content-type", "application/x-protobuf");
@@ -298,11 +352,12 @@ impl Transport {
                     use std::io::Write;
                     let mut enc =
                         flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-                    enc.write_all(&body)
+                    enc.write_all(encoded)
                         .map_err(|e| SendError::Permanent(format!("gzip: {e}")))?;
                     body = enc
                         .finish()
-                        .map_err(|e| SendError::Permanent(format!("gzip: {e}")))?;
+                        .map_err(|e| SendError::Permanent(format!("gzip: {e}")))?
+                        .into();
                     r = r.header("content-encoding", "gzip");
                 }
                 match r.body(body).send() {
@@ -327,7 +382,10 @@ impl Transport {
                 headers,
                 timeout,
             } => {
-                let mut request = tonic::Request::new(req.clone());
+                // tonic encodes the request itself: decoded for the call (our own bytes).
+                let req = ExportMetricsServiceRequest::decode(encoded.as_ref())
+                    .map_err(|e| SendError::Permanent(format!("queued snapshot: {e}")))?;
+                let mut request = tonic::Request::new(req);
                 request.set_timeout(*timeout);
                 for (k, v) in headers.iter() {
                     request.metadata_mut().insert(k.clone(), v.clone());
@@ -364,12 +422,22 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(f)
 }
 
-fn merge(batches: Vec<ExportMetricsServiceRequest>) -> ExportMetricsServiceRequest {
-    ExportMetricsServiceRequest {
-        resource_metrics: batches
-            .into_iter()
-            .flat_map(|b| b.resource_metrics)
-            .collect(),
+/// One batch of several: their encodings concatenated (an encoded request with every
+/// batch's resource metrics, in order).
+fn merge(batches: Vec<Batch>) -> Batch {
+    if batches.len() == 1 {
+        return batches.into_iter().next().expect("one batch");
+    }
+    let len = batches.iter().map(|b| b.body.len()).sum();
+    let mut body = Vec::with_capacity(len);
+    let mut snapshots = 0;
+    for b in batches {
+        body.extend_from_slice(&b.body);
+        snapshots += b.snapshots;
+    }
+    Batch {
+        body: body.into(),
+        snapshots,
     }
 }
 
@@ -377,7 +445,7 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
     let mut backoff = cfg.retry_initial;
     let mut failing = false;
     loop {
-        let batches: Vec<ExportMetricsServiceRequest> = {
+        let batch = {
             let mut st = queue.lock();
             while st.batches.is_empty() && !st.closing {
                 st = queue.cv.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -387,19 +455,10 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 queue.cv.notify_all();
                 return;
             }
-            let n = st.batches.len().min(MAX_MERGE);
-            let taken: Vec<_> = st.batches.drain(..n).collect();
-            let size = taken.iter().map(|(_, size)| size).sum::<usize>();
-            st.bytes -= size;
-            st.in_flight = 2 * size;
-            taken.into_iter().map(|(r, _)| r).collect()
+            queue.take(&mut st)
         };
-        let count = batches.len();
-        let req = merge(batches.clone());
-        let sent = transport.send(&req);
-        // Not kept through a retry's backoff: the snapshots go back to the queue, where
-        // they are counted.
-        drop(req);
+        let count = batch.snapshots;
+        let sent = transport.send(&batch.body);
         match sent {
             Ok(()) => {
                 queue.lock().in_flight = 0;
@@ -427,7 +486,8 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                     tracing::debug!("OTLP export still failing: {e}");
                 }
                 failing = true;
-                queue.push_front(batches);
+                // Back to the queue as it is, where it is counted.
+                queue.push_front(batch);
                 let wait = jittered(backoff);
                 backoff = (backoff * 2).min(cfg.retry_max);
                 let st = queue.lock();
@@ -435,9 +495,10 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                     // Shutting down and the endpoint is unreachable: give up now rather
                     // than hold the agent's exit; what is left is counted as dropped.
                     let mut st = st;
-                    let left = st.batches.len();
+                    let left = st.snapshots;
                     st.batches.clear();
                     st.bytes = 0;
+                    st.snapshots = 0;
                     for _ in 0..left {
                         queue.metrics.exporter_dropped("otlp");
                     }
@@ -462,7 +523,9 @@ pub struct QueuedExporter {
 
 impl PushMetricExporter for QueuedExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        self.queue.push(ExportMetricsServiceRequest::from(metrics));
+        // Encoded here, on the SDK's thread; the decoded request is dropped at once.
+        self.queue
+            .push(Batch::of(&ExportMetricsServiceRequest::from(metrics)));
         Ok(())
     }
 
@@ -695,30 +758,34 @@ mod tests {
         }
     }
 
+    /// The tag of each queued batch's snapshots, decoded from the queued bytes.
+    fn tags(q: &Queue) -> Vec<Vec<String>> {
+        q.lock()
+            .batches
+            .iter()
+            .map(|b| {
+                ExportMetricsServiceRequest::decode(b.body.as_ref())
+                    .expect("queued bytes decode")
+                    .resource_metrics
+                    .into_iter()
+                    .map(|r| r.schema_url)
+                    .collect()
+            })
+            .collect()
+    }
+
     #[test]
     fn full_queue_drops_the_oldest_and_counts() {
         let metrics = Arc::new(SelfMetrics::default());
         let q = queue(2, usize::MAX, &metrics);
-        q.push(req("a"));
-        q.push(req("b"));
-        q.push(req("c"));
-        let tags: Vec<String> = q
-            .lock()
-            .batches
-            .iter()
-            .map(|(b, _)| b.resource_metrics[0].schema_url.clone())
-            .collect();
-        assert_eq!(tags, ["b", "c"]);
+        q.push(Batch::of(&req("a")));
+        q.push(Batch::of(&req("b")));
+        q.push(Batch::of(&req("c")));
+        assert_eq!(tags(&q), [["b"], ["c"]]);
         assert_eq!(metrics.exporter_dropped_count("otlp"), 1);
         // A failed batch goes back to the front; the overflow still drops the oldest.
-        q.push_front(vec![req("z")]);
-        let tags: Vec<String> = q
-            .lock()
-            .batches
-            .iter()
-            .map(|(b, _)| b.resource_metrics[0].schema_url.clone())
-            .collect();
-        assert_eq!(tags, ["b", "c"]);
+        q.push_front(Batch::of(&req("z")));
+        assert_eq!(tags(&q), [["b"], ["c"]]);
         assert_eq!(metrics.exporter_dropped_count("otlp"), 2);
     }
 
@@ -728,21 +795,14 @@ mod tests {
         let one = prost::Message::encoded_len(&req("aaaa"));
         let q = queue(1000, 3 * one, &metrics);
         for tag in ["aaaa", "bbbb", "cccc", "dddd", "eeee"] {
-            q.push(req(tag));
+            q.push(Batch::of(&req(tag)));
         }
-        let st = q.lock();
-        let tags: Vec<&str> = st
-            .batches
-            .iter()
-            .map(|(b, _)| b.resource_metrics[0].schema_url.as_str())
-            .collect();
-        assert_eq!(tags, ["cccc", "dddd", "eeee"]);
-        assert_eq!(st.bytes, 3 * one);
+        assert_eq!(tags(&q), [["cccc"], ["dddd"], ["eeee"]]);
+        assert_eq!(q.lock().bytes, 3 * one);
         assert_eq!(metrics.exporter_dropped_count("otlp"), 2);
-        drop(st);
         // One snapshot larger than the bound is still kept (the newest always is).
         let tiny = queue(1000, 1, &Arc::default());
-        tiny.push(req("big"));
+        tiny.push(Batch::of(&req("big")));
         assert_eq!(tiny.len(), 1);
         // The batch being sent counts too: with two snapshots' worth in flight, one more
         // fits beside it.
@@ -750,20 +810,50 @@ mod tests {
         let q = queue(1000, 3 * one, &metrics);
         q.lock().in_flight = 2 * one;
         for tag in ["aaaa", "bbbb", "cccc"] {
-            q.push(req(tag));
+            q.push(Batch::of(&req(tag)));
         }
         assert_eq!(q.len(), 1);
         assert_eq!(metrics.exporter_dropped_count("otlp"), 2);
         // Put back after a failure: no longer in flight, and within the bound again.
-        q.push_front(vec![req("zzzz")]);
+        q.push_front(Batch::of(&req("zzzz")));
         assert_eq!(q.len(), 2);
         assert_eq!(q.lock().in_flight, 0);
     }
 
     #[test]
-    fn merging_keeps_every_snapshot() {
-        let m = merge(vec![req("a"), req("b"), req("c")]);
-        assert_eq!(m.resource_metrics.len(), 3);
+    fn a_backlog_is_sent_merged_and_goes_back_whole() {
+        let metrics = Arc::new(SelfMetrics::default());
+        let q = queue(1000, usize::MAX, &metrics);
+        let tags_in: Vec<String> = (0..MAX_MERGE + 2).map(|i| format!("s{i}")).collect();
+        for t in &tags_in {
+            q.push(Batch::of(&req(t)));
+        }
+        let one = q.lock().batches[0].body.len();
+        let taken = q.take(&mut q.lock());
+        // The merged bytes decode as one request holding the first MAX_MERGE snapshots,
+        // in order.
+        let merged = ExportMetricsServiceRequest::decode(taken.body.as_ref()).unwrap();
+        let got: Vec<String> = merged
+            .resource_metrics
+            .into_iter()
+            .map(|r| r.schema_url)
+            .collect();
+        assert_eq!(got, tags_in[..MAX_MERGE]);
+        assert_eq!(taken.snapshots, MAX_MERGE);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.lock().in_flight, taken.body.len());
+        // Back after a failure: one batch of MAX_MERGE snapshots at the front.
+        q.push_front(taken);
+        assert_eq!(q.len(), MAX_MERGE + 2);
+        assert_eq!(tags(&q)[0], tags_in[..MAX_MERGE]);
+        // Over the byte bound, that batch is dropped whole and each snapshot counted.
+        let bounded = queue(1000, 3 * one, &metrics);
+        bounded.push(Batch::of(&req("s0")));
+        let big = merge((0..5).map(|i| Batch::of(&req(&format!("m{i}")))).collect());
+        bounded.push_front(big);
+        bounded.push(Batch::of(&req("s1")));
+        assert_eq!(tags(&bounded), [["s0"], ["s1"]]);
+        assert_eq!(metrics.exporter_dropped_count("otlp"), 5);
     }
 
     #[test]

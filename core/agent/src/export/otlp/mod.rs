@@ -28,6 +28,7 @@
 //! what this module exists to avoid; the wire format is the same (the official protos).
 
 pub mod config;
+mod transport;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -36,7 +37,6 @@ use std::time::{Duration, Instant};
 use hyper::body::Bytes;
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -46,7 +46,8 @@ use opentelemetry_sdk::Resource;
 use prost::Message;
 use rocewatch_plugin_api::{MetricKind, Sample, Value};
 
-use self::config::{Compression, OtlpConfig, OtlpProtocol};
+use self::config::OtlpConfig;
+use self::transport::{SendError, Transport};
 use crate::export::ExportError;
 use crate::selfmetrics::SelfMetrics;
 use crate::store::Store;
@@ -201,211 +202,6 @@ impl Queue {
     /// Snapshots queued.
     pub fn len(&self) -> usize {
         self.lock().snapshots
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Transports
-
-/// Why a send failed.
-#[derive(Debug)]
-enum SendError {
-    /// Worth trying again later (endpoint down, slow, overloaded).
-    Retryable(String),
-    /// The receiver rejected the data; sending it again would not help.
-    Permanent(String),
-}
-
-// One transport lives per exporter for the life of the process: its size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Transport {
-    Http {
-        client: reqwest::blocking::Client,
-        url: String,
-        gzip: bool,
-    },
-    Grpc {
-        rt: tokio::runtime::Runtime,
-        client: MetricsServiceClient<tonic::transport::Channel>,
-        headers: Vec<(
-            tonic::metadata::AsciiMetadataKey,
-            tonic::metadata::AsciiMetadataValue,
-        )>,
-        timeout: Duration,
-    },
-}
-
-fn read_file(path: &std::path::Path, key: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))
-}
-
-impl Transport {
-    fn build(cfg: &OtlpConfig) -> Result<Transport, String> {
-        let tls = cfg.tls.clone().unwrap_or_default();
-        let ca = tls
-            .ca_file
-            .as_deref()
-            .map(|p| read_file(p, "exporters.otlp.tls.ca_file"))
-            .transpose()?;
-        let identity = match (&tls.cert_file, &tls.key_file) {
-            (Some(c), Some(k)) => Some((
-                read_file(c, "exporters.otlp.tls.cert_file")?,
-                read_file(k, "exporters.otlp.tls.key_file")?,
-            )),
-            (None, None) => None,
-            _ => return Err("exporters.otlp.tls: cert_file and key_file go together".into()),
-        };
-        match cfg.protocol {
-            OtlpProtocol::HttpProtobuf => {
-                let mut headers = reqwest::header::HeaderMap::new();
-                for (k, v) in &cfg.headers {
-                    let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                        .map_err(|e| format!("exporters.otlp.headers: {k:?}: {e}"))?;
-                    let value = reqwest::header::HeaderValue::from_str(v)
-                        .map_err(|e| format!("exporters.otlp.headers.{k}: {e}"))?;
-                    headers.insert(name, value);
-                }
-                let mut b = reqwest::blocking::Client::builder()
-                    .timeout(cfg.timeout)
-                    .connect_timeout(cfg.timeout)
-                    .default_headers(headers)
-                    .use_rustls_tls();
-                if let Some(ca) = &ca {
-                    let cert = reqwest::Certificate::from_pem(ca)
-                        .map_err(|e| format!("exporters.otlp.tls.ca_file: {e}"))?;
-                    b = b.add_root_certificate(cert);
-                }
-                if let Some((cert, key)) = &identity {
-                    let mut pem = cert.clone();
-                    pem.push(b'\n');
-                    pem.extend_from_slice(key);
-                    let id = reqwest::Identity::from_pem(&pem)
-                        .map_err(|e| format!("exporters.otlp.tls.cert_file/key_file: {e}"))?;
-                    b = b.identity(id);
-                }
-                let client = b.build().map_err(|e| format!("HTTP client: {e}"))?;
-                Ok(Transport::Http {
-                    client,
-                    url: cfg.endpoint.clone(),
-                    gzip: cfg.compression == Compression::Gzip,
-                })
-            }
-            OtlpProtocol::Grpc => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("runtime for gRPC: {e}"))?;
-                let mut endpoint = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
-                    .map_err(|e| format!("exporters.otlp.endpoint: {e}"))?
-                    .timeout(cfg.timeout)
-                    .connect_timeout(cfg.timeout);
-                if cfg.endpoint.starts_with("https://") || ca.is_some() || identity.is_some() {
-                    let mut t = tonic::transport::ClientTlsConfig::new().with_webpki_roots();
-                    if let Some(ca) = &ca {
-                        t = t.ca_certificate(tonic::transport::Certificate::from_pem(ca));
-                    }
-                    if let Some((cert, key)) = &identity {
-                        t = t.identity(tonic::transport::Identity::from_pem(cert, key));
-                    }
-                    endpoint = endpoint
-                        .tls_config(t)
-                        .map_err(|e| format!("exporters.otlp.tls: {e}"))?;
-                }
-                let channel = {
-                    let _guard = rt.enter();
-                    endpoint.connect_lazy()
-                };
-                let mut client = MetricsServiceClient::new(channel);
-                if cfg.compression == Compression::Gzip {
-                    client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
-                }
-                let mut headers = Vec::new();
-                for (k, v) in &cfg.headers {
-                    let key = tonic::metadata::AsciiMetadataKey::from_bytes(
-                        k.to_ascii_lowercase().as_bytes(),
-                    )
-                    .map_err(|e| format!("exporters.otlp.headers: {k:?}: {e}"))?;
-                    let value = v
-                        .parse()
-                        .map_err(|e| format!("exporters.otlp.headers.{k}: {e}"))?;
-                    headers.push((key, value));
-                }
-                Ok(Transport::Grpc {
-                    rt,
-                    client,
-                    headers,
-                    timeout: cfg.timeout,
-                })
-            }
-        }
-    }
-
-    /// Send an encoded `ExportMetricsServiceRequest`.
-    fn send(&mut self, encoded: &Bytes) -> Result<(), SendError> {
-        match self {
-            Transport::Http { client, url, gzip } => {
-                let mut body = encoded.clone();
-                let mut r = client
-                    .post(url.as_str())
-                    .header("content-type", "application/x-protobuf");
-                if *gzip {
-                    use std::io::Write;
-                    let mut enc =
-                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-                    enc.write_all(encoded)
-                        .map_err(|e| SendError::Permanent(format!("gzip: {e}")))?;
-                    body = enc
-                        .finish()
-                        .map_err(|e| SendError::Permanent(format!("gzip: {e}")))?
-                        .into();
-                    r = r.header("content-encoding", "gzip");
-                }
-                match r.body(body).send() {
-                    Ok(resp) if resp.status().is_success() => Ok(()),
-                    Ok(resp) => {
-                        let status = resp.status();
-                        let text: String =
-                            resp.text().unwrap_or_default().chars().take(200).collect();
-                        let msg = format!("{url}: HTTP {status}: {}", text.trim());
-                        if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
-                            Err(SendError::Retryable(msg))
-                        } else {
-                            Err(SendError::Permanent(msg))
-                        }
-                    }
-                    Err(e) => Err(SendError::Retryable(format!("{url}: {e}"))),
-                }
-            }
-            Transport::Grpc {
-                rt,
-                client,
-                headers,
-                timeout,
-            } => {
-                // tonic encodes the request itself: decoded for the call (our own bytes).
-                let req = ExportMetricsServiceRequest::decode(encoded.as_ref())
-                    .map_err(|e| SendError::Permanent(format!("queued snapshot: {e}")))?;
-                let mut request = tonic::Request::new(req);
-                request.set_timeout(*timeout);
-                for (k, v) in headers.iter() {
-                    request.metadata_mut().insert(k.clone(), v.clone());
-                }
-                match rt.block_on(client.export(request)) {
-                    Ok(_) => Ok(()),
-                    Err(status) => {
-                        use tonic::Code::*;
-                        let msg = format!("gRPC {:?}: {}", status.code(), status.message());
-                        match status.code() {
-                            Cancelled | DeadlineExceeded | ResourceExhausted | Aborted
-                            | OutOfRange | Unavailable | DataLoss | Unknown => {
-                                Err(SendError::Retryable(msg))
-                            }
-                            _ => Err(SendError::Permanent(msg)),
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 

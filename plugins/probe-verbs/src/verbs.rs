@@ -21,17 +21,17 @@ impl std::fmt::Display for VerbsError {
     }
 }
 
-fn os_err(what: &str) -> VerbsError {
+pub(crate) fn os_err(what: &str) -> VerbsError {
     VerbsError(format!("{what}: {}", std::io::Error::last_os_error()))
 }
 
 /// An open device and its protection domain.
 pub struct Device {
-    ctx: *mut ibv_context,
-    pd: *mut ibv_pd,
+    pub(crate) ctx: *mut ibv_context,
+    pub(crate) pd: *mut ibv_pd,
     pub name: String,
     pub port: u8,
-    active_mtu: ibv_mtu::Type,
+    pub(crate) active_mtu: ibv_mtu::Type,
 }
 
 // SAFETY: verbs contexts and PDs are thread-safe objects in libibverbs.

@@ -419,7 +419,13 @@ pub fn run(
                 break;
             }
         }
-        std::hint::spin_loop();
+        if deadline.is_none() && !plan.receive {
+            // Nothing to answer (the peer writes or reads this side's memory): sleep, and
+            // leave the CPU to the device (soft-RoCE does its work on the host's CPUs).
+            std::thread::sleep(STOP_EVERY);
+        } else {
+            std::hint::spin_loop();
+        }
     }
     Ok(deadline.map(|_| {
         let seconds = last_completion.duration_since(start).as_secs_f64();

@@ -559,8 +559,8 @@ fn rc_of(out: &Path, name: &str) -> i32 {
 }
 
 /// `rocewatch bandwidth` (RDMA WRITE, 64 KiB, 4 QPs, 5 s) against `probe --serve` reaches
-/// at least 0.8 of `ib_write_bw` with the same size, QPs and duration in the same guests
-/// and run; the rxe packet counters (sysfs, and the agent's collectors on both ports)
+/// at least 0.8 of `ib_write_bw` with the same size, QPs, duration and queue settings (32
+/// in flight per QP, ~1 s retransmission timeout) in the same guests and run; the rxe packet counters (sysfs, and the agent's collectors on both ports)
 /// moved by at least the packets the reported bytes need at the active MTU.
 #[test]
 fn lab_bandwidth_reaches_ib_write_bw_and_the_counters_moved_as_much() {
@@ -577,13 +577,17 @@ fn lab_bandwidth_reaches_ib_write_bw_and_the_counters_moved_as_much() {
     let messages = r["local"]["messages"].as_u64().unwrap();
     assert!(messages > 0 && bytes == messages * 65536, "{bw}");
     let ours = bw["average_bps"].as_f64().unwrap() / 1e9;
-    let perf = read(&out.join("b/ib_write_bw.txt"));
+    let perf = std::fs::read_to_string(out.join("b/ib_write_bw.txt")).unwrap_or_default();
     let theirs: f64 = perf
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("#bytes"))
         .nth(1)
         .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
-        .unwrap_or_else(|| panic!("no ib_write_bw result:\n{perf}"));
+        .unwrap_or_else(|| {
+            let failures =
+                std::fs::read_to_string(out.join("b/ib_write_bw-failures.txt")).unwrap_or_default();
+            panic!("no ib_write_bw result:\n{perf}\nfailed attempts:\n{failures}")
+        });
     eprintln!(
         "lab bandwidth (TCG guests): rocewatch {ours:.3} Gb/s, ib_write_bw {theirs:.3} Gb/s (x{:.2}), {messages} messages",
         ours / theirs

@@ -443,7 +443,7 @@ impl ProbePlugin for ExternalPlugin {
     }
 
     fn bandwidth(&mut self, request: &BandwidthRequest) -> Result<BandwidthResult, PluginError> {
-        let lib = &self.library;
+        let lib = Arc::clone(&self.library);
         if lib.abi_minor < 2 {
             return Err(PluginError::Unsupported(format!(
                 "the probe plugin {} ({}) speaks ABI {}.{}, which has no bandwidth tests (they came with ABI 1.2): rebuild or upgrade the plugin",

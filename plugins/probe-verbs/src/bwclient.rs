@@ -2,13 +2,14 @@
 //! the queue pairs, post for the duration, then collect the responder's report.
 
 use std::io::Write;
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, BandwidthResult, PluginError};
 
-use crate::bwproto::{self, Answer, Hello, Report, DONE, MAX_QPS};
-use crate::bwverbs::{self, BwQp, Plan, DEPTH};
+use crate::bwproto::{self, Answer, Hello, QpInfo, Report, DONE, MAX_QPS};
+use crate::bwverbs::{self, BwQp, Plan};
 use crate::conn::{open_channel, Setup};
 
 /// Whether the request can be sent at all.
@@ -29,6 +30,36 @@ pub(crate) fn check(req: &BandwidthRequest) -> Result<(), PluginError> {
     Ok(())
 }
 
+/// Send the hello and read the answer: the responder's queue pairs, or its refusal
+/// (surfaced verbatim) or what was wrong with its answer.
+pub(crate) fn negotiate(
+    tcp: &mut TcpStream,
+    req: &BandwidthRequest,
+    timeout: Duration,
+) -> Result<Vec<QpInfo>, PluginError> {
+    let peer = &req.peer;
+    let hello = Hello {
+        op: req.op,
+        bidirectional: req.bidirectional,
+        size: req.size,
+        qps: req.qps,
+        duration_ms: req.duration_ms as u32,
+    };
+    let channel =
+        |e: bwproto::ProtoError| PluginError::Failed(format!("bandwidth test with {peer}: {e}"));
+    tcp.write_all(&hello.encode())
+        .map_err(|e| channel(e.into()))?;
+    // Setting up many queue pairs takes the responder a while.
+    tcp.set_read_timeout(Some(timeout.max(Duration::from_secs(10))))
+        .ok();
+    match Answer::read(tcp, req.qps).map_err(channel)? {
+        Answer::Refused(why) => Err(PluginError::Failed(format!(
+            "peer {peer} refused the bandwidth test: {why}"
+        ))),
+        Answer::Accepted(r) => Ok(r),
+    }
+}
+
 /// Run the test of `req` against its peer's responder.
 pub(crate) fn run(setup: &Setup, req: &BandwidthRequest) -> Result<BandwidthResult, PluginError> {
     check(req)?;
@@ -37,27 +68,8 @@ pub(crate) fn run(setup: &Setup, req: &BandwidthRequest) -> Result<BandwidthResu
     let timeout = Duration::from_millis(req.timeout_ms.max(1));
     let (mut tcp, (idx, gid)) = open_channel(setup, peer, timeout)
         .map_err(|cause| failed(format!("cannot reach the responder at {peer}: {cause}")))?;
-    let hello = Hello {
-        op: req.op,
-        bidirectional: req.bidirectional,
-        size: req.size,
-        qps: req.qps,
-        duration_ms: req.duration_ms as u32,
-    };
+    let remotes = negotiate(&mut tcp, req, timeout)?;
     let channel = |e: bwproto::ProtoError| failed(format!("bandwidth test with {peer}: {e}"));
-    tcp.write_all(&hello.encode())
-        .map_err(|e| channel(e.into()))?;
-    // Setting up many queue pairs takes the responder a while.
-    tcp.set_read_timeout(Some(timeout.max(Duration::from_secs(10))))
-        .ok();
-    let remotes = match Answer::read(&mut tcp, req.qps).map_err(channel)? {
-        Answer::Refused(why) => {
-            return Err(failed(format!(
-                "peer {peer} refused the bandwidth test: {why}"
-            )))
-        }
-        Answer::Accepted(r) => r,
-    };
     let qp_err = |e: crate::verbs::VerbsError| failed(format!("bandwidth test with {peer}: {e}"));
     let mut qps = Vec::with_capacity(remotes.len());
     for _ in 0..req.qps {
@@ -116,7 +128,7 @@ pub(crate) fn run(setup: &Setup, req: &BandwidthRequest) -> Result<BandwidthResu
         op: req.op,
         size: req.size,
         qps: req.qps,
-        depth: DEPTH,
+        depth: bwverbs::depth_for(req.size).0,
         device: setup.dev.name.clone(),
         port: setup.dev.port,
         local,
@@ -160,5 +172,63 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("duration 0 ms"), "{e}");
+    }
+
+    /// A responder on loopback that reads the hello and answers `answer`.
+    fn responder(answer: Vec<u8>) -> std::net::SocketAddr {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut hello = [0u8; bwproto::HELLO_LEN];
+            s.read_exact(&mut hello).unwrap();
+            Hello::decode(&hello).expect("a valid hello");
+            s.write_all(&answer).unwrap();
+        });
+        addr
+    }
+
+    fn request() -> BandwidthRequest {
+        BandwidthRequest {
+            peer: "10.0.0.2".into(),
+            op: BandwidthOp::Send,
+            size: 4096,
+            qps: 2,
+            duration_ms: 1000,
+            bidirectional: false,
+            timeout_ms: 2000,
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_surfaced_verbatim_and_an_old_responder_named() {
+        let t = Duration::from_secs(2);
+        let why = "another bandwidth test is running on the responder; try again when it ends";
+        let mut tcp = TcpStream::connect(responder(Answer::Refused(why.into()).encode())).unwrap();
+        let e = negotiate(&mut tcp, &request(), t).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("peer 10.0.0.2 refused the bandwidth test: {why}")
+        );
+        // A latency-only responder answers the 28 bytes as a latency prober's.
+        let mut old = 4096u32.to_be_bytes().to_vec();
+        old.extend([0u8; 24]);
+        let mut tcp = TcpStream::connect(responder(old)).unwrap();
+        let e = negotiate(&mut tcp, &request(), t).unwrap_err();
+        assert!(
+            e.to_string().contains("does not serve bandwidth tests"),
+            "{e}"
+        );
+        let q = QpInfo {
+            qpn: 1,
+            psn: 2,
+            gid: [0; 16],
+            rkey: 3,
+            addr: 4,
+        };
+        let accepted = Answer::Accepted(vec![q, q]).encode();
+        let mut tcp = TcpStream::connect(responder(accepted)).unwrap();
+        assert_eq!(negotiate(&mut tcp, &request(), t).unwrap(), vec![q, q]);
     }
 }

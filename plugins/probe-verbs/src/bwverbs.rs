@@ -1,10 +1,13 @@
 //! The verbs of a bandwidth test: RC queue pairs each with one registered buffer of the
 //! message size that the peer may write into and read from (as perftest's), and the loop
-//! that keeps [`DEPTH`] messages in flight on every queue pair until the test ends.
+//! that keeps messages in flight on every queue pair until the test ends.
 //!
-//! Messages are posted in chains of [`SIGNAL_EVERY`] with only the last one signalled
-//! (one completion per chain, as perftest's `--cq-mod`); bytes count when their chain
-//! completes. Receives (SEND tests) are all signalled and posted again as they complete.
+//! Messages are posted in chains with only the last one signalled (one completion per
+//! chain, as perftest's `--cq-mod`); bytes count when their chain completes. At most
+//! [`MAX_IN_FLIGHT`] bytes are in flight per queue pair (up to [`DEPTH`] messages): far
+//! more than a hardware port's bandwidth-delay product, and little enough that the acks
+//! of a slow port (soft-RoCE on a busy host) come back within the retransmission
+//! timeout; a test that triggers retransmissions measures them rather than the port. Receives (SEND tests) are all signalled and posted again as they complete.
 //! Completions are busy-polled: a bandwidth test owns a core on each side for its
 //! duration, as `ib_write_bw` does.
 
@@ -18,10 +21,19 @@ use rocewatch_plugin_api::{BandwidthOp, BandwidthSide};
 use crate::bwproto::QpInfo;
 use crate::verbs::{os_err, Device, VerbsError};
 
-/// Messages in flight per queue pair.
+/// Most messages in flight per queue pair (the send queue's size).
 pub const DEPTH: u32 = 128;
-/// Messages per chain; one completion each.
-pub const SIGNAL_EVERY: u32 = 16;
+/// Most bytes in flight per queue pair.
+pub const MAX_IN_FLIGHT: u64 = 2 << 20;
+/// The retransmission timeout: 4.096 us x 2^18, about 1 s (perftest's default is 14,
+/// 67 ms, which a software device on a busy host can exceed without losing anything).
+const RETRANSMIT_TIMEOUT: u8 = 18;
+
+/// Messages in flight per queue pair for `size`-byte messages, and messages per chain.
+pub fn depth_for(size: u32) -> (u32, u32) {
+    let depth = (MAX_IN_FLIGHT / u64::from(size.max(1))).clamp(4, u64::from(DEPTH)) as u32;
+    (depth, (depth / 4).max(1))
+}
 /// How long the messages still in flight at the end may take to complete.
 const DRAIN: Duration = Duration::from_secs(5);
 /// The interval the peak rate is measured over.
@@ -187,7 +199,7 @@ impl BwQp {
         // SAFETY: as above.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = 14;
+        a.timeout = RETRANSMIT_TIMEOUT;
         a.retry_cnt = 7;
         a.rnr_retry = 7;
         a.sq_psn = self.local.psn;
@@ -359,6 +371,7 @@ pub fn run(
 ) -> Result<Option<BandwidthSide>, VerbsError> {
     let start = Instant::now();
     let deadline = plan.active_for.map(|d| start + d);
+    let (depth, chain) = depth_for(size);
     let mut outstanding = vec![0u32; qps.len()];
     let mut completed: u64 = 0;
     let mut last_completion = start;
@@ -370,9 +383,9 @@ pub fn run(
         let posting = deadline.is_some_and(|d| now < d);
         if posting {
             for (i, q) in qps.iter_mut().enumerate() {
-                while outstanding[i] + SIGNAL_EVERY <= DEPTH {
-                    q.post_chain(plan.op, &remotes[i], SIGNAL_EVERY)?;
-                    outstanding[i] += SIGNAL_EVERY;
+                while outstanding[i] + chain <= depth {
+                    q.post_chain(plan.op, &remotes[i], chain)?;
+                    outstanding[i] += chain;
                 }
             }
         }
@@ -442,4 +455,17 @@ pub fn run(
             peak_bps: if peak_bps > 0.0 { peak_bps } else { average },
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_bytes_are_bounded_and_chains_keep_four_in_flight() {
+        assert_eq!(depth_for(65536), (32, 8));
+        assert_eq!(depth_for(64), (128, 32));
+        assert_eq!(depth_for(64 << 20), (4, 1));
+        assert_eq!(depth_for(0), (128, 32));
+    }
 }

@@ -14,8 +14,8 @@
 //! Bandwidth tests (`bandwidth`, ABI 1.2) use the same side channel: the prober's first
 //! word is a magic with the high bit set where a latency prober sends its size, so old
 //! probers keep working and an old responder is told apart (`bwproto` has the format).
-//! Several RC queue pairs with 128 WRITEs, READs or SENDs in flight each, busy-polled for
-//! the duration, counted as `ib_write_bw` counts (bytes completed over the time from the
+//! Several RC queue pairs with WRITEs, READs or SENDs in flight (up to 128 messages and
+//! 2 MiB each), busy-polled for the duration, counted as `ib_write_bw` counts (bytes completed over the time from the
 //! first post to the last completion). The responder refuses when `serve_bandwidth` is
 //! off, while another test runs, or beyond 60 s, saying why; it sends back its port's
 //! counters before and after.

@@ -126,7 +126,8 @@ pub enum Command {
     /// The peer runs `rocewatch probe --serve` (or the agent with [probes]
     /// serve_bandwidth = true). The same test with perftest:
     ///   rocewatch bandwidth PEER --size 65536 --qps 4 --duration 10s
-    ///   = ib_write_bw -s 65536 -q 4 -D 10 PEER      (--op read: ib_read_bw, --op send: ib_send_bw)
+    ///   = ib_write_bw -s 65536 -q 4 -D 10 -t 32 -u 18 PEER  (--op read: ib_read_bw, --op send: ib_send_bw;
+    ///     -t 32 -u 18: the same messages in flight and retransmission timeout)
     /// Latency stays with `rocewatch probe` (ib_send_lat).
     ///
     /// Examples:

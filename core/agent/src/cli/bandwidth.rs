@@ -136,8 +136,8 @@ fn text(m: &Measured) -> String {
     );
     let _ = writeln!(
         out,
-        " {:<10} {:<13} {:<17} {:<20} {}",
-        "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]", "MsgRate[Mpps]"
+        " {:<10} {:<13} {:<17} {:<20} MsgRate[Mpps]",
+        "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]"
     );
     let mut row = |side: &rocewatch_plugin_api::BandwidthSide, label: &str| {
         let avg = if side.seconds > 0.0 {

@@ -63,6 +63,11 @@ pub struct BandwidthSide {
     pub seconds: f64,
     /// The best 100 ms interval, in bits per second.
     pub peak_bps: f64,
+    /// The steady rate, as `ib_write_bw -D` measures it: the messages completed between
+    /// a margin after the start and the same margin before the end (a quarter of the
+    /// duration, at most 2 s), in bits per second.
+    #[serde(default)]
+    pub average_bps: f64,
 }
 
 /// Raw counters of a port, before and after a test, as the files name them relative to

@@ -376,6 +376,12 @@ pub fn run(
     let mut completed: u64 = 0;
     let mut last_completion = start;
     let (mut window_start, mut window_msgs, mut peak_bps) = (start, 0u64, 0f64);
+    // The sample, as perftest's duration mode takes it: without the ramp-up and the end.
+    let margin = plan
+        .active_for
+        .map_or(Duration::ZERO, |d| (d / 4).min(Duration::from_secs(2)));
+    let (sample_from, sample_to) = (start + margin, deadline.map_or(start, |d| d - margin));
+    let mut sample_msgs: u64 = 0;
     let mut next_stop_check = start;
     let mut own_done_at: Option<Instant> = None;
     loop {
@@ -396,6 +402,9 @@ pub fn run(
                 completed += sent;
                 window_msgs += sent;
                 last_completion = Instant::now();
+                if last_completion >= sample_from && last_completion < sample_to {
+                    sample_msgs += sent;
+                }
             }
             for _ in 0..received {
                 q.post_recv()?;
@@ -448,11 +457,19 @@ pub fn run(
         } else {
             0.0
         };
+        let sample_secs = sample_to
+            .saturating_duration_since(sample_from)
+            .as_secs_f64();
         BandwidthSide {
             bytes,
             messages: completed,
             seconds,
             peak_bps: if peak_bps > 0.0 { peak_bps } else { average },
+            average_bps: if sample_secs > 0.0 && sample_msgs > 0 {
+                (sample_msgs * u64::from(size) * 8) as f64 / sample_secs
+            } else {
+                average
+            },
         }
     }))
 }

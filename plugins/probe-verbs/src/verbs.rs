@@ -46,7 +46,15 @@ impl Device {
         // SAFETY: plain libibverbs call; the list is freed below.
         let list = unsafe { __ibv_get_device_list(&mut n) };
         if list.is_null() {
-            return Err(os_err("ibv_get_device_list"));
+            let e = std::io::Error::last_os_error();
+            // libibverbs says ENOSYS when /sys/class/infiniband is missing: no RDMA
+            // driver is loaded at all.
+            if e.raw_os_error() == Some(libc::ENOSYS) {
+                return Err(VerbsError(format!(
+                    "no RDMA device on this host (no RDMA driver loaded: ibv_get_device_list: {e})"
+                )));
+            }
+            return Err(VerbsError(format!("ibv_get_device_list: {e}")));
         }
         let mut found = None;
         let mut names = Vec::new();

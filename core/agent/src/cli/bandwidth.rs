@@ -140,16 +140,9 @@ fn text(m: &Measured) -> String {
         "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]"
     );
     let mut row = |side: &rocewatch_plugin_api::BandwidthSide, label: &str| {
-        let avg = if side.seconds > 0.0 {
-            side.bytes as f64 * 8.0 / side.seconds
-        } else {
-            0.0
-        };
-        let rate = if side.seconds > 0.0 {
-            side.messages as f64 / side.seconds / 1e6
-        } else {
-            0.0
-        };
+        let avg = side.average_bps;
+        // As perftest: the average rate in messages.
+        let rate = avg / (f64::from(r.size.max(1)) * 8.0) / 1e6;
         let _ = writeln!(
             out,
             " {:<10} {:<13} {:<17.2} {:<20.2} {:.6}{label}",

@@ -65,7 +65,7 @@ pub enum Verdict {
 #[derive(Debug, Clone, Serialize)]
 pub struct Measured {
     pub result: BandwidthResult,
-    /// This side's messages, in bits per second.
+    /// This side's steady rate, in bits per second (perftest's BW average).
     pub average_bps: f64,
     pub line_rate: LineRate,
     pub share: Option<f64>,
@@ -131,11 +131,7 @@ pub async fn measure(
         line_rate.netdev.as_deref(),
     );
     let remote_moves = result.remote_port.as_ref().map(PortMoves::from_snapshot);
-    let average_bps = if result.local.seconds > 0.0 {
-        result.local.bytes as f64 * 8.0 / result.local.seconds
-    } else {
-        0.0
-    };
+    let average_bps = result.local.average_bps;
     let share = line_rate.bps.filter(|b| *b > 0.0).map(|b| average_bps / b);
     let (verdict, explanation) = match (share, line_rate.bps) {
         (Some(s), Some(line)) if s < min_share => (

@@ -560,8 +560,9 @@ fn rc_of(out: &Path, name: &str) -> i32 {
 
 /// `rocewatch bandwidth` (RDMA WRITE, 64 KiB, 4 QPs, 5 s) against `probe --serve` reaches
 /// at least 0.8 of `ib_write_bw` with the same size, QPs, duration and queue settings (32
-/// in flight per QP, ~1 s retransmission timeout) in the same guests and run; the rxe packet counters (sysfs, and the agent's collectors on both ports)
-/// moved by at least the packets the reported bytes need at the active MTU.
+/// in flight per QP, ~1 s retransmission timeout) in the same guests and run (twice each,
+/// best against best); the rxe packet counters (sysfs, and the agent's collectors on both
+/// ports) moved by at least the packets the reported bytes need at the active MTU.
 #[test]
 fn lab_bandwidth_reaches_ib_write_bw_and_the_counters_moved_as_much() {
     let Some(out) = probe_lab() else { return };
@@ -576,25 +577,32 @@ fn lab_bandwidth_reaches_ib_write_bw_and_the_counters_moved_as_much() {
     let bytes = r["local"]["bytes"].as_u64().unwrap();
     let messages = r["local"]["messages"].as_u64().unwrap();
     assert!(messages > 0 && bytes == messages * 65536, "{bw}");
-    let ours = bw["average_bps"].as_f64().unwrap() / 1e9;
-    let perf = std::fs::read_to_string(out.join("b/ib_write_bw.txt")).unwrap_or_default();
-    let theirs: f64 = perf
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
-        .nth(1)
-        .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
-        .unwrap_or_else(|| {
-            let failures =
-                std::fs::read_to_string(out.join("b/ib_write_bw-failures.txt")).unwrap_or_default();
-            panic!("no ib_write_bw result:\n{perf}\nfailed attempts:\n{failures}")
-        });
+    // Twice each, alternately (the emulated guests' speed drifts with the host's load):
+    // the best of each.
+    let ours = ["bw-write", "bw-write2"]
+        .iter()
+        .map(|n| probe_json(out, n)["average_bps"].as_f64().unwrap() / 1e9)
+        .fold(0.0, f64::max);
+    let failures =
+        std::fs::read_to_string(out.join("b/ib_write_bw-failures.txt")).unwrap_or_default();
+    let perf_of = |name: &str| -> f64 {
+        let perf = std::fs::read_to_string(out.join("b").join(name)).unwrap_or_default();
+        perf.lines()
+            .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+            .nth(1)
+            .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("no ib_write_bw result in {name}:\n{perf}\nfailed attempts:\n{failures}")
+            })
+    };
+    let theirs = perf_of("ib_write_bw.txt").max(perf_of("ib_write_bw2.txt"));
     eprintln!(
-        "lab bandwidth (TCG guests): rocewatch {ours:.3} Gb/s, ib_write_bw {theirs:.3} Gb/s (x{:.2}), {messages} messages",
+        "lab bandwidth (TCG guests, best of two each): rocewatch {ours:.3} Gb/s, ib_write_bw {theirs:.3} Gb/s (x{:.2}), {messages} messages in the first run",
         ours / theirs
     );
     assert!(
         ours >= 0.8 * theirs,
-        "rocewatch bandwidth {ours:.3} Gb/s < 0.8 x ib_write_bw {theirs:.3} Gb/s\n{perf}"
+        "rocewatch bandwidth {ours:.3} Gb/s < 0.8 x ib_write_bw {theirs:.3} Gb/s"
     );
     let info = read(&out.join("b/ibv_devinfo.txt"));
     let mtu: u64 = ibv_field(&info, "active_mtu")

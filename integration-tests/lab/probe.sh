@@ -1,6 +1,7 @@
 #!/bin/bash
 # Guest side of the probe lab test (integration-tests/tests/lab.rs): role a runs the
-# responder (killed and restarted on b's cue) and the ib_send_lat server; role b probes.
+# responder (killed and restarted on b's cue), a responder refusing bandwidth tests and
+# the ib_write_bw and ib_send_lat servers; role b probes and runs the bandwidth tests.
 # Markers between the guests go through the shared /mnt/host.
 set -u
 R=/mnt/host/$RXE_ROLE
@@ -9,6 +10,10 @@ cp /mnt/extra/rocewatch /mnt/extra/librocewatch_probe_verbs.so /tmp/
 BIN=/tmp/rocewatch
 exec 2> >(tee "$R/stderr.txt" >&2)
 waitfor() { local i=0; until [ -e "$1" ] || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; }
+# ib_write_bw with the queue settings rocewatch bandwidth uses for 64 KiB messages (32 in
+# flight per QP, a retransmission timeout of about 1 s: perftest's 128 and 67 ms make
+# soft-RoCE on an emulated guest retransmit, and its retries then fail the test).
+PERF="-d rxe0 -x 1 -s 65536 -q 4 -D 5 -t 32 -u 18"
 case $RXE_ROLE in
 a)
   # Busy-polling like ib_send_lat's server, for the RTT comparison; the restarted
@@ -17,6 +22,19 @@ a)
   waitfor /mnt/host/b/kill; kill $SRV; wait $SRV 2>/dev/null
   waitfor /mnt/host/b/restart
   $BIN probe --serve > "$R/serve2.txt" 2>&1 & SRV=$!
+  # A responder that refuses bandwidth tests, for b's refused test.
+  $BIN probe --serve --no-bandwidth --tcp-port 18517 > "$R/serve-nobw.txt" 2>&1 & NOBW=$!
+  # ib_write_bw's server for the comparison with rocewatch bandwidth (same size, QPs,
+  # duration).
+  waitfor /mnt/host/b/bw
+  dmesg | tail -40 > "$R/dmesg-bw.txt"
+  # A server per attempt of b's (an attempt that fails ends the server too).
+  for i in 1 2 3 4 5; do
+    [ -e /mnt/host/b/bwdone ] && break
+    timeout 60 ib_write_bw $PERF --report_gbits >> "$R/ib_write_bw.txt" 2>&1
+    echo "ib_write_bw rc=$?" >> "$R/ib_write_bw.txt"
+  done
+  kill $NOBW
   waitfor /mnt/host/b/lat
   timeout 120 ib_send_lat -d rxe0 -x 1 -n 200 -s 64 > "$R/ib_send_lat.txt" 2>&1
   waitfor /mnt/host/b/done
@@ -54,6 +72,43 @@ b)
   $BIN doctor --peer "$P" --window 1s --json > "$R/doctor-firewall.json"; echo "doctor-firewall rc=$?" >> "$R/rc.txt"
   nft delete table inet rwtest
   rmdir /sys/kernel/config/rdma_cm/rxe0
+  # Bandwidth: rocewatch bandwidth against the responder (it allows tests by default),
+  # then ib_write_bw with the same size, queue pairs and duration; the rxe packet
+  # counters read straight from sysfs around the rocewatch test as well.
+  HW=/sys/class/infiniband/rxe0/ports/1/hw_counters
+  ibv_devinfo -v > "$R/ibv_devinfo.txt"
+  cat $HW/sent_pkts > "$R/bw-sent-before.txt"
+  $BIN bandwidth "$P" --size 65536 --qps 4 --duration 5s --min-share 0 --json > "$R/bw-write.json" 2> "$R/bw-write.stderr"
+  echo "bw-write rc=$?" >> "$R/rc.txt"
+  cat $HW/sent_pkts > "$R/bw-sent-after.txt"
+  $BIN bandwidth "$P" --size 65536 --qps 4 --duration 3s --min-share 0 > "$R/bw-write.txt" 2>> "$R/bw-write.stderr"
+  $BIN bandwidth "$P" --op read --qps 2 --duration 2s --min-share 0 --json > "$R/bw-read.json" 2> "$R/bw-read.stderr"
+  echo "bw-read rc=$?" >> "$R/rc.txt"
+  $BIN bandwidth "$P" --op send --qps 2 --duration 2s --min-share 0 --bidirectional --json > "$R/bw-send.json" 2> "$R/bw-send.stderr"
+  echo "bw-send rc=$?" >> "$R/rc.txt"
+  # A responder that refuses (--no-bandwidth), and an address nobody has.
+  $BIN bandwidth "$P" --tcp-port 18517 --duration 2s > "$R/bw-refused.txt" 2>&1
+  echo "bw-refused rc=$?" >> "$R/rc.txt"
+  $BIN bandwidth 192.168.100.77 --duration 2s --timeout 2s > "$R/bw-unreachable.txt" 2>&1
+  echo "bw-unreachable rc=$?" >> "$R/rc.txt"
+  $BIN doctor --peer "$P" --bandwidth --window 1s --json > "$R/doctor-bw.json" 2> "$R/doctor-bw.stderr"
+  dmesg | tail -40 > "$R/dmesg-bw.txt"
+  touch /mnt/host/b/bw; sleep 2
+  perf() { # OUT: one successful ib_write_bw run (a failed attempt ends a's server, which starts again)
+    for i in 1 2 3 4 5; do
+      sleep 2
+      if timeout 60 ib_write_bw $PERF --report_gbits "$P" > /tmp/perf.txt 2>&1; then
+        cp /tmp/perf.txt "$1"; return
+      fi
+      { echo "== attempt $i failed"; cat /tmp/perf.txt; } >> "$R/ib_write_bw-failures.txt"
+    done
+  }
+  # Alternately with rocewatch, twice each: the emulated guests' speed drifts with the
+  # host's load, and the best of each is compared.
+  perf "$R/ib_write_bw.txt"
+  $BIN bandwidth "$P" --size 65536 --qps 4 --duration 5s --min-share 0 --json > "$R/bw-write2.json" 2>> "$R/bw-write.stderr"
+  perf "$R/ib_write_bw2.txt"
+  touch /mnt/host/b/bwdone
   # The agent probing on schedule: the responder and eight addresses nobody has (every
   # round has them all in flight at once, so they cost it one timeout, not eight); a rule
   # on probe failures fires for them.

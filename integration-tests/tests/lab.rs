@@ -549,6 +549,155 @@ fn lab_a_peer_without_responder_is_a_connection_failure_with_its_cause() {
     );
 }
 
+/// `rc.txt` line `NAME rc=N` of role b.
+fn rc_of(out: &Path, name: &str) -> i32 {
+    let rc = read(&out.join("b/rc.txt"));
+    rc.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} rc=")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{name} rc=` in b/rc.txt:\n{rc}"))
+}
+
+/// `rocewatch bandwidth` (RDMA WRITE, 64 KiB, 4 QPs, 5 s) against `probe --serve` reaches
+/// at least 0.8 of `ib_write_bw` with the same size, QPs, duration and queue settings (32
+/// in flight per QP, ~1 s retransmission timeout) in the same guests and run (twice each,
+/// best against best); the rxe packet counters (sysfs, and the agent's collectors on both
+/// ports) moved by at least the packets the reported bytes need at the active MTU.
+#[test]
+fn lab_bandwidth_reaches_ib_write_bw_and_the_counters_moved_as_much() {
+    let Some(out) = probe_lab() else { return };
+    let stderr = read(&out.join("b/bw-write.stderr"));
+    assert_eq!(
+        rc_of(out, "bw-write"),
+        0,
+        "rocewatch bandwidth failed:\n{stderr}"
+    );
+    let bw = probe_json(out, "bw-write");
+    let r = &bw["result"];
+    let bytes = r["local"]["bytes"].as_u64().unwrap();
+    let messages = r["local"]["messages"].as_u64().unwrap();
+    assert!(messages > 0 && bytes == messages * 65536, "{bw}");
+    // Twice each, alternately (the emulated guests' speed drifts with the host's load):
+    // the best of each.
+    let ours = ["bw-write", "bw-write2"]
+        .iter()
+        .map(|n| probe_json(out, n)["average_bps"].as_f64().unwrap() / 1e9)
+        .fold(0.0, f64::max);
+    let failures =
+        std::fs::read_to_string(out.join("b/ib_write_bw-failures.txt")).unwrap_or_default();
+    let perf_of = |name: &str| -> f64 {
+        let perf = std::fs::read_to_string(out.join("b").join(name)).unwrap_or_default();
+        perf.lines()
+            .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+            .nth(1)
+            .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("no ib_write_bw result in {name}:\n{perf}\nfailed attempts:\n{failures}")
+            })
+    };
+    let theirs = perf_of("ib_write_bw.txt").max(perf_of("ib_write_bw2.txt"));
+    eprintln!(
+        "lab bandwidth (TCG guests, best of two each): rocewatch {ours:.3} Gb/s, ib_write_bw {theirs:.3} Gb/s (x{:.2}), {messages} messages in the first run",
+        ours / theirs
+    );
+    assert!(
+        ours >= 0.8 * theirs,
+        "rocewatch bandwidth {ours:.3} Gb/s < 0.8 x ib_write_bw {theirs:.3} Gb/s"
+    );
+    let info = read(&out.join("b/ibv_devinfo.txt"));
+    let mtu: u64 = ibv_field(&info, "active_mtu")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let packets = messages * 65536u64.div_ceil(mtu);
+    let num = |f: &str| -> u64 { read(&out.join("b").join(f)).trim().parse().unwrap() };
+    let sysfs = num("bw-sent-after.txt") - num("bw-sent-before.txt");
+    assert!(
+        sysfs >= packets,
+        "sent_pkts rose {sysfs}, the {bytes} bytes reported need {packets} packets at MTU {mtu}"
+    );
+    let local = bw["local_moves"]["tx_packets"]
+        .as_u64()
+        .expect("local tx_packets");
+    let remote = bw["remote_moves"]["rx_packets"]
+        .as_u64()
+        .expect("the peer's rx_packets");
+    assert!(
+        local >= packets,
+        "the collectors saw {local} packets sent, need {packets}: {bw}"
+    );
+    assert!(
+        remote >= packets,
+        "the peer's port received {remote} packets, need {packets}: {bw}"
+    );
+    assert_eq!(bw["result"]["remote_port"]["device"], "rxe0", "{bw}");
+    // The text form has ib_write_bw's table.
+    let text = read(&out.join("b/bw-write.txt"));
+    assert!(
+        text.contains("#bytes")
+            && text.contains("BW average[Gb/sec]")
+            && text.contains("line rate:"),
+        "{text}"
+    );
+    // READ, and bidirectional SEND.
+    for name in ["bw-read", "bw-send"] {
+        let e = read(&out.join("b").join(format!("{name}.stderr")));
+        assert_eq!(rc_of(out, name), 0, "{name}:\n{e}");
+        let v = probe_json(out, name);
+        assert!(
+            v["result"]["local"]["bytes"].as_u64().unwrap() > 0,
+            "{name}: {v}"
+        );
+    }
+    let send = probe_json(out, "bw-send");
+    assert!(
+        send["result"]["remote"]["bytes"].as_u64().unwrap() > 0,
+        "bidirectional: {send}"
+    );
+    // doctor --bandwidth: the check ran (pass, or a shortfall against rxe's nominal rate).
+    let doc = json(&out.join("b/doctor-bw.json"));
+    let check = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "bandwidth")
+        .unwrap_or_else(|| panic!("no bandwidth check: {doc}"));
+    assert!(
+        ["pass", "warn", "info"].contains(&check["status"].as_str().unwrap()),
+        "{check}"
+    );
+    assert!(
+        check["evidence"].as_str().unwrap().contains("RDMA WRITE"),
+        "{check}"
+    );
+}
+
+/// A responder started with --no-bandwidth refuses, and both sides say why; an address
+/// nobody has fails with the route cause; both exit 2.
+#[test]
+fn lab_bandwidth_refused_and_unreachable_fail_with_their_cause() {
+    let Some(out) = probe_lab() else { return };
+    let refused = read(&out.join("b/bw-refused.txt"));
+    assert_eq!(rc_of(out, "bw-refused"), 2, "{refused}");
+    assert!(
+        refused.contains("peer 192.168.100.1 refused the bandwidth test: serve_bandwidth is off on the responder"),
+        "{refused}"
+    );
+    let served = read(&out.join("a/serve-nobw.txt"));
+    assert!(
+        served.contains("refused: serve_bandwidth is off"),
+        "the responder's side: {served}"
+    );
+    let unreachable = read(&out.join("b/bw-unreachable.txt"));
+    assert_eq!(rc_of(out, "bw-unreachable"), 2, "{unreachable}");
+    assert!(
+        unreachable.contains("cannot reach the responder at 192.168.100.77: route:"),
+        "{unreachable}"
+    );
+}
+
 /// `rocewatch doctor --peer` in the guest pair: device, port, GID, RoCE mode (once its
 /// configfs directory exists, which the first run says how to make), firewall, MTU and
 /// probe checks pass; the QoS checks say unsupported (rxe); an nftables rule dropping

@@ -56,7 +56,7 @@ fn example_plugin_collects_and_remediates() {
         let agent = App::start(cfg, None).await;
         let st = agent.registry.statuses();
         let col = status(&st, "example", Some(PluginKind::Collector));
-        assert_eq!(col.abi, "1.1");
+        assert_eq!(col.abi, "1.2");
         assert!(
             matches!(col.origin, rocewatch::host::registry::Origin::File(ref p) if p == &a.example_so)
         );
@@ -154,7 +154,7 @@ fn faulty_plugins_are_contained_named_and_counted() {
         assert_eq!(wrong.state, State::Failed);
         let msg = wrong.last_error.as_deref().unwrap();
         assert!(
-            msg.contains("ABI version 99.0") && msg.contains("(ABI 1.1)"),
+            msg.contains("ABI version 99.0") && msg.contains("(ABI 1.2)"),
             "{msg}"
         );
         let nosym = st
@@ -306,7 +306,7 @@ fn plugins_command_lists_kind_origin_abi_state_and_error() {
     assert_eq!(counters["state"], "started");
     let ex = find("example", "collector").unwrap();
     assert_eq!(ex["origin"]["path"], a.example_so.display().to_string());
-    assert_eq!(ex["abi"], "1.1");
+    assert_eq!(ex["abi"], "1.2");
     assert!(find("example", "remediation").is_some());
     let bad = list.iter().find(|p| p["name"] == "wrong_abi").unwrap();
     assert_eq!(bad["state"], "failed");

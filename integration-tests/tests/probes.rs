@@ -163,3 +163,73 @@ fn scheduled_probes_histograms_causes_and_limits() {
     assert_eq!(p.bucket_counts[3], p.count, "every 100 µs RTT in le=0.0001");
     rt.shutdown_background();
 }
+
+/// `rocewatch bandwidth` on a host without RDMA devices (this one, in CI): the test
+/// cannot run, exit status 2, and the message says why (the verbs plugin did not start:
+/// no RDMA device), not a number. Refusals and unreachable peers are tested with real
+/// devices in the soft-RoCE lab (`lab.rs`) and against a fake responder in the plugin's
+/// unit tests.
+#[test]
+fn bandwidth_without_an_rdma_device_fails_with_the_cause() {
+    let o = rocewatch(
+        &[
+            "bandwidth",
+            "127.0.0.1",
+            "--duration",
+            "1s",
+            "--timeout",
+            "1s",
+        ],
+        &[],
+    );
+    let err = stderr(&o);
+    if std::path::Path::new("/sys/class/infiniband")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some())
+    {
+        panic!("this host has RDMA devices: this test expects none (the lab tests the real thing)\n{err}");
+    }
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "stdout: {}\nstderr: {err}",
+        stdout(&o)
+    );
+    assert!(
+        err.contains("rocewatch bandwidth: the verbs probe plugin is not loaded")
+            && err.contains("no RDMA device"),
+        "{err}"
+    );
+    // --json says it too, as JSON.
+    let o = rocewatch(
+        &["bandwidth", "127.0.0.1", "--duration", "1s", "--json"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(
+        v["error"].as_str().unwrap().contains("no RDMA device"),
+        "{v}"
+    );
+}
+
+/// The command line refuses what cannot be a test before anything starts.
+#[test]
+fn bandwidth_arguments_are_checked() {
+    let o = rocewatch(&["bandwidth", "10.0.0.2", "--op", "atomic"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("invalid value 'atomic'"),
+        "{}",
+        stderr(&o)
+    );
+    let o = rocewatch(&["doctor", "--bandwidth"], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--peer"), "{}", stderr(&o));
+    let o = rocewatch(&["bandwidth", "--help"], &[]);
+    let help = stdout(&o);
+    assert!(
+        help.contains("ib_write_bw -s 65536 -q 4 -D 10 -t 32 -u 18 PEER"),
+        "{help}"
+    );
+}

@@ -192,7 +192,7 @@ impl Agent {
                 Some(path) => path.clone(),
                 None => crate::probes::plugin_path()?,
             };
-            cfg.plugins.external.push(crate::probes::plugin_config(
+            let mut plugin = crate::probes::plugin_config(
                 path,
                 p.timeout,
                 &p.device,
@@ -200,7 +200,9 @@ impl Agent {
                 p.serve,
                 false,
                 p.reconnect_backoff,
-            ));
+            );
+            plugin.options["serve_bandwidth"] = p.serve_bandwidth.into();
+            cfg.plugins.external.push(plugin);
         }
         // Read the web configuration and bind before anything else: a bad certificate or a
         // taken port is a configuration error, reported at once.

@@ -4,6 +4,7 @@
 //! timeout. A plugin is `start`ed once with its [`PluginContext`], called many times, and
 //! `stop`ped once; `start` after `stop` must work again (the contract test does it twice).
 
+use crate::bandwidth::{BandwidthRequest, BandwidthResult};
 use crate::model::*;
 use crate::PluginError;
 
@@ -54,6 +55,15 @@ pub trait ProbePlugin: Plugin {
     /// round one timeout instead of one timeout per dead peer.
     fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
         targets.iter().map(|t| self.probe(t)).collect()
+    }
+
+    /// Run a bandwidth test against a peer's responder. Optional: the default says the
+    /// plugin does not measure bandwidth.
+    fn bandwidth(&mut self, _request: &BandwidthRequest) -> Result<BandwidthResult, PluginError> {
+        Err(PluginError::Unsupported(format!(
+            "the probe plugin {} does not run bandwidth tests",
+            self.name()
+        )))
     }
 }
 

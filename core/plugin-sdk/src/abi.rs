@@ -12,7 +12,7 @@ use std::ffi::c_void;
 /// The ABI major version this crate implements.
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this crate implements.
-pub const ABI_MINOR: u32 = 1;
+pub const ABI_MINOR: u32 = 2;
 /// The one symbol a plugin library exports (NUL-terminated for `dlsym`).
 pub const ENTRY_SYMBOL: &[u8] = b"rocewatch_plugin_entry\0";
 
@@ -49,6 +49,10 @@ pub mod method {
     /// target, in order. A 1.0 plugin answers unsupported and the host falls back to
     /// [`PROBE`] one target at a time.
     pub const PROBE_MANY: u32 = 10;
+    /// Since 1.2. Request: `BandwidthRequest`. Response: `BandwidthResult`. A probe
+    /// plugin that does not measure bandwidth (every 1.0 and 1.1 plugin) answers
+    /// unsupported; the host says the plugin's ABI is too old for bandwidth tests.
+    pub const BANDWIDTH: u32 = 11;
 }
 
 /// A byte buffer allocated by the plugin. The host copies it, then hands it back to the

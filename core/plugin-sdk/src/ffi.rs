@@ -6,7 +6,8 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rocewatch_plugin_api::{
-    PluginContext, PluginError, PluginKind, ProbeTarget, QosChange, RemediationRequest,
+    BandwidthRequest, PluginContext, PluginError, PluginKind, ProbeTarget, QosChange,
+    RemediationRequest,
 };
 use serde::{Deserialize, Serialize};
 
@@ -153,6 +154,10 @@ fn dispatch<T: ExportPlugin>(plugin: &mut T, m: u32, req: &[u8]) -> Outcome {
                     }
                 })
             })),
+            None => Outcome::Unsupported,
+        },
+        method::BANDWIDTH => match plugin.as_probe() {
+            Some(p) => respond(decode::<BandwidthRequest>(req).and_then(|r| p.bandwidth(&r))),
             None => Outcome::Unsupported,
         },
         method::REMEDIATE => match plugin.as_remediation() {

@@ -441,6 +441,27 @@ impl ProbePlugin for ExternalPlugin {
         }
         targets.iter().map(|t| self.probe(t)).collect()
     }
+
+    fn bandwidth(&mut self, request: &BandwidthRequest) -> Result<BandwidthResult, PluginError> {
+        let lib = Arc::clone(&self.library);
+        if lib.abi_minor < 2 {
+            return Err(PluginError::Unsupported(format!(
+                "the probe plugin {} ({}) speaks ABI {}.{}, which has no bandwidth tests (they came with ABI 1.2): rebuild or upgrade the plugin",
+                lib.name,
+                lib.path.display(),
+                lib.abi_major,
+                lib.abi_minor
+            )));
+        }
+        match self.call(method::BANDWIDTH, request) {
+            Err(PluginError::Unsupported(_)) => Err(PluginError::Unsupported(format!(
+                "the probe plugin {} ({}) does not run bandwidth tests",
+                lib.name,
+                lib.path.display()
+            ))),
+            other => other,
+        }
+    }
 }
 
 impl RemediationPlugin for ExternalPlugin {

@@ -384,3 +384,41 @@ fn wrong_major_is_refused_naming_the_file() {
         "{msg}"
     );
 }
+
+static ALL_1_1: PluginTableV1 = {
+    let mut t = PluginTableV1::of::<All>();
+    t.abi_minor = 1;
+    t
+};
+
+/// `bandwidth` crosses the ABI as method 11 (1.2): a probe plugin that keeps the trait's
+/// default answers unsupported, and the host says the plugin does not run bandwidth
+/// tests; a 1.1 plugin is not asked, and the host says its ABI is too old.
+#[test]
+fn bandwidth_is_unsupported_by_default_and_for_a_1_1_plugin() {
+    let req = BandwidthRequest {
+        peer: "10.0.0.2".into(),
+        op: BandwidthOp::Write,
+        size: 65536,
+        qps: 4,
+        duration_ms: 1000,
+        bidirectional: false,
+        timeout_ms: 1000,
+    };
+    let mut p = lib().instantiate(PluginKind::Probe).unwrap();
+    p.start(&ctx()).unwrap();
+    let e = p.bandwidth(&req).unwrap_err();
+    assert!(
+        matches!(&e, PluginError::Unsupported(m) if m.contains("does not run bandwidth tests")),
+        "{e}"
+    );
+    // SAFETY: a static table.
+    let old = unsafe { PluginLibrary::from_table(Path::new("in-process/all-1.1"), &ALL_1_1) };
+    let mut p = old.unwrap().instantiate(PluginKind::Probe).unwrap();
+    p.start(&ctx()).unwrap();
+    let e = p.bandwidth(&req).unwrap_err();
+    assert!(
+        matches!(&e, PluginError::Unsupported(m) if m.contains("ABI 1.1, which has no bandwidth tests")),
+        "{e}"
+    );
+}

@@ -25,7 +25,7 @@ pub(crate) struct Conn {
 const CONNECT_PARALLEL: usize = 64;
 
 /// A local GID: its index in the port's table, its bytes.
-type LocalGid = (u8, [u8; 16]);
+pub(crate) type LocalGid = (u8, [u8; 16]);
 
 /// The RoCE v2 GID whose address is `ip`.
 fn gid_for(root: &SysRoot, dev: &str, port: u8, ip: IpAddr) -> Option<LocalGid> {
@@ -100,14 +100,21 @@ impl GidCache {
     }
 }
 
-fn connect(setup: &Setup, peer: &str, size: u32, timeout: Duration) -> Result<Conn, String> {
-    let dev = Arc::clone(&setup.dev);
+/// The side channel to `peer`'s responder, and the local GID (index, bytes) of the
+/// address it leaves from; errors start with the step that failed (`route:`,
+/// `rejected:`, `address resolution:`), as probe causes do.
+pub(crate) fn open_channel(
+    setup: &Setup,
+    peer: &str,
+    timeout: Duration,
+) -> Result<(TcpStream, LocalGid), String> {
+    let dev = &setup.dev;
     let addr: SocketAddr = (peer, setup.opts.tcp_port)
         .to_socket_addrs()
         .map_err(|e| format!("address resolution: {peer}: {e}"))?
         .next()
         .ok_or_else(|| format!("address resolution: {peer}: no address"))?;
-    let mut tcp = TcpStream::connect_timeout(&addr, timeout).map_err(|e| match e.kind() {
+    let tcp = TcpStream::connect_timeout(&addr, timeout).map_err(|e| match e.kind() {
         std::io::ErrorKind::ConnectionRefused => {
             format!("rejected: no responder on {addr} (connection refused)")
         }
@@ -119,12 +126,18 @@ fn connect(setup: &Setup, peer: &str, size: u32, timeout: Duration) -> Result<Co
     tcp.set_read_timeout(Some(timeout)).ok();
     tcp.set_nodelay(true).ok();
     let ip = tcp.local_addr().map_err(|e| format!("route: {e}"))?.ip();
-    let (idx, gid) = setup.gids.get(ip).ok_or_else(|| {
+    let gid = setup.gids.get(ip).ok_or_else(|| {
         format!(
             "address resolution: no RoCE v2 GID for {ip} on {} port {}",
             dev.name, dev.port
         )
     })?;
+    Ok((tcp, gid))
+}
+
+fn connect(setup: &Setup, peer: &str, size: u32, timeout: Duration) -> Result<Conn, String> {
+    let dev = Arc::clone(&setup.dev);
+    let (mut tcp, (idx, gid)) = open_channel(setup, peer, timeout)?;
     let mut ep = Endpoint::new(dev, size as usize, idx, gid).map_err(|e| format!("QP: {e}"))?;
     let (_, remote) = exchange_info(&mut tcp, size, &ep.local).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {

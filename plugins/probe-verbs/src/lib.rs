@@ -8,7 +8,17 @@
 //! kernel routes towards the peer), read from sysfs `gids/` and `gid_attrs/types/`.
 //!
 //! Options: `device` (default: the first), `port` (1), `tcp_port` (18516), `serve`
-//! (run a responder, default true), `busy_poll` (false), `reconnect_backoff` ("30s").
+//! (run a responder, default true), `serve_bandwidth` (the responder also serves
+//! bandwidth tests, default false), `busy_poll` (false), `reconnect_backoff` ("30s").
+//!
+//! Bandwidth tests (`bandwidth`, ABI 1.2) use the same side channel: the prober's first
+//! word is a magic with the high bit set where a latency prober sends its size, so old
+//! probers keep working and an old responder is told apart (`bwproto` has the format).
+//! Several RC queue pairs with WRITEs, READs or SENDs in flight (up to 128 messages and
+//! 2 MiB each), busy-polled for the duration, counted as `ib_write_bw` counts (bytes completed over the time from the
+//! first post to the last completion). The responder refuses when `serve_bandwidth` is
+//! off, while another test runs, or beyond 60 s, saying why; it sends back its port's
+//! counters before and after.
 //!
 //! A probe reuses the peer's queue pair; a timeout or a failed work completion drops it
 //! and the next probe connects again; a peer that cannot be connected is tried again
@@ -34,12 +44,21 @@
 //! - `prober`: a round: the connected peers' queue pairs, pinging every target at once.
 //! - `responder`: the responder's accept and serving threads.
 //! - [`verbs`]: the libibverbs calls (device, queue pairs, completion channels, epoll).
+//! - `bwproto`: the bandwidth test's side-channel messages (pure).
+//! - `bwverbs`: the bandwidth test's queue pairs and posting loop.
+//! - `bwclient`, `bwserve`: the prober's and the responder's side of a test.
+//! - `snapshot`: a port's raw counters, rate and netdev speed (the responder's report).
 
+mod bwclient;
+mod bwproto;
+mod bwserve;
+mod bwverbs;
 mod conn;
 mod options;
 mod prober;
 mod reconnect;
 mod responder;
+mod snapshot;
 pub mod verbs;
 
 use std::collections::HashMap;
@@ -51,6 +70,7 @@ use rocewatch_plugin_api::*;
 use rocewatch_plugin_sdk::{export_plugin, ExportPlugin};
 use rocewatch_sysfs::SysRoot;
 
+use bwserve::Policy;
 use conn::{Conn, GidCache, Setup};
 pub use options::Options;
 use reconnect::Reconnects;
@@ -89,11 +109,17 @@ impl Plugin for VerbsProbe {
                     opts.tcp_port
                 ))
             })?;
+            let policy = Arc::new(Policy {
+                allowed: opts.serve_bandwidth,
+                busy: Default::default(),
+                root: root.clone(),
+            });
             serve(
                 listener,
                 Arc::clone(&dev),
                 Arc::clone(&gids),
                 opts.busy_poll,
+                policy,
             )
             .map_err(|e| PluginError::failed(format!("probe responder on {}: {e}", dev.name)))?;
             self.serving = true;
@@ -138,6 +164,15 @@ impl ProbePlugin for VerbsProbe {
     /// gets the first one's result.
     fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
         self.probe_targets(targets, true)
+    }
+
+    /// A bandwidth test on queue pairs of its own (the probes' are left alone).
+    fn bandwidth(&mut self, request: &BandwidthRequest) -> Result<BandwidthResult, PluginError> {
+        let setup = self
+            .setup
+            .as_ref()
+            .ok_or_else(|| PluginError::failed("bandwidth called before start"))?;
+        bwclient::run(setup, request)
     }
 }
 

@@ -1,5 +1,5 @@
-//! The plugin's options (`device`, `port`, `tcp_port`, `serve`, `busy_poll`,
-//! `reconnect_backoff`) and their defaults.
+//! The plugin's options (`device`, `port`, `tcp_port`, `serve`, `serve_bandwidth`,
+//! `busy_poll`, `reconnect_backoff`) and their defaults.
 
 use std::time::Duration;
 
@@ -25,6 +25,10 @@ pub struct Options {
     pub tcp_port: u16,
     #[serde(default = "default_true")]
     pub serve: bool,
+    /// The responder also serves bandwidth tests (one at a time, at most 60 s each).
+    /// Off unless asked: a test fills the link for its duration.
+    #[serde(default)]
+    pub serve_bandwidth: bool,
     /// Busy-poll for completions instead of sleeping on completion events (prober and
     /// responder), as perftest does: the lowest, steadiest RTTs for a one-off
     /// measurement, at the price of a busy core. Off by default (the agent's prober

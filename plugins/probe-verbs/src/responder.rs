@@ -1,5 +1,6 @@
 //! The responder: accepting probers, setting up their queue pairs, and echoing their
-//! messages.
+//! messages; a bandwidth prober (its hello starts with the bandwidth magic) is handed to
+//! `bwserve` on its setup thread.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -7,6 +8,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bwproto::{HELLO_LEN, MAGIC};
+use crate::bwserve::{serve_test, Policy};
 use crate::conn::GidCache;
 use crate::verbs::{self, Device, Endpoint, Info};
 
@@ -20,17 +23,26 @@ struct Served {
 }
 
 /// Set up one prober's queue pair over its side channel (a silent client is given up
-/// after 2 s).
-fn handshake(dev: &Arc<Device>, gids: &GidCache, mut tcp: TcpStream) -> Result<Served, String> {
+/// after 2 s); a bandwidth prober's test is served here, on this thread (`Ok(None)`).
+fn handshake(
+    dev: &Arc<Device>,
+    gids: &GidCache,
+    policy: &Policy,
+    mut tcp: TcpStream,
+) -> Result<Option<Served>, String> {
     tcp.set_nodelay(true).ok();
     tcp.set_read_timeout(Some(Duration::from_secs(2))).ok();
     tcp.set_write_timeout(Some(Duration::from_secs(2))).ok();
+    let mut first = [0u8; 28];
+    tcp.read_exact(&mut first).map_err(|e| e.to_string())?;
+    if first[0..4] == MAGIC.to_be_bytes() {
+        let hello: &[u8; HELLO_LEN] = &first;
+        return serve_test(dev, gids, policy, tcp, hello).map(|()| None);
+    }
     let ip = tcp.local_addr().map_err(|e| e.to_string())?.ip();
     let (idx, gid) = gids
         .get(ip)
         .ok_or_else(|| format!("no RoCE v2 GID for {ip} on {}", dev.name))?;
-    let mut first = [0u8; 28];
-    tcp.read_exact(&mut first).map_err(|e| e.to_string())?;
     let size = u32::from_be_bytes(first[0..4].try_into().expect("4 bytes")).clamp(1, MAX_SIZE);
     let remote = Info::decode(first[4..28].try_into().expect("24 bytes"));
     let mut ep =
@@ -43,7 +55,7 @@ fn handshake(dev: &Arc<Device>, gids: &GidCache, mut tcp: TcpStream) -> Result<S
     out[4..28].copy_from_slice(&ep.local.encode());
     tcp.write_all(&out).map_err(|e| e.to_string())?;
     tcp.set_nonblocking(true).ok();
-    Ok(Served { ep, tcp })
+    Ok(Some(Served { ep, tcp }))
 }
 
 /// Whether the other end of a non-blocking side channel closed it.
@@ -96,6 +108,7 @@ pub(crate) fn serve(
     dev: Arc<Device>,
     gids: Arc<GidCache>,
     busy: bool,
+    policy: Arc<Policy>,
 ) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     let epoll = verbs::Epoll::new().map_err(|e| e.to_string())?;
@@ -114,18 +127,20 @@ pub(crate) fn serve(
             // Each setup on a short-lived thread of its own: many probers starting at
             // once (an agent with many peers) are set up together, not one after another.
             for s in listener.incoming().flatten() {
-                let (dev, gids, tx, wake) = (
+                let (dev, gids, tx, wake, policy) = (
                     Arc::clone(&dev),
                     Arc::clone(&gids),
                     tx.clone(),
                     Arc::clone(&wake_tx),
+                    Arc::clone(&policy),
                 );
-                let setup = move || match handshake(&dev, &gids, s) {
-                    Ok(sv) => {
+                let setup = move || match handshake(&dev, &gids, &policy, s) {
+                    Ok(Some(sv)) => {
                         if tx.send(sv).is_ok() {
                             let _ = (&*wake).write_all(&[1]);
                         }
                     }
+                    Ok(None) => {}
                     Err(e) => eprintln!("rocewatch probe responder: {e}"),
                 };
                 if let Err(e) = std::thread::Builder::new()

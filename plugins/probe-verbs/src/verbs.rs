@@ -21,17 +21,17 @@ impl std::fmt::Display for VerbsError {
     }
 }
 
-fn os_err(what: &str) -> VerbsError {
+pub(crate) fn os_err(what: &str) -> VerbsError {
     VerbsError(format!("{what}: {}", std::io::Error::last_os_error()))
 }
 
 /// An open device and its protection domain.
 pub struct Device {
-    ctx: *mut ibv_context,
-    pd: *mut ibv_pd,
+    pub(crate) ctx: *mut ibv_context,
+    pub(crate) pd: *mut ibv_pd,
     pub name: String,
     pub port: u8,
-    active_mtu: ibv_mtu::Type,
+    pub(crate) active_mtu: ibv_mtu::Type,
 }
 
 // SAFETY: verbs contexts and PDs are thread-safe objects in libibverbs.
@@ -46,7 +46,15 @@ impl Device {
         // SAFETY: plain libibverbs call; the list is freed below.
         let list = unsafe { __ibv_get_device_list(&mut n) };
         if list.is_null() {
-            return Err(os_err("ibv_get_device_list"));
+            let e = std::io::Error::last_os_error();
+            // libibverbs says ENOSYS when /sys/class/infiniband is missing: no RDMA
+            // driver is loaded at all.
+            if e.raw_os_error() == Some(libc::ENOSYS) {
+                return Err(VerbsError(format!(
+                    "no RDMA device on this host (no RDMA driver loaded: ibv_get_device_list: {e})"
+                )));
+            }
+            return Err(VerbsError(format!("ibv_get_device_list: {e}")));
         }
         let mut found = None;
         let mut names = Vec::new();

@@ -113,6 +113,28 @@ pub enum Command {
     ///   rocewatch probe 192.168.100.1 --count 100 --size 64
     #[command(verbatim_doc_comment)]
     Probe(ProbeCmdArgs),
+    /// RDMA bandwidth to a peer (RC WRITE, READ or SEND over verbs, like ib_write_bw).
+    ///
+    /// `--qps` RC queue pairs post `--size`-byte messages, 128 in flight each, for
+    /// `--duration`; prints ib_write_bw's table (#bytes #iterations BW peak BW average
+    /// MsgRate), the port's line rate (sysfs `rate`, and the netdev speed for RoCE) and the
+    /// share reached, and what moved on both ports meanwhile (PFC pauses per priority,
+    /// CNPs, ECN marks, retransmissions, out-of-sequence, out_of_buffer, discards). Exit
+    /// status 1 when the share is under --min-share (with what explains it), 2 when the
+    /// test could not run (refused, unreachable: the cause is printed).
+    ///
+    /// The peer runs `rocewatch probe --serve` (or the agent with [probes]
+    /// serve_bandwidth = true). The same test with perftest:
+    ///   rocewatch bandwidth PEER --size 65536 --qps 4 --duration 10s
+    ///   = ib_write_bw -s 65536 -q 4 -D 10 -t 32 -u 18 PEER  (--op read: ib_read_bw, --op send: ib_send_bw;
+    ///     -t 32 -u 18: the same messages in flight and retransmission timeout)
+    /// Latency stays with `rocewatch probe` (ib_send_lat).
+    ///
+    /// Examples:
+    ///   rocewatch bandwidth 192.168.100.1
+    ///   rocewatch bandwidth 192.168.100.1 --op read --qps 8 --duration 5s --json
+    #[command(verbatim_doc_comment)]
+    Bandwidth(BandwidthCmdArgs),
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -300,6 +322,51 @@ pub struct ProbeCmdArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 }
+/// `rocewatch bandwidth`'s arguments.
+#[derive(Debug, Args)]
+pub struct BandwidthCmdArgs {
+    /// The peer (IP address or name) running a responder.
+    pub peer: String,
+    /// How long messages are posted (ib_write_bw -D).
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DUR")]
+    pub duration: Duration,
+    /// Bytes per message (ib_write_bw -s).
+    #[arg(long, default_value_t = 65536)]
+    pub size: u32,
+    /// RC queue pairs (ib_write_bw -q).
+    #[arg(long, default_value_t = 4)]
+    pub qps: u16,
+    #[arg(long, value_enum, default_value = "write")]
+    pub op: BandwidthOpArg,
+    /// The peer runs the same test towards this host at the same time (ib_write_bw -b).
+    #[arg(long)]
+    pub bidirectional: bool,
+    /// The share of the line rate below which the test fails.
+    #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
+    pub min_share: f64,
+    /// RDMA device (default: the first).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// TCP port of the side channel.
+    #[arg(long, default_value_t = 18516)]
+    pub tcp_port: u16,
+    /// Connecting and the side channel's answers.
+    #[arg(long, value_parser = parse_duration, default_value = "3s", value_name = "DUR")]
+    pub timeout: Duration,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum BandwidthOpArg {
+    Write,
+    Read,
+    Send,
+}
+
 /// `rocewatch doctor`'s arguments.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -308,6 +375,10 @@ pub struct DoctorArgs {
     /// A peer to probe over RDMA and to check the path MTU to.
     #[arg(long, value_name = "IP")]
     pub peer: Option<String>,
+    /// With --peer, also a 3 s bandwidth test (RDMA WRITE, 4 queue pairs of 64 KiB
+    /// messages); the peer's responder must allow it.
+    #[arg(long, requires = "peer")]
+    pub bandwidth: bool,
     /// The priority RoCE traffic uses (PFC and ECN are expected on it).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
     pub priority: u8,
@@ -430,9 +501,13 @@ pub struct ProbeArgs {
     /// Time between probes.
     #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "DUR")]
     pub interval: Duration,
-    /// Run a responder until interrupted instead of probing.
+    /// Run a responder until interrupted instead of probing; it also serves bandwidth
+    /// tests (`rocewatch bandwidth`) unless --no-bandwidth.
     #[arg(long)]
     pub serve: bool,
+    /// With --serve: refuse bandwidth tests.
+    #[arg(long, requires = "serve")]
+    pub no_bandwidth: bool,
     /// RDMA device (default: the first).
     #[arg(long)]
     pub device: Option<String>,
@@ -460,6 +535,7 @@ impl Command {
             | Command::Rules(_)
             | Command::Qos(_)
             | Command::Doctor(_)
+            | Command::Bandwidth(_)
             | Command::Env(_)
             | Command::Capture(_)
             | Command::Config(_)

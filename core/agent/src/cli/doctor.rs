@@ -13,6 +13,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
     let DoctorArgs {
         source,
         peer,
+        bandwidth,
         priority,
         window,
         json,
@@ -58,6 +59,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
     .await;
     let opts = crate::doctor::Options {
         peer,
+        bandwidth,
         priority,
         window,
         env,

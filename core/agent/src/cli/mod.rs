@@ -3,6 +3,7 @@
 //! sets up logging. `main.rs` only parses and calls [`run`].
 
 mod args;
+mod bandwidth;
 mod capture;
 mod collect;
 mod collectd;
@@ -42,6 +43,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Plugins(a) => plugins::run(a).await,
         Command::Rules(a) => rules::run(a).await,
         Command::Probe(a) => probe::run(a).await,
+        Command::Bandwidth(a) => bandwidth::run(a).await,
         Command::Config(ConfigCommand::Check { file }) => config::check(&file),
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,

@@ -25,7 +25,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             },
         );
     }
-    cfg.plugins.external = vec![crate::probes::plugin_config(
+    let mut plugin = crate::probes::plugin_config(
         path.clone(),
         a.timeout,
         &a.device,
@@ -34,7 +34,9 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
         a.busy_poll,
         // A one-off run tries to connect for every probe.
         Duration::ZERO,
-    )];
+    );
+    plugin.options["serve_bandwidth"] = (a.serve && !a.no_bandwidth).into();
+    cfg.plugins.external = vec![plugin];
     let agent = App::start(cfg, Some(&[PluginKind::Probe])).await;
     let Some(entry) = agent.registry.of_kind(PluginKind::Probe).find(|e| {
         e.instance.is_some() && e.status().state == crate::host::registry::State::Started
@@ -53,8 +55,13 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     };
     if a.serve {
         eprintln!(
-            "rocewatch probe: responding on TCP port {} (Ctrl-C to stop)",
-            a.tcp_port
+            "rocewatch probe: responding on TCP port {}{} (Ctrl-C to stop)",
+            a.tcp_port,
+            if a.no_bandwidth {
+                "; bandwidth tests refused (--no-bandwidth)"
+            } else {
+                "; bandwidth tests served, one at a time"
+            }
         );
         let mut stop = crate::util::signals::shutdown_on_signals();
         let _ = stop.changed().await;

@@ -65,6 +65,8 @@ pub(super) fn check(
 pub struct Options {
     /// A peer to probe and to check the path MTU to.
     pub peer: Option<String>,
+    /// Also a short bandwidth test to the peer.
+    pub bandwidth: bool,
     /// The priority PFC and ECN are expected on.
     pub priority: u8,
     /// How long the counters are watched.

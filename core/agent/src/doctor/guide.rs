@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rocewatch_plugin_api::{Inventory, Port};
 
+use super::bandwidth::bandwidth_check;
 use super::capture::vlan_offload;
 use super::check::{check, Check, Options, Status, ROCE_PORT};
 use super::counters::{counter_increases, TROUBLE};
@@ -286,6 +287,9 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
     match &opts.peer {
         None => out.push(check("probe", "", Status::Skip, "no --peer given", None)),
         Some(peer) => out.push(probe_check(agent, peer).await),
+    }
+    if let (Some(peer), true) = (&opts.peer, opts.bandwidth) {
+        out.push(bandwidth_check(agent, peer).await);
     }
     // Capturing.
     match &capture_if {

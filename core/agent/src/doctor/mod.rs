@@ -9,6 +9,7 @@
 
 pub mod appenv;
 mod appenv_check;
+pub mod bandwidth;
 pub mod capture;
 mod check;
 mod counters;

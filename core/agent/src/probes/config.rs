@@ -104,6 +104,11 @@ pub struct ProbesConfig {
     /// Also answer other agents' probes (default true).
     #[serde(default = "default_true")]
     pub serve: bool,
+    /// The responder also serves bandwidth tests (`rocewatch bandwidth` from another
+    /// host): one at a time, at most 60 s each. Default false: a test fills the link.
+    /// Needs `serve`.
+    #[serde(default)]
+    pub serve_bandwidth: bool,
     #[serde(default)]
     pub device: Option<String>,
     #[serde(default = "default_tcp_port")]
@@ -145,6 +150,12 @@ impl ProbesConfig {
         if self.timeout.is_zero() {
             return bad("timeout", "must be greater than zero".into());
         }
+        if self.serve_bandwidth && !self.serve {
+            return bad(
+                "serve_bandwidth",
+                "needs serve = true (bandwidth tests are served by the responder)".into(),
+            );
+        }
         Ok(())
     }
 
@@ -174,6 +185,10 @@ mod tests {
             ("rtt_buckets = [-1.0]", "probes.rtt_buckets"),
             ("max_rate = 0.0", "probes.max_rate"),
             ("max_peers = 0", "probes.max_peers"),
+            (
+                "serve = false\nserve_bandwidth = true",
+                "probes.serve_bandwidth",
+            ),
         ] {
             let e = cfg(bad).validate().unwrap_err();
             assert_eq!(e.0, key, "{bad}: {e:?}");
@@ -182,5 +197,8 @@ mod tests {
         let d = default_rtt_buckets();
         assert_eq!((d[0], *d.last().unwrap()), (10e-6, 1.0));
         assert!(cfg("").validate().is_ok());
+        assert!(!cfg("").serve_bandwidth, "off unless asked");
+        assert!(cfg("serve_bandwidth = true").validate().is_ok());
+        assert!(toml::from_str::<ProbesConfig>("serve_bandwith = true").is_err());
     }
 }

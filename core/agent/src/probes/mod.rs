@@ -14,6 +14,7 @@
 //! are connected 64 at a time). Memory per peer in the agent is its counters and one
 //! histogram of `rtt_buckets.len() + 1` counts.
 
+pub mod bandwidth;
 mod config;
 mod peers;
 mod plugin;

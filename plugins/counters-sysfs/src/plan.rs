@@ -2,7 +2,7 @@
 //! built when the set of devices changes; the files kept open between collections; and
 //! which ports' hw_counters/ come over RDMA netlink.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -154,6 +154,8 @@ pub(crate) fn build_plan(
         ports: Vec::new(),
         open_files: 0,
     };
+    // One `Arc` per distinct source across ports (2000 ports read the same 52 names).
+    let mut sources: HashMap<String, Arc<str>> = HashMap::new();
     for device in devices.iter().filter(|d| filter.allows(d)) {
         let ports = root.ports(device).unwrap_or_else(|e| {
             errors.push(PartialError {
@@ -168,6 +170,8 @@ pub(crate) fn build_plan(
             let base = base_attributes(device, port, netdev.as_deref());
             let port_dir = root.port_dir(device, port);
             let mut files: Vec<FilePlan> = Vec::new();
+            // The series planned so far (name, attributes by value).
+            let mut planned: HashSet<(&'static str, Attributes)> = HashSet::new();
             let mut shared: HashMap<&'static [(&'static str, &'static str)], Attributes> =
                 HashMap::new();
             for group in GROUPS {
@@ -208,16 +212,17 @@ pub(crate) fn build_plan(
                         ),
                     };
                     // counters_ext/ is planned first: its 64-bit series wins over counters/.
-                    if files
-                        .iter()
-                        .any(|f| f.entry.name == entry.name && f.attributes == attributes)
-                    {
+                    if !planned.insert((entry.name, Attributes::clone(&attributes))) {
                         continue;
                     }
                     files.push(FilePlan {
                         kept: Kept::default(),
                         hw: group == "hw_counters",
-                        source: source.into(),
+                        source: Arc::clone(
+                            sources
+                                .entry(source)
+                                .or_insert_with_key(|s| Arc::from(s.as_str())),
+                        ),
                         entry,
                         attributes,
                     });

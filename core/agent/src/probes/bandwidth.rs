@@ -59,8 +59,9 @@ pub struct PortMoves {
     pub discards: Option<u64>,
 }
 
+/// Saturating: the peer's figures come from its report, which this side cannot trust.
 fn add(slot: &mut Option<u64>, v: u64) {
-    *slot = Some(slot.unwrap_or(0) + v);
+    *slot = Some(slot.unwrap_or(0).saturating_add(v));
 }
 
 impl PortMoves {
@@ -93,7 +94,8 @@ impl PortMoves {
                     } else {
                         &mut self.pause_rx
                     };
-                    *m.entry(p).or_default() += delta;
+                    let e = m.entry(p).or_default();
+                    *e = e.saturating_add(delta);
                 }
             }
             "rdma.link.pause_frames" => add(
@@ -142,7 +144,11 @@ impl PortMoves {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-            m.add(e.name, &attrs, after.saturating_sub(*before) * e.scale);
+            m.add(
+                e.name,
+                &attrs,
+                after.saturating_sub(*before).saturating_mul(e.scale),
+            );
         }
         m
     }
@@ -392,6 +398,28 @@ mod tests {
         assert_eq!(m.tx_bytes, Some(1000), "4-octet words");
         assert_eq!(m.tx_packets, Some(20));
         assert_eq!(m.out_of_sequence, Some(7));
+    }
+
+    #[test]
+    fn a_peers_absurd_report_saturates_instead_of_overflowing() {
+        // The peer's figures come over the network: u64::MAX words of data (scaled ×4)
+        // and two files adding to the same figure must neither panic nor wrap.
+        let mut s = PortSnapshot::default();
+        for f in ["counters/port_xmit_data", "counters_ext/port_xmit_data_64"] {
+            s.before.insert(f.into(), 0);
+            s.after.insert(f.into(), u64::MAX);
+        }
+        let m = PortMoves::from_snapshot(&s);
+        assert_eq!(m.tx_bytes, Some(u64::MAX));
+        let mut p = PortMoves::default();
+        for _ in 0..2 {
+            p.add(
+                "rdma.pfc.pause_frames",
+                &attrs(&[("rdma.priority", "3")]),
+                u64::MAX,
+            );
+        }
+        assert_eq!(p.pause_rx.get(&3), Some(&u64::MAX), "{p:?}");
     }
 
     #[test]

@@ -11,6 +11,15 @@ use crate::config::{Config, LogFormat};
 use crate::demo::{Format as DemoFormat, Scenario};
 use crate::export::otlp::config::OtlpProtocol;
 
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a share between 0 and 1 (0.9: 90 % of the line rate)"
+        )),
+    }
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("invalid duration {s:?} ({e}); write it like 10s, 500ms, 2m"))
@@ -115,8 +124,8 @@ pub enum Command {
     Probe(ProbeCmdArgs),
     /// RDMA bandwidth to a peer (RC WRITE, READ or SEND over verbs, like ib_write_bw).
     ///
-    /// `--qps` RC queue pairs post `--size`-byte messages, 128 in flight each, for
-    /// `--duration`; prints ib_write_bw's table (#bytes #iterations BW peak BW average
+    /// `--qps` RC queue pairs post `--size`-byte messages (2 MiB in flight each: 32
+    /// messages of 64 KiB; between 4 and 128 messages) for `--duration`; prints ib_write_bw's table (#bytes #iterations BW peak BW average
     /// MsgRate), the port's line rate (sysfs `rate`, and the netdev speed for RoCE) and the
     /// share reached, and what moved on both ports meanwhile (PFC pauses per priority,
     /// CNPs, ECN marks, retransmissions, out-of-sequence, out_of_buffer, discards). Exit
@@ -330,8 +339,8 @@ pub struct BandwidthCmdArgs {
     /// How long messages are posted (ib_write_bw -D).
     #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DUR")]
     pub duration: Duration,
-    /// Bytes per message (ib_write_bw -s).
-    #[arg(long, default_value_t = 65536)]
+    /// Bytes per message (ib_write_bw -s), 1 to 64 MiB.
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=64 << 20))]
     pub size: u32,
     /// RC queue pairs (ib_write_bw -q).
     #[arg(long, default_value_t = 4)]
@@ -341,8 +350,8 @@ pub struct BandwidthCmdArgs {
     /// The peer runs the same test towards this host at the same time (ib_write_bw -b).
     #[arg(long)]
     pub bidirectional: bool,
-    /// The share of the line rate below which the test fails.
-    #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
+    /// The share of the line rate below which the test fails (0 to 1; 0: no verdict).
+    #[arg(long, default_value_t = 0.9, value_name = "FRACTION", value_parser = parse_share)]
     pub min_share: f64,
     /// RDMA device (default: the first).
     #[arg(long)]

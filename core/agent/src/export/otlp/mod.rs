@@ -18,7 +18,8 @@
 //! - batching: a backlog is sent as up to [`MAX_MERGE`] snapshots per request, by
 //!   concatenating their bytes (a protobuf message's encodings concatenated decode as
 //!   one message with the repeated fields appended: one request with every snapshot's
-//!   resource metrics); a batch that fails goes back to the queue as it is;
+//!   resource metrics); a batch that fails goes back to the queue snapshot by snapshot
+//!   (slices of its bytes, no copy), so a bound drops only as many as it must;
 //! - retries with exponential backoff and jitter on retryable failures (connection
 //!   errors, timeouts, HTTP 429/502/503/504, gRPC UNAVAILABLE and friends); permanent
 //!   rejections (HTTP 400...) drop the batch and are counted in `rocewatch.exporter.errors`;
@@ -94,16 +95,40 @@ pub fn resource(cfg: &OtlpConfig, host: &str) -> Resource {
 struct Batch {
     /// An `ExportMetricsServiceRequest`, encoded.
     body: Bytes,
-    /// How many snapshots it holds.
-    snapshots: usize,
+    /// The encoded length of each snapshot it holds, in order.
+    parts: Vec<usize>,
 }
 
 impl Batch {
     fn of(r: &ExportMetricsServiceRequest) -> Batch {
         Batch {
             body: r.encode_to_vec().into(),
-            snapshots: 1,
+            parts: vec![r.encoded_len()],
         }
+    }
+
+    fn snapshots(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Each snapshot on its own again: slices of the same bytes, no copy (the merged
+    /// buffer lives until its last slice is sent or dropped).
+    fn split(self) -> impl DoubleEndedIterator<Item = Batch> {
+        let mut at = 0;
+        let body = self.body;
+        let slices: Vec<Batch> = self
+            .parts
+            .into_iter()
+            .map(|len| {
+                let b = Batch {
+                    body: body.slice(at..at + len),
+                    parts: vec![len],
+                };
+                at += len;
+                b
+            })
+            .collect();
+        slices.into_iter()
     }
 }
 
@@ -143,20 +168,23 @@ impl Queue {
     fn push(&self, b: Batch) {
         let mut st = self.lock();
         st.bytes += b.body.len();
-        st.snapshots += b.snapshots;
+        st.snapshots += b.snapshots();
         st.batches.push_back(b);
         self.trim(&mut st);
         drop(st);
         self.cv.notify_all();
     }
 
-    /// Put a failed batch back at the front (it is older than anything queued since).
+    /// Put a failed batch back at the front (it is older than anything queued since),
+    /// snapshot by snapshot: over a bound, only as many of its oldest as needed go.
     fn push_front(&self, b: Batch) {
         let mut st = self.lock();
         st.in_flight = 0;
-        st.bytes += b.body.len();
-        st.snapshots += b.snapshots;
-        st.batches.push_front(b);
+        for one in b.split().rev() {
+            st.bytes += one.body.len();
+            st.snapshots += 1;
+            st.batches.push_front(one);
+        }
         self.trim(&mut st);
     }
 
@@ -168,8 +196,8 @@ impl Queue {
         {
             if let Some(b) = st.batches.pop_front() {
                 st.bytes -= b.body.len();
-                st.snapshots -= b.snapshots;
-                for _ in 0..b.snapshots {
+                st.snapshots -= b.snapshots();
+                for _ in 0..b.snapshots() {
                     self.metrics.exporter_dropped("otlp");
                 }
             }
@@ -184,17 +212,17 @@ impl Queue {
             .pop_front()
             .expect("taken from a non-empty queue");
         let mut taken = vec![first];
-        let mut snapshots = taken[0].snapshots;
+        let mut snapshots = taken[0].snapshots();
         while let Some(next) = st.batches.front() {
-            if snapshots + next.snapshots > MAX_MERGE {
+            if snapshots + next.snapshots() > MAX_MERGE {
                 break;
             }
-            snapshots += next.snapshots;
+            snapshots += next.snapshots();
             taken.push(st.batches.pop_front().expect("front exists"));
         }
         let b = merge(taken);
         st.bytes -= b.body.len();
-        st.snapshots -= b.snapshots;
+        st.snapshots -= b.snapshots();
         st.in_flight = b.body.len();
         b
     }
@@ -226,14 +254,14 @@ fn merge(batches: Vec<Batch>) -> Batch {
     }
     let len = batches.iter().map(|b| b.body.len()).sum();
     let mut body = Vec::with_capacity(len);
-    let mut snapshots = 0;
+    let mut parts = Vec::new();
     for b in batches {
         body.extend_from_slice(&b.body);
-        snapshots += b.snapshots;
+        parts.extend(b.parts);
     }
     Batch {
         body: body.into(),
-        snapshots,
+        parts,
     }
 }
 
@@ -253,7 +281,7 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
             }
             queue.take(&mut st)
         };
-        let count = batch.snapshots;
+        let count = batch.snapshots();
         let sent = transport.send(&batch.body);
         match sent {
             Ok(()) => {
@@ -635,21 +663,27 @@ mod tests {
             .map(|r| r.schema_url)
             .collect();
         assert_eq!(got, tags_in[..MAX_MERGE]);
-        assert_eq!(taken.snapshots, MAX_MERGE);
+        assert_eq!(taken.snapshots(), MAX_MERGE);
         assert_eq!(q.len(), 2);
         assert_eq!(q.lock().in_flight, taken.body.len());
-        // Back after a failure: one batch of MAX_MERGE snapshots at the front.
+        // Back after a failure: its snapshots at the front, each on its own again, in
+        // order.
         q.push_front(taken);
         assert_eq!(q.len(), MAX_MERGE + 2);
-        assert_eq!(tags(&q)[0], tags_in[..MAX_MERGE]);
-        // Over the byte bound, that batch is dropped whole and each snapshot counted.
+        let back: Vec<Vec<String>> = tags_in.iter().map(|t| vec![t.clone()]).collect();
+        assert_eq!(tags(&q), back);
+        let all: usize = tags_in.iter().map(|t| req(t).encoded_len()).sum();
+        assert_eq!(q.lock().bytes, all);
+        // Over the byte bound, only as many of a failed batch's oldest snapshots go as
+        // needed, each counted.
         let bounded = queue(1000, 3 * one, &metrics);
         bounded.push(Batch::of(&req("s0")));
         let big = merge((0..5).map(|i| Batch::of(&req(&format!("m{i}")))).collect());
         bounded.push_front(big);
+        assert_eq!(tags(&bounded), [["m3"], ["m4"], ["s0"]]);
         bounded.push(Batch::of(&req("s1")));
-        assert_eq!(tags(&bounded), [["s0"], ["s1"]]);
-        assert_eq!(metrics.exporter_dropped_count("otlp"), 5);
+        assert_eq!(tags(&bounded), [["m4"], ["s0"], ["s1"]]);
+        assert_eq!(metrics.exporter_dropped_count("otlp"), 4);
     }
 
     #[test]

@@ -59,6 +59,8 @@ fn run_lab(script: &str) -> Option<PathBuf> {
         )
         .unwrap();
         let lab = root().join("integration-tests/lab");
+        // The bring-up walk, sourced by probe.sh.
+        std::fs::copy(lab.join("walkthrough.sh"), share.join("walkthrough.sh")).unwrap();
         let st = Command::new("bash")
             .arg(lab.join("rxe-lab.sh"))
             .args(["run", "--pair"])
@@ -1070,4 +1072,95 @@ fn lab_qos_apply_and_rollback_on_the_real_configfs() {
         audit.iter().filter(|r| r["decision"] == "dry_run").count(),
         2
     );
+}
+
+/// The README's walk through the bring-up guide runs in the guests in its order, each step
+/// doing its part: discover finds rxe0 with its netdev; qos reads the RoCE mode the walk
+/// made readable; probe reaches the peer; bandwidth moves data; env names rxe0:1 and a GID
+/// index; doctor passes the connectivity checks; capture sees the probes' RoCE packets.
+#[test]
+fn lab_the_bring_up_walk_runs_in_order() {
+    let Some(out) = probe_lab() else { return };
+    let b = out.join("b");
+    let walk = read(&b.join("walk.txt"));
+    let steps: Vec<(&str, &str)> = walk.lines().filter_map(|l| l.split_once(" rc=")).collect();
+    let names: Vec<&str> = steps.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        names,
+        [
+            "discover",
+            "qos",
+            "probe",
+            "bandwidth",
+            "env",
+            "doctor",
+            "capture"
+        ],
+        "{walk}"
+    );
+    let out_of = |step: &str| json(&b.join(format!("walk-{step}.out")));
+    let err_of = |step: &str| {
+        std::fs::read_to_string(b.join(format!("walk-{step}.err"))).unwrap_or_default()
+    };
+    for (step, rc) in &steps {
+        assert_eq!(*rc, "0", "{step} exited {rc}: {}", err_of(step));
+    }
+    let d = out_of("discover");
+    assert_eq!(d["devices"][0]["name"], "rxe0", "{d}");
+    let netdev = d["devices"][0]["ports"][0]["netdev"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let q = out_of("qos");
+    assert_eq!(
+        qos_setting(&q, "roce_mode"),
+        ("value".into(), "RoCE v2".into()),
+        "{q}"
+    );
+    let p = out_of("probe");
+    assert_eq!(p["sent"], 10, "{p}");
+    assert_eq!(p["received"], 10, "{p}");
+    let bw = out_of("bandwidth");
+    assert!(bw["average_bps"].as_f64().unwrap() > 0.0, "{bw}");
+    assert!(bw["result"]["local"]["bytes"].as_u64().unwrap() > 0, "{bw}");
+    let env = out_of("env");
+    assert_eq!(env["variables"]["NCCL_IB_HCA"], "=rxe0:1", "{env}");
+    assert_eq!(
+        env["variables"]["NCCL_SOCKET_IFNAME"],
+        format!("={netdev}"),
+        "{env}"
+    );
+    assert!(env["variables"]["NCCL_IB_GID_INDEX"].is_string(), "{env}");
+    let doc = out_of("doctor");
+    for check in [
+        "devices",
+        "port",
+        "netdev",
+        "gid",
+        "roce-mode",
+        "firewall",
+        "probe",
+    ] {
+        let st: Vec<&str> = doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"] == check)
+            .map(|c| c["status"].as_str().unwrap())
+            .collect();
+        assert!(
+            !st.is_empty() && st.iter().all(|s| *s == "pass"),
+            "{check}: {st:?}\n{doc}"
+        );
+    }
+    let c = out_of("capture");
+    let sends: u64 = c["by_opcode"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(op, _)| op.starts_with("RC SEND"))
+        .map(|(_, n)| n["packets"].as_u64().unwrap())
+        .sum();
+    // 40 probes at 50 ms during a 4 s capture: their sends and the replies.
+    assert!(sends >= 10, "{c}");
 }

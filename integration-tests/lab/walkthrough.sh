@@ -1,0 +1,34 @@
+#!/bin/bash
+# The README's walk through the RoCE bring-up guide, in its order, on the probe lab's
+# guest b against the responder on guest a (sourced by probe.sh; $BIN, $P and $R set).
+# Each step writes walk-<step>.out and .err and appends "<step> rc=<status>" to walk.txt,
+# so the test sees that the steps ran and in which order:
+#   discover -> qos -> probe -> bandwidth -> env -> doctor -> capture
+walk() { # STEP COMMAND...
+  local step=$1; shift
+  "$@" > "$R/walk-$step.out" 2> "$R/walk-$step.err"
+  echo "$step rc=$?" >> "$R/walk.txt"
+}
+: > "$R/walk.txt"
+# 1. What RDMA devices, ports, netdevs and GIDs there are (ibdev2netdev, ibv_devinfo).
+walk discover "$BIN" discover --json
+# 2. The RoCE/PFC/ECN configuration as it is. rdma_cm's configfs directory is what the
+# guide's RoCE mode step creates; without it the mode cannot be read (qos and doctor say
+# so): the walk creates it, as an operator following the guide does.
+modprobe rdma_cm 2>/dev/null; mkdir -p /sys/kernel/config/rdma_cm/rxe0
+walk qos "$BIN" qos show --json
+# 3. Connectivity and latency over real verbs (ib_send_lat's measurement).
+walk probe "$BIN" probe "$P" --count 10 --json
+# 4. Bandwidth against line rate (ib_write_bw's measurement). The emulated guests reach a
+# small share of the virtual link's rate: the walk asks for no share, the lab test of
+# `bandwidth` itself compares with ib_write_bw.
+walk bandwidth "$BIN" bandwidth "$P" --duration 3s --qps 2 --min-share 0 --json
+# 5. What NCCL, UCX and Open MPI need on this host.
+walk env "$BIN" env --format json
+# 6. The guide's checks, with the peer.
+walk doctor "$BIN" doctor --peer "$P" --window 1s --json
+# 7. A capture on the RDMA device's netdev while probes flow.
+( sleep 1; "$BIN" probe "$P" --count 40 --interval 50ms > /dev/null 2>&1 ) & PROBES=$!
+walk capture "$BIN" capture rxe0 --duration 4s --summary --json
+wait $PROBES
+rmdir /sys/kernel/config/rdma_cm/rxe0 2>/dev/null

@@ -87,6 +87,8 @@ pub(crate) fn serve_test(
         send(tcp, &Answer::Refused(why.clone()).encode())?;
         Err(format!("bandwidth test from {peer} refused: {why}"))
     };
+    // Every failure in the log names the prober.
+    let from = |e: String| format!("bandwidth test from {peer}: {e}");
     let h = match Hello::decode(hello) {
         Ok(h) => h,
         Err(e) => return refuse(&mut tcp, format!("bad request: {e}")),
@@ -105,7 +107,10 @@ pub(crate) fn serve_test(
         );
     }
     let _running = Running(&policy.busy);
-    let ip = tcp.local_addr().map_err(|e| e.to_string())?.ip();
+    let ip = match tcp.local_addr() {
+        Ok(a) => a.ip(),
+        Err(e) => return refuse(&mut tcp, format!("the side channel's local address: {e}")),
+    };
     let Some((idx, gid)) = gids.get(ip) else {
         return refuse(&mut tcp, format!("no RoCE v2 GID for {ip} on {}", dev.name));
     };
@@ -117,9 +122,10 @@ pub(crate) fn serve_test(
         }
     }
     let infos: Vec<_> = qps.iter().map(|q| q.local).collect();
-    send(&mut tcp, &Answer::Accepted(infos).encode())?;
+    send(&mut tcp, &Answer::Accepted(infos).encode()).map_err(from)?;
     tcp.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let remotes = bwproto::read_qps(&mut tcp, h.qps).map_err(|e| e.to_string())?;
+    let remotes =
+        bwproto::read_qps(&mut tcp, h.qps).map_err(|e| from(format!("its queue pairs: {e}")))?;
     let duration = Duration::from_millis(u64::from(h.duration_ms));
     let plan = Plan {
         op: h.op,
@@ -136,8 +142,8 @@ pub(crate) fn serve_test(
         .and_then(|_| bwverbs::prepare(&mut qps, &plan))
         .map_err(|e| e.to_string());
     let mut snap = snapshot::begin(&policy.root, &dev.name, dev.port);
-    send(&mut tcp, &bwproto::encode_ready(&setup))?;
-    setup?;
+    send(&mut tcp, &bwproto::encode_ready(&setup)).map_err(from)?;
+    setup.map_err(from)?;
     tcp.set_nonblocking(true).ok();
     // The prober's done message (or its leaving) ends the test.
     let mut stop = || {
@@ -166,9 +172,9 @@ pub(crate) fn serve_test(
         },
     };
     let err = report.error.clone();
-    send(&mut tcp, &report.encode())?;
+    send(&mut tcp, &report.encode()).map_err(from)?;
     match err {
-        Some(e) => Err(format!("bandwidth test from {peer}: {e}")),
+        Some(e) => Err(from(e)),
         None => Ok(()),
     }
 }

@@ -90,6 +90,9 @@ pub(crate) struct FilePlan {
     pub(crate) attributes: Attributes,
     /// A file of hw_counters/ (which RDMA netlink can stand in for).
     pub(crate) hw: bool,
+    /// `netlink:hw_counters/<name>`, for a hw counter of a port read over netlink (set by
+    /// [`attach_netlink`], shared across ports like `source`).
+    pub(crate) netlink_source: Option<Arc<str>>,
     /// The file, kept open between collections when allowed (see [`KeepOpen`]).
     pub(crate) kept: Kept,
 }
@@ -97,7 +100,10 @@ pub(crate) struct FilePlan {
 impl FilePlan {
     /// `netlink:hw_counters/<name>`: the source of a value read over RDMA netlink.
     pub(crate) fn netlink_source(&self) -> Arc<str> {
-        format!("netlink:{}", self.source).into()
+        match &self.netlink_source {
+            Some(s) => Arc::clone(s),
+            None => format!("netlink:{}", self.source).into(),
+        }
     }
 }
 
@@ -216,6 +222,7 @@ pub(crate) fn build_plan(
                         continue;
                     }
                     files.push(FilePlan {
+                        netlink_source: None,
                         kept: Kept::default(),
                         hw: group == "hw_counters",
                         source: Arc::clone(
@@ -269,6 +276,7 @@ pub(crate) fn hw_file_plan(base: &Attributes, name: &str) -> Option<FilePlan> {
         attributes.insert(k.to_string(), v.to_string());
     }
     Some(FilePlan {
+        netlink_source: Some(format!("netlink:{source}").into()),
         kept: Kept::default(),
         hw: true,
         source: source.into(),
@@ -297,6 +305,8 @@ pub(crate) fn attach_netlink(
             return;
         }
     };
+    // One `netlink:hw_counters/<name>` per name across ports.
+    let mut netlink_sources: HashMap<Arc<str>, Arc<str>> = HashMap::new();
     for p in &mut plan.ports {
         let Some(d) = devices.iter().find(|d| d.name == p.device) else {
             if required {
@@ -319,6 +329,12 @@ pub(crate) fn attach_netlink(
                         Some((f.source.strip_prefix("hw_counters/")?.to_string(), i))
                     })
                     .collect();
+                for f in p.files.iter_mut().filter(|f| f.hw) {
+                    let s = netlink_sources
+                        .entry(Arc::clone(&f.source))
+                        .or_insert_with(|| format!("netlink:{}", f.source).into());
+                    f.netlink_source = Some(Arc::clone(s));
+                }
             }
             Err(e) if required => errors.push(PartialError {
                 target: format!("{}/{}", p.device, p.port),

@@ -19,7 +19,7 @@ use rdma_sys::*;
 use rocewatch_plugin_api::{BandwidthOp, BandwidthSide};
 
 use crate::bwproto::QpInfo;
-use crate::verbs::{os_err, Device, VerbsError};
+use crate::verbs::{connect_rc, os_err, Device, Info, RcSetup, VerbsError};
 
 /// Most messages in flight per queue pair (the send queue's size).
 pub const DEPTH: u32 = 128;
@@ -138,81 +138,27 @@ impl BwQp {
         })
     }
 
-    fn modify(
-        &self,
-        a: &mut ibv_qp_attr,
-        mask: ibv_qp_attr_mask,
-        what: &str,
-    ) -> Result<(), VerbsError> {
-        // SAFETY: qp and a are valid.
-        let r = unsafe { ibv_modify_qp(self.qp, a, mask.0 as i32) };
-        if r != 0 {
-            return Err(VerbsError(format!(
-                "ibv_modify_qp to {what} on {}: {}",
-                self.dev.name,
-                std::io::Error::from_raw_os_error(r)
-            )));
-        }
-        Ok(())
-    }
-
     /// INIT (remote write and read allowed), RTR towards `remote`, RTS; `rd_atomic`
     /// READs may be outstanding each way.
     pub fn connect(&mut self, remote: &QpInfo, rd_atomic: u8) -> Result<(), VerbsError> {
-        use ibv_qp_attr_mask as M;
-        // SAFETY: an all-zero attribute is valid; fields set below (three times).
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
-        a.port_num = self.dev.port;
-        a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
-            "INIT",
-        )?;
-        // SAFETY: as above.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = self.dev.active_mtu;
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn;
-        a.max_dest_rd_atomic = rd_atomic;
-        a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = self.dev.port;
-        a.ah_attr.grh.dgid = ibv_gid { raw: remote.gid };
-        a.ah_attr.grh.sgid_index = self.gid_index;
-        a.ah_attr.grh.hop_limit = 64;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE
-                | M::IBV_QP_AV
-                | M::IBV_QP_PATH_MTU
-                | M::IBV_QP_DEST_QPN
-                | M::IBV_QP_RQ_PSN
-                | M::IBV_QP_MAX_DEST_RD_ATOMIC
-                | M::IBV_QP_MIN_RNR_TIMER,
-            "RTR",
-        )?;
-        // SAFETY: as above.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = RETRANSMIT_TIMEOUT;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = self.local.psn;
-        a.max_rd_atomic = rd_atomic;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE
-                | M::IBV_QP_TIMEOUT
-                | M::IBV_QP_RETRY_CNT
-                | M::IBV_QP_RNR_RETRY
-                | M::IBV_QP_SQ_PSN
-                | M::IBV_QP_MAX_QP_RD_ATOMIC,
-            "RTS",
+        let peer = Info {
+            qpn: remote.qpn,
+            psn: remote.psn,
+            gid: remote.gid,
+        };
+        connect_rc(
+            self.qp,
+            &self.dev,
+            self.gid_index,
+            self.local.psn,
+            &peer,
+            RcSetup {
+                access: ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+                    | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+                    | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
+                rd_atomic,
+                timeout: RETRANSMIT_TIMEOUT,
+            },
         )
     }
 

@@ -284,6 +284,106 @@ pub fn poll_ms(timeout: Duration) -> i32 {
     timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
 }
 
+/// How an RC queue pair is brought up: the access it grants its peer, the RDMA READs
+/// outstanding each way, and the retransmission timeout (4.096 µs × 2^`timeout`).
+#[derive(Debug, Clone, Copy)]
+pub struct RcSetup {
+    pub access: u32,
+    pub rd_atomic: u8,
+    pub timeout: u8,
+}
+
+fn modify_qp(
+    qp: *mut ibv_qp,
+    dev: &Device,
+    attr: &mut ibv_qp_attr,
+    mask: ibv_qp_attr_mask,
+    what: &str,
+) -> Result<(), VerbsError> {
+    // SAFETY: qp is a live queue pair of dev and attr is valid for the call.
+    let r = unsafe { ibv_modify_qp(qp, attr, mask.0 as i32) };
+    if r != 0 {
+        return Err(VerbsError(format!(
+            "ibv_modify_qp to {what} on {}: {}",
+            dev.name,
+            std::io::Error::from_raw_os_error(r)
+        )));
+    }
+    Ok(())
+}
+
+/// INIT, RTR towards `remote` (its queue pair number, first PSN and GID), RTS from
+/// `local_psn`: an RC queue pair `qp` of `dev` whose source GID is `gid_index`.
+pub fn connect_rc(
+    qp: *mut ibv_qp,
+    dev: &Device,
+    gid_index: u8,
+    local_psn: u32,
+    remote: &Info,
+    s: RcSetup,
+) -> Result<(), VerbsError> {
+    use ibv_qp_attr_mask as M;
+    // SAFETY: an all-zero attribute is valid; fields set below (three times).
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = dev.port;
+    a.qp_access_flags = s.access;
+    modify_qp(
+        qp,
+        dev,
+        &mut a,
+        M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
+        "INIT",
+    )?;
+    // SAFETY: as above.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+    a.path_mtu = dev.active_mtu;
+    a.dest_qp_num = remote.qpn;
+    a.rq_psn = remote.psn;
+    a.max_dest_rd_atomic = s.rd_atomic;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = dev.port;
+    a.ah_attr.grh.dgid = ibv_gid { raw: remote.gid };
+    a.ah_attr.grh.sgid_index = gid_index;
+    a.ah_attr.grh.hop_limit = 64;
+    modify_qp(
+        qp,
+        dev,
+        &mut a,
+        M::IBV_QP_STATE
+            | M::IBV_QP_AV
+            | M::IBV_QP_PATH_MTU
+            | M::IBV_QP_DEST_QPN
+            | M::IBV_QP_RQ_PSN
+            | M::IBV_QP_MAX_DEST_RD_ATOMIC
+            | M::IBV_QP_MIN_RNR_TIMER,
+        "RTR",
+    )?;
+    // SAFETY: as above.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+    a.timeout = s.timeout;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = local_psn;
+    a.max_rd_atomic = s.rd_atomic;
+    modify_qp(
+        qp,
+        dev,
+        &mut a,
+        M::IBV_QP_STATE
+            | M::IBV_QP_TIMEOUT
+            | M::IBV_QP_RETRY_CNT
+            | M::IBV_QP_RNR_RETRY
+            | M::IBV_QP_SQ_PSN
+            | M::IBV_QP_MAX_QP_RD_ATOMIC,
+        "RTS",
+    )
+}
+
 /// One RC queue pair with its completion queue and a registered buffer
 /// (`[0, size)` to send, `[size, 2 size)` to receive).
 pub struct Endpoint {
@@ -370,79 +470,19 @@ impl Endpoint {
         })
     }
 
-    fn modify(
-        &self,
-        attr: &mut ibv_qp_attr,
-        mask: ibv_qp_attr_mask,
-        what: &str,
-    ) -> Result<(), VerbsError> {
-        // SAFETY: qp and attr are valid.
-        let r = unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) };
-        if r != 0 {
-            return Err(VerbsError(format!(
-                "ibv_modify_qp to {what} on {}: {}",
-                self.dev.name,
-                std::io::Error::from_raw_os_error(r)
-            )));
-        }
-        Ok(())
-    }
-
-    /// INIT, RTR (towards `remote`), RTS.
+    /// INIT, RTR (towards `remote`), RTS: one message each way at a time.
     pub fn connect(&mut self, remote: &Info) -> Result<(), VerbsError> {
-        use ibv_qp_attr_mask as M;
-        // SAFETY: an all-zero attribute is valid; fields set below.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
-        a.pkey_index = 0;
-        a.port_num = self.dev.port;
-        a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
-            "INIT",
-        )?;
-        // SAFETY: as above.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = self.dev.active_mtu;
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn;
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = self.dev.port;
-        a.ah_attr.grh.dgid = ibv_gid { raw: remote.gid };
-        a.ah_attr.grh.sgid_index = self.gid_index;
-        a.ah_attr.grh.hop_limit = 64;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE
-                | M::IBV_QP_AV
-                | M::IBV_QP_PATH_MTU
-                | M::IBV_QP_DEST_QPN
-                | M::IBV_QP_RQ_PSN
-                | M::IBV_QP_MAX_DEST_RD_ATOMIC
-                | M::IBV_QP_MIN_RNR_TIMER,
-            "RTR",
-        )?;
-        // SAFETY: as above.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = self.local.psn;
-        a.max_rd_atomic = 1;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE
-                | M::IBV_QP_TIMEOUT
-                | M::IBV_QP_RETRY_CNT
-                | M::IBV_QP_RNR_RETRY
-                | M::IBV_QP_SQ_PSN
-                | M::IBV_QP_MAX_QP_RD_ATOMIC,
-            "RTS",
+        connect_rc(
+            self.qp,
+            &self.dev,
+            self.gid_index,
+            self.local.psn,
+            remote,
+            RcSetup {
+                access: ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
+                rd_atomic: 1,
+                timeout: 14,
+            },
         )
     }
 

@@ -19,7 +19,7 @@ use rdma_sys::*;
 use rocewatch_plugin_api::{BandwidthOp, BandwidthSide};
 
 use crate::bwproto::QpInfo;
-use crate::verbs::{connect_rc, os_err, Device, Info, RcSetup, VerbsError};
+use crate::verbs::{connect_rc, create_rc_qp, os_err, Device, Info, RcSetup, VerbsError};
 
 /// Most messages in flight per queue pair (the send queue's size).
 pub const DEPTH: u32 = 128;
@@ -88,22 +88,14 @@ impl BwQp {
         if cq.is_null() {
             return Err(os_err(&format!("ibv_create_cq {d}")));
         }
-        // SAFETY: an all-zero init attribute is valid; the fields are set below.
-        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        init.send_cq = cq;
-        init.recv_cq = cq;
-        init.qp_type = ibv_qp_type::IBV_QPT_RC;
-        init.cap.max_send_wr = DEPTH;
-        init.cap.max_recv_wr = DEPTH;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
-        // SAFETY: pd and init are valid.
-        let qp = unsafe { ibv_create_qp(dev.pd, &mut init) };
-        if qp.is_null() {
-            // SAFETY: created above.
-            unsafe { ibv_destroy_cq(cq) };
-            return Err(os_err(&format!("ibv_create_qp {d}")));
-        }
+        let qp = match create_rc_qp(&dev, cq, DEPTH) {
+            Ok(qp) => qp,
+            Err(e) => {
+                // SAFETY: created above.
+                unsafe { ibv_destroy_cq(cq) };
+                return Err(e);
+            }
+        };
         let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
             | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
             | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;

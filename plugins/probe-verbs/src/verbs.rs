@@ -293,6 +293,26 @@ pub struct RcSetup {
     pub timeout: u8,
 }
 
+/// An RC queue pair of `dev` on `cq` (sends and receives), `depth` work requests each
+/// way, one scatter/gather entry each.
+pub fn create_rc_qp(dev: &Device, cq: *mut ibv_cq, depth: u32) -> Result<*mut ibv_qp, VerbsError> {
+    // SAFETY: an all-zero init attribute is valid; the fields are set below.
+    let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = ibv_qp_type::IBV_QPT_RC;
+    init.cap.max_send_wr = depth;
+    init.cap.max_recv_wr = depth;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    // SAFETY: pd and init are valid.
+    let qp = unsafe { ibv_create_qp(dev.pd, &mut init) };
+    if qp.is_null() {
+        return Err(os_err(&format!("ibv_create_qp {}", dev.name)));
+    }
+    Ok(qp)
+}
+
 fn modify_qp(
     qp: *mut ibv_qp,
     dev: &Device,
@@ -420,22 +440,14 @@ impl Endpoint {
         if cq.is_null() {
             return Err(os_err(&format!("ibv_create_cq {d}")));
         }
-        // SAFETY: an all-zero init attribute is valid; the fields are set below.
-        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        init.send_cq = cq;
-        init.recv_cq = cq;
-        init.qp_type = ibv_qp_type::IBV_QPT_RC;
-        init.cap.max_send_wr = 4;
-        init.cap.max_recv_wr = 4;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
-        // SAFETY: pd and init are valid.
-        let qp = unsafe { ibv_create_qp(dev.pd, &mut init) };
-        if qp.is_null() {
-            // SAFETY: created above.
-            unsafe { ibv_destroy_cq(cq) };
-            return Err(os_err(&format!("ibv_create_qp {d}")));
-        }
+        let qp = match create_rc_qp(&dev, cq, 4) {
+            Ok(qp) => qp,
+            Err(e) => {
+                // SAFETY: created above.
+                unsafe { ibv_destroy_cq(cq) };
+                return Err(e);
+            }
+        };
         // SAFETY: buf outlives the MR (dropped after dereg in Drop).
         let mr = unsafe {
             __ibv_reg_mr(

@@ -562,7 +562,7 @@ fn rc_of(out: &Path, name: &str) -> i32 {
 
 /// `rocewatch bandwidth` (RDMA WRITE, 64 KiB, 4 QPs, 5 s) against `probe --serve` reaches
 /// at least 0.8 of `ib_write_bw` with the same size, QPs, duration and queue settings (32
-/// in flight per QP, ~1 s retransmission timeout) in the same guests and run (twice each,
+/// in flight per QP, ~1 s retransmission timeout) in the same guests and run (three times each,
 /// best against best); the rxe packet counters (sysfs, and the agent's collectors on both
 /// ports) moved by at least the packets the reported bytes need at the active MTU.
 #[test]
@@ -579,9 +579,9 @@ fn lab_bandwidth_reaches_ib_write_bw_and_the_counters_moved_as_much() {
     let bytes = r["local"]["bytes"].as_u64().unwrap();
     let messages = r["local"]["messages"].as_u64().unwrap();
     assert!(messages > 0 && bytes == messages * 65536, "{bw}");
-    // Twice each, alternately (the emulated guests' speed drifts with the host's load):
-    // the best of each.
-    let ours = ["bw-write", "bw-write2"]
+    // Three times each, alternately (the emulated guests' speed drifts with the host's
+    // load): the best of each.
+    let ours = ["bw-write", "bw-write2", "bw-write3"]
         .iter()
         .map(|n| probe_json(out, n)["average_bps"].as_f64().unwrap() / 1e9)
         .fold(0.0, f64::max);
@@ -597,9 +597,12 @@ fn lab_bandwidth_reaches_ib_write_bw_and_the_counters_moved_as_much() {
                 panic!("no ib_write_bw result in {name}:\n{perf}\nfailed attempts:\n{failures}")
             })
     };
-    let theirs = perf_of("ib_write_bw.txt").max(perf_of("ib_write_bw2.txt"));
+    let theirs = ["ib_write_bw.txt", "ib_write_bw2.txt", "ib_write_bw3.txt"]
+        .iter()
+        .map(|n| perf_of(n))
+        .fold(0.0, f64::max);
     eprintln!(
-        "lab bandwidth (TCG guests, best of two each): rocewatch {ours:.3} Gb/s, ib_write_bw {theirs:.3} Gb/s (x{:.2}), {messages} messages in the first run",
+        "lab bandwidth (TCG guests, best of three each): rocewatch {ours:.3} Gb/s, ib_write_bw {theirs:.3} Gb/s (x{:.2}), {messages} messages in the first run",
         ours / theirs
     );
     assert!(

@@ -111,6 +111,8 @@ pub(crate) struct PortPlan {
     pub(crate) rate: KeptAt,
     /// The netdev's `mtu` file and the sample source naming it.
     pub(crate) mtu: Option<(KeptAt, Arc<str>)>,
+    /// The PCIe link files of the device, on its first port only.
+    pub(crate) pcie: Option<crate::pcie::PcieFiles>,
     pub(crate) base: Attributes,
     pub(crate) files: Vec<FilePlan>,
     /// The kernel's device index when hw_counters/ come over netlink.
@@ -164,7 +166,7 @@ pub(crate) fn build_plan(
             });
             Vec::new()
         });
-        for port in ports {
+        for (k, port) in ports.into_iter().enumerate() {
             let gids = root.gids(device, port).unwrap_or_default();
             let netdev = root.port_netdev(device, port, &gids);
             let base = base_attributes(device, port, netdev.as_deref());
@@ -240,6 +242,7 @@ pub(crate) fn build_plan(
                         format!("class/net/{nd}/mtu").into(),
                     )
                 }),
+                pcie: (k == 0).then(|| crate::pcie::PcieFiles::new(&root.device_dir(device))),
                 port_dir,
                 base: Attributes::new(base),
                 files,

@@ -139,3 +139,26 @@ fn doctor_on_other_trees() {
         "{text}"
     );
 }
+
+/// The two-socket GPU host (fixtures/gpu-two-socket, see its SOURCE.md): the host checks
+/// find each fault put in it.
+#[test]
+fn doctor_on_the_gpu_host() {
+    let (code, v) = doctor("gpu-two-socket", &[]);
+    assert_eq!(code, Some(1), "{v}");
+    // PCIe links: mlx5_2 trained at x8 of x16, below its 200 Gb/s port.
+    let link = find(&v, "pcie-link", "mlx5_2");
+    assert_eq!(link["status"], "fail");
+    assert_eq!(
+        link["evidence"],
+        "0000:9d:00.0 trained at x8 at 16 GT/s of x16 at 16 GT/s: caps ~126 Gb/s, below the 200 Gb/s port"
+    );
+    for d in ["mlx5_0", "mlx5_1", "mlx5_3"] {
+        assert_eq!(find(&v, "pcie-link", d)["status"], "pass", "{d}");
+    }
+    // Trees without PCIe link files skip, saying why.
+    let (_, v) = doctor("mlx5-roce-dual-port", &[]);
+    assert_eq!(find(&v, "pcie-link", "mlx5_0")["status"], "skip");
+    let (_, v) = doctor("rxe-soft-roce", &[]);
+    assert_eq!(find(&v, "pcie-link", "rxe0")["status"], "skip");
+}

@@ -1,5 +1,5 @@
-//! The guide in order: devices, ports, netdev and IP, GID, the QoS checks, MTU,
-//! firewall, interrupts, firmware, counters over a window, a verbs probe, capture.
+//! The guide in order: devices, ports, netdev and IP, GID, the QoS checks, MTU, the PCIe
+//! links, firewall, interrupts, firmware, counters over a window, a verbs probe, capture.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -202,6 +202,9 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
             out.push(peer_mtu_check(peer, *m, nd));
         }
     }
+    // The host's PCI side: each NIC's link, and where GPUs sit from NICs.
+    let sys = rocewatch_sysfs::SysRoot::new(&root);
+    out.extend(super::pcie::link_checks(&sys, &inv));
     // The host: firewall, interrupts (live only).
     if live {
         out.extend(firewall_checks());

@@ -3,8 +3,8 @@
 //! read and, when it is not a pass, the exact command or change that fixes it.
 //!
 //! Order follows the guide: devices, ports, netdev and its IP, the RoCE v2 GID for that
-//! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, firewall rules for UDP
-//! 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
+//! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, the NICs' PCIe links,
+//! firewall rules for UDP 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
 
 pub mod appenv;
@@ -17,6 +17,7 @@ mod firewall;
 mod guide;
 mod host;
 mod mtu;
+mod pcie;
 mod qos;
 pub mod roce_decode;
 

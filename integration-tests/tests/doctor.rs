@@ -162,3 +162,54 @@ fn doctor_on_the_gpu_host() {
     let (_, v) = doctor("rxe-soft-roce", &[]);
     assert_eq!(find(&v, "pcie-link", "rxe0")["status"], "skip");
 }
+
+/// The link layer: a port unlike most of the host's warns; with --link-layer it fails,
+/// with the mlxconfig setting for its PCI function.
+#[test]
+fn doctor_link_layer_on_the_gpu_host() {
+    let (_, v) = doctor("gpu-two-socket", &[]);
+    let ll = find(&v, "link-layer", "mlx5_1/1");
+    assert_eq!(ll["status"], "warn", "{v}");
+    assert_eq!(
+        ll["evidence"],
+        "InfiniBand, but the port is meant for RoCE (Ethernet) (3 of the host's 4 ports run Ethernet); PCI function 0000:41:00.0"
+    );
+    assert_eq!(find(&v, "link-layer", "mlx5_0/1")["status"], "pass");
+    let (_, v) = doctor("gpu-two-socket", &["--link-layer", "ethernet"]);
+    let ll = find(&v, "link-layer", "mlx5_1/1");
+    assert_eq!(ll["status"], "fail");
+    assert!(ll["fix"].as_str().unwrap().starts_with(
+        "mlxconfig -d 0000:41:00.0 set LINK_TYPE_P1=2 (ETH), then mlxfwreset -d 0000:41:00.0 reset"
+    ));
+    // An IB host told it is RoCE: every port fails.
+    let (code, v) = doctor("ib-hca", &["--link-layer", "ethernet"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(find(&v, "link-layer", "mlx4_0/2")["status"], "fail");
+    assert!(find(&v, "link-layer", "mlx4_0/2")["fix"]
+        .as_str()
+        .unwrap()
+        .contains("LINK_TYPE_P2=2"));
+}
+
+/// NUMA: with the tree's /proc, mlx5_3 (node 1) has its interrupts on node 0's CPUs;
+/// without it, the check says the trees do not go together.
+#[test]
+fn doctor_numa_on_the_gpu_host() {
+    let proc = fixture("gpu-two-socket").parent().unwrap().join("proc");
+    let (_, v) = doctor("gpu-two-socket", &["--procfs-root", proc.to_str().unwrap()]);
+    let n = find(&v, "numa", "mlx5_3");
+    assert_eq!(n["status"], "warn", "{v}");
+    assert_eq!(
+        n["evidence"],
+        "the NIC is on node 1 (CPUs 16-31) but its 4 interrupts run on CPUs 0-3, none of node 1: every completion crosses the socket interconnect"
+    );
+    assert!(n["fix"]
+        .as_str()
+        .unwrap()
+        .contains("echo 16-31 > /proc/irq/$IRQ/smp_affinity_list"));
+    for d in ["mlx5_0", "mlx5_1", "mlx5_2"] {
+        assert_eq!(find(&v, "numa", d)["status"], "pass", "{d}");
+    }
+    let (_, v) = doctor("gpu-two-socket", &[]);
+    assert_eq!(find(&v, "numa", "")["status"], "skip");
+}

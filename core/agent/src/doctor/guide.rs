@@ -204,7 +204,29 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
     }
     // The host's PCI side: each NIC's link, and where GPUs sit from NICs.
     let sys = rocewatch_sysfs::SysRoot::new(&root);
+    out.extend(super::linklayer::link_layer_checks(
+        &sys,
+        &inv,
+        opts.link_layer,
+    ));
     out.extend(super::pcie::link_checks(&sys, &inv));
+    // Interrupts against the NIC's node: the proc tree must go with the sysfs tree.
+    let proc_live = opts.procfs_root == Path::new("/proc");
+    if live == proc_live {
+        out.extend(super::numa::numa_checks(&sys, &opts.procfs_root, &inv));
+    } else {
+        out.push(check(
+            "numa",
+            "",
+            Status::Skip,
+            format!(
+                "{} and {} are not the same host's: give --procfs-root with --sysfs-root",
+                root.display(),
+                opts.procfs_root.display()
+            ),
+            None,
+        ));
+    }
     // The host: firewall, interrupts (live only).
     if live {
         out.extend(firewall_checks());

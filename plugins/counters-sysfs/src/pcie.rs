@@ -8,23 +8,7 @@ use rocewatch_metrics::{self as catalog, CatalogEntry};
 use rocewatch_plugin_api::*;
 use rocewatch_sysfs::pci::parse_link_speed;
 
-use crate::plan::{KeptAt, Plan};
-
-/// The four files of a device's link, in the order of [`catalog::PCIE_CATALOG`].
-#[derive(Debug)]
-pub(crate) struct PcieFiles {
-    files: [KeptAt; 4],
-}
-
-impl PcieFiles {
-    /// The files of the RDMA device in `device_dir` (`class/infiniband/<dev>`): its
-    /// catalog sources are relative to it (`device/current_link_speed`).
-    pub(crate) fn new(device_dir: &std::path::Path) -> Self {
-        PcieFiles {
-            files: entries().map(|(e, _)| KeptAt::new(device_dir.join(e.source))),
-        }
-    }
-}
+use crate::plan::Plan;
 
 /// The catalog entries and their sources, looked up once.
 fn entries() -> [(&'static CatalogEntry, Arc<str>); 4] {

@@ -79,6 +79,24 @@ impl KeptAt {
     }
 }
 
+/// The four files of a device's PCIe link, in the order of [`catalog::PCIE_CATALOG`]
+/// (read by `pcie.rs`).
+#[derive(Debug)]
+pub(crate) struct PcieFiles {
+    pub(crate) files: [KeptAt; 4],
+}
+
+impl PcieFiles {
+    /// The files of the RDMA device in `device_dir` (`class/infiniband/<dev>`): their
+    /// catalog sources are relative to it (`device/current_link_speed`).
+    pub(crate) fn new(device_dir: &Path) -> Self {
+        let t = catalog::PCIE_CATALOG;
+        PcieFiles {
+            files: std::array::from_fn(|i| KeptAt::new(device_dir.join(t[i].source))),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct FilePlan {
     /// Relative to the port directory (`counters/port_xmit_data`); every sample of the
@@ -112,7 +130,7 @@ pub(crate) struct PortPlan {
     /// The netdev's `mtu` file and the sample source naming it.
     pub(crate) mtu: Option<(KeptAt, Arc<str>)>,
     /// The PCIe link files of the device, on its first port only.
-    pub(crate) pcie: Option<crate::pcie::PcieFiles>,
+    pub(crate) pcie: Option<PcieFiles>,
     pub(crate) base: Attributes,
     pub(crate) files: Vec<FilePlan>,
     /// The kernel's device index when hw_counters/ come over netlink.
@@ -242,7 +260,7 @@ pub(crate) fn build_plan(
                         format!("class/net/{nd}/mtu").into(),
                     )
                 }),
-                pcie: (k == 0).then(|| crate::pcie::PcieFiles::new(&root.device_dir(device))),
+                pcie: (k == 0).then(|| PcieFiles::new(&root.device_dir(device))),
                 port_dir,
                 base: Attributes::new(base),
                 files,

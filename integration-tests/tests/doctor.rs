@@ -213,3 +213,63 @@ fn doctor_numa_on_the_gpu_host() {
     let (_, v) = doctor("gpu-two-socket", &[]);
     assert_eq!(find(&v, "numa", "")["status"], "skip");
 }
+
+/// GPUs: the GPU×NIC matrix doctor computes is the one written by hand in the fixture's
+/// SOURCE.md; nvidia_peermem is missing; one bridge redirects peer-to-peer traffic.
+#[test]
+fn doctor_gpus_on_the_gpu_host() {
+    let (_, v) = doctor("gpu-two-socket", &[]);
+    let source = std::fs::read_to_string(
+        fixture("gpu-two-socket")
+            .parent()
+            .unwrap()
+            .join("SOURCE.md"),
+    )
+    .unwrap();
+    let by_hand: Vec<Vec<String>> = source
+        .lines()
+        .skip_while(|l| !l.starts_with("      NIC0"))
+        .take_while(|l| *l != "```")
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(by_hand.len(), 9, "{source}");
+    let topo = find(&v, "gpu-topology", "");
+    assert_eq!(topo["status"], "info");
+    let computed: Vec<Vec<String>> = topo["evidence"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take(9)
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(computed, by_hand, "{}", topo["evidence"]);
+    assert!(topo["evidence"]
+        .as_str()
+        .unwrap()
+        .ends_with("NIC0=mlx5_0 (0000:1c:00.0) NIC1=mlx5_1 (0000:41:00.0) NIC2=mlx5_2 (0000:9d:00.0) NIC3=mlx5_3 (0000:bc:00.0)"));
+    assert_eq!(
+        find(&v, "gpu-nic", "GPU2 0000:3f:00.0")["evidence"],
+        "nearest RDMA device mlx5_1 (PXB)"
+    );
+    let gd = find(&v, "gpudirect", "");
+    assert_eq!(gd["status"], "warn");
+    assert!(gd["fix"]
+        .as_str()
+        .unwrap()
+        .starts_with("modprobe nvidia_peermem"));
+    let acs = find(&v, "acs", "0000:19:02.0");
+    assert_eq!(acs["status"], "warn");
+    assert!(acs["evidence"]
+        .as_str()
+        .unwrap()
+        .starts_with("ACS P2P Request Redirect on (control 0x001d at 0x14e"));
+    assert!(acs["fix"]
+        .as_str()
+        .unwrap()
+        .contains("setpci -s 0000:19:02.0 ECAP_ACS+0x6.w=0000"));
+    assert_eq!(find(&v, "acs", "")["status"], "pass");
+    // A host without GPUs says so.
+    let (_, v) = doctor("mlx5-roce-dual-port", &[]);
+    assert_eq!(find(&v, "gpu-topology", "")["status"], "skip");
+}

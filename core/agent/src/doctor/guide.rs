@@ -210,6 +210,11 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         opts.link_layer,
     ));
     out.extend(super::pcie::link_checks(&sys, &inv));
+    let (gpus, nics) = (super::gpu::gpus(&sys), super::gpu::nics(&sys, &inv));
+    out.extend(super::gpu::gpu_checks(&sys, &gpus, &nics));
+    if !gpus.is_empty() && !nics.is_empty() {
+        out.extend(super::acs::acs_checks(&sys, &gpus, &nics));
+    }
     // Interrupts against the NIC's node: the proc tree must go with the sysfs tree.
     let proc_live = opts.procfs_root == Path::new("/proc");
     if live == proc_live {

@@ -3,10 +3,12 @@
 //! read and, when it is not a pass, the exact command or change that fixes it.
 //!
 //! Order follows the guide: devices, ports, netdev and its IP, the RoCE v2 GID for that
-//! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, the NICs' PCIe links,
+//! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, the link layer, the NICs'
+//! PCIe links and NUMA locality, GPUs against NICs (topology, GPUDirect, ACS),
 //! firewall rules for UDP 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
 
+mod acs;
 pub mod appenv;
 mod appenv_check;
 pub mod bandwidth;
@@ -14,6 +16,7 @@ pub mod capture;
 mod check;
 mod counters;
 mod firewall;
+mod gpu;
 mod guide;
 mod host;
 mod linklayer;

@@ -139,3 +139,137 @@ fn doctor_on_other_trees() {
         "{text}"
     );
 }
+
+/// The two-socket GPU host (fixtures/gpu-two-socket, see its SOURCE.md): the host checks
+/// find each fault put in it.
+#[test]
+fn doctor_on_the_gpu_host() {
+    let (code, v) = doctor("gpu-two-socket", &[]);
+    assert_eq!(code, Some(1), "{v}");
+    // PCIe links: mlx5_2 trained at x8 of x16, below its 200 Gb/s port.
+    let link = find(&v, "pcie-link", "mlx5_2");
+    assert_eq!(link["status"], "fail");
+    assert_eq!(
+        link["evidence"],
+        "0000:9d:00.0 trained at x8 at 16 GT/s of x16 at 16 GT/s: caps ~126 Gb/s, below the 200 Gb/s port"
+    );
+    for d in ["mlx5_0", "mlx5_1", "mlx5_3"] {
+        assert_eq!(find(&v, "pcie-link", d)["status"], "pass", "{d}");
+    }
+    // Trees without PCIe link files skip, saying why.
+    let (_, v) = doctor("mlx5-roce-dual-port", &[]);
+    assert_eq!(find(&v, "pcie-link", "mlx5_0")["status"], "skip");
+    let (_, v) = doctor("rxe-soft-roce", &[]);
+    assert_eq!(find(&v, "pcie-link", "rxe0")["status"], "skip");
+}
+
+/// The link layer: a port unlike most of the host's warns; with --link-layer it fails,
+/// with the mlxconfig setting for its PCI function.
+#[test]
+fn doctor_link_layer_on_the_gpu_host() {
+    let (_, v) = doctor("gpu-two-socket", &[]);
+    let ll = find(&v, "link-layer", "mlx5_1/1");
+    assert_eq!(ll["status"], "warn", "{v}");
+    assert_eq!(
+        ll["evidence"],
+        "InfiniBand, but the port is meant for RoCE (Ethernet) (3 of the host's 4 ports run Ethernet); PCI function 0000:41:00.0"
+    );
+    assert_eq!(find(&v, "link-layer", "mlx5_0/1")["status"], "pass");
+    let (_, v) = doctor("gpu-two-socket", &["--link-layer", "ethernet"]);
+    let ll = find(&v, "link-layer", "mlx5_1/1");
+    assert_eq!(ll["status"], "fail");
+    assert!(ll["fix"].as_str().unwrap().starts_with(
+        "mlxconfig -d 0000:41:00.0 set LINK_TYPE_P1=2 (ETH), then mlxfwreset -d 0000:41:00.0 reset"
+    ));
+    // An IB host told it is RoCE: every port fails.
+    let (code, v) = doctor("ib-hca", &["--link-layer", "ethernet"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(find(&v, "link-layer", "mlx4_0/2")["status"], "fail");
+    assert!(find(&v, "link-layer", "mlx4_0/2")["fix"]
+        .as_str()
+        .unwrap()
+        .contains("LINK_TYPE_P2=2"));
+}
+
+/// NUMA: with the tree's /proc, mlx5_3 (node 1) has its interrupts on node 0's CPUs;
+/// without it, the check says the trees do not go together.
+#[test]
+fn doctor_numa_on_the_gpu_host() {
+    let proc = fixture("gpu-two-socket").parent().unwrap().join("proc");
+    let (_, v) = doctor("gpu-two-socket", &["--procfs-root", proc.to_str().unwrap()]);
+    let n = find(&v, "numa", "mlx5_3");
+    assert_eq!(n["status"], "warn", "{v}");
+    assert_eq!(
+        n["evidence"],
+        "the NIC is on node 1 (CPUs 16-31) but its 4 interrupts run on CPUs 0-3, none of node 1: every completion crosses the socket interconnect"
+    );
+    assert!(n["fix"]
+        .as_str()
+        .unwrap()
+        .contains("echo 16-31 > /proc/irq/$IRQ/smp_affinity_list"));
+    for d in ["mlx5_0", "mlx5_1", "mlx5_2"] {
+        assert_eq!(find(&v, "numa", d)["status"], "pass", "{d}");
+    }
+    let (_, v) = doctor("gpu-two-socket", &[]);
+    assert_eq!(find(&v, "numa", "")["status"], "skip");
+}
+
+/// GPUs: the GPU×NIC matrix doctor computes is the one written by hand in the fixture's
+/// SOURCE.md; nvidia_peermem is missing; one bridge redirects peer-to-peer traffic.
+#[test]
+fn doctor_gpus_on_the_gpu_host() {
+    let (_, v) = doctor("gpu-two-socket", &[]);
+    let source = std::fs::read_to_string(
+        fixture("gpu-two-socket")
+            .parent()
+            .unwrap()
+            .join("SOURCE.md"),
+    )
+    .unwrap();
+    let by_hand: Vec<Vec<String>> = source
+        .lines()
+        .skip_while(|l| !l.starts_with("      NIC0"))
+        .take_while(|l| *l != "```")
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(by_hand.len(), 9, "{source}");
+    let topo = find(&v, "gpu-topology", "");
+    assert_eq!(topo["status"], "info");
+    let computed: Vec<Vec<String>> = topo["evidence"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take(9)
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(computed, by_hand, "{}", topo["evidence"]);
+    assert!(topo["evidence"]
+        .as_str()
+        .unwrap()
+        .ends_with("NIC0=mlx5_0 (0000:1c:00.0) NIC1=mlx5_1 (0000:41:00.0) NIC2=mlx5_2 (0000:9d:00.0) NIC3=mlx5_3 (0000:bc:00.0)"));
+    assert_eq!(
+        find(&v, "gpu-nic", "GPU2 0000:3f:00.0")["evidence"],
+        "nearest RDMA device mlx5_1 (PXB)"
+    );
+    let gd = find(&v, "gpudirect", "");
+    assert_eq!(gd["status"], "warn");
+    assert!(gd["fix"]
+        .as_str()
+        .unwrap()
+        .starts_with("modprobe nvidia_peermem"));
+    let acs = find(&v, "acs", "0000:19:02.0");
+    assert_eq!(acs["status"], "warn");
+    assert!(acs["evidence"]
+        .as_str()
+        .unwrap()
+        .starts_with("ACS P2P Request Redirect on (control 0x001d at 0x14e"));
+    assert!(acs["fix"]
+        .as_str()
+        .unwrap()
+        .contains("setpci -s 0000:19:02.0 ECAP_ACS+0x6.w=0000"));
+    assert_eq!(find(&v, "acs", "")["status"], "pass");
+    // A host without GPUs says so.
+    let (_, v) = doctor("mlx5-roce-dual-port", &[]);
+    assert_eq!(find(&v, "gpu-topology", "")["status"], "skip");
+}

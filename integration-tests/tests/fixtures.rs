@@ -10,6 +10,7 @@ const CASES: &[&str] = &[
     "ib-hca",
     "no-pma-restricted",
     "no-devices",
+    "gpu-two-socket",
 ];
 
 fn collect(case: &str) -> (Value, String) {

@@ -342,11 +342,12 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
 ];
 
-/// Every entry of every table: port metrics, ethtool metrics, derived signals and
+/// Every entry of every table: port metrics, PCIe link metrics, ethtool metrics, derived signals and
 /// self-metrics.
 pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
     CATALOG
         .iter()
+        .chain(PCIE_CATALOG)
         .chain(ETHTOOL_CATALOG)
         .chain(DERIVED_CATALOG)
         .chain(PROBE_CATALOG)
@@ -494,6 +495,26 @@ pub static QOS_CATALOG: &[CatalogEntry] = &[
     entry!("rdma.qos.fingerprint", "{fingerprint}", Gauge, "configuration plugins, discovery", NONE, 1, "every host",
         "Always 1; `rdma.qos.fingerprint` is a digest of every port's effective configuration and every device's driver and firmware: hosts configured alike have the same one (the shipped alert rule finds hosts that differ from the majority)."),
 ];
+
+/// The PCIe link of a port's PCI function (the RDMA device's `device/` in sysfs,
+/// drivers/pci/pci-sysfs.c), read by counters-sysfs once per device and collection and
+/// emitted with each port's attributes: a link that retrains narrower or slower caps the
+/// port below its rate (`rocewatch doctor` says by how much).
+pub static PCIE_CATALOG: &[CatalogEntry] = &[
+    entry!("rdma.pcie.link.speed", "GT/s", Gauge, "device/current_link_speed", NONE, 1, "PCI devices",
+        "Transfer rate per lane the PCIe link negotiated (`16.0 GT/s PCIe` → 16); absent while the link is down (`Unknown`)."),
+    entry!("rdma.pcie.link.width", "{lane}", Gauge, "device/current_link_width", NONE, 1, "PCI devices",
+        "Lanes the PCIe link negotiated."),
+    entry!("rdma.pcie.link.max_speed", "GT/s", Gauge, "device/max_link_speed", NONE, 1, "PCI devices",
+        "Highest transfer rate per lane the function supports."),
+    entry!("rdma.pcie.link.max_width", "{lane}", Gauge, "device/max_link_width", NONE, 1, "PCI devices",
+        "Most lanes the function supports: a width below it is a link trained narrower (slot, riser, bifurcation, a bad lane)."),
+];
+
+/// Descriptors of the PCIe link metrics.
+pub fn pcie_descriptors() -> Vec<MetricDescriptor> {
+    descriptors_of(PCIE_CATALOG)
+}
 
 /// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin
 /// `derived` after every collection).

@@ -83,6 +83,11 @@ pub fn render_markdown() -> String {
             e.description
         );
     }
+    md.push_str("\n## PCIe link\n\n");
+    md.push_str("The link of each port's PCI function (the RDMA device's `device/` directory), read by counters-sysfs once per device and collection, ");
+    md.push_str("with the port's attributes (`rdma.device`, `rdma.port`, `network.interface.name`). A width or speed below its maximum caps the port: ");
+    md.push_str("`rocewatch doctor` says at how many Gb/s.\n\n");
+    table(&mut md, crate::catalog::PCIE_CATALOG, true);
     md.push_str("\n## NIC driver statistics (ethtool)\n\n");
     md.push_str("Read with the ethtool ioctls from the netdevs of RDMA ports and normalized across vendors. ");
     md.push_str("Every sample carries `network.interface.name` (plus `rdma.device` and `rdma.port` of the RDMA port ");

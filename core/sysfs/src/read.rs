@@ -132,6 +132,36 @@ pub fn read_attr_with<T>(path: &Path, f: impl FnOnce(&str) -> T) -> Result<Optio
     finish(r, &buf, path, f)
 }
 
+/// Read up to `max` bytes of a binary attribute (a PCI function's `config`). A file
+/// shorter than asked for is not an error: the kernel gives users other than root only
+/// the first 64 bytes of config space. `Ok(None)` when the value is absent.
+pub fn read_bytes(path: &Path, max: usize) -> Result<Option<Vec<u8>>, SysfsError> {
+    let mut buf = vec![0u8; max];
+    let r = open_attr(path).and_then(|mut file| {
+        let mut n = 0;
+        while n < buf.len() {
+            match file.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    });
+    match r {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok(Some(buf))
+        }
+        Err(e) if classify_io_error(&e) => Ok(None),
+        Err(source) => Err(SysfsError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 /// The trimmed text of a read of `n` bytes into `buf`, or what its error means.
 fn finish<T>(
     r: io::Result<usize>,

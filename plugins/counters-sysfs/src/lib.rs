@@ -1,5 +1,6 @@
 //! Built-in collector plugin: `counters/`, `counters_ext/` and `hw_counters/` of every
-//! RDMA port, plus port state, rate and netdev MTU, named by the metric catalog.
+//! RDMA port, plus port state, rate, netdev MTU and the PCIe link of the device's PCI
+//! function (`pcie.rs`), named by the metric catalog.
 //!
 //! The list of files to read (the "plan") is built once and rebuilt only when the set of
 //! devices changes or a device vanishes; a scrape is then one `open+read` per file.
@@ -31,6 +32,7 @@ use rocewatch_plugin_api::*;
 use rocewatch_sysfs::{parse, read, SysRoot};
 
 mod budget;
+mod pcie;
 mod plan;
 use budget::{Budget, Clock, Slow};
 use plan::{attach_netlink, build_plan, hw_file_plan, Plan, PortPlan};
@@ -429,7 +431,9 @@ impl Plugin for SysfsCounters {
 
 impl CollectorPlugin for SysfsCounters {
     fn descriptors(&self) -> Vec<MetricDescriptor> {
-        catalog::descriptors()
+        let mut d = catalog::descriptors();
+        d.extend(catalog::pcie_descriptors());
+        d
     }
 
     fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
@@ -492,7 +496,10 @@ impl CollectorPlugin for SysfsCounters {
             };
             let open = (&mut plan.open_files, self.keep_open);
             match Self::scrape_port(port, over_netlink, open, clock.device_deadline(), &mut out) {
-                PortEnd::Read => ports_done += 1,
+                PortEnd::Read => {
+                    ports_done += 1;
+                    pcie::scrape_pcie(plan, i, self.keep_open, &mut out);
+                }
                 PortEnd::Vanished => stale = true,
                 PortEnd::Stopped { read, total } if clock.device_deadline_is_its_own() => {
                     let target = format!("{} port {}", port.device, port.port);

@@ -79,6 +79,24 @@ impl KeptAt {
     }
 }
 
+/// The four files of a device's PCIe link, in the order of [`catalog::PCIE_CATALOG`]
+/// (read by `pcie.rs`).
+#[derive(Debug)]
+pub(crate) struct PcieFiles {
+    pub(crate) files: [KeptAt; 4],
+}
+
+impl PcieFiles {
+    /// The files of the RDMA device in `device_dir` (`class/infiniband/<dev>`): their
+    /// catalog sources are relative to it (`device/current_link_speed`).
+    pub(crate) fn new(device_dir: &Path) -> Self {
+        let t = catalog::PCIE_CATALOG;
+        PcieFiles {
+            files: std::array::from_fn(|i| KeptAt::new(device_dir.join(t[i].source))),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct FilePlan {
     /// Relative to the port directory (`counters/port_xmit_data`); every sample of the
@@ -117,6 +135,8 @@ pub(crate) struct PortPlan {
     pub(crate) rate: KeptAt,
     /// The netdev's `mtu` file and the sample source naming it.
     pub(crate) mtu: Option<(KeptAt, Arc<str>)>,
+    /// The PCIe link files of the device, on its first port only.
+    pub(crate) pcie: Option<PcieFiles>,
     pub(crate) base: Attributes,
     pub(crate) files: Vec<FilePlan>,
     /// The kernel's device index when hw_counters/ come over netlink.
@@ -170,7 +190,7 @@ pub(crate) fn build_plan(
             });
             Vec::new()
         });
-        for port in ports {
+        for (k, port) in ports.into_iter().enumerate() {
             let gids = root.gids(device, port).unwrap_or_default();
             let netdev = root.port_netdev(device, port, &gids);
             let base = base_attributes(device, port, netdev.as_deref());
@@ -247,6 +267,7 @@ pub(crate) fn build_plan(
                         format!("class/net/{nd}/mtu").into(),
                     )
                 }),
+                pcie: (k == 0).then(|| PcieFiles::new(&root.device_dir(device))),
                 port_dir,
                 base: Attributes::new(base),
                 files,

@@ -402,6 +402,17 @@ pub struct DoctorArgs {
     /// this process's environment. One check per variable, with the fix.
     #[arg(long, value_name = "FILE|-")]
     pub env: Option<String>,
+    /// What the RDMA ports are meant to run: `ethernet` (RoCE) or `infiniband`. A port
+    /// running the other fails, with the firmware setting that changes it. Without it, a
+    /// port unlike most of the host's warns.
+    #[arg(long, value_name = "LAYER", value_parser = ["ethernet", "infiniband"])]
+    pub link_layer: Option<String>,
+    /// Root of the proc tree that goes with --sysfs-root (default /proc): the NICs'
+    /// interrupts (`interrupts`, `irq/<N>/smp_affinity_list`) for the NUMA check.
+    /// Example: --sysfs-root integration-tests/fixtures/gpu-two-socket/sys
+    ///          --procfs-root integration-tests/fixtures/gpu-two-socket/proc
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub procfs_root: std::path::PathBuf,
 }
 /// `rocewatch capture`'s arguments.
 #[derive(Debug, Args)]

@@ -18,6 +18,8 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         window,
         json,
         env,
+        link_layer,
+        procfs_root,
     } = a;
     let env = match env.as_deref() {
         None => None,
@@ -63,6 +65,14 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         priority,
         window,
         env,
+        link_layer: link_layer.map(|l| {
+            if l == "infiniband" {
+                crate::doctor::INFINIBAND
+            } else {
+                crate::doctor::ETHERNET
+            }
+        }),
+        procfs_root,
     };
     let checks = crate::doctor::run(&agent, &opts).await;
     if json {

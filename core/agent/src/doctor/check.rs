@@ -74,6 +74,10 @@ pub struct Options {
     /// An application's environment (`--env`): its NCCL_*/UCX_*/OMPI_MCA_* settings are
     /// checked against what this host needs.
     pub env: Option<std::collections::BTreeMap<String, String>>,
+    /// What the ports are meant to run (`Ethernet`, `InfiniBand`), when told.
+    pub link_layer: Option<&'static str>,
+    /// The proc tree that goes with the sysfs root (`/proc` on a host).
+    pub procfs_root: std::path::PathBuf,
 }
 
 /// The checks as text: one line each, the fix indented below.
@@ -86,14 +90,19 @@ pub fn text(checks: &[Check]) -> String {
         } else {
             format!(" {}", c.subject)
         };
+        let mut lines = c.evidence.lines();
         let _ = writeln!(
             s,
             "{}  {}{}: {}",
             c.status.word(),
             c.check,
             subject,
-            c.evidence
+            lines.next().unwrap_or_default()
         );
+        // A table (the GPU×NIC matrix) goes below, indented.
+        for l in lines {
+            let _ = writeln!(s, "      {l}");
+        }
         if let Some(f) = &c.fix {
             for l in f.lines() {
                 let _ = writeln!(s, "      fix: {l}");

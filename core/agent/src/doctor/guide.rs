@@ -1,5 +1,5 @@
-//! The guide in order: devices, ports, netdev and IP, GID, the QoS checks, MTU,
-//! firewall, interrupts, firmware, counters over a window, a verbs probe, capture.
+//! The guide in order: devices, ports, netdev and IP, GID, the QoS checks, MTU, the PCIe
+//! links, firewall, interrupts, firmware, counters over a window, a verbs probe, capture.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -201,6 +201,36 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         if let Some(m) = mtus.get(nd) {
             out.push(peer_mtu_check(peer, *m, nd));
         }
+    }
+    // The host's PCI side: each NIC's link, and where GPUs sit from NICs.
+    let sys = rocewatch_sysfs::SysRoot::new(&root);
+    out.extend(super::linklayer::link_layer_checks(
+        &sys,
+        &inv,
+        opts.link_layer,
+    ));
+    out.extend(super::pcie::link_checks(&sys, &inv));
+    let (gpus, nics) = (super::gpu::gpus(&sys), super::gpu::nics(&sys, &inv));
+    out.extend(super::gpu::gpu_checks(&sys, &gpus, &nics));
+    if !gpus.is_empty() && !nics.is_empty() {
+        out.extend(super::acs::acs_checks(&sys, &gpus, &nics));
+    }
+    // Interrupts against the NIC's node: the proc tree must go with the sysfs tree.
+    let proc_live = opts.procfs_root == Path::new("/proc");
+    if live == proc_live {
+        out.extend(super::numa::numa_checks(&sys, &opts.procfs_root, &inv));
+    } else {
+        out.push(check(
+            "numa",
+            "",
+            Status::Skip,
+            format!(
+                "{} and {} are not the same host's: give --procfs-root with --sysfs-root",
+                root.display(),
+                opts.procfs_root.display()
+            ),
+            None,
+        ));
     }
     // The host: firewall, interrupts (live only).
     if live {

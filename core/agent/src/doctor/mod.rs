@@ -3,10 +3,12 @@
 //! read and, when it is not a pass, the exact command or change that fixes it.
 //!
 //! Order follows the guide: devices, ports, netdev and its IP, the RoCE v2 GID for that
-//! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, firewall rules for UDP
-//! 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
+//! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, the link layer, the NICs'
+//! PCIe links and NUMA locality, GPUs against NICs (topology, GPUDirect, ACS),
+//! firewall rules for UDP 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
 
+mod acs;
 pub mod appenv;
 mod appenv_check;
 pub mod bandwidth;
@@ -14,9 +16,13 @@ pub mod capture;
 mod check;
 mod counters;
 mod firewall;
+mod gpu;
 mod guide;
 mod host;
+mod linklayer;
 mod mtu;
+mod numa;
+mod pcie;
 mod qos;
 pub mod roce_decode;
 
@@ -25,3 +31,4 @@ pub use check::{text, Check, Options, Status, ROCE_PORT};
 pub use firewall::{iptables_blocking, nft_blocking};
 pub use guide::run;
 pub use host::{gid_ip, interface_addresses, nic_irqs};
+pub use linklayer::{ETHERNET, INFINIBAND};

@@ -1,0 +1,165 @@
+//! The PCIe link of each device's PCI function (`device/current_link_speed`,
+//! `current_link_width`, `max_link_speed`, `max_link_width`): read once per device and
+//! collection, from its first port's plan, and emitted with every port's attributes.
+
+use std::sync::Arc;
+
+use rocewatch_metrics::{self as catalog, CatalogEntry};
+use rocewatch_plugin_api::*;
+use rocewatch_sysfs::pci::parse_link_speed;
+
+use crate::plan::Plan;
+
+/// The catalog entries and their sources, looked up once.
+fn entries() -> [(&'static CatalogEntry, Arc<str>); 4] {
+    static E: std::sync::OnceLock<[(&'static CatalogEntry, Arc<str>); 4]> =
+        std::sync::OnceLock::new();
+    E.get_or_init(|| {
+        let t = catalog::PCIE_CATALOG;
+        std::array::from_fn(|i| (&t[i], Arc::from(t[i].source)))
+    })
+    .clone()
+}
+
+/// Reads the link of the device whose first port is `plan.ports[first]` and emits it for
+/// each of the device's ports. A file that is absent (no PCI parent: soft-RoCE; an old
+/// kernel) or reads `Unknown` (link down) yields no sample; a failed read is partial.
+pub(crate) fn scrape_pcie(plan: &mut Plan, first: usize, max_open: usize, out: &mut ScrapeResult) {
+    let Some(pcie) = plan.ports[first].pcie.as_mut() else {
+        return;
+    };
+    let mut values: [Option<f64>; 4] = [None; 4];
+    for (i, f) in pcie.files.iter_mut().enumerate() {
+        let speed = i % 2 == 0;
+        let parse = |t: &str| {
+            if speed {
+                parse_link_speed(t)
+            } else {
+                t.parse::<u32>().ok().map(f64::from)
+            }
+        };
+        match f.read(&mut plan.open_files, max_open, parse) {
+            Ok(v) => values[i] = v.flatten(),
+            Err(e) => out.errors.push(PartialError {
+                target: e.path().display().to_string(),
+                message: e.cause(),
+            }),
+        }
+    }
+    let device = plan.ports[first].device.clone();
+    let table = entries();
+    for p in plan.ports[first..]
+        .iter()
+        .take_while(|p| p.device == device)
+    {
+        for ((e, source), v) in table.iter().zip(values) {
+            let Some(v) = v else { continue };
+            out.samples.push(Sample {
+                name: e.name.into(),
+                unit: e.unit.into(),
+                value: if e.unit == "GT/s" {
+                    Value::F64(v)
+                } else {
+                    Value::U64(v as u64)
+                },
+                attributes: p.base.clone(),
+                source: source.clone(),
+                kind: e.kind,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use rocewatch_metrics::{ATTR_DEVICE, ATTR_PORT};
+    use rocewatch_plugin_api::*;
+
+    use crate::SysfsCounters;
+
+    fn port(dev_dir: &std::path::Path, n: u32) {
+        let p = dev_dir.join("ports").join(n.to_string());
+        fs::create_dir_all(&p).unwrap();
+        fs::write(p.join("state"), "4: ACTIVE\n").unwrap();
+        fs::write(p.join("phys_state"), "5: LinkUp\n").unwrap();
+        fs::write(p.join("rate"), "200 Gb/sec (4X HDR)\n").unwrap();
+    }
+
+    #[test]
+    fn link_of_the_function_for_every_port_and_absent_when_down_or_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // mlx4-style: two ports on one function, trained x8 of x16; a second device whose
+        // link is down (`Unknown`); a third with no PCI parent.
+        for (dev, speed) in [("mlx4_0", "16.0 GT/s PCIe"), ("mlx5_1", "Unknown")] {
+            let d = root.join("class/infiniband").join(dev);
+            port(&d, 1);
+            if dev == "mlx4_0" {
+                port(&d, 2);
+            }
+            let pci = d.join("device");
+            fs::create_dir_all(&pci).unwrap();
+            fs::write(pci.join("current_link_speed"), format!("{speed}\n")).unwrap();
+            fs::write(pci.join("current_link_width"), "8\n").unwrap();
+            fs::write(pci.join("max_link_speed"), "16.0 GT/s PCIe\n").unwrap();
+            fs::write(pci.join("max_link_width"), "16\n").unwrap();
+        }
+        port(&root.join("class/infiniband/rxe0"), 1);
+        let mut c = SysfsCounters::new();
+        c.start(&PluginContext::new(root)).unwrap();
+        let r = c.collect().unwrap();
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        let get = |dev: &str, port: &str, name: &str| {
+            r.samples
+                .iter()
+                .find(|s| {
+                    s.name == name
+                        && s.attributes.get(ATTR_DEVICE).map(String::as_str) == Some(dev)
+                        && s.attributes.get(ATTR_PORT).map(String::as_str) == Some(port)
+                })
+                .map(|s| (s.value, s.unit.to_string(), s.source.to_string()))
+        };
+        for port in ["1", "2"] {
+            assert_eq!(
+                get("mlx4_0", port, "rdma.pcie.link.speed"),
+                Some((
+                    Value::F64(16.0),
+                    "GT/s".into(),
+                    "device/current_link_speed".into()
+                ))
+            );
+            assert_eq!(
+                get("mlx4_0", port, "rdma.pcie.link.width").unwrap().0,
+                Value::U64(8)
+            );
+            assert_eq!(
+                get("mlx4_0", port, "rdma.pcie.link.max_width").unwrap().0,
+                Value::U64(16)
+            );
+            assert_eq!(
+                get("mlx4_0", port, "rdma.pcie.link.max_speed").unwrap().0,
+                Value::F64(16.0)
+            );
+        }
+        assert_eq!(get("mlx5_1", "1", "rdma.pcie.link.speed"), None);
+        assert_eq!(
+            get("mlx5_1", "1", "rdma.pcie.link.width").unwrap().0,
+            Value::U64(8)
+        );
+        assert!(r.samples.iter().all(|s| !(s.name.starts_with("rdma.pcie")
+            && s.attributes.get(ATTR_DEVICE).map(String::as_str) == Some("rxe0"))));
+        // Every sample is declared.
+        let declared = CollectorPlugin::descriptors(&c);
+        for s in &r.samples {
+            assert!(
+                declared
+                    .iter()
+                    .any(|d| d.name == *s.name && d.unit == *s.unit),
+                "{}",
+                s.name
+            );
+        }
+    }
+}

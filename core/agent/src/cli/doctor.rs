@@ -16,6 +16,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         bandwidth,
         priority,
         window,
+        log_window,
         json,
         env,
     } = a;
@@ -62,6 +63,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         bandwidth,
         priority,
         window,
+        log_window,
         env,
     };
     let checks = crate::doctor::run(&agent, &opts).await;

@@ -4,7 +4,7 @@
 //!
 //! Order follows the guide: devices, ports, netdev and its IP, the RoCE v2 GID for that
 //! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, firewall rules for UDP
-//! 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
+//! 4791, interrupts, driver and firmware, the kernel log's driver messages, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
 
 pub mod appenv;
@@ -16,6 +16,7 @@ mod counters;
 mod firewall;
 mod guide;
 mod host;
+mod kernel_log;
 mod mtu;
 mod qos;
 pub mod roce_decode;

@@ -16,6 +16,9 @@
 #   qos-plan-a.txt, qos-dry-a.txt, qos-apply-a.json, qos-applied.json, qos-rollback-a.json,
 #   qos-rolledback.json, qos-apply-b.json/.rc, qos-mtu-after-b.txt, qos-audit.jsonl (role a):
 #       `rocewatch qos plan/apply/rollback` on the real configfs and netdev
+#   kmsg-pci.txt, kmsg-metrics*.txt, kmsg-rules.txt, kmsg-agent.log, doctor-kmsg.json (role b):
+#       driver messages in mlx5's formats written into /dev/kmsg while the agent runs with
+#       a rule on rdma.kernel.events; what /metrics, /rules and doctor made of them
 set -u
 R=/mnt/host/$RXE_ROLE
 # Run the agent from the guest's memory, not page by page over 9p (a debug build is big).
@@ -51,6 +54,42 @@ if [ "$RXE_ROLE" = b ]; then
   "$BIN" doctor --window 1s --json --env /tmp/bad.env > "$R/doctor-env-bad.json" 2>> "$R/env.stderr"
 fi
 rdma -j link show > "$R/rdma-link.json"
+# The kernel log (role b): messages in the mlx5 driver's formats naming eth0's PCI function
+# (rxe0's netdev) are written into /dev/kmsg while the agent runs with a rule on
+# rdma.kernel.events; then doctor reads the same log.
+if [ "$RXE_ROLE" = b ]; then
+  PCI=$(readlink -f /sys/class/net/eth0/device | grep -o '[0-9a-f]\{4\}:[0-9a-f]\{2\}:[0-9a-f]\{2\}\.[0-7]' | tail -n1)
+  echo "$PCI" > "$R/kmsg-pci.txt"
+  cat > /tmp/kmsg.toml <<CFG
+[agent]
+interval = "1s"
+[exporters.prometheus]
+listen = "127.0.0.1:9465"
+[[rules]]
+name = "nic-command-timeouts"
+metric = "rdma.kernel.events"
+match = { "rdma.kernel.pattern" = "cmd_timeout" }
+condition = "increase"
+window = "1m"
+op = ">"
+threshold = 0
+CFG
+  kget() { exec 3<>/dev/tcp/127.0.0.1/9465 || return 1; printf 'GET %s HTTP/1.0\r\nHost: lab\r\n\r\n' "$1" >&3; cat <&3; exec 3<&-; }
+  timeout 90 "$BIN" run --config /tmp/kmsg.toml > /dev/null 2> "$R/kmsg-agent.log" & KAG=$!
+  i=0; until kget /metrics > "$R/kmsg-metrics0.txt" 2>/dev/null || [ $i -ge 120 ]; do sleep 0.5; i=$((i+1)); done
+  sleep 2
+  kmsg() { echo "$1" > /dev/kmsg; }
+  kmsg "<3>mlx5_core $PCI: wait_func:1189:(pid 4242): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource"
+  kmsg "<3>mlx5_core $PCI: poll_health:852:(pid 0): device's health compromised - reached miss count"
+  kmsg "<4>mlx5_core $PCI: mlx5_pcie_event:326:(pid 165): Detected insufficient power on the PCIe slot (27W)."
+  for n in 1 2; do kmsg "<6>mlx5_core $PCI eth0: Link down"; kmsg "<6>mlx5_core $PCI eth0: Link up"; done
+  kmsg "<4>thermal thermal_zone0: critical temperature reached"
+  # Until the rule fires (two collections: the new series at 0, then its count).
+  i=0; until kget /rules 2>/dev/null | grep -q '"phase":"firing"' || [ $i -ge 120 ]; do sleep 0.5; i=$((i+1)); done
+  kget /metrics > "$R/kmsg-metrics.txt"; kget /rules > "$R/kmsg-rules.txt"
+  kill $KAG; wait $KAG
+  "$BIN" doctor --window 1s --log-window 10m --json > "$R/doctor-kmsg.json" 2>> "$R/kmsg-agent.log"
+fi
 # QoS on a real kernel (role a): configfs rdma_cm mounted, `qos show` before the device's
 # directory exists, then with it (RoCE v2, the default), then after setting the ToS to 106
 # through configfs; RoCE v1 is refused by rxe (it is RoCE v2 only), and the refusal is

@@ -1167,3 +1167,96 @@ fn lab_the_bring_up_walk_runs_in_order() {
     // 40 probes at 50 ms during a 4 s capture: their sends and the replies.
     assert!(sends >= 10, "{c}");
 }
+
+/// Driver messages in the mlx5 driver's formats, written into the guest's `/dev/kmsg`
+/// naming eth0's PCI function while the agent runs: counted per pattern on rxe0 (eth0 is
+/// its netdev) in `/metrics`, a rule on command timeouts fires, and doctor reports them
+/// with the last message and the fix; a CPU thermal message is not a NIC driver's.
+#[test]
+fn lab_kernel_log_messages_are_counted_fire_a_rule_and_show_in_doctor() {
+    let Some(out) = lab_run() else { return };
+    let b = out.join("b");
+    let pci = read(&b.join("kmsg-pci.txt")).trim().to_string();
+    assert_eq!(pci.len(), 12, "eth0's PCI function: {pci:?}");
+    let log = read(&b.join("kmsg-agent.log"));
+    let metrics = read(&b.join("kmsg-metrics.txt"));
+    let count = |pattern: &str| -> Option<f64> {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("rdma_kernel_events_total{"))
+            .find(|l| l.contains(&format!("rdma_kernel_pattern=\"{pattern}\"")))
+            .map(|l| {
+                assert!(l.contains("rdma_device=\"rxe0\""), "{l}\nagent log:\n{log}");
+                l.rsplit(' ').next().unwrap().parse().unwrap()
+            })
+    };
+    for (pattern, n) in [
+        ("cmd_timeout", 1.0),
+        ("access_reg", 1.0),
+        ("health_compromised", 1.0),
+        ("pcie_power", 1.0),
+        ("link_flap", 4.0),
+    ] {
+        assert_eq!(
+            count(pattern),
+            Some(n),
+            "{pattern}:\n{metrics}\nagent log:\n{log}"
+        );
+    }
+    assert_eq!(count("module_temperature"), None, "{metrics}");
+    let rules = read(&b.join("kmsg-rules.txt"));
+    let body: Value = serde_json::from_str(
+        rules
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{rules}\nagent log:\n{log}"))
+            .trim(),
+    )
+    .unwrap();
+    assert!(
+        body["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["rule"] == "nic-command-timeouts"
+                && r["phase"] == "firing"
+                && r["labels"]["rdma.device"] == "rxe0"),
+        "{body}"
+    );
+    let doctor = json(&b.join("doctor-kmsg.json"));
+    let checks: Vec<&Value> = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "kernel-log")
+        .collect();
+    let timeout = checks
+        .iter()
+        .find(|c| c["evidence"].as_str().unwrap().starts_with("cmd_timeout"))
+        .unwrap_or_else(|| panic!("{checks:#?}"));
+    assert_eq!(timeout["status"], "fail", "{timeout}");
+    assert_eq!(timeout["subject"], "rxe0", "{timeout}");
+    assert!(
+        timeout["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("wait_func:1189:(pid 4242): ACCESS_REG(0x805) timeout"),
+        "{timeout}"
+    );
+    assert!(
+        timeout["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("devlink dev reload pci/{pci}")),
+        "{timeout}"
+    );
+    let flap = checks
+        .iter()
+        .find(|c| c["evidence"].as_str().unwrap().starts_with("link_flap"))
+        .unwrap_or_else(|| panic!("{checks:#?}"));
+    assert_eq!(flap["status"], "warn", "{flap}");
+    assert!(
+        flap["evidence"].as_str().unwrap().contains("4 messages"),
+        "{flap}"
+    );
+}

@@ -352,6 +352,7 @@ pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
         .chain(DERIVED_CATALOG)
         .chain(PROBE_CATALOG)
         .chain(QOS_CATALOG)
+        .chain(KERNEL_LOG_CATALOG)
         .chain(SELF_METRICS)
 }
 
@@ -464,6 +465,21 @@ pub fn ethtool_entry(name: &str) -> Option<&'static CatalogEntry> {
 pub fn ethtool_descriptors() -> Vec<MetricDescriptor> {
     descriptors_of(ETHTOOL_CATALOG)
 }
+
+/// Attribute naming the pattern a kernel message matched (`cmd_timeout`).
+pub const ATTR_KERNEL_PATTERN: &str = "rdma.kernel.pattern";
+
+/// The kernel-log collector's metric.
+pub static KERNEL_LOG_CATALOG: &[CatalogEntry] = &[CatalogEntry {
+    name: "rdma.kernel.events",
+    unit: "{message}",
+    kind: MetricKind::Counter,
+    source: "/dev/kmsg (records of the RDMA/NIC drivers matching a pattern)",
+    attributes: &[],
+    scale: 1,
+    seen_on: "mlx5, any driver whose messages name a PCI function",
+    description: "Kernel log messages of the RDMA/NIC drivers matching a pattern since the agent started, by `rdma.kernel.pattern` and `rdma.device` (the RDMA device of the PCI function or netdev the message names, else the PCI address, else empty).",
+}];
 
 /// Verbs probe results, per peer (`rdma.probe.peer`), emitted by the agent's prober.
 pub static PROBE_CATALOG: &[CatalogEntry] = &[

@@ -125,6 +125,20 @@ pub fn render_markdown() -> String {
     table(&mut md, crate::catalog::PROBE_CATALOG, false);
     md.push_str("\n## RoCE/PFC/ECN configuration\n\nPer port (`rdma.device`, `rdma.port`, `network.interface.name`), from the configuration plugins every `[qos] interval` (pseudo-plugin `qos`). The settings are those of `rocewatch qos show`; drift compares them with `[[qos.desired]]`.\n\n");
     table(&mut md, crate::catalog::QOS_CATALOG, false);
+    md.push_str("\n## Kernel log\n\nFrom the kernel-log collector (`/dev/kmsg`, read from the agent's start; `[plugins.builtin.kernel-log.options]`), the same patterns `rocewatch doctor` reports over its window.\n\n");
+    table(&mut md, crate::catalog::KERNEL_LOG_CATALOG, true);
+    md.push_str(
+        "\n| pattern (`rdma.kernel.pattern`) | regular expression | meaning |\n|---|---|---|\n",
+    );
+    for p in crate::kernel_log::KERNEL_LOG_PATTERNS {
+        let _ = writeln!(
+            md,
+            "| `{}` | `{}` | {} |",
+            p.name,
+            p.regex.replace('|', "\\|"),
+            p.meaning
+        );
+    }
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(

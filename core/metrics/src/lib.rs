@@ -4,6 +4,7 @@
 //! Layout:
 //! - [`catalog`]: one table ([`CATALOG`]) of name, unit, kind, kernel source file, fixed
 //!   attributes, scale and description; lookups by source file.
+//! - [`kernel_log`]: the kernel log's `rdma.kernel.events` and its default patterns.
 //! - [`naming`]: the Prometheus (and collectd) names derived from the catalog.
 //! - [`doc`]: renders `docs/METRICS.md` from the table (a test in this crate fails when
 //!   the committed file differs; regenerate with `rocewatch metrics-doc > docs/METRICS.md`
@@ -15,6 +16,8 @@
 
 pub mod catalog;
 pub mod doc;
+pub mod kernel_log;
 pub mod naming;
 
 pub use catalog::*;
+pub use kernel_log::*;

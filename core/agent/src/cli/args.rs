@@ -394,6 +394,10 @@ pub struct DoctorArgs {
     /// How long the counters are watched.
     #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DUR")]
     pub window: Duration,
+    /// How far back the kernel log's RDMA/NIC driver messages are read (command
+    /// timeouts, health, syndromes, ACCESS_REG, PCIe power, temperature, link flaps).
+    #[arg(long, value_parser = parse_duration, default_value = "24h", value_name = "DUR")]
+    pub log_window: Duration,
     /// Print JSON: {"checks":[{"check","subject","status","evidence","fix"}]}.
     #[arg(long)]
     pub json: bool,

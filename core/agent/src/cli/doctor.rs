@@ -16,6 +16,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         bandwidth,
         priority,
         window,
+        log_window,
         json,
         env,
         link_layer,
@@ -64,6 +65,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         bandwidth,
         priority,
         window,
+        log_window,
         env,
         link_layer: link_layer.map(|l| {
             if l == "infiniband" {

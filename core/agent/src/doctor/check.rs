@@ -71,6 +71,8 @@ pub struct Options {
     pub priority: u8,
     /// How long the counters are watched.
     pub window: Duration,
+    /// How far back the kernel log's driver messages are read.
+    pub log_window: Duration,
     /// An application's environment (`--env`): its NCCL_*/UCX_*/OMPI_MCA_* settings are
     /// checked against what this host needs.
     pub env: Option<std::collections::BTreeMap<String, String>>,

@@ -14,6 +14,7 @@ use super::check::{check, Check, Options, Status, ROCE_PORT};
 use super::counters::{counter_increases, TROUBLE};
 use super::firewall::firewall_checks;
 use super::host::{gid_ip, interface_addresses, irq_checks};
+use super::kernel_log::kernel_log_checks;
 use super::mtu::peer_mtu_check;
 use super::qos::qos_checks;
 use crate::app::App;
@@ -285,6 +286,20 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
             )
         });
     }
+    // The kernel log's driver messages over --log-window.
+    let log_options = agent
+        .cfg
+        .plugins
+        .builtin
+        .get(rocewatch_kernel_log::KernelLog::NAME)
+        .map(|p| p.options.clone())
+        .unwrap_or_else(|| serde_json::json!({}));
+    out.extend(kernel_log_checks(
+        &root,
+        &log_options,
+        opts.log_window,
+        rocewatch_kernel_log::kmsg::now_since_boot_us(),
+    ));
     // Live counters over the window.
     let (first, _) = agent.collect_all().await;
     tokio::time::sleep(opts.window).await;

@@ -5,7 +5,8 @@
 //! Order follows the guide: devices, ports, netdev and its IP, the RoCE v2 GID for that
 //! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, the link layer, the NICs'
 //! PCIe links and NUMA locality, GPUs against NICs (topology, GPUDirect, ACS),
-//! firewall rules for UDP 4791, interrupts, driver and firmware, live counters over a short window, a verbs probe
+//! firewall rules for UDP 4791, interrupts, driver and firmware, the kernel log's driver
+//! messages, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
 
 mod acs;
@@ -19,6 +20,7 @@ mod firewall;
 mod gpu;
 mod guide;
 mod host;
+mod kernel_log;
 mod linklayer;
 mod mtu;
 mod numa;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use rocewatch_counters_ethtool::EthtoolCounters;
 use rocewatch_counters_sysfs::SysfsCounters;
 use rocewatch_discovery_sysfs::SysfsDiscovery;
+use rocewatch_kernel_log::KernelLog;
 use rocewatch_plugin_api::*;
 use rocewatch_plugin_sdk::abi;
 use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
@@ -34,6 +35,9 @@ pub const BUILTINS: &[(&str, Factory)] = &[
     }),
     (EthtoolCounters::NAME, || {
         Instance::Collector(Box::new(EthtoolCounters::new()))
+    }),
+    (KernelLog::NAME, || {
+        Instance::Collector(Box::new(KernelLog::new()))
     }),
     (QosLinux::NAME, || {
         Instance::Configuration(Box::new(QosLinux::new()))

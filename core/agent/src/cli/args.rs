@@ -7,11 +7,11 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, LogFormat};
+use crate::config::LogFormat;
 use crate::demo::{Format as DemoFormat, Scenario};
 use crate::export::otlp::config::OtlpProtocol;
 
-pub use super::args_sub::{ConfigCommand, QosCommand};
+pub use super::args_sub::{ConfigCommand, QosCommand, SourceArgs};
 
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -46,27 +46,6 @@ pub struct Cli {
     pub log_level: Option<String>,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Options shared by the commands that read sysfs.
-#[derive(Debug, Clone, Args)]
-pub struct SourceArgs {
-    /// Configuration file (TOML). Without it: defaults plus ROCEWATCH_* overrides.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Root of the sysfs tree to read instead of /sys (overrides agent.sysfs_root).
-    #[arg(long, value_name = "DIR")]
-    pub sysfs_root: Option<PathBuf>,
-}
-
-impl SourceArgs {
-    pub fn load(&self) -> Result<Config> {
-        let mut cfg = Config::load(self.config.as_deref())?;
-        if let Some(root) = &self.sysfs_root {
-            cfg.agent.sysfs_root = root.clone();
-        }
-        Ok(cfg)
-    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -1,11 +1,34 @@
-//! The grammar of the commands with subcommands of their own: `rocewatch qos ...` and
-//! `rocewatch config ...` (clap; beside args.rs, which has the rest).
+//! The grammar of the commands with subcommands of their own (`rocewatch qos ...`,
+//! `rocewatch config ...`) and of the options most commands share (clap; beside args.rs,
+//! which has the rest).
 
 use std::path::PathBuf;
 
-use clap::Subcommand;
+use anyhow::Result;
+use clap::{Args, Subcommand};
 
-use super::args::SourceArgs;
+use crate::config::Config;
+
+/// Options shared by the commands that read sysfs.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// Configuration file (TOML). Without it: defaults plus ROCEWATCH_* overrides.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Root of the sysfs tree to read instead of /sys (overrides agent.sysfs_root).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    pub fn load(&self) -> Result<Config> {
+        let mut cfg = Config::load(self.config.as_deref())?;
+        if let Some(root) = &self.sysfs_root {
+            cfg.agent.sysfs_root = root.clone();
+        }
+        Ok(cfg)
+    }
+}
 
 #[derive(Debug, Subcommand)]
 pub enum QosCommand {

@@ -110,6 +110,20 @@ pub fn read_attr(path: &Path) -> Result<Attr, SysfsError> {
     })
 }
 
+/// Read from `file` until EOF or `buf` is full; how many bytes were read.
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 /// Read an attribute file into a page-sized stack buffer and hand the trimmed text to `f`
 /// without allocating. `Ok(None)` when the value is absent.
 ///
@@ -117,18 +131,7 @@ pub fn read_attr(path: &Path) -> Result<Attr, SysfsError> {
 /// so a counter costs open, two reads and close. sysfs attributes are at most a page.
 pub fn read_attr_with<T>(path: &Path, f: impl FnOnce(&str) -> T) -> Result<Option<T>, SysfsError> {
     let mut buf = [0u8; 4096];
-    let r = open_attr(path).and_then(|mut file| {
-        let mut n = 0;
-        while n < buf.len() {
-            match file.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(n)
-    });
+    let r = open_attr(path).and_then(|mut file| read_full(&mut file, &mut buf));
     finish(r, &buf, path, f)
 }
 
@@ -137,18 +140,7 @@ pub fn read_attr_with<T>(path: &Path, f: impl FnOnce(&str) -> T) -> Result<Optio
 /// the first 64 bytes of config space. `Ok(None)` when the value is absent.
 pub fn read_bytes(path: &Path, max: usize) -> Result<Option<Vec<u8>>, SysfsError> {
     let mut buf = vec![0u8; max];
-    let r = open_attr(path).and_then(|mut file| {
-        let mut n = 0;
-        while n < buf.len() {
-            match file.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(n)
-    });
+    let r = open_attr(path).and_then(|mut file| read_full(&mut file, &mut buf));
     match r {
         Ok(n) => {
             buf.truncate(n);

@@ -200,15 +200,24 @@ impl CollectorPlugin for KernelLog {
         let batch = reader
             .read_available(MAX_PER_COLLECTION)
             .map_err(|e| PluginError::Failed(format!("{}: {e}", reader.path().display())))?;
-        let before = self.tally.clone();
-        for r in &batch.records {
-            matcher.count(r, &mut self.tally);
-        }
-        // Log what changed, once per collection that saw new matches (never per steady state).
-        for (key, hit) in &self.tally.counts {
-            let was = before.counts.get(key).map_or(0, |h| h.count);
-            if hit.count > was {
-                tracing::warn!(pattern = %key.0, device = %key.1, new = hit.count - was, last = %hit.last_message, "kernel log");
+        if !batch.records.is_empty() {
+            // The counts before (not the messages), only when there are records: the steady
+            // case copies nothing.
+            let before: std::collections::BTreeMap<(String, String), u64> = self
+                .tally
+                .counts
+                .iter()
+                .map(|(k, h)| (k.clone(), h.count))
+                .collect();
+            for r in &batch.records {
+                matcher.count(r, &mut self.tally);
+            }
+            // Log what changed, once per collection that saw new matches.
+            for (key, hit) in &self.tally.counts {
+                let was = before.get(key).copied().unwrap_or(0);
+                if hit.count > was {
+                    tracing::warn!(pattern = %key.0, device = %key.1, new = hit.count - was, last = %hit.last_message, "kernel log");
+                }
             }
         }
         let mut errors: Vec<PartialError> = batch

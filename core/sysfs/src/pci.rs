@@ -150,12 +150,7 @@ pub fn proximity(
             Proximity::Sys
         };
     }
-    let common = a
-        .chain
-        .iter()
-        .zip(&b.chain)
-        .take_while(|(x, y)| x == y)
-        .count();
+    let common = common_ancestors(a, b);
     if common <= 1 {
         return Proximity::Phb;
     }
@@ -169,6 +164,15 @@ pub fn proximity(
     }
 }
 
+/// How many devices the two functions' chains from the host bridge have in common.
+fn common_ancestors(a: &PciFunction, b: &PciFunction) -> usize {
+    a.chain
+        .iter()
+        .zip(&b.chain)
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 /// The bridges traffic between two functions passes without going up to the host bridge:
 /// those of both chains from the common ancestor down, ends excluded. Empty when the path
 /// crosses the host bridge.
@@ -176,12 +180,7 @@ pub fn bridges_between<'a>(a: &'a PciFunction, b: &'a PciFunction) -> Vec<&'a st
     if a.host_bridge() != b.host_bridge() {
         return Vec::new();
     }
-    let common = a
-        .chain
-        .iter()
-        .zip(&b.chain)
-        .take_while(|(x, y)| x == y)
-        .count();
+    let common = common_ancestors(a, b);
     if common <= 1 {
         return Vec::new();
     }

@@ -19,7 +19,9 @@ use rdma_sys::*;
 use rocewatch_plugin_api::{BandwidthOp, BandwidthSide};
 
 use crate::bwproto::QpInfo;
-use crate::verbs::{connect_rc, create_rc_qp, os_err, Device, Info, RcSetup, VerbsError};
+use crate::verbs::{
+    connect_rc, create_rc_qp, os_err, post_recv_one, Device, Info, RcSetup, VerbsError,
+};
 
 /// Most messages in flight per queue pair (the send queue's size).
 pub const DEPTH: u32 = 128;
@@ -165,22 +167,8 @@ impl BwQp {
 
     /// Post one receive of the whole buffer.
     pub fn post_recv(&mut self) -> Result<(), VerbsError> {
-        let mut sge = self.sge();
-        // SAFETY: an all-zero work request is valid; fields set below.
-        let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        let mut bad = ptr::null_mut();
-        // SAFETY: qp, wr and sge are valid for the call.
-        let r = unsafe { ibv_post_recv(self.qp, &mut wr, &mut bad) };
-        if r != 0 {
-            return Err(VerbsError(format!(
-                "ibv_post_recv on {}: {}",
-                self.dev.name,
-                std::io::Error::from_raw_os_error(r)
-            )));
-        }
-        Ok(())
+        let sge = self.sge();
+        post_recv_one(self.qp, &self.dev, sge, 0)
     }
 
     /// Post a chain of `n` messages of `op` (towards `remote`'s buffer for write and

@@ -313,6 +313,31 @@ pub fn create_rc_qp(dev: &Device, cq: *mut ibv_cq, depth: u32) -> Result<*mut ib
     Ok(qp)
 }
 
+/// Post one receive of `sge` on `qp` (of `dev`), completing with `wr_id`.
+pub fn post_recv_one(
+    qp: *mut ibv_qp,
+    dev: &Device,
+    mut sge: ibv_sge,
+    wr_id: u64,
+) -> Result<(), VerbsError> {
+    // SAFETY: an all-zero work request is valid; fields set below.
+    let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = wr_id;
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
+    let mut bad = ptr::null_mut();
+    // SAFETY: qp is a live queue pair of dev; wr and sge are valid for the call.
+    let r = unsafe { ibv_post_recv(qp, &mut wr, &mut bad) };
+    if r != 0 {
+        return Err(VerbsError(format!(
+            "ibv_post_recv on {}: {}",
+            dev.name,
+            std::io::Error::from_raw_os_error(r)
+        )));
+    }
+    Ok(())
+}
+
 fn modify_qp(
     qp: *mut ibv_qp,
     dev: &Device,
@@ -509,22 +534,8 @@ impl Endpoint {
 
     /// Post the receive buffer.
     pub fn post_recv(&mut self) -> Result<(), VerbsError> {
-        let mut sge = self.sge(self.size);
-        // SAFETY: an all-zero work request is valid; fields set below.
-        let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = 2;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        let mut bad = ptr::null_mut();
-        // SAFETY: qp, wr and sge are valid for the call.
-        let r = unsafe { ibv_post_recv(self.qp, &mut wr, &mut bad) };
-        if r != 0 {
-            return Err(VerbsError(format!(
-                "ibv_post_recv: {}",
-                std::io::Error::from_raw_os_error(r)
-            )));
-        }
-        Ok(())
+        let sge = self.sge(self.size);
+        post_recv_one(self.qp, &self.dev, sge, 2)
     }
 
     /// Post the send buffer (signaled).

@@ -431,6 +431,17 @@ fn lab_env_gives_the_gid_index_ibv_devinfo_shows_and_doctor_checks_a_job() {
 /// `rocewatch capture rxe0` in the target guest while `ib_write_bw` writes to it: RDMA
 /// WRITE packets in, acknowledgements out, no CNP; `--offload-off` finds virtio-net's VLAN
 /// offload off and leaves it.
+/// Packets of a `capture --summary --json` result whose BTH opcode starts with `prefix`.
+fn captured_packets(summary: &Value, prefix: &str) -> u64 {
+    summary["by_opcode"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no by_opcode in {summary}"))
+        .iter()
+        .filter(|(op, _)| op.starts_with(prefix))
+        .map(|(_, n)| n["packets"].as_u64().unwrap())
+        .sum()
+}
+
 #[test]
 fn lab_capture_during_ib_write_bw_sees_the_writes() {
     let Some(out) = lab_run() else { return };
@@ -438,13 +449,7 @@ fn lab_capture_during_ib_write_bw_sees_the_writes() {
     let stderr = read(&a.join("capture.stderr"));
     assert!(stderr.contains("rc=0"), "{stderr}");
     let c = json(&a.join("capture.json"));
-    let writes: u64 = c["by_opcode"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(op, _)| op.starts_with("RC RDMA WRITE"))
-        .map(|(_, n)| n["packets"].as_u64().unwrap())
-        .sum();
+    let writes = captured_packets(&c, "RC RDMA WRITE");
     // 3 s of 64 KiB writes (1024-byte RoCE MTU: 64 packets each), however slow the guest.
     assert!(writes >= 64, "{c}");
     assert!(c["acks"].as_u64().unwrap() > 0, "{c}");
@@ -1157,13 +1162,7 @@ fn lab_the_bring_up_walk_runs_in_order() {
         );
     }
     let c = out_of("capture");
-    let sends: u64 = c["by_opcode"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(op, _)| op.starts_with("RC SEND"))
-        .map(|(_, n)| n["packets"].as_u64().unwrap())
-        .sum();
+    let sends = captured_packets(&c, "RC SEND");
     // 40 probes at 50 ms during a 4 s capture: their sends and the replies.
     assert!(sends >= 10, "{c}");
 }

@@ -295,7 +295,11 @@ pub struct RcSetup {
 
 /// An RC queue pair of `dev` on `cq` (sends and receives), `depth` work requests each
 /// way, one scatter/gather entry each.
-pub fn create_rc_qp(dev: &Device, cq: *mut ibv_cq, depth: u32) -> Result<*mut ibv_qp, VerbsError> {
+pub(crate) fn create_rc_qp(
+    dev: &Device,
+    cq: *mut ibv_cq,
+    depth: u32,
+) -> Result<*mut ibv_qp, VerbsError> {
     // SAFETY: an all-zero init attribute is valid; the fields are set below.
     let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
     init.send_cq = cq;
@@ -314,7 +318,7 @@ pub fn create_rc_qp(dev: &Device, cq: *mut ibv_cq, depth: u32) -> Result<*mut ib
 }
 
 /// Post one receive of `sge` on `qp` (of `dev`), completing with `wr_id`.
-pub fn post_recv_one(
+pub(crate) fn post_recv_one(
     qp: *mut ibv_qp,
     dev: &Device,
     mut sge: ibv_sge,
@@ -359,7 +363,7 @@ fn modify_qp(
 
 /// INIT, RTR towards `remote` (its queue pair number, first PSN and GID), RTS from
 /// `local_psn`: an RC queue pair `qp` of `dev` whose source GID is `gid_index`.
-pub fn connect_rc(
+pub(crate) fn connect_rc(
     qp: *mut ibv_qp,
     dev: &Device,
     gid_index: u8,

@@ -16,6 +16,7 @@ pub mod bandwidth;
 pub mod capture;
 mod check;
 mod counters;
+mod driver;
 mod firewall;
 mod gpu;
 mod guide;

@@ -117,7 +117,29 @@ pub struct Device {
     /// Kernel driver behind the device, when sysfs tells (`mlx5_core`, `rdma_rxe`...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<String>,
+    /// The kernel module serving the device (`module/<name>/`): which build of the
+    /// driver runs. Absent when the discovery plugin does not read it (an older or a
+    /// third-party one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_module: Option<DriverModule>,
     pub ports: Vec<Port>,
+}
+
+/// The module behind a device's driver, as `module/<name>/` tells it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DriverModule {
+    /// `mlx5_core`, `irdma`, `bnxt_en`, `rdma_rxe`.
+    pub name: String,
+    /// `module/<name>/version`: declared by vendor packages (MLNX_OFED/DOCA-OFED), not
+    /// by most of the kernel's own RDMA drivers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `module/<name>/srcversion`: the digest of the module's sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srcversion: Option<String>,
+    /// `in-tree` (the distribution kernel's module), `out-of-tree` (taint `O`: a vendor
+    /// package or DKMS) or `unknown`.
+    pub origin: String,
 }
 
 /// A port of an RDMA device.

@@ -8,11 +8,13 @@
 //!   `100 Gb/sec (4X EDR)`, `N/A (no PMA)`), table-tested inline.
 //! - [`pci`]: the PCI function of a device, its PCIe link and NUMA node, GPUs on the bus,
 //!   the distance between two functions (`nvidia-smi topo -m` terms), ACS from config space.
+//! - [`module`]: the kernel module serving a device: version, srcversion, taint.
 //! - [`read`]: reading one attribute file, and the classification of errors into
 //!   "absent" (the kernel says the value does not exist here) and real failures.
 //!
 //! Every reader returns `Ok(None)` for absent values: absent and zero are different.
 
+pub mod module;
 pub mod parse;
 pub mod pci;
 pub mod read;

@@ -77,6 +77,17 @@ impl DeviceFilter {
 
 /// Read the inventory. Failures of single attributes leave that field absent and are
 /// returned as partial errors; the rest of the inventory still comes back.
+/// The module serving `dev` and what its `module/` directory says of its build.
+fn driver_module(root: &SysRoot, dev: &str) -> Option<DriverModule> {
+    let m = root.module(&root.device_module(dev)?)?;
+    Some(DriverModule {
+        origin: m.origin().to_string(),
+        name: m.name,
+        version: m.version,
+        srcversion: m.srcversion,
+    })
+}
+
 pub fn read_inventory(
     root: &SysRoot,
     filter: &DeviceFilter,
@@ -102,13 +113,18 @@ pub fn read_inventory(
                 None
             })
         };
+        let module = driver_module(root, &name);
         let mut dev = Device {
             node_guid: attr("node_guid"),
             fw_ver: attr("fw_ver"),
             hca_type: attr("hca_type"),
             node_type: attr("node_type"),
             board_id: attr("board_id"),
-            driver: root.device_driver(&name),
+            // Soft-RoCE has no parent function to name a driver: its module does.
+            driver: root
+                .device_driver(&name)
+                .or_else(|| module.as_ref().map(|m| m.name.clone())),
+            driver_module: module,
             name: name.clone(),
             ports: Vec::new(),
         };

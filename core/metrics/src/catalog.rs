@@ -342,12 +342,13 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
 ];
 
-/// Every entry of every table: port metrics, PCIe link metrics, ethtool metrics, derived signals and
-/// self-metrics.
+/// Every entry of every table: port metrics, PCIe link and driver metrics, ethtool metrics,
+/// derived signals and self-metrics.
 pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
     CATALOG
         .iter()
         .chain(PCIE_CATALOG)
+        .chain(DRIVER_CATALOG)
         .chain(ETHTOOL_CATALOG)
         .chain(DERIVED_CATALOG)
         .chain(PROBE_CATALOG)
@@ -530,6 +531,27 @@ pub static PCIE_CATALOG: &[CatalogEntry] = &[
 /// Descriptors of the PCIe link metrics.
 pub fn pcie_descriptors() -> Vec<MetricDescriptor> {
     descriptors_of(PCIE_CATALOG)
+}
+
+/// The module behind each device's driver (`module/<name>/`, kernel/module/sysfs.c):
+/// an info metric, so a query or the fleet rule finds hosts on another driver build.
+pub static DRIVER_CATALOG: &[CatalogEntry] = &[
+    entry!("rdma.driver.info", "1", Gauge, "module/<name>/version, srcversion, taint", NONE, 1, "every device with a driver module",
+        "Always 1, per device: `rdma.driver` (the module: mlx5_core, rdma_rxe), `rdma.driver.version` (its declared version; empty for most of the kernel's own drivers), `rdma.driver.srcversion` (the digest of its sources) and `rdma.driver.origin` (`in-tree`: the distribution kernel's; `out-of-tree`: a vendor package such as MLNX_OFED, or DKMS)."),
+];
+
+/// The driver module's name on `rdma.driver.info`.
+pub const ATTR_DRIVER: &str = "rdma.driver";
+/// The module's declared version on `rdma.driver.info` (empty when it declares none).
+pub const ATTR_DRIVER_VERSION: &str = "rdma.driver.version";
+/// The module's source digest on `rdma.driver.info` (empty when it has none).
+pub const ATTR_DRIVER_SRCVERSION: &str = "rdma.driver.srcversion";
+/// `in-tree`, `out-of-tree` or `unknown`, on `rdma.driver.info`.
+pub const ATTR_DRIVER_ORIGIN: &str = "rdma.driver.origin";
+
+/// Descriptors of the driver info metric.
+pub fn driver_descriptors() -> Vec<MetricDescriptor> {
+    descriptors_of(DRIVER_CATALOG)
 }
 
 /// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin

@@ -88,6 +88,10 @@ pub fn render_markdown() -> String {
     md.push_str("with the port's attributes (`rdma.device`, `rdma.port`, `network.interface.name`). A width or speed below its maximum caps the port: ");
     md.push_str("`rocewatch doctor` says at how many Gb/s.\n\n");
     table(&mut md, crate::catalog::PCIE_CATALOG, true);
+    md.push_str("\n## Driver\n\n");
+    md.push_str("The kernel module serving each RDMA device, read by counters-sysfs when it plans the device (a module is not replaced under a device: ");
+    md.push_str("reloading the driver recreates the device), with `rdma.device`. The module's build is also part of `rdma.qos.fingerprint`.\n\n");
+    table(&mut md, crate::catalog::DRIVER_CATALOG, true);
     md.push_str("\n## NIC driver statistics (ethtool)\n\n");
     md.push_str("Read with the ethtool ioctls from the netdevs of RDMA ports and normalized across vendors. ");
     md.push_str("Every sample carries `network.interface.name` (plus `rdma.device` and `rdma.port` of the RDMA port ");

@@ -1,6 +1,7 @@
 //! Built-in collector plugin: `counters/`, `counters_ext/` and `hw_counters/` of every
 //! RDMA port, plus port state, rate, netdev MTU and the PCIe link of the device's PCI
-//! function (`pcie.rs`), named by the metric catalog.
+//! function (`pcie.rs`) and the module serving the device (`driver.rs`), named by the
+//! metric catalog.
 //!
 //! The list of files to read (the "plan") is built once and rebuilt only when the set of
 //! devices changes or a device vanishes; a scrape is then one `open+read` per file.
@@ -32,6 +33,7 @@ use rocewatch_plugin_api::*;
 use rocewatch_sysfs::{parse, read, SysRoot};
 
 mod budget;
+mod driver;
 mod pcie;
 mod plan;
 use budget::{Budget, Clock, Slow};
@@ -433,6 +435,7 @@ impl CollectorPlugin for SysfsCounters {
     fn descriptors(&self) -> Vec<MetricDescriptor> {
         let mut d = catalog::descriptors();
         d.extend(catalog::pcie_descriptors());
+        d.extend(catalog::driver_descriptors());
         d
     }
 
@@ -499,6 +502,9 @@ impl CollectorPlugin for SysfsCounters {
                 PortEnd::Read => {
                     ports_done += 1;
                     pcie::scrape_pcie(plan, i, self.keep_open, &mut out);
+                    if let Some(a) = &plan.ports[i].driver {
+                        out.samples.push(driver::driver_sample(a));
+                    }
                 }
                 PortEnd::Vanished => stale = true,
                 PortEnd::Stopped { read, total } if clock.device_deadline_is_its_own() => {

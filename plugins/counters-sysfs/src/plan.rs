@@ -137,6 +137,8 @@ pub(crate) struct PortPlan {
     pub(crate) mtu: Option<(KeptAt, Arc<str>)>,
     /// The PCIe link files of the device, on its first port only.
     pub(crate) pcie: Option<PcieFiles>,
+    /// The attributes of the device's `rdma.driver.info`, on its first port only.
+    pub(crate) driver: Option<Attributes>,
     pub(crate) base: Attributes,
     pub(crate) files: Vec<FilePlan>,
     /// The kernel's device index when hw_counters/ come over netlink.
@@ -268,6 +270,11 @@ pub(crate) fn build_plan(
                     )
                 }),
                 pcie: (k == 0).then(|| PcieFiles::new(&root.device_dir(device))),
+                driver: if k == 0 {
+                    crate::driver::driver_attributes(root, device)
+                } else {
+                    None
+                },
                 port_dir,
                 base: Attributes::new(base),
                 files,

@@ -26,7 +26,8 @@ pub const ATTR_FINGERPRINT: &str = "rdma.qos.fingerprint";
 pub const PLUGIN: &str = "qos";
 
 /// A stable digest (FNV-1a, 64 bits, hex) of the effective configuration of every port
-/// and of every device's driver and firmware: equal on hosts configured alike, whatever
+/// and of every device's driver (its module's version, source digest and origin) and
+/// firmware: equal on hosts configured alike, whatever
 /// their netdev names. Settings that could not be read count as "unknown" (not why).
 pub fn fingerprint(states: &[QosState], inventory: &Inventory) -> String {
     let mut lines = Vec::new();
@@ -41,8 +42,17 @@ pub fn fingerprint(states: &[QosState], inventory: &Inventory) -> String {
         }
     }
     for d in &inventory.devices {
+        let module = d.driver_module.as_ref().map_or("?".to_string(), |m| {
+            format!(
+                "{} {} {} {}",
+                m.name,
+                m.version.as_deref().unwrap_or("-"),
+                m.srcversion.as_deref().unwrap_or("-"),
+                m.origin
+            )
+        });
         lines.push(format!(
-            "{} driver={} fw={}",
+            "{} driver={} module={module} fw={}",
             d.name,
             d.driver.as_deref().unwrap_or("?"),
             d.fw_ver.as_deref().unwrap_or("?")
@@ -244,6 +254,22 @@ mod tests {
         assert_ne!(fa, fingerprint(&a, &inv("28.40.1000")));
         let c = [port("mlx5_0", "eth2", &[("pfc_enabled", v("3"))])];
         assert_ne!(fa, fingerprint(&c, &inv("28.39.1002")));
+        // So is another build of the driver: a vendor package's, or another version.
+        let with_module = |version: &str, origin: &str| {
+            let mut i = inv("28.39.1002");
+            i.devices[0].driver_module = Some(rocewatch_plugin_api::DriverModule {
+                name: "mlx5_core".into(),
+                version: Some(version.into()),
+                srcversion: None,
+                origin: origin.into(),
+            });
+            fingerprint(&a, &i)
+        };
+        let ofed = with_module("24.10-1.1.4", "out-of-tree");
+        assert_ne!(fa, ofed);
+        assert_eq!(ofed, with_module("24.10-1.1.4", "out-of-tree"));
+        assert_ne!(ofed, with_module("23.10-2.1.3", "out-of-tree"));
+        assert_ne!(ofed, with_module("24.10-1.1.4", "in-tree"));
     }
 
     #[test]

@@ -46,6 +46,7 @@ fn doctor_on_the_mlx5_tree() {
         ("roce-mode", "mlx5_0/1"),
         ("ecn", "mlx5_0/1"),
         ("mtu", ""),
+        ("driver", "mlx5_core"),
         ("firmware", "mlx5_core"),
         ("counters", ""),
     ] {
@@ -102,6 +103,7 @@ fn doctor_on_other_trees() {
         .unwrap()
         .starts_with("unsupported"));
     assert_eq!(find(&v, "mtu", "")["evidence"], "eth0 1500 (RoCE MTU 1024)");
+    assert_eq!(find(&v, "driver", "rdma_rxe")["status"], "pass", "{v}");
     assert_eq!(code, Some(0), "warnings only: {v}");
     // A RoCE port whose netdev has no address: no IP, with the command.
     let (code, v) = doctor("no-pma-restricted", &[]);
@@ -110,6 +112,17 @@ fn doctor_on_other_trees() {
         find(&v, "ip", "mlx5_4/1")["fix"],
         "ip addr add ADDRESS/PREFIX dev ens3np0"
     );
+    // Its driver stack is half a vendor package's: a warning naming the modules.
+    let driver = find(&v, "driver", "mlx5_core");
+    assert_eq!(driver["status"], "warn", "{driver}");
+    assert!(driver["evidence"]
+        .as_str()
+        .unwrap()
+        .contains("mlx5_core 23.10-2.1.3 (out-of-tree"));
+    assert!(driver["fix"]
+        .as_str()
+        .unwrap()
+        .contains("modinfo -F filename mlx5_core ib_core mlx5_ib"));
     // InfiniBand: the RoCE checks do not apply.
     let (_, v) = doctor("ib-hca", &[]);
     let nd = v["checks"]

@@ -139,8 +139,11 @@ pub enum Command {
     /// point); one MTU on every RoCE netdev (and, with --peer, packets of that size reach
     /// the peer unfragmented); nftables and iptables rule sets that drop UDP 4791 (read
     /// with nft -j list ruleset and iptables-save, not guessed); irqbalance running or the
-    /// NIC's interrupts spread over CPUs; the same firmware on devices of one driver;
-    /// pause frames, drops, out_of_buffer, out-of-sequence and retransmission counters
+    /// NIC's interrupts spread over CPUs; the host: the link layer, each NIC's PCIe link,
+    /// its interrupts against its NUMA node, GPUs against NICs (nvidia-smi topo -m terms,
+    /// GPUDirect, ACS); the driver module's build (the kernel's own or a vendor package's,
+    /// one build across the RDMA stack) and the same firmware on devices of one driver;
+    /// the kernel log's RDMA/NIC driver messages over --log-window; pause frames, drops, out_of_buffer, out-of-sequence and retransmission counters
     /// not moving over --window; with --peer, a verbs probe (the peer runs
     /// `rocewatch probe --serve` or the agent with [probes]); and which interface to
     /// capture on with the tcpdump and ethtool offload commands to use and to restore.
@@ -393,7 +396,8 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "LAYER", value_parser = ["ethernet", "infiniband"])]
     pub link_layer: Option<String>,
     /// Root of the proc tree that goes with --sysfs-root (default /proc): the NICs'
-    /// interrupts (`interrupts`, `irq/<N>/smp_affinity_list`) for the NUMA check.
+    /// interrupts (`interrupts`, `irq/<N>/smp_affinity_list`) for the NUMA check, the
+    /// kernel release (`sys/kernel/osrelease`) for the driver check.
     /// Example: --sysfs-root integration-tests/fixtures/gpu-two-socket/sys
     ///          --procfs-root integration-tests/fixtures/gpu-two-socket/proc
     #[arg(long, value_name = "DIR", default_value = "/proc")]

@@ -252,6 +252,8 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         }
     }
     // Driver and firmware: devices of one driver should run one firmware.
+    let proc_root = (live == proc_live).then_some(opts.procfs_root.as_path());
+    out.extend(super::driver::driver_checks(&sys, proc_root, &inv));
     out.extend(super::driver::firmware_checks(&inv));
     // The kernel log's driver messages over --log-window.
     let log_options = agent

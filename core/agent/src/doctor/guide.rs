@@ -236,7 +236,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
     // The host: firewall, interrupts (live only).
     if live {
         out.extend(firewall_checks());
-        out.extend(irq_checks(&netdevs));
+        out.extend(irq_checks(Path::new(&root), &opts.procfs_root, &netdevs));
     } else {
         for c in ["firewall", "interrupts"] {
             out.push(check(

@@ -1,8 +1,9 @@
 //! What the host itself says: interface addresses (getifaddrs), the IP in a GID, the NIC's
-//! interrupts and their CPUs (`/proc/interrupts`), and running a host tool.
+//! interrupts and their CPUs (`interrupts` under the proc root), and running a host tool.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::Path;
 
 use super::check::{check, Check, Status};
 
@@ -74,8 +75,10 @@ pub(super) fn run_tool(cmd: &str, args: &[&str]) -> Option<Result<String, String
     }
 }
 
-pub(super) fn irq_checks(netdevs: &[String]) -> Vec<Check> {
-    let irqbalance = std::fs::read_dir("/proc")
+/// Interrupts of the RoCE netdevs: irqbalance running, or each NIC's interrupts spread.
+/// `sys` and `proc_root` are the live host's (the caller checks).
+pub(super) fn irq_checks(sys: &Path, proc_root: &Path, netdevs: &[String]) -> Vec<Check> {
+    let irqbalance = std::fs::read_dir(proc_root)
         .map(|rd| {
             rd.filter_map(Result::ok).any(|e| {
                 std::fs::read_to_string(e.path().join("comm"))
@@ -92,11 +95,11 @@ pub(super) fn irq_checks(netdevs: &[String]) -> Vec<Check> {
             None,
         )];
     }
-    let table = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    let table = std::fs::read_to_string(proc_root.join("interrupts")).unwrap_or_default();
     let mut out = Vec::new();
     for nd in netdevs {
         // The netdev's PCI function (mlx5 names its queues' interrupts after it).
-        let pci = std::fs::read_link(format!("/sys/class/net/{nd}/device"))
+        let pci = std::fs::read_link(sys.join("class/net").join(nd).join("device"))
             .ok()
             .and_then(|l| l.file_name().map(|f| f.to_string_lossy().into_owned()));
         let irqs = nic_irqs(&table, nd, pci.as_deref());
@@ -105,7 +108,10 @@ pub(super) fn irq_checks(netdevs: &[String]) -> Vec<Check> {
                 "interrupts",
                 nd,
                 Status::Skip,
-                format!("no interrupt named after {nd} in /proc/interrupts, and irqbalance is not running"),
+                format!(
+                    "no interrupt named after {nd} in {}, and irqbalance is not running",
+                    proc_root.join("interrupts").display()
+                ),
                 None,
             ));
             continue;
@@ -113,9 +119,11 @@ pub(super) fn irq_checks(netdevs: &[String]) -> Vec<Check> {
         let cpus: std::collections::BTreeSet<String> = irqs
             .iter()
             .filter_map(|i| {
-                std::fs::read_to_string(format!("/proc/irq/{i}/effective_affinity_list"))
+                std::fs::read_to_string(proc_root.join(format!("irq/{i}/effective_affinity_list")))
                     .or_else(|_| {
-                        std::fs::read_to_string(format!("/proc/irq/{i}/smp_affinity_list"))
+                        std::fs::read_to_string(
+                            proc_root.join(format!("irq/{i}/smp_affinity_list")),
+                        )
                     })
                     .ok()
                     .map(|s| s.trim().to_string())

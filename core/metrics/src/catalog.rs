@@ -354,6 +354,7 @@ pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
         .chain(PROBE_CATALOG)
         .chain(QOS_CATALOG)
         .chain(KERNEL_LOG_CATALOG)
+        .chain(crate::resources::RESOURCE_CATALOG)
         .chain(SELF_METRICS)
 }
 
@@ -536,7 +537,7 @@ pub fn pcie_descriptors() -> Vec<MetricDescriptor> {
 /// The module behind each device's driver (`module/<name>/`, kernel/module/sysfs.c):
 /// an info metric, so a query or the fleet rule finds hosts on another driver build.
 pub static DRIVER_CATALOG: &[CatalogEntry] = &[
-    entry!("rdma.driver.info", "1", Gauge, "module/<name>/version, srcversion, taint", NONE, 1, "every device with a driver module",
+    entry!("rdma.driver.info", "{driver}", Gauge, "module/<name>/version, srcversion, taint", NONE, 1, "every device with a driver module",
         "Always 1, per device: `rdma.driver` (the module: mlx5_core, rdma_rxe), `rdma.driver.version` (its declared version; empty for most of the kernel's own drivers), `rdma.driver.srcversion` (the digest of its sources) and `rdma.driver.origin` (`in-tree`: the distribution kernel's; `out-of-tree`: a vendor package such as MLNX_OFED, or DKMS)."),
 ];
 

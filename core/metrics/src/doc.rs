@@ -143,6 +143,13 @@ pub fn render_markdown() -> String {
             p.meaning
         );
     }
+    md.push_str("\n## RDMA resources per workload\n\n");
+    md.push_str("From the resources collector (RDMA netlink: what `rdma resource show qp|cq|mr|pd` prints; `[plugins.builtin.resources.options]`), ");
+    md.push_str("each resource attributed to the workload of the process holding it, found from `/proc/<pid>/cgroup`: a Kubernetes pod ");
+    md.push_str("(`k8s.pod.uid`, `container.id`), a Slurm job (`slurm.job.id`, `slurm.step.id`), a systemd unit (`systemd.unit`), else ");
+    md.push_str("the command (`process.command`); the kernel's own QPs to the kernel consumer. `rdma.workload` is one identifier across them. ");
+    md.push_str("Never per process; beyond `max_workloads` (default 64) the smallest are summed under `rdma.workload=\"other\"` and counted.\n\n");
+    table(&mut md, crate::resources::RESOURCE_CATALOG, true);
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(

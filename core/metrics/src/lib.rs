@@ -18,6 +18,8 @@ pub mod catalog;
 pub mod doc;
 pub mod kernel_log;
 pub mod naming;
+pub mod resources;
 
 pub use catalog::*;
 pub use kernel_log::*;
+pub use resources::*;

@@ -44,7 +44,7 @@ pub(super) const KNOBS: [Knob; 3] = [
         name: "arp_ignore",
         allowed: &[1, 2],
         target: 1,
-        wanted: "1",
+        wanted: "1 (or 2)",
         wrong: "it answers ARP for the other rails' addresses too",
     },
     Knob {

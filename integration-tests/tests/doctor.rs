@@ -286,3 +286,214 @@ fn doctor_gpus_on_the_gpu_host() {
     let (_, v) = doctor("mlx5-roce-dual-port", &[]);
     assert_eq!(find(&v, "gpu-topology", "")["status"], "skip");
 }
+
+/// A network namespace this test creates, deleted when dropped (also on a failed
+/// assertion).
+struct Netns(String);
+
+impl Netns {
+    /// Fails loudly when it cannot be made: these checks need root and `ip netns`.
+    fn new(name: String) -> Netns {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            euid, 0,
+            "the multi-rail test creates a network namespace (ip netns add): it must run as root"
+        );
+        let o = std::process::Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .unwrap_or_else(|e| panic!("the multi-rail test needs iproute2's ip: {e}"));
+        assert!(
+            o.status.success(),
+            "ip netns add {name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Netns(name)
+    }
+
+    /// `ip netns exec NS ARGS`, which must succeed.
+    fn exec(&self, args: &[&str]) {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "in {}: {}: {}",
+            self.0,
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// `rocewatch doctor --json` inside the namespace on a fixture tree, with the live
+    /// /proc (whose sys/net is the namespace's): its multi-rail checks.
+    fn doctor_multirail(&self, case: &str) -> Vec<Value> {
+        let root = fixture(case);
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .arg(&artifacts().rocewatch)
+            .args(["doctor", "--json", "--window", "300ms", "--sysfs-root"])
+            .arg(&root)
+            .args(["--procfs-root", "/proc"])
+            .current_dir(crate::support::root())
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_str(&stdout(&o))
+            .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"].as_str().unwrap().starts_with("multirail"))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+fn only<'a>(checks: &'a [Value], check: &str, subject: &str) -> &'a Value {
+    checks
+        .iter()
+        .find(|c| c["check"] == check && c["subject"] == subject)
+        .unwrap_or_else(|| panic!("no {check} {subject} in {checks:#?}"))
+}
+
+/// Multi-rail: the mlx5 dual-port tree's netdevs (ens1f0np0, ens1f1np1, with 10.0.0.1 and
+/// 10.0.1.1 in their GIDs) as two veth rails in 10.0.0.0/16 in a namespace of our own.
+/// Bare, every sysctl and policy route is missing and named; after running the fix lines
+/// doctor printed, every check passes.
+#[test]
+fn doctor_multirail_in_a_network_namespace() {
+    let ns = Netns::new(format!("rw-mr-{}", std::process::id()));
+    // No such netdevs in the namespace yet: skipped, saying so.
+    let checks = ns.doctor_multirail("mlx5-roce-dual-port");
+    for nd in ["ens1f0np0", "ens1f1np1"] {
+        let c = only(&checks, "multirail", nd);
+        assert_eq!(c["status"], "skip", "{c}");
+        assert!(c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("is not an interface of this network namespace (rtnetlink lists lo)"));
+    }
+    ns.exec(&["ip", "link", "set", "lo", "up"]);
+    for (i, (nd, addr)) in [("ens1f0np0", "10.0.0.1/16"), ("ens1f1np1", "10.0.1.1/16")]
+        .into_iter()
+        .enumerate()
+    {
+        let peer = format!("mrpeer{i}");
+        ns.exec(&[
+            "ip", "link", "add", nd, "type", "veth", "peer", "name", &peer,
+        ]);
+        ns.exec(&["ip", "addr", "add", addr, "dev", nd]);
+        ns.exec(&["ip", "link", "set", &peer, "up"]);
+        ns.exec(&["ip", "link", "set", nd, "up"]);
+    }
+    // Known `all` values (a namespace may inherit the host's), strict rp_filter on one rail.
+    ns.exec(&[
+        "sysctl",
+        "-qw",
+        "net.ipv4.conf.all.arp_ignore=0",
+        "net.ipv4.conf.all.arp_announce=0",
+        "net.ipv4.conf.all.rp_filter=0",
+        "net.ipv4.conf.ens1f1np1.rp_filter=1",
+    ]);
+
+    let checks = ns.doctor_multirail("mlx5-roce-dual-port");
+    let group = only(&checks, "multirail", "10.0.0.0/16");
+    assert_eq!(group["status"], "info", "{checks:#?}");
+    assert!(group["evidence"]
+        .as_str()
+        .unwrap()
+        .starts_with("ens1f0np0 10.0.0.1, ens1f1np1 10.0.1.1 share 10.0.0.0/16"));
+    let fix = |c: &Value| -> Vec<String> {
+        c["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let mut wanted = Vec::new();
+    for (nd, strict) in [("ens1f0np0", false), ("ens1f1np1", true)] {
+        let c = only(&checks, "multirail-sysctl", nd);
+        assert_eq!(c["status"], "warn", "{c}");
+        let mut lines = vec![
+            format!("sysctl -w net.ipv4.conf.{nd}.arp_ignore=1"),
+            format!("sysctl -w net.ipv4.conf.{nd}.arp_announce=2"),
+        ];
+        if strict {
+            lines.push(format!("sysctl -w net.ipv4.conf.{nd}.rp_filter=2"));
+            // Read from the namespace's /proc/sys/net: the value set only in there.
+            assert!(c["evidence"]
+                .as_str()
+                .unwrap()
+                .contains("rp_filter 1 (all 0, ens1f1np1 1)"));
+        } else {
+            assert!(!c["fix"].as_str().unwrap().contains("rp_filter"), "{c}");
+        }
+        for l in &lines {
+            assert!(fix(c).contains(l), "{l} not in {c}");
+        }
+        wanted.extend(lines);
+    }
+    for (nd, addr, table) in [
+        ("ens1f0np0", "10.0.0.1", 100),
+        ("ens1f1np1", "10.0.1.1", 101),
+    ] {
+        let c = only(&checks, "multirail-route", &format!("{nd} {addr}"));
+        assert_eq!(c["status"], "warn", "{c}");
+        let lines = [
+            format!("ip rule add from {addr} table {table}"),
+            format!("ip route add 10.0.0.0/16 dev {nd} src {addr} table {table}"),
+        ];
+        assert_eq!(fix(c)[..2], lines, "{c}");
+        wanted.extend(lines);
+    }
+    assert_eq!(
+        checks.iter().filter(|c| c["status"] == "warn").count(),
+        4,
+        "{checks:#?}"
+    );
+
+    // Run the commands doctor printed (not the lines for files), in the namespace.
+    let mut ran = Vec::new();
+    for c in &checks {
+        for line in fix(c) {
+            if line.starts_with("sysctl -w ") || line.starts_with("ip ") {
+                ns.exec(&line.split_whitespace().collect::<Vec<_>>());
+                ran.push(line);
+            }
+        }
+    }
+    ran.sort();
+    wanted.sort();
+    assert_eq!(ran, wanted, "the fixes are exactly the missing pieces");
+
+    let checks = ns.doctor_multirail("mlx5-roce-dual-port");
+    let ours: Vec<&Value> = checks
+        .iter()
+        .filter(|c| c["check"] != "multirail")
+        .collect();
+    assert_eq!(ours.len(), 4, "{checks:#?}");
+    for c in ours {
+        assert_eq!(c["status"], "pass", "{c}");
+    }
+    assert_eq!(
+        only(&checks, "multirail-route", "ens1f1np1 10.0.1.1")["evidence"],
+        "rule 32764 from 10.0.1.1 lookup 101; table 101: 10.0.0.0/16 dev ens1f1np1 src 10.0.1.1"
+    );
+    assert_eq!(
+        only(&checks, "multirail-sysctl", "ens1f1np1")["evidence"],
+        "arp_ignore 1 (all 0, ens1f1np1 1), arp_announce 2 (all 0, ens1f1np1 2), rp_filter 2 (all 0, ens1f1np1 2) (the kernel applies the larger of all and the interface's value)"
+    );
+}

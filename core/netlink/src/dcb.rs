@@ -296,9 +296,6 @@ pub fn decode_ieee_status(payload: &[u8], cmd: u8) -> Result<(), (i32, String)> 
     Err((0, "no DCB_ATTR_IEEE status in the reply".into()))
 }
 
-/// `NETLINK_ROUTE`.
-pub const NETLINK_ROUTE: libc::c_int = 0;
-
 /// A client for DCB over rtnetlink.
 #[derive(Debug)]
 pub struct DcbNetlink {
@@ -309,7 +306,7 @@ impl DcbNetlink {
     pub fn open() -> Result<Self, crate::NetlinkError> {
         Ok(DcbNetlink {
             sock: crate::socket::NetlinkSocket::open(
-                NETLINK_ROUTE,
+                crate::route::NETLINK_ROUTE,
                 "rtnetlink (DCB)",
                 std::time::Duration::from_secs(2),
             )?,

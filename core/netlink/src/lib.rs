@@ -1,7 +1,8 @@
 //! Netlink for rocewatch, without a netlink framework: the message and attribute framing
 //! ([`msg`]), one blocking request/reply socket ([`socket`]), the RDMA "nldev"
-//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]) and the DCB
-//! (PFC, APP table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]).
+//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]), the DCB
+//! (PFC, APP table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]), and the
+//! rtnetlink dumps of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]).
 //!
 //! Everything that turns bytes into values is a pure function over byte slices, so it is
 //! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
@@ -9,6 +10,7 @@
 pub mod dcb;
 pub mod msg;
 pub mod rdma;
+pub mod route;
 pub mod socket;
 
 use std::io;

@@ -1,10 +1,11 @@
 //! Property tests: every decoder of netlink replies (framing, attributes, RDMA nldev
-//! devices and hardware counters, DCB IEEE replies and status) takes any bytes a kernel,
+//! devices and hardware counters, DCB IEEE replies and status, rtnetlink links,
+//! addresses, rules and routes) takes any bytes a kernel,
 //! a capture file or an attacker-controlled socket could hand it without panicking, and
 //! an error says what was wrong (never an empty message).
 
 use proptest::prelude::*;
-use rocewatch_netlink::{dcb, msg, rdma};
+use rocewatch_netlink::{dcb, msg, rdma, route};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
@@ -42,6 +43,57 @@ proptest! {
         }
     }
 
+    #[test]
+    fn rtnetlink_replies_never_panic(buf in prop::collection::vec(any::<u8>(), 0..512)) {
+        if let Err(e) = route::decode_link(&buf) {
+            prop_assert!(!e.is_empty());
+        }
+        if let Err(e) = route::decode_address(&buf) {
+            prop_assert!(!e.is_empty());
+        }
+        if let Err(e) = route::decode_rule(&buf) {
+            prop_assert!(!e.is_empty());
+        }
+        if let Err(e) = route::decode_route(&buf) {
+            prop_assert!(!e.is_empty());
+        }
+    }
+
+    /// A family header of IPv4 or IPv6 with any prefix lengths, then well-formed
+    /// attribute headers of the types the rtnetlink decoders read, with any lengths and
+    /// payloads: every malformed one is an error naming what was wrong (an attribute, a
+    /// length, a struct), never a panic.
+    #[test]
+    fn rtnetlink_attributes_of_any_length_are_named_errors(
+        v6 in any::<bool>(),
+        header in prop::collection::vec(any::<u8>(), 12),
+        attrs in prop::collection::vec((0u16..20, prop::collection::vec(any::<u8>(), 0..24)), 0..8)
+    ) {
+        let mut buf = header.clone();
+        buf[0] = if v6 { route::AF_INET6 } else { route::AF_INET };
+        for (kind, data) in &attrs {
+            buf.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+            buf.extend_from_slice(&kind.to_ne_bytes());
+            buf.extend_from_slice(data);
+            buf.resize((buf.len() + 3) & !3, 0);
+        }
+        let named = |e: &str| {
+            ["FRA_", "RTA_", "IFA_", "IFLA_", "length", "attribute", "struct", "interface", "address"]
+                .iter()
+                .any(|w| e.contains(w))
+        };
+        for r in [
+            route::decode_rule(&buf).map(|_| ()),
+            route::decode_route(&buf).map(|_| ()),
+            route::decode_address(&buf[4..]).map(|_| ()),
+            route::decode_link(&buf).map(|_| ()),
+        ] {
+            if let Err(e) = r {
+                prop_assert!(named(&e), "{e}");
+            }
+        }
+    }
+
     /// Well-formed attribute headers with random lengths and payloads: the part of the
     /// space random bytes rarely reach.
     #[test]
@@ -58,5 +110,9 @@ proptest! {
         let _ = rdma::decode_device(&buf);
         let _ = rdma::decode_hw_counters(&buf, |_, _| {});
         let _ = dcb::decode_ieee_get(&buf);
+        let _ = route::decode_link(&buf);
+        let _ = route::decode_address(&buf);
+        let _ = route::decode_rule(&buf);
+        let _ = route::decode_route(&buf);
     }
 }

@@ -1,5 +1,6 @@
 //! The guide in order: devices, ports, netdev and IP, GID, the QoS checks, MTU, the PCIe
-//! links, firewall, interrupts, firmware, counters over a window, a verbs probe, capture.
+//! links, NUMA, multi-rail, firewall, interrupts, firmware, counters over a window, a
+//! verbs probe, capture.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -233,6 +234,13 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
             None,
         ));
     }
+    // Multi-rail: live rtnetlink and sysctls of this network namespace, for the netdevs
+    // the inventory names (a fixture tree's too, when those netdevs exist here).
+    out.extend(super::multirail::multirail_checks(
+        &inv,
+        &root,
+        &opts.procfs_root,
+    ));
     // The host: firewall, interrupts (live only).
     if live {
         out.extend(firewall_checks());

@@ -4,7 +4,9 @@
 //!
 //! Order follows the guide: devices, ports, netdev and its IP, the RoCE v2 GID for that
 //! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, the link layer, the NICs'
-//! PCIe links and NUMA locality, GPUs against NICs (topology, GPUDirect, ACS),
+//! PCIe links and NUMA locality, multi-rail networking (RoCE netdevs sharing a subnet:
+//! ARP and reverse-path sysctls, a policy route per rail; `multirail.rs`, read over
+//! rtnetlink), GPUs against NICs (topology, GPUDirect, ACS),
 //! firewall rules for UDP 4791, interrupts, driver and firmware, the kernel log's driver
 //! messages, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
@@ -24,6 +26,7 @@ mod host;
 mod kernel_log;
 mod linklayer;
 mod mtu;
+mod multirail;
 mod numa;
 mod pcie;
 mod qos;

@@ -140,8 +140,9 @@ pub enum Command {
     /// the peer unfragmented); nftables and iptables rule sets that drop UDP 4791 (read
     /// with nft -j list ruleset and iptables-save, not guessed); irqbalance running or the
     /// NIC's interrupts spread over CPUs; the host: the link layer, each NIC's PCIe link,
-    /// its interrupts against its NUMA node, GPUs against NICs (nvidia-smi topo -m terms,
-    /// GPUDirect, ACS); the driver module's build (the kernel's own or a vendor package's,
+    /// its interrupts against its NUMA node, RoCE netdevs sharing a subnet (ARP and
+    /// reverse-path sysctls, a policy route per rail), GPUs against NICs (nvidia-smi topo
+    /// -m terms, GPUDirect, ACS); the driver module's build (the kernel's own or a vendor package's,
     /// one build across the RDMA stack) and the same firmware on devices of one driver;
     /// the kernel log's RDMA/NIC driver messages over --log-window; pause frames, drops, out_of_buffer, out-of-sequence and retransmission counters
     /// not moving over --window; with --peer, a verbs probe (the peer runs

@@ -354,7 +354,7 @@ pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
         .chain(PROBE_CATALOG)
         .chain(QOS_CATALOG)
         .chain(KERNEL_LOG_CATALOG)
-        .chain(crate::resources::RESOURCE_CATALOG)
+        .chain(RESOURCE_CATALOG)
         .chain(SELF_METRICS)
 }
 
@@ -482,6 +482,39 @@ pub static KERNEL_LOG_CATALOG: &[CatalogEntry] = &[CatalogEntry {
     seen_on: "mlx5, any driver whose messages name a PCI function",
     description: "Kernel log messages of the RDMA/NIC drivers matching a pattern since the agent started, by `rdma.kernel.pattern` and `rdma.device` (the RDMA device of the PCI function or netdev the message names, else the PCI address, else empty).",
 }];
+
+macro_rules! resource {
+    ($name:expr, $unit:expr, $kind:ident, $desc:expr) => {
+        CatalogEntry {
+            name: $name,
+            unit: $unit,
+            kind: MetricKind::$kind,
+            source: "RDMA netlink (RDMA_NLDEV_CMD_RES_*_GET, STAT_GET), /proc/<pid>/cgroup",
+            attributes: &[],
+            scale: 1,
+            seen_on: "every RDMA driver with resource tracking (mlx5, irdma, bnxt_re, rxe)",
+            description: $desc,
+        }
+    };
+}
+
+/// The resources collector's metrics (the workload attributes: `crate::resources`).
+pub static RESOURCE_CATALOG: &[CatalogEntry] = &[
+    resource!("rdma.resource.qps", "{qp}", Gauge,
+        "Queue pairs per `rdma.device`, `rdma.port` (absent for a QP not bound to a port yet) and workload (`rdma.workload`, `rdma.workload.kind`, and `k8s.pod.uid`/`container.id`, `slurm.job.id`/`slurm.step.id`, `systemd.unit` or `process.command`)."),
+    resource!("rdma.resource.cqs", "{cq}", Gauge,
+        "Completion queues per `rdma.device` and workload."),
+    resource!("rdma.resource.mrs", "{mr}", Gauge,
+        "Memory regions per `rdma.device` and workload."),
+    resource!("rdma.resource.mr.bytes", "By", Gauge,
+        "Bytes registered in memory regions per `rdma.device` and workload."),
+    resource!("rdma.resource.pds", "{pd}", Gauge,
+        "Protection domains per `rdma.device` and workload."),
+    resource!("rdma.resource.workloads", "{workload}", Gauge,
+        "Workloads holding RDMA resources on the host, by `rdma.workload.state`: `reported` (a series of their own) or `folded` (beyond `max_workloads`, summed into `rdma.workload=\"other\"`)."),
+    resource!("rdma.workload.counter", "{event}", Counter,
+        "Per-QP hw counters (opt-in: `qp_counters = true` binds a counter per process, `rdma statistic qp set link DEV/PORT auto type,pid on`) summed per `rdma.device`, `rdma.port`, workload and `rdma.counter` (the driver's counter name: `out_of_sequence`, `np_cnp_sent`, `roce_adp_retrans`...)."),
+];
 
 /// Verbs probe results, per peer (`rdma.probe.peer`), emitted by the agent's prober.
 pub static PROBE_CATALOG: &[CatalogEntry] = &[

@@ -149,7 +149,7 @@ pub fn render_markdown() -> String {
     md.push_str("(`k8s.pod.uid`, `container.id`), a Slurm job (`slurm.job.id`, `slurm.step.id`), a systemd unit (`systemd.unit`), else ");
     md.push_str("the command (`process.command`); the kernel's own QPs to the kernel consumer. `rdma.workload` is one identifier across them. ");
     md.push_str("Never per process; beyond `max_workloads` (default 64) the smallest are summed under `rdma.workload=\"other\"` and counted.\n\n");
-    table(&mut md, crate::resources::RESOURCE_CATALOG, true);
+    table(&mut md, crate::catalog::RESOURCE_CATALOG, true);
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(

@@ -237,6 +237,7 @@ mod recorded {
         let done = file("dev-dump-reply-2.bin");
         let m: Vec<_> = messages(&done).collect::<Result<_, _>>().unwrap();
         assert_eq!(m[0].ty, msg::T_DONE);
+        assert_eq!(m[0].done_code(), Some(0), "a dump that succeeded");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Netlink for rocewatch, without a netlink framework: the message and attribute framing
 //! ([`msg`]), one blocking request/reply socket ([`socket`]), the RDMA "nldev"
-//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]) and the DCB
-//! (PFC, APP table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]).
+//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]), the resource
+//! dumps of `rdma resource show qp|cq|mr|pd` ([`rdma_res`]), the per-QP statistic
+//! counters of `rdma statistic qp mode|set|show` ([`rdma_stat`]) and the DCB (PFC, APP
+//! table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]).
 //!
 //! Everything that turns bytes into values is a pure function over byte slices, so it is
 //! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
@@ -9,7 +11,12 @@
 pub mod dcb;
 pub mod msg;
 pub mod rdma;
+pub mod rdma_res;
+pub mod rdma_stat;
 pub mod socket;
+
+#[cfg(test)]
+mod replay;
 
 use std::io;
 

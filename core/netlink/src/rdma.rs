@@ -126,7 +126,8 @@ pub fn decode_hw_counters(payload: &[u8], mut f: impl FnMut(&str, u64)) -> Resul
 /// A client for the RDMA nldev family.
 #[derive(Debug)]
 pub struct RdmaNetlink {
-    sock: NetlinkSocket,
+    /// Also used by the resource and statistic-counter requests (`rdma_res`, `rdma_stat`).
+    pub(crate) sock: NetlinkSocket,
 }
 
 impl RdmaNetlink {

@@ -81,6 +81,18 @@ impl NetlinkSocket {
         })
     }
 
+    /// A socket over an already connected descriptor (a `socketpair(2)` end), for tests
+    /// that play a kernel's recorded replies back.
+    #[cfg(test)]
+    pub(crate) fn from_connected(fd: OwnedFd) -> Self {
+        NetlinkSocket {
+            fd,
+            seq: 0,
+            buf: vec![0; RECV_BUF],
+            capture: None,
+        }
+    }
+
     /// Writes every request and every received datagram to `dir` (`NNNN-request.bin`,
     /// `NNNN-reply-K.bin`): what the kernel said, for a bug report or a test fixture.
     pub fn capture_to(&mut self, dir: PathBuf) {

@@ -16,6 +16,8 @@ pub mod rdma_stat;
 pub mod socket;
 
 #[cfg(test)]
+mod rdma_recorded;
+#[cfg(test)]
 mod replay;
 
 use std::io;

@@ -16,8 +16,11 @@
 //! - auto mode: `RDMA_NLDEV_CMD_STAT_SET` with mode `RDMA_COUNTER_MODE_AUTO` and a mask
 //!   (`RDMA_COUNTER_MASK_QP_TYPE | RDMA_COUNTER_MASK_PID`: a counter per QP type and
 //!   process); a mask of 0 turns auto mode off (`rdma statistic qp set ... auto off`),
-//!   back to `NONE`, or to `MANUAL` where manually bound counters remain. A driver that
-//!   cannot count per QP refuses with an errno ([`crate::NetlinkError::Kernel`]);
+//!   back to `NONE`, or to `MANUAL` where manually bound counters remain. A driver
+//!   without port hw stats refuses with an errno ([`crate::NetlinkError::Kernel`],
+//!   `EOPNOTSUPP`); but accepted is not counted: soft-RoCE (rxe, kernel 6.1) accepts
+//!   auto mode and then binds no QP, its counter dump stays empty (testdata/README.md),
+//!   so a caller checks the dump rather than trusting the mode;
 //! - the counters: a `RDMA_NLDEV_CMD_STAT_GET` dump with `RDMA_NLDEV_ATTR_STAT_RES` =
 //!   `RDMA_NLDEV_ATTR_RES_QP`, laid out like the resource dumps (device handle, then an
 //!   `RDMA_NLDEV_ATTR_STAT_COUNTER` table of `RDMA_NLDEV_ATTR_STAT_COUNTER_ENTRY`).
@@ -253,8 +256,10 @@ impl RdmaNetlink {
     }
 
     /// Sets a port's QP counters to auto mode with `mask` (`COUNTER_MASK_*` bits), or
-    /// with 0 turns auto mode off. A driver that cannot count per QP refuses with
+    /// with 0 turns auto mode off. A driver without port hw stats refuses with
     /// [`NetlinkError::Kernel`] (`EOPNOTSUPP`); without `CAP_NET_ADMIN`, `EPERM`.
+    /// Success does not mean QPs will be counted (rxe accepts and binds none):
+    /// [`Self::qp_counters`] says.
     pub fn set_qp_counter_auto(
         &mut self,
         dev_index: u32,
@@ -299,8 +304,9 @@ impl RdmaNetlink {
 }
 
 /// Replies crafted from the uapi layout: soft-RoCE (the lab's rxe) accepts auto mode
-/// but never binds a QP to a counter (it has no `counter_alloc_stats`), so its counter
-/// dump is empty and the lab cannot record a counter entry; these follow nldev.c's
+/// but never binds a QP to a counter (a manual bind fails with ENOMEM: it cannot
+/// allocate one), so its counter dump is empty and the lab cannot record a counter
+/// entry (testdata/README.md); these follow nldev.c's
 /// `fill_res_counter_entry()` (port, counter id, owner, mode, QP type, the bound QPs'
 /// table, the hw counters' table, with `NLA_F_NESTED` as `nla_nest_start()` sets it).
 #[cfg(test)]

@@ -1005,4 +1005,46 @@ mod tests {
         let e = nl.res_mrs(9).unwrap_err();
         assert!(matches!(e, NetlinkError::Kernel { errno, .. } if errno == libc::EINVAL));
     }
+
+    #[test]
+    fn a_snapshot_keeps_what_answered_and_names_what_failed() {
+        let (mut nl, kernel) = crate::replay::rdma_pair();
+        let done = |seq: u32, code: i32| {
+            let mut m = MessageBuilder::new(msg::T_DONE, 2, seq).finish();
+            m.extend_from_slice(&code.to_ne_bytes());
+            m[0..4].copy_from_slice(&20u32.to_ne_bytes());
+            m
+        };
+        // The QP dump answers, CQ and PD have none, the MR dump is refused.
+        kernel.reply(&qp_message(1, &[&gsi, &rc]));
+        kernel.reply(&done(1, 0));
+        kernel.reply(&done(2, 0));
+        kernel.reply(&done(3, -libc::EOPNOTSUPP));
+        kernel.reply(&done(4, 0));
+        let dev = RdmaDevice {
+            index: 3,
+            name: "mlx5_1".into(),
+            ports: 2,
+        };
+        let s = nl.resources(std::slice::from_ref(&dev));
+        assert_eq!(
+            (s.qps.len(), s.cqs.len(), s.mrs.len(), s.pds.len()),
+            (2, 0, 0, 0)
+        );
+        assert_eq!(s.errors.len(), 1);
+        let e = &s.errors[0];
+        assert_eq!(
+            (e.device.as_str(), e.kind, e.kind.name()),
+            ("mlx5_1", ResKind::Mr, "mr")
+        );
+        assert!(matches!(e.error, NetlinkError::Kernel { errno, .. } if errno == libc::EOPNOTSUPP));
+        for (seq, kind) in [
+            (1, ResKind::Qp),
+            (2, ResKind::Cq),
+            (3, ResKind::Mr),
+            (4, ResKind::Pd),
+        ] {
+            assert_eq!(kernel.request(), encode_res_dump(kind, seq, 3, None));
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! Netlink for rocewatch, without a netlink framework: the message and attribute framing
 //! ([`msg`]), one blocking request/reply socket ([`socket`]), the RDMA "nldev"
-//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]), the DCB
-//! (PFC, APP table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]), and the
-//! rtnetlink dumps of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]).
+//! requests that `rdma dev show` and `rdma statistic show` make ([`rdma`]), the resource
+//! dumps of `rdma resource show qp|cq|mr|pd` ([`rdma_res`]), the per-QP statistic
+//! counters of `rdma statistic qp mode|set|show` ([`rdma_stat`]), the DCB (PFC, APP
+//! table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]), and the rtnetlink dumps
+//! of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]).
 //!
 //! Everything that turns bytes into values is a pure function over byte slices, so it is
 //! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
@@ -10,8 +12,15 @@
 pub mod dcb;
 pub mod msg;
 pub mod rdma;
+pub mod rdma_res;
+pub mod rdma_stat;
 pub mod route;
 pub mod socket;
+
+#[cfg(test)]
+mod rdma_recorded;
+#[cfg(test)]
+mod replay;
 
 use std::io;
 

@@ -112,6 +112,16 @@ impl<'a> Message<'a> {
         (self.ty == T_ERROR && self.payload.len() >= 4)
             .then(|| i32::from_ne_bytes(self.payload[0..4].try_into().expect("4 bytes")))
     }
+
+    /// For `NLMSG_DONE`: the dump's result, a negative errno when the dump failed. The
+    /// kernel's `netlink_dump_done()` (net/netlink/af_netlink.c) writes what the family's
+    /// dump callback returned there, so a dump the kernel refuses at its first call (a
+    /// missing device, an unsupported resource) ends with an error in `NLMSG_DONE`, not
+    /// in an `NLMSG_ERROR`.
+    pub fn done_code(&self) -> Option<i32> {
+        (self.ty == T_DONE && self.payload.len() >= 4)
+            .then(|| i32::from_ne_bytes(self.payload[0..4].try_into().expect("4 bytes")))
+    }
 }
 
 /// Splits a datagram into messages; an error describes the first malformed one.
@@ -258,5 +268,25 @@ mod tests {
         m[0..4].copy_from_slice(&len.to_ne_bytes());
         let msg = messages(&m).next().unwrap().unwrap();
         assert_eq!(msg.error_code(), Some(-95));
+        assert_eq!(msg.done_code(), None);
+    }
+
+    #[test]
+    fn done_code() {
+        let with = |payload: &[u8]| {
+            let mut m = MessageBuilder::new(T_DONE, 2, 1).finish();
+            m.extend_from_slice(payload);
+            let len = m.len() as u32;
+            m[0..4].copy_from_slice(&len.to_ne_bytes());
+            m
+        };
+        let ok = with(&0i32.to_ne_bytes());
+        assert_eq!(messages(&ok).next().unwrap().unwrap().done_code(), Some(0));
+        let failed = with(&(-22i32).to_ne_bytes());
+        let msg = messages(&failed).next().unwrap().unwrap();
+        assert_eq!((msg.done_code(), msg.error_code()), (Some(-22), None));
+        // An NLMSG_DONE without a payload (older kernels, other families) is a success.
+        let bare = with(&[]);
+        assert_eq!(messages(&bare).next().unwrap().unwrap().done_code(), None);
     }
 }

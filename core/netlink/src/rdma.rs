@@ -126,7 +126,8 @@ pub fn decode_hw_counters(payload: &[u8], mut f: impl FnMut(&str, u64)) -> Resul
 /// A client for the RDMA nldev family.
 #[derive(Debug)]
 pub struct RdmaNetlink {
-    sock: NetlinkSocket,
+    /// Also used by the resource and statistic-counter requests (`rdma_res`, `rdma_stat`).
+    pub(crate) sock: NetlinkSocket,
 }
 
 impl RdmaNetlink {
@@ -237,6 +238,7 @@ mod recorded {
         let done = file("dev-dump-reply-2.bin");
         let m: Vec<_> = messages(&done).collect::<Result<_, _>>().unwrap();
         assert_eq!(m[0].ty, msg::T_DONE);
+        assert_eq!(m[0].done_code(), Some(0), "a dump that succeeded");
     }
 
     #[test]

@@ -81,6 +81,18 @@ impl NetlinkSocket {
         })
     }
 
+    /// A socket over an already connected descriptor (a `socketpair(2)` end), for tests
+    /// that play a kernel's recorded replies back.
+    #[cfg(test)]
+    pub(crate) fn from_connected(fd: OwnedFd) -> Self {
+        NetlinkSocket {
+            fd,
+            seq: 0,
+            buf: vec![0; RECV_BUF],
+            capture: None,
+        }
+    }
+
     /// Writes every request and every received datagram to `dir` (`NNNN-request.bin`,
     /// `NNNN-reply-K.bin`): what the kernel said, for a bug report or a test fixture.
     pub fn capture_to(&mut self, dir: PathBuf) {
@@ -95,7 +107,8 @@ impl NetlinkSocket {
 
     /// Sends `request` (built with sequence number `seq`) and calls `on_message` for each
     /// reply message until the request is answered: a single reply, or, for a dump, every
-    /// message up to `NLMSG_DONE`. A kernel error ends the request with
+    /// message up to `NLMSG_DONE`. A kernel error (an `NLMSG_ERROR`, or a dump's
+    /// `NLMSG_DONE` carrying a negative errno) ends the request with
     /// [`NetlinkError::Kernel`].
     pub fn request(
         &mut self,
@@ -170,7 +183,15 @@ impl NetlinkSocket {
                         }
                         finished = true; // an acknowledgement
                     }
-                    msg::T_DONE => finished = true,
+                    msg::T_DONE => {
+                        if let Some(code @ ..=-1) = m.done_code() {
+                            return Err(NetlinkError::Kernel {
+                                request: what.to_string(),
+                                errno: -code,
+                            });
+                        }
+                        finished = true;
+                    }
                     _ => {
                         on_message(m).map_err(|detail| NetlinkError::Malformed {
                             request: what.to_string(),

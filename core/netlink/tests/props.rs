@@ -1,11 +1,12 @@
 //! Property tests: every decoder of netlink replies (framing, attributes, RDMA nldev
-//! devices and hardware counters, DCB IEEE replies and status, rtnetlink links,
-//! addresses, rules and routes) takes any bytes a kernel,
+//! devices and hardware counters, RDMA resource dumps and QP statistic counters, DCB IEEE
+//! replies and status, rtnetlink links, addresses, rules and routes) takes any bytes a kernel,
 //! a capture file or an attacker-controlled socket could hand it without panicking, and
 //! an error says what was wrong (never an empty message).
 
 use proptest::prelude::*;
-use rocewatch_netlink::{dcb, msg, rdma, route};
+use rocewatch_netlink::msg::MessageBuilder;
+use rocewatch_netlink::{dcb, msg, rdma, rdma_res, rdma_stat, route};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
@@ -29,6 +30,34 @@ proptest! {
             prop_assert!(!e.is_empty());
         }
         if let Err(e) = rdma::decode_hw_counters(&buf, |_, _| {}) {
+            prop_assert!(!e.is_empty());
+        }
+    }
+
+    #[test]
+    fn rdma_resource_and_counter_replies_never_panic(buf in prop::collection::vec(any::<u8>(), 0..512)) {
+        for e in decode_every_new_reply(&buf) {
+            prop_assert!(!e.is_empty());
+        }
+    }
+
+    /// Arbitrary nesting: a tree of attributes of the types these replies use (and
+    /// others), with random leaves, wrapped in a device handle; a decoder either decodes
+    /// it or says what was wrong.
+    #[test]
+    fn rdma_resource_and_counter_trees_never_panic(tree in attr_tree(), table in 0usize..5) {
+        let tables = [
+            rdma_res::ATTR_RES_QP,
+            rdma_res::ATTR_RES_CQ,
+            rdma_res::ATTR_RES_MR,
+            rdma_res::ATTR_RES_PD,
+            rdma_stat::ATTR_STAT_COUNTER,
+        ];
+        let mut b = MessageBuilder::new(1, 0, 1);
+        b.attr_u32(rdma::ATTR_DEV_INDEX, 0).attr_str(rdma::ATTR_DEV_NAME, "rxe0");
+        b.nest(tables[table], |b| write_tree(b, &tree));
+        let m = b.finish();
+        for e in decode_every_new_reply(&m[16..]) {
             prop_assert!(!e.is_empty());
         }
     }
@@ -114,5 +143,58 @@ proptest! {
         let _ = route::decode_address(&buf);
         let _ = route::decode_rule(&buf);
         let _ = route::decode_route(&buf);
+        let _ = decode_every_new_reply(&buf);
+    }
+}
+
+/// The errors of the resource and counter decoders on `payload`.
+fn decode_every_new_reply(payload: &[u8]) -> Vec<String> {
+    let mut errors = Vec::new();
+    errors.extend(rdma_res::decode_res_qps(payload, &mut Vec::new()).err());
+    errors.extend(rdma_res::decode_res_cqs(payload, &mut Vec::new()).err());
+    errors.extend(rdma_res::decode_res_mrs(payload, &mut Vec::new()).err());
+    errors.extend(rdma_res::decode_res_pds(payload, &mut Vec::new()).err());
+    errors.extend(rdma_stat::decode_qp_counters(payload, &mut Vec::new()).err());
+    errors.extend(rdma_stat::decode_qp_counter_mode(payload).err());
+    errors
+}
+
+/// An attribute: a leaf of raw bytes or a nest of attributes.
+#[derive(Debug, Clone)]
+enum Tree {
+    Leaf(u16, Vec<u8>),
+    Nest(u16, Vec<Tree>),
+}
+
+/// Types the decoders look at (entries, tables, fields, PAD) and a few they do not.
+fn attr_type() -> impl Strategy<Value = u16> {
+    prop_oneof![
+        prop::sample::select(vec![
+            0u16, 1, 2, 3, 19, 20, 21, 22, 24, 26, 27, 28, 29, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+            44, 45, 46, 47, 48, 60, 61, 62, 64, 74, 76, 77, 78, 79, 80, 81, 82, 83, 84,
+        ]),
+        any::<u16>(),
+    ]
+}
+
+fn attr_tree() -> impl Strategy<Value = Vec<Tree>> {
+    let leaf = (attr_type(), prop::collection::vec(any::<u8>(), 0..12))
+        .prop_map(|(t, d)| Tree::Leaf(t, d));
+    let tree = leaf.prop_recursive(4, 48, 6, |inner| {
+        (attr_type(), prop::collection::vec(inner, 0..6)).prop_map(|(t, c)| Tree::Nest(t, c))
+    });
+    prop::collection::vec(tree, 0..6)
+}
+
+fn write_tree(b: &mut MessageBuilder, tree: &[Tree]) {
+    for t in tree {
+        match t {
+            Tree::Leaf(ty, data) => {
+                b.attr_bytes(*ty, data);
+            }
+            Tree::Nest(ty, children) => {
+                b.nest(*ty, |b| write_tree(b, children));
+            }
+        }
     }
 }

@@ -14,6 +14,7 @@ use rocewatch_plugin_api::*;
 use rocewatch_plugin_sdk::abi;
 use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
 use rocewatch_qos_linux::QosLinux;
+use rocewatch_resources::Resources;
 use serde::Serialize;
 
 use rocewatch_discovery_sysfs::DeviceSelection;
@@ -38,6 +39,9 @@ pub const BUILTINS: &[(&str, Factory)] = &[
     }),
     (KernelLog::NAME, || {
         Instance::Collector(Box::new(KernelLog::new()))
+    }),
+    (Resources::NAME, || {
+        Instance::Collector(Box::new(Resources::new()))
     }),
     (QosLinux::NAME, || {
         Instance::Configuration(Box::new(QosLinux::new()))

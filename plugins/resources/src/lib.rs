@@ -1,0 +1,339 @@
+//! Built-in collector plugin `resources`: the RDMA resources of the host (what `rdma
+//! resource show qp|cq|mr|pd` prints), read over RDMA netlink, attributed to workloads
+//! (a Kubernetes pod, a Slurm job, a systemd unit, else the command; see [`workload`])
+//! and summed per device, port and workload ([`aggregate`]): `rdma.resource.qps`,
+//! `.cqs`, `.mrs`, `.mr.bytes`, `.pds`, never per process. Where per-QP counters are bound
+//! (auto mode per process: `rdma statistic qp set link DEV/PORT auto type,pid on`), their
+//! hw counters are summed per workload too (`rdma.workload.counter`).
+//!
+//! Options (`[plugins.builtin.resources.options]`):
+//! - `max_workloads` (default 64): workloads with series of their own; the rest are summed
+//!   under `rdma.workload="other"` and counted in `rdma.resource.workloads{state="folded"}`.
+//! - `procfs_root` (default `/proc`): where `<pid>/cgroup` and `<pid>/comm` are read.
+//! - `qp_counters` (default false): read the per-QP counters (the agent binds them, see
+//!   [`qp_mode`]).
+//!
+//! Netlink is the live kernel's: when the agent's sysfs root is not the live `/sys` (a
+//! fixture tree), the plugin is unsupported, as it is on a kernel without RDMA.
+
+pub mod aggregate;
+pub mod qp_mode;
+pub mod workload;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rocewatch_discovery_sysfs::DeviceFilter;
+use rocewatch_netlink::rdma::RdmaNetlink;
+use rocewatch_netlink::NetlinkError;
+use rocewatch_plugin_api::*;
+
+use aggregate::{aggregate, Owner};
+use workload::Workload;
+
+/// How long a process's workload is trusted before its cgroup is read again.
+const WORKLOAD_TTL: Duration = Duration::from_secs(60);
+
+fn default_max_workloads() -> usize {
+    64
+}
+
+/// Options of the plugin.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Options {
+    #[serde(default = "default_max_workloads")]
+    pub max_workloads: usize,
+    #[serde(default)]
+    pub procfs_root: Option<PathBuf>,
+    #[serde(default)]
+    pub qp_counters: bool,
+    /// Device globs (`[devices]`, shared by the plugins).
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+impl Options {
+    pub fn from_json(v: &serde_json::Value) -> Result<Options, PluginError> {
+        let v = if v.is_null() {
+            serde_json::json!({})
+        } else {
+            v.clone()
+        };
+        let o: Options = serde_json::from_value(v)
+            .map_err(|e| PluginError::InvalidOptions(format!("resources: {e}")))?;
+        if o.max_workloads == 0 || o.max_workloads > 10_000 {
+            return Err(PluginError::InvalidOptions(format!(
+                "resources: max_workloads = {}: must be 1..=10000",
+                o.max_workloads
+            )));
+        }
+        Ok(o)
+    }
+}
+
+/// The plugin.
+#[derive(Default)]
+pub struct Resources {
+    nl: Option<RdmaNetlink>,
+    opts: Option<Options>,
+    filter: Option<DeviceFilter>,
+    proc_root: PathBuf,
+    unsupported: Option<String>,
+    /// pid -> its workload and when it was read.
+    cache: HashMap<u32, (Workload, Instant)>,
+    /// The gauge series of the last collection (a series gone is reported 0 once).
+    last: HashSet<(Name, Attributes)>,
+    /// Devices whose QP counters the kernel refused (said once).
+    refused: HashSet<String>,
+}
+
+impl Resources {
+    pub const NAME: &'static str = "resources";
+
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn open(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        let opts = Options::from_json(&ctx.options)?;
+        self.filter = Some(DeviceFilter::from_options(&ctx.options)?);
+        self.proc_root = opts
+            .procfs_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/proc"));
+        self.opts = Some(opts);
+        if !rocewatch_sysfs::read::is_sysfs(&ctx.sysfs_root) {
+            return Err(PluginError::Unsupported(format!(
+                "{} is not the live /sys: this host's RDMA resources say nothing about that tree",
+                ctx.sysfs_root.display()
+            )));
+        }
+        let nl = RdmaNetlink::open().map_err(|e| match e {
+            NetlinkError::Open { .. } => {
+                PluginError::Unsupported(format!("{e} (a kernel without RDMA support)"))
+            }
+            e => PluginError::Failed(e.to_string()),
+        })?;
+        self.nl = Some(nl);
+        Ok(())
+    }
+
+    /// The workload of an owner, from the cache or the proc tree.
+    fn workload_of(
+        cache: &mut HashMap<u32, (Workload, Instant)>,
+        proc_root: &std::path::Path,
+        now: Instant,
+        owner: Owner<'_>,
+    ) -> Workload {
+        match owner {
+            Owner::Pid(pid) => {
+                if let Some((w, at)) = cache.get(&pid) {
+                    if now.duration_since(*at) < WORKLOAD_TTL {
+                        return w.clone();
+                    }
+                }
+                let w = workload::of_pid(proc_root, pid).unwrap_or(Workload::Process {
+                    command: "exited".into(),
+                });
+                cache.insert(pid, (w.clone(), now));
+                w
+            }
+            Owner::Kernel(k) => Workload::Kernel {
+                consumer: k.to_string(),
+            },
+            Owner::Unknown => Workload::Process {
+                command: "unknown".into(),
+            },
+        }
+    }
+}
+
+impl Plugin for Resources {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        self.stop();
+        match self.open(ctx) {
+            Err(PluginError::Unsupported(why)) => {
+                self.unsupported = Some(why);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    fn stop(&mut self) {
+        self.nl = None;
+        self.unsupported = None;
+        self.cache.clear();
+        self.last.clear();
+        self.refused.clear();
+    }
+}
+
+impl CollectorPlugin for Resources {
+    fn descriptors(&self) -> Vec<MetricDescriptor> {
+        rocewatch_metrics::resource_descriptors()
+    }
+
+    fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        if let Some(why) = &self.unsupported {
+            return Err(PluginError::Unsupported(why.clone()));
+        }
+        let (Some(nl), Some(opts)) = (self.nl.as_mut(), self.opts.as_ref()) else {
+            return Err(PluginError::failed("resources: not started"));
+        };
+        let mut out = ScrapeResult::default();
+        let devices = nl
+            .devices()
+            .map_err(|e| PluginError::Failed(e.to_string()))?;
+        let filter = self.filter.as_ref();
+        let devices: Vec<_> = devices
+            .into_iter()
+            .filter(|d| filter.is_none_or(|f| f.allows(&d.name)))
+            .collect();
+        let snap = nl.resources(&devices);
+        for e in &snap.errors {
+            out.errors.push(PartialError {
+                target: format!("{} {} dump", e.device, e.kind.name()),
+                message: e.error.to_string(),
+            });
+        }
+        let mut counters = Vec::new();
+        if opts.qp_counters {
+            for d in &devices {
+                match nl.qp_counters(d.index, None) {
+                    Ok(c) => counters.extend(c),
+                    Err(e) => {
+                        if self.refused.insert(d.name.clone()) {
+                            tracing::warn!(
+                                "resources: {}: per-QP counters cannot be read ({e}); the resource counts go on without them",
+                                d.name
+                            );
+                            out.errors.push(PartialError {
+                                target: format!("{} QP counters", d.name),
+                                message: e.to_string(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        let (cache, proc_root) = (&mut self.cache, &self.proc_root);
+        let agg = aggregate(
+            &snap,
+            &counters,
+            |o| Self::workload_of(cache, proc_root, now, o),
+            opts.max_workloads,
+        );
+        // Forget processes that hold nothing now.
+        let live: HashSet<u32> = snap
+            .qps
+            .iter()
+            .filter_map(|q| q.pid)
+            .chain(snap.cqs.iter().filter_map(|c| c.pid))
+            .chain(snap.mrs.iter().filter_map(|m| m.pid))
+            .chain(snap.pds.iter().filter_map(|p| p.pid))
+            .chain(counters.iter().filter_map(|c| c.pid))
+            .collect();
+        self.cache.retain(|pid, _| live.contains(pid));
+        out.samples = agg.samples;
+        zero_the_gone(&mut out.samples, &mut self.last);
+        Ok(out)
+    }
+}
+
+/// Gauges of the last collection that are gone now (the last QP of a workload closed)
+/// are reported once as 0, so a reader sees the count fall to zero rather than its last
+/// value going stale.
+fn zero_the_gone(samples: &mut Vec<Sample>, last: &mut HashSet<(Name, Attributes)>) {
+    let now: HashSet<(Name, Attributes)> = samples
+        .iter()
+        .filter(|s| s.kind == MetricKind::Gauge)
+        .map(|s| (s.name.clone(), s.attributes.clone()))
+        .collect();
+    let source: std::sync::Arc<str> = rocewatch_metrics::RESOURCE_CATALOG[0].source.into();
+    for (name, attributes) in last.difference(&now) {
+        let unit = rocewatch_metrics::RESOURCE_CATALOG
+            .iter()
+            .find(|e| e.name == name.as_ref())
+            .map_or("1", |e| e.unit);
+        samples.push(Sample {
+            name: name.clone(),
+            unit: unit.into(),
+            value: Value::U64(0),
+            attributes: attributes.clone(),
+            source: source.clone(),
+            kind: MetricKind::Gauge,
+        });
+    }
+    *last = now;
+}
+
+/// The attributes of a workload, for tests and tools.
+pub fn workload_attributes(w: &Workload) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::new();
+    w.attributes(&mut a);
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use rocewatch_netlink::rdma_res::ResourceSnapshot;
+
+    use super::*;
+    use crate::aggregate::tests::qp;
+
+    #[test]
+    fn a_workload_whose_qps_closed_reads_zero_once_then_is_gone() {
+        let wl = |_: Owner<'_>| Workload::Process {
+            command: "ib_write_bw".into(),
+        };
+        let mut last = HashSet::new();
+        let snap = ResourceSnapshot {
+            qps: vec![qp("rxe0", Some(1), 17, Some(124), None)],
+            ..Default::default()
+        };
+        let mut s = aggregate(&snap, &[], wl, 64).samples;
+        zero_the_gone(&mut s, &mut last);
+        let qps = |s: &[Sample]| {
+            s.iter()
+                .filter(|s| s.name == "rdma.resource.qps")
+                .map(|s| s.value)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(qps(&s), [Value::U64(1)]);
+        let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
+        zero_the_gone(&mut s, &mut last);
+        assert_eq!(qps(&s), [Value::U64(0)]);
+        let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
+        zero_the_gone(&mut s, &mut last);
+        assert!(qps(&s).is_empty());
+    }
+
+    #[test]
+    fn options_are_checked_and_a_fixture_tree_is_unsupported() {
+        let e = Options::from_json(&serde_json::json!({"max_workloads": 0})).unwrap_err();
+        assert!(e.to_string().contains("max_workloads = 0"), "{e}");
+        let e = Options::from_json(&serde_json::json!({"max_workload": 3})).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown field `max_workload`"),
+            "{e}"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let mut p = Resources::new();
+        p.start(&PluginContext::new(t.path())).unwrap();
+        let e = p.collect().unwrap_err();
+        assert!(
+            matches!(&e, PluginError::Unsupported(m) if m.contains("is not the live /sys")),
+            "{e}"
+        );
+    }
+}

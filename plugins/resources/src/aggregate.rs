@@ -58,30 +58,31 @@ fn entry(name: &str) -> &'static CatalogEntry {
         .expect("resource metric is catalogued")
 }
 
-/// The per-collection sums, keyed by index into the workload table.
+/// The per-collection sums, keyed by device name (borrowed from the snapshot) and index
+/// into the workload table.
 #[derive(Default)]
-struct Sums {
-    qps: BTreeMap<(String, Option<u32>, usize), u64>,
-    cqs: BTreeMap<(String, usize), u64>,
-    mrs: BTreeMap<(String, usize), (u64, u64)>,
-    pds: BTreeMap<(String, usize), u64>,
-    counters: BTreeMap<(String, Option<u32>, usize, String), u64>,
+struct Sums<'a> {
+    qps: HashMap<(&'a str, Option<u32>, usize), u64>,
+    cqs: HashMap<(&'a str, usize), u64>,
+    mrs: HashMap<(&'a str, usize), (u64, u64)>,
+    pds: HashMap<(&'a str, usize), u64>,
+    counters: HashMap<(&'a str, Option<u32>, usize, &'a str), u64>,
 }
 
 /// Sums `snap` (and the per-QP `counters`) per device, port and workload. `workload_of`
 /// names the workload of an owner (called once per distinct owner).
-pub fn aggregate(
-    snap: &ResourceSnapshot,
-    counters: &[QpCounter],
+pub fn aggregate<'a>(
+    snap: &'a ResourceSnapshot,
+    counters: &'a [QpCounter],
     mut workload_of: impl FnMut(Owner<'_>) -> Workload,
     max_workloads: usize,
 ) -> Aggregate {
     // Owner -> index into `table` (workloads are few: 50 for 1000 QPs).
     let mut table: Vec<Workload> = Vec::new();
     let mut index: HashMap<Workload, usize> = HashMap::new();
-    let mut owners: HashMap<(Option<u32>, Option<String>), usize> = HashMap::new();
-    let mut idx = |pid: Option<u32>, kern: Option<&str>| -> usize {
-        if let Some(i) = owners.get(&(pid, kern.map(str::to_string))) {
+    let mut owners: HashMap<(Option<u32>, Option<&'a str>), usize> = HashMap::new();
+    let mut idx = |pid: Option<u32>, kern: Option<&'a str>| -> usize {
+        if let Some(i) = owners.get(&(pid, kern)) {
             return *i;
         }
         let w = workload_of(Owner::of(pid, kern));
@@ -89,7 +90,7 @@ pub fn aggregate(
             table.push(w);
             table.len() - 1
         });
-        owners.insert((pid, kern.map(str::to_string)), i);
+        owners.insert((pid, kern), i);
         i
     };
     let mut sums = Sums::default();
@@ -104,30 +105,30 @@ pub fn aggregate(
     };
     for q in &snap.qps {
         let i = idx(q.pid, q.kern_name.as_deref());
-        *sums.qps.entry((q.dev_name.clone(), q.port, i)).or_default() += 1;
+        *sums.qps.entry((&q.dev_name, q.port, i)).or_default() += 1;
         weigh(i, 1, 0, &mut weight);
     }
     for c in &snap.cqs {
         let i = idx(c.pid, c.kern_name.as_deref());
-        *sums.cqs.entry((c.dev_name.clone(), i)).or_default() += 1;
+        *sums.cqs.entry((&c.dev_name, i)).or_default() += 1;
         weigh(i, 0, 0, &mut weight);
     }
     for m in &snap.mrs {
         let i = idx(m.pid, m.kern_name.as_deref());
-        let e = sums.mrs.entry((m.dev_name.clone(), i)).or_default();
+        let e = sums.mrs.entry((&m.dev_name, i)).or_default();
         e.0 += 1;
         e.1 = e.1.saturating_add(m.mrlen);
         weigh(i, 0, m.mrlen, &mut weight);
     }
     for p in &snap.pds {
         let i = idx(p.pid, p.kern_name.as_deref());
-        *sums.pds.entry((p.dev_name.clone(), i)).or_default() += 1;
+        *sums.pds.entry((&p.dev_name, i)).or_default() += 1;
         weigh(i, 0, 0, &mut weight);
     }
     for c in counters {
         let i = idx(c.pid, c.kern_name.as_deref());
         for (name, v) in &c.hw_counters {
-            let k = (c.dev_name.clone(), c.port, i, name.clone());
+            let k = (c.dev_name.as_str(), c.port, i, name.as_str());
             let e = sums.counters.entry(k).or_default();
             *e = e.saturating_add(*v);
         }
@@ -185,7 +186,7 @@ pub fn aggregate(
     }
     for ((d, p, i, name), v) in &sums.counters {
         let mut a = with(d, *p, *i);
-        a.insert(ATTR_COUNTER.into(), name.clone());
+        a.insert(ATTR_COUNTER.into(), name.to_string());
         out.add("rdma.workload.counter", a, *v);
     }
     for (state, n) in [("reported", keep), ("folded", folded)] {

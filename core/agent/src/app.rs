@@ -176,6 +176,8 @@ pub struct Agent {
     /// The stop flag, as the scheduler sees it (taken at start: a stop that arrives
     /// before `run` is not missed).
     stop: watch::Receiver<bool>,
+    /// The ports whose QP counter mode the agent changed, put back at the end of `run`.
+    counter_modes: Option<crate::qos::counter_mode::CounterModes>,
 }
 
 impl Agent {
@@ -357,12 +359,27 @@ impl Agent {
                 Arc::clone(app.metrics()),
             )));
         }
+        // Per-QP counters change the devices' counter mode: audited, put back at stop.
+        let resources = cfg
+            .plugins
+            .builtin
+            .get(rocewatch_resources::Resources::NAME)
+            .filter(|p| p.enabled);
+        let counter_modes = if crate::qos::counter_mode::wanted(resources.map(|p| &p.options)) {
+            let audit = cfg.remediation.audit();
+            tokio::task::spawn_blocking(move || crate::qos::counter_mode::enable(audit))
+                .await
+                .ok()
+        } else {
+            None
+        };
         Ok(Agent {
             app,
             addresses,
             otlp,
             tasks,
             stop: stop.clone(),
+            counter_modes,
         })
     }
 
@@ -387,6 +404,9 @@ impl Agent {
         )
         .await;
         app.stop().await;
+        if let Some(m) = self.counter_modes.filter(|m| m.changed() > 0) {
+            let _ = tokio::task::spawn_blocking(move || m.restore()).await;
+        }
         finish_otlp(self.otlp).await;
         for t in self.tasks {
             t.abort();

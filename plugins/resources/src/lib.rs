@@ -225,6 +225,25 @@ impl CollectorPlugin for Resources {
                 }
             }
         }
+        if opts.qp_counters {
+            // A driver may accept auto mode and still bind nothing (rxe cannot allocate a
+            // counter): the dump, not the mode, tells. Said once per device.
+            for d in &devices {
+                let user_qps = snap
+                    .qps
+                    .iter()
+                    .any(|q| q.dev_name == d.name && q.pid.is_some());
+                let bound = counters.iter().any(|c| c.dev_name == d.name);
+                if user_qps && !bound && self.refused.insert(d.name.clone()) {
+                    let why = "the driver binds no QP to a counter although QPs of processes exist (rxe cannot allocate one): no per-workload traffic on this device; the resource counts go on";
+                    tracing::warn!("resources: {}: {why}", d.name);
+                    out.errors.push(PartialError {
+                        target: format!("{} QP counters", d.name),
+                        message: why.into(),
+                    });
+                }
+            }
+        }
         let now = Instant::now();
         let (cache, proc_root) = (&mut self.cache, &self.proc_root);
         let agg = aggregate(

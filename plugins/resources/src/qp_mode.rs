@@ -3,7 +3,7 @@
 //! undoes when it stops: each port to auto mode per QP type and process (`rdma
 //! statistic qp set link DEV/PORT auto type,pid on`), its previous mode remembered.
 
-use rocewatch_netlink::rdma::{RdmaDevice, RdmaNetlink};
+use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_netlink::rdma_stat::{
     CounterMode, QpCounterMode, COUNTER_MASK_PID, COUNTER_MASK_QP_TYPE,
 };
@@ -29,51 +29,6 @@ pub fn describe(m: &QpCounterMode) -> String {
         CounterMode::Manual => "manual".into(),
         CounterMode::Other(v) => format!("mode {v}"),
     }
-}
-
-/// What was done to one port.
-#[derive(Debug)]
-pub enum PortOutcome {
-    /// Already in auto mode with the criteria: left as it is (nothing to restore).
-    AlreadyAuto(QpCounterMode),
-    /// Set to auto mode; `saved` is what to restore.
-    Changed { saved: QpCounterMode },
-    /// The mode could not be read or set (the driver refuses, or no CAP_NET_ADMIN).
-    Refused {
-        device: String,
-        port: u32,
-        error: NetlinkError,
-    },
-}
-
-/// Puts every port of `devices` in auto mode (type,pid) unless it is already.
-pub fn enable(nl: &mut RdmaNetlink, devices: &[RdmaDevice]) -> Vec<PortOutcome> {
-    let mut out = Vec::new();
-    for d in devices {
-        for port in 1..=d.ports {
-            let refused = |error| PortOutcome::Refused {
-                device: d.name.clone(),
-                port,
-                error,
-            };
-            let saved = match nl.qp_counter_mode(d.index, port) {
-                Ok(m) => m,
-                Err(e) => {
-                    out.push(refused(e));
-                    continue;
-                }
-            };
-            if saved.mode == CounterMode::Auto && saved.auto_mask & MASK == MASK {
-                out.push(PortOutcome::AlreadyAuto(saved));
-                continue;
-            }
-            out.push(match nl.set_qp_counter_auto(d.index, port, MASK) {
-                Ok(()) => PortOutcome::Changed { saved },
-                Err(e) => refused(e),
-            });
-        }
-    }
-    out
 }
 
 /// Puts a port back as it was found.

@@ -13,6 +13,7 @@
 
 pub mod apply;
 mod config;
+pub mod counter_mode;
 mod diff;
 pub mod metrics;
 pub mod observe;

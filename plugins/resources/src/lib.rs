@@ -13,6 +13,9 @@
 //! - `qp_counters` (default false): read the per-QP counters (the agent binds them, see
 //!   [`qp_mode`]).
 //!
+//! A series that is gone (a workload's last QP closed) reads 0 for five minutes
+//! ([`ZERO_FOR`]) before it is dropped, so every scraper sees the count fall.
+//!
 //! Netlink is the live kernel's: when the agent's sysfs root is not the live `/sys` (a
 //! fixture tree), the plugin is unsupported, as it is on a kernel without RDMA.
 
@@ -85,8 +88,8 @@ pub struct Resources {
     unsupported: Option<String>,
     /// pid -> its workload and when it was read.
     cache: HashMap<u32, (Workload, Instant)>,
-    /// The gauge series of the last collection (a series gone is reported 0 once).
-    last: HashSet<(Name, Attributes)>,
+    /// When each gauge series was last emitted (one gone is reported 0 for [`ZERO_FOR`]).
+    seen: HashMap<(Name, Attributes), Instant>,
     /// Devices whose QP counters the kernel refused (said once).
     refused: HashSet<String>,
 }
@@ -172,7 +175,7 @@ impl Plugin for Resources {
         self.nl = None;
         self.unsupported = None;
         self.cache.clear();
-        self.last.clear();
+        self.seen.clear();
         self.refused.clear();
     }
 }
@@ -264,22 +267,33 @@ impl CollectorPlugin for Resources {
             .collect();
         self.cache.retain(|pid, _| live.contains(pid));
         out.samples = agg.samples;
-        zero_the_gone(&mut out.samples, &mut self.last);
+        zero_the_gone(&mut out.samples, &mut self.seen, now, ZERO_FOR);
         Ok(out)
     }
 }
 
-/// Gauges of the last collection that are gone now (the last QP of a workload closed)
-/// are reported once as 0, so a reader sees the count fall to zero rather than its last
-/// value going stale.
-fn zero_the_gone(samples: &mut Vec<Sample>, last: &mut HashSet<(Name, Attributes)>) {
-    let now: HashSet<(Name, Attributes)> = samples
-        .iter()
-        .filter(|s| s.kind == MetricKind::Gauge)
-        .map(|s| (s.name.clone(), s.attributes.clone()))
-        .collect();
+/// How long a gauge series that is gone (the last QP of a workload closed) is still
+/// reported, as 0: the default look-back of Prometheus queries, so a scraper at any
+/// interval sees the count fall to zero rather than the series go stale at its last value.
+pub const ZERO_FOR: Duration = Duration::from_secs(300);
+
+/// Adds the series seen within `hold` but not now, at 0; `seen` remembers when each
+/// gauge series was last emitted.
+fn zero_the_gone(
+    samples: &mut Vec<Sample>,
+    seen: &mut HashMap<(Name, Attributes), Instant>,
+    now: Instant,
+    hold: Duration,
+) {
     let source: std::sync::Arc<str> = rocewatch_metrics::RESOURCE_CATALOG[0].source.into();
-    for (name, attributes) in last.difference(&now) {
+    for s in samples.iter().filter(|s| s.kind == MetricKind::Gauge) {
+        seen.insert((s.name.clone(), s.attributes.clone()), now);
+    }
+    seen.retain(|_, at| now.duration_since(*at) < hold);
+    for ((name, attributes), at) in seen.iter() {
+        if *at == now {
+            continue;
+        }
         let unit = rocewatch_metrics::RESOURCE_CATALOG
             .iter()
             .find(|e| e.name == name.as_ref())
@@ -293,7 +307,6 @@ fn zero_the_gone(samples: &mut Vec<Sample>, last: &mut HashSet<(Name, Attributes
             kind: MetricKind::Gauge,
         });
     }
-    *last = now;
 }
 
 /// The attributes of a workload, for tests and tools.
@@ -311,29 +324,33 @@ mod tests {
     use crate::aggregate::tests::qp;
 
     #[test]
-    fn a_workload_whose_qps_closed_reads_zero_once_then_is_gone() {
+    fn a_workload_whose_qps_closed_reads_zero_for_a_while_then_is_gone() {
         let wl = |_: Owner<'_>| Workload::Process {
             command: "ib_write_bw".into(),
         };
-        let mut last = HashSet::new();
+        let mut seen = HashMap::new();
+        let hold = Duration::from_secs(10);
+        let t0 = Instant::now();
         let snap = ResourceSnapshot {
             qps: vec![qp("rxe0", Some(1), 17, Some(124), None)],
             ..Default::default()
         };
-        let mut s = aggregate(&snap, &[], wl, 64).samples;
-        zero_the_gone(&mut s, &mut last);
         let qps = |s: &[Sample]| {
             s.iter()
                 .filter(|s| s.name == "rdma.resource.qps")
                 .map(|s| s.value)
                 .collect::<Vec<_>>()
         };
+        let mut s = aggregate(&snap, &[], wl, 64).samples;
+        zero_the_gone(&mut s, &mut seen, t0, hold);
         assert_eq!(qps(&s), [Value::U64(1)]);
+        for secs in [1, 9] {
+            let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
+            zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(secs), hold);
+            assert_eq!(qps(&s), [Value::U64(0)], "{secs} s later");
+        }
         let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
-        zero_the_gone(&mut s, &mut last);
-        assert_eq!(qps(&s), [Value::U64(0)]);
-        let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
-        zero_the_gone(&mut s, &mut last);
+        zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(11), hold);
         assert!(qps(&s).is_empty());
     }
 

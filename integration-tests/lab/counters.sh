@@ -16,6 +16,10 @@
 #   qos-plan-a.txt, qos-dry-a.txt, qos-apply-a.json, qos-applied.json, qos-rollback-a.json,
 #   qos-rolledback.json, qos-apply-b.json/.rc, qos-mtu-after-b.txt, qos-audit.jsonl (role a):
 #       `rocewatch qos plan/apply/rollback` on the real configfs and netdev
+#   res-workload.txt, res-cgroup.txt, res-metrics-{during,after}.txt, res-{qp,cq,mr,pd}.json,
+#   res-{qp,mr}-after.json, top-{during,after}.json, res-mode-{before,during,after}.txt,
+#   res-agent.log, res-audit.jsonl: ib_write_bw inside a pod's (a) or a Slurm step's (b)
+#       cgroup, with an agent asking for per-QP counters
 #   kmsg-pci.txt, kmsg-metrics*.txt, kmsg-rules.txt, kmsg-agent.log, doctor-kmsg.json (role b):
 #       driver messages in mlx5's formats written into /dev/kmsg while the agent runs with
 #       a rule on rdma.kernel.events; what /metrics, /rules and doctor made of them
@@ -126,6 +130,36 @@ if [ "$RXE_ROLE" = a ]; then
   cp /tmp/audit.jsonl "$R/qos-audit.jsonl"
   rmdir /sys/kernel/config/rdma_cm/rxe0
 fi
+# RDMA resources per workload: ib_write_bw runs inside a cgroup shaped as kubelet makes a
+# pod's container (role a, the target: systemd driver, containerd) or Slurm a job step
+# (role b, the writer: cgroup v2 layout), while an agent runs with per-QP counters asked
+# for (rxe accepts the counter mode and binds nothing: said once). Its /metrics during and
+# after the test, `rdma resource show` and `rocewatch top` beside it.
+mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+POD_UID=7f3e2d1c-0b9a-4c8d-9e7f-6a5b4c3d2e1f
+CID=4f9d0c2b7a1e3f5d6c8b9a0e1f2d3c4b5a6978e0d1c2b3a4f5e6d7c8b9a0f1e2
+if [ "$RXE_ROLE" = a ]; then
+  CG=/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod${POD_UID//-/_}.slice/cri-containerd-$CID.scope
+  WL="pod:$POD_UID/${CID:0:12}"
+else
+  CG=/sys/fs/cgroup/system.slice/slurmstepd.scope/job_42/step_0/user/task_0
+  WL="slurm:42.0"
+fi
+mkdir -p "$CG"
+echo "$WL" > "$R/res-workload.txt"; echo "${CG#/sys/fs/cgroup}" > "$R/res-cgroup.txt"
+cat > /tmp/res.toml <<CFG
+[agent]
+interval = "1s"
+[exporters.prometheus]
+listen = "127.0.0.1:9466"
+[plugins.builtin.resources]
+options = { qp_counters = true }
+CFG
+hget() { exec 3<>/dev/tcp/127.0.0.1/9466 || return 1; printf 'GET %s HTTP/1.0\r\nHost: lab\r\n\r\n' "$1" >&3; cat <&3; exec 3<&-; }
+rdma statistic qp mode link rxe0/1 > "$R/res-mode-before.txt" 2>&1
+timeout 240 "$BIN" run --config /tmp/res.toml > /dev/null 2> "$R/res-agent.log" & RAG=$!
+i=0; until hget /metrics > /dev/null 2>&1 || [ $i -ge 120 ]; do sleep 0.5; i=$((i+1)); done
+rdma statistic qp mode link rxe0/1 > "$R/res-mode-during.txt" 2>&1
 snap idle0
 # RDMA writes of 64 KiB for 15 s (duration mode): long enough to read the counters while
 # they move, however slow the emulation.
@@ -138,7 +172,8 @@ perf_rounds() {
   [ "$RXE_ROLE" = b ] && { max=40; peer=$RXE_PEER_IP; sleep 2; }   # b also waits for a to listen
   while [ $n -lt $max ]; do
     n=$((n+1))
-    if timeout 300 $PERF $peer > /tmp/perf.out 2>&1; then
+    # In the workload's cgroup: the shell moves itself there and becomes perftest.
+    if timeout 300 sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CG" $PERF $peer > /tmp/perf.out 2>&1; then
       cat /tmp/perf.out > "$R/perftest.txt"; echo "perftest exit 0 (round $n)" >> "$R/perftest.txt"; return 0
     fi
     { echo "== round $n"; cat /tmp/perf.out; } >> "$R/perftest-failed.txt"
@@ -152,6 +187,11 @@ PERF_PID=$!
 # Snapshot while packets flow (once 2000 have moved), then wait for the end.
 i=0; while [ $(( $(moving) - base )) -lt 2000 ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done
 snap during
+# The workload's QPs and MRs while the test runs: the agent's /metrics (once a collection
+# has seen them), rdma resource show, rocewatch top.
+i=0; until hget /metrics > "$R/res-metrics-during.txt" 2>/dev/null && grep -q "rdma_workload=\"$WL\"" "$R/res-metrics-during.txt" || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
+for k in qp cq mr pd; do rdma -j resource show $k > "$R/res-$k.json" 2>&1; done
+"$BIN" top --once --json > "$R/top-during.json" 2> "$R/top-during.stderr"
 # rocewatch capture while the writes flow (role a, the target: WRITEs in, ACKs out).
 if [ "$RXE_ROLE" = a ]; then
   "$BIN" capture rxe0 --duration 3s --offload-off --summary --json > "$R/capture.json" 2> "$R/capture.stderr"
@@ -160,5 +200,13 @@ fi
 wait $PERF_PID
 sleep 3   # the peer's last ACKs
 snap idle1
+# perftest is gone: its workload's series read 0, top lists it no more, the counter mode
+# is put back when the agent stops (audited both ways).
+i=0; until hget /metrics > "$R/res-metrics-after.txt" 2>/dev/null && grep "^rdma_resource_qps{" "$R/res-metrics-after.txt" | grep "rdma_workload=\"$WL\"" | grep -q ' 0$' || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
+for k in qp mr; do rdma -j resource show $k > "$R/res-$k-after.json" 2>&1; done
+"$BIN" top --once --json > "$R/top-after.json" 2> "$R/top-after.stderr"
+kill $RAG; wait $RAG
+rdma statistic qp mode link rxe0/1 > "$R/res-mode-after.txt" 2>&1
+cp /var/lib/rocewatch/audit.jsonl "$R/res-audit.jsonl" 2>> "$R/res-agent.log"
 grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* > "$R/hw_counters.txt"
 echo done > "$R/done"

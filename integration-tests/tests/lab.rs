@@ -1259,3 +1259,153 @@ fn lab_kernel_log_messages_are_counted_fire_a_rule_and_show_in_doctor() {
         "{flap}"
     );
 }
+
+/// Prometheus lines of `family` whose labels include every `label="value"` of `with`:
+/// their values, summed.
+fn prom_sum(metrics: &str, family: &str, with: &[(&str, &str)]) -> Option<f64> {
+    let lines: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter(|l| with.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    (!lines.is_empty()).then(|| lines.iter().sum())
+}
+
+/// `rdma -j resource show <kind>` entries of perftest (its `comm`).
+fn rdma_entries_of<'a>(v: &'a Value, comm: &str) -> Vec<&'a Value> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .filter(|e| e["comm"].as_str().map(|c| c.trim_matches(['[', ']'])) == Some(comm))
+        .collect()
+}
+
+#[test]
+fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
+    let Some(out) = lab_run() else { return };
+    for role in ["a", "b"] {
+        let r = out.join(role);
+        let wl = read(&r.join("res-workload.txt")).trim().to_string();
+        let log = read(&r.join("res-agent.log"));
+        let during = read(&r.join("res-metrics-during.txt"));
+        let ctx = format!("guest {role}, workload {wl}\nagent log:\n{log}");
+        // What rdma resource show listed for perftest in the same guest.
+        let qps = json(&r.join("res-qp.json"));
+        let mrs = json(&r.join("res-mr.json"));
+        let perf_qps = rdma_entries_of(&qps, "ib_write_bw").len();
+        let perf_mrs = rdma_entries_of(&mrs, "ib_write_bw");
+        let mr_bytes: u64 = perf_mrs.iter().map(|m| m["mrlen"].as_u64().unwrap()).sum();
+        assert!(perf_qps >= 1, "rdma resource show qp: {qps}");
+        assert!(!perf_mrs.is_empty(), "rdma resource show mr: {mrs}");
+        let w = [("rdma_workload", wl.as_str()), ("rdma_device", "rxe0")];
+        assert_eq!(
+            prom_sum(&during, "rdma_resource_qps", &w),
+            Some(perf_qps as f64),
+            "{ctx}\n{during}"
+        );
+        assert_eq!(
+            prom_sum(&during, "rdma_resource_mrs", &w),
+            Some(perf_mrs.len() as f64),
+            "{ctx}"
+        );
+        assert_eq!(
+            prom_sum(&during, "rdma_resource_mr_bytes", &w),
+            Some(mr_bytes as f64),
+            "{ctx}"
+        );
+        // The identity behind the workload, in OpenTelemetry's names where it has them.
+        let identity: &[(&str, &str)] = if role == "a" {
+            &[
+                ("rdma_workload_kind", "pod"),
+                ("k8s_pod_uid", "7f3e2d1c-0b9a-4c8d-9e7f-6a5b4c3d2e1f"),
+                (
+                    "container_id",
+                    "4f9d0c2b7a1e3f5d6c8b9a0e1f2d3c4b5a6978e0d1c2b3a4f5e6d7c8b9a0f1e2",
+                ),
+            ]
+        } else {
+            &[
+                ("rdma_workload_kind", "slurm"),
+                ("slurm_job_id", "42"),
+                ("slurm_step_id", "0"),
+            ]
+        };
+        assert!(
+            prom_sum(&during, "rdma_resource_qps", identity).is_some(),
+            "{identity:?}: {ctx}\n{during}"
+        );
+        // The kernel's own QPs (QP1 of ib_core) go to the kernel consumer.
+        let kernel_qps = rdma_entries_of(&qps, "ib_core").len();
+        assert!(kernel_qps >= 1, "{qps}");
+        assert_eq!(
+            prom_sum(&during, "rdma_resource_qps", &[("rdma_workload", "kernel:ib_core")]),
+            Some(kernel_qps as f64),
+            "{ctx}"
+        );
+        // Never per process.
+        assert!(!during.contains("process_pid="), "{during}");
+        // rocewatch top, beside them.
+        let top = json(&r.join("top-during.json"));
+        let row = top["workloads"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{top}"))
+            .iter()
+            .find(|w| w["workload"] == wl.as_str())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{wl} not in top: {top}\n{}",
+                    read(&r.join("top-during.stderr"))
+                )
+            });
+        assert_eq!(row["qps"], perf_qps as u64, "{row}");
+        assert_eq!(row["mrs"], perf_mrs.len() as u64, "{row}");
+        // After perftest: its series read 0, top no longer lists it, rdma shows nothing.
+        let after = read(&r.join("res-metrics-after.txt"));
+        assert_eq!(
+            prom_sum(&after, "rdma_resource_qps", &w),
+            Some(0.0),
+            "{ctx}\n{after}"
+        );
+        assert!(rdma_entries_of(&json(&r.join("res-qp-after.json")), "ib_write_bw").is_empty());
+        let top = json(&r.join("top-after.json"));
+        assert!(
+            !top["workloads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w["workload"] == wl.as_str() && w["qps"].as_u64() > Some(0)),
+            "{top}"
+        );
+        // Per-QP counters: the mode was set for the agent's run and put back, both audited;
+        // rxe accepts it and binds nothing, which the collector says once.
+        let mode = |p: &str| read(&r.join(format!("res-mode-{p}.txt")));
+        assert!(mode("during").contains("auto"), "{}", mode("during"));
+        assert!(!mode("after").contains("auto"), "{}", mode("after"));
+        assert_eq!(mode("before"), mode("after"));
+        assert_eq!(
+            log.matches("binds no QP to a counter").count(),
+            1,
+            "{ctx}"
+        );
+        let audit: Vec<Value> = read(&r.join("res-audit.jsonl"))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|v: &Value| v["rule"] == "resources.qp_counters")
+            .collect();
+        let details: Vec<&str> = audit.iter().map(|v| v["detail"].as_str().unwrap()).collect();
+        assert!(
+            details
+                .iter()
+                .any(|d| d.starts_with("rdma statistic qp set link rxe0/1 auto type,pid on (was none")),
+            "{details:?}"
+        );
+        assert!(
+            details.iter().any(|d| *d == "put the QP counter mode of rxe0/1 back to none"),
+            "{details:?}"
+        );
+        let results: Vec<&Value> = audit.iter().filter(|v| v["decision"] == "result").collect();
+        assert_eq!(results.len(), 2, "{audit:?}");
+        assert!(results.iter().all(|v| v["outcome"] == "ok"), "{audit:?}");
+    }
+}

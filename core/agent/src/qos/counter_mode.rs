@@ -67,6 +67,10 @@ pub fn enable(audit: AuditLog) -> CounterModes {
         saved: Vec::new(),
         audit,
     };
+    if let Err(e) = out.audit.prepare() {
+        tracing::error!("resources: qp_counters: {e}: the QP counter modes are not changed");
+        return out;
+    }
     let mut nl = match RdmaNetlink::open() {
         Ok(nl) => nl,
         Err(e) => {

@@ -474,6 +474,7 @@ fn start_remediation(
             .cloned()
             .collect(),
         qos: Some(Arc::new(app.qos_applier())),
+        store: Some(Arc::clone(app.store())),
     };
     let d = Dispatcher::with_memory(cfg.clone(), Arc::clone(app.metrics()), targets, memory)?;
     tracing::info!(

@@ -249,7 +249,12 @@ pub fn build(cur: &[Sample], prev: Option<(&[Sample], f64)>) -> View {
     if let (Some(dt), Some((before, _))) = (rates_over_s, prev) {
         add_rates(&mut rows, cur, before, dt);
     }
-    let rows: Vec<Row> = rows.into_values().collect();
+    // A workload whose last resources were released reads 0 for a while (so that every
+    // scraper sees its count fall): it holds nothing, and is not listed.
+    let rows: Vec<Row> = rows
+        .into_values()
+        .filter(|r| r.qps + r.cqs + r.mrs + r.mr_bytes + r.pds > 0)
+        .collect();
     let named = rows.iter().filter(|r| r.workload != OTHER_WORKLOAD).count() as u64;
     let folded = state.get(WORKLOAD_FOLDED).copied().unwrap_or(0);
     let totals = Totals {
@@ -552,6 +557,11 @@ mod tests {
                 (ATTR_WORKLOAD_KIND, "kernel"),
                 ("process.command", "ib_core"),
             ],
+            "unit:nccl-tests.service" => vec![
+                (ATTR_WORKLOAD, "unit:nccl-tests.service"),
+                (ATTR_WORKLOAD_KIND, "unit"),
+                ("systemd.unit", "nccl-tests.service"),
+            ],
             _ => vec![(ATTR_WORKLOAD, "other"), (ATTR_WORKLOAD_KIND, "other")],
         }
     }
@@ -589,6 +599,15 @@ mod tests {
             gauge(RESOURCE_PDS, "slurm:42.0", "mlx5_0", None, 2),
             gauge(RESOURCE_PDS, POD, "mlx5_0", None, 1),
             gauge(RESOURCE_PDS, "kernel:ib_core", "mlx5_0", None, 1),
+            // A workload gone a moment ago: its series read 0 for a while.
+            gauge(
+                RESOURCE_QPS,
+                "unit:nccl-tests.service",
+                "mlx5_0",
+                Some("1"),
+                0,
+            ),
+            gauge(RESOURCE_MRS, "unit:nccl-tests.service", "mlx5_0", None, 0),
             sample(
                 RESOURCE_WORKLOADS,
                 MetricKind::Gauge,
@@ -620,6 +639,7 @@ mod tests {
     #[test]
     fn one_row_per_workload_summed_over_its_devices_and_ports() {
         let v = build(&resources(), None);
+        assert_eq!(v.rows.len(), 4, "the gone unit holds nothing: not listed");
         let slurm = v.rows.iter().find(|r| r.workload == "slurm:42.0").unwrap();
         assert_eq!(
             (slurm.qps, slurm.cqs, slurm.mrs, slurm.mr_bytes, slurm.pds),

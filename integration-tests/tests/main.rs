@@ -22,8 +22,9 @@
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
 //!   fixture trees.
 //! - `capture`: `rocewatch capture --read` on a crafted pcap of RoCE v2 packets.
-//! - `top`: `rocewatch top` says why it has nothing to show on a host without RDMA
-//!   netlink (the attribution is checked in the lab).
+//! - `top`: `rocewatch top` says why it has nothing to show (a fixture tree, which the
+//!   resources collector cannot read; the collector disabled). The attribution is checked
+//!   in the lab.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 

@@ -1,16 +1,27 @@
-//! `rocewatch top` on a fixture tree of a host without RDMA netlink (this one): a clear
-//! error on standard error naming the cause, exit status 2, nothing on standard output.
-//! The attribution itself (QPs per pod/job/unit/command) is checked in the lab.
+//! `rocewatch top` where it has nothing to show: on a fixture tree (not the live /sys, so
+//! the resources collector, which reads the live kernel over RDMA netlink, cannot run) and
+//! with the collector disabled. One line on standard error naming the cause, exit status
+//! 2, nothing on standard output. The attribution itself (QPs per pod/job/unit/command) is
+//! checked in the lab.
 
 use crate::support::*;
 
 #[test]
-fn top_without_rdma_netlink_says_why_and_exits_2() {
+fn top_without_the_resources_collector_says_why_and_exits_2() {
     let root = fixture("mlx5-roce-dual-port");
-    for args in [
-        &["top", "--once", "--json"][..],
-        &["top", "--once"][..],
-        &["top"][..],
+    let dir = tempfile::tempdir().unwrap();
+    let off = dir.path().join("off.toml");
+    std::fs::write(&off, "[plugins.builtin.resources]\nenabled = false\n").unwrap();
+    let unsupported = "rocewatch top: the resources collector cannot run here: plugin resources (built-in): unsupported: ";
+    let disabled = "rocewatch top: the resources collector is disabled ([plugins.builtin.resources] enabled = false)";
+    for (args, cause) in [
+        (&["top", "--once", "--json"][..], unsupported),
+        (&["top", "--once"][..], unsupported),
+        (&["top"][..], unsupported),
+        (
+            &["top", "--once", "--json", "--config", off.to_str().unwrap()][..],
+            disabled,
+        ),
     ] {
         let mut a = args.to_vec();
         a.extend(["--sysfs-root", root.to_str().unwrap()]);
@@ -18,15 +29,11 @@ fn top_without_rdma_netlink_says_why_and_exits_2() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(stdout(&o), "", "{args:?}: no frame, no JSON");
-        // One line that names the collector and why it gives nothing here: not loaded
-        // (a build without it), or loaded and unsupported (no RDMA netlink).
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.starts_with("rocewatch top: "), "{err}");
-        assert!(
-            err.contains("no resources collector is loaded")
-                || err.contains("the resources collector cannot run here"),
-            "{args:?}: {err}"
-        );
+        assert!(err.starts_with(cause), "{args:?}: {err}");
+        if cause == unsupported {
+            assert!(err.contains("is not the live /sys"), "{err}");
+        }
     }
 }
 

@@ -203,7 +203,8 @@ pub enum Command {
     ///
     /// Per workload: QPs, CQs, MRs, MR bytes and PDs, summed over its devices and ports:
     /// the counts `rdma resource show qp|cq|mr|pd` lists for its processes. With per-QP
-    /// counters ([plugins.builtin.resources.options] qp_counters = true), per second:
+    /// counters (bound by the running agent with [plugins.builtin.resources.options]
+    /// qp_counters = true; give top the same configuration with --config), per second:
     /// retransmissions (packet_seq_err, implied_nak_seq_err, local_ack_timeout_err,
     /// roce_adp_retrans; rxe: completer_retry_err, rcvd_seq_err), CNPs (np_cnp_sent +
     /// rp_cnp_handled) and requests received (rx_write/read/atomic_requests; rxe:

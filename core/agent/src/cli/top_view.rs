@@ -478,7 +478,7 @@ pub fn render_text(view: &View, frame: &Frame<'_>) -> String {
     if !view.counters {
         let _ = writeln!(
             s,
-            "rates: - (no per-QP counters reported: off, or refused by the driver; turn them on with {COUNTERS_HOW})"
+            "rates: - (no per-QP counters: the running agent binds them with {COUNTERS_HOW}, and top reads them given that configuration, --config; some drivers bind none)"
         );
     } else if let Some(dt) = view.rates_over_s {
         let _ = writeln!(

@@ -1266,7 +1266,10 @@ fn prom_sum(metrics: &str, family: &str, with: &[(&str, &str)]) -> Option<f64> {
     let lines: Vec<f64> = metrics
         .lines()
         .filter(|l| l.starts_with(&format!("{family}{{")))
-        .filter(|l| with.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter(|l| {
+            with.iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
         .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
         .collect();
     (!lines.is_empty()).then(|| lines.iter().sum())
@@ -1339,7 +1342,11 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
         let kernel_qps = rdma_entries_of(&qps, "ib_core").len();
         assert!(kernel_qps >= 1, "{qps}");
         assert_eq!(
-            prom_sum(&during, "rdma_resource_qps", &[("rdma_workload", "kernel:ib_core")]),
+            prom_sum(
+                &during,
+                "rdma_resource_qps",
+                &[("rdma_workload", "kernel:ib_core")]
+            ),
             Some(kernel_qps as f64),
             "{ctx}"
         );
@@ -1383,25 +1390,25 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
         assert!(mode("during").contains("auto"), "{}", mode("during"));
         assert!(!mode("after").contains("auto"), "{}", mode("after"));
         assert_eq!(mode("before"), mode("after"));
-        assert_eq!(
-            log.matches("binds no QP to a counter").count(),
-            1,
-            "{ctx}"
-        );
+        assert_eq!(log.matches("binds no QP to a counter").count(), 1, "{ctx}");
         let audit: Vec<Value> = read(&r.join("res-audit.jsonl"))
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .filter(|v: &Value| v["rule"] == "resources.qp_counters")
             .collect();
-        let details: Vec<&str> = audit.iter().map(|v| v["detail"].as_str().unwrap()).collect();
+        let details: Vec<&str> = audit
+            .iter()
+            .map(|v| v["detail"].as_str().unwrap())
+            .collect();
         assert!(
             details
                 .iter()
-                .any(|d| d.starts_with("rdma statistic qp set link rxe0/1 auto type,pid on (was none")),
+                .any(|d| d
+                    .starts_with("rdma statistic qp set link rxe0/1 auto type,pid on (was none")),
             "{details:?}"
         );
         assert!(
-            details.iter().any(|d| *d == "put the QP counter mode of rxe0/1 back to none"),
+            details.contains(&"put the QP counter mode of rxe0/1 back to none"),
             "{details:?}"
         );
         let results: Vec<&Value> = audit.iter().filter(|v| v["decision"] == "result").collect();

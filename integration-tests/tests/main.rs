@@ -22,6 +22,9 @@
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
 //!   fixture trees.
 //! - `capture`: `rocewatch capture --read` on a crafted pcap of RoCE v2 packets.
+//! - `top`: `rocewatch top` says why it has nothing to show (a fixture tree, which the
+//!   resources collector cannot read; the collector disabled). The attribution is checked
+//!   in the lab.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 
@@ -48,4 +51,5 @@ mod probes;
 mod prometheus;
 mod qos;
 mod rules;
+mod top;
 mod web;

@@ -106,6 +106,11 @@ impl App {
         self.pipeline.collect_unstored(&self.registry).await
     }
 
+    /// One collection by one collector, not stored.
+    pub async fn collect_unstored_from(&self, e: &Entry) -> Result<ScrapeResult, CallError> {
+        self.pipeline.collect_unstored_from(e).await
+    }
+
     /// Every configuration plugin's view of the ports, merged.
     pub async fn observe_qos(&self) -> Result<Vec<QosState>, CallError> {
         crate::qos::observe::observe(
@@ -474,6 +479,7 @@ fn start_remediation(
             .cloned()
             .collect(),
         qos: Some(Arc::new(app.qos_applier())),
+        store: Some(Arc::clone(app.store())),
     };
     let d = Dispatcher::with_memory(cfg.clone(), Arc::clone(app.metrics()), targets, memory)?;
     tracing::info!(

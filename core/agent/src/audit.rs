@@ -49,6 +49,14 @@ pub struct AuditRecord {
     pub outcome: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// The workloads holding QPs on the transition's port (remediation's list, most QPs
+    /// first): on the fired/cleared record of a transition that names a port, when they
+    /// are known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workloads: Option<serde_json::Value>,
+    /// Workloads on the port beyond that list, left out (when there are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workloads_truncated: Option<usize>,
 }
 
 /// One decision: its id, and its labels until a record of it carrying them is written
@@ -365,6 +373,8 @@ mod tests {
             detail: None,
             outcome: None,
             duration_ms: None,
+            workloads: None,
+            workloads_truncated: None,
         }
     }
 

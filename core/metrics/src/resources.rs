@@ -37,8 +37,42 @@ pub const OTHER_WORKLOAD: &str = "other";
 
 /// `reported` or `folded`, on `rdma.resource.workloads`.
 pub const ATTR_WORKLOAD_STATE: &str = "rdma.workload.state";
+/// `rdma.workload.state` of the workloads with series of their own.
+pub const WORKLOAD_REPORTED: &str = "reported";
+/// `rdma.workload.state` of the workloads summed into [`OTHER_WORKLOAD`].
+pub const WORKLOAD_FOLDED: &str = "folded";
+
+/// The names of [`RESOURCE_CATALOG`]'s metrics, for the readers of its samples (`rocewatch
+/// top`, remediation's workloads on a port).
+pub const RESOURCE_QPS: &str = "rdma.resource.qps";
+pub const RESOURCE_CQS: &str = "rdma.resource.cqs";
+pub const RESOURCE_MRS: &str = "rdma.resource.mrs";
+pub const RESOURCE_MR_BYTES: &str = "rdma.resource.mr.bytes";
+pub const RESOURCE_PDS: &str = "rdma.resource.pds";
+pub const RESOURCE_WORKLOADS: &str = "rdma.resource.workloads";
+pub const WORKLOAD_COUNTER: &str = "rdma.workload.counter";
 
 /// Descriptors of the resources collector.
 pub fn resource_descriptors() -> Vec<MetricDescriptor> {
     crate::catalog::descriptors_of(RESOURCE_CATALOG)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_constant_is_in_the_catalog_and_back() {
+        let names = [
+            RESOURCE_QPS,
+            RESOURCE_CQS,
+            RESOURCE_MRS,
+            RESOURCE_MR_BYTES,
+            RESOURCE_PDS,
+            RESOURCE_WORKLOADS,
+            WORKLOAD_COUNTER,
+        ];
+        let catalog: Vec<&str> = RESOURCE_CATALOG.iter().map(|e| e.name).collect();
+        assert_eq!(names.as_slice(), catalog.as_slice());
+    }
 }

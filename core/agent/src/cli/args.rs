@@ -11,7 +11,7 @@ use crate::config::LogFormat;
 use crate::demo::{Format as DemoFormat, Scenario};
 use crate::export::otlp::config::OtlpProtocol;
 
-pub use super::args_sub::{ConfigCommand, QosCommand, SourceArgs};
+pub use super::args_sub::{ConfigCommand, QosCommand, SourceArgs, TopArgs};
 
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -193,6 +193,33 @@ pub enum Command {
     ///   rocewatch capture --read roce.pcap --json
     #[command(verbatim_doc_comment)]
     Capture(CaptureArgs),
+    /// Which workloads hold the RDMA resources, live: one line per workload.
+    ///
+    /// A workload is what a process belongs to, found from its cgroup: a Kubernetes pod
+    /// and container (pod:<uid>/<container>), a Slurm job step (slurm:<job>.<step>), a
+    /// systemd unit (unit:<name>), else the command (process:<command>); QPs the kernel
+    /// itself holds belong to its consumer (kernel:<name>, e.g. kernel:ib_core). Beyond the
+    /// collector's max_workloads the rest is summed into `other` (shown last).
+    ///
+    /// Per workload: QPs, CQs, MRs, MR bytes and PDs, summed over its devices and ports:
+    /// the counts `rdma resource show qp|cq|mr|pd` lists for its processes. With per-QP
+    /// counters (bound by the running agent with [plugins.builtin.resources.options]
+    /// qp_counters = true; give top the same configuration with --config), per second:
+    /// retransmissions (packet_seq_err, implied_nak_seq_err, local_ack_timeout_err,
+    /// roce_adp_retrans; rxe: completer_retry_err, rcvd_seq_err), CNPs (np_cnp_sent +
+    /// rp_cnp_handled) and requests received (rx_write/read/atomic_requests; rxe:
+    /// rdma_recvs: no driver counts bytes per QP). Without them those columns say `-`.
+    ///
+    /// Reads the resources collector (RDMA netlink) only. Exit status 2, with the cause,
+    /// when it is not loaded or cannot run here (no RDMA netlink); a host where nothing
+    /// holds resources prints the header and "no RDMA resources held".
+    ///
+    /// Examples:
+    ///   rocewatch top                          # live; q or Ctrl-C to quit
+    ///   rocewatch top --sort mr-bytes --limit 10
+    ///   rocewatch top --once --json | jq '.workloads[] | select(.kind == "slurm")'
+    #[command(verbatim_doc_comment)]
+    Top(TopArgs),
     /// The agent against a simulated fabric, with a live view of per-port rates.
     ///
     /// Generates a sysfs tree (two mlx5 RoCE ports, with their driver statistics) in a
@@ -548,6 +575,7 @@ impl Command {
             | Command::Bandwidth(_)
             | Command::Env(_)
             | Command::Capture(_)
+            | Command::Top(_)
             | Command::Config(_)
             | Command::MetricsDoc
             | Command::CollectdTypes => true,

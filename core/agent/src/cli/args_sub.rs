@@ -1,12 +1,14 @@
 //! The grammar of the commands with subcommands of their own (`rocewatch qos ...`,
-//! `rocewatch config ...`) and of the options most commands share (clap; beside args.rs,
-//! which has the rest).
+//! `rocewatch config ...`), of `rocewatch top`'s options, and of the options most commands
+//! share (clap; beside args.rs, which has the rest).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
+use super::top_view::SortKey;
 use crate::config::Config;
 
 /// Options shared by the commands that read sysfs.
@@ -27,6 +29,41 @@ impl SourceArgs {
             cfg.agent.sysfs_root = root.clone();
         }
         Ok(cfg)
+    }
+}
+
+/// `rocewatch top`'s arguments.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print one frame and exit. With per-QP counters it collects twice, --interval
+    /// apart, to show rates; without them, once.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: print the frame as JSON: {"host","time","sort","totals","folded",
+    /// "rates_over_s","per_qp_counters","workloads":[{"workload","kind","attributes",
+    /// "qps","cqs","mrs","mr_bytes","pds","ports","rates"}],"not_shown","errors"}.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+    /// The column rows are sorted by (descending; `workload` ascending).
+    #[arg(long, value_enum, default_value = "qps")]
+    pub sort: SortKey,
+    /// Show at most N workloads (default: all; the live view: what fits the terminal).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Time between collections: the live view's refresh, and the window of the rates.
+    #[arg(long, value_parser = parse_interval, default_value = "2s", value_name = "DUR")]
+    pub interval: Duration,
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d >= Duration::from_millis(100) => Ok(d),
+        Ok(_) => Err(format!("{s:?} is too short; at least 100ms")),
+        Err(e) => Err(format!(
+            "invalid duration {s:?} ({e}); write it like 2s, 500ms, 1m"
+        )),
     }
 }
 

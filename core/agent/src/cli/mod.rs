@@ -20,6 +20,8 @@ mod qos;
 mod rules;
 mod run;
 pub mod show;
+mod top;
+mod top_view;
 
 pub use args::{Cli, Command};
 
@@ -51,6 +53,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Doctor(a) => doctor::run(a).await,
         Command::Env(a) => env::run(a).await,
         Command::Capture(a) => capture::run(a).await,
+        Command::Top(a) => top::run(a).await,
         Command::Demo(a) => demo::run(a).await,
         Command::CollectdExec(a) => collectd::run(a).await,
         Command::CollectdTypes => collectd::types(),

@@ -207,6 +207,12 @@ impl Pipeline {
         Ok(result)
     }
 
+    /// One collection by one collector, declared metrics only, not stored (`rocewatch
+    /// top` reads the resources collector alone, and must tell its "unsupported" apart).
+    pub async fn collect_unstored_from(&self, e: &Entry) -> Result<ScrapeResult, CallError> {
+        self.scrape(e).await
+    }
+
     /// One collection by every collector of `registry`, not stored (for `collect
     /// --once`, which prints it and exits: at 2000 ports storing it was a fifth of the
     /// command's time). Unsupported collectors contribute nothing; other failures are

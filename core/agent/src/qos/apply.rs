@@ -174,6 +174,8 @@ impl Applier {
             detail: Some(detail),
             outcome,
             duration_ms: started.map(|s| s.elapsed().as_millis() as u64),
+            workloads: None,
+            workloads_truncated: None,
         };
         // Flushed before a change is made; a change that cannot be audited is not made.
         self.audit

@@ -57,6 +57,8 @@ fn record(
         detail: Some(detail),
         outcome,
         duration_ms: started.map(|s| s.elapsed().as_millis() as u64),
+        workloads: None,
+        workloads_truncated: None,
     }
 }
 

@@ -1,11 +1,13 @@
 //! What an action receives (the breach) and the `exec` action: a command, never through a
-//! shell, with the breach in `ROCEWATCH_*` variables and as JSON on standard input.
+//! shell, with the breach in `ROCEWATCH_*` variables and as JSON on standard input
+//! (`ROCEWATCH_WORKLOADS`: the workloads on the port, comma-separated, most QPs first).
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::config::{ActionKind, Event};
+use super::workloads::Workload;
 
 /// What the action receives (stdin of `exec`, body of `webhook`).
 #[derive(Debug, Clone, Serialize)]
@@ -20,6 +22,18 @@ pub struct Breach {
     /// Recent values, oldest first: (seconds ago, value).
     pub recent: Vec<(f64, f64)>,
     pub dry_run: bool,
+    /// The workloads holding QPs on the port the labels name, most QPs first (at most
+    /// [`super::MAX_WORKLOADS`]): absent when the labels name no `rdma.device` or rocewatch has
+    /// no resources series (unknown), `[]` when nobody holds a QP there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workloads: Option<Vec<Workload>>,
+    /// Workloads on the port beyond the list, left out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub workloads_truncated: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What an action would do, for dry runs and the audit log.
@@ -187,6 +201,16 @@ pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
             "ROCEWATCH_VALUE",
             b.value.map(|v| v.to_string()).unwrap_or_default(),
         )
+        // Only when known: unset says "unknown", empty says "nobody".
+        .envs(b.workloads.as_ref().map(|w| {
+            (
+                "ROCEWATCH_WORKLOADS",
+                w.iter()
+                    .map(|w| w.workload.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        }))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

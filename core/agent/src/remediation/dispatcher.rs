@@ -1,6 +1,7 @@
 //! The dispatcher: for each rule transition, the kill switch, cooldown per target and
-//! event, the hourly and concurrency limits, the audit record, and the action run under
-//! its timeout (log, exec, webhook, plugin, qos_apply).
+//! event, the hourly and concurrency limits, the audit record (with the workloads on the
+//! transition's port), and the action run under its timeout (log, exec, webhook, plugin,
+//! qos_apply).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,7 @@ use tokio::time::Instant;
 
 use super::action::{describe, run_exec, Breach};
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
+use super::workloads;
 use crate::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
 use crate::rules::Transition;
 use crate::selfmetrics::SelfMetrics;
@@ -33,6 +35,9 @@ pub struct Targets {
     pub plugins: Vec<crate::host::registry::Entry>,
     /// What `qos_apply` actions apply through (none without configuration plugins).
     pub qos: Option<Arc<crate::qos::apply::Applier>>,
+    /// The agent's store, where the workloads on a transition's port are read (the
+    /// resources collector's `rdma.resource.qps`); none: no workloads in breaches.
+    pub store: Option<Arc<crate::store::Store>>,
 }
 
 /// What the dispatcher remembers across a configuration reload: when each action last ran
@@ -149,6 +154,12 @@ impl Dispatcher {
         // The transition and what each action did: one decision, its labels written once.
         let decision = Arc::new(Decision::new(labels.clone()));
         let value = Some(t.value).filter(|v| v.is_finite());
+        // Who holds QPs on the port, as the store has it now: read once per transition.
+        let on_port = self
+            .targets
+            .store
+            .as_ref()
+            .and_then(|s| workloads::on_port(s, &labels));
         let base = |kind: &'static str, action: Option<&str>| AuditRecord {
             time: now_rfc3339(),
             decision: kind,
@@ -161,10 +172,19 @@ impl Dispatcher {
             detail: None,
             outcome: None,
             duration_ms: None,
+            workloads: None,
+            workloads_truncated: None,
         };
+        // The workloads go on the transition's record only, not on each action's.
         let _ = self.record(
             &decision,
-            base(if t.firing { "fired" } else { "cleared" }, None),
+            AuditRecord {
+                workloads: on_port
+                    .as_ref()
+                    .map(|w| serde_json::to_value(&w.list).expect("plain data")),
+                workloads_truncated: on_port.as_ref().map(|w| w.truncated).filter(|n| *n > 0),
+                ..base(if t.firing { "fired" } else { "cleared" }, None)
+            },
             false,
         );
         let mut spawned = Vec::new();
@@ -265,6 +285,8 @@ impl Dispatcher {
                     value,
                     recent: t.recent.clone(),
                     dry_run: action.dry_run,
+                    workloads: on_port.as_ref().map(|w| w.list.clone()),
+                    workloads_truncated: on_port.as_ref().map_or(0, |w| w.truncated),
                 };
                 if action.dry_run {
                     drop(permit);
@@ -703,6 +725,78 @@ mod tests {
         assert_eq!(rec[2]["outcome"], "ok");
         assert!(rec[2]["detail"].as_str().unwrap().contains("done"));
         assert!(rec[2]["duration_ms"].is_u64());
+    }
+
+    #[tokio::test]
+    async fn the_workloads_on_the_port_go_to_the_audit_record_the_json_and_the_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let (stdin, env) = (dir.path().join("stdin.json"), dir.path().join("env"));
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!(
+                    "[actions.page]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", \"cat > {}; printenv ROCEWATCH_WORKLOADS > {}\"]\ndry_run = false\ncooldown = \"0s\"\non = [\"firing\", \"clearing\"]",
+                    stdin.display(),
+                    env.display()
+                ),
+                "",
+            ),
+            Arc::default(),
+            Targets {
+                // Two workloads on mlx5_0/1, the pod also and a unit on mlx5_1/1.
+                store: Some(super::workloads::tests::seeded()),
+                ..Targets::default()
+            },
+        )
+        .unwrap();
+        let mut t = fire("storm", "mlx5_0", true, "page");
+        Arc::make_mut(&mut t.labels).insert("rdma.port".into(), "1".into());
+        settle(d.handle(&t)).await;
+        let pod = "pod:0f1e2d3c-aaaa-bbbb-cccc-000000000001/trainer";
+        let want = serde_json::json!([
+            {"workload": "slurm:42.0", "kind": "slurm", "qps": 40,
+             "attributes": {"slurm.job.id": "42", "slurm.step.id": "0"}},
+            {"workload": pod, "kind": "pod", "qps": 12,
+             "attributes": {"k8s.pod.uid": "0f1e2d3c-aaaa-bbbb-cccc-000000000001"}},
+        ]);
+        let rec = audit(dir.path());
+        assert_eq!(rec[0]["decision"], "fired");
+        assert_eq!(rec[0]["workloads"], want, "{rec:#?}");
+        assert!(rec[0].get("workloads_truncated").is_none());
+        assert!(
+            rec[1..].iter().all(|r| r.get("workloads").is_none()),
+            "on the transition's record only: {rec:#?}"
+        );
+        let breach: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stdin).unwrap()).unwrap();
+        assert_eq!(breach["workloads"], want);
+        assert_eq!(breach["labels"]["rdma.port"], "1");
+        assert_eq!(
+            std::fs::read_to_string(&env).unwrap(),
+            format!("slurm:42.0,{pod}\n")
+        );
+        // Clearing carries them too; a transition naming no port carries none (unknown),
+        // and the variable is then unset.
+        let mut cleared = t.clone();
+        cleared.firing = false;
+        settle(d.handle(&cleared)).await;
+        let rec = audit(dir.path());
+        let last_transition = rec
+            .iter()
+            .rev()
+            .find(|r| r["decision"] == "cleared")
+            .unwrap();
+        assert_eq!(last_transition["workloads"], want);
+        let mut portless = fire("storm", "mlx5_0", true, "page");
+        Arc::make_mut(&mut portless.labels).remove("rdma.device");
+        settle(d.handle(&portless)).await;
+        let breach: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stdin).unwrap()).unwrap();
+        assert!(breach.get("workloads").is_none(), "{breach}");
+        assert_eq!(std::fs::read_to_string(&env).unwrap(), "");
+        let rec = audit(dir.path());
+        let fired = rec.iter().rev().find(|r| r["decision"] == "fired").unwrap();
+        assert!(fired.get("workloads").is_none(), "{fired}");
     }
 
     #[tokio::test]

@@ -15,14 +15,21 @@
 //! and `qos_apply` (re-apply `[[qos.desired]]` through the configuration plugins, on firing
 //! only). What they act through is handed to the dispatcher when it is built ([`Targets`]).
 //!
+//! A transition whose labels name an RDMA port carries the workloads holding QPs on it
+//! (pods, Slurm jobs, units, commands: the resources collector's `rdma.resource.qps`, read
+//! from the store handed over in [`Targets`]) in the breach (`workloads` in the JSON,
+//! `ROCEWATCH_WORKLOADS` for `exec`) and in the audit record of the transition.
+//!
 //! Files: `config` (the section and its validation), `dispatcher` (gating, audit, running
-//! under the timeout), `action` (the breach and the exec action). The audit log itself is
-//! `crate::audit`.
+//! under the timeout), `action` (the breach and the exec action), `workloads` (who holds
+//! QPs on the port). The audit log itself is `crate::audit`.
 
 mod action;
 mod config;
 mod dispatcher;
+mod workloads;
 
 pub use action::{describe, Breach};
 pub use config::{validate, ActionConfig, ActionKind, Event, RemediationConfig};
 pub use dispatcher::{Dispatcher, Memory, Targets};
+pub use workloads::{on_port, Workload, Workloads, MAX_WORKLOADS};

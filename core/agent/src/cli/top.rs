@@ -1,0 +1,324 @@
+//! `rocewatch top`: which workloads hold the RDMA resources, live or once.
+//!
+//! It reads the resources collector alone (every collector that declares
+//! `rdma.resource.qps`), through the agent's guarded plugin calls, and keeps only its
+//! metrics; `top_view` turns two successive readings into rows, text and JSON. The live
+//! view draws on the terminal's alternate screen and reads `q` with the terminal out of
+//! line mode (no echo; Ctrl-C stays a signal), both restored when it ends; when standard
+//! output is not a terminal, frames are printed one after another. `--once` prints one
+//! frame: two readings `--interval` apart when there are per-QP counters (rates need
+//! two), else one.
+
+use std::io::{IsTerminal, Read, Write};
+use std::time::{Instant, SystemTime};
+
+use anyhow::Result;
+use rocewatch_metrics::{RESOURCE_CATALOG, RESOURCE_QPS, WORKLOAD_COUNTER};
+use rocewatch_plugin_api::{PluginKind, Sample};
+use tokio::sync::watch;
+
+use super::args::TopArgs;
+use super::output::print_json;
+use super::top_view::{self, Frame};
+use crate::app::App;
+use crate::host::call;
+use crate::host::registry::{Entry, Instance, State};
+
+/// The built-in collector of RDMA resources.
+const RESOURCES_PLUGIN: &str = "resources";
+
+/// Lines of a text frame besides the rows (header, blank, column header, "more not
+/// shown", blank, rates), for the live view's default limit.
+const FRAME_LINES: usize = 7;
+
+pub async fn run(a: TopArgs) -> Result<i32> {
+    let cfg = a.source.load()?;
+    let app = App::start(cfg, Some(&[PluginKind::Collector])).await;
+    let code = match resource_collectors(&app).await {
+        Err(why) => {
+            eprintln!("rocewatch top: {why}");
+            2
+        }
+        Ok(from) if a.once => once(&app, &from, &a).await?,
+        Ok(from) => live(&app, &from, &a).await?,
+    };
+    app.stop().await;
+    Ok(code)
+}
+
+/// The loaded collectors that emit the resources metrics; `Err` says why there are none.
+async fn resource_collectors(app: &App) -> Result<Vec<Entry>, String> {
+    let mut found = Vec::new();
+    for e in app.registry.of_kind(PluginKind::Collector) {
+        let declared = call::call(e, e.timeout, app.metrics(), |i| match i {
+            Instance::Collector(c) => Ok(c.descriptors()),
+            _ => Ok(Vec::new()),
+        })
+        .await;
+        if declared.is_ok_and(|d| d.iter().any(|d| d.name == RESOURCE_QPS)) {
+            found.push(e.clone());
+        }
+    }
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    let disabled = app
+        .registry
+        .entries
+        .iter()
+        .any(|e| e.name == RESOURCES_PLUGIN && e.status().state == State::Disabled);
+    Err(if disabled {
+        format!("the resources collector is disabled ([plugins.builtin.{RESOURCES_PLUGIN}] enabled = false): top reads RDMA resources through it")
+    } else {
+        format!("no resources collector is loaded: this build has no built-in `{RESOURCES_PLUGIN}` plugin and no external plugin declares {RESOURCE_QPS} (`rocewatch plugins` lists what is loaded)")
+    })
+}
+
+/// One reading of the resources collectors.
+struct Reading {
+    samples: Vec<Sample>,
+    /// Partial errors and the failures of some of the collectors: (target, message).
+    errors: Vec<(String, String)>,
+    at: Instant,
+}
+
+/// Read every resources collector once; `Err` with the cause when none of them could.
+async fn collect(app: &App, from: &[Entry]) -> Result<Reading, String> {
+    let mut reading = Reading {
+        samples: Vec::new(),
+        errors: Vec::new(),
+        at: Instant::now(),
+    };
+    let mut failed = Vec::new();
+    let mut any = false;
+    for e in from {
+        match app.collect_unstored_from(e).await {
+            Ok(r) => {
+                any = true;
+                reading.samples.extend(
+                    r.samples
+                        .into_iter()
+                        .filter(|s| RESOURCE_CATALOG.iter().any(|c| c.name == s.name)),
+                );
+                reading
+                    .errors
+                    .extend(r.errors.into_iter().map(|p| (p.target, p.message)));
+            }
+            Err(err) if err.is_unsupported() => {
+                failed.push(format!("the resources collector cannot run here: {err}"))
+            }
+            Err(err) => failed.push(format!("the resources collector failed: {err}")),
+        }
+    }
+    reading.at = Instant::now();
+    if !any {
+        return Err(failed.join("; "));
+    }
+    reading.errors.extend(
+        failed
+            .into_iter()
+            .map(|f| (RESOURCES_PLUGIN.to_string(), f)),
+    );
+    Ok(reading)
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// The view of `cur`, with the rates since `prev`.
+fn view(cur: &Reading, prev: Option<&Reading>) -> top_view::View {
+    top_view::build(
+        &cur.samples,
+        prev.map(|p| {
+            (
+                p.samples.as_slice(),
+                cur.at.duration_since(p.at).as_secs_f64(),
+            )
+        }),
+    )
+}
+
+async fn once(app: &App, from: &[Entry], a: &TopArgs) -> Result<i32> {
+    let mut first = match collect(app, from).await {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("rocewatch top: {why}");
+            return Ok(2);
+        }
+    };
+    let (cur, prev) = if first.samples.iter().any(|s| s.name == WORKLOAD_COUNTER) {
+        tokio::time::sleep(a.interval).await;
+        match collect(app, from).await {
+            Ok(second) => (second, Some(first)),
+            Err(why) => {
+                first.errors.push((RESOURCES_PLUGIN.into(), why));
+                (first, None)
+            }
+        }
+    } else {
+        (first, None)
+    };
+    let v = view(&cur, prev.as_ref());
+    let time = now_rfc3339();
+    let frame = Frame {
+        host: &app.host_name,
+        time: &time,
+        sort: a.sort,
+        limit: a.limit,
+        every: None,
+        errors: &cur.errors,
+    };
+    if a.json {
+        print_json(&top_view::render_json(&v, &frame))?;
+    } else {
+        print!("{}", top_view::render_text(&v, &frame));
+    }
+    Ok(0)
+}
+
+async fn live(app: &App, from: &[Entry], a: &TopArgs) -> Result<i32> {
+    let mut cur = match collect(app, from).await {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("rocewatch top: {why}");
+            return Ok(2);
+        }
+    };
+    let mut prev: Option<Reading> = None;
+    let tty = std::io::stdout().is_terminal();
+    let mut signals = crate::util::signals::shutdown_on_signals();
+    let terminal = tty.then(Terminal::enter);
+    // Without a terminal to read `q` from, a channel that never turns (its sender kept).
+    let (_never, idle) = watch::channel(false);
+    let mut keys = terminal
+        .as_ref()
+        .and_then(Terminal::quit_key)
+        .unwrap_or(idle);
+    let every = humantime::format_duration(a.interval).to_string();
+    loop {
+        let v = view(&cur, prev.as_ref());
+        let time = now_rfc3339();
+        let limit = a.limit.or_else(|| {
+            tty.then(|| {
+                terminal_rows()
+                    .saturating_sub(FRAME_LINES + cur.errors.len())
+                    .max(1)
+            })
+        });
+        let frame = Frame {
+            host: &app.host_name,
+            time: &time,
+            sort: a.sort,
+            limit,
+            every: Some(&every),
+            errors: &cur.errors,
+        };
+        let text = top_view::render_text(&v, &frame);
+        {
+            let mut out = std::io::stdout().lock();
+            if tty {
+                write!(out, "\x1b[H\x1b[2J{text}")?;
+            } else {
+                writeln!(out, "{text}")?;
+            }
+            out.flush()?;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(a.interval) => {}
+            Ok(_) = signals.wait_for(|stop| *stop) => break,
+            Ok(_) = keys.wait_for(|quit| *quit) => break,
+        }
+        match collect(app, from).await {
+            Ok(next) => prev = Some(std::mem::replace(&mut cur, next)),
+            Err(why) => {
+                // The rows stay those of the last reading that worked, without rates.
+                cur.errors = vec![(
+                    RESOURCES_PLUGIN.into(),
+                    format!("{why} (the rows are from the last collection that worked)"),
+                )];
+                prev = None;
+            }
+        }
+    }
+    drop(terminal);
+    Ok(0)
+}
+
+/// The terminal's height in rows (24 when it cannot be asked).
+fn terminal_rows() -> usize {
+    // SAFETY: TIOCGWINSZ writes a winsize into the zeroed struct it is given, or fails.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the pointer is to a live winsize.
+    let r = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    if r == 0 && ws.ws_row > 0 {
+        ws.ws_row as usize
+    } else {
+        24
+    }
+}
+
+/// The live view's hold on the terminal: the alternate screen with the cursor hidden, and
+/// standard input (when it is a terminal) without line editing and echo, so that `q` is
+/// read at once. Dropping it puts everything back.
+struct Terminal {
+    saved: Option<libc::termios>,
+}
+
+impl Terminal {
+    fn enter() -> Terminal {
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "\x1b[?1049h\x1b[?25l");
+        let _ = out.flush();
+        let saved = std::io::stdin().is_terminal().then(|| {
+            // SAFETY: tcgetattr fills the zeroed termios it is given, or fails (checked).
+            let mut t: libc::termios = unsafe { std::mem::zeroed() };
+            if unsafe { libc::tcgetattr(libc::STDIN_FILENO, &mut t) } != 0 {
+                return None;
+            }
+            let saved = t;
+            // ISIG stays: Ctrl-C is still SIGINT, which ends the view like `q`.
+            t.c_lflag &= !(libc::ICANON | libc::ECHO);
+            t.c_cc[libc::VMIN] = 1;
+            t.c_cc[libc::VTIME] = 0;
+            // SAFETY: a termios read from this terminal, changed in two flags.
+            (unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &t) } == 0)
+                .then_some(saved)
+        });
+        Terminal {
+            saved: saved.flatten(),
+        }
+    }
+
+    /// Turns true when `q` is typed (only when standard input is the terminal we hold). A
+    /// plain thread, not tokio's blocking pool: the runtime does not wait for it at exit.
+    fn quit_key(&self) -> Option<watch::Receiver<bool>> {
+        self.saved?;
+        let (tx, rx) = watch::channel(false);
+        std::thread::spawn(move || {
+            let mut stdin = std::io::stdin();
+            let mut b = [0u8; 1];
+            while let Ok(1) = stdin.read(&mut b) {
+                if matches!(b[0], b'q' | b'Q') {
+                    let _ = tx.send(true);
+                    return;
+                }
+            }
+        });
+        Some(rx)
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if let Some(t) = self.saved.take() {
+            // SAFETY: restores the termios read in `enter`.
+            unsafe {
+                libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &t);
+            }
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "\x1b[?25h\x1b[?1049l");
+        let _ = out.flush();
+    }
+}

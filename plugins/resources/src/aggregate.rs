@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use rocewatch_metrics::{
     CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_PORT, ATTR_WORKLOAD_STATE, RESOURCE_CATALOG,
+    RESOURCE_CQS, RESOURCE_MRS, RESOURCE_MR_BYTES, RESOURCE_PDS, RESOURCE_QPS, RESOURCE_WORKLOADS,
+    WORKLOAD_COUNTER, WORKLOAD_FOLDED, WORKLOAD_REPORTED,
 };
 use rocewatch_netlink::rdma_res::ResourceSnapshot;
 use rocewatch_netlink::rdma_stat::QpCounter;
@@ -172,26 +174,26 @@ pub fn aggregate<'a>(
         a
     };
     for ((d, p, i), n) in &sums.qps {
-        out.add("rdma.resource.qps", with(d, *p, *i), *n);
+        out.add(RESOURCE_QPS, with(d, *p, *i), *n);
     }
     for ((d, i), n) in &sums.cqs {
-        out.add("rdma.resource.cqs", with(d, None, *i), *n);
+        out.add(RESOURCE_CQS, with(d, None, *i), *n);
     }
     for ((d, i), (n, bytes)) in &sums.mrs {
-        out.add("rdma.resource.mrs", with(d, None, *i), *n);
-        out.add("rdma.resource.mr.bytes", with(d, None, *i), *bytes);
+        out.add(RESOURCE_MRS, with(d, None, *i), *n);
+        out.add(RESOURCE_MR_BYTES, with(d, None, *i), *bytes);
     }
     for ((d, i), n) in &sums.pds {
-        out.add("rdma.resource.pds", with(d, None, *i), *n);
+        out.add(RESOURCE_PDS, with(d, None, *i), *n);
     }
     for ((d, p, i, name), v) in &sums.counters {
         let mut a = with(d, *p, *i);
         a.insert(ATTR_COUNTER.into(), name.to_string());
-        out.add("rdma.workload.counter", a, *v);
+        out.add(WORKLOAD_COUNTER, a, *v);
     }
-    for (state, n) in [("reported", keep), ("folded", folded)] {
+    for (state, n) in [(WORKLOAD_REPORTED, keep), (WORKLOAD_FOLDED, folded)] {
         let a = BTreeMap::from([(ATTR_WORKLOAD_STATE.to_string(), state.to_string())]);
-        out.add("rdma.resource.workloads", a, n as u64);
+        out.add(RESOURCE_WORKLOADS, a, n as u64);
     }
     Aggregate {
         samples: out.into_samples(),

@@ -59,6 +59,36 @@ pub struct AuditRecord {
     pub workloads_truncated: Option<usize>,
 }
 
+impl AuditRecord {
+    /// A record of a change the agent makes on the host (a QoS setting, a counter mode):
+    /// `kind` (executing, result, dry_run, refused) of `action`, made for `origin`, now;
+    /// `started` gives the duration of a result.
+    pub fn change(
+        kind: &'static str,
+        origin: &str,
+        action: &str,
+        detail: String,
+        outcome: Option<&'static str>,
+        started: Option<std::time::Instant>,
+    ) -> AuditRecord {
+        AuditRecord {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            decision: kind,
+            decision_id: String::new(),
+            rule: origin.to_string(),
+            event: Event::Firing,
+            action: Some(action.to_string()),
+            labels: None,
+            value: None,
+            detail: Some(detail),
+            outcome,
+            duration_ms: started.map(|s| s.elapsed().as_millis() as u64),
+            workloads: None,
+            workloads_truncated: None,
+        }
+    }
+}
+
 /// One decision: its id, and its labels until a record of it carrying them is written
 /// (again after a rotation, so the current file has them too).
 #[derive(Debug)]

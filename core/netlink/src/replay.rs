@@ -29,21 +29,7 @@ pub(crate) fn rdma_pair() -> (RdmaNetlink, FakeKernel) {
     // SAFETY: both descriptors are fresh and owned from here on.
     let (ours, peer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     for fd in [&ours, &peer] {
-        let tv = libc::timeval {
-            tv_sec: 2,
-            tv_usec: 0,
-        };
-        // SAFETY: tv is a valid timeval of the size passed.
-        let r = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(r, 0);
+        crate::socket::set_recv_timeout(fd, std::time::Duration::from_secs(2)).unwrap();
     }
     let client = RdmaNetlink {
         sock: NetlinkSocket::from_connected(ours),

@@ -20,6 +20,28 @@ pub struct NetlinkSocket {
     capture: Option<(PathBuf, u32)>,
 }
 
+/// Makes a receive on `fd` fail after `timeout` instead of blocking (`SO_RCVTIMEO`).
+pub(crate) fn set_recv_timeout(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: tv is a valid timeval of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 impl NetlinkSocket {
     /// Opens and binds a socket of `protocol`; replies that take longer than `timeout`
     /// fail the request instead of blocking a collection forever.
@@ -42,23 +64,7 @@ impl NetlinkSocket {
         }
         // SAFETY: fd is a fresh descriptor we own from here on.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let tv = libc::timeval {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-        };
-        // SAFETY: tv is a valid timeval of the size passed.
-        let r = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(open_err(io::Error::last_os_error()));
-        }
+        set_recv_timeout(&fd, timeout).map_err(open_err)?;
         // SAFETY: an all-zero sockaddr_nl is valid; the family is set below.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;

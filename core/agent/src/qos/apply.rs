@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::metrics::ATTR_SETTING;
 use super::observe::{observe, ConfigPlugins};
 use super::snapshot::{SnapChange, Snapshot};
-use crate::audit::{AuditLog, AuditRecord, Decision, Event};
+use crate::audit::{AuditLog, AuditRecord, Decision};
 use crate::host::call::{self, CallError};
 use crate::host::registry::Instance;
 use crate::qos::{normalize, Change, QosConfig};
@@ -162,21 +162,7 @@ impl Applier {
         outcome: Option<&'static str>,
         started: Option<Instant>,
     ) -> Result<(), String> {
-        let rec = AuditRecord {
-            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-            decision: kind,
-            decision_id: String::new(),
-            rule: origin.to_string(),
-            event: Event::Firing,
-            action: Some(action.to_string()),
-            labels: None,
-            value: None,
-            detail: Some(detail),
-            outcome,
-            duration_ms: started.map(|s| s.elapsed().as_millis() as u64),
-            workloads: None,
-            workloads_truncated: None,
-        };
+        let rec = AuditRecord::change(kind, origin, action, detail, outcome, started);
         // Flushed before a change is made; a change that cannot be audited is not made.
         self.audit
             .append_to(d, rec, kind == "executing")

@@ -5,13 +5,13 @@
 //! before the change, and a change that cannot be audited is not made.
 
 use std::collections::BTreeMap;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_netlink::rdma_stat::QpCounterMode;
 use rocewatch_resources::qp_mode;
 
-use crate::audit::{AuditLog, AuditRecord, Decision, Event};
+use crate::audit::{AuditLog, AuditRecord, Decision};
 
 /// What the audit records name as their origin.
 const ORIGIN: &str = "resources.qp_counters";
@@ -45,21 +45,7 @@ fn record(
     outcome: Option<&'static str>,
     started: Option<Instant>,
 ) -> AuditRecord {
-    AuditRecord {
-        time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-        decision: kind,
-        decision_id: String::new(),
-        rule: ORIGIN.into(),
-        event: Event::Firing,
-        action: Some(ACTION.into()),
-        labels: None,
-        value: None,
-        detail: Some(detail),
-        outcome,
-        duration_ms: started.map(|s| s.elapsed().as_millis() as u64),
-        workloads: None,
-        workloads_truncated: None,
-    }
+    AuditRecord::change(kind, ORIGIN, ACTION, detail, outcome, started)
 }
 
 /// Sets every port of every RDMA device to auto mode (type,pid), audited; returns what to

@@ -161,9 +161,9 @@ timeout 240 "$BIN" run --config /tmp/res.toml > /dev/null 2> "$R/res-agent.log" 
 i=0; until hget /metrics > /dev/null 2>&1 || [ $i -ge 120 ]; do sleep 0.5; i=$((i+1)); done
 rdma statistic qp mode link rxe0/1 > "$R/res-mode-during.txt" 2>&1
 snap idle0
-# RDMA writes of 64 KiB for 15 s (duration mode): long enough to read the counters while
-# they move, however slow the emulation.
-PERF="ib_write_bw -d rxe0 -x 1 -D 15 -s 65536"
+# RDMA writes of 64 KiB for 20 s (duration mode): long enough to read the resources and
+# the counters while they move, however slow the emulation.
+PERF="ib_write_bw -d rxe0 -x 1 -D 20 -s 65536"
 # Under emulation perftest's clock calibration sometimes fails after the traffic ("Can't
 # produce a report"); both sides then fail that round and start another. Failed rounds go
 # to perftest-failed.txt, the successful one to perftest.txt.
@@ -186,17 +186,20 @@ perf_rounds &
 PERF_PID=$!
 # Snapshot while packets flow (once 2000 have moved), then wait for the end.
 i=0; while [ $(( $(moving) - base )) -lt 2000 ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done
-snap during
-# The workload's QPs and MRs while the test runs: the agent's /metrics (once a collection
-# has seen them), rdma resource show, rocewatch top.
+# rocewatch capture while the writes flow (role a, the target: WRITEs in, ACKs out),
+# beside the next steps.
+if [ "$RXE_ROLE" = a ]; then
+  { "$BIN" capture rxe0 --duration 3s --offload-off --summary --json > "$R/capture.json" 2> "$R/capture.stderr"
+    echo "rc=$?" >> "$R/capture.stderr"; } & CAP_PID=$!
+fi
+# The workload's QPs and MRs while the test runs (first: the QPs live as long as the
+# test): the agent's /metrics once a collection has seen them, rdma resource show,
+# rocewatch top.
 i=0; until hget /metrics > "$R/res-metrics-during.txt" 2>/dev/null && grep -q "rdma_workload=\"$WL\"" "$R/res-metrics-during.txt" || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
 for k in qp cq mr pd; do rdma -j resource show $k > "$R/res-$k.json" 2>&1; done
 "$BIN" top --once --json > "$R/top-during.json" 2> "$R/top-during.stderr"
-# rocewatch capture while the writes flow (role a, the target: WRITEs in, ACKs out).
-if [ "$RXE_ROLE" = a ]; then
-  "$BIN" capture rxe0 --duration 3s --offload-off --summary --json > "$R/capture.json" 2> "$R/capture.stderr"
-  echo "rc=$?" >> "$R/capture.stderr"
-fi
+snap during
+[ "$RXE_ROLE" = a ] && wait $CAP_PID
 wait $PERF_PID
 sleep 3   # the peer's last ACKs
 snap idle1

@@ -1387,8 +1387,13 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
         // Per-QP counters: the mode was set for the agent's run and put back, both audited;
         // rxe accepts it and binds nothing, which the collector says once.
         let mode = |p: &str| read(&r.join(format!("res-mode-{p}.txt")));
-        assert!(mode("during").contains("auto"), "{}", mode("during"));
-        assert!(!mode("after").contains("auto"), "{}", mode("after"));
+        // `rdma statistic qp mode`: "link rxe0/1 mode qp auto off" as booted.
+        assert!(mode("before").contains("auto off"), "{}", mode("before"));
+        assert!(
+            mode("during").contains("auto type,pid on"),
+            "{}",
+            mode("during")
+        );
         assert_eq!(mode("before"), mode("after"));
         assert_eq!(log.matches("binds no QP to a counter").count(), 1, "{ctx}");
         let audit: Vec<Value> = read(&r.join("res-audit.jsonl"))

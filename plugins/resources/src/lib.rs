@@ -214,14 +214,11 @@ impl CollectorPlugin for Resources {
                 match nl.qp_counters(d.index, None) {
                     Ok(c) => counters.extend(c),
                     Err(e) => {
+                        // Said once, as a partial error (the agent logs it).
                         if self.refused.insert(d.name.clone()) {
-                            tracing::warn!(
-                                "resources: {}: per-QP counters cannot be read ({e}); the resource counts go on without them",
-                                d.name
-                            );
                             out.errors.push(PartialError {
                                 target: format!("{} QP counters", d.name),
-                                message: e.to_string(),
+                                                message: format!("per-QP counters cannot be read ({e}); the resource counts go on without them"),
                             });
                         }
                     }
@@ -230,7 +227,8 @@ impl CollectorPlugin for Resources {
         }
         if opts.qp_counters {
             // A driver may accept auto mode and still bind nothing (rxe cannot allocate a
-            // counter): the dump, not the mode, tells. Said once per device.
+            // counter): the dump, not the mode, tells. Said once per device, as a partial
+            // error (the agent logs it).
             for d in &devices {
                 let user_qps = snap
                     .qps
@@ -239,7 +237,6 @@ impl CollectorPlugin for Resources {
                 let bound = counters.iter().any(|c| c.dev_name == d.name);
                 if user_qps && !bound && self.refused.insert(d.name.clone()) {
                     let why = "the driver binds no QP to a counter although QPs of processes exist (rxe cannot allocate one): no per-workload traffic on this device; the resource counts go on";
-                    tracing::warn!("resources: {}: {why}", d.name);
                     out.errors.push(PartialError {
                         target: format!("{} QP counters", d.name),
                         message: why.into(),

@@ -181,8 +181,6 @@ pub struct Agent {
     /// The stop flag, as the scheduler sees it (taken at start: a stop that arrives
     /// before `run` is not missed).
     stop: watch::Receiver<bool>,
-    /// The ports whose QP counter mode the agent changed, put back at the end of `run`.
-    counter_modes: Option<crate::qos::counter_mode::CounterModes>,
 }
 
 impl Agent {
@@ -370,21 +368,19 @@ impl Agent {
             .builtin
             .get(rocewatch_resources::Resources::NAME)
             .filter(|p| p.enabled);
-        let counter_modes = if crate::qos::counter_mode::wanted(resources.map(|p| &p.options)) {
+        if crate::qos::counter_mode::wanted(resources.map(|p| &p.options)) {
             let audit = cfg.remediation.audit();
-            tokio::task::spawn_blocking(move || crate::qos::counter_mode::enable(audit))
-                .await
-                .ok()
-        } else {
-            None
-        };
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::qos::counter_mode::keep_pending(crate::qos::counter_mode::enable(audit))
+            })
+            .await;
+        }
         Ok(Agent {
             app,
             addresses,
             otlp,
             tasks,
             stop: stop.clone(),
-            counter_modes,
         })
     }
 
@@ -409,9 +405,8 @@ impl Agent {
         )
         .await;
         app.stop().await;
-        if let Some(m) = self.counter_modes.filter(|m| m.changed() > 0) {
-            let _ = tokio::task::spawn_blocking(move || m.restore()).await;
-        }
+        // The QP counter modes the agent changed go back as they were found.
+        let _ = tokio::task::spawn_blocking(crate::qos::counter_mode::restore_pending).await;
         finish_otlp(self.otlp).await;
         for t in self.tasks {
             t.abort();

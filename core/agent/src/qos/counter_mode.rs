@@ -29,6 +29,27 @@ pub struct CounterModes {
     audit: AuditLog,
 }
 
+/// The changes not put back yet: taken by [`restore_pending`] at the end of `run`, or on
+/// the way out when a second signal ends the process at once.
+static PENDING: std::sync::Mutex<Option<CounterModes>> = std::sync::Mutex::new(None);
+
+/// Keeps `m` to be put back by [`restore_pending`], also on a fast exit.
+pub fn keep_pending(m: CounterModes) {
+    if m.saved.is_empty() {
+        return;
+    }
+    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
+    crate::util::signals::before_fast_exit(restore_pending);
+}
+
+/// Puts back what [`keep_pending`] kept, once (the first caller does it). Blocking.
+pub fn restore_pending() {
+    let m = PENDING.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(m) = m {
+        m.restore();
+    }
+}
+
 fn decision(device: &str, port: u32) -> Decision {
     Decision::new(BTreeMap::from([
         (
@@ -140,11 +161,6 @@ pub fn enable(audit: AuditLog) -> CounterModes {
 }
 
 impl CounterModes {
-    /// The ports changed.
-    pub fn changed(&self) -> usize {
-        self.saved.len()
-    }
-
     /// Puts every changed port back as it was found, audited. Blocking.
     pub fn restore(self) {
         if self.saved.is_empty() {

@@ -5,6 +5,19 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
+/// What must still be undone when a second signal ends the process at once (a change
+/// the agent made on the host and puts back at a normal stop).
+static BEFORE_FAST_EXIT: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new());
+
+/// Runs `undo` before the process exits on a second signal (once, however often it is
+/// registered). It must be quick and must not need the runtime: it runs on the way out.
+pub fn before_fast_exit(undo: fn()) {
+    let mut v = BEFORE_FAST_EXIT.lock().unwrap_or_else(|p| p.into_inner());
+    if !v.contains(&undo) {
+        v.push(undo);
+    }
+}
+
 /// A watch channel that turns true on SIGINT or SIGTERM. A second signal while shutting
 /// down (a final export that hangs) ends the process at once, with status 130.
 pub fn shutdown_on_signals() -> watch::Receiver<bool> {
@@ -19,6 +32,13 @@ pub fn shutdown_on_signals() -> watch::Receiver<bool> {
         tracing::warn!(
             "{second} during shutdown: exiting now, without waiting for the final export"
         );
+        for undo in BEFORE_FAST_EXIT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            undo();
+        }
         std::process::exit(130);
     });
     rx

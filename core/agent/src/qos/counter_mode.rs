@@ -42,10 +42,11 @@ pub fn keep_pending(m: CounterModes) {
     crate::util::signals::before_fast_exit(restore_pending);
 }
 
-/// Puts back what [`keep_pending`] kept, once (the first caller does it). Blocking.
+/// Puts back what [`keep_pending`] kept, once (the first caller does it; a second one
+/// waits until it is done, so a fast exit does not cut a putting back short). Blocking.
 pub fn restore_pending() {
-    let m = PENDING.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(m) = m {
+    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = pending.take() {
         m.restore();
     }
 }

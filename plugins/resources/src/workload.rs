@@ -122,7 +122,7 @@ fn container_id(seg: &str) -> Option<String> {
 }
 
 /// A pod UID out of a segment: `pod<uid>` (cgroupfs) or
-/// `kubepods[-<qos>]-pod<uid with _>.slice` (systemd).
+/// `kubepods[-<qos>]-pod<uid with _>.slice` (systemd). A UID is a UUID (8-4-4-4-12 hex).
 fn pod_uid(seg: &str) -> Option<String> {
     let s = seg.strip_suffix(".slice").unwrap_or(seg);
     let raw = match s.strip_prefix("pod") {
@@ -131,10 +131,20 @@ fn pod_uid(seg: &str) -> Option<String> {
         None => return None,
     };
     let uid = raw.replace('_', "-");
-    let ok = uid.len() >= 8
-        && uid.len() <= 64
-        && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-    ok.then_some(uid)
+    let groups: Vec<&str> = uid.split('-').collect();
+    let uuid = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
+    uuid.then_some(uid)
+}
+
+/// A Slurm job id: digits, or `<array job>_<task>` as arrays name them.
+fn slurm_job(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 24
+        && s.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+        && s.as_bytes()[0].is_ascii_digit()
 }
 
 fn valid_token(s: &str) -> bool {
@@ -148,15 +158,19 @@ fn valid_token(s: &str) -> bool {
 /// decides then).
 pub fn from_cgroup_path(path: &str) -> Option<Workload> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    if segs.iter().any(|s| s.starts_with("kubepods")) {
-        if let Some(uid) = segs.iter().find_map(|s| pod_uid(s)) {
-            let container = segs.iter().rev().find_map(|s| container_id(s));
-            return Some(Workload::Pod { uid, container });
-        }
+    // Under kubepods, or (seen from a container's own cgroup namespace: `/../../pod<uid>/
+    // <id>`) a `pod` segment whose UID is a UUID.
+    if let Some(uid) = segs.iter().find_map(|s| pod_uid(s)) {
+        let container = segs.iter().rev().find_map(|s| container_id(s));
+        return Some(Workload::Pod { uid, container });
     }
-    if let Some(i) = segs.iter().position(|s| s.starts_with("job_")) {
+    // `job_<digits>` (not any `job_…`: a `job_runner.service` is a unit).
+    if let Some(i) = segs
+        .iter()
+        .position(|s| s.strip_prefix("job_").is_some_and(slurm_job))
+    {
         let job = &segs[i][4..];
-        if valid_token(job) {
+        {
             let step = segs
                 .get(i + 1)
                 .and_then(|s| s.strip_prefix("step_"))
@@ -193,8 +207,19 @@ pub fn from_cgroup_file(text: &str, command: &str) -> Workload {
         })
 }
 
-/// The workload of process `pid` under `proc_root`; `None` when the process is gone.
+/// The process (thread group) of task `tid`: the kernel's resource tracking names the
+/// thread that created a resource, which may be a helper thread of the process.
+fn tgid(proc_root: &Path, tid: u32) -> Option<u32> {
+    read_small(&proc_root.join(tid.to_string()).join("status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The workload of task `pid` (a process, or a thread of one: its process decides) under
+/// `proc_root`; `None` when it is gone.
 pub fn of_pid(proc_root: &Path, pid: u32) -> Option<Workload> {
+    let pid = tgid(proc_root, pid).unwrap_or(pid);
     let dir = proc_root.join(pid.to_string());
     let cgroup = read_small(&dir.join("cgroup"))?;
     let comm = read_small(&dir.join("comm")).unwrap_or_default();
@@ -297,11 +322,60 @@ mod tests {
             "",
             "/kubepods/burstable/podXYZ",
             "/job_/step_0",
+            "/system.slice/job_runner.service/x",
+            "/kubepods/burstable/pod1234567890/x",
             "/system.slice/a b.service",
             "/mypod123/x",
         ] {
             assert_eq!(from_cgroup_path(p), None, "{p:?}");
         }
+    }
+
+    #[test]
+    fn a_pod_seen_from_a_containers_own_cgroup_namespace() {
+        // cgroupfs driver, private cgroup namespace: relative, without `kubepods`.
+        let p = format!("/../../pod{UID}/{CID}");
+        assert_eq!(
+            from_cgroup_path(&p),
+            Some(Workload::Pod {
+                uid: UID.into(),
+                container: Some(CID.into())
+            })
+        );
+        // A service named like a job is a service.
+        assert_eq!(
+            from_cgroup_path("/system.slice/job_runner.service").map(|w| w.id()),
+            Some("unit:job_runner.service".into())
+        );
+        assert_eq!(
+            from_cgroup_path("/slurm/uid_0/job_100_7/step_0").map(|w| w.id()),
+            Some("slurm:100_7.0".into())
+        );
+    }
+
+    #[test]
+    fn a_thread_is_attributed_to_its_process() {
+        let t = tempfile::tempdir().unwrap();
+        let (p, th) = (t.path().join("500"), t.path().join("501"));
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::create_dir_all(&th).unwrap();
+        std::fs::write(p.join("cgroup"), "0::/system.slice/trainer.service\n").unwrap();
+        std::fs::write(p.join("comm"), "python3\n").unwrap();
+        std::fs::write(
+            th.join("status"),
+            "Name:\tnccl-worker\nTgid:\t500\nPid:\t501\n",
+        )
+        .unwrap();
+        std::fs::write(th.join("cgroup"), "0::/system.slice/trainer.service\n").unwrap();
+        std::fs::write(th.join("comm"), "nccl-worker\n").unwrap();
+        std::fs::write(p.join("status"), "Name:\tpython3\nTgid:\t500\nPid:\t500\n").unwrap();
+        assert_eq!(of_pid(t.path(), 501).unwrap().id(), "unit:trainer.service");
+        std::fs::write(
+            p.join("cgroup"),
+            "0::/user.slice/user-0.slice/session-1.scope\n",
+        )
+        .unwrap();
+        assert_eq!(of_pid(t.path(), 501).unwrap().id(), "process:python3");
     }
 
     #[test]

@@ -362,19 +362,6 @@ impl Agent {
                 Arc::clone(app.metrics()),
             )));
         }
-        // Per-QP counters change the devices' counter mode: audited, put back at stop.
-        let resources = cfg
-            .plugins
-            .builtin
-            .get(rocewatch_resources::Resources::NAME)
-            .filter(|p| p.enabled);
-        if crate::qos::counter_mode::wanted(resources.map(|p| &p.options)) {
-            let audit = cfg.remediation.audit();
-            let _ = tokio::task::spawn_blocking(move || {
-                crate::qos::counter_mode::keep_pending(crate::qos::counter_mode::enable(audit))
-            })
-            .await;
-        }
         Ok(Agent {
             app,
             addresses,
@@ -405,8 +392,6 @@ impl Agent {
         )
         .await;
         app.stop().await;
-        // The QP counter modes the agent changed go back as they were found.
-        let _ = tokio::task::spawn_blocking(crate::qos::counter_mode::restore_pending).await;
         finish_otlp(self.otlp).await;
         for t in self.tasks {
             t.abort();

@@ -70,8 +70,19 @@ async fn start(
     }
 }
 
+/// Puts back the QP counter modes `run` set, however it ends (an error returned, the
+/// agent's task panicking): a drop guard.
+struct PutBackCounterModes;
+
+impl Drop for PutBackCounterModes {
+    fn drop(&mut self) {
+        crate::qos::counter_mode::restore_pending();
+    }
+}
+
 pub async fn run(a: RunArgs) -> Result<i32> {
     let mut cfg = load(&a)?;
+    let _put_back = PutBackCounterModes;
     let mut shutdown = shutdown_after(a.duration);
     let mut hup = signal(SignalKind::hangup())?;
     let mut reloads: BTreeMap<String, u64> = BTreeMap::new();
@@ -97,6 +108,22 @@ pub async fn run(a: RunArgs) -> Result<i32> {
                 continue;
             }
         };
+        // Per-QP counters: the devices' counter mode set as the configuration asks (kept
+        // across a reload, put back when it no longer asks), audited.
+        {
+            let options = cfg
+                .plugins
+                .builtin
+                .get(rocewatch_resources::Resources::NAME)
+                .filter(|p| p.enabled)
+                .map(|p| p.options.clone());
+            let (root, devices) = (cfg.agent.sysfs_root.clone(), cfg.devices.clone());
+            let audit = cfg.remediation.audit();
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::qos::counter_mode::apply(options.as_ref(), &root, &devices, audit)
+            })
+            .await;
+        }
         agent.app.metrics().set_config_reloads(reloads.clone());
         if let Some(path) = &a.ready_file {
             let body = serde_json::to_vec(&agent.addresses).expect("plain data");

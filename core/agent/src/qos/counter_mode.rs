@@ -1,15 +1,25 @@
 //! Per-QP counters for the resources collector (`[plugins.builtin.resources.options]
 //! qp_counters = true`): each port's QP counter mode set to auto per QP type and process
-//! when the agent starts, and put back as found when it stops. It changes the device's
-//! state, so it is audited like a QoS change: the record announcing a change is on disk
-//! before the change, and a change that cannot be audited is not made.
+//! while `rocewatch run` runs, and put back as found when it ends. It changes the
+//! device's state, so it is audited like a QoS change: the record announcing a change is
+//! on disk before the change, and a change that cannot be audited is not made.
+//!
+//! What was found is also written to the state directory (`qp-counter-modes.json`)
+//! before anything changes: an agent killed before it could put the modes back (SIGKILL,
+//! OOM, a stop timeout) leaves it behind, and the next one puts back what the first found,
+//! not the auto mode the first one set. A reload (SIGHUP) keeps the modes set; turning
+//! `qp_counters` off in the reloaded file puts them back.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
+use rocewatch_discovery_sysfs::{DeviceFilter, DeviceSelection};
 use rocewatch_netlink::rdma::RdmaNetlink;
-use rocewatch_netlink::rdma_stat::QpCounterMode;
+use rocewatch_netlink::rdma_stat::{CounterMode, QpCounterMode};
+use rocewatch_netlink::NetlinkError;
 use rocewatch_resources::qp_mode;
+use serde::{Deserialize, Serialize};
 
 use crate::audit::{AuditLog, AuditRecord, Decision};
 
@@ -17,39 +27,59 @@ use crate::audit::{AuditLog, AuditRecord, Decision};
 const ORIGIN: &str = "resources.qp_counters";
 /// ... and as their action.
 const ACTION: &str = "qp_counter_mode";
+/// The file, in the state directory, of the modes found before the agent changed them.
+const STATE_FILE: &str = "qp-counter-modes.json";
 
 /// Whether the resources collector's options ask for per-QP counters.
 pub fn wanted(options: Option<&serde_json::Value>) -> bool {
     options.is_some_and(|o| o.get("qp_counters") == Some(&serde_json::Value::Bool(true)))
 }
 
-/// The ports changed, to put back at stop.
+/// A port's mode as found, as written to the state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Found {
+    device: String,
+    port: u32,
+    /// Auto mode with `mask`, or not auto (put back as "auto off").
+    auto: bool,
+    mask: u32,
+}
+
+impl Found {
+    fn of(m: &QpCounterMode) -> Found {
+        Found {
+            device: m.dev_name.clone(),
+            port: m.port,
+            auto: m.mode == CounterMode::Auto,
+            mask: m.auto_mask,
+        }
+    }
+
+    fn describe(&self) -> String {
+        if self.auto {
+            qp_mode::describe(&QpCounterMode {
+                dev_index: 0,
+                dev_name: self.device.clone(),
+                port: self.port,
+                mode: CounterMode::Auto,
+                auto_mask: self.mask,
+            })
+        } else {
+            "auto off".into()
+        }
+    }
+}
+
+/// The ports changed, to put back.
 pub struct CounterModes {
-    saved: Vec<QpCounterMode>,
+    found: Vec<Found>,
     audit: AuditLog,
+    state: PathBuf,
 }
 
-/// The changes not put back yet: taken by [`restore_pending`] at the end of `run`, or on
-/// the way out when a second signal ends the process at once.
+/// The changes not put back yet: taken by [`restore_pending`] when `run` ends, or on the
+/// way out when a second signal ends the process at once.
 static PENDING: std::sync::Mutex<Option<CounterModes>> = std::sync::Mutex::new(None);
-
-/// Keeps `m` to be put back by [`restore_pending`], also on a fast exit.
-pub fn keep_pending(m: CounterModes) {
-    if m.saved.is_empty() {
-        return;
-    }
-    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
-    crate::util::signals::before_fast_exit(restore_pending);
-}
-
-/// Puts back what [`keep_pending`] kept, once (the first caller does it; a second one
-/// waits until it is done, so a fast exit does not cut a putting back short). Blocking.
-pub fn restore_pending() {
-    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(m) = pending.take() {
-        m.restore();
-    }
-}
 
 fn decision(device: &str, port: u32) -> Decision {
     Decision::new(BTreeMap::from([
@@ -70,138 +100,281 @@ fn record(
     AuditRecord::change(kind, ORIGIN, ACTION, detail, outcome, started)
 }
 
-/// Sets every port of every RDMA device to auto mode (type,pid), audited; returns what to
-/// put back. Blocking (netlink and the audit log's fsync): call from a blocking thread.
-pub fn enable(audit: AuditLog) -> CounterModes {
+/// `EBUSY`: counters are still bound to QPs (the kernel refuses a new auto mode then).
+fn busy(e: &NetlinkError) -> bool {
+    matches!(e, NetlinkError::Kernel { errno, .. } if *errno == libc::EBUSY)
+}
+
+/// Sets per-QP counters as the resources collector's settings ask (`options`: `None` when
+/// it is disabled), for `rocewatch run` (blocking: netlink and the audit log's fsync).
+/// Wanted and not set yet: every port of the devices `devices` selects goes to auto mode
+/// (type,pid). Wanted and already set (a reload): nothing. Not wanted (any more), or
+/// `sysfs_root` is not this host's: what was set is put back.
+pub fn apply(
+    options: Option<&serde_json::Value>,
+    sysfs_root: &std::path::Path,
+    devices: &DeviceSelection,
+    audit: AuditLog,
+) {
+    let live = rocewatch_sysfs::read::is_sysfs(sysfs_root);
+    if !(live && wanted(options)) {
+        restore_pending();
+        return;
+    }
+    if PENDING.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+        return;
+    }
+    let filter = match DeviceFilter::new(devices) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!("resources: qp_counters: {e}; the QP counter modes are not changed");
+            return;
+        }
+    };
+    let state = crate::audit::state_dir().join(STATE_FILE);
+    keep_pending(enable(audit, &filter, state));
+}
+
+/// Keeps `m` to be put back by [`restore_pending`], also on a fast exit.
+fn keep_pending(m: CounterModes) {
+    if m.found.is_empty() {
+        return;
+    }
+    *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
+    crate::util::signals::before_fast_exit(restore_pending);
+}
+
+/// Puts back what was set, once (the first caller does it; a second one waits until it
+/// is done, so a fast exit does not cut a putting back short). Blocking.
+pub fn restore_pending() {
+    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = pending.take() {
+        m.restore();
+    }
+}
+
+/// The modes a previous agent found and did not put back, from the state file.
+fn left_behind(state: &PathBuf) -> Vec<Found> {
+    match std::fs::read(state) {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+            tracing::error!("resources: {}: {e}; ignored", state.display());
+            Vec::new()
+        }),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn write_state(state: &PathBuf, found: &[Found]) -> std::io::Result<()> {
+    if found.is_empty() {
+        return match std::fs::remove_file(state) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    let tmp = state.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec(found).expect("plain data"))?;
+    std::fs::rename(&tmp, state)
+}
+
+/// Sets every port of the selected devices to auto mode (type,pid), audited.
+fn enable(audit: AuditLog, filter: &DeviceFilter, state: PathBuf) -> CounterModes {
     let mut out = CounterModes {
-        saved: Vec::new(),
+        found: Vec::new(),
         audit,
+        state,
+    };
+    let fail = |e: &dyn std::fmt::Display| {
+        tracing::error!("resources: qp_counters: {e}; the QP counter modes are not changed");
     };
     if let Err(e) = out.audit.prepare() {
-        tracing::error!("resources: qp_counters: {e}: the QP counter modes are not changed");
+        fail(&e);
         return out;
     }
     let mut nl = match RdmaNetlink::open() {
         Ok(nl) => nl,
-        Err(e) => {
-            tracing::warn!("resources: qp_counters: {e}; no per-QP counters");
-            return out;
-        }
+        Err(e) => return (fail(&e), out).1,
     };
     let devices = match nl.devices() {
         Ok(d) => d,
-        Err(e) => {
-            tracing::warn!("resources: qp_counters: {e}; no per-QP counters");
-            return out;
-        }
+        Err(e) => return (fail(&e), out).1,
     };
-    // Read every port's mode first, then change them one at a time, each audited first.
-    for d in &devices {
+    let earlier = left_behind(&out.state);
+    // Read every port's mode first: what to put back, on disk before any change.
+    let mut plan: Vec<(u32, Found, Option<Found>)> = Vec::new();
+    for d in devices.iter().filter(|d| filter.allows(&d.name)) {
         for port in 1..=d.ports {
-            let saved = match nl.qp_counter_mode(d.index, port) {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(
-                        "resources: {}/{port}: the QP counter mode cannot be read ({e}); no per-QP counters there",
-                        d.name
-                    );
-                    continue;
+            match nl.qp_counter_mode(d.index, port) {
+                Ok(m) => {
+                    let before = earlier
+                        .iter()
+                        .find(|f| f.device == d.name && f.port == port)
+                        .cloned();
+                    plan.push((d.index, Found::of(&m), before));
                 }
-            };
-            if saved.mode == rocewatch_netlink::rdma_stat::CounterMode::Auto
-                && saved.auto_mask & qp_mode::MASK == qp_mode::MASK
-            {
-                tracing::info!(
-                    "resources: {}/{port}: QP counters already in auto mode (type,pid)",
-                    d.name
-                );
-                continue;
-            }
-            let was = qp_mode::describe(&saved);
-            let dec = decision(&d.name, port);
-            let detail = format!(
-                "rdma statistic qp set link {}/{port} auto type,pid on (was {was}; put back when the agent stops)",
-                d.name
-            );
-            if let Err(e) = out
-                .audit
-                .append_to(&dec, record("executing", detail, None, None), true)
-            {
-                tracing::error!(
-                    "resources: {}/{port}: the audit log {} cannot be written ({e}): the QP counter mode is not changed",
-                    d.name,
-                    out.audit.path().display()
-                );
-                continue;
-            }
-            let t = Instant::now();
-            let r = nl.set_qp_counter_auto(d.index, port, qp_mode::MASK);
-            let (outcome, msg) = match &r {
-                Ok(()) => ("ok", format!("auto type,pid (was {was})")),
-                Err(e) => ("error", format!("refused: {e}")),
-            };
-            match &r {
-                Ok(()) => tracing::warn!(
-                    "resources: {}/{port}: QP counter mode set to auto type,pid (was {was}); it is put back when the agent stops",
-                    d.name
-                ),
                 Err(e) => tracing::warn!(
-                    "resources: {}/{port}: the driver refuses per-QP counters ({e}); the resource counts go on without them",
+                    "resources: {}/{port}: the QP counter mode cannot be read ({e}); no per-QP counters there",
                     d.name
                 ),
-            }
-            let _ = out
-                .audit
-                .append_to(&dec, record("result", msg, Some(outcome), Some(t)), false);
-            if r.is_ok() {
-                out.saved.push(saved);
             }
         }
+    }
+    // A port a previous agent left in auto mode goes back to what that agent found.
+    let to_restore: Vec<Found> = plan
+        .iter()
+        .map(|(_, now, before)| before.clone().unwrap_or_else(|| now.clone()))
+        .collect();
+    if let Err(e) = write_state(&out.state, &to_restore) {
+        fail(&format!("{}: {e}", out.state.display()));
+        return out;
+    }
+    for ((index, now, before), found) in plan.into_iter().zip(to_restore) {
+        let dec = decision(&now.device, now.port);
+        let link = format!("{}/{}", now.device, now.port);
+        if now.auto && now.mask & qp_mode::MASK == qp_mode::MASK {
+            if let Some(b) = before {
+                // Ours, from an agent that stopped without putting it back.
+                let _ = out.audit.append_to(
+                    &dec,
+                    record(
+                        "result",
+                        format!("{link}: auto type,pid was left by an agent that stopped without putting it back; it goes back to {} at stop", b.describe()),
+                        Some("ok"),
+                        None,
+                    ),
+                    true,
+                );
+                out.found.push(found);
+            } else {
+                tracing::info!("resources: {link}: QP counters already in auto mode (type,pid)");
+            }
+            continue;
+        }
+        let was = now.describe();
+        let detail = format!(
+            "rdma statistic qp set link {link} auto type,pid on (was {was}; put back when the agent stops)"
+        );
+        if let Err(e) = out
+            .audit
+            .append_to(&dec, record("executing", detail, None, None), true)
+        {
+            tracing::error!(
+                "resources: {link}: the audit log {} cannot be written ({e}): the QP counter mode is not changed",
+                out.audit.path().display()
+            );
+            continue;
+        }
+        let t = Instant::now();
+        let r = nl.set_qp_counter_auto(index, now.port, qp_mode::MASK);
+        let msg = match &r {
+            Ok(()) => {
+                tracing::warn!("resources: {link}: QP counter mode set to auto type,pid (was {was}); it is put back when the agent stops");
+                format!("auto type,pid (was {was})")
+            }
+            Err(e) if busy(e) => {
+                tracing::warn!("resources: {link}: the QP counter mode cannot change while counters are bound to QPs ({e}); per-QP counters as they are");
+                format!("busy: counters are bound to QPs ({e})")
+            }
+            Err(e) => {
+                tracing::warn!("resources: {link}: the driver refuses per-QP counters ({e}); the resource counts go on without them");
+                format!("refused: {e}")
+            }
+        };
+        let outcome = if r.is_ok() { "ok" } else { "error" };
+        let _ = out
+            .audit
+            .append_to(&dec, record("result", msg, Some(outcome), Some(t)), false);
+        if r.is_ok() {
+            out.found.push(found);
+        }
+    }
+    // Only the ports changed are left to put back.
+    if let Err(e) = write_state(&out.state, &out.found) {
+        tracing::error!("resources: {}: {e}", out.state.display());
     }
     out
 }
 
 impl CounterModes {
-    /// Puts every changed port back as it was found, audited. Blocking.
-    pub fn restore(self) {
-        if self.saved.is_empty() {
-            return;
-        }
+    /// Puts every changed port back as it was found, audited with the mode the kernel
+    /// then reports (auto off with counters still bound is `manual` until their QPs
+    /// close). Blocking.
+    fn restore(self) {
         let mut nl = match RdmaNetlink::open() {
             Ok(nl) => nl,
             Err(e) => {
-                tracing::error!("resources: the QP counter modes cannot be put back: {e}");
+                tracing::error!("resources: the QP counter modes cannot be put back: {e}; {} keeps them for the next start", self.state.display());
                 return;
             }
         };
-        for s in &self.saved {
-            let dec = decision(&s.dev_name, s.port);
-            let was = qp_mode::describe(s);
-            let detail = format!(
-                "put the QP counter mode of {}/{} back to {was}",
-                s.dev_name, s.port
-            );
+        let index: BTreeMap<String, u32> = nl
+            .devices()
+            .map(|d| d.into_iter().map(|d| (d.name, d.index)).collect())
+            .unwrap_or_default();
+        let mut left = Vec::new();
+        for f in self.found {
+            let dec = decision(&f.device, f.port);
+            let link = format!("{}/{}", f.device, f.port);
+            let Some(&dev_index) = index.get(&f.device) else {
+                // Gone (driver reloaded, hot-unplugged): its new self starts as booted.
+                let _ = self.audit.append_to(
+                    &dec,
+                    record(
+                        "result",
+                        format!("{link} is gone: nothing to put back"),
+                        Some("ok"),
+                        None,
+                    ),
+                    false,
+                );
+                continue;
+            };
+            let saved = QpCounterMode {
+                dev_index,
+                dev_name: f.device.clone(),
+                port: f.port,
+                mode: if f.auto {
+                    CounterMode::Auto
+                } else {
+                    CounterMode::None
+                },
+                auto_mask: f.mask,
+            };
+            let was = f.describe();
             // Putting back what the agent changed goes ahead even if it cannot be
             // audited: leaving the change in place would be the surprise.
-            let _ = self
-                .audit
-                .append_to(&dec, record("executing", detail, None, None), true);
+            let _ = self.audit.append_to(
+                &dec,
+                record(
+                    "executing",
+                    format!("put the QP counter mode of {link} back to {was}"),
+                    None,
+                    None,
+                ),
+                true,
+            );
             let t = Instant::now();
-            let r = qp_mode::restore(&mut nl, s);
-            let (outcome, msg) = match &r {
-                Ok(()) => ("ok", format!("back to {was}")),
-                Err(e) => ("error", e.to_string()),
+            let r = qp_mode::restore(&mut nl, &saved);
+            let (outcome, msg) = match (&r, nl.qp_counter_mode(dev_index, f.port)) {
+                (Ok(()), Ok(now)) if now.mode == CounterMode::Manual => (
+                    "ok",
+                    "auto off; the kernel reports manual: counters are still bound to QPs, which keep them until they close".to_string(),
+                ),
+                (Ok(()), Ok(now)) => ("ok", format!("back to {}", qp_mode::describe(&now))),
+                (Ok(()), Err(_)) => ("ok", format!("back to {was}")),
+                (Err(e), _) => ("error", e.to_string()),
             };
             if let Err(e) = &r {
                 tracing::error!(
-                    "resources: {}/{}: the QP counter mode could not be put back to {was}: {e}",
-                    s.dev_name,
-                    s.port
+                    "resources: {link}: the QP counter mode could not be put back to {was}: {e}"
                 );
+                left.push(f);
             }
             let _ =
                 self.audit
                     .append_to(&dec, record("result", msg, Some(outcome), Some(t)), false);
+        }
+        if let Err(e) = write_state(&self.state, &left) {
+            tracing::error!("resources: {}: {e}", self.state.display());
         }
     }
 }
@@ -221,5 +394,35 @@ mod tests {
             assert!(!wanted(Some(&o)), "{o}");
         }
         assert!(!wanted(None));
+    }
+
+    #[test]
+    fn the_state_file_keeps_what_was_found_and_goes_when_nothing_is_left() {
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join(STATE_FILE);
+        assert!(left_behind(&state).is_empty());
+        let found = vec![
+            Found {
+                device: "mlx5_0".into(),
+                port: 1,
+                auto: false,
+                mask: 0,
+            },
+            Found {
+                device: "mlx5_1".into(),
+                port: 1,
+                auto: true,
+                mask: 1,
+            },
+        ];
+        write_state(&state, &found).unwrap();
+        assert_eq!(left_behind(&state), found);
+        assert_eq!(found[0].describe(), "auto off");
+        assert_eq!(found[1].describe(), "auto type");
+        write_state(&state, &[]).unwrap();
+        assert!(!state.exists());
+        // A file that does not parse is ignored (said), not a reason to change nothing.
+        std::fs::write(&state, b"{").unwrap();
+        assert!(left_behind(&state).is_empty());
     }
 }

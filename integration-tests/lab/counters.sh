@@ -160,6 +160,7 @@ rdma statistic qp mode link rxe0/1 > "$R/res-mode-before.txt" 2>&1
 timeout 240 "$BIN" run --config /tmp/res.toml > /dev/null 2> "$R/res-agent.log" & RAG=$!
 i=0; until hget /metrics > /dev/null 2>&1 || [ $i -ge 120 ]; do sleep 0.5; i=$((i+1)); done
 rdma statistic qp mode link rxe0/1 > "$R/res-mode-during.txt" 2>&1
+cat /var/lib/rocewatch/qp-counter-modes.json > "$R/res-state-during.txt" 2>&1
 snap idle0
 # RDMA writes of 64 KiB for 20 s (duration mode): long enough to read the resources and
 # the counters while they move, however slow the emulation.
@@ -214,6 +215,7 @@ for k in qp mr; do rdma -j resource show $k > "$R/res-$k-after.json" 2>&1; done
 if [ "$RXE_ROLE" = a ]; then kill -TERM $(pgrep -P $RAG); else kill $RAG; fi
 wait $RAG
 rdma statistic qp mode link rxe0/1 > "$R/res-mode-after.txt" 2>&1
+ls /var/lib/rocewatch > "$R/res-state-after.txt" 2>&1
 cp /var/lib/rocewatch/audit.jsonl "$R/res-audit.jsonl" 2>> "$R/res-agent.log"
 grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* > "$R/hw_counters.txt"
 echo done > "$R/done"

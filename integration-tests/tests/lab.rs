@@ -1413,15 +1413,22 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
             .map(|v| v["detail"].as_str().unwrap())
             .collect();
         assert!(
-            details
-                .iter()
-                .any(|d| d
-                    .starts_with("rdma statistic qp set link rxe0/1 auto type,pid on (was none")),
+            details.iter().any(|d| d
+                .starts_with("rdma statistic qp set link rxe0/1 auto type,pid on (was auto off")),
             "{details:?}"
         );
         assert!(
-            details.contains(&"put the QP counter mode of rxe0/1 back to none"),
+            details.contains(&"put the QP counter mode of rxe0/1 back to auto off"),
             "{details:?}"
+        );
+        // The kernel's mode once put back, as it reports it.
+        assert!(details.contains(&"back to none"), "{details:?}");
+        // What was found is kept on disk while the mode is changed, and goes with it.
+        let state = read(&r.join("res-state-during.txt"));
+        assert!(state.contains("\"device\":\"rxe0\""), "{state}");
+        assert!(
+            !read(&r.join("res-state-after.txt")).contains("qp-counter-modes.json"),
+            "{ctx}"
         );
         let results: Vec<&Value> = audit.iter().filter(|v| v["decision"] == "result").collect();
         assert_eq!(results.len(), 2, "{audit:?}");

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use rocewatch_discovery_sysfs::DeviceFilter;
 use rocewatch_netlink::rdma::RdmaNetlink;
+use rocewatch_netlink::rdma_stat::QpCounter;
 use rocewatch_netlink::NetlinkError;
 use rocewatch_plugin_api::*;
 
@@ -92,6 +93,86 @@ pub struct Resources {
     seen: HashMap<(Name, Attributes), Instant>,
     /// Devices whose QP counters the kernel refused (said once).
     refused: HashSet<String>,
+    /// Per-QP counters as monotonic sums: see [`Monotonic`].
+    monotonic: Monotonic,
+}
+
+/// `rdma.workload.counter` as a counter that never goes back: a bound counter's value
+/// per (device, counter id, name) is remembered and only its increase is added to the
+/// workload's total, so a process that exits (its counter freed) or a workload that moves
+/// into or out of `other` does not make the sum fall. A total untouched for [`ZERO_FOR`]
+/// is forgotten (its series ends).
+#[derive(Debug, Default)]
+struct Monotonic {
+    last: HashMap<(String, u32, String), u64>,
+    totals: HashMap<Attributes, (u64, Instant)>,
+}
+
+impl Monotonic {
+    /// The counters with each value replaced by its increase since the last collection
+    /// (a counter seen first, or one that went back: a new one, all of its value).
+    fn deltas(&mut self, counters: &[QpCounter]) -> Vec<QpCounter> {
+        let mut last = HashMap::with_capacity(self.last.len());
+        let out = counters
+            .iter()
+            .map(|c| {
+                let mut d = c.clone();
+                for (name, v) in d.hw_counters.iter_mut() {
+                    let key = (c.dev_name.clone(), c.id, name.clone());
+                    let prev = self.last.get(&key).copied();
+                    last.insert(key, *v);
+                    *v = match prev {
+                        Some(p) if *v >= p => *v - p,
+                        _ => *v,
+                    };
+                }
+                d
+            })
+            .collect();
+        self.last = last;
+        out
+    }
+
+    /// Replaces each `rdma.workload.counter` sample's increase by the series' running total,
+    /// and adds the totals of series without an increase now (until [`ZERO_FOR`]).
+    fn totals(&mut self, samples: &mut Vec<Sample>, now: Instant) {
+        let mut touched = HashSet::new();
+        for s in samples
+            .iter_mut()
+            .filter(|s| s.name == rocewatch_metrics::WORKLOAD_COUNTER)
+        {
+            let Value::U64(delta) = s.value else { continue };
+            let e = self.totals.entry(s.attributes.clone()).or_insert((0, now));
+            *e = (e.0.saturating_add(delta), now);
+            s.value = Value::U64(e.0);
+            touched.insert(s.attributes.clone());
+        }
+        self.totals
+            .retain(|_, (_, at)| now.duration_since(*at) < ZERO_FOR);
+        let template = samples
+            .iter()
+            .find(|s| s.name == rocewatch_metrics::WORKLOAD_COUNTER)
+            .cloned();
+        let entry = rocewatch_metrics::RESOURCE_CATALOG
+            .iter()
+            .find(|e| e.name == rocewatch_metrics::WORKLOAD_COUNTER)
+            .expect("catalogued");
+        for (a, (total, _)) in &self.totals {
+            if touched.contains(a) {
+                continue;
+            }
+            samples.push(Sample {
+                name: entry.name.into(),
+                unit: entry.unit.into(),
+                value: Value::U64(*total),
+                attributes: a.clone(),
+                source: template
+                    .as_ref()
+                    .map_or_else(|| entry.source.into(), |t| t.source.clone()),
+                kind: entry.kind,
+            });
+        }
+    }
 }
 
 impl Resources {
@@ -177,6 +258,7 @@ impl Plugin for Resources {
         self.cache.clear();
         self.seen.clear();
         self.refused.clear();
+        self.monotonic = Monotonic::default();
     }
 }
 
@@ -246,12 +328,14 @@ impl CollectorPlugin for Resources {
         }
         let now = Instant::now();
         let (cache, proc_root) = (&mut self.cache, &self.proc_root);
-        let agg = aggregate(
+        let deltas = self.monotonic.deltas(&counters);
+        let mut agg = aggregate(
             &snap,
-            &counters,
+            &deltas,
             |o| Self::workload_of(cache, proc_root, now, o),
             opts.max_workloads,
         );
+        self.monotonic.totals(&mut agg.samples, now);
         // Forget processes that hold nothing now.
         let live: HashSet<u32> = snap
             .qps
@@ -316,6 +400,7 @@ pub fn workload_attributes(w: &Workload) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use rocewatch_netlink::rdma_res::ResourceSnapshot;
+    use rocewatch_netlink::rdma_stat::QpCounter;
 
     use super::*;
     use crate::aggregate::tests::qp;
@@ -349,6 +434,49 @@ mod tests {
         let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
         zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(11), hold);
         assert!(qps(&s).is_empty());
+    }
+
+    #[test]
+    fn per_qp_counters_never_go_back_when_a_process_exits_or_a_counter_resets() {
+        let c = |id: u32, pid: u32, v: u64| QpCounter {
+            dev_index: 0,
+            dev_name: "mlx5_0".into(),
+            port: Some(1),
+            id,
+            mode: None,
+            qp_type: None,
+            pid: Some(pid),
+            kern_name: None,
+            lqpns: vec![],
+            hw_counters: vec![("out_of_sequence".into(), v)],
+        };
+        let job = |_: Owner<'_>| Workload::Slurm {
+            job: "42".into(),
+            step: Some("0".into()),
+        };
+        let mut m = Monotonic::default();
+        let t0 = Instant::now();
+        let mut total = |counters: &[QpCounter], secs: u64| {
+            let d = m.deltas(counters);
+            let mut s = aggregate(&ResourceSnapshot::default(), &d, job, 64).samples;
+            m.totals(&mut s, t0 + Duration::from_secs(secs));
+            let v: Vec<Value> = s
+                .iter()
+                .filter(|s| s.name == rocewatch_metrics::WORKLOAD_COUNTER)
+                .map(|s| s.value)
+                .collect();
+            assert_eq!(v.len(), 1, "{s:?}");
+            v[0]
+        };
+        // Two ranks of the job: 10 + 5.
+        assert_eq!(total(&[c(1, 100, 10), c(2, 101, 5)], 0), Value::U64(15));
+        assert_eq!(total(&[c(1, 100, 12), c(2, 101, 9)], 1), Value::U64(21));
+        // Rank 101 exits: its counter is freed; the job's total does not fall.
+        assert_eq!(total(&[c(1, 100, 13)], 2), Value::U64(22));
+        // Counter 1 freed and made again (a new process got the id): all of it counts.
+        assert_eq!(total(&[c(1, 102, 4)], 3), Value::U64(26));
+        // Nothing bound for a while: the total stays, then the series ends.
+        assert_eq!(total(&[], 4), Value::U64(26));
     }
 
     #[test]

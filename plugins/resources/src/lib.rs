@@ -348,7 +348,18 @@ impl CollectorPlugin for Resources {
             .collect();
         self.cache.retain(|pid, _| live.contains(pid));
         out.samples = agg.samples;
-        zero_the_gone(&mut out.samples, &mut self.seen, now, ZERO_FOR);
+        let unread: HashSet<String> = snap
+            .errors
+            .iter()
+            .filter(|e| e.kind == rocewatch_netlink::rdma_res::ResKind::Qp)
+            .map(|e| e.device.clone())
+            .collect();
+        let gone = Gone {
+            hold: ZERO_FOR,
+            max: opts.max_workloads.saturating_mul(16),
+            unread: &unread,
+        };
+        zero_the_gone(&mut out.samples, &mut self.seen, now, &gone);
         Ok(out)
     }
 }
@@ -358,36 +369,69 @@ impl CollectorPlugin for Resources {
 /// interval sees the count fall to zero rather than the series go stale at its last value.
 pub const ZERO_FOR: Duration = Duration::from_secs(300);
 
+/// What [`zero_the_gone`] keeps to itself.
+struct Gone<'a> {
+    /// How long a gone series reads 0.
+    hold: Duration,
+    /// At most this many gone series read 0 (the most recently gone): workloads that come
+    /// and go (job arrays, short pods) cannot add series without bound.
+    max: usize,
+    /// Devices whose dump failed now: their series are neither zeroed nor forgotten (what
+    /// they hold is unknown, not nothing).
+    unread: &'a HashSet<String>,
+}
+
 /// Adds the series seen within `hold` but not now, at 0; `seen` remembers when each
 /// gauge series was last emitted.
 fn zero_the_gone(
     samples: &mut Vec<Sample>,
     seen: &mut HashMap<(Name, Attributes), Instant>,
     now: Instant,
-    hold: Duration,
+    g: &Gone<'_>,
 ) {
     let source: std::sync::Arc<str> = rocewatch_metrics::RESOURCE_CATALOG[0].source.into();
     for s in samples.iter().filter(|s| s.kind == MetricKind::Gauge) {
         seen.insert((s.name.clone(), s.attributes.clone()), now);
     }
-    seen.retain(|_, at| now.duration_since(*at) < hold);
-    for ((name, attributes), at) in seen.iter() {
-        if *at == now {
-            continue;
+    let unread = |a: &Attributes| {
+        a.get(rocewatch_metrics::ATTR_DEVICE)
+            .is_some_and(|d| g.unread.contains(d))
+    };
+    seen.retain(|(_, a), at| now.duration_since(*at) < g.hold || unread(a));
+    let mut gone: Vec<(&(Name, Attributes), &Instant)> = seen
+        .iter()
+        .filter(|((_, a), at)| **at != now && !unread(a))
+        .collect();
+    if gone.len() > g.max {
+        gone.sort_by(|x, y| y.1.cmp(x.1));
+        let dropped: Vec<(Name, Attributes)> =
+            gone.drain(g.max..).map(|(k, _)| k.clone()).collect();
+        for k in dropped {
+            seen.remove(&k);
         }
-        let unit = rocewatch_metrics::RESOURCE_CATALOG
+        gone = seen
             .iter()
-            .find(|e| e.name == name.as_ref())
-            .map_or("1", |e| e.unit);
-        samples.push(Sample {
-            name: name.clone(),
-            unit: unit.into(),
-            value: Value::U64(0),
-            attributes: attributes.clone(),
-            source: source.clone(),
-            kind: MetricKind::Gauge,
-        });
+            .filter(|((_, a), at)| **at != now && !unread(a))
+            .collect();
     }
+    let zeros: Vec<Sample> = gone
+        .into_iter()
+        .map(|((name, attributes), _)| {
+            let unit = rocewatch_metrics::RESOURCE_CATALOG
+                .iter()
+                .find(|e| e.name == name.as_ref())
+                .map_or("1", |e| e.unit);
+            Sample {
+                name: name.clone(),
+                unit: unit.into(),
+                value: Value::U64(0),
+                attributes: attributes.clone(),
+                source: source.clone(),
+                kind: MetricKind::Gauge,
+            }
+        })
+        .collect();
+    samples.extend(zeros);
 }
 
 /// The attributes of a workload, for tests and tools.
@@ -411,7 +455,12 @@ mod tests {
             command: "ib_write_bw".into(),
         };
         let mut seen = HashMap::new();
-        let hold = Duration::from_secs(10);
+        let none = HashSet::new();
+        let g = Gone {
+            hold: Duration::from_secs(10),
+            max: 100,
+            unread: &none,
+        };
         let t0 = Instant::now();
         let snap = ResourceSnapshot {
             qps: vec![qp("rxe0", Some(1), 17, Some(124), None)],
@@ -424,16 +473,67 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let mut s = aggregate(&snap, &[], wl, 64).samples;
-        zero_the_gone(&mut s, &mut seen, t0, hold);
+        zero_the_gone(&mut s, &mut seen, t0, &g);
         assert_eq!(qps(&s), [Value::U64(1)]);
         for secs in [1, 9] {
             let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
-            zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(secs), hold);
+            zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(secs), &g);
             assert_eq!(qps(&s), [Value::U64(0)], "{secs} s later");
         }
         let mut s = aggregate(&ResourceSnapshot::default(), &[], wl, 64).samples;
-        zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(11), hold);
+        zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(11), &g);
         assert!(qps(&s).is_empty());
+    }
+
+    #[test]
+    fn gone_series_are_bounded_and_an_unread_device_is_not_zeroed() {
+        let t0 = Instant::now();
+        let mut seen = HashMap::new();
+        let snap = |n: u32, dev: &str| ResourceSnapshot {
+            qps: (0..n)
+                .map(|p| qp(dev, Some(1), p, Some(1000 + p), None))
+                .collect(),
+            ..Default::default()
+        };
+        let each = |o: Owner<'_>| match o {
+            Owner::Pid(p) => Workload::Process {
+                command: format!("c{p}"),
+            },
+            _ => unreachable!(),
+        };
+        let none = HashSet::new();
+        let g = Gone {
+            hold: Duration::from_secs(300),
+            max: 3,
+            unread: &none,
+        };
+        let mut s = aggregate(&snap(10, "mlx5_0"), &[], each, 64).samples;
+        zero_the_gone(&mut s, &mut seen, t0, &g);
+        // All ten gone at once: only three read 0.
+        let mut s = aggregate(&ResourceSnapshot::default(), &[], each, 64).samples;
+        zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(1), &g);
+        let zeros = s.iter().filter(|s| s.name == "rdma.resource.qps").count();
+        assert_eq!(zeros, 3);
+        // A device whose dump failed: its series are not zeroed (unknown, not nothing).
+        let mut seen = HashMap::new();
+        let mut s = aggregate(&snap(2, "mlx5_1"), &[], each, 64).samples;
+        zero_the_gone(&mut s, &mut seen, t0, &g);
+        let unread = HashSet::from(["mlx5_1".to_string()]);
+        let g = Gone {
+            unread: &unread,
+            ..g
+        };
+        let mut s = aggregate(&ResourceSnapshot::default(), &[], each, 64).samples;
+        zero_the_gone(&mut s, &mut seen, t0 + Duration::from_secs(1), &g);
+        assert_eq!(
+            s.iter().filter(|s| s.name == "rdma.resource.qps").count(),
+            0
+        );
+        let kept = seen
+            .keys()
+            .filter(|(_, a)| a.get(rocewatch_metrics::ATTR_DEVICE).is_some())
+            .count();
+        assert_eq!(kept, 2, "kept for when the device is read again");
     }
 
     #[test]

@@ -7,15 +7,15 @@
 //! their Prometheus forms `rdma_device`, `rdma_port`, as an Alertmanager alert carries
 //! them); a device without a port means every port of the device, and its QPs not bound to
 //! a port yet. `None` (the breach and the audit record then have no `workloads`) when the
-//! labels name no device, or when the store holds no series of the resources collector at
-//! all (it is not loaded, or reports unsupported): "unknown", never "nobody". An empty
-//! list means the collector runs and no workload holds a QP there.
+//! labels name no device, or when the store holds no `rdma.resource.qps` series of that
+//! device (the collector is not loaded, reports unsupported, or its dump of the device
+//! failed; a device it read always has some: the kernel's own QP1, or the zeros of QPs
+//! gone): "unknown", never "nobody". An empty list means the collector read the device
+//! and no workload holds a QP on that port.
 
 use std::collections::BTreeMap;
 
-use rocewatch_metrics::{
-    ATTR_DEVICE, ATTR_PORT, ATTR_WORKLOAD, ATTR_WORKLOAD_KIND, RESOURCE_QPS, RESOURCE_WORKLOADS,
-};
+use rocewatch_metrics::{ATTR_DEVICE, ATTR_PORT, ATTR_WORKLOAD, ATTR_WORKLOAD_KIND, RESOURCE_QPS};
 use serde::Serialize;
 
 use crate::store::Store;
@@ -71,11 +71,13 @@ pub fn on_port(store: &Store, labels: &BTreeMap<String, String>) -> Option<Workl
     let mut known = false;
     let mut by_id: BTreeMap<String, Workload> = BTreeMap::new();
     store.for_each_named(RESOURCE_QPS, |s| {
-        known = true;
         let a = &s.sample.attributes;
         if a.get(ATTR_DEVICE).map(String::as_str) != Some(device) {
             return;
         }
+        // A device the collector read has series (the kernel's own QPs, or zeros of
+        // those gone); one whose dump failed has none: unknown, not nobody.
+        known = true;
         if port.is_some() && a.get(ATTR_PORT).map(String::as_str) != port {
             return;
         }
@@ -98,9 +100,6 @@ pub fn on_port(store: &Store, labels: &BTreeMap<String, String>) -> Option<Workl
         });
         w.qps += qps;
     });
-    if !known {
-        store.for_each_named(RESOURCE_WORKLOADS, |_| known = true);
-    }
     if !known {
         return None;
     }
@@ -269,14 +268,21 @@ pub(crate) mod tests {
             None,
             "no device named"
         );
+        // The collector read mlx5_0: nobody on its port 2.
         let empty = on_port(
             &store,
-            &labels(&[("rdma.device", "mlx5_9"), ("rdma.port", "1")]),
+            &labels(&[("rdma.device", "mlx5_0"), ("rdma.port", "2")]),
         )
         .unwrap();
-        assert!(
-            empty.list.is_empty(),
-            "the collector runs: nobody on mlx5_9"
+        assert!(empty.list.is_empty(), "nobody on mlx5_0/2");
+        // No series of mlx5_9 at all (not read: its dump failed): unknown.
+        assert_eq!(
+            on_port(
+                &store,
+                &labels(&[("rdma.device", "mlx5_9"), ("rdma.port", "1")])
+            ),
+            None,
+            "mlx5_9 unknown"
         );
         let bare = Store::new();
         assert_eq!(

@@ -1402,7 +1402,12 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
             mode("during")
         );
         assert_eq!(mode("before"), mode("after"));
-        assert_eq!(log.matches("binds no QP to a counter").count(), 1, "{ctx}");
+        assert_eq!(
+            log.matches("no QP of a process is bound to a counter")
+                .count(),
+            1,
+            "{ctx}"
+        );
         let audit: Vec<Value> = read(&r.join("res-audit.jsonl"))
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())

@@ -318,7 +318,7 @@ impl CollectorPlugin for Resources {
                     .any(|q| q.dev_name == d.name && q.pid.is_some());
                 let bound = counters.iter().any(|c| c.dev_name == d.name);
                 if user_qps && !bound && self.refused.insert(d.name.clone()) {
-                    let why = "the driver binds no QP to a counter although QPs of processes exist (rxe cannot allocate one): no per-workload traffic on this device; the resource counts go on";
+                    let why = "no QP of a process is bound to a counter: auto mode binds only QPs made after it was set, and some drivers bind none (rxe cannot allocate a counter); per-workload traffic shows for QPs made from now on, where the driver binds them; the resource counts go on";
                     out.errors.push(PartialError {
                         target: format!("{} QP counters", d.name),
                         message: why.into(),

@@ -520,7 +520,7 @@ mod tests {
     use rocewatch_plugin_api::{MetricKind, Value};
     use std::sync::Arc;
 
-    const POD: &str = "pod:7c1d5e2a-0000-4000-8000-00000000beef/trainer";
+    const POD: &str = "pod:7c1d5e2a-0000-4000-8000-00000000beef/3f9a1c2b7d4e";
 
     fn sample(name: &'static str, kind: MetricKind, v: u64, attrs: &[(&str, &str)]) -> Sample {
         Sample {

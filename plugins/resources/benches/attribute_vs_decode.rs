@@ -193,12 +193,10 @@ fn main() {
         series, workloads,
         "one series per workload on its port, not per QP"
     );
+    let met = cold + dec * 4 < Duration::from_millis(2);
     println!(
         "target < 2 ms per collection (decode of every dump + attribution): {}",
-        if cold + dec * 4 < Duration::from_millis(2) {
-            "met"
-        } else {
-            "NOT met"
-        }
+        if met { "met" } else { "NOT met" }
     );
+    assert!(met, "one collection of 1000 QPs of 50 workloads over 2 ms");
 }

@@ -169,7 +169,7 @@ PERF="ib_write_bw -d rxe0 -x 1 -D 20 -s 65536"
 # produce a report"); both sides then fail that round and start another. Failed rounds go
 # to perftest-failed.txt, the successful one to perftest.txt.
 perf_rounds() {
-  local n=0 max=3 peer=
+  local n=0 max=6 peer=
   [ "$RXE_ROLE" = b ] && { max=40; peer=$RXE_PEER_IP; sleep 2; }   # b also waits for a to listen
   while [ $n -lt $max ]; do
     n=$((n+1))

@@ -216,6 +216,20 @@ if [ "$RXE_ROLE" = a ]; then kill -TERM $(pgrep -P $RAG); else kill $RAG; fi
 wait $RAG
 rdma statistic qp mode link rxe0/1 > "$R/res-mode-after.txt" 2>&1
 ls /var/lib/rocewatch > "$R/res-state-after.txt" 2>&1
+# Killed (SIGKILL) with the mode changed (role a): the mode found stays on disk, and the
+# next agent, with per-QP counters no longer asked for, puts it back when it starts.
+if [ "$RXE_ROLE" = a ]; then
+  "$BIN" run --config /tmp/res.toml > /dev/null 2> "$R/res-kill-agent.log" & KAG=$!
+  i=0; until grep -q "set to auto" "$R/res-kill-agent.log" || [ $i -ge 120 ]; do sleep 0.5; i=$((i+1)); done
+  kill -9 $KAG; wait $KAG
+  rdma statistic qp mode link rxe0/1 > "$R/res-kill-mode.txt" 2>&1
+  cat /var/lib/rocewatch/qp-counter-modes.json > "$R/res-kill-state.txt" 2>&1
+  printf '[agent]\ninterval = "1s"\n' > /tmp/res-off.toml
+  "$BIN" run --config /tmp/res-off.toml --duration 2s > /dev/null 2> "$R/res-restart-agent.log"
+  rdma statistic qp mode link rxe0/1 > "$R/res-restart-mode.txt" 2>&1
+  ls /var/lib/rocewatch > "$R/res-restart-state.txt" 2>&1
+  cp /var/lib/rocewatch/audit.jsonl "$R/res-audit-kill.jsonl"
+fi
 cp /var/lib/rocewatch/audit.jsonl "$R/res-audit.jsonl" 2>> "$R/res-agent.log"
 grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* > "$R/hw_counters.txt"
 echo done > "$R/done"

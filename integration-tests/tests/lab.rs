@@ -1439,4 +1439,34 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
         assert_eq!(results.len(), 2, "{audit:?}");
         assert!(results.iter().all(|v| v["outcome"] == "ok"), "{audit:?}");
     }
+    // Guest a: an agent killed (SIGKILL) with the mode changed leaves the mode it found
+    // on disk; the next one, without per-QP counters, puts it back when it starts.
+    let a = out.join("a");
+    let said = |f: &str| read(&a.join(f));
+    assert!(
+        said("res-kill-mode.txt").contains("auto type,pid on"),
+        "{}",
+        said("res-kill-agent.log")
+    );
+    assert!(
+        said("res-kill-state.txt").contains("\"auto\":false"),
+        "{}",
+        said("res-kill-state.txt")
+    );
+    assert!(
+        said("res-restart-mode.txt").contains("auto off"),
+        "{}",
+        said("res-restart-agent.log")
+    );
+    assert!(!said("res-restart-state.txt").contains("qp-counter-modes.json"));
+    assert!(
+        said("res-restart-agent.log").contains("did not put back: putting them back"),
+        "{}",
+        said("res-restart-agent.log")
+    );
+    let puts_back = said("res-audit-kill.jsonl")
+        .lines()
+        .filter(|l| l.contains("put the QP counter mode of rxe0/1 back to auto off"))
+        .count();
+    assert_eq!(puts_back, 2, "the normal stop's, then the restart's");
 }

@@ -7,8 +7,9 @@
 //! What was found is also written to the state directory (`qp-counter-modes.json`)
 //! before anything changes: an agent killed before it could put the modes back (SIGKILL,
 //! OOM, a stop timeout) leaves it behind, and the next one puts back what the first found,
-//! not the auto mode the first one set. A reload (SIGHUP) keeps the modes set; turning
-//! `qp_counters` off in the reloaded file puts them back.
+//! not the auto mode the first one set (or, if `qp_counters` is off by then, puts them
+//! back at its start). A reload (SIGHUP) keeps the modes set; turning `qp_counters` off in
+//! the reloaded file puts them back.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -117,8 +118,27 @@ pub fn apply(
     audit: AuditLog,
 ) {
     let live = rocewatch_sysfs::read::is_sysfs(sysfs_root);
+    let state = crate::audit::state_dir().join(STATE_FILE);
     if !(live && wanted(options)) {
         restore_pending();
+        // A killed agent's changes, when per-QP counters are no longer asked for.
+        let found = if live {
+            left_behind(&state)
+        } else {
+            Vec::new()
+        };
+        if !found.is_empty() {
+            tracing::warn!(
+                "resources: {} lists QP counter modes an agent changed and did not put back: putting them back",
+                state.display()
+            );
+            CounterModes {
+                found,
+                audit,
+                state,
+            }
+            .restore();
+        }
         return;
     }
     if PENDING.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
@@ -131,7 +151,6 @@ pub fn apply(
             return;
         }
     };
-    let state = crate::audit::state_dir().join(STATE_FILE);
     keep_pending(enable(audit, &filter, state));
 }
 

@@ -216,6 +216,7 @@ if [ "$RXE_ROLE" = a ]; then kill -TERM $(pgrep -P $RAG); else kill $RAG; fi
 wait $RAG
 rdma statistic qp mode link rxe0/1 > "$R/res-mode-after.txt" 2>&1
 ls /var/lib/rocewatch > "$R/res-state-after.txt" 2>&1
+cp /var/lib/rocewatch/audit.jsonl "$R/res-audit.jsonl" 2>> "$R/res-agent.log"
 # Killed (SIGKILL) with the mode changed (role a): the mode found stays on disk, and the
 # next agent, with per-QP counters no longer asked for, puts it back when it starts.
 if [ "$RXE_ROLE" = a ]; then
@@ -230,6 +231,5 @@ if [ "$RXE_ROLE" = a ]; then
   ls /var/lib/rocewatch > "$R/res-restart-state.txt" 2>&1
   cp /var/lib/rocewatch/audit.jsonl "$R/res-audit-kill.jsonl"
 fi
-cp /var/lib/rocewatch/audit.jsonl "$R/res-audit.jsonl" 2>> "$R/res-agent.log"
 grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* > "$R/hw_counters.txt"
 echo done > "$R/done"

@@ -19,7 +19,9 @@
 #   res-workload.txt, res-cgroup.txt, res-metrics-{during,after}.txt, res-{qp,cq,mr,pd}.json,
 #   res-{qp,mr}-after.json, top-{during,after}.json, res-mode-{before,during,after}.txt,
 #   res-agent.log, res-audit.jsonl: ib_write_bw inside a pod's (a) or a Slurm step's (b)
-#       cgroup, with an agent asking for per-QP counters
+#       cgroup, with an agent asking for per-QP counters; res-kill-*.txt, res-restart-*,
+#       res-audit-kill.jsonl (role a): that agent killed with SIGKILL, then one without
+#       per-QP counters putting the mode back
 #   kmsg-pci.txt, kmsg-metrics*.txt, kmsg-rules.txt, kmsg-agent.log, doctor-kmsg.json (role b):
 #       driver messages in mlx5's formats written into /dev/kmsg while the agent runs with
 #       a rule on rdma.kernel.events; what /metrics, /rules and doctor made of them

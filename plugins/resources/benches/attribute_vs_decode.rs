@@ -46,6 +46,12 @@ fn main() {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("cgroup"), cgroup(i)).unwrap();
         std::fs::write(d.join("comm"), format!("worker{i}\n")).unwrap();
+        let stat = format!(
+            "{} (worker{i}) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {} 1 1",
+            1000 + i,
+            5000 + i
+        );
+        std::fs::write(d.join("stat"), stat).unwrap();
     }
     // The fake source: what the kernel's dumps would hold.
     let mut snap = ResourceSnapshot::default();
@@ -148,10 +154,15 @@ fn main() {
             &snap,
             &[],
             |o| match o {
-                Owner::Pid(p) => cache
-                    .entry(p)
-                    .or_insert_with(|| workload::of_pid(proc.path(), p).unwrap())
-                    .clone(),
+                Owner::Pid(p) => {
+                    // As the collector does: a cached workload is checked against the
+                    // process's start time (a reused pid is read again).
+                    black_box(workload::start_time(proc.path(), p));
+                    cache
+                        .entry(p)
+                        .or_insert_with(|| workload::of_pid(proc.path(), p).unwrap())
+                        .clone()
+                }
                 _ => unreachable!(),
             },
             64,

@@ -87,8 +87,9 @@ pub struct Resources {
     filter: Option<DeviceFilter>,
     proc_root: PathBuf,
     unsupported: Option<String>,
-    /// pid -> its workload and when it was read.
-    cache: HashMap<u32, (Workload, Instant)>,
+    /// pid -> its workload, when it was read, and when the process started (a pid reused
+    /// by a new process is read again).
+    cache: HashMap<u32, (Workload, Instant, Option<u64>)>,
     /// When each gauge series was last emitted (one gone is reported 0 for [`ZERO_FOR`]).
     seen: HashMap<(Name, Attributes), Instant>,
     /// Devices whose QP counters the kernel refused (said once).
@@ -208,22 +209,23 @@ impl Resources {
 
     /// The workload of an owner, from the cache or the proc tree.
     fn workload_of(
-        cache: &mut HashMap<u32, (Workload, Instant)>,
+        cache: &mut HashMap<u32, (Workload, Instant, Option<u64>)>,
         proc_root: &std::path::Path,
         now: Instant,
         owner: Owner<'_>,
     ) -> Workload {
         match owner {
             Owner::Pid(pid) => {
-                if let Some((w, at)) = cache.get(&pid) {
-                    if now.duration_since(*at) < WORKLOAD_TTL {
+                let started = workload::start_time(proc_root, pid);
+                if let Some((w, at, s)) = cache.get(&pid) {
+                    if now.duration_since(*at) < WORKLOAD_TTL && *s == started {
                         return w.clone();
                     }
                 }
                 let w = workload::of_pid(proc_root, pid).unwrap_or(Workload::Process {
                     command: "exited".into(),
                 });
-                cache.insert(pid, (w.clone(), now));
+                cache.insert(pid, (w.clone(), now, started));
                 w
             }
             Owner::Kernel(k) => Workload::Kernel {
@@ -577,6 +579,31 @@ mod tests {
         assert_eq!(total(&[c(1, 102, 4)], 3), Value::U64(26));
         // Nothing bound for a while: the total stays, then the series ends.
         assert_eq!(total(&[], 4), Value::U64(26));
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_given_the_workload_of_the_process_before() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("700");
+        std::fs::create_dir_all(&d).unwrap();
+        let set = |cgroup: &str, start: u64| {
+            std::fs::write(d.join("cgroup"), cgroup).unwrap();
+            std::fs::write(d.join("comm"), "w\n").unwrap();
+            let stat = format!("700 (w) S 1 700 700 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 1 1");
+            std::fs::write(d.join("stat"), stat).unwrap();
+        };
+        let mut cache = HashMap::new();
+        let now = Instant::now();
+        let of =
+            |c: &mut HashMap<_, _>| Resources::workload_of(c, t.path(), now, Owner::Pid(700)).id();
+        set("0::/slurm/uid_0/job_42/step_0\n", 100);
+        assert_eq!(of(&mut cache), "slurm:42.0");
+        // The same process (same start): cached, even if its cgroup file changed.
+        set("0::/system.slice/other.service\n", 100);
+        assert_eq!(of(&mut cache), "slurm:42.0");
+        // Another process with the same pid: read again.
+        set("0::/system.slice/other.service\n", 200);
+        assert_eq!(of(&mut cache), "unit:other.service");
     }
 
     #[test]

@@ -230,6 +230,19 @@ pub fn of_pid(proc_root: &Path, pid: u32) -> Option<Workload> {
     ))
 }
 
+/// When task `pid` started (`/proc/<pid>/stat` field 22, clock ticks after boot): a pid
+/// reused by a new process has another, so a cached workload is not given to it.
+pub fn start_time(proc_root: &Path, pid: u32) -> Option<u64> {
+    parse_start_time(&read_small(&proc_root.join(pid.to_string()).join("stat"))?)
+}
+
+/// Field 22 of a `stat` line; the command (field 2) is in parentheses and may hold
+/// spaces and parentheses itself, so fields are counted from the last `)`.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
 /// A proc file of at most 64 KiB (a cgroup file is a few lines).
 fn read_small(path: &Path) -> Option<String> {
     use std::io::Read;
@@ -393,7 +406,20 @@ mod tests {
         assert_eq!(of_pid(t.path(), 4243), None);
     }
 
+    #[test]
+    fn the_start_time_of_a_stat_line() {
+        let stat = "4242 (ib_write_bw (x) y) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 12345 67 18446744073709551615";
+        assert_eq!(parse_start_time(stat), Some(987654));
+        assert_eq!(parse_start_time("4242 (x) S 1"), None);
+        assert_eq!(parse_start_time("no parenthesis"), None);
+    }
+
     proptest::proptest! {
+        #[test]
+        fn any_stat_text_never_panics(text in "\\PC{0,200}") {
+            let _ = parse_start_time(&text);
+        }
+
         #[test]
         fn any_cgroup_text_gives_a_workload_without_panicking(text in "\\PC{0,300}", comm in "[a-z_]{0,16}") {
             let w = from_cgroup_file(&text, &comm);

@@ -198,7 +198,8 @@ fi
 # The workload's QPs and MRs while the test runs (first: the QPs live as long as the
 # test): the agent's /metrics once a collection has seen them, rdma resource show,
 # rocewatch top.
-i=0; until hget /metrics > "$R/res-metrics-during.txt" 2>/dev/null && grep -q "rdma_workload=\"$WL\"" "$R/res-metrics-during.txt" || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
+# (Its QP, not only its MR: perftest registers memory before it makes the QP.)
+i=0; until hget /metrics > "$R/res-metrics-during.txt" 2>/dev/null && grep "^rdma_resource_qps{" "$R/res-metrics-during.txt" | grep -q "rdma_workload=\"$WL\".* [1-9]" || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
 for k in qp cq mr pd; do rdma -j resource show $k > "$R/res-$k.json" 2>&1; done
 "$BIN" top --once --json > "$R/top-during.json" 2> "$R/top-during.stderr"
 snap during

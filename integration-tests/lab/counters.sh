@@ -212,9 +212,9 @@ snap idle1
 i=0; until hget /metrics > "$R/res-metrics-after.txt" 2>/dev/null && grep "^rdma_resource_qps{" "$R/res-metrics-after.txt" | grep "rdma_workload=\"$WL\"" | grep -q ' 0$' || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
 for k in qp mr; do rdma -j resource show $k > "$R/res-$k-after.json" 2>&1; done
 "$BIN" top --once --json > "$R/top-after.json" 2> "$R/top-after.stderr"
-# Stopped with one SIGTERM (a: the agent itself), or with two (b: timeout signals the
-# agent, then its whole group: a second signal ends the agent at once), the counter mode
-# goes back either way.
+# Stopped with one SIGTERM (a: the agent itself), or through timeout (b: it signals the
+# agent, then its whole group: a second signal ends the agent at once, unless the two
+# arrive together), the counter mode goes back either way.
 if [ "$RXE_ROLE" = a ]; then kill -TERM $(pgrep -P $RAG); else kill $RAG; fi
 wait $RAG
 rdma statistic qp mode link rxe0/1 > "$R/res-mode-after.txt" 2>&1

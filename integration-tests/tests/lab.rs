@@ -1386,13 +1386,13 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
         );
         // Per-QP counters: the mode was set for the agent's run and put back, both audited;
         // rxe accepts it and binds nothing, which the collector says once.
-        // a stopped the agent with one SIGTERM, b with two (the second ends it at once):
-        // both put the counter mode back.
-        assert_eq!(
-            log.contains("during shutdown: exiting now"),
-            role == "b",
-            "{ctx}"
-        );
+        // a stopped the agent with one SIGTERM (a normal stop), b through timeout, which
+        // signals the agent and then its group: two signals, the second ending the agent
+        // at once, unless they arrive together and count as one. Either way the counter
+        // mode goes back (below).
+        if role == "a" {
+            assert!(!log.contains("during shutdown: exiting now"), "{ctx}");
+        }
         let mode = |p: &str| read(&r.join(format!("res-mode-{p}.txt")));
         // `rdma statistic qp mode`: "link rxe0/1 mode qp auto off" as booted.
         assert!(mode("before").contains("auto off"), "{}", mode("before"));

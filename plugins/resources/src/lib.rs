@@ -23,7 +23,7 @@ pub mod aggregate;
 pub mod qp_mode;
 pub mod workload;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -150,14 +150,11 @@ impl Monotonic {
         }
         self.totals
             .retain(|_, (_, at)| now.duration_since(*at) < ZERO_FOR);
-        let template = samples
-            .iter()
-            .find(|s| s.name == rocewatch_metrics::WORKLOAD_COUNTER)
-            .cloned();
         let entry = rocewatch_metrics::RESOURCE_CATALOG
             .iter()
             .find(|e| e.name == rocewatch_metrics::WORKLOAD_COUNTER)
             .expect("catalogued");
+        let source: std::sync::Arc<str> = entry.source.into();
         for (a, (total, _)) in &self.totals {
             if touched.contains(a) {
                 continue;
@@ -167,9 +164,7 @@ impl Monotonic {
                 unit: entry.unit.into(),
                 value: Value::U64(*total),
                 attributes: a.clone(),
-                source: template
-                    .as_ref()
-                    .map_or_else(|| entry.source.into(), |t| t.source.clone()),
+                source: source.clone(),
                 kind: entry.kind,
             });
         }
@@ -434,13 +429,6 @@ fn zero_the_gone(
         })
         .collect();
     samples.extend(zeros);
-}
-
-/// The attributes of a workload, for tests and tools.
-pub fn workload_attributes(w: &Workload) -> BTreeMap<String, String> {
-    let mut a = BTreeMap::new();
-    w.attributes(&mut a);
-    a
 }
 
 #[cfg(test)]

@@ -3,11 +3,9 @@
 //! undoes when it stops: each port to auto mode per QP type and process (`rdma
 //! statistic qp set link DEV/PORT auto type,pid on`), its previous mode remembered.
 
-use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_netlink::rdma_stat::{
     CounterMode, QpCounterMode, COUNTER_MASK_PID, COUNTER_MASK_QP_TYPE,
 };
-use rocewatch_netlink::NetlinkError;
 
 /// The auto-mode criteria the collector needs: a counter per QP type and process.
 pub const MASK: u32 = COUNTER_MASK_QP_TYPE | COUNTER_MASK_PID;
@@ -29,11 +27,6 @@ pub fn describe(m: &QpCounterMode) -> String {
         CounterMode::Manual => "manual".into(),
         CounterMode::Other(v) => format!("mode {v}"),
     }
-}
-
-/// Puts a port back as it was found.
-pub fn restore(nl: &mut RdmaNetlink, saved: &QpCounterMode) -> Result<(), NetlinkError> {
-    nl.restore_qp_counter_mode(saved)
 }
 
 #[cfg(test)]

@@ -372,7 +372,7 @@ impl CounterModes {
                 true,
             );
             let t = Instant::now();
-            let r = qp_mode::restore(&mut nl, &saved);
+            let r = nl.restore_qp_counter_mode(&saved);
             let (outcome, msg) = match (&r, nl.qp_counter_mode(dev_index, f.port)) {
                 (Ok(()), Ok(now)) if now.mode == CounterMode::Manual => (
                     "ok",

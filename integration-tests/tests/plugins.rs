@@ -72,7 +72,7 @@ fn example_plugin_collects_and_remediates() {
         };
         assert_eq!(beat(&r1).value, Value::U64(5));
         assert_eq!(beat(&r2).value, Value::U64(10));
-        assert_eq!(beat(&r2).attributes["example.host"], "test-host");
+        assert_eq!(&beat(&r2).attributes["example.host"], "test-host");
         // The built-in collector ran next to it.
         assert!(r2.samples.iter().any(|s| s.name == "rdma.port.io"));
 
@@ -266,7 +266,7 @@ fn faulty_plugins_are_contained_named_and_counted() {
         let selfm = agent.metrics().samples();
         assert!(selfm
             .iter()
-            .any(|s| s.name == "rocewatch.plugin.errors" && s.attributes["reason"] == "timeout"));
+            .any(|s| s.name == "rocewatch.plugin.errors" && &s.attributes["reason"] == "timeout"));
         let st = agent.registry.statuses();
         let builtin = status(&st, "counters-sysfs", Some(PluginKind::Collector));
         assert_eq!(builtin.state, State::Started);

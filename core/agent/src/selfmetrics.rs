@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use rocewatch_plugin_api::{MetricKind, Sample, Value};
+use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -186,7 +186,7 @@ impl SelfMetrics {
                 name: name.into(),
                 unit: unit.into(),
                 value: Value::U64(v),
-                attributes: a.into(),
+                attributes: Attributes::new(a.into()),
                 source: "agent".into(),
                 kind: MetricKind::Counter,
             };

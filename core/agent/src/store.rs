@@ -577,7 +577,7 @@ mod tests {
             assert_eq!((sa.count, sa.sum), (3, 0.5015));
             assert_eq!(&*f.series[&b].counts, &[0, 1, 0]);
         });
-        store.retain_histogram("rdma.probe.rtt", |x| x["rdma.probe.peer"] == "b");
+        store.retain_histogram("rdma.probe.rtt", |x| &x["rdma.probe.peer"] == "b");
         store.with_histograms(|h| assert_eq!(h["rdma.probe.rtt"].series.len(), 1));
         assert!(store.is_declared("rdma.probe.rtt"));
     }

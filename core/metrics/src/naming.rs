@@ -5,9 +5,7 @@
 //! `bit_per_second`, `1` → `ratio` for gauges, annotations like `{packet}` dropped),
 //! `_total` on counters).
 
-use std::collections::BTreeMap;
-
-use rocewatch_plugin_api::MetricKind;
+use rocewatch_plugin_api::{AttrSet, MetricKind};
 
 /// Replace every character Prometheus does not allow with `_` and collapse runs.
 fn sanitize(s: &str) -> String {
@@ -100,7 +98,7 @@ pub fn prometheus_label(key: &str) -> String {
 
 /// `{k="v",...}` written straight into `out` (label names sanitized, values escaped),
 /// without intermediate strings: this runs for every series on every scrape.
-pub fn write_prometheus_labels(out: &mut String, attrs: &BTreeMap<String, String>) {
+pub fn write_prometheus_labels(out: &mut String, attrs: &AttrSet) {
     if attrs.is_empty() {
         return;
     }
@@ -135,7 +133,7 @@ pub fn write_prometheus_labels(out: &mut String, attrs: &BTreeMap<String, String
 }
 
 /// The `{k="v",...}` label set of a series (rendered once when a series appears).
-pub fn prometheus_labels(attrs: &BTreeMap<String, String>) -> String {
+pub fn prometheus_labels(attrs: &AttrSet) -> String {
     let mut s = String::new();
     write_prometheus_labels(&mut s, attrs);
     s

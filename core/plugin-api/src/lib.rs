@@ -7,13 +7,16 @@
 //! - [`traits`]: the five plugin kinds. Signatures are synchronous and free of any async
 //!   runtime: the host calls plugins on blocking threads with a per-call timeout, so a
 //!   plugin (built-in or loaded from a `.so`) never needs to know about tokio.
+//! - [`attributes`]: a series' attributes as a compact, shared set ([`AttrSet`]).
 //! - [`bandwidth`]: bandwidth tests, an optional capability of probe plugins.
 //! - [`PluginError`]: what a plugin returns when a call fails.
 
+pub mod attributes;
 pub mod bandwidth;
 pub mod model;
 pub mod traits;
 
+pub use attributes::AttrSet;
 pub use bandwidth::*;
 pub use model::*;
 pub use traits::*;

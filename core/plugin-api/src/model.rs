@@ -246,8 +246,9 @@ impl fmt::Display for Value {
 }
 
 /// A sample's attributes, shared: a collector builds them once per series and every
-/// collection hands out a reference, not a copy (`Arc::make_mut` to change one).
-pub type Attributes = std::sync::Arc<BTreeMap<String, String>>;
+/// collection hands out a reference, not a copy (`Arc::make_mut` to change one). Compact
+/// ([`crate::AttrSet`]): sorted pairs of strings shared across sets, serialized as a map.
+pub type Attributes = std::sync::Arc<crate::AttrSet>;
 
 /// A metric name or unit: usually a catalog constant, borrowed for free.
 pub type Name = std::borrow::Cow<'static, str>;

@@ -166,7 +166,7 @@ pub fn samples_of(
             name: metric.into(),
             unit: e.unit.into(),
             value: Value::U64(*value),
-            attributes: attrs.into(),
+            attributes: Attributes::new(attrs.into()),
             source: format!("ethtool:{name}").into(),
             kind: e.kind,
         });

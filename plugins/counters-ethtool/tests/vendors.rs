@@ -38,13 +38,8 @@ fn find<'a>(
 ) -> Option<&'a Sample> {
     r.samples.iter().find(|s| {
         s.name == metric
-            && s.attributes
-                .get("network.interface.name")
-                .map(String::as_str)
-                == Some(ifname)
-            && attrs
-                .iter()
-                .all(|(k, v)| s.attributes.get(*k).map(String::as_str) == Some(*v))
+            && s.attributes.get("network.interface.name") == Some(ifname)
+            && attrs.iter().all(|(k, v)| s.attributes.get(k) == Some(*v))
     })
 }
 
@@ -125,7 +120,7 @@ fn raw_passthrough_is_opt_in_and_filtered() {
         .filter(|s| s.name == "rdma.netdev.driver_stat")
         .collect();
     assert_eq!(raw.len(), 1, "{raw:?}");
-    assert_eq!(raw[0].attributes["rdma.driver_stat"], "ch0_arm");
+    assert_eq!(&raw[0].attributes["rdma.driver_stat"], "ch0_arm");
     assert_eq!(raw[0].value, Value::U64(51234));
 }
 

@@ -37,7 +37,7 @@ pub(crate) fn driver_attributes(root: &SysRoot, device: &str) -> Option<Attribut
         catalog::ATTR_DRIVER_SRCVERSION.to_string(),
         m.srcversion.unwrap_or_default(),
     );
-    Some(Attributes::new(a))
+    Some(Attributes::new(a.into()))
 }
 
 /// The info sample of a device.
@@ -77,10 +77,7 @@ mod tests {
     }
 
     fn attr<'a>(s: &'a Sample, k: &str) -> &'a str {
-        s.attributes
-            .get(k)
-            .map(String::as_str)
-            .unwrap_or("<absent>")
+        s.attributes.get(k).unwrap_or("<absent>")
     }
 
     #[test]

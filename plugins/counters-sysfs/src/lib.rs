@@ -596,7 +596,7 @@ mod tests {
             .find(|s| &*s.source == "hw_counters/vendor_thing")
             .unwrap();
         assert_eq!(unknown.name, "rdma.port.hw_counter");
-        assert_eq!(unknown.attributes[ATTR_COUNTER], "vendor_thing");
+        assert_eq!(&unknown.attributes[ATTR_COUNTER], "vendor_thing");
         assert_eq!(value(&r, "state"), Some(Value::U64(1)));
         assert_eq!(value(&r, "rate"), Some(Value::U64(100_000_000_000)));
         assert!(r.errors.is_empty(), "{:?}", r.errors);
@@ -615,7 +615,7 @@ mod tests {
         let get = |dev: &str, name: &str| {
             r.samples
                 .iter()
-                .find(|s| s.name == name && s.attributes[ATTR_DEVICE] == dev)
+                .find(|s| s.name == name && &s.attributes[ATTR_DEVICE] == dev)
                 .map(|s| s.value)
         };
         assert_eq!(get("bnxt_re0", "rdma.port.cnp.sent"), Some(Value::U64(11)));
@@ -643,7 +643,7 @@ mod tests {
         let io = |dev: &str| -> Vec<(&str, Value)> {
             r.samples
                 .iter()
-                .filter(|s| s.name == "rdma.port.io" && s.attributes[ATTR_DEVICE] == dev)
+                .filter(|s| s.name == "rdma.port.io" && &s.attributes[ATTR_DEVICE] == dev)
                 .map(|s| (&*s.source, s.value))
                 .collect()
         };
@@ -683,9 +683,7 @@ mod tests {
             r.samples
                 .iter()
                 .filter(|s| s.name == name)
-                .filter(|s| {
-                    extra.is_none_or(|(k, v)| s.attributes.get(k).map(String::as_str) == Some(v))
-                })
+                .filter(|s| extra.is_none_or(|(k, v)| s.attributes.get(k) == Some(v)))
                 .map(|s| s.value)
                 .collect()
         };
@@ -942,7 +940,7 @@ mod tests {
         let mut d: Vec<String> = r
             .samples
             .iter()
-            .map(|s| s.attributes[ATTR_DEVICE].clone())
+            .map(|s| s.attributes[ATTR_DEVICE].to_string())
             .collect();
         d.dedup();
         d
@@ -1007,7 +1005,7 @@ mod tests {
         let per_device = |r: &ScrapeResult, d: &str| {
             r.samples
                 .iter()
-                .filter(|s| s.attributes[ATTR_DEVICE] == d)
+                .filter(|s| &s.attributes[ATTR_DEVICE] == d)
                 .count()
         };
         for d in ["mlx5_0", "mlx5_2", "mlx5_3"] {

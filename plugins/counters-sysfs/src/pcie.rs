@@ -116,8 +116,8 @@ mod tests {
                 .iter()
                 .find(|s| {
                     s.name == name
-                        && s.attributes.get(ATTR_DEVICE).map(String::as_str) == Some(dev)
-                        && s.attributes.get(ATTR_PORT).map(String::as_str) == Some(port)
+                        && s.attributes.get(ATTR_DEVICE) == Some(dev)
+                        && s.attributes.get(ATTR_PORT) == Some(port)
                 })
                 .map(|s| (s.value, s.unit.to_string(), s.source.to_string()))
         };
@@ -148,8 +148,11 @@ mod tests {
             get("mlx5_1", "1", "rdma.pcie.link.width").unwrap().0,
             Value::U64(8)
         );
-        assert!(r.samples.iter().all(|s| !(s.name.starts_with("rdma.pcie")
-            && s.attributes.get(ATTR_DEVICE).map(String::as_str) == Some("rxe0"))));
+        assert!(r
+            .samples
+            .iter()
+            .all(|s| !(s.name.starts_with("rdma.pcie")
+                && s.attributes.get(ATTR_DEVICE) == Some("rxe0"))));
         // Every sample is declared.
         let declared = CollectorPlugin::descriptors(&c);
         for s in &r.samples {

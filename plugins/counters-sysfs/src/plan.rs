@@ -231,7 +231,7 @@ pub(crate) fn build_plan(
                         if let Some(name) = extra {
                             attributes.insert(ATTR_COUNTER.to_string(), name);
                         }
-                        Attributes::new(attributes)
+                        Attributes::new(attributes.into())
                     };
                     let attributes = match extra {
                         Some(name) => with(Some(name)),
@@ -276,7 +276,7 @@ pub(crate) fn build_plan(
                     None
                 },
                 port_dir,
-                base: Attributes::new(base),
+                base: Attributes::new(base.into()),
                 files,
                 netlink: None,
                 hw_index: HashMap::new(),
@@ -296,12 +296,12 @@ pub(crate) fn hw_file_plan(base: &Attributes, name: &str) -> Option<FilePlan> {
     let entry = match catalog::lookup("hw_counters", name) {
         Some(e) => e,
         None => {
-            attributes.insert(ATTR_COUNTER.to_string(), name.to_string());
+            attributes.insert(ATTR_COUNTER, name);
             catalog::unknown_hw_counter()
         }
     };
     for (k, v) in entry.attributes {
-        attributes.insert(k.to_string(), v.to_string());
+        attributes.insert(k, v);
     }
     Some(FilePlan {
         netlink_source: Some(format!("netlink:{source}").into()),

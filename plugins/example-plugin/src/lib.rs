@@ -21,7 +21,6 @@
 //! calls may block (the host runs them on its blocking threads with a timeout), panics are
 //! caught and reported, and the library is never unloaded.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -73,14 +72,12 @@ impl CollectorPlugin for Example {
 
     fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
         self.ticks += self.step;
-        let mut attributes = BTreeMap::new();
-        attributes.insert("example.host".to_string(), self.host.clone());
         Ok(ScrapeResult {
             samples: vec![Sample {
                 name: HEARTBEAT.into(),
                 unit: "{tick}".into(),
                 value: Value::U64(self.ticks),
-                attributes: attributes.into(),
+                attributes: Attributes::new([("example.host", &self.host)].into()),
                 source: "example-plugin".into(),
                 kind: MetricKind::Counter,
             }],

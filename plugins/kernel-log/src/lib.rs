@@ -260,14 +260,14 @@ pub fn samples(t: &Tally) -> Vec<Sample> {
     t.counts
         .iter()
         .map(|((pattern, device), hit)| {
-            let mut a = BTreeMap::new();
-            a.insert(ATTR_KERNEL_PATTERN.to_string(), pattern.clone());
-            a.insert(ATTR_DEVICE.to_string(), device.clone());
+            let a: AttrSet = [(ATTR_KERNEL_PATTERN, pattern), (ATTR_DEVICE, device)]
+                .into_iter()
+                .collect();
             Sample {
                 name: e.name.into(),
                 unit: e.unit.into(),
                 value: Value::U64(hit.count),
-                attributes: a.into(),
+                attributes: Attributes::new(a),
                 source: "kmsg".into(),
                 kind: e.kind,
             }
@@ -337,14 +337,8 @@ mod tests {
         assert_eq!(s[0].value, Value::U64(0), "a new series starts at 0");
         let s = p.collect().unwrap().samples;
         assert_eq!(s[0].value, Value::U64(2));
-        assert_eq!(
-            s[0].attributes.get(ATTR_KERNEL_PATTERN).map(String::as_str),
-            Some("link_flap")
-        );
-        assert_eq!(
-            s[0].attributes.get(ATTR_DEVICE).map(String::as_str),
-            Some("0000:03:00.0")
-        );
+        assert_eq!(s[0].attributes.get(ATTR_KERNEL_PATTERN), Some("link_flap"));
+        assert_eq!(s[0].attributes.get(ATTR_DEVICE), Some("0000:03:00.0"));
         // Nothing new: the same cumulative value.
         f.write_all(b"6,4,40,-;pcieport 0000:00:01.0: AER: Corrected error\nnot a record\n")
             .unwrap();

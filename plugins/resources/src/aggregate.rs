@@ -225,7 +225,7 @@ impl Samples {
                     name: name.into(),
                     unit: e.unit.into(),
                     value: Value::U64(v),
-                    attributes: Attributes::new(a),
+                    attributes: Attributes::new(a.into()),
                     source: Arc::clone(&source),
                     kind: e.kind,
                 }
@@ -298,12 +298,7 @@ pub(crate) mod tests {
     fn value(a: &Aggregate, name: &str, attrs: &[(&str, &str)]) -> Option<u64> {
         a.samples
             .iter()
-            .find(|s| {
-                s.name == name
-                    && attrs
-                        .iter()
-                        .all(|(k, v)| s.attributes.get(*k).map(String::as_str) == Some(*v))
-            })
+            .find(|s| s.name == name && attrs.iter().all(|(k, v)| s.attributes.get(k) == Some(*v)))
             .map(|s| match s.value {
                 Value::U64(v) => v,
                 v => panic!("{v:?}"),

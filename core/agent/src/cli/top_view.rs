@@ -161,7 +161,7 @@ fn value(s: &Sample) -> u64 {
 }
 
 fn attr<'a>(s: &'a Sample, k: &str) -> Option<&'a str> {
-    s.attributes.get(k).map(String::as_str)
+    s.attributes.get(k)
 }
 
 /// The attributes of a resources sample that are not the workload's identity.
@@ -209,8 +209,10 @@ pub fn build(cur: &[Sample], prev: Option<(&[Sample], f64)>) -> View {
             row.kind = attr(s, ATTR_WORKLOAD_KIND).unwrap_or_default().to_string();
         }
         for (k, v) in s.attributes.iter() {
-            if !NOT_IDENTITY.contains(&k.as_str()) {
-                row.attributes.entry(k.clone()).or_insert_with(|| v.clone());
+            if !NOT_IDENTITY.contains(&k) {
+                row.attributes
+                    .entry(k.to_string())
+                    .or_insert_with(|| v.to_string());
             }
         }
         if let Some(dev) = attr(s, ATTR_DEVICE) {

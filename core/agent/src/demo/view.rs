@@ -32,13 +32,11 @@ pub(super) fn sum_rates(
     for n in names {
         for s in store.by_name(n) {
             let a = &s.sample.attributes;
-            if a.get("rdma.device").map(String::as_str) != Some(dev)
-                || a.get("rdma.port").map(String::as_str) != Some(port)
-            {
+            if a.get("rdma.device") != Some(dev) || a.get("rdma.port") != Some(port) {
                 continue;
             }
             if let Some((k, v)) = extra {
-                if a.get(k).map(String::as_str) != Some(v) {
+                if a.get(k) != Some(v) {
                     continue;
                 }
             }
@@ -56,8 +54,8 @@ pub fn port_rates(store: &Store) -> Vec<PortRates> {
     let mut out = Vec::new();
     for s in store.by_name("rdma.port.up") {
         let a = &s.sample.attributes;
-        let dev = a.get("rdma.device").cloned().unwrap_or_default();
-        let port = a.get("rdma.port").cloned().unwrap_or_default();
+        let dev = a.get("rdma.device").map(str::to_string).unwrap_or_default();
+        let port = a.get("rdma.port").map(str::to_string).unwrap_or_default();
         let gbps = |dir| {
             sum_rates(
                 store,
@@ -71,7 +69,7 @@ pub fn port_rates(store: &Store) -> Vec<PortRates> {
         out.push(PortRates {
             netdev: a
                 .get("network.interface.name")
-                .cloned()
+                .map(str::to_string)
                 .unwrap_or_else(|| "-".into()),
             up: s.sample.value.as_f64() == 1.0,
             tx_gbps: gbps("transmit"),

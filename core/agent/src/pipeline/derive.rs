@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, DERIVED_CATALOG, ERROR_COUNTERS};
-use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
+use rocewatch_plugin_api::{AttrSet, Attributes, MetricKind, Sample, Value};
 
 use crate::store::Store;
 
@@ -46,7 +46,7 @@ pub fn compute(store: &Store) -> Vec<Sample> {
         });
     }
     // Error rate: sum per port over every error counter that has a rate.
-    let mut per_port: BTreeMap<(String, String), (f64, BTreeMap<String, String>)> = BTreeMap::new();
+    let mut per_port: BTreeMap<(String, String), (f64, AttrSet)> = BTreeMap::new();
     for name in ERROR_COUNTERS {
         store.for_each_named(name, |s| {
             let (Some(rate), Some(dev), Some(port)) = (
@@ -57,15 +57,13 @@ pub fn compute(store: &Store) -> Vec<Sample> {
                 return;
             };
             let slot = per_port
-                .entry((dev.clone(), port.clone()))
+                .entry((dev.to_string(), port.to_string()))
                 .or_insert_with(|| {
-                    let mut a = BTreeMap::new();
-                    a.insert(ATTR_DEVICE.to_string(), dev.clone());
-                    a.insert(ATTR_PORT.to_string(), port.clone());
+                    let mut a = vec![(ATTR_DEVICE, dev), (ATTR_PORT, port)];
                     if let Some(nd) = s.sample.attributes.get(ATTR_NETDEV) {
-                        a.insert(ATTR_NETDEV.to_string(), nd.clone());
+                        a.push((ATTR_NETDEV, nd));
                     }
-                    (0.0, a)
+                    (0.0, a.into_iter().collect::<AttrSet>())
                 });
             slot.0 += rate;
         });
@@ -93,12 +91,7 @@ mod tests {
             name: name.to_string().into(),
             unit: unit.to_string().into(),
             value: Value::U64(v),
-            attributes: Attributes::new(
-                attrs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
+            attributes: Attributes::new(attrs.iter().copied().collect()),
             source: "x".into(),
             kind: MetricKind::Counter,
         }
@@ -106,9 +99,7 @@ mod tests {
 
     fn value(out: &[Sample], name: &str, attr: (&str, &str)) -> Option<f64> {
         out.iter()
-            .find(|s| {
-                s.name == name && s.attributes.get(attr.0).map(String::as_str) == Some(attr.1)
-            })
+            .find(|s| s.name == name && s.attributes.get(attr.0) == Some(attr.1))
             .map(|s| s.value.as_f64())
     }
 
@@ -163,9 +154,7 @@ mod tests {
             .find(|s| s.name == "rdma.port.error_rate")
             .unwrap();
         assert_eq!(
-            er.attributes
-                .get("network.interface.name")
-                .map(String::as_str),
+            er.attributes.get("network.interface.name"),
             Some("ens1f0np0")
         );
         // A reset yields no rate: no derived value, never a negative one.

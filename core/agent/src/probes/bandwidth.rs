@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rocewatch_metrics::catalog;
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
-use rocewatch_plugin_api::{BandwidthRequest, BandwidthResult, PortSnapshot, Sample};
+use rocewatch_plugin_api::{AttrSet, BandwidthRequest, BandwidthResult, PortSnapshot, Sample};
 use serde::Serialize;
 
 use crate::host::call::CallError;
@@ -66,8 +66,8 @@ fn add(slot: &mut Option<u64>, v: u64) {
 
 impl PortMoves {
     /// Add one series' increase.
-    pub fn add(&mut self, name: &str, attrs: &BTreeMap<String, String>, delta: u64) {
-        let dir = attrs.get(ATTR_DIRECTION).map(String::as_str);
+    pub fn add(&mut self, name: &str, attrs: &AttrSet, delta: u64) {
+        let dir = attrs.get(ATTR_DIRECTION);
         let tx = dir == Some("transmit");
         let prio = attrs.get(ATTR_PRIORITY).and_then(|p| p.parse::<u8>().ok());
         match name {
@@ -139,11 +139,7 @@ impl PortMoves {
             let Some(e) = catalog::lookup(group, name) else {
                 continue;
             };
-            let attrs: BTreeMap<String, String> = e
-                .attributes
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            let attrs: AttrSet = e.attributes.iter().copied().collect();
             m.add(
                 e.name,
                 &attrs,
@@ -324,10 +320,8 @@ pub fn shortfall_sentence(share: f64, line_bps: f64, causes: &[String]) -> Strin
 mod tests {
     use super::*;
 
-    fn attrs(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn attrs(kv: &[(&str, &str)]) -> AttrSet {
+        kv.iter().copied().collect()
     }
 
     #[test]

@@ -112,7 +112,7 @@ pub(super) fn samples(
         }
         for (cause, n) in &s.failures {
             let mut with_cause = (**a).clone();
-            with_cause.insert(ATTR_CAUSE.into(), cause.clone());
+            with_cause.insert(ATTR_CAUSE, cause);
             out.push(sample(
                 "rdma.probe.failures",
                 Value::U64(*n),
@@ -179,17 +179,20 @@ mod tests {
         let failures: Vec<_> = s
             .iter()
             .filter(|x| x.name == "rdma.probe.failures")
-            .map(|x| (x.attributes[ATTR_CAUSE].as_str(), x.value))
+            .map(|x| (&x.attributes[ATTR_CAUSE], x.value))
             .collect();
         assert_eq!(
             failures,
             [("plugin", Value::U64(1)), ("rejected", Value::U64(1))]
         );
-        assert_eq!(get("rdma.probe.timeouts").attributes[ATTR_PEER], "10.0.0.1");
+        assert_eq!(
+            &get("rdma.probe.timeouts").attributes[ATTR_PEER],
+            "10.0.0.1"
+        );
         let peers: Vec<_> = s
             .iter()
             .filter(|x| x.name == "rdma.probe.peers")
-            .map(|x| (x.attributes["rdma.probe.state"].as_str(), x.value))
+            .map(|x| (&x.attributes["rdma.probe.state"], x.value))
             .collect();
         assert_eq!(
             peers,

@@ -82,7 +82,7 @@ pub(super) fn qos_sample(
         name: name.into(),
         unit: e.unit.into(),
         value: Value::F64(value),
-        attributes: Attributes::new(attrs),
+        attributes: Attributes::new(attrs.into()),
         source: PLUGIN.into(),
         kind: MetricKind::Gauge,
     }
@@ -292,7 +292,7 @@ mod tests {
         let drift: BTreeMap<String, f64> = s
             .iter()
             .filter(|s| s.name == "rdma.qos.drift")
-            .map(|s| (s.attributes[ATTR_SETTING].clone(), s.value.as_f64()))
+            .map(|s| (s.attributes[ATTR_SETTING].to_string(), s.value.as_f64()))
             .collect();
         assert_eq!(
             drift,
@@ -301,12 +301,7 @@ mod tests {
         let settings: Vec<(&str, &str)> = s
             .iter()
             .filter(|s| s.name == "rdma.qos.setting")
-            .map(|s| {
-                (
-                    s.attributes[ATTR_SETTING].as_str(),
-                    s.attributes[ATTR_VALUE].as_str(),
-                )
-            })
+            .map(|s| (&s.attributes[ATTR_SETTING], &s.attributes[ATTR_VALUE]))
             .collect();
         assert_eq!(
             settings,
@@ -317,7 +312,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            s.last().unwrap().attributes[ATTR_FINGERPRINT],
+            &s.last().unwrap().attributes[ATTR_FINGERPRINT],
             "00",
             "one fingerprint sample"
         );

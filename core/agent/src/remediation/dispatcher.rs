@@ -150,7 +150,7 @@ impl Dispatcher {
         } else {
             Event::Clearing
         };
-        let labels: BTreeMap<String, String> = (*t.labels).clone();
+        let labels: BTreeMap<String, String> = t.labels.to_map();
         // The transition and what each action did: one decision, its labels written once.
         let decision = Arc::new(Decision::new(labels.clone()));
         let value = Some(t.value).filter(|v| v.is_finite());
@@ -385,7 +385,7 @@ impl Dispatcher {
                             name: b.metric.clone().into(),
                             unit: "".into(),
                             value: rocewatch_plugin_api::Value::F64(*v),
-                            attributes: Arc::new(b.labels.clone()),
+                            attributes: Arc::new(rocewatch_plugin_api::AttrSet::from(&b.labels)),
                             source: format!("{ago:.0}s ago").into(),
                             kind: rocewatch_plugin_api::MetricKind::Gauge,
                         })
@@ -679,7 +679,7 @@ mod tests {
         );
         let m = d.metrics.samples();
         assert!(m.iter().any(|s| s.name == "rocewatch.remediation.decisions"
-            && s.attributes.get("decision").map(String::as_str) == Some("suppressed")));
+            && s.attributes.get("decision") == Some("suppressed")));
     }
 
     #[tokio::test]
@@ -750,7 +750,7 @@ mod tests {
         )
         .unwrap();
         let mut t = fire("storm", "mlx5_0", true, "page");
-        Arc::make_mut(&mut t.labels).insert("rdma.port".into(), "1".into());
+        Arc::make_mut(&mut t.labels).insert("rdma.port", "1");
         settle(d.handle(&t)).await;
         let pod = "pod:0f1e2d3c-aaaa-bbbb-cccc-000000000001/trainer";
         let want = serde_json::json!([
@@ -934,7 +934,7 @@ mod tests {
             .iter()
             .filter(|s| {
                 s.name == "rocewatch.remediation.decisions"
-                    && s.attributes.get("decision").map(String::as_str) == Some("refused")
+                    && s.attributes.get("decision") == Some("refused")
             })
             .map(|s| s.value.as_f64())
             .sum::<f64>();

@@ -72,29 +72,31 @@ pub fn on_port(store: &Store, labels: &BTreeMap<String, String>) -> Option<Workl
     let mut by_id: BTreeMap<String, Workload> = BTreeMap::new();
     store.for_each_named(RESOURCE_QPS, |s| {
         let a = &s.sample.attributes;
-        if a.get(ATTR_DEVICE).map(String::as_str) != Some(device) {
+        if a.get(ATTR_DEVICE) != Some(device) {
             return;
         }
         // A device the collector read has series (the kernel's own QPs, or zeros of
         // those gone); one whose dump failed has none: unknown, not nobody.
         known = true;
-        if port.is_some() && a.get(ATTR_PORT).map(String::as_str) != port {
+        if port.is_some() && a.get(ATTR_PORT) != port {
             return;
         }
         let Some(id) = a.get(ATTR_WORKLOAD) else {
             return;
         };
         let qps = s.sample.value.as_f64().max(0.0).round() as u64;
-        let w = by_id.entry(id.clone()).or_insert_with(|| Workload {
-            workload: id.clone(),
-            kind: a.get(ATTR_WORKLOAD_KIND).cloned().unwrap_or_default(),
+        let w = by_id.entry(id.to_string()).or_insert_with(|| Workload {
+            workload: id.to_string(),
+            kind: a
+                .get(ATTR_WORKLOAD_KIND)
+                .map(str::to_string)
+                .unwrap_or_default(),
             attributes: a
                 .iter()
                 .filter(|(k, _)| {
-                    ![ATTR_DEVICE, ATTR_PORT, ATTR_WORKLOAD, ATTR_WORKLOAD_KIND]
-                        .contains(&k.as_str())
+                    ![ATTR_DEVICE, ATTR_PORT, ATTR_WORKLOAD, ATTR_WORKLOAD_KIND].contains(k)
                 })
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             qps: 0,
         });
@@ -142,7 +144,7 @@ pub(crate) mod tests {
             name: RESOURCE_QPS.into(),
             unit: "{qp}".into(),
             value: Value::U64(n),
-            attributes: Arc::new(a),
+            attributes: Arc::new(a.into()),
             source: "netlink".into(),
             kind: MetricKind::Gauge,
         }

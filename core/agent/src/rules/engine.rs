@@ -77,7 +77,7 @@ pub(super) fn compile(m: &BTreeMap<String, String>) -> Vec<(String, GlobMatcher)
 
 pub(super) fn join_key(keys: &[String], s: &Sample) -> Vec<String> {
     keys.iter()
-        .map(|k| s.attributes.get(k).cloned().unwrap_or_default())
+        .map(|k| s.attributes.get(k).map(str::to_string).unwrap_or_default())
         .collect()
 }
 
@@ -220,7 +220,7 @@ impl Engine {
                 let s = rule
                     .series
                     .entry(String::new())
-                    .or_insert_with(|| new_state(Attributes::new(labels), now));
+                    .or_insert_with(|| new_state(Attributes::new(labels.into()), now));
                 s.seen = true;
                 s.value = matched as f64;
                 step(&rule.cfg, s, matched == 0, matched == 0, now, &mut out);
@@ -255,7 +255,7 @@ impl Engine {
                     Condition::Ratio => {
                         let jk: Vec<String> = keys
                             .iter()
-                            .map(|k| s.labels.get(k).cloned().unwrap_or_default())
+                            .map(|k| s.labels.get(k).map(str::to_string).unwrap_or_default())
                             .collect();
                         match (
                             per_second(&s.history, now, window),
@@ -301,7 +301,7 @@ impl Engine {
                 out.push(row(r.cfg.matchers.clone(), Phase::Inactive, None, now));
             }
             for s in r.series.values() {
-                out.push(row((*s.labels).clone(), s.phase, Some(s.value), s.since));
+                out.push(row(s.labels.to_map(), s.phase, Some(s.value), s.since));
             }
         }
         out
@@ -631,7 +631,7 @@ threshold = 0.01"#,
         ));
         let c = |name: &'static str, v: u64, dev: &str| {
             let mut s = sample(name, Value::U64(v), MetricKind::Counter, "3");
-            std::sync::Arc::make_mut(&mut s.attributes).insert("rdma.device".into(), dev.into());
+            std::sync::Arc::make_mut(&mut s.attributes).insert("rdma.device", dev);
             s
         };
         let at = |oob0: u64, pk0: u64, pk1: u64| {

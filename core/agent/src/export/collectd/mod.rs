@@ -94,11 +94,7 @@ pub fn value_list(s: &Sample, host: &str, time: SystemTime, interval: Duration) 
         (MetricKind::Counter, Value::F64(f)) => CollectdValue::Derive(f as i64),
         (_, v) => CollectdValue::Gauge(v.as_f64()),
     };
-    let mut rest: BTreeMap<&str, &str> = s
-        .attributes
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let mut rest: BTreeMap<&str, &str> = s.attributes.iter().collect();
     let (plugin, plugin_instance) =
         if let (Some(dev), Some(port)) = (rest.remove(ATTR_DEVICE), rest.remove(ATTR_PORT)) {
             rest.remove(ATTR_NETDEV);
@@ -438,9 +434,8 @@ mod tests {
                 ("network.interface.name", "ens1f0np0"),
                 ("network.io.direction", "transmit"),
             ]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect::<rocewatch_plugin_api::AttrSet>()
             .into(),
             source: "counters/port_xmit_data".into(),
             kind: MetricKind::Counter,
@@ -514,8 +509,7 @@ mod tests {
         let many: Vec<ValueList> = (0..200)
             .map(|i| {
                 let mut s = port_sample();
-                std::sync::Arc::make_mut(&mut s.attributes)
-                    .insert("rdma.port".into(), i.to_string());
+                std::sync::Arc::make_mut(&mut s.attributes).insert("rdma.port", i.to_string());
                 value_list(&s, "host", t(), Duration::from_secs(10))
             })
             .collect();

@@ -59,7 +59,7 @@ pub const MAX_MERGE: usize = 10;
 fn key_values(s: &Sample) -> Vec<KeyValue> {
     s.attributes
         .iter()
-        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+        .map(|(k, v)| KeyValue::new(k.to_string(), v.to_string()))
         .collect()
 }
 
@@ -507,7 +507,9 @@ fn register_store_instruments(meter: &Meter, store: &Arc<Store>) {
                     Box::new(move |attrs, v| {
                         let kv: Vec<opentelemetry::KeyValue> = attrs
                             .iter()
-                            .map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone()))
+                            .map(|(k, v)| {
+                                opentelemetry::KeyValue::new(k.to_string(), v.to_string())
+                            })
                             .collect();
                         h.record(v, &kv);
                     }),

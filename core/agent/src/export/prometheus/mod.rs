@@ -251,9 +251,7 @@ fn render_self(out: &mut String, metrics: &SelfMetrics, format: Format) {
             let _ = writeln!(out, "# TYPE {fam} summary");
             let _ = writeln!(out, "# UNIT {fam} seconds");
             for (plugin, kind, count, sum) in durations {
-                let l = prometheus_labels(
-                    &[("plugin".to_string(), plugin), ("kind".to_string(), kind)].into(),
-                );
+                let l = prometheus_labels(&[("plugin", plugin), ("kind", kind)].into());
                 let _ = writeln!(out, "{fam}_sum{l} {sum}");
                 let _ = writeln!(out, "{fam}_count{l} {count}");
             }
@@ -357,11 +355,7 @@ mod tests {
             name: name.to_string().into(),
             unit: "By".into(),
             value: v,
-            attributes: attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>()
-                .into(),
+            attributes: std::sync::Arc::new(attrs.iter().copied().collect()),
             source: "x".into(),
             kind,
         }
@@ -414,7 +408,7 @@ mod tests {
             "a__b",
             "plain",
         ] {
-            let attrs: BTreeMap<String, String> = [(k.to_string(), "v\"\\\n".to_string())].into();
+            let attrs: rocewatch_plugin_api::AttrSet = [(k, "v\"\\\n")].into();
             assert_eq!(
                 prometheus_labels(&attrs),
                 format!("{{{}=\"v\\\"\\\\\\n\"}}", prometheus_label(k)),

@@ -70,8 +70,9 @@ impl Inner {
 /// A series' identity in the index: its name, then its attributes, compared by value and
 /// ordered as the pairs of the sorted map. It holds the name and an `Arc` of the
 /// attributes the series appeared with, no string of its own (a key string per series was
-/// 11 MB at 2000 ports). An emitter that builds new attribute maps each time (a plugin over
-/// the C ABI) leaves the key its first map while the series takes the latest.
+/// 11 MB at 2000 ports). The series shares that `Arc` and keeps it: an emitter that builds
+/// its attributes anew each time (a plugin over the C ABI, the QoS view) is matched by
+/// value, and its new sets are dropped, not stored beside the first.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
     name: Name,
@@ -315,11 +316,8 @@ impl Store {
             if !same_series(&p.sample, s) {
                 break;
             }
-            if !Arc::ptr_eq(&p.sample.attributes, &s.attributes) {
-                // Equal content: keep the emitter's `Arc`, so that the next comparison is
-                // a pointer comparison.
-                p.sample.attributes = Arc::clone(&s.attributes);
-            }
+            // Equal content in another `Arc` (an emitter that builds its attributes anew
+            // each time): the series keeps the one its index key holds, not a second copy.
             update(p, s, &owner, generation, metrics, now, mono);
             same += 1;
         }
@@ -789,15 +787,9 @@ mod tests {
         let m = SelfMetrics::default();
         let i0 = Instant::now();
         let store = Store::new();
-        put(
-            &store,
-            &m,
-            "p",
-            &[series("m", &attrs(&[("a", "1"), ("b", "2")]), 1)],
-            i0,
-            0,
-        );
-        // Built in another order, another `Arc`: a BTreeMap sorts, so the same series.
+        let first = attrs(&[("a", "1"), ("b", "2")]);
+        put(&store, &m, "p", &[series("m", &first, 1)], i0, 0);
+        // Built in another order, another `Arc`: a set sorts, so the same series.
         let again = attrs(&[("b", "2"), ("a", "1")]);
         put(&store, &m, "p", &[series("m", &again, 3)], i0, 1);
         let s = store.snapshot();
@@ -805,9 +797,10 @@ mod tests {
         assert_eq!(s[0].rate, Some(2.0));
         assert_eq!(&*s[0].labels, r#"{a="1",b="2"}"#);
         assert!(
-            Arc::ptr_eq(&s[0].sample.attributes, &again),
-            "the emitter's Arc kept"
+            Arc::ptr_eq(&s[0].sample.attributes, &first),
+            "the first Arc kept (its index key holds it), the new one not stored beside it"
         );
+        assert_eq!(Arc::strong_count(&again), 1, "the new set is not held");
         // A name built at run time (not the same pointer) compares by content.
         let mut owned = series("m", &again, 4);
         owned.name = String::from("m").into();

@@ -211,10 +211,8 @@ impl<'de> Deserialize<'de> for AttrSet {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AttrSet, A::Error> {
                 let mut v = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-                while let Some((k, val)) =
-                    map.next_entry::<std::borrow::Cow<'de, str>, std::borrow::Cow<'de, str>>()?
-                {
-                    v.push((intern(&k), intern(&val)));
+                while let Some((Interned(k), Interned(val))) = map.next_entry()? {
+                    v.push((k, val));
                 }
                 Ok(AttrSet::from_pairs(v))
             }
@@ -223,9 +221,30 @@ impl<'de> Deserialize<'de> for AttrSet {
     }
 }
 
-/// The process-wide table of attribute strings. A string is dropped from it when no set
-/// holds it any more, at the next prune: the table is pruned when it has doubled since the
-/// last one, so it stays within twice the strings in use (plus a floor).
+/// A JSON string read straight into the table: borrowed or unescaped into a scratch
+/// buffer by the deserializer, never into a `String` of its own first.
+struct Interned(Arc<str>);
+
+impl<'de> Deserialize<'de> for Interned {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Interned, D::Error> {
+        struct Str;
+        impl Visitor<'_> for Str {
+            type Value = Interned;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Interned, E> {
+                Ok(Interned(intern(s)))
+            }
+        }
+        d.deserialize_str(Str)
+    }
+}
+
+/// The process-wide table of attribute strings. A string no set holds any more stays in it
+/// until the next prune, which runs when a new string would make the table twice what the
+/// last prune left (or 4096, the floor): the table holds at most twice the strings that
+/// were in use at the last prune, or the floor.
 struct Interner {
     strings: HashSet<Arc<str>>,
     prune_at: usize,
@@ -247,8 +266,10 @@ pub fn intern(s: &str) -> Arc<str> {
     }
     if t.strings.len() >= t.prune_at {
         t.strings.retain(|a| Arc::strong_count(a) > 1);
-        t.strings.shrink_to_fit();
         t.prune_at = (t.strings.len() * 2).max(PRUNE_FLOOR);
+        // Room for the strings up to the next prune, no more (not `shrink_to_fit`: the
+        // insert below would grow it again at once).
+        t.strings.shrink_to(t.prune_at);
     }
     let a: Arc<str> = Arc::from(s);
     t.strings.insert(Arc::clone(&a));
@@ -321,6 +342,19 @@ mod tests {
         assert_eq!(json.get("k"), Some("last"));
         let err = serde_json::from_str::<AttrSet>(r#"{"k":1}"#).unwrap_err();
         assert!(err.to_string().contains("expected a string"), "{err}");
+        let err = serde_json::from_str::<AttrSet>(r#"["k"]"#).unwrap_err();
+        assert!(
+            err.to_string().contains("an object of string attributes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn escaped_strings_are_read_unescaped() {
+        let s: AttrSet = serde_json::from_str(r#"{"k\u0041":"a\"b\\c\n"}"#).unwrap();
+        assert_eq!(s.get("kA"), Some("a\"b\\c\n"));
+        let back: AttrSet = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
     }
 
     #[test]
@@ -363,6 +397,43 @@ mod properties {
         #[test]
         fn any_json_reads_as_a_set_or_an_error_never_a_panic(s in "\\PC{0,40}") {
             let _ = serde_json::from_str::<AttrSet>(&s);
+        }
+
+        /// Objects as a plugin's JSON may hold them: repeated keys, escapes, values that
+        /// are not strings. A set when every value is a string (the last of a repeated key
+        /// kept, as a map keeps it), else an error saying a string was expected.
+        #[test]
+        fn objects_read_as_their_maps_or_name_the_value_that_is_not_a_string(
+            entries in proptest::collection::vec(
+                ("[a-c\"\\\\é]{0,3}", prop_oneof![
+                    "[x-z\"\\\\\n]{0,3}".prop_map(serde_json::Value::from),
+                    any::<i64>().prop_map(serde_json::Value::from),
+                    Just(serde_json::Value::Null),
+                    Just(serde_json::json!({"nested": "x"})),
+                ]),
+                0..6,
+            )
+        ) {
+            let body: Vec<String> = entries
+                .iter()
+                .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).unwrap(), v))
+                .collect();
+            let json = format!("{{{}}}", body.join(","));
+            let all_strings = entries.iter().all(|(_, v)| v.is_string());
+            match serde_json::from_str::<AttrSet>(&json) {
+                Ok(set) => {
+                    prop_assert!(all_strings, "{json} read as {set:?}");
+                    let want: BTreeMap<String, String> = entries
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                        .collect();
+                    prop_assert_eq!(set.to_map(), want);
+                }
+                Err(e) => {
+                    prop_assert!(!all_strings, "{json}: {e}");
+                    prop_assert!(e.to_string().contains("expected a string"), "{json}: {e}");
+                }
+            }
         }
     }
 }

@@ -66,7 +66,7 @@ impl Router {
             rule: format!("alertmanager/{name}"),
             metric: String::new(),
             firing: a.status == "firing",
-            labels: Attributes::new(a.labels.clone().into()),
+            labels: Attributes::new((&a.labels).into()),
             value: f64::NAN,
             recent: Vec::new(),
             actions,

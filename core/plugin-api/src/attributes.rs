@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
+use std::mem;
 use std::sync::{Arc, Mutex};
 
 use serde::de::{MapAccess, Visitor};
@@ -241,6 +242,43 @@ impl<'de> Deserialize<'de> for Interned {
     }
 }
 
+/// Equal sets as one `Arc`, for an emitter that builds its series' attributes anew on
+/// every read (the QoS view): [`SetCache::share`] gives back the `Arc` it gave for an equal
+/// set the read before, so the series' sets are not built twice over and the store matches
+/// them by pointer. Bounded: [`SetCache::sweep`] after each read forgets what that read did
+/// not share.
+#[derive(Debug, Default)]
+pub struct SetCache {
+    now: HashSet<crate::Attributes>,
+    before: HashSet<crate::Attributes>,
+}
+
+impl SetCache {
+    /// The shared `Arc` of `set`.
+    pub fn share(&mut self, set: AttrSet) -> crate::Attributes {
+        if let Some(a) = self.now.get(&set) {
+            return Arc::clone(a);
+        }
+        let a = self.before.take(&set).unwrap_or_else(|| Arc::new(set));
+        self.now.insert(Arc::clone(&a));
+        a
+    }
+
+    /// End of a read: the sets it did not share are forgotten.
+    pub fn sweep(&mut self) {
+        self.before = mem::take(&mut self.now);
+    }
+
+    /// How many sets it holds.
+    pub fn len(&self) -> usize {
+        self.now.len() + self.before.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The process-wide table of attribute strings. A string no set holds any more stays in it
 /// until the next prune, which runs when a new string would make the table twice what the
 /// last prune left (or 4096, the floor): the table holds at most twice the strings that
@@ -363,6 +401,22 @@ mod tests {
         let b: AttrSet = serde_json::from_str(r#"{"rdma.device":"mlx5_shared_test"}"#).unwrap();
         assert!(Arc::ptr_eq(&a.pairs[0].0, &b.pairs[0].0));
         assert!(Arc::ptr_eq(&a.pairs[0].1, &b.pairs[0].1));
+    }
+
+    #[test]
+    fn a_cache_shares_equal_sets_and_forgets_what_a_read_did_not_share() {
+        let mut c = SetCache::default();
+        let a = c.share(AttrSet::from([("k", "1")]));
+        let b = c.share(AttrSet::from([("k", "2")]));
+        assert!(Arc::ptr_eq(&a, &c.share(AttrSet::from([("k", "1")]))));
+        c.sweep();
+        // The next read shares `a` again, not `b`.
+        assert!(Arc::ptr_eq(&a, &c.share(AttrSet::from([("k", "1")]))));
+        c.sweep();
+        assert_eq!(c.len(), 1, "only what the last read shared");
+        let b2 = c.share(AttrSet::from([("k", "2")]));
+        assert!(!Arc::ptr_eq(&b, &b2), "b was forgotten");
+        assert_eq!(b, b2);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod bandwidth;
 pub mod model;
 pub mod traits;
 
-pub use attributes::AttrSet;
+pub use attributes::{AttrSet, SetCache};
 pub use bandwidth::*;
 pub use model::*;
 pub use traits::*;

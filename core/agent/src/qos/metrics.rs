@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use rocewatch_plugin_api::{Attributes, Inventory, MetricKind, QosState, Sample, Setting, Value};
+use rocewatch_plugin_api::{
+    AttrSet, Inventory, MetricKind, QosState, Sample, SetCache, Setting, Value,
+};
 use tokio::sync::watch;
 
 use super::observe::{observe, ConfigPlugins};
@@ -73,6 +75,7 @@ pub(super) fn qos_sample(
     name: &'static str,
     value: f64,
     attrs: BTreeMap<String, String>,
+    sets: &mut SetCache,
 ) -> Sample {
     let e = rocewatch_metrics::QOS_CATALOG
         .iter()
@@ -82,7 +85,7 @@ pub(super) fn qos_sample(
         name: name.into(),
         unit: e.unit.into(),
         value: Value::F64(value),
-        attributes: Attributes::new(attrs.into()),
+        attributes: sets.share(AttrSet::from(&attrs)),
         source: PLUGIN.into(),
         kind: MetricKind::Gauge,
     }
@@ -90,8 +93,14 @@ pub(super) fn qos_sample(
 
 /// The configuration as samples: every setting (value 1, the value as an attribute),
 /// drift per desired setting (1 differs, 0 as desired; none where it cannot be
-/// compared), and the fingerprint.
-pub fn samples(states: &[QosState], desired: &QosConfig, fingerprint: &str) -> Vec<Sample> {
+/// compared), and the fingerprint. Each series' attributes come from `sets`: the read
+/// before's `Arc` where they are the same.
+pub fn samples(
+    states: &[QosState],
+    desired: &QosConfig,
+    fingerprint: &str,
+    sets: &mut SetCache,
+) -> Vec<Sample> {
     let mut out = Vec::new();
     let port_attrs = |s: &QosState| {
         let mut a = BTreeMap::new();
@@ -114,7 +123,7 @@ pub fn samples(states: &[QosState], desired: &QosConfig, fingerprint: &str) -> V
                     Setting::Unknown(_) => "unknown".into(),
                 },
             );
-            out.push(qos_sample("rdma.qos.setting", 1.0, a));
+            out.push(qos_sample("rdma.qos.setting", 1.0, a, sets));
         }
     }
     if !desired.desired.is_empty() {
@@ -148,6 +157,7 @@ pub fn samples(states: &[QosState], desired: &QosConfig, fingerprint: &str) -> V
                 "rdma.qos.drift",
                 if differs { 1.0 } else { 0.0 },
                 a,
+                sets,
             ));
         }
     }
@@ -155,7 +165,9 @@ pub fn samples(states: &[QosState], desired: &QosConfig, fingerprint: &str) -> V
         "rdma.qos.fingerprint",
         1.0,
         [(ATTR_FINGERPRINT.to_string(), fingerprint.to_string())].into(),
+        sets,
     ));
+    sets.sweep();
     out
 }
 
@@ -173,6 +185,8 @@ pub async fn watch(
         return;
     }
     let mut last_error = String::new();
+    // At 2000 ports the view is 26 000 series: a re-read shares the sets it had.
+    let mut sets = SetCache::default();
     loop {
         match observe(&plugins, pipeline.metrics()).await {
             Ok(states) => {
@@ -197,7 +211,7 @@ pub async fn watch(
                 let fp = fingerprint(&states, &inv);
                 pipeline.ingest_at(
                     PLUGIN,
-                    &samples(&states, &desired, &fp),
+                    &samples(&states, &desired, &fp, &mut sets),
                     SystemTime::now(),
                     Instant::now(),
                 );
@@ -288,7 +302,7 @@ mod tests {
             "[[desired]]\nsettings = { mtu = \"9000\", cnp_dscp = \"48\", trust = \"dscp\" }\n",
         )
         .unwrap();
-        let s = samples(&states, &desired, "00");
+        let s = samples(&states, &desired, "00", &mut SetCache::default());
         let drift: BTreeMap<String, f64> = s
             .iter()
             .filter(|s| s.name == "rdma.qos.drift")
@@ -317,8 +331,64 @@ mod tests {
             "one fingerprint sample"
         );
         // Without a desired state: no drift series at all.
-        assert!(!samples(&states, &QosConfig::default(), "00")
+        assert!(!samples(
+            &states,
+            &QosConfig::default(),
+            "00",
+            &mut SetCache::default()
+        )
+        .iter()
+        .any(|s| s.name == "rdma.qos.drift"));
+    }
+
+    #[test]
+    fn a_re_read_hands_out_the_sets_of_the_read_before_where_they_are_the_same() {
+        let v = |s: &str| Setting::Value(s.into());
+        let desired: QosConfig =
+            toml::from_str("[[desired]]\nsettings = { mtu = \"9000\" }\n").unwrap();
+        let mut sets = SetCache::default();
+        let read = |mtu: &str, sets: &mut SetCache| {
+            let states = [port(
+                "mlx5_0",
+                "eth2",
+                &[("mtu", v(mtu)), ("trust", v("dscp"))],
+            )];
+            samples(&states, &desired, "00", sets)
+        };
+        let first = read("1500", &mut sets);
+        let again = read("1500", &mut sets);
+        assert_eq!(first.len(), again.len());
+        for (a, b) in first.iter().zip(&again) {
+            assert!(
+                Arc::ptr_eq(&a.attributes, &b.attributes),
+                "{:?}",
+                b.attributes
+            );
+        }
+        // A changed value is a new set; the others are still the first read's.
+        let changed = read("9000", &mut sets);
+        let mtu = |s: &[Sample]| {
+            s.iter()
+                .find(|x| x.name == "rdma.qos.setting" && &x.attributes[ATTR_SETTING] == "mtu")
+                .map(|x| Arc::clone(&x.attributes))
+                .unwrap()
+        };
+        assert_eq!(&mtu(&changed)[ATTR_VALUE], "9000");
+        assert!(!Arc::ptr_eq(&mtu(&first), &mtu(&changed)));
+        let shared = first
             .iter()
-            .any(|s| s.name == "rdma.qos.drift"));
+            .filter(|a| {
+                changed
+                    .iter()
+                    .any(|b| Arc::ptr_eq(&a.attributes, &b.attributes))
+            })
+            .count();
+        assert_eq!(shared, first.len() - 1, "all but the mtu setting's set");
+        // What the last read did not share is not held: the cache keeps that read's four
+        // sets (two settings, the drift, the fingerprint), not the old mtu value's.
+        let old = Arc::downgrade(&mtu(&first));
+        drop((first, again));
+        assert!(old.upgrade().is_none(), "the mtu=1500 set is dropped");
+        assert_eq!(sets.len(), changed.len());
     }
 }

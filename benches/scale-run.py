@@ -1,8 +1,9 @@
 """benches/scale-run.py BINARY SYSFS_ROOT SECONDS [ARGS...]: `rocewatch run` at a 1 s
-interval on SYSFS_ROOT with /metrics scraped every second; after a 3 s warm-up, CPU (% of
+interval on SYSFS_ROOT with /metrics scraped every second (gzip accepted, as Prometheus
+does); after a 3 s warm-up, CPU (% of
 one core) and RSS over SECONDS, the slowest scrape, the collector's own duration metric and
 the exporters' self-metrics. Used by benches/scale-2000-ports.sh."""
-import sys, time, urllib.request, os, subprocess, socket
+import sys, time, urllib.request, os, subprocess, socket, gzip
 binary, root, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
 extra = sys.argv[4:]
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
@@ -18,9 +19,17 @@ def status(key):
         if l.startswith(key):
             return int(l.split()[1]) / 1024
 def scrape():
+    # As Prometheus asks: gzip accepted (an agent that does not compress answers in text).
     t = time.time()
-    b = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read()
+    r = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+        headers={"Accept-Encoding": "gzip"}), timeout=30)
+    b = r.read()
+    global sent
+    sent = len(b)
+    if r.headers.get("Content-Encoding") == "gzip":
+        b = gzip.decompress(b)
     return b, time.time() - t
+sent = 0
 t0 = time.time()
 while True:
     try:
@@ -46,6 +55,6 @@ while time.time() - t0 < secs:
         rss.append(status('VmRSS:')); time.sleep(0.1)
 dt = time.time() - t0; c1 = cpu()
 durs = [l for l in b.decode().splitlines() if (l.startswith("rocewatch_plugin_duration_seconds_") and 'plugin="counters-sysfs"' in l) or l.startswith("rocewatch_exporter_") or l.startswith("rocewatch_plugin_errors")]
-print(f"window {dt:.1f}s, {n} scrapes ({size} bytes, slowest {worst*1e3:.0f} ms); CPU {100*(c1-c0)/dt:.1f}% of a core; RSS mean {sum(rss)/len(rss):.1f} MiB, highest {max(rss):.1f} MiB (sampled every 0.1 s), peak since start {status('VmHWM:'):.1f} MiB")
+print(f"window {dt:.1f}s, {n} scrapes ({size} bytes, {sent} sent, slowest {worst*1e3:.0f} ms); CPU {100*(c1-c0)/dt:.1f}% of a core; RSS mean {sum(rss)/len(rss):.1f} MiB, highest {max(rss):.1f} MiB (sampled every 0.1 s), peak since start {status('VmHWM:'):.1f} MiB")
 for l in durs: print("  " + l)
 p.terminate(); p.wait()

@@ -209,12 +209,14 @@ pub async fn watch(
                     }
                 }
                 let fp = fingerprint(&states, &inv);
-                pipeline.ingest_at(
-                    PLUGIN,
-                    &samples(&states, &desired, &fp, &mut sets),
-                    SystemTime::now(),
-                    Instant::now(),
-                );
+                let view = samples(&states, &desired, &fp, &mut sets);
+                pipeline.ingest_at(PLUGIN, &view, SystemTime::now(), Instant::now());
+                // A large host's view (26 000 series at 2000 ports) and the reads behind
+                // it were built and dropped: their pages go back now, as a collection's do.
+                if view.len() >= crate::pipeline::scheduler::BIG_COLLECTION {
+                    drop((view, states));
+                    tokio::task::spawn_blocking(crate::util::memory::release_freed);
+                }
                 last_error.clear();
             }
             Err(e) if !e.is_unsupported() && e.to_string() != last_error => {

@@ -8,6 +8,7 @@
 #   <phase>-rdma.json      `rdma -j statistic show` between them
 #   <phase>-capture/       the netlink requests and replies of the netlink collection
 #   phases: idle0 (before traffic), during (while ib_write_bw runs), idle1 (after)
+#   snap-retries.txt       "during" snapshots taken again because the traffic stalled
 #   perftest.txt, discover.json, ibv_devinfo.txt, rdma-link.json, hw_counters.txt
 #   env.json, env.stderr; env.sh, doctor-env.json, doctor-env-bad.json (role b)
 #   capture.json, capture.stderr (role a): rocewatch capture on rxe0 while ib_write_bw runs
@@ -36,11 +37,24 @@ for src in sysfs netlink; do
   printf '[plugins.builtin.counters-sysfs]\noptions = { hw_counters_source = "%s" }\n' "$src" > /tmp/$src.toml
 done
 collect() { "$BIN" collect --once --format json --config /tmp/$1.toml; }
+# snap PHASE [moving]: sysfs, netlink, rdma statistic, sysfs again. With "moving", the
+# traffic must move across it: the moving counter read just after the first sysfs read and
+# just before the last one must differ, so the two sysfs reads do. Soft-RoCE on a loaded
+# host stalls now and then for a moment (a retransmission timeout): such a snapshot is
+# taken again, up to 5 times (said in snap-retries.txt).
 snap() {
-  collect sysfs > "$R/$1-sysfs-before.json"
-  ROCEWATCH_NETLINK_CAPTURE="$R/$1-capture" collect netlink > "$R/$1-netlink.json"
-  rdma -j statistic show > "$R/$1-rdma.json"
-  collect sysfs > "$R/$1-sysfs-after.json"
+  local n=0 m0 m1
+  while :; do
+    rm -rf "$R/$1-capture"
+    collect sysfs > "$R/$1-sysfs-before.json"; m0=$(moving)
+    ROCEWATCH_NETLINK_CAPTURE="$R/$1-capture" collect netlink > "$R/$1-netlink.json"
+    rdma -j statistic show > "$R/$1-rdma.json"
+    m1=$(moving); collect sysfs > "$R/$1-sysfs-after.json"
+    n=$((n+1))
+    { [ "${2:-}" != moving ] || [ "$m1" != "$m0" ] || [ $n -ge 5 ]; } && return
+    echo "$1 snapshot $n: $MOVING stayed at $m0; again" >> "$R/snap-retries.txt"
+    sleep 0.5
+  done
 }
 # The counter the traffic moves here: the writer (b) sends the data, the target (a) receives it.
 MOVING=sent_pkts; [ "$RXE_ROLE" = a ] && MOVING=rcvd_pkts
@@ -202,7 +216,7 @@ fi
 i=0; until hget /metrics > "$R/res-metrics-during.txt" 2>/dev/null && grep "^rdma_resource_qps{" "$R/res-metrics-during.txt" | grep -q "rdma_workload=\"$WL\".* [1-9]" || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
 for k in qp cq mr pd; do rdma -j resource show $k > "$R/res-$k.json" 2>&1; done
 "$BIN" top --once --json > "$R/top-during.json" 2> "$R/top-during.stderr"
-snap during
+snap during moving
 [ "$RXE_ROLE" = a ] && wait $CAP_PID
 wait $PERF_PID
 sleep 3   # the peer's last ACKs

@@ -175,9 +175,12 @@ fn lab_netlink_and_sysfs_hw_counters_agree() {
                     "sent_pkts"
                 };
                 let (b, a) = (before[moving].2, after[moving].2);
+                let retries = std::fs::read_to_string(r.join("snap-retries.txt"));
                 assert!(
                     b < a,
-                    "{role}: traffic was moving during the netlink read ({moving} {b} -> {a})"
+                    "{role}: traffic was moving during the netlink read ({moving} {b} -> {a}); \
+                     snapshots taken again: {}",
+                    retries.unwrap_or_else(|_| "none".into())
                 );
             }
             // The recorded replies decode to what the agent reported.

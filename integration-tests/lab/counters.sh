@@ -180,7 +180,10 @@ cat /var/lib/rocewatch/qp-counter-modes.json > "$R/res-state-during.txt" 2>&1
 snap idle0
 # RDMA writes of 64 KiB for 20 s (duration mode): long enough to read the resources and
 # the counters while they move, however slow the emulation.
-PERF="ib_write_bw -d rxe0 -x 1 -D 20 -s 65536"
+# 32 in flight and a ~1 s retransmission timeout (-t 32 -u 18), as the bandwidth lab runs
+# it: with perftest's 128 and 67 ms, soft-RoCE in loaded guests retransmitted until a round
+# failed ("Failed status 9"), and the workload was gone while top was read.
+PERF="ib_write_bw -d rxe0 -x 1 -D 20 -s 65536 -t 32 -u 18"
 # Under emulation perftest's clock calibration sometimes fails after the traffic ("Can't
 # produce a report"); both sides then fail that round and start another. Failed rounds go
 # to perftest-failed.txt, the successful one to perftest.txt.
@@ -215,7 +218,7 @@ fi
 # (Its QP, not only its MR: perftest registers memory before it makes the QP.)
 i=0; until hget /metrics > "$R/res-metrics-during.txt" 2>/dev/null && grep "^rdma_resource_qps{" "$R/res-metrics-during.txt" | grep -q "rdma_workload=\"$WL\".* [1-9]" || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
 for k in qp cq mr pd; do rdma -j resource show $k > "$R/res-$k.json" 2>&1; done
-"$BIN" top --once --json > "$R/top-during.json" 2> "$R/top-during.stderr"
+i=0; until "$BIN" top --once --json > "$R/top-during.json" 2> "$R/top-during.stderr" && grep -q "\"$WL\"" "$R/top-during.json" || [ $i -ge 20 ]; do sleep 0.5; i=$((i+1)); done
 snap during moving
 [ "$RXE_ROLE" = a ] && wait $CAP_PID
 wait $PERF_PID

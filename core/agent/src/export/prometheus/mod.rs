@@ -373,11 +373,12 @@ async fn handle(
             let response = Response::builder()
                 .header("content-type", format.content_type())
                 .header("vary", "Accept-Encoding");
+            // Compressed under the store's read lock (so the text is never held whole):
+            // an ingest waits for the compression too, about as long as the rendering.
             let body = if accepts_gzip(header("accept-encoding")) {
-                match render_gzip(&state.store, &state.metrics, format) {
-                    Ok(body) => Ok(response.header("content-encoding", "gzip").body(Full::new(Bytes::from(body)))),
-                    Err(e) => Err(e),
-                }
+                render_gzip(&state.store, &state.metrics, format).map(|body| {
+                    response.header("content-encoding", "gzip").body(Full::new(Bytes::from(body)))
+                })
             } else {
                 Ok(response.body(Full::new(Bytes::from(render(&state.store, &state.metrics, format)))))
             };

@@ -339,7 +339,9 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
     entry!("rocewatch.config.reloads", "{reload}", Counter, "agent", NONE, 1, "agent",
         "Configuration reloads on SIGHUP by `result` (ok; error: the new file was refused and the agent runs on with the old one)."),
     entry!("rocewatch.counter.resets", "{reset}", Counter, "agent", NONE, 1, "agent",
-        "Counters seen going backwards (a reset: a new cumulative series starts), by metric `name`."),
+        "Counters seen going backwards (a reset: a new cumulative series starts; no rate or increase for that interval), by metric `name`."),
+    entry!("rocewatch.counter.saturated", "{series}", Gauge, "agent", NONE, 1, "agent",
+        "Series of a counter that stops at its maximum (IB PortCounters) now resting there, by metric `name`: their rate is unknown, not 0, until the counter is cleared (`perfquery -R`)."),
 ];
 
 /// Every entry of every table: port metrics, PCIe link and driver metrics, ethtool metrics,

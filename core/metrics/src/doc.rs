@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::catalog::{CatalogEntry, CATALOG, NOT_COUNTERS, SELF_METRICS};
+use crate::counter::{describe, overflow_of, WRAP_PACE_FACTOR};
 use crate::naming::{collectd_ds, collectd_type, prometheus_sample_name};
 
 fn attrs(e: &CatalogEntry) -> String {
@@ -14,6 +15,41 @@ fn attrs(e: &CatalogEntry) -> String {
         let _ = write!(s, ", `{k}={v}`");
     }
     s
+}
+
+/// How a catalogued counter ends, for its row: gauges have no top.
+fn top(e: &CatalogEntry) -> String {
+    if e.kind != rocewatch_plugin_api::MetricKind::Counter {
+        return String::new();
+    }
+    match e.source.split_once('/') {
+        Some(("hw_counters", "*")) => "64-bit, or as its driver says".into(),
+        _ => describe(overflow_of(e.source)),
+    }
+}
+
+/// Which counters saturate, roll over or are 64 bits wide, and where that comes from.
+fn counter_widths(md: &mut String) {
+    md.push_str("\n## Counter widths\n\n");
+    md.push_str("Every reader of counters (rates, rules, doctor, the bandwidth test, `top`, the per-QP sums) ");
+    md.push_str(
+        "decides how a counter moved in one place (`core/metrics/src/counter.rs`): a counter that ",
+    );
+    md.push_str("went back is a **reset** (`perfquery -R`, a driver reload, a VF reset) and yields no rate and ");
+    md.push_str("no increase for that interval; a counter resting at the top of a counter that stops there is ");
+    md.push_str("**saturated** (rate unknown, not 0; counted in `rocewatch.counter.saturated`); only a counter ");
+    md.push_str("known to roll over counts the increase across its top, and only when that increase is within ");
+    let _ = write!(
+        md,
+        "{WRAP_PACE_FACTOR}× of what its last rate predicts (else it is a reset).\n\n"
+    );
+    md.push_str("| counters | at the top | source |\n|---|---|---|\n");
+    md.push_str("| `counters/` (IB PortCounters) | saturate at 2^width − 1: 4 bits (`local_link_integrity_errors`, `excessive_buffer_overrun_errors`), 8 (`link_downed`, `link_error_recovery`, `port_*_constraint_errors`), 16 (`symbol_error`, `port_rcv_errors`, `port_rcv_remote_physical_errors`, `port_rcv_switch_relay_errors`, `port_xmit_discards`, `VL15_dropped`), 32 (`port_xmit_data`/`port_rcv_data` in 4-octet words, `port_*_packets`, `port_xmit_wait`) | `drivers/infiniband/core/sysfs.c` `PORT_PMA_ATTR(name, counter, width, offset)`; IBTA Vol. 1 PortCounters: a counter stops at its maximum |\n");
+    md.push_str("| `counters/unicast_*`, `counters/multicast_*`, `counters_ext/` | 64-bit | `sysfs.c` `PORT_PMA_ATTR_EXT` (PortCountersExtended) |\n");
+    md.push_str("| mlx5 `hw_counters/` queue counters (`out_of_buffer`, `out_of_sequence`, `duplicate_request`, `local_ack_timeout_err`, `packet_seq_err`, `implied_nak_seq_err`, `rnr_nak_retry_err`, `rx_*_requests`, `*_cqe_*error`, `*_remote_*`, `resp_local_length_error`, `roce_adp_retrans*`, `roce_slow_restart*`), also per QP | wrap at 2^32 | `drivers/infiniband/hw/mlx5/counters.c` `mlx5_ib_query_q_counters`: each read as a `__be32` |\n");
+    md.push_str("| mlx5 `hw_counters/` congestion counters (`rp_cnp_*`, `np_cnp_sent`, `np_ecn_marked_roce_packets`) and `rx_icrc_encapsulated` | 64-bit | `counters.c`: `mlx5_lag_query_cong_counters`, `mlx5_ib_query_ext_ppcnt_counters` read `__be64` |\n");
+    md.push_str("| mlx5 ethtool `rx_out_of_buffer`, `rx_if_down_packets` | wrap at 2^32 | `drivers/net/ethernet/mellanox/mlx5/core/en_stats.h` `struct mlx5e_qcounter_stats` (u32) |\n");
+    md.push_str("| every other ethtool statistic, bnxt_re, irdma, efa and rxe `hw_counters/`, RDMA netlink statistics | 64-bit | the drivers accumulate into u64 (ethtool ABI: `__u64 data[]`) |\n");
 }
 
 /// The whole reference, as committed in `docs/METRICS.md`.
@@ -54,13 +90,16 @@ pub fn render_markdown() -> String {
     md.push_str("# rocewatch metrics\n\n");
     md.push_str("<!-- Generated from core/metrics/src/catalog.rs by `rocewatch metrics-doc`. Do not edit by hand. -->\n\n");
     md.push_str("Every sample carries `rdma.device` and `rdma.port`, and `network.interface.name` when the port has a netdev. ");
-    md.push_str("Counters are cumulative and monotonic; a counter seen going backwards is a reset and starts a new series. ");
+    md.push_str("Counters are cumulative and monotonic; a counter seen going backwards is a reset and starts a new series, ");
+    md.push_str(
+        "with no rate and no increase for that interval (see [Counter widths](#counter-widths)). ",
+    );
     md.push_str("A value the kernel does not expose (`N/A (no PMA)`, EINVAL, EACCES, EOPNOTSUPP, missing file) is absent, never zero.\n\n");
     md.push_str("## Port metrics\n\n");
     md.push_str(
-        "| name | unit | kind | Prometheus | source | attributes | seen on | description |\n",
+        "| name | unit | kind | Prometheus | source | attributes | seen on | at its top | description |\n",
     );
-    md.push_str("|---|---|---|---|---|---|---|---|\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for e in CATALOG {
         let scale = if e.scale != 1 {
             format!(" (×{})", e.scale)
@@ -69,7 +108,7 @@ pub fn render_markdown() -> String {
         };
         let _ = writeln!(
             md,
-            "| `{}` | `{}` | {} | `{}` | `{}` ({}) | `{}`{} | {} | {} | {} |",
+            "| `{}` | `{}` | {} | `{}` | `{}` ({}) | `{}`{} | {} | {} | {} | {} |",
             e.name,
             e.unit,
             e.kind.as_str(),
@@ -80,9 +119,11 @@ pub fn render_markdown() -> String {
             scale,
             attrs(e),
             e.seen_on,
+            top(e),
             e.description
         );
     }
+    counter_widths(&mut md);
     md.push_str("\n## PCIe link\n\n");
     md.push_str("The link of each port's PCI function (the RDMA device's `device/` directory), read by counters-sysfs once per device and collection, ");
     md.push_str("with the port's attributes (`rdma.device`, `rdma.port`, `network.interface.name`). A width or speed below its maximum caps the port: ");
@@ -120,9 +161,11 @@ pub fn render_markdown() -> String {
     md.push_str(
         "with the attributes of the series they come from. Rates are per second over the last ",
     );
-    md.push_str("collection interval; a reset or a saturated 32-bit counter yields no value for that interval, ");
     md.push_str(
-        "never a negative or zero one; a 32-bit wrap counts as the increase across it.\n\n",
+        "collection interval; a reset or a saturated counter yields no value for that interval, ",
+    );
+    md.push_str(
+        "never a negative or zero one; only a counter known to roll over counts the increase across its top.\n\n",
     );
     table(&mut md, crate::catalog::DERIVED_CATALOG, true);
     md.push_str("\n## Verbs probes\n\nPer peer (`rdma.probe.peer`), from the agent's prober (`[probes]`, the probe-verbs plugin).\n\n");

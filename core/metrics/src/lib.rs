@@ -4,6 +4,8 @@
 //! Layout:
 //! - [`catalog`]: one table ([`CATALOG`]) of name, unit, kind, kernel source file, fixed
 //!   attributes, scale and description; lookups by source file.
+//! - [`counter`]: what "a counter increased" means (reset, saturation, wrap), for every
+//!   reader of counters, and which sources saturate or roll over at which width.
 //! - [`kernel_log`]: the kernel log's `rdma.kernel.events` and its default patterns.
 //! - [`naming`]: the Prometheus (and collectd) names derived from the catalog.
 //! - [`doc`]: renders `docs/METRICS.md` from the table (a test in this crate fails when
@@ -15,6 +17,7 @@
 //! self-metrics live under `rocewatch.*`.
 
 pub mod catalog;
+pub mod counter;
 pub mod doc;
 pub mod kernel_log;
 pub mod naming;

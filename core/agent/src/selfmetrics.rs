@@ -1,5 +1,5 @@
 //! The agent's own metrics (`rocewatch.*`): plugin call durations, plugin errors by
-//! reason, samples emitted, counter resets.
+//! reason, samples emitted, counter resets and saturated counters.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -12,6 +12,8 @@ struct Inner {
     errors: BTreeMap<(String, String), u64>,
     samples: BTreeMap<String, u64>,
     resets: BTreeMap<String, u64>,
+    /// Series now resting at the top of a counter that stops there, by metric name.
+    saturated: BTreeMap<String, u64>,
     exporter_errors: BTreeMap<String, u64>,
     exporter_dropped: BTreeMap<String, u64>,
     exporter_sent: BTreeMap<String, u64>,
@@ -152,6 +154,18 @@ impl SelfMetrics {
         *self.lock().resets.entry(metric.into()).or_default() += 1;
     }
 
+    /// A series of `metric` came to rest at (`true`) or left (`false`) the top of a
+    /// counter that stops there.
+    pub fn counter_saturated(&self, metric: &str, saturated: bool) {
+        let mut g = self.lock();
+        let n = g.saturated.entry(metric.into()).or_default();
+        *n = if saturated {
+            n.saturating_add(1)
+        } else {
+            n.saturating_sub(1)
+        };
+    }
+
     pub fn call_duration(&self, plugin: &str, kind: &str, d: Duration) {
         let e = &mut *self.lock();
         let slot = e.durations.entry((plugin.into(), kind.into())).or_default();
@@ -269,6 +283,17 @@ impl SelfMetrics {
                 *v,
                 attrs(&[("name", name)]),
             ));
+        }
+        for (name, v) in &inner.saturated {
+            out.push(Sample {
+                kind: MetricKind::Gauge,
+                ..counter(
+                    "rocewatch.counter.saturated",
+                    "{series}",
+                    *v,
+                    attrs(&[("name", name)]),
+                )
+            });
         }
         out
     }

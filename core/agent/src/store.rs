@@ -1,11 +1,14 @@
 //! The latest value of every series, with what exporters and the live view need:
 //! per-series start time (a counter going backwards is a reset and starts a new
-//! cumulative series) and the rate since the previous collection (never negative).
+//! cumulative series) and the rate since the previous collection (never negative; none
+//! across a reset or while a counter rests at its top). How a counter moved is decided by
+//! `rocewatch_metrics::counter`, the one definition every reader of counters uses.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime};
 
+use rocewatch_metrics::counter::{counter_move, overflow_of, Move};
 use rocewatch_plugin_api::{Attributes, MetricDescriptor, MetricKind, Name, Sample};
 
 use crate::selfmetrics::SelfMetrics;
@@ -20,16 +23,33 @@ pub struct Series {
     pub start: SystemTime,
     /// When the value was read.
     pub time: SystemTime,
-    /// Per-second rate since the previous read, for counters; `None` on the first read
-    /// and right after a reset.
-    pub rate: Option<f64>,
-    read_at: Instant,
+    /// Increase since the previous read, for counters: `None` on the first read, across
+    /// a reset and while the counter rests at its top (saturated).
+    pub increase: Option<f64>,
+    /// Seconds between the previous read and this one (the span of `increase`).
+    pub interval: f32,
+    /// When the value was read (monotonic): rates and increases are over the time
+    /// between two reads.
+    pub read_at: Instant,
+    /// Resting at the top of a counter that stops there (counted in
+    /// `rocewatch.counter.saturated` while it does).
+    pub saturated: bool,
     /// The ingest that last saw this series (series a plugin stops emitting are dropped).
     generation: u64,
     /// Its Prometheus label set (`{k="v",...}`), rendered once when it appeared, and
     /// shared by the series that appeared with the same attributes `Arc` in one ingest
     /// (a collector's port: 52 series, one string).
     pub labels: Arc<str>,
+}
+
+impl Series {
+    /// Per-second rate since the previous read, for counters (never negative): `None` on
+    /// the first read, across a reset and while saturated.
+    pub fn rate(&self) -> Option<f64> {
+        self.increase
+            .filter(|_| self.interval > 0.0)
+            .map(|d| d / f64::from(self.interval))
+    }
 }
 
 /// What one plugin emitted last time: the slot of each of its samples, in emission
@@ -110,60 +130,45 @@ fn update(
     now: SystemTime,
     mono: Instant,
 ) {
-    let mut rate = None;
+    let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
+    let mut increase = None;
     if s.kind == MetricKind::Counter {
         let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
-        let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
-        match counter_delta(old, new) {
-            Delta::Increase(d) => rate = (dt > 0.0).then(|| d / dt),
-            Delta::Saturated => {}
-            Delta::Reset => {
+        let expected = p.rate().map(|r| r * dt);
+        let moved = counter_move(old, new, || overflow_of(&s.source), expected);
+        let saturated = moved == Move::Saturated;
+        match moved {
+            Move::Increase(d) => increase = Some(d),
+            Move::Saturated => {}
+            Move::Reset => {
                 metrics.counter_reset(&s.name);
                 tracing::debug!(series = %s.series_key(), old, new, "counter reset");
                 p.start = now;
             }
         }
+        if saturated != p.saturated {
+            p.saturated = saturated;
+            metrics.counter_saturated(&s.name, saturated);
+            if saturated {
+                // Said once per series, when it comes to rest there (not per collection).
+                tracing::warn!(
+                    series = %s.series_key(),
+                    value = new,
+                    source = %s.source,
+                    "counter saturated: it stops at its maximum, so its rate is unknown until it is cleared (perfquery -R)"
+                );
+            }
+        }
     }
     p.sample.value = s.value;
-    p.rate = rate;
+    p.increase = increase;
+    p.interval = dt as f32;
     p.time = now;
     p.read_at = mono;
     p.generation = generation;
     if !Arc::ptr_eq(&p.plugin, plugin) {
         p.plugin = Arc::clone(plugin);
     }
-}
-
-/// How a counter moved between two reads.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Delta {
-    Increase(f64),
-    /// Stuck at the 32-bit maximum (IB PortCounters saturate): the rate is unknown, not 0.
-    Saturated,
-    /// Went backwards: a reset (driver reload, counter cleared); a new series starts.
-    Reset,
-}
-
-const U32_SPAN: f64 = 4_294_967_296.0;
-
-/// Classify a counter's move from `old` to `new`.
-///
-/// - `4294967295` (or 4× that, for data counters in bytes) twice in a row: saturated.
-/// - Backwards from the top half of the 32-bit range to the bottom half: a 32-bit wrap
-///   (some driver counters are 32 bits wide and wrap), counted as the increase across it.
-/// - Any other backwards move: a reset.
-pub fn counter_delta(old: f64, new: f64) -> Delta {
-    let saturated = |v: f64| v == U32_SPAN - 1.0 || v == 4.0 * (U32_SPAN - 1.0);
-    if saturated(old) && saturated(new) {
-        return Delta::Saturated;
-    }
-    if new >= old {
-        return Delta::Increase(new - old);
-    }
-    if (U32_SPAN / 2.0..U32_SPAN).contains(&old) && new < U32_SPAN / 2.0 {
-        return Delta::Increase(U32_SPAN - old + new);
-    }
-    Delta::Reset
 }
 
 /// One histogram series: counts per bucket (`bounds.len() + 1` of them, the last for
@@ -352,8 +357,10 @@ impl Store {
                         plugin: Arc::clone(&owner),
                         start: now,
                         time: now,
-                        rate: None,
+                        increase: None,
+                        interval: 0.0,
                         read_at: mono,
+                        saturated: false,
                         generation,
                     };
                     let slot = match g.free.pop() {
@@ -380,6 +387,9 @@ impl Store {
                 .is_some_and(|p| Arc::ptr_eq(&p.plugin, &owner) && p.generation != generation);
             if stale {
                 let p = g.slots[slot].take().expect("checked above");
+                if p.saturated {
+                    metrics.counter_saturated(&p.sample.name, false);
+                }
                 g.index.remove(&Key::of(&p.sample));
                 g.free.push(slot);
             }
@@ -526,26 +536,155 @@ mod tests {
         }
     }
 
+    fn counter_from(v: u64, source: &str) -> Sample {
+        Sample {
+            source: source.into(),
+            ..counter(v)
+        }
+    }
+
+    fn resets(m: &SelfMetrics) -> Option<Value> {
+        m.samples()
+            .iter()
+            .find(|s| s.name == "rocewatch.counter.resets")
+            .map(|s| s.value)
+    }
+
+    /// The defect of issue 27: a 64-bit counter going 3 000 000 000 → 100 (perfquery -R,
+    /// a driver reload) was read as a 32-bit wrap, a rate of 4.3e8/s for one interval.
     #[test]
-    fn deltas() {
-        assert_eq!(counter_delta(10.0, 15.0), Delta::Increase(5.0));
-        assert_eq!(
-            counter_delta(4294967290.0, 4.0),
-            Delta::Increase(10.0),
-            "32-bit wrap"
+    fn a_64_bit_counter_going_back_is_a_reset_with_no_rate() {
+        for source in [
+            "counters_ext/port_xmit_data_64",
+            "hw_counters/rp_cnp_handled",
+            "netlink:hw_counters/np_cnp_sent",
+            "ethtool:rx_prio3_pause",
+            "probe",
+        ] {
+            let store = Store::new();
+            let m = SelfMetrics::default();
+            let (t0, i0) = (SystemTime::UNIX_EPOCH, Instant::now());
+            let sec = Duration::from_secs(1);
+            store.ingest_at("p", &[counter_from(2_990_000_000, source)], &m, t0, i0);
+            store.ingest_at(
+                "p",
+                &[counter_from(3_000_000_000, source)],
+                &m,
+                t0 + sec,
+                i0 + sec,
+            );
+            assert_eq!(store.snapshot()[0].rate(), Some(1e7), "{source}");
+            store.ingest_at(
+                "p",
+                &[counter_from(100, source)],
+                &m,
+                t0 + 2 * sec,
+                i0 + 2 * sec,
+            );
+            let s = &store.snapshot()[0];
+            assert_eq!(s.rate(), None, "{source}: a reset has no rate");
+            assert_eq!(s.start, t0 + 2 * sec, "{source}: a new series starts");
+            assert_eq!(resets(&m), Some(Value::U64(1)), "{source}");
+        }
+    }
+
+    #[test]
+    fn an_mlx5_queue_counter_wraps_at_32_bits_at_its_pace() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let (t0, i0) = (SystemTime::UNIX_EPOCH, Instant::now());
+        let sec = Duration::from_secs(1);
+        let src = "hw_counters/out_of_buffer";
+        store.ingest_at("p", &[counter_from(4_293_000_000, src)], &m, t0, i0);
+        store.ingest_at(
+            "p",
+            &[counter_from(4_294_000_000, src)],
+            &m,
+            t0 + sec,
+            i0 + sec,
         );
-        assert_eq!(counter_delta(4294967295.0, 4294967295.0), Delta::Saturated);
-        assert_eq!(
-            counter_delta(17179869180.0, 17179869180.0),
-            Delta::Saturated,
-            "x4 data counter"
+        // 967 296 to the top and 1 000 000 past it: the same pace, a wrap.
+        store.ingest_at(
+            "p",
+            &[counter_from(1_000_000, src)],
+            &m,
+            t0 + 2 * sec,
+            i0 + 2 * sec,
         );
-        assert_eq!(counter_delta(1000.0, 3.0), Delta::Reset);
-        assert_eq!(
-            counter_delta(10_000_000_000.0, 5.0),
-            Delta::Reset,
-            "64-bit counters do not wrap here"
+        assert_eq!(store.snapshot()[0].rate(), Some(1_967_296.0));
+        assert_eq!(resets(&m), None);
+        // Far faster than its pace: a reset, not a wrap.
+        store.ingest_at(
+            "p",
+            &[counter_from(2_000_000, src)],
+            &m,
+            t0 + 3 * sec,
+            i0 + 3 * sec,
         );
+        store.ingest_at(
+            "p",
+            &[counter_from(1_000, src)],
+            &m,
+            t0 + 4 * sec,
+            i0 + 4 * sec,
+        );
+        assert_eq!(store.snapshot()[0].rate(), None);
+        assert_eq!(resets(&m), Some(Value::U64(1)));
+    }
+
+    #[test]
+    fn a_saturated_counter_has_no_rate_and_is_counted_until_cleared() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let (t0, i0) = (SystemTime::UNIX_EPOCH, Instant::now());
+        let sec = Duration::from_secs(1);
+        let src = "counters/symbol_error";
+        let saturated = |m: &SelfMetrics| {
+            m.samples()
+                .iter()
+                .find(|s| s.name == "rocewatch.counter.saturated")
+                .map(|s| (s.value, s.kind))
+        };
+        store.ingest_at("p", &[counter_from(65_000, src)], &m, t0, i0);
+        store.ingest_at("p", &[counter_from(65_535, src)], &m, t0 + sec, i0 + sec);
+        assert_eq!(
+            store.snapshot()[0].rate(),
+            None,
+            "not 535/s: it stopped there"
+        );
+        assert!(store.snapshot()[0].saturated);
+        assert_eq!(saturated(&m), Some((Value::U64(1), MetricKind::Gauge)));
+        store.ingest_at(
+            "p",
+            &[counter_from(65_535, src)],
+            &m,
+            t0 + 2 * sec,
+            i0 + 2 * sec,
+        );
+        assert_eq!(
+            store.snapshot()[0].rate(),
+            None,
+            "resting at the top is not idle"
+        );
+        assert_eq!(saturated(&m), Some((Value::U64(1), MetricKind::Gauge)));
+        // Cleared (perfquery -R): a reset, and no longer saturated.
+        store.ingest_at("p", &[counter_from(2, src)], &m, t0 + 3 * sec, i0 + 3 * sec);
+        assert!(!store.snapshot()[0].saturated);
+        assert_eq!(saturated(&m), Some((Value::U64(0), MetricKind::Gauge)));
+        assert_eq!(resets(&m), Some(Value::U64(1)));
+        store.ingest_at("p", &[counter_from(7, src)], &m, t0 + 4 * sec, i0 + 4 * sec);
+        assert_eq!(store.snapshot()[0].rate(), Some(5.0));
+        // A saturated series that vanishes is no longer counted.
+        store.ingest_at(
+            "p",
+            &[counter_from(65_535, src)],
+            &m,
+            t0 + 5 * sec,
+            i0 + 5 * sec,
+        );
+        assert_eq!(saturated(&m), Some((Value::U64(1), MetricKind::Gauge)));
+        store.ingest_at("p", &[], &m, t0 + 6 * sec, i0 + 6 * sec);
+        assert_eq!(saturated(&m), Some((Value::U64(0), MetricKind::Gauge)));
     }
 
     #[test]
@@ -587,7 +726,7 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
         let i0 = Instant::now();
         store.ingest_at("p", &[counter(100)], &m, t0, i0);
-        assert_eq!(store.snapshot()[0].rate, None);
+        assert_eq!(store.snapshot()[0].rate(), None);
         store.ingest_at(
             "p",
             &[counter(300)],
@@ -596,13 +735,13 @@ mod tests {
             i0 + Duration::from_secs(2),
         );
         let s = &store.snapshot()[0];
-        assert_eq!(s.rate, Some(100.0));
+        assert_eq!(s.rate(), Some(100.0));
         assert_eq!(s.start, t0);
         // Backwards: a reset. New start, no (negative) rate, counted.
         let t2 = t0 + Duration::from_secs(4);
         store.ingest_at("p", &[counter(50)], &m, t2, i0 + Duration::from_secs(4));
         let s = &store.snapshot()[0];
-        assert_eq!(s.rate, None);
+        assert_eq!(s.rate(), None);
         assert_eq!(s.start, t2);
         assert_eq!(
             m.samples()
@@ -619,7 +758,7 @@ mod tests {
             t2 + Duration::from_secs(1),
             i0 + Duration::from_secs(5),
         );
-        assert_eq!(store.snapshot()[0].rate, Some(100.0));
+        assert_eq!(store.snapshot()[0].rate(), Some(100.0));
         // The plugin stops emitting the series (device gone): it is dropped.
         store.ingest_at("p", &[], &m, t2, i0 + Duration::from_secs(6));
         assert!(store.snapshot().is_empty());
@@ -664,7 +803,7 @@ mod tests {
                 (
                     s.sample.series_key(),
                     s.sample.value,
-                    s.rate,
+                    s.rate(),
                     s.start,
                     s.time,
                     s.plugin.to_string(),
@@ -794,7 +933,7 @@ mod tests {
         put(&store, &m, "p", &[series("m", &again, 3)], i0, 1);
         let s = store.snapshot();
         assert_eq!(s.len(), 1);
-        assert_eq!(s[0].rate, Some(2.0));
+        assert_eq!(s[0].rate(), Some(2.0));
         assert_eq!(&*s[0].labels, r#"{a="1",b="2"}"#);
         assert!(
             Arc::ptr_eq(&s[0].sample.attributes, &first),
@@ -805,7 +944,7 @@ mod tests {
         let mut owned = series("m", &again, 4);
         owned.name = String::from("m").into();
         put(&store, &m, "p", &[owned], i0, 2);
-        assert_eq!(store.snapshot()[0].rate, Some(1.0));
+        assert_eq!(store.snapshot()[0].rate(), Some(1.0));
         // Other attributes: another series, the old one gone.
         put(
             &store,

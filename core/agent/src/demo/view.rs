@@ -40,7 +40,7 @@ pub(super) fn sum_rates(
                     continue;
                 }
             }
-            if let Some(r) = s.rate {
+            if let Some(r) = s.rate() {
                 any = true;
                 total += r;
             }

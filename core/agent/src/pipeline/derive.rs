@@ -40,7 +40,7 @@ pub fn compute(store: &Store) -> Vec<Sample> {
     ] {
         let source: Arc<str> = format!("derived:{from}").into();
         store.for_each_named(from, |s| {
-            if let Some(r) = s.rate {
+            if let Some(r) = s.rate() {
                 out.push(derived(to, r * scale, s.sample.attributes.clone(), &source));
             }
         });
@@ -50,7 +50,7 @@ pub fn compute(store: &Store) -> Vec<Sample> {
     for name in ERROR_COUNTERS {
         store.for_each_named(name, |s| {
             let (Some(rate), Some(dev), Some(port)) = (
-                s.rate,
+                s.rate(),
                 s.sample.attributes.get(ATTR_DEVICE),
                 s.sample.attributes.get(ATTR_PORT),
             ) else {

@@ -493,3 +493,112 @@ fn each_decision_has_its_own_id_across_a_restart_and_its_labels_once() {
         );
     }
 }
+
+/// Issue 27: a 64-bit counter going 3 000 000 000 → 100 (after `perfquery -R`, a driver
+/// reload, a VF reset) was taken for a 32-bit wrap, a rate of 4.3e8/s for one interval; a
+/// rate rule fired and its non-dry-run exec action ran. A reset is no traffic.
+#[test]
+fn a_counter_reset_fires_no_rule_and_runs_no_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sys");
+    let copy = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let counter = root.join("class/infiniband/mlx5_0/ports/1/hw_counters/rp_cnp_handled");
+    assert!(counter.exists(), "{}", counter.display());
+    let write = |v: u64| std::fs::write(&counter, format!("{v}\n")).unwrap();
+    write(2_999_999_000);
+    let fired = dir.path().join("FIRED");
+    let audit = dir.path().join("audit.jsonl");
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[[rules]]
+name = "cnp-storm"
+metric = "rdma.port.cnp.handled"
+match = {{ "rdma.device" = "mlx5_0", "rdma.port" = "1" }}
+condition = "rate"
+window = "2s"
+threshold = 1000000
+actions = ["drain"]
+
+[remediation]
+audit_log = {audit:?}
+kill_switch = {stop:?}
+
+[remediation.actions.drain]
+type = "exec"
+command = ["touch", {fired:?}]
+dry_run = false
+"#,
+            stop = dir.path().join("STOP"),
+        ),
+    )
+    .unwrap();
+    let check = rocewatch(&["config", "check", cfg.to_str().unwrap()], &[]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--interval",
+        "300ms",
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    let url = format!("{}/metrics", agent.prometheus_url());
+    let scrape = || reqwest::blocking::get(&url).unwrap().text().unwrap();
+    let wait_for = |what: &str, f: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = scrape();
+            if f(&text) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} never showed:\n{text}\n{}",
+                agent.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let series = |v: &'static str| {
+        move |t: &str| {
+            t.lines().any(|l| {
+                l.starts_with("rdma_port_cnp_handled_total{")
+                    && l.contains("rdma_device=\"mlx5_0\"")
+                    && l.contains("rdma_port=\"1\"")
+                    && l.ends_with(&format!(" {v}"))
+            })
+        }
+    };
+    wait_for("2999999000", &series("2999999000"));
+    // 1000 over a few collections: a few thousand per second, below the threshold.
+    write(3_000_000_000);
+    wait_for("3000000000", &series("3000000000"));
+    std::thread::sleep(Duration::from_millis(700));
+    // The reset.
+    write(100);
+    wait_for("the reset", &series("100"));
+    let text = wait_for("the reset counted", &|t: &str| {
+        t.lines().any(|l| {
+            l.starts_with("rocewatch_counter_resets_total{")
+                && l.contains("name=\"rdma.port.cnp.handled\"")
+        })
+    });
+    // Two windows more of collections after it.
+    std::thread::sleep(Duration::from_secs(4));
+    let records = std::fs::read_to_string(&audit).unwrap_or_default();
+    assert!(
+        !fired.exists() && !records.contains("\"fired\""),
+        "a counter reset fired the rule and ran its action:\n{records}\n{text}\n{}",
+        agent.stderr()
+    );
+}

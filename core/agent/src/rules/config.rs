@@ -15,7 +15,8 @@ pub enum Condition {
     /// The latest value.
     #[default]
     Value,
-    /// Per-second increase of a counter over `window` (resets and 32-bit wraps handled).
+    /// Per-second increase of a counter over `window` (a reset or a saturated read adds
+    /// nothing; see `rocewatch_metrics::counter`).
     Rate,
     /// Increase of a counter over `window`.
     Increase,
@@ -169,6 +170,20 @@ pub fn validate(
                 ),
             ));
         }
+        let reads_increases = matches!(
+            r.condition,
+            Condition::Rate | Condition::Increase | Condition::Ratio
+        );
+        if reads_increases && kind_of(&r.metric) != Some(MetricKind::Counter) {
+            return Err((
+                i,
+                format!(
+                    "condition: {:?} reads a counter's increases, and {:?} is a gauge (use condition = \"value\")",
+                    format!("{:?}", r.condition).to_lowercase(),
+                    r.metric
+                ),
+            ));
+        }
         for (k, v) in &r.matchers {
             Glob::new(v).map_err(|e| (i, format!("match.{k}: {e}")))?;
         }
@@ -205,6 +220,14 @@ pub fn validate(
                 return Err((
                     i,
                     format!("denominator: {d:?} is not a catalogued metric (see docs/METRICS.md)"),
+                ))
+            }
+            (Some(d), Condition::Ratio) if kind_of(d) != Some(MetricKind::Counter) => {
+                return Err((
+                    i,
+                    format!(
+                        "denominator: {d:?} is a gauge; a ratio divides the rates of two counters"
+                    ),
                 ))
             }
             (Some(_), c) if c != Condition::Ratio => {

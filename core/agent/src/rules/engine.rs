@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use rocewatch_plugin_api::{Attributes, Sample};
 
 use super::config::{Condition, RuleConfig};
-use crate::store::{counter_delta, Delta, Store};
+use crate::store::Store;
 
 /// Where a rule stands for one series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -46,8 +46,8 @@ pub(super) struct SeriesState {
     phase: Phase,
     since: Instant,
     value: f64,
-    /// (time, raw value): for rates, increases and the samples handed to remediation.
-    history: VecDeque<(Instant, f64)>,
+    /// For rates, increases and the samples handed to remediation.
+    history: VecDeque<Point>,
     seen: bool,
     /// When the store last read the series: a point is added only for a new read (rules
     /// are evaluated after every collector's collection, not only this series').
@@ -81,6 +81,17 @@ pub(super) fn join_key(keys: &[String], s: &Sample) -> Vec<String> {
         .collect()
 }
 
+/// One read of a series as a rule saw it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Point {
+    at: Instant,
+    value: f64,
+    /// The increase since the read before, as the store judged it (the one definition
+    /// of a counter's move, `rocewatch_metrics::counter`): `None` for a gauge, a first
+    /// read, a reset or a saturated counter.
+    increase: Option<f64>,
+}
+
 /// Record a new read of `st` in `s` (once per read), trimming to two windows.
 pub(super) fn record(
     s: &mut SeriesState,
@@ -93,10 +104,14 @@ pub(super) fn record(
         return;
     }
     s.read_at = Some(st.time);
-    s.history.push_back((now, st.sample.value.as_f64()));
+    s.history.push_back(Point {
+        at: now,
+        value: st.sample.value.as_f64(),
+        increase: st.increase,
+    });
     let keep = window.max(Duration::from_secs(1)) * 2;
     while s.history.len() > RECENT
-        && (s.history.len() > RECENT * 64 || now.duration_since(s.history[0].0) > keep)
+        && (s.history.len() > RECENT * 64 || now.duration_since(s.history[0].at) > keep)
     {
         s.history.pop_front();
     }
@@ -114,11 +129,7 @@ pub(super) fn new_state(labels: Attributes, now: Instant) -> SeriesState {
     }
 }
 
-pub(super) fn per_second(
-    history: &VecDeque<(Instant, f64)>,
-    now: Instant,
-    window: Duration,
-) -> Option<f64> {
+pub(super) fn per_second(history: &VecDeque<Point>, now: Instant, window: Duration) -> Option<f64> {
     increase(history, now, window).and_then(|(inc, span)| (span > 0.0).then(|| inc / span))
 }
 
@@ -238,7 +249,7 @@ impl Engine {
                     return false;
                 }
                 let v = match cfg.condition {
-                    Condition::Value => s.history.back().map(|x| x.1),
+                    Condition::Value => s.history.back().map(|x| x.value),
                     Condition::Rate | Condition::Increase => {
                         increase(&s.history, now, window).map(|(inc, span)| {
                             if cfg.condition == Condition::Rate {
@@ -338,29 +349,24 @@ pub(super) fn matches(matchers: &[(String, GlobMatcher)], s: &Sample) -> bool {
         .all(|(k, g)| s.attributes.get(k).is_some_and(|v| g.is_match(v)))
 }
 
-/// Increase of a counter over the last `window` of `history` and the seconds it spans.
+/// Increase of a counter over the last `window` of `history` and the seconds it spans:
+/// the increases of the reads in the window, each since the read before it (the last
+/// read before the window starts it). A reset or a saturated read adds nothing.
 pub(super) fn increase(
-    history: &VecDeque<(Instant, f64)>,
+    history: &VecDeque<Point>,
     now: Instant,
     window: Duration,
 ) -> Option<(f64, f64)> {
     let start = now.checked_sub(window).unwrap_or(now);
-    let first = history.iter().position(|(t, _)| *t >= start)?;
+    let first = history.iter().position(|p| p.at >= start)?;
     // Include the last point before the window so a window always has a start value.
     let from = first.saturating_sub(1);
-    let pts: Vec<&(Instant, f64)> = history.iter().skip(from).collect();
+    let pts: Vec<&Point> = history.iter().skip(from).collect();
     if pts.len() < 2 {
         return None;
     }
-    let mut inc = 0.0;
-    for w in pts.windows(2) {
-        match counter_delta(w[0].1, w[1].1) {
-            Delta::Increase(d) => inc += d,
-            Delta::Reset => inc += w[1].1, // restarted from zero
-            Delta::Saturated => {}
-        }
-    }
-    let span = pts.last()?.0.duration_since(pts[0].0).as_secs_f64();
+    let inc = pts[1..].iter().filter_map(|p| p.increase).sum();
+    let span = pts.last()?.at.duration_since(pts[0].at).as_secs_f64();
     Some((inc, span))
 }
 
@@ -382,7 +388,7 @@ pub(super) fn transition(
             .rev()
             .take(RECENT)
             .rev()
-            .map(|(t, v)| (now.duration_since(*t).as_secs_f64(), *v))
+            .map(|p| (now.duration_since(p.at).as_secs_f64(), p.value))
             .collect(),
         actions: cfg.actions.clone(),
         severity: cfg.severity.clone(),
@@ -447,7 +453,12 @@ mod tests {
 
     impl Rig {
         fn new(r: RuleConfig) -> Rig {
-            validate(std::slice::from_ref(&r), |_| Some(MetricKind::Gauge)).unwrap();
+            // Rates, increases and ratios read counters; the rest read gauges here.
+            let kind = match r.condition {
+                Condition::Value | Condition::Absent => MetricKind::Gauge,
+                _ => MetricKind::Counter,
+            };
+            validate(std::slice::from_ref(&r), |_| Some(kind)).unwrap();
             Rig {
                 store: Store::new(),
                 engine: Engine::new(&[r]),
@@ -576,12 +587,47 @@ threshold = 50"#,
         assert_eq!(t.len(), 1);
         assert!(t[0].0 && (t[0].1 - 55.0).abs() < 1e-9, "{t:?}");
         // The counter resets (driver reload) and restarts from 0: the drop is no negative
-        // rate, the 10 after it count. Over the 30 s window: 100 + 1000 + 10 = 37/s.
+        // rate and no increase for that interval (what moved across a reset is unknown).
+        // Over the 30 s window: 100 + 1000 + 0 = 36.7/s.
         let t = r.at(30, &[c(10)]).await;
         assert_eq!(t.len(), 1);
-        assert!(!t[0].0 && (t[0].1 - 37.0).abs() < 1e-9, "{t:?}");
+        assert!(!t[0].0 && (t[0].1 - 1100.0 / 30.0).abs() < 1e-9, "{t:?}");
         assert_eq!(r.at(60, &[c(20)]).await, vec![], "0.5/s: stays cleared");
         assert_eq!(r.phase(), vec![Phase::Cleared]);
+    }
+
+    /// Issue 27: a 64-bit counter going 3 000 000 000 → 100 (perfquery -R, a driver
+    /// reload) was taken for a 32-bit wrap, a rate of 4.3e8/s, and a rate rule fired.
+    #[tokio::test(start_paused = true)]
+    async fn a_reset_of_a_64_bit_counter_fires_no_rate_or_increase_rule() {
+        for condition in ["rate", "increase"] {
+            let mut r = Rig::new(rule(&format!(
+                "[[rules]]\nname = \"cnp-surge\"\nmetric = \"rdma.port.cnp.handled\"\ncondition = \"{condition}\"\nwindow = \"30s\"\nthreshold = 1000"
+            )));
+            let c = |v| {
+                let mut s = sample(
+                    "rdma.port.cnp.handled",
+                    Value::U64(v),
+                    MetricKind::Counter,
+                    "3",
+                );
+                s.source = "hw_counters/rp_cnp_handled".into();
+                s
+            };
+            assert_eq!(r.at(0, &[c(2_999_999_900)]).await, vec![]);
+            assert_eq!(r.at(10, &[c(3_000_000_000)]).await, vec![], "10/s");
+            assert_eq!(
+                r.at(20, &[c(100)]).await,
+                vec![],
+                "{condition}: a reset is no traffic"
+            );
+            assert_eq!(
+                r.at(30, &[c(200)]).await,
+                vec![],
+                "{condition}: 10/s after it"
+            );
+            assert_eq!(r.phase(), vec![Phase::Inactive], "{condition}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -672,7 +718,29 @@ threshold = 0.2
             .contains("rdma.probe.rtt.last"));
         assert!(err("clear = 0.3", true).contains("hysteresis"));
         assert!(err("match = { \"rdma.device\" = \"[x\" }", true).contains("match.rdma.device"));
-        assert!(err("condition = \"ratio\"", true).contains("denominator"));
+        assert!(err("condition = \"ratio\"", true).contains("is a gauge"));
+        // Rates and increases read counters: a gauge is named, not read as one.
+        assert!(err("condition = \"rate\"", true).contains(
+            "\"rate\" reads a counter's increases, and \"rdma.pfc.pause_ratio\" is a gauge"
+        ));
+        let counters = |m: &str| {
+            Some(if m == "rdma.pfc.pause_ratio" {
+                MetricKind::Gauge
+            } else {
+                MetricKind::Counter
+            })
+        };
+        let ratio = rule("[[rules]]\nname = \"x\"\nmetric = \"rdma.port.out_of_buffer\"\ncondition = \"ratio\"\nthreshold = 1");
+        assert!(validate(std::slice::from_ref(&ratio), counters)
+            .unwrap_err()
+            .1
+            .contains("denominator"));
+        let mut ratio = ratio;
+        ratio.denominator = Some("rdma.pfc.pause_ratio".into());
+        assert!(validate(&[ratio], counters)
+            .unwrap_err()
+            .1
+            .contains("denominator: \"rdma.pfc.pause_ratio\" is a gauge"));
         assert!(err("denominator = \"rdma.pfc.pause_ratio\"", true).contains("only for condition"));
         let r = rule(base);
         let e = validate(&[r.clone(), r], known).unwrap_err();

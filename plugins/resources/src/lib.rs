@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rocewatch_discovery_sysfs::DeviceFilter;
+use rocewatch_metrics::counter::{counter_move, hw_counter_overflow};
 use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_netlink::rdma_stat::QpCounter;
 use rocewatch_netlink::NetlinkError;
@@ -98,6 +99,9 @@ pub struct Resources {
     monotonic: Monotonic,
 }
 
+/// A per-QP counter's identity: (device, counter id, owning pid, counter name).
+type CounterIdentity = (String, u32, Option<u32>, String);
+
 /// `rdma.workload.counter` as a counter that never goes back: a bound counter's value
 /// per (device, counter id, name) is remembered and only its increase is added to the
 /// workload's total, so a process that exits (its counter freed) or a workload that moves
@@ -105,13 +109,20 @@ pub struct Resources {
 /// is forgotten (its series ends).
 #[derive(Debug, Default)]
 struct Monotonic {
-    last: HashMap<(String, u32, String), u64>,
+    /// Per (device, counter id, owning pid, name): the value last read and its increase
+    /// then (the pace a 32-bit mlx5 queue counter's wrap is judged by). The pid is part of
+    /// the identity: a counter id freed and made again for another process is a new
+    /// counter, not a reset of the old one.
+    last: HashMap<CounterIdentity, (u64, Option<f64>)>,
     totals: HashMap<Attributes, (u64, Instant)>,
 }
 
 impl Monotonic {
-    /// The counters with each value replaced by its increase since the last collection
-    /// (a counter seen first, or one that went back: a new one, all of its value).
+    /// The counters with each value replaced by its increase since the last collection.
+    /// A counter seen first is one made since (a new QP's counter starts at 0): all of
+    /// its value. One that went back is judged as every counter is
+    /// (`rocewatch_metrics::counter`): a reset adds nothing; an mlx5 queue counter
+    /// crossing 2^32 at its pace adds what it moved across.
     fn deltas(&mut self, counters: &[QpCounter]) -> Vec<QpCounter> {
         let mut last = HashMap::with_capacity(self.last.len());
         let out = counters
@@ -119,13 +130,21 @@ impl Monotonic {
             .map(|c| {
                 let mut d = c.clone();
                 for (name, v) in d.hw_counters.iter_mut() {
-                    let key = (c.dev_name.clone(), c.id, name.clone());
-                    let prev = self.last.get(&key).copied();
-                    last.insert(key, *v);
-                    *v = match prev {
-                        Some(p) if *v >= p => *v - p,
-                        _ => *v,
+                    let key = (c.dev_name.clone(), c.id, c.pid, name.clone());
+                    let increase = match self.last.get(&key) {
+                        None => Some(*v as f64),
+                        Some(&(prev, pace)) => {
+                            counter_move(prev as f64, *v as f64, || hw_counter_overflow(name), pace)
+                                .increase()
+                        }
                     };
+                    let keep = if self.last.contains_key(&key) {
+                        increase
+                    } else {
+                        None
+                    };
+                    last.insert(key, (*v, keep));
+                    *v = increase.map_or(0, |i| i as u64);
                 }
                 d
             })
@@ -565,8 +584,12 @@ mod tests {
         assert_eq!(total(&[c(1, 100, 13)], 2), Value::U64(22));
         // Counter 1 freed and made again (a new process got the id): all of it counts.
         assert_eq!(total(&[c(1, 102, 4)], 3), Value::U64(26));
+        // The same counter going back (cleared, the device reset): no increase is known;
+        // it used to count all of its new value.
+        assert_eq!(total(&[c(1, 102, 3)], 4), Value::U64(26));
+        assert_eq!(total(&[c(1, 102, 5)], 5), Value::U64(28));
         // Nothing bound for a while: the total stays, then the series ends.
-        assert_eq!(total(&[], 4), Value::U64(26));
+        assert_eq!(total(&[], 6), Value::U64(28));
     }
 
     #[test]

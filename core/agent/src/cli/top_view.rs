@@ -35,7 +35,7 @@ use rocewatch_metrics::{
 use rocewatch_plugin_api::Sample;
 use serde::Serialize;
 
-use crate::store::{counter_delta, Delta};
+use rocewatch_metrics::counter::{counter_move_from, Move};
 
 /// Per-QP counters summed as retransmissions (see the module's doc).
 pub const RETRANS_COUNTERS: &[&str] = &[
@@ -292,7 +292,7 @@ fn add_rates(rows: &mut BTreeMap<String, Row>, cur: &[Sample], before: &[Sample]
         let Some(&was) = old.get(&key) else {
             continue; // first seen: no rate yet
         };
-        let Delta::Increase(d) = counter_delta(was, s.value.as_f64()) else {
+        let Move::Increase(d) = counter_move_from(&s.source, was, s.value.as_f64(), None) else {
             continue; // a reset or a saturated counter says nothing about this interval
         };
         let Some(row) = rows.get_mut(key.0) else {

@@ -1,13 +1,16 @@
 //! Trouble counters (pauses, drops, out_of_buffer, out-of-sequence, retransmissions)
-//! that grew over the window.
+//! that grew over the window, went back (a reset) or rest at their top (saturated).
 
 use std::collections::BTreeMap;
+
+use rocewatch_metrics::counter::{counter_move_from, Move};
 
 /// Counters that must not move on a healthy lossless fabric.
 pub(super) const TROUBLE: &[&str] = &[
     "rdma.pfc.pause_frames",
     "rdma.pfc.storm_events",
     "rdma.link.discards",
+    "rdma.port.transmit.discards",
     "rdma.priority.discards",
     "rdma.netdev.out_of_buffer",
     "rdma.port.out_of_buffer",
@@ -19,11 +22,13 @@ pub(super) const TROUBLE: &[&str] = &[
     "rdma.port.duplicate_requests",
 ];
 
-/// Which trouble counters grew between two collections: (series, increase).
+/// How the trouble counters that did not stand still moved between two collections:
+/// (series, move), a move being an increase, a reset or a counter resting at its top
+/// (`rocewatch_metrics::counter`, the one definition every reader of counters uses).
 pub fn counter_increases(
     before: &[rocewatch_plugin_api::Sample],
     after: &[rocewatch_plugin_api::Sample],
-) -> Vec<(String, f64)> {
+) -> Vec<(String, Move)> {
     let key = |s: &rocewatch_plugin_api::Sample| {
         let attrs = s
             .attributes
@@ -41,10 +46,10 @@ pub fn counter_increases(
     let mut out = Vec::new();
     for s in after.iter().filter(|s| TROUBLE.contains(&s.name.as_ref())) {
         let k = key(s);
-        if let Some(o) = old.get(&k) {
-            let d = s.value.as_f64() - o;
-            if d > 0.0 {
-                out.push((k, d));
+        if let Some(&o) = old.get(&k) {
+            match counter_move_from(&s.source, o, s.value.as_f64(), None) {
+                Move::Increase(d) if d <= 0.0 => {}
+                m => out.push((k, m)),
             }
         }
     }
@@ -93,8 +98,60 @@ mod tests {
             counter_increases(&before, &after),
             [(
                 "rdma.pfc.pause_frames{rdma.device=mlx5_0}".to_string(),
-                15.0
+                Move::Increase(15.0)
             )]
+        );
+    }
+
+    /// A reset is no growth (3e9 → 100 was once read as a 32-bit wrap, 1.29e9 drops),
+    /// and a counter resting at its top is said, not taken for a quiet one.
+    #[test]
+    fn resets_and_saturated_counters_are_told_apart_from_growth() {
+        use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
+        let s = |name: &'static str, source: &str, v: u64| Sample {
+            name: name.into(),
+            unit: "".into(),
+            value: Value::U64(v),
+            attributes: Attributes::new([("rdma.device".to_string(), "mlx5_0".to_string())].into()),
+            source: source.into(),
+            kind: MetricKind::Counter,
+        };
+        let before = [
+            s(
+                "rdma.port.out_of_sequence",
+                "hw_counters/out_of_sequence",
+                3_000_000_000,
+            ),
+            s(
+                "rdma.port.transmit.discards",
+                "counters/port_xmit_discards",
+                65_535,
+            ),
+        ];
+        let after = [
+            s(
+                "rdma.port.out_of_sequence",
+                "hw_counters/out_of_sequence",
+                100,
+            ),
+            s(
+                "rdma.port.transmit.discards",
+                "counters/port_xmit_discards",
+                65_535,
+            ),
+        ];
+        assert_eq!(
+            counter_increases(&before, &after),
+            [
+                (
+                    "rdma.port.out_of_sequence{rdma.device=mlx5_0}".to_string(),
+                    Move::Reset
+                ),
+                (
+                    "rdma.port.transmit.discards{rdma.device=mlx5_0}".to_string(),
+                    Move::Saturated
+                ),
+            ]
         );
     }
 }

@@ -19,6 +19,7 @@ use super::kernel_log::kernel_log_checks;
 use super::mtu::peer_mtu_check;
 use super::qos::qos_checks;
 use crate::app::App;
+use rocewatch_metrics::counter::Move;
 
 /// Run every check.
 pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
@@ -295,14 +296,22 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
             None,
         ));
     } else {
-        for (series, d) in grew {
-            out.push(check(
-                "counters",
-                "",
-                Status::Warn,
-                format!("{series} +{d} in {secs}"),
-                Some("pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters".into()),
-            ));
+        for (series, moved) in grew {
+            let (what, fix) = match moved {
+                Move::Increase(d) => (
+                    format!("{series} +{d} in {secs}"),
+                    "pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters",
+                ),
+                Move::Saturated => (
+                    format!("{series} rests at its maximum: the counter stops there, so what it counted in {secs} is unknown"),
+                    "clear the port's counters (perfquery -R) and run doctor again; a device with extended counters reports 64-bit ones in counters_ext/",
+                ),
+                Move::Reset => (
+                    format!("{series} went back in {secs} (cleared, or the driver or device was reset): what it counted is unknown"),
+                    "run doctor again; a counter reset nobody made points at a driver reload or a device reset (rocewatch doctor's kernel-log check)",
+                ),
+            };
+            out.push(check("counters", "", Status::Warn, what, Some(fix.into())));
         }
     }
     // The probe.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rocewatch_metrics::catalog;
+use rocewatch_metrics::counter::counter_move_from;
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
 use rocewatch_plugin_api::{AttrSet, BandwidthRequest, BandwidthResult, PortSnapshot, Sample};
 use serde::Serialize;
@@ -139,19 +140,22 @@ impl PortMoves {
             let Some(e) = catalog::lookup(group, name) else {
                 continue;
             };
+            // The peer's raw values, scaled as its collector would; a reset or a counter
+            // resting at its top says nothing about the test.
+            let scaled = |v: u64| v.saturating_mul(e.scale) as f64;
+            let Some(d) = counter_move_from(file, scaled(*before), scaled(*after), None).increase()
+            else {
+                continue;
+            };
             let attrs: AttrSet = e.attributes.iter().copied().collect();
-            m.add(
-                e.name,
-                &attrs,
-                after.saturating_sub(*before).saturating_mul(e.scale),
-            );
+            m.add(e.name, &attrs, d as u64);
         }
         m
     }
 
     /// The moves of the local port `device`/`port` (netdev `netdev`) between two
     /// collections: samples of other ports are left out; a counter that went backwards
-    /// (a reset) counts from zero.
+    /// (a reset) or rests at its top (saturated) adds nothing, its move being unknown.
     pub fn from_samples(
         before: &[Sample],
         after: &[Sample],
@@ -167,28 +171,21 @@ impl PortMoves {
                 && a.get(ATTR_NETDEV)
                     .is_none_or(|n| netdev.is_none_or(|want| n == want))
         };
-        let was: BTreeMap<String, u64> = before
+        let was: BTreeMap<String, f64> = before
             .iter()
             .filter(|s| ours(s))
-            .filter_map(|s| Some((s.series_key(), value(s)?)))
+            .map(|s| (s.series_key(), s.value.as_f64()))
             .collect();
         let mut m = PortMoves::default();
         for s in after.iter().filter(|s| ours(s)) {
-            let (Some(now), Some(then)) = (value(s), was.get(&s.series_key())) else {
+            let Some(&then) = was.get(&s.series_key()) else {
                 continue;
             };
-            let delta = if now >= *then { now - then } else { now };
-            m.add(&s.name, &s.attributes, delta);
+            if let Some(d) = counter_move_from(&s.source, then, s.value.as_f64(), None).increase() {
+                m.add(&s.name, &s.attributes, d as u64);
+            }
         }
         m
-    }
-}
-
-fn value(s: &Sample) -> Option<u64> {
-    match s.value {
-        rocewatch_plugin_api::Value::U64(v) => Some(v),
-        rocewatch_plugin_api::Value::F64(v) if v >= 0.0 && v.is_finite() => Some(v as u64),
-        _ => None,
     }
 }
 
@@ -442,5 +439,68 @@ mod tests {
         assert_eq!(m.tx_packets, Some(15));
         assert_eq!(thousands(1234567), "1 234 567");
         assert_eq!(gbps(81.4e9), "81");
+    }
+
+    /// A counter that went back during the test (cleared, driver reset) moved by an
+    /// unknown amount: it adds nothing (it used to count its whole new value, or a 32-bit
+    /// wrap's worth), and neither does one resting at its top.
+    #[test]
+    fn a_reset_or_saturated_counter_adds_nothing_to_a_test() {
+        use rocewatch_plugin_api::Value;
+        let sample = |name: &str, source: &str, v: u64| Sample {
+            name: name.to_string().into(),
+            unit: "{packet}".into(),
+            value: Value::U64(v),
+            attributes: attrs(&[(ATTR_DEVICE, "mlx5_0"), (ATTR_PORT, "1")]).into(),
+            source: source.into(),
+            kind: rocewatch_plugin_api::MetricKind::Counter,
+        };
+        let m = PortMoves::from_samples(
+            &[
+                sample(
+                    "rdma.port.out_of_sequence",
+                    "hw_counters/out_of_sequence",
+                    3_000_000_000,
+                ),
+                sample(
+                    "rdma.port.transmit.discards",
+                    "counters/port_xmit_discards",
+                    65_535,
+                ),
+                sample("rdma.port.out_of_buffer", "hw_counters/out_of_buffer", 5),
+            ],
+            &[
+                sample(
+                    "rdma.port.out_of_sequence",
+                    "hw_counters/out_of_sequence",
+                    100,
+                ),
+                sample(
+                    "rdma.port.transmit.discards",
+                    "counters/port_xmit_discards",
+                    65_535,
+                ),
+                sample("rdma.port.out_of_buffer", "hw_counters/out_of_buffer", 9),
+            ],
+            "mlx5_0",
+            1,
+            None,
+        );
+        assert_eq!(
+            m.out_of_sequence, None,
+            "a reset: unknown, not 100 nor 1.29e9"
+        );
+        assert_eq!(m.discards, None, "saturated: unknown");
+        assert_eq!(m.out_of_buffer, Some(4));
+        let mut s = PortSnapshot::default();
+        s.before
+            .insert("counters/port_rcv_data".into(), 4_000_000_000);
+        s.after.insert("counters/port_rcv_data".into(), 10);
+        s.before
+            .insert("counters/port_xmit_packets".into(), 4_294_967_000);
+        s.after
+            .insert("counters/port_xmit_packets".into(), 4_294_967_295);
+        let m = PortMoves::from_snapshot(&s);
+        assert_eq!((m.rx_bytes, m.tx_packets), (None, None), "{m:?}");
     }
 }

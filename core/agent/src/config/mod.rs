@@ -526,6 +526,26 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_inline_bearer_token_is_refused_as_an_empty_token_file_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("token");
+        std::fs::write(&empty, " \n").unwrap();
+        let am = "[remediation.actions.l]\ntype = \"log\"\n[alertmanager]\n";
+        for (line, key) in [
+            ("bearer_token = \" \"".to_string(), "alertmanager.bearer_token"),
+            ("bearer_token = \"\"".to_string(), "alertmanager.bearer_token"),
+            (
+                format!("bearer_token_file = {empty:?}"),
+                "alertmanager.bearer_token_file",
+            ),
+        ] {
+            let e = parse(&format!("{am}{line}\n")).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("empty"), "{line}: {e}");
+        }
+        parse(&format!("{am}bearer_token = \" t0ken \"\n")).unwrap();
+    }
+
+    #[test]
     fn what_run_cannot_survive_is_refused_with_the_key() {
         let cases = [
             ("[agent]\ninterval = \"18446744073709551615s\"\n", "agent.interval"),

@@ -11,6 +11,8 @@ mod collectd;
 mod config;
 mod demo;
 mod discover;
+#[cfg(test)]
+mod duration_flags;
 mod doctor;
 mod env;
 mod output;

@@ -119,7 +119,8 @@ pub struct ProbesConfig {
 }
 
 impl ProbesConfig {
-    /// What is wrong with the settings: (key, message).
+    /// What is wrong with the settings: (key, message). Its durations are checked with
+    /// every other one of the configuration (`Config::durations`).
     pub fn validate(&self) -> Result<(), (String, String)> {
         let bad = |k: &str, m: String| Err((format!("probes.{k}"), m));
         let b = &self.rtt_buckets;
@@ -143,12 +144,6 @@ impl ProbesConfig {
         }
         if self.max_peers == 0 {
             return bad("max_peers", "must be at least 1".into());
-        }
-        if self.interval.is_zero() {
-            return bad("interval", "must be greater than zero".into());
-        }
-        if self.timeout.is_zero() {
-            return bad("timeout", "must be greater than zero".into());
         }
         if self.serve_bandwidth && !self.serve {
             return bad(

@@ -158,7 +158,8 @@ pub struct ActionConfig {
     pub on: Vec<Event>,
 }
 
-/// Checks `[remediation]` and the actions the rules name.
+/// Checks `[remediation]` and the actions the rules name (their durations are checked with
+/// every other one of the configuration: `Config::durations`).
 pub fn validate(
     cfg: &RemediationConfig,
     rules: &[crate::rules::RuleConfig],
@@ -178,12 +179,6 @@ pub fn validate(
                 ))
             }
             _ => {}
-        }
-        if a.timeout.is_zero() {
-            return Err((
-                format!("{path}.timeout"),
-                "must be greater than zero".into(),
-            ));
         }
         if a.on.is_empty() {
             return Err((

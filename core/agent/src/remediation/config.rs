@@ -72,7 +72,8 @@ pub struct RemediationConfig {
     /// Actions started (dry runs included) in any hour, over all actions.
     #[serde(default = "default_per_hour")]
     pub max_actions_per_hour: u32,
-    /// Actions running at once.
+    /// Actions running at once. A reload that lowers it lets the running ones end: a new
+    /// one starts only while fewer than this run.
     #[serde(default = "default_concurrent")]
     pub max_concurrent: usize,
     /// The actions rules name, by name.

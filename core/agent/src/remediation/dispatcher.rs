@@ -1,13 +1,14 @@
 //! The dispatcher: for each rule transition, the kill switch, cooldown per target and
 //! event, the hourly and concurrency limits, the audit record (with the workloads on the
 //! transition's port), and the action run under its timeout (log, exec, webhook, plugin,
-//! qos_apply).
+//! qos_apply). What outlives a dispatcher (a reload) is its [`Memory`]: the limits, and
+//! the actions still running.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::action::{describe, run_exec, Breach};
@@ -22,8 +23,7 @@ pub struct Dispatcher {
     cfg: RemediationConfig,
     audit: Arc<AuditLog>,
     metrics: Arc<SelfMetrics>,
-    semaphore: Arc<Semaphore>,
-    state: Arc<Mutex<Limits>>,
+    memory: Memory,
     http: reqwest::Client,
     targets: Targets,
 }
@@ -41,16 +41,53 @@ pub struct Targets {
 }
 
 /// What the dispatcher remembers across a configuration reload: when each action last ran
-/// for each target (cooldowns), the starts of the last hour, and the slots of the actions
-/// still running. A reload must not let an action run again before its cooldown.
-#[derive(Clone, Default)]
+/// for each target (cooldowns), the starts of the last hour, and the actions still
+/// running. A reload must not let an action run again before its cooldown, nor more
+/// actions run than the new `max_concurrent` allows: the running ones keep their slots
+/// (a new action starts only while fewer than the limit run), whatever the new limit.
+#[derive(Clone)]
 pub struct Memory {
     limits: Arc<Mutex<Limits>>,
-    slots: Arc<Mutex<Option<Slots>>>,
+    /// How many actions run now (each holds a [`Slot`]).
+    running: Arc<watch::Sender<usize>>,
 }
 
-/// The concurrency slots and how many there are (`max_concurrent`).
-type Slots = (usize, Arc<Semaphore>);
+impl Default for Memory {
+    fn default() -> Self {
+        Memory {
+            limits: Arc::default(),
+            running: Arc::new(watch::Sender::new(0)),
+        }
+    }
+}
+
+/// A running action's place among the `max_concurrent`: given back when dropped.
+struct Slot(Arc<watch::Sender<usize>>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Memory {
+    /// A slot when fewer than `limit` actions run.
+    fn slot(&self, limit: usize) -> Option<Slot> {
+        let taken = self.running.send_if_modified(|n| {
+            let free = *n < limit;
+            if free {
+                *n += 1;
+            }
+            free
+        });
+        taken.then(|| Slot(Arc::clone(&self.running)))
+    }
+
+    /// How many actions run now.
+    pub fn running(&self) -> usize {
+        *self.running.borrow()
+    }
+}
 
 impl std::fmt::Debug for Memory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,20 +125,9 @@ impl Dispatcher {
         audit.prepare()?;
         Ok(Arc::new(Dispatcher {
             audit: Arc::new(audit),
-            semaphore: {
-                let mut slots = memory.slots.lock().unwrap_or_else(|p| p.into_inner());
-                match &*slots {
-                    Some((n, s)) if *n == cfg.max_concurrent => Arc::clone(s),
-                    _ => {
-                        let s = Arc::new(Semaphore::new(cfg.max_concurrent));
-                        *slots = Some((cfg.max_concurrent, Arc::clone(&s)));
-                        s
-                    }
-                }
-            },
             cfg,
             metrics,
-            state: Arc::clone(&memory.limits),
+            memory: memory.clone(),
             http: reqwest::Client::new(),
             targets,
         }))
@@ -212,7 +238,7 @@ impl Dispatcher {
                 .join(",");
             let now = Instant::now();
             {
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = self.memory.limits.lock().unwrap_or_else(|p| p.into_inner());
                 // Targets seen once (alerts with unique labels) must not pile up: forget
                 // the ones whose every cooldown is over.
                 if st.last.len() > 4096 {
@@ -261,12 +287,13 @@ impl Dispatcher {
                     );
                     continue;
                 }
-                let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() else {
+                let Some(slot) = self.memory.slot(self.cfg.max_concurrent) else {
                     drop(st);
                     let _ = self.record(
                         &decision,
                         suppressed(format!(
-                            "concurrency: {} actions already running (max_concurrent)",
+                            "concurrency: {} actions already running (max_concurrent {})",
+                            self.memory.running(),
                             self.cfg.max_concurrent
                         )),
                         false,
@@ -289,7 +316,7 @@ impl Dispatcher {
                     workloads_truncated: on_port.as_ref().map_or(0, |w| w.truncated),
                 };
                 if action.dry_run {
-                    drop(permit);
+                    drop(slot);
                     let _ = self.record(
                         &decision,
                         AuditRecord {
@@ -313,7 +340,7 @@ impl Dispatcher {
                 ) {
                     st.last.remove(&key);
                     st.starts.pop_back();
-                    drop(permit);
+                    drop(slot);
                     tracing::error!(rule = %t.rule, action = %name, "refused: audit unavailable ({e}); the action did not run");
                     let _ = self.record(
                         &decision,
@@ -329,36 +356,49 @@ impl Dispatcher {
                 let action = action.clone();
                 let result_base = base("result", Some(name));
                 let decision = Arc::clone(&decision);
+                let started = Instant::now();
                 spawned.push(tokio::spawn(async move {
-                    let started = Instant::now();
                     let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
+                    let timeout = humantime::format_duration(action.timeout);
                     let (outcome, detail) = match r {
                         Ok(Ok(msg)) => ("ok", msg),
                         Ok(Err(msg)) => ("error", msg),
                         Err(_) => (
                             "timeout",
-                            format!("did not finish within {}; abandoned", humantime::format_duration(action.timeout)),
+                            format!("did not finish within {timeout}; abandoned"),
                         ),
                     };
-                    drop(permit);
                     if outcome != "ok" {
                         tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
                     }
-                    let _ = me.record(
-                        &decision,
-                        AuditRecord {
-                            time: now_rfc3339(),
-                            outcome: Some(outcome),
-                            detail: Some(detail),
-                            duration_ms: Some(started.elapsed().as_millis() as u64),
-                            ..result_base
-                        },
-                        false,
-                    );
+                    me.record_result(&decision, result_base, outcome, detail, started);
+                    drop(slot);
                 }));
             }
         }
         spawned
+    }
+
+    /// Audit an action's result.
+    fn record_result(
+        &self,
+        decision: &Decision,
+        base: AuditRecord,
+        outcome: &'static str,
+        detail: String,
+        started: Instant,
+    ) {
+        let _ = self.record(
+            decision,
+            AuditRecord {
+                time: now_rfc3339(),
+                outcome: Some(outcome),
+                detail: Some(detail),
+                duration_ms: Some(started.elapsed().as_millis() as u64),
+                ..base
+            },
+            false,
+        );
     }
 
     async fn run(&self, action: &ActionConfig, b: &Breach) -> Result<String, String> {
@@ -1112,6 +1152,42 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("both map to ROCEWATCH_LABEL_A_B"));
+    }
+
+    #[tokio::test]
+    async fn running_actions_keep_their_slots_when_a_reload_lowers_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = |limit: usize| {
+            cfg(
+                dir.path(),
+                "[actions.hold]\ntype = \"exec\"\ncommand = [\"sleep\", \"2\"]\ndry_run = false\ntimeout = \"20s\"",
+                &format!("max_concurrent = {limit}"),
+            )
+        };
+        let memory = Memory::default();
+        let before =
+            Dispatcher::with_memory(c(2), Arc::default(), Targets::default(), &memory).unwrap();
+        let mut running = before.handle(&fire("r", "a", true, "hold"));
+        running.extend(before.handle(&fire("r", "b", true, "hold")));
+        assert_eq!(running.len(), 2, "two actions run: {:?}", decisions(dir.path()));
+        // The limit is lowered to one while two run: no slot is free until both ended.
+        let after =
+            Dispatcher::with_memory(c(1), Arc::default(), Targets::default(), &memory).unwrap();
+        let third = after.handle(&fire("r", "c", true, "hold"));
+        assert!(third.is_empty(), "a third action started past the lowered limit");
+        settle(running).await;
+        // Both ended: one slot under the new limit.
+        let fourth = after.handle(&fire("r", "d", true, "hold"));
+        assert_eq!(fourth.len(), 1, "{:?}", decisions(dir.path()));
+        let fifth = after.handle(&fire("r", "e", true, "hold"));
+        assert!(fifth.is_empty(), "the new limit holds: {:?}", decisions(dir.path()));
+        settle(fourth).await;
+        let d = decisions(dir.path());
+        assert_eq!(
+            d.iter().filter(|d| *d == "suppressed:concurrency").count(),
+            2,
+            "{d:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

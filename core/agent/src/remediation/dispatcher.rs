@@ -2,9 +2,10 @@
 //! event, the hourly and concurrency limits, the audit record (with the workloads on the
 //! transition's port), and the action run under its timeout (log, exec, webhook, plugin,
 //! qos_apply). What outlives a dispatcher (a reload) is its [`Memory`]: the limits, and
-//! the actions still running.
+//! the actions still running, which the agent waits for when it stops.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::action::{describe, run_exec, Breach};
+use super::at_exit::Owed;
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
 use super::workloads;
 use crate::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
@@ -50,6 +52,10 @@ pub struct Memory {
     limits: Arc<Mutex<Limits>>,
     /// How many actions run now (each holds a [`Slot`]).
     running: Arc<watch::Sender<usize>>,
+    /// The agent stops for good: no action starts any more.
+    stopping: Arc<AtomicBool>,
+    /// The agent stops for a reload: the next one takes the running actions over.
+    handing_over: Arc<AtomicBool>,
 }
 
 impl Default for Memory {
@@ -57,6 +63,8 @@ impl Default for Memory {
         Memory {
             limits: Arc::default(),
             running: Arc::new(watch::Sender::new(0)),
+            stopping: Arc::default(),
+            handing_over: Arc::default(),
         }
     }
 }
@@ -86,6 +94,37 @@ impl Memory {
     /// How many actions run now.
     pub fn running(&self) -> usize {
         *self.running.borrow()
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Whether the agent that stops next hands its running actions over to another (a
+    /// reload) rather than ending (then it waits for them: [`Memory::finish`]).
+    pub fn set_handing_over(&self, yes: bool) {
+        self.handing_over.store(yes, Ordering::SeqCst);
+    }
+
+    pub fn handing_over(&self) -> bool {
+        self.handing_over.load(Ordering::SeqCst)
+    }
+
+    /// The agent stops for good: no action starts any more (each is audited as
+    /// suppressed), and this waits for the running ones. Each ends by its own timeout at
+    /// the latest: then it is abandoned, a command's process group killed, and its result
+    /// audited `killed at shutdown`. A second signal ends the wait at once (`at_exit`).
+    pub async fn finish(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let mut rx = self.running.subscribe();
+        let n = *rx.borrow_and_update();
+        if n > 0 {
+            tracing::warn!(
+                "waiting for {n} remediation action(s) still running, each up to its timeout (then killed); a second signal kills them now"
+            );
+            let _ = rx.wait_for(|n| *n == 0).await;
+            tracing::info!("remediation actions ended");
+        }
     }
 }
 
@@ -227,6 +266,11 @@ impl Dispatcher {
                 detail: Some(why),
                 ..base("suppressed", Some(name))
             };
+            if self.memory.stopping() {
+                let why = "the agent is shutting down".to_string();
+                let _ = self.record(&decision, suppressed(why), false);
+                continue;
+            }
             if let Some(why) = self.kill_switch() {
                 let _ = self.record(&decision, suppressed(why), false);
                 continue;
@@ -357,12 +401,31 @@ impl Dispatcher {
                 let result_base = base("result", Some(name));
                 let decision = Arc::clone(&decision);
                 let started = Instant::now();
+                // Should the agent exit at once (a second signal), this is the result.
+                let owed = Owed::new({
+                    let (me, decision, base) = (Arc::clone(&me), Arc::clone(&decision), result_base.clone());
+                    let group = matches!(action.kind, ActionKind::Exec { .. }).then_some("; its process group was killed").unwrap_or_default();
+                    Box::new(move || {
+                        let detail = format!("killed at shutdown: a second signal ended the agent {} after the action started{group}", humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())));
+                        me.record_result(&decision, base, "killed", detail, started);
+                    })
+                });
                 spawned.push(tokio::spawn(async move {
                     let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
                     let timeout = humantime::format_duration(action.timeout);
                     let (outcome, detail) = match r {
                         Ok(Ok(msg)) => ("ok", msg),
                         Ok(Err(msg)) => ("error", msg),
+                        // The agent waited for it to end, up to its timeout.
+                        Err(_) if me.memory.stopping() => (
+                            "killed",
+                            format!(
+                                "killed at shutdown: not done within its timeout of {timeout}{}",
+                                matches!(action.kind, ActionKind::Exec { .. })
+                                    .then_some("; its process group was killed")
+                                    .unwrap_or("; abandoned")
+                            ),
+                        ),
                         Err(_) => (
                             "timeout",
                             format!("did not finish within {timeout}; abandoned"),
@@ -371,7 +434,9 @@ impl Dispatcher {
                     if outcome != "ok" {
                         tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
                     }
-                    me.record_result(&decision, result_base, outcome, detail, started);
+                    owed.settle(|| me.record_result(&decision, result_base, outcome, detail, started));
+                    // Given back once the result is written: an agent that waits for its
+                    // actions at shutdown exits with every result on disk.
                     drop(slot);
                 }));
             }
@@ -1187,6 +1252,60 @@ mod tests {
             d.iter().filter(|d| *d == "suppressed:concurrency").count(),
             2,
             "{d:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn finishing_waits_for_running_actions_up_to_their_timeout_and_starts_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = Memory::default();
+        let d = Dispatcher::with_memory(
+            cfg(
+                dir.path(),
+                "[actions.hang]\ntype = \"exec\"\ncommand = [\"sleep\", \"30\"]\ndry_run = false\ntimeout = \"1s\"\n\
+                 [actions.quick]\ntype = \"exec\"\ncommand = [\"true\"]\ndry_run = false",
+                "",
+            ),
+            Arc::default(),
+            Targets::default(),
+            &memory,
+        )
+        .unwrap();
+        let running = d.handle(&fire("r", "a", true, "hang"));
+        assert_eq!(memory.running(), 1);
+        let started = std::time::Instant::now();
+        let finish = {
+            let memory = memory.clone();
+            tokio::spawn(async move { memory.finish().await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Stopping: nothing starts any more.
+        assert!(d.handle(&fire("r", "b", true, "quick")).is_empty());
+        finish.await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(800));
+        assert_eq!(memory.running(), 0);
+        settle(running).await;
+        let rec = audit(dir.path());
+        let hang = rec
+            .iter()
+            .find(|r| r["decision"] == "result")
+            .expect("the result is written before finish returns");
+        assert_eq!(hang["outcome"], "killed", "{rec:#?}");
+        assert!(
+            hang["detail"].as_str().unwrap().starts_with(
+                "killed at shutdown: not done within its timeout of 1s; its process group was killed"
+            ),
+            "{hang}"
+        );
+        assert_eq!(
+            decisions(dir.path()),
+            [
+                "fired",
+                "executing",
+                "fired",
+                "suppressed:the agent is shutting down",
+                "result"
+            ]
         );
     }
 

@@ -129,7 +129,13 @@ fn duration_flags_and_keys_share_their_bounds_and_errors() {
         &[],
     );
     let key = rocewatch(
-        &["run", "--sysfs-root", root.to_str().unwrap(), "--duration", "3s"],
+        &[
+            "run",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--duration",
+            "3s",
+        ],
         &[("ROCEWATCH_AGENT__INTERVAL", "0s")],
     );
     for (o, names) in [(&flag, "--interval"), (&key, "agent.interval")] {
@@ -142,7 +148,12 @@ fn duration_flags_and_keys_share_their_bounds_and_errors() {
     }
     for args in [
         &["run", "--interval", "18446744073709551615s"][..],
-        &["bandwidth", "10.0.0.1", "--duration", "18446744073709551615s"],
+        &[
+            "bandwidth",
+            "10.0.0.1",
+            "--duration",
+            "18446744073709551615s",
+        ],
         &["probe", "10.0.0.1", "--timeout", "18446744073709551615s"],
     ] {
         let o = rocewatch(args, &[]);

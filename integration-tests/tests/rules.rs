@@ -545,14 +545,16 @@ fn agent_with_a_hanging_action(
     .unwrap();
     let guard = KillPids(pids.clone());
     let mut agent = agent_on_mlx5(&cfg);
-    agent.proc.wait_log("the action's pids", Duration::from_secs(20), |_| {
-        (std::fs::read_to_string(&pids)
-            .unwrap_or_default()
-            .lines()
-            .count()
-            == 2)
-            .then_some(())
-    });
+    agent
+        .proc
+        .wait_log("the action's pids", Duration::from_secs(20), |_| {
+            (std::fs::read_to_string(&pids)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                == 2)
+                .then_some(())
+        });
     (agent, pids, guard)
 }
 

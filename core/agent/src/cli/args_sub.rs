@@ -58,7 +58,6 @@ pub struct TopArgs {
     pub interval: Duration,
 }
 
-
 #[derive(Debug, Subcommand)]
 pub enum QosCommand {
     /// What every RDMA port is configured to do.

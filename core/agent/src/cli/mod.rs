@@ -11,9 +11,9 @@ mod collectd;
 mod config;
 mod demo;
 mod discover;
+mod doctor;
 #[cfg(test)]
 mod duration_flags;
-mod doctor;
 mod env;
 mod output;
 mod plugins;

@@ -369,7 +369,11 @@ impl Config {
         if let Some(o) = &self.exporters.otlp {
             out.push(("exporters.otlp.interval".into(), o.interval, INTERVAL));
             out.push(("exporters.otlp.timeout".into(), o.timeout, EXPORT_TIMEOUT));
-            out.push(("exporters.otlp.retry_initial".into(), o.retry_initial, RETRY));
+            out.push((
+                "exporters.otlp.retry_initial".into(),
+                o.retry_initial,
+                RETRY,
+            ));
             out.push(("exporters.otlp.retry_max".into(), o.retry_max, RETRY));
         }
         if let Some(p) = &self.probes {
@@ -495,8 +499,14 @@ mod tests {
         std::fs::write(&empty, " \n").unwrap();
         let am = "[remediation.actions.l]\ntype = \"log\"\n[alertmanager]\n";
         for (line, key) in [
-            ("bearer_token = \" \"".to_string(), "alertmanager.bearer_token"),
-            ("bearer_token = \"\"".to_string(), "alertmanager.bearer_token"),
+            (
+                "bearer_token = \" \"".to_string(),
+                "alertmanager.bearer_token",
+            ),
+            (
+                "bearer_token = \"\"".to_string(),
+                "alertmanager.bearer_token",
+            ),
             (
                 format!("bearer_token_file = {empty:?}"),
                 "alertmanager.bearer_token_file",
@@ -514,14 +524,20 @@ mod tests {
         let cases = [
             ("[agent]\ninterval = \"0s\"\n".to_string(), "agent.interval"),
             ("[agent]\ninterval = \"1ns\"\n".into(), "agent.interval"),
-            ("[agent]\ndiscovery_interval = \"1ms\"\n".into(), "agent.discovery_interval"),
+            (
+                "[agent]\ndiscovery_interval = \"1ms\"\n".into(),
+                "agent.discovery_interval",
+            ),
             ("[agent]\ntimeout = \"0s\"\n".into(), "agent.timeout"),
             ("[qos]\ninterval = \"1ms\"\n".into(), "qos.interval"),
             (
                 "[plugins.builtin.counters-sysfs]\ninterval = \"1ms\"\n".into(),
                 "plugins.builtin.counters-sysfs.interval",
             ),
-            (format!("{otlp}interval = \"0s\"\n"), "exporters.otlp.interval"),
+            (
+                format!("{otlp}interval = \"0s\"\n"),
+                "exporters.otlp.interval",
+            ),
             (
                 "[probes]\npeers = [\"a\"]\nreconnect_backoff = \"0s\"\n".into(),
                 "probes.reconnect_backoff",
@@ -549,10 +565,7 @@ mod tests {
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();
-            assert!(
-                e.contains(key) && e.contains("at most"),
-                "{key}: {e}"
-            );
+            assert!(e.contains(key) && e.contains("at most"), "{key}: {e}");
         }
         let e = parse(
             "[exporters.prometheus]\nlisten = \"0.0.0.0:9464\"\n[remediation.actions.l]\ntype = \"log\"\n\

@@ -403,8 +403,11 @@ impl Dispatcher {
                 let started = Instant::now();
                 // Should the agent exit at once (a second signal), this is the result.
                 let owed = Owed::new({
-                    let (me, decision, base) = (Arc::clone(&me), Arc::clone(&decision), result_base.clone());
-                    let group = matches!(action.kind, ActionKind::Exec { .. }).then_some("; its process group was killed").unwrap_or_default();
+                    let (me, decision, base) =
+                        (Arc::clone(&me), Arc::clone(&decision), result_base.clone());
+                    let group = matches!(action.kind, ActionKind::Exec { .. })
+                        .then_some("; its process group was killed")
+                        .unwrap_or_default();
                     Box::new(move || {
                         let detail = format!("killed at shutdown: a second signal ended the agent {} after the action started{group}", humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())));
                         me.record_result(&decision, base, "killed", detail, started);
@@ -1234,18 +1237,30 @@ mod tests {
             Dispatcher::with_memory(c(2), Arc::default(), Targets::default(), &memory).unwrap();
         let mut running = before.handle(&fire("r", "a", true, "hold"));
         running.extend(before.handle(&fire("r", "b", true, "hold")));
-        assert_eq!(running.len(), 2, "two actions run: {:?}", decisions(dir.path()));
+        assert_eq!(
+            running.len(),
+            2,
+            "two actions run: {:?}",
+            decisions(dir.path())
+        );
         // The limit is lowered to one while two run: no slot is free until both ended.
         let after =
             Dispatcher::with_memory(c(1), Arc::default(), Targets::default(), &memory).unwrap();
         let third = after.handle(&fire("r", "c", true, "hold"));
-        assert!(third.is_empty(), "a third action started past the lowered limit");
+        assert!(
+            third.is_empty(),
+            "a third action started past the lowered limit"
+        );
         settle(running).await;
         // Both ended: one slot under the new limit.
         let fourth = after.handle(&fire("r", "d", true, "hold"));
         assert_eq!(fourth.len(), 1, "{:?}", decisions(dir.path()));
         let fifth = after.handle(&fire("r", "e", true, "hold"));
-        assert!(fifth.is_empty(), "the new limit holds: {:?}", decisions(dir.path()));
+        assert!(
+            fifth.is_empty(),
+            "the new limit holds: {:?}",
+            decisions(dir.path())
+        );
         settle(fourth).await;
         let d = decisions(dir.path());
         assert_eq!(

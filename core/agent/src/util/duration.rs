@@ -155,7 +155,10 @@ mod tests {
             .parse("18446744073709551615s")
             .unwrap_err()
             .ends_with(" is more than this setting allows: at most 1h"));
-        assert!(INTERVAL.parse("ten").unwrap_err().contains("invalid duration"));
+        assert!(INTERVAL
+            .parse("ten")
+            .unwrap_err()
+            .contains("invalid duration"));
         assert_eq!(INTERVAL.parse("100ms"), Ok(Duration::from_millis(100)));
         assert_eq!(QOS_INTERVAL.parse("0s"), Ok(Duration::ZERO));
         assert!(QOS_INTERVAL

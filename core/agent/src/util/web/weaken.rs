@@ -51,9 +51,9 @@ pub fn weakens(old: &Policy, new: &Policy) -> Vec<String> {
         for (user, hash) in &new.users {
             match old.users.get(user) {
                 None => out.push(format!("basic_auth_users: adds user {user:?}")),
-                Some(h) if h != hash => {
-                    out.push(format!("basic_auth_users: changes the password of {user:?}"))
-                }
+                Some(h) if h != hash => out.push(format!(
+                    "basic_auth_users: changes the password of {user:?}"
+                )),
                 Some(_) => {}
             }
         }

@@ -69,6 +69,8 @@ pub const PROBE_TIMEOUT: Bounds = bounds(MS, MINUTE);
 /// `probes.reconnect_backoff`: the plugin waits 1 s after a failed connection, doubling up
 /// to this.
 pub const RECONNECT_BACKOFF: Bounds = bounds(SECOND, HOUR);
+/// The longest a probe round waits for the next, however low `probes.max_rate` is.
+pub const PROBE_ROUND_MAX: Duration = DAY;
 /// `probe --interval`: probes one after another (as `ping -i 0`) are allowed, `--count`
 /// bounds them.
 pub const PROBE_GAP: Bounds = bounds(Duration::ZERO, HOUR);

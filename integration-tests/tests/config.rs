@@ -110,3 +110,58 @@ fn environment_overrides_the_file() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn duration_flags_and_keys_share_their_bounds_and_errors() {
+    let root = fixture("mlx5-roce-dual-port");
+    // 0 refused by the flag as by the key (it ran the collectors back to back), with the
+    // same bound; a value past the most allowed refused with exit 2, never a panic (101).
+    let flag = rocewatch(
+        &[
+            "run",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--interval",
+            "0s",
+            "--duration",
+            "3s",
+        ],
+        &[],
+    );
+    let key = rocewatch(
+        &[
+            "run",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--duration",
+            "3s",
+        ],
+        &[("ROCEWATCH_AGENT__INTERVAL", "0s")],
+    );
+    for (o, names) in [(&flag, "--interval"), (&key, "agent.interval")] {
+        assert_eq!(o.status.code(), Some(2), "{names}: {}", stderr(o));
+        assert!(
+            stderr(o).contains(names) && stderr(o).contains("at least 100ms"),
+            "{names}: {}",
+            stderr(o)
+        );
+    }
+    for args in [
+        &["run", "--interval", "18446744073709551615s"][..],
+        &[
+            "bandwidth",
+            "10.0.0.1",
+            "--duration",
+            "18446744073709551615s",
+        ],
+        &["probe", "10.0.0.1", "--timeout", "18446744073709551615s"],
+    ] {
+        let o = rocewatch(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(args[args.len() - 2]) && stderr(&o).contains("at most"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}

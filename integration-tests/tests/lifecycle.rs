@@ -267,3 +267,55 @@ fn a_counter_the_agents_user_cannot_read_is_an_error_naming_the_file() {
         "the other counters still flow"
     );
 }
+
+#[test]
+fn starts_and_reloads_run_one_discovery_at_a_time_and_count_no_busy_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n",
+            fixture("mlx5-roce-dual-port")
+        ),
+    )
+    .unwrap();
+    let agent = RunningAgent::start(&["--config", cfg.to_str().unwrap()]);
+    let scrape = || {
+        get(&format!("{}/metrics", agent.prometheus_url()), None)
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    };
+    // The QoS loop and the schedule both ask for the inventory at start: the counts are the
+    // agent's own (a reload starts them again), so every start is looked at.
+    let mut busy = Vec::new();
+    for reload in 0..=20 {
+        if reload > 0 {
+            agent.proc.signal("HUP");
+        }
+        let want = format!("rocewatch_config_reloads_total{{result=\"ok\"}} {reload}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let body = scrape();
+            let reloaded = reload == 0 || body.lines().any(|l| l == want);
+            if reloaded && body.contains("rocewatch_plugin_duration") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reload {reload} not seen:\n{body}\n{}",
+                agent.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The start's discoveries are over once the first collection was served.
+        std::thread::sleep(Duration::from_millis(300));
+        let body = scrape();
+        busy.extend(
+            body.lines()
+                .filter(|l| l.starts_with("rocewatch_plugin_errors") && l.contains("busy"))
+                .map(|l| format!("start {reload}: {l}")),
+        );
+    }
+    assert!(busy.is_empty(), "{busy:#?}\n{}", agent.stderr());
+}

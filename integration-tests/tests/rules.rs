@@ -601,4 +601,152 @@ dry_run = false
                 && l.contains("name=\"rdma.port.cnp.handled\"")
         })
     });
+
+/// Whether process `pid` lives (a zombie is gone: it only waits to be reaped).
+fn process_alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// Kills the processes of a pid file when dropped: a failing test leaves nothing behind.
+struct KillPids(std::path::PathBuf);
+
+impl Drop for KillPids {
+    fn drop(&mut self) {
+        for pid in std::fs::read_to_string(&self.0).unwrap_or_default().lines() {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                // SAFETY: kill only sends a signal.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// An agent on the mlx5 fixture whose rule fires at once and runs `hang` (a command that
+/// writes its pid and its child's to `pids`, then waits for the child) with `timeout`, and
+/// `short` (2 s); returns once both run.
+fn agent_with_a_hanging_action(
+    dir: &std::path::Path,
+    timeout: &str,
+) -> (RunningAgent, std::path::PathBuf, KillPids) {
+    let pids = dir.join("pids");
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = {{ \"rdma.device\" = \"mlx5_0\" }}\nop = \"<\"\nthreshold = 200e9\nactions = [\"hang\", \"short\"]\n\n\
+             [remediation]\naudit_log = {audit:?}\nkill_switch = {stop:?}\n\n\
+             [remediation.actions.hang]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", \"echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait\"]\ndry_run = false\ntimeout = \"{timeout}\"\n\n\
+             [remediation.actions.short]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", \"sleep 2; echo done\"]\ndry_run = false\ntimeout = \"20s\"\n",
+            audit = dir.join("audit.jsonl"),
+            stop = dir.join("STOP"),
+            pids = pids.display(),
+        ),
+    )
+    .unwrap();
+    let guard = KillPids(pids.clone());
+    let mut agent = agent_on_mlx5(&cfg);
+    agent
+        .proc
+        .wait_log("the action's pids", Duration::from_secs(20), |_| {
+            (std::fs::read_to_string(&pids)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                == 2)
+                .then_some(())
+        });
+    (agent, pids, guard)
+}
+
+fn audit_results(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["decision"] == "result")
+        .collect()
+}
+
+#[test]
+fn at_shutdown_running_actions_are_waited_for_then_killed_and_every_outcome_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, pids, _guard) = agent_with_a_hanging_action(dir.path(), "4s");
+    let (st, log, took) = agent.proc.stop();
+    assert!(st.success(), "{st}\n{log}");
+    // The short action ended on its own (2 s); the hanging one was waited for up to its
+    // timeout (4 s from its start), then its group was killed.
+    assert!(took < Duration::from_secs(15), "took {took:?}\n{log}");
+    for pid in std::fs::read_to_string(&pids).unwrap().lines() {
+        assert!(
+            !process_alive(pid),
+            "process {pid} of the action outlived the agent\n{log}"
+        );
+    }
+    let results = audit_results(dir.path());
+    let outcome = |action: &str| {
+        results
+            .iter()
+            .find(|r| r["action"] == action)
+            .unwrap_or_else(|| panic!("no result for {action}: {results:#?}\n{log}"))
+            .clone()
+    };
+    assert_eq!(outcome("short")["outcome"], "ok", "{results:#?}");
+    let hang = outcome("hang");
+    assert_eq!(hang["outcome"], "killed", "{hang}");
+    assert!(
+        hang["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("killed at shutdown")),
+        "{hang}"
+    );
+    assert!(log.contains("waiting for 2 remediation action"), "{log}");
+}
+
+#[test]
+fn a_second_signal_kills_running_actions_at_once_and_audits_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, pids, _guard) = agent_with_a_hanging_action(dir.path(), "60s");
+    agent.proc.signal("TERM");
+    assert!(
+        agent.proc.wait_exit(Duration::from_millis(2500)).is_none(),
+        "the agent did not wait for its running actions: {}",
+        agent.stderr()
+    );
+    let second = Instant::now();
+    agent.proc.signal("TERM");
+    let st = agent
+        .proc
+        .wait_exit(Duration::from_secs(5))
+        .expect("a second signal did not end the agent");
+    assert!(second.elapsed() < Duration::from_secs(5));
+    assert_eq!(st.code(), Some(130));
+    let log = agent.stderr();
+    std::thread::sleep(Duration::from_millis(200));
+    for pid in std::fs::read_to_string(&pids).unwrap().lines() {
+        assert!(
+            !process_alive(pid),
+            "process {pid} of the action outlived the agent\n{log}"
+        );
+    }
+    let results = audit_results(dir.path());
+    let hang = results
+        .iter()
+        .find(|r| r["action"] == "hang")
+        .unwrap_or_else(|| panic!("no result for hang: {results:#?}\n{log}"));
+    assert_eq!(hang["outcome"], "killed", "{hang}");
+    assert!(
+        hang["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("killed at shutdown")),
+        "{hang}"
+    );
+    assert_eq!(results.len(), 2, "one result each: {results:#?}");
 }

@@ -247,6 +247,9 @@ pub struct Pki {
     pub server_key: PathBuf,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// A client certificate of the same CA with another name (`someone-else`).
+    pub other_client_cert: PathBuf,
+    pub other_client_key: PathBuf,
 }
 
 pub fn pki() -> Pki {
@@ -277,6 +280,10 @@ pub fn pki() -> Pki {
         vec!["rocewatch-agent".into()],
         ExtendedKeyUsagePurpose::ClientAuth,
     );
+    let (other_pem, other_key) = leaf(
+        vec!["someone-else".into()],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
     let w = |name: &str, text: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).unwrap();
@@ -288,6 +295,8 @@ pub fn pki() -> Pki {
         server_key: w("server.key", &server_key),
         client_cert: w("client.pem", &client_pem),
         client_key: w("client.key", &client_key),
+        other_client_cert: w("other-client.pem", &other_pem),
+        other_client_key: w("other-client.key", &other_key),
         _dir: dir,
     }
 }

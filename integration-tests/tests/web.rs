@@ -58,13 +58,15 @@ fn tls_and_basic_auth_for_prometheus_and_alertmanager() {
     let pki = pki();
     let dir = tempfile::tempdir().unwrap();
     let web = dir.path().join("web.yml");
+    // One hash: a changed one is a changed password, which only a SIGHUP applies.
+    let password = hash("s3cret");
     let web_yml = |min: &str| {
         format!(
             "# node_exporter's web configuration, as it is\ntls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n  min_version: {min}\nhttp_server_config:\n  headers:\n    Strict-Transport-Security: max-age=31536000\nbasic_auth_users:\n  prometheus: {}\n",
             pki.server_cert.display(),
             pki.server_key.display(),
             pki.ca.display(),
-            hash("s3cret")
+            password
         )
     };
     std::fs::write(&web, web_yml("TLS12")).unwrap();
@@ -392,4 +394,142 @@ fn web_configuration_errors_are_refused_by_config_check_and_run() {
         "{}",
         stderr(&check)
     );
+}
+
+#[test]
+fn a_change_that_would_weaken_the_web_configuration_waits_for_sighup() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    let whole = format!(
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n  client_allowed_sans:\n    - rocewatch-agent\n",
+        pki.server_cert.display(),
+        pki.server_key.display(),
+        pki.ca.display(),
+    );
+    std::fs::write(&web, &whole).unwrap();
+    let cfg = dir.path().join("rocewatch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\nweb_config_file = \"{web}\"\n\n\
+             [remediation]\naudit_log = {audit:?}\nkill_switch = {stop:?}\n\n[remediation.actions.page]\ntype = \"log\"\n\n\
+             [alertmanager]\nlisten = \"127.0.0.1:0\"\nweb_config_file = \"{web}\"\n\n[[alertmanager.routes]]\nmatch = {{ alertname = \"RoCE*\" }}\nactions = [\"page\"]\n",
+            web = web.display(),
+            audit = dir.path().join("audit.jsonl"),
+            stop = dir.path().join("STOP"),
+        ),
+    )
+    .unwrap();
+    let root = fixture("mlx5-roce-dual-port");
+    let agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        root.to_str().unwrap(),
+    ]);
+    let ca = pki.ca.to_str().unwrap();
+    let payload = r#"{"version":"4","status":"firing","receiver":"rocewatch","groupKey":"g","truncatedAlerts":0,"alerts":[]}"#;
+    // Each listener with a client certificate: (/metrics, POST /alertmanager).
+    let ask = |cert: &std::path::Path, key: &std::path::Path| {
+        let tls = [
+            "--cacert",
+            ca,
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ];
+        let metrics = curl(
+            &[
+                &tls[..],
+                &[
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    &format!("https://{}/metrics", agent.addr("prometheus")),
+                ],
+            ]
+            .concat(),
+        );
+        let am = curl(
+            &[
+                &tls[..],
+                &[
+                    "-H",
+                    "content-type: application/json",
+                    "--data",
+                    payload,
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    &format!("https://{}/alertmanager", agent.addr("alertmanager")),
+                ],
+            ]
+            .concat(),
+        );
+        (metrics, am)
+    };
+    let (agent_cert, agent_key) = (&pki.client_cert, &pki.client_key);
+    let (other_cert, other_key) = (&pki.other_client_cert, &pki.other_client_key);
+    let served = |o: &Output| o.status.success() && stdout_of(o) == "200";
+    let (m, a) = ask(agent_cert, agent_key);
+    assert!(served(&m) && served(&a), "{}\n{}", text(&m), text(&a));
+    let (m, a) = ask(other_cert, other_key);
+    assert!(
+        refused_by_server(&m) && refused_by_server(&a),
+        "another SAN of the same CA is refused: {}\n{}",
+        text(&m),
+        text(&a)
+    );
+
+    // The file rewritten in place and caught half-way: client_allowed_sans is not there
+    // yet. The listeners keep the names they had, and say why at error level.
+    let half = whole.split("  client_allowed_sans").next().unwrap();
+    std::fs::write(&web, half).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..2 {
+        let (m, a) = ask(other_cert, other_key);
+        assert!(
+            refused_by_server(&m) && refused_by_server(&a),
+            "a half-written file let another SAN in: {}\n{}\n{}",
+            text(&m),
+            text(&a),
+            agent.stderr()
+        );
+        let (m, a) = ask(agent_cert, agent_key);
+        assert!(served(&m) && served(&a), "{}\n{}", text(&m), text(&a));
+    }
+    let log = agent.stderr();
+    let refusal = log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("client_allowed_sans"))
+        .unwrap_or_else(|| panic!("the refusal is an error naming what it weakens: {log}"));
+    assert!(refusal.contains(web.to_str().unwrap()), "{refusal}");
+    assert!(refusal.contains("SIGHUP"), "{refusal}");
+    assert!(!log.contains("changed; now serving"), "{log}");
+
+    // SIGHUP is the operator's act: the file is taken as it is.
+    agent.proc.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (m, a) = ask(other_cert, other_key);
+        if served(&m) && served(&a) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not apply the file: {}\n{}\n{}",
+            text(&m),
+            text(&a),
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
 }

@@ -181,6 +181,8 @@ pub struct Agent {
     /// The stop flag, as the scheduler sees it (taken at start: a stop that arrives
     /// before `run` is not missed).
     stop: watch::Receiver<bool>,
+    /// Remediation's memory: the actions still running, waited for at the end.
+    remediation: crate::remediation::Memory,
 }
 
 impl Agent {
@@ -368,6 +370,7 @@ impl Agent {
             otlp,
             tasks,
             stop: stop.clone(),
+            remediation: extras.remediation,
         })
     }
 
@@ -376,8 +379,9 @@ impl Agent {
         self.otlp.is_some()
     }
 
-    /// Run the schedules until shutdown, then stop the plugins, export a last time and end
-    /// every task.
+    /// Run the schedules until shutdown, then wait for the remediation actions still
+    /// running (unless the next agent of a reload takes them over), stop the plugins,
+    /// export a last time and end every task.
     pub async fn run(self) {
         let app = &self.app;
         scheduler::run(
@@ -391,6 +395,10 @@ impl Agent {
             self.stop,
         )
         .await;
+        // Before the plugins stop: an action may act through one (plugin, qos_apply).
+        if !self.remediation.handing_over() {
+            self.remediation.finish().await;
+        }
         app.stop().await;
         finish_otlp(self.otlp).await;
         for t in self.tasks {

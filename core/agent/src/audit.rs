@@ -44,7 +44,7 @@ pub struct AuditRecord {
     /// Why suppressed; what a dry run would do; the result's message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// ok | error | timeout (results only).
+    /// ok | error | timeout | killed (results only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]

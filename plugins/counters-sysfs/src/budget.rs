@@ -19,6 +19,9 @@ pub(crate) const DEFAULT_DEVICE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest margin left to the host before its timeout.
 const MAX_MARGIN: Duration = Duration::from_millis(500);
 
+/// The most `device_timeout` may be (the agent's plugin `timeout` is at most an hour too).
+const MAX_DEVICE_TIMEOUT: Duration = Duration::from_secs(3600);
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Budget {
     /// The host's call timeout, when it said one.
@@ -42,6 +45,14 @@ impl Budget {
                     ))
                 })?,
         };
+        // Added to the time each device starts: far beyond this it would overflow.
+        if device > MAX_DEVICE_TIMEOUT {
+            return Err(PluginError::InvalidOptions(format!(
+                "device_timeout: {} is more than this setting allows: at most {}",
+                humantime::format_duration(device),
+                humantime::format_duration(MAX_DEVICE_TIMEOUT)
+            )));
+        }
         let timeout = ctx.call_timeout_ms.map(Duration::from_millis);
         Ok(Budget {
             timeout,
@@ -130,3 +141,25 @@ impl<'a> Clock<'a> {
 
 /// Devices cut short by their deadline last time: read after the others.
 pub(crate) type Slow = HashSet<String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_timeout_past_an_hour_is_refused_not_a_panic_at_the_first_device() {
+        let mut ctx = PluginContext::new("/nonexistent");
+        ctx.options = serde_json::json!({"device_timeout": "18446744073709551615s"});
+        let Err(e) = Budget::from_context(&ctx) else {
+            panic!("a device_timeout of 584 billion years was accepted");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("device_timeout") && e.contains("at most 1h"),
+            "{e}"
+        );
+        ctx.options = serde_json::json!({"device_timeout": "1h"});
+        let b = Budget::from_context(&ctx).unwrap();
+        Clock::start(&b, Instant::now()).device_starts();
+    }
+}

@@ -88,7 +88,16 @@ impl AlertmanagerConfig {
     /// requests or unauthenticated access is allowed.
     pub fn token(&self, web: Option<&Web>) -> Result<Option<String>, (String, String)> {
         let token = if let Some(t) = &self.bearer_token {
-            Some(t.trim().to_string())
+            // As an empty token file: a blank token would be compared with what clients
+            // send, and an `Authorization: Bearer ` header would pass.
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err((
+                    "alertmanager.bearer_token".into(),
+                    "is empty (or only spaces): set the token, or remove the key".into(),
+                ));
+            }
+            Some(t)
         } else if let Some(f) = &self.bearer_token_file {
             let t = std::fs::read_to_string(f).map_err(|e| {
                 (

@@ -10,6 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::LogFormat;
 use crate::demo::{Format as DemoFormat, Scenario};
 use crate::export::otlp::config::OtlpProtocol;
+use crate::util::duration::{
+    BANDWIDTH, INTERVAL, LOOK_BACK, PROBE_GAP, PROBE_TIMEOUT, RUN_FOR, WATCH,
+};
 
 pub use super::args_sub::{ConfigCommand, QosCommand, SourceArgs, TopArgs};
 
@@ -20,11 +23,6 @@ fn parse_share(s: &str) -> Result<f64, String> {
             "{s:?} is not a share between 0 and 1 (0.9: 90 % of the line rate)"
         )),
     }
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("invalid duration {s:?} ({e}); write it like 10s, 500ms, 2m"))
 }
 
 /// rocewatch: keep RDMA/RoCEv2 networks healthy.
@@ -267,8 +265,8 @@ pub struct CollectArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub source: SourceArgs,
-    /// Default collection interval (overrides agent.interval).
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    /// Default collection interval (overrides agent.interval; 100ms to 1h).
+    #[arg(long, value_parser = INTERVAL.flag(), value_name = "DUR")]
     pub interval: Option<Duration>,
     /// Export over OTLP to this URL (overrides exporters.otlp.endpoint).
     #[arg(long, value_name = "URL")]
@@ -276,8 +274,8 @@ pub struct RunArgs {
     /// OTLP transport (with --otlp-endpoint).
     #[arg(long, value_enum)]
     pub otlp_protocol: Option<OtlpProtocol>,
-    /// OTLP export interval (overrides exporters.otlp.interval).
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    /// OTLP export interval (overrides exporters.otlp.interval; 100ms to 1h).
+    #[arg(long, value_parser = INTERVAL.flag(), value_name = "DUR")]
     pub export_interval: Option<Duration>,
     /// Serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9464
     /// (overrides exporters.prometheus.listen).
@@ -287,7 +285,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub stdout: bool,
     /// Stop after this long (default: run until a signal).
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
     pub duration: Option<Duration>,
     /// Once every listener is bound, write their addresses to this file as JSON
     /// (`{"prometheus":"127.0.0.1:9464","alertmanager":null}`), again after each reload:
@@ -348,8 +346,9 @@ pub struct ProbeCmdArgs {
 pub struct BandwidthCmdArgs {
     /// The peer (IP address or name) running a responder.
     pub peer: String,
-    /// How long messages are posted (ib_write_bw -D).
-    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DUR")]
+    /// How long messages are posted (ib_write_bw -D): 1s to 60s (a responder serves at
+    /// most 60 s).
+    #[arg(long, value_parser = BANDWIDTH.flag(), default_value = "10s", value_name = "DUR")]
     pub duration: Duration,
     /// Bytes per message (ib_write_bw -s), 1 to 64 MiB.
     #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=64 << 20))]
@@ -371,8 +370,8 @@ pub struct BandwidthCmdArgs {
     /// TCP port of the side channel.
     #[arg(long, default_value_t = 18516)]
     pub tcp_port: u16,
-    /// Connecting and the side channel's answers.
-    #[arg(long, value_parser = parse_duration, default_value = "3s", value_name = "DUR")]
+    /// Connecting and the side channel's answers (at most 1m).
+    #[arg(long, value_parser = PROBE_TIMEOUT.flag(), default_value = "3s", value_name = "DUR")]
     pub timeout: Duration,
     /// Print the result as JSON.
     #[arg(long)]
@@ -403,12 +402,12 @@ pub struct DoctorArgs {
     /// The priority RoCE traffic uses (PFC and ECN are expected on it).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
     pub priority: u8,
-    /// How long the counters are watched.
-    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DUR")]
+    /// How long the counters are watched (100ms to 1h).
+    #[arg(long, value_parser = WATCH.flag(), default_value = "5s", value_name = "DUR")]
     pub window: Duration,
     /// How far back the kernel log's RDMA/NIC driver messages are read (command
     /// timeouts, health, syndromes, ACCESS_REG, PCIe power, temperature, link flaps).
-    #[arg(long, value_parser = parse_duration, default_value = "24h", value_name = "DUR")]
+    #[arg(long, value_parser = LOOK_BACK.flag(), default_value = "24h", value_name = "DUR")]
     pub log_window: Duration,
     /// Print JSON: {"checks":[{"check","subject","status","evidence","fix"}]}.
     #[arg(long)]
@@ -440,7 +439,7 @@ pub struct CaptureArgs {
     #[arg(conflicts_with = "read")]
     pub target: Option<String>,
     /// Stop after this long (default: until Ctrl-C, or --count).
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
     pub duration: Option<Duration>,
     /// Stop after this many packets.
     #[arg(long, value_name = "N")]
@@ -487,11 +486,11 @@ pub enum EnvFormat {
 /// `rocewatch demo`'s arguments.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Tick and collection interval.
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    /// Tick and collection interval (100ms to 1h).
+    #[arg(long, value_parser = INTERVAL.flag(), default_value = "1s", value_name = "DUR")]
     pub interval: Duration,
     /// Stop after this long (default: until Ctrl-C).
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
     pub duration: Option<Duration>,
     /// Print plain frames one after another instead of redrawing the screen.
     #[arg(long)]
@@ -532,11 +531,11 @@ pub struct ProbeArgs {
     /// Message size in bytes.
     #[arg(long, default_value_t = 64)]
     pub size: u32,
-    /// Per-probe timeout.
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    /// Per-probe timeout (at most 1m).
+    #[arg(long, value_parser = PROBE_TIMEOUT.flag(), default_value = "1s", value_name = "DUR")]
     pub timeout: Duration,
-    /// Time between probes.
-    #[arg(long, value_parser = parse_duration, default_value = "100ms", value_name = "DUR")]
+    /// Time between probes (0s: one after another; at most 1h).
+    #[arg(long, value_parser = PROBE_GAP.flag(), default_value = "100ms", value_name = "DUR")]
     pub interval: Duration,
     /// Run a responder until interrupted instead of probing; it also serves bandwidth
     /// tests (`rocewatch bandwidth`) unless --no-bandwidth.

@@ -52,19 +52,10 @@ pub struct TopArgs {
     /// Show at most N workloads (default: all; the live view: what fits the terminal).
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
-    /// Time between collections: the live view's refresh, and the window of the rates.
-    #[arg(long, value_parser = parse_interval, default_value = "2s", value_name = "DUR")]
+    /// Time between collections: the live view's refresh, and the window of the rates
+    /// (100ms to 1h).
+    #[arg(long, value_parser = crate::util::duration::INTERVAL.flag(), default_value = "2s", value_name = "DUR")]
     pub interval: Duration,
-}
-
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d >= Duration::from_millis(100) => Ok(d),
-        Ok(_) => Err(format!("{s:?} is too short; at least 100ms")),
-        Err(e) => Err(format!(
-            "invalid duration {s:?} ({e}); write it like 2s, 500ms, 1m"
-        )),
-    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,12 +16,9 @@ pub async fn run(a: CollectdExecArgs) -> Result<i32> {
 /// `rocewatch collectd-exec`: the agent, printing PUTVAL lines of every series on stdout
 /// every interval (what the other exporters see), until collectd closes the pipe.
 async fn collectd_exec(mut cfg: Config) -> Result<i32> {
-    if let Some(i) = std::env::var("COLLECTD_INTERVAL")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|i| *i > 0.0)
-    {
-        cfg.agent.interval = Duration::from_secs_f64(i);
+    if let Ok(text) = std::env::var("COLLECTD_INTERVAL") {
+        cfg.agent.interval = collectd_interval(&text)
+            .map_err(|e| anyhow::anyhow!("COLLECTD_INTERVAL={text:?}: {e}"))?;
     }
     if let Ok(h) = std::env::var("COLLECTD_HOSTNAME") {
         if !h.is_empty() {
@@ -39,7 +36,39 @@ async fn collectd_exec(mut cfg: Config) -> Result<i32> {
     Ok(0)
 }
 
+/// collectd's interval (seconds, `10.000`), within the bounds of `agent.interval`.
+fn collectd_interval(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("not a number of seconds ({e})"))?;
+    let d = Duration::try_from_secs_f64(secs).map_err(|e| format!("{secs} s: {e}"))?;
+    crate::util::duration::INTERVAL.check(d).map(|()| d)
+}
+
 pub fn types() -> Result<i32> {
     print!("{}", rocewatch_metrics::naming::collectd_types_db());
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn collectds_interval_is_bounded_as_agent_interval_is() {
+        assert_eq!(
+            super::collectd_interval("10.000"),
+            Ok(std::time::Duration::from_secs(10))
+        );
+        for (bad, why) in [
+            ("0", "at least 100ms"),
+            ("1e6", "at most 1h"),
+            ("1e30", "1000000000000000000000000000000 s"),
+            ("-1", "negative"),
+            ("NaN", ""),
+            ("ten", "not a number"),
+        ] {
+            let e = super::collectd_interval(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 }

@@ -12,6 +12,8 @@ mod config;
 mod demo;
 mod discover;
 mod doctor;
+#[cfg(test)]
+mod duration_flags;
 mod env;
 mod output;
 mod plugins;

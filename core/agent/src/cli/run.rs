@@ -155,6 +155,9 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             }
         };
         reloads = metrics.config_reloads();
+        // A reload hands the running remediation actions over to the next agent; the end
+        // waits for them (each up to its timeout, then killed and audited).
+        memory.set_handing_over(next.is_some());
         let _ = stop_tx.send(true);
         let _ = running.await;
         match next {

@@ -13,7 +13,11 @@ use std::time::Duration;
 use crate::export::collectd::config::SecurityLevel;
 use crate::export::config::ExportersConfig;
 use crate::host::settings::PluginsConfig;
-use crate::util::duration::de_duration;
+use crate::util::duration::{
+    de_duration, Bounds, COOLDOWN, DISCOVERY_INTERVAL, EXPORT_TIMEOUT, INTERVAL, JITTER,
+    PROBE_INTERVAL, PROBE_TIMEOUT, QOS_INTERVAL, RECONNECT_BACKOFF, RETRY, RULE_FOR, RULE_WINDOW,
+    TIMEOUT,
+};
 use rocewatch_discovery_sysfs::DeviceSelection;
 use serde::Deserialize;
 
@@ -204,52 +208,8 @@ impl Config {
             path: path.to_string(),
             message,
         };
-        if self.agent.interval.is_zero() {
-            return Err(invalid(
-                "agent.interval",
-                "must be greater than zero".into(),
-            ));
-        }
-        if self.agent.timeout.is_zero() {
-            return Err(invalid("agent.timeout", "must be greater than zero".into()));
-        }
-        if self.agent.discovery_interval.is_zero() {
-            return Err(invalid(
-                "agent.discovery_interval",
-                "must be greater than zero".into(),
-            ));
-        }
-        for (name, p) in &self.plugins.builtin {
-            for (key, d) in [("interval", p.interval), ("timeout", p.timeout)] {
-                if d.is_some_and(|d| d.is_zero()) {
-                    return Err(invalid(
-                        &format!("plugins.builtin.{name}.{key}"),
-                        "must be greater than zero".into(),
-                    ));
-                }
-            }
-        }
-        for (i, p) in self.plugins.external.iter().enumerate() {
-            for (key, d) in [("interval", p.interval), ("timeout", p.timeout)] {
-                if d.is_some_and(|d| d.is_zero()) {
-                    return Err(invalid(
-                        &format!("plugins.external[{i}].{key}"),
-                        "must be greater than zero".into(),
-                    ));
-                }
-            }
-        }
-        for (path, value, max) in self.durations() {
-            if value > max {
-                return Err(invalid(
-                    &path,
-                    format!(
-                        "{} is more than this setting allows ({})",
-                        humantime::format_duration(value),
-                        humantime::format_duration(max)
-                    ),
-                ));
-            }
+        for (path, value, bounds) in self.durations() {
+            bounds.check(value).map_err(|m| invalid(&path, m))?;
         }
         self.check_listeners().map_err(|(p, m)| invalid(&p, m))?;
         if let Some(f) = self
@@ -370,53 +330,60 @@ impl Config {
         Ok(())
     }
 
-    /// Every duration of the configuration with its key and the most it may be: beyond
-    /// these a schedule stops making sense, and far beyond them time arithmetic overflows.
-    fn durations(&self) -> Vec<(String, Duration, Duration)> {
-        const MINUTE: Duration = Duration::from_secs(60);
-        const HOUR: Duration = Duration::from_secs(3600);
-        const DAY: Duration = Duration::from_secs(86_400);
+    /// Every duration of the configuration with its key and its bounds
+    /// ([`crate::util::duration`], shared with the flags that set them): shorter runs
+    /// something back to back, longer stops making sense, and far beyond time arithmetic
+    /// overflows.
+    fn durations(&self) -> Vec<(String, Duration, Bounds)> {
         let mut out = vec![
-            ("agent.interval".to_string(), self.agent.interval, HOUR),
-            ("agent.jitter".to_string(), self.agent.jitter, HOUR),
-            ("agent.timeout".to_string(), self.agent.timeout, HOUR),
+            ("agent.interval".to_string(), self.agent.interval, INTERVAL),
+            ("agent.jitter".to_string(), self.agent.jitter, JITTER),
+            ("agent.timeout".to_string(), self.agent.timeout, TIMEOUT),
             (
                 "agent.discovery_interval".to_string(),
                 self.agent.discovery_interval,
-                DAY,
+                DISCOVERY_INTERVAL,
             ),
-            ("qos.interval".to_string(), self.qos.interval, DAY),
+            ("qos.interval".to_string(), self.qos.interval, QOS_INTERVAL),
         ];
         for (name, p) in &self.plugins.builtin {
             let key = format!("plugins.builtin.{name}");
-            out.extend(p.interval.map(|d| (format!("{key}.interval"), d, HOUR)));
-            out.extend(p.timeout.map(|d| (format!("{key}.timeout"), d, HOUR)));
+            out.extend(p.interval.map(|d| (format!("{key}.interval"), d, INTERVAL)));
+            out.extend(p.timeout.map(|d| (format!("{key}.timeout"), d, TIMEOUT)));
         }
         for (i, p) in self.plugins.external.iter().enumerate() {
             let key = format!("plugins.external[{i}]");
-            out.extend(p.interval.map(|d| (format!("{key}.interval"), d, HOUR)));
-            out.extend(p.timeout.map(|d| (format!("{key}.timeout"), d, HOUR)));
+            out.extend(p.interval.map(|d| (format!("{key}.interval"), d, INTERVAL)));
+            out.extend(p.timeout.map(|d| (format!("{key}.timeout"), d, TIMEOUT)));
         }
         for (i, r) in self.rules.iter().enumerate() {
             let key = format!("rules[{i}] ({})", r.name);
-            out.extend(r.window.map(|d| (format!("{key}.window"), d, HOUR)));
-            out.extend(r.for_.map(|d| (format!("{key}.for"), d, DAY)));
+            out.extend(r.window.map(|d| (format!("{key}.window"), d, RULE_WINDOW)));
+            out.extend(r.for_.map(|d| (format!("{key}.for"), d, RULE_FOR)));
         }
         for (name, a) in &self.remediation.actions {
             let key = format!("remediation.actions.{name}");
-            out.push((format!("{key}.timeout"), a.timeout, HOUR));
-            out.push((format!("{key}.cooldown"), a.cooldown, 30 * DAY));
+            out.push((format!("{key}.timeout"), a.timeout, TIMEOUT));
+            out.push((format!("{key}.cooldown"), a.cooldown, COOLDOWN));
         }
         if let Some(o) = &self.exporters.otlp {
-            out.push(("exporters.otlp.interval".into(), o.interval, HOUR));
-            out.push(("exporters.otlp.timeout".into(), o.timeout, 10 * MINUTE));
-            out.push(("exporters.otlp.retry_initial".into(), o.retry_initial, HOUR));
-            out.push(("exporters.otlp.retry_max".into(), o.retry_max, HOUR));
+            out.push(("exporters.otlp.interval".into(), o.interval, INTERVAL));
+            out.push(("exporters.otlp.timeout".into(), o.timeout, EXPORT_TIMEOUT));
+            out.push((
+                "exporters.otlp.retry_initial".into(),
+                o.retry_initial,
+                RETRY,
+            ));
+            out.push(("exporters.otlp.retry_max".into(), o.retry_max, RETRY));
         }
         if let Some(p) = &self.probes {
-            out.push(("probes.interval".into(), p.interval, HOUR));
-            out.push(("probes.timeout".into(), p.timeout, MINUTE));
-            out.push(("probes.reconnect_backoff".into(), p.reconnect_backoff, HOUR));
+            out.push(("probes.interval".into(), p.interval, PROBE_INTERVAL));
+            out.push(("probes.timeout".into(), p.timeout, PROBE_TIMEOUT));
+            out.push((
+                "probes.reconnect_backoff".into(),
+                p.reconnect_backoff,
+                RECONNECT_BACKOFF,
+            ));
         }
         out
     }
@@ -526,6 +493,66 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_inline_bearer_token_is_refused_as_an_empty_token_file_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("token");
+        std::fs::write(&empty, " \n").unwrap();
+        let am = "[remediation.actions.l]\ntype = \"log\"\n[alertmanager]\n";
+        for (line, key) in [
+            (
+                "bearer_token = \" \"".to_string(),
+                "alertmanager.bearer_token",
+            ),
+            (
+                "bearer_token = \"\"".to_string(),
+                "alertmanager.bearer_token",
+            ),
+            (
+                format!("bearer_token_file = {empty:?}"),
+                "alertmanager.bearer_token_file",
+            ),
+        ] {
+            let e = parse(&format!("{am}{line}\n")).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("empty"), "{line}: {e}");
+        }
+        parse(&format!("{am}bearer_token = \" t0ken \"\n")).unwrap();
+    }
+
+    #[test]
+    fn durations_too_short_to_be_anything_but_a_busy_loop_are_refused_with_the_bound() {
+        let otlp = "[exporters.otlp]\nendpoint = \"http://127.0.0.1:4318/v1/metrics\"\n";
+        let cases = [
+            ("[agent]\ninterval = \"0s\"\n".to_string(), "agent.interval"),
+            ("[agent]\ninterval = \"1ns\"\n".into(), "agent.interval"),
+            (
+                "[agent]\ndiscovery_interval = \"1ms\"\n".into(),
+                "agent.discovery_interval",
+            ),
+            ("[agent]\ntimeout = \"0s\"\n".into(), "agent.timeout"),
+            ("[qos]\ninterval = \"1ms\"\n".into(), "qos.interval"),
+            (
+                "[plugins.builtin.counters-sysfs]\ninterval = \"1ms\"\n".into(),
+                "plugins.builtin.counters-sysfs.interval",
+            ),
+            (
+                format!("{otlp}interval = \"0s\"\n"),
+                "exporters.otlp.interval",
+            ),
+            (
+                "[probes]\npeers = [\"a\"]\nreconnect_backoff = \"0s\"\n".into(),
+                "probes.reconnect_backoff",
+            ),
+        ];
+        for (text, key) in cases {
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("at least"), "{key}: {e}");
+        }
+        // 0 where it says "off" or "none".
+        parse("[qos]\ninterval = \"0s\"\n").unwrap();
+        parse("[agent]\njitter = \"0s\"\n").unwrap();
+    }
+
+    #[test]
     fn what_run_cannot_survive_is_refused_with_the_key() {
         let cases = [
             ("[agent]\ninterval = \"18446744073709551615s\"\n", "agent.interval"),
@@ -538,10 +565,7 @@ mod tests {
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();
-            assert!(
-                e.contains(key) && e.contains("more than this setting allows"),
-                "{key}: {e}"
-            );
+            assert!(e.contains(key) && e.contains("at most"), "{key}: {e}");
         }
         let e = parse(
             "[exporters.prometheus]\nlisten = \"0.0.0.0:9464\"\n[remediation.actions.l]\ntype = \"log\"\n\

@@ -119,7 +119,8 @@ pub struct ProbesConfig {
 }
 
 impl ProbesConfig {
-    /// What is wrong with the settings: (key, message).
+    /// What is wrong with the settings: (key, message). Its durations are checked with
+    /// every other one of the configuration (`Config::durations`).
     pub fn validate(&self) -> Result<(), (String, String)> {
         let bad = |k: &str, m: String| Err((format!("probes.{k}"), m));
         let b = &self.rtt_buckets;
@@ -144,12 +145,6 @@ impl ProbesConfig {
         if self.max_peers == 0 {
             return bad("max_peers", "must be at least 1".into());
         }
-        if self.interval.is_zero() {
-            return bad("interval", "must be greater than zero".into());
-        }
-        if self.timeout.is_zero() {
-            return bad("timeout", "must be greater than zero".into());
-        }
         if self.serve_bandwidth && !self.serve {
             return bad(
                 "serve_bandwidth",
@@ -160,16 +155,28 @@ impl ProbesConfig {
     }
 
     /// The interval in effect for `peers` peers: `interval`, or longer so that the agent
-    /// stays within `max_rate`.
+    /// stays within `max_rate`, but never longer than a day (a rate so low would overflow
+    /// the time of the next round).
     pub fn effective_interval(&self, peers: usize) -> Duration {
-        let floor = Duration::from_secs_f64(peers as f64 / self.max_rate);
-        self.interval.max(floor)
+        let max = crate::util::duration::PROBE_ROUND_MAX;
+        let floor = Duration::try_from_secs_f64(peers as f64 / self.max_rate).unwrap_or(max);
+        self.interval.max(floor).min(max)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tiny_max_rate_stretches_the_interval_without_overflowing() {
+        let c: ProbesConfig = toml::from_str("max_rate = 1e-300\ninterval = \"1s\"").unwrap();
+        assert!(c.validate().is_ok());
+        let i = c.effective_interval(1000);
+        // It is added to an Instant every round.
+        assert!(std::time::Instant::now().checked_add(i).is_some(), "{i:?}");
+        assert_eq!(i, crate::util::duration::PROBE_ROUND_MAX);
+    }
 
     #[test]
     fn limits_validate_and_stretch_the_interval() {

@@ -194,9 +194,10 @@ pub async fn watch(
                 if inv.devices.is_empty() {
                     match discovery.discover().await {
                         Ok(i) => inv = i,
-                        // Discovery is busy (the scheduler's own run at start): a
+                        // A discovery plugin still stuck in a call that timed out: a
                         // fingerprint without drivers and firmware would differ from the
-                        // fleet's for no reason. Read again next interval.
+                        // fleet's for no reason. Read again next interval. (The schedule's
+                        // own discovery at start is waited for, not busy.)
                         Err(e @ crate::host::call::CallError::Busy { .. }) => {
                             tracing::debug!("qos: no inventory yet ({e}); next interval");
                             tokio::select! {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::at_exit::Group;
 use super::config::{ActionKind, Event};
 use super::workloads::Workload;
 
@@ -143,21 +144,6 @@ async fn capture(mut r: impl tokio::io::AsyncRead + Unpin) -> Captured {
     }
 }
 
-/// Kills a command's whole process group when dropped: on timeout (the future running the
-/// command is dropped) and after the command exits (nothing it started lives on).
-struct GroupKill(Option<i32>);
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // SAFETY: killpg only sends a signal; ESRCH (nothing left) is fine.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
 /// Block until process `pid` (a child of ours) has exited, leaving it to be reaped.
 fn exited_unreaped(pid: u32) {
     loop {
@@ -222,7 +208,10 @@ pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
     let mut child = c
         .spawn()
         .map_err(|e| format!("cannot run {:?}: {e}", command[0]))?;
-    let group = GroupKill(child.id().map(|id| id as i32));
+    // Killed as a whole when dropped: on timeout (the future running the command is
+    // dropped) and after the command exits (nothing it started lives on); at a fast exit
+    // too (`at_exit`).
+    let group = child.id().map(|id| Group::started(id as i32));
     let out = tokio::spawn(capture(child.stdout.take().expect("piped")));
     let err = tokio::spawn(capture(child.stderr.take().expect("piped")));
     if let Some(mut stdin) = child.stdin.take() {

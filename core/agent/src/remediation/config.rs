@@ -72,7 +72,8 @@ pub struct RemediationConfig {
     /// Actions started (dry runs included) in any hour, over all actions.
     #[serde(default = "default_per_hour")]
     pub max_actions_per_hour: u32,
-    /// Actions running at once.
+    /// Actions running at once. A reload that lowers it lets the running ones end: a new
+    /// one starts only while fewer than this run.
     #[serde(default = "default_concurrent")]
     pub max_concurrent: usize,
     /// The actions rules name, by name.
@@ -158,7 +159,8 @@ pub struct ActionConfig {
     pub on: Vec<Event>,
 }
 
-/// Checks `[remediation]` and the actions the rules name.
+/// Checks `[remediation]` and the actions the rules name (their durations are checked with
+/// every other one of the configuration: `Config::durations`).
 pub fn validate(
     cfg: &RemediationConfig,
     rules: &[crate::rules::RuleConfig],
@@ -178,12 +180,6 @@ pub fn validate(
                 ))
             }
             _ => {}
-        }
-        if a.timeout.is_zero() {
-            return Err((
-                format!("{path}.timeout"),
-                "must be greater than zero".into(),
-            ));
         }
         if a.on.is_empty() {
             return Err((

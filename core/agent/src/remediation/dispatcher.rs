@@ -1,16 +1,19 @@
 //! The dispatcher: for each rule transition, the kill switch, cooldown per target and
 //! event, the hourly and concurrency limits, the audit record (with the workloads on the
 //! transition's port), and the action run under its timeout (log, exec, webhook, plugin,
-//! qos_apply).
+//! qos_apply). What outlives a dispatcher (a reload) is its [`Memory`]: the limits, and
+//! the actions still running, which the agent waits for when it stops.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::action::{describe, run_exec, Breach};
+use super::at_exit::Owed;
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
 use super::workloads;
 use crate::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
@@ -22,8 +25,7 @@ pub struct Dispatcher {
     cfg: RemediationConfig,
     audit: Arc<AuditLog>,
     metrics: Arc<SelfMetrics>,
-    semaphore: Arc<Semaphore>,
-    state: Arc<Mutex<Limits>>,
+    memory: Memory,
     http: reqwest::Client,
     targets: Targets,
 }
@@ -41,16 +43,90 @@ pub struct Targets {
 }
 
 /// What the dispatcher remembers across a configuration reload: when each action last ran
-/// for each target (cooldowns), the starts of the last hour, and the slots of the actions
-/// still running. A reload must not let an action run again before its cooldown.
-#[derive(Clone, Default)]
+/// for each target (cooldowns), the starts of the last hour, and the actions still
+/// running. A reload must not let an action run again before its cooldown, nor more
+/// actions run than the new `max_concurrent` allows: the running ones keep their slots
+/// (a new action starts only while fewer than the limit run), whatever the new limit.
+#[derive(Clone)]
 pub struct Memory {
     limits: Arc<Mutex<Limits>>,
-    slots: Arc<Mutex<Option<Slots>>>,
+    /// How many actions run now (each holds a [`Slot`]).
+    running: Arc<watch::Sender<usize>>,
+    /// The agent stops for good: no action starts any more.
+    stopping: Arc<AtomicBool>,
+    /// The agent stops for a reload: the next one takes the running actions over.
+    handing_over: Arc<AtomicBool>,
 }
 
-/// The concurrency slots and how many there are (`max_concurrent`).
-type Slots = (usize, Arc<Semaphore>);
+impl Default for Memory {
+    fn default() -> Self {
+        Memory {
+            limits: Arc::default(),
+            running: Arc::new(watch::Sender::new(0)),
+            stopping: Arc::default(),
+            handing_over: Arc::default(),
+        }
+    }
+}
+
+/// A running action's place among the `max_concurrent`: given back when dropped.
+struct Slot(Arc<watch::Sender<usize>>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Memory {
+    /// A slot when fewer than `limit` actions run.
+    fn slot(&self, limit: usize) -> Option<Slot> {
+        let taken = self.running.send_if_modified(|n| {
+            let free = *n < limit;
+            if free {
+                *n += 1;
+            }
+            free
+        });
+        taken.then(|| Slot(Arc::clone(&self.running)))
+    }
+
+    /// How many actions run now.
+    pub fn running(&self) -> usize {
+        *self.running.borrow()
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Whether the agent that stops next hands its running actions over to another (a
+    /// reload) rather than ending (then it waits for them: [`Memory::finish`]).
+    pub fn set_handing_over(&self, yes: bool) {
+        self.handing_over.store(yes, Ordering::SeqCst);
+    }
+
+    pub fn handing_over(&self) -> bool {
+        self.handing_over.load(Ordering::SeqCst)
+    }
+
+    /// The agent stops for good: no action starts any more (each is audited as
+    /// suppressed), and this waits for the running ones. Each ends by its own timeout at
+    /// the latest: then it is abandoned, a command's process group killed, and its result
+    /// audited `killed at shutdown`. A second signal ends the wait at once (`at_exit`).
+    pub async fn finish(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let mut rx = self.running.subscribe();
+        let n = *rx.borrow_and_update();
+        if n > 0 {
+            tracing::warn!(
+                "waiting for {n} remediation action(s) still running, each up to its timeout (then killed); a second signal kills them now"
+            );
+            let _ = rx.wait_for(|n| *n == 0).await;
+            tracing::info!("remediation actions ended");
+        }
+    }
+}
 
 impl std::fmt::Debug for Memory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,20 +164,9 @@ impl Dispatcher {
         audit.prepare()?;
         Ok(Arc::new(Dispatcher {
             audit: Arc::new(audit),
-            semaphore: {
-                let mut slots = memory.slots.lock().unwrap_or_else(|p| p.into_inner());
-                match &*slots {
-                    Some((n, s)) if *n == cfg.max_concurrent => Arc::clone(s),
-                    _ => {
-                        let s = Arc::new(Semaphore::new(cfg.max_concurrent));
-                        *slots = Some((cfg.max_concurrent, Arc::clone(&s)));
-                        s
-                    }
-                }
-            },
             cfg,
             metrics,
-            state: Arc::clone(&memory.limits),
+            memory: memory.clone(),
             http: reqwest::Client::new(),
             targets,
         }))
@@ -201,6 +266,11 @@ impl Dispatcher {
                 detail: Some(why),
                 ..base("suppressed", Some(name))
             };
+            if self.memory.stopping() {
+                let why = "the agent is shutting down".to_string();
+                let _ = self.record(&decision, suppressed(why), false);
+                continue;
+            }
             if let Some(why) = self.kill_switch() {
                 let _ = self.record(&decision, suppressed(why), false);
                 continue;
@@ -212,7 +282,7 @@ impl Dispatcher {
                 .join(",");
             let now = Instant::now();
             {
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = self.memory.limits.lock().unwrap_or_else(|p| p.into_inner());
                 // Targets seen once (alerts with unique labels) must not pile up: forget
                 // the ones whose every cooldown is over.
                 if st.last.len() > 4096 {
@@ -261,12 +331,13 @@ impl Dispatcher {
                     );
                     continue;
                 }
-                let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() else {
+                let Some(slot) = self.memory.slot(self.cfg.max_concurrent) else {
                     drop(st);
                     let _ = self.record(
                         &decision,
                         suppressed(format!(
-                            "concurrency: {} actions already running (max_concurrent)",
+                            "concurrency: {} actions already running (max_concurrent {})",
+                            self.memory.running(),
                             self.cfg.max_concurrent
                         )),
                         false,
@@ -289,7 +360,7 @@ impl Dispatcher {
                     workloads_truncated: on_port.as_ref().map_or(0, |w| w.truncated),
                 };
                 if action.dry_run {
-                    drop(permit);
+                    drop(slot);
                     let _ = self.record(
                         &decision,
                         AuditRecord {
@@ -313,7 +384,7 @@ impl Dispatcher {
                 ) {
                     st.last.remove(&key);
                     st.starts.pop_back();
-                    drop(permit);
+                    drop(slot);
                     tracing::error!(rule = %t.rule, action = %name, "refused: audit unavailable ({e}); the action did not run");
                     let _ = self.record(
                         &decision,
@@ -329,36 +400,73 @@ impl Dispatcher {
                 let action = action.clone();
                 let result_base = base("result", Some(name));
                 let decision = Arc::clone(&decision);
+                let started = Instant::now();
+                // Should the agent exit at once (a second signal), this is the result.
+                let owed = Owed::new({
+                    let (me, decision, base) =
+                        (Arc::clone(&me), Arc::clone(&decision), result_base.clone());
+                    let group = matches!(action.kind, ActionKind::Exec { .. })
+                        .then_some("; its process group was killed")
+                        .unwrap_or_default();
+                    Box::new(move || {
+                        let detail = format!("killed at shutdown: a second signal ended the agent {} after the action started{group}", humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())));
+                        me.record_result(&decision, base, "killed", detail, started);
+                    })
+                });
                 spawned.push(tokio::spawn(async move {
-                    let started = Instant::now();
                     let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
+                    let timeout = humantime::format_duration(action.timeout);
                     let (outcome, detail) = match r {
                         Ok(Ok(msg)) => ("ok", msg),
                         Ok(Err(msg)) => ("error", msg),
+                        // The agent waited for it to end, up to its timeout.
+                        Err(_) if me.memory.stopping() => (
+                            "killed",
+                            format!(
+                                "killed at shutdown: not done within its timeout of {timeout}{}",
+                                matches!(action.kind, ActionKind::Exec { .. })
+                                    .then_some("; its process group was killed")
+                                    .unwrap_or("; abandoned")
+                            ),
+                        ),
                         Err(_) => (
                             "timeout",
-                            format!("did not finish within {}; abandoned", humantime::format_duration(action.timeout)),
+                            format!("did not finish within {timeout}; abandoned"),
                         ),
                     };
-                    drop(permit);
                     if outcome != "ok" {
                         tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
                     }
-                    let _ = me.record(
-                        &decision,
-                        AuditRecord {
-                            time: now_rfc3339(),
-                            outcome: Some(outcome),
-                            detail: Some(detail),
-                            duration_ms: Some(started.elapsed().as_millis() as u64),
-                            ..result_base
-                        },
-                        false,
-                    );
+                    owed.settle(|| me.record_result(&decision, result_base, outcome, detail, started));
+                    // Given back once the result is written: an agent that waits for its
+                    // actions at shutdown exits with every result on disk.
+                    drop(slot);
                 }));
             }
         }
         spawned
+    }
+
+    /// Audit an action's result.
+    fn record_result(
+        &self,
+        decision: &Decision,
+        base: AuditRecord,
+        outcome: &'static str,
+        detail: String,
+        started: Instant,
+    ) {
+        let _ = self.record(
+            decision,
+            AuditRecord {
+                time: now_rfc3339(),
+                outcome: Some(outcome),
+                detail: Some(detail),
+                duration_ms: Some(started.elapsed().as_millis() as u64),
+                ..base
+            },
+            false,
+        );
     }
 
     async fn run(&self, action: &ActionConfig, b: &Breach) -> Result<String, String> {
@@ -1112,6 +1220,108 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("both map to ROCEWATCH_LABEL_A_B"));
+    }
+
+    #[tokio::test]
+    async fn running_actions_keep_their_slots_when_a_reload_lowers_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = |limit: usize| {
+            cfg(
+                dir.path(),
+                "[actions.hold]\ntype = \"exec\"\ncommand = [\"sleep\", \"2\"]\ndry_run = false\ntimeout = \"20s\"",
+                &format!("max_concurrent = {limit}"),
+            )
+        };
+        let memory = Memory::default();
+        let before =
+            Dispatcher::with_memory(c(2), Arc::default(), Targets::default(), &memory).unwrap();
+        let mut running = before.handle(&fire("r", "a", true, "hold"));
+        running.extend(before.handle(&fire("r", "b", true, "hold")));
+        assert_eq!(
+            running.len(),
+            2,
+            "two actions run: {:?}",
+            decisions(dir.path())
+        );
+        // The limit is lowered to one while two run: no slot is free until both ended.
+        let after =
+            Dispatcher::with_memory(c(1), Arc::default(), Targets::default(), &memory).unwrap();
+        let third = after.handle(&fire("r", "c", true, "hold"));
+        assert!(
+            third.is_empty(),
+            "a third action started past the lowered limit"
+        );
+        settle(running).await;
+        // Both ended: one slot under the new limit.
+        let fourth = after.handle(&fire("r", "d", true, "hold"));
+        assert_eq!(fourth.len(), 1, "{:?}", decisions(dir.path()));
+        let fifth = after.handle(&fire("r", "e", true, "hold"));
+        assert!(
+            fifth.is_empty(),
+            "the new limit holds: {:?}",
+            decisions(dir.path())
+        );
+        settle(fourth).await;
+        let d = decisions(dir.path());
+        assert_eq!(
+            d.iter().filter(|d| *d == "suppressed:concurrency").count(),
+            2,
+            "{d:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn finishing_waits_for_running_actions_up_to_their_timeout_and_starts_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = Memory::default();
+        let d = Dispatcher::with_memory(
+            cfg(
+                dir.path(),
+                "[actions.hang]\ntype = \"exec\"\ncommand = [\"sleep\", \"30\"]\ndry_run = false\ntimeout = \"1s\"\n\
+                 [actions.quick]\ntype = \"exec\"\ncommand = [\"true\"]\ndry_run = false",
+                "",
+            ),
+            Arc::default(),
+            Targets::default(),
+            &memory,
+        )
+        .unwrap();
+        let running = d.handle(&fire("r", "a", true, "hang"));
+        assert_eq!(memory.running(), 1);
+        let started = std::time::Instant::now();
+        let finish = {
+            let memory = memory.clone();
+            tokio::spawn(async move { memory.finish().await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Stopping: nothing starts any more.
+        assert!(d.handle(&fire("r", "b", true, "quick")).is_empty());
+        finish.await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(800));
+        assert_eq!(memory.running(), 0);
+        settle(running).await;
+        let rec = audit(dir.path());
+        let hang = rec
+            .iter()
+            .find(|r| r["decision"] == "result")
+            .expect("the result is written before finish returns");
+        assert_eq!(hang["outcome"], "killed", "{rec:#?}");
+        assert!(
+            hang["detail"].as_str().unwrap().starts_with(
+                "killed at shutdown: not done within its timeout of 1s; its process group was killed"
+            ),
+            "{hang}"
+        );
+        assert_eq!(
+            decisions(dir.path()),
+            [
+                "fired",
+                "executing",
+                "fired",
+                "suppressed:the agent is shutting down",
+                "result"
+            ]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,6 +8,9 @@
 //! duration) is appended to the audit log as one JSON line; the line announcing an
 //! execution is flushed to disk (`fsync`) before the action starts. Each action runs under
 //! its own timeout; one that hangs is abandoned (a command is killed) and the agent goes on.
+//! When the agent stops, the running actions are waited for, each up to its timeout, then
+//! killed and audited (`killed at shutdown`); a second signal kills them at once
+//! (`at_exit`). A reload hands them over: they keep their concurrency slots.
 //!
 //! Action kinds: `log`, `exec` (a command, never through a shell: the breach is in
 //! `ROCEWATCH_*` environment variables and as JSON on standard input), `webhook` (HTTP
@@ -21,10 +24,12 @@
 //! `ROCEWATCH_WORKLOADS` for `exec`) and in the audit record of the transition.
 //!
 //! Files: `config` (the section and its validation), `dispatcher` (gating, audit, running
-//! under the timeout), `action` (the breach and the exec action), `workloads` (who holds
+//! under the timeout, what a reload keeps), `at_exit` (what a second signal must not leave
+//! behind), `action` (the breach and the exec action), `workloads` (who holds
 //! QPs on the port). The audit log itself is `crate::audit`.
 
 mod action;
+mod at_exit;
 mod config;
 mod dispatcher;
 mod workloads;

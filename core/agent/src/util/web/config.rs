@@ -116,6 +116,14 @@ impl ClientAuth {
         })
     }
 
+    /// Whether a client without a certificate is turned away.
+    pub fn requires(self) -> bool {
+        matches!(
+            self,
+            ClientAuth::RequireAnyClientCert | ClientAuth::RequireAndVerifyClientCert
+        )
+    }
+
     /// Whether the CA pool decides who gets in.
     pub fn verifies(self) -> bool {
         matches!(

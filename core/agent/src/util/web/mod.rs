@@ -6,12 +6,16 @@
 //!
 //! The file and the files it names are looked at again when a connection arrives (a
 //! `stat` each): a renewed certificate is served without a restart, as exporter-toolkit
-//! does. A file that turns bad keeps the last good settings, and says so once.
+//! does. A file that turns bad, or a change that would weaken anything (`weaken`: TLS,
+//! client certificates and their CA and names, versions, cipher suites, users and
+//! passwords, the rate limit, headers), keeps the running settings and says so once at
+//! error level: such a change is applied by an operator's SIGHUP (or a restart) only.
 
 pub mod auth;
 pub mod config;
 mod error;
 pub mod tls;
+pub mod weaken;
 
 pub use error::WebError;
 
@@ -33,6 +37,8 @@ pub struct Web {
     pub limiter: Option<Arc<crate::util::rate::TokenBucket>>,
     /// What a log line says about the settings.
     pub summary: String,
+    /// What it protects with, compared when the file changes.
+    pub policy: weaken::Policy,
 }
 
 impl std::fmt::Debug for Web {
@@ -46,9 +52,21 @@ impl Web {
     pub fn load(path: &Path) -> Result<(Web, Vec<PathBuf>), WebError> {
         let (file, tls, files) = config::read(path)?;
         let mut summary = Vec::new();
+        let mut policy = weaken::Policy {
+            users: file.basic_auth_users.clone(),
+            rate_limit: config::rate_limit(path, &file.rate_limit)?,
+            headers: file
+                .http_server_config
+                .iter()
+                .flat_map(|h| &h.headers)
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                .collect(),
+            tls: None,
+        };
         let acceptor = match &tls {
             Some(t) => {
                 let cfg = tls::server_config(path, t)?;
+                policy.tls = Some(tls::policy(t, &cfg));
                 summary.push(format!(
                     "TLS (client certificates: {:?}, min {:?})",
                     t.client_auth,
@@ -78,7 +96,7 @@ impl Web {
                 ))
             })
             .collect();
-        let limiter = config::rate_limit(path, &file.rate_limit)?.map(|(burst, interval)| {
+        let limiter = policy.rate_limit.map(|(burst, interval)| {
             summary.push(format!("rate limit {burst} per {interval:?}"));
             Arc::new(crate::util::rate::TokenBucket::new(burst, interval))
         });
@@ -95,22 +113,9 @@ impl Web {
             } else {
                 summary.join(", ")
             },
+            policy,
         };
         Ok((web, files))
-    }
-
-    /// What `new` protects less than `self` does, if anything: a file rewritten in place
-    /// (truncated, then written) or edited by mistake must not open the listener.
-    fn weakened_by(&self, new: &Web) -> Option<&'static str> {
-        if self.tls.is_some() && new.tls.is_none() {
-            Some("it turns TLS off")
-        } else if self.users.is_some() && new.users.is_none() {
-            Some("it removes basic_auth_users")
-        } else if self.requires_client_cert && !new.requires_client_cert {
-            Some("it no longer requires verified client certificates")
-        } else {
-            None
-        }
     }
 
     /// Whether a client must authenticate (a password or a verified certificate).
@@ -168,8 +173,9 @@ impl WebListener {
 
     /// The settings now. At most once a second the files are looked at (a `stat` each) and
     /// read again when one changed. A change that does not load, or that would protect less
-    /// (TLS off, basic auth removed, client certificates no longer required), is refused
-    /// and said: the last good settings stay until a SIGHUP or a restart takes the file
+    /// in any way ([`weaken::weakens`]: a file rewritten in place and caught half-way, an
+    /// edit by mistake), is refused and said at error level, naming the file and what it
+    /// would weaken: the running settings stay until a SIGHUP or a restart takes the file
     /// as it is. A refused change is tried again when the files change or after 30 s.
     pub fn current(&self, name: &str) -> Web {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -188,8 +194,8 @@ impl WebListener {
         };
         if now != s.stamp && retry {
             let refused = match Web::load(&self.path) {
-                Ok((web, files)) => match s.web.weakened_by(&web) {
-                    None => {
+                Ok((web, files)) => match weaken::weakens(&s.web.policy, &web.policy) {
+                    weaker if weaker.is_empty() => {
                         tracing::info!(
                             "{name}: {} changed; now serving {}",
                             self.path.display(),
@@ -201,14 +207,18 @@ impl WebListener {
                         s.refused = None;
                         return s.web.clone();
                     }
-                    Some(why) => {
-                        format!("{why}; to serve with less protection, send SIGHUP or restart")
-                    }
+                    weaker => format!(
+                        "it would weaken {}; to serve it as it is, send SIGHUP or restart",
+                        weaker.join("; ")
+                    ),
                 },
-                Err(e) => e.to_string(),
+                Err(e) => format!("it does not load: {e}"),
             };
             if s.refused.as_ref().is_none_or(|(st, _)| *st != now) {
-                tracing::error!("{name}: the web configuration changed but is refused, the previous one stays: {refused}");
+                tracing::error!(
+                    "{name}: {} changed and is refused, the running settings stay: {refused}",
+                    self.path.display()
+                );
             }
             s.refused = Some((now, t));
         }
@@ -404,6 +414,35 @@ mod tests {
                 "{weaker:?} is refused"
             );
         }
+    }
+
+    #[test]
+    fn a_half_written_file_that_drops_the_allowed_sans_is_refused_until_sighup() {
+        let f = Files::new();
+        let whole = format!("{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n  client_allowed_sans: [agent]\n");
+        let p = f.web(&whole);
+        let l = WebListener::load(&p).unwrap();
+        let sans = |w: &Web| w.policy.tls.as_ref().unwrap().allowed_sans.clone();
+        assert_eq!(sans(&l.current("test")).len(), 1);
+        // Truncated, then caught before the last line was written.
+        std::fs::write(&p, whole.split("  client_allowed_sans").next().unwrap()).unwrap();
+        recheck(&l);
+        assert_eq!(
+            sans(&l.current("test")),
+            ["agent".to_string()].into(),
+            "the names stay"
+        );
+        // A stricter change is taken: TLS 1.3 only.
+        std::fs::write(&p, format!("{whole}  min_version: TLS13\n")).unwrap();
+        recheck(&l);
+        let w = l.current("test");
+        assert_eq!(
+            w.policy.tls.as_ref().unwrap().min_version,
+            config::TlsVersion::Tls13
+        );
+        // What a SIGHUP does: the file loaded as it is.
+        std::fs::write(&p, whole.split("  client_allowed_sans").next().unwrap()).unwrap();
+        assert!(sans(&WebListener::load(&p).unwrap().current("test")).is_empty());
     }
 
     #[test]

@@ -221,6 +221,38 @@ pub fn server_config(file: &Path, t: &TlsSettings) -> Result<rustls::ServerConfi
     Ok(cfg)
 }
 
+/// What `cfg`, built from `t`, protects with: the client CA's certificates (when it
+/// decides), the allowed names, and the versions, suites and groups offered.
+pub fn policy(t: &TlsSettings, cfg: &rustls::ServerConfig) -> super::weaken::TlsPolicy {
+    let p = cfg.crypto_provider();
+    super::weaken::TlsPolicy {
+        client_auth: t.client_auth,
+        client_cas: t
+            .client_ca
+            .as_ref()
+            .filter(|_| t.client_auth.verifies())
+            .map(|ca| {
+                CertificateDer::pem_slice_iter(ca.text.as_bytes())
+                    .filter_map(Result::ok)
+                    .map(|c| c.as_ref().to_vec())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        allowed_sans: t.client_allowed_sans.iter().cloned().collect(),
+        min_version: t.min_version.max(TlsVersion::Tls12),
+        cipher_suites: p
+            .cipher_suites
+            .iter()
+            .map(|s| format!("{:?}", s.suite()))
+            .collect(),
+        curves: p
+            .kx_groups
+            .iter()
+            .map(|g| format!("{:?}", g.name()))
+            .collect(),
+    }
+}
+
 /// `RequestClientCert` and `RequireAnyClientCert`: a certificate is asked for (and for the
 /// second, required) but not checked against a CA; the handshake's signature still is.
 #[derive(Debug)]

@@ -267,3 +267,91 @@ fn a_counter_the_agents_user_cannot_read_is_an_error_naming_the_file() {
         "the other counters still flow"
     );
 }
+
+/// `rocewatch run --config CFG --ready-file READY` with a Prometheus listener on port 0.
+fn agent_with_ready_file(dir: &std::path::Path, ready: &std::path::Path) -> Spawned {
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n",
+            fixture("mlx5-roce-dual-port")
+        ),
+    )
+    .unwrap();
+    let mut proc = Spawned::start(
+        "rocewatch run",
+        Command::new(&artifacts().rocewatch)
+            .args(["run", "--log-level", "info", "--config"])
+            .arg(&cfg)
+            .arg("--ready-file")
+            .arg(ready),
+        None,
+    );
+    let r = ready.to_path_buf();
+    proc.wait_log("its ready file", Duration::from_secs(30), |_| {
+        r.exists().then_some(())
+    });
+    proc
+}
+
+#[test]
+fn a_reload_that_cannot_write_the_ready_file_runs_on_and_the_ready_file_goes_at_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("run");
+    std::fs::create_dir(&sub).unwrap();
+    let ready = sub.join("ready.json");
+    let mut agent = agent_with_ready_file(dir.path(), &ready);
+    // The ready file's directory goes (a tmpfs cleaned, a mistaken rm), then SIGHUP.
+    std::fs::remove_dir_all(&sub).unwrap();
+    agent.signal("HUP");
+    agent.wait_log("the reload", Duration::from_secs(20), |l| {
+        l.contains("--ready-file").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(agent.alive(), "a reload ended the agent:\n{}", agent.log());
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("--ready-file"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("ERROR") && line.contains(&ready.display().to_string()),
+        "said at error, naming the file: {log}"
+    );
+    // It runs on, and stops as asked.
+    let (st, log, _) = agent.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+
+    // The ready file is removed at exit: an agent that is gone is not ready.
+    std::fs::create_dir(&sub).unwrap();
+    let mut agent = agent_with_ready_file(dir.path(), &ready);
+    let (st, log, _) = agent.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+    assert!(!ready.exists(), "the ready file outlived the agent: {log}");
+}
+
+#[test]
+fn the_ready_file_is_never_written_through_a_link_planted_at_a_temporary_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    // The fixed name the ready file's temporary copy had.
+    std::os::unix::fs::symlink(&victim, dir.path().join("ready.tmp")).unwrap();
+    let ready = dir.path().join("ready.json");
+    let mut agent = agent_with_ready_file(dir.path(), &ready);
+    let text = std::fs::read_to_string(&ready).unwrap();
+    assert!(
+        text.contains("\"prometheus\":\"127.0.0.1:"),
+        "{text}\n{}",
+        agent.log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "written through the link: {}",
+        agent.log()
+    );
+    let (st, log, _) = agent.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+}

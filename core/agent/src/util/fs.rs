@@ -96,6 +96,7 @@ fn euid() -> u32 {
 
 /// `user NAME (uid N)`, or `uid N` for a uid without a passwd entry.
 pub fn owner_name(uid: u32) -> String {
+    // SAFETY: passwd is plain C data; all zeroes is a valid (empty) value.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 4096];
     let mut out: *mut libc::passwd = std::ptr::null_mut();
@@ -254,13 +255,14 @@ pub fn create_trusted_dir(dir: &Path) -> Result<(), FsError> {
         }
     }
     trusted_dir(existing)?;
-    if existing != dir {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir)
-            .map_err(|e| FsError::io(dir, "create the directory", e))?;
+    if existing == dir {
+        return Ok(());
     }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| FsError::io(dir, "create the directory", e))?;
     trusted_dir(dir)
 }
 

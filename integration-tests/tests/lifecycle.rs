@@ -1,6 +1,8 @@
 //! The agent's life on a host: a steady "unsupported" is said once, a closed standard
 //! output is said once and counted while the agent goes on, and a second signal during a
-//! final export that hangs ends the agent at once.
+//! final export that hangs ends the agent at once; a reload never ends it (a ready file it
+//! cannot write, neither configuration starting), and the ready file is written safely and
+//! removed at exit.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -354,4 +356,79 @@ fn the_ready_file_is_never_written_through_a_link_planted_at_a_temporary_name() 
     );
     let (st, log, _) = agent.stop();
     assert_eq!(st.code(), Some(0), "{log}");
+}
+
+#[test]
+fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    let listen_on = |port: u16| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{port}\"\n",
+                fixture("mlx5-roce-dual-port")
+            ),
+        )
+        .unwrap();
+    };
+    // The port the agent runs with first: free a moment ago.
+    let first = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    listen_on(first);
+    let mut agent = RunningAgent::start(&["--config", cfg.to_str().unwrap()]);
+    // The new configuration's port is taken: it does not start, the previous one comes
+    // back; and its port is taken too, meanwhile.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listen_on(taken.local_addr().unwrap().port());
+    agent.proc.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let holder = loop {
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", first)) {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never let go of port {first}: {}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    agent.proc.wait_log(
+        "the previous configuration failing",
+        Duration::from_secs(30),
+        |l| {
+            l.contains("the previous configuration did not start again")
+                .then_some(())
+        },
+    );
+    assert!(agent.proc.alive(), "{}", agent.stderr());
+    // The port free again: the previous configuration runs again.
+    drop(holder);
+    agent.proc.wait_log(
+        "the previous configuration running",
+        Duration::from_secs(30),
+        |l| {
+            l.contains("the previous configuration runs again")
+                .then_some(())
+        },
+    );
+    let url = format!("http://127.0.0.1:{first}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(&url, None).is_none() {
+        assert!(Instant::now() < deadline, "{}", agent.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (st, log, _) = agent.proc.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+    assert_eq!(
+        log.matches("the previous configuration did not start again")
+            .count(),
+        1,
+        "said once: {log}"
+    );
+    drop(taken);
 }

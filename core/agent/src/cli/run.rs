@@ -125,11 +125,18 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     // Until the first agent runs, a failure ends `run`; after it, nothing a reload meets
     // does (a refused reload is logged and the agent runs on).
     let mut started = false;
+    // The previous configuration is being tried again (said once, and when it runs).
+    let mut retrying = false;
     loop {
         let (stop_tx, stop_rx) = watch::channel(false);
         // A reload counts as `ok` once the new agent runs, `error` when it did not.
         let agent = match (start(&cfg, stop_rx, &memory).await, previous.take()) {
-            (Ok(agent), None) => agent,
+            (Ok(agent), None) => {
+                if std::mem::take(&mut retrying) {
+                    tracing::info!("SIGHUP: the previous configuration runs again");
+                }
+                agent
+            }
             (Ok(agent), Some(_)) => {
                 *reloads.entry("ok".into()).or_default() += 1;
                 agent
@@ -137,8 +144,10 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             (Err(e), None) if !started => return Err(e.into()),
             (Err(e), None) => {
                 // The configuration that ran does not start again either (its port taken
-                // meanwhile): tried again until it does, or until asked to stop.
-                tracing::error!("SIGHUP: the previous configuration did not start again: {e}; trying again in 5 s");
+                // meanwhile): tried again every 5 s until it does, or until asked to stop.
+                if !std::mem::replace(&mut retrying, true) {
+                    tracing::error!("SIGHUP: the previous configuration did not start again: {e}; trying again every 5 s");
+                }
                 tokio::select! {
                     _ = shutdown.changed() => return Ok(0),
                     _ = tokio::time::sleep(Duration::from_secs(5)) => continue,

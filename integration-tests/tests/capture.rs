@@ -287,3 +287,100 @@ fn a_live_capture_turns_the_vlan_offload_off_and_always_puts_it_back() {
         stderr(&o)
     );
 }
+
+/// `ethtool -k IFNAME`'s value of `name` (`on`, `off`, `on [fixed]`).
+fn feature(ifname: &str, name: &str) -> String {
+    let o = std::process::Command::new("ethtool")
+        .args(["-k", ifname])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&format!("{name}:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_restore_record_root_did_not_write_or_that_names_another_feature_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test checks what `capture` (root) refuses to act on: it needs root (CI runs as root)"
+    );
+    let veth = crate::ethtool::Veth::create();
+    let state = tempfile::tempdir().unwrap();
+    let rec = state
+        .path()
+        .join(format!("capture-offload-{}.json", veth.0));
+    let record = |feature: &str| {
+        format!(
+            "{{\"netdev\":\"{}\",\"feature\":\"{feature}\",\"was_on\":true,\"pid\":1}}",
+            veth.0
+        )
+    };
+    // Starting `capture` restores what earlier captures left; the target does not matter.
+    let capture = || {
+        let o = rocewatch(
+            &["capture", "nosuch0", "--duration", "1s"],
+            &[("STATE_DIRECTORY", state.path().to_str().unwrap())],
+        );
+        stderr(&o)
+    };
+    let said_refused = |said: &str, why: &str| {
+        said.lines().any(|l| {
+            l.contains(&rec.display().to_string()) && l.contains("refused") && l.contains(why)
+        })
+    };
+
+    // A feature rocewatch never turns off (GRO, off on a veth): not turned on.
+    assert_eq!(feature(&veth.0, "generic-receive-offload"), "off");
+    std::fs::write(&rec, record("rx-gro")).unwrap();
+    let said = capture();
+    assert_eq!(
+        feature(&veth.0, "generic-receive-offload"),
+        "off",
+        "turned on a feature it never turns off: {said}"
+    );
+    assert!(said_refused(&said, "rx-gro"), "{said}");
+
+    // The VLAN offload, off, with a record user nobody wrote: left off.
+    let st = std::process::Command::new("ethtool")
+        .args(["-K", &veth.0, "rxvlan", "off"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(&rec, record("rx-vlan-hw-parse")).unwrap();
+    crate::qos::lchown(&rec, 65534);
+    let said = capture();
+    assert_eq!(
+        vlan_offload(&veth.0),
+        "off",
+        "acted on user nobody's record: {said}"
+    );
+    assert!(
+        said_refused(&said, "owned by user nobody (uid 65534)"),
+        "{said}"
+    );
+
+    // The same record as a link to a file root wrote elsewhere: not followed.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let real = elsewhere.path().join("record.json");
+    std::fs::write(&real, record("rx-vlan-hw-parse")).unwrap();
+    std::fs::remove_file(&rec).unwrap();
+    std::os::unix::fs::symlink(&real, &rec).unwrap();
+    let said = capture();
+    assert_eq!(vlan_offload(&veth.0), "off", "followed a link: {said}");
+    assert!(said_refused(&said, "symbolic link"), "{said}");
+
+    // Root's own record of the netdev: honoured.
+    std::fs::remove_file(&rec).unwrap();
+    std::fs::write(&rec, record("rx-vlan-hw-parse")).unwrap();
+    let said = capture();
+    assert_eq!(vlan_offload(&veth.0), "on", "{said}");
+    assert!(!rec.exists(), "{said}");
+}

@@ -1,6 +1,8 @@
 //! The agent's life on a host: a steady "unsupported" is said once, a closed standard
 //! output is said once and counted while the agent goes on, and a second signal during a
-//! final export that hangs ends the agent at once.
+//! final export that hangs ends the agent at once; a reload never ends it (a ready file it
+//! cannot write, neither configuration starting), and the ready file is written safely and
+//! removed at exit.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -318,4 +320,167 @@ fn starts_and_reloads_run_one_discovery_at_a_time_and_count_no_busy_plugin() {
         );
     }
     assert!(busy.is_empty(), "{busy:#?}\n{}", agent.stderr());
+}
+
+/// `rocewatch run --config CFG --ready-file READY` with a Prometheus listener on port 0.
+fn agent_with_ready_file(dir: &std::path::Path, ready: &std::path::Path) -> Spawned {
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n",
+            fixture("mlx5-roce-dual-port")
+        ),
+    )
+    .unwrap();
+    let mut proc = Spawned::start(
+        "rocewatch run",
+        Command::new(&artifacts().rocewatch)
+            .args(["run", "--log-level", "info", "--config"])
+            .arg(&cfg)
+            .arg("--ready-file")
+            .arg(ready),
+        None,
+    );
+    let r = ready.to_path_buf();
+    proc.wait_log("its ready file", Duration::from_secs(30), |_| {
+        r.exists().then_some(())
+    });
+    proc
+}
+
+#[test]
+fn a_reload_that_cannot_write_the_ready_file_runs_on_and_the_ready_file_goes_at_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("run");
+    std::fs::create_dir(&sub).unwrap();
+    let ready = sub.join("ready.json");
+    let mut agent = agent_with_ready_file(dir.path(), &ready);
+    // The ready file's directory goes (a tmpfs cleaned, a mistaken rm), then SIGHUP.
+    std::fs::remove_dir_all(&sub).unwrap();
+    agent.signal("HUP");
+    agent.wait_log("the reload", Duration::from_secs(20), |l| {
+        l.contains("--ready-file").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(agent.alive(), "a reload ended the agent:\n{}", agent.log());
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("--ready-file"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("ERROR") && line.contains(&ready.display().to_string()),
+        "said at error, naming the file: {log}"
+    );
+    // It runs on, and stops as asked.
+    let (st, log, _) = agent.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+
+    // The ready file is removed at exit: an agent that is gone is not ready.
+    std::fs::create_dir(&sub).unwrap();
+    let mut agent = agent_with_ready_file(dir.path(), &ready);
+    let (st, log, _) = agent.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+    assert!(!ready.exists(), "the ready file outlived the agent: {log}");
+}
+
+#[test]
+fn the_ready_file_is_never_written_through_a_link_planted_at_a_temporary_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    // The fixed name the ready file's temporary copy had.
+    std::os::unix::fs::symlink(&victim, dir.path().join("ready.tmp")).unwrap();
+    let ready = dir.path().join("ready.json");
+    let mut agent = agent_with_ready_file(dir.path(), &ready);
+    let text = std::fs::read_to_string(&ready).unwrap();
+    assert!(
+        text.contains("\"prometheus\":\"127.0.0.1:"),
+        "{text}\n{}",
+        agent.log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "written through the link: {}",
+        agent.log()
+    );
+    let (st, log, _) = agent.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+}
+
+#[test]
+fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    let listen_on = |port: u16| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{port}\"\n",
+                fixture("mlx5-roce-dual-port")
+            ),
+        )
+        .unwrap();
+    };
+    // The port the agent runs with first: free a moment ago.
+    let first = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    listen_on(first);
+    let mut agent = RunningAgent::start(&["--config", cfg.to_str().unwrap()]);
+    // The new configuration's port is taken: it does not start, the previous one comes
+    // back; and its port is taken too, meanwhile.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listen_on(taken.local_addr().unwrap().port());
+    agent.proc.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let holder = loop {
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", first)) {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never let go of port {first}: {}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    agent.proc.wait_log(
+        "the previous configuration failing",
+        Duration::from_secs(30),
+        |l| {
+            l.contains("the previous configuration did not start again")
+                .then_some(())
+        },
+    );
+    assert!(agent.proc.alive(), "{}", agent.stderr());
+    // The port free again: the previous configuration runs again.
+    drop(holder);
+    agent.proc.wait_log(
+        "the previous configuration running",
+        Duration::from_secs(30),
+        |l| {
+            l.contains("the previous configuration runs again")
+                .then_some(())
+        },
+    );
+    let url = format!("http://127.0.0.1:{first}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(&url, None).is_none() {
+        assert!(Instant::now() < deadline, "{}", agent.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (st, log, _) = agent.proc.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+    assert_eq!(
+        log.matches("the previous configuration did not start again")
+            .count(),
+        1,
+        "said once: {log}"
+    );
+    drop(taken);
 }

@@ -769,3 +769,99 @@ fn qos_apply_changes_nothing_it_cannot_audit() {
     assert!(why.contains("cannot be written"), "{why}");
     assert_eq!(show_at(&root), before, "an unaudited change was made");
 }
+
+/// `chown -h UID:UID PATH` (a link itself, not its target).
+pub(crate) fn lchown(path: &std::path::Path, uid: u32) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: lchown on a path the test made; the result is checked.
+    let r = unsafe { libc::lchown(c.as_ptr(), uid, uid) };
+    assert_eq!(
+        r,
+        0,
+        "lchown {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+#[test]
+fn qos_apply_as_root_never_writes_through_a_link_or_in_a_directory_another_user_owns() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test checks what `qos apply --yes` refuses as root: it needs root (CI runs as root)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_copy("mlx5-roce-dual-port", dir.path());
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let before = show_at(&root);
+    let config = |state: &std::path::Path| {
+        let cfg = dir.path().join("qos.toml");
+        let (audit, snaps) = (state.join("audit.jsonl"), state.join("qos"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[agent]\nsysfs_root = {root:?}\n[remediation]\naudit_log = {audit:?}\n[qos]\nsnapshot_dir = {snaps:?}\n\
+                 [[qos.desired]]\ndevices = \"mlx5_0\"\nsettings = {{ roce_tos = \"24\", mtu = \"1500\" }}\n"
+            ),
+        )
+        .unwrap();
+        cfg
+    };
+
+    // The state directory belongs to user nobody (as systemd's StateDirectory= gives it to
+    // the unit's user), who planted a link at the audit log.
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::symlink(&victim, theirs.join("audit.jsonl")).unwrap();
+    lchown(&theirs.join("audit.jsonl"), 65534);
+    lchown(&theirs, 65534);
+    let o = qos(&config(&theirs), &["apply", "--yes"]);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert_ne!(o.status.code(), Some(0), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "written through the link: {said}"
+    );
+    assert_eq!(show_at(&root), before, "changed: {said}");
+    assert!(
+        said.contains(&format!(
+            "{}: the directory is owned by user nobody (uid 65534)",
+            theirs.display()
+        )),
+        "the refusal names the directory and its owner: {said}"
+    );
+    assert!(
+        !theirs.join("qos").exists(),
+        "root created a directory in theirs"
+    );
+
+    // A directory root owns, with a link at the audit log: refused, and nothing changes
+    // that cannot be audited.
+    let ours = dir.path().join("ours");
+    std::fs::create_dir(&ours).unwrap();
+    std::os::unix::fs::symlink(&victim, ours.join("audit.jsonl")).unwrap();
+    let o = qos(&config(&ours), &["apply", "--yes", "--json"]);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "written through the link: {said}"
+    );
+    assert_eq!(
+        show_at(&root),
+        before,
+        "an unaudited change was made: {said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "{} is a symbolic link",
+            ours.join("audit.jsonl").display()
+        )),
+        "{said}"
+    );
+}

@@ -601,6 +601,7 @@ dry_run = false
                 && l.contains("name=\"rdma.port.cnp.handled\"")
         })
     });
+}
 
 /// Whether process `pid` lives (a zombie is gone: it only waits to be reaped).
 fn process_alive(pid: &str) -> bool {

@@ -166,7 +166,12 @@ pub enum AuditError {
     CreateStateDir {
         path: String,
         dir: String,
-        source: std::io::Error,
+        source: crate::util::fs::FsError,
+    },
+    #[error("audit log {path}: {source}")]
+    Refused {
+        path: String,
+        source: crate::util::fs::FsError,
     },
 }
 
@@ -188,17 +193,32 @@ impl Default for Rotation {
     }
 }
 
+/// The audit log file as created (mode, less the umask).
+const LOG_MODE: u32 = 0o644;
+
+/// The live log as opened: the file, its size, and which file it is (to notice that the
+/// path no longer names it).
+#[derive(Debug)]
+struct Live {
+    file: std::fs::File,
+    size: u64,
+    dev: u64,
+    ino: u64,
+}
+
 /// The append-only audit log.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
     rotation: Rotation,
-    /// The open file and its size.
-    file: Mutex<Option<(std::fs::File, u64)>>,
-    /// A rotation failed (a directory the agent may not write): the log grows on, said
-    /// once, rather than every record failing (which would refuse every action).
-    rotation_failed: std::sync::atomic::AtomicBool,
-    /// Rotations so far (the generation of the file written now).
+    /// The open live log.
+    file: Mutex<Option<Live>>,
+    /// A rotation failed and was said (a directory the agent may not write): records go
+    /// on into the live log past the bound rather than fail (which would refuse every
+    /// action), and each later record tries the rotation again; a success is said too.
+    rotation_failing: std::sync::atomic::AtomicBool,
+    /// Files begun so far (rotations, and a live log that was removed or moved away): the
+    /// generation of the file written now.
     rotations: std::sync::atomic::AtomicU64,
 }
 
@@ -212,7 +232,7 @@ impl AuditLog {
             path,
             rotation,
             file: Mutex::new(None),
-            rotation_failed: std::sync::atomic::AtomicBool::new(false),
+            rotation_failing: std::sync::atomic::AtomicBool::new(false),
             rotations: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -224,32 +244,65 @@ impl AuditLog {
         PathBuf::from(p)
     }
 
-    /// Rotate; on failure, keep appending to the file as it is (said once).
+    /// Rotate; on failure, keep appending to the file as it is (said once until a rotation
+    /// succeeds again; the next record tries again).
     fn try_rotate(&self) {
+        use std::sync::atomic::Ordering;
         match self.rotate() {
             Ok(()) => {
-                self.rotations
-                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                self.rotations.fetch_add(1, Ordering::AcqRel);
+                if self.rotation_failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!(path = %self.path.display(), "the audit log rotates again");
+                }
             }
             Err(e) => {
-                self.rotation_failed
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                tracing::error!(path = %self.path.display(), "cannot rotate the audit log ({e}); it grows on past audit_max_bytes");
+                if !self.rotation_failing.swap(true, Ordering::Relaxed) {
+                    tracing::error!(path = %self.path.display(), "cannot rotate the audit log ({e}); records go on into it past audit_max_bytes, and each one tries the rotation again");
+                }
             }
         }
     }
 
-    /// Shift `PATH` to `PATH.1`, `PATH.1` to `PATH.2`, ..., dropping what is past `keep`.
+    /// Shift `PATH` to `PATH.1`, `PATH.1` to `PATH.2`, ... up to the first missing one;
+    /// when none is missing, `PATH.keep` is the one dropped (renamed over). A rotation cut
+    /// short leaves a gap, so trying again shifts only below it and drops nothing more.
+    /// (A rename acts on a link itself, never on what it points at.) A live log that is
+    /// gone has nothing to rotate.
     fn rotate(&self) -> std::io::Result<()> {
         let keep = self.rotation.keep.max(1);
-        let _ = std::fs::remove_file(self.rotated(keep));
-        for n in (1..keep).rev() {
-            match std::fs::rename(self.rotated(n), self.rotated(n + 1)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
+        let gap = (1..=keep)
+            .find(|&n| std::fs::symlink_metadata(self.rotated(n)).is_err())
+            .unwrap_or(keep);
+        for n in (1..gap).rev() {
+            std::fs::rename(self.rotated(n), self.rotated(n + 1))?;
         }
-        std::fs::rename(&self.path, self.rotated(1))
+        match std::fs::rename(&self.path, self.rotated(1)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Opens the live log (created when missing), never through a link.
+    fn open(&self) -> std::io::Result<Live> {
+        use std::os::unix::fs::MetadataExt;
+        self.prepare().map_err(std::io::Error::other)?;
+        let file = crate::util::fs::open_append(&self.path, LOG_MODE)?;
+        let m = file.metadata()?;
+        Ok(Live {
+            file,
+            size: m.len(),
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+
+    /// Whether the path still names the file `live` holds: an operator's `rm`, or
+    /// logrotate renaming it without `create`, leaves the agent holding a file no one
+    /// reads. One `lstat` per record (records are per decision, not per collection).
+    fn is_live(&self, live: &Live) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|m| m.dev() == live.dev && m.ino() == live.ino)
     }
 
     pub fn path(&self) -> &std::path::Path {
@@ -260,24 +313,31 @@ impl AuditLog {
     /// any other missing directory is an error (a typo must not create `/nonexistent/dir`
     /// as root).
     pub fn prepare(&self) -> Result<(), AuditError> {
-        let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) else {
-            return Ok(());
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
         };
-        if dir.is_dir() {
-            return Ok(());
-        }
         let state = state_dir();
-        if dir == state {
-            return std::fs::create_dir_all(dir).map_err(|source| AuditError::CreateStateDir {
-                path: self.path.display().to_string(),
-                dir: dir.display().to_string(),
-                source,
+        if !dir.is_dir() {
+            if dir != state {
+                return Err(AuditError::NoDirectory {
+                    path: self.path.display().to_string(),
+                    dir: dir.display().to_string(),
+                    state: state.display().to_string(),
+                });
+            }
+            return crate::util::fs::create_trusted_dir(dir).map_err(|source| {
+                AuditError::CreateStateDir {
+                    path: self.path.display().to_string(),
+                    dir: dir.display().to_string(),
+                    source,
+                }
             });
         }
-        Err(AuditError::NoDirectory {
+        // As root, only a directory no other user can swap a file in.
+        crate::util::fs::trusted_dir(dir).map_err(|source| AuditError::Refused {
             path: self.path.display().to_string(),
-            dir: dir.display().to_string(),
-            state: state.display().to_string(),
+            source,
         })
     }
 
@@ -331,35 +391,23 @@ impl AuditLog {
         let (mut line, mut labelled) = line_of(generation);
         let r = (|| {
             let full = |size: u64| {
-                !self
-                    .rotation_failed
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    && self.rotation.max_bytes > 0
+                self.rotation.max_bytes > 0
                     && size > 0
                     && size + line.len() as u64 > self.rotation.max_bytes
             };
-            if g.as_ref().is_some_and(|(_, size)| full(*size)) {
+            if g.as_ref().is_some_and(|l| !self.is_live(l)) {
+                // A new file begins: decisions' labels go with their next record again.
                 *g = None;
-                self.try_rotate();
+                self.rotations.fetch_add(1, Ordering::AcqRel);
+                tracing::warn!(path = %self.path.display(), "the audit log was removed or moved away; records go to a new one");
             }
             if g.is_none() {
-                self.prepare().map_err(std::io::Error::other)?;
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&self.path)?;
-                let size = f.metadata()?.len();
-                *g = Some((f, size));
-                if full(size) {
-                    *g = None;
-                    self.try_rotate();
-                    let f = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&self.path)?;
-                    let size = f.metadata()?.len();
-                    *g = Some((f, size));
-                }
+                *g = Some(self.open()?);
+            }
+            if g.as_ref().is_some_and(|l| full(l.size)) {
+                *g = None;
+                self.try_rotate();
+                *g = Some(self.open()?);
             }
             let now = self.rotations.load(Ordering::Acquire);
             if now != generation {
@@ -367,11 +415,11 @@ impl AuditLog {
                 generation = now;
                 (line, labelled) = line_of(generation);
             }
-            let (f, size) = g.as_mut().expect("opened above");
-            f.write_all(&line)?;
-            *size += line.len() as u64;
+            let live = g.as_mut().expect("opened above");
+            live.file.write_all(&line)?;
+            live.size += line.len() as u64;
             if sync {
-                f.sync_data()?;
+                live.file.sync_data()?;
             }
             Ok(())
         })();
@@ -478,6 +526,126 @@ mod tests {
         assert_ne!(d.id(), other.id());
     }
 
+    fn size(p: &Path) -> u64 {
+        std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    }
+
+    #[test]
+    fn a_removed_live_log_is_recreated_and_the_bound_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        const SMALL: Rotation = Rotation {
+            max_bytes: 1000,
+            keep: 2,
+        };
+        let log = AuditLog::with_rotation(path.clone(), SMALL);
+        for n in 0..3 {
+            log.append(&record(n), false).unwrap();
+        }
+        // An operator's `rm` (or logrotate without `create`): the next record goes to a
+        // new live log, not to the file the agent still holds open.
+        std::fs::remove_file(&path).unwrap();
+        log.append(&record(3), false).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            text.contains("\"rule\":\"rule-3\""),
+            "the live log: {text:?}"
+        );
+        for n in 4..200 {
+            log.append(&record(n), false).unwrap();
+        }
+        for p in [path.clone(), log.rotated(1), log.rotated(2)] {
+            assert!(
+                size(&p) > 0 && size(&p) <= 1000,
+                "{}: {}",
+                p.display(),
+                size(&p)
+            );
+        }
+        assert!(!log.rotated(3).exists());
+        // Moved away (logrotate's rename) rather than removed: the same.
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        log.append(&record(200), false).unwrap();
+        assert!(std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains("\"rule\":\"rule-200\""));
+    }
+
+    #[test]
+    fn a_failed_rotation_is_tried_again_on_later_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::with_rotation(
+            path.clone(),
+            Rotation {
+                max_bytes: 1000,
+                keep: 1,
+            },
+        );
+        // A directory where the rotated file goes: the rotation fails; nothing is lost.
+        let blocker = log.rotated(1);
+        std::fs::create_dir(&blocker).unwrap();
+        std::fs::write(blocker.join("x"), "").unwrap();
+        for n in 0..20 {
+            log.append(&record(n), false).unwrap();
+        }
+        assert!(size(&path) > 1000, "the records went on: {}", size(&path));
+        // Once it can, the log rotates again and the bound holds.
+        std::fs::remove_dir_all(&blocker).unwrap();
+        for n in 20..60 {
+            log.append(&record(n), false).unwrap();
+        }
+        assert!(size(&path) <= 1000, "not rotated again: {}", size(&path));
+        assert!(log.rotated(1).is_file());
+    }
+
+    #[test]
+    fn a_rotation_cut_short_and_tried_again_drops_no_rotated_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::with_rotation(
+            path.clone(),
+            Rotation {
+                max_bytes: 1000,
+                keep: 3,
+            },
+        );
+        // What a rotation cut short after its first rename leaves: a gap at PATH.2.
+        std::fs::write(&path, "live\n").unwrap();
+        std::fs::write(log.rotated(1), "one\n").unwrap();
+        std::fs::write(log.rotated(3), "three\n").unwrap();
+        log.rotate().unwrap();
+        let read = |n: usize| std::fs::read_to_string(log.rotated(n)).unwrap();
+        assert_eq!(
+            (read(1), read(2), read(3)),
+            ("live\n".into(), "one\n".into(), "three\n".into())
+        );
+        // No gap: the oldest goes.
+        std::fs::write(&path, "newer\n").unwrap();
+        log.rotate().unwrap();
+        assert_eq!(
+            (read(1), read(2), read(3)),
+            ("newer\n".into(), "live\n".into(), "one\n".into())
+        );
+    }
+
+    #[test]
+    fn a_link_in_place_of_the_audit_log_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let path = dir.path().join("audit.jsonl");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let log = AuditLog::new(path.clone());
+        let e = log.append(&record(1), true).unwrap_err();
+        assert!(
+            e.to_string().contains(&path.display().to_string())
+                && e.to_string().contains("symbolic link"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    }
+
     #[test]
     fn the_log_rotates_by_size_and_keeps_n_files() {
         let dir = tempfile::tempdir().unwrap();
@@ -490,7 +658,6 @@ mod tests {
         for n in 0..100 {
             log.append(&record(n), false).unwrap();
         }
-        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let (cur, one, two) = (size(&path), size(&log.rotated(1)), size(&log.rotated(2)));
         assert!(
             cur > 0 && cur <= 1000 && one > 900 && one <= 1000 && two > 900,

@@ -2,7 +2,7 @@
 //!
 //! Direction (each imports only what is to its right): `cli` → `doctor`, `demo` → `app` →
 //! `config` → `alertmanager` → `remediation` → `probes`, `qos` → `export` → `pipeline` →
-//! `rules` → `host` → `store` → `util`, `selfmetrics`, `audit`. Plugins and `core/*` crates
+//! `rules` → `host` → `store` → `selfmetrics`, `audit` → `util`. Plugins and `core/*` crates
 //! sit below all of them. `tests/architecture.rs` checks it (and that no two files import
 //! each other); docs/ARCHITECTURE.md draws it.
 //!

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 /// The agent's components, lowest layer first; a component may import only components of
 /// a lower layer. Components on one line must not import each other.
 const LAYERS: &[&[&str]] = &[
-    &["util", "selfmetrics", "audit"],
+    &["util"],
+    &["selfmetrics", "audit"],
     &["store"],
     &["host"],
     &["rules"],

@@ -289,7 +289,8 @@ pub struct RunArgs {
     pub duration: Option<Duration>,
     /// Once every listener is bound, write their addresses to this file as JSON
     /// (`{"prometheus":"127.0.0.1:9464","alertmanager":null}`), again after each reload:
-    /// with port 0 in the configuration, this says which port the kernel chose.
+    /// with port 0 in the configuration, this says which port the kernel chose. Removed
+    /// when the agent exits (and after a reload that could not write it).
     #[arg(long, value_name = "FILE")]
     pub ready_file: Option<PathBuf>,
 }

@@ -90,7 +90,19 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let state = crate::audit::state_dir();
-    for r in restore_leftovers(&state) {
+    let cfg = a.source.load()?;
+    let root = cfg.agent.sysfs_root.clone();
+    let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
+    let inv = app.discover().await.unwrap_or_default();
+    app.stop().await;
+    // A record is acted on only for a netdev capture could have been run on.
+    let known = |nd: &str| {
+        inv.devices
+            .iter()
+            .any(|d| d.ports.iter().any(|p| p.netdev.as_deref() == Some(nd)))
+            || root.join("class/net").join(nd).exists()
+    };
+    for r in restore_leftovers(&state, &known) {
         match r {
             Ok(said) => eprintln!("rocewatch: {said}"),
             Err(e) => eprintln!(
@@ -98,11 +110,6 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
             ),
         }
     }
-    let cfg = a.source.load()?;
-    let root = cfg.agent.sysfs_root.clone();
-    let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
-    let inv = app.discover().await.unwrap_or_default();
-    app.stop().await;
     let (netdev, device) = resolve(&inv, &root, a.target.as_deref())?;
     let iface = match device.as_deref().and_then(sniffer) {
         Some(s) => {

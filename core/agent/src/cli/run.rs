@@ -80,25 +80,79 @@ impl Drop for PutBackCounterModes {
     }
 }
 
+/// The `--ready-file` being kept: removed when `run` ends, however it ends (an agent that
+/// is gone is not ready), also on the fast exit of a second signal.
+static READY_FILE: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+fn remove_ready_file() {
+    let ready = READY_FILE.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(path) = ready {
+        // unlink removes a link itself, never what it points at.
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Removes the ready file when `run` ends: a drop guard.
+struct RemoveReadyFile;
+
+impl Drop for RemoveReadyFile {
+    fn drop(&mut self) {
+        remove_ready_file();
+    }
+}
+
+/// Writes the ready file whole (a reader never sees half of one; see
+/// [`crate::util::fs::write_atomic`]), to be removed at exit.
+fn write_ready_file(path: &std::path::Path, addresses: &impl serde::Serialize) -> Result<()> {
+    let body = serde_json::to_vec(addresses).expect("plain data");
+    crate::util::fs::write_atomic(path, &body, 0o644)
+        .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", path.display()))?;
+    *READY_FILE.lock().unwrap_or_else(|p| p.into_inner()) = Some(path.to_path_buf());
+    crate::util::signals::before_fast_exit(remove_ready_file);
+    Ok(())
+}
+
 pub async fn run(a: RunArgs) -> Result<i32> {
     let mut cfg = load(&a)?;
     let _put_back = PutBackCounterModes;
+    let _ready = RemoveReadyFile;
     let mut shutdown = shutdown_after(a.duration);
     let mut hup = signal(SignalKind::hangup())?;
     let mut reloads: BTreeMap<String, u64> = BTreeMap::new();
     let mut previous: Option<Config> = None;
     // Cooldowns and limits outlive a reload: a reload never lets an action run early.
     let memory = crate::remediation::Memory::default();
+    // Until the first agent runs, a failure ends `run`; after it, nothing a reload meets
+    // does (a refused reload is logged and the agent runs on).
+    let mut started = false;
+    // The previous configuration is being tried again (said once, and when it runs).
+    let mut retrying = false;
     loop {
         let (stop_tx, stop_rx) = watch::channel(false);
         // A reload counts as `ok` once the new agent runs, `error` when it did not.
         let agent = match (start(&cfg, stop_rx, &memory).await, previous.take()) {
-            (Ok(agent), None) => agent,
+            (Ok(agent), None) => {
+                if std::mem::take(&mut retrying) {
+                    tracing::info!("SIGHUP: the previous configuration runs again");
+                }
+                agent
+            }
             (Ok(agent), Some(_)) => {
                 *reloads.entry("ok".into()).or_default() += 1;
                 agent
             }
-            (Err(e), None) => return Err(e.into()),
+            (Err(e), None) if !started => return Err(e.into()),
+            (Err(e), None) => {
+                // The configuration that ran does not start again either (its port taken
+                // meanwhile): tried again every 5 s until it does, or until asked to stop.
+                if !std::mem::replace(&mut retrying, true) {
+                    tracing::error!("SIGHUP: the previous configuration did not start again: {e}; trying again every 5 s");
+                }
+                tokio::select! {
+                    _ = shutdown.changed() => return Ok(0),
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                }
+            }
             (Err(e), Some(old)) => {
                 // The reloaded configuration was valid but could not start (a port taken
                 // by someone else): back to the one that ran.
@@ -126,13 +180,17 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         }
         agent.app.metrics().set_config_reloads(reloads.clone());
         if let Some(path) = &a.ready_file {
-            let body = serde_json::to_vec(&agent.addresses).expect("plain data");
-            // Written whole, then renamed: a reader never sees half a file.
-            let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, body)
-                .and_then(|()| std::fs::rename(&tmp, path))
-                .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", path.display()))?;
+            match write_ready_file(path, &agent.addresses) {
+                Ok(()) => {}
+                Err(e) if !started => return Err(e),
+                Err(e) => {
+                    // The agent runs on; the old file's addresses may no longer hold.
+                    tracing::error!("SIGHUP: {e:#}; the agent runs on with the new configuration, and the ready file it can no longer keep is removed");
+                    remove_ready_file();
+                }
+            }
         }
+        started = true;
         let metrics = Arc::clone(agent.app.metrics());
         let mut running = tokio::spawn(agent.run());
         let next = loop {

@@ -13,6 +13,12 @@ use serde::{Deserialize, Serialize};
 /// The ethtool feature behind `rx-vlan-offload`.
 pub const VLAN_FEATURE: &str = "rx-vlan-hw-parse";
 
+/// The features a capture turns off: the only ones a restore record may turn back on.
+const FEATURES_TURNED_OFF: &[&str] = &[VLAN_FEATURE];
+
+/// A restore record as created (mode, less the umask): root's, for root to read back.
+const RECORD_MODE: u32 = 0o600;
+
 /// The rx-vlan-offload state of `nd` (`on`/`off`, as `ethtool -k` says it), read with the
 /// ethtool ioctls; `None` when it cannot be read.
 pub(super) fn vlan_offload(nd: &str) -> Option<String> {
@@ -40,16 +46,21 @@ pub fn record_path(state_dir: &Path, netdev: &str) -> PathBuf {
 }
 
 /// Open (creating) a record file and take its lock without waiting: `None` when a
-/// running capture holds it (the kernel drops the lock of a process that died).
+/// running capture holds it (the kernel drops the lock of a process that died). Never
+/// through a link; as root, only a file root owns in a directory only root can write.
 fn locked(path: &Path) -> Result<Option<std::fs::File>, String> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = crate::util::fs::open_nofollow(
+        path,
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(RECORD_MODE),
+    )
+    .map_err(|e| e.to_string())?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Ok(None);
@@ -96,7 +107,7 @@ impl OffloadGuard {
                 "{netdev}: rx-vlan-offload is fixed on by the driver"
             ));
         }
-        std::fs::create_dir_all(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
+        crate::util::fs::create_trusted_dir(state_dir).map_err(|e| e.to_string())?;
         let path = record_path(state_dir, netdev);
         let Some(mut lock) = locked(&path)? else {
             return Err(format!("another capture has rx-vlan-offload of {netdev} off (its record {} is held); it puts it back when it ends", path.display()));
@@ -162,10 +173,57 @@ impl Drop for OffloadGuard {
     }
 }
 
+/// Whether `name` is a name the kernel gives a netdev (`dev_valid_name` in
+/// `net/core/dev.c`: 1 to 15 bytes, not `.` or `..`, no `/`, `:` or white space).
+fn valid_netdev_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0x0b)
+}
+
+/// Why a restore record (read from `path`) must not be acted on, if it must not: root
+/// turns on only a feature a capture turns off, for the netdev the file is named after,
+/// which `known` says is a netdev of this host.
+fn refusal(path: &Path, rec: &OffloadRecord, known: &dyn Fn(&str) -> bool) -> Option<String> {
+    let named = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("capture-offload-"))
+        .and_then(|n| n.strip_suffix(".json"));
+    if !FEATURES_TURNED_OFF.contains(&rec.feature.as_str()) {
+        return Some(format!(
+            "it names the feature {:?}, which rocewatch never turns off (only {})",
+            rec.feature,
+            FEATURES_TURNED_OFF.join(", ")
+        ));
+    }
+    if named != Some(rec.netdev.as_str()) {
+        return Some(format!(
+            "it names the netdev {:?}, not the one it is named after",
+            rec.netdev
+        ));
+    }
+    if !valid_netdev_name(&rec.netdev) || !known(&rec.netdev) {
+        return Some(format!("{:?} is not a netdev of this host", rec.netdev));
+    }
+    None
+}
+
 /// Records left by captures that did not end (killed, crashed), not held by a running
 /// one: the value is put back where the feature is still as the capture set it (off);
-/// one changed since is left as it is, said. What was done, one line each.
-pub fn restore_leftovers(state_dir: &Path) -> Vec<Result<String, String>> {
+/// one changed since is left as it is, said. Only a record root can trust is acted on:
+/// not a link, as root one root owns in a directory only root can write, for a netdev
+/// `known` says this host has (the inventory's, or one under the sysfs root's
+/// `class/net`), and a feature a capture turns off; any other is refused, said with the
+/// file and why, and left in place for someone to look at. What was done, one line each.
+pub fn restore_leftovers(
+    state_dir: &Path,
+    known: &dyn Fn(&str) -> bool,
+) -> Vec<Result<String, String>> {
     let Ok(dir) = std::fs::read_dir(state_dir) else {
         return Vec::new();
     };
@@ -176,7 +234,7 @@ pub fn restore_leftovers(state_dir: &Path) -> Vec<Result<String, String>> {
         if !(name.starts_with("capture-offload-") && name.ends_with(".json")) {
             continue;
         }
-        let lock = match locked(&path) {
+        let mut lock = match locked(&path) {
             Ok(Some(l)) => l,
             Ok(None) => continue, // a running capture's
             Err(e) => {
@@ -184,9 +242,11 @@ pub fn restore_leftovers(state_dir: &Path) -> Vec<Result<String, String>> {
                 continue;
             }
         };
-        let rec: OffloadRecord = match std::fs::read(&path)
+        // Read from the file locked and checked, not from the path again.
+        let mut bytes = Vec::new();
+        let rec: OffloadRecord = match std::io::Read::read_to_end(&mut lock, &mut bytes)
             .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .and_then(|_| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
         {
             Ok(r) => r,
             Err(e) => {
@@ -194,6 +254,13 @@ pub fn restore_leftovers(state_dir: &Path) -> Vec<Result<String, String>> {
                 continue;
             }
         };
+        if let Some(why) = refusal(&path, &rec, known) {
+            out.push(Err(format!(
+                "{}: refused: {why}; nothing changed (the record stays: remove it once looked at)",
+                path.display()
+            )));
+            continue;
+        }
         let now = socket().and_then(|s| {
             s.feature(&rec.netdev, &rec.feature)
                 .map_err(|e| format!("{}: reading {}: {e}", rec.netdev, rec.feature))
@@ -225,4 +292,64 @@ pub fn restore_leftovers(state_dir: &Path) -> Vec<Result<String, String>> {
         out.push(r);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(netdev: &str, feature: &str) -> OffloadRecord {
+        OffloadRecord {
+            netdev: netdev.into(),
+            feature: feature.into(),
+            was_on: true,
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn a_record_is_honoured_only_for_a_feature_a_capture_turns_off_on_a_known_netdev() {
+        let dir = Path::new("/var/lib/rocewatch");
+        let known = |nd: &str| nd == "eth0";
+        let path = record_path(dir, "eth0");
+        assert_eq!(refusal(&path, &rec("eth0", VLAN_FEATURE), &known), None);
+        let why = |r: OffloadRecord, p: &Path| refusal(p, &r, &known).unwrap();
+        assert!(why(rec("eth0", "rx-gro"), &path)
+            .contains("\"rx-gro\", which rocewatch never turns off"));
+        assert!(why(rec("eth1", VLAN_FEATURE), &path).contains("not the one it is named after"));
+        let other = record_path(dir, "eth1");
+        assert!(why(rec("eth1", VLAN_FEATURE), &other)
+            .contains("\"eth1\" is not a netdev of this host"));
+        for bad in ["", ".", "..", "a/b", "a:1", "a b", "0123456789abcdef"] {
+            assert!(!valid_netdev_name(bad), "{bad:?}");
+            let p = dir.join(format!("capture-offload-{bad}.json"));
+            assert!(
+                refusal(&p, &rec(bad, VLAN_FEATURE), &|_| true).is_some(),
+                "{bad:?}"
+            );
+        }
+        assert!(valid_netdev_name("ens1f0np0") && valid_netdev_name("0123456789abcde"));
+    }
+
+    proptest::proptest! {
+        /// Whatever a record file holds, reading it never panics, and a record of any
+        /// feature but the VLAN offload is refused.
+        #[test]
+        fn any_record_is_read_without_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256),
+            netdev in "\\PC{0,20}",
+            feature in "\\PC{0,20}",
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("capture-offload-eth0.json"), &bytes).unwrap();
+            let out = restore_leftovers(dir.path(), &|_| false);
+            proptest::prop_assert_eq!(out.len(), 1);
+            proptest::prop_assert!(out[0].is_err());
+            let r = rec(&netdev, &feature);
+            let refused = refusal(&record_path(dir.path(), &netdev), &r, &|_| true);
+            if feature != VLAN_FEATURE {
+                proptest::prop_assert!(refused.is_some());
+            }
+        }
+    }
 }

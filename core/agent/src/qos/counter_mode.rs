@@ -12,7 +12,7 @@
 //! the reloaded file puts them back.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rocewatch_discovery_sysfs::{DeviceFilter, DeviceSelection};
@@ -53,6 +53,17 @@ impl Found {
             port: m.port,
             auto: m.mode == CounterMode::Auto,
             mask: m.auto_mask,
+        }
+    }
+
+    /// Whether this is a mode rocewatch may put a port back to: auto with a mask of the
+    /// kernel's criteria only (`enum rdma_nl_counter_mask` in
+    /// `include/uapi/rdma/rdma_netlink.h`: QP type, PID), or auto off (mask 0).
+    fn is_valid_mode(&self) -> bool {
+        if self.auto {
+            self.mask != 0 && self.mask & !qp_mode::MASK == 0
+        } else {
+            self.mask == 0
         }
     }
 
@@ -172,27 +183,72 @@ pub fn restore_pending() {
     }
 }
 
-/// The modes a previous agent found and did not put back, from the state file.
-fn left_behind(state: &PathBuf) -> Vec<Found> {
-    match std::fs::read(state) {
-        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
-            tracing::error!("resources: {}: {e}; ignored", state.display());
-            Vec::new()
-        }),
-        Err(_) => Vec::new(),
-    }
+/// The modes a previous agent found and did not put back, from the state file: never
+/// through a link, as root only from a file root wrote in a directory only root can
+/// write, and only modes rocewatch sets (anything else is refused, said with the file).
+/// Which ports they are for is checked against the devices when they are put back.
+fn left_behind(state: &Path) -> Vec<Found> {
+    let bytes = match crate::util::fs::read_trusted(state) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Vec::new(),
+        Err(e) => {
+            tracing::error!("resources: {e}; the QP counter modes it lists are not put back");
+            return Vec::new();
+        }
+    };
+    let found: Vec<Found> = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        tracing::error!("resources: {}: {e}; ignored", state.display());
+        Vec::new()
+    });
+    found
+        .into_iter()
+        .filter(|f| {
+            let ok = f.is_valid_mode();
+            if !ok {
+                tracing::error!(
+                    "resources: {}: {}/{}: auto={} mask={:#x} is not a QP counter mode rocewatch sets: refused, not put back",
+                    state.display(),
+                    f.device,
+                    f.port,
+                    f.auto,
+                    f.mask
+                );
+            }
+            ok
+        })
+        .collect()
 }
 
-fn write_state(state: &PathBuf, found: &[Found]) -> std::io::Result<()> {
+/// The state file as created (mode, less the umask): root's, for root to read back.
+const STATE_MODE: u32 = 0o600;
+
+fn write_state(state: &Path, found: &[Found]) -> std::io::Result<()> {
     if found.is_empty() {
+        // unlink removes a link itself, never what it points at.
         return match std::fs::remove_file(state) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         };
     }
-    let tmp = state.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(found).expect("plain data"))?;
-    std::fs::rename(&tmp, state)
+    crate::util::fs::write_atomic(
+        state,
+        &serde_json::to_vec(found).expect("plain data"),
+        STATE_MODE,
+    )?;
+    Ok(())
+}
+
+/// The netlink index of the port `f` names when it is a port of this host's RDMA
+/// devices (`devices`: name to index and port count); else why it is refused.
+fn port_of(f: &Found, devices: &BTreeMap<String, (u32, u32)>) -> Result<u32, String> {
+    match devices.get(&f.device) {
+        None => Err(format!("{} is not an RDMA device of this host", f.device)),
+        Some(&(_, ports)) if f.port == 0 || f.port > ports => Err(format!(
+            "{} has no port {} (ports 1 to {ports})",
+            f.device, f.port
+        )),
+        Some(&(index, _)) => Ok(index),
+    }
 }
 
 /// Sets every port of the selected devices to auto mode (type,pid), audited.
@@ -325,27 +381,35 @@ impl CounterModes {
                 return;
             }
         };
-        let index: BTreeMap<String, u32> = nl
+        let devices: BTreeMap<String, (u32, u32)> = nl
             .devices()
-            .map(|d| d.into_iter().map(|d| (d.name, d.index)).collect())
+            .map(|d| {
+                d.into_iter()
+                    .map(|d| (d.name, (d.index, d.ports)))
+                    .collect()
+            })
             .unwrap_or_default();
         let mut left = Vec::new();
         for f in self.found {
             let dec = decision(&f.device, f.port);
             let link = format!("{}/{}", f.device, f.port);
-            let Some(&dev_index) = index.get(&f.device) else {
-                // Gone (driver reloaded, hot-unplugged): its new self starts as booted.
-                let _ = self.audit.append_to(
-                    &dec,
-                    record(
-                        "result",
-                        format!("{link} is gone: nothing to put back"),
-                        Some("ok"),
-                        None,
-                    ),
-                    false,
-                );
-                continue;
+            let dev_index = match port_of(&f, &devices) {
+                Ok(i) => i,
+                Err(why) => {
+                    // Gone (driver reloaded, hot-unplugged: its new self starts as booted),
+                    // or never a port of this host: nothing to put back.
+                    let _ = self.audit.append_to(
+                        &dec,
+                        record(
+                            "result",
+                            format!("{link}: {why}: nothing to put back"),
+                            Some("ok"),
+                            None,
+                        ),
+                        false,
+                    );
+                    continue;
+                }
             };
             let saved = QpCounterMode {
                 dev_index,
@@ -413,6 +477,113 @@ mod tests {
             assert!(!wanted(Some(&o)), "{o}");
         }
         assert!(!wanted(None));
+    }
+
+    fn found(device: &str) -> Vec<Found> {
+        vec![Found {
+            device: device.into(),
+            port: 1,
+            auto: false,
+            mask: 0,
+        }]
+    }
+
+    #[test]
+    fn the_state_file_is_never_written_through_a_link_planted_at_a_temporary_name() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let state = t.path().join(STATE_FILE);
+        std::os::unix::fs::symlink(&victim, t.path().join("qp-counter-modes.tmp")).unwrap();
+        write_state(&state, &found("mlx5_0")).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    }
+
+    #[test]
+    fn a_state_file_root_did_not_write_is_not_acted_on() {
+        assert!(
+            crate::util::fs::strict(),
+            "this test checks what root refuses: it needs root (CI runs as root)"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join(STATE_FILE);
+        // A link to a well-formed file elsewhere.
+        let elsewhere = t.path().join("elsewhere.json");
+        std::fs::write(&elsewhere, serde_json::to_vec(&found("mlx5_0")).unwrap()).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &state).unwrap();
+        assert!(left_behind(&state).is_empty(), "followed a link");
+        // A file another user owns.
+        std::fs::remove_file(&state).unwrap();
+        std::fs::copy(&elsewhere, &state).unwrap();
+        let c = std::ffi::CString::new(state.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: chown of a file in our temporary directory; the result is checked.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        assert!(left_behind(&state).is_empty(), "trusted user nobody's file");
+    }
+
+    #[test]
+    fn only_modes_rocewatch_sets_and_ports_of_this_host_are_put_back() {
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join(STATE_FILE);
+        let f = |device: &str, port: u32, auto: bool, mask: u32| Found {
+            device: device.into(),
+            port,
+            auto,
+            mask,
+        };
+        let listed = vec![
+            f("mlx5_0", 1, false, 0),
+            f("mlx5_0", 2, true, qp_mode::MASK),
+            f("mlx5_1", 1, true, 1),
+            f("mlx5_1", 1, true, 0),
+            f("mlx5_1", 1, true, 1 << 2),
+            f("mlx5_1", 1, false, 2),
+        ];
+        std::fs::write(&state, serde_json::to_vec(&listed).unwrap()).unwrap();
+        assert_eq!(left_behind(&state), listed[..3].to_vec());
+        let devices = BTreeMap::from([("mlx5_0".to_string(), (3, 2))]);
+        assert_eq!(port_of(&listed[0], &devices), Ok(3));
+        assert_eq!(port_of(&listed[1], &devices), Ok(3));
+        assert_eq!(
+            port_of(&f("mlx5_0", 3, false, 0), &devices).unwrap_err(),
+            "mlx5_0 has no port 3 (ports 1 to 2)"
+        );
+        assert_eq!(
+            port_of(&f("mlx5_0", 0, false, 0), &devices).unwrap_err(),
+            "mlx5_0 has no port 0 (ports 1 to 2)"
+        );
+        assert_eq!(
+            port_of(&listed[2], &devices).unwrap_err(),
+            "mlx5_1 is not an RDMA device of this host"
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the state file holds: no panic, and only valid modes come back.
+        #[test]
+        fn any_state_file_reads_without_panic_and_yields_only_valid_modes(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256),
+            listed in proptest::collection::vec(
+                ("[a-z0-9_]{0,8}", proptest::num::u32::ANY, proptest::bool::ANY, proptest::num::u32::ANY),
+                0..8,
+            ),
+        ) {
+            let t = tempfile::tempdir().unwrap();
+            let state = t.path().join(STATE_FILE);
+            std::fs::write(&state, &bytes).unwrap();
+            proptest::prop_assert!(left_behind(&state).iter().all(Found::is_valid_mode));
+            let found: Vec<Found> = listed
+                .into_iter()
+                .map(|(device, port, auto, mask)| Found { device, port, auto, mask })
+                .collect();
+            std::fs::write(&state, serde_json::to_vec(&found).unwrap()).unwrap();
+            let back = left_behind(&state);
+            proptest::prop_assert!(back.iter().all(Found::is_valid_mode));
+            proptest::prop_assert_eq!(
+                back.len(),
+                found.iter().filter(|f| f.is_valid_mode()).count()
+            );
+        }
     }
 
     #[test]

@@ -33,34 +33,47 @@ pub struct Snapshot {
     pub changes: Vec<SnapChange>,
 }
 
+/// A snapshot file as created (mode, less the umask).
+const SNAPSHOT_MODE: u32 = 0o644;
+
 impl Snapshot {
+    /// Reads a snapshot `qos rollback` acts on: never through a link, and, as root, only
+    /// one root wrote (in a directory only root can write).
     pub fn read(path: &Path) -> Result<Snapshot, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text)
+        let bytes = crate::util::fs::read_trusted(path).map_err(|e| e.to_string())?;
+        Self::parse(path, &bytes)
+    }
+
+    fn parse(path: &Path, bytes: &[u8]) -> Result<Snapshot, String> {
+        serde_json::from_slice(bytes)
             .map_err(|e| format!("{}: not a rocewatch QoS snapshot: {e}", path.display()))
     }
 
-    /// Written whole to a temporary file, flushed, renamed over `path`.
+    /// Written whole to a temporary file of a random name, flushed, renamed over `path`
+    /// (see [`crate::util::fs::write_atomic`]); the directory is created when missing.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        use std::io::Write;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let tmp = path.with_extension("json.tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(self).expect("plain data"))?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        crate::util::fs::create_trusted_dir(dir)?;
+        let mut body = serde_json::to_vec_pretty(self).expect("plain data");
+        body.push(b'\n');
+        crate::util::fs::write_atomic(path, &body, SNAPSHOT_MODE)?;
         Ok(())
     }
 }
 
 /// The newest snapshot of `dir` that can be rolled back (applied, or cut short while
 /// applying).
+/// One that cannot be parsed is passed over; one refused (a link, another user's file, a
+/// directory another user can write) is an error: an older one must not be rolled back
+/// in its stead.
 pub fn latest_snapshot(dir: &Path) -> Result<Option<PathBuf>, String> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    crate::util::fs::trusted_dir(dir).map_err(|e| e.to_string())?;
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -77,7 +90,12 @@ pub fn latest_snapshot(dir: &Path) -> Result<Option<PathBuf>, String> {
         .collect();
     names.sort();
     for p in names.into_iter().rev() {
-        if let Ok(s) = Snapshot::read(&p) {
+        let bytes = match crate::util::fs::read_trusted(&p) {
+            Ok(b) => b,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        if let Ok(s) = Snapshot::parse(&p, &bytes) {
             if s.state == "applied" || s.state == "applying" {
                 return Ok(Some(p));
             }
@@ -89,6 +107,61 @@ pub fn latest_snapshot(dir: &Path) -> Result<Option<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_is_never_written_through_a_link_planted_at_a_temporary_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let snaps = dir.path().join("qos");
+        std::fs::create_dir(&snaps).unwrap();
+        let path = snaps.join("qos-20261201T000000-000Z.json");
+        // The fixed name rocewatch used for the temporary file.
+        std::os::unix::fs::symlink(&victim, snaps.join("qos-20261201T000000-000Z.json.tmp"))
+            .unwrap();
+        let snap = Snapshot {
+            time: "t".into(),
+            host: "h".into(),
+            origin: "qos apply".into(),
+            state: "applying".into(),
+            changes: Vec::new(),
+        };
+        snap.write(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert_eq!(Snapshot::read(&path).unwrap(), snap);
+    }
+
+    #[test]
+    fn a_snapshot_root_did_not_write_is_refused_not_passed_over() {
+        assert!(
+            crate::util::fs::strict(),
+            "this test checks what root refuses: it needs root (CI runs as root)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let snap = Snapshot {
+            time: "t".into(),
+            host: "h".into(),
+            origin: "qos apply".into(),
+            state: "applied".into(),
+            changes: Vec::new(),
+        };
+        let older = dir.path().join("qos-20261201T000000-000Z.json");
+        let newer = dir.path().join("qos-20261202T000000-000Z.json");
+        snap.write(&older).unwrap();
+        snap.write(&newer).unwrap();
+        let c = std::ffi::CString::new(newer.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: chown of a file in our temporary directory; the result is checked.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        for e in [
+            latest_snapshot(dir.path()).unwrap_err(),
+            Snapshot::read(&newer).unwrap_err(),
+        ] {
+            assert!(
+                e.contains(&newer.display().to_string()) && e.contains("(uid 65534)"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn the_newest_applied_snapshot_is_the_one_rolled_back() {

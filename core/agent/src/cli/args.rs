@@ -470,7 +470,8 @@ pub struct EnvArgs {
     #[arg(long = "for", value_enum, default_value = "all")]
     pub target: crate::doctor::appenv::For,
     /// shell: `export NAME=value` lines; json: variables, ports and warnings; slurm: a
-    /// TaskProlog script.
+    /// TaskProlog script (it prints each `export` line whole, as slurmstepd reads it).
+    /// Names that could not be printed exactly are left out, with a warning.
     #[arg(long, value_enum, default_value = "shell")]
     pub format: EnvFormat,
     /// Only RDMA devices whose name matches this glob (e.g. 'mlx5_*').

@@ -1,9 +1,11 @@
 //! Small pieces every component may use: configuration durations, shutdown signals, the
-//! HTTP accept loop of the listeners and their web configuration (TLS, basic auth).
+//! HTTP accept loop of the listeners and their web configuration (TLS, basic auth), text
+//! for a shell (`shell`: quoting, one-line text).
 
 pub mod duration;
 pub mod http;
 pub mod memory;
 pub mod rate;
+pub mod shell;
 pub mod signals;
 pub mod web;

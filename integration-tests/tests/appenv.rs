@@ -331,7 +331,7 @@ fn doctor_env_checks_each_variable_with_the_fix() {
 
 /// A copy of the mlx5 tree whose first netdev is called `$(touch${IFS}P)`: a valid Linux
 /// name (net/core/dev.c `dev_valid_name` forbids only '/', ':' and white space).
-fn hostile_netdev_tree() -> tempfile::TempDir {
+pub fn hostile_netdev_tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let st = Command::new("cp")
         .args(["-a", mlx5().to_str().unwrap(), dir.path().to_str().unwrap()])

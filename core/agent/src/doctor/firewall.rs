@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::check::{check, Check, Status, ROCE_PORT};
 use super::host::run_tool;
+use crate::util::shell::word_on_one_line as word;
 
 /// A rule (or policy) that drops RoCE v2 traffic, as found in a rule set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +110,12 @@ pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
                         .unwrap_or_default(),
                     verdict.unwrap_or_default()
                 ),
-                fix: format!("nft delete rule {fam} {table} {chain} handle {handle}"),
+                fix: format!(
+                    "nft delete rule {} {} {} handle {handle}",
+                    word(fam),
+                    word(table),
+                    word(chain)
+                ),
             }),
             Some("accept") if udp_port || !other_match => {
                 accepted.insert(key.clone());
@@ -123,11 +129,46 @@ pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
             out.push(Blocking {
                 place: format!("nft {fam} {table} {chain}"),
                 rule: "policy drop, and no rule accepts udp dport 4791".into(),
-                fix: format!("nft insert rule {fam} {table} {chain} udp dport {port} accept"),
+                fix: format!(
+                    "nft insert rule {} {} {} udp dport {port} accept",
+                    word(fam),
+                    word(table),
+                    word(chain)
+                ),
             });
         }
     }
     Ok(out)
+}
+
+/// The words of an `iptables-save` rule as iptables takes them: libxtables
+/// `xtables_save_string` writes a value with anything but `[A-Za-z0-9_-]` in double
+/// quotes, `"`, `\` and `'` escaped with a backslash.
+fn save_words(rule: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = rule.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let Some(first) = chars.next() else {
+            return out;
+        };
+        let mut w = String::new();
+        if first == '"' {
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => w.extend(chars.next()),
+                    '"' => break,
+                    c => w.push(c),
+                }
+            }
+        } else {
+            w.push(first);
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                w.push(c);
+            }
+        }
+        out.push(w);
+    }
 }
 
 /// Rules of `iptables-save` (or `ip6tables-save`) that drop or reject UDP to `port` on
@@ -177,7 +218,14 @@ pub fn iptables_blocking(save: &str, port: u16, tool: &str) -> Vec<Blocking> {
             Some("DROP") | Some("REJECT") if udp && hits => out.push(Blocking {
                 place: format!("{tool} filter INPUT"),
                 rule: format!("-A INPUT {rule}"),
-                fix: format!("{tool} -D INPUT {rule}"),
+                fix: format!(
+                    "{tool} -D INPUT {}",
+                    save_words(rule)
+                        .iter()
+                        .map(|w| word(w))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
             }),
             Some("ACCEPT") if (udp && hits) || words.len() == 2 => accepted = true,
             _ => {}

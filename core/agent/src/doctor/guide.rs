@@ -19,6 +19,7 @@ use super::kernel_log::kernel_log_checks;
 use super::mtu::peer_mtu_check;
 use super::qos::qos_checks;
 use crate::app::App;
+use crate::util::shell::word_on_one_line as word;
 
 /// Run every check.
 pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
@@ -102,7 +103,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                     p.netdev_operstate.as_deref().unwrap_or("unknown"),
                     p.netdev_mtu.map_or("unknown".into(), |m| m.to_string())
                 ),
-                (!up).then(|| format!("ip link set {nd} up")),
+                (!up).then(|| format!("ip link set {} up", word(&nd))),
             ));
             if let Some(m) = p.netdev_mtu {
                 mtus.insert(nd.clone(), m);
@@ -125,7 +126,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                     &subject,
                     Status::Fail,
                     format!("no IP address on {nd}"),
-                    Some(format!("ip addr add ADDRESS/PREFIX dev {nd}")),
+                    Some(format!("ip addr add ADDRESS/PREFIX dev {}", word(&nd))),
                 ));
                 continue;
             }
@@ -162,7 +163,8 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                         Status::Fail,
                         format!("no RoCE v2 GID for {ip} on {}", d.name),
                         Some(format!(
-                            "the address must be on {nd} (or a VLAN of it) for the kernel to add its GID; see show_gids / rdma link; re-add it: ip addr del {ip} dev {nd}; ip addr add {ip}/PREFIX dev {nd}"
+                            "the address must be on {nd} (or a VLAN of it) for the kernel to add its GID; see show_gids / rdma link; re-add it: ip addr del {ip} dev {w}; ip addr add {ip}/PREFIX dev {w}",
+                            w = word(&nd)
                         )),
                     )),
                 }
@@ -318,12 +320,13 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         Some(nd) => {
             let now = vlan_offload(nd);
             let restore = now.clone().unwrap_or_else(|| "on".into());
+            let (restore, w) = (word(&restore), word(nd));
             out.push(check(
                 "capture",
                 nd,
                 Status::Info,
                 format!(
-                    "capture RoCE v2 on {nd} (the RDMA port's netdev): tcpdump -i {nd} -nn udp port {ROCE_PORT}; NIC offloads can hide VLAN tags and RDMA traffic: ethtool -K {nd} rx-vlan-offload off before, and ethtool -K {nd} rx-vlan-offload {restore} after{}",
+                    "capture RoCE v2 on {w} (the RDMA port's netdev): tcpdump -i {w} -nn udp port {ROCE_PORT}; NIC offloads can hide VLAN tags and RDMA traffic: ethtool -K {w} rx-vlan-offload off before, and ethtool -K {w} rx-vlan-offload {restore} after{}",
                     if now.is_some() { " (as it is now)" } else { " (its state now could not be read; check ethtool -k)" }
                 ),
                 None,
@@ -377,7 +380,7 @@ pub(super) fn port_check(subject: &str, p: &Port) -> Check {
             Status::Fail,
             format!("state {st}, physical state {ph}"),
             Some(match &p.netdev {
-                Some(nd) => format!("ip link set {nd} up; check the cable, the optics and the switch port (ethtool {nd})"),
+                Some(nd) => format!("ip link set {w} up; check the cable, the optics and the switch port (ethtool {w})", w = word(nd)),
                 None => "check the cable, the optics and the switch port (ibstat)".into(),
             }),
         )

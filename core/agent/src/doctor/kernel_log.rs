@@ -9,6 +9,7 @@ use std::time::Duration;
 use rocewatch_kernel_log::{scan, Options as LogOptions};
 
 use super::check::{check, Check, Status};
+use crate::util::shell::word_on_one_line as word;
 
 /// Patterns that mean the device is failing (the rest warn).
 const FAILING: &[&str] = &["cmd_timeout", "health_compromised", "pcie_power"];
@@ -107,7 +108,7 @@ pub(super) fn kernel_log_checks(
                             fix = fix.replace("pci/PCI", &format!("pci/{pci}"));
                         }
                         if let Some(nd) = &o.netdev {
-                            fix = fix.replace(" IF", &format!(" {nd}"));
+                            fix = fix.replace(" IF", &format!(" {}", word(nd)));
                         }
                         fix
                     }

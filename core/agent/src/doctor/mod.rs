@@ -20,6 +20,8 @@ mod check;
 mod counters;
 mod driver;
 mod firewall;
+#[cfg(test)]
+mod fix_quoting_tests;
 mod gpu;
 mod guide;
 mod host;

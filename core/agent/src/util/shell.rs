@@ -59,6 +59,42 @@ pub fn word_on_one_line(s: &str) -> String {
     quote(&one_line(s))
 }
 
+/// Test support: whether `needle` occurs in `text` and every occurrence lies inside
+/// single quotes as `sh` reads the text (backslashes and double quotes outside single
+/// quotes understood). Text for people mixes prose with commands: an apostrophe between
+/// two letters (`vendor's`) is taken as prose, not a quote.
+#[cfg(test)]
+pub(crate) fn only_single_quoted(text: &str, needle: &str) -> bool {
+    let b = text.as_bytes();
+    let mut inside = vec![false; b.len()];
+    let (mut single, mut double) = (false, false);
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let letter = |j: Option<usize>| {
+            j.and_then(|j| b.get(j))
+                .is_some_and(u8::is_ascii_alphabetic)
+        };
+        if single {
+            if c == b'\'' {
+                single = false;
+            } else {
+                inside[i] = true;
+            }
+        } else if c == b'\\' {
+            i += 2;
+            continue;
+        } else if c == b'"' {
+            double = !double;
+        } else if c == b'\'' && !double && !(letter(i.checked_sub(1)) && letter(Some(i + 1))) {
+            single = true;
+        }
+        i += 1;
+    }
+    let mut hits = text.match_indices(needle).peekable();
+    hits.peek().is_some() && hits.all(|(at, n)| (at..at + n.len()).all(|j| inside[j]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +130,19 @@ mod tests {
             sh_expands(&quote("a'b\"c`d`$(e)\\f\ng")),
             b"a'b\"c`d`$(e)\\f\ng"
         );
+    }
+
+    #[test]
+    fn the_test_helper_reads_quotes_as_sh_does() {
+        assert!(only_single_quoted("ip link set '$(touch P)' up", "touch"));
+        assert!(!only_single_quoted("ip link set $(touch P) up", "touch"));
+        assert!(!only_single_quoted(
+            "the vendor's tool: x $(touch P)",
+            "touch"
+        ));
+        assert!(!only_single_quoted("echo \"'$(touch P)'\"", "touch"));
+        assert!(!only_single_quoted("ip link set eth0 up", "touch"));
+        assert!(only_single_quoted(&quote("a'b$(touch P)"), "touch"));
     }
 
     #[test]

@@ -407,7 +407,8 @@ pub struct DoctorArgs {
     #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DUR")]
     pub window: Duration,
     /// How far back the kernel log's RDMA/NIC driver messages are read (command
-    /// timeouts, health, syndromes, ACCESS_REG, PCIe power, temperature, link flaps).
+    /// timeouts, health, syndromes, ACCESS_REG, PCIe power, temperature, link flaps), from
+    /// /dev/kmsg or the kernel-log path: dmesg, kern.log, journalctl -k output.
     #[arg(long, value_parser = parse_duration, default_value = "24h", value_name = "DUR")]
     pub log_window: Duration,
     /// Print JSON: {"checks":[{"check","subject","status","evidence","fix"}]}.

@@ -1,7 +1,12 @@
 //! Trouble counters (pauses, drops, out_of_buffer, out-of-sequence, retransmissions)
-//! that grew over the window.
+//! that grew over the window, and the check's verdict.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rocewatch_plugin_api::{Sample, ScrapeResult};
+
+use super::check::{check, Check, Status};
 
 /// Counters that must not move on a healthy lossless fabric.
 pub(super) const TROUBLE: &[&str] = &[
@@ -49,6 +54,84 @@ pub fn counter_increases(
         }
     }
     out
+}
+
+/// The counters check over two collections `window` apart: a warning per trouble counter
+/// that grew, a pass when none did, and a skip when no trouble counter was read in both
+/// (every one unreadable, or no collector: no evidence). `unread` says what the
+/// collectors could not read (their partial errors and failed calls).
+pub(super) fn counters_checks(
+    first: &ScrapeResult,
+    second: &ScrapeResult,
+    unread: &[String],
+    window: Duration,
+) -> Vec<Check> {
+    let secs = humantime::format_duration(window);
+    let key = |s: &Sample| {
+        let attrs: Vec<String> = s
+            .attributes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        (s.name.to_string(), attrs)
+    };
+    let before: BTreeSet<_> = first
+        .samples
+        .iter()
+        .filter(|s| TROUBLE.contains(&s.name.as_ref()))
+        .map(key)
+        .collect();
+    let watched = second
+        .samples
+        .iter()
+        .filter(|s| TROUBLE.contains(&s.name.as_ref()) && before.contains(&key(s)))
+        .count();
+    if watched == 0 {
+        let errors: Vec<String> = first
+            .errors
+            .iter()
+            .chain(&second.errors)
+            .map(|e| format!("{}: {}", e.target, e.message))
+            .chain(unread.iter().cloned())
+            .collect();
+        return vec![check(
+            "counters",
+            "",
+            Status::Skip,
+            format!(
+                "no pause, drop, out-of-buffer, out-of-sequence or retransmission counter was read in both collections {secs} apart: nothing to judge{}",
+                match errors.len() {
+                    0 => String::new(),
+                    1 => format!(" ({})", errors[0]),
+                    n => format!(" ({}; and {} more errors)", errors[0], n - 1),
+                }
+            ),
+            Some("rocewatch collect --once shows what each collector reads and why it could not".into()),
+        )];
+    }
+    let grew = counter_increases(&first.samples, &second.samples);
+    if grew.is_empty() {
+        return vec![check(
+            "counters",
+            "",
+            Status::Pass,
+            format!(
+                "no pauses, drops, out-of-buffer, out-of-sequence or retransmissions over {secs} ({watched} series watched)"
+            ),
+            None,
+        )];
+    }
+    grew.into_iter()
+        .map(|(series, d)| {
+            check(
+                "counters",
+                "",
+                Status::Warn,
+                format!("{series} +{d} in {secs}"),
+                Some("pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters".into()),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -242,28 +242,35 @@ pub fn iptables_blocking(save: &str, port: u16, tool: &str) -> Vec<Blocking> {
 }
 
 pub(super) fn firewall_checks() -> Vec<Check> {
+    firewall_verdict(vec![
+        ("nft", run_tool("nft", &["-j", "list", "ruleset"])),
+        ("iptables-save", run_tool("iptables-save", &[])),
+        ("ip6tables-save", run_tool("ip6tables-save", &[])),
+    ])
+}
+
+/// The verdict over what each tool printed (`None`: not installed). Nothing read is a
+/// skip; a rule set read (an empty one too: nothing filters) is the evidence of a pass.
+pub(super) fn firewall_verdict(reads: Vec<(&str, Option<Result<String, String>>)>) -> Vec<Check> {
     let mut out = Vec::new();
     let mut read = Vec::new();
     let mut blocking = Vec::new();
-    if let Some(r) = run_tool("nft", &["-j", "list", "ruleset"]) {
-        match r.and_then(|j| nft_blocking(&j, ROCE_PORT)) {
-            Ok(b) => {
-                read.push("nft ruleset");
+    for (tool, r) in reads {
+        let Some(r) = r else { continue };
+        let r = if tool == "nft" {
+            r.and_then(|j| nft_blocking(&j, ROCE_PORT).map(|b| (j, b)))
+        } else {
+            r.map(|save| {
+                let b = iptables_blocking(&save, ROCE_PORT, tool.trim_end_matches("-save"));
+                (save, b)
+            })
+        };
+        match r {
+            Ok((_, b)) => {
+                read.push(tool);
                 blocking.extend(b);
             }
-            Err(e) => out.push(check("firewall", "nft", Status::Warn, e, None)),
-        }
-    }
-    for tool in ["iptables-save", "ip6tables-save"] {
-        if let Some(r) = run_tool(tool, &[]) {
-            match r {
-                Ok(save) => {
-                    read.push(tool);
-                    let name = tool.trim_end_matches("-save");
-                    blocking.extend(iptables_blocking(&save, ROCE_PORT, name));
-                }
-                Err(e) => out.push(check("firewall", tool, Status::Warn, e, None)),
-            }
+            Err(e) => out.push(check("firewall", tool, Status::Warn, e, None)),
         }
     }
     if read.is_empty() && out.is_empty() {
@@ -276,7 +283,8 @@ pub(super) fn firewall_checks() -> Vec<Check> {
         ));
         return out;
     }
-    if blocking.is_empty() {
+    // A rule set read, even an empty one, is evidence: nothing in it drops RoCE.
+    if blocking.is_empty() && !read.is_empty() {
         out.push(check(
             "firewall",
             "",

@@ -188,7 +188,11 @@ fn kernel_log_env_and_firewall_fixes() {
         dir.path(),
         &serde_json::json!({ "path": log }),
         std::time::Duration::from_secs(60),
-        100,
+        rocewatch_kernel_log::text::Clock {
+            since_boot_us: 100,
+            unix_us: 0,
+            utc_offset_s: 0,
+        },
     );
     assert_quoted(&checks);
     let host = super::appenv::HostEnv {

@@ -12,7 +12,7 @@ use rocewatch_plugin_api::{Inventory, Port};
 use super::bandwidth::bandwidth_check;
 use super::capture::vlan_offload;
 use super::check::{check, Check, Options, Status, ROCE_PORT};
-use super::counters::{counter_increases, TROUBLE};
+use super::counters::counters_checks;
 use super::firewall::firewall_checks;
 use super::host::{gid_ip, interface_addresses, irq_checks};
 use super::kernel_log::kernel_log_checks;
@@ -37,10 +37,21 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         ));
         return out;
     }
+    // A device whose ports say nothing (no state read) is no working device.
+    let silent: Vec<&str> = inv
+        .devices
+        .iter()
+        .filter(|d| !d.ports.iter().any(|p| p.state.is_some()))
+        .map(|d| d.name.as_str())
+        .collect();
     out.push(check(
         "devices",
         "",
-        Status::Pass,
+        if silent.is_empty() {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
         inv.devices
             .iter()
             .map(|d| {
@@ -52,8 +63,18 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                 )
             })
             .collect::<Vec<_>>()
-            .join(", "),
-        None,
+            .join(", ")
+            + &if silent.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; no port state readable on {} (ports/N/state): not a working device, or an incomplete tree",
+                    silent.join(", ")
+                )
+            },
+        (!silent.is_empty()).then(|| {
+            "check that the driver finished loading (dmesg, rdma dev) and that the sysfs tree is whole".to_string()
+        }),
     ));
     let qos = agent.observe_qos().await.unwrap_or_default();
     let addrs = if live {
@@ -277,36 +298,14 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         &root,
         &log_options,
         opts.log_window,
-        rocewatch_kernel_log::kmsg::now_since_boot_us(),
+        rocewatch_kernel_log::text::Clock::now(),
     ));
     // Live counters over the window.
-    let (first, _) = agent.collect_all().await;
+    let (first, e1) = agent.collect_all().await;
     tokio::time::sleep(opts.window).await;
-    let (second, _) = agent.collect_all().await;
-    let grew = counter_increases(&first.samples, &second.samples);
-    let secs = humantime::format_duration(opts.window);
-    if grew.is_empty() {
-        out.push(check(
-            "counters",
-            "",
-            Status::Pass,
-            format!(
-                "no pauses, drops, out-of-buffer, out-of-sequence or retransmissions over {secs} ({} series watched)",
-                second.samples.iter().filter(|s| TROUBLE.contains(&s.name.as_ref())).count()
-            ),
-            None,
-        ));
-    } else {
-        for (series, d) in grew {
-            out.push(check(
-                "counters",
-                "",
-                Status::Warn,
-                format!("{series} +{d} in {secs}"),
-                Some("pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters".into()),
-            ));
-        }
-    }
+    let (second, e2) = agent.collect_all().await;
+    let failed: Vec<String> = e1.iter().chain(&e2).map(ToString::to_string).collect();
+    out.extend(counters_checks(&first, &second, &failed, opts.window));
     // The probe.
     match &opts.peer {
         None => out.push(check("probe", "", Status::Skip, "no --peer given", None)),

@@ -70,6 +70,20 @@ pub(super) fn link_layer_checks(root: &SysRoot, inv: &Inventory, told: Option<&s
         .iter()
         .filter_map(|(_, p, _)| p.link_layer.as_deref())
         .collect();
+    if known.is_empty() {
+        // No port, or none whose link layer was read: nothing to judge.
+        return vec![check(
+            "link-layer",
+            "",
+            Status::Skip,
+            if ports.is_empty() {
+                "no RDMA port".to_string()
+            } else {
+                format!("no port's link layer is readable ({})", summary(&ports))
+            },
+            None,
+        )];
+    }
     let expected = match told {
         Some(t) => Some(Expected::Told(t)),
         None => [ETHERNET, INFINIBAND].into_iter().find_map(|layer| {

@@ -29,6 +29,8 @@ mod kernel_log;
 mod linklayer;
 mod mtu;
 mod multirail;
+#[cfg(test)]
+mod no_evidence_tests;
 mod numa;
 mod pcie;
 mod qos;

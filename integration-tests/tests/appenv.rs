@@ -328,3 +328,96 @@ fn doctor_env_checks_each_variable_with_the_fix() {
     );
     assert_eq!(c["fix"], "set NCCL_IB_HCA==mlx4_0:1");
 }
+
+/// A copy of the mlx5 tree whose first netdev is called `$(touch${IFS}P)`: a valid Linux
+/// name (net/core/dev.c `dev_valid_name` forbids only '/', ':' and white space).
+pub fn hostile_netdev_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp")
+        .args(["-a", mlx5().to_str().unwrap(), dir.path().to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let sys = dir.path().join("sys");
+    let name = "$(touch${IFS}P)";
+    let fun = sys.join("devices/pci0000:00/0000:3b:00.0");
+    std::fs::rename(fun.join("net/ens1f0np0"), fun.join("net").join(name)).unwrap();
+    std::fs::remove_file(sys.join("class/net/ens1f0np0")).unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../devices/pci0000:00/0000:3b:00.0/net/{name}"),
+        sys.join("class/net").join(name),
+    )
+    .unwrap();
+    let ndevs = fun.join("infiniband/mlx5_0/ports/1/gid_attrs/ndevs");
+    for e in std::fs::read_dir(&ndevs).unwrap() {
+        std::fs::write(e.unwrap().path(), format!("{name}\n")).unwrap();
+    }
+    dir
+}
+
+/// Runs `script` with `sh` in an empty directory: its standard output and the files it
+/// left there (a name that ran a command would leave one).
+fn run_in_empty_dir(script: &str) -> (String, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.sh");
+    std::fs::write(&file, script).unwrap();
+    let syntax = Command::new("sh").arg("-n").arg(&file).output().unwrap();
+    assert!(
+        syntax.status.success(),
+        "sh -n: {}\n{script}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    let run = Command::new("sh")
+        .arg(&file)
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "sh: {}\n{script}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let left = std::fs::read_dir(cwd.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    (String::from_utf8_lossy(&run.stdout).into_owned(), left)
+}
+
+#[test]
+fn env_output_runs_nothing_a_netdev_or_host_name_holds() {
+    let tree = hostile_netdev_tree();
+    let sys = tree.path().join("sys");
+    let cfg = tree.path().join("host.toml");
+    std::fs::write(&cfg, "[agent]\nhost_name = \"n1\\ntouch H\"\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
+    // The shell form: the value is the name, exactly.
+    let o = env(&sys, &["--for", "nccl", "--config", cfg]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (out, left) = run_in_empty_dir(&format!(
+        "{}printf '%s' \"$NCCL_SOCKET_IFNAME\"\n",
+        stdout(&o)
+    ));
+    assert!(left.is_empty(), "the shell output ran a command: {left:?}");
+    assert_eq!(out, "=$(touch${IFS}P),ens1f1np1");
+    // The TaskProlog prints the line slurmstepd reads, and runs nothing.
+    let o = env(
+        &sys,
+        &["--for", "nccl", "--format", "slurm", "--config", cfg],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (out, left) = run_in_empty_dir(&stdout(&o));
+    assert!(left.is_empty(), "the prolog ran a command: {left:?}");
+    assert!(
+        stdout(&o).contains("# Values of n1\\ntouch H,"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        out.lines()
+            .any(|l| l == "export NCCL_SOCKET_IFNAME==$(touch${IFS}P),ens1f1np1"),
+        "{out}"
+    );
+    assert!(out.lines().all(|l| l.starts_with("export ")), "{out}");
+}

@@ -497,3 +497,172 @@ fn doctor_multirail_in_a_network_namespace() {
         "arp_ignore 1 (all 0, ens1f1np1 1), arp_announce 2 (all 0, ens1f1np1 2), rp_filter 2 (all 0, ens1f1np1 2) (the kernel applies the larger of all and the interface's value)"
     );
 }
+
+/// Whether every `touch` in `text` lies inside single quotes as `sh` reads it (an
+/// apostrophe between letters is prose).
+fn touch_only_single_quoted(text: &str) -> bool {
+    let b = text.as_bytes();
+    let (mut single, mut double, mut i) = (false, false, 0);
+    let mut inside = vec![false; b.len()];
+    let letter = |j: usize| b.get(j).is_some_and(u8::is_ascii_alphabetic);
+    while i < b.len() {
+        match b[i] {
+            b'\'' if single => single = false,
+            _ if single => inside[i] = true,
+            b'\\' => i += 1,
+            b'"' => double = !double,
+            b'\'' if !double && (i == 0 || !letter(i - 1) || !letter(i + 1)) => single = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    text.match_indices("touch")
+        .all(|(at, n)| (at..at + n.len()).all(|j| inside[j]))
+}
+
+/// A netdev called `$(touch${IFS}P)` (a valid Linux name): every fix doctor prints for
+/// it, and the capture command, keep it quoted.
+#[test]
+fn doctor_fixes_quote_a_netdev_name_a_shell_would_run() {
+    let tree = crate::appenv::hostile_netdev_tree();
+    let sys = tree.path().join("sys");
+    let o = rocewatch(
+        &[
+            "doctor",
+            "--json",
+            "--window",
+            "100ms",
+            "--priority",
+            "4",
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let v: Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    let mut seen = 0;
+    for c in v["checks"].as_array().unwrap() {
+        for text in [&c["fix"], &c["evidence"]] {
+            let Some(t) = text.as_str() else { continue };
+            if (c["check"] == "capture" || text == &c["fix"]) && t.contains("touch") {
+                seen += 1;
+                assert!(touch_only_single_quoted(t), "{c}");
+            }
+        }
+    }
+    // ECN on priority 4 fails on mlx5_0 (the netdev's port; PFC is not read from a tree),
+    // and capture names it.
+    assert!(seen >= 2, "{v}");
+}
+
+/// doctor's kernel-log check on a recorded log (fixtures/kernel-log, see its SOURCE.md):
+/// the check's results, and the whole output.
+fn doctor_kernel_log(file: &str) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("log.toml");
+    let log = root()
+        .join("integration-tests/fixtures/kernel-log")
+        .join(file);
+    std::fs::write(
+        &cfg,
+        format!(
+            "[plugins.builtin.kernel-log.options]\npath = {:?}\n",
+            log.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (_, v) = doctor(
+        "mlx5-roce-dual-port",
+        &["--config", cfg.to_str().unwrap(), "--log-window", "100000d"],
+    );
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "kernel-log")
+        .cloned()
+        .collect()
+}
+
+/// The issue's case: a syslog kern.log with a firmware command timeout and a health
+/// report passed as "0 records read". Each layout operators keep is read.
+#[test]
+fn doctor_reads_the_kernel_log_as_syslog_journalctl_and_dmesg_write_it() {
+    for file in [
+        "kern.log",
+        "kern.log-rfc3339",
+        "journalctl-k.txt",
+        "dmesg.txt",
+    ] {
+        let checks = doctor_kernel_log(file);
+        for pattern in ["cmd_timeout", "health_compromised"] {
+            let c = checks
+                .iter()
+                .find(|c| c["evidence"].as_str().unwrap().starts_with(pattern))
+                .unwrap_or_else(|| panic!("{file}: no {pattern} in {checks:#?}"));
+            assert_eq!(c["status"], "fail", "{file}: {c}");
+            assert_eq!(c["subject"], "mlx5_0", "{file}: {c}");
+        }
+    }
+}
+
+/// Doctor never passes on no evidence: on an empty tree, and on a device directory with
+/// an empty port directory (with an empty proc tree, an empty kernel log and an empty
+/// `--env`), no check says PASS.
+#[test]
+fn doctor_passes_nothing_on_empty_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (empty, bare, proc_root) = (
+        dir.path().join("empty"),
+        dir.path().join("bare"),
+        dir.path().join("proc"),
+    );
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::create_dir_all(bare.join("class/infiniband/dev0/ports/1")).unwrap();
+    std::fs::create_dir_all(&proc_root).unwrap();
+    let (log, env, cfg) = (
+        dir.path().join("kmsg"),
+        dir.path().join("job.env"),
+        dir.path().join("log.toml"),
+    );
+    std::fs::write(&log, "").unwrap();
+    std::fs::write(&env, "").unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[plugins.builtin.kernel-log.options]\npath = {:?}\n",
+            log.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    for (tree, at_least) in [(&empty, 1), (&bare, 10)] {
+        let o = rocewatch(
+            &[
+                "doctor",
+                "--json",
+                "--window",
+                "100ms",
+                "--sysfs-root",
+                tree.to_str().unwrap(),
+                "--procfs-root",
+                proc_root.to_str().unwrap(),
+                "--config",
+                cfg.to_str().unwrap(),
+                "--env",
+                env.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let v: Value = serde_json::from_str(&stdout(&o))
+            .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        let checks = v["checks"].as_array().unwrap();
+        assert!(checks.len() >= at_least, "{v}");
+        let passed: Vec<&Value> = checks.iter().filter(|c| c["status"] == "pass").collect();
+        assert!(
+            passed.is_empty(),
+            "{}: passed on no evidence: {passed:#?}",
+            tree.display()
+        );
+    }
+}

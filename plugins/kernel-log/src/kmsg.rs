@@ -15,6 +15,8 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+pub use crate::time::{now_since_boot_us, Stamp};
+
 /// One kernel log record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -28,6 +30,8 @@ pub struct Record {
     pub message: String,
     /// The continuation lines' `KEY=VALUE` pairs.
     pub properties: Vec<(String, String)>,
+    /// When, on its source's clock (`SinceBoot(timestamp_us)` for a kmsg record).
+    pub stamp: Stamp,
 }
 
 /// What was wrong with a record.
@@ -78,6 +82,7 @@ pub fn parse_record(text: &str) -> Result<Record, ParseError> {
         timestamp_us,
         message: message.to_string(),
         properties,
+        stamp: Stamp::SinceBoot(timestamp_us),
     })
 }
 
@@ -129,6 +134,15 @@ impl KmsgReader {
             file,
             pending: Vec::new(),
         })
+    }
+
+    /// Read records from `file`, already open (non-blocking) at `path`, from where it is.
+    pub fn from_file(path: &Path, file: std::fs::File) -> Self {
+        KmsgReader {
+            path: path.to_path_buf(),
+            file,
+            pending: Vec::new(),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -191,18 +205,6 @@ fn push(batch: &mut Batch, text: &str) {
         Ok(r) => batch.records.push(r),
         Err(e) => batch.errors.push(e),
     }
-}
-
-/// Microseconds since boot now, on the clock the kernel stamps records with
-/// (`CLOCK_MONOTONIC`; both stop during suspend).
-pub fn now_since_boot_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec for clock_gettime to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000) + (ts.tv_nsec as u64) / 1000
 }
 
 #[cfg(test)]

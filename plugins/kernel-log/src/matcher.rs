@@ -182,7 +182,11 @@ pub struct Tally {
 pub struct Hit {
     pub count: u64,
     pub last_message: String,
+    /// Microseconds since boot of the last message (0 when its source keeps another
+    /// clock: see `last_stamp`).
     pub last_timestamp_us: u64,
+    /// When the last message was logged, on its source's clock.
+    pub last_stamp: crate::kmsg::Stamp,
 }
 
 /// What is matched against what.
@@ -214,6 +218,7 @@ impl Matcher {
             hit.count += 1;
             hit.last_message = r.message.clone();
             hit.last_timestamp_us = r.timestamp_us;
+            hit.last_stamp = r.stamp;
             counted = true;
         }
         counted

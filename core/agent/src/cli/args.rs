@@ -407,7 +407,8 @@ pub struct DoctorArgs {
     #[arg(long, value_parser = WATCH.flag(), default_value = "5s", value_name = "DUR")]
     pub window: Duration,
     /// How far back the kernel log's RDMA/NIC driver messages are read (command
-    /// timeouts, health, syndromes, ACCESS_REG, PCIe power, temperature, link flaps).
+    /// timeouts, health, syndromes, ACCESS_REG, PCIe power, temperature, link flaps), from
+    /// /dev/kmsg or the kernel-log path: dmesg, kern.log, journalctl -k output.
     #[arg(long, value_parser = LOOK_BACK.flag(), default_value = "24h", value_name = "DUR")]
     pub log_window: Duration,
     /// Print JSON: {"checks":[{"check","subject","status","evidence","fix"}]}.
@@ -470,7 +471,8 @@ pub struct EnvArgs {
     #[arg(long = "for", value_enum, default_value = "all")]
     pub target: crate::doctor::appenv::For,
     /// shell: `export NAME=value` lines; json: variables, ports and warnings; slurm: a
-    /// TaskProlog script.
+    /// TaskProlog script (it prints each `export` line whole, as slurmstepd reads it).
+    /// Names that could not be printed exactly are left out, with a warning.
     #[arg(long, value_enum, default_value = "shell")]
     pub format: EnvFormat,
     /// Only RDMA devices whose name matches this glob (e.g. 'mlx5_*').

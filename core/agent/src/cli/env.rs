@@ -6,6 +6,7 @@ use super::args::{EnvArgs, EnvFormat};
 use super::output::print_json;
 use crate::app::App;
 use crate::doctor::appenv;
+use crate::util::shell::one_line;
 use rocewatch_plugin_api::PluginKind;
 
 pub async fn run(a: EnvArgs) -> Result<i32> {
@@ -56,6 +57,7 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
             ),
         );
     }
+    let host = agent.host_name.clone();
     agent.stop().await;
     match format {
         EnvFormat::Json => print_json(&serde_json::json!({
@@ -64,15 +66,13 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
             "warnings": env.warnings,
         }))?,
         EnvFormat::Shell | EnvFormat::Slurm => {
+            // Names in warnings may hold line breaks or escapes: one line each.
             for w in &env.warnings {
-                eprintln!("rocewatch env: warning: {w}");
+                eprintln!("rocewatch env: warning: {}", one_line(w));
             }
             if matches!(format, EnvFormat::Shell) {
                 print!("{}", appenv::shell(&env));
             } else {
-                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_string())
-                    .unwrap_or_else(|_| "this host".into());
                 print!("{}", appenv::slurm(&env, &host));
             }
         }

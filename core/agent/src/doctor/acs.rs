@@ -12,6 +12,7 @@ use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
 use super::gpu::Placed;
+use crate::util::shell::word_on_one_line as word;
 
 /// What a bridge's config space says about ACS.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +96,8 @@ pub(super) fn acs_checks(root: &SysRoot, gpus: &[Placed], nics: &[Placed]) -> Ve
                     pairs.join(", ")
                 ),
                 Some(format!(
-                    "turn ACS off for this switch in the BIOS (often \"ACS Control\" or \"PCIe ACS\" in the PCIe or chipset settings); to test, until the next reboot: setpci -s {addr} ECAP_ACS+0x6.w=0000. ACS isolates devices for the IOMMU: keep it where devices are passed through to virtual machines"
+                    "turn ACS off for this switch in the BIOS (often \"ACS Control\" or \"PCIe ACS\" in the PCIe or chipset settings); to test, until the next reboot: setpci -s {} ECAP_ACS+0x6.w=0000. ACS isolates devices for the IOMMU: keep it where devices are passed through to virtual machines",
+                    word(addr)
                 )),
             )),
             BridgeAcs::Passes => passing.push(addr.as_str()),

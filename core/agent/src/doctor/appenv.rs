@@ -11,6 +11,7 @@ use rocewatch_plugin_api::{Inventory, QosState, Setting};
 use serde::Serialize;
 
 use super::host::gid_ip;
+use crate::util::shell::{has_control, one_line, quote};
 
 /// Which application's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,6 +60,26 @@ pub struct HostEnv {
     /// Name → value, in the order printed.
     pub variables: Vec<(String, String)>,
     pub warnings: Vec<String>,
+}
+
+/// Why a device or netdev name cannot go into a variable's list, if it cannot. NCCL and
+/// UCX split the lists at commas and a device entry at its colon (`mlx5_0:1`); a name
+/// that was not UTF-8 was read with U+FFFD for its bytes (the sysfs readers decode names
+/// lossily) and is not the kernel's name; control characters are no name a tool takes.
+fn unusable(name: &str, device: bool) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else if name.contains('\u{fffd}') {
+        Some("is not valid UTF-8 (it was read with U+FFFD in place of its bytes), so it cannot be printed exactly")
+    } else if has_control(name) {
+        Some("holds control characters")
+    } else if name.contains(',') {
+        Some("holds a comma, which separates the list's entries")
+    } else if device && name.contains(':') {
+        Some("holds a colon, which separates a device from its port")
+    } else {
+        None
+    }
 }
 
 /// The RoCE v2 GID index of a port: the lowest index whose GID is RoCE v2 and carries an
@@ -177,7 +198,15 @@ pub fn compute(
             p.state
         ));
     }
-    let active: Vec<&PortEnv> = ports.iter().filter(|p| p.up).collect();
+    // A name that cannot be printed exactly, or that would split the list it goes in,
+    // is left out, saying why: never a wrong name in a variable.
+    let mut active: Vec<&PortEnv> = Vec::new();
+    for p in ports.iter().filter(|p| p.up) {
+        match unusable(&p.device, true) {
+            Some(why) => warnings.push(format!("{}: left out: the device name {why}", p.name())),
+            None => active.push(p),
+        }
+    }
     if active.is_empty() {
         warnings.push("no ACTIVE RDMA port: applications would fall back to TCP".into());
     }
@@ -243,6 +272,15 @@ pub fn compute(
                 }
             }
         })
+        .filter(|nd| match unusable(nd, false) {
+            Some(why) => {
+                warnings.push(format!(
+                    "the netdev {nd} is left out of NCCL_SOCKET_IFNAME: its name {why}"
+                ));
+                false
+            }
+            None => true,
+        })
         .collect();
     if active.iter().any(|p| p.roce()) && active.iter().any(|p| !p.roce()) {
         warnings.push("both InfiniBand and RoCE ports are ACTIVE: the GID index and traffic class apply to the RoCE ports only; give each job the ports of one fabric (--device)".into());
@@ -295,18 +333,8 @@ pub fn compute(
     }
 }
 
-/// A value as a POSIX shell word.
-fn quote(v: &str) -> String {
-    if v.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "=,:^_./-+".contains(c))
-    {
-        v.to_string()
-    } else {
-        format!("'{}'", v.replace('\'', r"'\''"))
-    }
-}
-
-/// `export NAME=value` lines.
+/// `export NAME=value` lines for `sh` (`eval "$(rocewatch env)"`, `. file`): each value
+/// one POSIX word that expands to exactly the value.
 pub fn shell(env: &HostEnv) -> String {
     env.variables
         .iter()
@@ -314,18 +342,44 @@ pub fn shell(env: &HostEnv) -> String {
         .collect()
 }
 
-/// A Slurm TaskProlog: what it prints as `export NAME=value` is set in the task's
-/// environment.
+/// The longest line slurmstepd reads whole: Slurm releases that read the prolog's output
+/// with `fgets` into `char buf[4096]` (src/slurmd/slurmstepd/task.c,
+/// `_run_script_and_set_env`, size `sizeof(buf) - 1`) split longer lines, and the rest
+/// would be read as a line of its own.
+const SLURM_LINE_MAX: usize = 4094;
+
+/// A Slurm TaskProlog. slurmstepd reads what it prints line by line
+/// (src/slurmd/slurmstepd/task.c, `_proc_stdout`): `export NAME=value` sets NAME to the
+/// rest of the line as it is, no quotes removed, so each line is printed whole by
+/// `printf '%s\n'` from one single-quoted word (`echo` would expand backslashes under
+/// dash), and a value that would not stay on one line is left out, saying why. Names in
+/// comments are escaped to one line.
 pub fn slurm(env: &HostEnv, host: &str) -> String {
     let mut s = format!(
-        "#!/bin/sh\n# Slurm TaskProlog (slurm.conf: TaskProlog=/etc/slurm/rdma-env.sh): each line it prints\n# as \"export NAME=value\" is set in the task's environment.\n# Values of {host}, from `rocewatch env --format slurm`. Nodes that differ (other devices,\n# GID layout) need their own; or let the prolog ask each node itself:\n#   rocewatch env --format shell 2>/dev/null\n"
+        "#!/bin/sh\n# Slurm TaskProlog (slurm.conf: TaskProlog=/etc/slurm/rdma-env.sh): each line it prints\n# as \"export NAME=value\" is set in the task's environment.\n# Values of {}, from `rocewatch env --format slurm`. Nodes that differ (other devices,\n# GID layout) need their own; or let the prolog ask each node itself:\n#   rocewatch env --format shell 2>/dev/null\n",
+        one_line(host)
     );
-    for w in &env.warnings {
-        s.push_str(&format!("# warning: {w}\n"));
-    }
+    let mut warnings = env.warnings.clone();
+    let mut lines = String::new();
     for (k, v) in &env.variables {
-        s.push_str(&format!("echo \"export {k}={}\"\n", quote(v)));
+        let line = format!("export {k}={v}");
+        if v.contains(['\n', '\0']) {
+            warnings.push(format!(
+                "{k} is left out: its value holds a line break, which would end the line slurmstepd reads"
+            ));
+        } else if line.len() + 1 > SLURM_LINE_MAX {
+            warnings.push(format!(
+                "{k} is left out: its line is {} bytes, longer than slurmstepd reads whole ({SLURM_LINE_MAX})",
+                line.len() + 1
+            ));
+        } else {
+            lines.push_str(&format!("printf '%s\\n' {}\n", quote(&line)));
+        }
     }
+    for w in &warnings {
+        s.push_str(&format!("# warning: {}\n", one_line(w)));
+    }
+    s.push_str(&lines);
     s
 }
 
@@ -386,7 +440,7 @@ mod tests {
             e.warnings
         );
         assert!(shell(&e).contains("export OMPI_MCA_btl=^openib\n"));
-        assert!(slurm(&e, "h").contains("echo \"export NCCL_IB_GID_INDEX=3\"\n"));
+        assert!(slurm(&e, "h").contains("printf '%s\\n' 'export NCCL_IB_GID_INDEX=3'\n"));
     }
 
     #[test]
@@ -432,6 +486,223 @@ mod tests {
             None,
         );
         assert_eq!(var(&e, "NCCL_IB_TC"), Some("106"));
+    }
+
+    /// What running `script` with `sh` in an empty directory did: (its standard output,
+    /// the files it left there). The script sits in another directory; the environment
+    /// is empty but for PATH, so a command a name smuggled in would find `touch`.
+    pub(crate) fn run_sh(script: &str, args: &[&str]) -> (String, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = tempfile::tempdir().unwrap();
+        let file = dir.path().join("script.sh");
+        std::fs::write(&file, script).unwrap();
+        let check = std::process::Command::new("sh")
+            .arg("-n")
+            .arg(&file)
+            .output()
+            .expect("sh runs");
+        assert!(
+            check.status.success(),
+            "sh -n: {}\n{script}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let o = std::process::Command::new("sh")
+            .args(args)
+            .arg(&file)
+            .current_dir(cwd.path())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("sh runs");
+        assert!(
+            o.status.success(),
+            "sh: {}\n{script}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let left: Vec<String> = std::fs::read_dir(cwd.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), left)
+    }
+
+    /// The `export NAME=value` lines of a TaskProlog's output as slurmstepd reads them
+    /// (`_proc_stdout` in src/slurmd/slurmstepd/task.c: one line each, the value is the
+    /// rest of the line, taken literally).
+    pub(crate) fn slurmstepd_exports(out: &str) -> Vec<(String, String)> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|l| l.trim_start().split_once('='))
+            .map(|(k, v)| (k.trim_end().to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_slurm_prolog_runs_nothing_a_name_or_the_host_name_holds() {
+        // A valid 15-byte netdev name (net/core/dev.c dev_valid_name forbids only '/',
+        // ':' and white space) and a host name with a line break (sethostname takes any
+        // bytes).
+        let mut p = port("mlx5_0:1", true, Some(3), Some(106));
+        p.netdev = Some("$(touch${IFS}P)".into());
+        p.ip_netdev = p.netdev.clone();
+        let mut down = port("`touch Q`:1", false, None, None);
+        down.state = "DOWN\ntouch W".into();
+        let e = compute(vec![p, down], None, For::Nccl, None);
+        let (out, left) = run_sh(&slurm(&e, "node1\ntouch H"), &[]);
+        assert!(left.is_empty(), "the prolog ran a command: {left:?}");
+        assert_eq!(slurmstepd_exports(&out), e.variables, "{out}");
+        assert_eq!(
+            var(&e, "NCCL_SOCKET_IFNAME"),
+            Some("=$(touch${IFS}P)"),
+            "the name, exactly"
+        );
+        assert!(out.lines().all(|l| l.starts_with("export ")), "{out}");
+    }
+
+    /// Pieces that mean something to a shell or to slurmstepd.
+    const NASTY: &[&str] = &[
+        "$(touch P)",
+        "`touch Q`",
+        "$(touch${IFS}R)",
+        "'",
+        "\"",
+        "\\",
+        "\n",
+        "\r",
+        ";",
+        "&",
+        "|",
+        "$IFS",
+        "${X:-y}",
+        "*",
+        "~",
+        "#",
+        "\nexport EVIL=1",
+        "\nprint x",
+        "%s",
+        "\u{1b}[2J",
+        ",",
+        ":",
+        "mlx5_0",
+        "eth0",
+        "\u{0}",
+        " ",
+        "\t",
+        "=",
+    ];
+
+    /// Names as the kernel or a sysfs tree could hold them: any bytes, or shell pieces,
+    /// decoded as the sysfs readers decode them (lossily).
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 1..16)
+                .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            proptest::collection::vec(proptest::sample::select(NASTY), 1..4)
+                .prop_map(|p| p.concat()),
+        ]
+    }
+
+    /// The environment `env -0` shows at the end of `script`, by name.
+    fn exported(script: &str) -> (BTreeMap<String, String>, Vec<String>) {
+        let (out, left) = run_sh(&format!("{script}env -0\n"), &[]);
+        let vars = out
+            .split('\0')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        (vars, left)
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the names, the shell output sets exactly the variables computed, to
+        /// exactly their values, and the TaskProlog prints exactly their export lines;
+        /// neither runs anything else (no file appears where they run).
+        #[test]
+        fn generated_shell_sets_the_variables_and_runs_nothing_else(
+            names in proptest::collection::vec((name(), name(), name()), 1..3),
+            host in name(),
+        ) {
+            let ports: Vec<PortEnv> = names
+                .iter()
+                .enumerate()
+                .map(|(i, (dev, nd, state))| PortEnv {
+                    device: dev.clone(),
+                    port: 1,
+                    link_layer: "Ethernet".into(),
+                    state: if i == 0 { "ACTIVE".into() } else { state.clone() },
+                    up: i == 0 || state.len() % 2 == 0,
+                    netdev: Some(nd.clone()),
+                    ip_netdev: Some(nd.clone()),
+                    gid_index: Some(3),
+                    gid: Some("::ffff:10.0.0.1".into()),
+                    ipv4: Some(Ipv4Addr::new(10, 0, 0, 1)),
+                    tos: Some(106),
+                })
+                .collect();
+            let e = compute(ports, None, For::All, None);
+            for (k, v) in &e.variables {
+                prop_assert!(!has_control(v) && !v.contains('\u{fffd}'), "{k}={v:?}");
+            }
+            let (base, _) = exported("");
+            let (after, left) = exported(&shell(&e));
+            prop_assert!(left.is_empty(), "the shell output ran a command: {:?}", left);
+            let set: Vec<(String, String)> = after
+                .iter()
+                // PWD is each run's own empty directory.
+                .filter(|(k, v)| *k != "PWD" && base.get(*k) != Some(*v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let mut want = e.variables.clone();
+            want.sort();
+            prop_assert_eq!(set, want);
+            let (out, left) = run_sh(&slurm(&e, &host), &[]);
+            prop_assert!(left.is_empty(), "the prolog ran a command: {:?}", left);
+            prop_assert!(out.lines().all(|l| l.starts_with("export ")), "{}", out);
+            prop_assert_eq!(slurmstepd_exports(&out), e.variables.clone());
+        }
+    }
+
+    #[test]
+    fn names_that_cannot_be_printed_exactly_are_left_out_saying_why() {
+        let mut lossy = port("mlx5_0:1", true, Some(3), None);
+        lossy.device = String::from_utf8_lossy(b"mlx\xff5").into_owned();
+        let mut comma = port("mlx5_1:1", true, Some(3), None);
+        comma.netdev = Some("eth1,eth2".into());
+        comma.ip_netdev = comma.netdev.clone();
+        let e = compute(vec![lossy, comma], None, For::Nccl, None);
+        assert_eq!(var(&e, "NCCL_IB_HCA"), Some("=mlx5_1:1"));
+        assert_eq!(var(&e, "NCCL_SOCKET_IFNAME"), None);
+        assert!(
+            e.warnings.iter().any(|w| w.contains("is not valid UTF-8")),
+            "{:?}",
+            e.warnings
+        );
+        assert!(
+            e.warnings
+                .iter()
+                .any(|w| w.starts_with("the netdev eth1,eth2 is left out")),
+            "{:?}",
+            e.warnings
+        );
+        // A value slurmstepd cannot read on one line is left out of the prolog, said.
+        let long = HostEnv {
+            variables: vec![("A".into(), "x\ny".into()), ("B".into(), "z".repeat(5000))],
+            ..HostEnv::default()
+        };
+        let p = slurm(&long, "h");
+        assert!(
+            p.contains("# warning: A is left out: its value holds a line break"),
+            "{p}"
+        );
+        assert!(
+            p.contains("# warning: B is left out: its line is 5010 bytes"),
+            "{p}"
+        );
+        assert!(!p.contains("printf"), "{p}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use rocewatch_plugin_api::{Inventory, QosState};
 use super::appenv::{value, HostEnv, PortEnv};
 use super::check::{check, Check, Status};
 use super::host::gid_ip;
+use crate::util::shell::word_on_one_line as word;
 
 /// `NAME=value` lines (a leading `export `, quotes, comments and blank lines allowed), as
 /// an env file, `env` output or a job script's exports are written.
@@ -179,7 +180,7 @@ pub fn env_checks(
                 "set what `rocewatch env` prints here: {}",
                 host.variables
                     .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
+                    .map(|(k, v)| format!("{k}={}", word(v)))
                     .collect::<Vec<_>>()
                     .join(" ")
             )),
@@ -194,10 +195,10 @@ pub fn env_checks(
                 name,
                 Status::Fail,
                 format!("{name}={v}: not a number"),
-                need(name).map(|n| format!("set {name}={n}")),
+                need(name).map(|n| format!("set {name}={}", word(&n))),
             );
         };
-        let fix = need(name).map(|n| format!("set {name}={n}"));
+        let fix = need(name).map(|n| format!("set {name}={}", word(&n)));
         let mut problems = Vec::new();
         for p in used.iter().filter(|p| p.roce()) {
             let g = inv
@@ -245,11 +246,11 @@ pub fn env_checks(
                 name,
                 Status::Fail,
                 format!("{name}={v}: not a traffic class (0-255)"),
-                need(name).map(|n| format!("set {name}={n}")),
+                need(name).map(|n| format!("set {name}={}", word(&n))),
             );
         };
         let dscp = tc >> 2;
-        let fix = need(name).map(|n| format!("set {name}={n}"));
+        let fix = need(name).map(|n| format!("set {name}={}", word(&n)));
         let mut problems = Vec::new();
         let mut undecided = Vec::new();
         let mut pcp = Vec::new();
@@ -354,7 +355,7 @@ pub fn env_checks(
                     .collect();
                 let named_down = sel.named.iter().any(|p| !p.up);
                 let any_up = sel.chosen.iter().any(|p| p.up);
-                let fix = need(k).map(|n| format!("set {k}={n}"));
+                let fix = need(k).map(|n| format!("set {k}={}", word(&n)));
                 if !sel.unknown.is_empty() {
                     check(
                         "env",
@@ -513,7 +514,7 @@ pub fn env_checks(
                         k,
                         Status::Fail,
                         format!("{}: NCCL's bootstrap cannot use it", problems.join("; ")),
-                        need(k).map(|n| format!("set {k}={n}")),
+                        need(k).map(|n| format!("set {k}={}", word(&n))),
                     )
                 }
             }
@@ -575,7 +576,7 @@ pub fn env_checks(
                 format!(
                     "{k} unset: NCCL before 2.21 uses GID index 0, not the RoCE v2 IPv4 GID at {n}"
                 ),
-                Some(format!("set {k}={n}")),
+                Some(format!("set {k}={}", word(n))),
             )),
             "NCCL_IB_TC" | "UCX_IB_TRAFFIC_CLASS" => out.push(check(
                 "env",
@@ -584,7 +585,7 @@ pub fn env_checks(
                 format!(
                     "{k} unset: RDMA traffic goes out with traffic class 0, not the configured {n}"
                 ),
-                Some(format!("set {k}={n}")),
+                Some(format!("set {k}={}", word(n))),
             )),
             _ => {}
         }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::check::{check, Check, Status};
 use crate::app::App;
 use crate::probes::bandwidth::{causes, gbps, run_test, shortfall_sentence, PortMoves};
+use crate::util::shell::word_on_one_line as word;
 
 /// The local port's line rate: its `rate` file and, for RoCE, its netdev's speed.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -184,7 +185,7 @@ pub(super) async fn bandwidth_check(app: &Arc<App>, peer: &str) -> Check {
             peer,
             Status::Fail,
             e,
-            Some(format!("the peer must run `rocewatch probe --serve` (or the agent with [probes] serve_bandwidth = true); then `rocewatch bandwidth {peer}` for the whole test")),
+            Some(format!("the peer must run `rocewatch probe --serve` (or the agent with [probes] serve_bandwidth = true); then `rocewatch bandwidth {}` for the whole test", word(peer))),
         ),
         Ok(m) => {
             let got = format!(
@@ -212,7 +213,7 @@ pub(super) async fn bandwidth_check(app: &Arc<App>, peer: &str) -> Check {
                     peer,
                     Status::Warn,
                     format!("{got}: {}", m.explanation.unwrap_or_default()),
-                    Some(format!("`rocewatch bandwidth {peer}` runs the full test and shows the counters of both ports")),
+                    Some(format!("`rocewatch bandwidth {}` runs the full test and shows the counters of both ports", word(peer))),
                 ),
             }
         }

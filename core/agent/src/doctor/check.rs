@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::util::shell::one_line;
+
 /// The RoCE v2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
 
@@ -82,7 +84,9 @@ pub struct Options {
     pub procfs_root: std::path::PathBuf,
 }
 
-/// The checks as text: one line each, the fix indented below.
+/// The checks as text: one line each, the fix indented below. Names in the subject,
+/// evidence and fix may hold control characters: each line is escaped to one line
+/// (`one_line`), so no name can end a line or start one of its own.
 pub fn text(checks: &[Check]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -90,16 +94,17 @@ pub fn text(checks: &[Check]) -> String {
         let subject = if c.subject.is_empty() {
             String::new()
         } else {
-            format!(" {}", c.subject)
+            format!(" {}", one_line(&c.subject))
         };
-        let mut lines = c.evidence.lines();
+        let evidence = c.evidence.lines().map(one_line).collect::<Vec<_>>();
+        let mut lines = evidence.iter();
         let _ = writeln!(
             s,
             "{}  {}{}: {}",
             c.status.word(),
             c.check,
             subject,
-            lines.next().unwrap_or_default()
+            lines.next().map_or("", String::as_str)
         );
         // A table (the GPU×NIC matrix) goes below, indented.
         for l in lines {
@@ -107,7 +112,7 @@ pub fn text(checks: &[Check]) -> String {
         }
         if let Some(f) = &c.fix {
             for l in f.lines() {
-                let _ = writeln!(s, "      fix: {l}");
+                let _ = writeln!(s, "      fix: {}", one_line(l));
             }
         }
     }
@@ -121,4 +126,25 @@ pub fn text(checks: &[Check]) -> String {
         n(Status::Skip)
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_cannot_start_a_line_of_its_own() {
+        let c = check(
+            "netdev",
+            "mlx5_0/1\nPASS  firewall",
+            Status::Fail,
+            "eth0\rPASS (operstate down)",
+            Some("ip link set 'eth0\nPASS' up".into()),
+        );
+        let t = text(&[c]);
+        assert_eq!(
+            t,
+            "FAIL  netdev mlx5_0/1\\nPASS  firewall: eth0\\rPASS (operstate down)\n      fix: ip link set 'eth0\n      fix: PASS' up\n0 passed, 0 warnings, 1 failed, 0 skipped\n"
+        );
+    }
 }

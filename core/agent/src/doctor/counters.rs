@@ -1,7 +1,13 @@
 //! Trouble counters (pauses, drops, out_of_buffer, out-of-sequence, retransmissions)
-//! that grew over the window, went back (a reset) or rest at their top (saturated).
+//! that grew over the window, went back (a reset) or rest at their top (saturated), and
+//! the check's verdict.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rocewatch_plugin_api::{Sample, ScrapeResult};
+
+use super::check::{check, Check, Status};
 
 use rocewatch_metrics::counter::{counter_move_from, Move};
 
@@ -54,6 +60,92 @@ pub fn counter_increases(
         }
     }
     out
+}
+
+/// The counters check over two collections `window` apart: a warning per trouble counter
+/// that grew, a pass when none did, and a skip when no trouble counter was read in both
+/// (every one unreadable, or no collector: no evidence). `unread` says what the
+/// collectors could not read (their partial errors and failed calls).
+pub(super) fn counters_checks(
+    first: &ScrapeResult,
+    second: &ScrapeResult,
+    unread: &[String],
+    window: Duration,
+) -> Vec<Check> {
+    let secs = humantime::format_duration(window);
+    let key = |s: &Sample| {
+        let attrs: Vec<String> = s
+            .attributes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        (s.name.to_string(), attrs)
+    };
+    let before: BTreeSet<_> = first
+        .samples
+        .iter()
+        .filter(|s| TROUBLE.contains(&s.name.as_ref()))
+        .map(key)
+        .collect();
+    let watched = second
+        .samples
+        .iter()
+        .filter(|s| TROUBLE.contains(&s.name.as_ref()) && before.contains(&key(s)))
+        .count();
+    if watched == 0 {
+        let errors: Vec<String> = first
+            .errors
+            .iter()
+            .chain(&second.errors)
+            .map(|e| format!("{}: {}", e.target, e.message))
+            .chain(unread.iter().cloned())
+            .collect();
+        return vec![check(
+            "counters",
+            "",
+            Status::Skip,
+            format!(
+                "no pause, drop, out-of-buffer, out-of-sequence or retransmission counter was read in both collections {secs} apart: nothing to judge{}",
+                match errors.len() {
+                    0 => String::new(),
+                    1 => format!(" ({})", errors[0]),
+                    n => format!(" ({}; and {} more errors)", errors[0], n - 1),
+                }
+            ),
+            Some("rocewatch collect --once shows what each collector reads and why it could not".into()),
+        )];
+    }
+    let grew = counter_increases(&first.samples, &second.samples);
+    if grew.is_empty() {
+        return vec![check(
+            "counters",
+            "",
+            Status::Pass,
+            format!(
+                "no pauses, drops, out-of-buffer, out-of-sequence or retransmissions over {secs} ({watched} series watched)"
+            ),
+            None,
+        )];
+    }
+    grew.into_iter()
+        .map(|(series, moved)| {
+            let (what, fix) = match moved {
+                Move::Increase(d) => (
+                    format!("{series} +{d} in {secs}"),
+                    "pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters",
+                ),
+                Move::Saturated => (
+                    format!("{series} rests at its maximum: the counter stops there, so what it counted in {secs} is unknown"),
+                    "clear the port's counters (perfquery -R) and run doctor again; a device with extended counters reports 64-bit ones in counters_ext/",
+                ),
+                Move::Reset => (
+                    format!("{series} went back in {secs} (cleared, or the driver or device was reset): what it counted is unknown"),
+                    "run doctor again; a counter reset nobody made points at a driver reload or a device reset (rocewatch doctor's kernel-log check)",
+                ),
+            };
+            check("counters", "", Status::Warn, what, Some(fix.into()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use rocewatch_sysfs::module::ModuleInfo;
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
+use crate::util::shell::word_on_one_line as word;
 
 /// One check per driver: the firmware its devices run.
 pub(super) fn firmware_checks(inv: &Inventory) -> Vec<Check> {
@@ -132,7 +133,7 @@ pub(super) fn driver_checks(
                     "{name} devices report different builds: {} (a module reloaded from another package while devices were bound?)",
                     builds.into_iter().collect::<Vec<_>>().join("; ")
                 ),
-                Some(format!("reload the driver so every device runs one build: modprobe -r {name} && modprobe {name} (on a drained host)")),
+                Some(format!("reload the driver so every device runs one build: modprobe -r {w} && modprobe {w} (on a drained host)", w = word(name))),
             ));
             continue;
         }
@@ -189,7 +190,7 @@ pub(super) fn driver_checks(
                 ),
                 Some(format!(
                     "run one stack: reinstall the vendor package for the running kernel (MLNX_OFED/DOCA-OFED: its installer with --add-kernel-support, then /etc/init.d/openibd restart), or remove it to use the kernel's own drivers; modinfo -F filename {} shows where each module was loaded from",
-                    all.join(" ")
+                    all.iter().map(|m| word(m)).collect::<Vec<_>>().join(" ")
                 )),
             ));
         }

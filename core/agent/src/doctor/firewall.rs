@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::check::{check, Check, Status, ROCE_PORT};
 use super::host::run_tool;
+use crate::util::shell::word_on_one_line as word;
 
 /// A rule (or policy) that drops RoCE v2 traffic, as found in a rule set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +110,12 @@ pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
                         .unwrap_or_default(),
                     verdict.unwrap_or_default()
                 ),
-                fix: format!("nft delete rule {fam} {table} {chain} handle {handle}"),
+                fix: format!(
+                    "nft delete rule {} {} {} handle {handle}",
+                    word(fam),
+                    word(table),
+                    word(chain)
+                ),
             }),
             Some("accept") if udp_port || !other_match => {
                 accepted.insert(key.clone());
@@ -123,11 +129,46 @@ pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
             out.push(Blocking {
                 place: format!("nft {fam} {table} {chain}"),
                 rule: "policy drop, and no rule accepts udp dport 4791".into(),
-                fix: format!("nft insert rule {fam} {table} {chain} udp dport {port} accept"),
+                fix: format!(
+                    "nft insert rule {} {} {} udp dport {port} accept",
+                    word(fam),
+                    word(table),
+                    word(chain)
+                ),
             });
         }
     }
     Ok(out)
+}
+
+/// The words of an `iptables-save` rule as iptables takes them: libxtables
+/// `xtables_save_string` writes a value with anything but `[A-Za-z0-9_-]` in double
+/// quotes, `"`, `\` and `'` escaped with a backslash.
+fn save_words(rule: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = rule.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let Some(first) = chars.next() else {
+            return out;
+        };
+        let mut w = String::new();
+        if first == '"' {
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => w.extend(chars.next()),
+                    '"' => break,
+                    c => w.push(c),
+                }
+            }
+        } else {
+            w.push(first);
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                w.push(c);
+            }
+        }
+        out.push(w);
+    }
 }
 
 /// Rules of `iptables-save` (or `ip6tables-save`) that drop or reject UDP to `port` on
@@ -177,7 +218,14 @@ pub fn iptables_blocking(save: &str, port: u16, tool: &str) -> Vec<Blocking> {
             Some("DROP") | Some("REJECT") if udp && hits => out.push(Blocking {
                 place: format!("{tool} filter INPUT"),
                 rule: format!("-A INPUT {rule}"),
-                fix: format!("{tool} -D INPUT {rule}"),
+                fix: format!(
+                    "{tool} -D INPUT {}",
+                    save_words(rule)
+                        .iter()
+                        .map(|w| word(w))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
             }),
             Some("ACCEPT") if (udp && hits) || words.len() == 2 => accepted = true,
             _ => {}
@@ -194,28 +242,35 @@ pub fn iptables_blocking(save: &str, port: u16, tool: &str) -> Vec<Blocking> {
 }
 
 pub(super) fn firewall_checks() -> Vec<Check> {
+    firewall_verdict(vec![
+        ("nft", run_tool("nft", &["-j", "list", "ruleset"])),
+        ("iptables-save", run_tool("iptables-save", &[])),
+        ("ip6tables-save", run_tool("ip6tables-save", &[])),
+    ])
+}
+
+/// The verdict over what each tool printed (`None`: not installed). Nothing read is a
+/// skip; a rule set read (an empty one too: nothing filters) is the evidence of a pass.
+pub(super) fn firewall_verdict(reads: Vec<(&str, Option<Result<String, String>>)>) -> Vec<Check> {
     let mut out = Vec::new();
     let mut read = Vec::new();
     let mut blocking = Vec::new();
-    if let Some(r) = run_tool("nft", &["-j", "list", "ruleset"]) {
-        match r.and_then(|j| nft_blocking(&j, ROCE_PORT)) {
-            Ok(b) => {
-                read.push("nft ruleset");
+    for (tool, r) in reads {
+        let Some(r) = r else { continue };
+        let r = if tool == "nft" {
+            r.and_then(|j| nft_blocking(&j, ROCE_PORT).map(|b| (j, b)))
+        } else {
+            r.map(|save| {
+                let b = iptables_blocking(&save, ROCE_PORT, tool.trim_end_matches("-save"));
+                (save, b)
+            })
+        };
+        match r {
+            Ok((_, b)) => {
+                read.push(tool);
                 blocking.extend(b);
             }
-            Err(e) => out.push(check("firewall", "nft", Status::Warn, e, None)),
-        }
-    }
-    for tool in ["iptables-save", "ip6tables-save"] {
-        if let Some(r) = run_tool(tool, &[]) {
-            match r {
-                Ok(save) => {
-                    read.push(tool);
-                    let name = tool.trim_end_matches("-save");
-                    blocking.extend(iptables_blocking(&save, ROCE_PORT, name));
-                }
-                Err(e) => out.push(check("firewall", tool, Status::Warn, e, None)),
-            }
+            Err(e) => out.push(check("firewall", tool, Status::Warn, e, None)),
         }
     }
     if read.is_empty() && out.is_empty() {
@@ -228,7 +283,8 @@ pub(super) fn firewall_checks() -> Vec<Check> {
         ));
         return out;
     }
-    if blocking.is_empty() {
+    // A rule set read, even an empty one, is evidence: nothing in it drops RoCE.
+    if blocking.is_empty() && !read.is_empty() {
         out.push(check(
             "firewall",
             "",

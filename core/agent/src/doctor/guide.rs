@@ -12,14 +12,14 @@ use rocewatch_plugin_api::{Inventory, Port};
 use super::bandwidth::bandwidth_check;
 use super::capture::vlan_offload;
 use super::check::{check, Check, Options, Status, ROCE_PORT};
-use super::counters::{counter_increases, TROUBLE};
+use super::counters::counters_checks;
 use super::firewall::firewall_checks;
 use super::host::{gid_ip, interface_addresses, irq_checks};
 use super::kernel_log::kernel_log_checks;
 use super::mtu::peer_mtu_check;
 use super::qos::qos_checks;
 use crate::app::App;
-use rocewatch_metrics::counter::Move;
+use crate::util::shell::word_on_one_line as word;
 
 /// Run every check.
 pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
@@ -37,10 +37,21 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         ));
         return out;
     }
+    // A device whose ports say nothing (no state read) is no working device.
+    let silent: Vec<&str> = inv
+        .devices
+        .iter()
+        .filter(|d| !d.ports.iter().any(|p| p.state.is_some()))
+        .map(|d| d.name.as_str())
+        .collect();
     out.push(check(
         "devices",
         "",
-        Status::Pass,
+        if silent.is_empty() {
+            Status::Pass
+        } else {
+            Status::Warn
+        },
         inv.devices
             .iter()
             .map(|d| {
@@ -52,8 +63,18 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                 )
             })
             .collect::<Vec<_>>()
-            .join(", "),
-        None,
+            .join(", ")
+            + &if silent.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; no port state readable on {} (ports/N/state): not a working device, or an incomplete tree",
+                    silent.join(", ")
+                )
+            },
+        (!silent.is_empty()).then(|| {
+            "check that the driver finished loading (dmesg, rdma dev) and that the sysfs tree is whole".to_string()
+        }),
     ));
     let qos = agent.observe_qos().await.unwrap_or_default();
     let addrs = if live {
@@ -103,7 +124,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                     p.netdev_operstate.as_deref().unwrap_or("unknown"),
                     p.netdev_mtu.map_or("unknown".into(), |m| m.to_string())
                 ),
-                (!up).then(|| format!("ip link set {nd} up")),
+                (!up).then(|| format!("ip link set {} up", word(&nd))),
             ));
             if let Some(m) = p.netdev_mtu {
                 mtus.insert(nd.clone(), m);
@@ -126,7 +147,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                     &subject,
                     Status::Fail,
                     format!("no IP address on {nd}"),
-                    Some(format!("ip addr add ADDRESS/PREFIX dev {nd}")),
+                    Some(format!("ip addr add ADDRESS/PREFIX dev {}", word(&nd))),
                 ));
                 continue;
             }
@@ -163,7 +184,8 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
                         Status::Fail,
                         format!("no RoCE v2 GID for {ip} on {}", d.name),
                         Some(format!(
-                            "the address must be on {nd} (or a VLAN of it) for the kernel to add its GID; see show_gids / rdma link; re-add it: ip addr del {ip} dev {nd}; ip addr add {ip}/PREFIX dev {nd}"
+                            "the address must be on {nd} (or a VLAN of it) for the kernel to add its GID; see show_gids / rdma link; re-add it: ip addr del {ip} dev {w}; ip addr add {ip}/PREFIX dev {w}",
+                            w = word(&nd)
                         )),
                     )),
                 }
@@ -276,44 +298,14 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         &root,
         &log_options,
         opts.log_window,
-        rocewatch_kernel_log::kmsg::now_since_boot_us(),
+        rocewatch_kernel_log::text::Clock::now(),
     ));
     // Live counters over the window.
-    let (first, _) = agent.collect_all().await;
+    let (first, e1) = agent.collect_all().await;
     tokio::time::sleep(opts.window).await;
-    let (second, _) = agent.collect_all().await;
-    let grew = counter_increases(&first.samples, &second.samples);
-    let secs = humantime::format_duration(opts.window);
-    if grew.is_empty() {
-        out.push(check(
-            "counters",
-            "",
-            Status::Pass,
-            format!(
-                "no pauses, drops, out-of-buffer, out-of-sequence or retransmissions over {secs} ({} series watched)",
-                second.samples.iter().filter(|s| TROUBLE.contains(&s.name.as_ref())).count()
-            ),
-            None,
-        ));
-    } else {
-        for (series, moved) in grew {
-            let (what, fix) = match moved {
-                Move::Increase(d) => (
-                    format!("{series} +{d} in {secs}"),
-                    "pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters",
-                ),
-                Move::Saturated => (
-                    format!("{series} rests at its maximum: the counter stops there, so what it counted in {secs} is unknown"),
-                    "clear the port's counters (perfquery -R) and run doctor again; a device with extended counters reports 64-bit ones in counters_ext/",
-                ),
-                Move::Reset => (
-                    format!("{series} went back in {secs} (cleared, or the driver or device was reset): what it counted is unknown"),
-                    "run doctor again; a counter reset nobody made points at a driver reload or a device reset (rocewatch doctor's kernel-log check)",
-                ),
-            };
-            out.push(check("counters", "", Status::Warn, what, Some(fix.into())));
-        }
-    }
+    let (second, e2) = agent.collect_all().await;
+    let failed: Vec<String> = e1.iter().chain(&e2).map(ToString::to_string).collect();
+    out.extend(counters_checks(&first, &second, &failed, opts.window));
     // The probe.
     match &opts.peer {
         None => out.push(check("probe", "", Status::Skip, "no --peer given", None)),
@@ -327,12 +319,13 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         Some(nd) => {
             let now = vlan_offload(nd);
             let restore = now.clone().unwrap_or_else(|| "on".into());
+            let (restore, w) = (word(&restore), word(nd));
             out.push(check(
                 "capture",
                 nd,
                 Status::Info,
                 format!(
-                    "capture RoCE v2 on {nd} (the RDMA port's netdev): tcpdump -i {nd} -nn udp port {ROCE_PORT}; NIC offloads can hide VLAN tags and RDMA traffic: ethtool -K {nd} rx-vlan-offload off before, and ethtool -K {nd} rx-vlan-offload {restore} after{}",
+                    "capture RoCE v2 on {w} (the RDMA port's netdev): tcpdump -i {w} -nn udp port {ROCE_PORT}; NIC offloads can hide VLAN tags and RDMA traffic: ethtool -K {w} rx-vlan-offload off before, and ethtool -K {w} rx-vlan-offload {restore} after{}",
                     if now.is_some() { " (as it is now)" } else { " (its state now could not be read; check ethtool -k)" }
                 ),
                 None,
@@ -386,7 +379,7 @@ pub(super) fn port_check(subject: &str, p: &Port) -> Check {
             Status::Fail,
             format!("state {st}, physical state {ph}"),
             Some(match &p.netdev {
-                Some(nd) => format!("ip link set {nd} up; check the cable, the optics and the switch port (ethtool {nd})"),
+                Some(nd) => format!("ip link set {w} up; check the cable, the optics and the switch port (ethtool {w})", w = word(nd)),
                 None => "check the cable, the optics and the switch port (ibstat)".into(),
             }),
         )

@@ -6,20 +6,24 @@
 use std::path::Path;
 use std::time::Duration;
 
+use rocewatch_kernel_log::text::Clock;
 use rocewatch_kernel_log::{scan, Options as LogOptions};
 
 use super::check::{check, Check, Status};
+use crate::util::shell::word_on_one_line as word;
 
 /// Patterns that mean the device is failing (the rest warn).
 const FAILING: &[&str] = &["cmd_timeout", "health_compromised", "pcie_power"];
 
-/// The check over the `window` before `now_us` (microseconds since boot, the records'
-/// clock), reading what the plugin's `options` say under `sysfs_root`.
+/// The check over the `window` before `clock`, reading what the plugin's `options` say
+/// under `sysfs_root`. A log that holds no record, or that could not all be read, or
+/// whose records are all older than the window (a file no longer written), is no
+/// evidence of a quiet NIC: SKIP or WARN saying why, never PASS.
 pub(super) fn kernel_log_checks(
     sysfs_root: &Path,
     options: &serde_json::Value,
     window: Duration,
-    now_us: u64,
+    clock: Clock,
 ) -> Vec<Check> {
     let opts = match LogOptions::from_json(options) {
         Ok(o) => o,
@@ -49,9 +53,8 @@ pub(super) fn kernel_log_checks(
             )]
         }
     };
-    let since = now_us.saturating_sub(u64::try_from(window.as_micros()).unwrap_or(u64::MAX));
     let w = humantime::format_duration(window);
-    let s = match scan(&path, &matcher, since) {
+    let s = match scan(&path, &matcher, window, &clock) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return vec![check(
@@ -64,20 +67,90 @@ pub(super) fn kernel_log_checks(
         }
         Err(e) => return vec![check("kernel-log", "", Status::Skip, format!("{}: {e}", path.display()), None)],
     };
-    if s.tally.counts.is_empty() {
-        return vec![check(
-            "kernel-log",
-            "",
-            Status::Pass,
-            format!(
-                "no RDMA/NIC driver message matching {} in the last {w} ({} records read from {})",
-                s.patterns.join(", "),
-                s.tally.records,
-                path.display()
-            ),
-            None,
-        )];
+    let source = match s.format {
+        Some(f) => format!("{} ({})", path.display(), f.describe()),
+        None => path.display().to_string(),
+    };
+    let unread = || {
+        format!(
+            "{} of its {} lines {} not read as records ({})",
+            s.unparsed,
+            s.lines,
+            if s.unparsed == 1 { "was" } else { "were" },
+            s.first_unparsed.as_deref().unwrap_or_default()
+        )
+    };
+    if s.records == 0 {
+        let (status, why) = if s.lines == 0 {
+            (
+                Status::Skip,
+                format!("{source} is empty: no kernel record to judge the last {w} by"),
+            )
+        } else if s.unparsed > 0 {
+            (
+                Status::Warn,
+                format!(
+                    "no kernel record in {source}: {}; doctor reads /dev/kmsg records, dmesg (with or without times), syslog kern.log and journalctl -k output",
+                    unread()
+                ),
+            )
+        } else {
+            (
+                Status::Skip,
+                format!(
+                    "no kernel record in {source} ({} lines, {} of other programs): nothing to judge the last {w} by",
+                    s.lines, s.other
+                ),
+            )
+        };
+        return vec![check("kernel-log", "", status, why, None)];
     }
+    let untimed = s.format.is_some_and(|f| !f.timed());
+    if s.tally.counts.is_empty() {
+        let patterns = s.patterns.join(", ");
+        let (status, evidence) = if s.unparsed > 0 {
+            (
+                Status::Warn,
+                format!(
+                    "no RDMA/NIC driver message matching {patterns} in the records read, but {}: what they hold was not checked",
+                    unread()
+                ),
+            )
+        } else if untimed {
+            (
+                Status::Warn,
+                format!(
+                    "no RDMA/NIC driver message matching {patterns} in {source}, but its {} records carry no time: the last {w} cannot be told from older messages (record the log with times: dmesg, not dmesg -t)",
+                    s.records
+                ),
+            )
+        } else if s.tally.records == 0 && !s.device {
+            (
+                Status::Skip,
+                format!(
+                    "none of the {} records of {source} is from the last {w} (the last: {}): nothing to judge the window by; a log no longer written, or a recording (a longer --log-window reads further back)",
+                    s.records,
+                    s.last.map_or_else(|| "none".into(), |l| l.describe())
+                ),
+            )
+        } else {
+            (
+                Status::Pass,
+                format!(
+                    "no RDMA/NIC driver message matching {patterns} in the last {w} ({} of the {} records of {source} in the window)",
+                    s.tally.records, s.records
+                ),
+            )
+        };
+        return vec![check("kernel-log", "", status, evidence, None)];
+    }
+    let note = match (untimed, s.unparsed) {
+        (true, _) => {
+            format!(" (the records of {source} carry no time: counted over the whole file)")
+        }
+        (false, 0) => String::new(),
+        (false, _) => format!(" ({})", unread()),
+    };
     s.tally
         .counts
         .iter()
@@ -93,10 +166,10 @@ pub(super) fn kernel_log_checks(
                     Status::Warn
                 },
                 format!(
-                    "{pattern}{meaning}: {} message{} in the last {w}; last at {:.3} s after boot: {}",
+                    "{pattern}{meaning}: {} message{} in the last {w}; last at {}: {}{note}",
                     hit.count,
                     if hit.count == 1 { "" } else { "s" },
-                    hit.last_timestamp_us as f64 / 1e6,
+                    hit.last_stamp.describe(),
                     hit.last_message
                 ),
                 Some(match known {
@@ -107,7 +180,7 @@ pub(super) fn kernel_log_checks(
                             fix = fix.replace("pci/PCI", &format!("pci/{pci}"));
                         }
                         if let Some(nd) = &o.netdev {
-                            fix = fix.replace(" IF", &format!(" {nd}"));
+                            fix = fix.replace(" IF", &format!(" {}", word(nd)));
                         }
                         fix
                     }
@@ -122,6 +195,15 @@ pub(super) fn kernel_log_checks(
 mod tests {
     use super::*;
 
+    /// `us` since boot, the wall clock at the epoch, UTC.
+    fn boot(us: u64) -> Clock {
+        Clock {
+            since_boot_us: us,
+            unix_us: 0,
+            utc_offset_s: 0,
+        }
+    }
+
     #[test]
     fn recorded_log_gives_one_check_per_pattern_and_device() {
         let dir = tempfile::tempdir().unwrap();
@@ -135,7 +217,12 @@ mod tests {
         .unwrap();
         let opts = serde_json::json!({ "path": log });
         // A window of 60 s at 100 s after boot: the command timeout is older.
-        let c = kernel_log_checks(dir.path(), &opts, Duration::from_secs(60), 100_000_000);
+        let c = kernel_log_checks(
+            dir.path(),
+            &opts,
+            Duration::from_secs(60),
+            boot(100_000_000),
+        );
         assert_eq!(c.len(), 1, "{c:?}");
         assert_eq!(
             (c[0].status, c[0].subject.as_str()),
@@ -149,7 +236,12 @@ mod tests {
             "{c:?}"
         );
         assert!(c[0].evidence.starts_with("link_flap (the link went down or up): 2 messages in the last 1m; last at 91.000 s after boot: mlx5_core 0000:03:00.0 ens1f0np0: Link up"), "{}", c[0].evidence);
-        let c = kernel_log_checks(dir.path(), &opts, Duration::from_secs(3600), 100_000_000);
+        let c = kernel_log_checks(
+            dir.path(),
+            &opts,
+            Duration::from_secs(3600),
+            boot(100_000_000),
+        );
         let timeout = c
             .iter()
             .find(|c| c.evidence.starts_with("cmd_timeout"))
@@ -172,23 +264,27 @@ mod tests {
             dir.path(),
             &serde_json::json!({ "path": log }),
             Duration::from_secs(60),
-            100,
+            boot(100),
         );
         assert_eq!(c[0].status, Status::Pass, "{c:?}");
         assert!(c[0].evidence.contains("cmd_timeout, health_compromised"));
-        assert!(c[0].evidence.contains("(1 records read"));
+        assert!(
+            c[0].evidence.contains("(1 of the 1 records of "),
+            "{}",
+            c[0].evidence
+        );
         let c = kernel_log_checks(
             dir.path(),
             &serde_json::json!({}),
             Duration::from_secs(60),
-            100,
+            boot(100),
         );
         assert_eq!(c[0].status, Status::Skip);
         let c = kernel_log_checks(
             dir.path(),
             &serde_json::json!({"pattern": {}}),
             Duration::from_secs(60),
-            100,
+            boot(100),
         );
         assert_eq!(c[0].status, Status::Fail);
         assert!(
@@ -196,5 +292,119 @@ mod tests {
             "{}",
             c[0].evidence
         );
+    }
+
+    /// The recorded logs (integration-tests/fixtures/kernel-log, see its SOURCE.md):
+    /// every layout gives the firmware timeout and the health report as failures.
+    #[test]
+    fn every_recorded_layout_fails_on_the_mlx5_failures() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integration-tests/fixtures/kernel-log");
+        // 2025-12-01 00:00 UTC, 2000 s after boot: a week's window holds them all.
+        let clock = Clock {
+            since_boot_us: 2_000_000_000,
+            unix_us: 1_764_547_200_000_000,
+            utc_offset_s: 0,
+        };
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name == "SOURCE.md" || name == "generate.py" {
+                continue;
+            }
+            let c = kernel_log_checks(
+                &dir,
+                &serde_json::json!({ "path": path }),
+                Duration::from_secs(7 * 86_400),
+                clock,
+            );
+            for p in ["cmd_timeout", "health_compromised"] {
+                let hit = c
+                    .iter()
+                    .find(|c| c.evidence.starts_with(p))
+                    .unwrap_or_else(|| panic!("{name}: no {p}: {c:#?}"));
+                assert_eq!(
+                    (hit.status, hit.subject.as_str()),
+                    (Status::Fail, "0000:3b:00.0"),
+                    "{name}"
+                );
+            }
+            let flap = c
+                .iter()
+                .find(|c| c.evidence.starts_with("link_flap"))
+                .unwrap();
+            assert_eq!(flap.status, Status::Warn, "{name}");
+            if name == "dmesg-t.txt" {
+                assert!(flap.evidence.contains("carry no time"), "{}", flap.evidence);
+            }
+            if name == "kern.log-rfc3339" {
+                assert!(
+                    flap.evidence.contains("last at 2025-11-30 08:12:10 UTC"),
+                    "{}",
+                    flap.evidence
+                );
+            }
+        }
+    }
+
+    /// What is no evidence of a quiet NIC is never a pass.
+    #[test]
+    fn a_log_that_says_nothing_does_not_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |content: &str, window: u64, clock: Clock| {
+            let log = dir.path().join("log");
+            std::fs::write(&log, content).unwrap();
+            let c = kernel_log_checks(
+                dir.path(),
+                &serde_json::json!({ "path": log }),
+                Duration::from_secs(window),
+                clock,
+            );
+            assert_eq!(c.len(), 1, "{c:?}");
+            (c[0].status, c[0].evidence.clone())
+        };
+        let now = Clock {
+            since_boot_us: 10_000_000,
+            unix_us: 1_764_547_200_000_000,
+            utc_offset_s: 0,
+        };
+        let (st, ev) = run("", 3600, now);
+        assert_eq!(st, Status::Skip, "{ev}");
+        assert!(ev.contains("is empty"), "{ev}");
+        let (st, ev) = run("\u{1}\u{2}\n\u{3}\n", 3600, now);
+        assert_eq!(st, Status::Warn, "{ev}");
+        assert!(ev.contains("2 of its 2 lines were not read"), "{ev}");
+        // Syslog lines a day old, a one-hour window: a log no longer written.
+        let (st, ev) = run(
+            "Nov 30 00:00:00 node7 kernel: usb 1-1: new device\n",
+            3600,
+            now,
+        );
+        assert_eq!(st, Status::Skip, "{ev}");
+        assert!(ev.contains("none of the 1 records"), "{ev}");
+        assert!(ev.contains("the last: 2025-11-30 00:00:00 UTC"), "{ev}");
+        // Only other programs' lines.
+        let (st, ev) = run("Nov 30 23:59:00 node7 sshd[12]: Accepted key\n", 3600, now);
+        assert_eq!(st, Status::Skip, "{ev}");
+        assert!(ev.contains("1 of other programs"), "{ev}");
+        // No times: the window cannot be applied.
+        let (st, ev) = run("usb 1-1: new device\n", 3600, now);
+        assert_eq!(st, Status::Warn, "{ev}");
+        assert!(ev.contains("carry no time"), "{ev}");
+        // Quiet, but a line could not be read: it was not checked.
+        let (st, ev) = run(
+            "[    5.000000] usb 1-1: new device\n[garbled\n[    6.000000] usb 1-1: gone\n",
+            3600,
+            now,
+        );
+        assert_eq!(st, Status::Warn, "{ev}");
+        assert!(ev.contains("1 of its 3 lines was not read"), "{ev}");
+        // Quiet and read whole, records in the window: a pass.
+        let (st, ev) = run(
+            "Nov 30 23:59:00 node7 kernel: usb 1-1: new device\n",
+            3600,
+            now,
+        );
+        assert_eq!(st, Status::Pass, "{ev}");
     }
 }

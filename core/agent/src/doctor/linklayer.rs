@@ -6,6 +6,7 @@ use rocewatch_plugin_api::Inventory;
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
+use crate::util::shell::{one_line, word_on_one_line};
 
 /// The two link layers sysfs names (`ports/<n>/link_layer`).
 pub const ETHERNET: &str = "Ethernet";
@@ -43,12 +44,13 @@ pub(super) fn fix(mellanox: bool, address: Option<&str>, index: u32, want: &str)
     } else {
         (1, "IB")
     };
-    match (mellanox, address) {
+    match (mellanox, address.map(word_on_one_line)) {
         (true, Some(a)) => format!(
             "mlxconfig -d {a} set LINK_TYPE_P{index}={code} ({word}), then mlxfwreset -d {a} reset (or reboot) for the firmware to apply it; mlxconfig -d {a} query LINK_TYPE_P{index} shows it"
         ),
-        (_, Some(a)) => format!(
-            "the port type is a firmware setting of the adapter at {a}: set it to {want} with the vendor's tool, then reset the adapter or reboot"
+        (_, Some(_)) => format!(
+            "the port type is a firmware setting of the adapter at {}: set it to {want} with the vendor's tool, then reset the adapter or reboot",
+            address.map(one_line).unwrap_or_default()
         ),
         _ => format!("set the port to {want} with the adapter vendor's tool"),
     }
@@ -68,6 +70,20 @@ pub(super) fn link_layer_checks(root: &SysRoot, inv: &Inventory, told: Option<&s
         .iter()
         .filter_map(|(_, p, _)| p.link_layer.as_deref())
         .collect();
+    if known.is_empty() {
+        // No port, or none whose link layer was read: nothing to judge.
+        return vec![check(
+            "link-layer",
+            "",
+            Status::Skip,
+            if ports.is_empty() {
+                "no RDMA port".to_string()
+            } else {
+                format!("no port's link layer is readable ({})", summary(&ports))
+            },
+            None,
+        )];
+    }
     let expected = match told {
         Some(t) => Some(Expected::Told(t)),
         None => [ETHERNET, INFINIBAND].into_iter().find_map(|layer| {

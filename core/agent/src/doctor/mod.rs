@@ -20,6 +20,8 @@ mod check;
 mod counters;
 mod driver;
 mod firewall;
+#[cfg(test)]
+mod fix_quoting_tests;
 mod gpu;
 mod guide;
 mod host;
@@ -27,6 +29,8 @@ mod kernel_log;
 mod linklayer;
 mod mtu;
 mod multirail;
+#[cfg(test)]
+mod no_evidence_tests;
 mod numa;
 mod pcie;
 mod qos;

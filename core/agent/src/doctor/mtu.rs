@@ -2,6 +2,7 @@
 
 use super::check::{check, Check, Status};
 use super::host::run_tool;
+use crate::util::shell::word_on_one_line as word;
 
 /// Path MTU to the peer: the largest ICMP echo that passes without fragmentation
 /// (`ping -M do`), tried at the netdev's MTU.
@@ -22,7 +23,8 @@ pub(super) fn peer_mtu_check(peer: &str, mtu: u32, nd: &str) -> Check {
             Status::Fail,
             format!("{mtu}-byte packets do not reach {peer} unfragmented: {e}"),
             Some(format!(
-                "set the same MTU on {nd}, the switch ports and the peer (ip link set {nd} mtu {mtu} on the peer), or lower it here"
+                "set the same MTU on {nd}, the switch ports and the peer (ip link set {} mtu {mtu} on the peer), or lower it here",
+                word(nd)
             )),
         ),
     }

@@ -27,6 +27,7 @@ use rocewatch_netlink::route::{
 use rocewatch_plugin_api::Inventory;
 
 use super::check::{check, Check, Status};
+use crate::util::shell::word_on_one_line as word;
 
 /// One ARP or reverse-path sysctl: the values that do for multi-rail, the one to set, and
 /// what a wrong value does.
@@ -391,10 +392,13 @@ fn sysctl_check(o: &Observed, nd: &str) -> Check {
     if !wrong.is_empty() {
         let mut fix: Vec<String> = fixes
             .iter()
-            .map(|(key, v)| format!("sysctl -w {key}={v}"))
+            .map(|(key, v)| format!("sysctl -w {}", word(&format!("{key}={v}"))))
             .collect();
         fix.extend(fixes.iter().map(|(key, v)| {
-            format!("echo '{key} = {v}' >> /etc/sysctl.d/90-rocewatch-multirail.conf")
+            format!(
+                "echo {} >> /etc/sysctl.d/90-rocewatch-multirail.conf",
+                word(&format!("{key} = {v}"))
+            )
         }));
         let mut evidence = wrong.join("; ");
         if !read.is_empty() {
@@ -505,7 +509,7 @@ fn route_check(
     let a = r.local.addr;
     let (fam, ip, nd) = (family(a), ip_cmd(a), r.netdev);
     let subject = format!("{nd} {a}");
-    let add_route = |t: u32| format!("{ip} route add {subnet} dev {nd} src {a} table {t}");
+    let add_route = |t: u32| format!("{ip} route add {subnet} dev {} src {a} table {t}", word(nd));
     let rule = o
         .rules
         .iter()

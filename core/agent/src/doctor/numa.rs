@@ -12,6 +12,7 @@ use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
 use super::host::nic_irqs;
+use crate::util::shell::word_on_one_line as word;
 
 /// Where one interrupt may run: its number and CPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +69,7 @@ pub(super) fn locality_check(
     let node_cpus = cpulist(&local);
     if remote.len() == irqs.len() {
         let numbers: Vec<&str> = remote.iter().map(|i| i.irq.as_str()).collect();
-        let nd = netdev.unwrap_or("NETDEV");
+        let nd = netdev.map_or_else(|| "NETDEV".to_string(), word);
         return check(
             "numa",
             subject,

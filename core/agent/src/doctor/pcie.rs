@@ -6,6 +6,7 @@ use rocewatch_sysfs::pci::{link_gbps, PcieLink};
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
+use crate::util::shell::word_on_one_line as word;
 
 /// `x8 at 16 GT/s`
 fn shape(speed: Option<f64>, width: Option<u32>) -> String {
@@ -95,8 +96,9 @@ pub(super) fn link_check(
                 "{address} trained at {now} of {max}{slot_note}: caps ~{cap:.0} Gb/s{approx}{versus}"
             ),
             Some(format!(
-                "the link trained {}: reseat the card, check the riser and that the slot is wired x{want_width} and not bifurcated or shared in the BIOS; compare LnkCap with LnkSta: lspci -vv -s {address} | grep -E 'LnkCap|LnkSta'; a link that retrained down after boot (a bad lane) shows in rdma.pcie.link.width",
-                if width < want_width { "narrower" } else { "slower" }
+                "the link trained {}: reseat the card, check the riser and that the slot is wired x{want_width} and not bifurcated or shared in the BIOS; compare LnkCap with LnkSta: lspci -vv -s {} | grep -E 'LnkCap|LnkSta'; a link that retrained down after boot (a bad lane) shows in rdma.pcie.link.width",
+                if width < want_width { "narrower" } else { "slower" },
+                word(address)
             )),
         );
     }

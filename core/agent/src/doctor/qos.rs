@@ -3,6 +3,7 @@
 use rocewatch_plugin_api::{QosState, Setting};
 
 use super::check::{check, Check, Status};
+use crate::util::shell::word_on_one_line as word;
 
 pub(super) fn setting<'a>(
     qos: &'a [QosState],
@@ -22,6 +23,7 @@ pub(super) fn has_priority(list: &str, p: u8) -> bool {
 /// The QoS checks of one port: RoCE mode, PFC and trust, ECN.
 pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio: u8) -> Vec<Check> {
     let subject = format!("{dev}/{port}");
+    let w = word(nd);
     let mut out = Vec::new();
     let unreadable = |name: &str, what: &str, s: Option<&Setting>| match s {
         Some(Setting::Unsupported) => Some(check(
@@ -58,7 +60,8 @@ pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio:
             Status::Fail,
             format!("{v} (RDMA CM connections use RoCE v1: not routable, no ECN)"),
             Some(format!(
-                "echo 'RoCE v2' > /sys/kernel/config/rdma_cm/{dev}/ports/{port}/default_roce_mode (or [[qos.desired]] roce_mode = \"RoCE v2\" and rocewatch qos apply --yes)"
+                "echo 'RoCE v2' > {} (or [[qos.desired]] roce_mode = \"RoCE v2\" and rocewatch qos apply --yes)",
+                word(&format!("/sys/kernel/config/rdma_cm/{dev}/ports/{port}/default_roce_mode"))
             )),
         ),
         Some(Setting::Unknown(why)) => check(
@@ -67,7 +70,8 @@ pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio:
             Status::Warn,
             format!("unknown: {why}"),
             Some(format!(
-                "mount -t configfs none /sys/kernel/config; mkdir /sys/kernel/config/rdma_cm/{dev}; then run doctor again"
+                "mount -t configfs none /sys/kernel/config; mkdir {}; then run doctor again",
+                word(&format!("/sys/kernel/config/rdma_cm/{dev}"))
             )),
         ),
         other => unreadable("roce-mode", "RoCE mode", other).expect("not a value"),
@@ -83,10 +87,10 @@ pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio:
             } else {
                 let mut fix = Vec::new();
                 if !on {
-                    fix.push(format!("dcb pfc set dev {nd} prio-pfc {prio}:on   (or mlnx_qos -i {nd} --pfc with priority {prio} on)"));
+                    fix.push(format!("dcb pfc set dev {w} prio-pfc {prio}:on   (or mlnx_qos -i {w} --pfc with priority {prio} on)"));
                 }
                 if !dscp {
-                    fix.push(format!("mlnx_qos -i {nd} --trust dscp   (or [[qos.desired]] trust = \"dscp\")"));
+                    fix.push(format!("mlnx_qos -i {w} --trust dscp   (or [[qos.desired]] trust = \"dscp\")"));
                 }
                 check(
                     "pfc",
@@ -114,7 +118,9 @@ pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio:
                     Status::Fail,
                     format!("ECN notification point on {n}, reaction point on {r}: not both on priority {prio}"),
                     Some(format!(
-                        "echo 1 > /sys/class/net/{nd}/ecn/roce_np/enable/{prio}; echo 1 > /sys/class/net/{nd}/ecn/roce_rp/enable/{prio}"
+                        "echo 1 > {}; echo 1 > {}",
+                        word(&format!("/sys/class/net/{nd}/ecn/roce_np/enable/{prio}")),
+                        word(&format!("/sys/class/net/{nd}/ecn/roce_rp/enable/{prio}"))
                     )),
                 )
             }

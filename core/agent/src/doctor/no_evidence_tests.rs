@@ -1,0 +1,260 @@
+//! Doctor never passes on no evidence: every check, run on empty input (an empty sysfs
+//! tree, a device directory with nothing in it, an empty proc tree, an empty kernel log,
+//! no counters, no rule set, no variables), says SKIP, WARN, FAIL or INFO, never PASS.
+//! [`every_check_name_runs_here`] reads the doctor's sources for the names of its checks,
+//! so a check added later without a case here fails the test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use rocewatch_plugin_api::{Device, Inventory, Port, ScrapeResult};
+use rocewatch_sysfs::SysRoot;
+
+use super::check::{Check, Options, Status};
+use crate::app::App;
+use crate::config::Config;
+
+/// Checks that cannot run on empty input, and why (each needs something read first).
+const NOT_ON_EMPTY_INPUT: &[(&str, &str)] = &[
+    ("ip", "runs for a RoCE port whose netdev was found"),
+    ("gid", "runs for each address found on a RoCE netdev"),
+    ("mtu", "runs when a netdev's MTU was read, or with --peer"),
+    (
+        "gpu-nic",
+        "runs for a GPU and an RDMA device found on the PCI bus",
+    ),
+    (
+        "gpudirect",
+        "runs for a GPU and an RDMA device found on the PCI bus",
+    ),
+];
+
+/// Doctor on `root` with an empty proc tree and an empty kernel log, every option that
+/// adds a check on (an empty `--env`).
+async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
+    let proc_root = scratch.join("proc");
+    std::fs::create_dir_all(&proc_root).unwrap();
+    let log = scratch.join("kmsg");
+    std::fs::write(&log, "").unwrap();
+    let mut cfg = Config::default();
+    cfg.agent.sysfs_root = root.to_path_buf();
+    cfg.plugins.builtin.insert(
+        rocewatch_kernel_log::KernelLog::NAME.into(),
+        crate::host::settings::PluginSettings {
+            options: serde_json::json!({ "path": log }),
+            ..Default::default()
+        },
+    );
+    let app = App::start(cfg, None).await;
+    let opts = Options {
+        peer: None,
+        bandwidth: false,
+        priority: 3,
+        window: Duration::from_millis(10),
+        log_window: Duration::from_secs(3600),
+        env: Some(BTreeMap::new()),
+        link_layer: None,
+        procfs_root: proc_root,
+    };
+    let mut out = super::guide::run(&app, &opts).await;
+    out.push(super::bandwidth::bandwidth_check(&app, "peer.example").await);
+    app.stop().await;
+    out
+}
+
+/// Every check, on empty input.
+async fn every_check_on_empty_input() -> Vec<Check> {
+    let scratch = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let mut out = doctor_on(empty.path(), scratch.path()).await;
+    // A device directory with one port directory and nothing in them.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(bare.path().join("class/infiniband/dev0/ports/1")).unwrap();
+    out.extend(doctor_on(bare.path(), scratch.path()).await);
+
+    // The topics one by one, on nothing.
+    let sys = SysRoot::new(empty.path());
+    let no_inv = Inventory::default();
+    let one = Inventory {
+        devices: vec![Device {
+            name: "dev0".into(),
+            ports: vec![Port {
+                port: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    out.push(super::guide::port_check("dev0/1", &Port::default()));
+    out.extend(super::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
+    for told in [None, Some(super::linklayer::ETHERNET)] {
+        out.extend(super::linklayer::link_layer_checks(&sys, &no_inv, told));
+        out.extend(super::linklayer::link_layer_checks(&sys, &one, told));
+    }
+    let unread = rocewatch_sysfs::pci::PcieLink {
+        speed: None,
+        width: None,
+        max_speed: None,
+        max_width: None,
+    };
+    out.push(super::pcie::link_check(
+        "dev0",
+        "0000:00:00.0",
+        &unread,
+        None,
+        None,
+    ));
+    out.extend(super::pcie::link_checks(&sys, &one));
+    out.extend(super::gpu::gpu_checks(&sys, &[], &[]));
+    out.extend(super::acs::acs_checks(&sys, &[], &[]));
+    out.extend(super::numa::numa_checks(&sys, scratch.path(), &one));
+    out.extend(super::multirail::multirail_checks(
+        &no_inv,
+        empty.path(),
+        scratch.path(),
+    ));
+    out.extend(super::multirail::decide(&two_rails_nothing_read()));
+    // No firewall tool: nothing read. (A rule set that was read, an empty one too, is
+    // evidence: nothing in it drops RoCE.)
+    out.extend(super::firewall::firewall_verdict(vec![
+        ("nft", None),
+        ("iptables-save", None),
+        ("ip6tables-save", None),
+    ]));
+    out.extend(super::host::irq_checks(
+        empty.path(),
+        scratch.path(),
+        &["eth0".into()],
+    ));
+    out.extend(super::driver::driver_checks(&sys, None, &one));
+    out.extend(super::driver::firmware_checks(&one));
+    let log = scratch.path().join("empty.log");
+    std::fs::write(&log, "").unwrap();
+    let clock = rocewatch_kernel_log::text::Clock::now();
+    out.extend(super::kernel_log::kernel_log_checks(
+        empty.path(),
+        &serde_json::json!({ "path": log }),
+        Duration::from_secs(3600),
+        clock,
+    ));
+    out.extend(super::counters::counters_checks(
+        &ScrapeResult::default(),
+        &ScrapeResult::default(),
+        &[],
+        Duration::from_secs(5),
+    ));
+    let host = super::appenv::HostEnv::default();
+    out.extend(super::appenv_check::env_checks(
+        &host,
+        &no_inv,
+        &[],
+        &BTreeMap::new(),
+        None,
+    ));
+    out
+}
+
+/// Two rails in one subnet, but no sysctl read and no rule or route.
+fn two_rails_nothing_read() -> super::multirail::Observed {
+    use rocewatch_netlink::route::{Address, Link, Prefix};
+    let link = |index, name: &str| Link {
+        index,
+        name: name.into(),
+        flags: 1,
+    };
+    let addr = |index, a: &str| Address {
+        index,
+        local: Prefix {
+            addr: a.parse().unwrap(),
+            len: 24,
+        },
+        flags: 0,
+        scope: 0,
+        label: None,
+    };
+    super::multirail::Observed {
+        netdevs: vec!["rail0".into(), "rail1".into()],
+        links: vec![link(2, "rail0"), link(3, "rail1")],
+        addresses: vec![addr(2, "198.51.100.11"), addr(3, "198.51.100.12")],
+        ..Default::default()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn no_check_passes_on_empty_input() {
+    let checks = runtime().block_on(every_check_on_empty_input());
+    let passed: Vec<&Check> = checks.iter().filter(|c| c.status == Status::Pass).collect();
+    assert!(passed.is_empty(), "passed on no evidence: {passed:#?}");
+    for c in &checks {
+        assert!(
+            !c.evidence.is_empty(),
+            "a verdict without its reason: {c:?}"
+        );
+    }
+}
+
+/// The names given to `check(` as a literal in the doctor's sources.
+fn check_names_in_sources() -> BTreeSet<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor");
+    let mut names = BTreeSet::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "rs") || path.ends_with("no_evidence_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Only the code above the file's tests.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (at, _) in code.match_indices("check(") {
+            let before = code[..at].chars().last();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue; // port_check(, irq_check( ...
+            }
+            let rest = code[at + "check(".len()..].trim_start();
+            if let Some(lit) = rest.strip_prefix('"') {
+                if let Some(end) = lit.find('"') {
+                    names.insert(lit[..end].to_string());
+                }
+            }
+        }
+        // Names handed to a helper that calls check(name, ...).
+        for (at, _) in code.match_indices("unreadable(\"") {
+            let lit = &code[at + "unreadable(\"".len()..];
+            if let Some(end) = lit.find('"') {
+                names.insert(lit[..end].to_string());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_check_name_runs_here() {
+    let names = check_names_in_sources();
+    assert!(
+        names.len() > 20,
+        "the source scan found too little: {names:?}"
+    );
+    let checks = runtime().block_on(every_check_on_empty_input());
+    let ran: BTreeSet<&str> = checks.iter().map(|c| c.check.as_str()).collect();
+    let exempt: BTreeSet<&str> = NOT_ON_EMPTY_INPUT.iter().map(|(n, _)| *n).collect();
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !ran.contains(n.as_str()) && !exempt.contains(n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "checks not run on empty input by this test (add a case, or say in NOT_ON_EMPTY_INPUT why they cannot run on it): {missing:?}"
+    );
+    for n in &exempt {
+        assert!(names.contains(*n), "{n} is no check any more");
+    }
+}

@@ -1,0 +1,179 @@
+//! Clocks and times of kernel log records: since boot (`/dev/kmsg`, `dmesg`) or wall
+//! clock (syslog, `journalctl`), dates without a calendar crate.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// When a record was logged, on the clock its source keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Stamp {
+    /// Microseconds since boot (`/dev/kmsg`, `dmesg`, `journalctl -o short-monotonic`).
+    SinceBoot(u64),
+    /// Microseconds since the Unix epoch (syslog files, `journalctl`, `dmesg -T`).
+    Wall(i64),
+    /// Not said (`dmesg -t`).
+    #[default]
+    Untimed,
+}
+
+impl Stamp {
+    /// `91.000 s after boot`, `2025-11-30 08:12:01 UTC`, `no time`.
+    pub fn describe(&self) -> String {
+        match self {
+            Stamp::SinceBoot(us) => format!("{:.3} s after boot", *us as f64 / 1e6),
+            Stamp::Wall(us) => format_unix_us(*us),
+            Stamp::Untimed => "no time".into(),
+        }
+    }
+}
+
+/// Microseconds since boot now, on the clock the kernel stamps records with
+/// (`CLOCK_MONOTONIC`; both stop during suspend).
+pub fn now_since_boot_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000) + (ts.tv_nsec as u64) / 1000
+}
+
+/// The clocks a window is measured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clock {
+    /// Microseconds since boot (the `/dev/kmsg` and `dmesg` clock).
+    pub since_boot_us: u64,
+    /// Microseconds since the Unix epoch.
+    pub unix_us: i64,
+    /// Seconds east of UTC of local time now.
+    pub utc_offset_s: i64,
+}
+
+impl Clock {
+    /// The clocks now.
+    pub fn now() -> Clock {
+        let unix_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        Clock {
+            since_boot_us: now_since_boot_us(),
+            unix_us,
+            utc_offset_s: local_utc_offset(unix_us / 1_000_000),
+        }
+    }
+
+    /// Where a window of `window_us` before now starts, on each clock.
+    pub fn since(&self, window_us: u64) -> Since {
+        Since {
+            boot_us: self.since_boot_us.saturating_sub(window_us),
+            unix_us: self
+                .unix_us
+                .saturating_sub(i64::try_from(window_us).unwrap_or(i64::MAX)),
+        }
+    }
+}
+
+/// The start of a window on both clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Since {
+    pub boot_us: u64,
+    pub unix_us: i64,
+}
+
+impl Since {
+    /// Whether a record stamped `s` is in the window (one without a time always is).
+    pub fn covers(&self, s: Stamp) -> bool {
+        match s {
+            Stamp::SinceBoot(us) => us >= self.boot_us,
+            Stamp::Wall(us) => us >= self.unix_us,
+            Stamp::Untimed => true,
+        }
+    }
+}
+
+/// Local time's offset from UTC at `unix_s` (localtime_r's `tm_gmtoff`).
+fn local_utc_offset(unix_s: i64) -> i64 {
+    let t = unix_s as libc::time_t;
+    // SAFETY: tm is plain data for localtime_r to fill; t outlives the call.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call.
+    let r = unsafe { libc::localtime_r(&t, &mut tm) };
+    if r.is_null() {
+        0
+    } else {
+        tm.tm_gmtoff as i64 // c_long: i64 here, i32 on 32-bit targets
+    }
+}
+
+/// Days since 1970-01-01 of a date of the proleptic Gregorian calendar (H. Hinnant's
+/// `days_from_civil`).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day since 1970-01-01 (`civil_from_days`).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+pub(crate) fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        4 | 6 | 9 | 11 => 30,
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        _ => 31,
+    }
+}
+
+/// `2026-12-05 08:12:01 UTC` for microseconds since the epoch.
+pub fn format_unix_us(us: i64) -> String {
+    let s = us.div_euclid(1_000_000);
+    let (y, m, d) = civil_from_days(s.div_euclid(86_400));
+    let t = s.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        t / 3600,
+        t / 60 % 60,
+        t % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLOCK_US: i64 = 1_796_459_400_000_000;
+
+    #[test]
+    fn dates() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2026, 12, 5), 20_792);
+        assert_eq!(civil_from_days(20_792), (2026, 12, 5));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(format_unix_us(CLOCK_US), "2026-12-05 08:30:00 UTC");
+    }
+
+    #[test]
+    fn stamps_describe_themselves() {
+        assert_eq!(
+            Stamp::SinceBoot(91_000_000).describe(),
+            "91.000 s after boot"
+        );
+        assert_eq!(Stamp::Wall(CLOCK_US).describe(), "2026-12-05 08:30:00 UTC");
+        assert_eq!(Stamp::Untimed.describe(), "no time");
+    }
+}

@@ -185,7 +185,11 @@ pub enum Command {
     /// the value it found afterwards, on Ctrl-C/SIGTERM too, and after a crash on the next
     /// start (a restore record in the state directory). --summary (or --read FILE for an
     /// existing pcap) decodes RoCE v2: packets and bytes per opcode and destination QP,
-    /// CNPs, ECN-CE marks, ACKs, NAKs, RNR NAKs, PSN gaps and retransmissions.
+    /// CNPs, ECN-CE marks, ACKs, NAKs, RNR NAKs, PSN gaps and retransmissions. Only a
+    /// payload with a defined opcode, transport version 0 and room for its headers, pad
+    /// and ICRC counts as RoCE; other UDP 4791 payloads are counted apart, with why. The
+    /// file is read record by record (memory does not grow with it); only a regular file
+    /// is read (a FIFO or a device is refused); a last record cut short is said.
     ///
     /// Examples:
     ///   rocewatch capture mlx5_0 --duration 10s --summary
@@ -454,10 +458,11 @@ pub struct CaptureArgs {
     /// Decode the captured RoCE v2 packets and print the summary.
     #[arg(long)]
     pub summary: bool,
-    /// Sum up this pcap file instead of capturing.
+    /// Sum up this pcap file instead of capturing (a regular file, read as it streams).
     #[arg(long, value_name = "FILE")]
     pub read: Option<PathBuf>,
-    /// The summary as JSON: {"frames","roce","other","by_opcode","by_dest_qp","cnp",...}.
+    /// The summary as JSON: {"frames","roce","not_roce","not_roce_why","other",
+    /// "by_opcode","by_dest_qp","cnp",...,"truncated"}.
     #[arg(long)]
     pub json: bool,
 }

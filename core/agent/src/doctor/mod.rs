@@ -28,6 +28,7 @@ mod linklayer;
 mod mtu;
 mod multirail;
 mod numa;
+pub mod pcap;
 mod pcie;
 mod qos;
 pub mod roce_decode;

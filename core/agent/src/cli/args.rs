@@ -201,9 +201,11 @@ pub enum Command {
     ///
     /// A workload is what a process belongs to, found from its cgroup: a Kubernetes pod
     /// and container (pod:<uid>/<container>), a Slurm job step (slurm:<job>.<step>), a
-    /// systemd unit (unit:<name>), else the command (process:<command>); QPs the kernel
-    /// itself holds belong to its consumer (kernel:<name>, e.g. kernel:ib_core). Beyond the
-    /// collector's max_workloads the rest is summed into `other` (shown last).
+    /// systemd unit (unit:<name>), each only where the kubelet, slurmstepd or systemd make
+    /// its cgroup (never below a user@UID.service), else the command (process:<command>);
+    /// QPs the kernel itself holds belong to its consumer (kernel:<name>, e.g.
+    /// kernel:ib_core). Beyond the collector's max_workloads the rest is summed into
+    /// `other` (shown last).
     ///
     /// Per workload: QPs, CQs, MRs, MR bytes and PDs, summed over its devices and ports:
     /// the counts `rdma resource show qp|cq|mr|pd` lists for its processes. With per-QP

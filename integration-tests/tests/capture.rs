@@ -1,6 +1,9 @@
 //! `rocewatch capture`: a pcap of RoCE v2 packets (crafted here: an RDMA WRITE with a lost
 //! packet and a retransmission, an ACK, a NAK, a CNP, an ECN-CE mark) summed up as text and
-//! JSON (`--read`); a file that is not a pcap refused with the reason; and a live capture
+//! JSON (`--read`); a file that is not a pcap refused with the reason; UDP 4791 payloads
+//! that are not RoCE v2 counted apart; a 512 MiB capture read in the memory of one frame
+//! under a 1 GiB address-space limit, its last record cut short said; a FIFO, /dev/zero
+//! and a directory refused; a record too long to be one named by offset; and a live capture
 //! with tcpdump on a veth pair, frames injected on the peer, rx-vlan-offload turned off for
 //! it and put back after the capture, after SIGTERM, and after a SIGKILL on the next start.
 
@@ -383,4 +386,250 @@ fn a_restore_record_root_did_not_write_or_that_names_another_feature_is_refused(
     let said = capture();
     assert_eq!(vlan_offload(&veth.0), "on", "{said}");
     assert!(!rec.exists(), "{said}");
+}
+
+/// An Ethernet/IPv4/UDP frame to port 4791 carrying `udp_payload` (what follows the UDP
+/// header: a BTH and whatever the test puts after it), its UDP length saying so.
+fn udp_4791(udp_payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+    let udp_len = 8 + udp_payload.len();
+    f.extend_from_slice(&[0x45, 26 << 2]);
+    f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    f.extend_from_slice(&[0xc0, 0x00, 0x12, 0xb7]);
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(udp_payload);
+    f
+}
+
+/// A BTH: `opcode`, the byte with SE/M/pad count/TVer (`flags`), P_Key 0xffff, QP 0x12,
+/// PSN 1.
+fn bth(opcode: u8, flags: u8) -> Vec<u8> {
+    vec![opcode, flags, 0xff, 0xff, 0, 0, 0, 0x12, 0, 0, 0, 1]
+}
+
+/// `rocewatch ARGS` with its address space limited to 1 GiB (what a systemd unit's
+/// MemoryMax or a container limit does to a reader that holds a whole file), its exit
+/// status, standard output and error, and its peak resident memory in KiB (the kernel's
+/// `ru_maxrss` of the child, from `wait4`).
+fn rocewatch_limited(args: &[&str]) -> (Option<i32>, String, String, u64) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(&artifacts().rocewatch);
+    cmd.args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit in the child before exec, async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let gib = 1u64 << 30;
+            let rl = libc::rlimit {
+                rlim_cur: gib,
+                rlim_max: gib,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    // Reaped by the wait4 below (which is what returns its rusage), not by Child::wait.
+    #[allow(clippy::zombie_processes)]
+    let mut child = cmd.spawn().expect("start rocewatch");
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut so = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    out.push_str(&reader.join().unwrap());
+    let mut status = 0;
+    // SAFETY: wait4 on our own child with out-buffers we own; std's Child is not waited
+    // on after this (its Drop does not wait).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, out, err, ru.ru_maxrss as u64)
+}
+
+#[test]
+fn capture_read_streams_a_large_file_in_bounded_memory() {
+    // 512 MiB of capture: a RoCE frame, 8192 records of 65535 bytes each (holes in a sparse
+    // file: zeros, Ethernet type 0, "other"), a RoCE frame, and a last record cut short.
+    // Memory must not grow with the file (it held the whole file plus an index of every
+    // frame: a 512 MB capture aborted under a 1 GB limit).
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.pcap");
+    let small = dir.path().join("small.pcap");
+    let roce = frame(0x0a, 0x12, 7, 2, None); // RC RDMA WRITE Only
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::File::create(&big).unwrap();
+        f.write_all(&pcap(std::slice::from_ref(&roce))).unwrap();
+        let mut at = f.stream_position().unwrap();
+        for _ in 0..8192 {
+            for v in [0u32, 0, 65535, 65535] {
+                f.write_all(&v.to_le_bytes()).unwrap();
+            }
+            at += 16 + 65535;
+            f.seek(SeekFrom::Start(at)).unwrap();
+        }
+        let rest = pcap(std::slice::from_ref(&roce));
+        f.write_all(&rest[24..]).unwrap();
+        // The last record: a header for 1000 bytes, 10 of them written.
+        for v in [0u32, 0, 1000, 1000] {
+            f.write_all(&v.to_le_bytes()).unwrap();
+        }
+        f.write_all(&[0u8; 10]).unwrap();
+        assert!(f.metadata().unwrap().len() > 512 << 20);
+    }
+    std::fs::write(&small, pcap(std::slice::from_ref(&roce))).unwrap();
+    let (code, out, err, small_kib) =
+        rocewatch_limited(&["capture", "--read", small.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "small file: {err}");
+    assert!(out.starts_with("1 frames: 1 RoCE v2 packets"), "{out}{err}");
+    let (code, out, err, big_kib) =
+        rocewatch_limited(&["capture", "--read", big.to_str().unwrap()]);
+    assert_eq!(
+        code,
+        Some(0),
+        "512 MiB file under a 1 GiB address space: {err}"
+    );
+    assert!(
+        out.starts_with("8194 frames: 2 RoCE v2 packets"),
+        "{out}{err}"
+    );
+    assert!(out.contains("8192 other"), "{out}{err}");
+    assert!(
+        out.contains("the file ends inside record 8194"),
+        "the last record cut short is said: {out}{err}"
+    );
+    assert!(
+        big_kib < small_kib + 16 * 1024,
+        "peak resident memory {big_kib} KiB for 512 MiB against {small_kib} KiB for one frame: it grows with the file\n{err}"
+    );
+}
+
+#[test]
+fn capture_read_refuses_a_fifo_and_a_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("capture.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    // A FIFO nobody writes to: opening it to read would wait forever for a writer.
+    let mut p = Spawned::start(
+        "rocewatch capture --read FIFO",
+        std::process::Command::new(&artifacts().rocewatch).args([
+            "capture",
+            "--read",
+            fifo.to_str().unwrap(),
+        ]),
+        None,
+    );
+    let st = p.wait_exit(std::time::Duration::from_secs(20));
+    assert!(st.is_some(), "a FIFO was waited on (20 s): {}", p.log());
+    assert_eq!(st.unwrap().code(), Some(2), "{}", p.log());
+    assert!(
+        p.log()
+            .contains("capture.fifo: a FIFO (named pipe), not a capture file"),
+        "{}",
+        p.log()
+    );
+    // /dev/zero never ends: refused before a byte is read.
+    let (code, _, err, _) = rocewatch_limited(&["capture", "--read", "/dev/zero"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("/dev/zero: a character device, not a capture file"),
+        "{err}"
+    );
+    // A directory says so too.
+    let o = rocewatch(&["capture", "--read", dir.path().to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("a directory, not a capture file"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn capture_read_counts_udp_4791_that_is_not_roce_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mixed.pcap");
+    let with = |mut b: Vec<u8>, rest: &[u8]| {
+        b.extend_from_slice(rest);
+        b
+    };
+    std::fs::write(
+        &file,
+        pcap(&[
+            // RC SEND Only: BTH, 8 bytes of payload, ICRC.
+            udp_4791(&with(bth(0x04, 0), &[0; 12])),
+            // 0x15 is reserved in every transport (include/rdma/ib_pack.h).
+            udp_4791(&with(bth(0x15, 0), &[0; 12])),
+            // 0xc4: manufacturer specific, not an IBTA opcode.
+            udp_4791(&with(bth(0xc4, 0), &[0; 12])),
+            // Pad count 3 with one byte after the BTH: shorter than pad + ICRC.
+            udp_4791(&with(bth(0x04, 3 << 4), &[0; 1])),
+            // RDMA WRITE First without room for its RETH and the ICRC.
+            udp_4791(&with(bth(0x06, 0), &[0; 8])),
+            // Transport header version 1.
+            udp_4791(&with(bth(0x04, 1), &[0; 12])),
+        ]),
+    )
+    .unwrap();
+    let o = rocewatch(&["capture", "--read", file.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(
+        t.starts_with("6 frames: 1 RoCE v2 packets (") && t.contains("5 UDP 4791 not RoCE"),
+        "{t}"
+    );
+    let o = rocewatch(
+        &["capture", "--read", file.to_str().unwrap(), "--json"],
+        &[],
+    );
+    let j: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["roce"]["packets"], 1, "{j}");
+    assert_eq!(j["not_roce"], 5, "{j}");
+    assert_eq!(j["not_roce_why"]["opcode not defined"], 2, "{j}");
+    assert_eq!(
+        j["not_roce_why"]["shorter than its headers, pad and ICRC"], 2,
+        "{j}"
+    );
+    assert_eq!(
+        j["not_roce_why"]["transport header version not 0"], 1,
+        "{j}"
+    );
+    assert_eq!(j["by_opcode"].as_object().unwrap().len(), 1, "{j}");
+}
+
+#[test]
+fn capture_read_names_the_offset_of_a_record_too_long_to_be_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("damaged.pcap");
+    let mut b = pcap(&[frame(0x0a, 0x12, 7, 2, None)]);
+    let at = b.len();
+    // 300000 captured bytes: more than any pcap record holds (libpcap's 262144), and the
+    // file has them, so only the bound can tell.
+    for v in [0u32, 0, 300_000, 300_000] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend(std::iter::repeat_n(0u8, 300_000));
+    std::fs::write(&file, b).unwrap();
+    let o = rocewatch(&["capture", "--read", file.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "damaged.pcap: record 1 at byte {at}: captured length 300000 is more than 262144"
+        )),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -1329,12 +1329,21 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
                     "container_id",
                     "4f9d0c2b7a1e3f5d6c8b9a0e1f2d3c4b5a6978e0d1c2b3a4f5e6d7c8b9a0f1e2",
                 ),
+                // The workload's own cgroup, as counters.sh made it.
+                (
+                    "rdma_workload_cgroup",
+                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod7f3e2d1c_0b9a_4c8d_9e7f_6a5b4c3d2e1f.slice/cri-containerd-4f9d0c2b7a1e3f5d6c8b9a0e1f2d3c4b5a6978e0d1c2b3a4f5e6d7c8b9a0f1e2.scope",
+                ),
             ]
         } else {
             &[
                 ("rdma_workload_kind", "slurm"),
                 ("slurm_job_id", "42"),
                 ("slurm_step_id", "0"),
+                (
+                    "rdma_workload_cgroup",
+                    "/system.slice/slurmstepd.scope/job_42/step_0",
+                ),
             ]
         };
         assert!(

@@ -9,7 +9,7 @@
 //! Where things are:
 //! - [`cli`]: the command line; `args` is the grammar, one file per command.
 //! - [`doctor`]: the RoCE troubleshooting guide as checks, one file per topic; what
-//!   NCCL/UCX need (`appenv`); RoCE v2 in packet captures (`roce_decode`).
+//!   NCCL/UCX need (`appenv`); RoCE v2 in packet captures (`pcap`, `roce_decode`).
 //! - [`demo`]: the simulated fabric behind `rocewatch demo`, and its live view.
 //! - [`app`]: the one place the agent is wired (`App` for every command, `Agent` for `run`,
 //!   `demo` and `collectd-exec`).

@@ -503,7 +503,7 @@ macro_rules! resource {
 /// The resources collector's metrics (the workload attributes: `crate::resources`).
 pub static RESOURCE_CATALOG: &[CatalogEntry] = &[
     resource!("rdma.resource.qps", "{qp}", Gauge,
-        "Queue pairs per `rdma.device`, `rdma.port` (absent for a QP not bound to a port yet) and workload (`rdma.workload`, `rdma.workload.kind`, and `k8s.pod.uid`/`container.id`, `slurm.job.id`/`slurm.step.id`, `systemd.unit` or `process.command`)."),
+        "Queue pairs per `rdma.device`, `rdma.port` (absent for a QP not bound to a port yet) and workload (`rdma.workload`, `rdma.workload.kind`, and `k8s.pod.uid`/`container.id`, `slurm.job.id`/`slurm.step.id`, `systemd.unit` or `process.command`; `rdma.workload.cgroup`, the path of a pod's, job's or unit's own cgroup)."),
     resource!("rdma.resource.cqs", "{cq}", Gauge,
         "Completion queues per `rdma.device` and workload."),
     resource!("rdma.resource.mrs", "{mr}", Gauge,

@@ -191,6 +191,8 @@ pub fn render_markdown() -> String {
     md.push_str("each resource attributed to the workload of the process holding it, found from `/proc/<pid>/cgroup`: a Kubernetes pod ");
     md.push_str("(`k8s.pod.uid`, `container.id`), a Slurm job (`slurm.job.id`, `slurm.step.id`), a systemd unit (`systemd.unit`), else ");
     md.push_str("the command (`process.command`); the kernel's own QPs to the kernel consumer. `rdma.workload` is one identifier across them. ");
+    md.push_str("A pod, job or unit is recognised only where the kubelet, slurmstepd or systemd create its cgroup (from the root of the hierarchy, ");
+    md.push_str("never below a `user@UID.service`), and carries the path of its own cgroup (`rdma.workload.cgroup`: one per workload). ");
     md.push_str("Never per process; beyond `max_workloads` (default 64) the smallest are summed under `rdma.workload=\"other\"` and counted.\n\n");
     table(&mut md, crate::catalog::RESOURCE_CATALOG, true);
     md.push_str("\n## Files that are not counters\n\n");

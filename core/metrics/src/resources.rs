@@ -31,6 +31,10 @@ pub const ATTR_SYSTEMD_UNIT: &str = "systemd.unit";
 /// The command (OpenTelemetry's name), for workloads known only by it and for kernel
 /// consumers.
 pub const ATTR_PROCESS_COMMAND: &str = "process.command";
+/// The path of the workload's own cgroup (down to the step, the container or the
+/// service that names it: one per workload, never per process), for pods, Slurm jobs and
+/// units; as the agent reads it (relative, `/../..`, from inside a cgroup namespace).
+pub const ATTR_WORKLOAD_CGROUP: &str = "rdma.workload.cgroup";
 
 /// The workload that sums those beyond `max_workloads`.
 pub const OTHER_WORKLOAD: &str = "other";

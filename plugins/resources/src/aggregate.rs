@@ -284,6 +284,7 @@ pub(crate) mod tests {
             Owner::Pid(p) if p < 100 => Workload::Slurm {
                 job: p.to_string(),
                 step: Some("0".into()),
+                cgroup: format!("/system.slice/slurmstepd.scope/job_{p}/step_0"),
             },
             Owner::Pid(p) => Workload::Process {
                 command: format!("cmd{p}"),
@@ -329,6 +330,22 @@ pub(crate) mod tests {
         };
         assert_eq!(q("slurm:42.0", Some("1")), Some(2));
         assert_eq!(q("slurm:43.0", Some("1")), Some(1));
+        // Each series says the workload's cgroup (the audit record's), one per workload.
+        assert_eq!(
+            value(
+                &a,
+                "rdma.resource.qps",
+                &[
+                    (ATTR_WORKLOAD, "slurm:42.0"),
+                    (ATTR_PORT, "1"),
+                    (
+                        rocewatch_metrics::ATTR_WORKLOAD_CGROUP,
+                        "/system.slice/slurmstepd.scope/job_42/step_0"
+                    )
+                ]
+            ),
+            Some(2)
+        );
         assert_eq!(q("kernel:ib_core", Some("1")), Some(1));
         // The QP not bound to a port yet has a series without `rdma.port`.
         let unbound = a

@@ -562,6 +562,7 @@ mod tests {
         let job = |_: Owner<'_>| Workload::Slurm {
             job: "42".into(),
             step: Some("0".into()),
+            cgroup: "/system.slice/slurmstepd.scope/job_42/step_0".into(),
         };
         let mut m = Monotonic::default();
         let t0 = Instant::now();

@@ -183,7 +183,11 @@ pub enum Command {
     /// the value it found afterwards, on Ctrl-C/SIGTERM too, and after a crash on the next
     /// start (a restore record in the state directory). --summary (or --read FILE for an
     /// existing pcap) decodes RoCE v2: packets and bytes per opcode and destination QP,
-    /// CNPs, ECN-CE marks, ACKs, NAKs, RNR NAKs, PSN gaps and retransmissions.
+    /// CNPs, ECN-CE marks, ACKs, NAKs, RNR NAKs, PSN gaps and retransmissions. Only a
+    /// payload with a defined opcode, transport version 0 and room for its headers, pad
+    /// and ICRC counts as RoCE; other UDP 4791 payloads are counted apart, with why. The
+    /// file is read record by record (memory does not grow with it); only a regular file
+    /// is read (a FIFO or a device is refused); a last record cut short is said.
     ///
     /// Examples:
     ///   rocewatch capture mlx5_0 --duration 10s --summary
@@ -195,9 +199,11 @@ pub enum Command {
     ///
     /// A workload is what a process belongs to, found from its cgroup: a Kubernetes pod
     /// and container (pod:<uid>/<container>), a Slurm job step (slurm:<job>.<step>), a
-    /// systemd unit (unit:<name>), else the command (process:<command>); QPs the kernel
-    /// itself holds belong to its consumer (kernel:<name>, e.g. kernel:ib_core). Beyond the
-    /// collector's max_workloads the rest is summed into `other` (shown last).
+    /// systemd unit (unit:<name>), each only where the kubelet, slurmstepd or systemd make
+    /// its cgroup (never below a user@UID.service), else the command (process:<command>);
+    /// QPs the kernel itself holds belong to its consumer (kernel:<name>, e.g.
+    /// kernel:ib_core). Beyond the collector's max_workloads the rest is summed into
+    /// `other` (shown last).
     ///
     /// Per workload: QPs, CQs, MRs, MR bytes and PDs, summed over its devices and ports:
     /// the counts `rdma resource show qp|cq|mr|pd` lists for its processes. With per-QP
@@ -455,10 +461,11 @@ pub struct CaptureArgs {
     /// Decode the captured RoCE v2 packets and print the summary.
     #[arg(long)]
     pub summary: bool,
-    /// Sum up this pcap file instead of capturing.
+    /// Sum up this pcap file instead of capturing (a regular file, read as it streams).
     #[arg(long, value_name = "FILE")]
     pub read: Option<PathBuf>,
-    /// The summary as JSON: {"frames","roce","other","by_opcode","by_dest_qp","cnp",...}.
+    /// The summary as JSON: {"frames","roce","not_roce","not_roce_why","other",
+    /// "by_opcode","by_dest_qp","cnp",...,"truncated"}.
     #[arg(long)]
     pub json: bool,
 }

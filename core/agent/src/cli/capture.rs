@@ -12,11 +12,15 @@ use super::args::CaptureArgs;
 use super::output::print_json;
 use crate::app::App;
 use crate::doctor::capture::{restore_leftovers, OffloadGuard};
+use crate::doctor::pcap::open_capture;
 use crate::doctor::roce_decode::summarize;
 
+/// Sum up `file` as it is read (a regular file only: a FIFO or a device is refused), one
+/// record at a time: memory does not grow with the file.
 fn print_summary(file: &Path, json: bool) -> Result<()> {
-    let bytes = std::fs::read(file).with_context(|| file.display().to_string())?;
-    let s = summarize(&bytes).with_context(|| file.display().to_string())?;
+    let s = open_capture(file)
+        .and_then(summarize)
+        .with_context(|| file.display().to_string())?;
     if json {
         print_json(&serde_json::to_value(&s)?)?;
     } else {

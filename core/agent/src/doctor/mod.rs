@@ -32,6 +32,7 @@ mod multirail;
 #[cfg(test)]
 mod no_evidence_tests;
 mod numa;
+pub mod pcap;
 mod pcie;
 mod qos;
 pub mod roce_decode;

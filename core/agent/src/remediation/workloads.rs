@@ -33,7 +33,8 @@ pub struct Workload {
     /// Its `rdma.workload.kind`: `pod`, `slurm`, `unit`, `process`, `kernel` or `other`.
     pub kind: String,
     /// What else the series says of it (`k8s.pod.uid`, `container.id`, `slurm.job.id`,
-    /// `slurm.step.id`, `systemd.unit`, `process.command`).
+    /// `slurm.step.id`, `systemd.unit`, `process.command`, and `rdma.workload.cgroup`,
+    /// the path of a pod's, job's or unit's cgroup).
     pub attributes: BTreeMap<String, String>,
     /// Its QPs on the port (on every port of the device when the labels name no port).
     pub qps: u64,
@@ -292,6 +293,37 @@ pub(crate) mod tests {
             None,
             "no resources collector"
         );
+    }
+
+    #[test]
+    fn each_workload_carries_the_path_of_its_cgroup() {
+        let store = Store::new();
+        store.declare(&rocewatch_metrics::resource_descriptors());
+        let path = "/system.slice/slurmstepd.scope/job_42/step_0";
+        store.ingest(
+            "resources",
+            &[qps(
+                "mlx5_0",
+                Some("1"),
+                "slurm:42.0",
+                &[
+                    (ATTR_SLURM_JOB, "42"),
+                    (ATTR_SLURM_STEP, "0"),
+                    (rocewatch_metrics::ATTR_WORKLOAD_CGROUP, path),
+                ],
+                3,
+            )],
+            &Default::default(),
+        );
+        let w = on_port(
+            &store,
+            &labels(&[("rdma.device", "mlx5_0"), ("rdma.port", "1")]),
+        )
+        .unwrap();
+        // The list as the transition's audit record and the breach carry it.
+        let j = serde_json::to_value(&w.list).unwrap();
+        assert_eq!(j[0]["attributes"]["rdma.workload.cgroup"], path, "{j}");
+        assert_eq!(j[0]["workload"], "slurm:42.0", "{j}");
     }
 
     #[test]

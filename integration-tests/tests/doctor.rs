@@ -574,7 +574,7 @@ fn doctor_kernel_log(file: &str) -> Vec<Value> {
     .unwrap();
     let (_, v) = doctor(
         "mlx5-roce-dual-port",
-        &["--config", cfg.to_str().unwrap(), "--log-window", "100000d"],
+        &["--config", cfg.to_str().unwrap(), "--log-window", "36500d"],
     );
     v["checks"]
         .as_array()

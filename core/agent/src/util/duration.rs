@@ -82,8 +82,10 @@ pub const BANDWIDTH: Bounds = bounds(SECOND, MINUTE);
 pub const RUN_FOR: Bounds = bounds(MS, Duration::from_secs(366 * 86_400));
 /// `doctor --window`: counters watched for less than 100 ms say nothing.
 pub const WATCH: Bounds = bounds(Duration::from_millis(100), HOUR);
-/// `doctor --log-window`: how far back the kernel log is read.
-pub const LOOK_BACK: Bounds = bounds(SECOND, Duration::from_secs(366 * 86_400));
+/// `doctor --log-window`: how far back the kernel log is read. A recorded `kern.log` or
+/// `dmesg` of an old incident is read whole with a long window; 100 years keeps every
+/// clock subtraction in range.
+pub const LOOK_BACK: Bounds = bounds(SECOND, Duration::from_secs(36_500 * 86_400));
 
 impl Bounds {
     /// `Err` with what is wrong and the bound (the caller names the key or flag).

@@ -4,8 +4,8 @@
 
 use std::process::Command;
 
-use rocewatch_counters_ethtool::ioctl::EthtoolSocket;
 use rocewatch_counters_ethtool::normalize::parse_ethtool_s;
+use rocewatch_ethtool::EthtoolSocket;
 
 use crate::support::*;
 

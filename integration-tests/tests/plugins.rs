@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use rocewatch::app::App;
 use rocewatch::config::Config;
-use rocewatch::host::call;
-use rocewatch::host::registry::{Instance, State, Status};
-use rocewatch::host::settings::ExternalPluginConfig;
 use rocewatch_plugin_api::*;
+use rocewatch_runtime::host::call;
+use rocewatch_runtime::host::registry::{Instance, State, Status};
+use rocewatch_runtime::host::settings::ExternalPluginConfig;
 
 use crate::support::*;
 
@@ -58,7 +58,7 @@ fn example_plugin_collects_and_remediates() {
         let col = status(&st, "example", Some(PluginKind::Collector));
         assert_eq!(col.abi, "1.2");
         assert!(
-            matches!(col.origin, rocewatch::host::registry::Origin::File(ref p) if p == &a.example_so)
+            matches!(col.origin, rocewatch_runtime::host::registry::Origin::File(ref p) if p == &a.example_so)
         );
         let (r1, f1) = agent.collect_all().await;
         let (r2, _) = agent.collect_all().await;

@@ -10,22 +10,18 @@
 
 use std::sync::Arc;
 
-use rocewatch_plugin_api::{Inventory, PluginContext, PluginKind, QosState, ScrapeResult};
+use rocewatch_plugin_api::{PluginKind, QosState};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::export::otlp::OtlpExporter;
-use crate::export::ExportError;
-use crate::host::call::{self, CallError};
-use crate::host::discovery::Discovery;
-use crate::host::registry::{Entry, Registry};
-use crate::pipeline::scheduler::{self, Schedule};
-use crate::pipeline::Pipeline;
-use crate::qos::apply::Applier;
-use crate::remediation::{Dispatcher, Targets};
-use crate::selfmetrics::SelfMetrics;
-use crate::store::Store;
+use rocewatch_export::otlp::OtlpExporter;
+use rocewatch_export::ExportError;
+use rocewatch_qos::apply::Applier;
+use rocewatch_remediation::{Dispatcher, Targets};
+use rocewatch_runtime::app::AppSpec;
+use rocewatch_runtime::host::call::CallError;
+use rocewatch_runtime::pipeline::scheduler::{self, Schedule};
 
 /// Plugin kinds of the commands that only read: discovery and collectors.
 pub const READ: &[PluginKind] = &[PluginKind::Discovery, PluginKind::Collector];
@@ -41,80 +37,50 @@ pub fn host_name(cfg: &Config) -> String {
     })
 }
 
-/// Started plugins, the store and the pipeline: what every command works with.
+/// What every command works with: the runtime's [`rocewatch_runtime::app::App`] (started
+/// plugins, store, pipeline, discovery; reached through `Deref`) and the configuration it
+/// was started from.
 pub struct App {
     pub cfg: Config,
-    pub host_name: String,
-    pub registry: Arc<Registry>,
-    pub discovery: Arc<Discovery>,
-    pub pipeline: Arc<Pipeline>,
+    pub core: Arc<rocewatch_runtime::app::App>,
+}
+
+impl std::ops::Deref for App {
+    type Target = rocewatch_runtime::app::App;
+
+    fn deref(&self) -> &Self::Target {
+        &self.core
+    }
 }
 
 impl App {
-    /// Build the registry with the plugins of `kinds` (`None`: every kind), start them
-    /// and declare what they and the agent's own features may emit.
+    /// Build the registry with the built-in plugins and `[plugins]`, the plugins of
+    /// `kinds` (`None`: every kind) started, and declare what they and the agent's own
+    /// features may emit.
     pub async fn start(cfg: Config, kinds: Option<&[PluginKind]>) -> Arc<App> {
-        let metrics = Arc::new(SelfMetrics::default());
-        let registry = Arc::new(Registry::build(&cfg.host_settings(kinds), &metrics));
-        let host_name = host_name(&cfg);
-        let mut ctx = PluginContext::new(&cfg.agent.sysfs_root);
-        ctx.host_name = host_name.clone();
-        call::start_all(&registry, &ctx, &metrics).await;
-        let store = Arc::new(Store::new());
-        store.declare(&rocewatch_metrics::derived_descriptors());
-        crate::probes::declare(&store, cfg.probes.as_ref());
-        store.declare(&rocewatch_metrics::descriptors_of(
-            rocewatch_metrics::QOS_CATALOG,
-        ));
-        let pipeline = Pipeline::new(store, Arc::clone(&metrics), &cfg.rules);
-        pipeline.declare_collectors(&registry).await;
-        let discovery = Discovery::new(&registry, metrics);
-        Arc::new(App {
-            cfg,
-            host_name,
-            registry,
-            discovery,
-            pipeline,
+        let probes = cfg.probes.clone();
+        let declare = move |store: &rocewatch_runtime::store::Store| {
+            store.declare(&rocewatch_metrics::derived_descriptors());
+            rocewatch_probes::declare(store, probes.as_ref());
+            store.declare(&rocewatch_metrics::descriptors_of(
+                rocewatch_metrics::QOS_CATALOG,
+            ));
+        };
+        let core = rocewatch_runtime::app::App::start(AppSpec {
+            host: cfg.host_settings(kinds),
+            sysfs_root: cfg.agent.sysfs_root.clone(),
+            host_name: host_name(&cfg),
+            rules: &cfg.rules,
+            declare: &declare,
         })
-    }
-
-    pub fn store(&self) -> &Arc<Store> {
-        self.pipeline.store()
-    }
-
-    pub fn metrics(&self) -> &Arc<SelfMetrics> {
-        self.pipeline.metrics()
-    }
-
-    /// The loaded probe plugin, if any.
-    pub fn probe_plugin(&self) -> Option<Entry> {
-        self.registry.of_kind(PluginKind::Probe).next().cloned()
-    }
-
-    /// Run every discovery plugin once.
-    pub async fn discover(&self) -> Result<Inventory, CallError> {
-        self.discovery.discover().await
-    }
-
-    /// One collection by every collector.
-    pub async fn collect_all(&self) -> (ScrapeResult, Vec<CallError>) {
-        self.pipeline.collect_all(&self.registry).await
-    }
-
-    /// One collection by every collector, not stored (`collect --once`).
-    pub async fn collect_unstored(&self) -> (ScrapeResult, Vec<CallError>) {
-        self.pipeline.collect_unstored(&self.registry).await
-    }
-
-    /// One collection by one collector, not stored.
-    pub async fn collect_unstored_from(&self, e: &Entry) -> Result<ScrapeResult, CallError> {
-        self.pipeline.collect_unstored_from(e).await
+        .await;
+        Arc::new(App { cfg, core })
     }
 
     /// Every configuration plugin's view of the ports, merged.
     pub async fn observe_qos(&self) -> Result<Vec<QosState>, CallError> {
-        crate::qos::observe::observe(
-            &crate::qos::observe::config_plugins(&self.registry),
+        rocewatch_qos::observe::observe(
+            &rocewatch_qos::observe::config_plugins(&self.registry),
             self.metrics(),
         )
         .await
@@ -123,17 +89,12 @@ impl App {
     /// What `qos apply`, `qos rollback` and the `qos_apply` action change settings through.
     pub fn qos_applier(&self) -> Applier {
         Applier::new(
-            crate::qos::observe::config_plugins(&self.registry),
+            rocewatch_qos::observe::config_plugins(&self.registry),
             self.cfg.qos.clone(),
             self.cfg.remediation.audit(),
             self.host_name.clone(),
             Arc::clone(self.metrics()),
         )
-    }
-
-    /// Stop every plugin that is not stuck in a call.
-    pub async fn stop(&self) {
-        call::stop_all(&self.registry, self.metrics()).await;
     }
 }
 
@@ -141,11 +102,11 @@ impl App {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    ProbePlugin(#[from] crate::probes::PluginNotFound),
+    ProbePlugin(#[from] rocewatch_probes::PluginNotFound),
     #[error(transparent)]
     Listen(#[from] ExportError),
     #[error(transparent)]
-    Audit(#[from] crate::audit::AuditError),
+    Audit(#[from] rocewatch_runtime::audit::AuditError),
     #[error("{path}: {message}")]
     Config { path: String, message: String },
     #[error(
@@ -168,7 +129,7 @@ pub struct Extras {
     /// the agent stops when collectd closes the pipe.
     pub collectd_exec: bool,
     /// Remediation's cooldowns and limits, carried across a configuration reload.
-    pub remediation: crate::remediation::Memory,
+    pub remediation: rocewatch_remediation::Memory,
 }
 
 /// The running agent: an [`App`] with every configured feature and exporter.
@@ -182,7 +143,7 @@ pub struct Agent {
     /// before `run` is not missed).
     stop: watch::Receiver<bool>,
     /// Remediation's memory: the actions still running, waited for at the end.
-    remediation: crate::remediation::Memory,
+    remediation: rocewatch_remediation::Memory,
 }
 
 impl Agent {
@@ -197,9 +158,9 @@ impl Agent {
         if let Some(p) = &cfg.probes {
             let path = match &p.plugin {
                 Some(path) => path.clone(),
-                None => crate::probes::plugin_path()?,
+                None => rocewatch_probes::plugin_path()?,
             };
-            let mut plugin = crate::probes::plugin_config(
+            let mut plugin = rocewatch_probes::plugin_config(
                 path,
                 p.timeout,
                 &p.device,
@@ -213,27 +174,26 @@ impl Agent {
         }
         // Read the web configuration and bind before anything else: a bad certificate or a
         // taken port is a configuration error, reported at once.
-        let prom_web =
-            match cfg
-                .exporters
-                .prometheus
-                .as_ref()
-                .and_then(|p| p.web_config_file.as_ref())
-            {
-                Some(f) => Some(crate::util::web::WebListener::load(f).map_err(|e| {
-                    StartError::Config {
-                        path: "exporters.prometheus.web_config_file".into(),
-                        message: e.to_string(),
-                    }
-                })?),
-                None => None,
-            };
+        let prom_web = match cfg
+            .exporters
+            .prometheus
+            .as_ref()
+            .and_then(|p| p.web_config_file.as_ref())
+        {
+            Some(f) => Some(rocewatch_web::server::WebListener::load(f).map_err(|e| {
+                StartError::Config {
+                    path: "exporters.prometheus.web_config_file".into(),
+                    message: e.to_string(),
+                }
+            })?),
+            None => None,
+        };
         let prom_listener = match &cfg.exporters.prometheus {
-            Some(p) => Some(crate::export::prometheus::bind(p.listen).await?),
+            Some(p) => Some(rocewatch_export::prometheus::bind(p.listen).await?),
             None => None,
         };
         let am_listener = match &cfg.alertmanager {
-            Some(am) => Some(crate::export::prometheus::bind(am.listen).await?),
+            Some(am) => Some(rocewatch_export::prometheus::bind(am.listen).await?),
             None => None,
         };
         let (stop_tx, stop) = watch::channel(false);
@@ -259,12 +219,12 @@ impl Agent {
                 |w| w.current("prometheus endpoint").summary,
             );
             tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), %web, "serving Prometheus /metrics and /healthz");
-            let state = crate::export::prometheus::Exposition {
+            let state = rocewatch_export::prometheus::Exposition {
                 store: Arc::clone(app.store()),
                 metrics: Arc::clone(app.metrics()),
                 pipeline: Some(Arc::clone(&app.pipeline)),
             };
-            tasks.push(tokio::spawn(crate::export::prometheus::serve(
+            tasks.push(tokio::spawn(rocewatch_export::prometheus::serve(
                 l,
                 state,
                 cfg.exporters
@@ -283,8 +243,8 @@ impl Agent {
             Ok(r) => r,
             Err(e) => return Err(abandon(&app, tasks, e).await),
         };
-        tasks.push(tokio::spawn(crate::qos::metrics::watch(
-            crate::qos::observe::config_plugins(&app.registry),
+        tasks.push(tokio::spawn(rocewatch_qos::metrics::watch(
+            rocewatch_qos::observe::config_plugins(&app.registry),
             cfg.qos.clone(),
             Arc::clone(&app.discovery),
             Arc::clone(&app.pipeline),
@@ -294,7 +254,7 @@ impl Agent {
             match app.probe_plugin() {
                 Some(entry) => {
                     tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
-                    tasks.push(tokio::spawn(crate::probes::run(
+                    tasks.push(tokio::spawn(rocewatch_probes::run(
                         entry,
                         Arc::clone(&app.pipeline),
                         p,
@@ -309,7 +269,7 @@ impl Agent {
         match (&cfg.alertmanager, &remediation, am_listener) {
             (Some(am), Some(d), Some(listener)) => {
                 addresses.alertmanager = listener.local_addr().ok();
-                let rx = match crate::alertmanager::Receiver::new(
+                let rx = match rocewatch_remediation::alertmanager::Receiver::new(
                     am,
                     Arc::clone(d),
                     Arc::clone(app.metrics()),
@@ -320,7 +280,7 @@ impl Agent {
                     }
                 };
                 tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = rx.authenticated(), web = am.web_config_file.as_ref().map(|f| f.display().to_string()).unwrap_or_default(), "Alertmanager webhook receiver on POST /alertmanager");
-                tasks.push(tokio::spawn(crate::alertmanager::serve(
+                tasks.push(tokio::spawn(rocewatch_remediation::alertmanager::serve(
                     listener,
                     rx,
                     stop.clone(),
@@ -334,7 +294,7 @@ impl Agent {
         let otlp = start_otlp(&app);
         if let Some(c) = cfg.exporters.collectd.clone() {
             tracing::info!(server = %c.server, security = ?c.security_level, "sending to collectd");
-            tasks.push(tokio::spawn(crate::export::collectd::run(
+            tasks.push(tokio::spawn(rocewatch_export::collectd::run(
                 c,
                 app.host_name.clone(),
                 cfg.agent.interval,
@@ -345,7 +305,7 @@ impl Agent {
         }
         if extras.collectd_exec {
             let stop_tx = Arc::clone(&stop_tx);
-            let exec = crate::export::collectd::run_exec(
+            let exec = rocewatch_export::collectd::run_exec(
                 app.host_name.clone(),
                 cfg.agent.interval,
                 Arc::clone(app.store()),
@@ -359,7 +319,7 @@ impl Agent {
             }));
         }
         if cfg.exporters.stdout.enabled {
-            tasks.push(tokio::spawn(crate::export::stdout::run(
+            tasks.push(tokio::spawn(rocewatch_export::stdout::run(
                 app.pipeline.collections(),
                 Arc::clone(app.metrics()),
             )));
@@ -454,7 +414,7 @@ async fn finish_otlp(otlp: Option<OtlpExporter>) {
 /// transition from the pipeline and decides (and audits) its actions.
 fn start_remediation(
     app: &App,
-    memory: &crate::remediation::Memory,
+    memory: &rocewatch_remediation::Memory,
 ) -> Result<Option<Arc<Dispatcher>>, StartError> {
     let cfg = &app.cfg.remediation;
     if cfg.actions.is_empty() {

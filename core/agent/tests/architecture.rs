@@ -1,36 +1,67 @@
-//! The shape of the source tree, checked so that it stays:
+//! The shape of the source tree, checked so that it stays, where the compiler cannot say
+//! it (crates carry the layers: a wrong-way import between crates does not build):
 //!
+//! - crates depend only on crates of a lower layer (`CRATE_LAYERS`); no plugin crate
+//!   depends on another, and only the agent depends on plugin crates, naming them in
+//!   `builtins.rs` alone (read from `cargo metadata` and the agent's sources);
 //! - no two files of a crate depend on each other, directly or through others (an edge
 //!   A → B is a path in A, `use` or inline or a serde `deserialize_with` string, naming an
 //!   item defined in B; `mod x;` and `pub use` re-exports in `lib.rs`/`mod.rs` are not
 //!   edges, and a path through a re-export leads to the file that defines the item);
-//! - in the agent crate, a component imports only components of a lower layer (the order
-//!   in `LAYERS`, stated in `core/agent/src/lib.rs` and docs/ARCHITECTURE.md);
-//! - no source file in `core/` or `plugins/` has more than 700 lines before its
-//!   `#[cfg(test)]` module.
+//! - in the crates made of components (`COMPONENT_LAYERS`: the runtime and the agent), a
+//!   component imports only components of a lower layer, and `lib.rs` states that order;
+//! - no source file in `core/` or `plugins/` has more than 700 lines of production code
+//!   (everything but its `#[cfg(test)] mod`, and the `#[cfg(test)]` items before it).
 //!
-//! A failure names the file, the line and the path at fault.
+//! A failure names the crate or the file, the line and the path at fault.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The agent's components, lowest layer first; a component may import only components of
-/// a lower layer. Components on one line must not import each other.
-const LAYERS: &[&[&str]] = &[
-    &["util"],
-    &["selfmetrics", "audit"],
-    &["store"],
-    &["host"],
-    &["rules"],
-    &["pipeline"],
-    &["export"],
-    &["probes", "qos"],
-    &["remediation"],
-    &["alertmanager"],
-    &["config"],
-    &["app"],
-    &["doctor", "demo"],
-    &["cli"],
+/// The workspace's crates, lowest layer first: a crate depends (as a normal or build
+/// dependency) only on crates of a lower layer. Crates on one line must not depend on each
+/// other. Plugins (`plugins/*`) may depend on the first three layers only: the contract
+/// and the readers.
+const CRATE_LAYERS: &[&[&str]] = &[
+    &["rocewatch-plugin-api"],
+    &[
+        "rocewatch-plugin-sdk",
+        "rocewatch-sysfs",
+        "rocewatch-metrics",
+        "rocewatch-netlink",
+        "rocewatch-ethtool",
+    ],
+    &["rocewatch-klog"],
+    &["rocewatch-runtime", "rocewatch-web"],
+    &["rocewatch-export", "rocewatch-probes", "rocewatch-qos"],
+    &["rocewatch-remediation"],
+    &["rocewatch-doctor"],
+    &["rocewatch"],
+];
+
+/// Layers a plugin may depend on (the contract and the readers).
+const PLUGIN_MAX_LAYER: usize = 2;
+
+/// Crates made of components, with the components lowest layer first: a component may
+/// import only components of a lower layer; components on one line must not import each
+/// other.
+const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "core/runtime",
+        &[
+            &["util"],
+            &["selfmetrics", "audit"],
+            &["store"],
+            &["host"],
+            &["rules"],
+            &["pipeline"],
+            &["app"],
+        ],
+    ),
+    (
+        "core/agent",
+        &[&["builtins"], &["config"], &["app"], &["demo"], &["cli"]],
+    ),
 ];
 
 const MAX_LINES_BEFORE_TESTS: usize = 700;
@@ -113,12 +144,59 @@ fn strip_comments(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The text before the first `#[cfg(test)]` (test modules may reach anywhere).
-fn before_tests(lines: &[String]) -> usize {
-    lines
-        .iter()
-        .position(|l| l.trim_start().starts_with("#[cfg(test)]"))
-        .unwrap_or(lines.len())
+/// Production code: `lines` up to the `#[cfg(test)] mod` (test modules may reach
+/// anywhere), with each `#[cfg(test)]` item before it blanked (a test-only `use`, a test
+/// helper), and the names of the child modules declared test-only (`#[cfg(test)] mod x;`).
+fn production(lines: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut out: Vec<String> = Vec::with_capacity(lines.len());
+    let mut test_children = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "#[cfg(test)]" {
+            out.push(lines[i].clone());
+            i += 1;
+            continue;
+        }
+        // The item the attribute applies to (after any further attributes).
+        let mut j = i + 1;
+        while j < lines.len()
+            && (lines[j].trim().is_empty() || lines[j].trim_start().starts_with("#["))
+        {
+            j += 1;
+        }
+        let item = lines.get(j).map(|l| l.trim()).unwrap_or("");
+        let decl = item
+            .trim_start_matches("pub ")
+            .trim_start_matches("pub(crate) ");
+        if let Some(name) = decl.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
+            test_children.push(name.trim().to_string());
+        } else if decl.starts_with("mod ") {
+            break; // the test module: the rest is tests
+        }
+        // Blank the item: to its `;` or to where its braces close.
+        let mut depth: i64 = 0;
+        let mut end = j;
+        while end < lines.len() {
+            depth +=
+                lines[end].matches('{').count() as i64 - lines[end].matches('}').count() as i64;
+            let t = lines[end].trim_end();
+            if depth <= 0 && (t.ends_with(';') || t.ends_with('}')) {
+                break;
+            }
+            end += 1;
+        }
+        for _ in i..=end.min(lines.len() - 1) {
+            out.push(String::new());
+        }
+        i = end + 1;
+    }
+    (out, test_children)
+}
+
+/// How many lines of production code `text` has: up to its `#[cfg(test)] mod`.
+fn production_lines(text: &str) -> usize {
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    production(&lines).0.len()
 }
 
 /// Expand `a::{b, c::{d, e}}` into `a::b`, `a::c::d`, `a::c::e`.
@@ -162,7 +240,7 @@ struct Reference {
 /// The paths in `lines`: starting with `crate`, `super`, `self`, or one of `children` (the
 /// file's child modules, named without `self::`).
 fn references(lines: &[String], is_facade: bool, children: &[String]) -> Vec<Reference> {
-    let end = before_tests(lines);
+    let end = lines.len();
     let mut out = Vec::new();
     let mut i = 0;
     while i < end {
@@ -265,15 +343,25 @@ impl Crate {
             lines: BTreeMap::new(),
             reexports: BTreeMap::new(),
         };
+        let mut test_only: BTreeSet<Vec<String>> = BTreeSet::new();
         for p in paths {
             if p.strip_prefix(src).is_ok_and(|r| r.starts_with("bin")) || p.ends_with("main.rs") {
                 continue; // binaries are their own crates
             }
             let text = std::fs::read_to_string(&p).expect("read a source file");
             let m = module_path(src, &p);
-            c.lines.insert(p.clone(), strip_comments(&text));
+            let (lines, test_children) = production(&strip_comments(&text));
+            for child in test_children {
+                let mut t = m.clone();
+                t.push(child);
+                test_only.insert(t);
+            }
+            c.lines.insert(p.clone(), lines);
             c.files.insert(m, p);
         }
+        // Files of test-only modules (`#[cfg(test)] mod x;`) are tests.
+        c.files
+            .retain(|m, _| !test_only.iter().any(|t| m.starts_with(t)));
         for (m, p) in &c.files {
             let facade = p.ends_with("lib.rs") || p.ends_with("mod.rs");
             for r in references(&c.lines[p], facade, &c.children(m)) {
@@ -291,7 +379,7 @@ impl Crate {
             if !facade {
                 continue;
             }
-            for l in &c.lines[p][..before_tests(&c.lines[p])] {
+            for l in &c.lines[p] {
                 let t = l.trim_start();
                 if let Some(body) = t.strip_prefix("pub use ") {
                     for e in expand(body.trim_end_matches(';')) {
@@ -468,25 +556,25 @@ fn no_file_depends_on_itself_through_others() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-fn layer_of(component: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&component))
+fn layer_of(layers: &[&[&str]], component: &str) -> Option<usize> {
+    layers.iter().position(|l| l.contains(&component))
 }
 
-#[test]
-fn agent_components_import_only_lower_layers() {
-    let src = workspace().join("core/agent/src");
+/// Imports against the layers of one crate made of components.
+fn component_problems(dir: &str, layers: &[&[&str]]) -> Vec<String> {
+    let src = workspace().join(dir).join("src");
     let c = Crate::load(&src);
-    // Every top-level module has a layer.
     let components: BTreeSet<String> = c.files.keys().filter_map(|m| m.first().cloned()).collect();
     let unplaced: Vec<&String> = components
         .iter()
-        .filter(|m| layer_of(m).is_none())
+        .filter(|m| layer_of(layers, m).is_none())
         .collect();
-    assert!(
-        unplaced.is_empty(),
-        "components without a layer (add them to LAYERS in {} and to lib.rs's direction line): {unplaced:?}",
-        file!()
-    );
+    if !unplaced.is_empty() {
+        return vec![format!(
+            "{dir}: components without a layer (add them to COMPONENT_LAYERS in {} and to lib.rs's direction line): {unplaced:?}",
+            file!()
+        )];
+    }
     let component_of = |p: &Path| -> Option<String> { module_path(&src, p).first().cloned() };
     let mut problems = Vec::new();
     for (from, edges) in c.edges() {
@@ -500,68 +588,280 @@ fn agent_components_import_only_lower_layers() {
             if a == b {
                 continue;
             }
-            let (la, lb) = (layer_of(&a).unwrap(), layer_of(&b).unwrap());
+            let (la, lb) = (layer_of(layers, &a).unwrap(), layer_of(layers, &b).unwrap());
             if lb >= la {
                 problems.push(format!(
-                    "{}:{line}: `{path}`: {a} (layer {la}) may not import {b} (layer {lb}); see LAYERS",
+                    "{}:{line}: `{path}`: {a} (layer {la}) may not import {b} (layer {lb}); see COMPONENT_LAYERS",
                     c.rel(&from)
                 ));
             }
         }
     }
+    problems
+}
+
+#[test]
+fn components_import_only_lower_layers() {
+    let problems: Vec<String> = COMPONENT_LAYERS
+        .iter()
+        .flat_map(|(dir, layers)| component_problems(dir, layers))
+        .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn lib_rs_states_the_direction_in_the_layers_order() {
-    let lib = std::fs::read_to_string(workspace().join("core/agent/src/lib.rs")).unwrap();
-    // The paragraph that starts with "Direction".
-    let line: String = lib
-        .lines()
-        .skip_while(|l| !l.contains("Direction"))
-        .take_while(|l| l.trim() != "//!")
-        .collect::<Vec<_>>()
-        .join(" ");
-    assert!(
-        !line.is_empty(),
-        "lib.rs states the direction in a paragraph starting with \"Direction\""
-    );
-    let mut last = 0;
-    for layer in LAYERS.iter().rev() {
-        for c in *layer {
-            let at = line
-                .find(&format!("`{c}`"))
-                .unwrap_or_else(|| panic!("lib.rs's direction line does not name `{c}`"));
-            assert!(
-                at >= last || layer.len() > 1,
-                "lib.rs's direction line lists `{c}` out of order"
-            );
-            last = last.max(at);
+    for (dir, layers) in COMPONENT_LAYERS {
+        let lib = std::fs::read_to_string(workspace().join(dir).join("src/lib.rs")).unwrap();
+        // The paragraph that starts with "Direction".
+        let line: String = lib
+            .lines()
+            .skip_while(|l| !l.contains("Direction"))
+            .take_while(|l| l.trim() != "//!")
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            !line.is_empty(),
+            "{dir}/src/lib.rs states the direction in a paragraph starting with \"Direction\""
+        );
+        let mut last = 0;
+        for layer in layers.iter().rev() {
+            for c in *layer {
+                let at = line.find(&format!("`{c}`")).unwrap_or_else(|| {
+                    panic!("{dir}/src/lib.rs's direction line does not name `{c}`")
+                });
+                assert!(
+                    at >= last || layer.len() > 1,
+                    "{dir}/src/lib.rs's direction line lists `{c}` out of order"
+                );
+                last = last.max(at);
+            }
         }
     }
 }
 
 #[test]
-fn no_source_file_is_over_700_lines_before_its_tests() {
+fn no_source_file_has_over_700_lines_of_production_code() {
     let mut problems = Vec::new();
     for src in crate_sources() {
         let mut files = Vec::new();
         rust_files(&src, &mut files);
         for f in files {
-            let text = std::fs::read_to_string(&f).unwrap();
-            let n = text
-                .lines()
-                .position(|l| l.trim_start().starts_with("#[cfg(test)]"))
-                .unwrap_or_else(|| text.lines().count());
+            let n = production_lines(&std::fs::read_to_string(&f).unwrap());
             if n > MAX_LINES_BEFORE_TESTS {
                 problems.push(format!(
-                    "{}: {n} lines before its tests (at most {MAX_LINES_BEFORE_TESTS}): split it by responsibility",
+                    "{}: {n} lines of production code (at most {MAX_LINES_BEFORE_TESTS}): split it by responsibility",
                     f.strip_prefix(workspace()).unwrap_or(&f).display()
                 ));
             }
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A workspace package as `cargo metadata` describes it: its name, whether it is a
+/// plugin (`plugins/*`), and its dependencies on other workspace packages with their kind
+/// (`None`: normal, `Some("dev")`, `Some("build")`).
+struct Package {
+    name: String,
+    plugin: bool,
+    deps: Vec<(String, Option<String>)>,
+}
+
+/// Every workspace package, from `cargo metadata --no-deps`.
+fn packages() -> Vec<Package> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(workspace())
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    let names: BTreeSet<String> = doc["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    doc["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let manifest = Path::new(p["manifest_path"].as_str().unwrap());
+            Package {
+                name: p["name"].as_str().unwrap().to_string(),
+                plugin: manifest
+                    .strip_prefix(workspace())
+                    .is_ok_and(|r| r.starts_with("plugins")),
+                deps: p["dependencies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|d| names.contains(d["name"].as_str().unwrap()))
+                    .map(|d| {
+                        (
+                            d["name"].as_str().unwrap().to_string(),
+                            d["kind"].as_str().map(str::to_string),
+                        )
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// What is wrong with the crate graph: a dependency against `CRATE_LAYERS`, a plugin
+/// depending on a plugin or above the readers, a crate other than the agent depending on a
+/// plugin (dev-dependencies of tests aside), a crate without a layer.
+fn crate_graph_problems(packages: &[Package]) -> Vec<String> {
+    let layer = |n: &str| CRATE_LAYERS.iter().position(|l| l.contains(&n));
+    let plugins: BTreeSet<&str> = packages
+        .iter()
+        .filter(|p| p.plugin)
+        .map(|p| p.name.as_str())
+        .collect();
+    let mut problems = Vec::new();
+    for p in packages {
+        let tests_only = p.name.starts_with("rocewatch-integration-tests")
+            || matches!(p.name.as_str(), "fault-plugin" | "fake-probe");
+        if tests_only {
+            continue;
+        }
+        if !p.plugin && layer(&p.name).is_none() {
+            problems.push(format!("{}: not in CRATE_LAYERS ({})", p.name, file!()));
+            continue;
+        }
+        for (d, kind) in &p.deps {
+            let dev = kind.as_deref() == Some("dev");
+            if plugins.contains(d.as_str()) {
+                if p.plugin {
+                    problems.push(format!("{} depends on {d}: a plugin never depends on another plugin; shared reading lives in a core crate", p.name));
+                } else if p.name != "rocewatch" && !dev {
+                    problems.push(format!(
+                        "{} depends on the plugin {d}: only the agent does, to list it in BUILTINS",
+                        p.name
+                    ));
+                }
+                continue;
+            }
+            if dev {
+                continue;
+            }
+            let Some(ld) = layer(d) else { continue };
+            if p.plugin {
+                if ld > PLUGIN_MAX_LAYER {
+                    problems.push(format!("the plugin {} depends on {d} (layer {ld}): plugins build on the contract and the readers only (layers 0 to {PLUGIN_MAX_LAYER})", p.name));
+                }
+            } else if let Some(lp) = layer(&p.name) {
+                if ld >= lp {
+                    problems.push(format!("{} (layer {lp}) depends on {d} (layer {ld}): a crate depends on lower layers only; see CRATE_LAYERS", p.name));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Rust files of the agent that name a plugin crate, other than `builtins.rs`.
+fn agent_files_naming_plugins(plugins: &BTreeSet<String>) -> Vec<String> {
+    let src = workspace().join("core/agent/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut problems = Vec::new();
+    for f in files.iter().filter(|f| !f.ends_with("builtins.rs")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for p in plugins {
+            let ident = p.replace('-', "_");
+            if let Some(at) = text.find(&format!("{ident}::")) {
+                let line = text[..at].lines().count();
+                problems.push(format!(
+                    "{}:{line}: names the plugin crate {ident}: the agent names plugins in builtins.rs only",
+                    f.strip_prefix(workspace()).unwrap_or(f).display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn crates_depend_only_downwards_and_plugins_on_no_plugin() {
+    let packages = packages();
+    let mut problems = crate_graph_problems(&packages);
+    let plugins: BTreeSet<String> = packages
+        .iter()
+        .filter(|p| p.plugin)
+        .map(|p| p.name.clone())
+        .collect();
+    problems.extend(agent_files_naming_plugins(&plugins));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_crate_graph_check_sees_each_kind_of_violation() {
+    let pkg = |name: &str, plugin: bool, deps: &[(&str, Option<&str>)]| Package {
+        name: name.into(),
+        plugin,
+        deps: deps
+            .iter()
+            .map(|(d, k)| (d.to_string(), k.map(str::to_string)))
+            .collect(),
+    };
+    let planted = [
+        pkg(
+            "rocewatch-counters-sysfs",
+            true,
+            &[("rocewatch-discovery-sysfs", None)],
+        ),
+        pkg(
+            "rocewatch-discovery-sysfs",
+            true,
+            &[("rocewatch-runtime", None)],
+        ),
+        pkg("rocewatch-runtime", false, &[("rocewatch-resources", None)]),
+        pkg("rocewatch-resources", true, &[]),
+        pkg(
+            "rocewatch-export",
+            false,
+            &[("rocewatch-remediation", None)],
+        ),
+        pkg(
+            "rocewatch-doctor",
+            false,
+            &[("rocewatch-resources", Some("dev"))],
+        ),
+        pkg("rocewatch-unplaced", false, &[]),
+    ];
+    let problems = crate_graph_problems(&planted);
+    for want in [
+        "rocewatch-counters-sysfs depends on rocewatch-discovery-sysfs: a plugin never depends on another plugin",
+        "the plugin rocewatch-discovery-sysfs depends on rocewatch-runtime (layer 3)",
+        "rocewatch-runtime depends on the plugin rocewatch-resources",
+        "rocewatch-export (layer 4) depends on rocewatch-remediation (layer 5)",
+        "rocewatch-unplaced: not in CRATE_LAYERS",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.contains(want)),
+            "{want}\nnot in {problems:#?}"
+        );
+    }
+    assert_eq!(
+        problems.len(),
+        5,
+        "a test's dev-dependency is no violation: {problems:#?}"
+    );
 }
 
 #[test]

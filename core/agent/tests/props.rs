@@ -3,9 +3,9 @@
 //! Never a panic; a refused payload says what was wrong.
 
 use proptest::prelude::*;
-use rocewatch::alertmanager::parse;
-use rocewatch::doctor::{gid_ip, iptables_blocking, nft_blocking, nic_irqs};
-use rocewatch::probes::parse_peers_file;
+use rocewatch_doctor::{gid_ip, iptables_blocking, nft_blocking, nic_irqs};
+use rocewatch_probes::parse_peers_file;
+use rocewatch_remediation::alertmanager::parse;
 
 /// JSON values of any shape, a few levels deep (what a payload's fields could hold).
 fn json() -> impl Strategy<Value = serde_json::Value> {

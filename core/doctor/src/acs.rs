@@ -12,7 +12,7 @@ use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
 use super::gpu::Placed;
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// What a bridge's config space says about ACS.
 #[derive(Debug, Clone, PartialEq, Eq)]

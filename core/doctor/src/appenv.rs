@@ -11,10 +11,10 @@ use rocewatch_plugin_api::{Inventory, QosState, Setting};
 use serde::Serialize;
 
 use super::host::gid_ip;
-use crate::util::shell::{has_control, one_line, quote};
+use crate::shell::{has_control, one_line, quote};
 
 /// Which application's variables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum For {
     Nccl,
     Ucx,
@@ -160,9 +160,9 @@ pub fn ports(
 }
 
 /// The RoCE ToS the QoS configuration's `[[qos.desired]]` asks of any of these ports.
-pub fn desired_tos(cfg: &crate::qos::QosConfig, qos: &[QosState]) -> Option<u8> {
+pub fn desired_tos(cfg: &rocewatch_qos::QosConfig, qos: &[QosState]) -> Option<u8> {
     qos.iter().find_map(|st| {
-        crate::qos::desired_for(cfg, st)
+        rocewatch_qos::desired_for(cfg, st)
             .get("roce_tos")
             .and_then(|v| v.trim().parse().ok())
     })

@@ -9,7 +9,7 @@ use rocewatch_plugin_api::{Inventory, QosState};
 use super::appenv::{value, HostEnv, PortEnv};
 use super::check::{check, Check, Status};
 use super::host::gid_ip;
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// `NAME=value` lines (a leading `export `, quotes, comments and blank lines allowed), as
 /// an env file, `env` output or a job script's exports are written.

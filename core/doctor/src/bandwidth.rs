@@ -11,9 +11,9 @@ use rocewatch_sysfs::SysRoot;
 use serde::Serialize;
 
 use super::check::{check, Check, Status};
-use crate::app::App;
-use crate::probes::bandwidth::{causes, gbps, run_test, shortfall_sentence, PortMoves};
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
+use rocewatch_probes::bandwidth::{causes, gbps, run_test, shortfall_sentence, PortMoves};
+use rocewatch_runtime::app::App;
 
 /// The local port's line rate: its `rate` file and, for RoCE, its netdev's speed.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -101,7 +101,10 @@ pub async fn measure(
     let entry = app
         .registry
         .of_kind(rocewatch_plugin_api::PluginKind::Probe)
-        .find(|e| e.instance.is_some() && e.status().state == crate::host::registry::State::Started)
+        .find(|e| {
+            e.instance.is_some()
+                && e.status().state == rocewatch_runtime::host::registry::State::Started
+        })
         .cloned()
         .ok_or_else(|| {
             let why: Vec<String> = app
@@ -122,7 +125,7 @@ pub async fn measure(
         .map_err(|e| MeasureError::Test(e.to_string()))?;
     let (after, errors_after) = app.collect_all().await;
     errors.extend(errors_after);
-    let root = SysRoot::new(app.cfg.agent.sysfs_root.clone());
+    let root = SysRoot::new(app.sysfs_root.clone());
     let line_rate = line_rate(&root, &result.device, result.port);
     let local_moves = PortMoves::from_samples(
         &before.samples,

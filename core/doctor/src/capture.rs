@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rocewatch_counters_ethtool::ioctl::EthtoolSocket;
+use rocewatch_ethtool::EthtoolSocket;
 use serde::{Deserialize, Serialize};
 
 /// The ethtool feature behind `rx-vlan-offload`.
@@ -51,7 +51,7 @@ pub fn record_path(state_dir: &Path, netdev: &str) -> PathBuf {
 fn locked(path: &Path) -> Result<Option<std::fs::File>, String> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
-    let f = crate::util::fs::open_nofollow(
+    let f = rocewatch_runtime::util::fs::open_nofollow(
         path,
         std::fs::OpenOptions::new()
             .read(true)
@@ -107,7 +107,7 @@ impl OffloadGuard {
                 "{netdev}: rx-vlan-offload is fixed on by the driver"
             ));
         }
-        crate::util::fs::create_trusted_dir(state_dir).map_err(|e| e.to_string())?;
+        rocewatch_runtime::util::fs::create_trusted_dir(state_dir).map_err(|e| e.to_string())?;
         let path = record_path(state_dir, netdev);
         let Some(mut lock) = locked(&path)? else {
             return Err(format!("another capture has rx-vlan-offload of {netdev} off (its record {} is held); it puts it back when it ends", path.display()));

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::util::shell::one_line;
+use crate::shell::one_line;
 
 /// The RoCE v2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
@@ -82,6 +82,11 @@ pub struct Options {
     pub link_layer: Option<&'static str>,
     /// The proc tree that goes with the sysfs root (`/proc` on a host).
     pub procfs_root: std::path::PathBuf,
+    /// The desired RoCE/PFC/ECN state (`[qos]`): the traffic class applications should use.
+    pub qos: rocewatch_qos::QosConfig,
+    /// The kernel-log collector's options (`[plugins.builtin.kernel-log.options]`): where
+    /// the log is and which patterns count.
+    pub kernel_log: serde_json::Value,
 }
 
 /// The checks as text: one line each, the fix indented below. Names in the subject,

@@ -10,7 +10,7 @@ use rocewatch_sysfs::module::ModuleInfo;
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// One check per driver: the firmware its devices run.
 pub(super) fn firmware_checks(inv: &Inventory) -> Vec<Check> {
@@ -214,7 +214,7 @@ pub(super) fn driver_checks(
 mod tests {
     use std::path::PathBuf;
 
-    use rocewatch_discovery_sysfs::{read_inventory, DeviceFilter};
+    use rocewatch_sysfs::inventory::{read_inventory, DeviceFilter};
 
     use super::*;
 

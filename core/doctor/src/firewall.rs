@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::check::{check, Check, Status, ROCE_PORT};
 use super::host::run_tool;
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// A rule (or policy) that drops RoCE v2 traffic, as found in a rule set.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use rocewatch_plugin_api::{Device, DriverModule, Inventory, QosState, Setting};
 
 use super::check::{Check, Status};
-use crate::util::shell::only_single_quoted;
+use crate::shell::only_single_quoted;
 
 /// A netdev name that runs `touch P` where it is not quoted.
 const ND: &str = "$(touch${IFS}P)";
@@ -188,7 +188,7 @@ fn kernel_log_env_and_firewall_fixes() {
         dir.path(),
         &serde_json::json!({ "path": log }),
         std::time::Duration::from_secs(60),
-        rocewatch_kernel_log::text::Clock {
+        rocewatch_klog::text::Clock {
             since_boot_us: 100,
             unix_us: 0,
             utc_offset_s: 0,

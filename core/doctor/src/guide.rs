@@ -18,12 +18,12 @@ use super::host::{gid_ip, interface_addresses, irq_checks};
 use super::kernel_log::kernel_log_checks;
 use super::mtu::peer_mtu_check;
 use super::qos::qos_checks;
-use crate::app::App;
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
+use rocewatch_runtime::app::App;
 
 /// Run every check.
 pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
-    let root = agent.cfg.agent.sysfs_root.clone();
+    let root = agent.sysfs_root.clone();
     let live = rocewatch_sysfs::read::is_sysfs(Path::new(&root));
     let mut out = Vec::new();
     let inv: Inventory = agent.discover().await.unwrap_or_default();
@@ -76,7 +76,12 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
             "check that the driver finished loading (dmesg, rdma dev) and that the sysfs tree is whole".to_string()
         }),
     ));
-    let qos = agent.observe_qos().await.unwrap_or_default();
+    let qos = rocewatch_qos::observe::observe(
+        &rocewatch_qos::observe::config_plugins(&agent.registry),
+        agent.metrics(),
+    )
+    .await
+    .unwrap_or_default();
     let addrs = if live {
         interface_addresses().ok()
     } else {
@@ -203,7 +208,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
         .map(|(n, m)| {
             format!(
                 "{n} {m} (RoCE MTU {})",
-                rocewatch_qos_linux::rdma_mtu_for(*m).map_or("none".into(), |r| r.to_string())
+                rocewatch_sysfs::parse::rdma_mtu_for(*m).map_or("none".into(), |r| r.to_string())
             )
         })
         .collect::<Vec<_>>()
@@ -287,18 +292,11 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
     out.extend(super::driver::driver_checks(&sys, proc_root, &inv));
     out.extend(super::driver::firmware_checks(&inv));
     // The kernel log's driver messages over --log-window.
-    let log_options = agent
-        .cfg
-        .plugins
-        .builtin
-        .get(rocewatch_kernel_log::KernelLog::NAME)
-        .map(|p| p.options.clone())
-        .unwrap_or_else(|| serde_json::json!({}));
     out.extend(kernel_log_checks(
         &root,
-        &log_options,
+        &opts.kernel_log,
         opts.log_window,
-        rocewatch_kernel_log::text::Clock::now(),
+        rocewatch_klog::text::Clock::now(),
     ));
     // Live counters over the window.
     let (first, e1) = agent.collect_all().await;
@@ -343,7 +341,7 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
     if let Some(env) = &opts.env {
         let host = super::appenv::compute(
             super::appenv::ports(&inv, &qos, None),
-            super::appenv::desired_tos(&agent.cfg.qos, &qos),
+            super::appenv::desired_tos(&opts.qos, &qos),
             super::appenv::For::All,
             addrs.as_ref(),
         );
@@ -401,7 +399,7 @@ pub(super) async fn probe_check(agent: &Arc<App>, peer: &str) -> Check {
         size: 64,
         timeout_ms: 2000,
     };
-    match crate::probes::probe_once(&entry, target, agent.metrics()).await {
+    match rocewatch_probes::probe_once(&entry, target, agent.metrics()).await {
         Ok(r) => match r.outcome {
             rocewatch_plugin_api::ProbeOutcome::Ok { rtt_seconds } => check(
                 "probe",

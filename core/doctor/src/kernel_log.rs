@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rocewatch_kernel_log::text::Clock;
-use rocewatch_kernel_log::{scan, Options as LogOptions};
+use rocewatch_klog::text::Clock;
+use rocewatch_klog::{scan, Options as LogOptions};
 
 use super::check::{check, Check, Status};
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// Patterns that mean the device is failing (the rest warn).
 const FAILING: &[&str] = &["cmd_timeout", "health_compromised", "pcie_power"];
@@ -174,7 +174,7 @@ pub(super) fn kernel_log_checks(
                 ),
                 Some(match known {
                     Some(p) => {
-                        let o = rocewatch_kernel_log::matcher::origin(&hit.last_message);
+                        let o = rocewatch_klog::matcher::origin(&hit.last_message);
                         let mut fix = p.fix.to_string();
                         if let Some(pci) = &o.pci {
                             fix = fix.replace("pci/PCI", &format!("pci/{pci}"));

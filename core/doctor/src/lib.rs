@@ -10,6 +10,11 @@
 //! firewall rules for UDP 4791, interrupts, driver and firmware, the kernel log's driver
 //! messages, live counters over a short window, a verbs probe
 //! to the peer, and how to capture the traffic.
+//!
+//! Also here: what NCCL, UCX and Open MPI need on the host (`appenv`, `rocewatch env`),
+//! RoCE v2 in packet captures (`pcap`, `roce_decode`), and text for a shell (`shell`:
+//! every name doctor and `env` print for a shell is quoted for where it lands).
+//! It needs the runtime and the readers, nothing of the command line.
 
 mod acs;
 pub mod appenv;
@@ -36,6 +41,7 @@ pub mod pcap;
 mod pcie;
 mod qos;
 pub mod roce_decode;
+pub mod shell;
 
 pub use appenv_check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};

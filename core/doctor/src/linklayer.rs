@@ -6,7 +6,7 @@ use rocewatch_plugin_api::Inventory;
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
-use crate::util::shell::{one_line, word_on_one_line};
+use crate::shell::{one_line, word_on_one_line};
 
 /// The two link layers sysfs names (`ports/<n>/link_layer`).
 pub const ETHERNET: &str = "Ethernet";

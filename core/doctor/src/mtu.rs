@@ -2,7 +2,7 @@
 
 use super::check::{check, Check, Status};
 use super::host::run_tool;
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// Path MTU to the peer: the largest ICMP echo that passes without fragmentation
 /// (`ping -M do`), tried at the netdev's MTU.

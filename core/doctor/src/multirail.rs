@@ -27,7 +27,7 @@ use rocewatch_netlink::route::{
 use rocewatch_plugin_api::Inventory;
 
 use super::check::{check, Check, Status};
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// One ARP or reverse-path sysctl: the values that do for multi-rail, the one to set, and
 /// what a wrong value does.

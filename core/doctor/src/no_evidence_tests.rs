@@ -12,8 +12,9 @@ use rocewatch_plugin_api::{Device, Inventory, Port, ScrapeResult};
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{Check, Options, Status};
-use crate::app::App;
-use crate::config::Config;
+use rocewatch_runtime::app::{App, AppSpec};
+use rocewatch_runtime::host::registry::{Builtin, Defaults, HostSettings, Instance};
+use rocewatch_runtime::host::settings::PluginsConfig;
 
 /// Checks that cannot run on empty input, and why (each needs something read first).
 const NOT_ON_EMPTY_INPUT: &[(&str, &str)] = &[
@@ -37,16 +38,32 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
     std::fs::create_dir_all(&proc_root).unwrap();
     let log = scratch.join("kmsg");
     std::fs::write(&log, "").unwrap();
-    let mut cfg = Config::default();
-    cfg.agent.sysfs_root = root.to_path_buf();
-    cfg.plugins.builtin.insert(
-        rocewatch_kernel_log::KernelLog::NAME.into(),
-        crate::host::settings::PluginSettings {
-            options: serde_json::json!({ "path": log }),
-            ..Default::default()
+    // The built-ins that read a tree (the others read this host, not the tree).
+    let builtins: &[Builtin] = &[
+        (rocewatch_discovery_sysfs::SysfsDiscovery::NAME, || {
+            Instance::Discovery(Box::new(rocewatch_discovery_sysfs::SysfsDiscovery::new()))
+        }),
+        (rocewatch_counters_sysfs::SysfsCounters::NAME, || {
+            Instance::Collector(Box::new(rocewatch_counters_sysfs::SysfsCounters::new()))
+        }),
+    ];
+    let app = App::start(AppSpec {
+        host: HostSettings {
+            builtins,
+            plugins: &PluginsConfig::default(),
+            devices: &Default::default(),
+            defaults: Defaults {
+                interval: Duration::from_secs(10),
+                timeout: Duration::from_secs(5),
+            },
+            kinds: None,
         },
-    );
-    let app = App::start(cfg, None).await;
+        sysfs_root: root.to_path_buf(),
+        host_name: "test".into(),
+        rules: &[],
+        declare: &|_| {},
+    })
+    .await;
     let opts = Options {
         peer: None,
         bandwidth: false,
@@ -56,6 +73,8 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         env: Some(BTreeMap::new()),
         link_layer: None,
         procfs_root: proc_root,
+        qos: Default::default(),
+        kernel_log: serde_json::json!({ "path": log }),
     };
     let mut out = super::guide::run(&app, &opts).await;
     out.push(super::bandwidth::bandwidth_check(&app, "peer.example").await);
@@ -131,7 +150,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
     out.extend(super::driver::firmware_checks(&one));
     let log = scratch.path().join("empty.log");
     std::fs::write(&log, "").unwrap();
-    let clock = rocewatch_kernel_log::text::Clock::now();
+    let clock = rocewatch_klog::text::Clock::now();
     out.extend(super::kernel_log::kernel_log_checks(
         empty.path(),
         &serde_json::json!({ "path": log }),
@@ -203,7 +222,7 @@ fn no_check_passes_on_empty_input() {
 
 /// The names given to `check(` as a literal in the doctor's sources.
 fn check_names_in_sources() -> BTreeSet<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut names = BTreeSet::new();
     for e in std::fs::read_dir(&dir).unwrap() {
         let path = e.unwrap().path();

@@ -12,7 +12,7 @@ use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
 use super::host::nic_irqs;
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// Where one interrupt may run: its number and CPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]

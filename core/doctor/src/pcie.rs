@@ -6,7 +6,7 @@ use rocewatch_sysfs::pci::{link_gbps, PcieLink};
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 /// `x8 at 16 GT/s`
 fn shape(speed: Option<f64>, width: Option<u32>) -> String {

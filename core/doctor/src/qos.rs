@@ -3,7 +3,7 @@
 use rocewatch_plugin_api::{QosState, Setting};
 
 use super::check::{check, Check, Status};
-use crate::util::shell::word_on_one_line as word;
+use crate::shell::word_on_one_line as word;
 
 pub(super) fn setting<'a>(
     qos: &'a [QosState],

@@ -839,7 +839,7 @@ pub(crate) mod tests {
             (0xa1b2_c3d4, false),
             (0xa1b2_3c4d, false),
         ] {
-            let f = crate::doctor::pcap::tests::file(magic, le, 0, 1, &refs);
+            let f = crate::pcap::tests::file(magic, le, 0, 1, &refs);
             let mut got = summarize(&f[..]).unwrap();
             // The records' wire lengths are 4 more than the frames (an FCS) there.
             assert_eq!(got.roce.bytes, want.roce.bytes + 8);

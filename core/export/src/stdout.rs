@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use crate::pipeline::Collection;
-use crate::selfmetrics::SelfMetrics;
+use rocewatch_runtime::pipeline::Collection;
+use rocewatch_runtime::selfmetrics::SelfMetrics;
 
 /// The JSON document of one collection.
 pub fn collection_json(c: &Collection) -> serde_json::Value {

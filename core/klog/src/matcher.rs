@@ -128,8 +128,8 @@ impl DeviceMap {
     /// its ports' netdevs with theirs.
     pub fn read(root: &rocewatch_sysfs::SysRoot) -> Self {
         let mut m = DeviceMap::default();
-        let filter = rocewatch_discovery_sysfs::DeviceFilter::default();
-        let Ok((inv, _)) = rocewatch_discovery_sysfs::read_inventory(root, &filter) else {
+        let filter = rocewatch_sysfs::inventory::DeviceFilter::default();
+        let Ok((inv, _)) = rocewatch_sysfs::inventory::read_inventory(root, &filter) else {
             return m;
         };
         // The PCI function of a `device` link: the link's target or the nearest PCI

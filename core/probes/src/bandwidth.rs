@@ -12,8 +12,8 @@ use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
 use rocewatch_plugin_api::{AttrSet, BandwidthRequest, BandwidthResult, PortSnapshot, Sample};
 use serde::Serialize;
 
-use crate::host::call::CallError;
-use crate::host::registry::{Entry, Instance};
+use rocewatch_runtime::host::call::CallError;
+use rocewatch_runtime::host::registry::{Entry, Instance};
 
 /// The attribute of a PFC priority (counters-ethtool's).
 const ATTR_PRIORITY: &str = "rdma.priority";
@@ -23,11 +23,11 @@ const ATTR_PRIORITY: &str = "rdma.priority";
 pub async fn run_test(
     entry: &Entry,
     request: BandwidthRequest,
-    metrics: &crate::selfmetrics::SelfMetrics,
+    metrics: &rocewatch_runtime::selfmetrics::SelfMetrics,
 ) -> Result<BandwidthResult, CallError> {
     let limit = Duration::from_millis(request.duration_ms + 2 * request.timeout_ms)
         + Duration::from_secs(60);
-    crate::host::call::call(entry, limit, metrics, move |i| match i {
+    rocewatch_runtime::host::call::call(entry, limit, metrics, move |i| match i {
         Instance::Probe(p) => p.bandwidth(&request),
         _ => Err(rocewatch_plugin_api::PluginError::failed(
             "not a probe plugin",

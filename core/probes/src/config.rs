@@ -74,12 +74,12 @@ pub struct ProbesConfig {
     /// Time between two probes of the same peer.
     #[serde(
         default = "default_interval",
-        deserialize_with = "crate::util::duration::de_duration"
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
     )]
     pub interval: Duration,
     #[serde(
         default = "default_timeout",
-        deserialize_with = "crate::util::duration::de_duration"
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
     )]
     pub timeout: Duration,
     /// Message size in bytes.
@@ -95,7 +95,7 @@ pub struct ProbesConfig {
     /// doubling up to this (its probes fail with the last cause meanwhile).
     #[serde(
         default = "default_backoff",
-        deserialize_with = "crate::util::duration::de_duration"
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
     )]
     pub reconnect_backoff: Duration,
     /// Upper bounds of the RTT histogram's buckets, in seconds, ascending.
@@ -158,7 +158,7 @@ impl ProbesConfig {
     /// stays within `max_rate`, but never longer than a day (a rate so low would overflow
     /// the time of the next round).
     pub fn effective_interval(&self, peers: usize) -> Duration {
-        let max = crate::util::duration::PROBE_ROUND_MAX;
+        let max = rocewatch_runtime::util::duration::PROBE_ROUND_MAX;
         let floor = Duration::try_from_secs_f64(peers as f64 / self.max_rate).unwrap_or(max);
         self.interval.max(floor).min(max)
     }
@@ -175,7 +175,7 @@ mod tests {
         let i = c.effective_interval(1000);
         // It is added to an Instant every round.
         assert!(std::time::Instant::now().checked_add(i).is_some(), "{i:?}");
-        assert_eq!(i, crate::util::duration::PROBE_ROUND_MAX);
+        assert_eq!(i, rocewatch_runtime::util::duration::PROBE_ROUND_MAX);
     }
 
     #[test]

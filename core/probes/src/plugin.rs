@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::host::settings::ExternalPluginConfig;
+use rocewatch_runtime::host::settings::ExternalPluginConfig;
 
 /// The probe plugin's file was found nowhere.
 #[derive(Debug, thiserror::Error)]

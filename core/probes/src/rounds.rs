@@ -12,8 +12,8 @@ use rocewatch_plugin_api::{NicTimestamps, ProbeResult, ProbeTarget};
 use super::config::{ProbesConfig, ATTR_PEER, PLUGIN, RTT};
 use super::peers::PeerSource;
 use super::stats::{samples, PeerStats};
-use crate::host::registry::Entry;
-use crate::pipeline::Pipeline;
+use rocewatch_runtime::host::registry::Entry;
+use rocewatch_runtime::pipeline::Pipeline;
 
 /// How long a call to the plugin for `targets` may take: connecting (64 at a time: the
 /// TCP connection and the side channel's answer, each within the timeout) and the probe,
@@ -25,28 +25,28 @@ pub(super) fn call_limit(targets: usize, timeout: Duration) -> Duration {
 
 /// One probe through the probe plugin `entry`, on the runner.
 pub async fn probe_once(
-    entry: &crate::host::registry::Entry,
+    entry: &rocewatch_runtime::host::registry::Entry,
     target: ProbeTarget,
-    metrics: &crate::selfmetrics::SelfMetrics,
-) -> Result<ProbeResult, crate::host::call::CallError> {
+    metrics: &rocewatch_runtime::selfmetrics::SelfMetrics,
+) -> Result<ProbeResult, rocewatch_runtime::host::call::CallError> {
     let mut r = probe_batch(entry, vec![target], metrics).await?;
     Ok(r.remove(0))
 }
 
 /// Every target at once through the probe plugin `entry` (`probe_many`), on the runner.
 pub async fn probe_batch(
-    entry: &crate::host::registry::Entry,
+    entry: &rocewatch_runtime::host::registry::Entry,
     targets: Vec<ProbeTarget>,
-    metrics: &crate::selfmetrics::SelfMetrics,
-) -> Result<Vec<ProbeResult>, crate::host::call::CallError> {
+    metrics: &rocewatch_runtime::selfmetrics::SelfMetrics,
+) -> Result<Vec<ProbeResult>, rocewatch_runtime::host::call::CallError> {
     let timeout = targets
         .iter()
         .map(|t| Duration::from_millis(t.timeout_ms))
         .max()
         .unwrap_or_default();
     let limit = call_limit(targets.len(), timeout);
-    crate::host::call::call(entry, limit, metrics, move |i| match i {
-        crate::host::registry::Instance::Probe(p) => p.probe_many(&targets),
+    rocewatch_runtime::host::call::call(entry, limit, metrics, move |i| match i {
+        rocewatch_runtime::host::registry::Instance::Probe(p) => p.probe_many(&targets),
         _ => Err(rocewatch_plugin_api::PluginError::failed(
             "not a probe plugin",
         )),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rocewatch_plugin_api::{Attributes, MetricKind, ProbeOutcome, Sample, Value};
 
 use super::config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER};
-use crate::store::Store;
+use rocewatch_runtime::store::Store;
 
 /// Declare the probe metrics in the store (the RTT histogram with its buckets).
 pub fn declare(store: &Store, cfg: Option<&ProbesConfig>) {

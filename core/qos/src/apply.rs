@@ -24,11 +24,11 @@ use serde::Serialize;
 use super::metrics::ATTR_SETTING;
 use super::observe::{observe, ConfigPlugins};
 use super::snapshot::{SnapChange, Snapshot};
-use crate::audit::{AuditLog, AuditRecord, Decision};
-use crate::host::call::{self, CallError};
-use crate::host::registry::Instance;
-use crate::qos::{normalize, Change, QosConfig};
-use crate::selfmetrics::SelfMetrics;
+use crate::{normalize, Change, QosConfig};
+use rocewatch_runtime::audit::{AuditLog, AuditRecord, Decision};
+use rocewatch_runtime::host::call::{self, CallError};
+use rocewatch_runtime::host::registry::Instance;
+use rocewatch_runtime::selfmetrics::SelfMetrics;
 
 /// What happened to one setting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,7 +65,7 @@ pub fn report_text(r: &Report) -> String {
             s,
             "{:<11} {}  {}: {} -> {}  {}",
             st.outcome,
-            crate::qos::port_label(&st.device, st.port, st.netdev.as_deref()),
+            crate::port_label(&st.device, st.port, st.netdev.as_deref()),
             st.setting,
             st.from,
             st.to,
@@ -408,7 +408,7 @@ impl Applier {
         };
         for c in snap.changes.iter().rev().filter(|c| c.done) {
             let current = now(c);
-            let current_text = crate::qos::setting_text(current.as_ref());
+            let current_text = crate::setting_text(current.as_ref());
             let step = |outcome, message| Step {
                 device: c.device.clone(),
                 port: c.port,
@@ -487,7 +487,7 @@ impl Applier {
         origin: &str,
     ) -> Result<String, String> {
         let observed = self.observe().await.map_err(|e| e.to_string())?;
-        let plan = crate::qos::plan(&self.desired, &observed);
+        let plan = crate::plan(&self.desired, &observed);
         let sel = |k: &str, v: &str| labels.get(k).is_none_or(|l| l == v);
         let changes: Vec<Change> = plan
             .changes

@@ -44,7 +44,7 @@ pub struct QosConfig {
     /// `0s` turns that off.
     #[serde(
         default = "default_interval",
-        deserialize_with = "crate::util::duration::de_duration"
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
     )]
     pub interval: std::time::Duration,
     /// Where `qos apply` keeps what it replaced, for `qos rollback`.

@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rocewatch_discovery_sysfs::{DeviceFilter, DeviceSelection};
+use crate::qp_mode;
 use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_netlink::rdma_stat::{CounterMode, QpCounterMode};
 use rocewatch_netlink::NetlinkError;
-use rocewatch_resources::qp_mode;
+use rocewatch_sysfs::inventory::{DeviceFilter, DeviceSelection};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{AuditLog, AuditRecord, Decision};
+use rocewatch_runtime::audit::{AuditLog, AuditRecord, Decision};
 
 /// What the audit records name as their origin.
 const ORIGIN: &str = "resources.qp_counters";
@@ -129,7 +129,7 @@ pub fn apply(
     audit: AuditLog,
 ) {
     let live = rocewatch_sysfs::read::is_sysfs(sysfs_root);
-    let state = crate::audit::state_dir().join(STATE_FILE);
+    let state = rocewatch_runtime::audit::state_dir().join(STATE_FILE);
     if !(live && wanted(options)) {
         restore_pending();
         // A killed agent's changes, when per-QP counters are no longer asked for.
@@ -171,7 +171,7 @@ fn keep_pending(m: CounterModes) {
         return;
     }
     *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
-    crate::util::signals::before_fast_exit(restore_pending);
+    rocewatch_runtime::util::signals::before_fast_exit(restore_pending);
 }
 
 /// Puts back what was set, once (the first caller does it; a second one waits until it
@@ -188,7 +188,7 @@ pub fn restore_pending() {
 /// write, and only modes rocewatch sets (anything else is refused, said with the file).
 /// Which ports they are for is checked against the devices when they are put back.
 fn left_behind(state: &Path) -> Vec<Found> {
-    let bytes = match crate::util::fs::read_trusted(state) {
+    let bytes = match rocewatch_runtime::util::fs::read_trusted(state) {
         Ok(b) => b,
         Err(e) if e.is_not_found() => return Vec::new(),
         Err(e) => {
@@ -230,7 +230,7 @@ fn write_state(state: &Path, found: &[Found]) -> std::io::Result<()> {
             _ => Ok(()),
         };
     }
-    crate::util::fs::write_atomic(
+    rocewatch_runtime::util::fs::write_atomic(
         state,
         &serde_json::to_vec(found).expect("plain data"),
         STATE_MODE,
@@ -502,7 +502,7 @@ mod tests {
     #[test]
     fn a_state_file_root_did_not_write_is_not_acted_on() {
         assert!(
-            crate::util::fs::strict(),
+            rocewatch_runtime::util::fs::strict(),
             "this test checks what root refuses: it needs root (CI runs as root)"
         );
         let t = tempfile::tempdir().unwrap();

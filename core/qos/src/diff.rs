@@ -73,7 +73,7 @@ pub fn diff_hosts(a: &[QosState], b: &[QosState]) -> Vec<HostDiff> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qos::tests::state;
+    use crate::tests::state;
 
     #[test]
     fn two_hosts_differ_setting_by_setting() {

@@ -18,6 +18,7 @@ mod diff;
 pub mod metrics;
 pub mod observe;
 mod plan;
+pub mod qp_mode;
 pub mod snapshot;
 
 pub use config::{

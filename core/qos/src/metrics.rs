@@ -11,9 +11,9 @@ use rocewatch_plugin_api::{
 use tokio::sync::watch;
 
 use super::observe::{observe, ConfigPlugins};
-use crate::host::discovery::Discovery;
-use crate::pipeline::Pipeline;
-use crate::qos::{normalize, QosConfig};
+use crate::{normalize, QosConfig};
+use rocewatch_runtime::host::discovery::Discovery;
+use rocewatch_runtime::pipeline::Pipeline;
 
 /// The setting's name, on `rdma.qos.*`.
 pub const ATTR_SETTING: &str = "rdma.qos.setting";
@@ -127,10 +127,10 @@ pub fn samples(
         }
     }
     if !desired.desired.is_empty() {
-        let plan = crate::qos::plan(desired, states);
+        let plan = crate::plan(desired, states);
         let mut drift: BTreeMap<(String, u32, String), (Option<String>, bool)> = BTreeMap::new();
         for s in states {
-            for k in crate::qos::desired_for(desired, s).keys() {
+            for k in crate::desired_for(desired, s).keys() {
                 drift.insert(
                     (s.device.clone(), s.port, k.clone()),
                     (s.netdev.clone(), false),
@@ -198,7 +198,7 @@ pub async fn watch(
                         // fingerprint without drivers and firmware would differ from the
                         // fleet's for no reason. Read again next interval. (The schedule's
                         // own discovery at start is waited for, not busy.)
-                        Err(e @ crate::host::call::CallError::Busy { .. }) => {
+                        Err(e @ rocewatch_runtime::host::call::CallError::Busy { .. }) => {
                             tracing::debug!("qos: no inventory yet ({e}); next interval");
                             tokio::select! {
                                 _ = tokio::time::sleep(interval) => {}
@@ -214,9 +214,9 @@ pub async fn watch(
                 pipeline.ingest_at(PLUGIN, &view, SystemTime::now(), Instant::now());
                 // A large host's view (26 000 series at 2000 ports) and the reads behind
                 // it were built and dropped: their pages go back now, as a collection's do.
-                if view.len() >= crate::pipeline::scheduler::BIG_COLLECTION {
+                if view.len() >= rocewatch_runtime::pipeline::scheduler::BIG_COLLECTION {
                     drop((view, states));
-                    tokio::task::spawn_blocking(crate::util::memory::release_freed);
+                    tokio::task::spawn_blocking(rocewatch_runtime::util::memory::release_freed);
                 }
                 last_error.clear();
             }
@@ -236,7 +236,7 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qos::tests::state as port;
+    use crate::tests::state as port;
 
     fn inv(fw: &str) -> Inventory {
         serde_json::from_value(serde_json::json!({"devices": [

@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use rocewatch_plugin_api::{PluginKind, QosState};
 
-use crate::host::call::{self, CallError};
-use crate::host::registry::Registry;
-use crate::host::registry::{Entry, Instance};
-use crate::selfmetrics::SelfMetrics;
+use rocewatch_runtime::host::call::{self, CallError};
+use rocewatch_runtime::host::registry::Registry;
+use rocewatch_runtime::host::registry::{Entry, Instance};
+use rocewatch_runtime::selfmetrics::SelfMetrics;
 
 /// The configuration plugins, each with its call timeout.
 pub type ConfigPlugins = Vec<(Entry, Duration)>;

@@ -170,8 +170,8 @@ pub fn blocked_line(b: &Blocked, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qos::tests::state;
-    use crate::qos::validate;
+    use crate::tests::state;
+    use crate::validate;
 
     fn cfg(text: &str) -> QosConfig {
         toml::from_str(text).unwrap()

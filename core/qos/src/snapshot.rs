@@ -40,7 +40,7 @@ impl Snapshot {
     /// Reads a snapshot `qos rollback` acts on: never through a link, and, as root, only
     /// one root wrote (in a directory only root can write).
     pub fn read(path: &Path) -> Result<Snapshot, String> {
-        let bytes = crate::util::fs::read_trusted(path).map_err(|e| e.to_string())?;
+        let bytes = rocewatch_runtime::util::fs::read_trusted(path).map_err(|e| e.to_string())?;
         Self::parse(path, &bytes)
     }
 
@@ -50,16 +50,16 @@ impl Snapshot {
     }
 
     /// Written whole to a temporary file of a random name, flushed, renamed over `path`
-    /// (see [`crate::util::fs::write_atomic`]); the directory is created when missing.
+    /// (see [`rocewatch_runtime::util::fs::write_atomic`]); the directory is created when missing.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        crate::util::fs::create_trusted_dir(dir)?;
+        rocewatch_runtime::util::fs::create_trusted_dir(dir)?;
         let mut body = serde_json::to_vec_pretty(self).expect("plain data");
         body.push(b'\n');
-        crate::util::fs::write_atomic(path, &body, SNAPSHOT_MODE)?;
+        rocewatch_runtime::util::fs::write_atomic(path, &body, SNAPSHOT_MODE)?;
         Ok(())
     }
 }
@@ -73,7 +73,7 @@ pub fn latest_snapshot(dir: &Path) -> Result<Option<PathBuf>, String> {
     if !dir.exists() {
         return Ok(None);
     }
-    crate::util::fs::trusted_dir(dir).map_err(|e| e.to_string())?;
+    rocewatch_runtime::util::fs::trusted_dir(dir).map_err(|e| e.to_string())?;
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -90,7 +90,7 @@ pub fn latest_snapshot(dir: &Path) -> Result<Option<PathBuf>, String> {
         .collect();
     names.sort();
     for p in names.into_iter().rev() {
-        let bytes = match crate::util::fs::read_trusted(&p) {
+        let bytes = match rocewatch_runtime::util::fs::read_trusted(&p) {
             Ok(b) => b,
             Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e.to_string()),
@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn a_snapshot_root_did_not_write_is_refused_not_passed_over() {
         assert!(
-            crate::util::fs::strict(),
+            rocewatch_runtime::util::fs::strict(),
             "this test checks what root refuses: it needs root (CI runs as root)"
         );
         let dir = tempfile::tempdir().unwrap();

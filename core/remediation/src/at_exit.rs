@@ -48,7 +48,7 @@ pub(super) struct Owed(u64);
 impl Owed {
     /// `at_fast_exit` writes the result if the agent exits at once before the action ends.
     pub(super) fn new(at_fast_exit: WriteResult) -> Owed {
-        crate::util::signals::before_fast_exit(fast_exit);
+        rocewatch_runtime::util::signals::before_fast_exit(fast_exit);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         RESULTS
             .lock()

@@ -1,7 +1,7 @@
 //! `[remediation]`: the audit log, the kill switch, the limits, and the actions rules name
 //! (`[remediation.actions.NAME]`), validated with the key named.
 
-pub use crate::audit::Event;
+pub use rocewatch_runtime::audit::Event;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,11 +17,11 @@ pub(super) fn default_audit_log() -> PathBuf {
 }
 
 pub(super) fn default_audit_max_bytes() -> u64 {
-    crate::audit::Rotation::default().max_bytes
+    rocewatch_runtime::audit::Rotation::default().max_bytes
 }
 
 pub(super) fn default_audit_keep() -> usize {
-    crate::audit::Rotation::default().keep
+    rocewatch_runtime::audit::Rotation::default().keep
 }
 
 pub(super) fn default_kill_switch() -> PathBuf {
@@ -83,10 +83,10 @@ pub struct RemediationConfig {
 
 impl RemediationConfig {
     /// The audit log this section describes.
-    pub fn audit(&self) -> crate::audit::AuditLog {
-        crate::audit::AuditLog::with_rotation(
+    pub fn audit(&self) -> rocewatch_runtime::audit::AuditLog {
+        rocewatch_runtime::audit::AuditLog::with_rotation(
             self.audit_log.clone(),
-            crate::audit::Rotation {
+            rocewatch_runtime::audit::Rotation {
                 max_bytes: self.audit_max_bytes,
                 keep: self.audit_keep,
             },
@@ -145,13 +145,13 @@ pub struct ActionConfig {
     /// Per run.
     #[serde(
         default = "default_timeout",
-        deserialize_with = "crate::util::duration::de_duration"
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
     )]
     pub timeout: Duration,
     /// Minimum time between two runs for the same target (rule labels) and event.
     #[serde(
         default = "default_cooldown",
-        deserialize_with = "crate::util::duration::de_duration"
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
     )]
     pub cooldown: Duration,
     /// On which events (default both).
@@ -163,7 +163,7 @@ pub struct ActionConfig {
 /// every other one of the configuration: `Config::durations`).
 pub fn validate(
     cfg: &RemediationConfig,
-    rules: &[crate::rules::RuleConfig],
+    rules: &[rocewatch_runtime::rules::RuleConfig],
 ) -> Result<(), (String, String)> {
     for (name, a) in &cfg.actions {
         let path = format!("remediation.actions.{name}");

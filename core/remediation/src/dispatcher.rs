@@ -16,9 +16,9 @@ use super::action::{describe, run_exec, Breach};
 use super::at_exit::Owed;
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
 use super::workloads;
-use crate::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
-use crate::rules::Transition;
-use crate::selfmetrics::SelfMetrics;
+use rocewatch_runtime::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
+use rocewatch_runtime::rules::Transition;
+use rocewatch_runtime::selfmetrics::SelfMetrics;
 
 /// Decides and runs remediation for rule transitions.
 pub struct Dispatcher {
@@ -34,12 +34,12 @@ pub struct Dispatcher {
 #[derive(Default)]
 pub struct Targets {
     /// Loaded remediation plugins (`type = "plugin"`), by name.
-    pub plugins: Vec<crate::host::registry::Entry>,
+    pub plugins: Vec<rocewatch_runtime::host::registry::Entry>,
     /// What `qos_apply` actions apply through (none without configuration plugins).
-    pub qos: Option<Arc<crate::qos::apply::Applier>>,
+    pub qos: Option<Arc<rocewatch_qos::apply::Applier>>,
     /// The agent's store, where the workloads on a transition's port are read (the
     /// resources collector's `rdma.resource.qps`); none: no workloads in breaches.
-    pub store: Option<Arc<crate::store::Store>>,
+    pub store: Option<Arc<rocewatch_runtime::store::Store>>,
 }
 
 /// What the dispatcher remembers across a configuration reload: when each action last ran
@@ -504,20 +504,21 @@ impl Dispatcher {
                 // timeout; the runner's, a second later, marks the plugin busy until its
                 // call returns.
                 let runner_timeout = action.timeout + Duration::from_secs(1);
-                let out =
-                    crate::host::call::call(
-                        entry,
-                        runner_timeout,
-                        &self.metrics,
-                        move |i| match i {
-                            crate::host::registry::Instance::Remediation(r) => r.remediate(&req),
-                            _ => Err(rocewatch_plugin_api::PluginError::failed(
-                                "not a remediation plugin",
-                            )),
-                        },
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let out = rocewatch_runtime::host::call::call(
+                    entry,
+                    runner_timeout,
+                    &self.metrics,
+                    move |i| match i {
+                        rocewatch_runtime::host::registry::Instance::Remediation(r) => {
+                            r.remediate(&req)
+                        }
+                        _ => Err(rocewatch_plugin_api::PluginError::failed(
+                            "not a remediation plugin",
+                        )),
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())?;
                 Ok(out.message)
             }
             ActionKind::QosApply {} => {
@@ -574,7 +575,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remediation::validate;
+    use crate::validate;
     use rocewatch_plugin_api::Attributes;
 
     fn cfg(dir: &std::path::Path, actions: &str, extra: &str) -> RemediationConfig {
@@ -984,7 +985,7 @@ mod tests {
             .1
             .contains("not an http(s) URL"));
         let c = cfg(dir.path(), "[actions.x]\ntype = \"log\"", "");
-        let rule: crate::rules::RuleConfig =
+        let rule: rocewatch_runtime::rules::RuleConfig =
             toml::from_str::<toml::Table>("name = \"r\"\nmetric = \"m\"\nactions = [\"y\"]")
                 .unwrap()
                 .try_into()

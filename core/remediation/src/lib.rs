@@ -26,9 +26,12 @@
 //! Files: `config` (the section and its validation), `dispatcher` (gating, audit, running
 //! under the timeout, what a reload keeps), `at_exit` (what a second signal must not leave
 //! behind), `action` (the breach and the exec action), `workloads` (who holds
-//! QPs on the port). The audit log itself is `crate::audit`.
+//! QPs on the port). The audit log itself is `rocewatch_runtime::audit`. [`alertmanager`]
+//! receives Alertmanager's webhooks (payload, routes, limits) and hands them to the same
+//! dispatcher, as rule transitions.
 
 mod action;
+pub mod alertmanager;
 mod at_exit;
 mod config;
 mod dispatcher;

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_PORT, ATTR_WORKLOAD, ATTR_WORKLOAD_KIND, RESOURCE_QPS};
 use serde::Serialize;
 
-use crate::store::Store;
+use rocewatch_runtime::store::Store;
 
 /// At most this many workloads go with a breach; the others are counted
 /// ([`Workloads::truncated`]).

@@ -430,7 +430,7 @@ impl AuditLog {
     }
 }
 
-pub(super) fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 

@@ -1,15 +1,16 @@
-//! Built-in discovery plugin: RDMA devices, ports, GIDs and netdevs from sysfs, what
-//! `ibv_devices`, `ibv_devinfo`, `ibdev2netdev` and `show_gids` tell.
+//! The RDMA inventory read from sysfs: devices, ports, GIDs and netdevs (what
+//! `ibv_devices`, `ibv_devinfo`, `ibdev2netdev` and `show_gids` tell), for the devices a
+//! [`DeviceFilter`] selects. Every plugin that reads per device shares this reading.
 //!
-//! Options (`[plugins.discovery-sysfs]` in the config, or the agent's top-level
-//! `devices.include` / `devices.exclude`): `include` and `exclude` lists of device-name
-//! globs. Excluded devices are never read at all, which matters on restricted PFs where
-//! every read spams the kernel log.
+//! A device filter comes from `include` and `exclude` lists of device-name globs (the
+//! agent's `[devices]`, or a plugin's options). Excluded devices are never read at all,
+//! which matters on restricted PFs where every read spams the kernel log.
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use rocewatch_plugin_api::*;
-use rocewatch_sysfs::{parse, SysRoot};
 use serde::Deserialize;
+
+use crate::{parse, SysRoot};
 
 /// Device include/exclude globs. An empty include list includes everything.
 #[derive(Debug, Clone, Default)]
@@ -93,7 +94,7 @@ pub fn read_inventory(
     filter: &DeviceFilter,
 ) -> Result<(Inventory, Vec<PartialError>), PluginError> {
     let mut errors = Vec::new();
-    let mut note = |e: rocewatch_sysfs::SysfsError| {
+    let mut note = |e: crate::SysfsError| {
         errors.push(PartialError {
             target: e.path().display().to_string(),
             message: e.cause(),
@@ -197,44 +198,6 @@ pub fn rdma_root<'a>(root: Option<&'a SysRoot>, call: &str) -> Result<&'a SysRoo
     Ok(root)
 }
 
-/// The built-in discovery plugin.
-#[derive(Debug, Default)]
-pub struct SysfsDiscovery {
-    root: Option<SysRoot>,
-    filter: DeviceFilter,
-}
-
-impl SysfsDiscovery {
-    pub const NAME: &'static str = "discovery-sysfs";
-
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl Plugin for SysfsDiscovery {
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-
-    fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
-        self.filter = DeviceFilter::from_options(&ctx.options)?;
-        self.root = Some(SysRoot::new(&ctx.sysfs_root));
-        Ok(())
-    }
-
-    fn stop(&mut self) {
-        self.root = None;
-    }
-}
-
-impl DiscoveryPlugin for SysfsDiscovery {
-    fn discover(&mut self) -> Result<Inventory, PluginError> {
-        let root = rdma_root(self.root.as_ref(), "discover")?;
-        read_inventory(root, &self.filter).map(|(inv, _)| inv)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,13 +216,5 @@ mod tests {
         let err =
             DeviceFilter::from_options(&serde_json::json!({"include": ["[bad"]})).unwrap_err();
         assert!(err.to_string().contains("include"), "{err}");
-    }
-
-    #[test]
-    fn empty_root_is_unsupported() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut p = SysfsDiscovery::new();
-        p.start(&PluginContext::new(dir.path())).unwrap();
-        assert!(matches!(p.discover(), Err(PluginError::Unsupported(_))));
     }
 }

@@ -9,11 +9,14 @@
 //! - [`pci`]: the PCI function of a device, its PCIe link and NUMA node, GPUs on the bus,
 //!   the distance between two functions (`nvidia-smi topo -m` terms), ACS from config space.
 //! - [`module`]: the kernel module serving a device: version, srcversion, taint.
+//! - [`inventory`]: the whole RDMA inventory (devices, ports, GIDs, netdevs) for the
+//!   devices a [`inventory::DeviceFilter`] selects: what every per-device plugin reads.
 //! - [`read`]: reading one attribute file, and the classification of errors into
 //!   "absent" (the kernel says the value does not exist here) and real failures.
 //!
 //! Every reader returns `Ok(None)` for absent values: absent and zero are different.
 
+pub mod inventory;
 pub mod module;
 pub mod parse;
 pub mod pci;

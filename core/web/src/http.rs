@@ -2,7 +2,7 @@
 //! receiver): HTTP/1.1 with a header timeout (slow clients are closed) and at most
 //! `max_connections` connections at once; past that a new connection is closed at once
 //! (it costs nothing to keep), and the refusals are said at most once a minute. With a
-//! web configuration ([`super::web`]): TLS (the handshake bounded like the headers) and
+//! web configuration ([`crate::server`]): TLS (the handshake bounded like the headers) and
 //! basic authentication before the handler sees a request.
 
 use std::convert::Infallible;
@@ -28,7 +28,7 @@ pub struct ServeOptions {
     /// into hyper's buffer first (large bodies: `/metrics`).
     pub writev: bool,
     /// TLS and authentication (exporter-toolkit's web configuration), when configured.
-    pub web: Option<Arc<super::web::WebListener>>,
+    pub web: Option<Arc<crate::server::WebListener>>,
     /// Called for each request refused before the handler (credentials, rate limit), so a
     /// listener can count it with its own refusals.
     pub on_refused: Option<Arc<dyn Fn(hyper::StatusCode) + Send + Sync>>,
@@ -243,7 +243,7 @@ where
 
 fn with_headers(
     mut r: Response<Full<Bytes>>,
-    web: Option<&super::web::Web>,
+    web: Option<&crate::server::Web>,
 ) -> Response<Full<Bytes>> {
     for (k, v) in web.iter().flat_map(|w| &w.headers) {
         r.headers_mut().insert(k.clone(), v.clone());

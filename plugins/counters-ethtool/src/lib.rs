@@ -14,19 +14,18 @@
 //!   (a simulation, as `rocewatch demo --scenario pfc-storm` writes them, or outputs
 //!   recorded on a host to replay).
 //!
-//! Layout: [`ioctl`] reads (Linux only), [`normalize`] maps names, this file plans and
+//! Layout: `rocewatch_ethtool` reads (the ioctls, Linux only), [`normalize`] maps names, this file plans and
 //! scrapes behind the [`StatsSource`] seam so recorded outputs can stand in for NICs this
 //! machine does not have.
 
 #[cfg(target_os = "linux")]
-pub mod ioctl;
 pub mod normalize;
 
 use std::collections::BTreeMap;
 
-use rocewatch_discovery_sysfs::{read_inventory, DeviceFilter};
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
 use rocewatch_plugin_api::*;
+use rocewatch_sysfs::inventory::{read_inventory, DeviceFilter};
 use rocewatch_sysfs::SysRoot;
 
 /// Attribute naming the IEEE 802.1p priority (`0`..`7`).
@@ -42,7 +41,7 @@ pub trait StatsSource: Send {
 
 /// The ioctl source.
 #[cfg(target_os = "linux")]
-pub struct IoctlSource(ioctl::EthtoolSocket);
+pub struct IoctlSource(rocewatch_ethtool::EthtoolSocket);
 
 #[cfg(target_os = "linux")]
 impl StatsSource for IoctlSource {
@@ -225,7 +224,7 @@ impl Plugin for EthtoolCounters {
         if self.source.is_none() {
             #[cfg(target_os = "linux")]
             {
-                let s = ioctl::EthtoolSocket::open()
+                let s = rocewatch_ethtool::EthtoolSocket::open()
                     .map_err(|e| PluginError::failed(format!("ethtool socket: {e}")))?;
                 self.source = Some(Box::new(IoctlSource(s)));
             }

@@ -3,8 +3,8 @@
 //! names that are not UTF-8 or not NUL-terminated. Never a panic.
 
 use proptest::prelude::*;
-use rocewatch_counters_ethtool::ioctl::pair_strings;
 use rocewatch_counters_ethtool::normalize::{normalize, parse_ethtool_s};
+use rocewatch_ethtool::pair_strings;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]

@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rocewatch_discovery_sysfs::{rdma_root, DeviceFilter};
 use rocewatch_metrics::{self as catalog, CatalogEntry};
 use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_plugin_api::*;
+use rocewatch_sysfs::inventory::{rdma_root, DeviceFilter};
 use rocewatch_sysfs::{parse, read, SysRoot};
 
 mod budget;

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocewatch_discovery_sysfs::DeviceFilter;
 use rocewatch_metrics::{
     self as catalog, CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT,
 };
 use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_plugin_api::*;
+use rocewatch_sysfs::inventory::DeviceFilter;
 use rocewatch_sysfs::{read, SysRoot};
 
 pub(crate) const GROUPS: [&str; 3] = ["counters_ext", "counters", "hw_counters"];

@@ -25,7 +25,7 @@
 //!   map syntax.
 //! - `ecn`: the mlx5 files: `ecn_np_enabled`, `ecn_rp_enabled` (read and set), the CNP
 //!   and `traffic_class` files; the priority-list syntax (also PFC's).
-//! - `mtu`: `mtu` and the `rdma_mtu` it implies ([`rdma_mtu_for`]).
+//! - `mtu`: `mtu` and the `rdma_mtu` it implies (`rocewatch_sysfs::parse::rdma_mtu_for`).
 //! - `tunable`: `pfc_prevention_timeout` (ethtool tunable), read and set; its syntax.
 //! - `attr`: reading a setting from an attribute file, writing one and reading it back;
 //!   the `Setting`/`ApplyOutcome` constructors.
@@ -39,13 +39,12 @@ mod tunable;
 
 use std::path::PathBuf;
 
-use rocewatch_counters_ethtool::ioctl::EthtoolSocket;
+use rocewatch_ethtool::EthtoolSocket;
 use rocewatch_netlink::dcb::DcbNetlink;
 use rocewatch_plugin_api::*;
 use rocewatch_sysfs::SysRoot;
 
 use attr::{file_setting, write_file};
-pub use mtu::rdma_mtu_for;
 
 /// The configuration plugin.
 #[derive(Default)]

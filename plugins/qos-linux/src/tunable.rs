@@ -1,7 +1,7 @@
 //! The ethtool tunable `pfc-prevention-tout` (PFC storm prevention): its syntax
 //! ("auto", "off", milliseconds), reading and setting it, and its errors.
 
-use rocewatch_counters_ethtool::ioctl::{self, EthtoolSocket};
+use rocewatch_ethtool::{self as ioctl, EthtoolSocket};
 use rocewatch_plugin_api::*;
 
 use crate::attr::{outcome, value};

@@ -11,7 +11,7 @@
 //!   under `rdma.workload="other"` and counted in `rdma.resource.workloads{state="folded"}`.
 //! - `procfs_root` (default `/proc`): where `<pid>/cgroup` and `<pid>/comm` are read.
 //! - `qp_counters` (default false): read the per-QP counters (the agent binds them, see
-//!   [`qp_mode`]).
+//!   `rocewatch_qos::qp_mode`, which sets the counter mode).
 //!
 //! A series that is gone (a workload's last QP closed) reads 0 for five minutes
 //! ([`ZERO_FOR`]) before it is dropped, so every scraper sees the count fall.
@@ -20,19 +20,18 @@
 //! fixture tree), the plugin is unsupported, as it is on a kernel without RDMA.
 
 pub mod aggregate;
-pub mod qp_mode;
 pub mod workload;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rocewatch_discovery_sysfs::DeviceFilter;
 use rocewatch_metrics::counter::{counter_move, hw_counter_overflow};
 use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_netlink::rdma_stat::QpCounter;
 use rocewatch_netlink::NetlinkError;
 use rocewatch_plugin_api::*;
+use rocewatch_sysfs::inventory::DeviceFilter;
 
 use aggregate::{aggregate, Owner};
 use workload::Workload;

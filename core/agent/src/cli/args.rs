@@ -9,8 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::LogFormat;
 use crate::demo::{Format as DemoFormat, Scenario};
-use crate::export::otlp::config::OtlpProtocol;
-use crate::util::duration::{
+use rocewatch_export::otlp::config::OtlpProtocol;
+use rocewatch_runtime::util::duration::{
     BANDWIDTH, INTERVAL, LOOK_BACK, PROBE_GAP, PROBE_TIMEOUT, RUN_FOR, WATCH,
 };
 
@@ -469,6 +469,26 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub json: bool,
 }
+/// Whose variables `rocewatch env` prints (`rocewatch_doctor::appenv::For`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EnvFor {
+    Nccl,
+    Ucx,
+    Openmpi,
+    All,
+}
+
+impl From<EnvFor> for rocewatch_doctor::appenv::For {
+    fn from(f: EnvFor) -> Self {
+        match f {
+            EnvFor::Nccl => Self::Nccl,
+            EnvFor::Ucx => Self::Ucx,
+            EnvFor::Openmpi => Self::Openmpi,
+            EnvFor::All => Self::All,
+        }
+    }
+}
+
 /// `rocewatch env`'s arguments.
 #[derive(Debug, Args)]
 pub struct EnvArgs {
@@ -476,7 +496,7 @@ pub struct EnvArgs {
     pub source: SourceArgs,
     /// Whose variables.
     #[arg(long = "for", value_enum, default_value = "all")]
-    pub target: crate::doctor::appenv::For,
+    pub target: EnvFor,
     /// shell: `export NAME=value` lines; json: variables, ports and warnings; slurm: a
     /// TaskProlog script (it prints each `export` line whole, as slurmstepd reads it).
     /// Names that could not be printed exactly are left out, with a warning.

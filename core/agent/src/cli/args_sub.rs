@@ -54,7 +54,7 @@ pub struct TopArgs {
     pub limit: Option<usize>,
     /// Time between collections: the live view's refresh, and the window of the rates
     /// (100ms to 1h).
-    #[arg(long, value_parser = crate::util::duration::INTERVAL.flag(), default_value = "2s", value_name = "DUR")]
+    #[arg(long, value_parser = rocewatch_runtime::util::duration::INTERVAL.flag(), default_value = "2s", value_name = "DUR")]
     pub interval: Duration,
 }
 

@@ -10,16 +10,16 @@ use anyhow::Result;
 use super::args::{BandwidthCmdArgs, BandwidthOpArg};
 use super::output::print_json;
 use crate::app::App;
-use crate::doctor::bandwidth::{measure, MeasureError, Measured, Verdict};
-use crate::probes::bandwidth::{gbps, thousands, PortMoves};
+use rocewatch_doctor::bandwidth::{measure, MeasureError, Measured, Verdict};
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, PluginKind};
+use rocewatch_probes::bandwidth::{gbps, thousands, PortMoves};
 
 /// Exit status of a test that could not run (refused, unreachable, no plugin).
 const NOT_RUN: i32 = 2;
 
 pub async fn run(a: BandwidthCmdArgs) -> Result<i32> {
     let mut cfg = a.source.load()?;
-    let path = match crate::probes::plugin_path() {
+    let path = match rocewatch_probes::plugin_path() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("rocewatch bandwidth: {e}");
@@ -28,7 +28,7 @@ pub async fn run(a: BandwidthCmdArgs) -> Result<i32> {
     };
     // The collectors stay (their counters frame the test); the probe plugin is this one,
     // without a responder of its own.
-    cfg.plugins.external = vec![crate::probes::plugin_config(
+    cfg.plugins.external = vec![rocewatch_probes::plugin_config(
         path,
         a.duration + Duration::from_secs(60),
         &a.device,
@@ -53,7 +53,7 @@ pub async fn run(a: BandwidthCmdArgs) -> Result<i32> {
         bidirectional: a.bidirectional,
         timeout_ms: a.timeout.as_millis() as u64,
     };
-    let m = match measure(&app, req, a.min_share).await {
+    let m = match measure(&app.core, req, a.min_share).await {
         Ok(m) => m,
         Err(e) => {
             let msg = match e {

@@ -11,9 +11,9 @@ use rocewatch_plugin_api::{Inventory, PluginKind};
 use super::args::CaptureArgs;
 use super::output::print_json;
 use crate::app::App;
-use crate::doctor::capture::{restore_leftovers, OffloadGuard};
-use crate::doctor::pcap::open_capture;
-use crate::doctor::roce_decode::summarize;
+use rocewatch_doctor::capture::{restore_leftovers, OffloadGuard};
+use rocewatch_doctor::pcap::open_capture;
+use rocewatch_doctor::roce_decode::summarize;
 
 /// Sum up `file` as it is read (a regular file only: a FIFO or a device is refused), one
 /// record at a time: memory does not grow with the file.
@@ -93,7 +93,7 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
-    let state = crate::audit::state_dir();
+    let state = rocewatch_runtime::audit::state_dir();
     let cfg = a.source.load()?;
     let root = cfg.agent.sysfs_root.clone();
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
@@ -159,7 +159,7 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
     if let Some(n) = a.count {
         cmd.args(["-c", &n.to_string()]);
     }
-    cmd.args(["udp", "port", &crate::doctor::ROCE_PORT.to_string()]);
+    cmd.args(["udp", "port", &rocewatch_doctor::ROCE_PORT.to_string()]);
     // tcpdump goes when we go, however we go (SIGKILL included).
     cmd.kill_on_drop(true);
     // SAFETY: prctl in the child before exec, async-signal-safe.

@@ -90,20 +90,20 @@ pub async fn run(a: CollectArgs) -> Result<i32> {
         CollectFormat::Collectd => {
             let interval = cfg_interval;
             for s in &result.samples {
-                let v = crate::export::collectd::value_list(
+                let v = rocewatch_export::collectd::value_list(
                     s,
                     &agent.host_name,
                     std::time::SystemTime::now(),
                     interval,
                 );
-                writeln!(out, "{}", crate::export::collectd::putval(&v))?;
+                writeln!(out, "{}", rocewatch_export::collectd::putval(&v))?;
             }
         }
         CollectFormat::Prometheus => out.write_all(
-            crate::export::prometheus::render_samples(
+            rocewatch_export::prometheus::render_samples(
                 &result.samples,
                 &agent.store().descriptors(),
-                crate::export::prometheus::Format::Text,
+                rocewatch_export::prometheus::Format::Text,
             )
             .as_bytes(),
         )?,

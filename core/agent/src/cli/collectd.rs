@@ -7,7 +7,7 @@ use anyhow::Result;
 use super::args::CollectdExecArgs;
 use crate::app::{Agent, Extras};
 use crate::config::Config;
-use crate::util::signals::shutdown_on_signals;
+use rocewatch_runtime::util::signals::shutdown_on_signals;
 
 pub async fn run(a: CollectdExecArgs) -> Result<i32> {
     collectd_exec(a.source.load()?).await
@@ -43,7 +43,9 @@ fn collectd_interval(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|e| format!("not a number of seconds ({e})"))?;
     let d = Duration::try_from_secs_f64(secs).map_err(|e| format!("{secs} s: {e}"))?;
-    crate::util::duration::INTERVAL.check(d).map(|()| d)
+    rocewatch_runtime::util::duration::INTERVAL
+        .check(d)
+        .map(|()| d)
 }
 
 pub fn types() -> Result<i32> {

@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use super::args::DemoArgs;
 use crate::demo;
-use crate::export::otlp::config::OtlpConfig;
+use rocewatch_export::otlp::config::OtlpConfig;
 
 pub async fn run(a: DemoArgs) -> Result<i32> {
     let DemoArgs {

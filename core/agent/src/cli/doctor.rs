@@ -25,7 +25,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
     let env = match env.as_deref() {
         None => None,
         Some("-") => Some(std::env::vars().collect()),
-        Some(file) => Some(crate::doctor::parse_env(
+        Some(file) => Some(rocewatch_doctor::parse_env(
             &std::fs::read_to_string(file).with_context(|| format!("--env {file}"))?,
         )),
     };
@@ -38,8 +38,8 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         .iter()
         .any(|e| e.path.ends_with("librocewatch_probe_verbs.so"));
     if peer.is_some() && !probe_configured {
-        if let Ok(path) = crate::probes::plugin_path() {
-            cfg.plugins.external.push(crate::probes::plugin_config(
+        if let Ok(path) = rocewatch_probes::plugin_path() {
+            cfg.plugins.external.push(rocewatch_probes::plugin_config(
                 path,
                 Duration::from_secs(2),
                 &None,
@@ -60,7 +60,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         ]),
     )
     .await;
-    let opts = crate::doctor::Options {
+    let opts = rocewatch_doctor::Options {
         peer,
         bandwidth,
         priority,
@@ -69,21 +69,29 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         env,
         link_layer: link_layer.map(|l| {
             if l == "infiniband" {
-                crate::doctor::INFINIBAND
+                rocewatch_doctor::INFINIBAND
             } else {
-                crate::doctor::ETHERNET
+                rocewatch_doctor::ETHERNET
             }
         }),
         procfs_root,
+        qos: agent.cfg.qos.clone(),
+        kernel_log: agent
+            .cfg
+            .plugins
+            .builtin
+            .get(crate::builtins::KERNEL_LOG)
+            .map(|p| p.options.clone())
+            .unwrap_or_else(|| serde_json::json!({})),
     };
-    let checks = crate::doctor::run(&agent, &opts).await;
+    let checks = rocewatch_doctor::run(&agent.core, &opts).await;
     if json {
         print_json(&serde_json::json!({ "checks": checks }))?;
     } else {
-        print!("{}", crate::doctor::text(&checks));
+        print!("{}", rocewatch_doctor::text(&checks));
     }
     let failed = checks
         .iter()
-        .any(|c| c.status == crate::doctor::Status::Fail);
+        .any(|c| c.status == rocewatch_doctor::Status::Fail);
     Ok(if failed { 1 } else { 0 })
 }

@@ -5,8 +5,8 @@ use anyhow::{Context, Result};
 use super::args::{EnvArgs, EnvFormat};
 use super::output::print_json;
 use crate::app::App;
-use crate::doctor::appenv;
-use crate::util::shell::one_line;
+use rocewatch_doctor::appenv;
+use rocewatch_doctor::shell::one_line;
 use rocewatch_plugin_api::PluginKind;
 
 pub async fn run(a: EnvArgs) -> Result<i32> {
@@ -38,11 +38,11 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
     // sockets; a sysfs tree has none to tell.
     let live = rocewatch_sysfs::read::is_sysfs(&agent.cfg.agent.sysfs_root);
     let addrs = if live {
-        crate::doctor::interface_addresses().ok()
+        rocewatch_doctor::interface_addresses().ok()
     } else {
         None
     };
-    let mut env = appenv::compute(ports, tos, target, addrs.as_ref());
+    let mut env = appenv::compute(ports, tos, target.into(), addrs.as_ref());
     if env.ports.is_empty() {
         env.warnings.insert(
             0,

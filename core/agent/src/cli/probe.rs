@@ -14,18 +14,18 @@ pub async fn run(a: ProbeCmdArgs) -> Result<i32> {
 
 async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     use rocewatch_plugin_api::{PluginKind, ProbeOutcome, ProbeTarget};
-    let path = crate::probes::plugin_path()?;
+    let path = rocewatch_probes::plugin_path()?;
     // Only the probe plugin: no collection here.
-    for name in crate::host::registry::builtin_names() {
+    for name in crate::builtins::builtin_names() {
         cfg.plugins.builtin.insert(
             name.to_string(),
-            crate::host::settings::PluginSettings {
+            rocewatch_runtime::host::settings::PluginSettings {
                 enabled: false,
                 ..Default::default()
             },
         );
     }
-    let mut plugin = crate::probes::plugin_config(
+    let mut plugin = rocewatch_probes::plugin_config(
         path.clone(),
         a.timeout,
         &a.device,
@@ -39,7 +39,8 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     cfg.plugins.external = vec![plugin];
     let agent = App::start(cfg, Some(&[PluginKind::Probe])).await;
     let Some(entry) = agent.registry.of_kind(PluginKind::Probe).find(|e| {
-        e.instance.is_some() && e.status().state == crate::host::registry::State::Started
+        e.instance.is_some()
+            && e.status().state == rocewatch_runtime::host::registry::State::Started
     }) else {
         let why = agent
             .registry
@@ -63,7 +64,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
                 "; bandwidth tests served, one at a time"
             }
         );
-        let mut stop = crate::util::signals::shutdown_on_signals();
+        let mut stop = rocewatch_runtime::util::signals::shutdown_on_signals();
         let _ = stop.changed().await;
         return Ok(0);
     }
@@ -81,7 +82,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             size: a.size,
             timeout_ms: a.timeout.as_millis() as u64,
         };
-        let r = crate::probes::probe_once(entry, target, agent.metrics()).await;
+        let r = rocewatch_probes::probe_once(entry, target, agent.metrics()).await;
         let line = match r {
             Ok(res) => {
                 rows.push(serde_json::to_value(&res).expect("plain data"));

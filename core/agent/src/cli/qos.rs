@@ -35,7 +35,7 @@ pub async fn show_cmd(source: SourceArgs, json: bool) -> Result<i32> {
     .await;
     let states = agent.observe_qos().await?;
     let inventory = agent.discover().await.unwrap_or_default();
-    let fingerprint = crate::qos::metrics::fingerprint(&states, &inventory);
+    let fingerprint = rocewatch_qos::metrics::fingerprint(&states, &inventory);
     if json {
         print_json(&serde_json::json!({ "ports": states, "fingerprint": fingerprint }))?;
     } else {
@@ -55,11 +55,11 @@ pub async fn plan(source: SourceArgs, json: bool) -> Result<i32> {
     let desired = cfg.qos.clone();
     let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
     let states = agent.observe_qos().await?;
-    let plan = crate::qos::plan(&desired, &states);
+    let plan = rocewatch_qos::plan(&desired, &states);
     if json {
         print_json(&serde_json::to_value(&plan)?)?;
     } else {
-        print!("{}", crate::qos::plan_text(&plan));
+        print!("{}", rocewatch_qos::plan_text(&plan));
     }
     Ok(if plan.is_clean() { 0 } else { 1 })
 }
@@ -74,7 +74,7 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
     let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
     let applier = agent.qos_applier();
     let states = applier.observe().await?;
-    let plan = crate::qos::plan(&applier.desired, &states);
+    let plan = rocewatch_qos::plan(&applier.desired, &states);
     let report = applier
         .apply(&plan.changes, !yes, "qos apply")
         .await
@@ -84,9 +84,9 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
         v["plan"] = serde_json::to_value(&plan)?;
         print_json(&v)?;
     } else {
-        print!("{}", crate::qos::apply::report_text(&report));
+        print!("{}", rocewatch_qos::apply::report_text(&report));
         for b in &plan.blocked {
-            println!("{}", crate::qos::blocked_line(b, 12));
+            println!("{}", rocewatch_qos::blocked_line(b, 12));
         }
         let done = report.steps.iter().filter(|s| s.outcome == "done").count();
         if plan.changes.is_empty() {
@@ -127,7 +127,7 @@ pub async fn rollback(
     let dir = cfg.qos.snapshot_dir.clone();
     let path = match snapshot {
         Some(p) => p,
-        None => crate::qos::snapshot::latest_snapshot(&dir)
+        None => rocewatch_qos::snapshot::latest_snapshot(&dir)
             .map_err(|e| anyhow::anyhow!(e))?
             .ok_or_else(|| {
                 anyhow::anyhow!(
@@ -145,7 +145,7 @@ pub async fn rollback(
     if json {
         print_json(&serde_json::to_value(&report)?)?;
     } else {
-        print!("{}", crate::qos::apply::report_text(&report));
+        print!("{}", rocewatch_qos::apply::report_text(&report));
         if !yes {
             println!("dry run: run again with --yes to restore");
         }
@@ -169,7 +169,7 @@ pub fn diff(a: PathBuf, b: PathBuf, json: bool) -> Result<i32> {
         })?;
         Ok(v.ports)
     };
-    let d = crate::qos::diff_hosts(&load(&a)?, &load(&b)?);
+    let d = rocewatch_qos::diff_hosts(&load(&a)?, &load(&b)?);
     if json {
         print_json(&serde_json::to_value(&d)?)?;
     } else {

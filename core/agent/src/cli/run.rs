@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use super::args::RunArgs;
 use crate::app::{Agent, Extras, StartError};
 use crate::config::Config;
-use crate::export::otlp::config::{OtlpConfig, OtlpProtocol};
-use crate::util::signals::shutdown_after;
+use rocewatch_export::otlp::config::{OtlpConfig, OtlpProtocol};
+use rocewatch_runtime::util::signals::shutdown_after;
 
 /// The configuration file with the command line's overrides applied: what `run` starts
 /// with, and what a SIGHUP loads again.
@@ -52,7 +52,7 @@ fn load(a: &RunArgs) -> Result<Config> {
 async fn start(
     cfg: &Config,
     stop: watch::Receiver<bool>,
-    memory: &crate::remediation::Memory,
+    memory: &rocewatch_remediation::Memory,
 ) -> Result<Agent, StartError> {
     let mut tries = 0;
     loop {
@@ -76,7 +76,7 @@ struct PutBackCounterModes;
 
 impl Drop for PutBackCounterModes {
     fn drop(&mut self) {
-        crate::qos::counter_mode::restore_pending();
+        rocewatch_qos::counter_mode::restore_pending();
     }
 }
 
@@ -102,13 +102,13 @@ impl Drop for RemoveReadyFile {
 }
 
 /// Writes the ready file whole (a reader never sees half of one; see
-/// [`crate::util::fs::write_atomic`]), to be removed at exit.
+/// [`rocewatch_runtime::util::fs::write_atomic`]), to be removed at exit.
 fn write_ready_file(path: &std::path::Path, addresses: &impl serde::Serialize) -> Result<()> {
     let body = serde_json::to_vec(addresses).expect("plain data");
-    crate::util::fs::write_atomic(path, &body, 0o644)
+    rocewatch_runtime::util::fs::write_atomic(path, &body, 0o644)
         .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", path.display()))?;
     *READY_FILE.lock().unwrap_or_else(|p| p.into_inner()) = Some(path.to_path_buf());
-    crate::util::signals::before_fast_exit(remove_ready_file);
+    rocewatch_runtime::util::signals::before_fast_exit(remove_ready_file);
     Ok(())
 }
 
@@ -121,7 +121,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     let mut reloads: BTreeMap<String, u64> = BTreeMap::new();
     let mut previous: Option<Config> = None;
     // Cooldowns and limits outlive a reload: a reload never lets an action run early.
-    let memory = crate::remediation::Memory::default();
+    let memory = rocewatch_remediation::Memory::default();
     // Until the first agent runs, a failure ends `run`; after it, nothing a reload meets
     // does (a refused reload is logged and the agent runs on).
     let mut started = false;
@@ -168,13 +168,13 @@ pub async fn run(a: RunArgs) -> Result<i32> {
             let options = cfg
                 .plugins
                 .builtin
-                .get(rocewatch_resources::Resources::NAME)
+                .get(crate::builtins::RESOURCES)
                 .filter(|p| p.enabled)
                 .map(|p| p.options.clone());
             let (root, devices) = (cfg.agent.sysfs_root.clone(), cfg.devices.clone());
             let audit = cfg.remediation.audit();
             let _ = tokio::task::spawn_blocking(move || {
-                crate::qos::counter_mode::apply(options.as_ref(), &root, &devices, audit)
+                rocewatch_qos::counter_mode::apply(options.as_ref(), &root, &devices, audit)
             })
             .await;
         }

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use rocewatch_plugin_api::{Inventory, Sample};
 
-use crate::host::registry::Status;
+use rocewatch_runtime::host::registry::Status;
 
 /// `rocewatch discover --json`.
 pub fn inventory_json(inv: &Inventory) -> serde_json::Value {
@@ -181,11 +181,11 @@ pub fn qos_text(states: &[rocewatch_plugin_api::QosState]) -> String {
         let _ = writeln!(
             s,
             "{}",
-            crate::qos::port_label(&st.device, st.port, st.netdev.as_deref())
+            rocewatch_qos::port_label(&st.device, st.port, st.netdev.as_deref())
         );
         let width = st.settings.keys().map(String::len).max().unwrap_or(0);
         for (k, v) in &st.settings {
-            let v = crate::qos::setting_text(Some(v));
+            let v = rocewatch_qos::setting_text(Some(v));
             let _ = writeln!(s, "  {k:<width$}  {v}");
         }
     }

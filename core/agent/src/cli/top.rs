@@ -21,8 +21,8 @@ use super::args::TopArgs;
 use super::output::print_json;
 use super::top_view::{self, Frame};
 use crate::app::App;
-use crate::host::call;
-use crate::host::registry::{Entry, Instance, State};
+use rocewatch_runtime::host::call;
+use rocewatch_runtime::host::registry::{Entry, Instance, State};
 
 /// The built-in collector of RDMA resources.
 const RESOURCES_PLUGIN: &str = "resources";
@@ -187,7 +187,7 @@ async fn live(app: &App, from: &[Entry], a: &TopArgs) -> Result<i32> {
     };
     let mut prev: Option<Reading> = None;
     let tty = std::io::stdout().is_terminal();
-    let mut signals = crate::util::signals::shutdown_on_signals();
+    let mut signals = rocewatch_runtime::util::signals::shutdown_on_signals();
     let terminal = tty.then(Terminal::enter);
     // Without a terminal to read `q` from, a channel that never turns (its sender kept).
     let (_never, idle) = watch::channel(false);

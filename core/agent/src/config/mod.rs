@@ -10,15 +10,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::export::collectd::config::SecurityLevel;
-use crate::export::config::ExportersConfig;
-use crate::host::settings::PluginsConfig;
-use crate::util::duration::{
+use rocewatch_export::collectd::config::SecurityLevel;
+use rocewatch_export::config::ExportersConfig;
+use rocewatch_runtime::host::settings::PluginsConfig;
+use rocewatch_runtime::util::duration::{
     de_duration, Bounds, COOLDOWN, DISCOVERY_INTERVAL, EXPORT_TIMEOUT, INTERVAL, JITTER,
     PROBE_INTERVAL, PROBE_TIMEOUT, QOS_INTERVAL, RECONNECT_BACKOFF, RETRY, RULE_FOR, RULE_WINDOW,
     TIMEOUT,
 };
-use rocewatch_discovery_sysfs::DeviceSelection;
+use rocewatch_sysfs::inventory::DeviceSelection;
 use serde::Deserialize;
 
 /// Why a configuration could not be loaded. Every message names the file and key path.
@@ -72,19 +72,19 @@ pub struct Config {
     pub exporters: ExportersConfig,
     /// Threshold rules (`[[rules]]`), evaluated after every collection.
     #[serde(default)]
-    pub rules: Vec<crate::rules::RuleConfig>,
+    pub rules: Vec<rocewatch_runtime::rules::RuleConfig>,
     /// What rules may do when they fire or clear (`[remediation]`).
     #[serde(default)]
-    pub remediation: crate::remediation::RemediationConfig,
+    pub remediation: rocewatch_remediation::RemediationConfig,
     /// The Alertmanager webhook receiver (`[alertmanager]`), off unless present.
     #[serde(default)]
-    pub alertmanager: Option<crate::alertmanager::AlertmanagerConfig>,
+    pub alertmanager: Option<rocewatch_remediation::alertmanager::AlertmanagerConfig>,
     /// Scheduled verbs probes (`[probes]`), off unless present.
     #[serde(default)]
-    pub probes: Option<crate::probes::ProbesConfig>,
+    pub probes: Option<rocewatch_probes::ProbesConfig>,
     /// The desired RoCE/PFC/ECN state (`[[qos.desired]]`), for `rocewatch qos plan`.
     #[serde(default)]
-    pub qos: crate::qos::QosConfig,
+    pub qos: rocewatch_qos::QosConfig,
 }
 
 /// Log output format.
@@ -218,24 +218,28 @@ impl Config {
             .as_ref()
             .and_then(|p| p.web_config_file.as_ref())
         {
-            crate::util::web::WebListener::load(f)
+            rocewatch_web::server::WebListener::load(f)
                 .map_err(|e| invalid("exporters.prometheus.web_config_file", e.to_string()))?;
         }
-        if let Err((i, message)) = crate::rules::validate(&self.rules, rocewatch_metrics::kind_of) {
+        if let Err((i, message)) =
+            rocewatch_runtime::rules::validate(&self.rules, rocewatch_metrics::kind_of)
+        {
             let rule = &self.rules[i].name;
             return Err(invalid(&format!("rules[{i}] ({rule})"), message));
         }
-        if let Err((path, message)) = crate::remediation::validate(&self.remediation, &self.rules) {
+        if let Err((path, message)) =
+            rocewatch_remediation::validate(&self.remediation, &self.rules)
+        {
             return Err(invalid(&path, message));
         }
         if let Some(Err((path, message))) = self.probes.as_ref().map(|p| p.validate()) {
             return Err(invalid(&path, message));
         }
-        if let Err((path, message)) = crate::qos::validate(&self.qos) {
+        if let Err((path, message)) = rocewatch_qos::validate(&self.qos) {
             return Err(invalid(&path, message));
         }
         for (name, a) in &self.remediation.actions {
-            if matches!(a.kind, crate::remediation::ActionKind::QosApply {})
+            if matches!(a.kind, rocewatch_remediation::ActionKind::QosApply {})
                 && self.qos.desired.is_empty()
             {
                 return Err(invalid(
@@ -246,7 +250,7 @@ impl Config {
         }
         if let Some(am) = &self.alertmanager {
             if let Err((path, message)) =
-                crate::alertmanager::validate(am, &self.remediation.actions)
+                rocewatch_remediation::alertmanager::validate(am, &self.remediation.actions)
             {
                 return Err(invalid(&path, message));
             }
@@ -258,12 +262,12 @@ impl Config {
             }
         }
         for (name_, p) in &self.plugins.builtin {
-            if !crate::host::registry::builtin_names().contains(&name_.as_str()) {
+            if !crate::builtins::builtin_names().contains(&name_.as_str()) {
                 return Err(invalid(
                     &format!("plugins.builtin.{name_}"),
                     format!(
                         "no built-in plugin named {name_:?}; built-ins are {}",
-                        crate::host::registry::builtin_names().join(", ")
+                        crate::builtins::builtin_names().join(", ")
                     ),
                 ));
             }
@@ -331,7 +335,7 @@ impl Config {
     }
 
     /// Every duration of the configuration with its key and its bounds
-    /// ([`crate::util::duration`], shared with the flags that set them): shorter runs
+    /// ([`rocewatch_runtime::util::duration`], shared with the flags that set them): shorter runs
     /// something back to back, longer stops making sense, and far beyond time arithmetic
     /// overflows.
     fn durations(&self) -> Vec<(String, Duration, Bounds)> {
@@ -412,11 +416,12 @@ impl Config {
     pub fn host_settings<'a>(
         &'a self,
         kinds: Option<&'a [rocewatch_plugin_api::PluginKind]>,
-    ) -> crate::host::registry::HostSettings<'a> {
-        crate::host::registry::HostSettings {
+    ) -> rocewatch_runtime::host::registry::HostSettings<'a> {
+        rocewatch_runtime::host::registry::HostSettings {
+            builtins: crate::builtins::BUILTINS,
             plugins: &self.plugins,
             devices: &self.devices,
-            defaults: crate::host::registry::Defaults {
+            defaults: rocewatch_runtime::host::registry::Defaults {
                 interval: self.agent.interval,
                 timeout: self.agent.timeout,
             },

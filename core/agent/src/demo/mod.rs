@@ -20,11 +20,11 @@ pub use run::{run, DemoError, Format, Options, Scenario};
 pub use view::{port_rates, render, rules_footer, PortRates};
 
 /// The default rule set shipped in `configs/rules.toml`.
-pub fn default_rules() -> Result<Vec<crate::rules::RuleConfig>, config::ConfigError> {
+pub fn default_rules() -> Result<Vec<rocewatch_runtime::rules::RuleConfig>, config::ConfigError> {
     #[derive(serde::Deserialize)]
     struct Rules {
         #[serde(default)]
-        rules: Vec<crate::rules::RuleConfig>,
+        rules: Vec<rocewatch_runtime::rules::RuleConfig>,
     }
     let r: Rules = config::Config::builder()
         .add_source(config::File::from_str(

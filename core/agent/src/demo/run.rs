@@ -13,9 +13,9 @@ use super::fabric::Fabric;
 use super::view::{port_rates, render, rules_footer};
 use crate::app::{Agent, Extras, StartError};
 use crate::config::Config;
-use crate::export::otlp::config::OtlpConfig;
-use crate::remediation::ActionConfig;
-use crate::util::signals::shutdown_after;
+use rocewatch_export::otlp::config::OtlpConfig;
+use rocewatch_remediation::ActionConfig;
+use rocewatch_runtime::util::signals::shutdown_after;
 
 /// What happens on the simulated fabric.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -108,8 +108,8 @@ pub async fn run(options: Options) -> Result<(), DemoError> {
     // The simulated netdevs have no NIC behind them: the ethtool plugin reads the driver
     // statistics the simulator writes.
     cfg.plugins.builtin.insert(
-        rocewatch_counters_ethtool::EthtoolCounters::NAME.to_string(),
-        crate::host::settings::PluginSettings {
+        crate::builtins::COUNTERS_ETHTOOL.to_string(),
+        rocewatch_runtime::host::settings::PluginSettings {
             options: serde_json::json!({ "stats_dir": root.join("ethtool") }),
             ..Default::default()
         },
@@ -194,11 +194,11 @@ cooldown = "10m""#,
                 Err(_) => break,
             };
             if format == Format::Json {
-                println!("{}", crate::export::stdout::collection_json(&c));
+                println!("{}", rocewatch_export::stdout::collection_json(&c));
                 continue;
             }
             // One frame per tick: after the port counters' collection.
-            if c.plugin != rocewatch_counters_sysfs::SysfsCounters::NAME {
+            if c.plugin != crate::builtins::COUNTERS_SYSFS {
                 continue;
             }
             frame += 1;

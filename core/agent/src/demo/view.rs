@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::store::Store;
+use rocewatch_runtime::store::Store;
 
 /// One line of the live view.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -127,11 +127,11 @@ pub fn render(rates: &[PortRates], header: &str, footer: &str) -> String {
 
 /// The live view's lines about rules (those not inactive) and the audit log's last
 /// decisions.
-pub fn rules_footer(status: &[crate::rules::RuleStatus], audit: &Path) -> String {
+pub fn rules_footer(status: &[rocewatch_runtime::rules::RuleStatus], audit: &Path) -> String {
     let mut out = String::from("\nrules:");
     let active: Vec<_> = status
         .iter()
-        .filter(|s| s.phase != crate::rules::Phase::Inactive)
+        .filter(|s| s.phase != rocewatch_runtime::rules::Phase::Inactive)
         .collect();
     if active.is_empty() {
         out.push_str(" all inactive");

@@ -26,8 +26,8 @@ use sha2::Sha256;
 use tokio::sync::watch;
 
 use self::config::{CollectdConfig, SecurityLevel};
-use crate::selfmetrics::SelfMetrics;
-use crate::store::Store;
+use rocewatch_runtime::selfmetrics::SelfMetrics;
+use rocewatch_runtime::store::Store;
 
 const PART_HOST: u16 = 0x0000;
 const PART_PLUGIN: u16 = 0x0002;

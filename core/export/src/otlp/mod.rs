@@ -49,9 +49,9 @@ use rocewatch_plugin_api::{MetricKind, Sample, Value};
 
 use self::config::OtlpConfig;
 use self::transport::{SendError, Transport};
-use crate::export::ExportError;
-use crate::selfmetrics::SelfMetrics;
-use crate::store::Store;
+use crate::ExportError;
+use rocewatch_runtime::selfmetrics::SelfMetrics;
+use rocewatch_runtime::store::Store;
 
 /// At most this many queued snapshots go into one request.
 pub const MAX_MERGE: usize = 10;

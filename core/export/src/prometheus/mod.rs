@@ -28,8 +28,8 @@ use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::selfmetrics::SelfMetrics;
-use crate::store::{Series, Store};
+use rocewatch_runtime::selfmetrics::SelfMetrics;
+use rocewatch_runtime::store::{Series, Store};
 
 /// Which exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,7 +267,7 @@ pub fn render_samples(
 /// Histogram families: cumulative `_bucket{le}` lines (the last `+Inf`), `_sum`, `_count`.
 fn render_histograms(
     out: &mut String,
-    families: &BTreeMap<String, crate::store::HistogramFamily>,
+    families: &BTreeMap<String, rocewatch_runtime::store::HistogramFamily>,
     descriptors: &BTreeMap<String, MetricDescriptor>,
     format: Format,
 ) {
@@ -345,7 +345,7 @@ pub struct Exposition {
     pub store: Arc<Store>,
     pub metrics: Arc<SelfMetrics>,
     /// The pipeline whose rule states `/rules` shows (what `rocewatch rules` reads).
-    pub pipeline: Option<Arc<crate::pipeline::Pipeline>>,
+    pub pipeline: Option<Arc<rocewatch_runtime::pipeline::Pipeline>>,
 }
 
 async fn handle(
@@ -408,10 +408,10 @@ pub async fn serve(
     listener: TcpListener,
     state: Exposition,
     max_connections: usize,
-    web: Option<Arc<crate::util::web::WebListener>>,
+    web: Option<Arc<rocewatch_web::server::WebListener>>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let opts = crate::util::http::ServeOptions {
+    let opts = rocewatch_web::http::ServeOptions {
         name: "prometheus endpoint",
         max_connections,
         // The rendered body is the bulk of every scrape: to the socket as it is.
@@ -419,7 +419,7 @@ pub async fn serve(
         web,
         on_refused: None,
     };
-    crate::util::http::serve(
+    rocewatch_web::http::serve(
         listener,
         opts,
         move |req| handle(req, state.clone()),
@@ -429,10 +429,10 @@ pub async fn serve(
 }
 
 /// Bind `addr`; the error names the address.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::export::ExportError> {
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::ExportError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| crate::export::ExportError::Listen {
+        .map_err(|e| crate::ExportError::Listen {
             addr: addr.to_string(),
             message: e.to_string(),
         })

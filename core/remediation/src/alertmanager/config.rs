@@ -8,7 +8,7 @@ use std::sync::Arc;
 use globset::Glob;
 use serde::Deserialize;
 
-use crate::util::web::{Web, WebListener};
+use rocewatch_web::server::{Web, WebListener};
 
 pub(super) fn default_listen() -> SocketAddr {
     "127.0.0.1:9465".parse().expect("static address")
@@ -135,7 +135,7 @@ impl AlertmanagerConfig {
 /// Checks the section against the configured actions.
 pub fn validate(
     cfg: &AlertmanagerConfig,
-    actions: &BTreeMap<String, crate::remediation::ActionConfig>,
+    actions: &BTreeMap<String, crate::ActionConfig>,
 ) -> Result<(), (String, String)> {
     // What the receiver checks at start, checked here too (a token file that is missing
     // or empty, no token at all without allow_unauthenticated): `config check` refuses

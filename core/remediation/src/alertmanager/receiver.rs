@@ -13,27 +13,27 @@ use tokio::sync::watch;
 use super::config::AlertmanagerConfig;
 use super::payload::parse;
 use super::router::Router;
-use crate::remediation::Dispatcher;
+use crate::Dispatcher;
 
 /// Shared by the connections.
 pub struct Receiver {
     token: Option<String>,
     max_body: usize,
     router: Router,
-    bucket: crate::util::rate::TokenBucket,
+    bucket: rocewatch_web::token_bucket::TokenBucket,
     dispatcher: Arc<Dispatcher>,
-    metrics: Arc<crate::selfmetrics::SelfMetrics>,
+    metrics: Arc<rocewatch_runtime::selfmetrics::SelfMetrics>,
     max_connections: usize,
     /// Refused requests are said at most once a minute, with their count.
-    refused: crate::util::http::Throttle,
-    web: Option<Arc<crate::util::web::WebListener>>,
+    refused: rocewatch_web::http::Throttle,
+    web: Option<Arc<rocewatch_web::server::WebListener>>,
 }
 
 impl Receiver {
     pub fn new(
         cfg: &AlertmanagerConfig,
         dispatcher: Arc<Dispatcher>,
-        metrics: Arc<crate::selfmetrics::SelfMetrics>,
+        metrics: Arc<rocewatch_runtime::selfmetrics::SelfMetrics>,
     ) -> Result<Arc<Self>, (String, String)> {
         let web = cfg.web()?;
         Ok(Arc::new(Receiver {
@@ -45,11 +45,13 @@ impl Receiver {
             web,
             max_body: cfg.max_body_bytes,
             router: Router::new(cfg),
-            bucket: crate::util::rate::TokenBucket::per_second(cfg.max_requests_per_second),
+            bucket: rocewatch_web::token_bucket::TokenBucket::per_second(
+                cfg.max_requests_per_second,
+            ),
             dispatcher,
             metrics,
             max_connections: cfg.max_connections,
-            refused: crate::util::http::Throttle::new(Duration::from_secs(60)),
+            refused: rocewatch_web::http::Throttle::new(Duration::from_secs(60)),
         }))
     }
 
@@ -176,7 +178,7 @@ pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Serve the webhook until `shutdown` turns true.
 /// Serve the webhook on `listener` until `shutdown` turns true.
 pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, shutdown: watch::Receiver<bool>) {
-    let opts = crate::util::http::ServeOptions {
+    let opts = rocewatch_web::http::ServeOptions {
         name: "alertmanager webhook",
         max_connections: rx.max_connections,
         writev: false,
@@ -194,7 +196,7 @@ pub async fn serve(listener: TcpListener, rx: Arc<Receiver>, shutdown: watch::Re
             })
         }),
     };
-    crate::util::http::serve(
+    rocewatch_web::http::serve(
         listener,
         opts,
         move |req| Arc::clone(&rx).handle(req),

@@ -7,7 +7,7 @@ use rocewatch_plugin_api::Attributes;
 
 use super::config::AlertmanagerConfig;
 use super::payload::Alert;
-use crate::rules::Transition;
+use rocewatch_runtime::rules::Transition;
 
 pub(super) struct Route {
     matchers: Vec<(String, GlobMatcher)>,

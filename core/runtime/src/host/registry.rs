@@ -1,4 +1,4 @@
-//! Plugin registry: the explicit list of built-in plugins, the loading of external `.so`
+//! Plugin registry: the built-in plugins it is handed, the loading of external `.so`
 //! plugins, and each plugin's status (what `rocewatch plugins` shows).
 
 use std::path::PathBuf;
@@ -6,18 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rocewatch_counters_ethtool::EthtoolCounters;
-use rocewatch_counters_sysfs::SysfsCounters;
-use rocewatch_discovery_sysfs::SysfsDiscovery;
-use rocewatch_kernel_log::KernelLog;
 use rocewatch_plugin_api::*;
 use rocewatch_plugin_sdk::abi;
 use rocewatch_plugin_sdk::host::{LoadError, PluginLibrary};
-use rocewatch_qos_linux::QosLinux;
-use rocewatch_resources::Resources;
 use serde::Serialize;
 
-use rocewatch_discovery_sysfs::DeviceSelection;
+use rocewatch_sysfs::inventory::DeviceSelection;
 
 use crate::host::settings::{PluginSettings, PluginsConfig};
 use crate::selfmetrics::SelfMetrics;
@@ -25,33 +19,9 @@ use crate::selfmetrics::SelfMetrics;
 /// How a built-in plugin is made.
 pub type Factory = fn() -> Instance;
 
-/// Every built-in plugin, explicitly, in the order they are registered. Add new built-ins
-/// here: name and constructor.
-pub const BUILTINS: &[(&str, Factory)] = &[
-    (SysfsDiscovery::NAME, || {
-        Instance::Discovery(Box::new(SysfsDiscovery::new()))
-    }),
-    (SysfsCounters::NAME, || {
-        Instance::Collector(Box::new(SysfsCounters::new()))
-    }),
-    (EthtoolCounters::NAME, || {
-        Instance::Collector(Box::new(EthtoolCounters::new()))
-    }),
-    (KernelLog::NAME, || {
-        Instance::Collector(Box::new(KernelLog::new()))
-    }),
-    (Resources::NAME, || {
-        Instance::Collector(Box::new(Resources::new()))
-    }),
-    (QosLinux::NAME, || {
-        Instance::Configuration(Box::new(QosLinux::new()))
-    }),
-];
-
-/// Names of every built-in plugin.
-pub fn builtin_names() -> Vec<&'static str> {
-    BUILTINS.iter().map(|(n, _)| *n).collect()
-}
+/// A built-in plugin: its name and constructor. The agent hands the registry its explicit
+/// list (`BUILTINS` in the agent crate); this crate knows no plugin.
+pub type Builtin = (&'static str, Factory);
 
 /// A plugin instance in the role it plays.
 pub enum Instance {
@@ -227,6 +197,8 @@ impl Entry {
 /// the built-in sysfs plugins, the agent-wide interval and timeout, and the kinds of plugin
 /// the command needs (a one-shot command starts only those).
 pub struct HostSettings<'a> {
+    /// The built-in plugins, in the order they are registered.
+    pub builtins: &'a [Builtin],
     pub plugins: &'a PluginsConfig,
     pub devices: &'a DeviceSelection,
     pub defaults: Defaults,
@@ -254,7 +226,7 @@ impl Registry {
     pub fn build(host: &HostSettings<'_>, metrics: &SelfMetrics) -> Registry {
         let wanted = |k: PluginKind| host.kinds.is_none_or(|ks| ks.contains(&k));
         let mut entries = Vec::new();
-        for (name, make) in BUILTINS {
+        for (name, make) in host.builtins {
             let mut settings = host.plugins.builtin.get(*name).cloned().unwrap_or_default();
             merge_device_selection(&mut settings.options, host.devices);
             let instance = make();

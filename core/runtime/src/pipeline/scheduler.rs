@@ -13,7 +13,7 @@ use crate::host::discovery::Discovery;
 use crate::host::registry::Registry;
 
 /// Samples from which a collection's freed memory is given back at once.
-pub(crate) const BIG_COLLECTION: usize = 10_000;
+pub const BIG_COLLECTION: usize = 10_000;
 
 /// When things run.
 #[derive(Debug, Clone, Copy)]

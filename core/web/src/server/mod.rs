@@ -34,7 +34,7 @@ pub struct Web {
     /// Whether a client is asked for a certificate it must have and that the CA signed.
     pub requires_client_cert: bool,
     /// `rate_limit`: requests beyond it get a 429.
-    pub limiter: Option<Arc<crate::util::rate::TokenBucket>>,
+    pub limiter: Option<Arc<crate::token_bucket::TokenBucket>>,
     /// What a log line says about the settings.
     pub summary: String,
     /// What it protects with, compared when the file changes.
@@ -98,7 +98,7 @@ impl Web {
             .collect();
         let limiter = policy.rate_limit.map(|(burst, interval)| {
             summary.push(format!("rate limit {burst} per {interval:?}"));
-            Arc::new(crate::util::rate::TokenBucket::new(burst, interval))
+            Arc::new(crate::token_bucket::TokenBucket::new(burst, interval))
         });
         let web = Web {
             tls: acceptor,

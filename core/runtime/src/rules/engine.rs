@@ -351,7 +351,9 @@ pub(super) fn matches(matchers: &[(String, GlobMatcher)], s: &Sample) -> bool {
 
 /// Increase of a counter over the last `window` of `history` and the seconds it spans:
 /// the increases of the reads in the window, each since the read before it (the last
-/// read before the window starts it). A reset or a saturated read adds nothing.
+/// read before the window starts it). An interval whose increase is unknown (a reset, a
+/// counter resting at its top) is left out of both, so it neither reads as idle nor
+/// dilutes the rate; `None` when no interval of the window is known.
 pub(super) fn increase(
     history: &VecDeque<Point>,
     now: Instant,
@@ -362,12 +364,15 @@ pub(super) fn increase(
     // Include the last point before the window so a window always has a start value.
     let from = first.saturating_sub(1);
     let pts: Vec<&Point> = history.iter().skip(from).collect();
-    if pts.len() < 2 {
-        return None;
+    let mut known = None;
+    for w in pts.windows(2) {
+        if let Some(d) = w[1].increase {
+            let (inc, span) = known.get_or_insert((0.0, 0.0));
+            *inc += d;
+            *span += w[1].at.duration_since(w[0].at).as_secs_f64();
+        }
     }
-    let inc = pts[1..].iter().filter_map(|p| p.increase).sum();
-    let span = pts.last()?.at.duration_since(pts[0].at).as_secs_f64();
-    Some((inc, span))
+    known
 }
 
 pub(super) fn transition(
@@ -587,12 +592,14 @@ threshold = 50"#,
         assert_eq!(t.len(), 1);
         assert!(t[0].0 && (t[0].1 - 55.0).abs() < 1e-9, "{t:?}");
         // The counter resets (driver reload) and restarts from 0: the drop is no negative
-        // rate and no increase for that interval (what moved across a reset is unknown).
-        // Over the 30 s window: 100 + 1000 + 0 = 36.7/s.
-        let t = r.at(30, &[c(10)]).await;
+        // rate, and the interval across it is unknown: it neither adds nor dilutes. Over
+        // the 30 s window: 1100 in the 20 s known, 55/s, still firing.
+        assert_eq!(r.at(30, &[c(10)]).await, vec![], "still firing");
+        assert_eq!(r.phase(), vec![Phase::Firing]);
+        // 10 over the 30 s after it: 0.33/s, cleared.
+        let t = r.at(60, &[c(20)]).await;
         assert_eq!(t.len(), 1);
-        assert!(!t[0].0 && (t[0].1 - 1100.0 / 30.0).abs() < 1e-9, "{t:?}");
-        assert_eq!(r.at(60, &[c(20)]).await, vec![], "0.5/s: stays cleared");
+        assert!(!t[0].0 && (t[0].1 - 10.0 / 30.0).abs() < 1e-9, "{t:?}");
         assert_eq!(r.phase(), vec![Phase::Cleared]);
     }
 
@@ -627,6 +634,32 @@ threshold = 50"#,
                 "{condition}: 10/s after it"
             );
             assert_eq!(r.phase(), vec![Phase::Inactive], "{condition}");
+        }
+    }
+
+    /// A counter resting at its top (IB PortCounters stop there) moves by an unknown
+    /// amount: a rule reads no value from it, neither idle (`<` would fire) nor busy.
+    #[tokio::test(start_paused = true)]
+    async fn a_saturated_counter_reads_neither_idle_nor_busy() {
+        for op in ["<", ">"] {
+            let mut r = Rig::new(rule(&format!(
+                "[[rules]]\nname = \"r\"\nmetric = \"rdma.port.io\"\ncondition = \"rate\"\nwindow = \"30s\"\nop = \"{op}\"\nthreshold = 1000"
+            )));
+            let top = 4 * 4_294_967_295;
+            let c = |v| {
+                let mut s = sample("rdma.port.io", Value::U64(v), MetricKind::Counter, "3");
+                s.source = "counters/port_xmit_data".into();
+                s
+            };
+            assert_eq!(r.at(0, &[c(top - 1_000_000)]).await, vec![]);
+            assert_eq!(r.at(10, &[c(top)]).await, vec![], "{op}");
+            assert_eq!(r.at(20, &[c(top)]).await, vec![], "{op}");
+            assert_eq!(
+                r.at(50, &[c(top)]).await,
+                vec![],
+                "{op}: pegged for a whole window"
+            );
+            assert_eq!(r.phase(), vec![Phase::Inactive], "{op}");
         }
     }
 

@@ -1,6 +1,6 @@
 //! Every built-in plugin, explicitly, in the order they are registered: the one place the
 //! agent names a plugin crate (a test reads `cargo metadata` and the sources to keep it
-//! so). Add a built-in here: its name and constructor.
+//! so). Add a built-in here: its name, constructor and options' check.
 
 use rocewatch_counters_ethtool::EthtoolCounters;
 use rocewatch_counters_sysfs::SysfsCounters;
@@ -12,24 +12,36 @@ use rocewatch_runtime::host::registry::{Builtin, Instance};
 
 /// The built-in plugins.
 pub const BUILTINS: &[Builtin] = &[
-    (SysfsDiscovery::NAME, || {
-        Instance::Discovery(Box::new(SysfsDiscovery::new()))
-    }),
-    (SysfsCounters::NAME, || {
-        Instance::Collector(Box::new(SysfsCounters::new()))
-    }),
-    (EthtoolCounters::NAME, || {
-        Instance::Collector(Box::new(EthtoolCounters::new()))
-    }),
-    (KernelLog::NAME, || {
-        Instance::Collector(Box::new(KernelLog::new()))
-    }),
-    (Resources::NAME, || {
-        Instance::Collector(Box::new(Resources::new()))
-    }),
-    (QosLinux::NAME, || {
-        Instance::Configuration(Box::new(QosLinux::new()))
-    }),
+    Builtin {
+        name: SysfsDiscovery::NAME,
+        make: || Instance::Discovery(Box::new(SysfsDiscovery::new())),
+        check_options: |o| SysfsDiscovery::check_options(o).map(drop),
+    },
+    Builtin {
+        name: SysfsCounters::NAME,
+        make: || Instance::Collector(Box::new(SysfsCounters::new())),
+        check_options: |o| rocewatch_counters_sysfs::Options::from_json(o).map(drop),
+    },
+    Builtin {
+        name: EthtoolCounters::NAME,
+        make: || Instance::Collector(Box::new(EthtoolCounters::new())),
+        check_options: |o| rocewatch_counters_ethtool::Options::from_json(o).map(drop),
+    },
+    Builtin {
+        name: KernelLog::NAME,
+        make: || Instance::Collector(Box::new(KernelLog::new())),
+        check_options: |o| rocewatch_kernel_log::Options::from_json(o).map(drop),
+    },
+    Builtin {
+        name: Resources::NAME,
+        make: || Instance::Collector(Box::new(Resources::new())),
+        check_options: |o| rocewatch_resources::Options::from_json(o).map(drop),
+    },
+    Builtin {
+        name: QosLinux::NAME,
+        make: || Instance::Configuration(Box::new(QosLinux::new())),
+        check_options: |o| rocewatch_qos_linux::Options::from_json(o).map(drop),
+    },
 ];
 
 /// The counters collector's name (`counters-sysfs`).
@@ -43,5 +55,10 @@ pub const RESOURCES: &str = Resources::NAME;
 
 /// Names of every built-in plugin.
 pub fn builtin_names() -> Vec<&'static str> {
-    BUILTINS.iter().map(|(n, _)| *n).collect()
+    BUILTINS.iter().map(|b| b.name).collect()
+}
+
+/// The built-in plugin `name`.
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
 }

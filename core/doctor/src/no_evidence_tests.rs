@@ -40,12 +40,18 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
     std::fs::write(&log, "").unwrap();
     // The built-ins that read a tree (the others read this host, not the tree).
     let builtins: &[Builtin] = &[
-        (rocewatch_discovery_sysfs::SysfsDiscovery::NAME, || {
-            Instance::Discovery(Box::new(rocewatch_discovery_sysfs::SysfsDiscovery::new()))
-        }),
-        (rocewatch_counters_sysfs::SysfsCounters::NAME, || {
-            Instance::Collector(Box::new(rocewatch_counters_sysfs::SysfsCounters::new()))
-        }),
+        Builtin {
+            name: rocewatch_discovery_sysfs::SysfsDiscovery::NAME,
+            make: || {
+                Instance::Discovery(Box::new(rocewatch_discovery_sysfs::SysfsDiscovery::new()))
+            },
+            check_options: |_| Ok(()),
+        },
+        Builtin {
+            name: rocewatch_counters_sysfs::SysfsCounters::NAME,
+            make: || Instance::Collector(Box::new(rocewatch_counters_sysfs::SysfsCounters::new())),
+            check_options: |_| Ok(()),
+        },
     ];
     let app = App::start(AppSpec {
         host: HostSettings {

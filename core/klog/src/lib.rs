@@ -83,8 +83,10 @@ impl Default for Options {
 impl Options {
     /// Decode the plugin's options; errors name the key.
     pub fn from_json(v: &serde_json::Value) -> Result<Self, PluginError> {
-        serde_json::from_value(v.clone())
-            .map_err(|e| PluginError::InvalidOptions(format!("kernel-log options: {e}")))
+        let o: Options = rocewatch_plugin_api::options::decode(v)?;
+        matcher::compile(o.default_patterns, &o.patterns)
+            .map_err(|e| PluginError::InvalidOptions(format!("patterns: {e}")))?;
+        Ok(o)
     }
 
     /// The path to read, or why there is none: on a fixture sysfs root the live kernel

@@ -14,6 +14,7 @@
 pub mod attributes;
 pub mod bandwidth;
 pub mod model;
+pub mod options;
 pub mod traits;
 
 pub use attributes::{AttrSet, SetCache};

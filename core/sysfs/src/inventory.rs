@@ -54,22 +54,6 @@ impl DeviceFilter {
         })
     }
 
-    /// Parse `include`/`exclude` from a plugin's options object (other keys ignored).
-    pub fn from_options(options: &serde_json::Value) -> Result<Self, PluginError> {
-        let get = |key: &str| -> Result<Vec<String>, PluginError> {
-            match options.get(key) {
-                None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-                Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                    PluginError::InvalidOptions(format!("{key}: expected a list of globs: {e}"))
-                }),
-            }
-        };
-        DeviceFilter::new(&DeviceSelection {
-            include: get("include")?,
-            exclude: get("exclude")?,
-        })
-    }
-
     pub fn allows(&self, device: &str) -> bool {
         self.include.as_ref().is_none_or(|g| g.is_match(device))
             && !self.exclude.as_ref().is_some_and(|g| g.is_match(device))
@@ -213,8 +197,11 @@ mod tests {
         assert!(!f.allows("mlx5_1"));
         assert!(!f.allows("rxe0"));
         assert!(DeviceFilter::default().allows("anything"));
-        let err =
-            DeviceFilter::from_options(&serde_json::json!({"include": ["[bad"]})).unwrap_err();
+        let err = DeviceFilter::new(&DeviceSelection {
+            include: vec!["[bad".into()],
+            exclude: vec![],
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("include"), "{err}");
     }
 }

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
 use rocewatch_plugin_api::*;
-use rocewatch_sysfs::inventory::{read_inventory, DeviceFilter};
+use rocewatch_sysfs::inventory::{read_inventory, DeviceFilter, DeviceSelection};
 use rocewatch_sysfs::SysRoot;
 
 /// Attribute naming the IEEE 802.1p priority (`0`..`7`).
@@ -76,6 +76,29 @@ pub struct Options {
     pub exclude: Vec<String>,
     #[serde(default)]
     pub stats_dir: Option<std::path::PathBuf>,
+}
+
+impl Options {
+    /// Decode and check `options`; errors name the key.
+    pub fn from_json(options: &serde_json::Value) -> Result<Options, PluginError> {
+        let o: Options = rocewatch_plugin_api::options::decode(options)?;
+        o.raw_regex()?;
+        DeviceFilter::new(&DeviceSelection {
+            include: o.include.clone(),
+            exclude: o.exclude.clone(),
+        })?;
+        Ok(o)
+    }
+
+    fn raw_regex(&self) -> Result<Option<regex::Regex>, PluginError> {
+        self.raw_include
+            .as_deref()
+            .map(|r| {
+                regex::Regex::new(r)
+                    .map_err(|e| PluginError::InvalidOptions(format!("raw_include: {e}")))
+            })
+            .transpose()
+    }
 }
 
 /// `ethtool -S` text files, one per interface (`DIR/<ifname>`).
@@ -179,18 +202,14 @@ impl Plugin for EthtoolCounters {
     }
 
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
-        let opts: Options = serde_json::from_value(ctx.options.clone())
-            .map_err(|e| PluginError::InvalidOptions(e.to_string()))?;
-        self.raw = match &opts.raw_include {
-            Some(r) => Some(
-                regex::Regex::new(r)
-                    .map_err(|e| PluginError::InvalidOptions(format!("raw_include: {e}")))?,
-            ),
-            None => None,
-        };
+        let opts = Options::from_json(&ctx.options)?;
+        self.raw = opts.raw_regex()?;
         self.targets.clear();
         if opts.interfaces.is_empty() {
-            let filter = DeviceFilter::from_options(&ctx.options)?;
+            let filter = DeviceFilter::new(&DeviceSelection {
+                include: opts.include.clone(),
+                exclude: opts.exclude.clone(),
+            })?;
             let root = SysRoot::new(&ctx.sysfs_root);
             if root.ib_class().is_dir() {
                 let (inv, _) = read_inventory(&root, &filter)?;

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use rocewatch_plugin_api::{PartialError, PluginContext, PluginError};
+use rocewatch_plugin_api::{PartialError, PluginContext};
 
 /// Option `device_timeout`'s default: a device's counters take well under a millisecond
 /// on a healthy mlx5 host; a second means its driver is stuck on something.
@@ -32,34 +32,41 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    pub(crate) fn from_context(ctx: &PluginContext) -> Result<Self, PluginError> {
-        let device = match ctx.options.get("device_timeout") {
-            None => DEFAULT_DEVICE_TIMEOUT,
-            Some(v) => v
-                .as_str()
-                .and_then(|s| humantime::parse_duration(s).ok())
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
-                    PluginError::InvalidOptions(format!(
-                        "device_timeout: expected a duration such as \"1s\" or \"500ms\", got {v}"
-                    ))
-                })?,
-        };
-        // Added to the time each device starts: far beyond this it would overflow.
-        if device > MAX_DEVICE_TIMEOUT {
-            return Err(PluginError::InvalidOptions(format!(
-                "device_timeout: {} is more than this setting allows: at most {}",
-                humantime::format_duration(device),
-                humantime::format_duration(MAX_DEVICE_TIMEOUT)
-            )));
-        }
+    /// The budget of `ctx`'s call timeout, with each device given `device` (the option;
+    /// default [`DEFAULT_DEVICE_TIMEOUT`]).
+    pub(crate) fn new(ctx: &PluginContext, device: Option<Duration>) -> Self {
         let timeout = ctx.call_timeout_ms.map(Duration::from_millis);
-        Ok(Budget {
+        Budget {
             timeout,
             collection: timeout.map(|t| t - (t / 5).min(MAX_MARGIN)),
-            device,
-        })
+            device: device.unwrap_or(DEFAULT_DEVICE_TIMEOUT),
+        }
     }
+}
+
+/// `device_timeout`: a duration such as `"1s"` or `"500ms"`, more than 0 and at most an
+/// hour (it is added to the time each device starts: far beyond it would overflow).
+pub(crate) fn de_device_timeout<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    use serde::de::Error;
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    let t = humantime::parse_duration(&s)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            D::Error::custom(format!(
+                "expected a duration such as \"1s\" or \"500ms\", got {s:?}"
+            ))
+        })?;
+    if t > MAX_DEVICE_TIMEOUT {
+        return Err(D::Error::custom(format!(
+            "{} is more than this setting allows: at most {}",
+            humantime::format_duration(t),
+            humantime::format_duration(MAX_DEVICE_TIMEOUT)
+        )));
+    }
+    Ok(Some(t))
 }
 
 /// One collection's clock: the budget's deadline, each device's, and the devices that
@@ -148,9 +155,9 @@ mod tests {
 
     #[test]
     fn a_device_timeout_past_an_hour_is_refused_not_a_panic_at_the_first_device() {
-        let mut ctx = PluginContext::new("/nonexistent");
-        ctx.options = serde_json::json!({"device_timeout": "18446744073709551615s"});
-        let Err(e) = Budget::from_context(&ctx) else {
+        let ctx = PluginContext::new("/nonexistent");
+        let opts = serde_json::json!({"device_timeout": "18446744073709551615s"});
+        let Err(e) = crate::Options::from_json(&opts) else {
             panic!("a device_timeout of 584 billion years was accepted");
         };
         let e = e.to_string();
@@ -158,8 +165,8 @@ mod tests {
             e.contains("device_timeout") && e.contains("at most 1h"),
             "{e}"
         );
-        ctx.options = serde_json::json!({"device_timeout": "1h"});
-        let b = Budget::from_context(&ctx).unwrap();
+        let opts = crate::Options::from_json(&serde_json::json!({"device_timeout": "1h"})).unwrap();
+        let b = Budget::new(&ctx, opts.device_timeout);
         Clock::start(&b, Instant::now()).device_starts();
     }
 }

@@ -29,7 +29,7 @@ use std::time::Instant;
 use rocewatch_metrics::{self as catalog, CatalogEntry};
 use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_plugin_api::*;
-use rocewatch_sysfs::inventory::{rdma_root, DeviceFilter};
+use rocewatch_sysfs::inventory::{rdma_root, DeviceFilter, DeviceSelection};
 use rocewatch_sysfs::{parse, read, SysRoot};
 
 mod budget;
@@ -43,49 +43,14 @@ use plan::{attach_netlink, build_plan, hw_file_plan, Plan, PortPlan};
 /// of open, read, read, close. Only sysfs regenerates a file's text on every read of an
 /// open descriptor; a regular file replaced by a rename (a test tree updated atomically)
 /// would be read stale, hence `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum KeepOpen {
     /// Keep them open when the tree is on sysfs.
     #[default]
     Auto,
     Always,
     Never,
-}
-
-/// The value of option `key`, one of `choices` (the first is the default).
-fn choice<T: Copy>(
-    options: &serde_json::Value,
-    key: &str,
-    choices: &[(&str, T)],
-) -> Result<T, PluginError> {
-    let Some(v) = options.get(key) else {
-        return Ok(choices[0].1);
-    };
-    choices
-        .iter()
-        .find(|(name, _)| v.as_str() == Some(name))
-        .map(|(_, t)| *t)
-        .ok_or_else(|| {
-            let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
-            PluginError::InvalidOptions(format!(
-                "{key}: expected one of {}, got {v}",
-                names.join(", ")
-            ))
-        })
-}
-
-impl KeepOpen {
-    fn from_options(options: &serde_json::Value) -> Result<Self, PluginError> {
-        choice(
-            options,
-            "keep_files_open",
-            &[
-                ("auto", Self::Auto),
-                ("always", Self::Always),
-                ("never", Self::Never),
-            ],
-        )
-    }
 }
 
 /// How many files may stay open: a quarter of the descriptor limit left after 256 for
@@ -102,7 +67,8 @@ fn open_file_budget() -> usize {
 }
 
 /// Where a port's hw_counters/ are read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum HwCountersSource {
     #[default]
     Auto,
@@ -110,17 +76,36 @@ pub enum HwCountersSource {
     Sysfs,
 }
 
-impl HwCountersSource {
-    fn from_options(options: &serde_json::Value) -> Result<Self, PluginError> {
-        choice(
-            options,
-            "hw_counters_source",
-            &[
-                ("auto", Self::Auto),
-                ("netlink", Self::Netlink),
-                ("sysfs", Self::Sysfs),
-            ],
-        )
+/// Options of the plugin (`[plugins.builtin.counters-sysfs.options]`), decoded strictly:
+/// a misspelt key is refused with its name.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Options {
+    /// Device globs (`[devices]`, shared by the plugins).
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// `auto` (netlink on the live /sys), `netlink` (required) or `sysfs`.
+    #[serde(default)]
+    pub hw_counters_source: HwCountersSource,
+    /// `auto` (on sysfs), `always` or `never`.
+    #[serde(default)]
+    pub keep_files_open: KeepOpen,
+    /// How long one device may take before the others are read first (`"1s"`).
+    #[serde(default, deserialize_with = "budget::de_device_timeout")]
+    pub device_timeout: Option<std::time::Duration>,
+}
+
+impl Options {
+    /// Decode and check `options`; errors name the key.
+    pub fn from_json(options: &serde_json::Value) -> Result<Options, PluginError> {
+        let o: Options = rocewatch_plugin_api::options::decode(options)?;
+        DeviceFilter::new(&DeviceSelection {
+            include: o.include.clone(),
+            exclude: o.exclude.clone(),
+        })?;
+        Ok(o)
     }
 }
 
@@ -376,15 +361,19 @@ impl Plugin for SysfsCounters {
     }
 
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
-        self.filter = DeviceFilter::from_options(&ctx.options)?;
-        self.hw_source = HwCountersSource::from_options(&ctx.options)?;
-        self.keep_open = match KeepOpen::from_options(&ctx.options)? {
+        let opts = Options::from_json(&ctx.options)?;
+        self.filter = DeviceFilter::new(&DeviceSelection {
+            include: opts.include,
+            exclude: opts.exclude,
+        })?;
+        self.hw_source = opts.hw_counters_source;
+        self.keep_open = match opts.keep_files_open {
             KeepOpen::Never => 0,
             KeepOpen::Always => open_file_budget(),
             KeepOpen::Auto if read::is_sysfs(&ctx.sysfs_root) => open_file_budget(),
             KeepOpen::Auto => 0,
         };
-        self.budget = Budget::from_context(ctx)?;
+        self.budget = Budget::new(ctx, opts.device_timeout);
         self.slow.clear();
         self.resume = None;
         self.root = Some(SysRoot::new(&ctx.sysfs_root));

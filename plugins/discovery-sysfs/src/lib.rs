@@ -5,7 +5,7 @@
 //! `[devices]`): `include` and `exclude` lists of device-name globs.
 
 use rocewatch_plugin_api::*;
-use rocewatch_sysfs::inventory::{rdma_root, read_inventory, DeviceFilter};
+use rocewatch_sysfs::inventory::{rdma_root, read_inventory, DeviceFilter, DeviceSelection};
 use rocewatch_sysfs::SysRoot;
 
 /// The built-in discovery plugin.
@@ -18,6 +18,11 @@ pub struct SysfsDiscovery {
 impl SysfsDiscovery {
     pub const NAME: &'static str = "discovery-sysfs";
 
+    /// Decode and check the plugin's options (the device selection, `[devices]`).
+    pub fn check_options(options: &serde_json::Value) -> Result<DeviceFilter, PluginError> {
+        DeviceFilter::new(&options::decode::<DeviceSelection>(options)?)
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -29,7 +34,7 @@ impl Plugin for SysfsDiscovery {
     }
 
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
-        self.filter = DeviceFilter::from_options(&ctx.options)?;
+        self.filter = Self::check_options(&ctx.options)?;
         self.root = Some(SysRoot::new(&ctx.sysfs_root));
         Ok(())
     }

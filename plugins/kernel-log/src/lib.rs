@@ -5,7 +5,8 @@
 
 use rocewatch_klog::kmsg::{From, KmsgReader};
 use rocewatch_klog::matcher::{Matcher, Tally};
-use rocewatch_klog::{Options, MAX_PER_COLLECTION};
+pub use rocewatch_klog::Options;
+use rocewatch_klog::MAX_PER_COLLECTION;
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_KERNEL_PATTERN, KERNEL_LOG_CATALOG};
 use rocewatch_plugin_api::*;
 

@@ -46,6 +46,25 @@ use rocewatch_sysfs::SysRoot;
 
 use attr::{file_setting, write_file};
 
+/// Options of the plugin: only the device selection the agent shares with every built-in
+/// (`[devices]`); the settings of every RDMA port are read and changed. Anything else is
+/// a mistake, refused with its name.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Options {
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+impl Options {
+    /// Decode `options`; errors name the key.
+    pub fn from_json(options: &serde_json::Value) -> Result<Options, PluginError> {
+        rocewatch_plugin_api::options::decode(options)
+    }
+}
+
 /// The configuration plugin.
 #[derive(Default)]
 pub struct QosLinux {
@@ -126,6 +145,7 @@ impl Plugin for QosLinux {
     }
 
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        Options::from_json(&ctx.options)?;
         let root = SysRoot::new(PathBuf::from(&ctx.sysfs_root));
         let live = rocewatch_sysfs::read::is_sysfs(root.root());
         self.dcb = Some(if live {

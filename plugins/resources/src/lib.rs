@@ -31,7 +31,7 @@ use rocewatch_netlink::rdma::RdmaNetlink;
 use rocewatch_netlink::rdma_stat::QpCounter;
 use rocewatch_netlink::NetlinkError;
 use rocewatch_plugin_api::*;
-use rocewatch_sysfs::inventory::DeviceFilter;
+use rocewatch_sysfs::inventory::{DeviceFilter, DeviceSelection};
 
 use aggregate::{aggregate, Owner};
 use workload::Workload;
@@ -62,13 +62,11 @@ pub struct Options {
 
 impl Options {
     pub fn from_json(v: &serde_json::Value) -> Result<Options, PluginError> {
-        let v = if v.is_null() {
-            serde_json::json!({})
-        } else {
-            v.clone()
-        };
-        let o: Options = serde_json::from_value(v)
-            .map_err(|e| PluginError::InvalidOptions(format!("resources: {e}")))?;
+        let o: Options = rocewatch_plugin_api::options::decode(v)?;
+        DeviceFilter::new(&DeviceSelection {
+            include: o.include.clone(),
+            exclude: o.exclude.clone(),
+        })?;
         if o.max_workloads == 0 || o.max_workloads > 10_000 {
             return Err(PluginError::InvalidOptions(format!(
                 "resources: max_workloads = {}: must be 1..=10000",
@@ -198,7 +196,10 @@ impl Resources {
 
     fn open(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
         let opts = Options::from_json(&ctx.options)?;
-        self.filter = Some(DeviceFilter::from_options(&ctx.options)?);
+        self.filter = Some(DeviceFilter::new(&DeviceSelection {
+            include: opts.include.clone(),
+            exclude: opts.exclude.clone(),
+        })?);
         self.proc_root = opts
             .procfs_root
             .clone()

@@ -262,7 +262,7 @@ impl Config {
             }
         }
         for (name_, p) in &self.plugins.builtin {
-            if !crate::builtins::builtin_names().contains(&name_.as_str()) {
+            let Some(builtin) = crate::builtins::builtin(name_) else {
                 return Err(invalid(
                     &format!("plugins.builtin.{name_}"),
                     format!(
@@ -270,11 +270,27 @@ impl Config {
                         crate::builtins::builtin_names().join(", ")
                     ),
                 ));
-            }
+            };
             if !p.options.is_object() {
                 return Err(invalid(
                     &format!("plugins.builtin.{name_}.options"),
                     "must be a table".into(),
+                ));
+            }
+            // The plugin's own options, decoded as it will at start: a typo is refused here
+            // with its key, not ignored.
+            if let Err(e) = (builtin.check_options)(&p.options) {
+                let message = match e {
+                    rocewatch_plugin_api::PluginError::InvalidOptions(m) => m,
+                    other => other.to_string(),
+                };
+                let (key, message) = match message.split_once(": ") {
+                    Some((k, m)) if !k.contains(' ') => (format!(".{k}"), m.to_string()),
+                    _ => (String::new(), message),
+                };
+                return Err(invalid(
+                    &format!("plugins.builtin.{name_}.options{key}"),
+                    message,
                 ));
             }
         }
@@ -439,6 +455,66 @@ mod tests {
         let f = dir.path().join("c.toml");
         std::fs::write(&f, toml_text).unwrap();
         Config::load(Some(&f))
+    }
+
+    /// Issue 26: counters-sysfs and discovery-sysfs read their options key by key, so a
+    /// typo (`keep_file_open`) was silently ignored. Every built-in's options are typed and
+    /// a mistake is named with its key path.
+    #[test]
+    fn a_misspelt_plugin_option_is_named_with_its_key_path() {
+        for (plugin, options, key) in [
+            (
+                "counters-sysfs",
+                "keep_file_open = \"never\"",
+                "plugins.builtin.counters-sysfs.options.keep_file_open",
+            ),
+            (
+                "counters-sysfs",
+                "keep_files_open = \"nevr\"",
+                "plugins.builtin.counters-sysfs.options.keep_files_open",
+            ),
+            (
+                "counters-sysfs",
+                "device_timeout = \"0s\"",
+                "plugins.builtin.counters-sysfs.options.device_timeout",
+            ),
+            (
+                "discovery-sysfs",
+                "includ = [\"mlx5_*\"]",
+                "plugins.builtin.discovery-sysfs.options.includ",
+            ),
+            (
+                "discovery-sysfs",
+                "include = [\"[bad\"]",
+                "plugins.builtin.discovery-sysfs.options.include",
+            ),
+            (
+                "qos-linux",
+                "priority = 3",
+                "plugins.builtin.qos-linux.options.priority",
+            ),
+            (
+                "kernel-log",
+                "pattern = {}",
+                "plugins.builtin.kernel-log.options.pattern",
+            ),
+            (
+                "resources",
+                "max_workloads = 0",
+                "plugins.builtin.resources.options",
+            ),
+            (
+                "counters-ethtool",
+                "raw_include = \"[\"",
+                "plugins.builtin.counters-ethtool.options.raw_include",
+            ),
+        ] {
+            let e = parse(&format!("[plugins.builtin.{plugin}.options]\n{options}\n"))
+                .expect_err(options)
+                .to_string();
+            assert!(e.contains(key), "{plugin} {options}: {e}");
+        }
+        parse("[plugins.builtin.counters-sysfs.options]\nkeep_files_open = \"never\"\ndevice_timeout = \"2s\"\n").unwrap();
     }
 
     #[test]

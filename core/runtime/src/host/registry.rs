@@ -19,9 +19,17 @@ use crate::selfmetrics::SelfMetrics;
 /// How a built-in plugin is made.
 pub type Factory = fn() -> Instance;
 
-/// A built-in plugin: its name and constructor. The agent hands the registry its explicit
-/// list (`BUILTINS` in the agent crate); this crate knows no plugin.
-pub type Builtin = (&'static str, Factory);
+/// A built-in plugin: its name, its constructor and its options' check. The agent hands
+/// the registry its explicit list (`BUILTINS` in the agent crate); this crate knows no
+/// plugin.
+#[derive(Clone, Copy)]
+pub struct Builtin {
+    pub name: &'static str,
+    pub make: Factory,
+    /// Decodes and checks the plugin's options (its `Options`, `deny_unknown_fields`):
+    /// `config check` asks it, and names the key at fault.
+    pub check_options: fn(&serde_json::Value) -> Result<(), PluginError>,
+}
 
 /// A plugin instance in the role it plays.
 pub enum Instance {
@@ -226,8 +234,8 @@ impl Registry {
     pub fn build(host: &HostSettings<'_>, metrics: &SelfMetrics) -> Registry {
         let wanted = |k: PluginKind| host.kinds.is_none_or(|ks| ks.contains(&k));
         let mut entries = Vec::new();
-        for (name, make) in host.builtins {
-            let mut settings = host.plugins.builtin.get(*name).cloned().unwrap_or_default();
+        for &Builtin { name, make, .. } in host.builtins {
+            let mut settings = host.plugins.builtin.get(name).cloned().unwrap_or_default();
             merge_device_selection(&mut settings.options, host.devices);
             let instance = make();
             let enabled = settings.enabled && wanted(instance.kind());

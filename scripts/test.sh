@@ -24,9 +24,17 @@ fi
 echo "== cargo test"
 mkdir -p target
 log=target/test-output.log
-# Receiver tests fail (not skip) when a receiver is missing: install-test-deps put them there.
+# Every component is required here (a plain `cargo test` skips what is missing, saying
+# so): a receiver or the lab image that is missing fails its test, and any SKIPPED line
+# fails the run.
+ROCEWATCH_REQUIRE_ALL=1 \
 ROCEWATCH_VICTORIA_METRICS="$top/.cache/victoria-metrics/usr/bin/victoria-metrics" \
 ROCEWATCH_PROMETHEUS="$top/.cache/prometheus/usr/bin/prometheus" \
   cargo test --workspace --all-features "${filter[@]}" 2>&1 | tee "$log"
 # One closing line for the whole run (cargo prints one per test binary).
-awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+awk '/^test result:/ { p += $4; f += $6; i += $8 } /^SKIPPED: / { s += 1 } END { printf "%d passed, %d failed, %d ignored, %d skipped\n", p, f, i, s }' "$log"
+if grep -q '^SKIPPED: ' "$log"; then
+  echo "test.sh: a test was skipped (see the SKIPPED lines above): scripts/test.sh runs every test" >&2
+  grep '^SKIPPED: ' "$log" >&2
+  exit 1
+fi

@@ -12,8 +12,10 @@
 //! - `rocewatch discover` agrees with `ibv_devinfo -v` and `rdma link show`.
 //!
 //! The lab needs root, QEMU and debootstrap (installed by scripts/install-test-deps.sh,
-//! which also builds the image into .cache/rxe-lab). A lab that cannot boot fails the
-//! test; ROCEWATCH_SKIP_LAB=1 skips it knowingly, saying so.
+//! which also builds the image into .cache/rxe-lab). Without the image or QEMU a plain
+//! `cargo test` says SKIPPED and how to get them; `scripts/test.sh` (and CI) requires them
+//! (`ROCEWATCH_REQUIRE_ALL=1`). A lab that cannot boot fails the test;
+//! ROCEWATCH_SKIP_LAB=1 skips it knowingly outside scripts/test.sh, saying so.
 
 use std::collections::BTreeMap;
 use std::net::Ipv6Addr;
@@ -40,8 +42,21 @@ fn probe_lab() -> Option<&'static Path> {
 /// plugin built here are shared with the guests.
 fn run_lab(script: &str) -> Option<PathBuf> {
     {
-        if std::env::var("ROCEWATCH_SKIP_LAB").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: soft-RoCE lab (ROCEWATCH_SKIP_LAB=1); this test did not run");
+        if std::env::var("ROCEWATCH_SKIP_LAB").as_deref() == Ok("1") && !require_all() {
+            skipped("soft-RoCE lab (ROCEWATCH_SKIP_LAB=1); this test did not run");
+            return None;
+        }
+        // The lab image scripts/install-test-deps.sh builds, and QEMU to boot it.
+        let image = root().join(".cache/rxe-lab");
+        let built = ["kernel", "base.cpio.gz"].iter().all(|f| image.join(f).is_file());
+        let qemu = std::env::var_os("PATH").is_some_and(|paths| {
+            std::env::split_paths(&paths).any(|d| d.join("qemu-system-x86_64").is_file())
+        });
+        if !built || !qemu {
+            missing(
+                if qemu { "the soft-RoCE lab image (.cache/rxe-lab)" } else { "qemu-system-x86_64" },
+                "run scripts/install-test-deps.sh (it installs QEMU and builds the lab image, about a minute)",
+            );
             return None;
         }
         // One lab at a time: two pairs of emulated guests on two cores starve each other.

@@ -80,6 +80,8 @@ pub const BANDWIDTH: Bounds = bounds(SECOND, MINUTE);
 /// How long a command runs or watches (`run --duration`, `capture --duration`, `doctor
 /// --window`, ...).
 pub const RUN_FOR: Bounds = bounds(MS, Duration::from_secs(366 * 86_400));
+/// A web configuration's `rate_limit.interval` (one request more per interval).
+pub const RATE_INTERVAL: Bounds = bounds(MS, HOUR);
 /// `doctor --window`: counters watched for less than 100 ms say nothing.
 pub const WATCH: Bounds = bounds(Duration::from_millis(100), HOUR);
 /// `doctor --log-window`: how far back the kernel log is read. A recorded `kern.log` or

@@ -508,6 +508,11 @@ mod tests {
                 "rate_limit:\n  burst: 1\n  interval: soon\n",
                 "rate_limit.interval",
             ),
+            // Bounded as every duration is (issue 27: 18446744073709551615s was taken).
+            (
+                "rate_limit:\n  burst: 1\n  interval: 18446744073709551615s\n",
+                "is more than this setting allows: at most 1h",
+            ),
         ] {
             let e = f.error(yaml);
             assert!(e.contains(want), "{yaml}: {e}");

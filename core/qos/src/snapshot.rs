@@ -52,11 +52,9 @@ impl Snapshot {
     /// Written whole to a temporary file of a random name, flushed, renamed over `path`
     /// (see [`rocewatch_runtime::util::fs::write_atomic`]); the directory is created when missing.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        rocewatch_runtime::util::fs::create_trusted_dir(dir)?;
+        rocewatch_runtime::util::fs::create_trusted_dir(rocewatch_runtime::util::fs::parent_of(
+            path,
+        ))?;
         let mut body = serde_json::to_vec_pretty(self).expect("plain data");
         body.push(b'\n');
         rocewatch_runtime::util::fs::write_atomic(path, &body, SNAPSHOT_MODE)?;

@@ -313,10 +313,7 @@ impl AuditLog {
     /// any other missing directory is an error (a typo must not create `/nonexistent/dir`
     /// as root).
     pub fn prepare(&self) -> Result<(), AuditError> {
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => std::path::Path::new("."),
-        };
+        let dir = crate::util::fs::parent_of(&self.path);
         let state = state_dir();
         if !dir.is_dir() {
             if dir != state {

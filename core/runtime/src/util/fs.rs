@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 pub enum FsError {
     #[error("{path} is a symbolic link: refused (rocewatch never follows a link in place of a file it writes or trusts; remove the link)")]
     Link { path: String },
-    #[error("{path}: the {kind} is owned by {owner}, not by root: refused (running as root, rocewatch writes in and trusts only files and directories root owns, which no other user can swap for a link; chown it to root, or point rocewatch at a directory root owns)")]
+    #[error("{path}: the {kind} is owned by {owner}, not by root: refused (running as root, rocewatch writes in and trusts only files and directories root owns, which no other user can swap for a link; run the command as that user, or point root's commands at a directory root owns: STATE_DIRECTORY, or ROCEWATCH_REMEDIATION__AUDIT_LOG and ROCEWATCH_QOS__SNAPSHOT_DIR; see docs/OPERATIONS.md)")]
     Owner {
         path: String,
         kind: &'static str,
@@ -216,7 +216,7 @@ fn walk(path: &Path, links: &mut u32) -> Result<PathBuf, FsError> {
 }
 
 /// The directory a file of `path` lives in (`.` for a bare name).
-fn parent_of(path: &Path) -> &Path {
+pub fn parent_of(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -366,24 +366,13 @@ pub fn read_trusted(path: &Path) -> Result<Vec<u8>, FsError> {
     Ok(out)
 }
 
-/// 64 bits nobody can guess: `RandomState` keys come from the OS's random source.
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
 /// Replaces `path` whole with `contents` (a reader sees the old file or the new one, never
-/// half of one): a temporary file `.NAME.RANDOM.tmp` created with `O_EXCL|O_NOFOLLOW` and
-/// `mode` (less the umask) in `path`'s trusted directory, written, flushed, renamed over
-/// `path` (a link at `path` is replaced, not followed); the directory is flushed after.
+/// half of one): a temporary file `.NAME.RANDOM.tmp` in `path`'s trusted directory, made by
+/// `tempfile` with `O_CREAT|O_EXCL` (a link planted at that name is refused, not followed)
+/// and `mode` (less the umask), written, flushed, renamed over `path` (a link at `path` is
+/// replaced, not followed); the directory is flushed after.
 pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), FsError> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = parent_of(path);
     trusted_dir(dir)?;
     let name = path.file_name().ok_or_else(|| {
@@ -393,37 +382,20 @@ pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), FsErr
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"),
         )
     })?;
-    let (tmp, mut f) = {
-        let mut tries = 0;
-        loop {
-            let mut n = OsString::from(".");
-            n.push(name);
-            n.push(format!(".{:016x}.tmp", random_u64()));
-            let tmp = dir.join(n);
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(mode)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)
-            {
-                Ok(f) => break (tmp, f),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 16 => {
-                    tries += 1;
-                }
-                Err(e) => return Err(FsError::io(&tmp, "create a temporary file", e)),
-            }
-        }
-    };
-    let r = f
-        .write_all(contents)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| FsError::io(&tmp, "write", e))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| FsError::io(path, "rename", e)));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r?;
+    let mut prefix = OsString::from(".");
+    prefix.push(name);
+    prefix.push(".");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)
+        .map_err(|e| FsError::io(dir, "create a temporary file", e))?;
+    tmp.write_all(contents)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| FsError::io(tmp.path(), "write", e))?;
+    tmp.persist(path)
+        .map_err(|e| FsError::io(path, "rename", e.error))?;
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }

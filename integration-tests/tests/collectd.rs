@@ -145,15 +145,6 @@ fn wait_value(c: &Collectd, host: &str, plugin_dir: &str, prefix: &str) -> Optio
     None
 }
 
-fn raw(dev: &str, file: &str) -> f64 {
-    let p = fixture("mlx5-roce-dual-port")
-        .join("class/infiniband")
-        .join(dev)
-        .join("ports/1")
-        .join(file);
-    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
-}
-
 fn run_agent(port: u16, host: &str, security: &str) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("rw.toml");
@@ -177,11 +168,14 @@ fn check_values(c: &Collectd, host: &str) {
         .unwrap_or_else(|| panic!("no CSV for {host}: {}", c.log()));
     assert_eq!(
         io,
-        4.0 * raw("mlx5_0", "counters/port_xmit_data"),
+        4.0 * (mlx5_counter("mlx5_0", "counters/port_xmit_data") as f64),
         "DERIVE counter, in bytes"
     );
     let cnp = wait_value(c, host, "rdma-mlx5_1-1", "rdma_port_cnp_sent").unwrap();
-    assert_eq!(cnp, raw("mlx5_1", "hw_counters/np_cnp_sent"));
+    assert_eq!(
+        cnp,
+        (mlx5_counter("mlx5_1", "hw_counters/np_cnp_sent") as f64)
+    );
     let rate = wait_value(c, host, "rdma-mlx5_1-1", "rdma_port_rate").unwrap();
     assert_eq!(rate, 100e9, "GAUGE");
     assert!(
@@ -305,7 +299,7 @@ fn collect_once_collectd_format_is_putval() {
         .lines()
         .find(|l| l.contains("/rdma-mlx5_0-1/rdma_port_io-transmit\""))
         .unwrap();
-    let want = 4.0 * raw("mlx5_0", "counters/port_xmit_data");
+    let want = 4.0 * (mlx5_counter("mlx5_0", "counters/port_xmit_data") as f64);
     assert!(
         line.starts_with("PUTVAL \"h1/rdma-mlx5_0-1/rdma_port_io-transmit\" interval=10.000 "),
         "{line}"

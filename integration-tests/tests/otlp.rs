@@ -122,15 +122,6 @@ fn wait_for(vm: &Vm, promql: &str, n: usize) -> Vec<(serde_json::Value, f64)> {
     }
 }
 
-fn raw(dev: &str, file: &str) -> f64 {
-    let p = fixture("mlx5-roce-dual-port")
-        .join("class/infiniband")
-        .join(dev)
-        .join("ports/1")
-        .join(file);
-    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
-}
-
 #[test]
 fn otlp_http_to_victoriametrics_matches_the_fixture() {
     let Some(vm) = victoria_metrics() else {
@@ -167,12 +158,15 @@ fn otlp_http_to_victoriametrics_matches_the_fixture() {
             "transmit" => "counters/port_xmit_data",
             _ => "counters/port_rcv_data",
         };
-        assert_eq!(*value, 4.0 * raw(dev, file), "{labels}");
+        assert_eq!(*value, 4.0 * (mlx5_counter(dev, file) as f64), "{labels}");
         assert_eq!(labels["host_name"], "fixture-host");
         assert_eq!(labels["service_name"], "rocewatch");
     }
     let cnp = wait_for(&vm, "rdma_port_cnp_sent_total{rdma_device=\"mlx5_1\"}", 1);
-    assert_eq!(cnp[0].1, raw("mlx5_1", "hw_counters/np_cnp_sent"));
+    assert_eq!(
+        cnp[0].1,
+        (mlx5_counter("mlx5_1", "hw_counters/np_cnp_sent") as f64)
+    );
     let rate = wait_for(&vm, "rdma_port_rate_bit_per_second", 2);
     assert!(rate.iter().all(|(_, v)| *v == 100e9), "{rate:?}");
     let emitted = wait_for(&vm, "rocewatch_samples_emitted_total", 1);
@@ -331,19 +325,6 @@ pub(crate) mod grpc {
             sum.aggregation_temporality,
             AggregationTemporality::Cumulative as i32
         );
-        let raw = |dev: &str, f: &str| -> i64 {
-            std::fs::read_to_string(
-                fixture("mlx5-roce-dual-port")
-                    .join("class/infiniband")
-                    .join(dev)
-                    .join("ports/1")
-                    .join(f),
-            )
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-        };
         let point = sum
             .data_points
             .iter()
@@ -356,7 +337,10 @@ pub(crate) mod grpc {
             Some(number_data_point::Value::AsInt(v)) => v,
             other => panic!("integer value expected, got {other:?}"),
         };
-        assert_eq!(value, 4 * raw("mlx5_1", "counters/port_rcv_data"));
+        assert_eq!(
+            value,
+            4 * mlx5_counter("mlx5_1", "counters/port_rcv_data") as i64
+        );
         assert!(
             point.start_time_unix_nano > 0 && point.start_time_unix_nano <= point.time_unix_nano
         );

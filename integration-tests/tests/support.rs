@@ -26,6 +26,26 @@ pub fn fixture(case: &str) -> PathBuf {
         .join("sys")
 }
 
+/// The value of counter `file` of port 1 of `device` in the fixture tree `case`, as the
+/// kernel would print it (before the catalog's scale).
+pub fn fixture_counter(case: &str, device: &str, file: &str) -> u64 {
+    let p = fixture(case)
+        .join("class/infiniband")
+        .join(device)
+        .join("ports/1")
+        .join(file);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// [`fixture_counter`] of the mlx5 dual-port tree.
+pub fn mlx5_counter(device: &str, file: &str) -> u64 {
+    fixture_counter("mlx5-roce-dual-port", device, file)
+}
+
 pub struct Artifacts {
     pub rocewatch: PathBuf,
     pub example_so: PathBuf,

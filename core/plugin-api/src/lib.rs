@@ -16,11 +16,13 @@ pub mod bandwidth;
 pub mod model;
 pub mod options;
 pub mod traits;
+pub mod unsupported;
 
 pub use attributes::{AttrSet, SetCache};
 pub use bandwidth::*;
 pub use model::*;
 pub use traits::*;
+pub use unsupported::UnsupportedHere;
 
 /// An error returned by a plugin call.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]

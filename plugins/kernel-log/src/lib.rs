@@ -18,7 +18,7 @@ pub struct KernelLog {
     tally: Tally,
     overwritten: u64,
     /// Why `start` found nothing to read (said again by every `collect`).
-    unsupported: Option<String>,
+    unsupported: UnsupportedHere,
     /// The (pattern, device) series reported so far.
     reported: std::collections::BTreeSet<(String, String)>,
 }
@@ -39,19 +39,14 @@ impl Plugin for KernelLog {
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
         self.stop();
         // Nothing to read is not a failure to start: `collect` says why, once.
-        match self.open(ctx) {
-            Err(PluginError::Unsupported(why)) => {
-                self.unsupported = Some(why);
-                Ok(())
-            }
-            r => r,
-        }
+        let opened = self.open(ctx);
+        self.unsupported.start(opened)
     }
 
     fn stop(&mut self) {
         self.reader = None;
         self.matcher = None;
-        self.unsupported = None;
+        self.unsupported.clear();
     }
 }
 
@@ -86,11 +81,9 @@ impl CollectorPlugin for KernelLog {
     }
 
     fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
+        self.unsupported.check()?;
         let (Some(reader), Some(matcher)) = (self.reader.as_mut(), self.matcher.as_ref()) else {
-            return Err(match &self.unsupported {
-                Some(why) => PluginError::Unsupported(why.clone()),
-                None => PluginError::Failed("kernel-log: not started".into()),
-            });
+            return Err(PluginError::Failed("kernel-log: not started".into()));
         };
         let batch = reader
             .read_available(MAX_PER_COLLECTION)

@@ -84,7 +84,7 @@ pub struct Resources {
     opts: Option<Options>,
     filter: Option<DeviceFilter>,
     proc_root: PathBuf,
-    unsupported: Option<String>,
+    unsupported: UnsupportedHere,
     /// pid -> its workload, when it was read, and when the process started (a pid reused
     /// by a new process is read again).
     cache: HashMap<u32, (Workload, Instant, Option<u64>)>,
@@ -259,18 +259,13 @@ impl Plugin for Resources {
 
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
         self.stop();
-        match self.open(ctx) {
-            Err(PluginError::Unsupported(why)) => {
-                self.unsupported = Some(why);
-                Ok(())
-            }
-            r => r,
-        }
+        let opened = self.open(ctx);
+        self.unsupported.start(opened)
     }
 
     fn stop(&mut self) {
         self.nl = None;
-        self.unsupported = None;
+        self.unsupported.clear();
         self.cache.clear();
         self.seen.clear();
         self.refused.clear();
@@ -284,9 +279,7 @@ impl CollectorPlugin for Resources {
     }
 
     fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
-        if let Some(why) = &self.unsupported {
-            return Err(PluginError::Unsupported(why.clone()));
-        }
+        self.unsupported.check()?;
         let (Some(nl), Some(opts)) = (self.nl.as_mut(), self.opts.as_ref()) else {
             return Err(PluginError::failed("resources: not started"));
         };

@@ -207,8 +207,20 @@ fn faulty_plugins_are_contained_named_and_counted() {
                 .contains("`call` is a null pointer"),
             "{null:?}"
         );
-        assert_eq!(agent.metrics().plugin_errors("wrong_abi", "abi"), 1);
-        assert_eq!(agent.metrics().plugin_errors("no_symbol", "load"), 1);
+        assert_eq!(
+            agent.metrics().plugin_errors(
+                "wrong_abi",
+                rocewatch_metrics::labels::PluginErrorReason::Abi
+            ),
+            1
+        );
+        assert_eq!(
+            agent.metrics().plugin_errors(
+                "no_symbol",
+                rocewatch_metrics::labels::PluginErrorReason::Load
+            ),
+            1
+        );
 
         // Two rounds of collection with panicking, failing and hanging collectors.
         let started = std::time::Instant::now();
@@ -252,15 +264,41 @@ fn faulty_plugins_are_contained_named_and_counted() {
                 .any(|e| e.contains(&fault) && e.contains("still running")),
             "second call of the hung plugin is skipped: {all:#?}"
         );
-        assert_eq!(agent.metrics().plugin_errors("fault", "panic"), 2);
-        assert_eq!(agent.metrics().plugin_errors("fault", "error"), 2);
-        assert_eq!(agent.metrics().plugin_errors("fault", "timeout"), 1);
-        assert_eq!(agent.metrics().plugin_errors("fault", "busy"), 1);
+        assert_eq!(
+            agent
+                .metrics()
+                .plugin_errors("fault", rocewatch_metrics::labels::PluginErrorReason::Panic),
+            2
+        );
+        assert_eq!(
+            agent
+                .metrics()
+                .plugin_errors("fault", rocewatch_metrics::labels::PluginErrorReason::Error),
+            2
+        );
+        assert_eq!(
+            agent.metrics().plugin_errors(
+                "fault",
+                rocewatch_metrics::labels::PluginErrorReason::Timeout
+            ),
+            1
+        );
+        assert_eq!(
+            agent
+                .metrics()
+                .plugin_errors("fault", rocewatch_metrics::labels::PluginErrorReason::Busy),
+            1
+        );
         // The fault plugin's discovery kind always panics: caught, and discovery of the
         // built-in plugin still returns the devices.
         let inv = agent.discover().await.unwrap();
         assert_eq!(inv.devices.len(), 2);
-        assert!(agent.metrics().plugin_errors("fault", "panic") >= 3);
+        assert!(
+            agent
+                .metrics()
+                .plugin_errors("fault", rocewatch_metrics::labels::PluginErrorReason::Panic)
+                >= 3
+        );
 
         // Self-metrics are exported as samples too.
         let selfm = agent.metrics().samples();

@@ -902,3 +902,65 @@ fn the_checker_sees_a_cycle_and_a_wrong_layer() {
         ["a::b", "a::c::d", "a::c::e as f"]
     );
 }
+
+/// The file where metric names are spelt: every other production line names a metric
+/// through `rocewatch_metrics::names`, so a rename breaks the build rather than a run.
+const NAMES_HOME: &str = "core/metrics/src/names.rs";
+
+/// Each production line of `text` (comments and test modules left out) that spells one of
+/// `names` as a string literal: `(line number, name)`.
+fn metric_literals(text: &str, names: &[&str]) -> Vec<(usize, String)> {
+    let (prod, _) = production(&strip_comments(text));
+    let mut out = Vec::new();
+    for (i, line) in prod.iter().enumerate() {
+        for lit in line.split('"').skip(1).step_by(2) {
+            if names.contains(&lit) {
+                out.push((i + 1, lit.to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_metric_name_is_a_string_outside_the_catalog() {
+    let names = rocewatch_metrics::names::ALL;
+    let mut problems = Vec::new();
+    for src in crate_sources() {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for f in files {
+            let rel = f.strip_prefix(workspace()).unwrap_or(&f).to_path_buf();
+            if rel == Path::new(NAMES_HOME) {
+                continue;
+            }
+            for (line, name) in metric_literals(&std::fs::read_to_string(&f).unwrap(), names) {
+                problems.push(format!(
+                    "{}:{line}: \"{name}\" spelt as a string: use rocewatch_metrics::names",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_metric_literal_check_sees_a_planted_name_and_nothing_else() {
+    let text = r#"use rocewatch_metrics::names;
+// "rdma.port.io" in a comment is fine
+fn f(name: &str) -> bool {
+    name == names::PORT_IO || name == "rdma.port.io" // planted
+}
+const OTHER: &str = "rdma.port.iox";
+
+#[cfg(test)]
+mod tests {
+    const IN_TEST: &str = "rdma.port.io";
+}
+"#;
+    assert_eq!(
+        metric_literals(text, rocewatch_metrics::names::ALL),
+        vec![(4, "rdma.port.io".to_string())]
+    );
+}

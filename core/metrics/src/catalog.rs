@@ -2,6 +2,8 @@
 
 use rocewatch_plugin_api::{MetricDescriptor, MetricKind};
 
+use crate::names;
+
 /// Attribute naming the RDMA device (`mlx5_0`).
 pub const ATTR_DEVICE: &str = "rdma.device";
 /// Attribute naming the port number (`1`).
@@ -12,6 +14,16 @@ pub const ATTR_NETDEV: &str = "network.interface.name";
 pub const ATTR_DIRECTION: &str = "network.io.direction";
 /// For counters without a catalog entry: the kernel's own name.
 pub const ATTR_COUNTER: &str = "rdma.counter";
+/// The IEEE 802.1p priority (`0` to `7`) of a per-priority counter.
+pub const ATTR_PRIORITY: &str = "rdma.priority";
+/// `requester` or `responder`: which side of a queue pair counted the event.
+pub const ATTR_SIDE: &str = "rdma.side";
+/// The verb counted (`read`, `write`, `atomic`, `send`, `recv`).
+pub const ATTR_OPERATION: &str = "rdma.operation";
+/// Why a retry counter counted (soft-RoCE).
+pub const ATTR_CAUSE: &str = "rdma.cause";
+/// For driver statistics without a catalog entry: ethtool's own name.
+pub const ATTR_DRIVER_STAT: &str = "rdma.driver_stat";
 
 /// One metric as read from one kernel source.
 #[derive(Debug, Clone, Copy)]
@@ -72,11 +84,11 @@ const PORT: &str = "every port";
 /// Every metric read from a port directory.
 pub static CATALOG: &[CatalogEntry] = &[
     // ---- state (gauges)
-    entry!("rdma.port.up", "1", Gauge, "state", NONE, 1, PORT,
+    entry!(names::PORT_UP, "1", Gauge, "state", NONE, 1, PORT,
         "1 when the port is ACTIVE and its physical state LinkUp, else 0 (from `state` and `phys_state`)."),
-    entry!("rdma.port.rate", "bit/s", Gauge, "rate", NONE, 1, PORT,
+    entry!(names::PORT_RATE, "bit/s", Gauge, "rate", NONE, 1, PORT,
         "Negotiated port rate, parsed from `rate` (`100 Gb/sec (4X EDR)`)."),
-    entry!("rdma.netdev.mtu", "By", Gauge, "class/net/<netdev>/mtu", NONE, 1, "ports with a netdev",
+    entry!(names::NETDEV_MTU, "By", Gauge, "class/net/<netdev>/mtu", NONE, 1, "ports with a netdev",
         "MTU of the port's netdev."),
     // ---- IB PortCounters (counters/): the PMA attributes of drivers/infiniband/core/sysfs.c
     // (PORT_PMA_ATTR: symbol_error ... port_rcv_packets; PORT_PMA_ATTR_EXT, when the
@@ -84,231 +96,231 @@ pub static CATALOG: &[CatalogEntry] = &[
     // and unicast_/multicast_{xmit,rcv}_packets, without a `port_` prefix). The kernel
     // creates no `port_rcv_discards` (the procfs parser knows it from other exporters'
     // lists; no mainline PMA table has it), so it is not catalogued.
-    entry!("rdma.port.io", "By", Counter, "counters/port_xmit_data", TX, 4, IB,
+    entry!(names::PORT_IO, "By", Counter, "counters/port_xmit_data", TX, 4, IB,
         "Data octets transmitted. The kernel counts 4-octet words; the value is converted to bytes (×4)."),
-    entry!("rdma.port.io", "By", Counter, "counters/port_rcv_data", RX, 4, IB,
+    entry!(names::PORT_IO, "By", Counter, "counters/port_rcv_data", RX, 4, IB,
         "Data octets received. The kernel counts 4-octet words; the value is converted to bytes (×4)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "counters/port_xmit_packets", TX, 1, IB,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "counters/port_xmit_packets", TX, 1, IB,
         "Packets transmitted."),
-    entry!("rdma.port.packets", "{packet}", Counter, "counters/port_rcv_packets", RX, 1, IB,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "counters/port_rcv_packets", RX, 1, IB,
         "Packets received."),
-    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/unicast_xmit_packets", TX, 1, IB,
+    entry!(names::PORT_UNICAST_PACKETS, "{packet}", Counter, "counters/unicast_xmit_packets", TX, 1, IB,
         "Unicast packets transmitted."),
-    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters/unicast_rcv_packets", RX, 1, IB,
+    entry!(names::PORT_UNICAST_PACKETS, "{packet}", Counter, "counters/unicast_rcv_packets", RX, 1, IB,
         "Unicast packets received."),
-    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/multicast_xmit_packets", TX, 1, IB,
+    entry!(names::PORT_MULTICAST_PACKETS, "{packet}", Counter, "counters/multicast_xmit_packets", TX, 1, IB,
         "Multicast packets transmitted."),
-    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters/multicast_rcv_packets", RX, 1, IB,
+    entry!(names::PORT_MULTICAST_PACKETS, "{packet}", Counter, "counters/multicast_rcv_packets", RX, 1, IB,
         "Multicast packets received."),
-    entry!("rdma.port.symbol_errors", "{error}", Counter, "counters/symbol_error", NONE, 1, IB,
+    entry!(names::PORT_SYMBOL_ERRORS, "{error}", Counter, "counters/symbol_error", NONE, 1, IB,
         "Minor link errors detected on one or more physical lanes."),
-    entry!("rdma.port.receive.errors", "{packet}", Counter, "counters/port_rcv_errors", NONE, 1, IB,
+    entry!(names::PORT_RECEIVE_ERRORS, "{packet}", Counter, "counters/port_rcv_errors", NONE, 1, IB,
         "Received packets containing an error."),
-    entry!("rdma.port.receive.remote_physical_errors", "{packet}", Counter, "counters/port_rcv_remote_physical_errors", NONE, 1, IB,
+    entry!(names::PORT_RECEIVE_REMOTE_PHYSICAL_ERRORS, "{packet}", Counter, "counters/port_rcv_remote_physical_errors", NONE, 1, IB,
         "Received packets marked with the EBP delimiter (remote physical error)."),
-    entry!("rdma.port.receive.switch_relay_errors", "{packet}", Counter, "counters/port_rcv_switch_relay_errors", NONE, 1, IB,
+    entry!(names::PORT_RECEIVE_SWITCH_RELAY_ERRORS, "{packet}", Counter, "counters/port_rcv_switch_relay_errors", NONE, 1, IB,
         "Received packets discarded because they could not be forwarded by the switch relay."),
-    entry!("rdma.port.transmit.discards", "{packet}", Counter, "counters/port_xmit_discards", NONE, 1, IB,
+    entry!(names::PORT_TRANSMIT_DISCARDS, "{packet}", Counter, "counters/port_xmit_discards", NONE, 1, IB,
         "Outbound packets discarded because the port was down or congested."),
-    entry!("rdma.port.constraint_errors", "{packet}", Counter, "counters/port_xmit_constraint_errors", TX, 1, IB,
+    entry!(names::PORT_CONSTRAINT_ERRORS, "{packet}", Counter, "counters/port_xmit_constraint_errors", TX, 1, IB,
         "Packets not transmitted because of outbound raw filtering."),
-    entry!("rdma.port.constraint_errors", "{packet}", Counter, "counters/port_rcv_constraint_errors", RX, 1, IB,
+    entry!(names::PORT_CONSTRAINT_ERRORS, "{packet}", Counter, "counters/port_rcv_constraint_errors", RX, 1, IB,
         "Packets discarded because of inbound raw filtering."),
-    entry!("rdma.port.local_link_integrity_errors", "{error}", Counter, "counters/local_link_integrity_errors", NONE, 1, IB,
+    entry!(names::PORT_LOCAL_LINK_INTEGRITY_ERRORS, "{error}", Counter, "counters/local_link_integrity_errors", NONE, 1, IB,
         "Times the local physical errors exceeded the threshold."),
-    entry!("rdma.port.excessive_buffer_overrun_errors", "{error}", Counter, "counters/excessive_buffer_overrun_errors", NONE, 1, IB,
+    entry!(names::PORT_EXCESSIVE_BUFFER_OVERRUN_ERRORS, "{error}", Counter, "counters/excessive_buffer_overrun_errors", NONE, 1, IB,
         "Times consecutive flow-control update periods had buffer overruns."),
-    entry!("rdma.port.link_downed", "{event}", Counter, "counters/link_downed", NONE, 1, IB,
+    entry!(names::PORT_LINK_DOWNED, "{event}", Counter, "counters/link_downed", NONE, 1, IB,
         "Times the link error recovery process failed and the link went down."),
-    entry!("rdma.port.link_error_recovery", "{event}", Counter, "counters/link_error_recovery", NONE, 1, IB,
+    entry!(names::PORT_LINK_ERROR_RECOVERY, "{event}", Counter, "counters/link_error_recovery", NONE, 1, IB,
         "Times the link error recovery process completed successfully."),
-    entry!("rdma.port.vl15_dropped", "{packet}", Counter, "counters/VL15_dropped", NONE, 1, IB,
+    entry!(names::PORT_VL15_DROPPED, "{packet}", Counter, "counters/VL15_dropped", NONE, 1, IB,
         "Incoming VL15 (subnet management) packets dropped."),
-    entry!("rdma.port.transmit.wait", "{tick}", Counter, "counters/port_xmit_wait", NONE, 1, IB,
+    entry!(names::PORT_TRANSMIT_WAIT, "{tick}", Counter, "counters/port_xmit_wait", NONE, 1, IB,
         "Ticks during which the port had data to transmit but none was sent (back-pressure)."),
     // ---- IB PortCountersExtended (counters_ext/): same series as counters/, 64-bit.
-    entry!("rdma.port.io", "By", Counter, "counters_ext/port_xmit_data_64", TX, 4, IB_EXT,
+    entry!(names::PORT_IO, "By", Counter, "counters_ext/port_xmit_data_64", TX, 4, IB_EXT,
         "Data octets transmitted (64-bit counter, 4-octet words converted to bytes)."),
-    entry!("rdma.port.io", "By", Counter, "counters_ext/port_rcv_data_64", RX, 4, IB_EXT,
+    entry!(names::PORT_IO, "By", Counter, "counters_ext/port_rcv_data_64", RX, 4, IB_EXT,
         "Data octets received (64-bit counter, 4-octet words converted to bytes)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "counters_ext/port_xmit_packets_64", TX, 1, IB_EXT,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "counters_ext/port_xmit_packets_64", TX, 1, IB_EXT,
         "Packets transmitted (64-bit counter)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "counters_ext/port_rcv_packets_64", RX, 1, IB_EXT,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "counters_ext/port_rcv_packets_64", RX, 1, IB_EXT,
         "Packets received (64-bit counter)."),
-    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters_ext/port_unicast_xmit_packets", TX, 1, IB_EXT,
+    entry!(names::PORT_UNICAST_PACKETS, "{packet}", Counter, "counters_ext/port_unicast_xmit_packets", TX, 1, IB_EXT,
         "Unicast packets transmitted (64-bit counter)."),
-    entry!("rdma.port.unicast.packets", "{packet}", Counter, "counters_ext/port_unicast_rcv_packets", RX, 1, IB_EXT,
+    entry!(names::PORT_UNICAST_PACKETS, "{packet}", Counter, "counters_ext/port_unicast_rcv_packets", RX, 1, IB_EXT,
         "Unicast packets received (64-bit counter)."),
-    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters_ext/port_multicast_xmit_packets", TX, 1, IB_EXT,
+    entry!(names::PORT_MULTICAST_PACKETS, "{packet}", Counter, "counters_ext/port_multicast_xmit_packets", TX, 1, IB_EXT,
         "Multicast packets transmitted (64-bit counter)."),
-    entry!("rdma.port.multicast.packets", "{packet}", Counter, "counters_ext/port_multicast_rcv_packets", RX, 1, IB_EXT,
+    entry!(names::PORT_MULTICAST_PACKETS, "{packet}", Counter, "counters_ext/port_multicast_rcv_packets", RX, 1, IB_EXT,
         "Multicast packets received (64-bit counter)."),
     // ---- hw_counters/ (mlx5)
-    entry!("rdma.port.out_of_buffer", "{packet}", Counter, "hw_counters/out_of_buffer", NONE, 1, MLX5_BNXT,
+    entry!(names::PORT_OUT_OF_BUFFER, "{packet}", Counter, "hw_counters/out_of_buffer", NONE, 1, MLX5_BNXT,
         "Packets dropped because no receive WQE was posted (receive buffer exhausted)."),
-    entry!("rdma.port.out_of_sequence", "{packet}", Counter, "hw_counters/out_of_sequence", NONE, 1, MLX5,
+    entry!(names::PORT_OUT_OF_SEQUENCE, "{packet}", Counter, "hw_counters/out_of_sequence", NONE, 1, MLX5,
         "Out-of-sequence packets received (a sign of drops on the path)."),
-    entry!("rdma.port.duplicate_requests", "{packet}", Counter, "hw_counters/duplicate_request", NONE, 1, "mlx5, rxe",
+    entry!(names::PORT_DUPLICATE_REQUESTS, "{packet}", Counter, "hw_counters/duplicate_request", NONE, 1, "mlx5, rxe",
         "Duplicate requests received (the requester retransmitted)."),
-    entry!("rdma.port.packet_sequence_errors", "{event}", Counter, "hw_counters/packet_seq_err", NONE, 1, MLX5,
+    entry!(names::PORT_PACKET_SEQUENCE_ERRORS, "{event}", Counter, "hw_counters/packet_seq_err", NONE, 1, MLX5,
         "NAK sequence errors received."),
-    entry!("rdma.port.implied_nak_sequence_errors", "{event}", Counter, "hw_counters/implied_nak_seq_err", NONE, 1, MLX5,
+    entry!(names::PORT_IMPLIED_NAK_SEQUENCE_ERRORS, "{event}", Counter, "hw_counters/implied_nak_seq_err", NONE, 1, MLX5,
         "Implied NAK sequence errors (a read/atomic response skipped a PSN)."),
-    entry!("rdma.port.local_ack_timeouts", "{event}", Counter, "hw_counters/local_ack_timeout_err", NONE, 1, MLX5,
+    entry!(names::PORT_LOCAL_ACK_TIMEOUTS, "{event}", Counter, "hw_counters/local_ack_timeout_err", NONE, 1, MLX5,
         "ACK timer expirations on a requester QP (retransmission by timeout)."),
-    entry!("rdma.port.rnr_nak_retry_errors", "{event}", Counter, "hw_counters/rnr_nak_retry_err", NONE, 1, MLX5,
+    entry!(names::PORT_RNR_NAK_RETRY_ERRORS, "{event}", Counter, "hw_counters/rnr_nak_retry_err", NONE, 1, MLX5,
         "RNR NAKs received after the retry count was exceeded."),
-    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/req_cqe_error", &[("rdma.side", "requester")], 1, MLX5_BNXT,
+    entry!(names::PORT_CQE_ERRORS, "{event}", Counter, "hw_counters/req_cqe_error", &[(ATTR_SIDE, "requester")], 1, MLX5_BNXT,
         "Completions with error on the requester side."),
-    entry!("rdma.port.cqe_errors", "{event}", Counter, "hw_counters/resp_cqe_error", &[("rdma.side", "responder")], 1, MLX5_BNXT,
+    entry!(names::PORT_CQE_ERRORS, "{event}", Counter, "hw_counters/resp_cqe_error", &[(ATTR_SIDE, "responder")], 1, MLX5_BNXT,
         "Completions with error on the responder side."),
-    entry!("rdma.port.cqe_flush_errors", "{event}", Counter, "hw_counters/req_cqe_flush_error", &[("rdma.side", "requester")], 1, MLX5,
+    entry!(names::PORT_CQE_FLUSH_ERRORS, "{event}", Counter, "hw_counters/req_cqe_flush_error", &[(ATTR_SIDE, "requester")], 1, MLX5,
         "Flushed completions with error on the requester side."),
-    entry!("rdma.port.cqe_flush_errors", "{event}", Counter, "hw_counters/resp_cqe_flush_error", &[("rdma.side", "responder")], 1, MLX5,
+    entry!(names::PORT_CQE_FLUSH_ERRORS, "{event}", Counter, "hw_counters/resp_cqe_flush_error", &[(ATTR_SIDE, "responder")], 1, MLX5,
         "Flushed completions with error on the responder side."),
-    entry!("rdma.port.remote_access_errors", "{event}", Counter, "hw_counters/req_remote_access_errors", &[("rdma.side", "requester")], 1, MLX5,
+    entry!(names::PORT_REMOTE_ACCESS_ERRORS, "{event}", Counter, "hw_counters/req_remote_access_errors", &[(ATTR_SIDE, "requester")], 1, MLX5,
         "Remote access errors NAKed to the requester."),
-    entry!("rdma.port.remote_access_errors", "{event}", Counter, "hw_counters/resp_remote_access_errors", &[("rdma.side", "responder")], 1, MLX5,
+    entry!(names::PORT_REMOTE_ACCESS_ERRORS, "{event}", Counter, "hw_counters/resp_remote_access_errors", &[(ATTR_SIDE, "responder")], 1, MLX5,
         "Remote access errors detected by the responder."),
-    entry!("rdma.port.remote_invalid_requests", "{event}", Counter, "hw_counters/req_remote_invalid_request", NONE, 1, MLX5,
+    entry!(names::PORT_REMOTE_INVALID_REQUESTS, "{event}", Counter, "hw_counters/req_remote_invalid_request", NONE, 1, MLX5,
         "Invalid requests NAKed by the remote responder."),
-    entry!("rdma.port.local_length_errors", "{event}", Counter, "hw_counters/resp_local_length_error", NONE, 1, MLX5,
+    entry!(names::PORT_LOCAL_LENGTH_ERRORS, "{event}", Counter, "hw_counters/resp_local_length_error", NONE, 1, MLX5,
         "Responder local length errors (receive buffer too small)."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_read_requests", &[("rdma.operation", "read")], 1, MLX5_BNXT,
+    entry!(names::PORT_RECEIVED_REQUESTS, "{request}", Counter, "hw_counters/rx_read_requests", &[(ATTR_OPERATION, "read")], 1, MLX5_BNXT,
         "RDMA read requests received."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_write_requests", &[("rdma.operation", "write")], 1, MLX5_BNXT,
+    entry!(names::PORT_RECEIVED_REQUESTS, "{request}", Counter, "hw_counters/rx_write_requests", &[(ATTR_OPERATION, "write")], 1, MLX5_BNXT,
         "RDMA write requests received."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_atomic_requests", &[("rdma.operation", "atomic")], 1, MLX5_BNXT,
+    entry!(names::PORT_RECEIVED_REQUESTS, "{request}", Counter, "hw_counters/rx_atomic_requests", &[(ATTR_OPERATION, "atomic")], 1, MLX5_BNXT,
         "Atomic requests received."),
-    entry!("rdma.port.icrc_encapsulated", "{packet}", Counter, "hw_counters/rx_icrc_encapsulated", NONE, 1, MLX5,
+    entry!(names::PORT_ICRC_ENCAPSULATED, "{packet}", Counter, "hw_counters/rx_icrc_encapsulated", NONE, 1, MLX5,
         "RoCE packets received with an ICRC error."),
-    entry!("rdma.port.retransmissions.adaptive", "{event}", Counter, "hw_counters/roce_adp_retrans", NONE, 1, MLX5,
+    entry!(names::PORT_RETRANSMISSIONS_ADAPTIVE, "{event}", Counter, "hw_counters/roce_adp_retrans", NONE, 1, MLX5,
         "Adaptive retransmissions."),
-    entry!("rdma.port.retransmissions.adaptive_timeouts", "{event}", Counter, "hw_counters/roce_adp_retrans_to", NONE, 1, MLX5,
+    entry!(names::PORT_RETRANSMISSIONS_ADAPTIVE_TIMEOUTS, "{event}", Counter, "hw_counters/roce_adp_retrans_to", NONE, 1, MLX5,
         "Timeouts during adaptive retransmission."),
-    entry!("rdma.port.slow_restart", "{event}", Counter, "hw_counters/roce_slow_restart", NONE, 1, MLX5,
+    entry!(names::PORT_SLOW_RESTART, "{event}", Counter, "hw_counters/roce_slow_restart", NONE, 1, MLX5,
         "Slow restarts (the QP's rate was reset after a timeout)."),
-    entry!("rdma.port.slow_restart.cnps", "{packet}", Counter, "hw_counters/roce_slow_restart_cnps", NONE, 1, MLX5,
+    entry!(names::PORT_SLOW_RESTART_CNPS, "{packet}", Counter, "hw_counters/roce_slow_restart_cnps", NONE, 1, MLX5,
         "CNPs generated during slow restart."),
-    entry!("rdma.port.slow_restart.transitions", "{event}", Counter, "hw_counters/roce_slow_restart_trans", NONE, 1, MLX5,
+    entry!(names::PORT_SLOW_RESTART_TRANSITIONS, "{event}", Counter, "hw_counters/roce_slow_restart_trans", NONE, 1, MLX5,
         "Transitions from slow restart to normal state."),
-    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/rp_cnp_handled", NONE, 1, MLX5_BNXT,
+    entry!(names::PORT_CNP_HANDLED, "{packet}", Counter, "hw_counters/rp_cnp_handled", NONE, 1, MLX5_BNXT,
         "CNPs handled by the reaction point (this NIC slowed down)."),
-    entry!("rdma.port.cnp.ignored", "{packet}", Counter, "hw_counters/rp_cnp_ignored", NONE, 1, MLX5,
+    entry!(names::PORT_CNP_IGNORED, "{packet}", Counter, "hw_counters/rp_cnp_ignored", NONE, 1, MLX5,
         "CNPs received and ignored by the reaction point."),
-    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/np_cnp_sent", NONE, 1, MLX5,
+    entry!(names::PORT_CNP_SENT, "{packet}", Counter, "hw_counters/np_cnp_sent", NONE, 1, MLX5,
         "CNPs sent by the notification point (in answer to ECN-marked packets)."),
-    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/np_ecn_marked_roce_packets", NONE, 1, MLX5_BNXT,
+    entry!(names::PORT_ECN_MARKED_PACKETS, "{packet}", Counter, "hw_counters/np_ecn_marked_roce_packets", NONE, 1, MLX5_BNXT,
         "ECN-marked RoCE packets received by the notification point."),
     // ---- hw_counters/ (bnxt_re). Newer kernels renamed most of these to the mlx5 names
     // above (out_of_buffer, rp_cnp_handled, np_ecn_marked_roce_packets, rx_*_requests);
     // older ones use the names below, and np_cnp_pkts stays bnxt's own.
-    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/np_cnp_pkts", NONE, 1, BNXT,
+    entry!(names::PORT_CNP_SENT, "{packet}", Counter, "hw_counters/np_cnp_pkts", NONE, 1, BNXT,
         "CNPs sent by the notification point (bnxt_re)."),
-    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/tx_cnp_pkts", NONE, 1, BNXT,
+    entry!(names::PORT_CNP_SENT, "{packet}", Counter, "hw_counters/tx_cnp_pkts", NONE, 1, BNXT,
         "CNPs sent (bnxt_re, older kernels)."),
-    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/rx_cnp_pkts", NONE, 1, BNXT,
+    entry!(names::PORT_CNP_HANDLED, "{packet}", Counter, "hw_counters/rx_cnp_pkts", NONE, 1, BNXT,
         "CNPs received and handled (bnxt_re, older kernels)."),
-    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/rx_ecn_marked_pkts", NONE, 1, BNXT,
+    entry!(names::PORT_ECN_MARKED_PACKETS, "{packet}", Counter, "hw_counters/rx_ecn_marked_pkts", NONE, 1, BNXT,
         "ECN-marked RoCE packets received (bnxt_re, older kernels)."),
-    entry!("rdma.port.out_of_buffer", "{packet}", Counter, "hw_counters/rx_out_of_buffer", NONE, 1, BNXT,
+    entry!(names::PORT_OUT_OF_BUFFER, "{packet}", Counter, "hw_counters/rx_out_of_buffer", NONE, 1, BNXT,
         "Packets dropped for lack of receive buffer (bnxt_re, older kernels)."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_read_req", &[("rdma.operation", "read")], 1, BNXT,
+    entry!(names::PORT_RECEIVED_REQUESTS, "{request}", Counter, "hw_counters/rx_read_req", &[(ATTR_OPERATION, "read")], 1, BNXT,
         "RDMA read requests received (bnxt_re, older kernels)."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_write_req", &[("rdma.operation", "write")], 1, BNXT,
+    entry!(names::PORT_RECEIVED_REQUESTS, "{request}", Counter, "hw_counters/rx_write_req", &[(ATTR_OPERATION, "write")], 1, BNXT,
         "RDMA write requests received (bnxt_re, older kernels)."),
-    entry!("rdma.port.received_requests", "{request}", Counter, "hw_counters/rx_atomic_req", &[("rdma.operation", "atomic")], 1, BNXT,
+    entry!(names::PORT_RECEIVED_REQUESTS, "{request}", Counter, "hw_counters/rx_atomic_req", &[(ATTR_OPERATION, "atomic")], 1, BNXT,
         "Atomic requests received (bnxt_re, older kernels)."),
     // ---- hw_counters/ (efa, and bnxt_re's own traffic counters). When a device also has
     // counters/, the counters/ series wins and these are not read twice.
-    entry!("rdma.port.io", "By", Counter, "hw_counters/tx_bytes", TX, 1, EFA_BNXT,
+    entry!(names::PORT_IO, "By", Counter, "hw_counters/tx_bytes", TX, 1, EFA_BNXT,
         "Bytes transmitted (driver counter, already in bytes)."),
-    entry!("rdma.port.io", "By", Counter, "hw_counters/rx_bytes", RX, 1, EFA_BNXT,
+    entry!(names::PORT_IO, "By", Counter, "hw_counters/rx_bytes", RX, 1, EFA_BNXT,
         "Bytes received (driver counter, already in bytes)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/tx_pkts", TX, 1, EFA_BNXT,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/tx_pkts", TX, 1, EFA_BNXT,
         "Packets transmitted (driver counter)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/rx_pkts", RX, 1, EFA_BNXT,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/rx_pkts", RX, 1, EFA_BNXT,
         "Packets received (driver counter)."),
-    entry!("rdma.port.drops", "{packet}", Counter, "hw_counters/rx_drops", RX, 1, EFA_BNXT,
+    entry!(names::PORT_DROPS, "{packet}", Counter, "hw_counters/rx_drops", RX, 1, EFA_BNXT,
         "Received packets dropped by the device."),
-    entry!("rdma.port.retransmissions.packets", "{packet}", Counter, "hw_counters/retrans_pkts", NONE, 1, EFA,
+    entry!(names::PORT_RETRANSMISSIONS_PACKETS, "{packet}", Counter, "hw_counters/retrans_pkts", NONE, 1, EFA,
         "Packets retransmitted."),
-    entry!("rdma.port.retransmissions.io", "By", Counter, "hw_counters/retrans_bytes", NONE, 1, EFA,
+    entry!(names::PORT_RETRANSMISSIONS_IO, "By", Counter, "hw_counters/retrans_bytes", NONE, 1, EFA,
         "Bytes retransmitted."),
-    entry!("rdma.port.retransmissions.timeouts", "{event}", Counter, "hw_counters/retrans_timeout_events", NONE, 1, EFA,
+    entry!(names::PORT_RETRANSMISSIONS_TIMEOUTS, "{event}", Counter, "hw_counters/retrans_timeout_events", NONE, 1, EFA,
         "Retransmission timeouts."),
-    entry!("rdma.port.unresponsive_remote", "{event}", Counter, "hw_counters/unresponsive_remote_events", NONE, 1, EFA,
+    entry!(names::PORT_UNRESPONSIVE_REMOTE, "{event}", Counter, "hw_counters/unresponsive_remote_events", NONE, 1, EFA,
         "Times a remote peer stopped responding."),
-    entry!("rdma.port.impaired_remote_connections", "{event}", Counter, "hw_counters/impaired_remote_conn_events", NONE, 1, EFA,
+    entry!(names::PORT_IMPAIRED_REMOTE_CONNECTIONS, "{event}", Counter, "hw_counters/impaired_remote_conn_events", NONE, 1, EFA,
         "Times a connection to a remote peer was impaired."),
     // ---- hw_counters/ (irdma: Intel E810 RoCEv2 and X722 iWARP; names from the driver's
     // irdma_hw_stat_names table; no counters/ directory). The IP-level counters come per
     // IP version; the two series of a direction add up to the port's traffic.
-    entry!("rdma.port.cnp.sent", "{packet}", Counter, "hw_counters/cnpSent", NONE, 1, IRDMA,
+    entry!(names::PORT_CNP_SENT, "{packet}", Counter, "hw_counters/cnpSent", NONE, 1, IRDMA,
         "CNPs sent by the notification point (irdma)."),
-    entry!("rdma.port.cnp.handled", "{packet}", Counter, "hw_counters/cnpHandled", NONE, 1, IRDMA,
+    entry!(names::PORT_CNP_HANDLED, "{packet}", Counter, "hw_counters/cnpHandled", NONE, 1, IRDMA,
         "CNPs handled by the reaction point (irdma)."),
-    entry!("rdma.port.cnp.ignored", "{packet}", Counter, "hw_counters/cnpIgnored", NONE, 1, IRDMA,
+    entry!(names::PORT_CNP_IGNORED, "{packet}", Counter, "hw_counters/cnpIgnored", NONE, 1, IRDMA,
         "CNPs received and ignored by the reaction point (irdma)."),
-    entry!("rdma.port.ecn_marked_packets", "{packet}", Counter, "hw_counters/RxECNMrkd", NONE, 1, IRDMA,
+    entry!(names::PORT_ECN_MARKED_PACKETS, "{packet}", Counter, "hw_counters/RxECNMrkd", NONE, 1, IRDMA,
         "ECN-marked packets received (irdma)."),
-    entry!("rdma.port.io", "By", Counter, "hw_counters/ip4OutOctets", TX_V4, 1, IRDMA,
+    entry!(names::PORT_IO, "By", Counter, "hw_counters/ip4OutOctets", TX_V4, 1, IRDMA,
         "IPv4 octets transmitted by the RDMA engine (irdma)."),
-    entry!("rdma.port.io", "By", Counter, "hw_counters/ip4InOctets", RX_V4, 1, IRDMA,
+    entry!(names::PORT_IO, "By", Counter, "hw_counters/ip4InOctets", RX_V4, 1, IRDMA,
         "IPv4 octets received by the RDMA engine (irdma)."),
-    entry!("rdma.port.io", "By", Counter, "hw_counters/ip6OutOctets", TX_V6, 1, IRDMA,
+    entry!(names::PORT_IO, "By", Counter, "hw_counters/ip6OutOctets", TX_V6, 1, IRDMA,
         "IPv6 octets transmitted by the RDMA engine (irdma)."),
-    entry!("rdma.port.io", "By", Counter, "hw_counters/ip6InOctets", RX_V6, 1, IRDMA,
+    entry!(names::PORT_IO, "By", Counter, "hw_counters/ip6InOctets", RX_V6, 1, IRDMA,
         "IPv6 octets received by the RDMA engine (irdma)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip4OutPkts", TX_V4, 1, IRDMA,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/ip4OutPkts", TX_V4, 1, IRDMA,
         "IPv4 packets transmitted by the RDMA engine (irdma)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip4InPkts", RX_V4, 1, IRDMA,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/ip4InPkts", RX_V4, 1, IRDMA,
         "IPv4 packets received by the RDMA engine (irdma)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip6OutPkts", TX_V6, 1, IRDMA,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/ip6OutPkts", TX_V6, 1, IRDMA,
         "IPv6 packets transmitted by the RDMA engine (irdma)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/ip6InPkts", RX_V6, 1, IRDMA,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/ip6InPkts", RX_V6, 1, IRDMA,
         "IPv6 packets received by the RDMA engine (irdma)."),
-    entry!("rdma.port.drops", "{packet}", Counter, "hw_counters/ip4InDiscards", RX_V4, 1, IRDMA,
+    entry!(names::PORT_DROPS, "{packet}", Counter, "hw_counters/ip4InDiscards", RX_V4, 1, IRDMA,
         "Received IPv4 packets discarded by the RDMA engine (irdma)."),
-    entry!("rdma.port.drops", "{packet}", Counter, "hw_counters/ip6InDiscards", RX_V6, 1, IRDMA,
+    entry!(names::PORT_DROPS, "{packet}", Counter, "hw_counters/ip6InDiscards", RX_V6, 1, IRDMA,
         "Received IPv6 packets discarded by the RDMA engine (irdma)."),
-    entry!("rdma.port.udp.packets", "{packet}", Counter, "hw_counters/TxUDP", TX, 1, IRDMA,
+    entry!(names::PORT_UDP_PACKETS, "{packet}", Counter, "hw_counters/TxUDP", TX, 1, IRDMA,
         "UDP packets transmitted by the RDMA engine (irdma; RoCEv2 is UDP)."),
-    entry!("rdma.port.udp.packets", "{packet}", Counter, "hw_counters/RxUDP", RX, 1, IRDMA,
+    entry!(names::PORT_UDP_PACKETS, "{packet}", Counter, "hw_counters/RxUDP", RX, 1, IRDMA,
         "UDP packets received by the RDMA engine (irdma; RoCEv2 is UDP)."),
-    entry!("rdma.port.retransmissions.packets", "{packet}", Counter, "hw_counters/tcpRetransSegs", NONE, 1, IRDMA,
+    entry!(names::PORT_RETRANSMISSIONS_PACKETS, "{packet}", Counter, "hw_counters/tcpRetransSegs", NONE, 1, IRDMA,
         "TCP segments retransmitted (irdma in iWARP mode)."),
     // ---- hw_counters/ (rxe: soft-RoCE has no counters/ directory)
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/sent_pkts", TX, 1, RXE,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/sent_pkts", TX, 1, RXE,
         "Packets transmitted (soft-RoCE)."),
-    entry!("rdma.port.packets", "{packet}", Counter, "hw_counters/rcvd_pkts", RX, 1, RXE,
+    entry!(names::PORT_PACKETS, "{packet}", Counter, "hw_counters/rcvd_pkts", RX, 1, RXE,
         "Packets received (soft-RoCE)."),
-    entry!("rdma.port.operations", "{operation}", Counter, "hw_counters/rdma_sends", &[("rdma.operation", "send")], 1, RXE,
+    entry!(names::PORT_OPERATIONS, "{operation}", Counter, "hw_counters/rdma_sends", &[(ATTR_OPERATION, "send")], 1, RXE,
         "RDMA send operations (soft-RoCE)."),
-    entry!("rdma.port.operations", "{operation}", Counter, "hw_counters/rdma_recvs", &[("rdma.operation", "recv")], 1, RXE,
+    entry!(names::PORT_OPERATIONS, "{operation}", Counter, "hw_counters/rdma_recvs", &[(ATTR_OPERATION, "recv")], 1, RXE,
         "RDMA receive operations (soft-RoCE)."),
-    entry!("rdma.port.out_of_sequence", "{packet}", Counter, "hw_counters/out_of_seq_request", NONE, 1, RXE,
+    entry!(names::PORT_OUT_OF_SEQUENCE, "{packet}", Counter, "hw_counters/out_of_seq_request", NONE, 1, RXE,
         "Out-of-sequence requests received (soft-RoCE)."),
-    entry!("rdma.port.link_downed", "{event}", Counter, "hw_counters/link_downed", NONE, 1, RXE,
+    entry!(names::PORT_LINK_DOWNED, "{event}", Counter, "hw_counters/link_downed", NONE, 1, RXE,
         "Times the link went down (soft-RoCE)."),
-    entry!("rdma.port.ack_deferred", "{event}", Counter, "hw_counters/ack_deferred", NONE, 1, RXE,
+    entry!(names::PORT_ACK_DEFERRED, "{event}", Counter, "hw_counters/ack_deferred", NONE, 1, RXE,
         "ACKs deferred by the responder (soft-RoCE)."),
-    entry!("rdma.port.retry_errors", "{event}", Counter, "hw_counters/completer_retry_err", &[("rdma.cause", "completer_retry")], 1, RXE,
+    entry!(names::PORT_RETRY_ERRORS, "{event}", Counter, "hw_counters/completer_retry_err", &[(ATTR_CAUSE, "completer_retry")], 1, RXE,
         "Completer retries (soft-RoCE)."),
-    entry!("rdma.port.retry_errors", "{event}", Counter, "hw_counters/retry_exceeded_err", &[("rdma.cause", "retry_exceeded")], 1, RXE,
+    entry!(names::PORT_RETRY_ERRORS, "{event}", Counter, "hw_counters/retry_exceeded_err", &[(ATTR_CAUSE, "retry_exceeded")], 1, RXE,
         "Retry count exceeded (soft-RoCE)."),
-    entry!("rdma.port.retry_errors", "{event}", Counter, "hw_counters/retry_rnr_exceeded_err", &[("rdma.cause", "rnr_retry_exceeded")], 1, RXE,
+    entry!(names::PORT_RETRY_ERRORS, "{event}", Counter, "hw_counters/retry_rnr_exceeded_err", &[(ATTR_CAUSE, "rnr_retry_exceeded")], 1, RXE,
         "RNR retry count exceeded (soft-RoCE)."),
-    entry!("rdma.port.rnr_errors", "{event}", Counter, "hw_counters/rcvd_rnr_err", RX, 1, RXE,
+    entry!(names::PORT_RNR_ERRORS, "{event}", Counter, "hw_counters/rcvd_rnr_err", RX, 1, RXE,
         "RNR NAKs received (soft-RoCE)."),
-    entry!("rdma.port.rnr_errors", "{event}", Counter, "hw_counters/send_rnr_err", TX, 1, RXE,
+    entry!(names::PORT_RNR_ERRORS, "{event}", Counter, "hw_counters/send_rnr_err", TX, 1, RXE,
         "RNR NAKs sent (soft-RoCE)."),
-    entry!("rdma.port.sequence_errors", "{event}", Counter, "hw_counters/rcvd_seq_err", NONE, 1, RXE,
+    entry!(names::PORT_SEQUENCE_ERRORS, "{event}", Counter, "hw_counters/rcvd_seq_err", NONE, 1, RXE,
         "Sequence errors received (soft-RoCE)."),
-    entry!("rdma.port.send_errors", "{event}", Counter, "hw_counters/send_err", NONE, 1, RXE,
+    entry!(names::PORT_SEND_ERRORS, "{event}", Counter, "hw_counters/send_err", NONE, 1, RXE,
         "Send errors (soft-RoCE)."),
     // ---- any other hw_counters/ file
-    entry!("rdma.port.hw_counter", "1", Counter, "hw_counters/*", NONE, 1, "any driver",
+    entry!(names::PORT_HW_COUNTER, "1", Counter, "hw_counters/*", NONE, 1, "any driver",
         "A driver-specific hw_counters file without a catalog entry of its own; the file name is in the `rdma.counter` attribute."),
 ];
 
@@ -318,29 +330,29 @@ pub const NOT_COUNTERS: &[&str] = &["hw_counters/lifespan"];
 
 /// The agent's own metrics.
 pub static SELF_METRICS: &[CatalogEntry] = &[
-    entry!("rocewatch.plugin.duration", "s", Histogram, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_PLUGIN_DURATION, "s", Histogram, "agent", NONE, 1, "agent",
         "Duration of plugin calls, by `plugin` and `kind`."),
-    entry!("rocewatch.plugin.errors", "{error}", Counter, "agent", NONE, 1, "agent",
-        "Plugin failures by `plugin` and `reason` (load, abi, error, panic, timeout, partial, busy)."),
-    entry!("rocewatch.samples.emitted", "{sample}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_PLUGIN_ERRORS, "{error}", Counter, "agent", NONE, 1, "agent",
+        "Plugin failures by `plugin` and `reason` (load, abi, insecure, error, panic, timeout, partial, busy, undeclared: a collector emitted a metric it did not declare)."),
+    entry!(names::ROCEWATCH_SAMPLES_EMITTED, "{sample}", Counter, "agent", NONE, 1, "agent",
         "Samples produced by collectors, by `plugin`."),
-    entry!("rocewatch.exporter.errors", "{error}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_EXPORTER_ERRORS, "{error}", Counter, "agent", NONE, 1, "agent",
         "Failed exports by `exporter` (otlp, collectd, prometheus)."),
-    entry!("rocewatch.exporter.dropped", "{snapshot}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_EXPORTER_DROPPED, "{snapshot}", Counter, "agent", NONE, 1, "agent",
         "Snapshots an exporter dropped, by `exporter`: its queue was full (the endpoint was unreachable for longer than the queue holds) or it gave up at shutdown."),
-    entry!("rocewatch.exporter.sent", "{snapshot}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_EXPORTER_SENT, "{snapshot}", Counter, "agent", NONE, 1, "agent",
         "Snapshots an exporter delivered, by `exporter`."),
-    entry!("rocewatch.alertmanager.requests", "{request}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_ALERTMANAGER_REQUESTS, "{request}", Counter, "agent", NONE, 1, "agent",
         "Alertmanager webhook requests by `result` (accepted, unauthorized, rate_limited, too_large, rejected)."),
-    entry!("rocewatch.remediation.decisions", "{decision}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_REMEDIATION_DECISIONS, "{decision}", Counter, "agent", NONE, 1, "agent",
         "Remediation decisions by `action` and `decision` (dry_run, suppressed, executing, result)."),
-    entry!("rocewatch.rule.transitions", "{transition}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_RULE_TRANSITIONS, "{transition}", Counter, "agent", NONE, 1, "agent",
         "Rules firing or clearing, by `rule` and `transition` (firing, cleared)."),
-    entry!("rocewatch.config.reloads", "{reload}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_CONFIG_RELOADS, "{reload}", Counter, "agent", NONE, 1, "agent",
         "Configuration reloads on SIGHUP by `result` (ok; error: the new file was refused and the agent runs on with the old one)."),
-    entry!("rocewatch.counter.resets", "{reset}", Counter, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_COUNTER_RESETS, "{reset}", Counter, "agent", NONE, 1, "agent",
         "Counters seen going backwards (a reset: a new cumulative series starts; no rate or increase for that interval), by metric `name`."),
-    entry!("rocewatch.counter.saturated", "{series}", Gauge, "agent", NONE, 1, "agent",
+    entry!(names::ROCEWATCH_COUNTER_SATURATED, "{series}", Gauge, "agent", NONE, 1, "agent",
         "Series of a counter that stops at its maximum (IB PortCounters) now resting there, by metric `name`: their rate is unknown, not 0, until the counter is cleared (`perfquery -R`)."),
 ];
 
@@ -426,37 +438,37 @@ pub fn descriptors() -> Vec<MetricDescriptor> {
 /// ioctls). `source` names the driver statistics per vendor; priority and direction are
 /// attributes (`rdma.priority`, `network.io.direction`).
 pub static ETHTOOL_CATALOG: &[CatalogEntry] = &[
-    entry!("rdma.pfc.pause_frames", "{frame}", Counter, "mlx5 rx|tx_prio<N>_pause; ice rx|tx_priority_<N>_xoff.nic; bnxt rx|tx_pfc_ena_frames_pri<N>", NONE, 1, "mlx5, ice, bnxt",
+    entry!(names::PFC_PAUSE_FRAMES, "{frame}", Counter, "mlx5 rx|tx_prio<N>_pause; ice rx|tx_priority_<N>_xoff.nic; bnxt rx|tx_pfc_ena_frames_pri<N>", NONE, 1, "mlx5, ice, bnxt",
         "PFC pause (XOFF) frames per priority: received means the peer asked this port to stop sending on that priority."),
-    entry!("rdma.pfc.pause_duration", "us", Counter, "mlx5 rx|tx_prio<N>_pause_duration", NONE, 1, "mlx5",
+    entry!(names::PFC_PAUSE_DURATION, "us", Counter, "mlx5 rx|tx_prio<N>_pause_duration", NONE, 1, "mlx5",
         "Time a priority spent paused, in microseconds; its rate is the fraction of time paused (pause ratio)."),
-    entry!("rdma.pfc.pause_transitions", "{transition}", Counter, "mlx5 rx_prio<N>_pause_transition; ice rx_priority_<N>_xon_2_xoff.nic; bnxt rx_pfc_xon2xoff_frames_pri<N>", NONE, 1, "mlx5, ice, bnxt",
+    entry!(names::PFC_PAUSE_TRANSITIONS, "{transition}", Counter, "mlx5 rx_prio<N>_pause_transition; ice rx_priority_<N>_xon_2_xoff.nic; bnxt rx_pfc_xon2xoff_frames_pri<N>", NONE, 1, "mlx5, ice, bnxt",
         "Transitions of a priority from running to paused."),
-    entry!("rdma.pfc.resume_frames", "{frame}", Counter, "ice rx|tx_priority_<N>_xon.nic", NONE, 1, "ice",
+    entry!(names::PFC_RESUME_FRAMES, "{frame}", Counter, "ice rx|tx_priority_<N>_xon.nic", NONE, 1, "ice",
         "PFC resume (XON) frames per priority."),
-    entry!("rdma.pfc.storm_events", "{event}", Counter, "mlx5 tx_pause_storm_warning_events, tx_pause_storm_error_events", NONE, 1, "mlx5",
+    entry!(names::PFC_STORM_EVENTS, "{event}", Counter, "mlx5 tx_pause_storm_warning_events, tx_pause_storm_error_events", NONE, 1, "mlx5",
         "Pause-storm prevention events (`rdma.severity` warning or error: the NIC stopped honouring pauses)."),
-    entry!("rdma.priority.io", "By", Counter, "mlx5 rx|tx_prio<N>_bytes", NONE, 1, "mlx5",
+    entry!(names::PRIORITY_IO, "By", Counter, "mlx5 rx|tx_prio<N>_bytes", NONE, 1, "mlx5",
         "Bytes per priority."),
-    entry!("rdma.priority.packets", "{packet}", Counter, "mlx5 rx|tx_prio<N>_packets", NONE, 1, "mlx5",
+    entry!(names::PRIORITY_PACKETS, "{packet}", Counter, "mlx5 rx|tx_prio<N>_packets", NONE, 1, "mlx5",
         "Packets per priority."),
-    entry!("rdma.priority.discards", "{packet}", Counter, "mlx5 rx_prio<N>_discards, rx_prio<N>_buf_discard", NONE, 1, "mlx5",
+    entry!(names::PRIORITY_DISCARDS, "{packet}", Counter, "mlx5 rx_prio<N>_discards, rx_prio<N>_buf_discard", NONE, 1, "mlx5",
         "Packets of a priority discarded for lack of buffer."),
-    entry!("rdma.link.pause_frames", "{frame}", Counter, "mlx5 rx|tx_pause_ctrl_phy; bnxt rx|tx_pfc_ena_frames", NONE, 1, "mlx5, bnxt",
+    entry!(names::LINK_PAUSE_FRAMES, "{frame}", Counter, "mlx5 rx|tx_pause_ctrl_phy; bnxt rx|tx_pfc_ena_frames", NONE, 1, "mlx5, bnxt",
         "Pause frames of all priorities at the physical port."),
-    entry!("rdma.link.discards", "{packet}", Counter, "mlx5 rx|tx_discards_phy", NONE, 1, "mlx5",
+    entry!(names::LINK_DISCARDS, "{packet}", Counter, "mlx5 rx|tx_discards_phy", NONE, 1, "mlx5",
         "Packets discarded at the physical port (receive: no buffer, usually congestion)."),
-    entry!("rdma.netdev.out_of_buffer", "{packet}", Counter, "mlx5 rx_out_of_buffer", NONE, 1, "mlx5",
+    entry!(names::NETDEV_OUT_OF_BUFFER, "{packet}", Counter, "mlx5 rx_out_of_buffer", NONE, 1, "mlx5",
         "Packets dropped because no receive buffer was posted."),
-    entry!("rdma.link.crc_errors", "{packet}", Counter, "mlx5 rx_crc_errors_phy", NONE, 1, "mlx5",
+    entry!(names::LINK_CRC_ERRORS, "{packet}", Counter, "mlx5 rx_crc_errors_phy", NONE, 1, "mlx5",
         "Frames received with a bad CRC (cabling, optics)."),
-    entry!("rdma.link.symbol_errors", "{error}", Counter, "mlx5 rx_symbol_err_phy", NONE, 1, "mlx5",
+    entry!(names::LINK_SYMBOL_ERRORS, "{error}", Counter, "mlx5 rx_symbol_err_phy", NONE, 1, "mlx5",
         "Physical symbol errors."),
-    entry!("rdma.link.corrected_bits", "{bit}", Counter, "mlx5 rx_corrected_bits_phy", NONE, 1, "mlx5",
+    entry!(names::LINK_CORRECTED_BITS, "{bit}", Counter, "mlx5 rx_corrected_bits_phy", NONE, 1, "mlx5",
         "Bits corrected by FEC (a rising rate announces uncorrectable errors)."),
-    entry!("rdma.link.down_events", "{event}", Counter, "mlx5 link_down_events_phy", NONE, 1, "mlx5",
+    entry!(names::LINK_DOWN_EVENTS, "{event}", Counter, "mlx5 link_down_events_phy", NONE, 1, "mlx5",
         "Times the physical link went down."),
-    entry!("rdma.netdev.driver_stat", "1", Counter, "any statistic matching options.raw_include", NONE, 1, "any driver",
+    entry!(names::NETDEV_DRIVER_STAT, "1", Counter, "any statistic matching options.raw_include", NONE, 1, "any driver",
         "Raw passthrough of driver statistics without a normalized metric (opt-in); the name is in `rdma.driver_stat`."),
 ];
 
@@ -475,7 +487,7 @@ pub const ATTR_KERNEL_PATTERN: &str = "rdma.kernel.pattern";
 
 /// The kernel-log collector's metric.
 pub static KERNEL_LOG_CATALOG: &[CatalogEntry] = &[CatalogEntry {
-    name: "rdma.kernel.events",
+    name: names::KERNEL_EVENTS,
     unit: "{message}",
     kind: MetricKind::Counter,
     source: "/dev/kmsg (records of the RDMA/NIC drivers matching a pattern)",
@@ -502,50 +514,50 @@ macro_rules! resource {
 
 /// The resources collector's metrics (the workload attributes: `crate::resources`).
 pub static RESOURCE_CATALOG: &[CatalogEntry] = &[
-    resource!("rdma.resource.qps", "{qp}", Gauge,
+    resource!(names::RESOURCE_QPS, "{qp}", Gauge,
         "Queue pairs per `rdma.device`, `rdma.port` (absent for a QP not bound to a port yet) and workload (`rdma.workload`, `rdma.workload.kind`, and `k8s.pod.uid`/`container.id`, `slurm.job.id`/`slurm.step.id`, `systemd.unit` or `process.command`; `rdma.workload.cgroup`, the path of a pod's, job's or unit's own cgroup)."),
-    resource!("rdma.resource.cqs", "{cq}", Gauge,
+    resource!(names::RESOURCE_CQS, "{cq}", Gauge,
         "Completion queues per `rdma.device` and workload."),
-    resource!("rdma.resource.mrs", "{mr}", Gauge,
+    resource!(names::RESOURCE_MRS, "{mr}", Gauge,
         "Memory regions per `rdma.device` and workload."),
-    resource!("rdma.resource.mr.bytes", "By", Gauge,
+    resource!(names::RESOURCE_MR_BYTES, "By", Gauge,
         "Bytes registered in memory regions per `rdma.device` and workload."),
-    resource!("rdma.resource.pds", "{pd}", Gauge,
+    resource!(names::RESOURCE_PDS, "{pd}", Gauge,
         "Protection domains per `rdma.device` and workload."),
-    resource!("rdma.resource.workloads", "{workload}", Gauge,
+    resource!(names::RESOURCE_WORKLOADS, "{workload}", Gauge,
         "Workloads holding RDMA resources on the host, by `rdma.workload.state`: `reported` (a series of their own) or `folded` (beyond `max_workloads`, summed into `rdma.workload=\"other\"`)."),
-    resource!("rdma.workload.counter", "{event}", Counter,
+    resource!(names::WORKLOAD_COUNTER, "{event}", Counter,
         "Per-QP hw counters (opt-in: `qp_counters = true` binds a counter per process, `rdma statistic qp set link DEV/PORT auto type,pid on`) summed per `rdma.device`, `rdma.port`, workload and `rdma.counter` (the driver's counter name: `out_of_sequence`, `np_cnp_sent`, `roce_adp_retrans`...)."),
 ];
 
 /// Verbs probe results, per peer (`rdma.probe.peer`), emitted by the agent's prober.
 pub static PROBE_CATALOG: &[CatalogEntry] = &[
-    entry!("rdma.probe.sent", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+    entry!(names::PROBE_SENT, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
         "Probes sent to the peer."),
-    entry!("rdma.probe.received", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+    entry!(names::PROBE_RECEIVED, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
         "Probes answered by the peer within the timeout."),
-    entry!("rdma.probe.timeouts", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+    entry!(names::PROBE_TIMEOUTS, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
         "Probes without an answer within the timeout."),
-    entry!("rdma.probe.failures", "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+    entry!(names::PROBE_FAILURES, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
         "Probes that could not be sent, by `rdma.probe.cause` (address_resolution, route, rejected, qp_error, plugin)."),
-    entry!("rdma.probe.rtt", "s", Histogram, "prober", NONE, 1, "probe-verbs plugin",
+    entry!(names::PROBE_RTT, "s", Histogram, "prober", NONE, 1, "probe-verbs plugin",
         "Round-trip times of the answered probes (buckets: `[probes] rtt_buckets`); OTLP histogram, Prometheus histogram."),
-    entry!("rdma.probe.rtt.last", "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",
+    entry!(names::PROBE_RTT_LAST, "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",
         "Round-trip time of the last answered probe (for rules: the histogram is not a series they read)."),
-    entry!("rdma.probe.peers", "{peer}", Gauge, "prober", NONE, 1, "prober",
+    entry!(names::PROBE_PEERS, "{peer}", Gauge, "prober", NONE, 1, "prober",
         "Peers listed, by `rdma.probe.state`: `probed`, or `over_limit` (beyond `[probes] max_peers`, not probed)."),
-    entry!("rdma.probe.interval", "s", Gauge, "prober", NONE, 1, "prober",
+    entry!(names::PROBE_INTERVAL, "s", Gauge, "prober", NONE, 1, "prober",
         "Time between two probes of the same peer in effect: `[probes] interval`, stretched when the peers at that interval would exceed `max_rate`."),
 ];
 
 /// The RoCE/PFC/ECN configuration, read by the configuration plugins every `[qos]
 /// interval` (gauges of the pseudo-plugin `qos`).
 pub static QOS_CATALOG: &[CatalogEntry] = &[
-    entry!("rdma.qos.setting", "{setting}", Gauge, "configuration plugins (qos-linux)", NONE, 1, PORT,
+    entry!(names::QOS_SETTING, "{setting}", Gauge, "configuration plugins (qos-linux)", NONE, 1, PORT,
         "Always 1: one series per port and setting (`rdma.qos.setting`), its effective value in `rdma.qos.value` (`unsupported` where the device lacks it, `unknown` where it could not be read)."),
-    entry!("rdma.qos.drift", "{setting}", Gauge, "configuration plugins, [[qos.desired]]", NONE, 1, PORT,
+    entry!(names::QOS_DRIFT, "{setting}", Gauge, "configuration plugins, [[qos.desired]]", NONE, 1, PORT,
         "Per desired setting of a port: 1 when the effective value differs from `[[qos.desired]]`, 0 when it matches (absent where it cannot be compared)."),
-    entry!("rdma.qos.fingerprint", "{fingerprint}", Gauge, "configuration plugins, discovery", NONE, 1, "every host",
+    entry!(names::QOS_FINGERPRINT, "{fingerprint}", Gauge, "configuration plugins, discovery", NONE, 1, "every host",
         "Always 1; `rdma.qos.fingerprint` is a digest of every port's effective configuration and every device's driver and firmware: hosts configured alike have the same one (the shipped alert rule finds hosts that differ from the majority)."),
 ];
 
@@ -554,13 +566,13 @@ pub static QOS_CATALOG: &[CatalogEntry] = &[
 /// emitted with each port's attributes: a link that retrains narrower or slower caps the
 /// port below its rate (`rocewatch doctor` says by how much).
 pub static PCIE_CATALOG: &[CatalogEntry] = &[
-    entry!("rdma.pcie.link.speed", "GT/s", Gauge, "device/current_link_speed", NONE, 1, "PCI devices",
+    entry!(names::PCIE_LINK_SPEED, "GT/s", Gauge, "device/current_link_speed", NONE, 1, "PCI devices",
         "Transfer rate per lane the PCIe link negotiated (`16.0 GT/s PCIe` → 16); absent while the link is down (`Unknown`)."),
-    entry!("rdma.pcie.link.width", "{lane}", Gauge, "device/current_link_width", NONE, 1, "PCI devices",
+    entry!(names::PCIE_LINK_WIDTH, "{lane}", Gauge, "device/current_link_width", NONE, 1, "PCI devices",
         "Lanes the PCIe link negotiated."),
-    entry!("rdma.pcie.link.max_speed", "GT/s", Gauge, "device/max_link_speed", NONE, 1, "PCI devices",
+    entry!(names::PCIE_LINK_MAX_SPEED, "GT/s", Gauge, "device/max_link_speed", NONE, 1, "PCI devices",
         "Highest transfer rate per lane the function supports."),
-    entry!("rdma.pcie.link.max_width", "{lane}", Gauge, "device/max_link_width", NONE, 1, "PCI devices",
+    entry!(names::PCIE_LINK_MAX_WIDTH, "{lane}", Gauge, "device/max_link_width", NONE, 1, "PCI devices",
         "Most lanes the function supports: a width below it is a link trained narrower (slot, riser, bifurcation, a bad lane)."),
 ];
 
@@ -572,7 +584,7 @@ pub fn pcie_descriptors() -> Vec<MetricDescriptor> {
 /// The module behind each device's driver (`module/<name>/`, kernel/module/sysfs.c):
 /// an info metric, so a query or the fleet rule finds hosts on another driver build.
 pub static DRIVER_CATALOG: &[CatalogEntry] = &[
-    entry!("rdma.driver.info", "{driver}", Gauge, "module/<name>/version, srcversion, taint", NONE, 1, "every device with a driver module",
+    entry!(names::DRIVER_INFO, "{driver}", Gauge, "module/<name>/version, srcversion, taint", NONE, 1, "every device with a driver module",
         "Always 1, per device: `rdma.driver` (the module: mlx5_core, rdma_rxe), `rdma.driver.version` (its declared version; empty for most of the kernel's own drivers), `rdma.driver.srcversion` (the digest of its sources) and `rdma.driver.origin` (`in-tree`: the distribution kernel's; `out-of-tree`: a vendor package such as MLNX_OFED, or DKMS)."),
 ];
 
@@ -590,39 +602,64 @@ pub fn driver_descriptors() -> Vec<MetricDescriptor> {
     descriptors_of(DRIVER_CATALOG)
 }
 
+/// The derived `pfc_pause_ratio` signal.
+pub const DERIVED_PFC_PAUSE_RATIO: CatalogEntry = entry!(names::PFC_PAUSE_RATIO, "1", Gauge, "rate of rdma.pfc.pause_duration / 1e6", NONE, 1, "mlx5",
+        "Fraction of time a priority was paused over the last collection interval (pause time per second): 0 is never, 1 is always.");
+/// The derived `port_throughput` signal.
+pub const DERIVED_PORT_THROUGHPUT: CatalogEntry = entry!(
+    names::PORT_THROUGHPUT,
+    "By/s",
+    Gauge,
+    "rate of rdma.port.io",
+    NONE,
+    1,
+    PORT,
+    "Data throughput of a port per direction over the last collection interval."
+);
+/// The derived `priority_throughput` signal.
+pub const DERIVED_PRIORITY_THROUGHPUT: CatalogEntry = entry!(
+    names::PRIORITY_THROUGHPUT,
+    "By/s",
+    Gauge,
+    "rate of rdma.priority.io",
+    NONE,
+    1,
+    "mlx5",
+    "Data throughput of a priority per direction over the last collection interval."
+);
+/// The derived `port_error_rate` signal.
+pub const DERIVED_PORT_ERROR_RATE: CatalogEntry = entry!(names::PORT_ERROR_RATE, "{error}/s", Gauge, "sum of the rates of the port's error counters", NONE, 1, PORT,
+        "Errors per second on a port: symbol, receive, remote physical, discards, link integrity, buffer overrun, link downed, out_of_buffer, out-of-sequence, ACK timeouts, sequence, RNR, CQE, retry and send errors together.");
+
 /// Signals the agent computes from counter rates (gauges, emitted by the pseudo-plugin
 /// `derived` after every collection).
 pub static DERIVED_CATALOG: &[CatalogEntry] = &[
-    entry!("rdma.pfc.pause_ratio", "1", Gauge, "rate of rdma.pfc.pause_duration / 1e6", NONE, 1, "mlx5",
-        "Fraction of time a priority was paused over the last collection interval (pause time per second): 0 is never, 1 is always."),
-    entry!("rdma.port.throughput", "By/s", Gauge, "rate of rdma.port.io", NONE, 1, PORT,
-        "Data throughput of a port per direction over the last collection interval."),
-    entry!("rdma.priority.throughput", "By/s", Gauge, "rate of rdma.priority.io", NONE, 1, "mlx5",
-        "Data throughput of a priority per direction over the last collection interval."),
-    entry!("rdma.port.error_rate", "{error}/s", Gauge, "sum of the rates of the port's error counters", NONE, 1, PORT,
-        "Errors per second on a port: symbol, receive, remote physical, discards, link integrity, buffer overrun, link downed, out_of_buffer, out-of-sequence, ACK timeouts, sequence, RNR, CQE, retry and send errors together."),
+    DERIVED_PFC_PAUSE_RATIO,
+    DERIVED_PORT_THROUGHPUT,
+    DERIVED_PRIORITY_THROUGHPUT,
+    DERIVED_PORT_ERROR_RATE,
 ];
 
 /// The error counters summed into `rdma.port.error_rate`.
 pub const ERROR_COUNTERS: &[&str] = &[
-    "rdma.port.symbol_errors",
-    "rdma.port.receive.errors",
-    "rdma.port.receive.remote_physical_errors",
-    "rdma.port.transmit.discards",
-    "rdma.port.local_link_integrity_errors",
-    "rdma.port.excessive_buffer_overrun_errors",
-    "rdma.port.link_downed",
-    "rdma.port.out_of_buffer",
-    "rdma.port.out_of_sequence",
-    "rdma.port.local_ack_timeouts",
-    "rdma.port.packet_sequence_errors",
-    "rdma.port.rnr_nak_retry_errors",
-    "rdma.port.cqe_errors",
-    "rdma.port.retry_errors",
-    "rdma.port.sequence_errors",
-    "rdma.port.send_errors",
-    "rdma.port.drops",
-    "rdma.port.retransmissions.timeouts",
+    names::PORT_SYMBOL_ERRORS,
+    names::PORT_RECEIVE_ERRORS,
+    names::PORT_RECEIVE_REMOTE_PHYSICAL_ERRORS,
+    names::PORT_TRANSMIT_DISCARDS,
+    names::PORT_LOCAL_LINK_INTEGRITY_ERRORS,
+    names::PORT_EXCESSIVE_BUFFER_OVERRUN_ERRORS,
+    names::PORT_LINK_DOWNED,
+    names::PORT_OUT_OF_BUFFER,
+    names::PORT_OUT_OF_SEQUENCE,
+    names::PORT_LOCAL_ACK_TIMEOUTS,
+    names::PORT_PACKET_SEQUENCE_ERRORS,
+    names::PORT_RNR_NAK_RETRY_ERRORS,
+    names::PORT_CQE_ERRORS,
+    names::PORT_RETRY_ERRORS,
+    names::PORT_SEQUENCE_ERRORS,
+    names::PORT_SEND_ERRORS,
+    names::PORT_DROPS,
+    names::PORT_RETRANSMISSIONS_TIMEOUTS,
 ];
 
 /// Descriptors of the derived signals.
@@ -633,6 +670,25 @@ pub fn derived_descriptors() -> Vec<MetricDescriptor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_name_is_one_constant_and_every_constant_a_catalogued_name() {
+        let mut seen = std::collections::BTreeSet::new();
+        for n in names::ALL {
+            assert!(seen.insert(*n), "{n} has two constants");
+            assert!(
+                all_entries().any(|e| e.name == *n),
+                "{n} has a constant but no catalog entry"
+            );
+        }
+        for e in all_entries() {
+            assert!(
+                seen.contains(e.name),
+                "{} is catalogued without a constant",
+                e.name
+            );
+        }
+    }
 
     #[test]
     fn same_name_means_same_unit_and_kind() {

@@ -1,5 +1,6 @@
 //! Renders `docs/METRICS.md` from the catalog.
 
+use crate::names;
 use std::fmt::Write;
 
 use crate::catalog::{CatalogEntry, CATALOG, NOT_COUNTERS, SELF_METRICS};
@@ -8,7 +9,7 @@ use crate::naming::{collectd_ds, collectd_type, prometheus_sample_name};
 
 fn attrs(e: &CatalogEntry) -> String {
     let mut s = String::from("`rdma.device`, `rdma.port`, `network.interface.name`");
-    if e.name == "rdma.port.hw_counter" {
+    if e.name == names::PORT_HW_COUNTER {
         s.push_str(", `rdma.counter`");
     }
     for (k, v) in e.attributes {

@@ -20,6 +20,8 @@ pub mod catalog;
 pub mod counter;
 pub mod doc;
 pub mod kernel_log;
+pub mod labels;
+pub mod names;
 pub mod naming;
 pub mod resources;
 

@@ -48,13 +48,10 @@ pub const WORKLOAD_FOLDED: &str = "folded";
 
 /// The names of [`RESOURCE_CATALOG`]'s metrics, for the readers of its samples (`rocewatch
 /// top`, remediation's workloads on a port).
-pub const RESOURCE_QPS: &str = "rdma.resource.qps";
-pub const RESOURCE_CQS: &str = "rdma.resource.cqs";
-pub const RESOURCE_MRS: &str = "rdma.resource.mrs";
-pub const RESOURCE_MR_BYTES: &str = "rdma.resource.mr.bytes";
-pub const RESOURCE_PDS: &str = "rdma.resource.pds";
-pub const RESOURCE_WORKLOADS: &str = "rdma.resource.workloads";
-pub const WORKLOAD_COUNTER: &str = "rdma.workload.counter";
+pub use crate::names::{
+    RESOURCE_CQS, RESOURCE_MRS, RESOURCE_MR_BYTES, RESOURCE_PDS, RESOURCE_QPS, RESOURCE_WORKLOADS,
+    WORKLOAD_COUNTER,
+};
 
 /// Descriptors of the resources collector.
 pub fn resource_descriptors() -> Vec<MetricDescriptor> {

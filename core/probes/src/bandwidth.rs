@@ -3,6 +3,7 @@
 //! samples, the peer's from the raw files its responder sent, both named through the
 //! metric catalog), and the sentence that explains a shortfall.
 
+use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -15,8 +16,7 @@ use serde::Serialize;
 use rocewatch_runtime::host::call::CallError;
 use rocewatch_runtime::host::registry::{Entry, Instance};
 
-/// The attribute of a PFC priority (counters-ethtool's).
-const ATTR_PRIORITY: &str = "rdma.priority";
+use rocewatch_metrics::ATTR_PRIORITY;
 
 /// Run `request` through the probe plugin `entry`: the call may take the test's duration,
 /// its connection and the responder's report, plus a minute.
@@ -72,7 +72,7 @@ impl PortMoves {
         let tx = dir == Some("transmit");
         let prio = attrs.get(ATTR_PRIORITY).and_then(|p| p.parse::<u8>().ok());
         match name {
-            "rdma.port.io" => add(
+            names::PORT_IO => add(
                 if tx {
                     &mut self.tx_bytes
                 } else {
@@ -80,7 +80,7 @@ impl PortMoves {
                 },
                 delta,
             ),
-            "rdma.port.packets" => add(
+            names::PORT_PACKETS => add(
                 if tx {
                     &mut self.tx_packets
                 } else {
@@ -88,7 +88,7 @@ impl PortMoves {
                 },
                 delta,
             ),
-            "rdma.pfc.pause_frames" => {
+            names::PFC_PAUSE_FRAMES => {
                 if let Some(p) = prio {
                     let m = if tx {
                         &mut self.pause_tx
@@ -99,7 +99,7 @@ impl PortMoves {
                     *e = e.saturating_add(delta);
                 }
             }
-            "rdma.link.pause_frames" => add(
+            names::LINK_PAUSE_FRAMES => add(
                 if tx {
                     &mut self.link_pause_tx
                 } else {
@@ -107,23 +107,23 @@ impl PortMoves {
                 },
                 delta,
             ),
-            "rdma.port.cnp.sent" => add(&mut self.cnp_sent, delta),
-            "rdma.port.cnp.handled" => add(&mut self.cnp_handled, delta),
-            "rdma.port.ecn_marked_packets" => add(&mut self.ecn_marked, delta),
-            "rdma.port.retransmissions.adaptive"
-            | "rdma.port.retransmissions.packets"
-            | "rdma.port.local_ack_timeouts"
-            | "rdma.port.retry_errors" => add(&mut self.retransmissions, delta),
-            "rdma.port.out_of_sequence" | "rdma.port.sequence_errors" => {
+            names::PORT_CNP_SENT => add(&mut self.cnp_sent, delta),
+            names::PORT_CNP_HANDLED => add(&mut self.cnp_handled, delta),
+            names::PORT_ECN_MARKED_PACKETS => add(&mut self.ecn_marked, delta),
+            names::PORT_RETRANSMISSIONS_ADAPTIVE
+            | names::PORT_RETRANSMISSIONS_PACKETS
+            | names::PORT_LOCAL_ACK_TIMEOUTS
+            | names::PORT_RETRY_ERRORS => add(&mut self.retransmissions, delta),
+            names::PORT_OUT_OF_SEQUENCE | names::PORT_SEQUENCE_ERRORS => {
                 add(&mut self.out_of_sequence, delta)
             }
-            "rdma.port.out_of_buffer" | "rdma.netdev.out_of_buffer" => {
+            names::PORT_OUT_OF_BUFFER | names::NETDEV_OUT_OF_BUFFER => {
                 add(&mut self.out_of_buffer, delta)
             }
-            "rdma.port.transmit.discards"
-            | "rdma.priority.discards"
-            | "rdma.link.discards"
-            | "rdma.port.drops" => add(&mut self.discards, delta),
+            names::PORT_TRANSMIT_DISCARDS
+            | names::PRIORITY_DISCARDS
+            | names::LINK_DISCARDS
+            | names::PORT_DROPS => add(&mut self.discards, delta),
             _ => {}
         }
     }

@@ -1,5 +1,6 @@
 //! `[probes]`: peers (list, DNS name, file), interval, timeout, bounds, RTT buckets.
 
+use rocewatch_metrics::names;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ pub const ATTR_PEER: &str = "rdma.probe.peer";
 pub const ATTR_CAUSE: &str = "rdma.probe.cause";
 
 /// The RTT histogram.
-pub const RTT: &str = "rdma.probe.rtt";
+pub const RTT: &str = names::PROBE_RTT;
 
 pub(super) fn default_interval() -> Duration {
     Duration::from_secs(1)

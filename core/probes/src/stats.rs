@@ -1,5 +1,6 @@
 //! Per-peer probe statistics and the `rdma.probe.*` samples made of them.
 
+use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -96,25 +97,25 @@ pub(super) fn samples(
     let mut out = Vec::with_capacity(stats.len() * 5 + 3);
     for s in stats.values() {
         let a = &s.attrs;
-        out.push(sample("rdma.probe.sent", Value::U64(s.sent), a.clone()));
+        out.push(sample(names::PROBE_SENT, Value::U64(s.sent), a.clone()));
         out.push(sample(
-            "rdma.probe.received",
+            names::PROBE_RECEIVED,
             Value::U64(s.received),
             a.clone(),
         ));
         out.push(sample(
-            "rdma.probe.timeouts",
+            names::PROBE_TIMEOUTS,
             Value::U64(s.timeouts),
             a.clone(),
         ));
         if let Some(r) = s.rtt {
-            out.push(sample("rdma.probe.rtt.last", Value::F64(r), a.clone()));
+            out.push(sample(names::PROBE_RTT_LAST, Value::F64(r), a.clone()));
         }
         for (cause, n) in &s.failures {
             let mut with_cause = (**a).clone();
             with_cause.insert(ATTR_CAUSE, cause);
             out.push(sample(
-                "rdma.probe.failures",
+                names::PROBE_FAILURES,
                 Value::U64(*n),
                 Attributes::new(with_cause),
             ));
@@ -122,13 +123,13 @@ pub(super) fn samples(
     }
     for (state, n) in [("probed", stats.len()), ("over_limit", over_limit)] {
         out.push(sample(
-            "rdma.probe.peers",
+            names::PROBE_PEERS,
             Value::U64(n as u64),
             Attributes::new([("rdma.probe.state".to_string(), state.to_string())].into()),
         ));
     }
     out.push(sample(
-        "rdma.probe.interval",
+        names::PROBE_INTERVAL,
         Value::F64(interval.as_secs_f64()),
         Attributes::default(),
     ));

@@ -1,6 +1,7 @@
 //! The configuration as metrics: `rdma.qos.setting`, `rdma.qos.drift`, `rdma.qos.fingerprint`,
 //! read every `[qos] interval` by the agent (and re-applied on drift when a rule says so).
 
+use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -16,13 +17,13 @@ use rocewatch_runtime::host::discovery::Discovery;
 use rocewatch_runtime::pipeline::Pipeline;
 
 /// The setting's name, on `rdma.qos.*`.
-pub const ATTR_SETTING: &str = "rdma.qos.setting";
+pub const ATTR_SETTING: &str = names::QOS_SETTING;
 
 /// The setting's value, on `rdma.qos.setting`.
 pub const ATTR_VALUE: &str = "rdma.qos.value";
 
 /// The fingerprint, on `rdma.qos.fingerprint`.
-pub const ATTR_FINGERPRINT: &str = "rdma.qos.fingerprint";
+pub const ATTR_FINGERPRINT: &str = names::QOS_FINGERPRINT;
 
 /// The pseudo-plugin the configuration metrics are stored under.
 pub const PLUGIN: &str = "qos";
@@ -123,7 +124,7 @@ pub fn samples(
                     Setting::Unknown(_) => "unknown".into(),
                 },
             );
-            out.push(qos_sample("rdma.qos.setting", 1.0, a, sets));
+            out.push(qos_sample(names::QOS_SETTING, 1.0, a, sets));
         }
     }
     if !desired.desired.is_empty() {
@@ -154,7 +155,7 @@ pub fn samples(
             });
             a.insert(ATTR_SETTING.into(), setting);
             out.push(qos_sample(
-                "rdma.qos.drift",
+                names::QOS_DRIFT,
                 if differs { 1.0 } else { 0.0 },
                 a,
                 sets,
@@ -162,7 +163,7 @@ pub fn samples(
         }
     }
     out.push(qos_sample(
-        "rdma.qos.fingerprint",
+        names::QOS_FINGERPRINT,
         1.0,
         [(ATTR_FINGERPRINT.to_string(), fingerprint.to_string())].into(),
         sets,

@@ -1,6 +1,8 @@
 //! The agent's own metrics (`rocewatch.*`): plugin call durations, plugin errors by
 //! reason, samples emitted, counter resets and saturated counters.
 
+use rocewatch_metrics::labels::PluginErrorReason;
+use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -9,7 +11,7 @@ use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
 
 #[derive(Debug, Default)]
 struct Inner {
-    errors: BTreeMap<(String, String), u64>,
+    errors: BTreeMap<(String, PluginErrorReason), u64>,
     samples: BTreeMap<String, u64>,
     resets: BTreeMap<String, u64>,
     /// Series now resting at the top of a counter that stops there, by metric name.
@@ -49,20 +51,19 @@ impl SelfMetrics {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Count a failure of `plugin`; `reason` is one of load, abi, error, panic, timeout,
-    /// partial, busy.
-    pub fn plugin_error(&self, plugin: &str, reason: &str) {
+    /// Count a failure of `plugin`.
+    pub fn plugin_error(&self, plugin: &str, reason: PluginErrorReason) {
         *self
             .lock()
             .errors
-            .entry((plugin.into(), reason.into()))
+            .entry((plugin.into(), reason))
             .or_default() += 1;
     }
 
-    pub fn plugin_errors(&self, plugin: &str, reason: &str) -> u64 {
+    pub fn plugin_errors(&self, plugin: &str, reason: PluginErrorReason) -> u64 {
         self.lock()
             .errors
-            .get(&(plugin.to_string(), reason.to_string()))
+            .get(&(plugin.to_string(), reason))
             .copied()
             .unwrap_or(0)
     }
@@ -206,15 +207,15 @@ impl SelfMetrics {
             };
         for ((plugin, reason), v) in &inner.errors {
             out.push(counter(
-                "rocewatch.plugin.errors",
+                names::ROCEWATCH_PLUGIN_ERRORS,
                 "{error}",
                 *v,
-                attrs(&[("plugin", plugin), ("reason", reason)]),
+                attrs(&[("plugin", plugin), ("reason", reason.as_str())]),
             ));
         }
         for (plugin, v) in &inner.samples {
             out.push(counter(
-                "rocewatch.samples.emitted",
+                names::ROCEWATCH_SAMPLES_EMITTED,
                 "{sample}",
                 *v,
                 attrs(&[("plugin", plugin)]),
@@ -222,7 +223,7 @@ impl SelfMetrics {
         }
         for (exporter, v) in &inner.exporter_errors {
             out.push(counter(
-                "rocewatch.exporter.errors",
+                names::ROCEWATCH_EXPORTER_ERRORS,
                 "{error}",
                 *v,
                 attrs(&[("exporter", exporter)]),
@@ -230,7 +231,7 @@ impl SelfMetrics {
         }
         for (exporter, v) in &inner.exporter_dropped {
             out.push(counter(
-                "rocewatch.exporter.dropped",
+                names::ROCEWATCH_EXPORTER_DROPPED,
                 "{snapshot}",
                 *v,
                 attrs(&[("exporter", exporter)]),
@@ -238,7 +239,7 @@ impl SelfMetrics {
         }
         for (exporter, v) in &inner.exporter_sent {
             out.push(counter(
-                "rocewatch.exporter.sent",
+                names::ROCEWATCH_EXPORTER_SENT,
                 "{snapshot}",
                 *v,
                 attrs(&[("exporter", exporter)]),
@@ -246,7 +247,7 @@ impl SelfMetrics {
         }
         for (result, v) in &inner.alertmanager {
             out.push(counter(
-                "rocewatch.alertmanager.requests",
+                names::ROCEWATCH_ALERTMANAGER_REQUESTS,
                 "{request}",
                 *v,
                 attrs(&[("result", result)]),
@@ -254,7 +255,7 @@ impl SelfMetrics {
         }
         for ((action, decision), v) in &inner.remediation {
             out.push(counter(
-                "rocewatch.remediation.decisions",
+                names::ROCEWATCH_REMEDIATION_DECISIONS,
                 "{decision}",
                 *v,
                 attrs(&[("action", action), ("decision", decision)]),
@@ -262,7 +263,7 @@ impl SelfMetrics {
         }
         for ((rule, what), v) in &inner.rule_transitions {
             out.push(counter(
-                "rocewatch.rule.transitions",
+                names::ROCEWATCH_RULE_TRANSITIONS,
                 "{transition}",
                 *v,
                 attrs(&[("rule", rule), ("transition", what)]),
@@ -270,7 +271,7 @@ impl SelfMetrics {
         }
         for (result, v) in &inner.reloads {
             out.push(counter(
-                "rocewatch.config.reloads",
+                names::ROCEWATCH_CONFIG_RELOADS,
                 "{reload}",
                 *v,
                 attrs(&[("result", result)]),
@@ -278,7 +279,7 @@ impl SelfMetrics {
         }
         for (name, v) in &inner.resets {
             out.push(counter(
-                "rocewatch.counter.resets",
+                names::ROCEWATCH_COUNTER_RESETS,
                 "{reset}",
                 *v,
                 attrs(&[("name", name)]),
@@ -288,7 +289,7 @@ impl SelfMetrics {
             out.push(Sample {
                 kind: MetricKind::Gauge,
                 ..counter(
-                    "rocewatch.counter.saturated",
+                    names::ROCEWATCH_COUNTER_SATURATED,
                     "{series}",
                     *v,
                     attrs(&[("name", name)]),

@@ -21,6 +21,7 @@
 #[cfg(target_os = "linux")]
 pub mod normalize;
 
+use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
@@ -28,10 +29,9 @@ use rocewatch_plugin_api::*;
 use rocewatch_sysfs::inventory::{read_inventory, DeviceFilter, DeviceSelection};
 use rocewatch_sysfs::SysRoot;
 
-/// Attribute naming the IEEE 802.1p priority (`0`..`7`).
-pub const ATTR_PRIORITY: &str = "rdma.priority";
-/// Attribute of raw passthrough samples: the driver's own statistic name.
-pub const ATTR_STAT: &str = "rdma.driver_stat";
+/// Attribute naming the IEEE 802.1p priority (`0`..`7`), and that of raw passthrough
+/// samples (the driver's own statistic name): the catalog's.
+pub use rocewatch_metrics::{ATTR_DRIVER_STAT as ATTR_STAT, ATTR_PRIORITY};
 
 /// Where driver statistics come from: the ioctls on a host, recorded outputs in tests.
 pub trait StatsSource: Send {
@@ -178,7 +178,7 @@ pub fn samples_of(
             None if raw.is_some_and(|r| r.is_match(name)) => {
                 let mut a = base.clone();
                 a.insert(ATTR_STAT.into(), name.clone());
-                ("rdma.netdev.driver_stat", a)
+                (names::NETDEV_DRIVER_STAT, a)
             }
             None => continue,
         };

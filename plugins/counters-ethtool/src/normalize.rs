@@ -22,6 +22,7 @@
 //! | bnxt | `rx_pfc_ena_frames`, `tx_pfc_ena_frames` (all priorities) | `rdma.link.pause_frames` |
 //!
 //! Everything else is left to the opt-in raw passthrough.
+use rocewatch_metrics::names;
 
 /// A statistic's place in the normalized set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,9 +70,9 @@ pub fn normalize(name: &str) -> Option<Normalized> {
         let (p, what) = r.split_once('_')?;
         let p = prio(p)?;
         let metric = match what {
-            "xoff" => "rdma.pfc.pause_frames",
-            "xon" => "rdma.pfc.resume_frames",
-            "xon_2_xoff" => "rdma.pfc.pause_transitions",
+            "xoff" => names::PFC_PAUSE_FRAMES,
+            "xon" => names::PFC_RESUME_FRAMES,
+            "xon_2_xoff" => names::PFC_PAUSE_TRANSITIONS,
             _ => return None,
         };
         return n(metric, Some(p), Some(dir));
@@ -82,12 +83,12 @@ pub fn normalize(name: &str) -> Option<Normalized> {
         let (p, what) = r.split_once('_')?;
         let p = prio(p)?;
         let metric = match what {
-            "pause" => "rdma.pfc.pause_frames",
-            "pause_duration" => "rdma.pfc.pause_duration",
-            "pause_transition" => "rdma.pfc.pause_transitions",
-            "bytes" => "rdma.priority.io",
-            "packets" => "rdma.priority.packets",
-            "discards" | "buf_discard" => "rdma.priority.discards",
+            "pause" => names::PFC_PAUSE_FRAMES,
+            "pause_duration" => names::PFC_PAUSE_DURATION,
+            "pause_transition" => names::PFC_PAUSE_TRANSITIONS,
+            "bytes" => names::PRIORITY_IO,
+            "packets" => names::PRIORITY_PACKETS,
+            "discards" | "buf_discard" => names::PRIORITY_DISCARDS,
             _ => return None,
         };
         return n(metric, Some(p), Some(dir));
@@ -97,14 +98,14 @@ pub fn normalize(name: &str) -> Option<Normalized> {
         if let Some((what, p)) = r.rsplit_once("_pri") {
             let p = prio(p)?;
             let metric = match what {
-                "ena_frames" => "rdma.pfc.pause_frames",
-                "xon2xoff_frames" => "rdma.pfc.pause_transitions",
+                "ena_frames" => names::PFC_PAUSE_FRAMES,
+                "xon2xoff_frames" => names::PFC_PAUSE_TRANSITIONS,
                 _ => return None,
             };
             return n(metric, Some(p), Some(dir));
         }
         return (r == "ena_frames").then_some(Normalized {
-            metric: "rdma.link.pause_frames",
+            metric: names::LINK_PAUSE_FRAMES,
             priority: None,
             direction: Some(dir),
             extra: None,
@@ -112,24 +113,24 @@ pub fn normalize(name: &str) -> Option<Normalized> {
     }
     match name {
         "tx_pause_storm_warning_events" => Some(Normalized {
-            metric: "rdma.pfc.storm_events",
+            metric: names::PFC_STORM_EVENTS,
             priority: None,
             direction: Some("transmit"),
             extra: Some(("rdma.severity", "warning")),
         }),
         "tx_pause_storm_error_events" => Some(Normalized {
-            metric: "rdma.pfc.storm_events",
+            metric: names::PFC_STORM_EVENTS,
             priority: None,
             direction: Some("transmit"),
             extra: Some(("rdma.severity", "error")),
         }),
-        "rx_pause_ctrl_phy" | "tx_pause_ctrl_phy" => n("rdma.link.pause_frames", None, direction),
-        "rx_discards_phy" | "tx_discards_phy" => n("rdma.link.discards", None, direction),
-        "rx_out_of_buffer" => n("rdma.netdev.out_of_buffer", None, Some("receive")),
-        "rx_crc_errors_phy" => n("rdma.link.crc_errors", None, Some("receive")),
-        "rx_symbol_err_phy" => n("rdma.link.symbol_errors", None, Some("receive")),
-        "rx_corrected_bits_phy" => n("rdma.link.corrected_bits", None, Some("receive")),
-        "link_down_events_phy" => n("rdma.link.down_events", None, None),
+        "rx_pause_ctrl_phy" | "tx_pause_ctrl_phy" => n(names::LINK_PAUSE_FRAMES, None, direction),
+        "rx_discards_phy" | "tx_discards_phy" => n(names::LINK_DISCARDS, None, direction),
+        "rx_out_of_buffer" => n(names::NETDEV_OUT_OF_BUFFER, None, Some("receive")),
+        "rx_crc_errors_phy" => n(names::LINK_CRC_ERRORS, None, Some("receive")),
+        "rx_symbol_err_phy" => n(names::LINK_SYMBOL_ERRORS, None, Some("receive")),
+        "rx_corrected_bits_phy" => n(names::LINK_CORRECTED_BITS, None, Some("receive")),
+        "link_down_events_phy" => n(names::LINK_DOWN_EVENTS, None, None),
         _ => None,
     }
 }

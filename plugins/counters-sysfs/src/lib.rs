@@ -22,6 +22,7 @@
 //! cannot serve is reported, and read from sysfs that time), or `sysfs`. Netlink samples
 //! carry `source = "netlink:hw_counters/<name>"`; names, units and values are the same.
 
+use rocewatch_metrics::names;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -121,9 +122,9 @@ fn gauges() -> &'static Gauges {
     G.get_or_init(|| {
         let get = |n| catalog::by_name(n).expect("gauge in the catalog");
         Gauges {
-            up: get("rdma.port.up"),
-            rate: get("rdma.port.rate"),
-            mtu: get("rdma.netdev.mtu"),
+            up: get(names::PORT_UP),
+            rate: get(names::PORT_RATE),
+            mtu: get(names::NETDEV_MTU),
         }
     })
 }

@@ -1,6 +1,7 @@
 //! The live view: per-port rates read from the store, the rule states and the audit log's
 //! last decisions, rendered as a table.
 
+use rocewatch_metrics::names;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -52,14 +53,14 @@ pub(super) fn sum_rates(
 /// Per-port rates from the store, for the live view.
 pub fn port_rates(store: &Store) -> Vec<PortRates> {
     let mut out = Vec::new();
-    for s in store.by_name("rdma.port.up") {
+    for s in store.by_name(names::PORT_UP) {
         let a = &s.sample.attributes;
         let dev = a.get("rdma.device").map(str::to_string).unwrap_or_default();
         let port = a.get("rdma.port").map(str::to_string).unwrap_or_default();
         let gbps = |dir| {
             sum_rates(
                 store,
-                &["rdma.port.io"],
+                &[names::PORT_IO],
                 &dev,
                 &port,
                 Some(("network.io.direction", dir)),
@@ -76,13 +77,13 @@ pub fn port_rates(store: &Store) -> Vec<PortRates> {
             rx_gbps: gbps("receive"),
             errors_per_s: sum_rates(
                 store,
-                &["rdma.port.symbol_errors", "rdma.port.receive.errors"],
+                &[names::PORT_SYMBOL_ERRORS, names::PORT_RECEIVE_ERRORS],
                 &dev,
                 &port,
                 None,
             ),
-            out_of_buffer_per_s: sum_rates(store, &["rdma.port.out_of_buffer"], &dev, &port, None),
-            cnp_per_s: sum_rates(store, &["rdma.port.cnp.sent"], &dev, &port, None),
+            out_of_buffer_per_s: sum_rates(store, &[names::PORT_OUT_OF_BUFFER], &dev, &port, None),
+            cnp_per_s: sum_rates(store, &[names::PORT_CNP_SENT], &dev, &port, None),
             device: dev,
             port,
         });

@@ -1,6 +1,7 @@
 //! Calling plugins: on a blocking thread, with a timeout, with panics caught, and with
 //! every outcome reflected in the plugin's status and the self-metrics.
 
+use rocewatch_metrics::labels::PluginErrorReason;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,16 +28,16 @@ pub enum CallError {
 
 impl CallError {
     /// The `reason` attribute of `rocewatch.plugin.errors`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> PluginErrorReason {
         match self {
             CallError::Plugin {
                 error: PluginError::Panicked(_),
                 ..
-            } => "panic",
-            CallError::Plugin { .. } => "error",
-            CallError::Timeout { .. } => "timeout",
-            CallError::Busy { .. } => "busy",
-            CallError::NotLoaded { .. } => "load",
+            } => PluginErrorReason::Panic,
+            CallError::Plugin { .. } => PluginErrorReason::Error,
+            CallError::Timeout { .. } => PluginErrorReason::Timeout,
+            CallError::Busy { .. } => PluginErrorReason::Busy,
+            CallError::NotLoaded { .. } => PluginErrorReason::Load,
         }
     }
 
@@ -67,7 +68,7 @@ where
         return Err(CallError::NotLoaded { plugin: label });
     };
     if entry.busy.swap(true, Ordering::SeqCst) {
-        metrics.plugin_error(&entry.name, "busy");
+        metrics.plugin_error(&entry.name, PluginErrorReason::Busy);
         return Err(CallError::Busy { plugin: label });
     }
     let busy = Arc::clone(&entry.busy);
@@ -130,7 +131,7 @@ where
         Err(e) if e.is_unsupported() => tracing::info!(plugin = %entry.name, "{e}"),
         Err(e) => {
             metrics.plugin_error(&entry.name, e.reason());
-            tracing::warn!(plugin = %entry.name, reason = e.reason(), "{e}");
+            tracing::warn!(plugin = %entry.name, reason = e.reason().as_str(), "{e}");
         }
         Ok(_) => {}
     }

@@ -154,7 +154,11 @@ mod tests {
             let inv = a.await.unwrap().expect("every caller gets the inventory");
             assert_eq!(inv.devices[0].name, "mlx5_0");
         }
-        assert_eq!(metrics.plugin_errors("slow", "busy"), 0, "counted busy");
+        assert_eq!(
+            metrics.plugin_errors("slow", rocewatch_metrics::labels::PluginErrorReason::Busy),
+            0,
+            "counted busy"
+        );
         assert!(
             calls.load(Ordering::SeqCst) < 4,
             "callers that waited took the run that ended meanwhile"

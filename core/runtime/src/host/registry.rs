@@ -1,6 +1,7 @@
 //! Plugin registry: the built-in plugins it is handed, the loading of external `.so`
 //! plugins, and each plugin's status (what `rocewatch plugins` shows).
 
+use rocewatch_metrics::labels::PluginErrorReason;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -293,9 +294,11 @@ impl Registry {
                 Ok(lib) => lib,
                 Err(e) => {
                     let reason = match e {
-                        LoadError::AbiMismatch { .. } | LoadError::TableTooSmall { .. } => "abi",
-                        LoadError::InsecurePath { .. } => "insecure",
-                        _ => "load",
+                        LoadError::AbiMismatch { .. } | LoadError::TableTooSmall { .. } => {
+                            PluginErrorReason::Abi
+                        }
+                        LoadError::InsecurePath { .. } => PluginErrorReason::Insecure,
+                        _ => PluginErrorReason::Load,
                     };
                     tracing::error!("{e}");
                     metrics.plugin_error(&fallback_name, reason);
@@ -320,9 +323,9 @@ impl Registry {
                     })),
                     Err(err) => {
                         let reason = if matches!(err, PluginError::Panicked(_)) {
-                            "panic"
+                            PluginErrorReason::Panic
                         } else {
-                            "load"
+                            PluginErrorReason::Load
                         };
                         let msg = format!("{}: cannot create {kind} instance: {err}", e.label());
                         tracing::error!("{msg}");

@@ -2,10 +2,14 @@
 //! priority, throughput per port and per priority, error rate per port. They are gauges
 //! ingested under the pseudo-plugin [`PLUGIN`], so every exporter sees them.
 
+use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rocewatch_metrics::{ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, DERIVED_CATALOG, ERROR_COUNTERS};
+use rocewatch_metrics::{
+    CatalogEntry, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, DERIVED_PFC_PAUSE_RATIO,
+    DERIVED_PORT_ERROR_RATE, DERIVED_PORT_THROUGHPUT, DERIVED_PRIORITY_THROUGHPUT, ERROR_COUNTERS,
+};
 use rocewatch_plugin_api::{AttrSet, Attributes, MetricKind, Sample, Value};
 
 use crate::store::Store;
@@ -15,11 +19,7 @@ pub const PLUGIN: &str = "derived";
 
 /// A derived sample; `source` is `derived:<what it is computed from>`, one `Arc` for
 /// every sample of a kind.
-fn derived(name: &str, value: f64, attributes: Attributes, source: &Arc<str>) -> Sample {
-    let e = DERIVED_CATALOG
-        .iter()
-        .find(|e| e.name == name)
-        .expect("derived metric is catalogued");
+fn derived(e: &CatalogEntry, value: f64, attributes: Attributes, source: &Arc<str>) -> Sample {
     Sample {
         name: e.name.into(),
         unit: e.unit.into(),
@@ -34,9 +34,9 @@ fn derived(name: &str, value: f64, attributes: Attributes, source: &Arc<str>) ->
 pub fn compute(store: &Store) -> Vec<Sample> {
     let mut out = Vec::new();
     for (from, to, scale) in [
-        ("rdma.pfc.pause_duration", "rdma.pfc.pause_ratio", 1e-6),
-        ("rdma.port.io", "rdma.port.throughput", 1.0),
-        ("rdma.priority.io", "rdma.priority.throughput", 1.0),
+        (names::PFC_PAUSE_DURATION, &DERIVED_PFC_PAUSE_RATIO, 1e-6),
+        (names::PORT_IO, &DERIVED_PORT_THROUGHPUT, 1.0),
+        (names::PRIORITY_IO, &DERIVED_PRIORITY_THROUGHPUT, 1.0),
     ] {
         let source: Arc<str> = format!("derived:{from}").into();
         store.for_each_named(from, |s| {
@@ -71,7 +71,7 @@ pub fn compute(store: &Store) -> Vec<Sample> {
     let source: Arc<str> = "derived:error counters".into();
     for (_, (rate, attrs)) in per_port {
         out.push(derived(
-            "rdma.port.error_rate",
+            &DERIVED_PORT_ERROR_RATE,
             rate,
             Attributes::new(attrs),
             &source,

@@ -10,6 +10,7 @@
 pub mod derive;
 pub mod scheduler;
 
+use rocewatch_metrics::labels::PluginErrorReason;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -152,7 +153,8 @@ impl Pipeline {
             .store
             .retain_declared_from(&e.name, &mut result.samples);
         if dropped > 0 {
-            self.metrics.plugin_error(&e.name, "undeclared");
+            self.metrics
+                .plugin_error(&e.name, PluginErrorReason::Undeclared);
             tracing::warn!(plugin = %e.name, dropped, "{}: emitted metrics it did not declare; dropped", e.label());
         }
         {
@@ -161,7 +163,8 @@ impl Pipeline {
             // stays unreadable; a collection over its budget says how far it got each time).
             // The steady case (the same errors, or none) allocates nothing.
             for _ in &result.errors {
-                self.metrics.plugin_error(&e.name, "partial");
+                self.metrics
+                    .plugin_error(&e.name, PluginErrorReason::Partial);
             }
             // Per target: the message last said and when. A message that changes within a
             // minute of the last one said is held back, and said once the minute is over

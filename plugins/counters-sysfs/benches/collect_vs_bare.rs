@@ -4,6 +4,8 @@
 //! `cargo bench -p rocewatch-counters-sysfs --bench collect_vs_bare [-- ROOT]`
 //! ROOT defaults to a 16-port mlx5 host generated with
 //! `integration-tests/fixtures/generate.py --big`.
+// Functions over 120 lines are refused outside tests; this is a benchmark.
+#![allow(clippy::too_many_lines)]
 
 use std::hint::black_box;
 use std::io::Read;

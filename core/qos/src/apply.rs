@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::metrics::ATTR_SETTING;
 use super::observe::{observe, ConfigPlugins};
 use super::snapshot::{SnapChange, Snapshot};
-use crate::{normalize, Change, QosConfig};
+use crate::{normalize, Change, QosConfig, SettingAt};
 use rocewatch_runtime::audit::{AuditLog, AuditRecord, Decision};
 use rocewatch_runtime::host::call::{self, CallError};
 use rocewatch_runtime::host::registry::Instance;
@@ -33,15 +33,45 @@ use rocewatch_runtime::selfmetrics::SelfMetrics;
 /// What happened to one setting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Step {
-    pub device: String,
-    pub port: u32,
-    pub netdev: Option<String>,
-    pub setting: String,
+    #[serde(flatten)]
+    pub at: SettingAt,
     pub from: String,
     pub to: String,
-    /// would (dry run) | done | failed | undone | undo_failed | skipped
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     pub message: String,
+}
+
+/// What an apply or a rollback did to one setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A dry run: what it would do.
+    Would,
+    Done,
+    Failed,
+    /// Undone after a later change failed.
+    Undone,
+    UndoFailed,
+    Skipped,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Would => "would",
+            Outcome::Done => "done",
+            Outcome::Failed => "failed",
+            Outcome::Undone => "undone",
+            Outcome::UndoFailed => "undo_failed",
+            Outcome::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// The steps of an apply or a rollback.
@@ -65,8 +95,8 @@ pub fn report_text(r: &Report) -> String {
             s,
             "{:<11} {}  {}: {} -> {}  {}",
             st.outcome,
-            crate::port_label(&st.device, st.port, st.netdev.as_deref()),
-            st.setting,
+            st.at.port_label(),
+            st.at.setting,
             st.from,
             st.to,
             st.message
@@ -142,12 +172,19 @@ impl Applier {
     /// One change of one setting of one port: a decision, labelled with what it changes.
     fn decision(c: &SnapChange) -> Decision {
         let mut labels = BTreeMap::new();
-        labels.insert(rocewatch_metrics::ATTR_DEVICE.to_string(), c.device.clone());
-        labels.insert(rocewatch_metrics::ATTR_PORT.to_string(), c.port.to_string());
-        if let Some(n) = &c.netdev {
+        let at = &c.at;
+        labels.insert(
+            rocewatch_metrics::ATTR_DEVICE.to_string(),
+            at.device.clone(),
+        );
+        labels.insert(
+            rocewatch_metrics::ATTR_PORT.to_string(),
+            at.port.to_string(),
+        );
+        if let Some(n) = &at.netdev {
             labels.insert(rocewatch_metrics::ATTR_NETDEV.to_string(), n.clone());
         }
-        labels.insert(ATTR_SETTING.to_string(), c.setting.clone());
+        labels.insert(ATTR_SETTING.to_string(), at.setting.clone());
         Decision::new(labels)
     }
 
@@ -239,10 +276,7 @@ impl Applier {
             changes: changes
                 .iter()
                 .map(|c| SnapChange {
-                    device: c.device.clone(),
-                    port: c.port,
-                    netdev: c.netdev.clone(),
-                    setting: c.setting.clone(),
+                    at: c.at.clone(),
                     from: (!c.unread).then(|| c.from.clone()),
                     to: c.to.clone(),
                     done: false,
@@ -264,19 +298,10 @@ impl Applier {
         }
         for i in 0..snap.changes.len() {
             let c = snap.changes[i].clone();
-            let qc = QosChange {
-                device: c.device.clone(),
-                port: c.port,
-                setting: c.setting.clone(),
-                from: c.from.clone(),
-                to: c.to.clone(),
-            };
+            let qc = c.at.change(c.from.clone(), c.to.clone());
             let from_text = c.from.clone().unwrap_or_else(|| "unknown".into());
             let step = |outcome, message| Step {
-                device: c.device.clone(),
-                port: c.port,
-                netdev: c.netdev.clone(),
-                setting: c.setting.clone(),
+                at: c.at.clone(),
                 from: from_text.clone(),
                 to: c.to.clone(),
                 outcome,
@@ -287,10 +312,10 @@ impl Applier {
                     .audited_dry_run(&qc, &c, origin, "qos_apply", &from_text)
                     .await
                 {
-                    Ok(msg) => step("would", msg),
+                    Ok(msg) => step(Outcome::Would, msg),
                     Err(e) => {
                         report.failed = true;
-                        step("failed", e)
+                        step(Outcome::Failed, e)
                     }
                 };
                 report.steps.push(step);
@@ -308,14 +333,14 @@ impl Applier {
                     if let Err(e) = snap.write(&path) {
                         tracing::error!("cannot update the snapshot {}: {e}", path.display());
                     }
-                    let mut st = step("done", o.message);
+                    let mut st = step(Outcome::Done, o.message);
                     if let Some(p) = o.previous {
                         st.from = p;
                     }
                     report.steps.push(st);
                 }
                 Err(e) => {
-                    report.steps.push(step("failed", e));
+                    report.steps.push(step(Outcome::Failed, e));
                     report.failed = true;
                     self.undo(&mut snap, i, origin, &mut report).await;
                     snap.state = "rolled_back".into();
@@ -342,10 +367,7 @@ impl Applier {
                 continue;
             }
             let step = |outcome, message| Step {
-                device: c.device.clone(),
-                port: c.port,
-                netdev: c.netdev.clone(),
-                setting: c.setting.clone(),
+                at: c.at.clone(),
                 from: c.to.clone(),
                 to: c.from.clone().unwrap_or_else(|| "unknown".into()),
                 outcome,
@@ -353,18 +375,12 @@ impl Applier {
             };
             let Some(from) = c.from.clone() else {
                 r.steps.push(step(
-                    "skipped",
+                    Outcome::Skipped,
                     "its value before could not be read; left as set".into(),
                 ));
                 continue;
             };
-            let qc = QosChange {
-                device: c.device.clone(),
-                port: c.port,
-                setting: c.setting.clone(),
-                from: Some(c.to.clone()),
-                to: from.clone(),
-            };
+            let qc = c.at.change(Some(c.to.clone()), from.clone());
             let origin = format!("{origin} (undo after a failure)");
             match self
                 .audited_change(&qc, &c, &origin, "qos_apply", &c.to)
@@ -372,9 +388,9 @@ impl Applier {
             {
                 Ok(o) => {
                     snap.changes[j].done = false;
-                    r.steps.push(step("undone", o.message));
+                    r.steps.push(step(Outcome::Undone, o.message));
                 }
-                Err(e) => r.steps.push(step("undo_failed", e)),
+                Err(e) => r.steps.push(step(Outcome::UndoFailed, e)),
             }
         }
     }
@@ -398,8 +414,8 @@ impl Applier {
         let now = |c: &SnapChange| {
             observed
                 .iter()
-                .find(|s| s.device == c.device && s.port == c.port)
-                .and_then(|s| s.settings.get(&c.setting))
+                .find(|s| s.device == c.at.device && s.port == c.at.port)
+                .and_then(|s| s.settings.get(&c.at.setting))
                 .cloned()
         };
         let mut r = Report {
@@ -410,10 +426,7 @@ impl Applier {
             let current = now(c);
             let current_text = crate::setting_text(current.as_ref());
             let step = |outcome, message| Step {
-                device: c.device.clone(),
-                port: c.port,
-                netdev: c.netdev.clone(),
-                setting: c.setting.clone(),
+                at: c.at.clone(),
                 from: current_text.clone(),
                 to: c.from.clone().unwrap_or_else(|| "unknown".into()),
                 outcome,
@@ -421,23 +434,23 @@ impl Applier {
             };
             let Some(from) = &c.from else {
                 r.steps.push(step(
-                    "skipped",
+                    Outcome::Skipped,
                     "its value before apply could not be read; left as is".into(),
                 ));
                 continue;
             };
             let cur = match &current {
-                Some(Setting::Value(v)) => Some(normalize(&c.setting, v)),
+                Some(Setting::Value(v)) => Some(normalize(&c.at.setting, v)),
                 _ => None,
             };
-            if cur.as_deref() == Some(normalize(&c.setting, from).as_str()) {
+            if cur.as_deref() == Some(normalize(&c.at.setting, from).as_str()) {
                 r.steps
-                    .push(step("skipped", "already as before apply".into()));
+                    .push(step(Outcome::Skipped, "already as before apply".into()));
                 continue;
             }
-            if !force && cur.as_deref() != Some(normalize(&c.setting, &c.to).as_str()) {
+            if !force && cur.as_deref() != Some(normalize(&c.at.setting, &c.to).as_str()) {
                 r.steps.push(step(
-                    "skipped",
+                    Outcome::Skipped,
                     format!(
                         "changed since apply set {:?}; left alone (--force restores it anyway)",
                         c.to
@@ -445,28 +458,22 @@ impl Applier {
                 ));
                 continue;
             }
-            let qc = QosChange {
-                device: c.device.clone(),
-                port: c.port,
-                setting: c.setting.clone(),
-                from: cur.clone(),
-                to: from.clone(),
-            };
+            let qc = c.at.change(cur.clone(), from.clone());
             let (origin, action) = ("qos rollback", "qos_rollback");
             let done = if dry_run {
                 self.audited_dry_run(&qc, c, origin, action, &current_text)
                     .await
-                    .map(|msg| ("would", msg))
+                    .map(|msg| (Outcome::Would, msg))
             } else {
                 self.audited_change(&qc, c, origin, action, &current_text)
                     .await
-                    .map(|o| ("done", o.message))
+                    .map(|o| (Outcome::Done, o.message))
             };
             match done {
                 Ok((outcome, msg)) => r.steps.push(step(outcome, msg)),
                 Err(e) => {
                     r.failed = true;
-                    r.steps.push(step("failed", e));
+                    r.steps.push(step(Outcome::Failed, e));
                 }
             }
         }
@@ -493,9 +500,9 @@ impl Applier {
             .changes
             .into_iter()
             .filter(|c| {
-                sel(rocewatch_metrics::ATTR_DEVICE, &c.device)
-                    && sel(rocewatch_metrics::ATTR_PORT, &c.port.to_string())
-                    && sel(ATTR_SETTING, &c.setting)
+                sel(rocewatch_metrics::ATTR_DEVICE, &c.at.device)
+                    && sel(rocewatch_metrics::ATTR_PORT, &c.at.port.to_string())
+                    && sel(ATTR_SETTING, &c.at.setting)
             })
             .collect();
         if changes.is_empty() {
@@ -508,7 +515,7 @@ impl Applier {
             .map(|s| {
                 format!(
                     "{} {}/{} {}: {} -> {}",
-                    s.outcome, s.device, s.port, s.setting, s.from, s.to
+                    s.outcome, s.at.device, s.at.port, s.at.setting, s.from, s.to
                 )
             })
             .collect::<Vec<_>>()

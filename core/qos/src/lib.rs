@@ -25,7 +25,9 @@ pub use config::{
     canonical_roce_mode, check_value, normalize, validate, DesiredEntry, QosConfig, SETTABLE,
 };
 pub use diff::{diff_hosts, setting_text, HostDiff};
-pub use plan::{blocked_line, desired_for, plan, plan_text, port_label, Blocked, Change, Plan};
+pub use plan::{
+    blocked_line, desired_for, plan, plan_text, port_label, Blocked, Change, Plan, SettingAt,
+};
 #[cfg(test)]
 mod tests {
     use rocewatch_plugin_api::{QosState, Setting};

@@ -139,12 +139,13 @@ pub fn samples(
             }
         }
         for c in &plan.changes {
-            if let Some(d) = drift.get_mut(&(c.device.clone(), c.port, c.setting.clone())) {
+            if let Some(d) = drift.get_mut(&(c.at.device.clone(), c.at.port, c.at.setting.clone()))
+            {
                 d.1 = true;
             }
         }
         for b in &plan.blocked {
-            drift.remove(&(b.device.clone(), b.port, b.setting.clone()));
+            drift.remove(&(b.at.device.clone(), b.at.port, b.at.setting.clone()));
         }
         for ((device, port, setting), (netdev, differs)) in drift {
             let mut a = port_attrs(&QosState {

@@ -4,18 +4,46 @@
 use std::collections::BTreeMap;
 
 use globset::Glob;
+use rocewatch_plugin_api::QosChange;
 use rocewatch_plugin_api::{QosState, Setting};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::config::{normalize, QosConfig};
 
-/// One difference between the observed and the desired state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Change {
+/// One setting of one port: what a planned change, a blocked setting, a step of an apply
+/// or rollback and a snapshot's record are about (flattened into each in JSON).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SettingAt {
     pub device: String,
     pub port: u32,
     pub netdev: Option<String>,
     pub setting: String,
+}
+
+impl SettingAt {
+    /// `mlx5_0/1 (ens1f0np0)`.
+    pub fn port_label(&self) -> String {
+        port_label(&self.device, self.port, self.netdev.as_deref())
+    }
+
+    /// The change of this setting from `from` to `to`, as a configuration plugin is asked
+    /// to make it.
+    pub fn change(&self, from: Option<String>, to: String) -> QosChange {
+        QosChange {
+            device: self.device.clone(),
+            port: self.port,
+            setting: self.setting.clone(),
+            from,
+            to,
+        }
+    }
+}
+
+/// One difference between the observed and the desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    #[serde(flatten)]
+    pub at: SettingAt,
     /// The observed value ("unknown" when it could not be read but can be set).
     pub from: String,
     pub to: String,
@@ -27,10 +55,8 @@ pub struct Change {
 /// A desired setting that cannot be compared on a port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Blocked {
-    pub device: String,
-    pub port: u32,
-    pub netdev: Option<String>,
-    pub setting: String,
+    #[serde(flatten)]
+    pub at: SettingAt,
     pub to: String,
     pub reason: String,
 }
@@ -74,12 +100,14 @@ pub fn plan(cfg: &QosConfig, observed: &[QosState]) -> Plan {
     let mut p = Plan::default();
     for st in observed {
         for (setting, to) in desired_for(cfg, st) {
-            let (device, port, netdev) = (st.device.clone(), st.port, st.netdev.clone());
-            let blocked = |reason: String| Blocked {
-                device: device.clone(),
-                port,
-                netdev: netdev.clone(),
+            let at = SettingAt {
+                device: st.device.clone(),
+                port: st.port,
+                netdev: st.netdev.clone(),
                 setting: setting.clone(),
+            };
+            let blocked = |reason: String| Blocked {
+                at: at.clone(),
                 to: to.clone(),
                 reason,
             };
@@ -89,10 +117,7 @@ pub fn plan(cfg: &QosConfig, observed: &[QosState]) -> Plan {
                         p.in_sync += 1;
                     } else {
                         p.changes.push(Change {
-                            device,
-                            port,
-                            netdev,
-                            setting: setting.clone(),
+                            at,
                             from: v.clone(),
                             to: normalize(&setting, &to),
                             unread: false,
@@ -104,10 +129,7 @@ pub fn plan(cfg: &QosConfig, observed: &[QosState]) -> Plan {
                     .push(blocked("the device does not have this setting".into())),
                 Some(Setting::Unknown(_)) if st.settable_unread.contains(&setting) => {
                     p.changes.push(Change {
-                        device,
-                        port,
-                        netdev,
-                        setting: setting.clone(),
+                        at,
                         from: "unknown".into(),
                         to: normalize(&setting, &to),
                         unread: true,
@@ -136,8 +158,8 @@ pub fn plan_text(p: &Plan) -> String {
         let _ = writeln!(
             s,
             "change  {}  {}: {} -> {}",
-            port_label(&c.device, c.port, c.netdev.as_deref()),
-            c.setting,
+            c.at.port_label(),
+            c.at.setting,
             c.from,
             c.to
         );
@@ -160,8 +182,8 @@ pub fn blocked_line(b: &Blocked, width: usize) -> String {
     format!(
         "{:<width$}{}  {} -> {}: {}",
         "cannot",
-        port_label(&b.device, b.port, b.netdev.as_deref()),
-        b.setting,
+        b.at.port_label(),
+        b.at.setting,
         b.to,
         b.reason
     )
@@ -211,7 +233,10 @@ settings = { pfc_enabled = "3,4" }
         let p = plan(&c, &obs);
         assert_eq!(p.changes.len(), 1);
         assert_eq!(
-            (p.changes[0].device.as_str(), p.changes[0].setting.as_str()),
+            (
+                p.changes[0].at.device.as_str(),
+                p.changes[0].at.setting.as_str()
+            ),
             ("mlx5_0", "mtu")
         );
         assert_eq!(
@@ -220,7 +245,7 @@ settings = { pfc_enabled = "3,4" }
         );
         // "4,3" is "3,4"; the later entry's value wins for mlx5_1.
         assert_eq!(p.in_sync, 3);
-        let blocked: Vec<_> = p.blocked.iter().map(|b| b.setting.as_str()).collect();
+        let blocked: Vec<_> = p.blocked.iter().map(|b| b.at.setting.as_str()).collect();
         assert_eq!(blocked, ["mtu", "roce_mode"]);
         assert!(p.blocked[1].reason.contains("not created"));
         assert!(!p.is_clean());

@@ -8,10 +8,8 @@ use serde::{Deserialize, Serialize};
 /// One changed setting in a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapChange {
-    pub device: String,
-    pub port: u32,
-    pub netdev: Option<String>,
-    pub setting: String,
+    #[serde(flatten)]
+    pub at: crate::SettingAt,
     /// The value replaced; `None` when it could not be read (a RoCE default whose
     /// configfs directory apply created): rollback leaves such a setting alone.
     pub from: Option<String>,

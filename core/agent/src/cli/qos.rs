@@ -88,7 +88,11 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
         for b in &plan.blocked {
             println!("{}", rocewatch_qos::blocked_line(b, 12));
         }
-        let done = report.steps.iter().filter(|s| s.outcome == "done").count();
+        let done = report
+            .steps
+            .iter()
+            .filter(|s| s.outcome == rocewatch_qos::apply::Outcome::Done)
+            .count();
         if plan.changes.is_empty() {
             println!(
                 "nothing to change ({} already as desired, {} cannot be compared)",

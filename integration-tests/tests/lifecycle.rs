@@ -2,7 +2,9 @@
 //! output is said once and counted while the agent goes on, and a second signal during a
 //! final export that hangs ends the agent at once; a reload never ends it (a ready file it
 //! cannot write, neither configuration starting), and the ready file is written safely and
-//! removed at exit.
+//! removed at exit. While neither configuration starts, SIGHUP tries the file again, and
+//! a signal ends the agent as every stop does: running actions waited for, then killed
+//! and audited.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -333,11 +335,16 @@ fn agent_with_ready_file(dir: &std::path::Path, ready: &std::path::Path) -> Spaw
         ),
     )
     .unwrap();
+    run_with_ready_file(&cfg, ready)
+}
+
+/// `rocewatch run --config CFG --ready-file READY`, once the ready file is there.
+fn run_with_ready_file(cfg: &std::path::Path, ready: &std::path::Path) -> Spawned {
     let mut proc = Spawned::start(
         "rocewatch run",
         Command::new(&artifacts().rocewatch)
             .args(["run", "--log-level", "info", "--config"])
-            .arg(&cfg)
+            .arg(cfg)
             .arg("--ready-file")
             .arg(ready),
         None,
@@ -410,33 +417,52 @@ fn the_ready_file_is_never_written_through_a_link_planted_at_a_temporary_name() 
     assert_eq!(st.code(), Some(0), "{log}");
 }
 
-#[test]
-fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("agent.toml");
-    let listen_on = |port: u16| {
-        std::fs::write(
-            &cfg,
-            format!(
-                "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{port}\"\n",
-                fixture("mlx5-roce-dual-port")
-            ),
-        )
-        .unwrap();
-    };
-    // The port the agent runs with first: free a moment ago.
-    let first = std::net::TcpListener::bind("127.0.0.1:0")
+/// Writes `cfg`: the mlx5 fixture, a Prometheus listener on `127.0.0.1:PORT`, then `extra`.
+fn write_config(cfg: &std::path::Path, port: u16, extra: &str) {
+    std::fs::write(
+        cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\ninterval = \"300ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:{port}\"\n{extra}",
+            fixture("mlx5-roce-dual-port")
+        ),
+    )
+    .unwrap();
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
-    listen_on(first);
-    let mut agent = RunningAgent::start(&["--config", cfg.to_str().unwrap()]);
+        .port()
+}
+
+/// An agent in the retry loop: it ran `agent.toml` (the mlx5 fixture plus `extra`) on a
+/// port of its own until `running` returned, then a SIGHUP brought a file whose port is
+/// taken (`taken`), and the port of the configuration that ran was taken meanwhile
+/// (`holder`, on `first`). Returns once it said that the previous configuration did not
+/// start again.
+struct Retrying {
+    agent: Spawned,
+    ready: std::path::PathBuf,
+    first: u16,
+    taken: std::net::TcpListener,
+    holder: std::net::TcpListener,
+}
+
+fn agent_retrying(dir: &std::path::Path, extra: &str, running: impl Fn(&mut Spawned)) -> Retrying {
+    let cfg = dir.join("agent.toml");
+    let ready = dir.join("ready.json");
+    let first = free_port();
+    write_config(&cfg, first, extra);
+    let mut agent = run_with_ready_file(&cfg, &ready);
+    running(&mut agent);
     // The new configuration's port is taken: it does not start, the previous one comes
     // back; and its port is taken too, meanwhile.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listen_on(taken.local_addr().unwrap().port());
-    agent.proc.signal("HUP");
+    write_config(&cfg, taken.local_addr().unwrap().port(), extra);
+    agent.signal("HUP");
     let deadline = Instant::now() + Duration::from_secs(20);
     let holder = loop {
         if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", first)) {
@@ -445,11 +471,11 @@ fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts()
         assert!(
             Instant::now() < deadline,
             "the agent never let go of port {first}: {}",
-            agent.stderr()
+            agent.log()
         );
         std::thread::sleep(Duration::from_millis(10));
     };
-    agent.proc.wait_log(
+    agent.wait_log(
         "the previous configuration failing",
         Duration::from_secs(30),
         |l| {
@@ -457,10 +483,36 @@ fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts()
                 .then_some(())
         },
     );
-    assert!(agent.proc.alive(), "{}", agent.stderr());
+    assert!(agent.alive(), "{}", agent.log());
+    Retrying {
+        agent,
+        ready,
+        first,
+        taken,
+        holder,
+    }
+}
+
+#[test]
+fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let Retrying {
+        mut agent,
+        ready,
+        first,
+        taken,
+        holder,
+    } = agent_retrying(dir.path(), "", |_| {});
+    // Nothing is served while it retries: an agent that serves nothing is not ready (the
+    // file would name a port someone else holds now).
+    assert!(
+        !ready.exists(),
+        "the ready file outlived the agent it described: {}",
+        agent.log()
+    );
     // The port free again: the previous configuration runs again.
     drop(holder);
-    agent.proc.wait_log(
+    agent.wait_log(
         "the previous configuration running",
         Duration::from_secs(30),
         |l| {
@@ -471,10 +523,15 @@ fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts()
     let url = format!("http://127.0.0.1:{first}/metrics");
     let deadline = Instant::now() + Duration::from_secs(20);
     while get(&url, None).is_none() {
-        assert!(Instant::now() < deadline, "{}", agent.stderr());
+        assert!(Instant::now() < deadline, "{}", agent.log());
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (st, log, _) = agent.proc.stop();
+    assert!(
+        ready.exists(),
+        "the ready file is written again: {}",
+        agent.log()
+    );
+    let (st, log, _) = agent.stop();
     assert_eq!(st.code(), Some(0), "{log}");
     assert_eq!(
         log.matches("the previous configuration did not start again")
@@ -483,4 +540,112 @@ fn a_reload_runs_on_when_neither_the_new_nor_the_previous_configuration_starts()
         "said once: {log}"
     );
     drop(taken);
+}
+
+#[test]
+fn sighup_while_neither_configuration_starts_loads_and_tries_the_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let Retrying {
+        mut agent,
+        ready,
+        taken,
+        holder,
+        ..
+    } = agent_retrying(dir.path(), "", |_| {});
+    // A corrected file (a port of its own), and SIGHUP: both ports stay taken, so only the
+    // new file can make the agent serve again.
+    write_config(&dir.path().join("agent.toml"), 0, "");
+    agent.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let addr = std::fs::read_to_string(&ready)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["prometheus"].as_str().map(str::to_string));
+        if let Some((_, body)) = addr.and_then(|a| get(&format!("http://{a}/metrics"), None)) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP while retrying did not apply the corrected file: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for line in [
+        "rocewatch_config_reloads_total{result=\"ok\"} 1",
+        "rocewatch_config_reloads_total{result=\"error\"} 1",
+    ] {
+        assert!(body.lines().any(|l| l == line), "{line}:\n{body}");
+    }
+    let (st, log, _) = agent.stop();
+    assert_eq!(st.code(), Some(0), "{log}");
+    assert!(!ready.exists(), "the ready file outlived the agent: {log}");
+    drop((taken, holder));
+}
+
+#[test]
+fn a_signal_while_neither_configuration_starts_waits_for_the_running_actions() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let _guard = crate::rules::KillPids(pids.clone());
+    // A rule that fires at once, and an exec action that hangs (its pid and its child's
+    // in `pids`), with a timeout the test outlasts.
+    let extra = format!(
+        "\n[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = {{ \"rdma.device\" = \"mlx5_0\" }}\nop = \"<\"\nthreshold = 200e9\nactions = [\"hang\"]\n\n\
+         [remediation]\naudit_log = {audit:?}\nkill_switch = {stop:?}\n\n\
+         [remediation.actions.hang]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", \"echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait\"]\ndry_run = false\ntimeout = \"20s\"\n",
+        audit = dir.path().join("audit.jsonl"),
+        stop = dir.path().join("STOP"),
+        pids = pids.display(),
+    );
+    let Retrying {
+        mut agent,
+        taken,
+        holder,
+        ..
+    } = agent_retrying(dir.path(), &extra, |agent| {
+        agent.wait_log("the action's pids", Duration::from_secs(20), |_| {
+            (std::fs::read_to_string(&pids)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                == 2)
+                .then_some(())
+        });
+    });
+    // The reload handed the running action over; no agent runs now. SIGTERM: the agent
+    // waits for the action up to its timeout, kills its group and audits the outcome.
+    agent.signal("TERM");
+    let st = agent
+        .wait_exit(Duration::from_secs(40))
+        .unwrap_or_else(|| panic!("no exit within 40 s of SIGTERM: {}", agent.log()));
+    let log = agent.log();
+    assert_eq!(st.code(), Some(0), "{log}");
+    for pid in std::fs::read_to_string(&pids).unwrap().lines() {
+        assert!(
+            !crate::rules::process_alive(pid),
+            "process {pid} of the action outlived the agent\n{log}"
+        );
+    }
+    let results: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["decision"] == "result" && r["action"] == "hang")
+        .collect();
+    assert_eq!(
+        results.len(),
+        1,
+        "one result for the action: {results:#?}\n{log}"
+    );
+    assert_eq!(results[0]["outcome"], "killed", "{results:#?}");
+    assert!(
+        results[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("killed at shutdown")),
+        "{results:#?}"
+    );
+    assert!(log.contains("waiting for 1 remediation action"), "{log}");
+    drop((taken, holder));
 }

@@ -604,7 +604,7 @@ dry_run = false
 }
 
 /// Whether process `pid` lives (a zombie is gone: it only waits to be reaped).
-fn process_alive(pid: &str) -> bool {
+pub(crate) fn process_alive(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|s| {
         !s.rsplit(')')
             .next()
@@ -615,7 +615,7 @@ fn process_alive(pid: &str) -> bool {
 }
 
 /// Kills the processes of a pid file when dropped: a failing test leaves nothing behind.
-struct KillPids(std::path::PathBuf);
+pub(crate) struct KillPids(pub(crate) std::path::PathBuf);
 
 impl Drop for KillPids {
     fn drop(&mut self) {

@@ -528,6 +528,20 @@ fn a_change_that_would_weaken_the_web_configuration_waits_for_sighup() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+    // ... and says, for each listener, what it weakened.
+    let log = agent.stderr();
+    for key in [
+        "exporters.prometheus.web_config_file",
+        "alertmanager.web_config_file",
+    ] {
+        assert!(
+            log.lines().any(|l| l.contains("WARN")
+                && l.contains("SIGHUP")
+                && l.contains(key)
+                && l.contains("client_allowed_sans: removed")),
+            "a SIGHUP that weakens {key} says so at warn level: {log}"
+        );
+    }
 }
 
 fn stdout_of(o: &Output) -> String {

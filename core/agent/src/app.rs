@@ -22,6 +22,8 @@ use rocewatch_remediation::{Dispatcher, Targets};
 use rocewatch_runtime::app::AppSpec;
 use rocewatch_runtime::host::call::CallError;
 use rocewatch_runtime::pipeline::scheduler::{self, Schedule};
+use rocewatch_web::server::WebListener;
+use tokio::net::TcpListener;
 
 /// Plugin kinds of the commands that only read: discovery and collectors.
 pub const READ: &[PluginKind] = &[PluginKind::Discovery, PluginKind::Collector];
@@ -137,6 +139,9 @@ pub struct Agent {
     pub app: Arc<App>,
     /// Where the listeners are bound (the port the kernel chose for port 0).
     pub addresses: Addresses,
+    /// The web configurations the listeners serve with, by key
+    /// ([`PROMETHEUS_WEB`], [`ALERTMANAGER_WEB`]).
+    pub webs: Vec<(&'static str, Arc<WebListener>)>,
     otlp: Option<OtlpExporter>,
     tasks: Vec<JoinHandle<()>>,
     /// The stop flag, as the scheduler sees it (taken at start: a stop that arrives
@@ -155,86 +160,21 @@ impl Agent {
         shutdown: watch::Receiver<bool>,
         extras: Extras,
     ) -> Result<Agent, StartError> {
-        if let Some(p) = &cfg.probes {
-            let path = match &p.plugin {
-                Some(path) => path.clone(),
-                None => rocewatch_probes::plugin_path()?,
-            };
-            let mut plugin = rocewatch_probes::plugin_config(
-                path,
-                p.timeout,
-                &p.device,
-                p.tcp_port,
-                p.serve,
-                false,
-                p.reconnect_backoff,
-            );
-            plugin.options["serve_bandwidth"] = p.serve_bandwidth.into();
-            cfg.plugins.external.push(plugin);
-        }
-        // Read the web configuration and bind before anything else: a bad certificate or a
-        // taken port is a configuration error, reported at once.
-        let prom_web = match cfg
-            .exporters
-            .prometheus
-            .as_ref()
-            .and_then(|p| p.web_config_file.as_ref())
-        {
-            Some(f) => Some(rocewatch_web::server::WebListener::load(f).map_err(|e| {
-                StartError::Config {
-                    path: "exporters.prometheus.web_config_file".into(),
-                    message: e.to_string(),
-                }
-            })?),
-            None => None,
-        };
-        let prom_listener = match &cfg.exporters.prometheus {
-            Some(p) => Some(rocewatch_export::prometheus::bind(p.listen).await?),
-            None => None,
-        };
-        let am_listener = match &cfg.alertmanager {
-            Some(am) => Some(rocewatch_export::prometheus::bind(am.listen).await?),
-            None => None,
-        };
-        let (stop_tx, stop) = watch::channel(false);
-        let stop_tx = Arc::new(stop_tx);
-        {
-            let stop_tx = Arc::clone(&stop_tx);
-            let mut shutdown = shutdown;
-            tokio::spawn(async move {
-                let _ = shutdown.wait_for(|stop| *stop).await;
-                let _ = stop_tx.send(true);
-            });
-        }
+        add_probe_plugin(&mut cfg)?;
+        let listeners = bind_listeners(&cfg).await?;
+        let (stop_tx, stop) = relay_stop(shutdown);
         let app = App::start(cfg, None).await;
-        let cfg = &app.cfg;
         let mut tasks = Vec::new();
-        let mut addresses = Addresses {
-            prometheus: prom_listener.as_ref().and_then(|l| l.local_addr().ok()),
-            alertmanager: None,
-        };
-        if let Some(l) = prom_listener {
-            let web = prom_web.as_ref().map_or_else(
-                || "plain HTTP, no authentication".to_string(),
-                |w| w.current("prometheus endpoint").summary,
-            );
-            tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), %web, "serving Prometheus /metrics and /healthz");
-            let state = rocewatch_export::prometheus::Exposition {
-                store: Arc::clone(app.store()),
-                metrics: Arc::clone(app.metrics()),
-                pipeline: Some(Arc::clone(&app.pipeline)),
-            };
-            tasks.push(tokio::spawn(rocewatch_export::prometheus::serve(
-                l,
-                state,
-                cfg.exporters
-                    .prometheus
-                    .as_ref()
-                    .map_or(64, |p| p.max_connections),
-                prom_web,
-                stop.clone(),
-            )));
-        }
+        let mut addresses = Addresses::default();
+        let mut webs = Vec::new();
+        serve_prometheus(
+            &app,
+            listeners.prometheus,
+            &stop,
+            &mut tasks,
+            &mut addresses,
+            &mut webs,
+        );
         for s in app.registry.statuses() {
             tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
         }
@@ -243,82 +183,27 @@ impl Agent {
             Ok(r) => r,
             Err(e) => return Err(abandon(&app, tasks, e).await),
         };
-        tasks.push(tokio::spawn(rocewatch_qos::metrics::watch(
-            rocewatch_qos::observe::config_plugins(&app.registry),
-            cfg.qos.clone(),
-            Arc::clone(&app.discovery),
-            Arc::clone(&app.pipeline),
-            stop.clone(),
-        )));
-        if let Some(p) = cfg.probes.clone() {
-            match app.probe_plugin() {
-                Some(entry) => {
-                    tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
-                    tasks.push(tokio::spawn(rocewatch_probes::run(
-                        entry,
-                        Arc::clone(&app.pipeline),
-                        p,
-                        stop.clone(),
-                    )));
-                }
-                None => tracing::error!(
-                    "probes: the probe-verbs plugin is not loaded; no probes will run"
-                ),
+        tasks.push(watch_qos(&app, &stop));
+        tasks.extend(start_probes(&app, &stop));
+        let am = AlertmanagerParts {
+            dispatcher: remediation.as_ref(),
+            listener: listeners.alertmanager,
+        };
+        match serve_alertmanager(&app, am, &stop) {
+            Ok(Some((task, addr, web))) => {
+                tasks.push(task);
+                addresses.alertmanager = addr;
+                webs.extend(web.map(|w| (ALERTMANAGER_WEB, w)));
             }
-        }
-        match (&cfg.alertmanager, &remediation, am_listener) {
-            (Some(am), Some(d), Some(listener)) => {
-                addresses.alertmanager = listener.local_addr().ok();
-                let rx = match rocewatch_remediation::alertmanager::Receiver::new(
-                    am,
-                    Arc::clone(d),
-                    Arc::clone(app.metrics()),
-                ) {
-                    Ok(rx) => rx,
-                    Err((path, message)) => {
-                        return Err(abandon(&app, tasks, StartError::Config { path, message }).await)
-                    }
-                };
-                tracing::info!(addr = %addresses.alertmanager.unwrap_or(am.listen), authenticated = rx.authenticated(), web = am.web_config_file.as_ref().map(|f| f.display().to_string()).unwrap_or_default(), "Alertmanager webhook receiver on POST /alertmanager");
-                tasks.push(tokio::spawn(rocewatch_remediation::alertmanager::serve(
-                    listener,
-                    rx,
-                    stop.clone(),
-                )));
-            }
-            (Some(_), _, _) => {
-                return Err(abandon(&app, tasks, StartError::AlertmanagerWithoutActions).await)
-            }
-            _ => {}
+            Ok(None) => {}
+            Err(e) => return Err(abandon(&app, tasks, e).await),
         }
         let otlp = start_otlp(&app);
-        if let Some(c) = cfg.exporters.collectd.clone() {
-            tracing::info!(server = %c.server, security = ?c.security_level, "sending to collectd");
-            tasks.push(tokio::spawn(rocewatch_export::collectd::run(
-                c,
-                app.host_name.clone(),
-                cfg.agent.interval,
-                Arc::clone(app.store()),
-                Arc::clone(app.metrics()),
-                stop.clone(),
-            )));
-        }
+        tasks.extend(start_collectd(&app, &stop));
         if extras.collectd_exec {
-            let stop_tx = Arc::clone(&stop_tx);
-            let exec = rocewatch_export::collectd::run_exec(
-                app.host_name.clone(),
-                cfg.agent.interval,
-                Arc::clone(app.store()),
-                Arc::clone(app.metrics()),
-                stop.clone(),
-            );
-            tasks.push(tokio::spawn(async move {
-                exec.await;
-                // collectd closed the pipe: it is stopping us.
-                let _ = stop_tx.send(true);
-            }));
+            tasks.push(start_collectd_exec(&app, &stop, stop_tx));
         }
-        if cfg.exporters.stdout.enabled {
+        if app.cfg.exporters.stdout.enabled {
             tasks.push(tokio::spawn(rocewatch_export::stdout::run(
                 app.pipeline.collections(),
                 Arc::clone(app.metrics()),
@@ -327,9 +212,10 @@ impl Agent {
         Ok(Agent {
             app,
             addresses,
+            webs,
             otlp,
             tasks,
-            stop: stop.clone(),
+            stop,
             remediation: extras.remediation,
         })
     }
@@ -375,6 +261,222 @@ async fn abandon(app: &App, tasks: Vec<JoinHandle<()>>, e: StartError) -> StartE
     }
     app.stop().await;
     e
+}
+
+/// The key of the Prometheus listener's web configuration.
+pub const PROMETHEUS_WEB: &str = "exporters.prometheus.web_config_file";
+/// The key of the Alertmanager receiver's web configuration.
+pub const ALERTMANAGER_WEB: &str = "alertmanager.web_config_file";
+
+/// `[probes]`: the probe plugin added to the external plugins.
+fn add_probe_plugin(cfg: &mut Config) -> Result<(), StartError> {
+    let Some(p) = &cfg.probes else {
+        return Ok(());
+    };
+    let path = match &p.plugin {
+        Some(path) => path.clone(),
+        None => rocewatch_probes::plugin_path()?,
+    };
+    let mut plugin = rocewatch_probes::plugin_config(
+        path,
+        p.timeout,
+        &p.device,
+        p.tcp_port,
+        p.serve,
+        false,
+        p.reconnect_backoff,
+    );
+    plugin.options["serve_bandwidth"] = p.serve_bandwidth.into();
+    cfg.plugins.external.push(plugin);
+    Ok(())
+}
+
+/// The listeners, bound before anything else starts, with the Prometheus listener's web
+/// configuration.
+struct Listeners {
+    prometheus: Option<(TcpListener, Option<Arc<WebListener>>)>,
+    alertmanager: Option<TcpListener>,
+}
+
+/// Read the web configuration and bind before anything else: a bad certificate or a taken
+/// port is a configuration error, reported at once.
+async fn bind_listeners(cfg: &Config) -> Result<Listeners, StartError> {
+    let prometheus = match &cfg.exporters.prometheus {
+        Some(p) => {
+            let web = match &p.web_config_file {
+                Some(f) => Some(WebListener::load(f).map_err(|e| StartError::Config {
+                    path: PROMETHEUS_WEB.into(),
+                    message: e.to_string(),
+                })?),
+                None => None,
+            };
+            Some((rocewatch_export::prometheus::bind(p.listen).await?, web))
+        }
+        None => None,
+    };
+    let alertmanager = match &cfg.alertmanager {
+        Some(am) => Some(rocewatch_export::prometheus::bind(am.listen).await?),
+        None => None,
+    };
+    Ok(Listeners {
+        prometheus,
+        alertmanager,
+    })
+}
+
+/// The agent's own stop flag, turned on by `shutdown` (and by collectd closing the pipe).
+fn relay_stop(
+    mut shutdown: watch::Receiver<bool>,
+) -> (Arc<watch::Sender<bool>>, watch::Receiver<bool>) {
+    let (stop_tx, stop) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let relay = Arc::clone(&stop_tx);
+    tokio::spawn(async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        let _ = relay.send(true);
+    });
+    (stop_tx, stop)
+}
+
+/// Serve `/metrics` and `/healthz` on the bound Prometheus listener.
+fn serve_prometheus(
+    app: &App,
+    listener: Option<(TcpListener, Option<Arc<WebListener>>)>,
+    stop: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+    addresses: &mut Addresses,
+    webs: &mut Vec<(&'static str, Arc<WebListener>)>,
+) {
+    let Some((l, web)) = listener else {
+        return;
+    };
+    addresses.prometheus = l.local_addr().ok();
+    let summary = web.as_ref().map_or_else(
+        || "plain HTTP, no authentication".to_string(),
+        |w| w.current("prometheus endpoint").summary,
+    );
+    tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), web = %summary, "serving Prometheus /metrics and /healthz");
+    let state = rocewatch_export::prometheus::Exposition {
+        store: Arc::clone(app.store()),
+        metrics: Arc::clone(app.metrics()),
+        pipeline: Some(Arc::clone(&app.pipeline)),
+    };
+    webs.extend(web.clone().map(|w| (PROMETHEUS_WEB, w)));
+    tasks.push(tokio::spawn(rocewatch_export::prometheus::serve(
+        l,
+        state,
+        app.cfg
+            .exporters
+            .prometheus
+            .as_ref()
+            .map_or(64, |p| p.max_connections),
+        web,
+        stop.clone(),
+    )));
+}
+
+/// The QoS metrics loop.
+fn watch_qos(app: &App, stop: &watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(rocewatch_qos::metrics::watch(
+        rocewatch_qos::observe::config_plugins(&app.registry),
+        app.cfg.qos.clone(),
+        Arc::clone(&app.discovery),
+        Arc::clone(&app.pipeline),
+        stop.clone(),
+    ))
+}
+
+/// `[probes]`: the peers probed through the probe plugin.
+fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Option<JoinHandle<()>> {
+    let p = app.cfg.probes.clone()?;
+    let Some(entry) = app.probe_plugin() else {
+        tracing::error!("probes: the probe-verbs plugin is not loaded; no probes will run");
+        return None;
+    };
+    tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
+    Some(tokio::spawn(rocewatch_probes::run(
+        entry,
+        Arc::clone(&app.pipeline),
+        p,
+        stop.clone(),
+    )))
+}
+
+/// What the Alertmanager receiver needs from the steps before it.
+struct AlertmanagerParts<'a> {
+    dispatcher: Option<&'a Arc<Dispatcher>>,
+    listener: Option<TcpListener>,
+}
+
+/// A served receiver: its task, its address and its web configuration.
+type Served = (
+    JoinHandle<()>,
+    Option<std::net::SocketAddr>,
+    Option<Arc<WebListener>>,
+);
+
+/// `[alertmanager]`: the webhook receiver on its bound listener, routing to the actions.
+fn serve_alertmanager(
+    app: &App,
+    parts: AlertmanagerParts<'_>,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<Served>, StartError> {
+    let (am, d, listener) = match (&app.cfg.alertmanager, parts.dispatcher, parts.listener) {
+        (Some(am), Some(d), Some(listener)) => (am, d, listener),
+        (Some(_), _, _) => return Err(StartError::AlertmanagerWithoutActions),
+        _ => return Ok(None),
+    };
+    let addr = listener.local_addr().ok();
+    let rx = rocewatch_remediation::alertmanager::Receiver::new(
+        am,
+        Arc::clone(d),
+        Arc::clone(app.metrics()),
+    )
+    .map_err(|(path, message)| StartError::Config { path, message })?;
+    // What the receiver serves with, for a reload to compare (the receiver keeps its own).
+    let web = am.web().ok().flatten();
+    tracing::info!(addr = %addr.unwrap_or(am.listen), authenticated = rx.authenticated(), web = am.web_config_file.as_ref().map(|f| f.display().to_string()).unwrap_or_default(), "Alertmanager webhook receiver on POST /alertmanager");
+    let task = tokio::spawn(rocewatch_remediation::alertmanager::serve(
+        listener,
+        rx,
+        stop.clone(),
+    ));
+    Ok(Some((task, addr, web)))
+}
+
+/// `[exporters.collectd]`: the network client.
+fn start_collectd(app: &App, stop: &watch::Receiver<bool>) -> Option<JoinHandle<()>> {
+    let c = app.cfg.exporters.collectd.clone()?;
+    tracing::info!(server = %c.server, security = ?c.security_level, "sending to collectd");
+    Some(tokio::spawn(rocewatch_export::collectd::run(
+        c,
+        app.host_name.clone(),
+        app.cfg.agent.interval,
+        Arc::clone(app.store()),
+        Arc::clone(app.metrics()),
+        stop.clone(),
+    )))
+}
+
+/// `collectd-exec`: PUTVAL lines on standard output; the agent stops when collectd closes
+/// the pipe.
+fn start_collectd_exec(
+    app: &App,
+    stop: &watch::Receiver<bool>,
+    stop_tx: Arc<watch::Sender<bool>>,
+) -> JoinHandle<()> {
+    let exec = rocewatch_export::collectd::run_exec(
+        app.host_name.clone(),
+        app.cfg.agent.interval,
+        Arc::clone(app.store()),
+        Arc::clone(app.metrics()),
+        stop.clone(),
+    );
+    tokio::spawn(async move {
+        exec.await;
+        // collectd closed the pipe: it is stopping us.
+        let _ = stop_tx.send(true);
+    })
 }
 
 fn start_otlp(app: &App) -> Option<OtlpExporter> {

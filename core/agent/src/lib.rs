@@ -3,7 +3,7 @@
 //! their direction:
 //!
 //! ```text
-//! rocewatch (this crate: cli → demo → app, builtins → config)
+//! rocewatch (this crate: cli → demo → supervisor → app, builtins → config)
 //!   → rocewatch-doctor → rocewatch-remediation → rocewatch-probes, rocewatch-qos
 //!   → rocewatch-export → rocewatch-web, rocewatch-runtime
 //!   → the readers and the contract: rocewatch-{sysfs, netlink, ethtool, klog, metrics,
@@ -13,12 +13,14 @@
 //! Only [`builtins`] names the built-in plugin crates.
 //!
 //! Direction inside this crate (each imports only what is to its right): `cli` → `demo`
-//! → `app` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
+//! → `supervisor` → `app` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
 //! and that no two files import each other; docs/ARCHITECTURE.md draws it.
 //!
 //! Where things are:
 //! - [`cli`]: the command line; `args` is the grammar, one file per command.
 //! - [`demo`]: the simulated fabric behind `rocewatch demo`, and its live view.
+//! - [`supervisor`]: `run`'s lifecycle: start, reload on SIGHUP, shutdown, what a reload
+//!   carries over, the host changes put back, the ready file.
 //! - [`app`]: the one place the agent is wired (`App` for every command, `Agent` for `run`,
 //!   `demo` and `collectd-exec`).
 //! - [`builtins`]: the explicit list of built-in plugins.
@@ -33,3 +35,4 @@ pub mod builtins;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod supervisor;

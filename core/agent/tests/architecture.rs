@@ -61,7 +61,14 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     (
         "core/agent",
-        &[&["builtins"], &["config"], &["app"], &["demo"], &["cli"]],
+        &[
+            &["builtins"],
+            &["config"],
+            &["app"],
+            &["supervisor"],
+            &["demo"],
+            &["cli"],
+        ],
     ),
 ];
 

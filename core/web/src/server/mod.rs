@@ -171,6 +171,19 @@ impl WebListener {
         }))
     }
 
+    /// What a reload to `new` (the web configuration file a reloaded configuration names;
+    /// `None`: none, plain HTTP) would weaken compared with the settings served now,
+    /// without looking at the files again. A SIGHUP takes the file as it is (the
+    /// operator's act) and says this at warn level.
+    pub fn weakened_by(&self, new: Option<&Path>) -> Result<Vec<String>, WebError> {
+        let new = match new {
+            Some(p) => Web::load(p)?.0.policy,
+            None => weaken::Policy::default(),
+        };
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(weaken::weakens(&s.web.policy, &new))
+    }
+
     /// The settings now. At most once a second the files are looked at (a `stat` each) and
     /// read again when one changed. A change that does not load, or that would protect less
     /// in any way ([`weaken::weakens`]: a file rewritten in place and caught half-way, an

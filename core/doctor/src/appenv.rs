@@ -251,15 +251,44 @@ pub fn compute(
     if !roce.is_empty() && tc.unwrap_or(0) == 0 {
         warnings.push("no RoCE traffic class configured (ToS 0): RDMA traffic goes out on priority 0, usually not the lossless one; set the RDMA CM default ToS (rocewatch qos apply with roce_tos, e.g. 106 for DSCP 26) and the same NCCL_IB_TC".into());
     }
-    let hca = active
-        .iter()
-        .map(|p| p.name())
-        .collect::<Vec<_>>()
-        .join(",");
+    let socket_ifs = socket_interfaces(&active, addrs, &mut warnings);
+    if active.iter().any(|p| p.roce()) && active.iter().any(|p| !p.roce()) {
+        warnings.push("both InfiniBand and RoCE ports are ACTIVE: the GID index and traffic class apply to the RoCE ports only; give each job the ports of one fabric (--device)".into());
+    }
+    for p in active.iter().filter(|p| !p.roce()) {
+        if let (Some(nd), Some(a)) = (&p.netdev, addrs) {
+            if a.get(nd).is_none_or(|ips| ips.is_empty()) {
+                warnings.push(format!(
+                    "{}: its IPoIB netdev {nd} has no address: NCCL's sockets cannot use it",
+                    p.name()
+                ));
+            }
+        }
+    }
+    let vars = variables(
+        target,
+        &active,
+        gid_index.map(|g| g.0),
+        tc.filter(|t| *t != 0 && !roce.is_empty()),
+        &socket_ifs,
+    );
+    HostEnv {
+        ports,
+        variables: vars,
+        warnings,
+    }
+}
+
+/// The netdevs for NCCL_SOCKET_IFNAME, those left out said in `warnings`.
+fn socket_interfaces(
+    active: &[&PortEnv],
+    addrs: Option<&BTreeMap<String, Vec<IpAddr>>>,
+    warnings: &mut Vec<String>,
+) -> Vec<String> {
     // Sockets: the netdevs with an address. RoCE: the GID table tells (the VLAN netdev
     // when the address is on one); InfiniBand: the IPoIB netdev, whose address the GID
     // table does not carry: on the live host its addresses say, on a tree it is assumed.
-    let socket_ifs: Vec<String> = active
+    active
         .iter()
         .filter_map(|p| {
             if p.roce() {
@@ -281,20 +310,23 @@ pub fn compute(
             }
             None => true,
         })
-        .collect();
-    if active.iter().any(|p| p.roce()) && active.iter().any(|p| !p.roce()) {
-        warnings.push("both InfiniBand and RoCE ports are ACTIVE: the GID index and traffic class apply to the RoCE ports only; give each job the ports of one fabric (--device)".into());
-    }
-    for p in active.iter().filter(|p| !p.roce()) {
-        if let (Some(nd), Some(a)) = (&p.netdev, addrs) {
-            if a.get(nd).is_none_or(|ips| ips.is_empty()) {
-                warnings.push(format!(
-                    "{}: its IPoIB netdev {nd} has no address: NCCL's sockets cannot use it",
-                    p.name()
-                ));
-            }
-        }
-    }
+        .collect()
+}
+
+/// The variables for `target`: the ports' list, the GID index, the traffic class (`tc`,
+/// when RoCE ports need one) and the socket interfaces.
+fn variables(
+    target: For,
+    active: &[&PortEnv],
+    gid_index: Option<u32>,
+    tc: Option<u8>,
+    socket_ifs: &[String],
+) -> Vec<(String, String)> {
+    let hca = active
+        .iter()
+        .map(|p| p.name())
+        .collect::<Vec<_>>()
+        .join(",");
     let mut vars: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: String| vars.push((k.to_string(), v));
     let nccl = matches!(target, For::Nccl | For::All);
@@ -302,10 +334,10 @@ pub fn compute(
     if !active.is_empty() {
         if nccl {
             set("NCCL_IB_HCA", format!("={hca}"));
-            if let Some((i, _)) = gid_index {
+            if let Some(i) = gid_index {
                 set("NCCL_IB_GID_INDEX", i.to_string());
             }
-            if let Some(t) = tc.filter(|t| *t != 0 && !roce.is_empty()) {
+            if let Some(t) = tc {
                 set("NCCL_IB_TC", t.to_string());
             }
             if !socket_ifs.is_empty() {
@@ -314,10 +346,10 @@ pub fn compute(
         }
         if ucx {
             set("UCX_NET_DEVICES", hca.clone());
-            if let Some((i, _)) = gid_index {
+            if let Some(i) = gid_index {
                 set("UCX_IB_GID_INDEX", i.to_string());
             }
-            if let Some(t) = tc.filter(|t| *t != 0 && !roce.is_empty()) {
+            if let Some(t) = tc {
                 set("UCX_IB_TRAFFIC_CLASS", t.to_string());
             }
         }
@@ -326,11 +358,7 @@ pub fn compute(
             set("OMPI_MCA_btl", "^openib".into());
         }
     }
-    HostEnv {
-        ports,
-        variables: vars,
-        warnings,
-    }
+    vars
 }
 
 /// `export NAME=value` lines for `sh` (`eval "$(rocewatch env)"`, `. file`): each value

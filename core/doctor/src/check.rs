@@ -89,9 +89,14 @@ pub struct Options {
     pub kernel_log: serde_json::Value,
 }
 
+/// Checks whose evidence is a table, one row a line (the GPU×NIC matrix, whose names are
+/// escaped where they are put in): the only evidence shown on more than one line.
+const TABLES: &[&str] = &["gpu-topology"];
+
 /// The checks as text: one line each, the fix indented below. Names in the subject,
-/// evidence and fix may hold control characters: each line is escaped to one line
-/// (`one_line`), so no name can end a line or start one of its own.
+/// evidence and fix may hold control characters: the evidence is escaped to one line
+/// (`one_line`) as a whole, a table's row by row, and the fix line by line, so no name
+/// can end a line or start one of its own.
 pub fn text(checks: &[Check]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -101,7 +106,11 @@ pub fn text(checks: &[Check]) -> String {
         } else {
             format!(" {}", one_line(&c.subject))
         };
-        let evidence = c.evidence.lines().map(one_line).collect::<Vec<_>>();
+        let evidence = if TABLES.contains(&c.check.as_str()) {
+            c.evidence.lines().map(one_line).collect::<Vec<_>>()
+        } else {
+            vec![one_line(&c.evidence)]
+        };
         let mut lines = evidence.iter();
         let _ = writeln!(
             s,
@@ -150,6 +159,43 @@ mod tests {
         assert_eq!(
             t,
             "FAIL  netdev mlx5_0/1\\nPASS  firewall: eth0\\rPASS (operstate down)\n      fix: ip link set 'eth0\n      fix: PASS' up\n0 passed, 0 warnings, 1 failed, 0 skipped\n"
+        );
+    }
+
+    /// Item 2 of issue 27: evidence was split into lines before it was escaped, so a
+    /// device renamed `mlx5_1\n# $(touch Q) `touch R`` started an output line of its own.
+    #[test]
+    fn a_name_in_the_evidence_cannot_start_a_line() {
+        let name = "mlx5_1\n# $(touch Q) `touch R`";
+        let c = check(
+            "netdev",
+            &format!("{name}/1"),
+            Status::Pass,
+            format!("{name} (operstate up, MTU 1500)"),
+            None,
+        );
+        let t = text(&[c]);
+        assert_eq!(t.lines().count(), 2, "{t}");
+        assert!(t.lines().all(|l| !l.starts_with('#')), "{t}");
+        assert!(
+            t.starts_with("PASS  netdev mlx5_1\\n# $(touch Q) `touch R`/1: mlx5_1\\n# $(touch Q)"),
+            "{t}"
+        );
+    }
+
+    /// A table (the GPU×NIC matrix) keeps its rows; a name inside it is escaped.
+    #[test]
+    fn a_table_keeps_its_rows_but_not_a_names_line_break() {
+        let c = check(
+            "gpu-topology",
+            "",
+            Status::Info,
+            "GPU×NIC:\n      NIC0\nGPU0  PIX\nNIC legend: NIC0=mlx5_0",
+            None,
+        );
+        assert_eq!(
+            text(&[c]),
+            "INFO  gpu-topology: GPU×NIC:\n            NIC0\n      GPU0  PIX\n      NIC legend: NIC0=mlx5_0\n0 passed, 0 warnings, 0 failed, 0 skipped\n"
         );
     }
 }

@@ -28,30 +28,43 @@ pub(super) const TROUBLE: &[&str] = &[
     "rdma.port.duplicate_requests",
 ];
 
+/// A series' key: its name and attributes (`name{k=v,...}`).
+fn series_key(s: &Sample) -> String {
+    let attrs = s
+        .attributes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!("{}{{{attrs}}}", s.name)
+}
+
+/// Whether a collector's error is about a trouble counter: its target is a file of a
+/// port directory (`.../ports/1/hw_counters/out_of_sequence`) that the catalog names as
+/// one of `TROUBLE`, or a counter directory that could not be listed (`.../hw_counters`).
+fn about_trouble(target: &str) -> bool {
+    if target.ends_with("/hw_counters") || target.ends_with("/counters") {
+        return true;
+    }
+    let mut parts = target.rsplit('/');
+    let (Some(file), Some(group)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    rocewatch_metrics::lookup(group, file).is_some_and(|e| TROUBLE.contains(&e.name))
+}
+
 /// How the trouble counters that did not stand still moved between two collections:
 /// (series, move), a move being an increase, a reset or a counter resting at its top
 /// (`rocewatch_metrics::counter`, the one definition every reader of counters uses).
-pub fn counter_increases(
-    before: &[rocewatch_plugin_api::Sample],
-    after: &[rocewatch_plugin_api::Sample],
-) -> Vec<(String, Move)> {
-    let key = |s: &rocewatch_plugin_api::Sample| {
-        let attrs = s
-            .attributes
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        format!("{}{{{attrs}}}", s.name)
-    };
+pub fn counter_increases(before: &[Sample], after: &[Sample]) -> Vec<(String, Move)> {
     let old: BTreeMap<String, f64> = before
         .iter()
         .filter(|s| TROUBLE.contains(&s.name.as_ref()))
-        .map(|s| (key(s), s.value.as_f64()))
+        .map(|s| (series_key(s), s.value.as_f64()))
         .collect();
     let mut out = Vec::new();
     for s in after.iter().filter(|s| TROUBLE.contains(&s.name.as_ref())) {
-        let k = key(s);
+        let k = series_key(s);
         if let Some(&o) = old.get(&k) {
             match counter_move_from(&s.source, o, s.value.as_f64(), None) {
                 Move::Increase(d) if d <= 0.0 => {}
@@ -73,79 +86,118 @@ pub(super) fn counters_checks(
     window: Duration,
 ) -> Vec<Check> {
     let secs = humantime::format_duration(window);
-    let key = |s: &Sample| {
-        let attrs: Vec<String> = s
-            .attributes
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        (s.name.to_string(), attrs)
-    };
-    let before: BTreeSet<_> = first
+    let before: BTreeSet<String> = first
         .samples
         .iter()
         .filter(|s| TROUBLE.contains(&s.name.as_ref()))
-        .map(key)
+        .map(series_key)
         .collect();
-    let watched = second
+    let watched: Vec<&Sample> = second
         .samples
         .iter()
-        .filter(|s| TROUBLE.contains(&s.name.as_ref()) && before.contains(&key(s)))
-        .count();
-    if watched == 0 {
-        let errors: Vec<String> = first
-            .errors
+        .filter(|s| TROUBLE.contains(&s.name.as_ref()) && before.contains(&series_key(s)))
+        .collect();
+    if watched.is_empty() {
+        return vec![nothing_read(first, second, unread, &secs.to_string())];
+    }
+    // What was watched, by name: a pass says only that.
+    let names: BTreeSet<&str> = watched.iter().map(|s| s.name.as_ref()).collect();
+    let names = names.into_iter().collect::<Vec<_>>().join(", ");
+    let n = watched.len();
+    // Trouble counters a collector could not read: each file once (both collections
+    // report it).
+    let not_read: BTreeSet<String> = first
+        .errors
+        .iter()
+        .chain(&second.errors)
+        .filter(|e| about_trouble(&e.target))
+        .map(|e| format!("{}: {}", e.target, e.message))
+        .collect();
+    let grew = counter_increases(&first.samples, &second.samples);
+    let mut out: Vec<Check> = grew
+        .into_iter()
+        .map(|(series, moved)| moved_check(&series, moved, &secs.to_string()))
+        .collect();
+    if !not_read.is_empty() {
+        let listed = not_read
             .iter()
-            .chain(&second.errors)
-            .map(|e| format!("{}: {}", e.target, e.message))
-            .chain(unread.iter().cloned())
-            .collect();
-        return vec![check(
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        let more = match not_read.len() {
+            0..=5 => String::new(),
+            m => format!("; and {} more", m - 5),
+        };
+        out.push(check(
             "counters",
             "",
-            Status::Skip,
+            Status::Warn,
             format!(
-                "no pause, drop, out-of-buffer, out-of-sequence or retransmission counter was read in both collections {secs} apart: nothing to judge{}",
-                match errors.len() {
-                    0 => String::new(),
-                    1 => format!(" ({})", errors[0]),
-                    n => format!(" ({}; and {} more errors)", errors[0], n - 1),
-                }
+                "only {names} read over {secs} ({n} series{}); trouble counters not read: {listed}{more}",
+                if out.is_empty() { ", none moved" } else { "" }
             ),
-            Some("rocewatch collect --once shows what each collector reads and why it could not".into()),
-        )];
-    }
-    let grew = counter_increases(&first.samples, &second.samples);
-    if grew.is_empty() {
-        return vec![check(
+            Some("rocewatch collect --once shows what each collector reads and why it could not; run doctor as root (or give the agent's user read access to those files)".into()),
+        ));
+    } else if out.is_empty() {
+        out.push(check(
             "counters",
             "",
             Status::Pass,
-            format!(
-                "no pauses, drops, out-of-buffer, out-of-sequence or retransmissions over {secs} ({watched} series watched)"
-            ),
+            format!("{names}: no growth over {secs} ({n} series watched)"),
             None,
-        )];
+        ));
     }
-    grew.into_iter()
-        .map(|(series, moved)| {
-            let (what, fix) = match moved {
-                Move::Increase(d) => (
-                    format!("{series} +{d} in {secs}"),
-                    "pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters",
-                ),
-                Move::Saturated => (
-                    format!("{series} rests at its maximum: the counter stops there, so what it counted in {secs} is unknown"),
-                    "clear the port's counters (perfquery -R) and run doctor again; a device with extended counters reports 64-bit ones in counters_ext/",
-                ),
-                Move::Reset => (
-                    format!("{series} went back in {secs} (cleared, or the driver or device was reset): what it counted is unknown"),
-                    "run doctor again; a counter reset nobody made points at a driver reload or a device reset (rocewatch doctor's kernel-log check)",
-                ),
-            };
-            check("counters", "", Status::Warn, what, Some(fix.into()))
-        })
-        .collect()
+    out
+}
+
+/// No trouble counter was read in both collections: nothing to judge, and why.
+fn nothing_read(
+    first: &ScrapeResult,
+    second: &ScrapeResult,
+    unread: &[String],
+    secs: &str,
+) -> Check {
+    let errors: Vec<String> = first
+        .errors
+        .iter()
+        .chain(&second.errors)
+        .map(|e| format!("{}: {}", e.target, e.message))
+        .chain(unread.iter().cloned())
+        .collect();
+    check(
+        "counters",
+        "",
+        Status::Skip,
+        format!(
+            "no pause, drop, out-of-buffer, out-of-sequence or retransmission counter was read in both collections {secs} apart: nothing to judge{}",
+            match errors.len() {
+                0 => String::new(),
+                1 => format!(" ({})", errors[0]),
+                n => format!(" ({}; and {} more errors)", errors[0], n - 1),
+            }
+        ),
+        Some("rocewatch collect --once shows what each collector reads and why it could not".into()),
+    )
+}
+
+/// The warning for one series that grew, went back or rests at its top.
+fn moved_check(series: &str, moved: Move, secs: &str) -> Check {
+    let (what, fix) = match moved {
+        Move::Increase(d) => (
+            format!("{series} +{d} in {secs}"),
+            "pauses and drops under load point at PFC/ECN thresholds or congestion: rocewatch rules shows what fires; compare with the switch's counters",
+        ),
+        Move::Saturated => (
+            format!("{series} rests at its maximum: the counter stops there, so what it counted in {secs} is unknown"),
+            "clear the port's counters (perfquery -R) and run doctor again; a device with extended counters reports 64-bit ones in counters_ext/",
+        ),
+        Move::Reset => (
+            format!("{series} went back in {secs} (cleared, or the driver or device was reset): what it counted is unknown"),
+            "run doctor again; a counter reset nobody made points at a driver reload or a device reset (rocewatch doctor's kernel-log check)",
+        ),
+    };
+    check("counters", "", Status::Warn, what, Some(fix.into()))
 }
 
 #[cfg(test)]
@@ -244,6 +296,83 @@ mod tests {
                     Move::Saturated
                 ),
             ]
+        );
+    }
+
+    /// Item 8 of issue 27: with every hw_counters file unreadable, only port_xmit_discards
+    /// read, the check passed "no pauses, drops, out-of-buffer, out-of-sequence or
+    /// retransmissions" and said nothing of the permission errors. A pass names only
+    /// what was watched; errors for trouble counters make it a warning listing them.
+    #[test]
+    fn unreadable_trouble_counters_are_no_pass() {
+        use rocewatch_plugin_api::{Attributes, MetricKind, PartialError, Sample, Value};
+        let xmit = |port: &str| Sample {
+            name: "rdma.port.transmit.discards".into(),
+            unit: "".into(),
+            value: Value::U64(0),
+            attributes: Attributes::new(
+                [
+                    ("rdma.device".to_string(), "mlx5_0".to_string()),
+                    ("rdma.port".to_string(), port.to_string()),
+                ]
+                .into(),
+            ),
+            source: "counters/port_xmit_discards".into(),
+            kind: MetricKind::Counter,
+        };
+        let denied = |file: &str| PartialError {
+            target: format!("/sys/class/infiniband/mlx5_0/ports/1/hw_counters/{file}"),
+            message: "Permission denied (os error 13)".into(),
+        };
+        let read = || ScrapeResult {
+            samples: vec![xmit("1"), xmit("2")],
+            errors: vec![
+                denied("out_of_sequence"),
+                denied("out_of_buffer"),
+                // Not a trouble counter: not listed.
+                PartialError {
+                    target: "/sys/class/infiniband/mlx5_0/ports/1/hw_counters/rx_write_requests"
+                        .into(),
+                    message: "Permission denied (os error 13)".into(),
+                },
+            ],
+        };
+        let out = counters_checks(&read(), &read(), &[], Duration::from_millis(200));
+        assert_eq!(out.len(), 1, "{out:#?}");
+        assert_eq!(out[0].status, Status::Warn, "{out:#?}");
+        let e = &out[0].evidence;
+        assert!(e.contains("rdma.port.transmit.discards"), "{e}");
+        assert!(!e.contains("no pauses"), "{e}");
+        assert!(
+            e.contains("hw_counters/out_of_sequence: Permission denied"),
+            "{e}"
+        );
+        assert!(
+            e.contains("hw_counters/out_of_buffer: Permission denied"),
+            "{e}"
+        );
+        assert!(!e.contains("rx_write_requests"), "{e}");
+        // Each file once, though both collections reported it.
+        assert_eq!(e.matches("out_of_sequence").count(), 1, "{e}");
+        assert!(out[0].fix.is_some());
+
+        // Everything read: the pass names what was watched.
+        let clean = || ScrapeResult {
+            samples: vec![xmit("1"), xmit("2")],
+            errors: vec![],
+        };
+        let out = counters_checks(&clean(), &clean(), &[], Duration::from_millis(200));
+        assert_eq!(out.len(), 1, "{out:#?}");
+        assert_eq!(out[0].status, Status::Pass);
+        assert!(
+            out[0].evidence.contains("rdma.port.transmit.discards"),
+            "{}",
+            out[0].evidence
+        );
+        assert!(
+            !out[0].evidence.contains("no pauses"),
+            "{}",
+            out[0].evidence
         );
     }
 }

@@ -8,6 +8,7 @@ use rocewatch_sysfs::pci::{is_gpu_class, proximity, vendor_name, PciFunction, Pr
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
+use crate::shell::one_line;
 
 /// A GPU or an RDMA device on the bus: its label, PCI function and NUMA node.
 #[derive(Debug, Clone)]
@@ -75,7 +76,7 @@ pub(super) fn render(gpus: &[Placed], nics: &[Placed], m: &[Vec<Proximity>]) -> 
         let _ = write!(s, " {:<5}", format!("NIC{i}"));
     }
     for (g, row) in gpus.iter().zip(m) {
-        let _ = write!(s, "\n{:<5}", g.name);
+        let _ = write!(s, "\n{:<5}", one_line(&g.name));
         for p in row {
             let _ = write!(s, " {:<5}", p.as_str());
         }
@@ -83,7 +84,7 @@ pub(super) fn render(gpus: &[Placed], nics: &[Placed], m: &[Vec<Proximity>]) -> 
     s = s.lines().map(str::trim_end).collect::<Vec<_>>().join("\n");
     s.push_str("\nNIC legend:");
     for (i, n) in nics.iter().enumerate() {
-        let _ = write!(s, " NIC{i}={} ({})", n.name, n.function.address);
+        let _ = write!(s, " NIC{i}={} ({})", one_line(&n.name), n.function.address);
     }
     s
 }
@@ -235,6 +236,18 @@ mod tests {
         assert_eq!(
             render(&g, &n, &m),
             "      NIC0\nGPU0  PIX\nGPU1  SYS\nNIC legend: NIC0=mlx5_0 (0000:1c:00.0)"
+        );
+        // A NIC renamed with a line break (item 2 of issue 27) cannot start a row.
+        let odd = [placed(
+            "mlx5_1\n# $(touch Q)",
+            "pci0000:17/0000:17:00.0/0000:18:00.0/0000:19:02.0/0000:1c:00.0",
+            0,
+        )];
+        let r = render(&g, &odd, &m);
+        assert_eq!(r.lines().count(), 4, "{r}");
+        assert!(
+            r.ends_with("NIC0=mlx5_1\\n# $(touch Q) (0000:1c:00.0)"),
+            "{r}"
         );
         assert_eq!(nearest_check(&g[0], &m[0], &n).status, Status::Pass);
         let far = nearest_check(&g[1], &m[1], &n);

@@ -1,11 +1,135 @@
-//! What the host itself says: interface addresses (getifaddrs), the IP in a GID, the NIC's
-//! interrupts and their CPUs (`interrupts` under the proc root), and running a host tool.
+//! What the host itself says: the [`Host`] every topic of the guide reads (read once),
+//! interface addresses (getifaddrs), the IP in a GID, the NIC's interrupts and their CPUs
+//! (`interrupts` under the proc root), and running a host tool.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::check::{check, Check, Status};
+use rocewatch_plugin_api::{Device, Inventory, Port, QosState, ScrapeResult};
+use rocewatch_sysfs::SysRoot;
+
+use super::check::{check, Check, Options, Status};
+use super::gpu::Placed;
+
+/// What the checks read, read once: the inventory, the QoS state, the roots, the
+/// interfaces' addresses, the PCI side, and what the live agent saw (the two collections
+/// a window apart, the probe and the bandwidth test), filled by the guide's async steps.
+pub(super) struct Host<'a> {
+    pub opts: &'a Options,
+    /// The sysfs root, and whether it is the live `/sys`.
+    pub root: PathBuf,
+    pub sys: SysRoot,
+    pub live: bool,
+    /// Whether the proc root is the live `/proc`.
+    pub proc_live: bool,
+    pub inv: Inventory,
+    pub qos: Vec<QosState>,
+    /// The interfaces' addresses (live trees only).
+    pub addrs: Option<BTreeMap<String, Vec<IpAddr>>>,
+    pub gpus: Vec<Placed>,
+    pub nics: Vec<Placed>,
+    /// The two collections `opts.window` apart, and what the collectors failed to read.
+    pub first: ScrapeResult,
+    pub second: ScrapeResult,
+    pub failed: Vec<String>,
+    /// The probe's and the bandwidth test's verdicts (the live agent's).
+    pub probe: Vec<Check>,
+}
+
+/// A RoCE port: an Ethernet port with a netdev.
+pub(super) struct RocePort<'h> {
+    pub device: &'h Device,
+    pub port: &'h Port,
+    pub netdev: &'h str,
+}
+
+impl<'a> Host<'a> {
+    /// What is read before any check: the sysfs side of the host.
+    pub fn new(root: PathBuf, opts: &'a Options, inv: Inventory, qos: Vec<QosState>) -> Self {
+        let live = rocewatch_sysfs::read::is_sysfs(&root);
+        let sys = SysRoot::new(&root);
+        let addrs = if live {
+            interface_addresses().ok()
+        } else {
+            None
+        };
+        let (gpus, nics) = (super::gpu::gpus(&sys), super::gpu::nics(&sys, &inv));
+        Host {
+            opts,
+            proc_live: opts.procfs_root == Path::new("/proc"),
+            root,
+            sys,
+            live,
+            inv,
+            qos,
+            addrs,
+            gpus,
+            nics,
+            first: ScrapeResult::default(),
+            second: ScrapeResult::default(),
+            failed: Vec::new(),
+            probe: Vec::new(),
+        }
+    }
+
+    /// The proc tree, when it is the same host's as the sysfs tree (both live, or both
+    /// given).
+    pub fn proc_root(&self) -> Option<&Path> {
+        (self.live == self.proc_live).then_some(self.opts.procfs_root.as_path())
+    }
+
+    /// The RoCE ports (Ethernet, with a netdev), in inventory order.
+    pub fn roce_ports(&self) -> impl Iterator<Item = RocePort<'_>> {
+        self.inv.devices.iter().flat_map(|d| {
+            d.ports
+                .iter()
+                .filter(|p| p.link_layer.as_deref() == Some("Ethernet"))
+                .filter_map(move |p| {
+                    Some(RocePort {
+                        device: d,
+                        port: p,
+                        netdev: p.netdev.as_deref()?,
+                    })
+                })
+        })
+    }
+
+    /// A RoCE port's RoCE v2 GIDs that are not link-local: (IP, GID index).
+    pub fn v2_gids(p: &Port) -> Vec<(IpAddr, u32)> {
+        p.gids
+            .iter()
+            .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
+            .filter_map(|g| gid_ip(&g.gid).map(|ip| (ip, g.index)))
+            .filter(
+                |(ip, _)| !matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80),
+            )
+            .collect()
+    }
+
+    /// A RoCE port's IPs: from the live interface, or (fixture trees) from its GIDs.
+    pub fn ips(&self, p: &RocePort) -> Vec<IpAddr> {
+        match &self.addrs {
+            Some(a) => a.get(p.netdev).cloned().unwrap_or_default(),
+            None => Self::v2_gids(p.port).iter().map(|(ip, _)| *ip).collect(),
+        }
+    }
+
+    /// The netdev a capture should run on: the first RoCE port's that is up and has an
+    /// address.
+    pub fn capture_netdev(&self) -> Option<&str> {
+        self.roce_ports()
+            .find(|p| p.port.netdev_operstate.as_deref() == Some("up") && !self.ips(p).is_empty())
+            .map(|p| p.netdev)
+    }
+
+    /// The RoCE netdevs' MTUs.
+    pub fn mtus(&self) -> BTreeMap<String, u32> {
+        self.roce_ports()
+            .filter_map(|p| Some((p.netdev.to_string(), p.port.netdev_mtu?)))
+            .collect()
+    }
+}
 
 /// The IPv4 address a RoCE v2 GID carries (`::ffff:a.b.c.d`), or the IPv6 address it is.
 pub fn gid_ip(gid: &str) -> Option<IpAddr> {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rocewatch_klog::text::Clock;
-use rocewatch_klog::{scan, Options as LogOptions};
+use rocewatch_klog::{scan, Options as LogOptions, Scan};
 
 use super::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
@@ -53,7 +53,7 @@ pub(super) fn kernel_log_checks(
             )]
         }
     };
-    let w = humantime::format_duration(window);
+    let w = humantime::format_duration(window).to_string();
     let s = match scan(&path, &matcher, window, &clock) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -71,85 +71,19 @@ pub(super) fn kernel_log_checks(
         Some(f) => format!("{} ({})", path.display(), f.describe()),
         None => path.display().to_string(),
     };
-    let unread = || {
-        format!(
-            "{} of its {} lines {} not read as records ({})",
-            s.unparsed,
-            s.lines,
-            if s.unparsed == 1 { "was" } else { "were" },
-            s.first_unparsed.as_deref().unwrap_or_default()
-        )
-    };
     if s.records == 0 {
-        let (status, why) = if s.lines == 0 {
-            (
-                Status::Skip,
-                format!("{source} is empty: no kernel record to judge the last {w} by"),
-            )
-        } else if s.unparsed > 0 {
-            (
-                Status::Warn,
-                format!(
-                    "no kernel record in {source}: {}; doctor reads /dev/kmsg records, dmesg (with or without times), syslog kern.log and journalctl -k output",
-                    unread()
-                ),
-            )
-        } else {
-            (
-                Status::Skip,
-                format!(
-                    "no kernel record in {source} ({} lines, {} of other programs): nothing to judge the last {w} by",
-                    s.lines, s.other
-                ),
-            )
-        };
-        return vec![check("kernel-log", "", status, why, None)];
+        return vec![no_records(&s, &source, &w)];
     }
     let untimed = s.format.is_some_and(|f| !f.timed());
     if s.tally.counts.is_empty() {
-        let patterns = s.patterns.join(", ");
-        let (status, evidence) = if s.unparsed > 0 {
-            (
-                Status::Warn,
-                format!(
-                    "no RDMA/NIC driver message matching {patterns} in the records read, but {}: what they hold was not checked",
-                    unread()
-                ),
-            )
-        } else if untimed {
-            (
-                Status::Warn,
-                format!(
-                    "no RDMA/NIC driver message matching {patterns} in {source}, but its {} records carry no time: the last {w} cannot be told from older messages (record the log with times: dmesg, not dmesg -t)",
-                    s.records
-                ),
-            )
-        } else if s.tally.records == 0 && !s.device {
-            (
-                Status::Skip,
-                format!(
-                    "none of the {} records of {source} is from the last {w} (the last: {}): nothing to judge the window by; a log no longer written, or a recording (a longer --log-window reads further back)",
-                    s.records,
-                    s.last.map_or_else(|| "none".into(), |l| l.describe())
-                ),
-            )
-        } else {
-            (
-                Status::Pass,
-                format!(
-                    "no RDMA/NIC driver message matching {patterns} in the last {w} ({} of the {} records of {source} in the window)",
-                    s.tally.records, s.records
-                ),
-            )
-        };
-        return vec![check("kernel-log", "", status, evidence, None)];
+        return vec![no_match(&s, &source, &w, untimed)];
     }
     let note = match (untimed, s.unparsed) {
         (true, _) => {
             format!(" (the records of {source} carry no time: counted over the whole file)")
         }
         (false, 0) => String::new(),
-        (false, _) => format!(" ({})", unread()),
+        (false, _) => format!(" ({})", unread(&s)),
     };
     s.tally
         .counts
@@ -189,6 +123,85 @@ pub(super) fn kernel_log_checks(
             )
         })
         .collect()
+}
+
+/// How many lines of the log were not read as records, and the first of them.
+fn unread(s: &Scan) -> String {
+    format!(
+        "{} of its {} lines {} not read as records ({})",
+        s.unparsed,
+        s.lines,
+        if s.unparsed == 1 { "was" } else { "were" },
+        s.first_unparsed.as_deref().unwrap_or_default()
+    )
+}
+
+/// A log without a kernel record: empty, unreadable as records, or of other programs.
+fn no_records(s: &Scan, source: &str, w: &str) -> Check {
+    let (status, why) = if s.lines == 0 {
+        (
+            Status::Skip,
+            format!("{source} is empty: no kernel record to judge the last {w} by"),
+        )
+    } else if s.unparsed > 0 {
+        (
+            Status::Warn,
+            format!(
+                "no kernel record in {source}: {}; doctor reads /dev/kmsg records, dmesg (with or without times), syslog kern.log and journalctl -k output",
+                unread(s)
+            ),
+        )
+    } else {
+        (
+            Status::Skip,
+            format!(
+                "no kernel record in {source} ({} lines, {} of other programs): nothing to judge the last {w} by",
+                s.lines, s.other
+            ),
+        )
+    };
+    check("kernel-log", "", status, why, None)
+}
+
+/// Records, but no driver message matching a pattern: a pass only when the window's
+/// records were read and carry times.
+fn no_match(s: &Scan, source: &str, w: &str, untimed: bool) -> Check {
+    let patterns = s.patterns.join(", ");
+    let (status, evidence) = if s.unparsed > 0 {
+        (
+            Status::Warn,
+            format!(
+                "no RDMA/NIC driver message matching {patterns} in the records read, but {}: what they hold was not checked",
+                unread(s)
+            ),
+        )
+    } else if untimed {
+        (
+            Status::Warn,
+            format!(
+                "no RDMA/NIC driver message matching {patterns} in {source}, but its {} records carry no time: the last {w} cannot be told from older messages (record the log with times: dmesg, not dmesg -t)",
+                s.records
+            ),
+        )
+    } else if s.tally.records == 0 && !s.device {
+        (
+            Status::Skip,
+            format!(
+                "none of the {} records of {source} is from the last {w} (the last: {}): nothing to judge the window by; a log no longer written, or a recording (a longer --log-window reads further back)",
+                s.records,
+                s.last.map_or_else(|| "none".into(), |l| l.describe())
+            ),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!(
+                "no RDMA/NIC driver message matching {patterns} in the last {w} ({} of the {} records of {source} in the window)",
+                s.tally.records, s.records
+            ),
+        )
+    };
+    check("kernel-log", "", status, evidence, None)
 }
 
 #[cfg(test)]

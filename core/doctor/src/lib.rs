@@ -19,6 +19,7 @@
 mod acs;
 pub mod appenv;
 mod appenv_check;
+mod appenv_select;
 pub mod bandwidth;
 pub mod capture;
 mod check;
@@ -39,9 +40,11 @@ mod no_evidence_tests;
 mod numa;
 pub mod pcap;
 mod pcie;
+mod ports;
 mod qos;
 pub mod roce_decode;
 pub mod shell;
+mod topics;
 
 pub use appenv_check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};

@@ -111,7 +111,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
             ..Default::default()
         }],
     };
-    out.push(super::guide::port_check("dev0/1", &Port::default()));
+    out.push(super::ports::port_check("dev0/1", &Port::default()));
     out.extend(super::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
     for told in [None, Some(super::linklayer::ETHERNET)] {
         out.extend(super::linklayer::link_layer_checks(&sys, &no_inv, told));

@@ -1,0 +1,153 @@
+//! The guide's topics after the ports: each a named `fn(&Host) -> Vec<Check>` over what
+//! the host was read to be (the checks themselves live in their own files).
+
+use std::path::Path;
+
+use super::capture::vlan_offload;
+use super::check::{check, Check, Status, ROCE_PORT};
+use super::host::{irq_checks, Host};
+use crate::shell::word_on_one_line as word;
+
+/// The link layer each port runs against what it is meant to run.
+pub(super) fn link_layer(h: &Host) -> Vec<Check> {
+    super::linklayer::link_layer_checks(&h.sys, &h.inv, h.opts.link_layer)
+}
+
+/// Each NIC's PCIe link.
+pub(super) fn pcie(h: &Host) -> Vec<Check> {
+    super::pcie::link_checks(&h.sys, &h.inv)
+}
+
+/// Where GPUs sit from NICs, GPUDirect, and ACS on the path between them.
+pub(super) fn gpu(h: &Host) -> Vec<Check> {
+    let mut out = super::gpu::gpu_checks(&h.sys, &h.gpus, &h.nics);
+    if !h.gpus.is_empty() && !h.nics.is_empty() {
+        out.extend(super::acs::acs_checks(&h.sys, &h.gpus, &h.nics));
+    }
+    out
+}
+
+/// Interrupts against the NIC's node: the proc tree must go with the sysfs tree.
+pub(super) fn numa(h: &Host) -> Vec<Check> {
+    match h.proc_root() {
+        Some(proc_root) => super::numa::numa_checks(&h.sys, proc_root, &h.inv),
+        None => vec![check(
+            "numa",
+            "",
+            Status::Skip,
+            format!(
+                "{} and {} are not the same host's: give --procfs-root with --sysfs-root",
+                h.root.display(),
+                h.opts.procfs_root.display()
+            ),
+            None,
+        )],
+    }
+}
+
+/// Multi-rail: live rtnetlink and sysctls of this network namespace, for the netdevs
+/// the inventory names (a fixture tree's too, when those netdevs exist here).
+pub(super) fn multirail(h: &Host) -> Vec<Check> {
+    super::multirail::multirail_checks(&h.inv, &h.root, &h.opts.procfs_root)
+}
+
+/// A host check that says nothing about a tree that is not the live `/sys`.
+fn not_this_tree(h: &Host, name: &str) -> Vec<Check> {
+    vec![check(
+        name,
+        "",
+        Status::Skip,
+        format!(
+            "{} is not the live /sys: this host's {name} say nothing about that tree",
+            h.root.display()
+        ),
+        None,
+    )]
+}
+
+/// Firewall rules for UDP 4791 (live only).
+pub(super) fn firewall(h: &Host) -> Vec<Check> {
+    if !h.live {
+        return not_this_tree(h, "firewall");
+    }
+    super::firewall::firewall_checks()
+}
+
+/// The RoCE netdevs' interrupts (live only).
+pub(super) fn interrupts(h: &Host) -> Vec<Check> {
+    if !h.live {
+        return not_this_tree(h, "interrupts");
+    }
+    let netdevs: Vec<String> = h.roce_ports().map(|p| p.netdev.to_string()).collect();
+    irq_checks(Path::new(&h.root), &h.opts.procfs_root, &netdevs)
+}
+
+/// The driver: loaded modules, taint, kernel.
+pub(super) fn driver(h: &Host) -> Vec<Check> {
+    super::driver::driver_checks(&h.sys, h.proc_root(), &h.inv)
+}
+
+/// Firmware: devices of one driver should run one firmware.
+pub(super) fn firmware(h: &Host) -> Vec<Check> {
+    super::driver::firmware_checks(&h.inv)
+}
+
+/// The kernel log's driver messages over --log-window.
+pub(super) fn kernel_log(h: &Host) -> Vec<Check> {
+    super::kernel_log::kernel_log_checks(
+        &h.root,
+        &h.opts.kernel_log,
+        h.opts.log_window,
+        rocewatch_klog::text::Clock::now(),
+    )
+}
+
+/// Live counters over the window.
+pub(super) fn counters(h: &Host) -> Vec<Check> {
+    super::counters::counters_checks(&h.first, &h.second, &h.failed, h.opts.window)
+}
+
+/// The verbs probe to the peer and the bandwidth test (run by the live agent).
+pub(super) fn probe(h: &Host) -> Vec<Check> {
+    h.probe.clone()
+}
+
+/// How to capture the RoCE traffic.
+pub(super) fn capture(h: &Host) -> Vec<Check> {
+    let Some(nd) = h.capture_netdev() else {
+        return vec![check(
+            "capture",
+            "",
+            Status::Skip,
+            "no RoCE port with a netdev that is up",
+            None,
+        )];
+    };
+    let now = vlan_offload(nd);
+    let restore = now.clone().unwrap_or_else(|| "on".into());
+    let (restore, w) = (word(&restore), word(nd));
+    vec![check(
+        "capture",
+        nd,
+        Status::Info,
+        format!(
+            "capture RoCE v2 on {w} (the RDMA port's netdev): tcpdump -i {w} -nn udp port {ROCE_PORT}; NIC offloads can hide VLAN tags and RDMA traffic: ethtool -K {w} rx-vlan-offload off before, and ethtool -K {w} rx-vlan-offload {restore} after{}",
+            if now.is_some() { " (as it is now)" } else { " (its state now could not be read; check ethtool -k)" }
+        ),
+        None,
+    )]
+}
+
+/// An application's settings (--env) against what this host needs.
+pub(super) fn env(h: &Host) -> Vec<Check> {
+    let Some(env) = &h.opts.env else {
+        return Vec::new();
+    };
+    let host = super::appenv::compute(
+        super::appenv::ports(&h.inv, &h.qos, None),
+        super::appenv::desired_tos(&h.opts.qos, &h.qos),
+        super::appenv::For::All,
+        h.addrs.as_ref(),
+    );
+    super::appenv_check::env_checks(&host, &h.inv, &h.qos, env, h.addrs.as_ref())
+}

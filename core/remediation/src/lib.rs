@@ -44,6 +44,8 @@ mod processes;
 mod workloads;
 
 pub use action::{describe, Breach};
-pub use config::{validate, ActionConfig, ActionKind, Event, RemediationConfig};
+pub use config::{
+    validate, warnings, ActionConfig, ActionKind, Event, RemediationConfig, SUPERVISOR_STOP_GRACE,
+};
 pub use dispatcher::{Dispatcher, Memory, Targets};
 pub use workloads::{on_port, Workload, Workloads, MAX_WORKLOADS};

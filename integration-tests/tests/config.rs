@@ -165,3 +165,31 @@ fn duration_flags_and_keys_share_their_bounds_and_errors() {
         );
     }
 }
+
+/// An action whose `timeout` exceeds the stop grace a supervisor commonly gives (30 s:
+/// Kubernetes' default `terminationGracePeriodSeconds`) is killed at shutdown before its
+/// result is written: `config check` says so, naming the key, and still accepts the file.
+#[test]
+fn config_check_warns_of_an_action_timeout_past_the_supervisors_stop_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("agent.toml");
+    std::fs::write(
+        &f,
+        "[remediation.actions.drain]\ntype = \"exec\"\ncommand = [\"/bin/true\"]\ntimeout = \"45s\"\n\n\
+         [remediation.actions.note]\ntype = \"log\"\n",
+    )
+    .unwrap();
+    let o = rocewatch(&["config", "check", f.to_str().unwrap()], &[]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "a warning, not a refusal: {err}");
+    assert!(stdout(&o).contains(": ok"), "{}", stdout(&o));
+    assert!(
+        err.contains("warning") && err.contains("remediation.actions.drain.timeout"),
+        "names the key: {err}"
+    );
+    assert!(err.contains("30s"), "names the grace: {err}");
+    assert!(
+        !err.contains("remediation.actions.note"),
+        "the default 30s is within the grace: {err}"
+    );
+}

@@ -197,6 +197,25 @@ fn the_kubernetes_daemonset_and_the_collector_snippet_fit_together() {
         c["env"][0]["name"].as_str(),
         Some("ROCEWATCH_AGENT__HOST_NAME")
     );
+    // The pod's stop grace exceeds the longest action timeout (the default one when the
+    // configuration names none): a running action is waited for, then `killed at
+    // shutdown` is audited, before Kubernetes' SIGKILL.
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("the DaemonSet sets terminationGracePeriodSeconds");
+    let loaded = rocewatch::config::Config::load(Some(&cfg)).unwrap();
+    let longest = loaded
+        .remediation
+        .actions
+        .values()
+        .map(|a| a.timeout)
+        .chain([rocewatch_remediation::SUPERVISOR_STOP_GRACE])
+        .max()
+        .unwrap();
+    assert!(
+        std::time::Duration::from_secs(grace) > longest,
+        "terminationGracePeriodSeconds {grace} must exceed the longest action timeout, {longest:?}"
+    );
     // OTLP goes to the collector's HTTP receiver port.
     let col = &yaml_docs("deploy/otel-collector/collector.yaml")[0];
     let http = col["receivers"]["otlp"]["protocols"]["http"]["endpoint"]

@@ -751,3 +751,143 @@ fn a_second_signal_kills_running_actions_at_once_and_audits_them() {
     );
     assert_eq!(results.len(), 2, "one result each: {results:#?}");
 }
+
+/// A command that leaves its process group and session (`setsid`) with a sleeper that
+/// writes its pid to `pids`: once while the command runs (its parent lives on), once
+/// through a subshell that ends at once (the sleeper is orphaned while the action runs).
+fn escaping(pids: &std::path::Path, then: &str) -> String {
+    let p = pids.display();
+    format!(
+        "(setsid sh -c 'echo $$ >> {p}; exec sleep 302' &); setsid sh -c 'echo $$ >> {p}; exec sleep 301' & {then}"
+    )
+}
+
+/// An agent on the mlx5 fixture whose rule fires at once and runs `actions` (TOML of
+/// `[remediation.actions.*]`, named in `names`); returns once `sleepers` pids are written.
+fn agent_with_escaping_actions(
+    dir: &std::path::Path,
+    names: &[&str],
+    actions: &str,
+    pids: &std::path::Path,
+    sleepers: usize,
+) -> (RunningAgent, KillPids) {
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = {{ \"rdma.device\" = \"mlx5_0\" }}\nop = \"<\"\nthreshold = 200e9\nactions = {names:?}\n\n\
+             [remediation]\naudit_log = {audit:?}\nkill_switch = {stop:?}\n\n{actions}",
+            audit = dir.join("audit.jsonl"),
+            stop = dir.join("STOP"),
+        ),
+    )
+    .unwrap();
+    let guard = KillPids(pids.to_path_buf());
+    let mut agent = agent_on_mlx5(&cfg);
+    agent
+        .proc
+        .wait_log("the sleepers' pids", Duration::from_secs(20), |_| {
+            (std::fs::read_to_string(pids)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                == sleepers)
+                .then_some(())
+        });
+    (agent, guard)
+}
+
+/// Fails naming every process of `pids` still alive a few seconds on.
+fn assert_all_gone(pids: &std::path::Path, when: &str, log: &str) {
+    let pids = std::fs::read_to_string(pids).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let alive: Vec<&str> = pids.lines().filter(|p| process_alive(p)).collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{when}: process(es) {alive:?} that the action started (setsid) live on\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn an_action_that_calls_setsid_leaves_nothing_behind_at_its_timeout_or_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let actions = format!(
+        "[remediation.actions.hang]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", {hang:?}]\ndry_run = false\ntimeout = \"3s\"\n\n\
+         [remediation.actions.daemon]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", {daemon:?}]\ndry_run = false\ntimeout = \"20s\"\n",
+        hang = escaping(&pids, "sleep 300"),
+        daemon = escaping(&pids, "sleep 1; exit 0"),
+    );
+    let (mut agent, _guard) =
+        agent_with_escaping_actions(dir.path(), &["hang", "daemon"], &actions, &pids, 4);
+    agent
+        .proc
+        .wait_log("both results", Duration::from_secs(20), |_| {
+            (audit_results(dir.path()).len() == 2).then_some(())
+        });
+    let log = agent.stderr();
+    let results = audit_results(dir.path());
+    let outcome = |action: &str| {
+        results
+            .iter()
+            .find(|r| r["action"] == action)
+            .map(|r| r["outcome"].clone())
+    };
+    assert_eq!(
+        outcome("hang"),
+        Some("timeout".into()),
+        "{results:#?}\n{log}"
+    );
+    assert_eq!(outcome("daemon"), Some("ok".into()), "{results:#?}\n{log}");
+    // The agent runs on: what the actions started is gone because they ended.
+    assert_all_gone(&pids, "after the actions ended", &log);
+    let (st, log, _) = agent.proc.stop();
+    assert!(st.success(), "{st}\n{log}");
+}
+
+#[test]
+fn at_shutdown_an_action_that_calls_setsid_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let actions = format!(
+        "[remediation.actions.hang]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", {hang:?}]\ndry_run = false\ntimeout = \"4s\"\n",
+        hang = escaping(&pids, "sleep 300"),
+    );
+    let (mut agent, _guard) =
+        agent_with_escaping_actions(dir.path(), &["hang"], &actions, &pids, 2);
+    let (st, log, _) = agent.proc.stop();
+    assert!(st.success(), "{st}\n{log}");
+    assert_all_gone(&pids, "after SIGTERM", &log);
+    let hang = audit_results(dir.path());
+    assert!(
+        hang.len() == 1 && hang[0]["outcome"] == "killed",
+        "{hang:#?}\n{log}"
+    );
+}
+
+#[test]
+fn a_second_signal_leaves_nothing_behind_of_an_action_that_calls_setsid() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let actions = format!(
+        "[remediation.actions.hang]\ntype = \"exec\"\ncommand = [\"sh\", \"-c\", {hang:?}]\ndry_run = false\ntimeout = \"60s\"\n",
+        hang = escaping(&pids, "sleep 300"),
+    );
+    let (mut agent, _guard) =
+        agent_with_escaping_actions(dir.path(), &["hang"], &actions, &pids, 2);
+    agent.proc.signal("TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    agent.proc.signal("TERM");
+    let st = agent
+        .proc
+        .wait_exit(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("a second signal did not end the agent\n{}", agent.stderr()));
+    assert_eq!(st.code(), Some(130), "{}", agent.stderr());
+    assert_all_gone(&pids, "after a second signal", &agent.stderr());
+}

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::at_exit::Group;
 use super::config::{ActionKind, Event};
+use super::processes;
 use super::workloads::Workload;
 
 /// What the action receives (stdin of `exec`, body of `webhook`).
@@ -164,9 +164,10 @@ fn exited_unreaped(pid: u32) {
     }
 }
 
-/// Run `command` for `b`, in its own process group (killed as a whole on timeout and
-/// after the command exits), with bounded output. The outcome is the command's exit
-/// status, not the end of its output (a daemon it left holding stdout is killed).
+/// Run `command` for `b`, in a session of its own, with bounded output. When it ends (it
+/// exited, its timeout dropped this future, the agent stops), every process it started is
+/// killed ([`processes`]). The outcome is the command's exit status, not the end of its
+/// output (a daemon it left holding stdout is killed).
 pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, String> {
     use tokio::io::AsyncWriteExt;
     let env = label_env(&b.labels)?;
@@ -200,18 +201,24 @@ pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    // SAFETY: setsid is async-signal-safe; the child is a new process, not yet a group
+    // leader, so it cannot fail.
+    unsafe {
+        c.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
     for (k, v) in env {
         c.env(k, v);
     }
-    let mut child = c
-        .spawn()
+    let (mut child, started) = processes::spawn(&b.action, || c.spawn(), |c| c.id())
         .map_err(|e| format!("cannot run {:?}: {e}", command[0]))?;
-    // Killed as a whole when dropped: on timeout (the future running the command is
-    // dropped) and after the command exits (nothing it started lives on); at a fast exit
-    // too (`at_exit`).
-    let group = child.id().map(|id| Group::started(id as i32));
+    // Declared after the child, so dropped before it: on timeout (the future running the
+    // command is dropped) every process of the command is killed while its leader is
+    // still unreaped. A fast exit kills them too (`at_exit`).
+    let mut started = started;
     let out = tokio::spawn(capture(child.stdout.take().expect("piped")));
     let err = tokio::spawn(capture(child.stderr.take().expect("piped")));
     if let Some(mut stdin) = child.stdin.take() {
@@ -220,20 +227,21 @@ pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
         let _ = stdin.write_all(&body).await;
     }
     // Wait for the command to exit without reaping it: while it is a zombie its pid, the
-    // group's id, cannot be given to another process, so the group kill below cannot hit
-    // an unrelated process group that happens to get the same number.
+    // session's and the group's id, cannot be given to another process.
     if let Some(pid) = child.id() {
         let _ = tokio::task::spawn_blocking(move || exited_unreaped(pid)).await;
     }
-    // The command is done: whatever it left running goes with its group, which also
-    // closes the pipes the readers wait on.
-    drop(group);
+    // The command is done: whatever it left running goes (nothing it started lives on),
+    // which also closes the pipes the readers wait on.
+    if let Some(s) = started.take() {
+        s.end().await;
+    }
     let status = child
         .wait()
         .await
         .map_err(|e| format!("{:?}: {e}", command[0]))?;
-    // A grandchild that left the group (setsid) may still hold the pipes: read what came
-    // within a second, then stop reading.
+    // A process that could not be killed (uninterruptible sleep) may still hold the pipes:
+    // read what came within a second, then stop reading.
     let grace = std::time::Duration::from_secs(1);
     let (mut out, mut err) = (out, err);
     let out_text = tokio::time::timeout(grace, &mut out)

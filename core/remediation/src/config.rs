@@ -159,6 +159,32 @@ pub struct ActionConfig {
     pub on: Vec<Event>,
 }
 
+/// The time a supervisor commonly gives the agent to stop before it kills it: Kubernetes'
+/// default `terminationGracePeriodSeconds`. An action still running at shutdown is waited
+/// for up to its `timeout`; past this grace it is killed with the agent, its result unwritten.
+pub const SUPERVISOR_STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// What is accepted but likely wrong in `[remediation]`: (key, why). Each action whose
+/// `timeout` exceeds [`SUPERVISOR_STOP_GRACE`].
+pub fn warnings(cfg: &RemediationConfig) -> Vec<(String, String)> {
+    cfg.actions
+        .iter()
+        .filter(|(_, a)| a.timeout > SUPERVISOR_STOP_GRACE)
+        .map(|(name, a)| {
+            (
+                format!("remediation.actions.{name}.timeout"),
+                format!(
+                    "{}s exceeds the {}s a supervisor commonly gives the agent to stop (Kubernetes' default terminationGracePeriodSeconds): \
+                     at shutdown the action would be killed with the agent, its result not audited; \
+                     give the agent a longer stop grace (terminationGracePeriodSeconds, systemd TimeoutStopSec) than the longest action timeout",
+                    a.timeout.as_secs_f64(),
+                    SUPERVISOR_STOP_GRACE.as_secs()
+                ),
+            )
+        })
+        .collect()
+}
+
 /// Checks `[remediation]` and the actions the rules name (their durations are checked with
 /// every other one of the configuration: `Config::durations`).
 pub fn validate(

@@ -23,11 +23,16 @@
 //! from the store handed over in [`Targets`]) in the breach (`workloads` in the JSON,
 //! `ROCEWATCH_WORKLOADS` for `exec`) and in the audit record of the transition.
 //!
+//! An `exec` command runs in a session of its own, and the agent adopts what it leaves
+//! behind (a child subreaper): when the action ends, every process it started is killed,
+//! `setsid` or not (`processes`).
+//!
 //! Files: `config` (the section and its validation), `dispatcher` (gating, audit, running
 //! under the timeout, what a reload keeps), `at_exit` (what a second signal must not leave
-//! behind), `action` (the breach and the exec action), `workloads` (who holds
-//! QPs on the port). The audit log itself is `rocewatch_runtime::audit`. [`alertmanager`]
-//! receives Alertmanager's webhooks (payload, routes, limits) and hands them to the same
+//! behind), `action` (the breach and the exec action), `processes` (every process of a
+//! command, until it is killed and reaped), `workloads` (who holds QPs on the port). The
+//! audit log itself is `rocewatch_runtime::audit`. [`alertmanager`] receives
+//! Alertmanager's webhooks (payload, routes, limits) and hands them to the same
 //! dispatcher, as rule transitions.
 
 mod action;
@@ -35,9 +40,12 @@ pub mod alertmanager;
 mod at_exit;
 mod config;
 mod dispatcher;
+mod processes;
 mod workloads;
 
 pub use action::{describe, Breach};
-pub use config::{validate, ActionConfig, ActionKind, Event, RemediationConfig};
+pub use config::{
+    validate, warnings, ActionConfig, ActionKind, Event, RemediationConfig, SUPERVISOR_STOP_GRACE,
+};
 pub use dispatcher::{Dispatcher, Memory, Targets};
 pub use workloads::{on_port, Workload, Workloads, MAX_WORKLOADS};

@@ -8,7 +8,10 @@ use crate::config::Config;
 
 pub fn check(file: &Path) -> Result<i32> {
     match Config::load(Some(file)) {
-        Ok(_) => {
+        Ok(cfg) => {
+            for (key, why) in rocewatch_remediation::warnings(&cfg.remediation) {
+                eprintln!("rocewatch: {}: warning: {key}: {why}", file.display());
+            }
             println!("{}: ok", file.display());
             Ok(0)
         }

@@ -184,7 +184,7 @@ CFG
   measure load /tmp/load100.toml 100
   touch /mnt/host/b/lat; sleep 2
   n=0; until timeout 120 ib_send_lat -d rxe0 -x 1 -n 200 -s 64 "$P" > "$R/ib_send_lat.txt" 2>&1 || [ $n -ge 30 ]; do sleep 1; n=$((n+1)); done
-  # The README's walk through the bring-up guide, in order, against the same responder
+  # The bring-up walk (docs/BRINGUP.md), in order, against the same responder
   # (last: a waits on b's cues with bounded patience).
   . /mnt/extra/walkthrough.sh
   touch /mnt/host/b/done

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The README's walk through the RoCE bring-up guide, in its order, on the probe lab's
-# guest b against the responder on guest a (sourced by probe.sh; $BIN, $P and $R set).
+# The walk through the RoCE bring-up guide (docs/BRINGUP.md), in its order, on the probe
+# lab's guest b against the responder on guest a (sourced by probe.sh; $BIN, $P and $R set).
 # Each step writes walk-<step>.out and .err and appends "<step> rc=<status>" to walk.txt,
 # so the test sees that the steps ran and in which order:
 #   discover -> qos -> probe -> bandwidth -> env -> doctor -> capture

@@ -1110,7 +1110,7 @@ fn lab_qos_apply_and_rollback_on_the_real_configfs() {
     );
 }
 
-/// The README's walk through the bring-up guide runs in the guests in its order, each step
+/// The bring-up walk (docs/BRINGUP.md) runs in the guests in its order, each step
 /// doing its part: discover finds rxe0 with its netdev; qos reads the RoCE mode the walk
 /// made readable; probe reaches the peer; bandwidth moves data; env names rxe0:1 and a GID
 /// index; doctor passes the connectivity checks; capture sees the probes' RoCE packets.

@@ -86,8 +86,28 @@ fn table(md: &mut String, entries: &[CatalogEntry], from: bool) {
     }
 }
 
+/// docs/METRICS.md, section by section.
 pub fn render_markdown() -> String {
     let mut md = String::new();
+    intro(&mut md);
+    port_metrics(&mut md);
+    counter_widths(&mut md);
+    pcie_link(&mut md);
+    driver(&mut md);
+    ethtool_statistics(&mut md);
+    derived_signals(&mut md);
+    verbs_probes(&mut md);
+    qos_configuration(&mut md);
+    kernel_log(&mut md);
+    workload_resources(&mut md);
+    not_counters(&mut md);
+    self_metrics(&mut md);
+    prometheus_names(&mut md);
+    every_exporter(&mut md);
+    md
+}
+
+fn intro(md: &mut String) {
     md.push_str("# rocewatch metrics\n\n");
     md.push_str("<!-- Generated from core/metrics/src/catalog.rs by `rocewatch metrics-doc`. Do not edit by hand. -->\n\n");
     md.push_str("Every sample carries `rdma.device` and `rdma.port`, and `network.interface.name` when the port has a netdev. ");
@@ -96,6 +116,9 @@ pub fn render_markdown() -> String {
         "with no rate and no increase for that interval (see [Counter widths](#counter-widths)). ",
     );
     md.push_str("A value the kernel does not expose (`N/A (no PMA)`, EINVAL, EACCES, EOPNOTSUPP, missing file) is absent, never zero.\n\n");
+}
+
+fn port_metrics(md: &mut String) {
     md.push_str("## Port metrics\n\n");
     md.push_str(
         "| name | unit | kind | Prometheus | source | attributes | seen on | at its top | description |\n",
@@ -124,16 +147,24 @@ pub fn render_markdown() -> String {
             e.description
         );
     }
-    counter_widths(&mut md);
+}
+
+fn pcie_link(md: &mut String) {
     md.push_str("\n## PCIe link\n\n");
     md.push_str("The link of each port's PCI function (the RDMA device's `device/` directory), read by counters-sysfs once per device and collection, ");
     md.push_str("with the port's attributes (`rdma.device`, `rdma.port`, `network.interface.name`). A width or speed below its maximum caps the port: ");
     md.push_str("`rocewatch doctor` says at how many Gb/s.\n\n");
-    table(&mut md, crate::catalog::PCIE_CATALOG, true);
+    table(md, crate::catalog::PCIE_CATALOG, true);
+}
+
+fn driver(md: &mut String) {
     md.push_str("\n## Driver\n\n");
     md.push_str("The kernel module serving each RDMA device, read by counters-sysfs when it plans the device (a module is not replaced under a device: ");
     md.push_str("reloading the driver recreates the device), with `rdma.device`. The module's build is also part of `rdma.qos.fingerprint`.\n\n");
-    table(&mut md, crate::catalog::DRIVER_CATALOG, true);
+    table(md, crate::catalog::DRIVER_CATALOG, true);
+}
+
+fn ethtool_statistics(md: &mut String) {
     md.push_str("\n## NIC driver statistics (ethtool)\n\n");
     md.push_str("Read with the ethtool ioctls from the netdevs of RDMA ports and normalized across vendors. ");
     md.push_str("Every sample carries `network.interface.name` (plus `rdma.device` and `rdma.port` of the RDMA port ");
@@ -157,6 +188,9 @@ pub fn render_markdown() -> String {
             e.description
         );
     }
+}
+
+fn derived_signals(md: &mut String) {
     md.push_str("\n## Derived signals\n\n");
     md.push_str("Computed by the agent from counter rates after every collection (pseudo-plugin `derived`), ");
     md.push_str(
@@ -168,13 +202,22 @@ pub fn render_markdown() -> String {
     md.push_str(
         "never a negative or zero one; only a counter known to roll over counts the increase across its top.\n\n",
     );
-    table(&mut md, crate::catalog::DERIVED_CATALOG, true);
+    table(md, crate::catalog::DERIVED_CATALOG, true);
+}
+
+fn verbs_probes(md: &mut String) {
     md.push_str("\n## Verbs probes\n\nPer peer (`rdma.probe.peer`), from the agent's prober (`[probes]`, the probe-verbs plugin).\n\n");
-    table(&mut md, crate::catalog::PROBE_CATALOG, false);
+    table(md, crate::catalog::PROBE_CATALOG, false);
+}
+
+fn qos_configuration(md: &mut String) {
     md.push_str("\n## RoCE/PFC/ECN configuration\n\nPer port (`rdma.device`, `rdma.port`, `network.interface.name`), from the configuration plugins every `[qos] interval` (pseudo-plugin `qos`). The settings are those of `rocewatch qos show`; drift compares them with `[[qos.desired]]`.\n\n");
-    table(&mut md, crate::catalog::QOS_CATALOG, false);
+    table(md, crate::catalog::QOS_CATALOG, false);
+}
+
+fn kernel_log(md: &mut String) {
     md.push_str("\n## Kernel log\n\nFrom the kernel-log collector (`/dev/kmsg`, read from the agent's start; `[plugins.builtin.kernel-log.options]`), the same patterns `rocewatch doctor` reports over its window.\n\n");
-    table(&mut md, crate::catalog::KERNEL_LOG_CATALOG, true);
+    table(md, crate::catalog::KERNEL_LOG_CATALOG, true);
     md.push_str(
         "\n| pattern (`rdma.kernel.pattern`) | regular expression | meaning |\n|---|---|---|\n",
     );
@@ -187,6 +230,9 @@ pub fn render_markdown() -> String {
             p.meaning
         );
     }
+}
+
+fn workload_resources(md: &mut String) {
     md.push_str("\n## RDMA resources per workload\n\n");
     md.push_str("From the resources collector (RDMA netlink: what `rdma resource show qp|cq|mr|pd` prints; `[plugins.builtin.resources.options]`), ");
     md.push_str("each resource attributed to the workload of the process holding it, found from `/proc/<pid>/cgroup`: a Kubernetes pod ");
@@ -195,7 +241,10 @@ pub fn render_markdown() -> String {
     md.push_str("A pod, job or unit is recognised only where the kubelet, slurmstepd or systemd create its cgroup (from the root of the hierarchy, ");
     md.push_str("never below a `user@UID.service`), and carries the path of its own cgroup (`rdma.workload.cgroup`: one per workload). ");
     md.push_str("Never per process; beyond `max_workloads` (default 64) the smallest are summed under `rdma.workload=\"other\"` and counted.\n\n");
-    table(&mut md, crate::catalog::RESOURCE_CATALOG, true);
+    table(md, crate::catalog::RESOURCE_CATALOG, true);
+}
+
+fn not_counters(md: &mut String) {
     md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(
@@ -203,8 +252,14 @@ pub fn render_markdown() -> String {
             "- `{f}`: a setting, not a counter; not exported as a counter."
         );
     }
+}
+
+fn self_metrics(md: &mut String) {
     md.push_str("\n## Agent self-metrics\n\n");
-    table(&mut md, SELF_METRICS, false);
+    table(md, SELF_METRICS, false);
+}
+
+fn prometheus_names(md: &mut String) {
     md.push_str("\n## Names in Prometheus\n\n");
     md.push_str("Generated by the OpenTelemetry → Prometheus translation rules (the same names VictoriaMetrics with ");
     md.push_str("`-opentelemetry.usePrometheusNaming` produces from our OTLP): `.` becomes `_`; the unit is appended ");
@@ -214,6 +269,9 @@ pub fn render_markdown() -> String {
     md.push_str(
         "The histogram `rocewatch.plugin.duration` is exposed as a summary (`_sum`, `_count`).\n",
     );
+}
+
+fn every_exporter(md: &mut String) {
     md.push_str("\n## Every exporter, the same series\n\n");
     md.push_str("Prometheus, OTLP and collectd (the network protocol and the Exec plugin's `PUTVAL` lines) ");
     md.push_str(
@@ -231,7 +289,6 @@ pub fn render_markdown() -> String {
     );
     md.push_str("`rdma.probe.rtt.last` gauge and the probe counters are). `rocewatch collect --once` and the ");
     md.push_str("stdout exporter print collections as they happen, without the derived, probe and QoS series.\n");
-    md
 }
 
 #[cfg(test)]

@@ -83,17 +83,62 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
         print_summary(file, a.json)?;
         return Ok(0);
     }
-    // The signals that end a capture are caught before anything changes: whichever comes,
-    // the offload is put back. A closed standard output must not kill us with it off.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut hup = signal(SignalKind::hangup())?;
-    // SAFETY: setting a signal disposition; EPIPE is handled where it is written.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    let mut signals = EndSignals::catch()?;
     let state = rocewatch_runtime::audit::state_dir();
+    let (inv, root) = discover_and_restore(&a, &state).await?;
+    let (netdev, device) = resolve(&inv, &root, a.target.as_deref())?;
+    let iface = capture_interface(device.as_deref(), &netdev);
+    let mut guard = offload_off(&a, &netdev, &state)?;
+    let temp = tempfile::Builder::new()
+        .suffix(".pcap")
+        .tempfile()
+        .context("a temporary capture file")?;
+    let file: Option<PathBuf> = match (&a.write, summary) {
+        (Some(w), _) => Some(w.clone()),
+        (None, true) => Some(temp.path().to_path_buf()),
+        (None, false) => None,
+    };
+    let mut child = spawn_tcpdump(tcpdump_command(&iface, file.as_deref(), a.count))?;
+    let (status, signalled) = wait_capture(&mut child, &mut signals, a.duration).await?;
+    restore_offload(guard.as_mut());
+    use std::os::unix::process::ExitStatusExt;
+    let reader_gone = status.signal() == Some(libc::SIGPIPE);
+    // A capture ended by Ctrl-C (tcpdump gets it too) is a capture like any other.
+    if !status.success() && !reader_gone && signalled.is_none() {
+        bail!("tcpdump on {iface}: {status}");
+    }
+    if summary && !reader_gone {
+        print_summary(file.as_deref().expect("a file with --summary"), a.json)?;
+    }
+    Ok(signalled.map_or(0, |sig| 128 + sig))
+}
+
+/// The signals that end a capture.
+struct EndSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl EndSignals {
+    /// The signals that end a capture are caught before anything changes: whichever comes,
+    /// the offload is put back. A closed standard output must not kill us with it off.
+    fn catch() -> Result<EndSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let int = signal(SignalKind::interrupt())?;
+        let term = signal(SignalKind::terminate())?;
+        let hup = signal(SignalKind::hangup())?;
+        // SAFETY: setting a signal disposition; EPIPE is handled where it is written.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
+        Ok(EndSignals { int, term, hup })
+    }
+}
+
+/// The inventory and sysfs root of the configuration, after the restore records an
+/// earlier capture left are applied.
+async fn discover_and_restore(a: &CaptureArgs, state: &Path) -> Result<(Inventory, PathBuf)> {
     let cfg = a.source.load()?;
     let root = cfg.agent.sysfs_root.clone();
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
@@ -106,7 +151,7 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
             .any(|d| d.ports.iter().any(|p| p.netdev.as_deref() == Some(nd)))
             || root.join("class/net").join(nd).exists()
     };
-    for r in restore_leftovers(&state, &known) {
+    for r in restore_leftovers(state, &known) {
         match r {
             Ok(said) => eprintln!("rocewatch: {said}"),
             Err(e) => eprintln!(
@@ -114,39 +159,46 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
             ),
         }
     }
-    let (netdev, device) = resolve(&inv, &root, a.target.as_deref())?;
-    let iface = match device.as_deref().and_then(sniffer) {
+    Ok((inv, root))
+}
+
+/// The device's RDMA sniffer interface where libpcap offers one, else the netdev.
+fn capture_interface(device: Option<&str>, netdev: &str) -> String {
+    match device.and_then(sniffer) {
         Some(s) => {
             eprintln!("rocewatch: capturing on {s}, the RDMA sniffer interface of the device (offloaded RDMA traffic never reaches {netdev})");
             s
         }
-        None => netdev.clone(),
-    };
-    let mut guard = if a.offload_off {
-        let g = OffloadGuard::turn_off(&netdev, &state).map_err(anyhow::Error::msg)?;
-        match &g {
-            Some(g) => eprintln!(
-                "rocewatch: rx-vlan-offload off on {} for the capture (it is put back after)",
-                g.netdev()
-            ),
-            None => eprintln!("rocewatch: rx-vlan-offload is already off on {netdev}"),
-        }
-        g
-    } else {
-        None
-    };
-    let temp = tempfile::Builder::new()
-        .suffix(".pcap")
-        .tempfile()
-        .context("a temporary capture file")?;
-    let file: Option<PathBuf> = match (&a.write, summary) {
-        (Some(w), _) => Some(w.clone()),
-        (None, true) => Some(temp.path().to_path_buf()),
-        (None, false) => None,
-    };
+        None => netdev.to_string(),
+    }
+}
+
+/// With `--offload-off`, rx-vlan-offload turned off on `netdev` (a guard that puts it
+/// back), saying so.
+fn offload_off(a: &CaptureArgs, netdev: &str, state: &Path) -> Result<Option<OffloadGuard>> {
+    if !a.offload_off {
+        return Ok(None);
+    }
+    let g = OffloadGuard::turn_off(netdev, state).map_err(anyhow::Error::msg)?;
+    match &g {
+        Some(g) => eprintln!(
+            "rocewatch: rx-vlan-offload off on {} for the capture (it is put back after)",
+            g.netdev()
+        ),
+        None => eprintln!("rocewatch: rx-vlan-offload is already off on {netdev}"),
+    }
+    Ok(g)
+}
+
+/// tcpdump on `iface` for RoCE v2, into `file` or printing packets.
+fn tcpdump_command(
+    iface: &str,
+    file: Option<&Path>,
+    count: Option<u64>,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("tcpdump");
-    cmd.args(["-i", &iface, "-nn", "-s", "0"]);
-    if let Some(f) = &file {
+    cmd.args(["-i", iface, "-nn", "-s", "0"]);
+    if let Some(f) = file {
         // Writing a file, tcpdump dissects nothing: it may keep its user (dropping
         // privileges would clear the parent-death signal below, and a SIGKILLed
         // rocewatch would leave it capturing). Printing packets, it drops to its own
@@ -156,7 +208,7 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
     } else {
         cmd.arg("-l");
     }
-    if let Some(n) = a.count {
+    if let Some(n) = count {
         cmd.args(["-c", &n.to_string()]);
     }
     cmd.args(["udp", "port", &rocewatch_doctor::ROCE_PORT.to_string()]);
@@ -169,23 +221,36 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    cmd
+}
+
+fn spawn_tcpdump(mut cmd: tokio::process::Command) -> Result<tokio::process::Child> {
+    match cmd.spawn() {
+        Ok(c) => Ok(c),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("tcpdump not found: install it (apt-get install tcpdump)")
         }
         Err(e) => bail!("tcpdump: {e}"),
-    };
+    }
+}
+
+/// Until tcpdump ends, a signal comes or `duration` passes; then tcpdump is stopped.
+/// Returns how tcpdump ended and the signal that ended the capture, if one did.
+async fn wait_capture(
+    child: &mut tokio::process::Child,
+    signals: &mut EndSignals,
+    duration: Option<Duration>,
+) -> Result<(std::process::ExitStatus, Option<i32>)> {
     let forever = Duration::from_secs(u64::MAX / 4);
     // 128 + the signal that ended the capture, as a shell reports it.
     let mut signalled: Option<i32> = None;
     let status = tokio::select! {
         biased;
-        _ = int.recv() => { signalled = Some(libc::SIGINT); None }
-        _ = term.recv() => { signalled = Some(libc::SIGTERM); None }
-        _ = hup.recv() => { signalled = Some(libc::SIGHUP); None }
+        _ = signals.int.recv() => { signalled = Some(libc::SIGINT); None }
+        _ = signals.term.recv() => { signalled = Some(libc::SIGTERM); None }
+        _ = signals.hup.recv() => { signalled = Some(libc::SIGHUP); None }
         s = child.wait() => Some(s?),
-        _ = tokio::time::sleep(a.duration.unwrap_or(forever)) => None,
+        _ = tokio::time::sleep(duration.unwrap_or(forever)) => None,
     };
     let status = match status {
         Some(s) => s,
@@ -206,7 +271,12 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
             }
         }
     };
-    if let Some(g) = guard.as_mut() {
+    Ok((status, signalled))
+}
+
+/// The offload put back (or why not), then the default SIGPIPE again.
+fn restore_offload(guard: Option<&mut OffloadGuard>) {
+    if let Some(g) = guard {
         match g.restore() {
             Ok(()) => eprintln!("rocewatch: rx-vlan-offload put back on {}", g.netdev()),
             Err(e) => eprintln!("rocewatch: {e}; the restore record stays for the next start"),
@@ -217,14 +287,4 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    use std::os::unix::process::ExitStatusExt;
-    let reader_gone = status.signal() == Some(libc::SIGPIPE);
-    // A capture ended by Ctrl-C (tcpdump gets it too) is a capture like any other.
-    if !status.success() && !reader_gone && signalled.is_none() {
-        bail!("tcpdump on {iface}: {status}");
-    }
-    if summary && !reader_gone {
-        print_summary(file.as_deref().expect("a file with --summary"), a.json)?;
-    }
-    Ok(signalled.map_or(0, |sig| 128 + sig))
 }

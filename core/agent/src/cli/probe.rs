@@ -1,8 +1,12 @@
 //! `rocewatch probe PEER` and `rocewatch probe --serve`, and where the verbs plugin is.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use rocewatch_plugin_api::{NicTimestamps, ProbeOutcome, ProbeResult};
+use rocewatch_runtime::host::call::CallError;
+use rocewatch_runtime::host::registry::{Entry, Registry, State};
 
 use super::args::{ProbeArgs, ProbeCmdArgs};
 use crate::app::App;
@@ -13,9 +17,42 @@ pub async fn run(a: ProbeCmdArgs) -> Result<i32> {
 }
 
 async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
-    use rocewatch_plugin_api::{PluginKind, ProbeOutcome, ProbeTarget};
+    use rocewatch_plugin_api::PluginKind;
     let path = rocewatch_probes::plugin_path()?;
-    // Only the probe plugin: no collection here.
+    probe_plugin_only(&a, &mut cfg, &path);
+    let agent = App::start(cfg, Some(&[PluginKind::Probe])).await;
+    let entry = started_probe(&agent.registry, &path)?;
+    if a.serve {
+        serve(&a).await;
+        return Ok(0);
+    }
+    let peer = a
+        .peer
+        .clone()
+        .expect("clap requires a peer without --serve");
+    let mut tally = Tally::default();
+    for seq in 1..=a.count {
+        let target = rocewatch_plugin_api::ProbeTarget {
+            peer: peer.clone(),
+            size: a.size,
+            timeout_ms: a.timeout.as_millis() as u64,
+        };
+        let r = rocewatch_probes::probe_once(entry, target, agent.metrics()).await;
+        let line = tally.record(&a, &peer, seq, r);
+        if !a.json {
+            println!("{line}");
+        }
+        if seq < a.count {
+            tokio::time::sleep(a.interval).await;
+        }
+    }
+    tally.report(&a, &peer);
+    Ok(if tally.rtts.is_empty() { 1 } else { 0 })
+}
+
+/// `cfg` with every built-in plugin off (no collection here) and the verbs probe plugin
+/// at `path` as the one external plugin.
+fn probe_plugin_only(a: &ProbeArgs, cfg: &mut Config, path: &Path) {
     for name in crate::builtins::builtin_names() {
         cfg.plugins.builtin.insert(
             name.to_string(),
@@ -26,7 +63,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
         );
     }
     let mut plugin = rocewatch_probes::plugin_config(
-        path.clone(),
+        path.to_path_buf(),
         a.timeout,
         &a.device,
         a.tcp_port,
@@ -37,13 +74,15 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
     );
     plugin.options["serve_bandwidth"] = (a.serve && !a.no_bandwidth).into();
     cfg.plugins.external = vec![plugin];
-    let agent = App::start(cfg, Some(&[PluginKind::Probe])).await;
-    let Some(entry) = agent.registry.of_kind(PluginKind::Probe).find(|e| {
-        e.instance.is_some()
-            && e.status().state == rocewatch_runtime::host::registry::State::Started
-    }) else {
-        let why = agent
-            .registry
+}
+
+/// The started probe plugin, or why it did not start.
+fn started_probe<'r>(registry: &'r Registry, path: &Path) -> Result<&'r Entry> {
+    let started = registry
+        .of_kind(rocewatch_plugin_api::PluginKind::Probe)
+        .find(|e| e.instance.is_some() && e.status().state == State::Started);
+    let Some(entry) = started else {
+        let why = registry
             .statuses()
             .into_iter()
             .filter_map(|s| s.last_error)
@@ -54,44 +93,57 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             path.display()
         );
     };
-    if a.serve {
-        eprintln!(
-            "rocewatch probe: responding on TCP port {}{} (Ctrl-C to stop)",
-            a.tcp_port,
-            if a.no_bandwidth {
-                "; bandwidth tests refused (--no-bandwidth)"
-            } else {
-                "; bandwidth tests served, one at a time"
-            }
-        );
-        let mut stop = rocewatch_runtime::util::signals::shutdown_on_signals();
-        let _ = stop.changed().await;
-        return Ok(0);
-    }
-    let peer = a
-        .peer
-        .clone()
-        .expect("clap requires a peer without --serve");
-    let mut rtts = Vec::new();
-    let mut rows = Vec::new();
-    let (mut timeouts, mut failures) = (0u32, Vec::new());
-    let mut nic = None;
-    for seq in 1..=a.count {
-        let target = ProbeTarget {
-            peer: peer.clone(),
-            size: a.size,
-            timeout_ms: a.timeout.as_millis() as u64,
-        };
-        let r = rocewatch_probes::probe_once(entry, target, agent.metrics()).await;
-        let line = match r {
+    Ok(entry)
+}
+
+/// `--serve`: the plugin answers peers until a signal.
+async fn serve(a: &ProbeArgs) {
+    eprintln!(
+        "rocewatch probe: responding on TCP port {}{} (Ctrl-C to stop)",
+        a.tcp_port,
+        if a.no_bandwidth {
+            "; bandwidth tests refused (--no-bandwidth)"
+        } else {
+            "; bandwidth tests served, one at a time"
+        }
+    );
+    let mut stop = rocewatch_runtime::util::signals::shutdown_on_signals();
+    let _ = stop.changed().await;
+}
+
+/// What the probes of one run returned.
+#[derive(Default)]
+struct Tally {
+    /// The RTT of each answered probe, in seconds.
+    rtts: Vec<f64>,
+    /// Every result, for `--json`.
+    rows: Vec<serde_json::Value>,
+    timeouts: u32,
+    /// Why each probe that failed to connect (or to run) failed.
+    failures: Vec<String>,
+    /// The last NIC-measured split a result carried.
+    nic: Option<NicTimestamps>,
+}
+
+impl Tally {
+    /// Count probe `seq`'s result; returns its line.
+    fn record(
+        &mut self,
+        a: &ProbeArgs,
+        peer: &str,
+        seq: u32,
+        r: Result<ProbeResult, CallError>,
+    ) -> String {
+        match r {
             Ok(res) => {
-                rows.push(serde_json::to_value(&res).expect("plain data"));
+                self.rows
+                    .push(serde_json::to_value(&res).expect("plain data"));
                 if res.nic_timestamps.is_some() {
-                    nic = res.nic_timestamps.clone();
+                    self.nic = res.nic_timestamps.clone();
                 }
                 match res.outcome {
                     ProbeOutcome::Ok { rtt_seconds } => {
-                        rtts.push(rtt_seconds);
+                        self.rtts.push(rtt_seconds);
                         format!(
                             "{} bytes from {peer}: seq={seq} rtt={:.3} ms",
                             a.size,
@@ -99,7 +151,7 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
                         )
                     }
                     ProbeOutcome::Timeout => {
-                        timeouts += 1;
+                        self.timeouts += 1;
                         format!(
                             "seq={seq}: timeout after {}",
                             humantime::format_duration(a.timeout)
@@ -107,41 +159,46 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
                     }
                     ProbeOutcome::ConnectFailed { cause } => {
                         let l = format!("seq={seq}: connection failed: {cause}");
-                        failures.push(cause);
+                        self.failures.push(cause);
                         l
                     }
                 }
             }
             Err(e) => {
-                failures.push(e.to_string());
+                self.failures.push(e.to_string());
                 format!("seq={seq}: {e}")
             }
-        };
-        if !a.json {
-            println!("{line}");
-        }
-        if seq < a.count {
-            tokio::time::sleep(a.interval).await;
         }
     }
-    let mut sorted = rtts.clone();
-    sorted.sort_by(f64::total_cmp);
-    let q = |p: f64| -> Option<f64> {
-        (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * p).round() as usize])
-    };
-    let loss = 100.0 * (a.count as f64 - rtts.len() as f64) / a.count.max(1) as f64;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "peer": peer, "size": a.size, "sent": a.count, "received": rtts.len(),
-                "timeouts": timeouts, "connect_failures": failures.len(), "loss_percent": loss,
-                "rtt_seconds": { "min": q(0.0), "p50": q(0.5), "p99": q(0.99), "max": q(1.0) },
-                "nic_timestamps": nic,
-                "results": rows,
-            })
-        );
-    } else {
+
+    /// The summary: loss, RTT quantiles and the NIC-measured split, as text or JSON.
+    fn report(&self, a: &ProbeArgs, peer: &str) {
+        let Tally {
+            rtts,
+            rows,
+            timeouts,
+            failures,
+            nic,
+        } = self;
+        let mut sorted = rtts.clone();
+        sorted.sort_by(f64::total_cmp);
+        let q = |p: f64| -> Option<f64> {
+            (!sorted.is_empty()).then(|| sorted[((sorted.len() - 1) as f64 * p).round() as usize])
+        };
+        let loss = 100.0 * (a.count as f64 - rtts.len() as f64) / a.count.max(1) as f64;
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "peer": peer, "size": a.size, "sent": a.count, "received": rtts.len(),
+                    "timeouts": timeouts, "connect_failures": failures.len(), "loss_percent": loss,
+                    "rtt_seconds": { "min": q(0.0), "p50": q(0.5), "p99": q(0.99), "max": q(1.0) },
+                    "nic_timestamps": nic,
+                    "results": rows,
+                })
+            );
+            return;
+        }
         println!(
             "--- {peer} rdma probe: {} sent, {} received, {loss:.1}% loss, {timeouts} timeouts, {} connection failures",
             a.count,
@@ -158,10 +215,10 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             );
         }
         match nic {
-            Some(rocewatch_plugin_api::NicTimestamps::Unsupported { reason }) => {
+            Some(NicTimestamps::Unsupported { reason }) => {
                 println!("NIC-measured split of the RTT: unsupported ({reason})")
             }
-            Some(rocewatch_plugin_api::NicTimestamps::Measured {
+            Some(NicTimestamps::Measured {
                 network_seconds,
                 host_seconds,
             }) => println!(
@@ -172,5 +229,4 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
             None => println!("NIC-measured split of the RTT: the probe plugin does not say"),
         }
     }
-    Ok(if rtts.is_empty() { 1 } else { 0 })
 }

@@ -155,6 +155,12 @@ fn env_overrides() -> config::Map<String, String> {
         .collect()
 }
 
+/// Why a configuration is refused: the key path at fault and what is wrong with it.
+type Refusal = (String, String);
+
+/// One check of [`Config::validate`].
+type Check = fn(&Config) -> Result<(), Refusal>;
+
 impl Config {
     /// Load `file` (or only defaults and environment when `None`).
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
@@ -202,69 +208,94 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Every check of a loaded configuration, in order; the first refusal is the error.
     fn validate(&self, name: &str) -> Result<(), ConfigError> {
-        let invalid = |path: &str, message: String| ConfigError::Invalid {
-            file: name.to_string(),
-            path: path.to_string(),
-            message,
-        };
-        for (path, value, bounds) in self.durations() {
-            bounds.check(value).map_err(|m| invalid(&path, m))?;
+        let checks: [Check; 7] = [
+            Config::check_durations,
+            Config::check_listeners,
+            Config::check_web_config,
+            Config::check_rules_and_actions,
+            Config::check_builtin_plugins,
+            Config::check_external_plugins,
+            Config::check_exporters,
+        ];
+        for check in checks {
+            check(self).map_err(|(path, message)| ConfigError::Invalid {
+                file: name.to_string(),
+                path,
+                message,
+            })?;
         }
-        self.check_listeners().map_err(|(p, m)| invalid(&p, m))?;
+        Ok(())
+    }
+
+    fn check_durations(&self) -> Result<(), Refusal> {
+        for (path, value, bounds) in self.durations() {
+            bounds.check(value).map_err(|m| (path, m))?;
+        }
+        Ok(())
+    }
+
+    /// The Prometheus exporter's web configuration, read as the listener will read it.
+    fn check_web_config(&self) -> Result<(), Refusal> {
         if let Some(f) = self
             .exporters
             .prometheus
             .as_ref()
             .and_then(|p| p.web_config_file.as_ref())
         {
-            rocewatch_web::server::WebListener::load(f)
-                .map_err(|e| invalid("exporters.prometheus.web_config_file", e.to_string()))?;
+            rocewatch_web::server::WebListener::load(f).map_err(|e| {
+                (
+                    "exporters.prometheus.web_config_file".to_string(),
+                    e.to_string(),
+                )
+            })?;
         }
+        Ok(())
+    }
+
+    /// Rules, remediation, probes, QoS and the Alertmanager receiver, each with what it
+    /// needs of the others.
+    fn check_rules_and_actions(&self) -> Result<(), Refusal> {
         if let Err((i, message)) =
             rocewatch_runtime::rules::validate(&self.rules, rocewatch_metrics::kind_of)
         {
             let rule = &self.rules[i].name;
-            return Err(invalid(&format!("rules[{i}] ({rule})"), message));
+            return Err((format!("rules[{i}] ({rule})"), message));
         }
-        if let Err((path, message)) =
-            rocewatch_remediation::validate(&self.remediation, &self.rules)
-        {
-            return Err(invalid(&path, message));
+        rocewatch_remediation::validate(&self.remediation, &self.rules)?;
+        if let Some(p) = &self.probes {
+            p.validate()?;
         }
-        if let Some(Err((path, message))) = self.probes.as_ref().map(|p| p.validate()) {
-            return Err(invalid(&path, message));
-        }
-        if let Err((path, message)) = rocewatch_qos::validate(&self.qos) {
-            return Err(invalid(&path, message));
-        }
+        rocewatch_qos::validate(&self.qos)?;
         for (name, a) in &self.remediation.actions {
             if matches!(a.kind, rocewatch_remediation::ActionKind::QosApply {})
                 && self.qos.desired.is_empty()
             {
-                return Err(invalid(
-                    &format!("remediation.actions.{name}"),
+                return Err((
+                    format!("remediation.actions.{name}"),
                     "type \"qos_apply\" re-applies [[qos.desired]], and there is none".into(),
                 ));
             }
         }
         if let Some(am) = &self.alertmanager {
-            if let Err((path, message)) =
-                rocewatch_remediation::alertmanager::validate(am, &self.remediation.actions)
-            {
-                return Err(invalid(&path, message));
-            }
+            rocewatch_remediation::alertmanager::validate(am, &self.remediation.actions)?;
             if self.remediation.actions.is_empty() {
-                return Err(invalid(
-                    "alertmanager",
+                return Err((
+                    "alertmanager".into(),
                     "routes alerts to [remediation.actions], and there is none".into(),
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Each built-in plugin exists and takes its options, decoded as it will at start.
+    fn check_builtin_plugins(&self) -> Result<(), Refusal> {
         for (name_, p) in &self.plugins.builtin {
             let Some(builtin) = crate::builtins::builtin(name_) else {
-                return Err(invalid(
-                    &format!("plugins.builtin.{name_}"),
+                return Err((
+                    format!("plugins.builtin.{name_}"),
                     format!(
                         "no built-in plugin named {name_:?}; built-ins are {}",
                         crate::builtins::builtin_names().join(", ")
@@ -272,8 +303,8 @@ impl Config {
                 ));
             };
             if !p.options.is_object() {
-                return Err(invalid(
-                    &format!("plugins.builtin.{name_}.options"),
+                return Err((
+                    format!("plugins.builtin.{name_}.options"),
                     "must be a table".into(),
                 ));
             }
@@ -288,24 +319,31 @@ impl Config {
                     Some((k, m)) if !k.contains(' ') => (format!(".{k}"), m.to_string()),
                     _ => (String::new(), message),
                 };
-                return Err(invalid(
-                    &format!("plugins.builtin.{name_}.options{key}"),
-                    message,
-                ));
+                return Err((format!("plugins.builtin.{name_}.options{key}"), message));
             }
         }
+        Ok(())
+    }
+
+    fn check_external_plugins(&self) -> Result<(), Refusal> {
         for (i, p) in self.plugins.external.iter().enumerate() {
             if !p.options.is_object() {
-                return Err(invalid(
-                    &format!("plugins.external[{i}].options"),
+                return Err((
+                    format!("plugins.external[{i}].options"),
                     "must be a table".into(),
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// What the exporters' own types cannot say: collectd's address and signing
+    /// credentials, OTLP's queue, retry and endpoint.
+    fn check_exporters(&self) -> Result<(), Refusal> {
         if let Some(c) = &self.exporters.collectd {
             if !c.server.contains(':') {
-                return Err(invalid(
-                    "exporters.collectd.server",
+                return Err((
+                    "exporters.collectd.server".into(),
                     format!(
                         "{:?} is not HOST:PORT (collectd listens on 25826 by default)",
                         c.server
@@ -314,14 +352,14 @@ impl Config {
             }
             if c.security_level == SecurityLevel::Sign {
                 if c.username.is_empty() {
-                    return Err(invalid(
-                        "exporters.collectd.username",
+                    return Err((
+                        "exporters.collectd.username".into(),
                         "required with security_level = \"sign\"".into(),
                     ));
                 }
                 if c.password.is_empty() {
-                    return Err(invalid(
-                        "exporters.collectd.password",
+                    return Err((
+                        "exporters.collectd.password".into(),
                         "required with security_level = \"sign\"".into(),
                     ));
                 }
@@ -329,20 +367,20 @@ impl Config {
         }
         if let Some(o) = &self.exporters.otlp {
             if o.queue_size == Some(0) {
-                return Err(invalid(
-                    "exporters.otlp.queue_size",
+                return Err((
+                    "exporters.otlp.queue_size".into(),
                     "must be at least 1".into(),
                 ));
             }
             if o.retry_initial.is_zero() || o.retry_max < o.retry_initial {
-                return Err(invalid(
-                    "exporters.otlp.retry_max",
+                return Err((
+                    "exporters.otlp.retry_max".into(),
                     "retry_initial must be > 0 and retry_max >= retry_initial".into(),
                 ));
             }
             if !(o.endpoint.starts_with("http://") || o.endpoint.starts_with("https://")) {
-                return Err(invalid(
-                    "exporters.otlp.endpoint",
+                return Err((
+                    "exporters.otlp.endpoint".into(),
                     format!("{:?} is not an http:// or https:// URL", o.endpoint),
                 ));
             }
@@ -410,7 +448,7 @@ impl Config {
 
     /// Two listeners on one port (the same address, or one of them on every address) would
     /// fail at start; say so now.
-    fn check_listeners(&self) -> Result<(), (String, String)> {
+    fn check_listeners(&self) -> Result<(), Refusal> {
         let (Some(p), Some(am)) = (&self.exporters.prometheus, &self.alertmanager) else {
             return Ok(());
         };

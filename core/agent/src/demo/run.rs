@@ -7,14 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ValueEnum;
+use tempfile::TempDir;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
 
 use super::default_rules;
 use super::fabric::Fabric;
 use super::view::{port_rates, render, rules_footer};
-use crate::app::{Agent, Extras, StartError};
+use crate::app::{Agent, App, Extras, StartError};
 use crate::config::Config;
 use rocewatch_export::otlp::config::OtlpConfig;
 use rocewatch_remediation::ActionConfig;
+use rocewatch_runtime::pipeline::Collection;
 use rocewatch_runtime::util::signals::shutdown_after;
 
 /// What happens on the simulated fabric.
@@ -86,23 +90,73 @@ pub async fn run(options: Options) -> Result<(), DemoError> {
         scenario,
         audit_log,
     } = options;
-    let tmp;
-    let root = match sysfs_out {
+    // Held to the end: the tree is removed when it drops.
+    let (root, _tmp) = demo_root(sysfs_out)?;
+    let mut fabric = Fabric::create(&root).map_err(|e| DemoError::io(&root, e))?;
+    let audit_path = audit_log.unwrap_or_else(|| root.join("audit.jsonl"));
+    set_scenario(&mut fabric, scenario);
+    let cfg = demo_config(&root, interval, &audit_path, otlp)?;
+    let shutdown = shutdown_after(duration);
+    let agent = Agent::start(cfg, shutdown.clone(), Extras::default()).await?;
+    let otlp_note = otlp_note(&agent);
+    let (sim, tick_rx) = spawn_simulator(fabric, interval, shutdown.clone());
+    let view = View {
+        format,
+        tui: !no_tui && format == Format::Table && std::io::stdout().is_terminal(),
+        interval,
+        root_shown: root.display().to_string(),
+        otlp_note,
+        audit_path,
+        app: Arc::clone(&agent.app),
+        tick_rx,
+    };
+    let view = tokio::spawn(view.run(agent.app.pipeline.collections()));
+    agent.run().await;
+    let _ = sim.await;
+    view.abort();
+    Ok(())
+}
+
+/// Where the simulated tree is written: `--sysfs-out`, or a temporary directory (returned
+/// too, to be held while the demo runs).
+fn demo_root(sysfs_out: Option<PathBuf>) -> Result<(PathBuf, Option<TempDir>), DemoError> {
+    match sysfs_out {
         Some(d) => {
             std::fs::create_dir_all(&d).map_err(|e| DemoError::io(&d, e))?;
-            d
+            Ok((d, None))
         }
         None => {
-            tmp = tempfile::Builder::new()
+            let tmp = tempfile::Builder::new()
                 .prefix("rocewatch-demo-")
                 .tempdir()
                 .map_err(|e| DemoError::io(&std::env::temp_dir(), e))?;
-            tmp.path().to_path_buf()
+            Ok((tmp.path().to_path_buf(), Some(tmp)))
         }
-    };
-    let mut fabric = Fabric::create(&root).map_err(|e| DemoError::io(&root, e))?;
+    }
+}
+
+fn set_scenario(fabric: &mut Fabric, scenario: Scenario) {
+    match scenario {
+        // The error burst at 8 s, then the PFC storm at 20 s.
+        Scenario::Default => fabric.storm = Some((20, 40)),
+        // The storm alone, at 5 s.
+        Scenario::PfcStorm => {
+            fabric.storm = Some((5, 40));
+            fabric.burst_at = u64::MAX;
+        }
+    }
+}
+
+/// The agent's configuration on the simulated tree: the default rules with a dry-run
+/// response to the PFC storm, OTLP when asked.
+fn demo_config(
+    root: &Path,
+    interval: Duration,
+    audit_path: &Path,
+    otlp: Option<OtlpConfig>,
+) -> Result<Config, DemoError> {
     let mut cfg = Config::default();
-    cfg.agent.sysfs_root = root.clone();
+    cfg.agent.sysfs_root = root.to_path_buf();
     cfg.agent.interval = interval;
     cfg.agent.jitter = Duration::ZERO;
     // The simulated netdevs have no NIC behind them: the ethtool plugin reads the driver
@@ -114,51 +168,51 @@ pub async fn run(options: Options) -> Result<(), DemoError> {
             ..Default::default()
         },
     );
-    let audit_path = audit_log.unwrap_or_else(|| root.join("audit.jsonl"));
-    match scenario {
-        // The error burst at 8 s, then the PFC storm at 20 s.
-        Scenario::Default => fabric.storm = Some((20, 40)),
-        // The storm alone, at 5 s.
-        Scenario::PfcStorm => {
-            fabric.storm = Some((5, 40));
-            fabric.burst_at = u64::MAX;
+    // The default rules, with a dry-run response to the PFC storm.
+    cfg.rules = default_rules().map_err(DemoError::Rules)?;
+    for r in &mut cfg.rules {
+        if r.name == "pfc-pause-storm" {
+            r.actions = vec!["pfc-storm-response".into()];
         }
     }
-    // The default rules, with a dry-run response to the PFC storm.
-    {
-        cfg.rules = default_rules().map_err(DemoError::Rules)?;
-        for r in &mut cfg.rules {
-            if r.name == "pfc-pause-storm" {
-                r.actions = vec!["pfc-storm-response".into()];
-            }
-        }
-        cfg.remediation.audit_log = audit_path.clone();
-        cfg.remediation.kill_switch = root.join("remediation.disabled");
-        cfg.remediation.actions.insert(
-            "pfc-storm-response".into(),
-            toml_action(
-                r#"type = "exec"
+    cfg.remediation.audit_log = audit_path.to_path_buf();
+    cfg.remediation.kill_switch = root.join("remediation.disabled");
+    cfg.remediation.actions.insert(
+        "pfc-storm-response".into(),
+        toml_action(
+            r#"type = "exec"
 command = ["/usr/local/sbin/roce-pfc-storm-response"]
 cooldown = "10m""#,
-            )
-            .map_err(DemoError::Action)?,
-        );
-    }
+        )
+        .map_err(DemoError::Action)?,
+    );
     cfg.exporters.otlp = otlp.map(|mut o| {
         o.interval = interval.max(Duration::from_secs(1));
         o
     });
-    let shutdown = shutdown_after(duration);
-    let agent = Agent::start(cfg, shutdown.clone(), Extras::default()).await?;
-    let otlp_note = match (&agent.app.cfg.exporters.otlp, agent.otlp_running()) {
+    Ok(cfg)
+}
+
+/// Where the collections are exported, as the view's footer says it.
+fn otlp_note(agent: &Agent) -> String {
+    match (&agent.app.cfg.exporters.otlp, agent.otlp_running()) {
         (Some(o), true) => format!("OTLP {:?} to {}", o.protocol, o.endpoint),
         (Some(o), false) => format!("OTLP to {} FAILED to start (see log)", o.endpoint),
         _ => "stdout only (add --otlp-endpoint URL to export)".to_string(),
-    };
+    }
+}
 
-    // The simulator advances the fabric half an interval before each collection.
-    let mut sim_shutdown = shutdown.clone();
-    let (tick_tx, tick_rx) = tokio::sync::watch::channel((0u64, false, false));
+/// What the simulator says after each advance: (tick, in the error burst, in the storm).
+type Tick = (u64, bool, bool);
+
+/// The simulator: it advances the fabric half an interval before each collection, until
+/// `shutdown`.
+fn spawn_simulator(
+    mut fabric: Fabric,
+    interval: Duration,
+    mut sim_shutdown: watch::Receiver<bool>,
+) -> (JoinHandle<()>, watch::Receiver<Tick>) {
+    let (tick_tx, tick_rx) = watch::channel((0u64, false, false));
     let sim = tokio::spawn(async move {
         // Traffic follows real elapsed time, so rates stay true even when a busy machine
         // delays a tick; the first advance covers one whole interval.
@@ -180,20 +234,32 @@ cooldown = "10m""#,
             let _ = tick_tx.send((fabric.tick_count(), fabric.in_burst(), fabric.in_storm()));
         }
     });
+    (sim, tick_rx)
+}
 
-    let tui = !no_tui && format == Format::Table && std::io::stdout().is_terminal();
-    let mut events = agent.app.pipeline.collections();
-    let view_agent = Arc::clone(&agent.app);
-    let root_shown = root.display().to_string();
-    let view = tokio::spawn(async move {
+/// The live view: JSON lines, or one rate table per tick.
+struct View {
+    format: Format,
+    /// Redraw the terminal in place (else print one frame after another).
+    tui: bool,
+    interval: Duration,
+    root_shown: String,
+    otlp_note: String,
+    audit_path: PathBuf,
+    app: Arc<App>,
+    tick_rx: watch::Receiver<Tick>,
+}
+
+impl View {
+    async fn run(self, mut events: broadcast::Receiver<Arc<Collection>>) {
         let mut frame = 0u64;
         loop {
             let c = match events.recv().await {
                 Ok(c) => c,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(_) => break,
             };
-            if format == Format::Json {
+            if self.format == Format::Json {
                 println!("{}", rocewatch_export::stdout::collection_json(&c));
                 continue;
             }
@@ -202,42 +268,43 @@ cooldown = "10m""#,
                 continue;
             }
             frame += 1;
-            let (tick, burst, in_storm) = *tick_rx.borrow();
-            let header = format!(
-                "rocewatch demo: simulated fabric at {root_shown}, frame {frame}, tick {tick}, every {}{}",
-                humantime::format_duration(interval),
-                if tui { "  (Ctrl-C to stop)" } else { "" }
-            );
-            let mut footer = format!(
-                "event: {}\nexport: {otlp_note}",
-                if burst {
-                    "ERROR BURST on mlx5_1 port 1 (symbol errors, out_of_buffer drops, CNP surge)"
-                } else if in_storm {
-                    "PFC PAUSE STORM on mlx5_0 port 1 priority 3 (paused 60% of the time)"
-                } else {
-                    "steady traffic"
-                }
-            );
-            {
-                footer.push_str(&rules_footer(
-                    &view_agent.pipeline.rule_status(),
-                    &audit_path,
-                ));
-            }
-            let text = render(&port_rates(view_agent.store()), &header, &footer);
+            let text = self.frame(frame);
             let mut out = std::io::stdout().lock();
-            if tui {
+            if self.tui {
                 let _ = write!(out, "\x1b[H\x1b[2J{text}");
             } else {
                 let _ = writeln!(out, "{text}");
             }
             let _ = out.flush();
         }
-    });
-    agent.run().await;
-    let _ = sim.await;
-    view.abort();
-    Ok(())
+    }
+
+    /// Frame `frame`: the header, the rate table, the event and the rules.
+    fn frame(&self, frame: u64) -> String {
+        let (tick, burst, in_storm) = *self.tick_rx.borrow();
+        let header = format!(
+            "rocewatch demo: simulated fabric at {}, frame {frame}, tick {tick}, every {}{}",
+            self.root_shown,
+            humantime::format_duration(self.interval),
+            if self.tui { "  (Ctrl-C to stop)" } else { "" }
+        );
+        let mut footer = format!(
+            "event: {}\nexport: {}",
+            if burst {
+                "ERROR BURST on mlx5_1 port 1 (symbol errors, out_of_buffer drops, CNP surge)"
+            } else if in_storm {
+                "PFC PAUSE STORM on mlx5_0 port 1 priority 3 (paused 60% of the time)"
+            } else {
+                "steady traffic"
+            },
+            self.otlp_note
+        );
+        footer.push_str(&rules_footer(
+            &self.app.pipeline.rule_status(),
+            &self.audit_path,
+        ));
+        render(&port_rates(self.app.store()), &header, &footer)
+    }
 }
 
 /// One `[remediation.actions.X]` table from TOML text (the demo's built-in action).

@@ -281,7 +281,6 @@ fn tls_settings(
     t: &TlsServerConfig,
     files: &mut Vec<PathBuf>,
 ) -> Result<Option<TlsSettings>, WebError> {
-    let key = |k: &str| format!("tls_server_config.{k}");
     let client_auth_name = t.client_auth_type.as_deref().unwrap_or("");
     let nothing_set = t.cert_file.is_none()
         && t.key_file.is_none()
@@ -294,46 +293,21 @@ fn tls_settings(
         // As exporter-toolkit: an empty section means plain HTTP.
         return Ok(None);
     }
-    let mut pem = |file: &Option<PathBuf>,
-                   inline: &Option<String>,
-                   name: &str,
-                   inline_name: &str|
-     -> Result<Option<Pem>, WebError> {
-        match (file, inline) {
-            (Some(_), Some(_)) => Err(WebError::invalid(
-                path,
-                key(name),
-                format!("set {name} or {inline_name}, not both"),
-            )),
-            (Some(f), None) => {
-                let f = dir.join(f);
-                let text = std::fs::read_to_string(&f).map_err(|e| {
-                    WebError::file(path, &key(name), format!("{}: {e}", f.display()))
-                })?;
-                files.push(f.clone());
-                Ok(Some(Pem {
-                    text,
-                    origin: f.display().to_string(),
-                }))
-            }
-            (None, Some(t)) => Ok(Some(Pem {
-                text: t.clone(),
-                origin: key(inline_name),
-            })),
-            (None, None) => Ok(None),
-        }
-    };
+    let mut pem =
+        |file: &Option<PathBuf>, inline: &Option<String>, name: &str, inline_name: &str| {
+            tls_pem(path, dir, files, file, inline, name, inline_name)
+        };
     let cert = pem(&t.cert_file, &t.cert, "cert_file", "cert")?.ok_or_else(|| {
         WebError::invalid(
             path,
-            key("cert_file"),
+            tls_key("cert_file"),
             "missing (the server certificate, PEM)",
         )
     })?;
     let private = pem(&t.key_file, &t.key, "key_file", "key")?.ok_or_else(|| {
         WebError::invalid(
             path,
-            key("key_file"),
+            tls_key("key_file"),
             "missing (the server's private key, PEM)",
         )
     })?;
@@ -343,24 +317,89 @@ fn tls_settings(
         "client_ca_file",
         "client_ca",
     )?;
+    let client_auth = tls_client_auth(path, t, client_auth_name, client_ca.is_some())?;
+    let (min_version, max_version) = tls_versions(path, t)?;
+    Ok(Some(TlsSettings {
+        cert,
+        key: private,
+        client_auth,
+        client_ca,
+        client_allowed_sans: t.client_allowed_sans.clone(),
+        min_version,
+        max_version,
+        cipher_suites: t.cipher_suites.clone(),
+        curve_preferences: t.curve_preferences.clone(),
+        prefer_server_cipher_suites: t.prefer_server_cipher_suites.unwrap_or(true),
+    }))
+}
+
+/// The full name of a key of `tls_server_config`, as errors name it.
+fn tls_key(k: &str) -> String {
+    format!("tls_server_config.{k}")
+}
+
+/// One PEM, from its file (read relative to `dir`, remembered in `files` to be watched)
+/// or given inline; both set is an error.
+fn tls_pem(
+    path: &Path,
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+    file: &Option<PathBuf>,
+    inline: &Option<String>,
+    name: &str,
+    inline_name: &str,
+) -> Result<Option<Pem>, WebError> {
+    match (file, inline) {
+        (Some(_), Some(_)) => Err(WebError::invalid(
+            path,
+            tls_key(name),
+            format!("set {name} or {inline_name}, not both"),
+        )),
+        (Some(f), None) => {
+            let f = dir.join(f);
+            let text = std::fs::read_to_string(&f).map_err(|e| {
+                WebError::file(path, &tls_key(name), format!("{}: {e}", f.display()))
+            })?;
+            files.push(f.clone());
+            Ok(Some(Pem {
+                text,
+                origin: f.display().to_string(),
+            }))
+        }
+        (None, Some(t)) => Ok(Some(Pem {
+            text: t.clone(),
+            origin: tls_key(inline_name),
+        })),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `client_auth_type`, checked against the client CA and `client_allowed_sans` it needs
+/// or makes pointless.
+fn tls_client_auth(
+    path: &Path,
+    t: &TlsServerConfig,
+    client_auth_name: &str,
+    has_client_ca: bool,
+) -> Result<ClientAuth, WebError> {
     let client_auth = ClientAuth::parse(client_auth_name).ok_or_else(|| {
         WebError::invalid(
             path,
-            key("client_auth_type"),
+            tls_key("client_auth_type"),
             format!("{client_auth_name:?}: one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"),
         )
     })?;
-    if client_auth.verifies() && client_ca.is_none() {
+    if client_auth.verifies() && !has_client_ca {
         return Err(WebError::invalid(
             path,
-            key("client_ca_file"),
+            tls_key("client_ca_file"),
             format!("{client_auth_name} needs the CA that signs client certificates"),
         ));
     }
-    if client_auth == ClientAuth::NoClientCert && client_ca.is_some() {
+    if client_auth == ClientAuth::NoClientCert && has_client_ca {
         return Err(WebError::invalid(
             path,
-            key("client_auth_type"),
+            tls_key("client_auth_type"),
             "a client CA is set but no client_auth_type asks for client certificates (set RequireAndVerifyClientCert)",
         ));
     }
@@ -374,16 +413,22 @@ fn tls_settings(
     {
         return Err(WebError::invalid(
             path,
-            key("client_allowed_sans"),
+            tls_key("client_allowed_sans"),
             "needs client_auth_type RequireAndVerifyClientCert (or RequireAnyClientCert)",
         ));
     }
+    Ok(client_auth)
+}
+
+/// `min_version` and `max_version` (defaults TLS 1.2 and 1.3); TLS 1.0 and 1.1 are never
+/// offered.
+fn tls_versions(path: &Path, t: &TlsServerConfig) -> Result<(TlsVersion, TlsVersion), WebError> {
     let version = |v: &Option<String>, name: &str, default: TlsVersion| match v.as_deref() {
         None | Some("") => Ok(default),
         Some(s) => TlsVersion::parse(s).ok_or_else(|| {
             WebError::invalid(
                 path,
-                key(name),
+                tls_key(name),
                 format!("{s:?}: one of TLS10, TLS11, TLS12, TLS13"),
             )
         }),
@@ -393,27 +438,16 @@ fn tls_settings(
     if max_version < TlsVersion::Tls12 {
         return Err(WebError::invalid(
             path,
-            key("max_version"),
+            tls_key("max_version"),
             "TLS 1.0 and 1.1 are not offered (rocewatch speaks TLS 1.2 and 1.3)",
         ));
     }
     if max_version < min_version {
         return Err(WebError::invalid(
             path,
-            key("max_version"),
+            tls_key("max_version"),
             "lower than min_version",
         ));
     }
-    Ok(Some(TlsSettings {
-        cert,
-        key: private,
-        client_auth,
-        client_ca,
-        client_allowed_sans: t.client_allowed_sans.clone(),
-        min_version,
-        max_version,
-        cipher_suites: t.cipher_suites.clone(),
-        curve_preferences: t.curve_preferences.clone(),
-        prefer_server_cipher_suites: t.prefer_server_cipher_suites.unwrap_or(true),
-    }))
+    Ok((min_version, max_version))
 }

@@ -177,135 +177,156 @@ mod tests {
         }
     }
 
+    type Change = fn(&mut Policy);
+    /// What a change is, the change, and what `weakens` must name (`None`: nothing).
+    type Case = (&'static str, Change, Option<&'static str>);
+
+    fn t(p: &mut Policy) -> &mut TlsPolicy {
+        p.tls.as_mut().unwrap()
+    }
+
+    /// Changes of `tls_server_config` that weaken it (and no change at all).
+    const TLS_CASES: &[Case] = &[
+        ("the same", |_| {}, None),
+        ("TLS off", |p| p.tls = None, Some("tls_server_config: TLS turned off")),
+        (
+            "client_allowed_sans dropped",
+            |p| t(p).allowed_sans.clear(),
+            Some("tls_server_config.client_allowed_sans: removed"),
+        ),
+        (
+            "a SAN added",
+            |p| {
+                t(p).allowed_sans.insert("someone-else".into());
+            },
+            Some("tls_server_config.client_allowed_sans: adds someone-else"),
+        ),
+        (
+            "a SAN removed",
+            |p| {
+                t(p).allowed_sans = set(&["agent-2"]);
+            },
+            Some("client_allowed_sans: adds agent-2"),
+        ),
+        (
+            "certificates optional",
+            |p| t(p).client_auth = ClientAuth::VerifyClientCertIfGiven,
+            Some("RequireAndVerifyClientCert to VerifyClientCertIfGiven no longer requires a client certificate"),
+        ),
+        (
+            "certificates unchecked",
+            |p| {
+                t(p).client_auth = ClientAuth::RequireAnyClientCert;
+            },
+            Some("no longer checks client certificates against the CA"),
+        ),
+        (
+            "another CA added",
+            |p| {
+                t(p).client_cas.insert(b"ca-2".to_vec());
+            },
+            Some("tls_server_config.client_ca_file: 1 certificate(s) added"),
+        ),
+        (
+            "TLS 1.2 allowed",
+            |p| t(p).min_version = TlsVersion::Tls12,
+            Some("tls_server_config.min_version: lowered from Tls13 to Tls12"),
+        ),
+        (
+            "a cipher suite added",
+            |p| {
+                t(p).cipher_suites.insert("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into());
+            },
+            Some("tls_server_config.cipher_suites: adds TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+        ),
+        (
+            "a curve added",
+            |p| {
+                t(p).curves.insert("secp256r1".into());
+            },
+            Some("tls_server_config.curve_preferences: adds secp256r1"),
+        ),
+    ];
+
+    /// Changes of users, rate limit and headers that weaken them.
+    const AUTH_LIMIT_HEADER_CASES: &[Case] = &[
+        (
+            "a user added",
+            |p| {
+                p.users.insert("mallory".into(), "$2y$10$b".into());
+            },
+            Some("basic_auth_users: adds user \"mallory\""),
+        ),
+        (
+            "a password changed",
+            |p| {
+                p.users.insert("prometheus".into(), "$2y$10$c".into());
+            },
+            Some("basic_auth_users: changes the password of \"prometheus\""),
+        ),
+        (
+            "every user removed",
+            |p| p.users.clear(),
+            Some("basic_auth_users: removed"),
+        ),
+        (
+            "rate limit off",
+            |p| p.rate_limit = None,
+            Some("rate_limit: removed"),
+        ),
+        (
+            "a larger burst",
+            |p| p.rate_limit = Some((5, Duration::from_secs(1))),
+            Some("rate_limit.burst: raised from 2 to 5"),
+        ),
+        (
+            "a shorter interval",
+            |p| p.rate_limit = Some((2, Duration::from_millis(100))),
+            Some("rate_limit.interval: shortened from 1s to 100ms"),
+        ),
+        (
+            "a header removed",
+            |p| p.headers.clear(),
+            Some("http_server_config.headers: removes strict-transport-security"),
+        ),
+    ];
+
+    /// Stricter, or the same protection: taken without a SIGHUP.
+    const STRICTER_CASES: &[Case] = &[
+        (
+            "a cipher suite less",
+            |p| {
+                t(p).cipher_suites.remove("TLS13_AES_256_GCM_SHA384");
+            },
+            None,
+        ),
+        (
+            "a CA certificate less",
+            |p| {
+                t(p).client_cas.clear();
+            },
+            None,
+        ),
+        (
+            "a smaller burst, a longer interval",
+            |p| p.rate_limit = Some((1, Duration::from_secs(10))),
+            None,
+        ),
+        (
+            "a header added",
+            |p| {
+                p.headers.insert("x-frame-options".into(), "deny".into());
+            },
+            None,
+        ),
+    ];
+
     #[test]
     fn what_weakens_and_what_does_not() {
-        type Change = fn(&mut Policy);
-        fn t(p: &mut Policy) -> &mut TlsPolicy {
-            p.tls.as_mut().unwrap()
-        }
-        let cases: &[(&str, Change, Option<&str>)] = &[
-            ("the same", |_| {}, None),
-            ("TLS off", |p| p.tls = None, Some("tls_server_config: TLS turned off")),
-            (
-                "client_allowed_sans dropped",
-                |p| t(p).allowed_sans.clear(),
-                Some("tls_server_config.client_allowed_sans: removed"),
-            ),
-            (
-                "a SAN added",
-                |p| {
-                    t(p).allowed_sans.insert("someone-else".into());
-                },
-                Some("tls_server_config.client_allowed_sans: adds someone-else"),
-            ),
-            (
-                "a SAN removed",
-                |p| {
-                    t(p).allowed_sans = set(&["agent-2"]);
-                },
-                Some("client_allowed_sans: adds agent-2"),
-            ),
-            (
-                "certificates optional",
-                |p| t(p).client_auth = ClientAuth::VerifyClientCertIfGiven,
-                Some("RequireAndVerifyClientCert to VerifyClientCertIfGiven no longer requires a client certificate"),
-            ),
-            (
-                "certificates unchecked",
-                |p| {
-                    t(p).client_auth = ClientAuth::RequireAnyClientCert;
-                },
-                Some("no longer checks client certificates against the CA"),
-            ),
-            (
-                "another CA added",
-                |p| {
-                    t(p).client_cas.insert(b"ca-2".to_vec());
-                },
-                Some("tls_server_config.client_ca_file: 1 certificate(s) added"),
-            ),
-            (
-                "TLS 1.2 allowed",
-                |p| t(p).min_version = TlsVersion::Tls12,
-                Some("tls_server_config.min_version: lowered from Tls13 to Tls12"),
-            ),
-            (
-                "a cipher suite added",
-                |p| {
-                    t(p).cipher_suites.insert("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into());
-                },
-                Some("tls_server_config.cipher_suites: adds TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
-            ),
-            (
-                "a curve added",
-                |p| {
-                    t(p).curves.insert("secp256r1".into());
-                },
-                Some("tls_server_config.curve_preferences: adds secp256r1"),
-            ),
-            (
-                "a user added",
-                |p| {
-                    p.users.insert("mallory".into(), "$2y$10$b".into());
-                },
-                Some("basic_auth_users: adds user \"mallory\""),
-            ),
-            (
-                "a password changed",
-                |p| {
-                    p.users.insert("prometheus".into(), "$2y$10$c".into());
-                },
-                Some("basic_auth_users: changes the password of \"prometheus\""),
-            ),
-            (
-                "every user removed",
-                |p| p.users.clear(),
-                Some("basic_auth_users: removed"),
-            ),
-            ("rate limit off", |p| p.rate_limit = None, Some("rate_limit: removed")),
-            (
-                "a larger burst",
-                |p| p.rate_limit = Some((5, Duration::from_secs(1))),
-                Some("rate_limit.burst: raised from 2 to 5"),
-            ),
-            (
-                "a shorter interval",
-                |p| p.rate_limit = Some((2, Duration::from_millis(100))),
-                Some("rate_limit.interval: shortened from 1s to 100ms"),
-            ),
-            (
-                "a header removed",
-                |p| p.headers.clear(),
-                Some("http_server_config.headers: removes strict-transport-security"),
-            ),
-            // Stricter, or the same protection: taken without a SIGHUP.
-            (
-                "a cipher suite less",
-                |p| {
-                    t(p).cipher_suites.remove("TLS13_AES_256_GCM_SHA384");
-                },
-                None,
-            ),
-            (
-                "a CA certificate less",
-                |p| {
-                    t(p).client_cas.clear();
-                },
-                None,
-            ),
-            (
-                "a smaller burst, a longer interval",
-                |p| p.rate_limit = Some((1, Duration::from_secs(10))),
-                None,
-            ),
-            (
-                "a header added",
-                |p| {
-                    p.headers.insert("x-frame-options".into(), "deny".into());
-                },
-                None,
-            ),
-        ];
+        let cases = TLS_CASES
+            .iter()
+            .chain(AUTH_LIMIT_HEADER_CASES)
+            .chain(STRICTER_CASES);
         for (what, change, want) in cases {
             let mut new = strict();
             change(&mut new);

@@ -4,7 +4,7 @@
 //! qos_apply). What outlives a dispatcher (a reload) is its [`Memory`]: the limits, and
 //! the actions still running, which the agent waits for when it stops.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::action::{describe, run_exec, Breach};
 use super::at_exit::Owed;
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
+use super::limits::Limits;
 use super::workloads;
 use rocewatch_runtime::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
 use rocewatch_runtime::rules::Transition;
@@ -134,12 +135,39 @@ impl std::fmt::Debug for Memory {
     }
 }
 
-#[derive(Default)]
-pub(super) struct Limits {
-    /// (action, target, event) → last start
-    last: HashMap<(String, String, Event), Instant>,
-    /// starts in the last hour
-    starts: VecDeque<Instant>,
+/// One transition being decided: what every audit record and breach of it shares.
+struct Decided<'a> {
+    t: &'a Transition,
+    event: Event,
+    /// The rule's value, when finite.
+    value: Option<f64>,
+    decision: Arc<Decision>,
+    labels: BTreeMap<String, String>,
+    /// The labels as `k=v,...`: whose cooldown an action is held by.
+    target: String,
+    /// Who holds QPs on the transition's port.
+    on_port: Option<workloads::Workloads>,
+}
+
+impl Decided<'_> {
+    /// An audit record of this transition, of `kind`, for `action`.
+    fn base(&self, kind: &'static str, action: Option<&str>) -> AuditRecord {
+        AuditRecord {
+            time: now_rfc3339(),
+            decision: kind,
+            decision_id: String::new(),
+            rule: self.t.rule.clone(),
+            event: self.event,
+            action: action.map(str::to_string),
+            labels: None,
+            value: self.value,
+            detail: None,
+            outcome: None,
+            duration_ms: None,
+            workloads: None,
+            workloads_truncated: None,
+        }
+    }
 }
 
 impl Dispatcher {
@@ -216,235 +244,216 @@ impl Dispatcher {
             Event::Clearing
         };
         let labels: BTreeMap<String, String> = t.labels.to_map();
-        // The transition and what each action did: one decision, its labels written once.
-        let decision = Arc::new(Decision::new(labels.clone()));
-        let value = Some(t.value).filter(|v| v.is_finite());
         // Who holds QPs on the port, as the store has it now: read once per transition.
         let on_port = self
             .targets
             .store
             .as_ref()
             .and_then(|s| workloads::on_port(s, &labels));
-        let base = |kind: &'static str, action: Option<&str>| AuditRecord {
-            time: now_rfc3339(),
-            decision: kind,
-            decision_id: String::new(),
-            rule: t.rule.clone(),
+        let c = Decided {
+            t,
             event,
-            action: action.map(str::to_string),
-            labels: None,
-            value,
-            detail: None,
-            outcome: None,
-            duration_ms: None,
-            workloads: None,
-            workloads_truncated: None,
-        };
-        // The workloads go on the transition's record only, not on each action's.
-        let _ = self.record(
-            &decision,
-            AuditRecord {
-                workloads: on_port
-                    .as_ref()
-                    .map(|w| serde_json::to_value(&w.list).expect("plain data")),
-                workloads_truncated: on_port.as_ref().map(|w| w.truncated).filter(|n| *n > 0),
-                ..base(if t.firing { "fired" } else { "cleared" }, None)
-            },
-            false,
-        );
-        let mut spawned = Vec::new();
-        for name in &t.actions {
-            let Some(action) = self.cfg.actions.get(name) else {
-                continue; // validated at load; a rule never names an unknown action
-            };
-            // A re-apply has nothing to do when the drift clears.
-            let firing_only = matches!(action.kind, ActionKind::QosApply {});
-            if !action.on.contains(&event) || (firing_only && event == Event::Clearing) {
-                continue;
-            }
-            let suppressed = |why: String| AuditRecord {
-                detail: Some(why),
-                ..base("suppressed", Some(name))
-            };
-            if self.memory.stopping() {
-                let why = "the agent is shutting down".to_string();
-                let _ = self.record(&decision, suppressed(why), false);
-                continue;
-            }
-            if let Some(why) = self.kill_switch() {
-                let _ = self.record(&decision, suppressed(why), false);
-                continue;
-            }
-            let target = labels
+            value: Some(t.value).filter(|v| v.is_finite()),
+            // The transition and what each action did: one decision, its labels written once.
+            decision: Arc::new(Decision::new(labels.clone())),
+            target: labels
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
-                .join(",");
-            let now = Instant::now();
-            {
-                let mut st = self.memory.limits.lock().unwrap_or_else(|p| p.into_inner());
-                // Targets seen once (alerts with unique labels) must not pile up: forget
-                // the ones whose every cooldown is over.
-                if st.last.len() > 4096 {
-                    let longest = self
-                        .cfg
-                        .actions
-                        .values()
-                        .map(|a| a.cooldown)
-                        .max()
-                        .unwrap_or_default();
-                    st.last.retain(|_, t| now.duration_since(*t) < longest);
+                .join(","),
+            labels,
+            on_port,
+        };
+        // The workloads go on the transition's record only, not on each action's.
+        let _ = self.record(
+            &c.decision,
+            AuditRecord {
+                workloads: c
+                    .on_port
+                    .as_ref()
+                    .map(|w| serde_json::to_value(&w.list).expect("plain data")),
+                workloads_truncated: c.on_port.as_ref().map(|w| w.truncated).filter(|n| *n > 0),
+                ..c.base(if t.firing { "fired" } else { "cleared" }, None)
+            },
+            false,
+        );
+        t.actions
+            .iter()
+            .filter_map(|name| {
+                // Validated at load: a rule never names an unknown action.
+                let action = self.cfg.actions.get(name)?;
+                // A re-apply has nothing to do when the drift clears.
+                let firing_only = matches!(action.kind, ActionKind::QosApply {});
+                if !action.on.contains(&event) || (firing_only && event == Event::Clearing) {
+                    return None;
                 }
-                let key = (name.clone(), target.clone(), event);
-                if let Some(last) = st.last.get(&key) {
-                    let since = now.duration_since(*last);
-                    if since < action.cooldown {
-                        drop(st);
-                        let _ = self.record(
-                            &decision,
-                            suppressed(format!(
-                                "cooldown: ran {} ago for this target, cooldown {}",
-                                humantime::format_duration(Duration::from_secs(since.as_secs())),
-                                humantime::format_duration(action.cooldown)
-                            )),
-                            false,
-                        );
-                        continue;
-                    }
-                }
-                while st
-                    .starts
-                    .front()
-                    .is_some_and(|s| now.duration_since(*s) >= Duration::from_secs(3600))
-                {
-                    st.starts.pop_front();
-                }
-                if st.starts.len() >= self.cfg.max_actions_per_hour as usize {
-                    drop(st);
-                    let _ = self.record(
-                        &decision,
-                        suppressed(format!(
-                            "rate limit: {} actions in the last hour (max_actions_per_hour)",
-                            self.cfg.max_actions_per_hour
-                        )),
-                        false,
-                    );
-                    continue;
-                }
-                let Some(slot) = self.memory.slot(self.cfg.max_concurrent) else {
-                    drop(st);
-                    let _ = self.record(
-                        &decision,
-                        suppressed(format!(
-                            "concurrency: {} actions already running (max_concurrent {})",
-                            self.memory.running(),
-                            self.cfg.max_concurrent
-                        )),
-                        false,
-                    );
-                    continue;
-                };
-                st.last.insert(key.clone(), now);
-                st.starts.push_back(now);
-                let breach = Breach {
-                    rule: t.rule.clone(),
-                    metric: t.metric.clone(),
-                    event,
-                    action: name.clone(),
-                    severity: t.severity.clone(),
-                    labels: labels.clone(),
-                    value,
-                    recent: t.recent.clone(),
-                    dry_run: action.dry_run,
-                    workloads: on_port.as_ref().map(|w| w.list.clone()),
-                    workloads_truncated: on_port.as_ref().map_or(0, |w| w.truncated),
-                };
-                if action.dry_run {
-                    drop(slot);
-                    let _ = self.record(
-                        &decision,
-                        AuditRecord {
-                            detail: Some(format!("would {}", describe(&action.kind))),
-                            ..base("dry_run", Some(name))
-                        },
-                        false,
-                    );
-                    tracing::warn!(rule = %t.rule, action = %name, "dry run: would {}", describe(&action.kind));
-                    continue;
-                }
-                // Flushed to disk before the action starts; an action that cannot be
-                // audited does not run (and does not count against its limits).
-                if let Err(e) = self.record(
-                    &decision,
-                    AuditRecord {
-                        detail: Some(describe(&action.kind)),
-                        ..base("executing", Some(name))
-                    },
-                    true,
-                ) {
-                    st.last.remove(&key);
-                    st.starts.pop_back();
-                    drop(slot);
-                    tracing::error!(rule = %t.rule, action = %name, "refused: audit unavailable ({e}); the action did not run");
-                    let _ = self.record(
-                        &decision,
-                        AuditRecord {
-                            detail: Some(format!("audit unavailable: {e}")),
-                            ..base("refused", Some(name))
-                        },
-                        true,
-                    );
-                    continue;
-                }
-                let me = Arc::clone(self);
-                let action = action.clone();
-                let result_base = base("result", Some(name));
-                let decision = Arc::clone(&decision);
-                let started = Instant::now();
-                // Should the agent exit at once (a second signal), this is the result.
-                let owed = Owed::new({
-                    let (me, decision, base) =
-                        (Arc::clone(&me), Arc::clone(&decision), result_base.clone());
-                    let group = matches!(action.kind, ActionKind::Exec { .. })
-                        .then_some("; its process group was killed")
-                        .unwrap_or_default();
-                    Box::new(move || {
-                        let detail = format!("killed at shutdown: a second signal ended the agent {} after the action started{group}", humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())));
-                        me.record_result(&decision, base, "killed", detail, started);
-                    })
-                });
-                spawned.push(tokio::spawn(async move {
-                    let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
-                    let timeout = humantime::format_duration(action.timeout);
-                    let (outcome, detail) = match r {
-                        Ok(Ok(msg)) => ("ok", msg),
-                        Ok(Err(msg)) => ("error", msg),
-                        // The agent waited for it to end, up to its timeout.
-                        Err(_) if me.memory.stopping() => (
-                            "killed",
-                            format!(
-                                "killed at shutdown: not done within its timeout of {timeout}{}",
-                                matches!(action.kind, ActionKind::Exec { .. })
-                                    .then_some("; its process group was killed")
-                                    .unwrap_or("; abandoned")
-                            ),
-                        ),
-                        Err(_) => (
-                            "timeout",
-                            format!("did not finish within {timeout}; abandoned"),
-                        ),
-                    };
-                    if outcome != "ok" {
-                        tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
-                    }
-                    owed.settle(|| me.record_result(&decision, result_base, outcome, detail, started));
-                    // Given back once the result is written: an agent that waits for its
-                    // actions at shutdown exits with every result on disk.
-                    drop(slot);
-                }));
-            }
+                self.decide(&c, name, action)
+            })
+            .collect()
+    }
+
+    /// Decide one action of a transition, in order: the agent stopping, the kill switch,
+    /// the limits (cooldown, hourly), a concurrency slot, dry run, and the flushed audit
+    /// line. What passes all of them is spawned.
+    fn decide(
+        self: &Arc<Self>,
+        c: &Decided<'_>,
+        name: &str,
+        action: &ActionConfig,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let suppressed = |why: String| AuditRecord {
+            detail: Some(why),
+            ..c.base("suppressed", Some(name))
+        };
+        let stopped = if self.memory.stopping() {
+            Some("the agent is shutting down".to_string())
+        } else {
+            self.kill_switch()
+        };
+        if let Some(why) = stopped {
+            let _ = self.record(&c.decision, suppressed(why), false);
+            return None;
         }
-        spawned
+        let now = Instant::now();
+        let key = (name.to_string(), c.target.clone(), c.event);
+        let mut limits = self.memory.limits.lock().unwrap_or_else(|p| p.into_inner());
+        let admitted = limits.admit(
+            &key,
+            action.cooldown,
+            self.cfg.max_actions_per_hour,
+            now,
+            self.longest_cooldown(),
+        );
+        if let Err(why) = admitted {
+            drop(limits);
+            let _ = self.record(&c.decision, suppressed(why.to_string()), false);
+            return None;
+        }
+        let Some(slot) = self.memory.slot(self.cfg.max_concurrent) else {
+            drop(limits);
+            let why = format!(
+                "concurrency: {} actions already running (max_concurrent {})",
+                self.memory.running(),
+                self.cfg.max_concurrent
+            );
+            let _ = self.record(&c.decision, suppressed(why), false);
+            return None;
+        };
+        // A dry run counts against the limits as the action would.
+        limits.count(key.clone(), now);
+        if action.dry_run {
+            drop((limits, slot));
+            let would = format!("would {}", describe(&action.kind));
+            let _ = self.record(
+                &c.decision,
+                AuditRecord {
+                    detail: Some(would.clone()),
+                    ..c.base("dry_run", Some(name))
+                },
+                false,
+            );
+            tracing::warn!(rule = %c.t.rule, action = %name, "dry run: {would}");
+            return None;
+        }
+        // Flushed to disk before the action starts; an action that cannot be audited
+        // does not run (and does not count against its limits).
+        let executing = AuditRecord {
+            detail: Some(describe(&action.kind)),
+            ..c.base("executing", Some(name))
+        };
+        if let Err(e) = self.record(&c.decision, executing, true) {
+            limits.uncount(&key);
+            drop((limits, slot));
+            tracing::error!(rule = %c.t.rule, action = %name, "refused: audit unavailable ({e}); the action did not run");
+            let refused = AuditRecord {
+                detail: Some(format!("audit unavailable: {e}")),
+                ..c.base("refused", Some(name))
+            };
+            let _ = self.record(&c.decision, refused, true);
+            return None;
+        }
+        drop(limits);
+        Some(self.spawn_run(c, name, action.clone(), slot))
+    }
+
+    /// The longest cooldown of any action: a target unseen for longer is forgotten.
+    fn longest_cooldown(&self) -> Duration {
+        self.cfg
+            .actions
+            .values()
+            .map(|a| a.cooldown)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Run an admitted action under its timeout; its result is audited when it ends, or
+    /// (owed) when a second signal ends the agent first. The slot is given back once the
+    /// result is written.
+    fn spawn_run(
+        self: &Arc<Self>,
+        c: &Decided<'_>,
+        name: &str,
+        action: ActionConfig,
+        slot: Slot,
+    ) -> tokio::task::JoinHandle<()> {
+        let breach = Breach {
+            rule: c.t.rule.clone(),
+            metric: c.t.metric.clone(),
+            event: c.event,
+            action: name.to_string(),
+            severity: c.t.severity.clone(),
+            labels: c.labels.clone(),
+            value: c.value,
+            recent: c.t.recent.clone(),
+            dry_run: action.dry_run,
+            workloads: c.on_port.as_ref().map(|w| w.list.clone()),
+            workloads_truncated: c.on_port.as_ref().map_or(0, |w| w.truncated),
+        };
+        let me = Arc::clone(self);
+        let result_base = c.base("result", Some(name));
+        let decision = Arc::clone(&c.decision);
+        let started = Instant::now();
+        // What happened to what the action started, when the agent ended it.
+        let ended = if matches!(action.kind, ActionKind::Exec { .. }) {
+            "; every process it started was killed"
+        } else {
+            "; abandoned"
+        };
+        // Should the agent exit at once (a second signal), this is the result.
+        let owed = Owed::new({
+            let (me, decision, base) =
+                (Arc::clone(&me), Arc::clone(&decision), result_base.clone());
+            Box::new(move || {
+                let after =
+                    humantime::format_duration(Duration::from_secs(started.elapsed().as_secs()));
+                let detail = format!("killed at shutdown: a second signal ended the agent {after} after the action started{ended}");
+                me.record_result(&decision, base, "killed", detail, started);
+            })
+        });
+        tokio::spawn(async move {
+            let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
+            let timeout = humantime::format_duration(action.timeout);
+            let (outcome, detail) = match r {
+                Ok(Ok(msg)) => ("ok", msg),
+                Ok(Err(msg)) => ("error", msg),
+                // The agent waited for it to end, up to its timeout.
+                Err(_) if me.memory.stopping() => (
+                    "killed",
+                    format!("killed at shutdown: not done within its timeout of {timeout}{ended}"),
+                ),
+                Err(_) => (
+                    "timeout",
+                    format!("did not finish within {timeout}; abandoned"),
+                ),
+            };
+            if outcome != "ok" {
+                tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
+            }
+            owed.settle(|| me.record_result(&decision, result_base, outcome, detail, started));
+            // Given back once the result is written: an agent that waits for its actions
+            // at shutdown exits with every result on disk.
+            drop(slot);
+        })
     }
 
     /// Audit an action's result.
@@ -1309,7 +1318,7 @@ mod tests {
         assert_eq!(hang["outcome"], "killed", "{rec:#?}");
         assert!(
             hang["detail"].as_str().unwrap().starts_with(
-                "killed at shutdown: not done within its timeout of 1s; its process group was killed"
+                "killed at shutdown: not done within its timeout of 1s; every process it started was killed"
             ),
             "{hang}"
         );

@@ -40,6 +40,7 @@ pub mod alertmanager;
 mod at_exit;
 mod config;
 mod dispatcher;
+mod limits;
 mod processes;
 mod workloads;
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rocewatch_metrics::labels::ReloadResult;
 use rocewatch_remediation::Memory;
 use rocewatch_runtime::util::signals::shutdown_after;
 use tokio::signal::unix::{signal, SignalKind};
@@ -48,7 +49,7 @@ pub struct Supervisor {
 #[derive(Default)]
 struct Carried {
     /// `rocewatch_config_reloads_total` by result.
-    reloads: BTreeMap<String, u64>,
+    reloads: BTreeMap<ReloadResult, u64>,
     /// Cooldowns, limits and running actions: a reload never lets an action run early.
     memory: Memory,
     /// Whether an agent ran: until then a failure ends `run`; after it, nothing a reload
@@ -98,7 +99,7 @@ impl Supervisor {
                         tracing::info!("SIGHUP: the previous configuration runs again");
                     }
                     if previous.is_some() {
-                        *c.reloads.entry("ok".into()).or_default() += 1;
+                        *c.reloads.entry(ReloadResult::Ok).or_default() += 1;
                     }
                     agent
                 }
@@ -127,7 +128,7 @@ impl Supervisor {
                     // The reloaded configuration was valid but could not start (a port
                     // taken by someone else): back to the one that ran.
                     tracing::error!("SIGHUP: the new configuration did not start: {e}; running on with the previous one");
-                    *c.reloads.entry("error".into()).or_default() += 1;
+                    *c.reloads.entry(ReloadResult::Error).or_default() += 1;
                     config = old;
                     continue;
                 }
@@ -182,7 +183,7 @@ async fn run_until_next(
                     break Next::Reload(Box::new(new));
                 }
                 Err(e) => {
-                    metrics.config_reload("error");
+                    metrics.config_reload(ReloadResult::Error);
                     tracing::error!("SIGHUP: {e}; running on with the previous configuration");
                 }
             },
@@ -198,14 +199,14 @@ async fn run_until_next(
 }
 
 /// A SIGHUP while no agent runs: the file loaded again, or the error said and counted.
-fn load_again(reload: &Reload, reloads: &mut BTreeMap<String, u64>) -> Option<Config> {
+fn load_again(reload: &Reload, reloads: &mut BTreeMap<ReloadResult, u64>) -> Option<Config> {
     match reload() {
         Ok(new) => {
             tracing::info!("SIGHUP: configuration reloaded; trying it");
             Some(new)
         }
         Err(e) => {
-            *reloads.entry("error".into()).or_default() += 1;
+            *reloads.entry(ReloadResult::Error).or_default() += 1;
             tracing::error!("SIGHUP: {e}; trying the previous configuration again");
             None
         }

@@ -10,22 +10,23 @@ use rocewatch_plugin_api::{Sample, ScrapeResult};
 use super::check::{check, Check, Status};
 
 use rocewatch_metrics::counter::{counter_move_from, Move};
+use rocewatch_metrics::names;
 
 /// Counters that must not move on a healthy lossless fabric.
 pub(super) const TROUBLE: &[&str] = &[
-    "rdma.pfc.pause_frames",
-    "rdma.pfc.storm_events",
-    "rdma.link.discards",
-    "rdma.port.transmit.discards",
-    "rdma.priority.discards",
-    "rdma.netdev.out_of_buffer",
-    "rdma.port.out_of_buffer",
-    "rdma.port.out_of_sequence",
-    "rdma.port.local_ack_timeouts",
-    "rdma.port.retransmissions.packets",
-    "rdma.port.retransmissions.adaptive",
-    "rdma.port.retransmissions.timeouts",
-    "rdma.port.duplicate_requests",
+    names::PFC_PAUSE_FRAMES,
+    names::PFC_STORM_EVENTS,
+    names::LINK_DISCARDS,
+    names::PORT_TRANSMIT_DISCARDS,
+    names::PRIORITY_DISCARDS,
+    names::NETDEV_OUT_OF_BUFFER,
+    names::PORT_OUT_OF_BUFFER,
+    names::PORT_OUT_OF_SEQUENCE,
+    names::PORT_LOCAL_ACK_TIMEOUTS,
+    names::PORT_RETRANSMISSIONS_PACKETS,
+    names::PORT_RETRANSMISSIONS_ADAPTIVE,
+    names::PORT_RETRANSMISSIONS_TIMEOUTS,
+    names::PORT_DUPLICATE_REQUESTS,
 ];
 
 /// A series' key: its name and attributes (`name{k=v,...}`).
@@ -262,24 +263,24 @@ mod tests {
         };
         let before = [
             s(
-                "rdma.port.out_of_sequence",
+                names::PORT_OUT_OF_SEQUENCE,
                 "hw_counters/out_of_sequence",
                 3_000_000_000,
             ),
             s(
-                "rdma.port.transmit.discards",
+                names::PORT_TRANSMIT_DISCARDS,
                 "counters/port_xmit_discards",
                 65_535,
             ),
         ];
         let after = [
             s(
-                "rdma.port.out_of_sequence",
+                names::PORT_OUT_OF_SEQUENCE,
                 "hw_counters/out_of_sequence",
                 100,
             ),
             s(
-                "rdma.port.transmit.discards",
+                names::PORT_TRANSMIT_DISCARDS,
                 "counters/port_xmit_discards",
                 65_535,
             ),

@@ -1,7 +1,7 @@
 //! The agent's own metrics (`rocewatch.*`): plugin call durations, plugin errors by
 //! reason, samples emitted, counter resets and saturated counters.
 
-use rocewatch_metrics::labels::PluginErrorReason;
+use rocewatch_metrics::labels::{PluginErrorReason, ReloadResult, RuleTransition};
 use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -25,8 +25,8 @@ struct Inner {
     remediation: BTreeMap<(String, String), u64>,
     /// (rule, "firing" | "cleared") → count
     rule_transitions: BTreeMap<(String, String), u64>,
-    /// Configuration reloads by result (ok, error).
-    reloads: BTreeMap<String, u64>,
+    /// Configuration reloads by result.
+    reloads: BTreeMap<ReloadResult, u64>,
     /// (plugin, kind) → (count, sum of seconds)
     durations: BTreeMap<(String, String), (u64, f64)>,
 }
@@ -127,23 +127,28 @@ impl SelfMetrics {
             .or_default() += 1;
     }
 
-    /// A configuration reload (SIGHUP) and its result (`ok`, `error`).
-    pub fn config_reload(&self, result: &str) {
-        *self.lock().reloads.entry(result.into()).or_default() += 1;
+    /// A configuration reload (SIGHUP) and its result.
+    pub fn config_reload(&self, result: ReloadResult) {
+        *self.lock().reloads.entry(result).or_default() += 1;
     }
 
     /// Reload counts, to carry them into the agent that replaces this one.
-    pub fn config_reloads(&self) -> BTreeMap<String, u64> {
+    pub fn config_reloads(&self) -> BTreeMap<ReloadResult, u64> {
         self.lock().reloads.clone()
     }
 
     /// Start from the reload counts of the agent this one replaces.
-    pub fn set_config_reloads(&self, counts: BTreeMap<String, u64>) {
+    pub fn set_config_reloads(&self, counts: BTreeMap<ReloadResult, u64>) {
         self.lock().reloads = counts;
     }
 
     pub fn rule_transition(&self, rule: &str, firing: bool) {
-        let what = if firing { "firing" } else { "cleared" };
+        let what = if firing {
+            RuleTransition::Firing
+        } else {
+            RuleTransition::Cleared
+        }
+        .as_str();
         *self
             .lock()
             .rule_transitions
@@ -250,7 +255,7 @@ impl SelfMetrics {
                 names::ROCEWATCH_ALERTMANAGER_REQUESTS,
                 "{request}",
                 *v,
-                attrs(&[("result", result)]),
+                attrs(&[("result", result.as_str())]),
             ));
         }
         for ((action, decision), v) in &inner.remediation {
@@ -274,7 +279,7 @@ impl SelfMetrics {
                 names::ROCEWATCH_CONFIG_RELOADS,
                 "{reload}",
                 *v,
-                attrs(&[("result", result)]),
+                attrs(&[("result", result.as_str())]),
             ));
         }
         for (name, v) in &inner.resets {

@@ -345,7 +345,7 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
     entry!(names::ROCEWATCH_ALERTMANAGER_REQUESTS, "{request}", Counter, "agent", NONE, 1, "agent",
         "Alertmanager webhook requests by `result` (accepted, unauthorized, rate_limited, too_large, rejected)."),
     entry!(names::ROCEWATCH_REMEDIATION_DECISIONS, "{decision}", Counter, "agent", NONE, 1, "agent",
-        "Remediation decisions by `action` and `decision` (dry_run, suppressed, executing, result)."),
+        "Remediation decisions by `action` and `decision` (suppressed, dry_run, executing, refused, result; the audit log's fired and cleared name no action and are not counted)."),
     entry!(names::ROCEWATCH_RULE_TRANSITIONS, "{transition}", Counter, "agent", NONE, 1, "agent",
         "Rules firing or clearing, by `rule` and `transition` (firing, cleared)."),
     entry!(names::ROCEWATCH_CONFIG_RELOADS, "{reload}", Counter, "agent", NONE, 1, "agent",

@@ -18,6 +18,12 @@ macro_rules! label_set {
             }
         }
 
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
         impl std::fmt::Display for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
@@ -61,6 +67,39 @@ label_set! {
 }
 
 label_set! {
+    /// `decision` of an audit record, and of `rocewatch.remediation.decisions` (which
+    /// counts the records naming an action: fired and cleared are the transition's own).
+    AuditKind {
+        /// A rule or alert began firing.
+        Fired = "fired",
+        /// It cleared.
+        Cleared = "cleared",
+        /// An action did not run: the kill switch, a limit, the agent stopping.
+        Suppressed = "suppressed",
+        /// What the action would do.
+        DryRun = "dry_run",
+        /// The action starts (flushed to disk first).
+        Executing = "executing",
+        /// The action did not run: its `executing` could not be written.
+        Refused = "refused",
+        /// How the action ended.
+        Result = "result",
+    }
+}
+
+label_set! {
+    /// `outcome` of an audit record of kind `result`.
+    ActionOutcome {
+        Ok = "ok",
+        Error = "error",
+        /// Not done within its timeout; abandoned.
+        Timeout = "timeout",
+        /// Ended by the agent's shutdown.
+        Killed = "killed",
+    }
+}
+
+label_set! {
     /// `transition` of `rocewatch.rule.transitions`.
     RuleTransition {
         Firing = "firing",
@@ -98,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_catalog_describes_every_value_of_each_label_set() {
-        let sets: [(&str, Vec<&str>); 3] = [
+        let sets: [(&str, Vec<&str>); 4] = [
             (
                 names::ROCEWATCH_PLUGIN_ERRORS,
                 PluginErrorReason::ALL.iter().map(|v| v.as_str()).collect(),
@@ -106,6 +145,10 @@ mod tests {
             (
                 names::ROCEWATCH_CONFIG_RELOADS,
                 ReloadResult::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
+            (
+                names::ROCEWATCH_REMEDIATION_DECISIONS,
+                AuditKind::ALL.iter().map(|v| v.as_str()).collect(),
             ),
             (
                 names::ROCEWATCH_RULE_TRANSITIONS,

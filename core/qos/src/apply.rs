@@ -25,7 +25,7 @@ use super::metrics::ATTR_SETTING;
 use super::observe::{observe, ConfigPlugins};
 use super::snapshot::{SnapChange, Snapshot};
 use crate::{normalize, Change, QosConfig, SettingAt};
-use rocewatch_runtime::audit::{AuditLog, AuditRecord, Decision};
+use rocewatch_runtime::audit::{ActionOutcome, AuditKind, AuditLog, AuditRecord, Decision};
 use rocewatch_runtime::host::call::{self, CallError};
 use rocewatch_runtime::host::registry::Instance;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
@@ -192,17 +192,17 @@ impl Applier {
     fn audit(
         &self,
         d: &Decision,
-        kind: &'static str,
+        kind: AuditKind,
         origin: &str,
         action: &str,
         detail: String,
-        outcome: Option<&'static str>,
+        outcome: Option<ActionOutcome>,
         started: Option<Instant>,
     ) -> Result<(), String> {
         let rec = AuditRecord::change(kind, origin, action, detail, outcome, started);
         // Flushed before a change is made; a change that cannot be audited is not made.
         self.audit
-            .append_to(d, rec, kind == "executing")
+            .append_to(d, rec, kind == AuditKind::Executing)
             .map_err(|e| {
                 tracing::error!(path = %self.audit.path().display(), "cannot write the audit log: {e}");
                 format!("refused: the audit log {} cannot be written ({e}); nothing was changed", self.audit.path().display())
@@ -225,7 +225,7 @@ impl Applier {
         };
         let detail = format!("{from_text} -> {}: {msg}", qc.to);
         let d = Self::decision(c);
-        let _ = self.audit(&d, "dry_run", origin, action, detail, None, None);
+        let _ = self.audit(&d, AuditKind::DryRun, origin, action, detail, None, None);
         r
     }
 
@@ -241,7 +241,7 @@ impl Applier {
         let t0 = Instant::now();
         let detail = format!("{from_text} -> {}", qc.to);
         let d = Self::decision(c);
-        let audited = self.audit(&d, "executing", origin, action, detail, None, None);
+        let audited = self.audit(&d, AuditKind::Executing, origin, action, detail, None, None);
         // A new change that cannot be audited is not made. An undo is: it puts back what
         // was there, and leaving a half-applied change in place would be the greater harm.
         if !origin.ends_with("(undo after a failure)") {
@@ -249,10 +249,18 @@ impl Applier {
         }
         let r = self.apply_one(qc, false).await;
         let (outcome, msg) = match &r {
-            Ok(o) => ("ok", o.message.clone()),
-            Err(e) => ("error", e.clone()),
+            Ok(o) => (ActionOutcome::Ok, o.message.clone()),
+            Err(e) => (ActionOutcome::Error, e.clone()),
         };
-        let _ = self.audit(&d, "result", origin, action, msg, Some(outcome), Some(t0));
+        let _ = self.audit(
+            &d,
+            AuditKind::Result,
+            origin,
+            action,
+            msg,
+            Some(outcome),
+            Some(t0),
+        );
         r
     }
 

@@ -22,7 +22,7 @@ use rocewatch_netlink::NetlinkError;
 use rocewatch_sysfs::inventory::{DeviceFilter, DeviceSelection};
 use serde::{Deserialize, Serialize};
 
-use rocewatch_runtime::audit::{AuditLog, AuditRecord, Decision};
+use rocewatch_runtime::audit::{ActionOutcome, AuditKind, AuditLog, AuditRecord, Decision};
 
 /// What the audit records name as their origin.
 const ORIGIN: &str = "resources.qp_counters";
@@ -104,9 +104,9 @@ fn decision(device: &str, port: u32) -> Decision {
 }
 
 fn record(
-    kind: &'static str,
+    kind: AuditKind,
     detail: String,
-    outcome: Option<&'static str>,
+    outcome: Option<ActionOutcome>,
     started: Option<Instant>,
 ) -> AuditRecord {
     AuditRecord::change(kind, ORIGIN, ACTION, detail, outcome, started)
@@ -311,9 +311,9 @@ fn enable(audit: AuditLog, filter: &DeviceFilter, state: PathBuf) -> CounterMode
                 let _ = out.audit.append_to(
                     &dec,
                     record(
-                        "result",
+                        AuditKind::Result,
                         format!("{link}: auto type,pid was left by an agent that stopped without putting it back; it goes back to {} at stop", b.describe()),
-                        Some("ok"),
+                        Some(ActionOutcome::Ok),
                         None,
                     ),
                     true,
@@ -328,9 +328,9 @@ fn enable(audit: AuditLog, filter: &DeviceFilter, state: PathBuf) -> CounterMode
         let detail = format!(
             "rdma statistic qp set link {link} auto type,pid on (was {was}; put back when the agent stops)"
         );
-        if let Err(e) = out
-            .audit
-            .append_to(&dec, record("executing", detail, None, None), true)
+        if let Err(e) =
+            out.audit
+                .append_to(&dec, record(AuditKind::Executing, detail, None, None), true)
         {
             tracing::error!(
                 "resources: {link}: the audit log {} cannot be written ({e}): the QP counter mode is not changed",
@@ -354,10 +354,16 @@ fn enable(audit: AuditLog, filter: &DeviceFilter, state: PathBuf) -> CounterMode
                 format!("refused: {e}")
             }
         };
-        let outcome = if r.is_ok() { "ok" } else { "error" };
-        let _ = out
-            .audit
-            .append_to(&dec, record("result", msg, Some(outcome), Some(t)), false);
+        let outcome = if r.is_ok() {
+            ActionOutcome::Ok
+        } else {
+            ActionOutcome::Error
+        };
+        let _ = out.audit.append_to(
+            &dec,
+            record(AuditKind::Result, msg, Some(outcome), Some(t)),
+            false,
+        );
         if r.is_ok() {
             out.found.push(found);
         }
@@ -401,9 +407,9 @@ impl CounterModes {
                     let _ = self.audit.append_to(
                         &dec,
                         record(
-                            "result",
+                            AuditKind::Result,
                             format!("{link}: {why}: nothing to put back"),
-                            Some("ok"),
+                            Some(ActionOutcome::Ok),
                             None,
                         ),
                         false,
@@ -428,7 +434,7 @@ impl CounterModes {
             let _ = self.audit.append_to(
                 &dec,
                 record(
-                    "executing",
+                    AuditKind::Executing,
                     format!("put the QP counter mode of {link} back to {was}"),
                     None,
                     None,
@@ -439,12 +445,12 @@ impl CounterModes {
             let r = nl.restore_qp_counter_mode(&saved);
             let (outcome, msg) = match (&r, nl.qp_counter_mode(dev_index, f.port)) {
                 (Ok(()), Ok(now)) if now.mode == CounterMode::Manual => (
-                    "ok",
+                    ActionOutcome::Ok,
                     "auto off; the kernel reports manual: counters are still bound to QPs, which keep them until they close".to_string(),
                 ),
-                (Ok(()), Ok(now)) => ("ok", format!("back to {}", qp_mode::describe(&now))),
-                (Ok(()), Err(_)) => ("ok", format!("back to {was}")),
-                (Err(e), _) => ("error", e.to_string()),
+                (Ok(()), Ok(now)) => (ActionOutcome::Ok, format!("back to {}", qp_mode::describe(&now))),
+                (Ok(()), Err(_)) => (ActionOutcome::Ok, format!("back to {was}")),
+                (Err(e), _) => (ActionOutcome::Error, e.to_string()),
             };
             if let Err(e) = &r {
                 tracing::error!(
@@ -452,9 +458,11 @@ impl CounterModes {
                 );
                 left.push(f);
             }
-            let _ =
-                self.audit
-                    .append_to(&dec, record("result", msg, Some(outcome), Some(t)), false);
+            let _ = self.audit.append_to(
+                &dec,
+                record(AuditKind::Result, msg, Some(outcome), Some(t)),
+                false,
+            );
         }
         if let Err(e) = write_state(&self.state, &left) {
             tracing::error!("resources: {}: {e}", self.state.display());

@@ -17,7 +17,9 @@ use super::at_exit::Owed;
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
 use super::limits::Limits;
 use super::workloads;
-use rocewatch_runtime::audit::{now_rfc3339, AuditError, AuditLog, AuditRecord, Decision};
+use rocewatch_runtime::audit::{
+    now_rfc3339, ActionOutcome, AuditError, AuditKind, AuditLog, AuditRecord, Decision,
+};
 use rocewatch_runtime::rules::Transition;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 
@@ -151,7 +153,7 @@ struct Decided<'a> {
 
 impl Decided<'_> {
     /// An audit record of this transition, of `kind`, for `action`.
-    fn base(&self, kind: &'static str, action: Option<&str>) -> AuditRecord {
+    fn base(&self, kind: AuditKind, action: Option<&str>) -> AuditRecord {
         AuditRecord {
             time: now_rfc3339(),
             decision: kind,
@@ -209,12 +211,12 @@ impl Dispatcher {
     fn record(&self, decision: &Decision, rec: AuditRecord, sync: bool) -> Result<(), String> {
         let (kind, action) = (rec.decision, rec.action.clone());
         let r = self.audit.append_to(decision, rec, sync).map_err(|e| {
-            tracing::error!(path = %self.audit.path().display(), decision = kind, decision_id = decision.id(), "cannot write the remediation audit log: {e}");
+            tracing::error!(path = %self.audit.path().display(), decision = %kind, decision_id = decision.id(), "cannot write the remediation audit log: {e}");
             e.to_string()
         });
         // Counted when it happened: an unwritten `executing` did not (it became
         // `refused`, which is counted even when the log cannot take it either).
-        if let (Some(a), true) = (&action, r.is_ok() || kind == "refused") {
+        if let (Some(a), true) = (&action, r.is_ok() || kind == AuditKind::Refused) {
             self.metrics.remediation_decision(a, kind);
         }
         r
@@ -273,7 +275,14 @@ impl Dispatcher {
                     .as_ref()
                     .map(|w| serde_json::to_value(&w.list).expect("plain data")),
                 workloads_truncated: c.on_port.as_ref().map(|w| w.truncated).filter(|n| *n > 0),
-                ..c.base(if t.firing { "fired" } else { "cleared" }, None)
+                ..c.base(
+                    if t.firing {
+                        AuditKind::Fired
+                    } else {
+                        AuditKind::Cleared
+                    },
+                    None,
+                )
             },
             false,
         );
@@ -303,7 +312,7 @@ impl Dispatcher {
     ) -> Option<tokio::task::JoinHandle<()>> {
         let suppressed = |why: String| AuditRecord {
             detail: Some(why),
-            ..c.base("suppressed", Some(name))
+            ..c.base(AuditKind::Suppressed, Some(name))
         };
         let stopped = if self.memory.stopping() {
             Some("the agent is shutting down".to_string())
@@ -348,7 +357,7 @@ impl Dispatcher {
                 &c.decision,
                 AuditRecord {
                     detail: Some(would.clone()),
-                    ..c.base("dry_run", Some(name))
+                    ..c.base(AuditKind::DryRun, Some(name))
                 },
                 false,
             );
@@ -359,7 +368,7 @@ impl Dispatcher {
         // does not run (and does not count against its limits).
         let executing = AuditRecord {
             detail: Some(describe(&action.kind)),
-            ..c.base("executing", Some(name))
+            ..c.base(AuditKind::Executing, Some(name))
         };
         if let Err(e) = self.record(&c.decision, executing, true) {
             limits.uncount(&key);
@@ -367,7 +376,7 @@ impl Dispatcher {
             tracing::error!(rule = %c.t.rule, action = %name, "refused: audit unavailable ({e}); the action did not run");
             let refused = AuditRecord {
                 detail: Some(format!("audit unavailable: {e}")),
-                ..c.base("refused", Some(name))
+                ..c.base(AuditKind::Refused, Some(name))
             };
             let _ = self.record(&c.decision, refused, true);
             return None;
@@ -410,7 +419,7 @@ impl Dispatcher {
             workloads_truncated: c.on_port.as_ref().map_or(0, |w| w.truncated),
         };
         let me = Arc::clone(self);
-        let result_base = c.base("result", Some(name));
+        let result_base = c.base(AuditKind::Result, Some(name));
         let decision = Arc::clone(&c.decision);
         let started = Instant::now();
         // What happened to what the action started, when the agent ended it.
@@ -427,27 +436,27 @@ impl Dispatcher {
                 let after =
                     humantime::format_duration(Duration::from_secs(started.elapsed().as_secs()));
                 let detail = format!("killed at shutdown: a second signal ended the agent {after} after the action started{ended}");
-                me.record_result(&decision, base, "killed", detail, started);
+                me.record_result(&decision, base, ActionOutcome::Killed, detail, started);
             })
         });
         tokio::spawn(async move {
             let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
             let timeout = humantime::format_duration(action.timeout);
             let (outcome, detail) = match r {
-                Ok(Ok(msg)) => ("ok", msg),
-                Ok(Err(msg)) => ("error", msg),
+                Ok(Ok(msg)) => (ActionOutcome::Ok, msg),
+                Ok(Err(msg)) => (ActionOutcome::Error, msg),
                 // The agent waited for it to end, up to its timeout.
                 Err(_) if me.memory.stopping() => (
-                    "killed",
+                    ActionOutcome::Killed,
                     format!("killed at shutdown: not done within its timeout of {timeout}{ended}"),
                 ),
                 Err(_) => (
-                    "timeout",
+                    ActionOutcome::Timeout,
                     format!("did not finish within {timeout}; abandoned"),
                 ),
             };
-            if outcome != "ok" {
-                tracing::warn!(rule = %breach.rule, action = %breach.action, outcome, "{detail}");
+            if outcome != ActionOutcome::Ok {
+                tracing::warn!(rule = %breach.rule, action = %breach.action, outcome = %outcome, "{detail}");
             }
             owed.settle(|| me.record_result(&decision, result_base, outcome, detail, started));
             // Given back once the result is written: an agent that waits for its actions
@@ -461,7 +470,7 @@ impl Dispatcher {
         &self,
         decision: &Decision,
         base: AuditRecord,
-        outcome: &'static str,
+        outcome: ActionOutcome,
         detail: String,
         started: Instant,
     ) {

@@ -14,6 +14,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+pub use rocewatch_metrics::labels::{ActionOutcome, AuditKind};
+
 /// A rule transition's direction: what a decision was about, and when an action is
 /// invoked (`on = ["firing", "clearing"]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -28,8 +30,7 @@ pub enum Event {
 pub struct AuditRecord {
     /// RFC 3339.
     pub time: String,
-    /// fired | cleared | suppressed | dry_run | executing | refused | result
-    pub decision: &'static str,
+    pub decision: AuditKind,
     /// The decision this record belongs to; set by [`AuditLog::append_to`].
     pub decision_id: String,
     pub rule: String,
@@ -44,9 +45,9 @@ pub struct AuditRecord {
     /// Why suppressed; what a dry run would do; the result's message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// ok | error | timeout | killed (results only).
+    /// Results only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<&'static str>,
+    pub outcome: Option<ActionOutcome>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     /// The workloads holding QPs on the transition's port (remediation's list, most QPs
@@ -64,11 +65,11 @@ impl AuditRecord {
     /// `kind` (executing, result, dry_run, refused) of `action`, made for `origin`, now;
     /// `started` gives the duration of a result.
     pub fn change(
-        kind: &'static str,
+        kind: AuditKind,
         origin: &str,
         action: &str,
         detail: String,
-        outcome: Option<&'static str>,
+        outcome: Option<ActionOutcome>,
         started: Option<std::time::Instant>,
     ) -> AuditRecord {
         AuditRecord {
@@ -438,7 +439,7 @@ mod tests {
     fn record(n: usize) -> AuditRecord {
         AuditRecord {
             time: "t".into(),
-            decision: "fired",
+            decision: AuditKind::Fired,
             decision_id: String::new(),
             rule: format!("rule-{n}"),
             event: Event::Firing,

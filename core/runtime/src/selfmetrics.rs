@@ -1,7 +1,7 @@
 //! The agent's own metrics (`rocewatch.*`): plugin call durations, plugin errors by
 //! reason, samples emitted, counter resets and saturated counters.
 
-use rocewatch_metrics::labels::{PluginErrorReason, ReloadResult, RuleTransition};
+use rocewatch_metrics::labels::{AuditKind, PluginErrorReason, ReloadResult, RuleTransition};
 use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -119,11 +119,11 @@ impl SelfMetrics {
         *self.lock().alertmanager.entry(result.into()).or_default() += 1;
     }
 
-    pub fn remediation_decision(&self, action: &str, decision: &str) {
+    pub fn remediation_decision(&self, action: &str, decision: AuditKind) {
         *self
             .lock()
             .remediation
-            .entry((action.into(), decision.into()))
+            .entry((action.into(), decision.as_str().into()))
             .or_default() += 1;
     }
 

@@ -56,9 +56,13 @@ fn run_lab(script: &str) -> Option<PathBuf> {
         }
         // The lab image scripts/install-test-deps.sh builds, and QEMU to boot it.
         let image = root().join(".cache/rxe-lab");
-        let built = ["kernel", "base.cpio.gz"]
-            .iter()
-            .all(|f| image.join(f).is_file());
+        // rxe-lab.sh marks an unpacked kernel with kernel/PACKAGE/.done.
+        let kernel = std::fs::read_dir(image.join("kernel"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.path().join(".done").is_file());
+        let built = kernel && image.join("base.cpio.gz").is_file();
         let qemu = std::env::var_os("PATH").is_some_and(|paths| {
             std::env::split_paths(&paths).any(|d| d.join("qemu-system-x86_64").is_file())
         });

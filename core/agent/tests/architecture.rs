@@ -11,7 +11,7 @@
 //! - in the crates made of components (`COMPONENT_LAYERS`: the runtime and the agent), a
 //!   component imports only components of a lower layer, and `lib.rs` states that order;
 //! - no source file in `core/` or `plugins/` has more than 700 lines of production code
-//!   (everything but its `#[cfg(test)] mod`, and the `#[cfg(test)]` items before it).
+//!   (everything but its `#[cfg(test)]` items: the test module, test-only `use`s and helpers).
 //!
 //! A failure names the crate or the file, the line and the path at fault.
 
@@ -152,9 +152,9 @@ fn strip_comments(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Production code: `lines` up to the `#[cfg(test)] mod` (test modules may reach
-/// anywhere), with each `#[cfg(test)]` item before it blanked (a test-only `use`, a test
-/// helper), and the names of the child modules declared test-only (`#[cfg(test)] mod x;`).
+/// Production code: `lines` with each `#[cfg(test)]` item blanked (the test module, which
+/// may reach anywhere, a test-only `use`, a test helper), wherever it is in the file, and
+/// the names of the child modules declared test-only (`#[cfg(test)] mod x;`).
 fn production(lines: &[String]) -> (Vec<String>, Vec<String>) {
     let mut out: Vec<String> = Vec::with_capacity(lines.len());
     let mut test_children = Vec::new();
@@ -178,9 +178,8 @@ fn production(lines: &[String]) -> (Vec<String>, Vec<String>) {
             .trim_start_matches("pub(crate) ");
         if let Some(name) = decl.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
             test_children.push(name.trim().to_string());
-        } else if decl.starts_with("mod ") {
-            break; // the test module: the rest is tests
         }
+        // A test module is blanked like any test-only item; code after it is production.
         // Blank the item: to its `;` or to where its braces close.
         let mut depth: i64 = 0;
         let mut end = j;
@@ -201,10 +200,17 @@ fn production(lines: &[String]) -> (Vec<String>, Vec<String>) {
     (out, test_children)
 }
 
-/// How many lines of production code `text` has: up to its `#[cfg(test)] mod`.
+/// How many lines of production code `text` has: every line but those of its
+/// `#[cfg(test)]` items (the test module, test-only `use`s and helpers), wherever they are.
 fn production_lines(text: &str) -> usize {
     let lines: Vec<String> = text.lines().map(str::to_string).collect();
-    production(&lines).0.len()
+    let (prod, _) = production(&lines);
+    let blanked = lines
+        .iter()
+        .zip(&prod)
+        .filter(|(l, p)| p.is_empty() && !l.trim().is_empty())
+        .count();
+    lines.len() - blanked
 }
 
 /// Expand `a::{b, c::{d, e}}` into `a::b`, `a::c::d`, `a::c::e`.
@@ -950,6 +956,15 @@ fn no_metric_name_is_a_string_outside_the_catalog() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn production_code_is_every_line_but_test_items_even_after_the_test_module() {
+    let text = "use a;\n#[cfg(test)]\nuse b;\nfn f() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\nfn g() {}\n";
+    assert_eq!(production_lines(text), 3, "use a, fn f and fn g");
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let (prod, _) = production(&lines);
+    assert_eq!(prod[8], "fn g() {}", "code after the test module is read");
 }
 
 #[test]

@@ -19,7 +19,7 @@ const FAILING: &[&str] = &["cmd_timeout", "health_compromised", "pcie_power"];
 /// under `sysfs_root`. A log that holds no record, or that could not all be read, or
 /// whose records are all older than the window (a file no longer written), is no
 /// evidence of a quiet NIC: SKIP or WARN saying why, never PASS.
-pub(super) fn kernel_log_checks(
+pub fn kernel_log_checks(
     sysfs_root: &Path,
     options: &serde_json::Value,
     window: Duration,

@@ -1,0 +1,452 @@
+//! The host's checks, each a function of what was read once ([`Host`]) to findings.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use rocewatch_plugin_api::{Device, Inventory, Port};
+use rocewatch_sysfs::SysRoot;
+
+use super::config::{parse_port, HealthConfig};
+use super::finding::{Finding, Status};
+
+/// `IFF_UP` (`include/uapi/linux/if.h`): the netdev is administratively up.
+const IFF_UP: u64 = 0x1;
+
+/// What the checks read: the inventory of the sysfs root, and the live interfaces'
+/// addresses (none on a fixture tree).
+pub struct Host<'a> {
+    pub root: PathBuf,
+    pub inv: &'a Inventory,
+    pub cfg: &'a HealthConfig,
+    /// The interfaces' addresses (getifaddrs), on the live root only.
+    pub addresses: Option<BTreeMap<String, Vec<IpAddr>>>,
+}
+
+/// A port `health` looks at, and why.
+pub struct Checked<'a> {
+    pub dev: &'a Device,
+    pub port: &'a Port,
+}
+
+impl Checked<'_> {
+    fn finding(&self, check: &'static str, status: Status, what: String) -> Finding {
+        Finding::at(
+            check,
+            status,
+            &self.dev.name,
+            Some(self.port.port),
+            self.port.netdev.as_deref(),
+            what,
+        )
+    }
+
+    fn ethernet(&self) -> bool {
+        self.port.link_layer.as_deref() == Some("Ethernet")
+    }
+}
+
+/// Whether `netdev` is administratively up, from `class/net/NETDEV/flags`
+/// (`net/core/net-sysfs.c` prints `dev->flags` as `%#x`).
+pub fn admin_up(root: &Path, netdev: &str) -> Result<bool, String> {
+    let path = root.join("class/net").join(netdev).join("flags");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let t = text.trim();
+    let hex = t.strip_prefix("0x").unwrap_or(t);
+    u64::from_str_radix(hex, 16)
+        .map(|f| f & IFF_UP != 0)
+        .map_err(|_| {
+            format!(
+                "{}: {t:?} is not the hex flags the kernel writes",
+                path.display()
+            )
+        })
+}
+
+/// The ports to check: those `[health] ports` names, else every InfiniBand port and
+/// every port whose netdev is administratively up. A port named but absent, or whose
+/// netdev's flags cannot be read, is a finding of its own.
+pub fn scope<'a>(h: &Host<'a>) -> (Vec<Checked<'a>>, Vec<Finding>) {
+    let mut out = Vec::new();
+    let mut findings = Vec::new();
+    if !h.cfg.ports.is_empty() {
+        for name in &h.cfg.ports {
+            let (dev, port) = parse_port(name).expect("validated");
+            let found = h.inv.devices.iter().find(|d| d.name == dev).and_then(|d| {
+                d.ports
+                    .iter()
+                    .find(|p| p.port == port)
+                    .map(|p| Checked { dev: d, port: p })
+            });
+            match found {
+                Some(c) => out.push(c),
+                None => findings.push(Finding::at(
+                    "ports",
+                    Status::Unhealthy,
+                    dev,
+                    Some(port),
+                    None,
+                    "expected ([health] ports) but not on this host",
+                )),
+            }
+        }
+        return (out, findings);
+    }
+    for dev in &h.inv.devices {
+        for port in &dev.ports {
+            let c = Checked { dev, port };
+            match (&port.netdev, c.ethernet()) {
+                (Some(nd), true) => match admin_up(&h.root, nd) {
+                    Ok(true) => out.push(c),
+                    Ok(false) => findings.push(c.finding(
+                        "ports",
+                        Status::Skipped,
+                        format!("{nd} is administratively down: not checked"),
+                    )),
+                    Err(e) => findings.push(c.finding("ports", Status::Unknown, e)),
+                },
+                (None, true) => findings.push(c.finding(
+                    "ports",
+                    Status::Skipped,
+                    "an Ethernet port without a netdev: not checked".into(),
+                )),
+                _ => out.push(c),
+            }
+        }
+    }
+    (out, findings)
+}
+
+/// RDMA devices present: at least `min_devices`.
+pub fn devices(h: &Host) -> Vec<Finding> {
+    let n = h.inv.devices.len();
+    let want = h.cfg.min_devices;
+    let status = if n >= want {
+        Status::Ok
+    } else {
+        Status::Unhealthy
+    };
+    let what = match n {
+        0 => "no RDMA device in class/infiniband (did the driver load?)".to_string(),
+        _ => format!("{n} RDMA device{}", if n == 1 { "" } else { "s" }),
+    };
+    let what = if status == Status::Unhealthy && n > 0 {
+        format!("{what}, {want} expected ([health] min_devices)")
+    } else {
+        what
+    };
+    vec![Finding::host("devices", status, what)]
+}
+
+/// Each checked port ACTIVE and LinkUp, at `min_rate_gbps` or at the highest rate of the
+/// checked ports of its HCA model.
+pub fn ports(h: &Host, checked: &[Checked]) -> Vec<Finding> {
+    let mut best: BTreeMap<&str, u64> = BTreeMap::new();
+    for c in checked {
+        if let Some(r) = c.port.rate_bps {
+            let model = c.dev.hca_type.as_deref().unwrap_or("");
+            let e = best.entry(model).or_default();
+            *e = (*e).max(r);
+        }
+    }
+    checked
+        .iter()
+        .map(|c| {
+            let state = c.port.state.as_deref().unwrap_or("unreadable");
+            let phys = c.port.phys_state.as_deref().unwrap_or("unreadable");
+            let active = state.ends_with("ACTIVE");
+            let linkup = phys.ends_with("LinkUp");
+            let why_up = match (&c.port.netdev, c.ethernet()) {
+                (Some(nd), true) => format!(", {nd} is up"),
+                _ => String::new(),
+            };
+            if c.port.state.is_none() || c.port.phys_state.is_none() {
+                return c.finding(
+                    "ports",
+                    Status::Unknown,
+                    format!("port state {state}, phys_state {phys}"),
+                );
+            }
+            if !(active && linkup) {
+                return c.finding(
+                    "ports",
+                    Status::Unhealthy,
+                    format!("port {} ({}){why_up}", short(state), short(phys)),
+                );
+            }
+            let rate = c.port.rate_bps.map(|r| r as f64 / 1e9);
+            let model = c.dev.hca_type.as_deref().unwrap_or("");
+            let (want, whence) = match h.cfg.min_rate_gbps {
+                Some(m) => (Some(m), "min_rate_gbps"),
+                None => (best.get(model).map(|&b| b as f64 / 1e9), "its siblings"),
+            };
+            match (rate, want) {
+                (Some(r), Some(w)) if r + 1e-9 < w => c.finding(
+                    "ports",
+                    Status::Unhealthy,
+                    format!(
+                        "ACTIVE at {} Gb/s, {} expected ({whence})",
+                        gbps(r),
+                        gbps(w)
+                    ),
+                ),
+                (None, Some(_)) => c.finding(
+                    "ports",
+                    Status::Unknown,
+                    format!(
+                        "ACTIVE, rate unreadable ({})",
+                        c.port.rate.as_deref().unwrap_or("no rate file")
+                    ),
+                ),
+                (r, _) => c.finding(
+                    "ports",
+                    Status::Ok,
+                    format!(
+                        "ACTIVE, LinkUp{}",
+                        r.map(|r| format!(", {} Gb/s", gbps(r))).unwrap_or_default()
+                    ),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// `4: ACTIVE` → `ACTIVE`.
+fn short(s: &str) -> &str {
+    s.split_once(": ").map_or(s, |(_, n)| n)
+}
+
+fn gbps(r: f64) -> String {
+    if r.fract() == 0.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
+}
+
+/// The PCIe link of each checked port's device at its maximum width and speed.
+pub fn pcie(h: &Host, checked: &[Checked]) -> Vec<Finding> {
+    let sys = SysRoot::new(&h.root);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for c in checked {
+        if !seen.insert(&c.dev.name) {
+            continue;
+        }
+        let dev = &c.dev.name;
+        let Some(f) = sys.rdma_pci_function(dev) else {
+            out.push(Finding::at(
+                "pcie",
+                Status::Skipped,
+                dev,
+                None,
+                None,
+                "no PCI function (a software device)",
+            ));
+            continue;
+        };
+        let at = format!("PCIe {}", f.address);
+        let link = match sys.pcie_link(&f.dir) {
+            Ok(l) => l,
+            Err(e) => {
+                out.push(Finding::at(
+                    "pcie",
+                    Status::Unknown,
+                    dev,
+                    None,
+                    None,
+                    format!("{at}: {e}"),
+                ));
+                continue;
+            }
+        };
+        // The kernel shows the link attributes of PCI Express functions only
+        // (`pcie_dev_attrs_are_visible()` in drivers/pci/pci-sysfs.c).
+        let (Some(ms), Some(mw)) = (link.max_speed, link.max_width) else {
+            out.push(Finding::at(
+                "pcie",
+                Status::Skipped,
+                dev,
+                None,
+                None,
+                format!("{at}: no max_link_speed/max_link_width (not a PCI Express function)"),
+            ));
+            continue;
+        };
+        let (Some(s), Some(w)) = (link.speed, link.width) else {
+            out.push(Finding::at(
+                "pcie",
+                Status::Unhealthy,
+                dev,
+                None,
+                None,
+                format!(
+                    "{at}: link down (current_link_speed Unknown), its maximum x{mw} {ms} GT/s"
+                ),
+            ));
+            continue;
+        };
+        let degraded = s + 1e-9 < ms || w < mw;
+        out.push(Finding::at(
+            "pcie",
+            if degraded {
+                Status::Unhealthy
+            } else {
+                Status::Ok
+            },
+            dev,
+            None,
+            None,
+            if degraded {
+                format!("{at} x{w} {s} GT/s, its maximum x{mw} {ms} GT/s")
+            } else {
+                format!("{at} x{w} {s} GT/s")
+            },
+        ));
+    }
+    out
+}
+
+/// A RoCE v2 GID for each address of each checked Ethernet port's netdev (the live
+/// addresses); on a tree without them, at least one RoCE v2 GID that holds an IP.
+pub fn gid(h: &Host, checked: &[Checked]) -> Vec<Finding> {
+    checked
+        .iter()
+        .filter(|c| c.ethernet())
+        .map(|c| {
+            let v2: Vec<IpAddr> = c
+                .port
+                .gids
+                .iter()
+                .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
+                .filter_map(|g| rocewatch_doctor::gid_ip(&g.gid))
+                .filter(|ip| !matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
+                .collect();
+            let live = h
+                .addresses
+                .as_ref()
+                .zip(c.port.netdev.as_ref())
+                .map(|(a, nd)| a.get(nd).cloned().unwrap_or_default());
+            match live {
+                Some(addrs) if addrs.is_empty() => c.finding(
+                    "gid",
+                    Status::Unhealthy,
+                    "the netdev has no IP address: no RoCE v2 GID to route by".into(),
+                ),
+                Some(addrs) => {
+                    let missing: Vec<String> = addrs
+                        .iter()
+                        .filter(|a| !v2.contains(a))
+                        .map(ToString::to_string)
+                        .collect();
+                    if missing.is_empty() {
+                        c.finding(
+                            "gid",
+                            Status::Ok,
+                            format!("RoCE v2 GID for {}", list(&addrs)),
+                        )
+                    } else {
+                        c.finding(
+                            "gid",
+                            Status::Unhealthy,
+                            format!("no RoCE v2 GID for {}", missing.join(", ")),
+                        )
+                    }
+                }
+                None if v2.is_empty() => c.finding(
+                    "gid",
+                    Status::Unhealthy,
+                    "no RoCE v2 GID holding an IP address".into(),
+                ),
+                None => c.finding("gid", Status::Ok, format!("RoCE v2 GID for {}", list(&v2))),
+            }
+        })
+        .collect()
+}
+
+fn list(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The checked RoCE netdevs' MTU: at least `min_mtu`, else all the same.
+pub fn mtu(h: &Host, checked: &[Checked]) -> Vec<Finding> {
+    let roce: Vec<(&Checked, Option<u32>)> = checked
+        .iter()
+        .filter(|c| c.ethernet() && c.port.netdev.is_some())
+        .map(|c| (c, c.port.netdev_mtu))
+        .collect();
+    let most = roce.iter().filter_map(|(_, m)| *m).max();
+    roce.iter()
+        .map(|(c, m)| match (m, h.cfg.min_mtu, most) {
+            (None, _, _) => c.finding("mtu", Status::Unknown, "MTU unreadable".into()),
+            (Some(m), Some(want), _) if *m < want => c.finding(
+                "mtu",
+                Status::Unhealthy,
+                format!("MTU {m}, at least {want} expected ([health] min_mtu)"),
+            ),
+            (Some(m), None, Some(top)) if *m < top => c.finding(
+                "mtu",
+                Status::Unhealthy,
+                format!("MTU {m}, the other RoCE netdevs' {top}"),
+            ),
+            (Some(m), _, _) => c.finding("mtu", Status::Ok, format!("MTU {m}")),
+        })
+        .collect()
+}
+
+/// The devices' driver module version and firmware, where `[health]` names them.
+pub fn builds(h: &Host, checked: &[Checked]) -> Vec<Finding> {
+    if h.cfg.driver_version.is_none() && h.cfg.firmware.is_none() {
+        return vec![Finding::host(
+            "builds",
+            Status::Skipped,
+            "no driver_version or firmware in [health]",
+        )];
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for c in checked {
+        let d = c.dev;
+        if !seen.insert(&d.name) {
+            continue;
+        }
+        let mut wrong = Vec::new();
+        if let Some(want) = &h.cfg.driver_version {
+            let m = d.driver_module.as_ref();
+            let has = m.and_then(|m| m.version.as_deref());
+            let src = m.and_then(|m| m.srcversion.as_deref());
+            if has != Some(want.as_str()) && src != Some(want.as_str()) {
+                let name = m.map_or("driver", |m| m.name.as_str());
+                wrong.push(format!(
+                    "{name} {} ({want} expected)",
+                    has.or(src).unwrap_or("without a version")
+                ));
+            }
+        }
+        if let Some(want) = &h.cfg.firmware {
+            let has = d.fw_ver.as_deref();
+            if has != Some(want.as_str()) {
+                wrong.push(format!(
+                    "firmware {} ({want} expected)",
+                    has.unwrap_or("unreadable")
+                ));
+            }
+        }
+        out.push(if wrong.is_empty() {
+            Finding::at("builds", Status::Ok, &d.name, None, None, "as expected")
+        } else {
+            Finding::at(
+                "builds",
+                Status::Unhealthy,
+                &d.name,
+                None,
+                None,
+                wrong.join(", "),
+            )
+        });
+    }
+    out
+}

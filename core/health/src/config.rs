@@ -1,0 +1,240 @@
+//! `[health]`: what "expected" means for `rocewatch health`. Every key is optional: with
+//! none, every RDMA port whose netdev is up must be ACTIVE/LinkUp at the rate of its
+//! siblings (ports of the same HCA model), PCIe at its maximum, a RoCE v2 GID for each
+//! address, one MTU across the RoCE netdevs, no failing kernel-log messages in the last
+//! 15 minutes and no QP in the error state.
+
+use std::time::Duration;
+
+use rocewatch_runtime::util::duration::{de_duration, Bounds, LOOK_BACK, TIMEOUT};
+use serde::{Deserialize, Serialize};
+
+/// The checks `health` runs, in the order it runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckName {
+    /// RDMA devices present (at least `min_devices`).
+    Devices,
+    /// Ports ACTIVE/LinkUp at the expected rate.
+    Ports,
+    /// PCIe link at its maximum width and speed.
+    Pcie,
+    /// A RoCE v2 GID for each of the netdev's addresses.
+    Gid,
+    /// The netdev MTU.
+    Mtu,
+    /// Expected driver and firmware builds.
+    Builds,
+    /// Failing driver messages in the kernel log.
+    KernelLog,
+    /// Queue pairs in the error state.
+    Qps,
+    /// A running agent's firing rules.
+    Agent,
+    /// The host's quarantine.
+    Quarantine,
+}
+
+impl CheckName {
+    pub const ALL: &'static [CheckName] = &[
+        CheckName::Devices,
+        CheckName::Ports,
+        CheckName::Pcie,
+        CheckName::Gid,
+        CheckName::Mtu,
+        CheckName::Builds,
+        CheckName::KernelLog,
+        CheckName::Qps,
+        CheckName::Agent,
+        CheckName::Quarantine,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckName::Devices => "devices",
+            CheckName::Ports => "ports",
+            CheckName::Pcie => "pcie",
+            CheckName::Gid => "gid",
+            CheckName::Mtu => "mtu",
+            CheckName::Builds => "builds",
+            CheckName::KernelLog => "kernel-log",
+            CheckName::Qps => "qps",
+            CheckName::Agent => "agent",
+            CheckName::Quarantine => "quarantine",
+        }
+    }
+}
+
+fn default_window() -> Duration {
+    Duration::from_secs(15 * 60)
+}
+
+fn default_agent_timeout() -> Duration {
+    Duration::from_millis(500)
+}
+
+fn default_min_devices() -> usize {
+    1
+}
+
+/// `[health]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthConfig {
+    /// The checks that count (default: all). One left out is reported as skipped.
+    #[serde(default)]
+    pub checks: Option<Vec<CheckName>>,
+    /// The RDMA devices the host must have (default 1: a host without any is unhealthy).
+    #[serde(default = "default_min_devices")]
+    pub min_devices: usize,
+    /// The ports that must be up (`mlx5_0/1`), whatever their netdev's state; default:
+    /// every port whose netdev is administratively up, and every InfiniBand port.
+    #[serde(default)]
+    pub ports: Vec<String>,
+    /// The lowest rate a checked port may run at, Gb/s; default: the highest rate among
+    /// the ports of the same HCA model.
+    #[serde(default)]
+    pub min_rate_gbps: Option<f64>,
+    /// The lowest MTU of a RoCE netdev; default: every RoCE netdev has the same MTU.
+    #[serde(default)]
+    pub min_mtu: Option<u32>,
+    /// The driver module's expected version (`module/NAME/version`, or its srcversion).
+    #[serde(default)]
+    pub driver_version: Option<String>,
+    /// The devices' expected firmware (`fw_ver`).
+    #[serde(default)]
+    pub firmware: Option<String>,
+    /// How far back the kernel log is read.
+    #[serde(default = "default_window", deserialize_with = "de_duration")]
+    pub kernel_log_window: Duration,
+    /// A running agent's Prometheus endpoint (`http://127.0.0.1:9464`): its `/rules` are
+    /// read, and a firing rule makes the host unhealthy. Never required: an agent that
+    /// does not answer is reported and weighs nothing.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// How long the agent is waited for.
+    #[serde(default = "default_agent_timeout", deserialize_with = "de_duration")]
+    pub agent_timeout: Duration,
+    /// Rules whose firing does not make the host unhealthy (a warning only).
+    #[serde(default)]
+    pub ignore_rules: Vec<String>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            checks: None,
+            min_devices: default_min_devices(),
+            ports: Vec::new(),
+            min_rate_gbps: None,
+            min_mtu: None,
+            driver_version: None,
+            firmware: None,
+            kernel_log_window: default_window(),
+            agent: None,
+            agent_timeout: default_agent_timeout(),
+            ignore_rules: Vec::new(),
+        }
+    }
+}
+
+/// A `[health]` key that cannot be used, named.
+#[derive(Debug, thiserror::Error)]
+#[error("health.{key}: {why}")]
+pub struct HealthConfigError {
+    pub key: &'static str,
+    pub why: String,
+}
+
+/// The longest the agent is waited for: `health` answers a scheduler within 2 s.
+const AGENT_TIMEOUT: Bounds = Bounds {
+    max: Duration::from_millis(1500),
+    ..TIMEOUT
+};
+
+impl HealthConfig {
+    /// Whether `check` counts.
+    pub fn runs(&self, check: CheckName) -> bool {
+        self.checks.as_ref().is_none_or(|c| c.contains(&check))
+    }
+
+    /// What cannot be used, by key.
+    pub fn validate(&self) -> Result<(), HealthConfigError> {
+        let err = |key, why: String| Err(HealthConfigError { key, why });
+        if let Err(why) = LOOK_BACK.check(self.kernel_log_window) {
+            return err("kernel_log_window", why);
+        }
+        if let Err(why) = AGENT_TIMEOUT.check(self.agent_timeout) {
+            return err("agent_timeout", why);
+        }
+        if let Some(r) = self.min_rate_gbps {
+            if !(r.is_finite() && r > 0.0) {
+                return err("min_rate_gbps", format!("{r} is not a rate in Gb/s"));
+            }
+        }
+        for p in &self.ports {
+            if parse_port(p).is_none() {
+                return err(
+                    "ports",
+                    format!("{p:?} is not DEVICE/PORT (for example mlx5_0/1)"),
+                );
+            }
+        }
+        if let Some(a) = &self.agent {
+            if !(a.starts_with("http://") || a.starts_with("https://")) {
+                return err(
+                    "agent",
+                    format!("{a:?} is not an http:// or https:// URL of the agent's Prometheus endpoint"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `mlx5_0/1` → (`mlx5_0`, 1).
+pub fn parse_port(s: &str) -> Option<(&str, u32)> {
+    let (dev, port) = s.rsplit_once('/')?;
+    let port = port.parse().ok()?;
+    (!dev.is_empty()).then_some((dev, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<HealthConfig, String> {
+        let c: HealthConfig = toml::from_str(toml_text).map_err(|e| e.to_string())?;
+        c.validate().map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    #[test]
+    fn no_key_is_a_config_to_run_with() {
+        let c = parse("").unwrap();
+        assert!(CheckName::ALL.iter().all(|&k| c.runs(k)));
+        assert_eq!(c.kernel_log_window, Duration::from_secs(900));
+        assert_eq!(c.min_devices, 1);
+    }
+
+    #[test]
+    fn mistakes_are_named_by_key() {
+        let e = parse("keep_checks = []").unwrap_err();
+        assert!(e.contains("unknown field `keep_checks`"), "{e}");
+        let e = parse("checks = [\"ports\", \"pci\"]").unwrap_err();
+        assert!(e.contains("unknown variant `pci`"), "{e}");
+        let e = parse("ports = [\"mlx5_0\"]").unwrap_err();
+        assert_eq!(
+            e,
+            "health.ports: \"mlx5_0\" is not DEVICE/PORT (for example mlx5_0/1)"
+        );
+        let e = parse("agent_timeout = \"5s\"").unwrap_err();
+        assert!(e.starts_with("health.agent_timeout: 5s is more"), "{e}");
+        let e = parse("min_rate_gbps = -1.0").unwrap_err();
+        assert!(e.starts_with("health.min_rate_gbps"), "{e}");
+        let e = parse("agent = \"127.0.0.1:9464\"").unwrap_err();
+        assert!(e.starts_with("health.agent"), "{e}");
+        let c = parse("checks = [\"ports\", \"kernel-log\"]").unwrap();
+        assert!(c.runs(CheckName::KernelLog) && !c.runs(CheckName::Pcie));
+    }
+}

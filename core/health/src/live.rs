@@ -1,0 +1,240 @@
+//! What a fixture tree does not have: the kernel log (the doctor's check), the queue pairs
+//! (RDMA netlink) and a running agent's rules (its `/rules`).
+
+use std::collections::BTreeMap;
+
+use rocewatch_plugin_api::Inventory;
+use serde::Deserialize;
+
+use super::config::HealthConfig;
+use super::finding::{Finding, Status};
+use super::Options;
+
+/// The doctor's kernel-log check over `[health] kernel_log_window`: a failing message
+/// (firmware command timeout, health compromised, PCIe slot power) is unhealthy, the
+/// others warn; a log that could not be read is skipped with why.
+pub fn kernel_log(opts: &Options, cfg: &HealthConfig) -> Vec<Finding> {
+    rocewatch_doctor::kernel_log_checks(
+        &opts.sysfs_root,
+        &opts.kernel_log,
+        cfg.kernel_log_window,
+        rocewatch_klog::text::Clock::now(),
+    )
+    .into_iter()
+    .map(|c| {
+        use rocewatch_doctor::Status as D;
+        let status = match c.status {
+            D::Pass => Status::Ok,
+            D::Warn => Status::Warning,
+            D::Fail => Status::Unhealthy,
+            D::Skip | D::Info => Status::Skipped,
+        };
+        let mut f = Finding::host("kernel-log", status, c.evidence);
+        f.device = (!c.subject.is_empty()).then_some(c.subject);
+        f
+    })
+    .collect()
+}
+
+/// The state the kernel names ERR (`enum ib_qp_state`: IB_QPS_ERR = 6).
+const QPS_ERR: u8 = 6;
+
+/// Queue pairs in the error state, per device and port, with the processes holding them.
+/// A QP in ERR no longer moves data: every rank of a job using it is wedged.
+pub fn qps(opts: &Options, inv: &Inventory) -> Vec<Finding> {
+    if !opts.live {
+        return vec![Finding::host(
+            "qps",
+            Status::Skipped,
+            "queue pairs are read over RDMA netlink, on the live host only",
+        )];
+    }
+    if inv.devices.is_empty() {
+        return vec![Finding::host("qps", Status::Skipped, "no RDMA device")];
+    }
+    let mut nl = match rocewatch_netlink::rdma::RdmaNetlink::open() {
+        Ok(n) => n,
+        Err(e) => {
+            return vec![Finding::host(
+                "qps",
+                Status::Unknown,
+                format!("RDMA netlink: {e}"),
+            )]
+        }
+    };
+    let devices = match nl.devices() {
+        Ok(d) => d,
+        Err(e) => {
+            return vec![Finding::host(
+                "qps",
+                Status::Unknown,
+                format!("RDMA netlink devices: {e}"),
+            )]
+        }
+    };
+    let mut out = Vec::new();
+    for d in devices
+        .iter()
+        .filter(|d| inv.devices.iter().any(|i| i.name == d.name))
+    {
+        let qps = match nl.res_qps(d.index) {
+            Ok(q) => q,
+            Err(e) => {
+                out.push(Finding::at(
+                    "qps",
+                    Status::Unknown,
+                    &d.name,
+                    None,
+                    None,
+                    format!("QP dump: {e}"),
+                ));
+                continue;
+            }
+        };
+        let mut err: BTreeMap<Option<u32>, Vec<String>> = BTreeMap::new();
+        for q in qps.iter().filter(|q| q.state.0 == QPS_ERR) {
+            let holder = match (&q.pid, &q.kern_name) {
+                (Some(p), _) => format!("QP {} pid {p}", q.lqpn),
+                (None, Some(k)) => format!("QP {} {k}", q.lqpn),
+                (None, None) => format!("QP {}", q.lqpn),
+            };
+            err.entry(q.port).or_default().push(holder);
+        }
+        if err.is_empty() {
+            out.push(Finding::at(
+                "qps",
+                Status::Ok,
+                &d.name,
+                None,
+                None,
+                format!("{} QPs, none in ERR", qps.len()),
+            ));
+        }
+        for (port, holders) in err {
+            out.push(Finding::at(
+                "qps",
+                Status::Unhealthy,
+                &d.name,
+                port,
+                None,
+                format!(
+                    "{} QP{} in ERR: {}",
+                    holders.len(),
+                    if holders.len() == 1 { "" } else { "s" },
+                    holders.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// One rule of the agent's `/rules`.
+#[derive(Debug, Deserialize)]
+struct RuleState {
+    rule: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    phase: String,
+    #[serde(default)]
+    value: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Rules {
+    rules: Vec<RuleState>,
+}
+
+/// A running agent's firing rules, from its `/rules`: each is unhealthy unless
+/// `ignore_rules` names it. An agent that does not answer is said and weighs nothing.
+pub async fn agent(cfg: &HealthConfig) -> Vec<Finding> {
+    let Some(base) = &cfg.agent else {
+        return vec![Finding::host(
+            "agent",
+            Status::Skipped,
+            "no [health] agent: a running agent's rules are not read",
+        )];
+    };
+    let url = format!("{}/rules", base.trim_end_matches('/'));
+    match fetch(&url, cfg.agent_timeout).await {
+        Ok(rules) => judge_rules(&url, &rules, &cfg.ignore_rules),
+        Err(why) => vec![Finding::host(
+            "agent",
+            Status::Warning,
+            format!("{url}: {why} (its rules are not read; health goes on without them)"),
+        )],
+    }
+}
+
+async fn fetch(url: &str, timeout: std::time::Duration) -> Result<Rules, String> {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let resp = client.get(url).send().await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("answered {}", resp.status()));
+    }
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    serde_json::from_slice(&body).map_err(|e| format!("not the agent's /rules: {e}"))
+}
+
+/// Findings of the rules an agent reported.
+fn judge_rules(url: &str, rules: &Rules, ignore: &[String]) -> Vec<Finding> {
+    let firing: Vec<&RuleState> = rules.rules.iter().filter(|r| r.phase == "firing").collect();
+    if firing.is_empty() {
+        return vec![Finding::host(
+            "agent",
+            Status::Ok,
+            format!("{url}: {} rule series, none firing", rules.rules.len()),
+        )];
+    }
+    firing
+        .into_iter()
+        .map(|r| {
+            let status = if ignore.contains(&r.rule) {
+                Status::Warning
+            } else {
+                Status::Unhealthy
+            };
+            let others: Vec<String> = r
+                .labels
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "rdma.device" | "rdma.port" | "rdma.netdev"))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let value = r.value.map(|v| format!(" at {v}")).unwrap_or_default();
+            let what = match others.is_empty() {
+                true => format!("rule {} firing{value}", r.rule),
+                false => format!("rule {} firing{value} ({})", r.rule, others.join(",")),
+            };
+            let mut f = Finding::host("agent", status, what);
+            f.device = r.labels.get("rdma.device").cloned();
+            f.port = r.labels.get("rdma.port").and_then(|p| p.parse().ok());
+            f.netdev = r.labels.get("rdma.netdev").cloned();
+            f
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn firing_rules_are_unhealthy_unless_ignored_and_name_their_port() {
+        let body = r#"{"rules":[
+            {"rule":"pfc_storm","metric":"rdma.pfc.storm_events","condition":"rate > 0","labels":{"rdma.device":"mlx5_0","rdma.port":"1","rdma.priority":"3"},"phase":"firing","value":12.5,"for_seconds":40,"severity":"critical"},
+            {"rule":"noisy","labels":{},"phase":"firing","value":1},
+            {"rule":"quiet","labels":{"rdma.device":"mlx5_1"},"phase":"inactive"}]}"#;
+        let rules: Rules = serde_json::from_str(body).unwrap();
+        let f = judge_rules("http://127.0.0.1:9464/rules", &rules, &["noisy".into()]);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].status, Status::Unhealthy);
+        assert_eq!(f[0].subject(), "mlx5_0/1");
+        assert_eq!(f[0].what, "rule pfc_storm firing at 12.5 (rdma.priority=3)");
+        assert_eq!(f[1].status, Status::Warning);
+        let none = Rules { rules: vec![] };
+        assert_eq!(judge_rules("u", &none, &[])[0].status, Status::Ok);
+    }
+}

@@ -1,0 +1,238 @@
+//! `health` on the fixture trees (integration-tests/fixtures/*, each with its SOURCE.md):
+//! what each says, and trees changed the way hosts break (a port down, PCIe downtrained,
+//! a kernel log with a failing firmware command).
+
+use std::path::{Path, PathBuf};
+
+use rocewatch_health::{run, HealthConfig, Options, Report, Status, Verdict, LINE_MAX};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration-tests/fixtures")
+}
+
+fn options(root: &Path, kernel_log: Option<&Path>) -> Options {
+    Options {
+        sysfs_root: root.to_path_buf(),
+        live: false,
+        kernel_log: match kernel_log {
+            Some(p) => serde_json::json!({ "path": p }),
+            None => serde_json::json!({}),
+        },
+        devices: Default::default(),
+    }
+}
+
+fn health(root: &Path, cfg: &HealthConfig) -> Report {
+    health_with(options(root, None), cfg)
+}
+
+fn health_with(opts: Options, cfg: &HealthConfig) -> Report {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run(&opts, cfg))
+}
+
+/// A copy of a fixture tree to break (symbolic links kept as links).
+fn copy_of(tree: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixtures().join(tree).join("sys"))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp -a {tree}");
+    dir
+}
+
+fn dump(r: &Report) -> String {
+    serde_json::to_string_pretty(r).unwrap()
+}
+
+#[test]
+fn every_fixture_tree_gets_a_verdict_and_a_bounded_line() {
+    for tree in [
+        "mlx5-roce-dual-port",
+        "gpu-two-socket",
+        "ib-hca",
+        "no-pma-restricted",
+        "rxe-soft-roce",
+        "no-devices",
+    ] {
+        let r = health(&fixtures().join(tree).join("sys"), &HealthConfig::default());
+        println!("{tree}: {:?} {}", r.verdict, r.line);
+        assert!(r.line.len() <= LINE_MAX, "{tree}: {}", r.line);
+        assert!(!r.findings.is_empty(), "{tree}");
+    }
+}
+
+#[test]
+fn a_dual_port_host_with_both_ports_up_is_healthy() {
+    let r = health(
+        &fixtures().join("mlx5-roce-dual-port/sys"),
+        &HealthConfig::default(),
+    );
+    assert_eq!(r.verdict, Verdict::Healthy, "{}", dump(&r));
+    assert_eq!(r.verdict.exit_code(), 0);
+    assert_eq!(r.line, "healthy: 2 RDMA ports checked");
+    // What a fixture tree cannot say is said, not passed.
+    let skipped: Vec<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.status == Status::Skipped)
+        .map(|f| f.check)
+        .collect();
+    assert!(
+        skipped.contains(&"qps") && skipped.contains(&"kernel-log"),
+        "{skipped:?}"
+    );
+}
+
+fn write(tree: &Path, rel: &str, text: &str) {
+    std::fs::write(tree.join("sys").join(rel), text).unwrap();
+}
+
+#[test]
+fn a_port_down_under_an_up_netdev_is_unhealthy_and_named_in_the_line() {
+    let t = copy_of("mlx5-roce-dual-port");
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/state",
+        "1: DOWN\n",
+    );
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/phys_state",
+        "3: Disabled\n",
+    );
+    let r = health(&t.path().join("sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert_eq!(r.verdict.exit_code(), 1);
+    assert_eq!(
+        r.line,
+        "mlx5_1/1 ens1f1np1: port DOWN (Disabled), ens1f1np1 is up"
+    );
+    // The same port under a netdev taken down on purpose is not the scheduler's concern.
+    write(t.path(), "class/net/ens1f1np1/flags", "0x1002\n");
+    let r = health(&t.path().join("sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Healthy, "{}", dump(&r));
+    assert_eq!(r.line, "healthy: 1 RDMA port checked");
+    // Named in [health] ports, it must be up whatever its netdev.
+    let cfg: HealthConfig = toml::from_str("ports = [\"mlx5_0/1\", \"mlx5_1/1\"]").unwrap();
+    let r = health(&t.path().join("sys"), &cfg);
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+}
+
+#[test]
+fn a_port_slower_than_its_siblings_or_the_configured_rate_is_unhealthy() {
+    let t = copy_of("mlx5-roce-dual-port");
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/rate",
+        "50 Gb/sec (2X HDR)\n",
+    );
+    let r = health(&t.path().join("sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert_eq!(
+        r.line,
+        "mlx5_1/1 ens1f1np1: ACTIVE at 50 Gb/s, 100 expected (its siblings)"
+    );
+    let cfg: HealthConfig = toml::from_str("min_rate_gbps = 200").unwrap();
+    let r = health(&fixtures().join("mlx5-roce-dual-port/sys"), &cfg);
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert_eq!(
+        r.line,
+        "mlx5_0/1 ens1f0np0: ACTIVE at 100 Gb/s, 200 expected (min_rate_gbps) (+1 more)"
+    );
+}
+
+#[test]
+fn pcie_below_its_maximum_is_unhealthy() {
+    // gpu-two-socket's mlx5_2 runs at x8 of its x16 (its SOURCE.md).
+    let r = health(
+        &fixtures().join("gpu-two-socket/sys"),
+        &HealthConfig::default(),
+    );
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert_eq!(
+        r.line,
+        "mlx5_2: PCIe 0000:9d:00.0 x8 16 GT/s, its maximum x16 16 GT/s"
+    );
+    let pcie: Vec<_> = r.findings.iter().filter(|f| f.check == "pcie").collect();
+    assert!(
+        pcie.iter().filter(|f| f.status == Status::Ok).count() >= 1,
+        "{pcie:?}"
+    );
+}
+
+#[test]
+fn an_infiniband_port_down_is_unhealthy_with_no_netdev_to_excuse_it() {
+    let r = health(&fixtures().join("ib-hca/sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert_eq!(r.line, "mlx4_0/2: port DOWN (Disabled)");
+}
+
+#[test]
+fn a_host_without_rdma_devices_is_unhealthy_unless_none_are_expected() {
+    let root = fixtures().join("no-devices/sys");
+    let r = health(&root, &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert_eq!(
+        r.line,
+        "devices: no RDMA device in class/infiniband (did the driver load?)"
+    );
+    let cfg: HealthConfig = toml::from_str("min_devices = 0").unwrap();
+    assert_eq!(health(&root, &cfg).verdict, Verdict::Healthy);
+}
+
+#[test]
+fn unreadable_state_is_cannot_tell_not_healthy() {
+    let t = copy_of("mlx5-roce-dual-port");
+    std::fs::remove_file(t.path().join("sys/class/net/ens1f0np0/flags")).unwrap();
+    let r = health(&t.path().join("sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unknown, "{}", dump(&r));
+    assert_eq!(r.verdict.exit_code(), 2);
+    assert!(
+        r.line.starts_with("cannot tell: mlx5_0/1 ens1f0np0: "),
+        "{}",
+        r.line
+    );
+}
+
+#[test]
+fn a_failing_firmware_command_in_the_kernel_log_is_unhealthy() {
+    let log = fixtures().join("kernel-log/dmesg-T.txt");
+    let opts = options(&fixtures().join("mlx5-roce-dual-port/sys"), Some(&log));
+    // The recorded boot is of 2025: a window reaching back to it.
+    let cfg: HealthConfig = toml::from_str("kernel_log_window = \"36500d\"").unwrap();
+    let r = health_with(opts, &cfg);
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert!(r.line.starts_with("mlx5_0: "), "{}", r.line);
+    let bad: Vec<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.status == Status::Unhealthy)
+        .map(|f| f.what.as_str())
+        .collect();
+    assert!(
+        bad.iter().any(|w| w.contains("health_compromised")),
+        "{bad:?}"
+    );
+    assert!(r.line.len() <= LINE_MAX);
+}
+
+#[test]
+fn builds_other_than_expected_are_unhealthy() {
+    let cfg: HealthConfig = toml::from_str("firmware = \"28.39.1002\"").unwrap();
+    let r = health(&fixtures().join("mlx5-roce-dual-port/sys"), &cfg);
+    let builds: Vec<_> = r.findings.iter().filter(|f| f.check == "builds").collect();
+    assert!(!builds.is_empty(), "{}", dump(&r));
+    // The tree's fw_ver is 22.39.1002.
+    assert!(
+        builds.iter().all(|f| f.status == Status::Unhealthy),
+        "{builds:?}"
+    );
+    assert_eq!(builds[0].what, "firmware 22.39.1002 (28.39.1002 expected)");
+}

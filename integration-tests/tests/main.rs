@@ -43,6 +43,7 @@ mod doctor;
 mod ethtool;
 mod exporters;
 mod fixtures;
+mod health;
 mod lab;
 mod lifecycle;
 mod otlp;

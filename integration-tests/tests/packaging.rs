@@ -146,14 +146,6 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     assert!(score <= 2.5, "exposure {score}:\n{text}");
 }
 
-fn yaml_docs(rel: &str) -> Vec<serde_yaml::Value> {
-    use serde::Deserialize;
-    let text = std::fs::read_to_string(root().join(rel)).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("{rel}: {e}")))
-        .collect()
-}
-
 #[test]
 fn the_kubernetes_daemonset_and_the_collector_snippet_fit_together() {
     let docs = yaml_docs("deploy/kubernetes/rocewatch-daemonset.yaml");

@@ -688,3 +688,12 @@ impl Prometheus {
             .collect()
     }
 }
+
+/// The YAML documents of a file of the repository (`deploy/...`).
+pub fn yaml_docs(rel: &str) -> Vec<serde_yaml::Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(root().join(rel)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("{rel}: {e}")))
+        .collect()
+}

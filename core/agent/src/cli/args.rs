@@ -155,6 +155,36 @@ pub enum Command {
     ///          rocewatch doctor --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --window 1s
     #[command(verbatim_doc_comment)]
     Doctor(DoctorArgs),
+    /// Is this host fit to take jobs? One verdict for a scheduler, in under 2 s.
+    ///
+    /// Checks, in order: RDMA devices present ([health] min_devices, default 1); every
+    /// port whose netdev is administratively up, and every InfiniBand port, ACTIVE and
+    /// LinkUp at [health] min_rate_gbps or at the rate of its siblings (ports of the same
+    /// HCA model); each device's PCIe link at its maximum width and speed; a RoCE v2 GID
+    /// for each address of the port's netdev; the RoCE netdevs' MTU (min_mtu, else one MTU
+    /// for all); the driver and firmware builds [health] names; failing driver messages in
+    /// the kernel log over [health] kernel_log_window (default 15m: firmware command
+    /// timeouts, health compromised, PCIe slot power); queue pairs in the error state
+    /// (RDMA netlink; a QP in ERR wedges every rank of the job on it); and, with
+    /// [health] agent or --agent, a running agent's firing rules (never required: an
+    /// agent that does not answer is said and weighs nothing). [health] checks = [...]
+    /// picks the checks that count. A fixture tree (--sysfs-root) has no netlink or
+    /// kernel log of its own: those checks say skipped.
+    ///
+    /// Output: one line naming the worst finding (device, port, what is wrong), at most
+    /// 80 bytes (node-problem-detector's default max_output_length); --all adds every
+    /// finding; --json prints them all.
+    ///
+    /// Exit status: 0 healthy, 1 unhealthy, 2 cannot tell (a state that could not be
+    /// read, a configuration that does not load): node-problem-detector's custom-plugin
+    /// contract (OK, NonOK, Unknown).
+    ///
+    /// Examples:
+    ///   rocewatch health
+    ///   rocewatch health --all --agent http://127.0.0.1:9464
+    ///   rocewatch health --json --sysfs-root integration-tests/fixtures/gpu-two-socket/sys
+    #[command(verbatim_doc_comment)]
+    Health(HealthArgs),
     /// The environment NCCL, UCX and Open MPI need on this host to take the RDMA path.
     ///
     /// Computed from discovery and the QoS state: the ACTIVE ports (NCCL_IB_HCA,
@@ -438,6 +468,24 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs_root: std::path::PathBuf,
 }
+/// `rocewatch health`'s arguments.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// After the line, every finding: STATUS check subject: what.
+    #[arg(long, conflicts_with = "json")]
+    pub all: bool,
+    /// Print JSON: {"verdict","line","findings":[{"check","status","device","port",
+    /// "netdev","what"}]}.
+    #[arg(long)]
+    pub json: bool,
+    /// A running agent's Prometheus endpoint, whose /rules are read (overrides [health]
+    /// agent). Example: --agent http://127.0.0.1:9464
+    #[arg(long, value_name = "URL")]
+    pub agent: Option<String>,
+}
+
 /// `rocewatch capture`'s arguments.
 #[derive(Debug, Args)]
 pub struct CaptureArgs {
@@ -601,6 +649,7 @@ impl Command {
             | Command::Rules(_)
             | Command::Qos(_)
             | Command::Doctor(_)
+            | Command::Health(_)
             | Command::Bandwidth(_)
             | Command::Env(_)
             | Command::Capture(_)

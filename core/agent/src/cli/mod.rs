@@ -15,6 +15,7 @@ mod doctor;
 #[cfg(test)]
 mod duration_flags;
 mod env;
+mod health;
 mod output;
 mod plugins;
 mod probe;
@@ -53,6 +54,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,
+        Command::Health(a) => health::run(a).await,
         Command::Env(a) => env::run(a).await,
         Command::Capture(a) => capture::run(a).await,
         Command::Top(a) => top::run(a).await,

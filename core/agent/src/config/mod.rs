@@ -85,6 +85,9 @@ pub struct Config {
     /// The desired RoCE/PFC/ECN state (`[[qos.desired]]`), for `rocewatch qos plan`.
     #[serde(default)]
     pub qos: rocewatch_qos::QosConfig,
+    /// What `rocewatch health` expects (`[health]`).
+    #[serde(default)]
+    pub health: rocewatch_health::HealthConfig,
 }
 
 /// Log output format.
@@ -210,7 +213,7 @@ impl Config {
 
     /// Every check of a loaded configuration, in order; the first refusal is the error.
     fn validate(&self, name: &str) -> Result<(), ConfigError> {
-        let checks: [Check; 7] = [
+        let checks: [Check; 8] = [
             Config::check_durations,
             Config::check_listeners,
             Config::check_web_config,
@@ -218,6 +221,7 @@ impl Config {
             Config::check_builtin_plugins,
             Config::check_external_plugins,
             Config::check_exporters,
+            Config::check_health,
         ];
         for check in checks {
             check(self).map_err(|(path, message)| ConfigError::Invalid {
@@ -227,6 +231,13 @@ impl Config {
             })?;
         }
         Ok(())
+    }
+
+    /// `[health]`, as `rocewatch health` reads it.
+    fn check_health(&self) -> Result<(), Refusal> {
+        self.health
+            .validate()
+            .map_err(|e| (format!("health.{}", e.key), e.why))
     }
 
     fn check_durations(&self) -> Result<(), Refusal> {

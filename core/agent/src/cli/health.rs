@@ -1,0 +1,80 @@
+//! `rocewatch health`: the verdict, printed as a scheduler reads it.
+
+use anyhow::Result;
+
+use super::args::HealthArgs;
+use super::output::print_json;
+use rocewatch_health::{Report, Status};
+
+pub async fn run(a: HealthArgs) -> Result<i32> {
+    let HealthArgs {
+        source,
+        all,
+        json,
+        agent,
+    } = a;
+    // A configuration that does not load is "cannot tell" (2), said in one line.
+    let cfg = match source.load() {
+        Ok(c) => c,
+        Err(e) => {
+            let line =
+                rocewatch_health::bounded(&format!("cannot tell: {e}"), rocewatch_health::LINE_MAX);
+            println!("{line}");
+            eprintln!("rocewatch health: {e:#}");
+            return Ok(2);
+        }
+    };
+    let mut health = cfg.health.clone();
+    if let Some(url) = agent {
+        health.agent = Some(url);
+        if let Err(e) = health.validate() {
+            anyhow::bail!("--agent: {}", e.why);
+        }
+    }
+    let opts = rocewatch_health::Options {
+        // The host's sysfs (also bind-mounted, as /host/sys in a pod), not a fixture tree.
+        live: rocewatch_sysfs::read::is_sysfs(&cfg.agent.sysfs_root),
+        sysfs_root: cfg.agent.sysfs_root.clone(),
+        kernel_log: cfg
+            .plugins
+            .builtin
+            .get(crate::builtins::KERNEL_LOG)
+            .map(|p| p.options.clone())
+            .unwrap_or_else(|| serde_json::json!({})),
+        devices: cfg.devices.clone(),
+    };
+    let report = rocewatch_health::run(&opts, &health).await;
+    if json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        println!("{}", report.line);
+        if all {
+            print!("{}", table(&report));
+        }
+    }
+    Ok(report.verdict.exit_code())
+}
+
+/// Every finding, one per line: `UNHEALTHY ports mlx5_1/1 ens1f1np1: port DOWN`.
+fn table(r: &Report) -> String {
+    r.findings
+        .iter()
+        .map(|f| {
+            let status = match f.status {
+                Status::Ok => "OK",
+                Status::Skipped => "SKIPPED",
+                Status::Warning => "WARNING",
+                Status::Unknown => "UNKNOWN",
+                Status::Unhealthy => "UNHEALTHY",
+            };
+            let subject = f.subject();
+            let line = if subject.is_empty() {
+                format!("{status:<9} {:<10} {}", f.check, f.what)
+            } else {
+                format!("{status:<9} {:<10} {subject}: {}", f.check, f.what)
+            };
+            // A name read from the host cannot start a line of its own.
+            format!("{}\n", rocewatch_health::bounded(&line, 8192))
+        })
+        .collect()
+}

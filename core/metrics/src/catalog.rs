@@ -515,7 +515,7 @@ macro_rules! resource {
 /// The resources collector's metrics (the workload attributes: `crate::resources`).
 pub static RESOURCE_CATALOG: &[CatalogEntry] = &[
     resource!(names::RESOURCE_QPS, "{qp}", Gauge,
-        "Queue pairs per `rdma.device`, `rdma.port` (absent for a QP not bound to a port yet) and workload (`rdma.workload`, `rdma.workload.kind`, and `k8s.pod.uid`/`container.id`, `slurm.job.id`/`slurm.step.id`, `systemd.unit` or `process.command`; `rdma.workload.cgroup`, the path of a pod's, job's or unit's own cgroup)."),
+        "Queue pairs per `rdma.device`, `rdma.port` (absent for a QP not bound to a port yet), `rdma.qp.state` (RESET, INIT, RTR, RTS, SQD, SQE, ERR, as `rdma resource show qp` prints them: a QP in ERR moves no data) and workload (`rdma.workload`, `rdma.workload.kind`, and `k8s.pod.uid`/`container.id`, `slurm.job.id`/`slurm.step.id`, `systemd.unit` or `process.command`; `rdma.workload.cgroup`, the path of a pod's, job's or unit's own cgroup)."),
     resource!(names::RESOURCE_CQS, "{cq}", Gauge,
         "Completion queues per `rdma.device` and workload."),
     resource!(names::RESOURCE_MRS, "{mr}", Gauge,

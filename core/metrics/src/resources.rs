@@ -36,6 +36,13 @@ pub const ATTR_PROCESS_COMMAND: &str = "process.command";
 /// units; as the agent reads it (relative, `/../..`, from inside a cgroup namespace).
 pub const ATTR_WORKLOAD_CGROUP: &str = "rdma.workload.cgroup";
 
+/// A QP's state as `rdma resource show qp` prints it (`RESET`, `INIT`, `RTR`, `RTS`,
+/// `SQD`, `SQE`, `ERR`: `enum ib_qp_state`), on `rdma.resource.qps`. A QP in `ERR` moves
+/// no data: every rank of a job on it waits.
+pub const ATTR_QP_STATE: &str = "rdma.qp.state";
+/// The state of a QP in error.
+pub const QP_STATE_ERR: &str = "ERR";
+
 /// The workload that sums those beyond `max_workloads`.
 pub const OTHER_WORKLOAD: &str = "other";
 

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rocewatch_metrics::{
-    CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_PORT, ATTR_WORKLOAD_STATE, RESOURCE_CATALOG,
-    RESOURCE_CQS, RESOURCE_MRS, RESOURCE_MR_BYTES, RESOURCE_PDS, RESOURCE_QPS, RESOURCE_WORKLOADS,
-    WORKLOAD_COUNTER, WORKLOAD_FOLDED, WORKLOAD_REPORTED,
+    CatalogEntry, ATTR_COUNTER, ATTR_DEVICE, ATTR_PORT, ATTR_QP_STATE, ATTR_WORKLOAD_STATE,
+    RESOURCE_CATALOG, RESOURCE_CQS, RESOURCE_MRS, RESOURCE_MR_BYTES, RESOURCE_PDS, RESOURCE_QPS,
+    RESOURCE_WORKLOADS, WORKLOAD_COUNTER, WORKLOAD_FOLDED, WORKLOAD_REPORTED,
 };
 use rocewatch_netlink::rdma_res::ResourceSnapshot;
 use rocewatch_netlink::rdma_stat::QpCounter;
@@ -64,7 +64,8 @@ fn entry(name: &str) -> &'static CatalogEntry {
 /// into the workload table.
 #[derive(Default)]
 struct Sums<'a> {
-    qps: HashMap<(&'a str, Option<u32>, usize), u64>,
+    /// By device, port, workload and QP state (`rdma`'s names: RTS, ERR...).
+    qps: HashMap<(&'a str, Option<u32>, usize, &'static str), u64>,
     cqs: HashMap<(&'a str, usize), u64>,
     mrs: HashMap<(&'a str, usize), (u64, u64)>,
     pds: HashMap<(&'a str, usize), u64>,
@@ -107,7 +108,10 @@ pub fn aggregate<'a>(
     };
     for q in &snap.qps {
         let i = idx(q.pid, q.kern_name.as_deref());
-        *sums.qps.entry((&q.dev_name, q.port, i)).or_default() += 1;
+        *sums
+            .qps
+            .entry((&q.dev_name, q.port, i, q.state.name()))
+            .or_default() += 1;
         weigh(i, 1, 0, &mut weight);
     }
     for c in &snap.cqs {
@@ -164,33 +168,7 @@ pub fn aggregate<'a>(
     for (k, i) in order[..keep].iter().enumerate() {
         attrs[*i] = &own[k];
     }
-    let mut out = Samples::default();
-    let with = |device: &str, port: Option<u32>, i: usize| {
-        let mut a = attrs[i].clone();
-        a.insert(ATTR_DEVICE.into(), device.to_string());
-        if let Some(p) = port {
-            a.insert(ATTR_PORT.into(), p.to_string());
-        }
-        a
-    };
-    for ((d, p, i), n) in &sums.qps {
-        out.add(RESOURCE_QPS, with(d, *p, *i), *n);
-    }
-    for ((d, i), n) in &sums.cqs {
-        out.add(RESOURCE_CQS, with(d, None, *i), *n);
-    }
-    for ((d, i), (n, bytes)) in &sums.mrs {
-        out.add(RESOURCE_MRS, with(d, None, *i), *n);
-        out.add(RESOURCE_MR_BYTES, with(d, None, *i), *bytes);
-    }
-    for ((d, i), n) in &sums.pds {
-        out.add(RESOURCE_PDS, with(d, None, *i), *n);
-    }
-    for ((d, p, i, name), v) in &sums.counters {
-        let mut a = with(d, *p, *i);
-        a.insert(ATTR_COUNTER.into(), name.to_string());
-        out.add(WORKLOAD_COUNTER, a, *v);
-    }
+    let mut out = sums.samples(&attrs);
     for (state, n) in [(WORKLOAD_REPORTED, keep), (WORKLOAD_FOLDED, folded)] {
         let a = BTreeMap::from([(ATTR_WORKLOAD_STATE.to_string(), state.to_string())]);
         out.add(RESOURCE_WORKLOADS, a, n as u64);
@@ -199,6 +177,44 @@ pub fn aggregate<'a>(
         samples: out.into_samples(),
         reported: keep,
         folded,
+    }
+}
+
+impl Sums<'_> {
+    /// The sums as samples, each workload under `attrs[index]` (its own attributes, or
+    /// those of `other`).
+    fn samples(&self, attrs: &[&BTreeMap<String, String>]) -> Samples {
+        let sums = self;
+        let mut out = Samples::default();
+        let with = |device: &str, port: Option<u32>, i: usize| {
+            let mut a = attrs[i].clone();
+            a.insert(ATTR_DEVICE.into(), device.to_string());
+            if let Some(p) = port {
+                a.insert(ATTR_PORT.into(), p.to_string());
+            }
+            a
+        };
+        for ((d, p, i, state), n) in &sums.qps {
+            let mut a = with(d, *p, *i);
+            a.insert(ATTR_QP_STATE.into(), state.to_string());
+            out.add(RESOURCE_QPS, a, *n);
+        }
+        for ((d, i), n) in &sums.cqs {
+            out.add(RESOURCE_CQS, with(d, None, *i), *n);
+        }
+        for ((d, i), (n, bytes)) in &sums.mrs {
+            out.add(RESOURCE_MRS, with(d, None, *i), *n);
+            out.add(RESOURCE_MR_BYTES, with(d, None, *i), *bytes);
+        }
+        for ((d, i), n) in &sums.pds {
+            out.add(RESOURCE_PDS, with(d, None, *i), *n);
+        }
+        for ((d, p, i, name), v) in &sums.counters {
+            let mut a = with(d, *p, *i);
+            a.insert(ATTR_COUNTER.into(), name.to_string());
+            out.add(WORKLOAD_COUNTER, a, *v);
+        }
+        out
     }
 }
 
@@ -378,6 +394,32 @@ pub(crate) mod tests {
             .samples
             .iter()
             .all(|s| s.attributes.get("process.pid").is_none()));
+    }
+
+    #[test]
+    fn qps_are_counted_per_state_so_a_qp_in_error_names_its_workload_and_port() {
+        let mut err = qp("mlx5_0", Some(1), 12, Some(43), None);
+        err.state = QpState(6);
+        let snap = ResourceSnapshot {
+            qps: vec![
+                qp("mlx5_0", Some(1), 10, Some(42), None),
+                qp("mlx5_0", Some(1), 11, Some(43), None),
+                err,
+            ],
+            ..Default::default()
+        };
+        let a = aggregate(&snap, &[], by_pid, 64);
+        let q = |w: &str, state: &str| {
+            value(
+                &a,
+                "rdma.resource.qps",
+                &[(ATTR_WORKLOAD, w), (ATTR_PORT, "1"), (ATTR_QP_STATE, state)],
+            )
+        };
+        assert_eq!(q("slurm:43.0", "ERR"), Some(1));
+        assert_eq!(q("slurm:43.0", "RTS"), Some(1));
+        assert_eq!(q("slurm:42.0", "RTS"), Some(1));
+        assert_eq!(q("slurm:42.0", "ERR"), None);
     }
 
     #[test]

@@ -53,6 +53,7 @@ mod plugins;
 mod probes;
 mod prometheus;
 mod qos;
+mod quarantine;
 mod rules;
 mod top;
 mod web;

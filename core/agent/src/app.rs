@@ -184,6 +184,11 @@ impl Agent {
             Err(e) => return Err(abandon(&app, tasks, e).await),
         };
         tasks.push(watch_qos(&app, &stop));
+        tasks.push(tokio::spawn(crate::quarantine::Watcher::new(&app.cfg).run(
+            Arc::clone(&app.pipeline),
+            Arc::clone(app.metrics()),
+            stop.clone(),
+        )));
         tasks.extend(start_probes(&app, &stop));
         let am = AlertmanagerParts {
             dispatcher: remediation.as_ref(),

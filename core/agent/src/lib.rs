@@ -3,8 +3,8 @@
 //! their direction:
 //!
 //! ```text
-//! rocewatch (this crate: cli → demo → supervisor → app, builtins → config)
-//!   → rocewatch-doctor → rocewatch-remediation → rocewatch-probes, rocewatch-qos
+//! rocewatch (this crate: cli → demo → supervisor → app → quarantine → config → builtins)
+//!   → rocewatch-health → rocewatch-doctor → rocewatch-remediation → rocewatch-probes, rocewatch-qos
 //!   → rocewatch-export → rocewatch-web, rocewatch-runtime
 //!   → the readers and the contract: rocewatch-{sysfs, netlink, ethtool, klog, metrics,
 //!     plugin-sdk, plugin-api}
@@ -13,7 +13,7 @@
 //! Only [`builtins`] names the built-in plugin crates.
 //!
 //! Direction inside this crate (each imports only what is to its right): `cli` → `demo`
-//! → `supervisor` → `app` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
+//! → `supervisor` → `app` → `quarantine` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
 //! and that no two files import each other; docs/ARCHITECTURE.md draws it.
 //!
 //! Where things are:
@@ -23,6 +23,8 @@
 //!   carries over, the host changes put back, the ready file.
 //! - [`app`]: the one place the agent is wired (`App` for every command, `Agent` for `run`,
 //!   `demo` and `collectd-exec`).
+//! - [`quarantine`]: rules that quarantine the host, the quarantine's export and its
+//!   recovery policy.
 //! - [`builtins`]: the explicit list of built-in plugins.
 //! - [`config`]: the configuration file: loading, environment overrides, `[agent]`, and the
 //!   checks across sections; every other section belongs to its component's crate.
@@ -35,4 +37,5 @@ pub mod builtins;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod quarantine;
 pub mod supervisor;

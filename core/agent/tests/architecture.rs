@@ -53,7 +53,7 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["util"],
             &["selfmetrics", "audit"],
-            &["store"],
+            &["store", "quarantine"],
             &["host"],
             &["rules"],
             &["pipeline"],
@@ -65,6 +65,7 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["builtins"],
             &["config"],
+            &["quarantine"],
             &["app"],
             &["supervisor"],
             &["demo"],

@@ -118,6 +118,14 @@ pub struct HealthConfig {
     /// Rules whose firing does not make the host unhealthy (a warning only).
     #[serde(default)]
     pub ignore_rules: Vec<String>,
+    /// The recovery policy of a quarantine a rule set (`quarantine = true`): it ends once
+    /// the rule has been clear this long and the health checks pass. Unset (the default):
+    /// only `rocewatch quarantine release` ends it.
+    #[serde(
+        default,
+        deserialize_with = "rocewatch_runtime::util::duration::de_opt_duration"
+    )]
+    pub release_after: Option<Duration>,
 }
 
 impl Default for HealthConfig {
@@ -134,6 +142,7 @@ impl Default for HealthConfig {
             agent: None,
             agent_timeout: default_agent_timeout(),
             ignore_rules: Vec::new(),
+            release_after: None,
         }
     }
 }
@@ -152,6 +161,13 @@ const AGENT_TIMEOUT: Bounds = Bounds {
     ..TIMEOUT
 };
 
+/// How long a quarantining rule must stay clear: long enough to be more than a flap.
+const RELEASE_AFTER: Bounds = Bounds {
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(30 * 86_400),
+    zero_means: None,
+};
+
 impl HealthConfig {
     /// Whether `check` counts.
     pub fn runs(&self, check: CheckName) -> bool {
@@ -166,6 +182,11 @@ impl HealthConfig {
         }
         if let Err(why) = AGENT_TIMEOUT.check(self.agent_timeout) {
             return err("agent_timeout", why);
+        }
+        if let Some(d) = self.release_after {
+            if let Err(why) = RELEASE_AFTER.check(d) {
+                return err("release_after", why);
+            }
         }
         if let Some(r) = self.min_rate_gbps {
             if !(r.is_finite() && r > 0.0) {

@@ -38,6 +38,8 @@ pub struct Options {
     pub kernel_log: serde_json::Value,
     /// The devices `[devices]` selects.
     pub devices: rocewatch_sysfs::inventory::DeviceSelection,
+    /// Where the quarantine file is (the state directory).
+    pub state_dir: PathBuf,
 }
 
 /// Run every check `cfg` turns on and judge.
@@ -92,6 +94,7 @@ pub async fn run(opts: &Options, cfg: &HealthConfig) -> Report {
     add(CheckName::Builds, &|| checks::builds(&host, &checked));
     add(CheckName::KernelLog, &|| live::kernel_log(opts, cfg));
     add(CheckName::Qps, &|| live::qps(opts, &inv));
+    add(CheckName::Quarantine, &|| live::quarantine(opts));
     if cfg.runs(CheckName::Agent) {
         findings.extend(live::agent(cfg).await);
     } else {

@@ -129,6 +129,21 @@ pub fn qps(opts: &Options, inv: &Inventory) -> Vec<Finding> {
     out
 }
 
+/// The host's quarantine (the state directory's `quarantine.json`): unhealthy while in
+/// force, whatever the rest says.
+pub fn quarantine(opts: &Options) -> Vec<Finding> {
+    let file = rocewatch_runtime::quarantine::QuarantineFile::in_dir(&opts.state_dir);
+    vec![match file.read() {
+        Ok(None) => Finding::host("quarantine", Status::Ok, "not in quarantine"),
+        Ok(Some(q)) => Finding::host(
+            "quarantine",
+            Status::Unhealthy,
+            format!("{} ({} since {})", q.reason, q.origin, q.since),
+        ),
+        Err(e) => Finding::host("quarantine", Status::Unknown, e.to_string()),
+    }]
+}
+
 /// One rule of the agent's `/rules`.
 #[derive(Debug, Deserialize)]
 struct RuleState {

@@ -19,6 +19,8 @@ fn options(root: &Path, kernel_log: Option<&Path>) -> Options {
             None => serde_json::json!({}),
         },
         devices: Default::default(),
+        // No quarantine: a state directory that does not exist.
+        state_dir: root.join("no-state-directory"),
     }
 }
 
@@ -235,4 +237,27 @@ fn builds_other_than_expected_are_unhealthy() {
         "{builds:?}"
     );
     assert_eq!(builds[0].what, "firmware 22.39.1002 (28.39.1002 expected)");
+}
+
+#[test]
+fn a_quarantined_host_is_unhealthy_whatever_else_holds() {
+    use rocewatch_runtime::audit::AuditLog;
+    use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
+    let state = tempfile::tempdir().unwrap();
+    let audit = AuditLog::new(state.path().join("audit.jsonl"));
+    let q = Quarantine::now("flapping cable on mlx5_1", "operator", Default::default());
+    assert!(QuarantineFile::in_dir(state.path())
+        .enter(&q, &audit)
+        .unwrap());
+    let mut opts = options(&fixtures().join("mlx5-roce-dual-port/sys"), None);
+    opts.state_dir = state.path().to_path_buf();
+    let r = health_with(opts, &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert!(
+        r.line
+            .starts_with("quarantine: flapping cable on mlx5_1 (operator since "),
+        "{}",
+        r.line
+    );
+    assert!(r.line.len() <= LINE_MAX);
 }

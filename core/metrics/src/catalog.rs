@@ -354,6 +354,8 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Counters seen going backwards (a reset: a new cumulative series starts; no rate or increase for that interval), by metric `name`."),
     entry!(names::ROCEWATCH_COUNTER_SATURATED, "{series}", Gauge, "agent", NONE, 1, "agent",
         "Series of a counter that stops at its maximum (IB PortCounters) now resting there, by metric `name`: their rate is unknown, not 0, until the counter is cleared (`perfquery -R`)."),
+    entry!(names::ROCEWATCH_QUARANTINE, "{quarantine}", Gauge, "agent", NONE, 1, "agent",
+        "1 while the host is in quarantine (no jobs until `rocewatch quarantine release` or the recovery policy), with its `reason`, `origin` (`rule:NAME`, `health`, `operator`) and `since` (RFC 3339); 0, without them, when it is not."),
 ];
 
 /// Every entry of every table: port metrics, PCIe link and driver metrics, ethtool metrics,

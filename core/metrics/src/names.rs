@@ -80,6 +80,7 @@ names! {
     ROCEWATCH_CONFIG_RELOADS = "rocewatch.config.reloads",
     ROCEWATCH_COUNTER_RESETS = "rocewatch.counter.resets",
     ROCEWATCH_COUNTER_SATURATED = "rocewatch.counter.saturated",
+    ROCEWATCH_QUARANTINE = "rocewatch.quarantine",
     PFC_PAUSE_FRAMES = "rdma.pfc.pause_frames",
     PFC_PAUSE_DURATION = "rdma.pfc.pause_duration",
     PFC_PAUSE_TRANSITIONS = "rdma.pfc.pause_transitions",

@@ -1,7 +1,7 @@
 //! The agent's runtime: what every command and every component runs on.
 //!
 //! Direction (each imports only what is to its right): `app` → `pipeline` → `rules` → `host` →
-//! `store` → `selfmetrics`, `audit` → `util`. The crates above (export, probes, qos,
+//! `store`, `quarantine` → `selfmetrics`, `audit` → `util`. The crates above (export, probes, qos,
 //! remediation, doctor, the agent) build on this one; the compiler keeps them from
 //! reaching back.
 //!
@@ -13,6 +13,7 @@
 //! - [`rules`]: threshold rules: configuration and engine.
 //! - [`pipeline`]: ingest (store, derived signals, rules, subscribers) and the schedules.
 //! - [`audit`]: the JSON-lines audit log of remediation and QoS changes.
+//! - [`quarantine`]: the host's quarantine, a state file that outlives the agent.
 //! - [`selfmetrics`]: `rocewatch.*` metrics.
 //! - [`util`]: configuration durations and their bounds, shutdown signals, state files
 //!   root writes safely, giving freed memory back.
@@ -21,6 +22,7 @@ pub mod app;
 pub mod audit;
 pub mod host;
 pub mod pipeline;
+pub mod quarantine;
 pub mod rules;
 pub mod selfmetrics;
 pub mod store;

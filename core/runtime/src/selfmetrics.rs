@@ -29,6 +29,8 @@ struct Inner {
     reloads: BTreeMap<ReloadResult, u64>,
     /// (plugin, kind) → (count, sum of seconds)
     durations: BTreeMap<(String, String), (u64, f64)>,
+    /// The host's quarantine as last read: not yet read, none, or its attributes.
+    quarantine: Option<Option<BTreeMap<String, String>>>,
 }
 
 /// Shared by every task of the agent.
@@ -172,6 +174,12 @@ impl SelfMetrics {
         };
     }
 
+    /// The host's quarantine as the agent last read it: `None` when there is none, else
+    /// its `reason`, `origin` and `since`.
+    pub fn set_quarantine(&self, q: Option<BTreeMap<String, String>>) {
+        self.lock().quarantine = Some(q);
+    }
+
     pub fn call_duration(&self, plugin: &str, kind: &str, d: Duration) {
         let e = &mut *self.lock();
         let slot = e.durations.entry((plugin.into(), kind.into())).or_default();
@@ -299,6 +307,13 @@ impl SelfMetrics {
                     *v,
                     attrs(&[("name", name)]),
                 )
+            });
+        }
+        if let Some(q) = &inner.quarantine {
+            let (v, a) = q.as_ref().map_or((0, BTreeMap::new()), |a| (1, a.clone()));
+            out.push(Sample {
+                kind: MetricKind::Gauge,
+                ..counter(names::ROCEWATCH_QUARANTINE, "{quarantine}", v, a)
             });
         }
         out

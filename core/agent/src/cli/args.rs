@@ -14,7 +14,7 @@ use rocewatch_runtime::util::duration::{
     BANDWIDTH, INTERVAL, LOOK_BACK, PROBE_GAP, PROBE_TIMEOUT, RUN_FOR, WATCH,
 };
 
-pub use super::args_sub::{ConfigCommand, QosCommand, SourceArgs, TopArgs};
+pub use super::args_sub::{ConfigCommand, QosCommand, QuarantineCommand, SourceArgs, TopArgs};
 
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -185,6 +185,15 @@ pub enum Command {
     ///   rocewatch health --json --sysfs-root integration-tests/fixtures/gpu-two-socket/sys
     #[command(verbatim_doc_comment)]
     Health(HealthArgs),
+    /// The host's quarantine: show it, enter it by hand, release it (audited).
+    ///
+    /// A host in quarantine takes no jobs: `health` says unhealthy (and `health --slurm`
+    /// drains the node) until it is released. A rule with `quarantine = true` puts the
+    /// host there when it fires. The state is the file quarantine.json in the state
+    /// directory ($STATE_DIRECTORY, else /var/lib/rocewatch): it outlives the agent, a
+    /// kill -9 and a reboot; the agent exports it as rocewatch_quarantine.
+    #[command(subcommand, verbatim_doc_comment)]
+    Quarantine(QuarantineCommand),
     /// The environment NCCL, UCX and Open MPI need on this host to take the RDMA path.
     ///
     /// Computed from discovery and the QoS state: the ACTIVE ports (NCCL_IB_HCA,
@@ -650,6 +659,7 @@ impl Command {
             | Command::Qos(_)
             | Command::Doctor(_)
             | Command::Health(_)
+            | Command::Quarantine(_)
             | Command::Bandwidth(_)
             | Command::Env(_)
             | Command::Capture(_)

@@ -31,18 +31,7 @@ pub async fn run(a: HealthArgs) -> Result<i32> {
             anyhow::bail!("--agent: {}", e.why);
         }
     }
-    let opts = rocewatch_health::Options {
-        // The host's sysfs (also bind-mounted, as /host/sys in a pod), not a fixture tree.
-        live: rocewatch_sysfs::read::is_sysfs(&cfg.agent.sysfs_root),
-        sysfs_root: cfg.agent.sysfs_root.clone(),
-        kernel_log: cfg
-            .plugins
-            .builtin
-            .get(crate::builtins::KERNEL_LOG)
-            .map(|p| p.options.clone())
-            .unwrap_or_else(|| serde_json::json!({})),
-        devices: cfg.devices.clone(),
-    };
+    let opts = cfg.health_options(rocewatch_runtime::audit::state_dir());
     let report = rocewatch_health::run(&opts, &health).await;
     if json {
         print_json(&serde_json::to_value(&report)?)?;

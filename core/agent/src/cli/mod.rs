@@ -20,6 +20,7 @@ mod output;
 mod plugins;
 mod probe;
 mod qos;
+mod quarantine;
 mod rules;
 mod run;
 pub mod show;
@@ -55,6 +56,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,
         Command::Health(a) => health::run(a).await,
+        Command::Quarantine(c) => quarantine::run(c),
         Command::Env(a) => env::run(a).await,
         Command::Capture(a) => capture::run(a).await,
         Command::Top(a) => top::run(a).await,

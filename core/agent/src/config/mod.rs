@@ -233,6 +233,24 @@ impl Config {
         Ok(())
     }
 
+    /// What `rocewatch health` reads, as this configuration says (the quarantine in
+    /// `state_dir`).
+    pub fn health_options(&self, state_dir: PathBuf) -> rocewatch_health::Options {
+        rocewatch_health::Options {
+            // The host's sysfs (also bind-mounted, as /host/sys in a pod), not a tree.
+            live: rocewatch_sysfs::read::is_sysfs(&self.agent.sysfs_root),
+            sysfs_root: self.agent.sysfs_root.clone(),
+            kernel_log: self
+                .plugins
+                .builtin
+                .get(crate::builtins::KERNEL_LOG)
+                .map(|p| p.options.clone())
+                .unwrap_or_else(|| serde_json::json!({})),
+            devices: self.devices.clone(),
+            state_dir,
+        }
+    }
+
     /// `[health]`, as `rocewatch health` reads it.
     fn check_health(&self) -> Result<(), Refusal> {
         self.health

@@ -115,6 +115,11 @@ pub struct RuleConfig {
     /// `[remediation.actions]`).
     #[serde(default)]
     pub actions: Vec<String>,
+    /// When it fires, the host goes into quarantine (`rocewatch health` says unhealthy,
+    /// `--slurm` drains the node) until `rocewatch quarantine release` or the recovery
+    /// policy (`[health] release_after`) ends it; an agent's restart never does.
+    #[serde(default)]
+    pub quarantine: bool,
     /// For `ratio`: the metric divided by.
     #[serde(default)]
     pub denominator: Option<String>,

@@ -59,7 +59,7 @@ pub enum FsError {
 }
 
 impl FsError {
-    fn io(path: &Path, op: &'static str, source: std::io::Error) -> FsError {
+    pub(crate) fn io(path: &Path, op: &'static str, source: std::io::Error) -> FsError {
         FsError::Io {
             path: path.display().to_string(),
             op,

@@ -1,0 +1,55 @@
+//! `rocewatch quarantine`: show, enter by hand, release.
+
+use anyhow::{Context, Result};
+
+use super::args::QuarantineCommand;
+use super::output::print_json;
+use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
+
+pub fn run(c: QuarantineCommand) -> Result<i32> {
+    let state = rocewatch_runtime::audit::state_dir();
+    let file = QuarantineFile::in_dir(&state);
+    match c {
+        QuarantineCommand::Show { source, json } => {
+            source.load()?;
+            let q = file.read()?;
+            if json {
+                print_json(&serde_json::json!({ "quarantine": q }))?;
+            } else {
+                match &q {
+                    Some(q) => println!(
+                        "in quarantine since {} ({}): {}",
+                        q.since, q.origin, q.reason
+                    ),
+                    None => println!("not in quarantine ({})", file.path().display()),
+                }
+            }
+            Ok(i32::from(q.is_some()))
+        }
+        QuarantineCommand::Enter { source, reason } => {
+            let cfg = source.load()?;
+            rocewatch_runtime::util::fs::create_trusted_dir(&state)?;
+            let q = Quarantine::now(&reason, "operator", Default::default());
+            let audit = cfg.remediation.audit();
+            if file.enter(&q, &audit).context("quarantine enter")? {
+                println!("in quarantine: {}", q.reason);
+            } else {
+                let was = file.read()?.map(|q| q.reason).unwrap_or_default();
+                println!("already in quarantine (kept as it is): {was}");
+            }
+            Ok(0)
+        }
+        QuarantineCommand::Release { source, reason } => {
+            let cfg = source.load()?;
+            let audit = cfg.remediation.audit();
+            match file
+                .release(&reason, "operator", &audit)
+                .context("quarantine release")?
+            {
+                Some(q) => println!("released (in quarantine since {}: {})", q.since, q.reason),
+                None => println!("not in quarantine: nothing to release"),
+            }
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The agent's side of the quarantine: a rule with `quarantine = true` that fires puts the
+//! host in quarantine (the state file of `rocewatch_runtime::quarantine`, audited); the
+//! state is exported as `rocewatch.quarantine`, read again every interval (an operator's
+//! `rocewatch quarantine release` is another process); and, where `[health]
+//! release_after` is set, a quarantine a rule set ends once that rule has been clear that
+//! long and `rocewatch health`'s checks pass (the self-test). A restart ends nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rocewatch_runtime::audit::AuditLog;
+use rocewatch_runtime::pipeline::Pipeline;
+use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
+use rocewatch_runtime::rules::Transition;
+use rocewatch_runtime::selfmetrics::SelfMetrics;
+use tokio::sync::watch;
+
+use crate::config::Config;
+
+/// What the watcher needs, taken from the configuration at start.
+pub struct Watcher {
+    file: QuarantineFile,
+    audit: AuditLog,
+    /// The rules that quarantine when they fire.
+    rules: BTreeSet<String>,
+    release_after: Option<Duration>,
+    /// The self-test: `rocewatch health` without the quarantine and agent checks.
+    health: rocewatch_health::Options,
+    health_cfg: rocewatch_health::HealthConfig,
+    interval: Duration,
+    /// Since when the quarantining rule has had no firing series.
+    clear_since: Option<Instant>,
+    /// The last self-test line that kept the quarantine (said once).
+    kept_by: Option<String>,
+}
+
+impl Watcher {
+    pub fn new(cfg: &Config) -> Watcher {
+        let state = rocewatch_runtime::audit::state_dir();
+        let mut health_cfg = cfg.health.clone();
+        let checks = rocewatch_health::CheckName::ALL.iter().copied();
+        health_cfg.checks = Some(
+            checks
+                .filter(|c| {
+                    !matches!(
+                        c,
+                        rocewatch_health::CheckName::Quarantine
+                            | rocewatch_health::CheckName::Agent
+                    )
+                })
+                .collect(),
+        );
+        Watcher {
+            file: QuarantineFile::in_dir(&state),
+            audit: cfg.remediation.audit(),
+            rules: cfg
+                .rules
+                .iter()
+                .filter(|r| r.quarantine)
+                .map(|r| r.name.clone())
+                .collect(),
+            release_after: cfg.health.release_after,
+            health: cfg.health_options(state),
+            health_cfg,
+            interval: cfg.agent.interval,
+            clear_since: None,
+            kept_by: None,
+        }
+    }
+
+    /// Until `stop`: quarantine on the rules' firing, export, recover.
+    pub async fn run(
+        mut self,
+        pipeline: Arc<Pipeline>,
+        metrics: Arc<SelfMetrics>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut rx = pipeline.transitions();
+        let mut tick = tokio::time::interval(self.interval);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                t = rx.recv() => match t {
+                    Ok(t) => self.transition(&t),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                },
+                _ = tick.tick() => self.tick(&pipeline, &metrics).await,
+            }
+        }
+    }
+
+    /// A quarantining rule fired: into quarantine (kept as it is when already in one).
+    fn transition(&mut self, t: &Transition) {
+        if !t.firing || !self.rules.contains(&t.rule) {
+            return;
+        }
+        let labels = t.labels.to_map();
+        let on: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let reason = format!("rule {} firing ({}) at {}", t.rule, on.join(","), t.value);
+        let q = Quarantine::now(&reason, &format!("rule:{}", t.rule), labels);
+        if let Some(dir) = self.file.path().parent() {
+            if let Err(e) = rocewatch_runtime::util::fs::create_trusted_dir(dir) {
+                tracing::error!("quarantine: {e}; the host is NOT in quarantine");
+                return;
+            }
+        }
+        match self.file.enter(&q, &self.audit) {
+            Ok(true) => tracing::warn!(path = %self.file.path().display(), "quarantine: {reason}"),
+            Ok(false) => {}
+            Err(e) => tracing::error!("quarantine: {e}; the host is NOT in quarantine ({reason})"),
+        }
+        self.clear_since = None;
+    }
+
+    /// Export what the file says, and end a rule's quarantine that has recovered.
+    async fn tick(&mut self, pipeline: &Pipeline, metrics: &SelfMetrics) {
+        let q = match self.file.read() {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::error!("quarantine: {e}");
+                return;
+            }
+        };
+        metrics.set_quarantine(q.as_ref().map(|q| {
+            BTreeMap::from([
+                ("reason".to_string(), q.reason.clone()),
+                ("origin".to_string(), q.origin.clone()),
+                ("since".to_string(), q.since.clone()),
+            ])
+        }));
+        let (Some(q), Some(after)) = (q, self.release_after) else {
+            self.clear_since = None;
+            return;
+        };
+        let Some(rule) = q.rule() else { return };
+        let firing = pipeline
+            .rule_status()
+            .iter()
+            .any(|s| s.rule == rule && s.phase == rocewatch_runtime::rules::Phase::Firing);
+        if firing {
+            self.clear_since = None;
+            return;
+        }
+        let since = *self.clear_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < after {
+            return;
+        }
+        let report = rocewatch_health::run(&self.health, &self.health_cfg).await;
+        if report.verdict != rocewatch_health::Verdict::Healthy {
+            if self.kept_by.as_deref() != Some(report.line.as_str()) {
+                tracing::warn!(
+                    "quarantine kept: rule {rule} is clear, but the self-test does not pass: {}",
+                    report.line
+                );
+                self.kept_by = Some(report.line);
+            }
+            return;
+        }
+        let clear = humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()));
+        let why =
+            format!("recovered: rule {rule} clear for {clear} and the health self-test passed");
+        match self.file.release(&why, "recovery", &self.audit) {
+            Ok(_) => {
+                tracing::warn!("quarantine released: {why}");
+                metrics.set_quarantine(None);
+            }
+            Err(e) => tracing::error!("quarantine: {e}"),
+        }
+        self.clear_since = None;
+        self.kept_by = None;
+    }
+}

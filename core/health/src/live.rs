@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::config::HealthConfig;
 use super::finding::{Finding, Status};
-use super::Options;
+use super::options::Options;
 
 /// The doctor's kernel-log check over `[health] kernel_log_window`: a failing message
 /// (firmware command timeout, health compromised, PCIe slot power) is unhealthy, the

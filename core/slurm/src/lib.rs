@@ -17,6 +17,8 @@
 //! Facts about Slurm's formats were read from Slurm's sources (cited in each module) and
 //! checked against Slurm 22.05.8 (Debian 12) in `core/slurm/tests/real_slurm.rs`.
 
+#[cfg(feature = "harness")]
+pub mod harness;
 pub mod hostlist;
 pub mod node;
 pub mod scontrol;

@@ -12,6 +12,10 @@
 #   - libibverbs-dev, librdmacm-dev, libclang-dev,  (to build the verbs probe plugin: rdma-sys
 #     clang                                          generates its bindings with bindgen; the
 #                                                    rocewatch binary itself links none of it)
+#   - slurmctld, slurmd, slurm-client, munge        (a real Slurm on loopback for the Slurm tests:
+#                                                    rocewatch_slurm::harness starts its own munged,
+#                                                    slurmctld and slurmd in a temporary directory;
+#                                                    the packages' services are not used)
 #   - victoria-metrics (OTLP/HTTP receiver)         (Debian trixie package, unpacked with
 #                                                    dpkg -x into .cache/; nothing from
 #                                                    trixie is installed into the system)
@@ -29,7 +33,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need=()
-for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2 tcpdump libibverbs-dev librdmacm-dev libclang-dev clang systemd; do
+for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2 tcpdump libibverbs-dev librdmacm-dev libclang-dev clang systemd slurmctld slurmd slurm-client munge; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -30,6 +30,7 @@ const CRATE_LAYERS: &[&[&str]] = &[
         "rocewatch-metrics",
         "rocewatch-netlink",
         "rocewatch-ethtool",
+        "rocewatch-slurm",
     ],
     &["rocewatch-klog"],
     &["rocewatch-runtime"],

@@ -1,0 +1,448 @@
+//! Draining and resuming a node through `scontrol`, as LBNL Node Health Check does
+//! (`nhc`'s `nhc_mark_offline` / `node-mark-online`): drain with a reason that starts with
+//! our prefix; resume only a node that is drained with a reason that starts with it, so a
+//! node an administrator drained ("maintenance") stays drained.
+//!
+//! `scontrol` runs directly (`Command` with arguments, never a shell), with this process's
+//! environment (`SLURM_CONF` passes through) plus whatever [`Scontrol::env`] adds, and a
+//! bound on how long it may take (it retries a controller that does not answer for
+//! `MessageTimeout` seconds, by default 10, per attempt).
+//!
+//! The commands: `scontrol update nodename=NODE state=drain reason=REASON`,
+//! `scontrol update nodename=NODE state=resume`, `scontrol show node NODE` (read with
+//! [`crate::node`]), `scontrol show hostnames LIST` (the `scontrol(1)` man page).
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::node::{parse_one_node, Node, NodeParseError};
+
+/// The prefix of every reason rocewatch sets, by which it knows a drain as its own.
+pub const REASON_PREFIX: &str = "rocewatch: ";
+
+/// The longest reason rocewatch sets, in bytes, prefix included. Slurm 22.05 sets no
+/// limit of its own (`scontrol update ... reason=` of 120000 bytes was taken and shown
+/// whole); `sinfo -R` and `scontrol show node` print the reason on one line, so rocewatch
+/// keeps it to what an operator reads there.
+pub const MAX_REASON_BYTES: usize = 256;
+
+/// How long one `scontrol` may run before it is killed, unless set otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A reason as rocewatch gives it to Slurm: the prefix, then the text on one line with
+/// control characters escaped (`\n`, `\t`, `\x1b`, ...), cut to [`MAX_REASON_BYTES`] on
+/// a character boundary (ending in `...` when cut).
+pub fn reason(prefix: &str, text: &str) -> String {
+    let mut out = String::with_capacity(MAX_REASON_BYTES);
+    for c in prefix.chars().chain(text.chars()) {
+        let piece = match c {
+            '\n' => "\\n".to_string(),
+            '\t' => "\\t".to_string(),
+            '\r' => "\\r".to_string(),
+            c if c.is_control() => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        };
+        if out.len() + piece.len() > MAX_REASON_BYTES {
+            while out.len() + 3 > MAX_REASON_BYTES {
+                out.pop();
+            }
+            out.push_str("...");
+            return out;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
+/// What [`Scontrol::resume_if_ours`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeOutcome {
+    /// The node was drained with our prefix and is resumed.
+    Resumed { reason: String },
+    /// The node is drained for another reason (an administrator's): left drained.
+    LeftAlone { reason: String },
+    /// The node is not drained: nothing to do.
+    NotDrained { state: String },
+}
+
+/// An `scontrol` that failed, named with its command line.
+#[derive(Debug, thiserror::Error)]
+pub enum ScontrolError {
+    #[error("{command}: cannot run: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{command}: {status}: {stderr}")]
+    Failed {
+        command: String,
+        status: ExitStatus,
+        stderr: String,
+    },
+    #[error("{command}: still running after {timeout:?}; killed (stderr: {stderr})")]
+    Timeout {
+        command: String,
+        timeout: Duration,
+        stderr: String,
+    },
+    #[error("{command}: {source}")]
+    Parse {
+        command: String,
+        #[source]
+        source: NodeParseError,
+    },
+    #[error("{command}: {what}")]
+    Unexpected { command: String, what: String },
+}
+
+/// The `scontrol` program and how to run it.
+#[derive(Debug, Clone)]
+pub struct Scontrol {
+    program: PathBuf,
+    env: Vec<(OsString, OsString)>,
+    timeout: Duration,
+}
+
+impl Default for Scontrol {
+    fn default() -> Self {
+        Self::new("scontrol")
+    }
+}
+
+impl Scontrol {
+    /// `program` (a path, or a name looked up in `PATH`).
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            env: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Set `key=value` in scontrol's environment (on top of this process's).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_os_string(), value.as_ref().to_os_string()));
+        self
+    }
+
+    /// How long one scontrol may run.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// A `Command` for `scontrol ARGS` with this environment.
+    pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
+        let mut c = Command::new(&self.program);
+        c.args(args);
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// Run `scontrol ARGS`; its standard output, or an error naming the command, its
+    /// exit status and standard error.
+    pub fn run(&self, args: &[&str]) -> Result<String, ScontrolError> {
+        let command = self.describe(args);
+        let out = run_bounded(self.command(args), self.timeout).map_err(|e| match e {
+            RunError::Spawn(source) => ScontrolError::Spawn {
+                command: command.clone(),
+                source,
+            },
+            RunError::Timeout { stderr } => ScontrolError::Timeout {
+                command: command.clone(),
+                timeout: self.timeout,
+                stderr,
+            },
+        })?;
+        if !out.status.success() {
+            return Err(ScontrolError::Failed {
+                command,
+                status: out.status,
+                stderr: one_line(&out.stderr),
+            });
+        }
+        Ok(out.stdout)
+    }
+
+    /// `scontrol show node NODE`, parsed.
+    pub fn show_node(&self, node: &str) -> Result<Node, ScontrolError> {
+        let args = ["show", "node", node];
+        let text = self.run(&args)?;
+        let n = parse_one_node(&text).map_err(|source| ScontrolError::Parse {
+            command: self.describe(&args),
+            source,
+        })?;
+        if n.name != node {
+            return Err(ScontrolError::Unexpected {
+                command: self.describe(&args),
+                what: format!("answered for node {:?}", n.name),
+            });
+        }
+        Ok(n)
+    }
+
+    /// `scontrol update nodename=NODE state=drain reason=REASON`, the reason made with
+    /// [`reason`] from [`REASON_PREFIX`] and `text`. Returns the reason as set.
+    pub fn drain(&self, node: &str, text: &str) -> Result<String, ScontrolError> {
+        let r = reason(REASON_PREFIX, text);
+        self.run(&[
+            "update",
+            &format!("nodename={node}"),
+            "state=drain",
+            &format!("reason={r}"),
+        ])?;
+        Ok(r)
+    }
+
+    /// Resume `node` only when it is drained and its reason starts with `prefix`; a node
+    /// drained for another reason is left alone, and the outcome says so.
+    ///
+    /// Between reading the reason and resuming, an administrator could drain the node
+    /// anew; Slurm offers no compare-and-set, and NHC has the same window.
+    pub fn resume_if_ours(&self, node: &str, prefix: &str) -> Result<ResumeOutcome, ScontrolError> {
+        let n = self.show_node(node)?;
+        if !n.state.is_drain() {
+            return Ok(ResumeOutcome::NotDrained {
+                state: n.state.to_string(),
+            });
+        }
+        let reason = n.reason.map(|r| r.text).unwrap_or_default();
+        if !reason.starts_with(prefix) {
+            return Ok(ResumeOutcome::LeftAlone { reason });
+        }
+        self.run(&["update", &format!("nodename={node}"), "state=resume"])?;
+        Ok(ResumeOutcome::Resumed { reason })
+    }
+
+    /// `scontrol show hostnames LIST`: Slurm's own expansion (scontrol exits 0 even when
+    /// it refuses the list, so its standard error is an error here).
+    pub fn show_hostnames(&self, list: &str) -> Result<Vec<String>, ScontrolError> {
+        let args = ["show", "hostnames", list];
+        let command = self.describe(&args);
+        let out = run_bounded(self.command(&args), self.timeout).map_err(|e| match e {
+            RunError::Spawn(source) => ScontrolError::Spawn {
+                command: command.clone(),
+                source,
+            },
+            RunError::Timeout { stderr } => ScontrolError::Timeout {
+                command: command.clone(),
+                timeout: self.timeout,
+                stderr,
+            },
+        })?;
+        if !out.status.success() || !out.stderr.trim().is_empty() {
+            return Err(ScontrolError::Failed {
+                command,
+                status: out.status,
+                stderr: one_line(&out.stderr),
+            });
+        }
+        Ok(out.stdout.lines().map(str::to_string).collect())
+    }
+
+    fn describe(&self, args: &[&str]) -> String {
+        let mut s = self.program.display().to_string();
+        for a in args {
+            s.push(' ');
+            s.push_str(&format!("{a:?}"));
+        }
+        s
+    }
+}
+
+fn one_line(s: &str) -> String {
+    let t = s.trim();
+    if t.is_empty() {
+        "(no standard error)".to_string()
+    } else {
+        t.replace('\n', " | ")
+    }
+}
+
+/// What a bounded run gave.
+#[derive(Debug)]
+pub struct BoundedOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Why a bounded run gave nothing.
+#[derive(Debug)]
+pub enum RunError {
+    Spawn(std::io::Error),
+    /// Killed at the deadline; what it had written to standard error.
+    Timeout {
+        stderr: String,
+    },
+}
+
+/// Run `cmd` to its end or `timeout`, whichever comes first (then kill it), with its
+/// output captured.
+pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<BoundedOutput, RunError> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(RunError::Spawn)?;
+    let mut stdout_pipe = child.stdout.take();
+    let mut stderr_pipe = child.stderr.take();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(p) = stdout_pipe.as_mut() {
+            let _ = p.read_to_end(&mut s);
+        }
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(p) = stderr_pipe.as_mut() {
+            let _ = p.read_to_end(&mut s);
+        }
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => break None,
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => break None,
+        }
+    };
+    let status = match status {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = err_reader.join().unwrap_or_default();
+            return Err(RunError::Timeout {
+                stderr: one_line(&String::from_utf8_lossy(&stderr)),
+            });
+        }
+    };
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(BoundedOutput {
+        status,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    })
+}
+
+/// This host's Slurm node name: `override_name` when given, else the host name up to
+/// its first `.`, as slurmd takes it (`gethostname_short` in `src/common/read_config.c`,
+/// used when slurmd is started without `-N`).
+pub fn this_node_name(override_name: Option<&str>) -> std::io::Result<String> {
+    if let Some(n) = override_name {
+        return Ok(n.to_string());
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many
+    // bytes and we read up to the first NUL within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let full = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let short = full.split('.').next().unwrap_or_default().to_string();
+    if short.is_empty() {
+        return Err(std::io::Error::other("the host name is empty"));
+    }
+    Ok(short)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn reasons_are_one_bounded_line_with_the_prefix() {
+        assert_eq!(
+            reason(REASON_PREFIX, "mlx5_0 port 1 down"),
+            "rocewatch: mlx5_0 port 1 down"
+        );
+        assert_eq!(
+            reason(REASON_PREFIX, "a\nb\tc\u{1b}[31m"),
+            "rocewatch: a\\nb\\tc\\u{1b}[31m"
+        );
+        let long = reason(REASON_PREFIX, &"é".repeat(400));
+        assert!(long.len() <= MAX_REASON_BYTES, "{}", long.len());
+        assert!(long.starts_with(REASON_PREFIX) && long.ends_with("..."));
+    }
+
+    #[test]
+    fn a_missing_program_is_named() {
+        let e = Scontrol::new("/nonexistent/scontrol")
+            .show_node("n1")
+            .unwrap_err();
+        let t = e.to_string();
+        assert!(
+            t.contains("/nonexistent/scontrol \"show\" \"node\" \"n1\""),
+            "{t}"
+        );
+        assert!(t.contains("cannot run"), "{t}");
+    }
+
+    #[test]
+    fn a_failing_command_names_status_and_stderr() {
+        // `sh -c` stands in for scontrol: the arguments it gets are scontrol's.
+        let e = Scontrol::new("sh")
+            .run(&["-c", "echo 'Node n1 not found' >&2; exit 1"])
+            .unwrap_err();
+        let t = e.to_string();
+        assert!(t.contains("exit status: 1"), "{t}");
+        assert!(t.contains("Node n1 not found"), "{t}");
+    }
+
+    #[test]
+    fn a_hanging_command_is_killed_at_its_timeout() {
+        let started = Instant::now();
+        let e = Scontrol::new("sleep")
+            .timeout(Duration::from_millis(200))
+            .run(&["30"])
+            .unwrap_err();
+        assert!(matches!(e, ScontrolError::Timeout { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_environment_reaches_scontrol() {
+        let out = Scontrol::new("sh")
+            .env("SLURM_CONF", "/x/slurm.conf")
+            .run(&["-c", "printf %s \"$SLURM_CONF\""])
+            .unwrap();
+        assert_eq!(out, "/x/slurm.conf");
+    }
+
+    #[test]
+    fn this_node_is_named() {
+        assert_eq!(this_node_name(Some("gpu017")).unwrap(), "gpu017");
+        let n = this_node_name(None).unwrap();
+        assert!(!n.is_empty() && !n.contains('.'), "{n}");
+    }
+
+    proptest! {
+        #[test]
+        fn any_reason_is_one_line_bounded_and_prefixed(text in "\\PC{0,300}|.{0,300}") {
+            let r = reason(REASON_PREFIX, &text);
+            prop_assert!(r.len() <= MAX_REASON_BYTES);
+            prop_assert!(r.starts_with(REASON_PREFIX));
+            prop_assert!(!r.chars().any(char::is_control), "{:?}", r);
+        }
+    }
+}

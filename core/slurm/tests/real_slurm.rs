@@ -1,0 +1,177 @@
+//! rocewatch_slurm against a real Slurm (munged, slurmctld, slurmd on loopback, started
+//! by `rocewatch_slurm::harness`): drain with rocewatch's reason, resume only what is
+//! ours, a job runs after, and host lists expand as `scontrol show hostnames` does.
+//!
+//! Needs root, the Debian packages `slurmctld slurmd slurm-client munge`
+//! (`scripts/install-test-deps.sh`) and the feature `harness` (`cargo test
+//! --all-features`, as `scripts/test.sh` runs). Without them each test says SKIPPED; under
+//! `ROCEWATCH_REQUIRE_ALL=1` it fails. On failure the daemons' logs are printed.
+
+#[cfg(not(feature = "harness"))]
+#[test]
+fn real_slurm_tests_need_the_harness_feature() {
+    let why = "the feature `harness` of rocewatch-slurm (cargo test --all-features)";
+    if std::env::var("ROCEWATCH_REQUIRE_ALL").as_deref() == Ok("1") {
+        panic!("{why} is off: the real-Slurm tests did not run");
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED: {why} not enabled; the real-Slurm tests did not run (scripts/test.sh runs them)"
+    );
+}
+
+#[cfg(feature = "harness")]
+mod real {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    use rocewatch_slurm::harness::{LocalCluster, Options};
+    use rocewatch_slurm::scontrol::run_bounded;
+    use rocewatch_slurm::{expand, ResumeOutcome, REASON_PREFIX};
+
+    /// One cluster at a time: each picks its ports by binding and letting go.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    fn cluster() -> Option<(std::sync::MutexGuard<'static, ()>, LocalCluster)> {
+        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        LocalCluster::start_or_skip(Options::default()).map(|c| (guard, c))
+    }
+
+    #[test]
+    fn drain_and_resume_only_what_is_ours_on_a_real_slurm() {
+        let Some((_guard, mut c)) = cluster() else {
+            return;
+        };
+        let started = Instant::now();
+        let node = c.node_name().to_string();
+        let sc = c.scontrol();
+
+        // Drain with rocewatch's reason: Slurm says DRAIN, with that reason.
+        let set = sc.drain(&node, "mlx5_0 port 1 down\n(state DOWN)").unwrap();
+        assert_eq!(set, "rocewatch: mlx5_0 port 1 down\\n(state DOWN)");
+        let n = sc.show_node(&node).unwrap();
+        assert!(n.state.is_drain() && n.state.is_drained(), "{}", n.state);
+        let r = n.reason.expect("a drained node has a reason");
+        assert_eq!(r.text, set);
+        assert_eq!(r.user.as_deref(), Some("root"));
+
+        // Ours: resumed, IDLE, and a job runs.
+        let out = sc.resume_if_ours(&node, REASON_PREFIX).unwrap();
+        assert_eq!(out, ResumeOutcome::Resumed { reason: set });
+        c.wait_until(Duration::from_secs(10), "IDLE after resume", |n| {
+            n.state.is_idle()
+        })
+        .unwrap();
+        let mut srun = c.srun();
+        srun.args(["-N1", "-w", &node, "hostname"]);
+        let job = run_bounded(srun, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("srun hostname: {e:?}"));
+        assert!(
+            job.status.success(),
+            "srun hostname: {}: {}",
+            job.status,
+            job.stderr
+        );
+        assert!(
+            !job.stdout.trim().is_empty(),
+            "srun hostname printed nothing"
+        );
+
+        // Not drained: nothing to do.
+        let out = sc.resume_if_ours(&node, REASON_PREFIX).unwrap();
+        assert!(matches!(out, ResumeOutcome::NotDrained { .. }), "{out:?}");
+
+        // An administrator's drain stays.
+        sc.run(&[
+            "update",
+            &format!("nodename={node}"),
+            "state=drain",
+            "reason=maintenance",
+        ])
+        .unwrap();
+        let out = sc.resume_if_ours(&node, REASON_PREFIX).unwrap();
+        assert_eq!(
+            out,
+            ResumeOutcome::LeftAlone {
+                reason: "maintenance".into()
+            }
+        );
+        let n = sc.show_node(&node).unwrap();
+        assert!(
+            n.state.is_drain(),
+            "maintenance drain was lifted: {}",
+            n.state
+        );
+        assert_eq!(n.reason.unwrap().text, "maintenance");
+        eprintln!("real Slurm drain/resume: {:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_cluster_that_cannot_start_says_why_with_every_log() {
+        let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(programs) = LocalCluster::available() else {
+            return;
+        };
+        let options = Options {
+            extra_conf: vec!["NoSuchSlurmKey=1".into()],
+            start_timeout: Duration::from_secs(10),
+            ..Options::default()
+        };
+        let e = match LocalCluster::start(programs, options) {
+            Ok(_) => panic!("a slurm.conf with an unknown key started"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains("slurmctld exited") || e.contains("slurmd exited"),
+            "{e}"
+        );
+        assert!(e.contains("NoSuchSlurmKey"), "{e}");
+        for log in ["slurm.conf", "munged.out", "slurmctld.out", "slurmd.out"] {
+            assert!(e.contains(&format!("{log}\n")), "{log} missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn hostlist_agrees_with_scontrol() {
+        let Some((_guard, c)) = cluster() else {
+            return;
+        };
+        let sc = c.scontrol();
+        let cases = [
+            "node[01-04,07]",
+            "a[1-2]-b[3-4]",
+            "a[1-2]b[3-4]c[5-6]",
+            "x[8-11],y[008-11],z[9-010]",
+            "a,b c\td",
+            "a[1,2],c,,d",
+            "[1-2]",
+            "a[1-2][3-4]",
+            "a[01-2],a[1-02],a[00-01]",
+            "a1,a1,node1[1-2]",
+            "b[3,1-2],a[1-2]",
+            "a[1-]",
+            "gpu-[0001-0100]",
+            "n[1-65536]",
+        ];
+        for list in cases {
+            let ours = expand(list).unwrap_or_else(|e| panic!("{e}"));
+            let slurm = sc.show_hostnames(list).unwrap();
+            assert_eq!(ours, slurm, "{list}");
+        }
+        // What Slurm refuses, we refuse.
+        for list in [
+            "z[010-9]",
+            "a[]",
+            "a[x-y]",
+            "a[1-2,]",
+            "a[-2]",
+            "a[1-3]b",
+            "a[1-65537]",
+        ] {
+            assert!(sc.show_hostnames(list).is_err(), "scontrol took {list}");
+            let e = expand(list).expect_err(list);
+            assert!(e.to_string().contains(list), "{e}");
+        }
+    }
+}

@@ -55,5 +55,6 @@ mod prometheus;
 mod qos;
 mod quarantine;
 mod rules;
+mod slurm;
 mod top;
 mod web;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rocewatch_runtime::audit::AuditLog;
 use rocewatch_runtime::pipeline::Pipeline;
 use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
-use rocewatch_runtime::rules::Transition;
+use rocewatch_runtime::rules::{Phase, Transition};
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use tokio::sync::watch;
 
@@ -93,13 +93,16 @@ impl Watcher {
 
     /// A quarantining rule fired: into quarantine (kept as it is when already in one).
     fn transition(&mut self, t: &Transition) {
-        if !t.firing || !self.rules.contains(&t.rule) {
-            return;
+        if t.firing && self.rules.contains(&t.rule) {
+            self.enter(&t.rule, t.labels.to_map(), t.value);
         }
-        let labels = t.labels.to_map();
+    }
+
+    /// Into quarantine for `rule` firing on `labels` (kept as it is when already in one).
+    fn enter(&mut self, rule: &str, labels: BTreeMap<String, String>, value: f64) {
         let on: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let reason = format!("rule {} firing ({}) at {}", t.rule, on.join(","), t.value);
-        let q = Quarantine::now(&reason, &format!("rule:{}", t.rule), labels);
+        let reason = format!("rule {rule} firing ({}) at {value}", on.join(","));
+        let q = Quarantine::now(&reason, &format!("rule:{rule}"), labels);
         if let Some(dir) = self.file.path().parent() {
             if let Err(e) = rocewatch_runtime::util::fs::create_trusted_dir(dir) {
                 tracing::error!("quarantine: {e}; the host is NOT in quarantine");
@@ -114,8 +117,23 @@ impl Watcher {
         self.clear_since = None;
     }
 
-    /// Export what the file says, and end a rule's quarantine that has recovered.
+    /// Export what the file says, and end a rule's quarantine that has recovered. A
+    /// quarantining rule found firing enters it too (a transition can be missed: the
+    /// receiver lagged, or the rule fired before the watcher listened).
     async fn tick(&mut self, pipeline: &Pipeline, metrics: &SelfMetrics) {
+        let status = pipeline.rule_status();
+        if let Some(s) = status
+            .iter()
+            .find(|s| self.rules.contains(&s.rule) && s.phase == Phase::Firing)
+        {
+            if matches!(self.file.read(), Ok(None)) {
+                self.enter(
+                    &s.rule.clone(),
+                    s.labels.clone(),
+                    s.value.unwrap_or(f64::NAN),
+                );
+            }
+        }
         let q = match self.file.read() {
             Ok(q) => q,
             Err(e) => {
@@ -135,11 +153,14 @@ impl Watcher {
             return;
         };
         let Some(rule) = q.rule() else { return };
-        let firing = pipeline
-            .rule_status()
-            .iter()
-            .any(|s| s.rule == rule && s.phase == rocewatch_runtime::rules::Phase::Firing);
-        if firing {
+        // Clear: the rule is there, with series, none of them firing or pending. A rule
+        // renamed or removed by a reload, or without data, keeps the quarantine.
+        let series: Vec<_> = status.iter().filter(|s| s.rule == rule).collect();
+        let clear = !series.is_empty()
+            && series
+                .iter()
+                .all(|s| matches!(s.phase, Phase::Inactive | Phase::Cleared));
+        if !clear {
             self.clear_since = None;
             return;
         }

@@ -103,7 +103,9 @@ pub fn scope<'a>(h: &Host<'a>) -> (Vec<Checked<'a>>, Vec<Finding>) {
                         Status::Skipped,
                         format!("{nd} is administratively down: not checked"),
                     )),
-                    Err(e) => findings.push(c.finding("ports", Status::Unknown, e)),
+                    // Unreadable (a netdev in another network namespace, a name the
+                    // path cannot hold): the port is checked anyway, its state decides.
+                    Err(_) => out.push(c),
                 },
                 (None, true) => findings.push(c.finding(
                     "ports",
@@ -141,13 +143,19 @@ pub fn devices(h: &Host) -> Vec<Finding> {
 /// Each checked port ACTIVE and LinkUp, at `min_rate_gbps` or at the highest rate of the
 /// checked ports of its HCA model.
 pub fn ports(h: &Host, checked: &[Checked]) -> Vec<Finding> {
-    let mut best: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut best: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for c in checked {
         if let Some(r) = c.port.rate_bps {
-            let model = c.dev.hca_type.as_deref().unwrap_or("");
-            let e = best.entry(model).or_default();
+            let e = best.entry(model_of(c)).or_default();
             *e = (*e).max(r);
         }
+    }
+    if checked.is_empty() && !h.inv.devices.is_empty() {
+        return vec![Finding::host(
+            "ports",
+            Status::Unhealthy,
+            "no RDMA port to check: every RoCE netdev is administratively down",
+        )];
     }
     checked
         .iter()
@@ -175,10 +183,10 @@ pub fn ports(h: &Host, checked: &[Checked]) -> Vec<Finding> {
                 );
             }
             let rate = c.port.rate_bps.map(|r| r as f64 / 1e9);
-            let model = c.dev.hca_type.as_deref().unwrap_or("");
+            let model = model_of(c);
             let (want, whence) = match h.cfg.min_rate_gbps {
                 Some(m) => (Some(m), "min_rate_gbps"),
-                None => (best.get(model).map(|&b| b as f64 / 1e9), "its siblings"),
+                None => (best.get(&model).map(|&b| b as f64 / 1e9), "its siblings"),
             };
             match (rate, want) {
                 (Some(r), Some(w)) if r + 1e-9 < w => c.finding(
@@ -209,6 +217,15 @@ pub fn ports(h: &Host, checked: &[Checked]) -> Vec<Finding> {
             }
         })
         .collect()
+}
+
+/// Ports alike: the same HCA model and link layer (a VPI card's InfiniBand port is not
+/// held to its Ethernet port's rate).
+fn model_of<'a>(c: &Checked<'a>) -> (&'a str, &'a str) {
+    (
+        c.dev.hca_type.as_deref().unwrap_or(""),
+        c.port.link_layer.as_deref().unwrap_or(""),
+    )
 }
 
 /// `4: ACTIVE` → `ACTIVE`.
@@ -328,10 +345,12 @@ pub fn gid(h: &Host, checked: &[Checked]) -> Vec<Finding> {
                 .zip(c.port.netdev.as_ref())
                 .map(|(a, nd)| a.get(nd).cloned().unwrap_or_default());
             match live {
+                // An SR-IOV PF whose VFs carry the addresses, a bond slave, addresses on
+                // a VLAN device: nothing to route by here, and not a fault of the port.
                 Some(addrs) if addrs.is_empty() => c.finding(
                     "gid",
-                    Status::Unhealthy,
-                    "the netdev has no IP address: no RoCE v2 GID to route by".into(),
+                    Status::Warning,
+                    "the netdev has no IP address of its own: no RoCE v2 GID checked".into(),
                 ),
                 Some(addrs) => {
                     let missing: Vec<String> = addrs

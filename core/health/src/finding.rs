@@ -208,12 +208,22 @@ fn plural(n: usize) -> &'static str {
     }
 }
 
-/// `text` on one line (control characters as spaces) in at most `max` bytes: cut at a
-/// character boundary with `...` when longer. A `(+N more)` tail is kept whole.
+/// Whether `c` could change how a line reads or where it ends: control characters, and
+/// the format and separator characters of Unicode that reorder or break text (bidi
+/// overrides and isolates, zero-width characters, line and paragraph separators).
+fn unsafe_in_a_line(c: char) -> bool {
+    c.is_control()
+        || matches!(c as u32,
+            0x061C | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB)
+}
+
+/// `text` on one line (control, format and separator characters as spaces) in at most
+/// `max` bytes: cut at a character boundary with `...` when longer. A `(+N more)` tail is
+/// kept whole.
 pub fn bounded(text: &str, max: usize) -> String {
     let one: String = text
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| if unsafe_in_a_line(c) { ' ' } else { c })
         .collect();
     if one.len() <= max {
         return one;
@@ -300,13 +310,19 @@ mod tests {
         );
     }
 
+    #[test]
+    fn bidi_overrides_and_line_separators_cannot_reorder_or_break_the_line() {
+        let b = bounded("mlx5_0/1 e\u{202E}x\u{2028}y\u{200B}: port DOWN", 80);
+        assert_eq!(b, "mlx5_0/1 e x y : port DOWN");
+    }
+
     proptest! {
         #[test]
         fn bounded_is_one_line_within_max_at_a_char_boundary(s in "\\PC{0,200}", ctl in "[\\x00-\\x1f]{0,3}", max in 10usize..120) {
             let text = format!("{s}{ctl}{s}");
             let b = bounded(&text, max);
             prop_assert!(b.len() <= max, "{} > {max}", b.len());
-            prop_assert!(!b.chars().any(char::is_control));
+            prop_assert!(!b.chars().any(unsafe_in_a_line));
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod config;
 mod finding;
 mod live;
 mod options;
+pub mod slurm;
 
 pub use checks::admin_up;
 pub use config::{CheckName, HealthConfig, HealthConfigError};

@@ -39,8 +39,8 @@ pub fn kernel_log(opts: &Options, cfg: &HealthConfig) -> Vec<Finding> {
 /// The state the kernel names ERR (`enum ib_qp_state`: IB_QPS_ERR = 6).
 const QPS_ERR: u8 = 6;
 
-/// Queue pairs in the error state, per device and port, with the processes holding them.
-/// A QP in ERR no longer moves data: every rank of a job using it is wedged.
+/// Queue pairs left in the error state, per device and port, with the processes holding
+/// them. A QP in ERR moves no data: every rank of a job using it waits.
 pub fn qps(opts: &Options, inv: &Inventory) -> Vec<Finding> {
     if !opts.live {
         return vec![Finding::host(
@@ -52,77 +52,62 @@ pub fn qps(opts: &Options, inv: &Inventory) -> Vec<Finding> {
     if inv.devices.is_empty() {
         return vec![Finding::host("qps", Status::Skipped, "no RDMA device")];
     }
+    let unknown = |what: String| vec![Finding::host("qps", Status::Unknown, what)];
     let mut nl = match rocewatch_netlink::rdma::RdmaNetlink::open() {
         Ok(n) => n,
-        Err(e) => {
-            return vec![Finding::host(
-                "qps",
-                Status::Unknown,
-                format!("RDMA netlink: {e}"),
-            )]
-        }
+        Err(e) => return unknown(format!("RDMA netlink: {e}")),
     };
     let devices = match nl.devices() {
         Ok(d) => d,
-        Err(e) => {
-            return vec![Finding::host(
-                "qps",
-                Status::Unknown,
-                format!("RDMA netlink devices: {e}"),
-            )]
-        }
+        Err(e) => return unknown(format!("RDMA netlink devices: {e}")),
     };
     let mut out = Vec::new();
-    for d in devices
+    let ours = devices
         .iter()
-        .filter(|d| inv.devices.iter().any(|i| i.name == d.name))
-    {
-        let qps = match nl.res_qps(d.index) {
+        .filter(|d| inv.devices.iter().any(|i| i.name == d.name));
+    for d in ours {
+        let (all, left) = match in_err_twice(&mut nl, d.index) {
             Ok(q) => q,
             Err(e) => {
+                let what = format!("QP dump: {e}");
                 out.push(Finding::at(
                     "qps",
                     Status::Unknown,
                     &d.name,
                     None,
                     None,
-                    format!("QP dump: {e}"),
+                    what,
                 ));
                 continue;
             }
         };
-        let mut err: BTreeMap<Option<u32>, Vec<String>> = BTreeMap::new();
-        for q in qps.iter().filter(|q| q.state.0 == QPS_ERR) {
+        if left.is_empty() {
+            let what = format!("{all} QPs, none left in ERR");
+            out.push(Finding::at("qps", Status::Ok, &d.name, None, None, what));
+        }
+        let mut by_port: BTreeMap<Option<u32>, Vec<String>> = BTreeMap::new();
+        for q in &left {
             let holder = match (&q.pid, &q.kern_name) {
                 (Some(p), _) => format!("QP {} pid {p}", q.lqpn),
                 (None, Some(k)) => format!("QP {} {k}", q.lqpn),
                 (None, None) => format!("QP {}", q.lqpn),
             };
-            err.entry(q.port).or_default().push(holder);
+            by_port.entry(q.port).or_default().push(holder);
         }
-        if err.is_empty() {
-            out.push(Finding::at(
-                "qps",
-                Status::Ok,
-                &d.name,
-                None,
-                None,
-                format!("{} QPs, none in ERR", qps.len()),
-            ));
-        }
-        for (port, holders) in err {
+        for (port, holders) in by_port {
+            let n = holders.len();
+            let what = format!(
+                "{n} QP{} left in ERR: {}",
+                if n == 1 { "" } else { "s" },
+                holders.join(", ")
+            );
             out.push(Finding::at(
                 "qps",
                 Status::Unhealthy,
                 &d.name,
                 port,
                 None,
-                format!(
-                    "{} QP{} in ERR: {}",
-                    holders.len(),
-                    if holders.len() == 1 { "" } else { "s" },
-                    holders.join(", ")
-                ),
+                what,
             ));
         }
     }
@@ -130,18 +115,54 @@ pub fn qps(opts: &Options, inv: &Inventory) -> Vec<Finding> {
 }
 
 /// The host's quarantine (the state directory's `quarantine.json`): unhealthy while in
-/// force, whatever the rest says.
+/// force, whatever the rest says. Read to judge, not to act on, so also in a state
+/// directory the agent's own user owns; a file there that cannot be read or is no
+/// quarantine record counts as one (fail closed).
 pub fn quarantine(opts: &Options) -> Vec<Finding> {
     let file = rocewatch_runtime::quarantine::QuarantineFile::in_dir(&opts.state_dir);
-    vec![match file.read() {
+    vec![match file.read_status() {
         Ok(None) => Finding::host("quarantine", Status::Ok, "not in quarantine"),
         Ok(Some(q)) => Finding::host(
             "quarantine",
             Status::Unhealthy,
             format!("{} ({} since {})", q.reason, q.origin, q.since),
         ),
-        Err(e) => Finding::host("quarantine", Status::Unknown, e.to_string()),
+        Err(e) => Finding::host(
+            "quarantine",
+            Status::Unhealthy,
+            format!("{e}: treated as in quarantine"),
+        ),
     }]
+}
+
+/// How long a QP seen in ERR is given to leave it (a job's teardown flushes its QPs
+/// through ERR on their way to being destroyed).
+const ERR_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The device's QP count, and its QPs in ERR both now and [`ERR_GRACE`] later (the same
+/// QP numbers): only those were left there. A device without a QP in ERR is read once.
+fn in_err_twice(
+    nl: &mut rocewatch_netlink::rdma::RdmaNetlink,
+    dev: u32,
+) -> Result<(usize, Vec<rocewatch_netlink::rdma_res::ResQp>), String> {
+    let first = nl.res_qps(dev).map_err(|e| e.to_string())?;
+    let all = first.len();
+    let err: Vec<u32> = first
+        .iter()
+        .filter(|q| q.state.0 == QPS_ERR)
+        .map(|q| q.lqpn)
+        .collect();
+    if err.is_empty() {
+        return Ok((all, Vec::new()));
+    }
+    std::thread::sleep(ERR_GRACE);
+    let left = nl
+        .res_qps(dev)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|q| q.state.0 == QPS_ERR && err.contains(&q.lqpn))
+        .collect();
+    Ok((all, left))
 }
 
 /// One rule of the agent's `/rules`.

@@ -120,6 +120,39 @@ impl QuarantineFile {
             })
     }
 
+    /// The quarantine in force, read to judge (`rocewatch health`), not to act on: never
+    /// through a link, only a regular file of bounded size, but also in a state directory
+    /// another user (the agent's own) owns, which [`QuarantineFile::read`] refuses to
+    /// root. A file that is there and cannot be read is an error: the caller fails closed.
+    pub fn read_status(&self) -> Result<Option<Quarantine>, QuarantineError> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&self.path);
+        let corrupt = |why: String| QuarantineError::Corrupt {
+            path: self.path.display().to_string(),
+            why,
+        };
+        let f = match f {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(corrupt(format!("cannot be opened: {e}"))),
+        };
+        let md = f.metadata().map_err(|e| corrupt(e.to_string()))?;
+        if !md.is_file() {
+            return Err(corrupt("not a regular file".into()));
+        }
+        let mut bytes = Vec::new();
+        f.take(64 * 1024)
+            .read_to_end(&mut bytes)
+            .map_err(|e| corrupt(e.to_string()))?;
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| corrupt(e.to_string()))
+    }
+
     /// Put the host in quarantine, audited first (nothing changes unless the audit log
     /// takes it). A quarantine already in force is kept as it is (its reason and since):
     /// `Ok(false)`.

@@ -12,6 +12,9 @@ pub async fn run(a: HealthArgs) -> Result<i32> {
         all,
         json,
         agent,
+        slurm,
+        slurm_node,
+        scontrol,
     } = a;
     // A configuration that does not load is "cannot tell" (2), said in one line.
     let cfg = match source.load() {
@@ -32,7 +35,30 @@ pub async fn run(a: HealthArgs) -> Result<i32> {
         }
     }
     let opts = cfg.health_options(rocewatch_runtime::audit::state_dir());
-    let report = rocewatch_health::run(&opts, &health).await;
+    let mut report = rocewatch_health::run(&opts, &health).await;
+    if slurm {
+        let env_name = std::env::var("SLURMD_NODENAME").ok();
+        let name = rocewatch_slurm::this_node_name(slurm_node.as_deref().or(env_name.as_deref()))
+            .map_err(|e| anyhow::anyhow!("--slurm: this node's name: {e}"))?;
+        let node = rocewatch_health::slurm::SlurmNode {
+            scontrol: rocewatch_slurm::Scontrol::new(scontrol),
+            name,
+        };
+        let audit = cfg.remediation.audit();
+        match rocewatch_health::slurm::act(report.clone(), &opts, &health, &audit, &node).await {
+            Ok((after, done)) => {
+                for d in done {
+                    eprintln!("rocewatch health --slurm: {d}");
+                }
+                report = after;
+            }
+            Err(e) => {
+                // The verdict stands; what could not be done is said (Slurm's log keeps
+                // the program's standard error).
+                eprintln!("rocewatch health --slurm: {e}");
+            }
+        }
+    }
     if json {
         print_json(&serde_json::to_value(&report)?)?;
     } else {

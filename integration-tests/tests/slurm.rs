@@ -1,0 +1,147 @@
+//! `rocewatch health --slurm` as a real Slurm's HealthCheckProgram (munged, slurmctld and
+//! slurmd on loopback, started by `rocewatch_slurm::harness`, as root with
+//! proctrack/linuxproc): a port administratively up and DOWN drains the node with
+//! rocewatch's reason within two health intervals; fixed, the node is resumed and a job
+//! runs; a node an administrator drained for maintenance stays drained.
+//!
+//! Needs root and the Debian packages `slurmctld slurmd slurm-client munge`
+//! (`scripts/install-test-deps.sh`); without them it says SKIPPED (and fails under
+//! `ROCEWATCH_REQUIRE_ALL=1`). On failure the daemons' logs are printed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rocewatch_slurm::harness::{HealthCheck, LocalCluster, Options};
+use rocewatch_slurm::scontrol::run_bounded;
+
+use crate::support::*;
+
+/// How often slurmd runs the health program, seconds.
+const INTERVAL_S: u32 = 2;
+
+fn write_exec(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    // Written aside and renamed: slurmd may be running the old one.
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn set(tree: &Path, rel: &str, text: &str) {
+    std::fs::write(tree.join(rel), text).unwrap();
+}
+
+#[test]
+fn health_as_slurms_health_check_drains_resumes_and_leaves_maintenance_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("sys");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let cfg = dir.path().join("rocewatch.toml");
+    let audit = state.join("audit.jsonl");
+    std::fs::write(&cfg, format!("[remediation]\naudit_log = {audit:?}\n")).unwrap();
+    // slurm.conf names the program before the cluster's own files exist: a placeholder
+    // until SLURM_CONF is known.
+    let program = dir.path().join("rocewatch-healthcheck.sh");
+    write_exec(&program, "#!/bin/sh\nexit 0\n");
+    let options = Options {
+        health_check: Some(HealthCheck {
+            program: program.clone(),
+            interval_s: INTERVAL_S,
+            node_state: Some("ANY".into()),
+        }),
+        ..Options::default()
+    };
+    let Some(mut c) = LocalCluster::start_or_skip(options) else {
+        return;
+    };
+    let node = c.node_name().to_string();
+    let scontrol = c.scontrol();
+    let log = dir.path().join("health.log");
+    write_exec(
+        &program,
+        &format!(
+            "#!/bin/sh\nexport SLURM_CONF={conf:?} STATE_DIRECTORY={state:?}\nexec {bin:?} health --slurm --slurm-node {node:?} --scontrol {sc:?} --config {cfg:?} --sysfs-root {tree:?} >>{log:?} 2>&1\n",
+            conf = c.conf(),
+            bin = artifacts().rocewatch,
+            sc = scontrol.program(),
+        ),
+    );
+    let within = Duration::from_secs(u64::from(INTERVAL_S) * 2 + 8);
+    let logs = |c: &LocalCluster| {
+        format!(
+            "{}\nhealth program's output:\n{}",
+            c.logs(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    };
+
+    // A port administratively up and DOWN: drained with rocewatch's reason naming it.
+    set(&tree, "class/infiniband/mlx5_1/ports/1/state", "1: DOWN\n");
+    set(
+        &tree,
+        "class/infiniband/mlx5_1/ports/1/phys_state",
+        "3: Disabled\n",
+    );
+    let n = c
+        .wait_until(within, "DRAIN by rocewatch", |n| n.state.is_drain())
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs(&c)));
+    let reason = n.reason.map(|r| r.text).unwrap_or_default();
+    assert!(
+        reason.starts_with("rocewatch: mlx5_1/1 ens1f1np1: port DOWN (Disabled)"),
+        "{reason}\n{}",
+        logs(&c)
+    );
+    assert!(state.join("quarantine.json").exists(), "{}", logs(&c));
+
+    // Fixed: resumed, the quarantine health set released, and a job runs.
+    set(
+        &tree,
+        "class/infiniband/mlx5_1/ports/1/state",
+        "4: ACTIVE\n",
+    );
+    set(
+        &tree,
+        "class/infiniband/mlx5_1/ports/1/phys_state",
+        "5: LinkUp\n",
+    );
+    c.wait_until(within, "IDLE after the fix", |n| {
+        n.state.is_idle() && !n.state.is_drain()
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs(&c)));
+    assert!(!state.join("quarantine.json").exists(), "{}", logs(&c));
+    let mut srun = c.srun();
+    srun.args(["-N1", "-w", &node, "hostname"]);
+    let job = run_bounded(srun, Duration::from_secs(30)).unwrap_or_else(|e| panic!("srun: {e:?}"));
+    assert!(
+        job.status.success(),
+        "srun hostname: {}\n{}",
+        job.stderr,
+        logs(&c)
+    );
+
+    // An administrator's drain stays, healthy host or not.
+    scontrol
+        .run(&[
+            "update",
+            &format!("nodename={node}"),
+            "state=drain",
+            "reason=maintenance",
+        ])
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(u64::from(INTERVAL_S) * 2 + 2));
+    let n = scontrol.show_node(&node).unwrap();
+    assert!(n.state.is_drain(), "{}\n{}", n.state, logs(&c));
+    assert_eq!(n.reason.map(|r| r.text).as_deref(), Some("maintenance"));
+    // And the health program did run meanwhile (it said it left the node alone).
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(said.contains("drained by someone else"), "{said}");
+}

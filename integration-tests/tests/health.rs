@@ -197,6 +197,16 @@ fn the_node_problem_detector_monitor_runs_health_within_its_contract() {
     );
     let config_at = args.iter().position(|a| *a == "--config").unwrap() + 1;
     assert!(mounts.contains(&args[config_at]), "{mounts:?}");
+    // The quarantine is where health looks for it: the agent's state directory mounted
+    // and named.
+    assert!(mounts.contains(&"/var/lib/rocewatch"), "{mounts:?}");
+    let env_state = npd["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "STATE_DIRECTORY")
+        .map(|e| e["value"].as_str().unwrap());
+    assert_eq!(env_state, Some("/var/lib/rocewatch"));
     // The plugin as NPD runs it, on trees healthy and not: exit status in {0, 1, 2},
     // output within max_output_length, within the rule's timeout.
     let dir = tempfile::tempdir().unwrap();
@@ -209,6 +219,8 @@ fn the_node_problem_detector_monitor_runs_health_within_its_contract() {
         std::fs::write(&cfg, toml).unwrap();
         let mut run: Vec<&str> = args.clone();
         run[config_at] = cfg.to_str().unwrap();
+        // The binary is found (and the test's artifacts built) before the clock starts.
+        let _ = artifacts();
         let t = Instant::now();
         let o = rocewatch(&run, &[NO_STATE]);
         let took = t.elapsed();

@@ -77,11 +77,13 @@ pub enum ScontrolError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{command}: {status}: {stderr}")]
+    /// `output`: its standard error, and its standard output when there is any (scontrol
+    /// says "Node N not found" on standard output).
+    #[error("{command}: {status}: {output}")]
     Failed {
         command: String,
         status: ExitStatus,
-        stderr: String,
+        output: String,
     },
     #[error("{command}: still running after {timeout:?}; killed (stderr: {stderr})")]
     Timeout {
@@ -169,7 +171,7 @@ impl Scontrol {
             return Err(ScontrolError::Failed {
                 command,
                 status: out.status,
-                stderr: one_line(&out.stderr),
+                output: failure_output(&out),
             });
         }
         Ok(out.stdout)
@@ -245,7 +247,7 @@ impl Scontrol {
             return Err(ScontrolError::Failed {
                 command,
                 status: out.status,
-                stderr: one_line(&out.stderr),
+                output: failure_output(&out),
             });
         }
         Ok(out.stdout.lines().map(str::to_string).collect())
@@ -258,6 +260,15 @@ impl Scontrol {
             s.push_str(&format!("{a:?}"));
         }
         s
+    }
+}
+
+fn failure_output(out: &BoundedOutput) -> String {
+    let stderr = one_line(&out.stderr);
+    if out.stdout.trim().is_empty() {
+        stderr
+    } else {
+        format!("{stderr}; standard output: {}", one_line(&out.stdout))
     }
 }
 

@@ -47,6 +47,13 @@ mod real {
         let node = c.node_name().to_string();
         let sc = c.scontrol();
 
+        // A node Slurm does not know: the error names the command and Slurm's words.
+        let e = sc.drain("no-such-node", "x").unwrap_err().to_string();
+        assert!(e.contains("nodename=no-such-node"), "{e}");
+        assert!(e.contains("Invalid node name specified"), "{e}");
+        let e = sc.show_node("no-such-node").unwrap_err().to_string();
+        assert!(e.contains("Node no-such-node not found"), "{e}");
+
         // Drain with rocewatch's reason: Slurm says DRAIN, with that reason.
         let set = sc.drain(&node, "mlx5_0 port 1 down\n(state DOWN)").unwrap();
         assert_eq!(set, "rocewatch: mlx5_0 port 1 down\\n(state DOWN)");

@@ -15,8 +15,12 @@
 //! and `TaskPlugin=task/none` need no cgroup setup; `ReturnToService=2` lets a node that
 //! was DOWN for not responding come back when it registers with a valid configuration.
 //! A `HealthCheckProgram` can be set ([`HealthCheck`]) so a test can run rocewatch as
-//! slurmd's health program; slurmd runs it with the environment the daemons were started
-//! with, which holds `SLURM_CONF`.
+//! slurmd's health program. slurmd runs it with an environment of its own that holds only
+//! `SLURMD_NODENAME` (`run_script_health_check` in `src/slurmd/slurmd/slurmd.c` builds it
+//! with `env_array_create`; no `SLURM_CONF`): on a real host its `scontrol`
+//! reads the default `/etc/slurm/slurm.conf`, so here the program runs through a wrapper
+//! (`health-check.sh` in the cluster's directory) that sets `SLURM_CONF` to this
+//! cluster's configuration and nothing else.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -29,10 +33,11 @@ use std::time::{Duration, Instant};
 use crate::node::Node;
 use crate::scontrol::Scontrol;
 
-/// Slurm's HealthCheckProgram for the cluster.
+/// Slurm's HealthCheckProgram for the cluster (run through a wrapper that sets
+/// `SLURM_CONF`; see the module doc).
 #[derive(Debug, Clone)]
 pub struct HealthCheck {
-    /// `HealthCheckProgram`: an absolute path.
+    /// The program: an absolute path.
     pub program: PathBuf,
     /// `HealthCheckInterval`, seconds.
     pub interval_s: u32,
@@ -193,6 +198,17 @@ impl LocalCluster {
         fs::set_permissions(dir.path().join("munge"), fs::Permissions::from_mode(0o711))
             .map_err(|e| plain(format!("chmod munge: {e}")))?;
         let conf = dir.path().join("slurm.conf");
+        if let Some(h) = &options.health_check {
+            let wrapper = dir.path().join("health-check.sh");
+            let text = format!(
+                "#!/bin/sh\n# slurmd gives its health program no SLURM_CONF: this cluster's.\nSLURM_CONF={}\nexport SLURM_CONF\nexec {} \"$@\"\n",
+                sh_quote(&conf.display().to_string()),
+                sh_quote(&h.program.display().to_string()),
+            );
+            fs::write(&wrapper, text)
+                .and_then(|()| fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)))
+                .map_err(|e| plain(format!("{}: {e}", wrapper.display())))?;
+        }
         let text = slurm_conf(dir.path(), &node, free_port()?, free_port()?, &options);
         fs::write(&conf, text).map_err(|e| plain(format!("{}: {e}", conf.display())))?;
         let mut cluster = Self {
@@ -414,6 +430,11 @@ impl Drop for LocalCluster {
     }
 }
 
+/// `text` in single quotes for sh (a `'` as `'\''`).
+fn sh_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
 /// A TCP port on loopback that was free a moment ago (bound, then let go).
 fn free_port() -> Result<u16, HarnessError> {
     TcpListener::bind("127.0.0.1:0")
@@ -461,7 +482,7 @@ SlurmdTimeout=30
 "
     );
     if let Some(h) = &o.health_check {
-        let _ = writeln!(s, "HealthCheckProgram={}", h.program.display());
+        let _ = writeln!(s, "HealthCheckProgram={d}/health-check.sh");
         let _ = writeln!(s, "HealthCheckInterval={}", h.interval_s);
         if let Some(state) = &h.node_state {
             let _ = writeln!(s, "HealthCheckNodeState={state}");

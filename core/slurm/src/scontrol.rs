@@ -77,11 +77,13 @@ pub enum ScontrolError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{command}: {status}: {stderr}")]
+    /// `output`: its standard error, and its standard output when there is any (scontrol
+    /// says "Node N not found" on standard output).
+    #[error("{command}: {status}: {output}")]
     Failed {
         command: String,
         status: ExitStatus,
-        stderr: String,
+        output: String,
     },
     #[error("{command}: still running after {timeout:?}; killed (stderr: {stderr})")]
     Timeout {
@@ -169,7 +171,7 @@ impl Scontrol {
             return Err(ScontrolError::Failed {
                 command,
                 status: out.status,
-                stderr: one_line(&out.stderr),
+                output: failure_output(&out),
             });
         }
         Ok(out.stdout)
@@ -245,7 +247,7 @@ impl Scontrol {
             return Err(ScontrolError::Failed {
                 command,
                 status: out.status,
-                stderr: one_line(&out.stderr),
+                output: failure_output(&out),
             });
         }
         Ok(out.stdout.lines().map(str::to_string).collect())
@@ -258,6 +260,15 @@ impl Scontrol {
             s.push_str(&format!("{a:?}"));
         }
         s
+    }
+}
+
+fn failure_output(out: &BoundedOutput) -> String {
+    let stderr = one_line(&out.stderr);
+    if out.stdout.trim().is_empty() {
+        stderr
+    } else {
+        format!("{stderr}; standard output: {}", one_line(&out.stdout))
     }
 }
 
@@ -342,13 +353,31 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<BoundedOutput,
     })
 }
 
-/// This host's Slurm node name: `override_name` when given, else the host name up to
-/// its first `.`, as slurmd takes it (`gethostname_short` in `src/common/read_config.c`,
-/// used when slurmd is started without `-N`).
+/// This host's Slurm node name: `override_name` when given; else `SLURMD_NODENAME`,
+/// which slurmd sets for its health program (`run_script_health_check` in
+/// `src/slurmd/slurmd/slurmd.c`) and prolog; else the host name up to its first `.`, as
+/// slurmd takes it when started without `-N` (`gethostname_short` in
+/// `src/common/read_config.c`).
 pub fn this_node_name(override_name: Option<&str>) -> std::io::Result<String> {
-    if let Some(n) = override_name {
-        return Ok(n.to_string());
+    choose_node_name(
+        override_name,
+        std::env::var("SLURMD_NODENAME").ok().as_deref(),
+        short_hostname,
+    )
+}
+
+fn choose_node_name(
+    override_name: Option<&str>,
+    slurmd_nodename: Option<&str>,
+    hostname: impl FnOnce() -> std::io::Result<String>,
+) -> std::io::Result<String> {
+    match override_name.or(slurmd_nodename.filter(|n| !n.is_empty())) {
+        Some(n) => Ok(n.to_string()),
+        None => hostname(),
     }
+}
+
+fn short_hostname() -> std::io::Result<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that many
     // bytes and we read up to the first NUL within it.
@@ -431,8 +460,15 @@ mod tests {
 
     #[test]
     fn this_node_is_named() {
-        assert_eq!(this_node_name(Some("gpu017")).unwrap(), "gpu017");
-        let n = this_node_name(None).unwrap();
+        let host = || Ok("host".to_string());
+        assert_eq!(
+            choose_node_name(Some("gpu017"), Some("n1"), host).unwrap(),
+            "gpu017"
+        );
+        assert_eq!(choose_node_name(None, Some("n1"), host).unwrap(), "n1");
+        assert_eq!(choose_node_name(None, Some(""), host).unwrap(), "host");
+        assert_eq!(choose_node_name(None, None, host).unwrap(), "host");
+        let n = short_hostname().unwrap();
         assert!(!n.is_empty() && !n.contains('.'), "{n}");
     }
 

@@ -26,7 +26,7 @@ mod real {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
-    use rocewatch_slurm::harness::{LocalCluster, Options};
+    use rocewatch_slurm::harness::{HealthCheck, LocalCluster, Options};
     use rocewatch_slurm::scontrol::run_bounded;
     use rocewatch_slurm::{expand, ResumeOutcome, REASON_PREFIX};
 
@@ -46,6 +46,13 @@ mod real {
         let started = Instant::now();
         let node = c.node_name().to_string();
         let sc = c.scontrol();
+
+        // A node Slurm does not know: the error names the command and Slurm's words.
+        let e = sc.drain("no-such-node", "x").unwrap_err().to_string();
+        assert!(e.contains("nodename=no-such-node"), "{e}");
+        assert!(e.contains("Invalid node name specified"), "{e}");
+        let e = sc.show_node("no-such-node").unwrap_err().to_string();
+        assert!(e.contains("Node no-such-node not found"), "{e}");
 
         // Drain with rocewatch's reason: Slurm says DRAIN, with that reason.
         let set = sc.drain(&node, "mlx5_0 port 1 down\n(state DOWN)").unwrap();
@@ -105,6 +112,54 @@ mod real {
         );
         assert_eq!(n.reason.unwrap().text, "maintenance");
         eprintln!("real Slurm drain/resume: {:?}", started.elapsed());
+    }
+
+    /// slurmd runs `HealthCheckProgram` with `SLURMD_NODENAME` set (and nothing else: the
+    /// harness's wrapper adds `SLURM_CONF`), and its `scontrol` drains the node.
+    #[test]
+    fn the_health_program_drains_through_scontrol_with_slurm_conf() {
+        let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(programs) = LocalCluster::available() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("broken");
+        let script = dir.path().join("health.sh");
+        let node = rocewatch_slurm::this_node_name(None).unwrap();
+        // Drains only once the test says the host is broken: the cluster starts IDLE.
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nif [ -e '{}' ]; then exec '{}' update nodename='{node}' state=drain \"reason=rocewatch: health SLURM_CONF=$SLURM_CONF node=$SLURMD_NODENAME\"; fi\n",
+                flag.display(),
+                programs.scontrol.display(),
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let options = Options {
+            health_check: Some(HealthCheck {
+                program: script,
+                interval_s: 1,
+                node_state: Some("ANY".into()),
+            }),
+            ..Options::default()
+        };
+        let mut c = LocalCluster::start(programs, options).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&flag, "").unwrap();
+        let n = c
+            .wait_until(
+                Duration::from_secs(15),
+                "the health program to drain",
+                |n| n.state.is_drain(),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        let want = format!(
+            "rocewatch: health SLURM_CONF={} node={node}",
+            c.conf().display()
+        );
+        assert_eq!(n.reason.unwrap().text, want);
     }
 
     #[test]

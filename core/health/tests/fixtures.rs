@@ -192,7 +192,7 @@ fn a_host_without_rdma_devices_is_unhealthy_unless_none_are_expected() {
 #[test]
 fn unreadable_state_is_cannot_tell_not_healthy() {
     let t = copy_of("mlx5-roce-dual-port");
-    std::fs::remove_file(t.path().join("sys/class/net/ens1f0np0/flags")).unwrap();
+    std::fs::remove_file(t.path().join("sys/class/infiniband/mlx5_0/ports/1/state")).unwrap();
     let r = health(&t.path().join("sys"), &HealthConfig::default());
     assert_eq!(r.verdict, Verdict::Unknown, "{}", dump(&r));
     assert_eq!(r.verdict.exit_code(), 2);
@@ -201,6 +201,54 @@ fn unreadable_state_is_cannot_tell_not_healthy() {
         "{}",
         r.line
     );
+}
+
+#[test]
+fn a_port_whose_netdev_flags_cannot_be_read_is_checked_anyway() {
+    // A netdev in another network namespace, or a name the path cannot hold: the port's
+    // own state decides.
+    let t = copy_of("mlx5-roce-dual-port");
+    std::fs::remove_file(t.path().join("sys/class/net/ens1f1np1/flags")).unwrap();
+    let r = health(&t.path().join("sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Healthy, "{}", dump(&r));
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/state",
+        "1: DOWN\n",
+    );
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/phys_state",
+        "3: Disabled\n",
+    );
+    let r = health(&t.path().join("sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert!(
+        r.line.starts_with("mlx5_1/1 ens1f1np1: port DOWN"),
+        "{}",
+        r.line
+    );
+}
+
+#[test]
+fn no_port_in_scope_is_unhealthy_not_healthy() {
+    let t = copy_of("mlx5-roce-dual-port");
+    write(t.path(), "class/net/ens1f0np0/flags", "0x1002\n");
+    write(t.path(), "class/net/ens1f1np1/flags", "0x1002\n");
+    let r = health(&t.path().join("sys"), &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert!(r.line.contains("no RDMA port to check"), "{}", r.line);
+}
+
+#[test]
+fn a_quarantine_file_that_cannot_be_read_counts_as_a_quarantine() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("quarantine.json"), "not json").unwrap();
+    let mut opts = options(&fixtures().join("mlx5-roce-dual-port/sys"), None);
+    opts.state_dir = state.path().to_path_buf();
+    let r = health_with(opts, &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert!(r.line.starts_with("quarantine: "), "{}", r.line);
 }
 
 #[test]

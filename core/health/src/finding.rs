@@ -135,17 +135,6 @@ impl Report {
             findings,
         }
     }
-
-    /// The findings that decide the verdict, worst first, in check order among equals.
-    pub fn worst(&self) -> impl Iterator<Item = &Finding> {
-        let mut v: Vec<&Finding> = self
-            .findings
-            .iter()
-            .filter(|f| matches!(f.status, Status::Unhealthy | Status::Unknown))
-            .collect();
-        v.sort_by_key(|f| std::cmp::Reverse(f.status));
-        v.into_iter()
-    }
 }
 
 /// The one line: the worst finding (`mlx5_0/1 ens1f0np0: port DOWN, its netdev is up`),

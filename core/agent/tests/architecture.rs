@@ -37,6 +37,7 @@ const CRATE_LAYERS: &[&[&str]] = &[
     &["rocewatch-export"],
     &["rocewatch-remediation"],
     &["rocewatch-doctor"],
+    &["rocewatch-preflight"],
     &["rocewatch"],
 ];
 

@@ -93,6 +93,11 @@ fn sweep(n: usize, rails: usize, f: &Fabric) -> (Schedule, Verdict) {
     (s, v)
 }
 
+/// A table row (rows start with a space) of a passing test.
+fn is_pass_row(l: &str) -> bool {
+    l.starts_with(' ') && l.ends_with(" pass")
+}
+
 const SIZES: [usize; 7] = [2, 3, 4, 5, 16, 128, 1024];
 
 #[test]
@@ -110,8 +115,12 @@ fn a_clean_fabric_blames_no_one() {
             .collect();
         assert_eq!(tested.len(), n * 4, "n={n}");
         if n == 4 {
-            let t = report::text(&s, &v);
+            let t = report::text(&s, &v, true);
             assert!(t.contains("PASS: 48 tests"), "{t}");
+            assert_eq!(t.lines().filter(|l| is_pass_row(l)).count(), 48, "{t}");
+            let short = report::text(&s, &v, false);
+            assert!(short.contains("(48 passing tests not shown"), "{short}");
+            assert!(!short.lines().any(is_pass_row), "{short}");
         }
     }
 }
@@ -156,7 +165,17 @@ fn one_bad_nic_is_named_and_only_it() {
             f => panic!("n={n}: {f:?}"),
         }
         assert_eq!(report::exit_code(&v), 1);
-        let t = report::text(&s, &v);
+        let t = report::text(&s, &v, false);
+        // The failing rows with their numbers, then the finding.
+        let row = t
+            .lines()
+            .find(|l| l.contains(&format!(" {victim} ")) && l.contains("FAIL"))
+            .unwrap_or_else(|| panic!("no failing row of {victim}: {t}"));
+        assert!(
+            row.contains("120.00") && row.contains(" 30 ") && row.contains("40.00"),
+            "{row}"
+        );
+        assert!(!t.lines().any(is_pass_row), "passing rows hidden: {t}");
         assert!(
             t.contains(&format!("FAIL: bad NIC {victim}/mlx5_1:1 (rail 1)")),
             "{t}"
@@ -230,7 +249,7 @@ fn a_slow_direction_is_named_with_both_ends() {
             }
         );
         assert!(why.contains("30 % of the line rate 400 Gb/s"), "{why}");
-        let t = report::text(&sch, &v);
+        let t = report::text(&sch, &v, false);
         assert!(
             t.contains(&format!("slow direction {from}/mlx5_2:1 → {to}/mlx5_2:1")),
             "{t}"

@@ -17,6 +17,9 @@
 //! - [`report`]: text in `ib_write_bw`'s spirit (a row per test) and JSON; the exit
 //!   status (0 pass, 1 a named failure, 2 cannot tell).
 //! - [`timing`]: the wall time a schedule takes, from per-test durations.
+//! - [`results`]: the tests one host drove as JSON lines, and those lines read back:
+//!   each host measures only what it drives, so the verdict over the whole job judges
+//!   every host's lines together (`srun` gathers the tasks' output in one place).
 //! - [`runner`]: [`PairRunner`], the measurement a caller supplies (the CLI: the verbs
 //!   plugin's RDMA WRITE bandwidth test; tests: simulated results), and [`run_host`],
 //!   this host's part of the schedule.
@@ -26,6 +29,7 @@
 
 pub mod rails;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod schedule;
 pub mod timing;

@@ -13,7 +13,7 @@
 //! Hosts with different rail counts are tested on the ranks both have; the extra ranks
 //! are reported untested against that partner.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::schedule::{Phase, Schedule};
 
@@ -40,7 +40,8 @@ pub struct HostRails {
 }
 
 /// One end of a test.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Endpoint {
     pub host: String,
     pub nic: String,

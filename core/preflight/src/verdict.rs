@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::rails::{Endpoint, HostRails, Plan, Untested};
 
@@ -72,8 +72,11 @@ impl Thresholds {
     }
 }
 
-/// One test's result: `from` wrote into `to` on rail `rank` in `round`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One test's result: `from` wrote into `to` on rail `rank` in `round`. Each host
+/// measures only the tests it drives; the verdict needs every host's (see
+/// [`crate::results`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TestResult {
     pub round: usize,
     pub rank: usize,

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::schedule::{Phase, Schedule};
 
 /// One RDMA port of a host, at its rank.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Nic {
     /// `device:port`, as `rocewatch env` names it (`mlx5_0:1`).
     pub name: String,
@@ -33,7 +34,8 @@ pub struct Nic {
 }
 
 /// A host's NICs in rank order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HostRails {
     pub host: String,
     pub nics: Vec<Nic>,
@@ -81,6 +83,9 @@ pub struct Untested {
 pub struct Plan {
     pub tests: Vec<PlannedTest>,
     pub untested: Vec<Untested>,
+    /// Hosts of the schedule of which no rails were given (their results, and the line
+    /// that says their NICs, are missing).
+    pub unknown_hosts: Vec<String>,
 }
 
 /// The ranks `a` and `b` test together (both have the rank and both ports are up), and
@@ -121,7 +126,8 @@ pub fn match_rails(a: &HostRails, b: &HostRails) -> (Vec<usize>, Vec<(String, us
 }
 
 /// Every test of `schedule` over the hosts' rails. A host missing from `rails` has no
-/// NICs (every rank of its partners is untested against it).
+/// NICs (every rank of its partners is untested against it) and is listed in
+/// `unknown_hosts`.
 pub fn plan(schedule: &Schedule, rails: &[HostRails]) -> Plan {
     let empty = |h: &str| HostRails {
         host: h.to_string(),
@@ -135,7 +141,14 @@ pub fn plan(schedule: &Schedule, rails: &[HostRails]) -> Plan {
             .unwrap_or_else(|| empty(h))
     };
     let hosts = schedule.hosts();
-    let mut out = Plan::default();
+    let mut out = Plan {
+        unknown_hosts: hosts
+            .iter()
+            .filter(|h| !rails.iter().any(|r| &r.host == *h))
+            .cloned()
+            .collect(),
+        ..Plan::default()
+    };
     for round in 0..schedule.rounds() {
         for (i, j) in schedule.pairs(round) {
             let (a, b) = (find(&hosts[i]), find(&hosts[j]));
@@ -251,5 +264,6 @@ mod tests {
         assert!(p.tests.is_empty());
         assert_eq!(p.untested.len(), 1);
         assert!(p.untested[0].why.contains("b has 0 rails"));
+        assert_eq!(p.unknown_hosts, vec!["b".to_string()]);
     }
 }

@@ -379,16 +379,18 @@ async fn every_host_running_its_part_gives_the_planned_results() {
     };
     let s = Schedule::new(hosts(7), Mode::Default).unwrap();
     let r = rails_of(s.hosts(), 2);
-    let mut all = Vec::new();
+    let mut all = crate::results::Gathered::default();
     for h in &r {
         let mut run = SimRunner {
             me: h.host.clone(),
             fabric: &f,
         };
         // Each host writes its lines; the verdict reads every host's.
-        let lines = crate::results::to_lines(&run_host(&s, h, &mut run).await.unwrap());
+        let lines = crate::results::to_lines(h, &run_host(&s, h, &mut run).await.unwrap());
         crate::results::read_lines(&h.host, &lines, &mut all).unwrap();
     }
+    assert_eq!(all.rails, r);
+    let all = all.results;
     let p = plan(&s, &r);
     assert_eq!(all.len(), p.tests.len());
     let v = judge(&p, &r, &all, &Thresholds::default());
@@ -520,4 +522,29 @@ fn a_partner_without_other_tests_is_no_witness() {
         v.findings
     );
     assert_eq!(v.status, Status::CannotTell, "{:?}", v.findings);
+}
+
+/// A host that sent nothing (no rails line, no results) leaves its partners' tests
+/// against it untested and the sweep "cannot tell", naming it: never a silent pass.
+#[test]
+fn a_host_that_sent_nothing_is_named_and_nothing_passes() {
+    let s = Schedule::new(hosts(6), Mode::Default).unwrap();
+    let mut r = rails_of(s.hosts(), 2);
+    let p_all = plan(&s, &r);
+    let silent = r.remove(4);
+    let p = plan(&s, &r);
+    let res: Vec<TestResult> = Fabric::default()
+        .results(&p_all)
+        .into_iter()
+        .filter(|t| t.from.host != silent.host)
+        .collect();
+    let v = judge(&p, &r, &res, &Thresholds::default());
+    assert_eq!(v.status, Status::CannotTell, "{:?}", v.findings);
+    let lines: Vec<String> = v.findings.iter().map(report::finding_line).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("node0004: its NICs are not known")),
+        "{lines:?}"
+    );
 }

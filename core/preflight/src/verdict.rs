@@ -510,7 +510,15 @@ fn unexplained(
 
 /// Planned tests without a result, and ACTIVE NICs that no planned test reaches.
 fn missing(plan: &Plan, rails: &[HostRails], tests: &[Judged]) -> Vec<Finding> {
-    let mut out = Vec::new();
+    let mut out: Vec<Finding> = plan
+        .unknown_hosts
+        .iter()
+        .map(|h| Finding::Inconclusive {
+            why: format!(
+                "{h}: its NICs are not known (no results from it?): its tests cannot be judged"
+            ),
+        })
+        .collect();
     let done: BTreeSet<(usize, usize, &str, &str)> = tests
         .iter()
         .map(|t| {

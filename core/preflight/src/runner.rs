@@ -17,7 +17,7 @@ use crate::schedule::{Phase, Role, Schedule, ScheduleError};
 use crate::verdict::TestResult;
 
 /// One phase of one round, seen from this host.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Step {
     pub round: usize,
     pub phase: Phase,

@@ -17,6 +17,7 @@ mod duration_flags;
 mod env;
 mod output;
 mod plugins;
+mod preflight;
 mod probe;
 mod qos;
 mod rules;
@@ -49,6 +50,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Rules(a) => rules::run(a).await,
         Command::Probe(a) => probe::run(a).await,
         Command::Bandwidth(a) => bandwidth::run(a).await,
+        Command::Preflight(a) => preflight::run(a).await,
         Command::Config(ConfigCommand::Check { file }) => config::check(&file),
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,

@@ -41,6 +41,29 @@ fn plan_shows_this_hosts_partners_roles_and_rails() {
          round 2 first: is written by node01 on rails 0,1\n\
          round 2 then: writes into node01 on rails 0,1\n"
     );
+    // A port that is not ACTIVE keeps its rank (the ranks after it stay on their rail)
+    // and is left out of the tests.
+    let ib = fixture("ib-hca");
+    let o = rocewatch(
+        &[
+            "preflight",
+            "--host-list",
+            "a,b",
+            "--this-host",
+            "b",
+            "--sysfs-root",
+            ib.to_str().unwrap(),
+            "--plan",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "b: 2 hosts, 1 rounds; rails (rank: NIC): 0: mlx4_0:1, 1: mlx4_0:2 (not ACTIVE)\n\
+         round 0 first: is written by a on rails 0\n\
+         round 0 then: writes into a on rails 0\n"
+    );
     // A host the list lacks is refused, naming it.
     let mut bad = args.to_vec();
     bad[4] = "node09";

@@ -25,6 +25,8 @@
 //! - `top`: `rocewatch top` says why it has nothing to show (a fixture tree, which the
 //!   resources collector cannot read; the collector disabled). The attribution is checked
 //!   in the lab.
+//! - `preflight`: `rocewatch preflight --plan` on a fixture tree and `--judge` on results
+//!   written as each host writes them.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 // Functions over 120 lines are refused outside tests; this is tests.
@@ -50,6 +52,7 @@ mod otlp;
 mod otlp_resilience;
 mod packaging;
 mod plugins;
+mod preflight;
 mod probes;
 mod prometheus;
 mod qos;

@@ -38,7 +38,7 @@ const CRATE_LAYERS: &[&[&str]] = &[
     &["rocewatch-export"],
     &["rocewatch-remediation"],
     &["rocewatch-doctor"],
-    &["rocewatch-health"],
+    &["rocewatch-health", "rocewatch-preflight"],
     &["rocewatch"],
 ];
 

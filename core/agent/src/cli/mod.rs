@@ -18,6 +18,7 @@ mod env;
 mod health;
 mod output;
 mod plugins;
+mod preflight;
 mod probe;
 mod qos;
 mod quarantine;
@@ -51,6 +52,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Rules(a) => rules::run(a).await,
         Command::Probe(a) => probe::run(a).await,
         Command::Bandwidth(a) => bandwidth::run(a).await,
+        Command::Preflight(a) => preflight::run(a).await,
         Command::Config(ConfigCommand::Check { file }) => config::check(&file),
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,

@@ -1,0 +1,318 @@
+//! `rocewatch preflight`: the sweep across a job's hosts before it starts, with no
+//! coordinator (the schedule, rail matching, verdict and report are `rocewatch_preflight`).
+//!
+//! What runs today: `--plan` (this host's part of the schedule, on the NICs discovery
+//! finds, in `rocewatch env`'s order) and `--judge FILE...` (the verdict over the JSON
+//! lines every host wrote). Measuring (the RDMA WRITE test per rail through the verbs
+//! plugin) is not wired yet: without `--plan` or `--judge` the command says so and exits 2
+//! (cannot tell), never 0.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+
+use super::args_sub::SourceArgs;
+use super::output::print_json;
+use crate::app::App;
+use rocewatch_plugin_api::{Inventory, PluginKind};
+use rocewatch_preflight as pf;
+
+/// Exit status when nothing can be said.
+const CANNOT_TELL: i32 = 2;
+
+/// `rocewatch preflight`'s arguments.
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// The job's hosts: a file with one host name per line (`#` comments, blank lines
+    /// skipped), as `scontrol show hostnames "$SLURM_JOB_NODELIST"` prints them.
+    #[arg(long, value_name = "FILE", required_unless_present = "host_list")]
+    pub hosts: Option<PathBuf>,
+    /// The job's hosts as a comma-separated list (already expanded: `node01,node02`).
+    #[arg(long, value_name = "HOST,...", conflicts_with = "hosts")]
+    pub host_list: Option<String>,
+    /// This host's name as the list spells it (default: the configured host name, else
+    /// the kernel's, up to its first dot).
+    #[arg(long, value_name = "NAME")]
+    pub this_host: Option<String>,
+    /// Test every pair of hosts (N−1 rounds) instead of the default 3 partners each (a
+    /// constant 3 rounds, 4 for an odd number of hosts).
+    #[arg(long)]
+    pub all_pairs: bool,
+    /// The share of the line rate a test must reach to pass (above 0, at most 1).
+    #[arg(long, default_value_t = pf::verdict::DEFAULT_MIN_SHARE, value_name = "FRACTION")]
+    pub min_bandwidth_share: f64,
+    /// The latency a test may not exceed, in microseconds.
+    #[arg(long, default_value_t = pf::verdict::DEFAULT_MAX_LATENCY_US, value_name = "MICROSECONDS")]
+    pub max_latency_us: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Print a row for every test, not only those that did not pass.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Print this host's part of the schedule (each round's partner, role and rails) and
+    /// exit.
+    #[arg(long, conflicts_with = "judge")]
+    pub plan: bool,
+    /// Judge the results every host wrote (files of JSON lines: each host's rails, then
+    /// its tests) and exit 0 (every test passed), 1 (a NIC, host or direction named) or 2
+    /// (cannot tell, saying why).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub judge: Vec<PathBuf>,
+}
+
+/// The host names of a hosts file: one a line, `#` comments and blank lines skipped.
+/// Errors name the line.
+pub fn parse_hosts_file(text: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        check_name(line).map_err(|why| format!("line {}: {why}", i + 1))?;
+        out.push(line.to_string());
+    }
+    Ok(out)
+}
+
+/// The host names of a comma-separated list. Errors name the entry.
+pub fn parse_host_list(list: &str) -> Result<Vec<String>, String> {
+    list.split(',')
+        .enumerate()
+        .map(|(i, h)| {
+            let h = h.trim();
+            check_name(h)
+                .map(|()| h.to_string())
+                .map_err(|why| format!("entry {}: {why}", i + 1))
+        })
+        .collect()
+}
+
+/// Why `name` is no host name, if it is not.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("an empty host name".into());
+    }
+    if name.contains(['[', ']']) {
+        return Err(format!(
+            "{name:?} looks like a compressed Slurm hostlist: expand it first (scontrol show hostnames)"
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{name:?} holds {c:?}: one host name per line, no spaces"
+        ));
+    }
+    Ok(())
+}
+
+fn read_hosts(a: &PreflightArgs) -> Result<(String, Vec<String>)> {
+    match (&a.hosts, &a.host_list) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--hosts {}", path.display()))?;
+            let hosts =
+                parse_hosts_file(&text).map_err(|e| anyhow!("--hosts {}: {e}", path.display()))?;
+            Ok((path.display().to_string(), hosts))
+        }
+        (None, Some(list)) => Ok((
+            "--host-list".into(),
+            parse_host_list(list).map_err(|e| anyhow!("--host-list: {e}"))?,
+        )),
+        (None, None) => bail!("give the job's hosts: --hosts FILE or --host-list HOST,..."),
+    }
+}
+
+/// This host's NICs in `rocewatch env`'s order (`appenv::ports`: devices by name, ports
+/// by number), down ones kept at their rank.
+fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
+    let ports = rocewatch_doctor::appenv::ports(inv, &[], None);
+    let nics = ports
+        .iter()
+        .map(|p| {
+            let rate = inv
+                .devices
+                .iter()
+                .find(|d| d.name == p.device)
+                .and_then(|d| d.ports.iter().find(|x| x.port == p.port))
+                .and_then(|x| x.rate_bps);
+            pf::Nic {
+                name: p.name(),
+                netdev: p.netdev.clone(),
+                up: p.up,
+                line_rate_gbps: rate.map(|b| b as f64 / 1e9),
+            }
+        })
+        .collect();
+    pf::HostRails {
+        host: host.to_string(),
+        nics,
+    }
+}
+
+pub async fn run(a: PreflightArgs) -> Result<i32> {
+    let (from, hosts) = read_hosts(&a)?;
+    let mode = if a.all_pairs {
+        pf::Mode::AllPairs
+    } else {
+        pf::Mode::Default
+    };
+    let schedule = pf::Schedule::new(hosts, mode).map_err(|e| anyhow!("{from}: {e}"))?;
+    let th = pf::Thresholds::new(a.min_bandwidth_share, a.max_latency_us)?;
+    if !a.judge.is_empty() {
+        return judge(&schedule, &a.judge, &th, a.json, a.verbose);
+    }
+    let cfg = a.source.load()?;
+    let this = a.this_host.clone().unwrap_or_else(|| {
+        let name = crate::app::host_name(&cfg);
+        name.split('.').next().unwrap_or(&name).to_string()
+    });
+    schedule.index(&this)?;
+    let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
+    let inv = app.discover().await.context("discovering RDMA devices");
+    app.stop().await;
+    let rails = rails_of(&this, &inv?);
+    if a.plan {
+        print_plan(&schedule, &rails, a.json)?;
+        return Ok(0);
+    }
+    eprintln!(
+        "rocewatch preflight: measuring is not available yet (the RDMA WRITE test per rail is not wired to the schedule): nothing was tested. --plan shows this host's part of the schedule; --judge judges results gathered from every host"
+    );
+    Ok(CANNOT_TELL)
+}
+
+fn print_plan(schedule: &pf::Schedule, rails: &pf::HostRails, json: bool) -> Result<()> {
+    let steps = pf::steps(schedule, rails)?;
+    if json {
+        return print_json(&serde_json::json!({
+            "host": rails.host,
+            "hosts": schedule.hosts(),
+            "mode": schedule.mode(),
+            "rounds": schedule.rounds(),
+            "rails": rails,
+            "steps": steps,
+        }));
+    }
+    println!(
+        "{}: {} hosts, {} rounds; rails (rank: NIC): {}",
+        rails.host.escape_debug(),
+        schedule.hosts().len(),
+        schedule.rounds(),
+        rails
+            .nics
+            .iter()
+            .enumerate()
+            .map(|(k, n)| format!("{k}: {}{}", n.name, if n.up { "" } else { " (not ACTIVE)" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for round in 0..schedule.rounds() {
+        let mine: Vec<&pf::Step> = steps.iter().filter(|s| s.round == round).collect();
+        if mine.is_empty() {
+            println!("round {round}: no partner (odd number of hosts): idle");
+        }
+        for s in mine {
+            let (phase, role) = match (s.phase, s.role) {
+                (pf::Phase::Forward, pf::Role::Drive) => ("first", "writes into"),
+                (pf::Phase::Forward, pf::Role::Serve) => ("first", "is written by"),
+                (pf::Phase::Reverse, pf::Role::Drive) => ("then", "writes into"),
+                (pf::Phase::Reverse, pf::Role::Serve) => ("then", "is written by"),
+            };
+            let ranks: Vec<String> = s.rails.iter().map(|(k, _)| k.to_string()).collect();
+            println!(
+                "round {round} {phase}: {role} {} on rails {}",
+                s.peer.escape_debug(),
+                ranks.join(",")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn judge(
+    schedule: &pf::Schedule,
+    files: &[PathBuf],
+    th: &pf::Thresholds,
+    json: bool,
+    verbose: bool,
+) -> Result<i32> {
+    let mut got = pf::results::Gathered::default();
+    for f in files {
+        let text = read_results(f)?;
+        pf::results::read_lines(&f.display().to_string(), &text, &mut got)?;
+    }
+    for r in &got.rails {
+        schedule.index(&r.host).with_context(|| {
+            format!(
+                "results name the host {:?}, which the host list lacks",
+                r.host
+            )
+        })?;
+    }
+    let plan = pf::plan(schedule, &got.rails);
+    let v = pf::judge(&plan, &got.rails, &got.results, th);
+    if json {
+        print_json(&pf::json(schedule, &v))?;
+    } else {
+        print!("{}", pf::text(schedule, &v, verbose));
+    }
+    Ok(pf::exit_code(&v))
+}
+
+fn read_results(f: &Path) -> Result<String> {
+    std::fs::read_to_string(f).with_context(|| format!("--judge {}", f.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn host_files_and_lists_are_read_and_faults_named() {
+        assert_eq!(
+            parse_hosts_file("# job 42\nnode01\n\n  node02  # the second\nnode03\n").unwrap(),
+            vec!["node01", "node02", "node03"]
+        );
+        let e = parse_hosts_file("node01\nnode[02-04]\n").unwrap_err();
+        assert!(
+            e.starts_with("line 2: \"node[02-04]\" looks like a compressed Slurm hostlist"),
+            "{e}"
+        );
+        let e = parse_hosts_file("node01 node02\n").unwrap_err();
+        assert!(e.starts_with("line 1: \"node01 node02\" holds ' '"), "{e}");
+        assert_eq!(parse_host_list("a, b,c").unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(
+            parse_host_list("a,,c").unwrap_err(),
+            "entry 2: an empty host name"
+        );
+    }
+
+    proptest! {
+        /// Any text: names or an error naming the line, never a panic; every name read
+        /// is one a host list can hold.
+        #[test]
+        fn any_hosts_file_is_read_or_refused(text in "\\PC*(\n\\PC*){0,5}") {
+            if let Ok(names) = parse_hosts_file(&text) {
+                for n in names {
+                    prop_assert!(check_name(&n).is_ok());
+                    prop_assert!(!n.contains('#'));
+                }
+            }
+        }
+
+        /// Names written one a line come back as written.
+        #[test]
+        fn names_round_trip(names in proptest::collection::vec("[a-z][a-z0-9.-]{0,20}", 0..30)) {
+            prop_assert_eq!(parse_hosts_file(&names.join("\n")).unwrap(), names.clone());
+            if !names.is_empty() {
+                prop_assert_eq!(parse_host_list(&names.join(",")).unwrap(), names);
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! One host's results as JSON lines (`{"rails": HostRails}` first: the host and its NICs
+//! in rank order, then `{"test": TestResult}` a line), and every host's lines read back
+//! for the verdict. No host sees the whole sweep: it measures the tests it
+//! drives, while a NIC is named bad only by its partners' other tests. So each host
+//! writes its lines, and the verdict reads all of them (the job's hosts' output gathered
+//! by `srun`, or files on a shared directory).
+//!
+//! Reading is strict: an unknown key, a missing one or a value of the wrong type is an
+//! error naming the line; blank lines and `#` comments are skipped; a test given twice
+//! (the same round, rail and ends) or a host's rails given twice is refused, never counted
+//! twice. A host whose rails line is missing is one the verdict cannot judge (see
+//! `Plan::unknown_hosts`).
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::rails::HostRails;
+use crate::verdict::TestResult;
+
+/// One line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum Line {
+    Rails(HostRails),
+    Test(TestResult),
+}
+
+/// Every host's rails and results, as read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gathered {
+    pub rails: Vec<HostRails>,
+    pub results: Vec<TestResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ResultsError {
+    #[error("{source_name} line {line}: not a preflight test result: {why}")]
+    Line {
+        source_name: String,
+        line: usize,
+        why: String,
+    },
+    #[error("{source_name} line {line}: the rails of {host} are given twice")]
+    RailsTwice {
+        source_name: String,
+        line: usize,
+        host: String,
+    },
+    #[error("{source_name} line {line}: the test {from} → {to} (rail {rank}, round {round}) is given twice")]
+    Twice {
+        source_name: String,
+        line: usize,
+        from: String,
+        to: String,
+        rank: usize,
+        round: usize,
+    },
+}
+
+/// A host's rails and the results it measured, as JSON lines.
+pub fn to_lines(rails: &HostRails, results: &[TestResult]) -> String {
+    let mut out = String::new();
+    let lines =
+        std::iter::once(Line::Rails(rails.clone())).chain(results.iter().cloned().map(Line::Test));
+    for l in lines {
+        // Strings, numbers and options: serializing cannot fail.
+        out.push_str(&serde_json::to_string(&l).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
+/// The lines of `text` (named `source_name` in errors), added to `into`.
+pub fn read_lines(source_name: &str, text: &str, into: &mut Gathered) -> Result<(), ResultsError> {
+    let mut seen: BTreeSet<(usize, usize, String, String)> = into
+        .results
+        .iter()
+        .map(|r| (r.round, r.rank, r.from.to_string(), r.to.to_string()))
+        .collect();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let parsed: Line = serde_json::from_str(l).map_err(|e| ResultsError::Line {
+            source_name: source_name.to_string(),
+            line: i + 1,
+            why: e.to_string(),
+        })?;
+        match parsed {
+            Line::Rails(r) => {
+                if into.rails.iter().any(|x| x.host == r.host) {
+                    return Err(ResultsError::RailsTwice {
+                        source_name: source_name.to_string(),
+                        line: i + 1,
+                        host: r.host,
+                    });
+                }
+                into.rails.push(r);
+            }
+            Line::Test(r) => {
+                let key = (r.round, r.rank, r.from.to_string(), r.to.to_string());
+                if !seen.insert(key) {
+                    return Err(ResultsError::Twice {
+                        source_name: source_name.to_string(),
+                        line: i + 1,
+                        from: r.from.to_string(),
+                        to: r.to.to_string(),
+                        rank: r.rank,
+                        round: r.round,
+                    });
+                }
+                into.results.push(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rails::{Endpoint, Nic};
+
+    fn rails(host: &str) -> HostRails {
+        HostRails {
+            host: host.into(),
+            nics: vec![Nic {
+                name: "mlx5_3:1".into(),
+                netdev: Some("ens3np0".into()),
+                up: true,
+                line_rate_gbps: Some(400.0),
+            }],
+        }
+    }
+    use proptest::prelude::*;
+
+    fn result(round: usize, bw: Option<f64>, error: Option<&str>) -> TestResult {
+        TestResult {
+            round,
+            rank: 3,
+            from: Endpoint {
+                host: "gpu01".into(),
+                nic: "mlx5_3:1".into(),
+            },
+            to: Endpoint {
+                host: "gpu02".into(),
+                nic: "mlx5_3:1".into(),
+            },
+            bandwidth_gbps: bw,
+            latency_us: Some(2.5),
+            line_rate_gbps: Some(400.0),
+            error: error.map(String::from),
+        }
+    }
+
+    #[test]
+    fn lines_read_back_and_faults_name_the_line() {
+        let rs = vec![
+            result(0, Some(391.5), None),
+            result(1, None, Some("refused")),
+        ];
+        let text = format!("# gpu01\n\n{}", to_lines(&rails("gpu01"), &rs));
+        let mut got = Gathered::default();
+        read_lines("gpu01.jsonl", &text, &mut got).unwrap();
+        assert_eq!(got.results, rs);
+        assert_eq!(got.rails, vec![rails("gpu01")]);
+        // The same lines again, from another file: refused, not counted twice.
+        let e = read_lines("again.jsonl", &text, &mut got)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "again.jsonl line 3: the rails of gpu01 are given twice");
+        let tests_only: String = text.lines().skip(3).map(|l| format!("{l}\n")).collect();
+        let e = read_lines("again.jsonl", &tests_only, &mut got)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("again.jsonl line 1: the test gpu01/mlx5_3:1 → gpu02/mlx5_3:1 (rail 3, round 0) is given twice"), "{e}");
+        let bad = r#"{"test":{"round":0,"rank":1,"from":{"host":"a","nic":"x"},"to":{"host":"b","nic":"y"},"bandwidth_gbps":1,"latency_us":null,"line_rate_gbps":null,"error":null,"extra":1}}"#;
+        let e = read_lines("h.jsonl", &format!("\n{bad}"), &mut Gathered::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("h.jsonl line 2: not a preflight test result: unknown field `extra`"),
+            "{e}"
+        );
+        let e = read_lines(
+            "h.jsonl",
+            r#"{"test":{"round":-1}}"#,
+            &mut Gathered::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 1") && e.contains("-1"), "{e}");
+        let e = read_lines("h.jsonl", r#"{"round":1}"#, &mut Gathered::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1") && e.contains("round"), "{e}");
+    }
+
+    proptest! {
+        /// Whatever a line holds: an error or results, never a panic.
+        #[test]
+        fn any_text_is_read_or_refused_without_panic(text in "\\PC*(\n\\PC*){0,3}") {
+            let _ = read_lines("x", &text, &mut Gathered::default());
+        }
+
+        /// Any results go out and come back the same.
+        #[test]
+        fn results_round_trip(rounds in proptest::collection::vec(0usize..1000, 0..20), bw in proptest::option::of(0.0f64..1e4)) {
+            let mut rs: Vec<TestResult> = rounds.into_iter().collect::<BTreeSet<_>>().into_iter().map(|r| result(r, bw, None)).collect();
+            rs.iter_mut().enumerate().for_each(|(i, r)| r.error = (i % 3 == 0).then(|| format!("e\"{i}\n")));
+            let mut g = Gathered::default();
+            read_lines("x", &to_lines(&rails("gpu01"), &rs), &mut g).unwrap();
+            let mut got = g.results;
+            // serde_json reads a float back to within the last bit (its exact reading is
+            // a feature the workspace does not turn on): equal up to that.
+            prop_assert_eq!(got.len(), rs.len());
+            for (g, r) in got.iter_mut().zip(&rs) {
+                if let (Some(a), Some(b)) = (g.bandwidth_gbps, r.bandwidth_gbps) {
+                    prop_assert!((a - b).abs() <= b.abs() * 1e-12, "{a} vs {b}");
+                    g.bandwidth_gbps = r.bandwidth_gbps;
+                }
+            }
+            prop_assert_eq!(got, rs);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! `rocewatch preflight` through the binary: `--plan` on a fixture tree (this host's part
+//! of the schedule, its rails in `env`'s order), `--judge` on results written as each host
+//! would write them (a clean sweep, one bad NIC, a host that sent nothing), and the
+//! measurement, not wired yet, never passing.
+
+use std::path::Path;
+
+use rocewatch_preflight as pf;
+
+use crate::support::*;
+
+fn hosts_file(dir: &Path, hosts: &[&str]) -> String {
+    let p = dir.join("hosts");
+    std::fs::write(&p, format!("# the job's hosts\n{}\n", hosts.join("\n"))).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn plan_shows_this_hosts_partners_roles_and_rails() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &["node03", "node01", "node02"]);
+    let root = fixture("mlx5-roce-dual-port");
+    let args = [
+        "preflight",
+        "--hosts",
+        &hosts,
+        "--this-host",
+        "node02",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--plan",
+    ];
+    let o = rocewatch(&args, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "node02: 3 hosts, 3 rounds; rails (rank: NIC): 0: mlx5_0:1, 1: mlx5_1:1\n\
+         round 0 first: writes into node03 on rails 0,1\n\
+         round 0 then: is written by node03 on rails 0,1\n\
+         round 1: no partner (odd number of hosts): idle\n\
+         round 2 first: is written by node01 on rails 0,1\n\
+         round 2 then: writes into node01 on rails 0,1\n"
+    );
+    // A port that is not ACTIVE keeps its rank (the ranks after it stay on their rail)
+    // and is left out of the tests.
+    let ib = fixture("ib-hca");
+    let o = rocewatch(
+        &[
+            "preflight",
+            "--host-list",
+            "a,b",
+            "--this-host",
+            "b",
+            "--sysfs-root",
+            ib.to_str().unwrap(),
+            "--plan",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "b: 2 hosts, 1 rounds; rails (rank: NIC): 0: mlx4_0:1, 1: mlx4_0:2 (not ACTIVE)\n\
+         round 0 first: is written by a on rails 0\n\
+         round 0 then: writes into a on rails 0\n"
+    );
+    // A host the list lacks is refused, naming it.
+    let mut bad = args.to_vec();
+    bad[4] = "node09";
+    let o = rocewatch(&bad, &[]);
+    // Errors exit 2, as every command's do (main.rs): cannot tell.
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("\"node09\" is not in the host list"),
+        "{}",
+        stderr(&o)
+    );
+    // Measuring is not wired: it says so and does not pass.
+    let o = rocewatch(&args[..7], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing was tested"), "{}", stderr(&o));
+}
+
+/// Each host's file, as the host would write it: its rails, then the tests it drove.
+fn write_results(
+    dir: &Path,
+    hosts: &[&str],
+    bad: Option<(&str, usize)>,
+    silent: Option<&str>,
+) -> Vec<String> {
+    let s = pf::Schedule::new(
+        hosts.iter().map(|h| h.to_string()).collect(),
+        pf::Mode::Default,
+    )
+    .unwrap();
+    let rails: Vec<pf::HostRails> = s
+        .hosts()
+        .iter()
+        .map(|h| pf::HostRails {
+            host: h.clone(),
+            nics: (0..2)
+                .map(|k| pf::Nic {
+                    name: format!("mlx5_{k}:1"),
+                    netdev: Some(format!("ens{k}np0")),
+                    up: true,
+                    line_rate_gbps: Some(400.0),
+                })
+                .collect(),
+        })
+        .collect();
+    let plan = pf::plan(&s, &rails);
+    let mut files = Vec::new();
+    for r in &rails {
+        if Some(r.host.as_str()) == silent {
+            continue;
+        }
+        let tests: Vec<pf::TestResult> = plan
+            .tests
+            .iter()
+            .filter(|t| t.from.host == r.host)
+            .map(|t| {
+                let broken =
+                    bad.is_some_and(|(h, k)| t.rank == k && (t.from.host == h || t.to.host == h));
+                pf::TestResult {
+                    round: t.round,
+                    rank: t.rank,
+                    from: t.from.clone(),
+                    to: t.to.clone(),
+                    bandwidth_gbps: Some(if broken { 150.0 } else { 388.0 }),
+                    latency_us: Some(3.0),
+                    line_rate_gbps: Some(400.0),
+                    error: None,
+                }
+            })
+            .collect();
+        let p = dir.join(format!("{}.jsonl", r.host));
+        std::fs::write(&p, pf::results::to_lines(r, &tests)).unwrap();
+        files.push(p.to_str().unwrap().to_string());
+    }
+    files
+}
+
+fn judge(hosts: &str, files: &[String], extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["preflight", "--hosts", hosts];
+    args.extend_from_slice(extra);
+    args.push("--judge");
+    args.extend(files.iter().map(String::as_str));
+    rocewatch(&args, &[])
+}
+
+#[test]
+fn judge_names_the_bad_nic_from_every_hosts_results() {
+    let names = ["gpu01", "gpu02", "gpu03", "gpu04", "gpu05", "gpu06"];
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &names);
+
+    let clean = write_results(dir.path(), &names, None, None);
+    let o = judge(&hosts, &clean, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("PASS: 36 tests, every one passed"),
+        "{}",
+        stdout(&o)
+    );
+
+    let bad = write_results(dir.path(), &names, Some(("gpu04", 1)), None);
+    let o = judge(&hosts, &bad, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("FAIL: bad NIC gpu04/mlx5_1:1 (rail 1): fails both ways against"),
+        "{out}"
+    );
+    assert!(
+        out.contains("150.00") && out.contains(" 38 "),
+        "the numbers: {out}"
+    );
+    let o = judge(&hosts, &bad, &["--json"]);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["exit_code"], 1);
+    assert_eq!(j["findings"][0]["finding"], "bad_nic");
+    assert_eq!(j["findings"][0]["nic"], "mlx5_1:1");
+    // A stricter bar fails every test: no one can be blamed.
+    let o = judge(&hosts, &clean, &["--min-bandwidth-share", "0.99"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+
+    let partial = write_results(dir.path(), &names, None, Some("gpu02"));
+    std::fs::remove_file(dir.path().join("gpu02.jsonl")).unwrap();
+    let o = judge(&hosts, &partial, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("CANNOT TELL: gpu02: its NICs are not known"),
+        "{}",
+        stdout(&o)
+    );
+
+    // A file given twice is refused, naming it and the line.
+    let twice = [clean[0].clone(), clean[0].clone()];
+    let o = judge(&hosts, &twice, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("gpu01.jsonl line 1: the rails of gpu01 are given twice"),
+        "{}",
+        stderr(&o)
+    );
+}

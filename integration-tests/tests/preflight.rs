@@ -1,7 +1,7 @@
 //! `rocewatch preflight` through the binary: `--plan` on a fixture tree (this host's part
 //! of the schedule, its rails in `env`'s order), `--judge` on results written as each host
 //! would write them (a clean sweep, one bad NIC, a host that sent nothing), and the
-//! measurement, not wired yet, never passing.
+//! sweep whose partner never comes.
 
 use std::path::Path;
 
@@ -75,10 +75,54 @@ fn plan_shows_this_hosts_partners_roles_and_rails() {
         "{}",
         stderr(&o)
     );
-    // Measuring is not wired: it says so and does not pass.
-    let o = rocewatch(&args[..7], &[]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("nothing was tested"), "{}", stderr(&o));
+}
+
+/// The sweep against a partner that never comes: the driving step gives up after the
+/// patience and records each rail's test as failed with why, the serving step goes on
+/// after its wait, the lines name this host's rails and the failed tests, exit 1.
+#[test]
+fn a_sweep_whose_partner_never_comes_fails_its_tests_saying_why() {
+    let root = fixture("mlx5-roce-dual-port");
+    let args = [
+        "preflight",
+        "--host-list",
+        "pf-a.invalid,pf-b.invalid",
+        "--this-host",
+        "pf-a.invalid",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--control-port",
+        "28621",
+        "--tcp-port",
+        "28640",
+        "--patience",
+        "1s",
+        "--duration",
+        "1s",
+        "--probes",
+        "1",
+    ];
+    let o = rocewatch(&args, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "the rails, then one test per rail: {out}");
+    assert_eq!(lines[0]["rails"]["host"], "pf-a.invalid", "{out}");
+    for t in &lines[1..] {
+        let e = t["test"]["error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains("cannot reach pf-b.invalid's preflight on TCP port 28621"),
+            "{out}"
+        );
+    }
+    assert!(
+        stderr(&o).contains("FAIL: the test failed"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Each host's file, as the host would write it: its rails, then the tests it drove.
@@ -104,6 +148,7 @@ fn write_results(
                     netdev: Some(format!("ens{k}np0")),
                     up: true,
                     line_rate_gbps: Some(400.0),
+                    addr: None,
                 })
                 .collect(),
         })

@@ -20,6 +20,8 @@
 //! - [`results`]: the tests one host drove as JSON lines, and those lines read back:
 //!   each host measures only what it drives, so the verdict over the whole job judges
 //!   every host's lines together (`srun` gathers the tasks' output in one place).
+//! - [`control`]: the line protocol between partners (the serving host's rail addresses,
+//!   and the driver's "done" that ends a step), so two tests never share a NIC.
 //! - [`runner`]: [`PairRunner`], the measurement a caller supplies (the CLI: the verbs
 //!   plugin's RDMA WRITE bandwidth test; tests: simulated results), and [`run_host`],
 //!   this host's part of the schedule.
@@ -27,6 +29,7 @@
 //! Nothing here reads the host or the network: it is pure and deterministic, so every
 //! host and every test derives the same answer.
 
+pub mod control;
 pub mod rails;
 pub mod report;
 pub mod results;

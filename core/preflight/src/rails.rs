@@ -31,6 +31,10 @@ pub struct Nic {
     /// The port's line rate, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line_rate_gbps: Option<f64>,
+    /// The address its RoCE v2 GID carries (what a partner's test connects to), when
+    /// known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
 }
 
 /// A host's NICs in rank order.
@@ -205,6 +209,7 @@ mod tests {
                     netdev: None,
                     up: *up,
                     line_rate_gbps: Some(400.0),
+                    addr: None,
                 })
                 .collect(),
         }

@@ -131,6 +131,7 @@ mod tests {
                 netdev: Some("ens3np0".into()),
                 up: true,
                 line_rate_gbps: Some(400.0),
+                addr: None,
             }],
         }
     }

@@ -75,6 +75,7 @@ fn rails_of(hosts: &[String], rails: usize) -> Vec<HostRails> {
                     netdev: None,
                     up: true,
                     line_rate_gbps: Some(LINE),
+                    addr: None,
                 })
                 .collect(),
         })

@@ -126,27 +126,8 @@ pub enum Command {
     /// Sweep a job's hosts before it starts: rail-matched RDMA tests between pairs, and
     /// which NIC, host or direction is bad.
     ///
-    /// Every host runs it on the same host list (srun --ntasks-per-node=1) and derives the
-    /// same schedule, with no coordinator: rounds in which each host has one partner
-    /// (3 partners each by default, whatever the number of hosts; every pair with
-    /// --all-pairs); the NIC of rank k (rocewatch env's order) against the partner's rank
-    /// k, both directions. A test passes at --min-bandwidth-share of the line rate and
-    /// within --max-latency-us. A NIC is named bad only when it fails against two partners
-    /// whose other tests pass; a host whose every rail is bad is a bad host; one direction
-    /// failing while the reverse passes is a slow direction; anything else is "cannot
-    /// tell", saying why. Exit 0 every test passed, 1 a NIC, host or direction named, 2
-    /// cannot tell.
-    ///
-    /// Not yet: the measurement itself. Today --plan prints this host's part and --judge
-    /// judges the results every host wrote (JSON lines); without them nothing is tested
-    /// and the exit status is 2.
-    ///
-    /// Examples:
-    ///   scontrol show hostnames "$SLURM_JOB_NODELIST" > hosts
-    ///   rocewatch preflight --hosts hosts --plan
-    ///   rocewatch preflight --host-list node01,node02 --this-host node01 --plan --json
-    ///   rocewatch preflight --hosts hosts --judge results/*.jsonl --min-bandwidth-share 0.95
-    #[command(verbatim_doc_comment)]
+    /// Each host runs it (srun --ntasks-per-node=1) and writes its tests as JSON lines;
+    /// --judge over every host's lines names a bad NIC, host or direction (docs/PROBES.md).
     Preflight(super::preflight::PreflightArgs),
     /// Configuration tools.
     #[command(subcommand)]

@@ -23,6 +23,8 @@ const FLAGS: &[(&[&str], &str, bool)] = &[
     // Probes one after another, as `ping -i 0`: --count bounds them.
     (&["probe", "10.0.0.1"], "--interval", true),
     (&["top"], "--interval", false),
+    (&["preflight"], "--duration", false),
+    (&["preflight"], "--patience", false),
 ];
 
 /// Every flag whose value is a duration (`value_name = "DUR"`), as "command --flag".

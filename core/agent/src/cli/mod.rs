@@ -19,6 +19,7 @@ mod health;
 mod output;
 mod plugins;
 mod preflight;
+mod preflight_run;
 mod probe;
 mod qos;
 mod quarantine;

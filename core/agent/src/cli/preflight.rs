@@ -1,13 +1,13 @@
 //! `rocewatch preflight`: the sweep across a job's hosts before it starts, with no
 //! coordinator (the schedule, rail matching, verdict and report are `rocewatch_preflight`).
 //!
-//! What runs today: `--plan` (this host's part of the schedule, on the NICs discovery
-//! finds, in `rocewatch env`'s order) and `--judge FILE...` (the verdict over the JSON
-//! lines every host wrote). Measuring (the RDMA WRITE test per rail through the verbs
-//! plugin) is not wired yet: without `--plan` or `--judge` the command says so and exits 2
-//! (cannot tell), never 0.
+//! Three modes: the sweep (this host's part of the schedule, measured by
+//! `preflight_run`: the JSON lines of the tests it drove, a table on stderr), `--plan`
+//! (this host's part of the schedule, on the NICs discovery finds, in `rocewatch env`'s
+//! order) and `--judge FILE...` (the verdict over the JSON lines every host wrote).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -17,9 +17,14 @@ use super::output::print_json;
 use crate::app::App;
 use rocewatch_plugin_api::{Inventory, PluginKind};
 use rocewatch_preflight as pf;
+use rocewatch_runtime::util::duration::{Bounds, BANDWIDTH};
 
-/// Exit status when nothing can be said.
-const CANNOT_TELL: i32 = 2;
+/// `--patience`: from a second to an hour.
+const PATIENCE: Bounds = Bounds {
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(3600),
+    zero_means: None,
+};
 
 /// `rocewatch preflight`'s arguments.
 #[derive(Debug, Args)]
@@ -27,8 +32,10 @@ pub struct PreflightArgs {
     #[command(flatten)]
     pub source: SourceArgs,
     /// The job's hosts: a file with one host name per line (`#` comments, blank lines
-    /// skipped), as `scontrol show hostnames "$SLURM_JOB_NODELIST"` prints them.
-    #[arg(long, value_name = "FILE", required_unless_present = "host_list")]
+    /// skipped), as `scontrol show hostnames "$SLURM_JOB_NODELIST"` prints them. Without
+    /// --hosts or --host-list: Slurm's SLURM_JOB_NODELIST (`node[01-04,07]`), expanded as
+    /// scontrol does.
+    #[arg(long, value_name = "FILE")]
     pub hosts: Option<PathBuf>,
     /// The job's hosts as a comma-separated list (already expanded: `node01,node02`).
     #[arg(long, value_name = "HOST,...", conflicts_with = "hosts")]
@@ -57,6 +64,37 @@ pub struct PreflightArgs {
     /// exit.
     #[arg(long, conflicts_with = "judge")]
     pub plan: bool,
+    /// Where this host's results go, as JSON lines: a file (created; an existing one is
+    /// refused) or a directory (HOST.jsonl in it). Default: stdout.
+    #[arg(long, value_name = "FILE|DIR", conflicts_with_all = ["plan", "judge"])]
+    pub out: Option<PathBuf>,
+    /// The TCP port partners meet on (every host of the sweep uses the same).
+    #[arg(long, default_value_t = 18620, value_name = "PORT")]
+    pub control_port: u16,
+    /// The verbs responders' TCP ports: rank k listens on PORT + k (away from an agent's
+    /// responder on 18516).
+    #[arg(long, default_value_t = 18540, value_name = "PORT")]
+    pub tcp_port: u16,
+    /// How long each bandwidth test posts RDMA WRITEs (ib_write_bw -D), one direction.
+    #[arg(long, value_parser = BANDWIDTH.flag(), default_value = "5s", value_name = "DUR")]
+    pub duration: Duration,
+    /// Bytes per message (ib_write_bw -s).
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=64 << 20))]
+    pub size: u32,
+    /// RC queue pairs per bandwidth test (ib_write_bw -q).
+    #[arg(long, default_value_t = 4)]
+    pub qps: u16,
+    /// Probes per rail after the bandwidth test; the latency is their median RTT.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub probes: u32,
+    /// How long a host waits for its partner at each step (the partner's start, or an
+    /// earlier round it is still busy with) before giving that step up.
+    #[arg(long, value_parser = PATIENCE.flag(), default_value = "60s", value_name = "DUR")]
+    pub patience: Duration,
+    /// Judge bandwidth against this line rate (Gb/s) instead of the ports' rates: for
+    /// ports that report a rate the path cannot carry (soft-RoCE reports its netdev's).
+    #[arg(long, value_name = "GBPS")]
+    pub line_rate: Option<f64>,
     /// Judge the results every host wrote (files of JSON lines: each host's rails, then
     /// its tests) and exit 0 (every test passed), 1 (a NIC, host or direction named) or 2
     /// (cannot tell, saying why).
@@ -123,7 +161,16 @@ fn read_hosts(a: &PreflightArgs) -> Result<(String, Vec<String>)> {
             "--host-list".into(),
             parse_host_list(list).map_err(|e| anyhow!("--host-list: {e}"))?,
         )),
-        (None, None) => bail!("give the job's hosts: --hosts FILE or --host-list HOST,..."),
+        (None, None) => match std::env::var("SLURM_JOB_NODELIST") {
+            Ok(list) if !list.trim().is_empty() => Ok((
+                "SLURM_JOB_NODELIST".into(),
+                rocewatch_slurm::expand(list.trim())
+                    .map_err(|e| anyhow!("SLURM_JOB_NODELIST={list:?}: {e}"))?,
+            )),
+            _ => bail!(
+                "give the job's hosts: --hosts FILE or --host-list HOST,... (or run inside a Slurm job, where SLURM_JOB_NODELIST names them)"
+            ),
+        },
     }
 }
 
@@ -145,6 +192,7 @@ fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
                 netdev: p.netdev.clone(),
                 up: p.up,
                 line_rate_gbps: rate.map(|b| b as f64 / 1e9),
+                addr: p.ipv4.map(|ip| ip.to_string()),
             }
         })
         .collect();
@@ -172,6 +220,7 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
         name.split('.').next().unwrap_or(&name).to_string()
     });
     schedule.index(&this)?;
+    let cfg_for_sweep = cfg.clone();
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
     app.stop().await;
@@ -180,10 +229,20 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
         print_plan(&schedule, &rails, a.json)?;
         return Ok(0);
     }
-    eprintln!(
-        "rocewatch preflight: measuring is not available yet (the RDMA WRITE test per rail is not wired to the schedule): nothing was tested. --plan shows this host's part of the schedule; --judge judges results gathered from every host"
-    );
-    Ok(CANNOT_TELL)
+    let sweep = super::preflight_run::Sweep {
+        settings: super::preflight_run::Settings {
+            control_port: a.control_port,
+            patience: a.patience,
+            duration: a.duration,
+            size: a.size,
+            qps: a.qps,
+            probes: a.probes,
+            line_rate_gbps: a.line_rate,
+        },
+        tcp_port: a.tcp_port,
+        out: a.out.clone(),
+    };
+    super::preflight_run::sweep(&sweep, cfg_for_sweep, schedule, rails, &th).await
 }
 
 fn print_plan(schedule: &pf::Schedule, rails: &pf::HostRails, json: bool) -> Result<()> {

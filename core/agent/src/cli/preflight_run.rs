@@ -1,0 +1,597 @@
+//! `rocewatch preflight`'s measurement: this host's part of the schedule, run for real.
+//!
+//! One verbs probe plugin instance per ACTIVE rail (device and port of rank k, its
+//! responder on TCP `tcp_port + k`, serving bandwidth tests), and the control channel of
+//! `rocewatch_preflight::control` on `control_port`: a driving step connects to the
+//! partner's control port, waits until the partner has reached the same step, learns
+//! the partner's rail addresses, runs an RDMA WRITE bandwidth test and a few probes per
+//! rail (the rails at once), then says it is done; a serving step waits for that.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, ProbeOutcome, ProbeTarget};
+use rocewatch_preflight as pf;
+use rocewatch_preflight::control::{admit, Message, StepId, MAX_LINE};
+use rocewatch_runtime::host::registry::Entry;
+use rocewatch_runtime::selfmetrics::SelfMetrics;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Notify};
+
+/// How a sweep measures.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub control_port: u16,
+    /// How long to wait for a partner at each step (its start, an earlier round it is
+    /// still busy with).
+    pub patience: Duration,
+    /// One bandwidth test, one direction.
+    pub duration: Duration,
+    pub size: u32,
+    pub qps: u16,
+    /// Probes per rail for the latency (their median).
+    pub probes: u32,
+    /// The line rate to judge against instead of the ports' (`--line-rate`).
+    pub line_rate_gbps: Option<f64>,
+}
+
+/// A sweep's command line, past the host list.
+pub struct Sweep {
+    pub settings: Settings,
+    /// The first verbs responder's TCP port (rank k: + k).
+    pub tcp_port: u16,
+    /// `--out`.
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// What the listener and the serving steps share.
+struct Shared {
+    schedule: pf::Schedule,
+    me: usize,
+    rails: pf::HostRails,
+    /// The serving step this host has reached (a hello for it is answered).
+    current: watch::Sender<Option<StepId>>,
+    /// How each driver's step ended: `Ok` on its done, `Err` why not.
+    ended: Mutex<HashMap<StepId, Result<(), String>>>,
+    notify: Notify,
+    patience: Duration,
+    step_limit: Duration,
+}
+
+/// The runner of `rocewatch_preflight::run_host` for this host.
+pub struct VerbsRunner {
+    shared: Arc<Shared>,
+    settings: Settings,
+    /// The started probe plugin of each rank, or why it did not start.
+    entries: HashMap<usize, Result<Entry, String>>,
+    metrics: Arc<SelfMetrics>,
+}
+
+impl VerbsRunner {
+    /// Listens on the control port (every address) for the whole sweep.
+    pub async fn start(
+        schedule: pf::Schedule,
+        rails: pf::HostRails,
+        entries: HashMap<usize, Result<Entry, String>>,
+        metrics: Arc<SelfMetrics>,
+        settings: Settings,
+    ) -> std::io::Result<VerbsRunner> {
+        let me = schedule.index(&rails.host).map_err(std::io::Error::other)?;
+        let listener = match tokio::net::TcpListener::bind(("::", settings.control_port)).await {
+            Ok(l) => l,
+            Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", settings.control_port)).await?,
+        };
+        let step_limit = settings.duration
+            + Duration::from_secs(u64::from(settings.probes) + 10)
+            + settings.patience;
+        let shared = Arc::new(Shared {
+            schedule,
+            me,
+            rails,
+            current: watch::Sender::new(None),
+            ended: Mutex::new(HashMap::new()),
+            notify: Notify::new(),
+            patience: settings.patience,
+            step_limit,
+        });
+        let sh = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((sock, _)) = listener.accept().await else {
+                    continue;
+                };
+                let sh = sh.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = answer(sock, &sh).await {
+                        tracing::warn!("preflight control connection: {e}");
+                    }
+                });
+            }
+        });
+        Ok(VerbsRunner {
+            shared,
+            settings,
+            entries,
+            metrics,
+        })
+    }
+
+    async fn serve(&self, step: &pf::Step) {
+        let id = StepId {
+            from: step.peer.clone(),
+            round: step.round,
+            phase: step.phase,
+        };
+        let sh = &self.shared;
+        sh.current.send_replace(Some(id.clone()));
+        let wait = async {
+            loop {
+                let notified = sh.notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if let Some(r) = sh.ended.lock().expect("not poisoned").remove(&id) {
+                    return r;
+                }
+                notified.await;
+            }
+        };
+        match tokio::time::timeout(sh.patience + sh.step_limit, wait).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => tracing::warn!(
+                "preflight round {} {:?}: {}'s tests into this host ended early: {why}",
+                step.round,
+                step.phase,
+                step.peer
+            ),
+            Err(_) => tracing::warn!(
+                "preflight round {} {:?}: {} never came to test this host (waited {:?}); going on",
+                step.round,
+                step.phase,
+                step.peer,
+                sh.patience + sh.step_limit
+            ),
+        }
+        sh.current.send_replace(None);
+    }
+
+    async fn drive(&self, step: &pf::Step) -> Vec<pf::Measurement> {
+        let failed = |why: String| {
+            step.rails
+                .iter()
+                .map(|_| pf::Measurement {
+                    error: Some(why.clone()),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let id = StepId {
+            from: self.shared.rails.host.clone(),
+            round: step.round,
+            phase: step.phase,
+        };
+        let (_reader, mut writer, theirs) = match self.hello(&step.peer, &id).await {
+            Ok(x) => x,
+            Err(why) => return failed(why),
+        };
+        let mut set = tokio::task::JoinSet::new();
+        for (i, &(rank, _)) in step.rails.iter().enumerate() {
+            let entry = self.entries.get(&rank).cloned();
+            let peer_nic = theirs.nics.get(rank).cloned();
+            let mine = self.shared.rails.nics.get(rank).cloned();
+            let (s, m, peer) = (
+                self.settings.clone(),
+                self.metrics.clone(),
+                step.peer.clone(),
+            );
+            set.spawn(async move {
+                let r = rail(entry, mine, peer_nic, &peer, rank, &s, &m).await;
+                (i, r)
+            });
+        }
+        let mut out = vec![pf::Measurement::default(); step.rails.len()];
+        while let Some(j) = set.join_next().await {
+            if let Ok((i, m)) = j {
+                out[i] = m;
+            }
+        }
+        if let Err(e) = writer
+            .write_all(Message::Done(id).encode().as_bytes())
+            .await
+        {
+            tracing::warn!("preflight: telling {} the tests are over: {e}", step.peer);
+        }
+        out
+    }
+
+    /// Connects to `peer`'s control port (retrying within the patience), says hello and
+    /// waits for its rails.
+    async fn hello(
+        &self,
+        peer: &str,
+        id: &StepId,
+    ) -> Result<
+        (
+            BufReader<tokio::net::tcp::OwnedReadHalf>,
+            tokio::net::tcp::OwnedWriteHalf,
+            pf::HostRails,
+        ),
+        String,
+    > {
+        let port = self.settings.control_port;
+        let patience = self.shared.patience;
+        let deadline = tokio::time::Instant::now() + patience;
+        let sock = loop {
+            match TcpStream::connect((peer, port)).await {
+                Ok(s) => break s,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!(
+                    "cannot reach {peer}'s preflight on TCP port {port} within {patience:?}: {e}"
+                ))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        };
+        let (r, mut w) = sock.into_split();
+        let mut r = BufReader::new(r);
+        w.write_all(Message::Hello(id.clone()).encode().as_bytes())
+            .await
+            .map_err(|e| format!("{peer}'s preflight: {e}"))?;
+        // The partner answers when it reaches this step: an earlier round may hold it.
+        match read_message(&mut r, self.shared.step_limit * 2).await {
+            Ok(Message::Rails(h)) => Ok((r, w, h)),
+            Ok(Message::Refused(why)) => Err(format!("{peer} refused the test: {why}")),
+            Ok(other) => Err(format!("{peer} answered {other:?}, not its rails")),
+            Err(e) => Err(format!("{peer}'s preflight did not answer: {e}")),
+        }
+    }
+}
+
+impl pf::PairRunner for VerbsRunner {
+    async fn run_step(&mut self, step: &pf::Step) -> Vec<pf::Measurement> {
+        match step.role {
+            pf::Role::Serve => {
+                self.serve(step).await;
+                Vec::new()
+            }
+            pf::Role::Drive => self.drive(step).await,
+        }
+    }
+}
+
+/// Reads one message, at most `MAX_LINE` bytes, within `limit`.
+async fn read_message<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    limit: Duration,
+) -> Result<Message, String> {
+    let mut buf = Vec::new();
+    let read = async {
+        let mut bounded = (&mut *r).take(MAX_LINE as u64 + 1);
+        bounded.read_until(b'\n', &mut buf).await
+    };
+    match tokio::time::timeout(limit, read).await {
+        Err(_) => Err(format!("nothing within {limit:?}")),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(0)) => Err("the connection closed".into()),
+        Ok(Ok(_)) => {
+            let line = String::from_utf8_lossy(&buf);
+            Message::decode(&line).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// One control connection: a driver's hello, answered when this host reaches the step,
+/// then its done.
+async fn answer(sock: TcpStream, sh: &Shared) -> Result<(), String> {
+    let (r, mut w) = sock.into_split();
+    let mut r = BufReader::new(r);
+    let id = match read_message(&mut r, sh.patience).await? {
+        Message::Hello(id) => id,
+        other => return Err(format!("expected a hello, got {other:?}")),
+    };
+    if let Err(why) = admit(&sh.schedule, sh.me, &id) {
+        let _ = w
+            .write_all(Message::Refused(why.clone()).encode().as_bytes())
+            .await;
+        return Err(format!("refused a hello: {why}"));
+    }
+    let mut current = sh.current.subscribe();
+    let reached = current.wait_for(|c| c.as_ref() == Some(&id));
+    if tokio::time::timeout(sh.patience + sh.step_limit * 2, reached)
+        .await
+        .is_err()
+    {
+        return Err(format!(
+            "{} asked for round {} {:?}, which this host did not reach in time",
+            id.from, id.round, id.phase
+        ));
+    }
+    let reply = Message::Rails(sh.rails.clone()).encode();
+    let ended = match w.write_all(reply.as_bytes()).await {
+        Err(e) => Err(format!("answering {}: {e}", id.from)),
+        Ok(()) => match read_message(&mut r, sh.step_limit).await {
+            Ok(Message::Done(d)) if d == id => Ok(()),
+            Ok(other) => Err(format!("expected done, got {other:?}")),
+            Err(e) => Err(e),
+        },
+    };
+    sh.ended.lock().expect("not poisoned").insert(id, ended);
+    sh.notify.notify_waiters();
+    Ok(())
+}
+
+/// One rail's tests against the partner's NIC of the same rank.
+async fn rail(
+    entry: Option<Result<Entry, String>>,
+    mine: Option<pf::Nic>,
+    theirs: Option<pf::Nic>,
+    peer: &str,
+    rank: usize,
+    s: &Settings,
+    metrics: &SelfMetrics,
+) -> pf::Measurement {
+    let err = |why: String, peer_nic: Option<String>| pf::Measurement {
+        peer_nic,
+        error: Some(why),
+        ..Default::default()
+    };
+    let entry = match entry {
+        Some(Ok(e)) => e,
+        Some(Err(why)) => {
+            return err(
+                format!("this host's probe plugin for rank {rank}: {why}"),
+                None,
+            )
+        }
+        None => {
+            return err(
+                format!("this host has no probe plugin for rank {rank}"),
+                None,
+            )
+        }
+    };
+    let Some(nic) = theirs else {
+        return err(format!("{peer} has no NIC of rank {rank}"), None);
+    };
+    let name = Some(nic.name.clone());
+    if !nic.up {
+        return err(format!("{peer}'s {} is not ACTIVE", nic.name), name);
+    }
+    let Some(addr) = nic.addr.clone() else {
+        return err(
+            format!("{peer}'s {} has no RoCE v2 address to test", nic.name),
+            name,
+        );
+    };
+    let req = BandwidthRequest {
+        peer: addr.clone(),
+        op: BandwidthOp::Write,
+        size: s.size,
+        qps: s.qps,
+        duration_ms: s.duration.as_millis() as u64,
+        bidirectional: false,
+        timeout_ms: 5000,
+    };
+    let bw = match rocewatch_probes::bandwidth::run_test(&entry, req, metrics).await {
+        Ok(r) => r.local.average_bps / 1e9,
+        Err(e) => return err(format!("RDMA WRITE to {addr}: {e}"), name),
+    };
+    let mut rtts = Vec::new();
+    let mut last_err = None;
+    for _ in 0..s.probes {
+        let target = ProbeTarget {
+            peer: addr.clone(),
+            size: 64,
+            timeout_ms: 1000,
+        };
+        match rocewatch_probes::probe_once(&entry, target, metrics).await {
+            Ok(r) => match r.outcome {
+                ProbeOutcome::Ok { rtt_seconds } => rtts.push(rtt_seconds * 1e6),
+                ProbeOutcome::Timeout => last_err = Some("a probe timed out".to_string()),
+                ProbeOutcome::ConnectFailed { cause } => last_err = Some(cause),
+            },
+            Err(e) => last_err = Some(e.to_string()),
+        }
+    }
+    rtts.sort_by(f64::total_cmp);
+    let line = s.line_rate_gbps.or_else(|| {
+        let m = mine.and_then(|n| n.line_rate_gbps);
+        match (m, nic.line_rate_gbps) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    });
+    pf::Measurement {
+        peer_nic: name,
+        bandwidth_gbps: Some(bw),
+        latency_us: rtts.get(rtts.len() / 2).copied(),
+        line_rate_gbps: line,
+        error: rtts.is_empty().then(|| {
+            format!(
+                "no probe to {addr} was answered: {}",
+                last_err.unwrap_or_default()
+            )
+        }),
+    }
+}
+
+/// The sweep: a probe plugin per ACTIVE rail, this host's steps, its results written as
+/// JSON lines, a table of them on stderr. Exit 1 when one of them failed, 2 when none
+/// failed but one could not be judged, 0 when all passed.
+pub async fn sweep(
+    a: &Sweep,
+    mut cfg: crate::config::Config,
+    schedule: pf::Schedule,
+    rails: pf::HostRails,
+    th: &pf::Thresholds,
+) -> anyhow::Result<i32> {
+    use anyhow::Context as _;
+    // Without the plugin every rail's test says why; the partners still meet, so theirs
+    // are not held up.
+    let path = rocewatch_probes::plugin_path().map_err(|e| e.to_string());
+    let ranks: Vec<(usize, String, u8)> = rails
+        .nics
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.up)
+        .filter_map(|(k, n)| {
+            let (dev, port) = n.name.rsplit_once(':')?;
+            Some((k, dev.to_string(), port.parse().ok()?))
+        })
+        .collect();
+    let limit = a.settings.duration + Duration::from_secs(30);
+    cfg.plugins.external = Vec::new();
+    for (k, dev, port) in ranks.iter().filter(|_| path.is_ok()) {
+        let tcp = u16::try_from(usize::from(a.tcp_port) + k)
+            .with_context(|| format!("--tcp-port {} + rank {k} is past 65535", a.tcp_port))?;
+        let mut p = rocewatch_probes::plugin_config(
+            path.clone().expect("filtered on"),
+            limit,
+            &Some(dev.clone()),
+            tcp,
+            true,
+            false,
+            Duration::ZERO,
+        );
+        p.options["port"] = (*port).into();
+        p.options["serve_bandwidth"] = true.into();
+        cfg.plugins.external.push(p);
+    }
+    cfg.probes = None;
+    let kinds = [rocewatch_plugin_api::PluginKind::Probe];
+    let app = crate::app::App::start(cfg, Some(&kinds)).await;
+    let external: Vec<&Entry> = app
+        .registry
+        .entries
+        .iter()
+        .filter(|e| matches!(e.origin, rocewatch_runtime::host::registry::Origin::File(_)))
+        .collect();
+    let mut entries = HashMap::new();
+    for (i, (k, dev, port)) in ranks.iter().enumerate() {
+        let got = match external.get(i) {
+            _ if path.is_err() => Err(path.clone().unwrap_err()),
+            Some(e)
+                if e.instance.is_some()
+                    && e.status().state == rocewatch_runtime::host::registry::State::Started =>
+            {
+                Ok((*e).clone())
+            }
+            Some(e) => Err(e
+                .status()
+                .last_error
+                .unwrap_or_else(|| format!("the verbs plugin on {dev} port {port} did not start"))),
+            None => Err(format!("no verbs plugin on {dev} port {port}")),
+        };
+        entries.insert(*k, got);
+    }
+    let settings = a.settings.clone();
+    let me = rails.clone();
+    let mut runner = VerbsRunner::start(
+        schedule.clone(),
+        rails,
+        entries,
+        app.metrics().clone(),
+        settings,
+    )
+    .await
+    .with_context(|| format!("listening on control port {}", a.settings.control_port))?;
+    let results = pf::run_host(&schedule, &me, &mut runner).await?;
+    app.stop().await;
+    write_results(a.out.as_deref(), &me, &results)?;
+    let (table, code) = local_table(&results, th);
+    eprint!("{table}");
+    Ok(code)
+}
+
+/// This host's lines to `out` (a new file, or HOST.jsonl in a directory) or stdout.
+fn write_results(
+    out: Option<&std::path::Path>,
+    me: &pf::HostRails,
+    results: &[pf::TestResult],
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let lines = pf::results::to_lines(me, results);
+    let Some(out) = out else {
+        // One write: lines of hosts gathered by srun do not interleave mid-line.
+        std::io::stdout().lock().write_all(lines.as_bytes())?;
+        return Ok(());
+    };
+    let file = if out.is_dir() {
+        out.join(format!("{}.jsonl", me.host))
+    } else {
+        out.to_path_buf()
+    };
+    // A new file, never through a link: the directory may be a shared one.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(&file)
+        .with_context(|| {
+            format!(
+                "--out {}: cannot create it (an existing file is never overwritten)",
+                file.display()
+            )
+        })?;
+    f.write_all(lines.as_bytes())
+        .with_context(|| format!("--out {}", file.display()))?;
+    Ok(())
+}
+
+/// The tests this host drove, one row each, and the exit status they give.
+fn local_table(results: &[pf::TestResult], th: &pf::Thresholds) -> (String, i32) {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        " {:<5} {:<5} {:<28} {:<28} {:>10} {:>7} {:>10}  verdict",
+        "round", "rail", "from", "to", "BW[Gb/s]", "%line", "lat[us]"
+    );
+    let (mut failed, mut unknown) = (false, false);
+    let num = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+    for t in results {
+        let (share, j) = pf::judge_test(t, th);
+        let verdict = match &j {
+            pf::Judgement::Pass => "PASS".to_string(),
+            pf::Judgement::Fail { reasons } => {
+                failed = true;
+                format!("FAIL: {}", reasons.join("; "))
+            }
+            pf::Judgement::Unknown { why } => {
+                unknown = true;
+                format!("cannot tell: {why}")
+            }
+        };
+        let _ = writeln!(
+            out,
+            " {:<5} {:<5} {:<28} {:<28} {:>10} {:>7} {:>10}  {}",
+            t.round,
+            t.rank,
+            t.from.to_string().escape_debug().to_string(),
+            t.to.to_string().escape_debug().to_string(),
+            num(t.bandwidth_gbps, 2),
+            num(share.map(|s| s * 100.0), 0),
+            num(t.latency_us, 1),
+            verdict.escape_debug()
+        );
+    }
+    if results.is_empty() {
+        out.push_str(" (this host drove no test: no partner, or no ACTIVE rail)\n");
+        unknown = true;
+    }
+    out.push_str(
+        "the verdict over every host: rocewatch preflight --judge with every host's lines\n",
+    );
+    let code = if failed {
+        1
+    } else if unknown {
+        2
+    } else {
+        0
+    };
+    (out, code)
+}

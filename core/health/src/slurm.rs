@@ -77,29 +77,10 @@ pub async fn act(
 /// Drain the node with `line` as the reason, unless an administrator drained it (their
 /// reason stays) or it already carries this very reason.
 fn drain(node: &SlurmNode, line: &str) -> Result<String, String> {
-    let n = node
-        .scontrol
-        .show_node(&node.name)
-        .map_err(|e| e.to_string())?;
-    let current = n
-        .reason
-        .as_ref()
-        .map(|r| r.text.clone())
-        .unwrap_or_default();
-    if n.state.is_drain() && !current.starts_with(REASON_PREFIX) {
-        return Ok(format!(
-            "{} is drained by someone else (reason {current:?}): left as it is",
-            node.name
-        ));
-    }
-    if n.state.is_drain() && current == rocewatch_slurm::reason(REASON_PREFIX, line) {
-        return Ok(format!("{} stays drained: {current}", node.name));
-    }
-    let set = node
-        .scontrol
-        .drain(&node.name, line)
-        .map_err(|e| e.to_string())?;
-    Ok(format!("{} drained: {set}", node.name))
+    node.scontrol
+        .drain_unless_others(&node.name, line)
+        .map(|o| o.describe(&node.name))
+        .map_err(|e| e.to_string())
 }
 
 /// Resume the node if rocewatch drained it.

@@ -25,4 +25,6 @@ pub mod scontrol;
 
 pub use hostlist::{expand, HostlistError};
 pub use node::{parse_one_node, parse_show_node, Node, NodeReason, NodeState};
-pub use scontrol::{reason, this_node_name, ResumeOutcome, Scontrol, ScontrolError, REASON_PREFIX};
+pub use scontrol::{
+    reason, this_node_name, DrainOutcome, ResumeOutcome, Scontrol, ScontrolError, REASON_PREFIX,
+};

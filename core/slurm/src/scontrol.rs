@@ -68,6 +68,31 @@ pub enum ResumeOutcome {
     NotDrained { state: String },
 }
 
+/// What [`Scontrol::drain_unless_others`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainOutcome {
+    /// The node is drained now, with this reason.
+    Drained { reason: String },
+    /// The node was drained already with this very reason: left as it is.
+    AlreadyDrained { reason: String },
+    /// The node is drained by someone else (a reason without our prefix): their reason
+    /// stays.
+    OthersDrain { reason: String },
+}
+
+impl DrainOutcome {
+    /// One line for standard error and the audit log.
+    pub fn describe(&self, node: &str) -> String {
+        match self {
+            DrainOutcome::Drained { reason } => format!("{node} drained: {reason}"),
+            DrainOutcome::AlreadyDrained { reason } => format!("{node} stays drained: {reason}"),
+            DrainOutcome::OthersDrain { reason } => {
+                format!("{node} is drained by someone else (reason {reason:?}): left as it is")
+            }
+        }
+    }
+}
+
 /// An `scontrol` that failed, named with its command line.
 #[derive(Debug, thiserror::Error)]
 pub enum ScontrolError {
@@ -205,6 +230,28 @@ impl Scontrol {
             &format!("reason={r}"),
         ])?;
         Ok(r)
+    }
+
+    /// Drain `node` with [`reason`]`(REASON_PREFIX, text)`, unless it is drained already:
+    /// by someone else (their reason stays, as NHC leaves an administrator's) or with
+    /// this very reason (no second `update`). A node drained with another reason of
+    /// rocewatch's gets the new one. What `health --slurm` and the `slurm_drain`
+    /// remediation action both do.
+    pub fn drain_unless_others(
+        &self,
+        node: &str,
+        text: &str,
+    ) -> Result<DrainOutcome, ScontrolError> {
+        let n = self.show_node(node)?;
+        let current = n.reason.map(|r| r.text).unwrap_or_default();
+        if n.state.is_drain() && !current.starts_with(REASON_PREFIX) {
+            return Ok(DrainOutcome::OthersDrain { reason: current });
+        }
+        if n.state.is_drain() && current == reason(REASON_PREFIX, text) {
+            return Ok(DrainOutcome::AlreadyDrained { reason: current });
+        }
+        let reason = self.drain(node, text)?;
+        Ok(DrainOutcome::Drained { reason })
     }
 
     /// Resume `node` only when it is drained and its reason starts with `prefix`; a node

@@ -111,6 +111,48 @@ mod real {
             n.state
         );
         assert_eq!(n.reason.unwrap().text, "maintenance");
+
+        // drain_unless_others (health --slurm and the slurm_drain action): the
+        // administrator's drain keeps its reason; once resumed, ours is set, a second
+        // time with the same reason is no second update, and a new finding replaces it.
+        use rocewatch_slurm::DrainOutcome;
+        let out = sc.drain_unless_others(&node, "mlx5_0 port 1 down").unwrap();
+        assert_eq!(
+            out,
+            DrainOutcome::OthersDrain {
+                reason: "maintenance".into()
+            }
+        );
+        assert_eq!(
+            sc.show_node(&node).unwrap().reason.unwrap().text,
+            "maintenance"
+        );
+        sc.run(&["update", &format!("nodename={node}"), "state=resume"])
+            .unwrap();
+        let out = sc.drain_unless_others(&node, "mlx5_0 port 1 down").unwrap();
+        let ours = "rocewatch: mlx5_0 port 1 down".to_string();
+        assert_eq!(
+            out,
+            DrainOutcome::Drained {
+                reason: ours.clone()
+            }
+        );
+        let out = sc.drain_unless_others(&node, "mlx5_0 port 1 down").unwrap();
+        assert_eq!(out, DrainOutcome::AlreadyDrained { reason: ours });
+        let out = sc
+            .drain_unless_others(&node, "rule slow-link fired")
+            .unwrap();
+        assert_eq!(
+            out,
+            DrainOutcome::Drained {
+                reason: "rocewatch: rule slow-link fired".into()
+            }
+        );
+        assert_eq!(
+            sc.show_node(&node).unwrap().reason.unwrap().text,
+            "rocewatch: rule slow-link fired"
+        );
+        sc.resume_if_ours(&node, REASON_PREFIX).unwrap();
         eprintln!("real Slurm drain/resume: {:?}", started.elapsed());
     }
 

@@ -16,6 +16,10 @@ use rocewatch_slurm::scontrol::run_bounded;
 
 use crate::support::*;
 
+/// One cluster at a time: each picks its loopback ports by binding and letting go, and
+/// both register this host's name.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// How often slurmd runs the health program, seconds.
 const INTERVAL_S: u32 = 2;
 
@@ -60,6 +64,7 @@ fn health_as_slurms_health_check_drains_resumes_and_leaves_maintenance_alone() {
         }),
         ..Options::default()
     };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(mut c) = LocalCluster::start_or_skip(options) else {
         return;
     };
@@ -144,4 +149,138 @@ fn health_as_slurms_health_check_drains_resumes_and_leaves_maintenance_alone() {
     // And the health program did run meanwhile (it said it left the node alone).
     let said = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(said.contains("drained by someone else"), "{said}");
+}
+
+/// `rocewatch health --slurm` with the test's cluster, state directory and fixture tree:
+/// exit status and standard error.
+fn health_slurm(c: &LocalCluster, cfg: &Path, state: &Path) -> (i32, String) {
+    let sc = c.scontrol();
+    let o = rocewatch(
+        &[
+            "health",
+            "--slurm",
+            "--slurm-node",
+            c.node_name(),
+            "--scontrol",
+            sc.program().to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--sysfs-root",
+            fixture("mlx5-roce-dual-port").to_str().unwrap(),
+        ],
+        &[
+            ("STATE_DIRECTORY", state.to_str().unwrap()),
+            ("SLURM_CONF", c.conf().to_str().unwrap()),
+        ],
+    );
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The `slurm_drain` remediation action against the real cluster: a rule that fires
+/// (and quarantines) drains this node with the rule's reason through the agent's
+/// scontrol (`SLURM_CONF` from the agent's environment), audited; `health --slurm` keeps
+/// it drained while the rule's quarantine holds; released, the next `health --slurm`
+/// resumes it (the reason is rocewatch's) and the node is IDLE.
+#[test]
+fn a_firing_rule_drains_the_node_through_slurm_drain_until_its_quarantine_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = LocalCluster::start_or_skip(Options::default()) else {
+        return;
+    };
+    let node = c.node_name().to_string();
+    let sc = c.scontrol();
+    let cfg = dir.path().join("rocewatch.toml");
+    // Both mlx5 ports of the tree run at 100 Gb/s: the rule fires at once.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = {{ \"rdma.device\" = \"mlx5_0\" }}\nop = \"<\"\nthreshold = 200e9\nquarantine = true\nactions = [\"drain\"]\n\n\
+             [remediation]\naudit_log = {audit:?}\nkill_switch = {ks:?}\n\n\
+             [remediation.actions.drain]\ntype = \"slurm_drain\"\nnode = {node:?}\nscontrol = {sc:?}\ndry_run = false\n",
+            audit = state.join("audit.jsonl"),
+            ks = dir.path().join("remediation.disabled"),
+            sc = sc.program(),
+        ),
+    )
+    .unwrap();
+    let agent = RunningAgent::start_with(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--sysfs-root",
+            fixture("mlx5-roce-dual-port").to_str().unwrap(),
+            "--interval",
+            "300ms",
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ],
+        &[
+            ("STATE_DIRECTORY", state.to_str().unwrap()),
+            ("SLURM_CONF", c.conf().to_str().unwrap()),
+        ],
+        None,
+    );
+    let audit = || std::fs::read_to_string(state.join("audit.jsonl")).unwrap_or_default();
+    let n = c
+        .wait_until(Duration::from_secs(20), "DRAIN by the rule", |n| {
+            n.state.is_drain()
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}\naudit:\n{}", c.logs(), audit()));
+    let reason = n.reason.map(|r| r.text).unwrap_or_default();
+    assert!(
+        reason.starts_with("rocewatch: rule slow-link fired: ")
+            && reason.contains("rdma.device=mlx5_0"),
+        "{reason}"
+    );
+    // Audited: the action's result names the node and the reason set.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let result = loop {
+        let found = audit().lines().find_map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).ok()?;
+            (r["action"] == "drain" && r["outcome"].is_string()).then_some(r)
+        });
+        if let Some(r) = found {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no audited result of the drain:\n{}",
+            audit()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(result["outcome"], "ok", "{result}");
+    assert_eq!(
+        result["detail"].as_str().unwrap(),
+        format!("{node} drained: {reason}"),
+        "{result}"
+    );
+    drop(agent);
+
+    // The rule's quarantine holds: health --slurm says unhealthy and keeps the drain.
+    let (rc, said) = health_slurm(&c, &cfg, &state);
+    assert_eq!(rc, 1, "{said}");
+    assert!(said.contains("quarantine"), "{said}");
+    let n = sc.show_node(&node).unwrap();
+    assert!(n.state.is_drain(), "{}: {said}", n.state);
+
+    // Released by hand: the next health --slurm resumes the node.
+    let o = rocewatch(
+        &["quarantine", "release", "--reason", "cable replaced"],
+        &[("STATE_DIRECTORY", state.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (rc, said) = health_slurm(&c, &cfg, &state);
+    assert_eq!(rc, 0, "{said}");
+    assert!(said.contains("resumed"), "{said}");
+    c.wait_until(Duration::from_secs(10), "IDLE after resume", |n| {
+        n.state.is_idle() && !n.state.is_drain()
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
 }

@@ -47,7 +47,41 @@ pub fn describe(kind: &ActionKind) -> String {
         ActionKind::Plugin { plugin } => format!("call remediation plugin {plugin:?}"),
         ActionKind::Exec { command } => format!("run {command:?}"),
         ActionKind::Webhook { url, .. } => format!("POST the breach to {url}"),
+        ActionKind::SlurmDrain { node, scontrol } => format!(
+            "drain {} in Slurm through {scontrol} (unless someone else drained it)",
+            node.as_deref().unwrap_or("this node")
+        ),
     }
+}
+
+/// The drain reason's text for a firing rule (`rocewatch_slurm::reason` adds the
+/// prefix, escapes control characters and bounds the length): the rule, its labels
+/// and value.
+pub fn drain_text(b: &Breach) -> String {
+    let mut t = format!("rule {} fired", b.rule);
+    let labels: Vec<String> = b.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if !labels.is_empty() {
+        t.push_str(&format!(": {}", labels.join(",")));
+    }
+    if let Some(v) = b.value {
+        t.push_str(&format!(" value {v}"));
+    }
+    t
+}
+
+/// Drain this node through `scontrol` (blocking: run it off the runtime's workers).
+pub fn slurm_drain(
+    node: Option<&str>,
+    scontrol: &str,
+    timeout: std::time::Duration,
+    b: &Breach,
+) -> Result<String, String> {
+    let name = rocewatch_slurm::this_node_name(node)
+        .map_err(|e| format!("this node's name in Slurm: {e}"))?;
+    let sc = rocewatch_slurm::Scontrol::new(scontrol).timeout(timeout);
+    sc.drain_unless_others(&name, &drain_text(b))
+        .map(|o| o.describe(&name))
+        .map_err(|e| e.to_string())
 }
 
 /// `ROCEWATCH_LABEL_RDMA_DEVICE` for `rdma.device`.

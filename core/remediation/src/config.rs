@@ -124,6 +124,23 @@ pub enum ActionKind {
     /// the rule fires only.
     #[serde(rename = "qos_apply")]
     QosApply {},
+    /// Drain this node in Slurm when the rule fires, as `rocewatch health --slurm` does
+    /// (the same code): `scontrol update nodename=NODE state=drain reason="rocewatch:
+    /// rule RULE fired: LABELS"`, unless an administrator drained it (their reason
+    /// stays). Acts when the rule fires only: the drain ends when `health --slurm` finds
+    /// the host healthy, so pair it with the rule's `quarantine = true` for a drain that
+    /// lasts until the quarantine is released.
+    #[serde(rename = "slurm_drain")]
+    SlurmDrain {
+        /// This node's name in Slurm (default: `$SLURMD_NODENAME`, else the host name
+        /// up to its first dot).
+        #[serde(default)]
+        node: Option<String>,
+        /// The `scontrol` to run (default: `scontrol` on the agent's PATH); it reads
+        /// `SLURM_CONF` from the agent's environment, else `/etc/slurm/slurm.conf`.
+        #[serde(default = "default_scontrol")]
+        scontrol: String,
+    },
     /// POST the breach as JSON.
     Webhook {
         url: String,
@@ -132,6 +149,10 @@ pub enum ActionKind {
         #[serde(default = "default_retries")]
         retries: u32,
     },
+}
+
+fn default_scontrol() -> String {
+    "scontrol".into()
 }
 
 /// `[remediation.actions.NAME]`
@@ -196,6 +217,17 @@ pub fn validate(
         match &a.kind {
             ActionKind::Exec { command } if command.is_empty() || command[0].is_empty() => {
                 return Err((format!("{path}.command"), "must name a program".into()))
+            }
+            ActionKind::SlurmDrain { scontrol, .. } if scontrol.is_empty() => {
+                return Err((format!("{path}.scontrol"), "must name a program".into()))
+            }
+            ActionKind::SlurmDrain {
+                node: Some(node), ..
+            } if node.is_empty() || node.contains(|c: char| c.is_whitespace() || c == '=') => {
+                return Err((
+                    format!("{path}.node"),
+                    format!("{node:?} is not a Slurm node name"),
+                ))
             }
             ActionKind::Webhook { url, .. }
                 if !(url.starts_with("http://") || url.starts_with("https://")) =>

@@ -291,8 +291,12 @@ impl Dispatcher {
             .filter_map(|name| {
                 // Validated at load: a rule never names an unknown action.
                 let action = self.cfg.actions.get(name)?;
-                // A re-apply has nothing to do when the drift clears.
-                let firing_only = matches!(action.kind, ActionKind::QosApply {});
+                // A re-apply has nothing to do when the drift clears; a drain ends
+                // through `health --slurm` (or the quarantine's release), not a clear.
+                let firing_only = matches!(
+                    action.kind,
+                    ActionKind::QosApply {} | ActionKind::SlurmDrain { .. }
+                );
                 if !action.on.contains(&event) || (firing_only && event == Event::Clearing) {
                     return None;
                 }
@@ -552,6 +556,16 @@ impl Dispatcher {
                 Ok("logged".into())
             }
             ActionKind::Exec { command } => run_exec(command, b).await,
+            ActionKind::SlurmDrain { node, scontrol } => {
+                let (node, scontrol, b) = (node.clone(), scontrol.clone(), b.clone());
+                // scontrol's own bound; the dispatcher's timeout ends the wait.
+                let timeout = action.timeout;
+                tokio::task::spawn_blocking(move || {
+                    crate::action::slurm_drain(node.as_deref(), &scontrol, timeout, &b)
+                })
+                .await
+                .map_err(|e| format!("the drain did not finish: {e}"))?
+            }
             ActionKind::Webhook {
                 url,
                 headers,
@@ -985,6 +999,55 @@ mod tests {
             .contains("/nonexistent/rocewatch-action"));
     }
 
+    /// The drain goes through `scontrol` as `health --slurm`'s does (here a script that
+    /// answers `show node` with an IDLE node and records the update), on firing only,
+    /// with the rule, labels and value as the reason.
+    #[tokio::test]
+    async fn slurm_drain_runs_scontrol_on_firing_only_with_the_rule_as_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("scontrol.log");
+        let script = dir.path().join("scontrol");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$*\" >> {log:?}\n\
+                 [ \"$1\" = show ] && echo 'NodeName=gpu07 Arch=x86_64 CoresPerSocket=1\n   State=IDLE ThreadsPerCore=1'\n\
+                 exit 0\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let d = Dispatcher::new(
+            cfg(
+                dir.path(),
+                &format!(
+                    "[actions.drain]\ntype = \"slurm_drain\"\nnode = \"gpu07\"\nscontrol = {script:?}\ndry_run = false\n"
+                ),
+                "",
+            ),
+            Arc::default(),
+            Targets::default(),
+        )
+        .unwrap();
+        settle(d.handle(&fire("storm", "mlx5_0", true, "drain"))).await;
+        settle(d.handle(&fire("storm", "mlx5_0", false, "drain"))).await;
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            calls,
+            "show node gpu07\nupdate nodename=gpu07 state=drain reason=rocewatch: rule storm fired: rdma.device=mlx5_0,rdma.priority=3 value 0.42\n"
+        );
+        let result = audit(dir.path())
+            .into_iter()
+            .find(|r| r["decision"] == "result")
+            .unwrap();
+        assert_eq!(result["outcome"], "ok", "{result}");
+        assert_eq!(
+            result["detail"],
+            "gpu07 drained: rocewatch: rule storm fired: rdma.device=mlx5_0,rdma.priority=3 value 0.42"
+        );
+    }
+
     #[test]
     fn validation_names_the_key() {
         let dir = tempfile::tempdir().unwrap();
@@ -1002,6 +1065,23 @@ mod tests {
             .unwrap_err()
             .1
             .contains("not an http(s) URL"));
+        let c = cfg(
+            dir.path(),
+            "[actions.x]\ntype = \"slurm_drain\"\nnode = \"gpu 1\"",
+            "",
+        );
+        let e = validate(&c, &[]).unwrap_err();
+        assert_eq!(e.0, "remediation.actions.x.node");
+        assert!(e.1.contains("not a Slurm node name"), "{}", e.1);
+        let c = cfg(
+            dir.path(),
+            "[actions.x]\ntype = \"slurm_drain\"\nscontrol = \"\"",
+            "",
+        );
+        assert_eq!(
+            validate(&c, &[]).unwrap_err().0,
+            "remediation.actions.x.scontrol"
+        );
         let c = cfg(dir.path(), "[actions.x]\ntype = \"log\"", "");
         let rule: rocewatch_runtime::rules::RuleConfig =
             toml::from_str::<toml::Table>("name = \"r\"\nmetric = \"m\"\nactions = [\"y\"]")

@@ -2,7 +2,8 @@
 # Guest side of the probe lab test (integration-tests/tests/lab.rs): role a runs the
 # responder (killed and restarted on b's cue), a responder refusing bandwidth tests and
 # the ib_write_bw and ib_send_lat servers; role b probes and runs the bandwidth tests.
-# Markers between the guests go through the shared /mnt/host.
+# Markers between the guests go through the shared /mnt/host. Last, both run the preflight
+# sweep (preflight.sh).
 set -u
 R=/mnt/host/$RXE_ROLE
 mkdir -p "$R"
@@ -190,3 +191,5 @@ CFG
   touch /mnt/host/b/done
   ;;
 esac
+# Last, on both: the preflight sweep between the pair.
+. /mnt/extra/preflight.sh

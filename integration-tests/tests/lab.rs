@@ -88,8 +88,10 @@ fn run_lab(script: &str) -> Option<PathBuf> {
         )
         .unwrap();
         let lab = root().join("integration-tests/lab");
-        // The bring-up walk, sourced by probe.sh.
-        std::fs::copy(lab.join("walkthrough.sh"), share.join("walkthrough.sh")).unwrap();
+        // The bring-up walk and the preflight sweep, sourced by probe.sh.
+        for sourced in ["walkthrough.sh", "preflight.sh"] {
+            std::fs::copy(lab.join(sourced), share.join(sourced)).unwrap();
+        }
         let st = Command::new("bash")
             .arg(lab.join("rxe-lab.sh"))
             .args(["run", "--pair"])
@@ -1510,4 +1512,130 @@ fn lab_resources_are_attributed_to_the_pod_and_the_slurm_job_of_ib_write_bw() {
         .filter(|l| l.contains("put the QP counter mode of rxe0/1 back to auto off"))
         .count();
     assert_eq!(puts_back, 2, "the normal stop's, then the restart's");
+}
+
+/// `pf.txt` of `role`: the sweep's exit status and how long it took (guest uptime
+/// seconds), by name.
+fn sweep_of(out: &Path, role: &str, name: &str) -> (i32, f64) {
+    let text = read(&out.join(format!("{role}/pf.txt")));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("pf-{name} ")))
+        .unwrap_or_else(|| panic!("no pf-{name} line in {role}/pf.txt:\n{text}"));
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no {k}= in {line:?}"))
+    };
+    let rc = field("rc").parse().unwrap();
+    let wall = field("end").parse::<f64>().unwrap() - field("start").parse::<f64>().unwrap();
+    (rc, wall)
+}
+
+/// `rocewatch preflight --judge` on this host over both guests' lines of one sweep.
+fn judge(out: &Path, name: &str) -> (i32, Value) {
+    let files: Vec<PathBuf> = ["a", "b"]
+        .iter()
+        .map(|r| out.join(format!("{r}/pf-{name}.jsonl")))
+        .collect();
+    let o = Command::new(&artifacts().rocewatch)
+        .args(["preflight", "--json", "--min-bandwidth-share", "0.03"])
+        .args(["--host-list", "192.168.100.1,192.168.100.2"])
+        .args(["--max-latency-us", "1000000", "--judge"])
+        .args(&files)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("--judge {name}: {e}; stderr: {stderr}"));
+    (o.status.code().unwrap_or(-1), v)
+}
+
+/// The preflight sweep between the two guests (integration-tests/lab/preflight.sh), both
+/// running the same command with no coordinator: it passes as they are (both directions
+/// measured, each by the host that drives it, exit 0 on both and from `--judge` over both
+/// hosts' lines); with b's egress throttled to 10 Mb/s by a token bucket, b's test of
+/// b → a fails on its bandwidth, a's of a → b passes, and `--judge` names the slow
+/// direction with both ends (exit 1). The sweep's wall time, one round of two 3 s tests
+/// and ten probes each way, is printed: what docs/PROBES.md's timing rests on.
+#[test]
+fn lab_preflight_passes_on_the_pair_and_names_the_throttled_direction() {
+    let Some(out) = probe_lab() else { return };
+    let stderr = |r: &str, n: &str| read(&out.join(format!("{r}/pf-{n}.stderr")));
+    for role in ["a", "b"] {
+        let (rc, wall) = sweep_of(out, role, "pass");
+        assert_eq!(rc, 0, "{role}'s sweep: {}", stderr(role, "pass"));
+        eprintln!(
+            "lab preflight: {role}'s sweep (1 round, 2 × (3 s + 10 probes)) took {wall:.1} s"
+        );
+        assert!(wall < 30.0, "{role}'s sweep took {wall} s");
+    }
+    let (rc, pass) = judge(out, "pass");
+    assert_eq!(rc, 0, "{pass:#}");
+    assert_eq!(pass["status"], "pass", "{pass:#}");
+    let tests = pass["tests"].as_array().unwrap();
+    let ends: Vec<(&str, &str)> = tests
+        .iter()
+        .map(|t| {
+            (
+                t["from"]["host"].as_str().unwrap(),
+                t["to"]["host"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("192.168.100.1", "192.168.100.2"),
+            ("192.168.100.2", "192.168.100.1")
+        ],
+        "{pass:#}"
+    );
+    for t in tests {
+        assert!(t["bandwidth_gbps"].as_f64().unwrap() > 0.03, "{t}");
+        assert!(t["latency_us"].as_f64().unwrap() > 0.0, "{t}");
+        assert_eq!(t["from"]["nic"], "rxe0:1", "{t}");
+    }
+
+    // Throttled: b's own table fails its test, a's passes; the verdict names b → a.
+    let tc = read(&out.join("b/pf.txt"));
+    assert!(
+        tc.contains("tc rc=0"),
+        "tc qdisc add failed: {}",
+        read(&out.join("b/tc.log"))
+    );
+    assert_eq!(sweep_of(out, "a", "slow").0, 0, "{}", stderr("a", "slow"));
+    assert_eq!(sweep_of(out, "b", "slow").0, 1, "{}", stderr("b", "slow"));
+    assert!(
+        stderr("b", "slow").contains("FAIL"),
+        "{}",
+        stderr("b", "slow")
+    );
+    let (rc, slow) = judge(out, "slow");
+    assert_eq!(rc, 1, "{slow:#}");
+    assert_eq!(slow["status"], "fail", "{slow:#}");
+    let findings = slow["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{slow:#}");
+    let f = &findings[0];
+    assert_eq!(f["finding"], "slow_direction", "{f:#}");
+    assert_eq!(f["from"]["host"], "192.168.100.2", "{f:#}");
+    assert_eq!(f["to"]["host"], "192.168.100.1", "{f:#}");
+    assert_eq!(f["rank"], 0, "{f:#}");
+    let why = f["why"].as_str().unwrap();
+    assert!(
+        why.contains("of the line rate") && why.contains("the reverse passes"),
+        "{why}"
+    );
+    let slow_bw = slow["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["from"]["host"] == "192.168.100.2")
+        .and_then(|t| t["bandwidth_gbps"].as_f64())
+        .unwrap();
+    // The bucket passes 10 Mb/s (what the queue pair's ramp and the burst add is little).
+    assert!(
+        slow_bw < 0.02,
+        "b → a through a 10 Mb/s bucket measured {slow_bw} Gb/s"
+    );
 }

@@ -98,9 +98,10 @@ pub fn text(schedule: &Schedule, v: &Verdict, every_row: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "rocewatch preflight: {} hosts, {} rounds ({}); pass at ≥ {:.0} % of the line rate and ≤ {:.1} µs",
+        "rocewatch preflight: {} hosts, {} round{} ({}); pass at ≥ {:.0} % of the line rate and ≤ {:.1} µs",
         schedule.hosts().len(),
         schedule.rounds(),
+        if schedule.rounds() == 1 { "" } else { "s" },
         mode_name(schedule.mode()),
         v.thresholds.min_share * 100.0,
         v.thresholds.max_latency_us
@@ -156,7 +157,8 @@ pub fn text(schedule: &Schedule, v: &Verdict, every_row: bool) -> String {
     }
     let hidden = v.tests.len() - shown.len();
     if hidden > 0 {
-        let _ = writeln!(out, "({hidden} passing tests not shown)");
+        let s = if hidden == 1 { "" } else { "s" };
+        let _ = writeln!(out, "({hidden} passing test{s} not shown)");
     }
     for t in &v.tests {
         if let Judgement::Fail { reasons } = &t.judgement {

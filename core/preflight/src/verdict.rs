@@ -178,6 +178,17 @@ pub struct Verdict {
     pub untested: Vec<Untested>,
 }
 
+/// A rate in Gb/s with `decimals` decimals, or three significant digits below 1 Gb/s
+/// (a throttled or software link: "0.0 Gb/s" would say nothing).
+pub fn gbps(v: f64, decimals: usize) -> String {
+    if v.abs() >= 1.0 || v == 0.0 {
+        format!("{v:.decimals$}")
+    } else {
+        let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 9) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
 /// One test against the thresholds.
 pub fn judge_test(t: &TestResult, th: &Thresholds) -> (Option<f64>, Judgement) {
     if let Some(e) = &t.error {
@@ -213,8 +224,10 @@ pub fn judge_test(t: &TestResult, th: &Thresholds) -> (Option<f64>, Judgement) {
     if let (Some(s), Some(bw), Some(line)) = (share, t.bandwidth_gbps, t.line_rate_gbps) {
         if s < th.min_share {
             reasons.push(format!(
-                "{bw:.1} Gb/s is {:.0} % of the line rate {line:.0} Gb/s (at least {:.0} % asked)",
+                "{} Gb/s is {:.0} % of the line rate {} Gb/s (at least {:.0} % asked)",
+                gbps(bw, 1),
                 s * 100.0,
+                gbps(line, 0),
                 th.min_share * 100.0
             ));
         }
@@ -554,4 +567,19 @@ fn missing(plan: &Plan, rails: &[HostRails], tests: &[Judged]) -> Vec<Finding> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gbps;
+
+    #[test]
+    fn rates_below_one_gbps_keep_three_significant_digits() {
+        assert_eq!(gbps(120.04, 1), "120.0");
+        assert_eq!(gbps(400.0, 0), "400");
+        assert_eq!(gbps(0.0098, 1), "0.00980");
+        assert_eq!(gbps(0.215, 1), "0.215");
+        assert_eq!(gbps(0.0, 1), "0.0");
+        assert_eq!(gbps(1e-300, 1), "0.000000000");
+    }
 }

@@ -190,7 +190,7 @@ pub enum Command {
     ///   rocewatch health --all --agent http://127.0.0.1:9464
     ///   rocewatch health --json --sysfs-root integration-tests/fixtures/gpu-two-socket/sys
     #[command(verbatim_doc_comment)]
-    Health(HealthArgs),
+    Health(super::health::HealthArgs),
     /// The host's quarantine: show it, enter it by hand, release it (audited).
     ///
     /// A host in quarantine takes no jobs: `health` says unhealthy (and `health --slurm`
@@ -483,44 +483,6 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs_root: std::path::PathBuf,
 }
-/// `rocewatch health`'s arguments.
-#[derive(Debug, Args)]
-pub struct HealthArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// After the line, every finding: STATUS check subject: what.
-    #[arg(long, conflicts_with = "json")]
-    pub all: bool,
-    /// Print JSON: {"verdict","line","findings":[{"check","status","device","port",
-    /// "netdev","what"}]}.
-    #[arg(long)]
-    pub json: bool,
-    /// A running agent's Prometheus endpoint, whose /rules are read (overrides [health]
-    /// agent). Example: --agent http://127.0.0.1:9464
-    #[arg(long, value_name = "URL")]
-    pub agent: Option<String>,
-    /// Act on the verdict as Slurm's HealthCheckProgram (or a prolog): unhealthy drains
-    /// this node (scontrol update nodename=NODE state=drain reason="rocewatch: FINDING")
-    /// and puts the host in quarantine (origin health, audited); healthy again releases
-    /// that quarantine and resumes the node, only when the drain's reason is rocewatch's
-    /// (an administrator's drain stays). A quarantine a rule or an operator set keeps the
-    /// node drained. Cannot tell: Slurm is left as it is. What was done goes to stderr.
-    #[arg(long)]
-    pub slurm: bool,
-    /// With --slurm: this node's Slurm name (default: $SLURMD_NODENAME, else the host
-    /// name up to its first dot, as slurmd takes it).
-    #[arg(long, value_name = "NAME", requires = "slurm")]
-    pub slurm_node: Option<String>,
-    /// With --slurm: the scontrol to run (SLURM_CONF is passed through).
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value = "scontrol",
-        requires = "slurm"
-    )]
-    pub scontrol: std::path::PathBuf,
-}
-
 /// `rocewatch capture`'s arguments.
 #[derive(Debug, Args)]
 pub struct CaptureArgs {

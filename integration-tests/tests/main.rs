@@ -45,6 +45,7 @@ mod doctor;
 mod ethtool;
 mod exporters;
 mod fixtures;
+mod fleet;
 mod health;
 mod lab;
 mod lifecycle;

@@ -31,6 +31,7 @@ const CRATE_LAYERS: &[&[&str]] = &[
         "rocewatch-netlink",
         "rocewatch-ethtool",
         "rocewatch-slurm",
+        "rocewatch-fleet",
     ],
     &["rocewatch-klog"],
     &["rocewatch-runtime"],

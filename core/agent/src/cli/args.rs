@@ -129,6 +129,10 @@ pub enum Command {
     /// Each host runs it (srun --ntasks-per-node=1) and writes its tests as JSON lines;
     /// --judge over every host's lines names a bad NIC, host or direction (docs/PROBES.md).
     Preflight(super::preflight::PreflightArgs),
+    /// The fleet: the pinglists hosts derive from a topology file (ToR mesh and
+    /// cross-ToR peers).
+    #[command(subcommand)]
+    Fleet(super::fleet::FleetCommand),
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -650,6 +654,7 @@ impl Command {
             | Command::Quarantine(_)
             | Command::Bandwidth(_)
             | Command::Preflight(_)
+            | Command::Fleet(_)
             | Command::Env(_)
             | Command::Capture(_)
             | Command::Top(_)

@@ -15,6 +15,7 @@ mod doctor;
 #[cfg(test)]
 mod duration_flags;
 mod env;
+mod fleet;
 mod health;
 mod output;
 mod plugins;
@@ -54,6 +55,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Probe(a) => probe::run(a).await,
         Command::Bandwidth(a) => bandwidth::run(a).await,
         Command::Preflight(a) => preflight::run(a).await,
+        Command::Fleet(c) => fleet::run(c),
         Command::Config(ConfigCommand::Check { file }) => config::check(&file),
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,

@@ -1,0 +1,278 @@
+//! The pinglist each host derives alone, deterministic from the topology and its own
+//! name, with no controller (the shape of Pingmesh and R-Pingmesh, without their central
+//! service):
+//!
+//! - **the ToR mesh**: on each of its rails, every other host on the same ToR and rail;
+//! - **cross-ToR**: for every ordered pair of ToRs (A, B) and rail r, the `probers`
+//!   hosts of A on rail r with the highest rendezvous score for (A, B, r) each probe one
+//!   host of B on rail r, the one with the highest score for (prober, B, r). Every host of
+//!   the fleet computes the same choice, so every ordered pair of ToRs is probed on every
+//!   rail by `probers` different hosts (fewer only where A has fewer hosts on that rail),
+//!   and a host carries about `probers × (ToRs − 1) / hosts per ToR` cross-ToR peers per
+//!   rail instead of one per ToR: at 10,000 hosts in 209 racks of 48 with 8 rails, 47
+//!   mesh peers and about 9 cross-ToR peers per rail, 448 in all.
+//! - Rendezvous (highest-random-weight) hashing keeps churn small: a host joining or
+//!   leaving ToR A changes the lists of A's hosts on its rails (their mesh), and of the
+//!   few hosts elsewhere whose choice of prober or target it wins or held (about
+//!   `probers × (ToRs − 1) / hosts per ToR` per rail).
+//! - `max_peers` bounds a list: past it, cross-ToR peers with the lowest scores are cut
+//!   (counted in `truncated`), then mesh peers; the default topology above never reaches
+//!   the default 600.
+//!
+//! The score is FNV-1a 64 over the length-prefixed fields, finished by SplitMix64's
+//! mixer: stable across builds, platforms and Rust versions (the standard library's hash
+//! is not), so hosts running different rocewatch builds agree.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::topology::{Nic, Topology};
+
+/// Cross-ToR probers per ordered pair of ToRs and rail.
+pub const DEFAULT_PROBERS: usize = 2;
+/// Peers per host at most.
+pub const DEFAULT_MAX_PEERS: usize = 600;
+
+/// How pinglists are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Options {
+    pub probers: usize,
+    pub max_peers: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            probers: DEFAULT_PROBERS,
+            max_peers: DEFAULT_MAX_PEERS,
+        }
+    }
+}
+
+/// Same ToR or across ToRs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    SameTor,
+    CrossTor,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::SameTor => "same_tor",
+            Class::CrossTor => "cross_tor",
+        }
+    }
+}
+
+/// One peer to probe, from one of this host's NICs.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Peer {
+    pub rail: u8,
+    pub class: Class,
+    pub host: String,
+    pub addr: IpAddr,
+    pub tor: String,
+}
+
+/// One host's pinglist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pinglist {
+    pub host: String,
+    /// By rail, class, then host.
+    pub peers: Vec<Peer>,
+    /// Peers cut by `max_peers`.
+    pub truncated: usize,
+}
+
+/// A host the topology does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{host} is not in the topology ({hosts} hosts there{near})")]
+pub struct UnknownHost {
+    pub host: String,
+    pub hosts: usize,
+    near: String,
+}
+
+/// FNV-1a 64 of `bytes`, continuing from `h` (start from [`FNV_OFFSET`]).
+pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// FNV-1a 64's offset basis.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The rendezvous score of `fields`.
+pub fn score(fields: &[&str]) -> u64 {
+    let mut h = FNV_OFFSET;
+    for f in fields {
+        h = fnv1a(h, &(f.len() as u64).to_le_bytes());
+        h = fnv1a(h, f.as_bytes());
+    }
+    // SplitMix64's finalizer: FNV's low bits mix poorly on their own.
+    let mut z = h;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The `n` NICs of `group` with the highest score for `key` + the NIC's host.
+fn top<'a>(group: &[&'a Nic], key: [&str; 4], n: usize) -> Vec<&'a Nic> {
+    let mut scored: Vec<(u64, &Nic)> = group
+        .iter()
+        .map(|nic| (score(&[key[0], key[1], key[2], key[3], &nic.host]), *nic))
+        .collect();
+    // Ties (never in practice) fall to the host name: still deterministic.
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.host.cmp(&b.1.host)));
+    scored.into_iter().take(n).map(|(_, nic)| nic).collect()
+}
+
+/// The fleet's pinglists, computed once per (ToR, rail) group.
+pub struct Plan<'t> {
+    topo: &'t Topology,
+    groups: BTreeMap<(&'t str, u8), Vec<&'t Nic>>,
+    opts: Options,
+}
+
+impl<'t> Plan<'t> {
+    pub fn new(topo: &'t Topology, opts: Options) -> Plan<'t> {
+        Plan {
+            topo,
+            groups: topo.groups(),
+            opts,
+        }
+    }
+
+    /// The peers of every host of group (tor, rail): host → peers (before the bound).
+    fn group_peers(&self, tor: &str, rail: u8) -> BTreeMap<&'t str, Vec<Peer>> {
+        let mut out: BTreeMap<&str, Vec<Peer>> = BTreeMap::new();
+        let Some(mine) = self.groups.get(&(tor, rail)) else {
+            return out;
+        };
+        let rail_s = rail.to_string();
+        let peer = |n: &Nic, class| Peer {
+            rail,
+            class,
+            host: n.host.clone(),
+            addr: n.addr,
+            tor: n.tor.clone(),
+        };
+        for a in mine {
+            let list = out.entry(a.host.as_str()).or_default();
+            list.extend(
+                mine.iter()
+                    .filter(|b| b.host != a.host)
+                    .map(|b| peer(b, Class::SameTor)),
+            );
+        }
+        for ((other, r), theirs) in &self.groups {
+            if *r != rail || *other == tor {
+                continue;
+            }
+            for prober in top(mine, ["prober", tor, other, &rail_s], self.opts.probers) {
+                let target = top(theirs, ["target", &prober.host, other, &rail_s], 1);
+                let list = out.entry(prober.host.as_str()).or_default();
+                list.extend(target.into_iter().map(|t| peer(t, Class::CrossTor)));
+            }
+        }
+        out
+    }
+
+    /// Every host's pinglist, in host order.
+    pub fn all(&self) -> Vec<Pinglist> {
+        let mut by_host: BTreeMap<&str, Vec<Peer>> = BTreeMap::new();
+        for &(tor, rail) in self.groups.keys() {
+            for (host, peers) in self.group_peers(tor, rail) {
+                by_host.entry(host).or_default().extend(peers);
+            }
+        }
+        self.topo
+            .hosts()
+            .into_iter()
+            .map(|h| self.finish(h, by_host.remove(h).unwrap_or_default()))
+            .collect()
+    }
+
+    /// One host's pinglist.
+    pub fn of(&self, host: &str) -> Result<Pinglist, UnknownHost> {
+        let nics: Vec<&Nic> = self.topo.nics_of(host).collect();
+        if nics.is_empty() {
+            return Err(unknown(self.topo, host));
+        }
+        let mut peers = Vec::new();
+        for n in nics {
+            if let Some(p) = self.group_peers(&n.tor, n.rail).remove(host) {
+                peers.extend(p);
+            }
+        }
+        Ok(self.finish(host, peers))
+    }
+
+    /// Sorted, and cut to the bound: cross-ToR peers with the lowest scores first.
+    fn finish(&self, host: &str, mut peers: Vec<Peer>) -> Pinglist {
+        let mut truncated = 0;
+        if peers.len() > self.opts.max_peers {
+            truncated = peers.len() - self.opts.max_peers;
+            let key = |p: &Peer| {
+                (
+                    p.class == Class::SameTor,
+                    score(&["keep", host, &p.rail.to_string(), &p.host]),
+                )
+            };
+            peers.sort_by_key(|p| std::cmp::Reverse(key(p)));
+            peers.truncate(self.opts.max_peers);
+        }
+        peers.sort();
+        Pinglist {
+            host: host.to_string(),
+            peers,
+            truncated,
+        }
+    }
+}
+
+fn unknown(topo: &Topology, host: &str) -> UnknownHost {
+    let hosts = topo.hosts();
+    // A host given with its domain, or without: say which the topology spells.
+    let short = host.split('.').next().unwrap_or(host);
+    let near = hosts
+        .iter()
+        .find(|h| h.split('.').next() == Some(short))
+        .map(|h| format!("; did you mean {h}?"))
+        .unwrap_or_default();
+    UnknownHost {
+        host: host.to_string(),
+        hosts: hosts.len(),
+        near,
+    }
+}
+
+/// For tests and `fleet plan --all`: per ordered (ToR A, ToR B, rail), the distinct hosts
+/// of A that probe a host of B.
+pub fn coverage(lists: &[Pinglist], topo: &Topology) -> BTreeMap<(String, String, u8), usize> {
+    let tor_of: BTreeMap<(&str, u8), &str> = topo
+        .nics()
+        .iter()
+        .map(|n| ((n.host.as_str(), n.rail), n.tor.as_str()))
+        .collect();
+    let mut probers: BTreeMap<(String, String, u8), BTreeSet<&str>> = BTreeMap::new();
+    for l in lists {
+        for p in l.peers.iter().filter(|p| p.class == Class::CrossTor) {
+            if let Some(a) = tor_of.get(&(l.host.as_str(), p.rail)) {
+                probers
+                    .entry((a.to_string(), p.tor.clone(), p.rail))
+                    .or_default()
+                    .insert(&l.host);
+            }
+        }
+    }
+    probers.into_iter().map(|(k, v)| (k, v.len())).collect()
+}

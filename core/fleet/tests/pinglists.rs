@@ -1,0 +1,254 @@
+//! Pinglist properties on generated fleets of 10 to 10,000 hosts with uneven racks (ToRs
+//! of 1, 2 and 48 hosts, hosts missing rails): the ToR mesh complete, every ordered pair
+//! of ToRs probed on every rail by 2 different hosts (1 where the rack has one host on
+//! that rail), the bound respected, the same list whether a host computes its own or the
+//! whole plan is drawn, and how many other hosts' lists change when a host joins.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rocewatch_fleet::pinglist::{coverage, fnv1a, score, FNV_OFFSET};
+use rocewatch_fleet::{Class, Options, Pinglist, Plan, Topology};
+
+/// A fleet of `hosts` hosts with `rails` rails in racks: the first rack has 1 host, the
+/// second 2, the rest 48 (the last one what is left); every 7th host lacks its last rail.
+fn fleet(hosts: usize, rails: u8) -> Topology {
+    let mut csv = String::from("host,rail,addr,tor\n");
+    let (mut rack, mut in_rack, mut size) = (0usize, 0usize, 1usize);
+    for h in 0..hosts {
+        if in_rack == size {
+            rack += 1;
+            in_rack = 0;
+            size = if rack == 1 { 2 } else { 48 };
+        }
+        in_rack += 1;
+        for r in 0..rails {
+            if h % 7 == 6 && r == rails - 1 && rails > 1 {
+                continue;
+            }
+            let addr = format!("10.{}.{}.{}", r, h / 250, h % 250 + 1);
+            csv.push_str(&format!("gpu{h:05},{r},{addr},leaf{rack:03}-r{r}\n"));
+        }
+    }
+    Topology::parse("generated", &csv).unwrap()
+}
+
+/// Every property, for one fleet; returns the largest list and the share of ordered
+/// (ToR, ToR, rail) pairs with their full count of probers.
+///
+/// A rack too small to carry its share (one host probing 208 other ToRs on 8 rails is
+/// 1,664 peers) has its hosts' cross-ToR peers cut to the bound: only there may a pair
+/// have fewer probers, and only hosts of such racks may be cut.
+fn check(t: &Topology, lists: &[Pinglist], opts: Options) -> (usize, f64) {
+    let groups = t.groups();
+    let by_host: BTreeMap<&str, &Pinglist> = lists.iter().map(|l| (l.host.as_str(), l)).collect();
+    assert_eq!(by_host.len(), t.hosts().len());
+    let tors = groups
+        .keys()
+        .map(|(tor, _)| *tor)
+        .collect::<BTreeSet<_>>()
+        .len();
+    let cut: BTreeSet<&str> = lists
+        .iter()
+        .filter(|l| l.truncated > 0)
+        .map(|l| l.host.as_str())
+        .collect();
+    for l in lists {
+        assert!(
+            l.peers.len() <= opts.max_peers,
+            "{} has {}",
+            l.host,
+            l.peers.len()
+        );
+        if l.truncated > 0 {
+            // Only a host of a rack too small for its share of the fleet's pairs.
+            let smallest = t
+                .nics_of(&l.host)
+                .map(|n| groups[&(n.tor.as_str(), n.rail)].len())
+                .min()
+                .unwrap();
+            assert!(
+                smallest * opts.max_peers < opts.probers * tors * 8,
+                "{} was cut by {} in a group of {smallest}",
+                l.host,
+                l.truncated
+            );
+        }
+        assert!(
+            l.peers.iter().all(|p| p.host != l.host),
+            "{} probes itself",
+            l.host
+        );
+        let set: BTreeSet<_> = l.peers.iter().map(|p| (p.rail, &p.host)).collect();
+        assert_eq!(set.len(), l.peers.len(), "{} lists a peer twice", l.host);
+    }
+    // The mesh: every other host on the same ToR and rail, as same_tor.
+    for ((tor, rail), nics) in &groups {
+        for a in nics {
+            if cut.contains(a.host.as_str()) {
+                continue;
+            }
+            let mesh: BTreeSet<&str> = by_host[a.host.as_str()]
+                .peers
+                .iter()
+                .filter(|p| p.rail == *rail && p.class == Class::SameTor)
+                .map(|p| p.host.as_str())
+                .collect();
+            let want: BTreeSet<&str> = nics
+                .iter()
+                .map(|n| n.host.as_str())
+                .filter(|h| *h != a.host)
+                .collect();
+            assert_eq!(mesh, want, "mesh of {} on {tor} rail {rail}", a.host);
+        }
+    }
+    // Cross-ToR coverage of every ordered pair, per rail.
+    let cov = coverage(lists, t);
+    let (mut pairs, mut full) = (0usize, 0usize);
+    for ((a, ra), mine) in &groups {
+        let thinned = mine.iter().any(|n| cut.contains(n.host.as_str()));
+        for (b, rb) in groups.keys() {
+            if ra != rb || a == b {
+                continue;
+            }
+            let got = cov
+                .get(&(a.to_string(), b.to_string(), *ra))
+                .copied()
+                .unwrap_or(0);
+            pairs += 1;
+            if got >= opts.probers.min(mine.len()) {
+                full += 1;
+            } else {
+                assert!(thinned, "{a} -> {b} rail {ra}: {got} probers");
+            }
+        }
+    }
+    let biggest = lists.iter().map(|l| l.peers.len()).max().unwrap_or(0);
+    (biggest, full as f64 / pairs.max(1) as f64)
+}
+
+#[test]
+fn pinglists_cover_every_tor_pair_within_the_bound_from_10_to_2000_hosts() {
+    let opts = Options::default();
+    for (hosts, rails) in [(10, 1), (10, 8), (51, 2), (200, 8), (2000, 8)] {
+        let t = fleet(hosts, rails);
+        let plan = Plan::new(&t, opts);
+        let lists = plan.all();
+        let (biggest, share) = check(&t, &lists, opts);
+        assert_eq!(share, 1.0, "{hosts} hosts: every pair covered");
+        // A host computes its own list alone: the same as the whole plan's.
+        for l in lists.iter().step_by(37) {
+            assert_eq!(&plan.of(&l.host).unwrap(), l);
+        }
+        eprintln!("{hosts} hosts × {rails} rails: at most {biggest} peers a host");
+    }
+}
+
+/// 10,000 hosts × 8 rails (209 racks of 48): complete, within 600, and one host joining
+/// changes the lists of its rack (their mesh) and of few others.
+#[test]
+fn ten_thousand_hosts_stay_under_600_peers_and_a_join_moves_few_lists() {
+    let opts = Options::default();
+    let t = fleet(10_000, 8);
+    let lists = Plan::new(&t, opts).all();
+    let (biggest, share) = check(&t, &lists, opts);
+    assert!(biggest <= 600, "{biggest}");
+    // Only the racks of 1 and 2 hosts cannot carry their pairs (3 of 209 racks).
+    assert!(share > 0.99, "{share}");
+    let total: usize = lists.iter().map(|l| l.peers.len()).sum();
+    let cut = lists.iter().filter(|l| l.truncated > 0).count();
+    eprintln!(
+        "10,000 hosts × 8 rails: at most {biggest} peers a host, {:.0} on average; {cut} hosts cut to the bound; {:.2} % of ordered ToR pairs × rails fully covered",
+        total as f64 / lists.len() as f64,
+        share * 100.0
+    );
+
+    // One more host (the last rack has room: 10,000 = 1 + 2 + 208 × 48 + 13).
+    let bigger = fleet(10_001, 8);
+    let after = Plan::new(&bigger, opts).all();
+    let before: BTreeMap<&str, &Pinglist> = lists.iter().map(|l| (l.host.as_str(), l)).collect();
+    let rack = |tor: &str| tor.split('-').next().unwrap().to_string();
+    let theirs = rack(&bigger.nics_of("gpu10000").next().unwrap().tor);
+    let newcomer_rack: BTreeSet<&str> = bigger
+        .nics()
+        .iter()
+        .filter(|n| rack(&n.tor) == theirs)
+        .map(|n| n.host.as_str())
+        .collect();
+    let changed: Vec<&str> = after
+        .iter()
+        .filter(|l| before.get(l.host.as_str()).is_some_and(|b| *b != *l))
+        .map(|l| l.host.as_str())
+        .collect();
+    let outside = changed
+        .iter()
+        .filter(|h| !newcomer_rack.contains(*h))
+        .count();
+    eprintln!(
+        "a host joining: {} other lists changed, {} in its rack, {outside} elsewhere ({:.2} % of the fleet)",
+        changed.len(),
+        changed.len() - outside,
+        changed.len() as f64 * 100.0 / 10_000.0
+    );
+    // Expected elsewhere: the hosts of other ToRs whose target on the newcomer's ToR it
+    // now is (1 in rack size), and in its rack those whose prober role it took, i.e.
+    // probers × (ToRs − 1) × rails / rack size.
+    let tors = t.groups().keys().filter(|(_, r)| *r == 0).count();
+    let size = newcomer_rack.len();
+    let expected = (opts.probers * (tors - 1) * 8) as f64 / size as f64;
+    eprintln!("expected elsewhere about {expected:.0} (rack of {size})");
+    assert!(
+        (outside as f64) < 2.0 * expected,
+        "{outside} lists elsewhere changed, about {expected:.0} expected"
+    );
+    assert!(changed.len() - outside <= size, "{changed:?}");
+}
+
+#[test]
+fn a_small_bound_cuts_cross_tor_peers_first_and_counts_them() {
+    let t = fleet(200, 2);
+    let opts = Options {
+        probers: 2,
+        max_peers: 5,
+    };
+    let plan = Plan::new(&t, opts);
+    // gpu00001's rack has two hosts: one mesh peer a rail, and it probes every other ToR.
+    let whole = Plan::new(&t, Options::default()).of("gpu00001").unwrap();
+    let l = plan.of("gpu00001").unwrap();
+    assert_eq!(l.peers.len(), 5);
+    assert_eq!(l.truncated, whole.peers.len() - 5, "{whole:?}");
+    let mesh = |l: &Pinglist| l.peers.iter().filter(|p| p.class == Class::SameTor).count();
+    assert_eq!(mesh(&l), 2, "the mesh is kept whole: {l:?}");
+    assert_eq!(mesh(&whole), 2);
+    assert!(l.peers.iter().all(|p| whole.peers.contains(p)));
+}
+
+#[test]
+fn an_unknown_host_is_named_with_the_spelling_the_topology_uses() {
+    let t = fleet(10, 1);
+    let e = Plan::new(&t, Options::default())
+        .of("gpu00003.cluster.example")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "gpu00003.cluster.example is not in the topology (10 hosts there; did you mean gpu00003?)"
+    );
+}
+
+#[test]
+fn the_score_is_fnv1a_and_stable_across_builds() {
+    // FNV-1a 64's published test vectors (Fowler, Noll and Vo's reference code).
+    assert_eq!(fnv1a(FNV_OFFSET, b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(fnv1a(FNV_OFFSET, b"a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(fnv1a(FNV_OFFSET, b"foobar"), 0x8594_4171_f739_67e8);
+    // Fields are length-prefixed: moving a byte across a boundary changes the score.
+    assert_ne!(score(&["ab", "c"]), score(&["a", "bc"]));
+    // Pinned (computed once by this code): a change here changes every host's lists, and
+    // hosts running the old and the new build would no longer agree.
+    assert_eq!(
+        score(&["prober", "leaf001", "leaf002", "0", "gpu00001"]),
+        PINNED
+    );
+}
+
+const PINNED: u64 = 15_793_451_910_406_000_421;

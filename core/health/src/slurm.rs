@@ -78,7 +78,7 @@ pub async fn act(
 /// reason stays) or it already carries this very reason.
 fn drain(node: &SlurmNode, line: &str) -> Result<String, String> {
     node.scontrol
-        .drain_unless_others(&node.name, line)
+        .drain_unless_others(&node.name, line, node.scontrol.limit())
         .map(|o| o.describe(&node.name))
         .map_err(|e| e.to_string())
 }

@@ -3,6 +3,7 @@
 //! (`ROCEWATCH_WORKLOADS`: the workloads on the port, comma-separated, most QPs first).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -48,8 +49,9 @@ pub fn describe(kind: &ActionKind) -> String {
         ActionKind::Exec { command } => format!("run {command:?}"),
         ActionKind::Webhook { url, .. } => format!("POST the breach to {url}"),
         ActionKind::SlurmDrain { node, scontrol } => format!(
-            "drain {} in Slurm through {scontrol} (unless someone else drained it)",
-            node.as_deref().unwrap_or("this node")
+            "drain {} in Slurm through {scontrol} (unless someone else set its state)",
+            rocewatch_slurm::this_node_name(node.as_deref())
+                .unwrap_or_else(|e| format!("this node (its name: {e})"))
         ),
     }
 }
@@ -73,13 +75,17 @@ pub fn drain_text(b: &Breach) -> String {
 pub fn slurm_drain(
     node: Option<&str>,
     scontrol: &str,
-    timeout: std::time::Duration,
+    timeout: Duration,
     b: &Breach,
 ) -> Result<String, String> {
     let name = rocewatch_slurm::this_node_name(node)
         .map_err(|e| format!("this node's name in Slurm: {e}"))?;
-    let sc = rocewatch_slurm::Scontrol::new(scontrol).timeout(timeout);
-    sc.drain_unless_others(&name, &drain_text(b))
+    // A second of the action's timeout is left for the dispatcher to hear the outcome.
+    let bound = timeout
+        .saturating_sub(Duration::from_secs(1))
+        .max(Duration::from_secs(1));
+    let sc = rocewatch_slurm::Scontrol::new(scontrol);
+    sc.drain_unless_others(&name, &drain_text(b), bound)
         .map(|o| o.describe(&name))
         .map_err(|e| e.to_string())
 }

@@ -187,8 +187,29 @@ pub const SUPERVISOR_STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// What is accepted but likely wrong in `[remediation]`: (key, why). Each action whose
 /// `timeout` exceeds [`SUPERVISOR_STOP_GRACE`].
-pub fn warnings(cfg: &RemediationConfig) -> Vec<(String, String)> {
-    cfg.actions
+pub fn warnings(
+    cfg: &RemediationConfig,
+    rules: &[rocewatch_runtime::rules::RuleConfig],
+) -> Vec<(String, String)> {
+    // A drain a rule sets without quarantine lasts until the next healthy `health
+    // --slurm`, which resumes every drain of rocewatch's.
+    let drains = rules.iter().enumerate().filter_map(|(i, r)| {
+        let drain = r.actions.iter().find(|a| {
+            cfg.actions
+                .get(*a)
+                .is_some_and(|c| matches!(c.kind, ActionKind::SlurmDrain { .. }))
+        })?;
+        (!r.quarantine).then(|| {
+            (
+                format!("rules[{i}] ({}).quarantine", r.name),
+                format!(
+                    "the rule drains the node ({drain:?}) without quarantine = true: the next healthy `rocewatch health --slurm` resumes it; set quarantine = true for a drain that lasts until `rocewatch quarantine release`"
+                ),
+            )
+        })
+    });
+    let slow = cfg
+        .actions
         .iter()
         .filter(|(_, a)| a.timeout > SUPERVISOR_STOP_GRACE)
         .map(|(name, a)| {
@@ -202,8 +223,8 @@ pub fn warnings(cfg: &RemediationConfig) -> Vec<(String, String)> {
                     SUPERVISOR_STOP_GRACE.as_secs()
                 ),
             )
-        })
-        .collect()
+        });
+    slow.chain(drains).collect()
 }
 
 /// Checks `[remediation]` and the actions the rules name (their durations are checked with
@@ -238,6 +259,16 @@ pub fn validate(
                 ))
             }
             _ => {}
+        }
+        let firing_only = matches!(
+            a.kind,
+            ActionKind::SlurmDrain { .. } | ActionKind::QosApply {}
+        );
+        if firing_only && !a.on.contains(&Event::Firing) {
+            return Err((
+                format!("{path}.on"),
+                "this action acts when a rule fires only: `on` must include \"firing\"".into(),
+            ));
         }
         if a.on.is_empty() {
             return Err((

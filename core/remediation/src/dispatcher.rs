@@ -1075,6 +1075,29 @@ mod tests {
         assert!(e.1.contains("not a Slurm node name"), "{}", e.1);
         let c = cfg(
             dir.path(),
+            "[actions.x]\ntype = \"slurm_drain\"\non = [\"clearing\"]",
+            "",
+        );
+        let e = validate(&c, &[]).unwrap_err();
+        assert_eq!(e.0, "remediation.actions.x.on");
+        assert!(e.1.contains("when a rule fires only"), "{}", e.1);
+        // A rule that drains without quarantine: a warning, naming the rule.
+        let c = cfg(dir.path(), "[actions.x]\ntype = \"slurm_drain\"", "");
+        let rule = |q: bool| -> rocewatch_runtime::rules::RuleConfig {
+            toml::from_str::<toml::Table>(&format!(
+                "name = \"r\"\nmetric = \"m\"\nactions = [\"x\"]\nquarantine = {q}"
+            ))
+            .unwrap()
+            .try_into()
+            .unwrap()
+        };
+        let w = crate::warnings(&c, &[rule(false)]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].0, "rules[0] (r).quarantine");
+        assert!(w[0].1.contains("resumes it"), "{}", w[0].1);
+        assert!(crate::warnings(&c, &[rule(true)]).is_empty());
+        let c = cfg(
+            dir.path(),
             "[actions.x]\ntype = \"slurm_drain\"\nscontrol = \"\"",
             "",
         );

@@ -75,9 +75,10 @@ pub enum DrainOutcome {
     Drained { reason: String },
     /// The node was drained already with this very reason: left as it is.
     AlreadyDrained { reason: String },
-    /// The node is drained by someone else (a reason without our prefix): their reason
-    /// stays.
-    OthersDrain { reason: String },
+    /// Someone else set the node's state: a reason that is not rocewatch's (an
+    /// administrator's drain, DOWN or FAIL, `Not responding`), or DOWN/FAIL without one.
+    /// Left as it is.
+    Others { state: String, reason: String },
 }
 
 impl DrainOutcome {
@@ -86,11 +87,16 @@ impl DrainOutcome {
         match self {
             DrainOutcome::Drained { reason } => format!("{node} drained: {reason}"),
             DrainOutcome::AlreadyDrained { reason } => format!("{node} stays drained: {reason}"),
-            DrainOutcome::OthersDrain { reason } => {
-                format!("{node} is drained by someone else (reason {reason:?}): left as it is")
+            DrainOutcome::Others { state, reason } => {
+                format!("{node} is {state} by someone else (reason {reason:?}): left as it is")
             }
         }
     }
+}
+
+/// A node down or failing (`DOWN`, `+FAIL`): not rocewatch's to drain or resume.
+fn down_or_failing(n: &Node) -> bool {
+    n.state.base == crate::node::BaseState::Down || n.state.flags.iter().any(|f| f == "FAIL")
 }
 
 /// An `scontrol` that failed, named with its command line.
@@ -124,6 +130,8 @@ pub enum ScontrolError {
     },
     #[error("{command}: {what}")]
     Unexpected { command: String, what: String },
+    #[error("draining {node}: scontrol show node took nearly all of {timeout:?}; the drain was not started")]
+    NoTimeLeft { node: String, timeout: Duration },
 }
 
 /// The `scontrol` program and how to run it.
@@ -161,6 +169,11 @@ impl Scontrol {
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// How long one `scontrol` may run.
+    pub fn limit(&self) -> Duration {
+        self.timeout
     }
 
     pub fn program(&self) -> &Path {
@@ -232,25 +245,46 @@ impl Scontrol {
         Ok(r)
     }
 
-    /// Drain `node` with [`reason`]`(REASON_PREFIX, text)`, unless it is drained already:
-    /// by someone else (their reason stays, as NHC leaves an administrator's) or with
-    /// this very reason (no second `update`). A node drained with another reason of
-    /// rocewatch's gets the new one. What `health --slurm` and the `slurm_drain`
-    /// remediation action both do.
+    /// Drain `node` with [`reason`]`(REASON_PREFIX, text)`, unless someone else set its
+    /// state (a reason that is not rocewatch's, whatever the state: an administrator's
+    /// drain, DOWN or FAIL; or DOWN/FAIL with no reason: their reason and state stay, as
+    /// NHC leaves them) or it is drained with this very reason already (no second
+    /// `update`). A node drained with another reason of rocewatch's gets the new one.
+    /// What `health --slurm` and the `slurm_drain` remediation action both do.
+    ///
+    /// The two `scontrol` runs (show, then update) share `timeout` (the update is not
+    /// started with under a second left), so the drain ends within it.
     pub fn drain_unless_others(
         &self,
         node: &str,
         text: &str,
+        timeout: Duration,
     ) -> Result<DrainOutcome, ScontrolError> {
-        let n = self.show_node(node)?;
-        let current = n.reason.map(|r| r.text).unwrap_or_default();
-        if n.state.is_drain() && !current.starts_with(REASON_PREFIX) {
-            return Ok(DrainOutcome::OthersDrain { reason: current });
+        let deadline = Instant::now() + timeout;
+        let n = self.clone().timeout(timeout).show_node(node)?;
+        let current = n
+            .reason
+            .as_ref()
+            .map(|r| r.text.clone())
+            .unwrap_or_default();
+        let ours = current.starts_with(REASON_PREFIX);
+        if (down_or_failing(&n) || !current.is_empty()) && !ours {
+            return Ok(DrainOutcome::Others {
+                state: n.state.to_string(),
+                reason: current,
+            });
         }
         if n.state.is_drain() && current == reason(REASON_PREFIX, text) {
             return Ok(DrainOutcome::AlreadyDrained { reason: current });
         }
-        let reason = self.drain(node, text)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_secs(1) {
+            return Err(ScontrolError::NoTimeLeft {
+                node: node.to_string(),
+                timeout,
+            });
+        }
+        let reason = self.clone().timeout(left).drain(node, text)?;
         Ok(DrainOutcome::Drained { reason })
     }
 
@@ -266,8 +300,10 @@ impl Scontrol {
                 state: n.state.to_string(),
             });
         }
+        let down = down_or_failing(&n);
         let reason = n.reason.map(|r| r.text).unwrap_or_default();
-        if !reason.starts_with(prefix) {
+        // DOWN or FAIL is Slurm's or an administrator's to end, even under our reason.
+        if !reason.starts_with(prefix) || down {
             return Ok(ResumeOutcome::LeftAlone { reason });
         }
         self.run(&["update", &format!("nodename={node}"), "state=resume"])?;

@@ -112,24 +112,35 @@ mod real {
         );
         assert_eq!(n.reason.unwrap().text, "maintenance");
 
+        others_keep_their_state(&mut c, &sc, &node);
+        eprintln!("real Slurm drain/resume: {:?}", started.elapsed());
+    }
+
+    /// drain_unless_others (health --slurm and the slurm_drain action) against a node an
+    /// administrator drained (its reason stays), one of ours (set once, replaced by a new
+    /// finding) and one an administrator set DOWN (neither drained over nor resumed).
+    fn others_keep_their_state(c: &mut LocalCluster, sc: &rocewatch_slurm::Scontrol, node: &str) {
         // drain_unless_others (health --slurm and the slurm_drain action): the
         // administrator's drain keeps its reason; once resumed, ours is set, a second
         // time with the same reason is no second update, and a new finding replaces it.
         use rocewatch_slurm::DrainOutcome;
-        let out = sc.drain_unless_others(&node, "mlx5_0 port 1 down").unwrap();
-        assert_eq!(
-            out,
-            DrainOutcome::OthersDrain {
-                reason: "maintenance".into()
-            }
+        const T: Duration = Duration::from_secs(30);
+        let out = sc
+            .drain_unless_others(node, "mlx5_0 port 1 down", T)
+            .unwrap();
+        assert!(
+            matches!(&out, DrainOutcome::Others { reason, .. } if reason == "maintenance"),
+            "{out:?}"
         );
         assert_eq!(
-            sc.show_node(&node).unwrap().reason.unwrap().text,
+            sc.show_node(node).unwrap().reason.unwrap().text,
             "maintenance"
         );
         sc.run(&["update", &format!("nodename={node}"), "state=resume"])
             .unwrap();
-        let out = sc.drain_unless_others(&node, "mlx5_0 port 1 down").unwrap();
+        let out = sc
+            .drain_unless_others(node, "mlx5_0 port 1 down", T)
+            .unwrap();
         let ours = "rocewatch: mlx5_0 port 1 down".to_string();
         assert_eq!(
             out,
@@ -137,10 +148,12 @@ mod real {
                 reason: ours.clone()
             }
         );
-        let out = sc.drain_unless_others(&node, "mlx5_0 port 1 down").unwrap();
+        let out = sc
+            .drain_unless_others(node, "mlx5_0 port 1 down", T)
+            .unwrap();
         assert_eq!(out, DrainOutcome::AlreadyDrained { reason: ours });
         let out = sc
-            .drain_unless_others(&node, "rule slow-link fired")
+            .drain_unless_others(node, "rule slow-link fired", T)
             .unwrap();
         assert_eq!(
             out,
@@ -149,11 +162,36 @@ mod real {
             }
         );
         assert_eq!(
-            sc.show_node(&node).unwrap().reason.unwrap().text,
+            sc.show_node(node).unwrap().reason.unwrap().text,
             "rocewatch: rule slow-link fired"
         );
-        sc.resume_if_ours(&node, REASON_PREFIX).unwrap();
-        eprintln!("real Slurm drain/resume: {:?}", started.elapsed());
+        sc.resume_if_ours(node, REASON_PREFIX).unwrap();
+
+        // An administrator's DOWN (no DRAIN flag) keeps its state and reason: neither
+        // drained over nor resumed.
+        sc.run(&[
+            "update",
+            &format!("nodename={node}"),
+            "state=down",
+            "reason=RMA 123",
+        ])
+        .unwrap();
+        let out = sc
+            .drain_unless_others(node, "mlx5_0 port 1 down", T)
+            .unwrap();
+        assert!(
+            matches!(&out, DrainOutcome::Others { state, reason } if state.starts_with("DOWN") && reason == "RMA 123"),
+            "{out:?}"
+        );
+        let n = sc.show_node(node).unwrap();
+        assert_eq!(n.reason.unwrap().text, "RMA 123");
+        assert!(!n.state.is_drain(), "{}", n.state);
+        sc.run(&["update", &format!("nodename={node}"), "state=resume"])
+            .unwrap();
+        c.wait_until(Duration::from_secs(10), "IDLE after the RMA", |n| {
+            n.state.is_idle()
+        })
+        .unwrap();
     }
 
     /// slurmd runs `HealthCheckProgram` with `SLURMD_NODENAME` set (and nothing else: the

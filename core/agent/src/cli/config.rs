@@ -9,7 +9,7 @@ use crate::config::Config;
 pub fn check(file: &Path) -> Result<i32> {
     match Config::load(Some(file)) {
         Ok(cfg) => {
-            for (key, why) in rocewatch_remediation::warnings(&cfg.remediation) {
+            for (key, why) in rocewatch_remediation::warnings(&cfg.remediation, &cfg.rules) {
                 eprintln!("rocewatch: {}: warning: {key}: {why}", file.display());
             }
             println!("{}: ok", file.display());

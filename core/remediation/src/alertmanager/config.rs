@@ -154,13 +154,48 @@ pub fn validate(
                 .map_err(|e| (format!("alertmanager.routes[{i}].match.{k}"), e.to_string()))?;
         }
         for a in &r.actions {
-            if !actions.contains_key(a) {
-                return Err((
-                    format!("alertmanager.routes[{i}].actions"),
-                    format!("no action {a:?} under [remediation.actions]"),
-                ));
+            match actions.get(a).map(|c| &c.kind) {
+                None => {
+                    return Err((
+                        format!("alertmanager.routes[{i}].actions"),
+                        format!("no action {a:?} under [remediation.actions]"),
+                    ))
+                }
+                // An alert can be about any host, and Alertmanager sends it to every
+                // receiver its route names: the drain would hit this node, whichever
+                // the alert names.
+                Some(crate::ActionKind::SlurmDrain { .. }) => {
+                    return Err((
+                        format!("alertmanager.routes[{i}].actions"),
+                        format!("{a:?} is a slurm_drain action, which drains this node: an alert may be about another host (use a rule on this host, or an exec action that drains the node the alert names)"),
+                    ))
+                }
+                Some(_) => {}
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_may_not_drain_this_node_for_an_alert_about_any_host() {
+        let actions: BTreeMap<String, crate::ActionConfig> =
+            toml::from_str("[drain]\ntype = \"slurm_drain\"\n[note]\ntype = \"log\"\n").unwrap();
+        let cfg = |action: &str| -> AlertmanagerConfig {
+            toml::from_str(&format!(
+                "allow_unauthenticated = true\n[[routes]]\nmatch = {{ alertname = \"RoceDown\" }}\nactions = [\"{action}\"]\n"
+            ))
+            .unwrap()
+        };
+        assert_eq!(validate(&cfg("note"), &actions), Ok(()));
+        let (key, why) = validate(&cfg("drain"), &actions).unwrap_err();
+        assert_eq!(key, "alertmanager.routes[0].actions");
+        assert!(why.contains("drains this node"), "{why}");
+        let (_, why) = validate(&cfg("nope"), &actions).unwrap_err();
+        assert!(why.contains("no action \"nope\""), "{why}");
+    }
 }

@@ -125,6 +125,63 @@ fn a_sweep_whose_partner_never_comes_fails_its_tests_saying_why() {
     );
 }
 
+/// `--out` names a file an earlier run left (or a link): refused before the sweep, so the
+/// host's tests are not run and thrown away; a directory gets HOST.jsonl, made once.
+#[test]
+fn an_out_file_that_exists_is_refused_before_the_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("mlx5-roce-dual-port");
+    let _built = artifacts();
+    let run = |out: &std::path::Path| {
+        let started = std::time::Instant::now();
+        let o = rocewatch(
+            &[
+                "preflight",
+                "--host-list",
+                "pf-a.invalid,pf-b.invalid",
+                "--this-host",
+                "pf-a.invalid",
+                "--sysfs-root",
+                root.to_str().unwrap(),
+                "--control-port",
+                "28623",
+                "--tcp-port",
+                "28660",
+                "--patience",
+                "5s",
+                "--duration",
+                "1s",
+                "--probes",
+                "1",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        (o, started.elapsed())
+    };
+    let left = dir.path().join("pf-a.invalid.jsonl");
+    std::fs::write(&left, "an earlier run\n").unwrap();
+    for out in [left.clone(), dir.path().to_path_buf()] {
+        let (o, took) = run(&out);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot create it (an existing file is never overwritten)"),
+            "{}",
+            stderr(&o)
+        );
+        // Refused at once: the sweep (5 s of patience for an absent partner) never ran.
+        assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&left).unwrap(), "an earlier run\n");
+    // A link is refused too, even to a file that does not exist.
+    let link = dir.path().join("link.jsonl");
+    std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).unwrap();
+    let (o, _) = run(&link);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!dir.path().join("elsewhere").exists());
+}
+
 /// Each host's file, as the host would write it: its rails, then the tests it drove.
 fn write_results(
     dir: &Path,

@@ -60,6 +60,11 @@ struct Shared {
     step_limit: Duration,
 }
 
+/// Control connections open at once, at most.
+const MAX_CONNECTIONS: usize = 32;
+/// How long a connection may take to say hello.
+const HELLO_WITHIN: Duration = Duration::from_secs(10);
+
 /// The runner of `rocewatch_preflight::run_host` for this host.
 pub struct VerbsRunner {
     shared: Arc<Shared>,
@@ -79,9 +84,13 @@ impl VerbsRunner {
         settings: Settings,
     ) -> std::io::Result<VerbsRunner> {
         let me = schedule.index(&rails.host).map_err(std::io::Error::other)?;
-        let listener = match tokio::net::TcpListener::bind(("::", settings.control_port)).await {
-            Ok(l) => l,
-            Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", settings.control_port)).await?,
+        // [::] takes IPv4 too unless net.ipv6.bindv6only is set; then 0.0.0.0 binds as
+        // well (otherwise it says the port is taken, by [::] itself).
+        let v6 = tokio::net::TcpListener::bind(("::", settings.control_port)).await;
+        let v4 = tokio::net::TcpListener::bind(("0.0.0.0", settings.control_port)).await;
+        let listeners: Vec<tokio::net::TcpListener> = match (v6, v4) {
+            (Err(e), Err(_)) => return Err(e),
+            (v6, v4) => v6.into_iter().chain(v4).collect(),
         };
         let step_limit = settings.duration
             + Duration::from_secs(u64::from(settings.probes) + 10)
@@ -96,20 +105,36 @@ impl VerbsRunner {
             patience: settings.patience,
             step_limit,
         });
-        let sh = shared.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((sock, _)) = listener.accept().await else {
-                    continue;
-                };
-                let sh = sh.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = answer(sock, &sh).await {
-                        tracing::warn!("preflight control connection: {e}");
-                    }
-                });
-            }
-        });
+        // A host has one partner a step: a few connections are all it needs.
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        for listener in listeners {
+            let (sh, slots) = (shared.clone(), slots.clone());
+            tokio::spawn(async move {
+                loop {
+                    let sock = match listener.accept().await {
+                        Ok((sock, _)) => sock,
+                        Err(e) => {
+                            // Out of descriptors, say: never a busy loop.
+                            tracing::debug!("preflight control port: accept: {e}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    // Past the cap the connection is closed at once.
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        continue;
+                    };
+                    let sh = sh.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = answer(sock, &sh).await {
+                            let e: String = e.chars().take(300).collect();
+                            tracing::warn!("preflight control connection: {e}");
+                        }
+                        drop(slot);
+                    });
+                }
+            });
+        }
         Ok(VerbsRunner {
             shared,
             settings,
@@ -286,7 +311,8 @@ async fn read_message<R: AsyncRead + Unpin>(
 async fn answer(sock: TcpStream, sh: &Shared) -> Result<(), String> {
     let (r, mut w) = sock.into_split();
     let mut r = BufReader::new(r);
-    let id = match read_message(&mut r, sh.patience).await? {
+    // A driver says hello as soon as it connects.
+    let id = match read_message(&mut r, HELLO_WITHIN).await? {
         Message::Hello(id) => id,
         other => return Err(format!("expected a hello, got {other:?}")),
     };
@@ -427,6 +453,8 @@ pub async fn sweep(
     th: &pf::Thresholds,
 ) -> anyhow::Result<i32> {
     use anyhow::Context as _;
+    // Created first: a file left by an earlier run is said before the sweep, not after.
+    let out = open_out(a.out.as_deref(), &rails.host)?;
     // Without the plugin every rail's test says why; the partners still meet, so theirs
     // are not held up.
     let path = rocewatch_probes::plugin_path().map_err(|e| e.to_string());
@@ -498,34 +526,27 @@ pub async fn sweep(
     .with_context(|| format!("listening on control port {}", a.settings.control_port))?;
     let results = pf::run_host(&schedule, &me, &mut runner).await?;
     app.stop().await;
-    write_results(a.out.as_deref(), &me, &results)?;
+    write_results(out, &me, &results)?;
     let (table, code) = local_table(&results, th);
     eprint!("{table}");
     Ok(code)
 }
 
-/// This host's lines to `out` (a new file, or HOST.jsonl in a directory) or stdout.
-fn write_results(
+/// The file `--out` names, created (a new file, or HOST.jsonl in a directory; never an
+/// existing file, never through a link: the directory may be a shared one).
+fn open_out(
     out: Option<&std::path::Path>,
-    me: &pf::HostRails,
-    results: &[pf::TestResult],
-) -> anyhow::Result<()> {
+    host: &str,
+) -> anyhow::Result<Option<(std::fs::File, std::path::PathBuf)>> {
     use anyhow::Context as _;
-    use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let lines = pf::results::to_lines(me, results);
-    let Some(out) = out else {
-        // One write: lines of hosts gathered by srun do not interleave mid-line.
-        std::io::stdout().lock().write_all(lines.as_bytes())?;
-        return Ok(());
-    };
+    let Some(out) = out else { return Ok(None) };
     let file = if out.is_dir() {
-        out.join(format!("{}.jsonl", me.host))
+        out.join(format!("{host}.jsonl"))
     } else {
         out.to_path_buf()
     };
-    // A new file, never through a link: the directory may be a shared one.
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
@@ -537,6 +558,23 @@ fn write_results(
                 file.display()
             )
         })?;
+    Ok(Some((f, file)))
+}
+
+/// This host's lines to the `--out` file, or stdout.
+fn write_results(
+    out: Option<(std::fs::File, std::path::PathBuf)>,
+    me: &pf::HostRails,
+    results: &[pf::TestResult],
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    let lines = pf::results::to_lines(me, results);
+    let Some((mut f, file)) = out else {
+        // One write: lines of hosts gathered by srun do not interleave mid-line.
+        std::io::stdout().lock().write_all(lines.as_bytes())?;
+        return Ok(());
+    };
     f.write_all(lines.as_bytes())
         .with_context(|| format!("--out {}", file.display()))?;
     Ok(())

@@ -139,3 +139,63 @@ fn fleet_plan_errors_name_the_file_line_and_host() {
     let o = plan(&dir.path().join("missing.csv"), &["--all"]);
     assert!(stderr(&o).contains("missing.csv"), "{}", stderr(&o));
 }
+
+/// `fleet topology`: this host's lines from discovery (the fixture's two mlx5 ports, the
+/// addresses of their RoCE v2 GIDs) and lldpd's JSON (a switch name with a comma and a
+/// space is quoted); a port with no LLDP neighbour is named and left out (exit 1); the
+/// lines read back as a topology file; an lldpcli that cannot run says what to install.
+#[test]
+fn fleet_topology_prints_this_hosts_lines_from_lldp() {
+    let dir = tempfile::tempdir().unwrap();
+    let lldp = dir.path().join("lldp.json");
+    let root = fixture("mlx5-roce-dual-port");
+    std::fs::write(
+        &lldp,
+        r#"{"lldp": [{"interface": [
+          {"name": "ens1f0np0", "via": "LLDP", "rid": "1",
+           "chassis": [{"id": [{"type": "mac", "value": "0c:42:a1:00:00:01"}],
+                        "name": [{"value": "leaf r01, a"}]}],
+           "port": [{"id": [{"type": "ifname", "value": "Ethernet1/7"}],
+                     "descr": [{"value": "to gpu017"}]}]}]}]}"#,
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "fleet",
+            "topology",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--this-host",
+            "gpu017",
+        ];
+        args.extend_from_slice(extra);
+        rocewatch(&args, &[])
+    };
+    let o = run(&["--lldp-json", lldp.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "host,rail,addr,tor,tor_port\ngpu017,0,10.0.0.1,\"leaf r01, a\",Ethernet1/7\n"
+    );
+    assert!(
+        stderr(&o).contains("rail 1 (mlx5_1:1): left out: no LLDP neighbour on \"ens1f1np1\""),
+        "{}",
+        stderr(&o)
+    );
+    // The lines are a topology file.
+    let csv = dir.path().join("fleet.csv");
+    std::fs::write(&csv, stdout(&o)).unwrap();
+    let p = plan(&csv, &["--host", "gpu017", "--format", "json"]);
+    assert!(p.status.success(), "{}", stderr(&p));
+    let v: Value = serde_json::from_str(&stdout(&p)).unwrap();
+    assert_eq!(v["host"], "gpu017");
+    assert_eq!(v["peers"].as_array().unwrap().len(), 0);
+
+    let o = run(&["--lldpcli", "/nonexistent/lldpcli"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot run") && stderr(&o).contains("apt install lldpd"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -4,12 +4,14 @@
 //!
 //! - [`topology`]: the topology CSV (`host,rail,addr,tor`), read strictly, errors naming
 //!   the line.
+//! - [`lldp`]: the switch and port each netdev is cabled to, from `lldpcli -f json0`.
 //! - [`pinglist`]: the ToR mesh plus cross-ToR peers chosen by rendezvous hashing, so
 //!   that every ordered pair of ToRs is probed on every rail by two different hosts, with
 //!   a bound per host.
 //!
 //! This crate depends on nothing of rocewatch.
 
+pub mod lldp;
 pub mod pinglist;
 pub mod topology;
 

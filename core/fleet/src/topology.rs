@@ -199,7 +199,7 @@ fn nic(fields: &[String], c: &Columns) -> Result<Nic, String> {
             )
         })
     };
-    let host = name(get(c.host, "host")?, "host")?;
+    let host = name(get(c.host, "host")?, "host", false)?;
     let rail_text = get(c.rail, "rail")?;
     let rail = rail_text
         .parse::<u8>()
@@ -210,11 +210,11 @@ fn nic(fields: &[String], c: &Columns) -> Result<Nic, String> {
     let addr = addr_text
         .parse::<IpAddr>()
         .map_err(|_| format!("addr {addr_text:?} is not an IP address"))?;
-    let tor = name(get(c.tor, "tor")?, "tor")?;
+    let tor = name(get(c.tor, "tor")?, "tor", true)?;
     let tor_port = match c.tor_port {
         Some(i) => Some(get(i, "tor_port")?)
             .filter(|p| !p.is_empty())
-            .map(|p| name(p, "tor_port"))
+            .map(|p| name(p, "tor_port", true))
             .transpose()?,
         None => None,
     };
@@ -227,18 +227,35 @@ fn nic(fields: &[String], c: &Columns) -> Result<Nic, String> {
     })
 }
 
-/// A host, switch or port name: not empty, no whitespace or control characters (they end
-/// up in metric labels and in lines operators read).
-fn name(text: &str, what: &str) -> Result<String, String> {
+/// A host, switch or port name: not empty, no control characters (they end up in metric
+/// labels and in lines operators read), and for a host no whitespace (a switch's LLDP
+/// system name may have spaces).
+fn name(text: &str, what: &str, spaces: bool) -> Result<String, String> {
     if text.is_empty() {
         return Err(format!("{what} is empty"));
     }
-    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{what} {text:?} has whitespace or control characters"
-        ));
+    if text
+        .chars()
+        .any(|c| c.is_control() || (!spaces && c.is_whitespace()))
+    {
+        let which = if spaces {
+            "control"
+        } else {
+            "whitespace or control"
+        };
+        return Err(format!("{what} {text:?} has {which} characters"));
     }
     Ok(text.to_string())
+}
+
+/// `field` as a CSV field this module reads back: quoted (quotes doubled) when it holds a
+/// comma, a quote or spaces at either end.
+pub fn csv_field(field: &str) -> String {
+    if field.contains([',', '"']) || field.trim() != field {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_string()
+    }
 }
 
 /// The fields of one CSV line (RFC 4180 quoting).
@@ -376,6 +393,15 @@ mod tests {
         assert!(e("host,rail,addr,tor\nh\"x,0,10.0.0.1,t\n").contains("a quote inside"));
         assert!(e("host,rail,addr,tor\n\"h\"x,0,10.0.0.1,t\n").contains("after the closing"));
         assert!(e("host,rail,addr,tor\n\"h 1\",0,10.0.0.1,t\n").contains("whitespace"));
+    }
+
+    #[test]
+    fn fields_written_with_csv_field_read_back() {
+        for f in ["leaf 1", "a,b", "say \"hi\"", " padded ", "Ethernet1/1"] {
+            let line = format!("h,0,10.0.0.1,{}", csv_field(f));
+            assert_eq!(split(&line).unwrap()[3], f, "{line}");
+        }
+        assert_eq!(csv_field("plain"), "plain");
     }
 
     #[test]

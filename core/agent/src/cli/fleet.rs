@@ -29,6 +29,43 @@ pub enum FleetCommand {
     ///   rocewatch fleet plan --topology fleet.csv --all --format json
     #[command(verbatim_doc_comment)]
     Plan(PlanArgs),
+    /// Print this host's lines of the topology file: each RDMA port's rank, the address
+    /// of its RoCE v2 GID, and the switch and port its netdev is cabled to, from LLDP
+    /// (lldpd's `lldpcli -f json0 show neighbors details`).
+    ///
+    /// Run on every host and gather the lines to build the fleet's topology file:
+    ///   srun --ntasks-per-node=1 rocewatch fleet topology --no-header > fleet.body
+    ///   (echo host,rail,addr,tor,tor_port; cat fleet.body) > fleet.csv
+    /// A port with no address or no LLDP neighbour is left out and named on stderr
+    /// (exit status 1); lldpd must run on the host (Debian: apt install lldpd).
+    #[command(verbatim_doc_comment)]
+    Topology(TopologyArgs),
+}
+
+/// `rocewatch fleet topology`'s arguments.
+#[derive(Debug, Args)]
+pub struct TopologyArgs {
+    #[command(flatten)]
+    pub source: super::args_sub::SourceArgs,
+    /// Read lldpcli's JSON (-f json0 show neighbors details) from this file instead of
+    /// running lldpcli.
+    #[arg(long, value_name = "FILE")]
+    pub lldp_json: Option<PathBuf>,
+    /// The lldpcli to run.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "lldpcli",
+        conflicts_with = "lldp_json"
+    )]
+    pub lldpcli: PathBuf,
+    /// This host's name as the fleet spells it (default: the configured host name, else
+    /// the kernel's, up to its first dot).
+    #[arg(long, value_name = "NAME")]
+    pub this_host: Option<String>,
+    /// No header line (for lines gathered from many hosts).
+    #[arg(long)]
+    pub no_header: bool,
 }
 
 /// Text or JSON.
@@ -61,10 +98,100 @@ pub struct PlanArgs {
     pub max_peers: usize,
 }
 
-pub fn run(c: FleetCommand) -> Result<i32> {
+pub async fn run(c: FleetCommand) -> Result<i32> {
     match c {
         FleetCommand::Plan(a) => plan(a),
+        FleetCommand::Topology(a) => topology(a).await,
     }
+}
+
+/// How long lldpcli may take.
+const LLDPCLI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// lldpcli's neighbours, from the file or from running it.
+fn lldp_neighbours(a: &TopologyArgs) -> Result<Vec<rocewatch_fleet::lldp::Neighbour>> {
+    let (what, text) = match &a.lldp_json {
+        Some(f) => (
+            f.display().to_string(),
+            std::fs::read_to_string(f).with_context(|| format!("--lldp-json {}", f.display()))?,
+        ),
+        None => {
+            let mut cmd = std::process::Command::new(&a.lldpcli);
+            cmd.args(["-f", "json0", "show", "neighbors", "details"]);
+            let what = format!("{} -f json0 show neighbors details", a.lldpcli.display());
+            let out = rocewatch_slurm::scontrol::run_bounded(cmd, LLDPCLI_TIMEOUT).map_err(
+                |e| match e {
+                    rocewatch_slurm::scontrol::RunError::Spawn(e) => anyhow::anyhow!(
+                        "{what}: cannot run: {e} (is lldpd installed? Debian: apt install lldpd)"
+                    ),
+                    rocewatch_slurm::scontrol::RunError::Timeout { stderr } => anyhow::anyhow!(
+                        "{what}: still running after {LLDPCLI_TIMEOUT:?}; killed ({stderr})"
+                    ),
+                },
+            )?;
+            if !out.status.success() {
+                anyhow::bail!(
+                    "{what}: {}: {} (is lldpd running?)",
+                    out.status,
+                    out.stderr.trim()
+                );
+            }
+            (what, out.stdout)
+        }
+    };
+    rocewatch_fleet::lldp::parse(&text).with_context(|| what)
+}
+
+async fn topology(a: TopologyArgs) -> Result<i32> {
+    use rocewatch_fleet::topology::csv_field;
+    let neighbours = lldp_neighbours(&a)?;
+    let cfg = a.source.load()?;
+    let host = a.this_host.clone().unwrap_or_else(|| {
+        let name = crate::app::host_name(&cfg);
+        name.split('.').next().unwrap_or(&name).to_string()
+    });
+    let app =
+        crate::app::App::start(cfg, Some(&[rocewatch_plugin_api::PluginKind::Discovery])).await;
+    let inv = app.discover().await.context("discovering RDMA devices");
+    app.stop().await;
+    let rails = super::preflight::rails_of(&host, &inv?);
+    let mut out = String::new();
+    if !a.no_header {
+        out.push_str("host,rail,addr,tor,tor_port\n");
+    }
+    let mut left_out = 0;
+    for (rank, nic) in rails.nics.iter().enumerate() {
+        let netdev = nic.netdev.as_deref().unwrap_or("");
+        let seen: Vec<_> = neighbours.iter().filter(|n| n.netdev == netdev).collect();
+        let why = match (&nic.addr, seen.first()) {
+            (None, _) => Some(format!("{netdev} has no IPv4 address with a RoCE v2 GID")),
+            (_, None) => Some(format!("no LLDP neighbour on {netdev:?}")),
+            (Some(addr), Some(n)) => {
+                if seen.len() > 1 {
+                    eprintln!(
+                        "rocewatch: rail {rank} ({}): {} LLDP neighbours on {netdev}; the first, {}, is taken",
+                        nic.name,
+                        seen.len(),
+                        n.switch
+                    );
+                }
+                let _ = writeln!(
+                    out,
+                    "{},{rank},{addr},{},{}",
+                    csv_field(&host),
+                    csv_field(&n.switch),
+                    csv_field(n.port.as_deref().unwrap_or(""))
+                );
+                None
+            }
+        };
+        if let Some(why) = why {
+            left_out += 1;
+            eprintln!("rocewatch: rail {rank} ({}): left out: {why}", nic.name);
+        }
+    }
+    print!("{out}");
+    Ok(i32::from(left_out > 0))
 }
 
 fn plan(a: PlanArgs) -> Result<i32> {

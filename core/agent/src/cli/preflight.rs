@@ -140,6 +140,9 @@ fn check_name(name: &str) -> Result<(), String> {
             "{name:?} looks like a compressed Slurm hostlist: expand it first (scontrol show hostnames)"
         ));
     }
+    if name.contains('/') {
+        return Err(format!("{name:?} holds '/': not a host name"));
+    }
     if let Some(c) = name.chars().find(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!(
             "{name:?} holds {c:?}: one host name per line, no spaces"
@@ -176,7 +179,7 @@ fn read_hosts(a: &PreflightArgs) -> Result<(String, Vec<String>)> {
 
 /// This host's NICs in `rocewatch env`'s order (`appenv::ports`: devices by name, ports
 /// by number), down ones kept at their rank.
-fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
+pub(super) fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
     let ports = rocewatch_doctor::appenv::ports(inv, &[], None);
     let nics = ports
         .iter()

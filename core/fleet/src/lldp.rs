@@ -1,0 +1,229 @@
+//! LLDP neighbours as `lldpd` reports them: `lldpcli -f json0 show neighbors details`.
+//!
+//! `json0` is lldpcli's JSON whose shape does not depend on how many of a thing there are
+//! (every value is a list of objects; `-f json` turns a list of one into an object keyed
+//! by name, which a reader would have to guess). The shape, from lldpd's own integration
+//! tests (`tests/integration/test_lldpcli.py`, `test_json0_output`):
+//!
+//! ```text
+//! {"lldp": [{"interface": [{"name": "eth0", "via": "LLDP", "rid": "1", "age": "...",
+//!   "chassis": [{"id": [{"type": "mac", "value": "00:00:00:00:00:02"}],
+//!                "name": [{"value": "ns-2.example.com"}], "descr": [...], "mgmt-ip": [...],
+//!                "capability": [...]}],
+//!   "port": [{"id": [{"type": "mac", "value": "00:00:00:00:00:02"}],
+//!             "descr": [{"value": "eth1"}], "ttl": [{"value": "120"}]}]}]}]}
+//! ```
+//!
+//! With no neighbour, `{"lldp": [{}]}`. Fields rocewatch does not use are ignored; one
+//! that it uses but of the wrong type is an error naming it. A switch is named by its
+//! system name (`chassis.name`), else its chassis ID; its port by the port ID when that
+//! is an interface name (`type` `ifname`), else the port description, else the port ID.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One neighbour seen on a local interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Neighbour {
+    /// The local interface (netdev) it was seen on.
+    pub netdev: String,
+    /// The switch: its system name, else its chassis ID.
+    pub switch: String,
+    /// The switch's port, when it says one.
+    pub port: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lldpcli -f json0 output: {0}")]
+pub struct LldpError(pub String);
+
+/// The first `value` of a json0 list of objects (`[{"value": "x"}]`), or of `key` in
+/// its first object.
+fn first<'a>(v: Option<&'a Value>, key: &str, path: &str) -> Result<Option<&'a str>, LldpError> {
+    let Some(v) = v else { return Ok(None) };
+    let list = v
+        .as_array()
+        .ok_or_else(|| LldpError(format!("{path} is not a list")))?;
+    let Some(obj) = list.first() else {
+        return Ok(None);
+    };
+    match obj.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(other) => Err(LldpError(format!(
+            "{path}[0].{key} is {other}, not a string"
+        ))),
+    }
+}
+
+/// The neighbours in `text`, in the order lldpcli lists them.
+pub fn parse(text: &str) -> Result<Vec<Neighbour>, LldpError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| LldpError(format!("not JSON: {e}")))?;
+    let lldp = v
+        .get("lldp")
+        .ok_or_else(|| LldpError("no \"lldp\" key (was it -f json0?)".into()))?
+        .as_array()
+        .ok_or_else(|| LldpError("\"lldp\" is not a list (-f json, not json0?)".into()))?;
+    let mut out = Vec::new();
+    for (i, section) in lldp.iter().enumerate() {
+        let Some(ifaces) = section.get("interface") else {
+            continue;
+        };
+        let ifaces = ifaces
+            .as_array()
+            .ok_or_else(|| LldpError(format!("lldp[{i}].interface is not a list")))?;
+        for (j, iface) in ifaces.iter().enumerate() {
+            let path = format!("lldp[{i}].interface[{j}]");
+            out.push(neighbour(iface, &path)?);
+        }
+    }
+    Ok(out)
+}
+
+fn neighbour(iface: &Value, path: &str) -> Result<Neighbour, LldpError> {
+    let netdev = iface
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| LldpError(format!("{path} has no name")))?
+        .to_string();
+    let chassis = iface
+        .get("chassis")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    let chassis_path = format!("{path}.chassis[0]");
+    let name = first(
+        chassis.and_then(|c| c.get("name")),
+        "value",
+        &format!("{chassis_path}.name"),
+    )?;
+    let id = first(
+        chassis.and_then(|c| c.get("id")),
+        "value",
+        &format!("{chassis_path}.id"),
+    )?;
+    let switch = name
+        .or(id)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            LldpError(format!(
+                "{path} ({netdev}): the neighbour has no chassis name or ID"
+            ))
+        })?
+        .to_string();
+    let port = iface
+        .get("port")
+        .and_then(Value::as_array)
+        .and_then(|p| p.first());
+    let port_path = format!("{path}.port[0]");
+    let port_id = first(
+        port.and_then(|p| p.get("id")),
+        "value",
+        &format!("{port_path}.id"),
+    )?;
+    let port_type = first(
+        port.and_then(|p| p.get("id")),
+        "type",
+        &format!("{port_path}.id"),
+    )?;
+    let descr = first(
+        port.and_then(|p| p.get("descr")),
+        "value",
+        &format!("{port_path}.descr"),
+    )?;
+    let port = match port_type {
+        Some("ifname") => port_id,
+        _ => descr.or(port_id),
+    }
+    .filter(|p| !p.is_empty())
+    .map(str::to_string);
+    Ok(Neighbour {
+        netdev,
+        switch,
+        port,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// lldpd's own expected json0 output for two namespaces (test_json0_output), with a
+    /// second interface whose neighbour is a switch naming its port by ifname.
+    const TWO: &str = r#"{"lldp": [{"interface": [
+        {"name": "eth0", "via": "LLDP", "rid": "1", "age": "0 day, 00:00:05",
+         "chassis": [{"id": [{"type": "mac", "value": "00:00:00:00:00:02"}],
+                      "name": [{"value": "ns-2.example.com"}],
+                      "descr": [{"value": "Spectacular GNU/Linux 2016"}],
+                      "mgmt-ip": [{"value": "fe80::200:ff:fe00:2"}],
+                      "capability": [{"type": "Bridge", "enabled": false}]}],
+         "port": [{"id": [{"type": "mac", "value": "00:00:00:00:00:02"}],
+                   "descr": [{"value": "eth1"}], "ttl": [{"value": "120"}]}]},
+        {"name": "ens1f0np0", "via": "LLDP", "rid": "2",
+         "chassis": [{"id": [{"type": "mac", "value": "0c:42:a1:00:00:01"}]}],
+         "port": [{"id": [{"type": "ifname", "value": "Ethernet1/7"}],
+                   "descr": [{"value": "to gpu017"}]}]}
+    ]}]}"#;
+
+    #[test]
+    fn lldpds_json0_gives_the_switch_and_port_per_netdev() {
+        let n = parse(TWO).unwrap();
+        assert_eq!(
+            n,
+            [
+                Neighbour {
+                    netdev: "eth0".into(),
+                    switch: "ns-2.example.com".into(),
+                    port: Some("eth1".into()),
+                },
+                Neighbour {
+                    netdev: "ens1f0np0".into(),
+                    switch: "0c:42:a1:00:00:01".into(),
+                    port: Some("Ethernet1/7".into()),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn no_neighbour_is_an_empty_list() {
+        assert_eq!(parse(r#"{"lldp": [{}]}"#).unwrap(), []);
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        let e = |t: &str| parse(t).unwrap_err().to_string();
+        assert!(e("").contains("not JSON"));
+        assert!(e(r#"{"lldp": {"interface": {}}}"#).contains("-f json, not json0?"));
+        assert!(e(r#"{"x": 1}"#).contains("no \"lldp\" key"));
+        assert!(e(r#"{"lldp": [{"interface": [{"via": "LLDP"}]}]}"#)
+            .contains("lldp[0].interface[0] has no name"));
+        assert!(e(r#"{"lldp": [{"interface": [{"name": "eth0"}]}]}"#)
+            .contains("(eth0): the neighbour has no chassis name or ID"));
+        assert!(
+            e(r#"{"lldp": [{"interface": [{"name": "eth0", "chassis": [{"name": [{"value": 3}]}]}]}]}"#)
+                .contains("lldp[0].interface[0].chassis[0].name[0].value is 3, not a string")
+        );
+    }
+
+    proptest! {
+        /// Any JSON-ish text: neighbours or an error, never a panic.
+        #[test]
+        fn any_text_never_panics(text in "[\\[\\]{}\":,a-z0-9 ]{0,200}") {
+            let _ = parse(&text);
+        }
+
+        /// Valid documents with arbitrary names and values round-trip their names.
+        #[test]
+        fn names_come_back(netdev in "[a-z][a-z0-9]{0,12}", switch in "[A-Za-z0-9.-]{1,20}", port in "[A-Za-z0-9/]{1,12}") {
+            let doc = serde_json::json!({"lldp": [{"interface": [{"name": netdev,
+                "chassis": [{"name": [{"value": switch}]}],
+                "port": [{"id": [{"type": "ifname", "value": port}]}]}]}]});
+            let n = parse(&doc.to_string()).unwrap();
+            prop_assert_eq!(&n[0].netdev, &netdev);
+            prop_assert_eq!(&n[0].switch, &switch);
+            prop_assert_eq!(n[0].port.as_deref(), Some(port.as_str()));
+        }
+    }
+}

@@ -60,6 +60,9 @@ struct Shared {
     step_limit: Duration,
 }
 
+/// How the verbs responder refuses a test while another one runs (`bwserve.rs`).
+const RESPONDER_BUSY: &str = "another bandwidth test is running on the responder";
+
 /// Control connections open at once, at most.
 const MAX_CONNECTIONS: usize = 32;
 /// How long a connection may take to say hello.
@@ -347,6 +350,29 @@ async fn answer(sock: TcpStream, sh: &Shared) -> Result<(), String> {
     Ok(())
 }
 
+/// `test`, asked again every second within `patience` while the responder says it is
+/// busy: a responder still finishing an earlier test (a partner's that ran late) is not a
+/// fault of this pair.
+async fn while_busy<T, E, F, Fut>(patience: Duration, mut test: F) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let until = tokio::time::Instant::now() + patience;
+    loop {
+        match test().await {
+            Err(e)
+                if e.to_string().contains(RESPONDER_BUSY)
+                    && tokio::time::Instant::now() < until =>
+            {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// One rail's tests against the partner's NIC of the same rank.
 async fn rail(
     entry: Option<Result<Entry, String>>,
@@ -399,7 +425,8 @@ async fn rail(
         bidirectional: false,
         timeout_ms: 5000,
     };
-    let bw = match rocewatch_probes::bandwidth::run_test(&entry, req, metrics).await {
+    let test = || rocewatch_probes::bandwidth::run_test(&entry, req.clone(), metrics);
+    let bw = match while_busy(s.patience, test).await {
         Ok(r) => r.local.average_bps / 1e9,
         Err(e) => return err(format!("RDMA WRITE to {addr}: {e}"), name),
     };
@@ -632,4 +659,50 @@ fn local_table(results: &[pf::TestResult], th: &pf::Thresholds) -> (String, i32)
         0
     };
     (out, code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Busy refusals are asked again within the patience; another error, or busy past
+    /// it, is the result.
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_responder_is_asked_again_within_the_patience() {
+        let busy = format!("{RESPONDER_BUSY}; try again when it ends");
+        let calls = std::cell::Cell::new(0);
+        let r: Result<u32, String> = while_busy(Duration::from_secs(10), || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            let busy = busy.clone();
+            async move {
+                if n < 4 {
+                    Err(busy)
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(r, Ok(4));
+        calls.set(0);
+        let started = tokio::time::Instant::now();
+        let r: Result<u32, String> = while_busy(Duration::from_secs(5), || {
+            calls.set(calls.get() + 1);
+            let busy = busy.clone();
+            async move { Err(busy) }
+        })
+        .await;
+        assert!(r.unwrap_err().contains(RESPONDER_BUSY));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert_eq!(calls.get(), 6);
+        calls.set(0);
+        let r: Result<u32, String> = while_busy(Duration::from_secs(5), || {
+            calls.set(calls.get() + 1);
+            async move { Err("route: no route to host".to_string()) }
+        })
+        .await;
+        assert_eq!(r, Err("route: no route to host".into()));
+        assert_eq!(calls.get(), 1);
+    }
 }

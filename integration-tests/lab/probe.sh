@@ -191,5 +191,6 @@ CFG
   touch /mnt/host/b/done
   ;;
 esac
-# Last, on both: the preflight sweep between the pair.
+# Last, on both: the preflight sweep between the pair, then the topology from LLDP.
 . /mnt/extra/preflight.sh
+. /mnt/extra/fleet.sh

@@ -55,7 +55,7 @@ SMP=${RXE_LAB_SMP:-1}
 TMO=${RXE_LAB_TIMEOUT:-900}
 ACCEL=${RXE_LAB_ACCEL:-auto}
 SETUP=${RXE_LAB_SETUP:-1}
-GUEST_PKGS="rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,iproute2,tcpdump,kmod,iputils-ping,procps,nftables${RXE_LAB_EXTRA_PKGS:+,$RXE_LAB_EXTRA_PKGS}"
+GUEST_PKGS="rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,iproute2,tcpdump,kmod,iputils-ping,procps,nftables,lldpd${RXE_LAB_EXTRA_PKGS:+,$RXE_LAB_EXTRA_PKGS}"
 GUEST_MODULES="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci virtio_rng 9p 9pnet_virtio configfs crc32_generic crc32-pclmul nf_tables sch_tbf"
 
 log() { echo "[rxe-lab $(date +%H:%M:%S)] $*" >&2; }

@@ -88,8 +88,8 @@ fn run_lab(script: &str) -> Option<PathBuf> {
         )
         .unwrap();
         let lab = root().join("integration-tests/lab");
-        // The bring-up walk and the preflight sweep, sourced by probe.sh.
-        for sourced in ["walkthrough.sh", "preflight.sh"] {
+        // The bring-up walk, the preflight sweep and the topology, sourced by probe.sh.
+        for sourced in ["walkthrough.sh", "preflight.sh", "fleet.sh"] {
             std::fs::copy(lab.join(sourced), share.join(sourced)).unwrap();
         }
         let st = Command::new("bash")
@@ -1638,4 +1638,57 @@ fn lab_preflight_passes_on_the_pair_and_names_the_throttled_direction() {
         slow_bw < 0.02,
         "b → a through a 10 Mb/s bucket measured {slow_bw} Gb/s"
     );
+}
+
+/// LLDP in the guest pair (integration-tests/lab/fleet.sh): lldpd in each guest sees the
+/// other as its neighbour, and `rocewatch fleet topology` prints each guest's line (rail 0,
+/// the address of rxe0's RoCE v2 GID, the other guest as its switch and eth0 as the
+/// port); both guests' lines make a topology file whose pinglists have each guest probe
+/// the other across "ToRs".
+#[test]
+fn lab_lldp_gives_each_guest_the_other_as_its_neighbour_in_the_topology() {
+    let Some(out) = probe_lab() else { return };
+    let lines = |r: &str| {
+        let fleet = read(&out.join(format!("{r}/fleet.txt")));
+        assert!(
+            fleet.contains("topology rc=0"),
+            "{fleet}: {}\nlldpd: {}\nlldpcli: {}",
+            read(&out.join(format!("{r}/topology.stderr"))),
+            read(&out.join(format!("{r}/lldpd.log"))),
+            read(&out.join(format!("{r}/lldp.json")))
+        );
+        read(&out.join(format!("{r}/topology.csv")))
+    };
+    assert_eq!(
+        lines("a"),
+        "host,rail,addr,tor,tor_port\nlab-a,0,192.168.100.1,lab-b,eth0\n"
+    );
+    let b = lines("b");
+    assert_eq!(
+        b,
+        "host,rail,addr,tor,tor_port\nlab-b,0,192.168.100.2,lab-a,eth0\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("fleet.csv");
+    std::fs::write(&csv, format!("{}{}", lines("a"), b.lines().nth(1).unwrap())).unwrap();
+    let o = Command::new(&artifacts().rocewatch)
+        .args([
+            "fleet",
+            "plan",
+            "--format",
+            "json",
+            "--host",
+            "lab-a",
+            "--topology",
+        ])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let peers = v["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 1, "{v:#}");
+    assert_eq!(peers[0]["host"], "lab-b");
+    assert_eq!(peers[0]["addr"], "192.168.100.2");
+    assert_eq!(peers[0]["class"], "cross_tor");
 }

@@ -186,6 +186,20 @@ mod tests {
         );
     }
 
+    /// A real capture (testdata/SOURCE.md): lldpd 1.0.16 on Debian bookworm.
+    #[test]
+    fn a_real_bookworm_capture_gives_the_peer_guest() {
+        let text = include_str!("../testdata/lldpcli-json0-bookworm.json");
+        assert_eq!(
+            parse(text).unwrap(),
+            [Neighbour {
+                netdev: "eth0".into(),
+                switch: "lab-b".into(),
+                port: Some("eth0".into()),
+            }]
+        );
+    }
+
     #[test]
     fn no_neighbour_is_an_empty_list() {
         assert_eq!(parse(r#"{"lldp": [{}]}"#).unwrap(), []);

@@ -39,6 +39,19 @@ pub fn host_name(cfg: &Config) -> String {
     })
 }
 
+/// This host's name as a fleet or job list spells it: the configured `agent.host_name` as
+/// it is (it may be an FQDN, as Kubernetes node names often are), else the kernel's up to
+/// its first dot (as slurmd takes it).
+pub fn fleet_host_name(cfg: &Config) -> String {
+    match &cfg.agent.host_name {
+        Some(name) => name.clone(),
+        None => {
+            let name = host_name(cfg);
+            name.split('.').next().unwrap_or(&name).to_string()
+        }
+    }
+}
+
 /// What every command works with: the runtime's [`rocewatch_runtime::app::App`] (started
 /// plugins, store, pipeline, discovery; reached through `Deref`) and the configuration it
 /// was started from.

@@ -7,7 +7,8 @@
 //!   hosts of A on rail r with the highest rendezvous score for (A, B, r) each probe one
 //!   host of B on rail r, the one with the highest score for (prober, B, r). Every host of
 //!   the fleet computes the same choice, so every ordered pair of ToRs is probed on every
-//!   rail by `probers` different hosts (fewer only where A has fewer hosts on that rail),
+//!   rail by `probers` different hosts (fewer only where A has fewer hosts on that rail,
+//!   or where the bound below cuts),
 //!   and a host carries about `probers × (ToRs − 1) / hosts per ToR` cross-ToR peers per
 //!   rail instead of one per ToR: at 10,000 hosts in 209 racks of 48 with 8 rails, 47
 //!   mesh peers and about 9 cross-ToR peers per rail, 448 in all.
@@ -15,9 +16,13 @@
 //!   leaving ToR A changes the lists of A's hosts on its rails (their mesh), and of the
 //!   few hosts elsewhere whose choice of prober or target it wins or held (about
 //!   `probers × (ToRs − 1) / hosts per ToR` per rail).
-//! - `max_peers` bounds a list: past it, cross-ToR peers with the lowest scores are cut
-//!   (counted in `truncated`), then mesh peers; the default topology above never reaches
-//!   the default 600.
+//! - `max_peers` bounds a list (counted in `truncated` when it cuts): kept first are the
+//!   cross-ToR peers the host probes as its pair's first prober, then its ToR mesh, then
+//!   its other cross-ToR peers. So a big rack (8 rails × 76 hosts fill 600 with mesh)
+//!   still probes every other ToR once, and only where a rack is too small to carry its
+//!   pairs (one host alone against 208 ToRs on 8 rails) do pairs get fewer probers than
+//!   `probers`; `fleet plan --all` says which. Every host must use the same `probers` and
+//!   `max_peers`.
 //!
 //! The score is FNV-1a 64 over the length-prefixed fields, finished by SplitMix64's
 //! mixer: stable across builds, platforms and Rust versions (the standard library's hash
@@ -76,6 +81,10 @@ pub struct Peer {
     pub host: String,
     pub addr: IpAddr,
     pub tor: String,
+    /// For a cross-ToR peer, this host's rank among the pair's probers (0: the first);
+    /// what the bound keeps first.
+    #[serde(skip)]
+    pub prober_rank: u8,
 }
 
 /// One host's pinglist.
@@ -158,29 +167,32 @@ impl<'t> Plan<'t> {
             return out;
         };
         let rail_s = rail.to_string();
-        let peer = |n: &Nic, class| Peer {
+        let peer = |n: &Nic, class, prober_rank| Peer {
             rail,
             class,
             host: n.host.clone(),
             addr: n.addr,
             tor: n.tor.clone(),
+            prober_rank,
         };
         for a in mine {
             let list = out.entry(a.host.as_str()).or_default();
             list.extend(
                 mine.iter()
                     .filter(|b| b.host != a.host)
-                    .map(|b| peer(b, Class::SameTor)),
+                    .map(|b| peer(b, Class::SameTor, 0)),
             );
         }
         for ((other, r), theirs) in &self.groups {
             if *r != rail || *other == tor {
                 continue;
             }
-            for prober in top(mine, ["prober", tor, other, &rail_s], self.opts.probers) {
+            let probers = top(mine, ["prober", tor, other, &rail_s], self.opts.probers);
+            for (rank, prober) in probers.into_iter().enumerate() {
                 let target = top(theirs, ["target", &prober.host, other, &rail_s], 1);
                 let list = out.entry(prober.host.as_str()).or_default();
-                list.extend(target.into_iter().map(|t| peer(t, Class::CrossTor)));
+                let rank = u8::try_from(rank).unwrap_or(u8::MAX);
+                list.extend(target.into_iter().map(|t| peer(t, Class::CrossTor, rank)));
             }
         }
         out
@@ -216,16 +228,20 @@ impl<'t> Plan<'t> {
         Ok(self.finish(host, peers))
     }
 
-    /// Sorted, and cut to the bound: cross-ToR peers with the lowest scores first.
+    /// Sorted, and cut to the bound. Kept first: the cross-ToR peers this host probes as
+    /// its pair's first prober (without them the pair may go unprobed), then the ToR mesh,
+    /// then the other probers' peers; within a tier, by score.
     fn finish(&self, host: &str, mut peers: Vec<Peer>) -> Pinglist {
         let mut truncated = 0;
         if peers.len() > self.opts.max_peers {
             truncated = peers.len() - self.opts.max_peers;
             let key = |p: &Peer| {
-                (
-                    p.class == Class::SameTor,
-                    score(&["keep", host, &p.rail.to_string(), &p.host]),
-                )
+                let tier = match (p.class, p.prober_rank) {
+                    (Class::CrossTor, 0) => 2,
+                    (Class::SameTor, _) => 1,
+                    (Class::CrossTor, _) => 0,
+                };
+                (tier, score(&["keep", host, &p.rail.to_string(), &p.host]))
             };
             peers.sort_by_key(|p| std::cmp::Reverse(key(p)));
             peers.truncate(self.opts.max_peers);

@@ -230,7 +230,7 @@ fn nic(fields: &[String], c: &Columns) -> Result<Nic, String> {
 /// A host, switch or port name: not empty, no control characters (they end up in metric
 /// labels and in lines operators read), and for a host no whitespace (a switch's LLDP
 /// system name may have spaces).
-fn name(text: &str, what: &str, spaces: bool) -> Result<String, String> {
+pub fn name(text: &str, what: &str, spaces: bool) -> Result<String, String> {
     if text.is_empty() {
         return Err(format!("{what} is empty"));
     }
@@ -249,9 +249,10 @@ fn name(text: &str, what: &str, spaces: bool) -> Result<String, String> {
 }
 
 /// `field` as a CSV field this module reads back: quoted (quotes doubled) when it holds a
-/// comma, a quote or spaces at either end.
+/// comma or a quote, or starts with `#` (a line starting so is a comment). A field with a
+/// line break cannot be read back: check it with [`name`] first.
 pub fn csv_field(field: &str) -> String {
-    if field.contains([',', '"']) || field.trim() != field {
+    if field.contains([',', '"']) || field.starts_with('#') {
         format!("\"{}\"", field.replace('"', "\"\""))
     } else {
         field.to_string()
@@ -397,9 +398,17 @@ mod tests {
 
     #[test]
     fn fields_written_with_csv_field_read_back() {
-        for f in ["leaf 1", "a,b", "say \"hi\"", " padded ", "Ethernet1/1"] {
-            let line = format!("h,0,10.0.0.1,{}", csv_field(f));
-            assert_eq!(split(&line).unwrap()[3], f, "{line}");
+        for f in ["leaf 1", "a,b", "say \"hi\"", "#7", "Ethernet1/1"] {
+            let text = format!(
+                "host,rail,addr,tor,tor_port\n{},0,10.0.0.1,{},{}\n",
+                csv_field("#h"),
+                csv_field(f),
+                csv_field(f)
+            );
+            let t = Topology::parse("t.csv", &text).unwrap();
+            assert_eq!(t.nics()[0].host, "#h", "{text}");
+            assert_eq!(t.nics()[0].tor, f, "{text}");
+            assert_eq!(t.nics()[0].tor_port.as_deref(), Some(f), "{text}");
         }
         assert_eq!(csv_field("plain"), "plain");
     }

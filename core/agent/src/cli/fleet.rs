@@ -85,7 +85,8 @@ pub struct PlanArgs {
     /// The host whose pinglist to print, as the topology spells it.
     #[arg(long, value_name = "NAME")]
     pub host: Option<String>,
-    /// Every host's pinglist (text: one line a host), and the cross-ToR coverage.
+    /// Every host's pinglist (text: one line a host), and the cross-ToR coverage (the
+    /// first 20 pairs left short named).
     #[arg(long)]
     pub all: bool,
     #[arg(long, value_enum, default_value = "text")]
@@ -146,10 +147,10 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
     use rocewatch_fleet::topology::csv_field;
     let neighbours = lldp_neighbours(&a)?;
     let cfg = a.source.load()?;
-    let host = a.this_host.clone().unwrap_or_else(|| {
-        let name = crate::app::host_name(&cfg);
-        name.split('.').next().unwrap_or(&name).to_string()
-    });
+    let host = a
+        .this_host
+        .clone()
+        .unwrap_or_else(|| crate::app::fleet_host_name(&cfg));
     let app =
         crate::app::App::start(cfg, Some(&[rocewatch_plugin_api::PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
@@ -163,9 +164,22 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
     for (rank, nic) in rails.nics.iter().enumerate() {
         let netdev = nic.netdev.as_deref().unwrap_or("");
         let seen: Vec<_> = neighbours.iter().filter(|n| n.netdev == netdev).collect();
+        let names = |n: &rocewatch_fleet::lldp::Neighbour| {
+            let check = rocewatch_fleet::topology::name;
+            check(&n.switch, "the LLDP switch name", true).and_then(|_| {
+                n.port
+                    .as_deref()
+                    .map_or(Ok(String::new()), |p| check(p, "the LLDP port", true))
+            })
+        };
         let why = match (&nic.addr, seen.first()) {
+            _ if rank > usize::from(rocewatch_fleet::topology::MAX_RAIL) => Some(format!(
+                "rank {rank} is past the topology file's {}",
+                rocewatch_fleet::topology::MAX_RAIL
+            )),
             (None, _) => Some(format!("{netdev} has no IPv4 address with a RoCE v2 GID")),
             (_, None) => Some(format!("no LLDP neighbour on {netdev:?}")),
+            (_, Some(n)) if names(n).is_err() => names(n).err(),
             (Some(addr), Some(n)) => {
                 if seen.len() > 1 {
                     eprintln!(

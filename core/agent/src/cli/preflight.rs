@@ -218,10 +218,10 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
         return judge(&schedule, &a.judge, &th, a.json, a.verbose);
     }
     let cfg = a.source.load()?;
-    let this = a.this_host.clone().unwrap_or_else(|| {
-        let name = crate::app::host_name(&cfg);
-        name.split('.').next().unwrap_or(&name).to_string()
-    });
+    let this = a
+        .this_host
+        .clone()
+        .unwrap_or_else(|| crate::app::fleet_host_name(&cfg));
     schedule.index(&this)?;
     let cfg_for_sweep = cfg.clone();
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;

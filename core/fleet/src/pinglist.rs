@@ -160,8 +160,12 @@ impl<'t> Plan<'t> {
         }
     }
 
-    /// The peers of every host of group (tor, rail): host → peers (before the bound).
-    fn group_peers(&self, tor: &str, rail: u8) -> BTreeMap<&'t str, Vec<Peer>> {
+    /// The peers of the hosts of group (tor, rail), of every host or `only` one: host →
+    /// peers (before the bound). For one host the work is its own mesh and one score per
+    /// host of its group and ToR, never the group's whole mesh (a placeholder ToR holding
+    /// thousands of hosts would be millions of peers).
+    fn group_peers(&self, tor: &str, rail: u8, only: Option<&str>) -> BTreeMap<&'t str, Vec<Peer>> {
+        let wanted = |h: &str| only.is_none_or(|o| o == h);
         let mut out: BTreeMap<&str, Vec<Peer>> = BTreeMap::new();
         let Some(mine) = self.groups.get(&(tor, rail)) else {
             return out;
@@ -175,7 +179,7 @@ impl<'t> Plan<'t> {
             tor: n.tor.clone(),
             prober_rank,
         };
-        for a in mine {
+        for a in mine.iter().filter(|a| wanted(&a.host)) {
             let list = out.entry(a.host.as_str()).or_default();
             list.extend(
                 mine.iter()
@@ -189,6 +193,9 @@ impl<'t> Plan<'t> {
             }
             let probers = top(mine, ["prober", tor, other, &rail_s], self.opts.probers);
             for (rank, prober) in probers.into_iter().enumerate() {
+                if !wanted(&prober.host) {
+                    continue;
+                }
                 let target = top(theirs, ["target", &prober.host, other, &rail_s], 1);
                 let list = out.entry(prober.host.as_str()).or_default();
                 let rank = u8::try_from(rank).unwrap_or(u8::MAX);
@@ -202,7 +209,7 @@ impl<'t> Plan<'t> {
     pub fn all(&self) -> Vec<Pinglist> {
         let mut by_host: BTreeMap<&str, Vec<Peer>> = BTreeMap::new();
         for &(tor, rail) in self.groups.keys() {
-            for (host, peers) in self.group_peers(tor, rail) {
+            for (host, peers) in self.group_peers(tor, rail, None) {
                 by_host.entry(host).or_default().extend(peers);
             }
         }
@@ -221,7 +228,7 @@ impl<'t> Plan<'t> {
         }
         let mut peers = Vec::new();
         for n in nics {
-            if let Some(p) = self.group_peers(&n.tor, n.rail).remove(host) {
+            if let Some(p) = self.group_peers(&n.tor, n.rail, Some(host)).remove(host) {
                 peers.extend(p);
             }
         }

@@ -307,3 +307,23 @@ fn a_whole_plan_is_pinned() {
 
 const PLAN_PEERS: usize = 4070;
 const PLAN_SCORE: u64 = 11_021_295_674_974_226_010;
+
+/// A placeholder ToR (`unknown`) for 10,000 hosts: one host's list costs its own mesh, not
+/// the group's (10⁸ peers, which every agent would build), and is cut to the bound.
+#[test]
+fn one_hosts_list_in_a_huge_placeholder_tor_costs_only_its_own_mesh() {
+    let mut csv = String::from("host,rail,addr,tor\n");
+    for h in 0..10_000u32 {
+        csv.push_str(&format!(
+            "gpu{h:05},0,10.{}.{}.{},unknown\n",
+            h >> 16,
+            (h >> 8) & 255,
+            h & 255
+        ));
+    }
+    let t = Topology::parse("placeholder", &csv).unwrap();
+    let l = Plan::new(&t, Options::default()).of("gpu04242").unwrap();
+    assert_eq!(l.peers.len(), 600);
+    assert_eq!(l.truncated, 9_999 - 600);
+    assert!(l.peers.iter().all(|p| p.class == Class::SameTor));
+}

@@ -4,8 +4,10 @@
 //!
 //! - **the ToR mesh**: on each of its rails, every other host on the same ToR and rail;
 //! - **cross-ToR**: for every ordered pair of ToRs (A, B) and rail r, the `probers`
-//!   hosts of A on rail r with the highest rendezvous score for (A, B, r) each probe one
-//!   host of B on rail r, the one with the highest score for (prober, B, r). Every host of
+//!   hosts of A on rail r with the highest rendezvous score for (A, B, r) probe the
+//!   `probers` hosts of B on rail r with the highest score for (A, B, r), the first prober
+//!   the first target and so on: different destinations where B has them, so that one
+//!   failing while the other answers points at a NIC, both at B's ToR or the path. Every host of
 //!   the fleet computes the same choice, so every ordered pair of ToRs is probed on every
 //!   rail by `probers` different hosts (fewer only where A has fewer hosts on that rail,
 //!   or where the bound below cuts),
@@ -192,14 +194,21 @@ impl<'t> Plan<'t> {
                 continue;
             }
             let probers = top(mine, ["prober", tor, other, &rail_s], self.opts.probers);
+            if !probers.iter().any(|p| wanted(&p.host)) {
+                continue;
+            }
+            // The pair's probers aim at different hosts of B where B has them: one
+            // destination failing while the other answers is a NIC, both failing is B's
+            // ToR or the path.
+            let targets = top(theirs, ["target", tor, other, &rail_s], self.opts.probers);
             for (rank, prober) in probers.into_iter().enumerate() {
-                if !wanted(&prober.host) {
+                if !wanted(&prober.host) || targets.is_empty() {
                     continue;
                 }
-                let target = top(theirs, ["target", &prober.host, other, &rail_s], 1);
+                let t = targets[rank % targets.len()];
                 let list = out.entry(prober.host.as_str()).or_default();
                 let rank = u8::try_from(rank).unwrap_or(u8::MAX);
-                list.extend(target.into_iter().map(|t| peer(t, Class::CrossTor, rank)));
+                list.push(peer(t, Class::CrossTor, rank));
             }
         }
         out

@@ -180,6 +180,38 @@ fn an_out_file_that_exists_is_refused_before_the_sweep() {
     let (o, _) = run(&link);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!dir.path().join("elsewhere").exists());
+
+    // A sweep that fails after creating its file (its control port is taken) removes it
+    // again: an empty file left behind would make the rerun refuse it.
+    let v6 = std::net::TcpListener::bind("[::]:28624");
+    let v4 = std::net::TcpListener::bind("0.0.0.0:28624");
+    assert!(v6.is_ok() || v4.is_ok(), "the test cannot take port 28624");
+    let fresh = dir.path().join("fresh");
+    std::fs::create_dir(&fresh).unwrap();
+    let o = rocewatch(
+        &[
+            "preflight",
+            "--host-list",
+            "pf-a.invalid,pf-b.invalid",
+            "--this-host",
+            "pf-a.invalid",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--control-port",
+            "28624",
+            "--out",
+            fresh.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("listening on control port 28624"),
+        "{}",
+        stderr(&o)
+    );
+    let left: Vec<_> = std::fs::read_dir(&fresh).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// Each host's file, as the host would write it: its rails, then the tests it drove.

@@ -559,51 +559,73 @@ pub async fn sweep(
     Ok(code)
 }
 
+/// The `--out` file, created before the sweep. Removed again if the sweep ends without
+/// writing it (an error, a signal's unwinding): an empty file left behind would make the
+/// rerun refuse it.
+struct OutFile {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    written: bool,
+}
+
+impl Drop for OutFile {
+    fn drop(&mut self) {
+        if !self.written {
+            // Ours: created with O_EXCL, in a directory whose sticky bit (a shared one)
+            // keeps others from replacing it.
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// The file `--out` names, created (a new file, or HOST.jsonl in a directory; never an
 /// existing file, never through a link: the directory may be a shared one).
-fn open_out(
-    out: Option<&std::path::Path>,
-    host: &str,
-) -> anyhow::Result<Option<(std::fs::File, std::path::PathBuf)>> {
+fn open_out(out: Option<&std::path::Path>, host: &str) -> anyhow::Result<Option<OutFile>> {
     use anyhow::Context as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let Some(out) = out else { return Ok(None) };
-    let file = if out.is_dir() {
+    let path = if out.is_dir() {
         out.join(format!("{host}.jsonl"))
     } else {
         out.to_path_buf()
     };
-    let f = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW)
         .mode(0o644)
-        .open(&file)
+        .open(&path)
         .with_context(|| {
             format!(
                 "--out {}: cannot create it (an existing file is never overwritten)",
-                file.display()
+                path.display()
             )
         })?;
-    Ok(Some((f, file)))
+    Ok(Some(OutFile {
+        file,
+        path,
+        written: false,
+    }))
 }
 
 /// This host's lines to the `--out` file, or stdout.
 fn write_results(
-    out: Option<(std::fs::File, std::path::PathBuf)>,
+    out: Option<OutFile>,
     me: &pf::HostRails,
     results: &[pf::TestResult],
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use std::io::Write as _;
     let lines = pf::results::to_lines(me, results);
-    let Some((mut f, file)) = out else {
+    let Some(mut out) = out else {
         // One write: lines of hosts gathered by srun do not interleave mid-line.
         std::io::stdout().lock().write_all(lines.as_bytes())?;
         return Ok(());
     };
-    f.write_all(lines.as_bytes())
-        .with_context(|| format!("--out {}", file.display()))?;
+    out.file
+        .write_all(lines.as_bytes())
+        .with_context(|| format!("--out {}", out.path.display()))?;
+    out.written = true;
     Ok(())
 }
 

@@ -1,9 +1,9 @@
 #!/bin/bash
 # The fleet's topology from LLDP in the guest pair (sourced by probe.sh on both, after
-# preflight.sh; $BIN and $R set): each guest runs lldpd (Debian's lldpd, the guest's
-# hostname lab-a or lab-b as its system name), waits until it sees the other as its
-# neighbour, and prints its topology lines with `rocewatch fleet topology`: each guest's
-# eth0 is cabled to the other, so each one's "ToR" is the other guest.
+# preflight.sh; $BIN, $R and probe.sh's waitfor set): each guest runs lldpd (Debian's
+# lldpd, the guest's hostname lab-a or lab-b as its system name), waits until it sees the
+# other as its neighbour, and prints its topology lines with `rocewatch fleet topology`:
+# each guest's eth0 is cabled to the other, so each one's "ToR" is the other guest.
 hostname "lab-$RXE_ROLE"
 lldpd -d > "$R/lldpd.log" 2>&1 & LLDPD=$!
 sleep 1
@@ -16,4 +16,5 @@ lldpcli -f json0 show neighbors details > "$R/lldp.json" 2>> "$R/lldpd.log"
 "$BIN" fleet topology --this-host "lab-$RXE_ROLE" > "$R/topology.csv" 2> "$R/topology.stderr"
 echo "topology rc=$?" >> "$R/fleet.txt"
 kill $LLDPD
-touch "$R/fleet.done"; pf_wait "/mnt/host/$pf_other/fleet.done"
+other=a; [ "$RXE_ROLE" = a ] && other=b
+touch "$R/fleet.done"; waitfor "/mnt/host/$other/fleet.done"

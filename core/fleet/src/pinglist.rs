@@ -308,3 +308,40 @@ pub fn coverage(lists: &[Pinglist], topo: &Topology) -> BTreeMap<(String, String
     }
     probers.into_iter().map(|(k, v)| (k, v.len())).collect()
 }
+
+/// The cross-ToR coverage of a whole plan: ordered (ToR, ToR, rail) pairs, how many have
+/// their full count of probers (`probers`, or every host the rack has on that rail), and
+/// the first 20 of those left short (only where the bound cut).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Coverage {
+    pub pairs: usize,
+    pub full: usize,
+    pub short: Vec<String>,
+}
+
+impl Coverage {
+    pub fn of(topo: &Topology, lists: &[Pinglist], opts: Options) -> Coverage {
+        let got = coverage(lists, topo);
+        let groups = topo.groups();
+        let mut c = Coverage {
+            pairs: 0,
+            full: 0,
+            short: Vec::new(),
+        };
+        for ((a, ra), mine) in &groups {
+            for (b, _) in groups.keys().filter(|(b, rb)| rb == ra && b != a) {
+                c.pairs += 1;
+                let n = got
+                    .get(&(a.to_string(), b.to_string(), *ra))
+                    .copied()
+                    .unwrap_or(0);
+                if n >= opts.probers.min(mine.len()) {
+                    c.full += 1;
+                } else if c.short.len() < 20 {
+                    c.short.push(format!("{a} -> {b} rail {ra}: {n} probers"));
+                }
+            }
+        }
+        c
+    }
+}

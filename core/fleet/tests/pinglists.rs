@@ -181,6 +181,10 @@ fn ten_thousand_hosts_stay_under_600_peers_and_a_join_moves_few_lists() {
     assert!(biggest <= 600, "{biggest}");
     // Only the racks of 1 and 2 hosts cannot carry their pairs (3 of 209 racks).
     assert!(share > 0.99, "{share}");
+    // The summary `fleet plan --all` prints counts the same.
+    let c = rocewatch_fleet::pinglist::Coverage::of(&t, &lists, opts);
+    assert_eq!(c.full as f64 / c.pairs as f64, share);
+    assert_eq!(c.short.len(), 20, "the first 20 named");
     let total: usize = lists.iter().map(|l| l.peers.len()).sum();
     let cut = lists.iter().filter(|l| l.truncated > 0).count();
     eprintln!(

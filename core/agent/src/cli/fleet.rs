@@ -222,7 +222,7 @@ fn plan(a: PlanArgs) -> Result<i32> {
         (Some(host), Format::Text) => print!("{}", host_text(&plan.of(&host)?)),
         (None, format) => {
             let lists = plan.all();
-            let cov = coverage(&topo, &lists, opts);
+            let cov = pinglist::Coverage::of(&topo, &lists, opts);
             if format == Format::Json {
                 print_json(&serde_json::json!({
                     "options": opts,
@@ -235,40 +235,6 @@ fn plan(a: PlanArgs) -> Result<i32> {
         }
     }
     Ok(0)
-}
-
-/// Cross-ToR coverage: ordered (ToR, ToR, rail) pairs, how many have their full count
-/// of probers (fewer only where a rack has fewer hosts, or its hosts were cut).
-#[derive(Debug, serde::Serialize)]
-struct Coverage {
-    pairs: usize,
-    full: usize,
-    short: Vec<String>,
-}
-
-fn coverage(topo: &Topology, lists: &[Pinglist], opts: Options) -> Coverage {
-    let got = pinglist::coverage(lists, topo);
-    let groups = topo.groups();
-    let mut c = Coverage {
-        pairs: 0,
-        full: 0,
-        short: Vec::new(),
-    };
-    for ((a, ra), mine) in &groups {
-        for (b, _) in groups.keys().filter(|(b, rb)| rb == ra && b != a) {
-            c.pairs += 1;
-            let n = got
-                .get(&(a.to_string(), b.to_string(), *ra))
-                .copied()
-                .unwrap_or(0);
-            if n >= opts.probers.min(mine.len()) {
-                c.full += 1;
-            } else if c.short.len() < 20 {
-                c.short.push(format!("{a} -> {b} rail {ra}: {n} probers"));
-            }
-        }
-    }
-    c
 }
 
 fn counts(l: &Pinglist) -> (usize, usize) {
@@ -309,7 +275,7 @@ fn host_text(l: &Pinglist) -> String {
 }
 
 /// Every host: one line each, then the coverage.
-fn all_text(lists: &[Pinglist], cov: &Coverage) -> String {
+fn all_text(lists: &[Pinglist], cov: &pinglist::Coverage) -> String {
     let mut out = format!(
         "{:<24} {:>6} {:>9} {:>10} {:>4}\n",
         "host", "peers", "same_tor", "cross_tor", "cut"

@@ -25,6 +25,7 @@
 //!   `demo` and `collectd-exec`).
 //! - [`quarantine`]: rules that quarantine the host, the quarantine's export and its
 //!   recovery policy.
+//! - [`fleet`]: this host in the fleet: its rails.
 //! - [`builtins`]: the explicit list of built-in plugins.
 //! - [`config`]: the configuration file: loading, environment overrides, `[agent]`, and the
 //!   checks across sections; every other section belongs to its component's crate.
@@ -37,5 +38,6 @@ pub mod builtins;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod fleet;
 pub mod quarantine;
 pub mod supervisor;

@@ -67,7 +67,7 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["builtins"],
             &["config"],
-            &["quarantine"],
+            &["quarantine", "fleet"],
             &["app"],
             &["supervisor"],
             &["demo"],

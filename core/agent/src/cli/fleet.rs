@@ -155,7 +155,7 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
         crate::app::App::start(cfg, Some(&[rocewatch_plugin_api::PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
     app.stop().await;
-    let rails = super::preflight::rails_of(&host, &inv?);
+    let rails = crate::fleet::rails_of(&host, &inv?);
     let mut out = String::new();
     if !a.no_header {
         out.push_str("host,rail,addr,tor,tor_port\n");

@@ -15,7 +15,7 @@ use clap::Args;
 use super::args_sub::SourceArgs;
 use super::output::print_json;
 use crate::app::App;
-use rocewatch_plugin_api::{Inventory, PluginKind};
+use rocewatch_plugin_api::PluginKind;
 use rocewatch_preflight as pf;
 use rocewatch_runtime::util::duration::{Bounds, BANDWIDTH};
 
@@ -177,34 +177,6 @@ fn read_hosts(a: &PreflightArgs) -> Result<(String, Vec<String>)> {
     }
 }
 
-/// This host's NICs in `rocewatch env`'s order (`appenv::ports`: devices by name, ports
-/// by number), down ones kept at their rank.
-pub(super) fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
-    let ports = rocewatch_doctor::appenv::ports(inv, &[], None);
-    let nics = ports
-        .iter()
-        .map(|p| {
-            let rate = inv
-                .devices
-                .iter()
-                .find(|d| d.name == p.device)
-                .and_then(|d| d.ports.iter().find(|x| x.port == p.port))
-                .and_then(|x| x.rate_bps);
-            pf::Nic {
-                name: p.name(),
-                netdev: p.netdev.clone(),
-                up: p.up,
-                line_rate_gbps: rate.map(|b| b as f64 / 1e9),
-                addr: p.ipv4.map(|ip| ip.to_string()),
-            }
-        })
-        .collect();
-    pf::HostRails {
-        host: host.to_string(),
-        nics,
-    }
-}
-
 pub async fn run(a: PreflightArgs) -> Result<i32> {
     let (from, hosts) = read_hosts(&a)?;
     let mode = if a.all_pairs {
@@ -227,7 +199,7 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
     app.stop().await;
-    let rails = rails_of(&this, &inv?);
+    let rails = crate::fleet::rails_of(&this, &inv?);
     if a.plan {
         print_plan(&schedule, &rails, a.json)?;
         return Ok(0);

@@ -89,11 +89,7 @@ pub(super) async fn probe_check(agent: &Arc<App>, peer: &str) -> Check {
             None,
         );
     };
-    let target = rocewatch_plugin_api::ProbeTarget {
-        peer: peer.into(),
-        size: 64,
-        timeout_ms: 2000,
-    };
+    let target = rocewatch_plugin_api::ProbeTarget::new(peer, 64, 2000);
     match rocewatch_probes::probe_once(&entry, target, agent.metrics()).await {
         Ok(r) => match r.outcome {
             rocewatch_plugin_api::ProbeOutcome::Ok { rtt_seconds } => check(

@@ -375,6 +375,37 @@ pub struct ProbeTarget {
     pub size: u32,
     /// Per-probe timeout.
     pub timeout_ms: u64,
+    /// Which of the flows to the peer (each its own queue pair, so its own UDP source
+    /// port): 0 for the first. Absent (0) from hosts before ABI 1.3.
+    #[serde(default, skip_serializing_if = "is_zero_u16")]
+    pub path: u16,
+    /// The IPv6 flow label of the flow's address vector (20 bits), from which RoCE v2
+    /// devices derive the UDP source port (`rdma_flow_label_to_udp_sport`: the low 14
+    /// bits, with the high 6 folded in, in 0xC000..=0xFFFF); 0 leaves the port to the
+    /// driver. A flow whose label changes keeps its queue pair and takes the new port.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub flow_label: u32,
+}
+
+fn is_zero_u16(v: &u16) -> bool {
+    *v == 0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+impl ProbeTarget {
+    /// The first flow to `peer`, its source port left to the driver.
+    pub fn new(peer: impl Into<String>, size: u32, timeout_ms: u64) -> Self {
+        ProbeTarget {
+            peer: peer.into(),
+            size,
+            timeout_ms,
+            path: 0,
+            flow_label: 0,
+        }
+    }
 }
 
 /// How one probe ended.

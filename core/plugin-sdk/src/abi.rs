@@ -12,7 +12,7 @@ use std::ffi::c_void;
 /// The ABI major version this crate implements.
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this crate implements.
-pub const ABI_MINOR: u32 = 2;
+pub const ABI_MINOR: u32 = 3;
 /// The one symbol a plugin library exports (NUL-terminated for `dlsym`).
 pub const ENTRY_SYMBOL: &[u8] = b"rocewatch_plugin_entry\0";
 
@@ -53,6 +53,9 @@ pub mod method {
     /// plugin that does not measure bandwidth (every 1.0 and 1.1 plugin) answers
     /// unsupported; the host says the plugin's ABI is too old for bandwidth tests.
     pub const BANDWIDTH: u32 = 11;
+    // 1.3 added no method: `ProbeTarget` gained `path` and `flow_label` (several flows
+    // per peer, each with its own UDP source port). The host sends them only to 1.3
+    // plugins; an older plugin would answer every flow of a peer with the first one's.
 }
 
 /// A byte buffer allocated by the plugin. The host copies it, then hands it back to the

@@ -425,6 +425,17 @@ impl ProbePlugin for ExternalPlugin {
     }
 
     fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
+        let lib = &self.library;
+        if lib.abi_minor < 3 && targets.iter().any(|t| t.path != 0 || t.flow_label != 0) {
+            // It would take every flow of a peer for the first and answer for it twice.
+            return Err(PluginError::Unsupported(format!(
+                "the probe plugin {} ({}) speaks ABI {}.{}, which has one flow per peer (several flows with their own source ports came with ABI 1.3): rebuild or upgrade the plugin, or set fleet.paths = 1 and fleet.path_rotation = \"0s\"",
+                lib.name,
+                lib.path.display(),
+                lib.abi_major,
+                lib.abi_minor
+            )));
+        }
         if self.library.abi_minor >= 1 {
             match self.call::<_, Vec<ProbeResult>>(method::PROBE_MANY, &targets) {
                 Err(PluginError::Unsupported(_)) => {}

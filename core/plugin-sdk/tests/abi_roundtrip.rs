@@ -91,6 +91,16 @@ impl ProbePlugin for All {
                 nic_timestamps: None,
             });
         }
+        // The flow crosses the ABI: its label comes back as the RTT's microseconds.
+        if target.path != 0 {
+            return Ok(ProbeResult {
+                peer: target.peer.clone(),
+                outcome: ProbeOutcome::Ok {
+                    rtt_seconds: f64::from(target.flow_label) * 1e-6,
+                },
+                nic_timestamps: None,
+            });
+        }
         Ok(ProbeResult {
             peer: target.peer.clone(),
             outcome: ProbeOutcome::Ok {
@@ -244,26 +254,14 @@ fn configuration_kind() {
 fn probe_kind() {
     let mut p = lib().instantiate(PluginKind::Probe).unwrap();
     p.start(&ctx()).unwrap();
-    let ok = p
-        .probe(&ProbeTarget {
-            peer: "10.0.0.2".into(),
-            size: 64,
-            timeout_ms: 100,
-        })
-        .unwrap();
+    let ok = p.probe(&ProbeTarget::new("10.0.0.2", 64, 100)).unwrap();
     assert_eq!(
         ok.outcome,
         ProbeOutcome::Ok {
             rtt_seconds: 1.5e-5
         }
     );
-    let bad = p
-        .probe(&ProbeTarget {
-            peer: "unreachable".into(),
-            size: 64,
-            timeout_ms: 100,
-        })
-        .unwrap();
+    let bad = p.probe(&ProbeTarget::new("unreachable", 64, 100)).unwrap();
     assert_eq!(
         bad.outcome,
         ProbeOutcome::ConnectFailed {
@@ -282,11 +280,7 @@ static ALL_1_0: PluginTableV1 = {
 fn probe_many_in_order_and_from_a_1_0_plugin() {
     let targets: Vec<ProbeTarget> = ["10.0.0.2", "unreachable", "10.0.0.3"]
         .iter()
-        .map(|p| ProbeTarget {
-            peer: p.to_string(),
-            size: 64,
-            timeout_ms: 100,
-        })
+        .map(|p| ProbeTarget::new(*p, 64, 100))
         .collect();
     // SAFETY: a static table.
     let old = unsafe { PluginLibrary::from_table(Path::new("in-process/all-1.0"), &ALL_1_0) };
@@ -383,6 +377,43 @@ fn wrong_major_is_refused_naming_the_file() {
         msg.contains("/plugins/libfuture.so") && msg.contains("2.0"),
         "{msg}"
     );
+}
+
+static ALL_1_2: PluginTableV1 = {
+    let mut t = PluginTableV1::of::<All>();
+    t.abi_minor = 2;
+    t
+};
+
+/// A flow's `path` and `flow_label` cross the ABI (1.3); a 1.2 plugin, which would answer
+/// every flow of a peer with the first one's result, is not sent them.
+#[test]
+fn flows_cross_to_a_1_3_plugin_and_are_refused_for_a_1_2_one() {
+    let mut flow = ProbeTarget::new("10.0.0.2", 64, 100);
+    flow.path = 3;
+    flow.flow_label = 0x3a7;
+    let targets = [ProbeTarget::new("10.0.0.2", 64, 100), flow];
+    let mut p = lib().instantiate(PluginKind::Probe).unwrap();
+    p.start(&ctx()).unwrap();
+    let r = p.probe_many(&targets).unwrap();
+    assert_eq!(
+        r[1].outcome,
+        ProbeOutcome::Ok {
+            rtt_seconds: f64::from(0x3a7u32) * 1e-6
+        }
+    );
+    assert_ne!(r[0].outcome, r[1].outcome);
+    // SAFETY: a static table.
+    let old = unsafe { PluginLibrary::from_table(Path::new("in-process/all-1.2"), &ALL_1_2) };
+    let mut p = old.unwrap().instantiate(PluginKind::Probe).unwrap();
+    p.start(&ctx()).unwrap();
+    let e = p.probe_many(&targets).unwrap_err();
+    assert!(
+        matches!(&e, PluginError::Unsupported(m) if m.contains("ABI 1.2, which has one flow per peer") && m.contains("all-1.2")),
+        "{e}"
+    );
+    // One flow per peer still goes through.
+    assert!(p.probe_many(&targets[..1]).is_ok());
 }
 
 static ALL_1_1: PluginTableV1 = {

@@ -115,11 +115,7 @@ pub async fn run(
         });
         let targets: Vec<ProbeTarget> = list
             .iter()
-            .map(|peer| ProbeTarget {
-                peer: peer.clone(),
-                size: cfg.size,
-                timeout_ms: cfg.timeout.as_millis() as u64,
-            })
+            .map(|peer| ProbeTarget::new(peer.clone(), cfg.size, cfg.timeout.as_millis() as u64))
             .collect();
         if !targets.is_empty() {
             let results = tokio::select! {

@@ -152,6 +152,7 @@ impl BwQp {
                     | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
                 rd_atomic,
                 timeout: RETRANSMIT_TIMEOUT,
+                flow_label: 0,
             },
         )
     }

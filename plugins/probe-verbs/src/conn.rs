@@ -13,10 +13,39 @@ use rocewatch_sysfs::SysRoot;
 use crate::options::Options;
 use crate::verbs::{Device, Endpoint, Info};
 
+/// One flow to a peer: its queue pair, the side channel that keeps the peer's, and where
+/// the sequence numbers stand (so the flow can move to another source port alone).
 pub(crate) struct Conn {
     pub(crate) ep: Endpoint,
     _tcp: TcpStream,
     pub(crate) size: u32,
+    pub(crate) flow_label: u32,
+    /// The peer's queue pair, with the next sequence number it sends.
+    remote: Info,
+    /// The next sequence number this side sends.
+    sq_psn: u32,
+}
+
+/// Sequence numbers are 24 bits.
+const PSN_MASK: u32 = 0x00ff_ffff;
+
+impl Conn {
+    /// A probe went and its reply came back: both sides' sequence numbers moved on by
+    /// one message.
+    pub(crate) fn exchanged(&mut self) {
+        let n = self.ep.packets_per_message();
+        self.sq_psn = self.sq_psn.wrapping_add(n) & PSN_MASK;
+        self.remote.psn = self.remote.psn.wrapping_add(n) & PSN_MASK;
+    }
+
+    /// Move to another flow label (another UDP source port), keeping the queue pairs.
+    pub(crate) fn repath(&mut self, flow_label: u32) -> Result<(), String> {
+        self.ep
+            .repath(self.sq_psn, &self.remote, flow_label)
+            .map_err(|e| format!("QP: {e}"))?;
+        self.flow_label = flow_label;
+        Ok(())
+    }
 }
 
 /// How many connections are set up at once (each on its own short-lived thread): a round
@@ -135,7 +164,8 @@ pub(crate) fn open_channel(
     Ok((tcp, gid))
 }
 
-fn connect(setup: &Setup, peer: &str, size: u32, timeout: Duration) -> Result<Conn, String> {
+fn connect(setup: &Setup, t: &ProbeTarget) -> Result<Conn, String> {
+    let (peer, size, timeout) = (t.peer.as_str(), t.size, timeout_of(t));
     let dev = Arc::clone(&setup.dev);
     let (mut tcp, (idx, gid)) = open_channel(setup, peer, timeout)?;
     let mut ep = Endpoint::new(dev, size as usize, idx, gid).map_err(|e| format!("QP: {e}"))?;
@@ -145,11 +175,15 @@ fn connect(setup: &Setup, peer: &str, size: u32, timeout: Duration) -> Result<Co
         }
         _ => format!("rejected: the responder closed the side channel: {e}"),
     })?;
-    ep.connect(&remote).map_err(|e| format!("QP: {e}"))?;
+    ep.connect(&remote, t.flow_label)
+        .map_err(|e| format!("QP: {e}"))?;
     Ok(Conn {
+        sq_psn: ep.local.psn,
         ep,
         _tcp: tcp,
         size,
+        flow_label: t.flow_label,
+        remote,
     })
 }
 
@@ -169,7 +203,7 @@ pub(crate) fn connect_all(
                     let h = std::thread::Builder::new()
                         .name("probe-connect".into())
                         .stack_size(256 * 1024)
-                        .spawn_scoped(sc, move || connect(setup, &t.peer, t.size, timeout_of(t)));
+                        .spawn_scoped(sc, move || connect(setup, t));
                     (i, h)
                 })
                 .collect();
@@ -179,12 +213,7 @@ pub(crate) fn connect_all(
                         .join()
                         .unwrap_or_else(|_| Err("QP: the connecting thread panicked".into())),
                     // No thread: connect here instead.
-                    Err(_) => connect(
-                        setup,
-                        &targets[i].peer,
-                        targets[i].size,
-                        timeout_of(&targets[i]),
-                    ),
+                    Err(_) => connect(setup, &targets[i]),
                 };
                 out.push((i, r));
             }

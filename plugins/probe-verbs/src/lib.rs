@@ -20,7 +20,13 @@
 //! off, while another test runs, or beyond 60 s, saying why; it sends back its port's
 //! counters before and after.
 //!
-//! A probe reuses the peer's queue pair; a timeout or a failed work completion drops it
+//! Flows (ABI 1.3): a target names a path (0..) and a flow label; each (peer, path) has
+//! its own queue pair, and the label sets its UDP source port (RoCE v2 devices derive
+//! the port from the address vector's flow label). When a flow's label changes, its
+//! queue pair goes to RESET and back to RTS with the new label and the sequence numbers
+//! where they stand: the peer's queue pair never notices, no side channel is used.
+//!
+//! A probe reuses the flow's queue pair; a timeout or a failed work completion drops it
 //! and the next probe connects again; a peer that cannot be connected is tried again
 //! after 1 s, 2 s, ... up to `reconnect_backoff`. A round (`probe_many`) has every peer
 //! in flight at once: new peers are connected in parallel (64 at a time), then one
@@ -77,15 +83,18 @@ use reconnect::Reconnects;
 use responder::serve;
 use verbs::Device;
 
+/// A flow to a peer: its address and path index (each its own queue pair).
+pub(crate) type FlowKey = (String, u16);
+
 /// The probe plugin.
 #[derive(Default)]
 pub struct VerbsProbe {
     setup: Option<Arc<Setup>>,
-    conns: HashMap<String, Conn>,
-    /// The connected peers' completion channels (token: the queue's id), and which peer
+    conns: HashMap<FlowKey, Conn>,
+    /// The connected flows' completion channels (token: the queue's id), and which flow
     /// each token is.
     epoll: Option<verbs::Epoll>,
-    tokens: HashMap<u64, String>,
+    tokens: HashMap<u64, FlowKey>,
     backoff: Reconnects,
     serving: bool,
 }
@@ -146,9 +155,9 @@ impl Plugin for VerbsProbe {
     }
 
     fn stop(&mut self) {
-        let peers: Vec<String> = self.conns.keys().cloned().collect();
-        for p in peers {
-            self.drop_conn(&p);
+        let flows: Vec<FlowKey> = self.conns.keys().cloned().collect();
+        for f in flows {
+            self.drop_conn(&f);
         }
     }
 }

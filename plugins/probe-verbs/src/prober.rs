@@ -9,7 +9,7 @@ use rocewatch_plugin_api::*;
 
 use crate::conn::{connect_all, timeout_of, Conn};
 use crate::verbs::Endpoint;
-use crate::VerbsProbe;
+use crate::{FlowKey, VerbsProbe};
 
 /// One probe in flight.
 struct Flight {
@@ -59,7 +59,7 @@ impl Flight {
 }
 
 impl VerbsProbe {
-    fn add_conn(&mut self, peer: &str, c: Conn) {
+    fn add_conn(&mut self, key: &FlowKey, c: Conn) {
         let token = c.ep.cq_id() as u64;
         if let Some(ep) = &self.epoll {
             if let Err(e) = ep.add(c.ep.event_fd(), token) {
@@ -67,14 +67,14 @@ impl VerbsProbe {
                 eprintln!("rocewatch probe: {e}");
             }
         }
-        self.tokens.insert(token, peer.to_string());
-        if let Some(old) = self.conns.insert(peer.to_string(), c) {
+        self.tokens.insert(token, key.clone());
+        if let Some(old) = self.conns.insert(key.clone(), c) {
             self.forget_conn(old);
         }
     }
 
-    pub(crate) fn drop_conn(&mut self, peer: &str) {
-        if let Some(c) = self.conns.remove(peer) {
+    pub(crate) fn drop_conn(&mut self, key: &FlowKey) {
+        if let Some(c) = self.conns.remove(key) {
             self.forget_conn(c);
         }
     }
@@ -96,13 +96,14 @@ impl VerbsProbe {
         &mut self,
         busy: bool,
         targets: &[ProbeTarget],
+        keys: &[FlowKey],
         idx: &[usize],
     ) -> Vec<(usize, ProbeOutcome)> {
         let mut out = Vec::with_capacity(idx.len());
         // By completion queue (what an event names).
         let mut flights: HashMap<usize, Flight> = HashMap::with_capacity(idx.len());
         for &i in idx {
-            let conn = self.conns.get_mut(&targets[i].peer).expect("connected");
+            let conn = self.conns.get_mut(&keys[i]).expect("connected");
             let posted = conn.ep.post_recv().and_then(|_| {
                 let t0 = Instant::now();
                 conn.ep.post_send().map(|_| t0)
@@ -132,13 +133,13 @@ impl VerbsProbe {
         let conns = &mut self.conns;
         // Poll a flight's queue; false when the flight is over (its outcome is in `out`).
         fn step(
-            conns: &mut HashMap<String, Conn>,
-            targets: &[ProbeTarget],
+            conns: &mut HashMap<FlowKey, Conn>,
+            keys: &[FlowKey],
             f: &mut Flight,
             now: Instant,
             out: &mut Vec<(usize, ProbeOutcome)>,
         ) -> bool {
-            let ep = &mut conns.get_mut(&targets[f.i].peer).expect("connected").ep;
+            let ep = &mut conns.get_mut(&keys[f.i]).expect("connected").ep;
             match f.step(ep, now) {
                 Step::Done(o) => {
                     out.push((f.i, o));
@@ -159,7 +160,7 @@ impl VerbsProbe {
         };
         while !flights.is_empty() && Instant::now() < spin_until {
             let now = Instant::now();
-            flights.retain(|_, f| step(conns, targets, f, now, &mut out));
+            flights.retain(|_, f| step(conns, keys, f, now, &mut out));
             std::hint::spin_loop();
         }
         // Arm every waiting queue, then look once more: a completion that landed before
@@ -172,11 +173,11 @@ impl VerbsProbe {
                     continue;
                 };
                 if !f.armed {
-                    let ep = &conns.get_mut(&targets[f.i].peer).expect("connected").ep;
+                    let ep = &conns.get(&keys[f.i]).expect("connected").ep;
                     // A queue that cannot be armed is polled at every wake-up (below).
                     f.armed = ep.arm();
                 }
-                if !step(conns, targets, f, now, &mut out) {
+                if !step(conns, keys, f, now, &mut out) {
                     flights.remove(&cq);
                 }
             }
@@ -219,7 +220,9 @@ impl VerbsProbe {
 }
 
 impl VerbsProbe {
-    /// Probe `targets` together; with `whole_round`, peers not among them are forgotten.
+    /// Probe `targets` together; with `whole_round`, flows not among them are forgotten.
+    /// Each (peer, path) is a flow with its own queue pair; a flow whose label changed
+    /// moves to its new source port before the round (connecting again if that fails).
     pub(crate) fn probe_targets(
         &mut self,
         targets: &[ProbeTarget],
@@ -230,29 +233,34 @@ impl VerbsProbe {
                 .as_ref()
                 .ok_or_else(|| PluginError::failed("probe called before start"))?,
         );
+        let keys: Vec<FlowKey> = targets.iter().map(|t| (t.peer.clone(), t.path)).collect();
         let mut outcomes: Vec<Option<ProbeOutcome>> = vec![None; targets.len()];
-        let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut first: HashMap<&FlowKey, usize> = HashMap::new();
         let mut unique = Vec::new();
-        for (i, t) in targets.iter().enumerate() {
-            if first.insert(t.peer.as_str(), i).is_none() {
+        for (i, k) in keys.iter().enumerate() {
+            if first.insert(k, i).is_none() {
                 unique.push(i);
             }
         }
-        // A queue pair made for another message size is made again.
         for &i in &unique {
             let t = &targets[i];
-            if self.conns.get(&t.peer).is_some_and(|c| c.size != t.size) {
-                self.drop_conn(&t.peer);
+            let Some(c) = self.conns.get_mut(&keys[i]) else {
+                continue;
+            };
+            // A queue pair made for another message size is made again; one whose flow
+            // label changed moves (or is made again when it cannot).
+            if c.size != t.size || (c.flow_label != t.flow_label && c.repath(t.flow_label).is_err())
+            {
+                self.drop_conn(&keys[i]);
             }
         }
         let now = Instant::now();
         let mut missing = Vec::new();
         for &i in &unique {
-            let peer = &targets[i].peer;
-            if self.conns.contains_key(peer) {
+            if self.conns.contains_key(&keys[i]) {
                 continue;
             }
-            match self.backoff.due(peer, now) {
+            match self.backoff.due(&targets[i].peer, now) {
                 Err(cause) => outcomes[i] = Some(ProbeOutcome::ConnectFailed { cause }),
                 Ok(()) => missing.push(i),
             }
@@ -262,7 +270,7 @@ impl VerbsProbe {
             match r {
                 Ok(c) => {
                     self.backoff.succeeded(peer);
-                    self.add_conn(peer, c);
+                    self.add_conn(&keys[i], c);
                 }
                 Err(cause) => {
                     self.backoff.failed(peer, &cause, Instant::now());
@@ -270,20 +278,20 @@ impl VerbsProbe {
                 }
             }
         }
-        // A round names every peer: the others are forgotten (their queue pairs closed),
+        // A round names every flow: the others are forgotten (their queue pairs closed),
         // so memory follows the peer list.
         if whole_round {
             let asked: std::collections::HashSet<&str> =
                 targets.iter().map(|t| t.peer.as_str()).collect();
             self.backoff.peers.retain(|p, _| asked.contains(p.as_str()));
-            let gone: Vec<String> = self
+            let gone: Vec<FlowKey> = self
                 .conns
                 .keys()
-                .filter(|p| !asked.contains(p.as_str()))
+                .filter(|k| !first.contains_key(k))
                 .cloned()
                 .collect();
-            for p in gone {
-                self.drop_conn(&p);
+            for k in gone {
+                self.drop_conn(&k);
             }
         }
         let ready: Vec<usize> = unique
@@ -291,11 +299,15 @@ impl VerbsProbe {
             .copied()
             .filter(|&i| outcomes[i].is_none())
             .collect();
-        for (i, o) in self.ping_all(setup.opts.busy_poll, targets, &ready) {
-            // A timeout or a failed completion drops the queue pair; the next probe
-            // connects again.
-            if !matches!(o, ProbeOutcome::Ok { .. }) {
-                self.drop_conn(&targets[i].peer);
+        for (i, o) in self.ping_all(setup.opts.busy_poll, targets, &keys, &ready) {
+            if matches!(o, ProbeOutcome::Ok { .. }) {
+                if let Some(c) = self.conns.get_mut(&keys[i]) {
+                    c.exchanged();
+                }
+            } else {
+                // A timeout or a failed completion drops the queue pair; the next probe
+                // connects again.
+                self.drop_conn(&keys[i]);
             }
             outcomes[i] = Some(o);
         }
@@ -306,7 +318,7 @@ impl VerbsProbe {
                 peer: t.peer.clone(),
                 outcome: outcomes[i]
                     .clone()
-                    .or_else(|| outcomes[first[t.peer.as_str()]].clone())
+                    .or_else(|| outcomes[first[&keys[i]]].clone())
                     .unwrap_or(ProbeOutcome::Timeout),
                 // The same for every peer: said once per round.
                 nic_timestamps: (i == 0).then(|| setup.timestamps.clone()),

@@ -47,7 +47,7 @@ fn handshake(
     let remote = Info::decode(first[4..28].try_into().expect("24 bytes"));
     let mut ep =
         Endpoint::new(Arc::clone(dev), size as usize, idx, gid).map_err(|e| e.to_string())?;
-    ep.connect(&remote).map_err(|e| e.to_string())?;
+    ep.connect(&remote, 0).map_err(|e| e.to_string())?;
     // Receives must be posted before the prober's first send.
     ep.post_recv().map_err(|e| e.to_string())?;
     let mut out = [0u8; 28];

@@ -291,6 +291,9 @@ pub struct RcSetup {
     pub access: u32,
     pub rd_atomic: u8,
     pub timeout: u8,
+    /// The address vector's flow label, from which the device takes the UDP source port
+    /// (0: the driver's choice from the queue pair numbers).
+    pub flow_label: u32,
 }
 
 /// An RC queue pair of `dev` on `cq` (sends and receives), `depth` work requests each
@@ -398,6 +401,7 @@ pub(crate) fn connect_rc(
     a.ah_attr.grh.dgid = ibv_gid { raw: remote.gid };
     a.ah_attr.grh.sgid_index = gid_index;
     a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.flow_label = s.flow_label & 0xf_ffff;
     modify_qp(
         qp,
         dev,
@@ -511,20 +515,62 @@ impl Endpoint {
         })
     }
 
-    /// INIT, RTR (towards `remote`), RTS: one message each way at a time.
-    pub fn connect(&mut self, remote: &Info) -> Result<(), VerbsError> {
+    /// INIT, RTR (towards `remote`), RTS: one message each way at a time; the flow
+    /// label picks the UDP source port (0: the driver's choice).
+    pub fn connect(&mut self, remote: &Info, flow_label: u32) -> Result<(), VerbsError> {
+        self.connect_from(self.local.psn, remote, flow_label)
+    }
+
+    fn connect_from(
+        &mut self,
+        local_psn: u32,
+        remote: &Info,
+        flow_label: u32,
+    ) -> Result<(), VerbsError> {
         connect_rc(
             self.qp,
             &self.dev,
             self.gid_index,
-            self.local.psn,
+            local_psn,
             remote,
             RcSetup {
                 access: ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
                 rd_atomic: 1,
                 timeout: 14,
+                flow_label,
             },
         )
+    }
+
+    /// Move a connected queue pair, with no message in flight, to another flow label
+    /// (so another UDP source port) without the peer knowing: RESET, then INIT, RTR and
+    /// RTS again with the same queue pair numbers and the sequence numbers where they
+    /// stand (`local_psn`: the next this side sends; `remote.psn`: the next it expects).
+    pub fn repath(
+        &mut self,
+        local_psn: u32,
+        remote: &Info,
+        flow_label: u32,
+    ) -> Result<(), VerbsError> {
+        // SAFETY: an all-zero attribute is valid; the state is set.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        modify_qp(
+            self.qp,
+            &self.dev,
+            &mut a,
+            ibv_qp_attr_mask::IBV_QP_STATE,
+            "RESET",
+        )?;
+        self.connect_from(local_psn, remote, flow_label)
+    }
+
+    /// How many packets (so sequence numbers) one message of this endpoint takes at the
+    /// port's active MTU.
+    pub fn packets_per_message(&self) -> u32 {
+        // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5.
+        let mtu = 128u32 << self.dev.active_mtu.clamp(1, 5);
+        (self.size as u32).div_ceil(mtu).max(1)
     }
 
     fn sge(&mut self, offset: usize) -> ibv_sge {

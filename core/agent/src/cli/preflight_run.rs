@@ -433,11 +433,7 @@ async fn rail(
     let mut rtts = Vec::new();
     let mut last_err = None;
     for _ in 0..s.probes {
-        let target = ProbeTarget {
-            peer: addr.clone(),
-            size: 64,
-            timeout_ms: 1000,
-        };
+        let target = ProbeTarget::new(addr.clone(), 64, 1000);
         match rocewatch_probes::probe_once(&entry, target, metrics).await {
             Ok(r) => match r.outcome {
                 ProbeOutcome::Ok { rtt_seconds } => rtts.push(rtt_seconds * 1e6),

@@ -32,11 +32,11 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
         .expect("clap requires a peer without --serve");
     let mut tally = Tally::default();
     for seq in 1..=a.count {
-        let target = rocewatch_plugin_api::ProbeTarget {
-            peer: peer.clone(),
-            size: a.size,
-            timeout_ms: a.timeout.as_millis() as u64,
-        };
+        let target = rocewatch_plugin_api::ProbeTarget::new(
+            peer.clone(),
+            a.size,
+            a.timeout.as_millis() as u64,
+        );
         let r = rocewatch_probes::probe_once(entry, target, agent.metrics()).await;
         let line = tally.record(&a, &peer, seq, r);
         if !a.json {

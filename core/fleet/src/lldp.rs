@@ -144,6 +144,87 @@ fn neighbour(iface: &Value, path: &str) -> Result<Neighbour, LldpError> {
     })
 }
 
+/// One of this host's RDMA ports at its rank (what LLDP is joined with).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalPort {
+    /// `device:port`, for messages.
+    pub name: String,
+    pub netdev: Option<String>,
+    /// The address its RoCE v2 GID carries.
+    pub addr: Option<std::net::IpAddr>,
+}
+
+/// A port left out of the rows, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    pub rail: usize,
+    pub name: String,
+    pub why: String,
+}
+
+/// This host's topology rows: each port at its rank (the rail) with its address and the
+/// switch and port its netdev sees over LLDP. A port without an address or a neighbour,
+/// or past [`crate::topology::MAX_RAIL`], is left out saying why; a netdev with several
+/// neighbours takes the first (said too).
+pub fn rows(
+    host: &str,
+    ports: &[LocalPort],
+    neighbours: &[Neighbour],
+) -> (Vec<crate::Nic>, Vec<LeftOut>) {
+    use crate::topology::{name, MAX_RAIL};
+    let mut nics = Vec::new();
+    let mut left = Vec::new();
+    for (rank, p) in ports.iter().enumerate() {
+        let netdev = p.netdev.as_deref().unwrap_or("");
+        let seen: Vec<&Neighbour> = neighbours.iter().filter(|n| n.netdev == netdev).collect();
+        let checked = |n: &Neighbour| -> Result<(String, Option<String>), String> {
+            let sw = name(&n.switch, "the LLDP switch name", true)?;
+            let port = n
+                .port
+                .as_deref()
+                .map(|p| name(p, "the LLDP port", true))
+                .transpose()?;
+            Ok((sw, port))
+        };
+        let why = match (p.addr, seen.first()) {
+            _ if rank > usize::from(MAX_RAIL) => {
+                format!("rank {rank} is past the topology's {MAX_RAIL}")
+            }
+            (None, _) => format!("{netdev} has no IPv4 address with a RoCE v2 GID"),
+            (_, None) => format!("no LLDP neighbour on {netdev:?}"),
+            (Some(addr), Some(n)) => match checked(n) {
+                Err(e) => e,
+                Ok((tor, tor_port)) => {
+                    if seen.len() > 1 {
+                        left.push(LeftOut {
+                            rail: rank,
+                            name: p.name.clone(),
+                            why: format!(
+                                "{} LLDP neighbours on {netdev}; the first, {tor}, is taken",
+                                seen.len()
+                            ),
+                        });
+                    }
+                    nics.push(crate::Nic {
+                        host: host.to_string(),
+                        rail: rank as u8,
+                        addr,
+                        tor,
+                        tor_port,
+                    });
+                    continue;
+                }
+            },
+        };
+        left.push(LeftOut {
+            rail: rank,
+            name: p.name.clone(),
+            why,
+        });
+    }
+    (nics, left)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +320,60 @@ mod tests {
             prop_assert_eq!(&n[0].switch, &switch);
             prop_assert_eq!(n[0].port.as_deref(), Some(port.as_str()));
         }
+    }
+
+    #[test]
+    fn rows_join_ports_with_their_neighbours_and_say_what_is_left_out() {
+        let n = |netdev: &str, switch: &str, port: Option<&str>| Neighbour {
+            netdev: netdev.into(),
+            switch: switch.into(),
+            port: port.map(str::to_string),
+        };
+        let p = |name: &str, netdev: Option<&str>, addr: Option<&str>| LocalPort {
+            name: name.into(),
+            netdev: netdev.map(str::to_string),
+            addr: addr.map(|a| a.parse().unwrap()),
+        };
+        let ports = [
+            p("mlx5_0:1", Some("eth0"), Some("10.0.0.1")),
+            p("mlx5_1:1", Some("eth1"), None),
+            p("mlx5_2:1", Some("eth2"), Some("10.2.0.1")),
+            p("mlx5_3:1", Some("eth3"), Some("10.3.0.1")),
+            p("mlx5_4:1", Some("eth4"), Some("10.4.0.1")),
+        ];
+        let seen = [
+            n("eth0", "tor-a1", Some("Ethernet12")),
+            n("eth0", "tor-a1-twin", None),
+            n("eth3", "tor\u{7}a3", None),
+            n("eth4", "tor-a4", None),
+        ];
+        let (nics, left) = rows("node1", &ports, &seen);
+        let got: Vec<_> = nics
+            .iter()
+            .map(|n| {
+                (
+                    n.rail,
+                    n.addr.to_string(),
+                    n.tor.as_str(),
+                    n.tor_port.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "10.0.0.1".to_string(), "tor-a1", Some("Ethernet12")),
+                (4, "10.4.0.1".to_string(), "tor-a4", None),
+            ]
+        );
+        let why: Vec<_> = left.iter().map(|l| (l.rail, l.why.as_str())).collect();
+        assert_eq!(
+            why[0],
+            (0, "2 LLDP neighbours on eth0; the first, tor-a1, is taken")
+        );
+        assert_eq!(why[1], (1, "eth1 has no IPv4 address with a RoCE v2 GID"));
+        assert_eq!(why[2], (2, "no LLDP neighbour on \"eth2\""));
+        assert!(why[3].1.contains("the LLDP switch name"), "{why:?}");
+        assert_eq!(left.len(), 4);
     }
 }

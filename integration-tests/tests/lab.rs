@@ -1692,3 +1692,153 @@ fn lab_lldp_gives_each_guest_the_other_as_its_neighbour_in_the_topology() {
     assert_eq!(peers[0]["addr"], "192.168.100.2");
     assert_eq!(peers[0]["class"], "cross_tor");
 }
+
+/// The agent with `[fleet]` in both guests (`fleet.sh`): the map is both guests' topology
+/// lines, each guest's NIC info series carries the ToR LLDP named (the other guest), and
+/// each probes the other on 4 flows whose source ports rotate every 2 s. In a's capture of
+/// the RoCE v2 packets it sent, the prober's ports are exactly those its flow labels give
+/// (`0xC000 | label` of lab-a → 192.168.100.2, path, epoch), many of them; every probe
+/// on every path was answered (a flow moved to a new port keeps its queue pairs).
+#[test]
+fn lab_fleet_probes_use_a_source_port_per_path_and_rotation_and_export_the_lldp_tor() {
+    let Some(out) = probe_lab() else { return };
+    let ctx = |r: &str| {
+        format!(
+            "--- agent log\n{}\n--- fleet.txt\n{}",
+            read(&out.join(format!("{r}/fleet-agent.log"))),
+            read(&out.join(format!("{r}/fleet.txt")))
+        )
+    };
+    for (r, me, ip, tor) in [
+        ("a", "lab-a", "192.168.100.1", "lab-b"),
+        ("b", "lab-b", "192.168.100.2", "lab-a"),
+    ] {
+        let m = read(&out.join(format!("{r}/fleet-metrics.txt")));
+        let info = format!(
+            r#"rdma_fleet_nic_info{{address="{ip}",host="{me}",rail="0",tor="{tor}",tor_port="eth0"}} 1"#
+        );
+        assert!(m.contains(&info), "{info} not in\n{m}\n{}", ctx(r));
+        for path in 0..4 {
+            let ok = format!(
+                r#"rdma_probe_fleet_results_total{{class="cross_tor",host="{me}",outcome="ok",path="{path}"}} "#
+            );
+            let n: f64 = m
+                .lines()
+                .find_map(|l| l.strip_prefix(&ok))
+                .unwrap_or_else(|| panic!("no {ok} in\n{m}\n{}", ctx(r)))
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(n >= 5.0, "{ok}{n}\n{}", ctx(r));
+        }
+        for bad in ["timeout", "failed", "host_overloaded"] {
+            assert!(
+                !m.contains(&format!("outcome=\"{bad}\"")),
+                "{bad} in\n{m}\n{}",
+                ctx(r)
+            );
+        }
+        assert!(!m.contains("rdma_probe_fleet_failing_ratio{"), "{m}");
+    }
+    // a's capture: "TIME SRC.PORT" per packet it sent to UDP port 4791.
+    let cap = read(&out.join("a/roce-sports.txt"));
+    let packets: Vec<(f64, u16)> = cap
+        .lines()
+        .filter_map(|l| {
+            let (t, src) = l.split_once(' ')?;
+            let (ip, port) = src.rsplit_once('.')?;
+            (ip == "192.168.100.1").then_some((t.parse().ok()?, port.parse().ok()?))
+        })
+        .collect();
+    assert!(packets.len() > 50, "{cap}");
+    let (t0, t1) = (packets[0].0 as u64, packets[packets.len() - 1].0 as u64);
+    let mut predicted = std::collections::BTreeSet::new();
+    for path in 0..4u16 {
+        for s in t0.saturating_sub(4)..=t1 + 4 {
+            let e = rocewatch_probes::flows::epoch("lab-a", "192.168.100.2", path, s, 2);
+            let label = rocewatch_probes::flows::flow_label("lab-a", "192.168.100.2", path, e);
+            predicted.insert(rocewatch_probes::flows::udp_sport(label));
+        }
+    }
+    let seen: std::collections::BTreeSet<u16> = packets.iter().map(|p| p.1).collect();
+    let prober: Vec<u16> = seen.intersection(&predicted).copied().collect();
+    // About 10 s of probing at a rotation of 2 s: 4 flows x 5 epochs; the rest of a's
+    // packets are its responder's answers to b (the driver's ports, a few).
+    assert!(
+        prober.len() >= 12,
+        "prober ports {prober:?} of {seen:?}\n{cap}"
+    );
+    assert!(
+        seen.len() - prober.len() <= 4,
+        "ports not from a flow label: {:?}",
+        seen.difference(&predicted).collect::<Vec<_>>()
+    );
+    assert!(prober.iter().all(|p| *p >= 0xc000), "{prober:?}");
+}
+
+/// The metrics backend as the fleet's map (`[fleet] source = "prometheus"`,
+/// `fleet plan --prometheus`): the NIC info series both guests' agents exported, loaded
+/// into a real VictoriaMetrics, give lab-a its pinglist: lab-b across "ToRs".
+#[test]
+fn lab_the_prometheus_map_of_the_guests_info_series_gives_the_right_peers() {
+    let Some(out) = probe_lab() else { return };
+    let Some(bin) = crate::otlp::vm_bin() else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let vm = crate::otlp::start_vm(&bin, "127.0.0.1:0", data.path(), &[]);
+    let mut lines = String::new();
+    for r in ["a", "b"] {
+        let m = read(&out.join(format!("{r}/fleet-metrics.txt")));
+        let info: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("rdma_fleet_nic_info{"))
+            .collect();
+        assert_eq!(info.len(), 1, "{m}");
+        lines.push_str(info[0]);
+        lines.push('\n');
+    }
+    let url = format!("http://{}", vm.addr);
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{url}/api/v1/import/prometheus"))
+        .body(lines.clone())
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{:?}", r.text());
+    let plan = || {
+        Command::new(&artifacts().rocewatch)
+            .args([
+                "fleet",
+                "plan",
+                "--format",
+                "json",
+                "--host",
+                "lab-a",
+                "--prometheus",
+                &url,
+            ])
+            .output()
+            .unwrap()
+    };
+    // Imported samples become searchable within a second or two.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let o = loop {
+        let o = plan();
+        if o.status.success() || std::time::Instant::now() > deadline {
+            break o;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(
+        o.status.success(),
+        "{}\n{lines}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let peers = v["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 1, "{v:#}");
+    assert_eq!(peers[0]["host"], "lab-b");
+    assert_eq!(peers[0]["addr"], "192.168.100.2");
+    assert_eq!(peers[0]["tor"], "lab-a");
+    assert_eq!(peers[0]["class"], "cross_tor");
+}

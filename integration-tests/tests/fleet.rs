@@ -3,6 +3,7 @@
 //! the cross-ToR coverage, and errors naming the file and line.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -197,5 +198,174 @@ fn fleet_topology_prints_this_hosts_lines_from_lldp() {
         stderr(&o).contains("cannot run") && stderr(&o).contains("apt install lldpd"),
         "{}",
         stderr(&o)
+    );
+}
+
+/// The series of `name` in a Prometheus text exposition: (labels, value).
+fn series<'t>(text: &'t str, name: &str) -> Vec<(&'t str, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            Some((labels, value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The agent with `[fleet]` and `[probes]` probes its pinglist of the topology through a
+/// probe plugin without RDMA (fake-probe answers an address by its last byte): each peer
+/// on 4 flows with their own labels, the results by class, path and outcome, the failing
+/// flows only (one black-holed path of one peer among them), this host's NIC info series,
+/// nothing per healthy pair; the rail the probe device does not serve is counted, not
+/// probed; when the host turns overloaded its timeouts are its own.
+#[test]
+fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("fleet.csv");
+    // a's NICs are the fixture's mlx5_0 (10.0.0.1) and mlx5_1 (10.0.1.1); the probe
+    // plugin serves the first device, so rail 1 is counted, not probed.
+    std::fs::write(
+        &topo,
+        "host,rail,addr,tor,tor_port\na,0,10.0.0.1,t1,Ethernet1\na,1,10.0.1.1,t1b,Ethernet1\nb,0,10.0.0.2,t1,Ethernet2\nb,1,10.0.1.2,t1b,Ethernet2\nc,0,10.0.2.150,t2,\nd,0,10.0.3.210,t3,\ne,0,10.0.4.252,t4,\n",
+    )
+    .unwrap();
+    let procfs = dir.path().join("proc");
+    std::fs::create_dir(&procfs).unwrap();
+    let stat = |running: u32| {
+        format!("cpu  100 0 50 800 10 0 5 0 0 0\ncpu0 50 0 25 400 5 0 2 0 0 0\ncpu1 50 0 25 400 5 0 3 0 0 0\nprocs_running {running}\n")
+    };
+    std::fs::write(procfs.join("stat"), stat(1)).unwrap();
+    let cfg = dir.path().join("fleet.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\ninterval = \"1s\"\n\n[fleet]\ntopology = {topo:?}\nhost = \"a\"\npath_rotation = \"1s\"\nfailing_window = \"6s\"\ntop_failing = 16\nprocfs_root = {procfs:?}\n\n[probes]\nplugin = {:?}\ninterval = \"200ms\"\ntimeout = \"100ms\"\nserve = false\n",
+            fixture("mlx5-roce-dual-port"),
+            artifacts().fake_probe_so,
+        ),
+    )
+    .unwrap();
+    let agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    let base = agent.prometheus_url();
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, text) = crate::prometheus::get(&format!("{base}/metrics"), None).unwrap();
+    let log = agent.stderr();
+    let ctx = format!("{text}\n--- agent log\n{log}");
+
+    let info = series(&text, "rdma_fleet_nic_info");
+    assert_eq!(
+        info,
+        [
+            (
+                r#"address="10.0.0.1",host="a",rail="0",tor="t1",tor_port="Ethernet1""#,
+                1.0
+            ),
+            (
+                r#"address="10.0.1.1",host="a",rail="1",tor="t1b",tor_port="Ethernet1""#,
+                1.0
+            ),
+        ],
+        "{ctx}"
+    );
+    let results = series(&text, "rdma_probe_fleet_results_total");
+    let count = |class: &str, path: u16, outcome: &str| {
+        let want = format!(r#"class="{class}",host="a",outcome="{outcome}",path="{path}""#);
+        results
+            .iter()
+            .find(|(l, _)| *l == want)
+            .map_or(0.0, |(_, v)| *v)
+    };
+    for path in 0..4 {
+        // b answers on every path; c never; e refuses; d answers but on path 2.
+        let ok = count("same_tor", path, "ok");
+        assert!(ok >= 5.0, "path {path}: {ok} ok\n{ctx}");
+        assert_eq!(count("cross_tor", path, "failed"), ok, "{ctx}");
+        let d_lost = u16::from(path == 2);
+        assert_eq!(
+            count("cross_tor", path, "ok"),
+            ok * f64::from(1 - d_lost),
+            "{ctx}"
+        );
+        assert_eq!(
+            count("cross_tor", path, "timeout"),
+            ok * f64::from(1 + d_lost),
+            "{ctx}"
+        );
+    }
+    assert!(results.len() <= 2 * 4 * 4, "{ctx}");
+    // The failing flows: c's and e's four, d's path 2.
+    let mut failing: Vec<String> = series(&text, "rdma_probe_fleet_failing_ratio")
+        .iter()
+        .map(|(l, v)| {
+            assert_eq!(*v, 1.0, "{l}");
+            assert!(
+                l.contains(r#"host="a""#)
+                    && l.contains(r#"tor="t1""#)
+                    && l.contains(r#"class="cross_tor""#),
+                "{l}"
+            );
+            let get = |k: &str| {
+                l.split(&format!("{k}=\""))
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            };
+            format!("{}@{}/{}", get("peer_host"), get("peer_tor"), get("path"))
+        })
+        .collect();
+    failing.sort();
+    assert_eq!(
+        failing,
+        [
+            "c@t2/0", "c@t2/1", "c@t2/2", "c@t2/3", "d@t3/2", "e@t4/0", "e@t4/1", "e@t4/2",
+            "e@t4/3"
+        ],
+        "{ctx}"
+    );
+    assert!(
+        !text.contains("rdma_probe_sent_total"),
+        "a series per peer\n{ctx}"
+    );
+    assert!(
+        text.contains(r#"rdma_probe_peers{rdma_probe_state="probed"} 4"#),
+        "{ctx}"
+    );
+    assert!(
+        text.contains(r#"rdma_probe_peers{rdma_probe_state="other_rail"} 1"#),
+        "{ctx}"
+    );
+    assert!(
+        log.contains("rails [1] of a are not on the probe device"),
+        "{log}"
+    );
+    assert!(
+        text.contains("# TYPE rdma_probe_fleet_rtt_seconds histogram"),
+        "{ctx}"
+    );
+    if let Some(promtool) = crate::prometheus::promtool() {
+        crate::prometheus::promtool_check(&promtool, &text);
+    }
+
+    // The host turns overloaded (8 runnable tasks on 2 CPUs): its timeouts are its own.
+    std::fs::write(procfs.join("stat"), stat(8)).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, text) = crate::prometheus::get(&format!("{base}/metrics"), None).unwrap();
+    let overloaded = series(&text, "rdma_probe_fleet_results_total")
+        .into_iter()
+        .filter(|(l, _)| l.contains(r#"outcome="host_overloaded""#))
+        .map(|(_, v)| v)
+        .sum::<f64>();
+    assert!(
+        overloaded >= 4.0,
+        "{overloaded}\n{text}\n{}",
+        agent.stderr()
     );
 }

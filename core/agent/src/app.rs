@@ -404,20 +404,48 @@ fn watch_qos(app: &App, stop: &watch::Receiver<bool>) -> JoinHandle<()> {
     ))
 }
 
-/// `[probes]`: the peers probed through the probe plugin.
-fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Option<JoinHandle<()>> {
-    let p = app.cfg.probes.clone()?;
+/// `[fleet]` and `[probes]`: the fleet's map (and this host's NIC info series), and the
+/// peers probed through the probe plugin: the peer list, or with `[fleet]` this host's
+/// pinglist.
+fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    let probes = app.cfg.probes.clone();
+    let views = app.cfg.fleet.clone().map(|f| {
+        let (tx, rx) = watch::channel(None);
+        let host = f.host.clone().unwrap_or_else(|| fleet_host_name(&app.cfg));
+        let device = probes.as_ref().and_then(|p| p.device.clone());
+        tasks.push(tokio::spawn(crate::fleet::run(
+            f.clone(),
+            host,
+            device,
+            Arc::clone(&app.discovery),
+            Arc::clone(&app.pipeline),
+            tx,
+            stop.clone(),
+        )));
+        (f, rx)
+    });
+    let Some(p) = probes else {
+        return tasks;
+    };
     let Some(entry) = app.probe_plugin() else {
         tracing::error!("probes: the probe-verbs plugin is not loaded; no probes will run");
-        return None;
+        return tasks;
     };
-    tracing::info!(interval = ?p.interval, "probing peers over RDMA verbs");
-    Some(tokio::spawn(rocewatch_probes::run(
-        entry,
-        Arc::clone(&app.pipeline),
-        p,
-        stop.clone(),
-    )))
+    tracing::info!(interval = ?p.interval, fleet = views.is_some(), "probing peers over RDMA verbs");
+    let pipeline = Arc::clone(&app.pipeline);
+    tasks.push(match views {
+        Some((f, rx)) => tokio::spawn(rocewatch_probes::run_fleet(
+            entry,
+            pipeline,
+            p,
+            f,
+            rx,
+            stop.clone(),
+        )),
+        None => tokio::spawn(rocewatch_probes::run(entry, pipeline, p, stop.clone())),
+    });
+    tasks
 }
 
 /// What the Alertmanager receiver needs from the steps before it.

@@ -3,7 +3,7 @@
 //! their direction:
 //!
 //! ```text
-//! rocewatch (this crate: cli → demo → supervisor → app → quarantine → config → builtins)
+//! rocewatch (this crate: cli → demo → supervisor → app → quarantine, fleet → config → builtins)
 //!   → rocewatch-health → rocewatch-doctor → rocewatch-remediation → rocewatch-probes, rocewatch-qos
 //!   → rocewatch-export → rocewatch-web, rocewatch-runtime
 //!   → the readers and the contract: rocewatch-{sysfs, netlink, ethtool, klog, metrics,
@@ -13,7 +13,7 @@
 //! Only [`builtins`] names the built-in plugin crates.
 //!
 //! Direction inside this crate (each imports only what is to its right): `cli` → `demo`
-//! → `supervisor` → `app` → `quarantine` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
+//! → `supervisor` → `app` → `quarantine`, `fleet` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
 //! and that no two files import each other; docs/ARCHITECTURE.md draws it.
 //!
 //! Where things are:
@@ -25,7 +25,8 @@
 //!   `demo` and `collectd-exec`).
 //! - [`quarantine`]: rules that quarantine the host, the quarantine's export and its
 //!   recovery policy.
-//! - [`fleet`]: this host in the fleet: its rails.
+//! - [`fleet`]: this host in the fleet: its rails, where they hang (LLDP, the topology
+//!   file), the fleet's map and the pinglist the prober gets from it.
 //! - [`builtins`]: the explicit list of built-in plugins.
 //! - [`config`]: the configuration file: loading, environment overrides, `[agent]`, and the
 //!   checks across sections; every other section belongs to its component's crate.

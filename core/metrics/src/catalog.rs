@@ -368,6 +368,7 @@ pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
         .chain(ETHTOOL_CATALOG)
         .chain(DERIVED_CATALOG)
         .chain(PROBE_CATALOG)
+        .chain(FLEET_CATALOG)
         .chain(QOS_CATALOG)
         .chain(KERNEL_LOG_CATALOG)
         .chain(RESOURCE_CATALOG)
@@ -547,9 +548,23 @@ pub static PROBE_CATALOG: &[CatalogEntry] = &[
     entry!(names::PROBE_RTT_LAST, "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",
         "Round-trip time of the last answered probe (for rules: the histogram is not a series they read)."),
     entry!(names::PROBE_PEERS, "{peer}", Gauge, "prober", NONE, 1, "prober",
-        "Peers listed, by `rdma.probe.state`: `probed`, or `over_limit` (beyond `[probes] max_peers`, not probed)."),
+        "Peers listed, by `rdma.probe.state`: `probed`, `over_limit` (beyond `[probes] max_peers`, not probed), or with `[fleet]` `other_rail` (pinglist peers of rails the probe device does not serve)."),
     entry!(names::PROBE_INTERVAL, "s", Gauge, "prober", NONE, 1, "prober",
         "Time between two probes of the same peer in effect: `[probes] interval`, stretched when the peers at that interval would exceed `max_rate`."),
+];
+
+/// Fleet probing (`[fleet]`): bounded per host, never a series per healthy pair. The
+/// attributes are plain (`host`, `tor`...) so that rules on the backend join them as
+/// they are.
+pub static FLEET_CATALOG: &[CatalogEntry] = &[
+    entry!(names::PROBE_FLEET_RESULTS, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
+        "Probes of the fleet pinglist by `host`, `class` (`tor`: same ToR, `cross_tor`), `path` (the flow's index) and `outcome`: `ok`, `timeout`, `failed` (no connection), `host_overloaded` (a timeout while this host was overloaded: not counted as network loss)."),
+    entry!(names::PROBE_FLEET_RTT, "s", Histogram, "prober", NONE, 1, "probe-verbs plugin",
+        "Round-trip times of the fleet pinglist's answered probes, by `host`, `class` and `path`."),
+    entry!(names::PROBE_FLEET_FAILING, "1", Gauge, "prober", NONE, 1, "probe-verbs plugin",
+        "Share of a flow's probes lost over `[fleet] failing_window`, only while it loses some, the worst `top_failing` flows: `host`, `tor`, `rail`, `class`, `peer` (address), `peer_host`, `peer_tor`, `path`."),
+    entry!(names::FLEET_NIC_INFO, "{nic}", Gauge, "fleet", NONE, 1, "[fleet]",
+        "Always 1: where each of this host's NICs hangs, `host`, `rail`, `address`, `tor`, `tor_port` (from LLDP or the topology file); the fleet's map for `[fleet] source = \"prometheus\"`."),
 ];
 
 /// The RoCE/PFC/ECN configuration, read by the configuration plugins every `[qos]

@@ -97,6 +97,7 @@ pub fn render_markdown() -> String {
     ethtool_statistics(&mut md);
     derived_signals(&mut md);
     verbs_probes(&mut md);
+    fleet_probes(&mut md);
     qos_configuration(&mut md);
     kernel_log(&mut md);
     workload_resources(&mut md);
@@ -208,6 +209,11 @@ fn derived_signals(md: &mut String) {
 fn verbs_probes(md: &mut String) {
     md.push_str("\n## Verbs probes\n\nPer peer (`rdma.probe.peer`), from the agent's prober (`[probes]`, the probe-verbs plugin).\n\n");
     table(md, crate::catalog::PROBE_CATALOG, false);
+}
+
+fn fleet_probes(md: &mut String) {
+    md.push_str("\n## Fleet probing\n\nWith `[fleet]` the prober probes this host's pinglist (see FLEET.md) and exports, instead of the per-peer series, series bounded per host: results by class, path and outcome, and the failing flows only while they fail. The NIC info series is the fleet's map on the metrics backend.\n\n");
+    table(md, crate::catalog::FLEET_CATALOG, false);
 }
 
 fn qos_configuration(md: &mut String) {

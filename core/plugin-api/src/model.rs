@@ -379,10 +379,10 @@ pub struct ProbeTarget {
     /// port): 0 for the first. Absent (0) from hosts before ABI 1.3.
     #[serde(default, skip_serializing_if = "is_zero_u16")]
     pub path: u16,
-    /// The IPv6 flow label of the flow's address vector (20 bits), from which RoCE v2
-    /// devices derive the UDP source port (`rdma_flow_label_to_udp_sport`: the low 14
-    /// bits, with the high 6 folded in, in 0xC000..=0xFFFF); 0 leaves the port to the
-    /// driver. A flow whose label changes keeps its queue pair and takes the new port.
+    /// The IPv6 flow label of the flow's address vector (20 bits), from which the kernel
+    /// derives a RoCE v2 queue pair's UDP source port where the driver uses it (rxe:
+    /// `rdma_get_udp_sport`, the low 14 bits with the high 6 folded in, in
+    /// 0xC000..=0xFFFF); 0 leaves the port to the driver. A flow whose label changes keeps its queue pair and takes the new port.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub flow_label: u32,
 }

@@ -7,6 +7,12 @@
 //! Peers come from a static list, a DNS name resolving to many hosts, and a file (one peer
 //! per line, `#` comments) re-read when it changes.
 //!
+//! With `[fleet]` ([`fleet`]), the peers are this host's pinglist from the fleet's map,
+//! each probed on several flows with their own UDP source ports ([`flows`]), and the
+//! results are counted per host by class, path and outcome, with the failing flows only
+//! while they fail ([`fleetstats`]); timeouts while this host is overloaded are its own
+//! ([`noise`]).
+//!
 //! Bounds: at most `max_peers` peers are probed (the rest are counted, not probed); the
 //! interval stretches so that the agent sends at most `max_rate` probes per second; a
 //! round hands every peer to the plugin at once (`probe_many`: every probe in flight
@@ -16,12 +22,18 @@
 
 pub mod bandwidth;
 mod config;
+pub mod fleet;
+mod fleetrounds;
+pub mod fleetstats;
+pub mod flows;
+pub mod noise;
 mod peers;
 mod plugin;
 mod rounds;
 mod stats;
 
 pub use config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER, PLUGIN, RTT};
+pub use fleetrounds::{count_round, round_samples, run_fleet, targets as fleet_targets, RttAttrs};
 pub use peers::{parse_peers_file, PeerSource};
 pub use plugin::{plugin_config, plugin_path, PluginNotFound};
 pub use rounds::{probe_batch, probe_once, run};

@@ -12,7 +12,14 @@ use rocewatch_runtime::store::Store;
 /// Declare the probe metrics in the store (the RTT histogram with its buckets).
 pub fn declare(store: &Store, cfg: Option<&ProbesConfig>) {
     let bounds = cfg.map_or_else(default_rtt_buckets, |c| c.rtt_buckets.clone());
-    for d in rocewatch_metrics::descriptors_of(rocewatch_metrics::PROBE_CATALOG) {
+    let catalogs = [
+        rocewatch_metrics::PROBE_CATALOG,
+        rocewatch_metrics::FLEET_CATALOG,
+    ];
+    for d in catalogs
+        .into_iter()
+        .flat_map(rocewatch_metrics::descriptors_of)
+    {
         if d.kind == MetricKind::Histogram {
             store.declare_histogram(&d, &bounds);
         } else {
@@ -76,6 +83,7 @@ pub(super) fn cause_class(cause: &str) -> String {
 pub(super) fn sample(name: &'static str, value: Value, attributes: Attributes) -> Sample {
     let e = rocewatch_metrics::PROBE_CATALOG
         .iter()
+        .chain(rocewatch_metrics::FLEET_CATALOG)
         .find(|e| e.name == name)
         .expect("probe metric is catalogued");
     Sample {

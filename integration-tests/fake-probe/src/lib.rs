@@ -4,6 +4,9 @@
 //! - `ok-<N>us...`: answered after N microseconds (the RTT it reports is N µs);
 //! - `dead-...`: no answer: the probe waits out its timeout;
 //! - `refused-...`: connection refused (`rejected: ...`);
+//! - an IPv4 address (a fleet pinglist's peer), by its last byte: 1-99 answer in 20 µs,
+//!   100-199 never answer, 200-249 answer except on path 2 (a black-holed path), 250-255
+//!   refuse;
 //! - anything else: address resolution fails.
 //!
 //! `probe_many` has a round's probes in flight together, as the verbs plugin does: the
@@ -27,6 +30,25 @@ impl Plugin for FakeProbe {
 /// The outcome for `t`, and how long it takes.
 fn answer(t: &ProbeTarget) -> (ProbeOutcome, Duration) {
     let p = t.peer.as_str();
+    if let Ok(ip) = p.parse::<std::net::Ipv4Addr>() {
+        let ok = (
+            ProbeOutcome::Ok { rtt_seconds: 20e-6 },
+            Duration::from_micros(20),
+        );
+        let dead = (ProbeOutcome::Timeout, Duration::from_millis(t.timeout_ms));
+        return match ip.octets()[3] {
+            1..=99 => ok,
+            100..=199 => dead,
+            200..=249 if t.path == 2 => dead,
+            200..=249 => ok,
+            _ => (
+                ProbeOutcome::ConnectFailed {
+                    cause: format!("rejected: no responder on {p} (connection refused)"),
+                },
+                Duration::ZERO,
+            ),
+        };
+    }
     if let Some(us) = p
         .strip_prefix("ok-")
         .and_then(|r| r.split("us").next())

@@ -21,8 +21,8 @@
 //! counters before and after.
 //!
 //! Flows (ABI 1.3): a target names a path (0..) and a flow label; each (peer, path) has
-//! its own queue pair, and the label sets its UDP source port (RoCE v2 devices derive
-//! the port from the address vector's flow label). When a flow's label changes, its
+//! its own queue pair, and the label sets its UDP source port (the kernel derives the
+//! port from the address vector's flow label where the driver uses it: rxe does). When a flow's label changes, its
 //! queue pair goes to RESET and back to RTS with the new label and the sequence numbers
 //! where they stand: the peer's queue pair never notices, no side channel is used.
 //!

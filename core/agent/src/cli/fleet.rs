@@ -23,10 +23,14 @@ pub enum FleetCommand {
     ///   host,rail,addr,tor
     ///   gpu001,0,10.0.0.1,leaf-r01-a
     /// Every host computes its own list alone; this prints what it will compute.
+    /// With --prometheus the map is the NIC info series the hosts export
+    /// (rdma_fleet_nic_info), read from the metrics backend as the agent's
+    /// [fleet] source = "prometheus" reads it.
     ///
     /// Examples:
     ///   rocewatch fleet plan --topology fleet.csv --host gpu001
     ///   rocewatch fleet plan --topology fleet.csv --all --format json
+    ///   rocewatch fleet plan --prometheus http://vm:8428 --host gpu001
     #[command(verbatim_doc_comment)]
     Plan(PlanArgs),
     /// Print this host's lines of the topology file: each RDMA port's rank, the address
@@ -78,10 +82,23 @@ pub enum Format {
 /// `rocewatch fleet plan`'s arguments.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("who").required(true).args(["host", "all"])))]
+#[command(group(clap::ArgGroup::new("map").required(true).args(["topology", "prometheus"])))]
 pub struct PlanArgs {
     /// The topology file (CSV: host,rail,addr,tor).
     #[arg(long, value_name = "FILE")]
-    pub topology: PathBuf,
+    pub topology: Option<PathBuf>,
+    /// The metrics backend's Prometheus HTTP API (Prometheus, VictoriaMetrics): the map
+    /// is its NIC info series.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// The instant query giving the NIC info series (with --prometheus).
+    #[arg(
+        long,
+        value_name = "PROMQL",
+        default_value = "rdma_fleet_nic_info",
+        requires = "prometheus"
+    )]
+    pub query: String,
     /// The host whose pinglist to print, as the topology spells it.
     #[arg(long, value_name = "NAME")]
     pub host: Option<String>,
@@ -106,41 +123,16 @@ pub async fn run(c: FleetCommand) -> Result<i32> {
     }
 }
 
-/// How long lldpcli may take.
-const LLDPCLI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// lldpcli's neighbours, from the file or from running it.
 fn lldp_neighbours(a: &TopologyArgs) -> Result<Vec<rocewatch_fleet::lldp::Neighbour>> {
-    let (what, text) = match &a.lldp_json {
-        Some(f) => (
-            f.display().to_string(),
-            std::fs::read_to_string(f).with_context(|| format!("--lldp-json {}", f.display()))?,
-        ),
-        None => {
-            let mut cmd = std::process::Command::new(&a.lldpcli);
-            cmd.args(["-f", "json0", "show", "neighbors", "details"]);
-            let what = format!("{} -f json0 show neighbors details", a.lldpcli.display());
-            let out = rocewatch_slurm::scontrol::run_bounded(cmd, LLDPCLI_TIMEOUT).map_err(
-                |e| match e {
-                    rocewatch_slurm::scontrol::RunError::Spawn(e) => anyhow::anyhow!(
-                        "{what}: cannot run: {e} (is lldpd installed? Debian: apt install lldpd)"
-                    ),
-                    rocewatch_slurm::scontrol::RunError::Timeout { stderr } => anyhow::anyhow!(
-                        "{what}: still running after {LLDPCLI_TIMEOUT:?}; killed ({stderr})"
-                    ),
-                },
-            )?;
-            if !out.status.success() {
-                anyhow::bail!(
-                    "{what}: {}: {} (is lldpd running?)",
-                    out.status,
-                    out.stderr.trim()
-                );
-            }
-            (what, out.stdout)
+    match &a.lldp_json {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("--lldp-json {}", f.display()))?;
+            rocewatch_fleet::lldp::parse(&text).with_context(|| f.display().to_string())
         }
-    };
-    rocewatch_fleet::lldp::parse(&text).with_context(|| what)
+        None => crate::fleet::lldp_neighbours(&a.lldpcli).map_err(anyhow::Error::msg),
+    }
 }
 
 async fn topology(a: TopologyArgs) -> Result<i32> {
@@ -155,63 +147,64 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
         crate::app::App::start(cfg, Some(&[rocewatch_plugin_api::PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
     app.stop().await;
-    let rails = crate::fleet::rails_of(&host, &inv?);
+    let ports = crate::fleet::local_ports(&inv?);
+    let (rows, left) = rocewatch_fleet::lldp::rows(&host, &ports, &neighbours);
     let mut out = String::new();
     if !a.no_header {
         out.push_str("host,rail,addr,tor,tor_port\n");
     }
+    for n in &rows {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{}",
+            csv_field(&n.host),
+            n.rail,
+            n.addr,
+            csv_field(&n.tor),
+            csv_field(n.tor_port.as_deref().unwrap_or(""))
+        );
+    }
+    // A port given a row with a remark (several neighbours) is not left out.
     let mut left_out = 0;
-    for (rank, nic) in rails.nics.iter().enumerate() {
-        let netdev = nic.netdev.as_deref().unwrap_or("");
-        let seen: Vec<_> = neighbours.iter().filter(|n| n.netdev == netdev).collect();
-        let names = |n: &rocewatch_fleet::lldp::Neighbour| {
-            let check = rocewatch_fleet::topology::name;
-            check(&n.switch, "the LLDP switch name", true).and_then(|_| {
-                n.port
-                    .as_deref()
-                    .map_or(Ok(String::new()), |p| check(p, "the LLDP port", true))
-            })
-        };
-        let why = match (&nic.addr, seen.first()) {
-            _ if rank > usize::from(rocewatch_fleet::topology::MAX_RAIL) => Some(format!(
-                "rank {rank} is past the topology file's {}",
-                rocewatch_fleet::topology::MAX_RAIL
-            )),
-            (None, _) => Some(format!("{netdev} has no IPv4 address with a RoCE v2 GID")),
-            (_, None) => Some(format!("no LLDP neighbour on {netdev:?}")),
-            (_, Some(n)) if names(n).is_err() => names(n).err(),
-            (Some(addr), Some(n)) => {
-                if seen.len() > 1 {
-                    eprintln!(
-                        "rocewatch: rail {rank} ({}): {} LLDP neighbours on {netdev}; the first, {}, is taken",
-                        nic.name,
-                        seen.len(),
-                        n.switch
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "{},{rank},{addr},{},{}",
-                    csv_field(&host),
-                    csv_field(&n.switch),
-                    csv_field(n.port.as_deref().unwrap_or(""))
-                );
-                None
-            }
-        };
-        if let Some(why) = why {
+    for l in &left {
+        let kept = rows.iter().any(|n| usize::from(n.rail) == l.rail);
+        if !kept {
             left_out += 1;
-            eprintln!("rocewatch: rail {rank} ({}): left out: {why}", nic.name);
         }
+        let verb = if kept { "note" } else { "left out" };
+        eprintln!("rocewatch: rail {} ({}): {verb}: {}", l.rail, l.name, l.why);
     }
     print!("{out}");
     Ok(i32::from(left_out > 0))
 }
 
+/// The map from the file or the backend (series it could not read are named on stderr).
+fn read_map(a: &PlanArgs) -> Result<Topology> {
+    if let Some(url) = &a.prometheus {
+        // A blocking client, off the runtime's threads.
+        let (u, q) = (url.clone(), a.query.clone());
+        let (nics, left) = std::thread::spawn(move || {
+            rocewatch_probes::fleet::fetch_prometheus(&u, &q, std::time::Duration::from_secs(10))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("{url}: the query's thread panicked"))?
+        .map_err(anyhow::Error::msg)?;
+        for l in &left {
+            eprintln!("rocewatch: left out: {l}");
+        }
+        if nics.is_empty() {
+            anyhow::bail!("{url}: the query {:?} gave no NIC", a.query);
+        }
+        return Topology::from_nics(nics).map_err(|e| anyhow::anyhow!("{url}: {e}"));
+    }
+    let path = a.topology.as_ref().context("--topology or --prometheus")?;
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
+    Ok(Topology::parse(&name, &text)?)
+}
+
 fn plan(a: PlanArgs) -> Result<i32> {
-    let name = a.topology.display().to_string();
-    let text = std::fs::read_to_string(&a.topology).with_context(|| format!("reading {name}"))?;
-    let topo = Topology::parse(&name, &text)?;
+    let topo = read_map(&a)?;
     let opts = Options {
         probers: a.probers,
         max_peers: a.max_peers,

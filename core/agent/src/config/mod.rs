@@ -82,6 +82,10 @@ pub struct Config {
     /// Scheduled verbs probes (`[probes]`), off unless present.
     #[serde(default)]
     pub probes: Option<rocewatch_probes::ProbesConfig>,
+    /// This host in the fleet (`[fleet]`): the map, the NIC info series, and with
+    /// `[probes]` the pinglist probed instead of its peer list. Off unless present.
+    #[serde(default)]
+    pub fleet: Option<rocewatch_probes::fleet::FleetConfig>,
     /// The desired RoCE/PFC/ECN state (`[[qos.desired]]`), for `rocewatch qos plan`.
     #[serde(default)]
     pub qos: rocewatch_qos::QosConfig,
@@ -295,6 +299,26 @@ impl Config {
         rocewatch_remediation::validate(&self.remediation, &self.rules)?;
         if let Some(p) = &self.probes {
             p.validate()?;
+        }
+        if let Some(f) = &self.fleet {
+            f.validate()?;
+            if let Some(p) = self
+                .probes
+                .as_ref()
+                .filter(|p| !p.peers.is_empty() || p.peers_dns.is_some() || p.peers_file.is_some())
+            {
+                let key = if !p.peers.is_empty() {
+                    "peers"
+                } else if p.peers_dns.is_some() {
+                    "peers_dns"
+                } else {
+                    "peers_file"
+                };
+                return Err((
+                    format!("probes.{key}"),
+                    "with [fleet] the peers are this host's pinglist from the fleet's map; remove the peer list".into(),
+                ));
+            }
         }
         rocewatch_qos::validate(&self.qos)?;
         for (name, a) in &self.remediation.actions {

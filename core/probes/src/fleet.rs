@@ -1,0 +1,355 @@
+//! `[fleet]`: where the fleet's map comes from (a topology file, or the metrics backend's
+//! NIC info series), this host's place in it, and how its pinglist is probed (flows per
+//! peer, their rotation, the failing flows kept, what counts as an overloaded host).
+//!
+//! [`FleetView`] is what the prober gets from the map: this host's ToR per rail and its
+//! pinglist, on the rails the probe device serves.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use rocewatch_fleet::pinglist::{Options, Peer, Plan};
+use rocewatch_fleet::{Nic, Topology};
+
+use super::flows::MAX_PATHS;
+
+/// Where the fleet's map comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetSource {
+    /// `topology`: a CSV file (`host,rail,addr,tor[,tor_port]`), re-read when it changes.
+    #[default]
+    Topology,
+    /// The NIC info series every host exports, queried over the Prometheus HTTP API.
+    Prometheus,
+}
+
+fn default_query() -> String {
+    "rdma_fleet_nic_info".into()
+}
+fn default_refresh() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_probers() -> usize {
+    rocewatch_fleet::pinglist::DEFAULT_PROBERS
+}
+fn default_max_peers() -> usize {
+    rocewatch_fleet::pinglist::DEFAULT_MAX_PEERS
+}
+fn default_paths() -> u16 {
+    4
+}
+fn default_rotation() -> Duration {
+    Duration::from_secs(16)
+}
+fn default_top() -> usize {
+    32
+}
+fn default_window() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_steal() -> f64 {
+    0.1
+}
+fn default_run_queue() -> f64 {
+    2.0
+}
+fn default_lldpcli() -> PathBuf {
+    "lldpcli".into()
+}
+fn default_procfs() -> PathBuf {
+    "/proc".into()
+}
+
+/// `[fleet]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetConfig {
+    #[serde(default)]
+    pub source: FleetSource,
+    /// The topology file (`source = "topology"`; with `source = "prometheus"`, where this
+    /// host's own rows come from when `lldp` is off).
+    #[serde(default)]
+    pub topology: Option<PathBuf>,
+    /// The Prometheus HTTP API's base URL (`source = "prometheus"`): Prometheus,
+    /// VictoriaMetrics (`http://vm:8428`), or anything serving `/api/v1/query`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The instant query giving every host's NIC info series.
+    #[serde(default = "default_query")]
+    pub query: String,
+    /// How often the map is read again (the file when it changed, the query always).
+    #[serde(
+        default = "default_refresh",
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
+    )]
+    pub refresh: Duration,
+    /// This host's name in the map (default: `agent.host_name`, else the kernel's host
+    /// name up to its first dot).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// This host's rows (the NIC info series) from `lldpd`'s neighbours rather than from
+    /// the topology file.
+    #[serde(default)]
+    pub lldp: bool,
+    #[serde(default = "default_lldpcli")]
+    pub lldpcli: PathBuf,
+    /// Cross-ToR probers per ordered pair of ToRs and rail.
+    #[serde(default = "default_probers")]
+    pub probers: usize,
+    /// Peers per host at most.
+    #[serde(default = "default_max_peers")]
+    pub max_peers: usize,
+    /// Flows per peer, each with its own UDP source port (1..=16).
+    #[serde(default = "default_paths")]
+    pub paths: u16,
+    /// Each flow takes a new source port this often (0s: never).
+    #[serde(
+        default = "default_rotation",
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
+    )]
+    pub path_rotation: Duration,
+    /// The failing flows exported, worst first.
+    #[serde(default = "default_top")]
+    pub top_failing: usize,
+    /// The window a flow's loss is judged over.
+    #[serde(
+        default = "default_window",
+        deserialize_with = "rocewatch_runtime::util::duration::de_duration"
+    )]
+    pub failing_window: Duration,
+    /// A round's timeouts are this host's, not the network's, when the CPU time stolen
+    /// over it is above this share ...
+    #[serde(default = "default_steal")]
+    pub overload_steal: f64,
+    /// ... or more tasks than this are runnable per CPU.
+    #[serde(default = "default_run_queue")]
+    pub overload_run_queue: f64,
+    /// Where `/proc/stat` is read from.
+    #[serde(default = "default_procfs")]
+    pub procfs_root: PathBuf,
+}
+
+impl FleetConfig {
+    /// What is wrong with the settings: (key, message).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |k: &str, m: String| Err((format!("fleet.{k}"), m));
+        match self.source {
+            FleetSource::Topology if self.topology.is_none() => {
+                return bad(
+                    "topology",
+                    "source = \"topology\" needs the topology file's path".into(),
+                )
+            }
+            FleetSource::Prometheus => match &self.url {
+                None => {
+                    return bad(
+                        "url",
+                        "source = \"prometheus\" needs the Prometheus HTTP API's URL (http://vm:8428)".into(),
+                    )
+                }
+                Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => {
+                    return bad("url", format!("{u:?}: give an http:// or https:// URL"))
+                }
+                Some(_) if !self.lldp && self.topology.is_none() => {
+                    return bad(
+                        "lldp",
+                        "with source = \"prometheus\", this host's own rows come from LLDP (lldp = true) or a topology file (topology = PATH)".into(),
+                    )
+                }
+                _ => {}
+            },
+            FleetSource::Topology => {}
+        }
+        if !(1..=MAX_PATHS).contains(&self.paths) {
+            return bad("paths", format!("{}: give 1 to {MAX_PATHS}", self.paths));
+        }
+        if self.probers == 0 || self.max_peers == 0 || self.top_failing == 0 {
+            let k = if self.probers == 0 {
+                "probers"
+            } else if self.max_peers == 0 {
+                "max_peers"
+            } else {
+                "top_failing"
+            };
+            return bad(k, "must be at least 1".into());
+        }
+        let hour = Duration::from_secs(3600);
+        for (k, v, min, max) in [
+            ("refresh", self.refresh, Duration::from_secs(10), 24 * hour),
+            (
+                "failing_window",
+                self.failing_window,
+                Duration::from_secs(6),
+                hour,
+            ),
+            ("path_rotation", self.path_rotation, Duration::ZERO, hour),
+        ] {
+            if v < min || v > max {
+                return bad(k, format!("{v:?}: give {min:?} to {max:?}"));
+            }
+        }
+        for (k, v) in [
+            ("overload_steal", self.overload_steal),
+            ("overload_run_queue", self.overload_run_queue),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(k, format!("{v}: give a positive number"));
+            }
+        }
+        if self.query.trim().is_empty() {
+            return bad("query", "is empty".into());
+        }
+        Ok(())
+    }
+
+    /// The pinglist options.
+    pub fn options(&self) -> Options {
+        Options {
+            probers: self.probers,
+            max_peers: self.max_peers,
+        }
+    }
+}
+
+/// What the prober gets from the fleet's map.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetView {
+    pub host: String,
+    /// This host's ToR on each rail it probes.
+    pub tors: BTreeMap<u8, String>,
+    /// Its pinglist on those rails.
+    pub peers: Vec<Peer>,
+    /// Rails of this host in the map that the probe device does not serve (not probed).
+    pub other_rails: Vec<u8>,
+    /// The peers of those rails.
+    pub other_rail_peers: usize,
+}
+
+/// This host's view of `topo`: its pinglist, on the rails whose address is one of
+/// `local` (the probe device's addresses; empty: every rail).
+pub fn view_of(
+    topo: &Topology,
+    host: &str,
+    opts: Options,
+    local: &BTreeSet<IpAddr>,
+) -> Result<FleetView, String> {
+    let list = Plan::new(topo, opts).of(host).map_err(|e| e.to_string())?;
+    let served = |n: &Nic| local.is_empty() || local.contains(&n.addr);
+    let mut tors = BTreeMap::new();
+    let mut other_rails = Vec::new();
+    for n in topo.nics_of(host) {
+        if served(n) {
+            tors.insert(n.rail, n.tor.clone());
+        } else {
+            other_rails.push(n.rail);
+        }
+    }
+    let (peers, others): (Vec<Peer>, Vec<Peer>) = list
+        .peers
+        .into_iter()
+        .partition(|p| tors.contains_key(&p.rail));
+    Ok(FleetView {
+        host: host.to_string(),
+        tors,
+        peers,
+        other_rails,
+        other_rail_peers: others.len(),
+    })
+}
+
+/// The NICs the metrics backend knows: `GET {url}/api/v1/query?query=...` (blocking,
+/// within `timeout`), and the series it could not read.
+pub fn fetch_prometheus(
+    url: &str,
+    query: &str,
+    timeout: Duration,
+) -> Result<(Vec<Nic>, Vec<String>), String> {
+    let endpoint = format!("{}/api/v1/query", url.trim_end_matches('/'));
+    let client = reqwest::blocking::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| format!("{endpoint}: {e}"))?;
+    let resp = client
+        .get(&endpoint)
+        .query(&[("query", query)])
+        .send()
+        .map_err(|e| format!("{endpoint}: {e}"))?;
+    let status = resp.status();
+    // At most 64 MiB: 10,000 hosts of 8 NICs are about 20 MiB of JSON.
+    let body = resp
+        .text()
+        .map_err(|e| format!("{endpoint}: reading the answer: {e}"))?;
+    if body.len() > 64 << 20 {
+        return Err(format!("{endpoint}: an answer of {} bytes", body.len()));
+    }
+    rocewatch_fleet::promapi::parse_nics(&body).map_err(|e| {
+        if status.is_success() {
+            format!("{endpoint}: {e}")
+        } else {
+            format!("{endpoint}: HTTP {status}: {e}")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_validate_naming_the_key() {
+        let cfg = |t: &str| -> FleetConfig { toml::from_str(t).unwrap() };
+        let ok = cfg("topology = \"/etc/rocewatch/topology.csv\"");
+        assert!(ok.validate().is_ok());
+        assert_eq!((ok.paths, ok.max_peers, ok.probers), (4, 600, 2));
+        assert_eq!(ok.path_rotation, Duration::from_secs(16));
+        for (t, key) in [
+            ("", "fleet.topology"),
+            ("source = \"prometheus\"", "fleet.url"),
+            ("source = \"prometheus\"\nurl = \"vm:8428\"", "fleet.url"),
+            (
+                "source = \"prometheus\"\nurl = \"http://vm:8428\"",
+                "fleet.lldp",
+            ),
+            ("topology = \"t\"\npaths = 0", "fleet.paths"),
+            ("topology = \"t\"\npaths = 17", "fleet.paths"),
+            ("topology = \"t\"\nmax_peers = 0", "fleet.max_peers"),
+            ("topology = \"t\"\nrefresh = \"1s\"", "fleet.refresh"),
+            (
+                "topology = \"t\"\noverload_steal = 0.0",
+                "fleet.overload_steal",
+            ),
+        ] {
+            assert_eq!(cfg(t).validate().unwrap_err().0, key, "{t}");
+        }
+        assert!(
+            cfg("source = \"prometheus\"\nurl = \"http://vm:8428\"\nlldp = true")
+                .validate()
+                .is_ok()
+        );
+        assert!(toml::from_str::<FleetConfig>("topolgy = \"t\"").is_err());
+    }
+
+    #[test]
+    fn the_view_keeps_the_rails_the_probe_device_serves() {
+        let topo = Topology::parse(
+            "t.csv",
+            "host,rail,addr,tor\na,0,10.0.0.1,t1\na,1,10.1.0.1,t1b\nb,0,10.0.0.2,t1\nb,1,10.1.0.2,t1b\nc,0,10.0.0.3,t2\nc,1,10.1.0.3,t2b\n",
+        )
+        .unwrap();
+        let all = view_of(&topo, "a", Options::default(), &BTreeSet::new()).unwrap();
+        assert_eq!(all.peers.len(), 4);
+        assert_eq!(all.tors.len(), 2);
+        let local = BTreeSet::from(["10.1.0.1".parse().unwrap()]);
+        let v = view_of(&topo, "a", Options::default(), &local).unwrap();
+        assert_eq!(v.tors, BTreeMap::from([(1, "t1b".to_string())]));
+        assert!(v.peers.iter().all(|p| p.rail == 1), "{v:?}");
+        assert_eq!((v.other_rails.clone(), v.other_rail_peers), (vec![0], 2));
+        let e = view_of(&topo, "zz", Options::default(), &local).unwrap_err();
+        assert!(e.contains("zz"), "{e}");
+    }
+}

@@ -1,0 +1,286 @@
+//! Probe rounds of a fleet pinglist: every flow of every peer in flight at once, each
+//! flow on its own source port (rotated), the round judged against this host's load, and
+//! the results counted by [`FleetStats`] instead of per peer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use rocewatch_fleet::pinglist::Class;
+use rocewatch_metrics::names;
+use rocewatch_plugin_api::{Attributes, NicTimestamps, ProbeOutcome, ProbeTarget, Sample, Value};
+use rocewatch_runtime::host::registry::Entry;
+use rocewatch_runtime::pipeline::Pipeline;
+
+use super::config::{ProbesConfig, PLUGIN};
+use super::fleet::{FleetConfig, FleetView};
+use super::fleetstats::{FleetStats, Outcome};
+use super::flows::{epoch, flow_label};
+use super::noise::HostNoise;
+use super::rounds::probe_batch;
+use super::stats::sample;
+
+/// Seconds since the epoch: flows rotate on the wall clock.
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The round's targets: every path of every peer, with the flow label of its epoch (none
+/// when there is one path that never rotates: the driver's port, as without `[fleet]`).
+pub fn targets(
+    view: &FleetView,
+    cfg: &ProbesConfig,
+    fleet: &FleetConfig,
+    now: u64,
+) -> Vec<ProbeTarget> {
+    let rotation = fleet.path_rotation.as_secs();
+    let labelled = fleet.paths > 1 || rotation > 0;
+    let mut out = Vec::with_capacity(view.peers.len() * usize::from(fleet.paths));
+    for p in &view.peers {
+        let addr = p.addr.to_string();
+        for path in 0..fleet.paths {
+            let mut t = ProbeTarget::new(addr.clone(), cfg.size, cfg.timeout.as_millis() as u64);
+            t.path = path;
+            if labelled {
+                t.flow_label = flow_label(
+                    &view.host,
+                    &addr,
+                    path,
+                    epoch(&view.host, &addr, path, now, rotation),
+                );
+            }
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// RTT histogram attributes by class and path, made once.
+pub type RttAttrs = BTreeMap<(Class, u16), Attributes>;
+
+/// Count a round: `outcomes[i]` is how `targets[i]` (of [`targets`]: each peer's paths in
+/// order) ended, `Err` when the plugin gave nothing. The answered probes' RTTs, with
+/// their histogram's attributes.
+pub fn count_round(
+    st: &mut FleetStats,
+    view: &FleetView,
+    targets: &[ProbeTarget],
+    outcomes: &[Result<&ProbeOutcome, ()>],
+    overloaded: bool,
+    now: u64,
+    rtt_attrs: &mut RttAttrs,
+) -> Vec<(Attributes, f64)> {
+    let paths = (targets.len() / view.peers.len().max(1)).max(1);
+    let mut rtts = Vec::new();
+    for (i, (t, r)) in targets.iter().zip(outcomes).enumerate() {
+        let peer = &view.peers[i / paths];
+        if let Ok(ProbeOutcome::Ok { rtt_seconds }) = r {
+            let a = rtt_attrs
+                .entry((peer.class, t.path))
+                .or_insert_with(|| st.rtt_attrs(peer, t.path));
+            rtts.push((a.clone(), *rtt_seconds));
+        }
+        st.record(peer, t.path, Outcome::of(*r, overloaded), now);
+    }
+    rtts
+}
+
+/// A round's samples: the fleet counters and failing flows, the peers and the interval.
+pub fn round_samples(
+    st: &FleetStats,
+    view: &FleetView,
+    interval: Duration,
+    now: u64,
+) -> Vec<Sample> {
+    let mut out = st.samples(now);
+    for (state, n) in [
+        ("probed", view.peers.len()),
+        ("other_rail", view.other_rail_peers),
+    ] {
+        out.push(sample(
+            names::PROBE_PEERS,
+            Value::U64(n as u64),
+            Attributes::new([("rdma.probe.state".to_string(), state.to_string())].into()),
+        ));
+    }
+    out.push(sample(
+        names::PROBE_INTERVAL,
+        Value::F64(interval.as_secs_f64()),
+        Attributes::default(),
+    ));
+    out
+}
+
+/// Probe the fleet view's pinglist once per (effective) interval until `shutdown`.
+pub async fn run_fleet(
+    entry: Entry,
+    pipeline: Arc<Pipeline>,
+    cfg: ProbesConfig,
+    fleet: FleetConfig,
+    mut views: watch::Receiver<Option<Arc<FleetView>>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let store = pipeline.store();
+    let mut stats: Option<(Arc<FleetView>, FleetStats)> = None;
+    let mut noise = HostNoise::new(
+        &fleet.procfs_root,
+        fleet.overload_steal,
+        fleet.overload_run_queue,
+    );
+    let mut said = (false, false, false);
+    let mut last_interval = Duration::ZERO;
+    let mut rtt_attrs = RttAttrs::new();
+    loop {
+        let round = tokio::time::Instant::now();
+        let view = views.borrow_and_update().clone();
+        let Some(view) = view else {
+            if !said.0 {
+                tracing::info!("probes: waiting for the fleet's map (see the fleet log lines)");
+                said.0 = true;
+            }
+            tokio::select! {
+                _ = views.changed() => continue,
+                _ = shutdown.changed() => return,
+            }
+        };
+        // A new map: its flows, keeping the counters (a counter never goes back).
+        let st = match &mut stats {
+            Some((v, st)) if Arc::ptr_eq(v, &view) => st,
+            _ => {
+                let mut st = match stats.take() {
+                    Some((_, st)) => st,
+                    None => FleetStats::new(
+                        &view.host,
+                        view.tors.clone(),
+                        fleet.failing_window.as_secs(),
+                        fleet.top_failing,
+                    ),
+                };
+                st.set_tors(view.tors.clone());
+                let keep: std::collections::HashSet<_> =
+                    view.peers.iter().map(|p| p.addr).collect();
+                st.retain(|a, path| keep.contains(a) && path < fleet.paths);
+                if !view.other_rails.is_empty() {
+                    tracing::warn!(
+                        "probes: rails {:?} of {} are not on the probe device: their {} peers are not probed",
+                        view.other_rails, view.host, view.other_rail_peers
+                    );
+                }
+                &mut stats.insert((Arc::clone(&view), st)).1
+            }
+        };
+        let now = now_s();
+        let targets = targets(&view, &cfg, &fleet, now);
+        let interval = cfg.effective_interval(targets.len());
+        if interval != last_interval {
+            if interval > cfg.interval {
+                tracing::warn!(
+                    "probes: {} flows ({} peers x {} paths) at probes.max_rate = {}/s: each is probed every {interval:?} instead of every {:?}",
+                    targets.len(), view.peers.len(), fleet.paths, cfg.max_rate, cfg.interval
+                );
+            }
+            last_interval = interval;
+        }
+        if !targets.is_empty() {
+            let results = tokio::select! {
+                r = probe_batch(&entry, targets.clone(), pipeline.metrics()) => r,
+                _ = shutdown.changed() => return,
+            };
+            // The load over the round: steal since the last look, the run queue now.
+            let overloaded = match noise.sample() {
+                Ok(l) => noise.overloaded(&l),
+                Err(e) => {
+                    if !said.1 {
+                        tracing::warn!("probes: cannot tell whether this host is overloaded: {e}");
+                        said.1 = true;
+                    }
+                    false
+                }
+            };
+            match (&results, said.2) {
+                (Ok(r), false) => {
+                    if let Some(NicTimestamps::Unsupported { reason }) =
+                        r.first().and_then(|r| r.nic_timestamps.as_ref())
+                    {
+                        tracing::info!("probes: no NIC-measured RTT split: {reason}");
+                    }
+                    said.2 = true;
+                }
+                (Err(e), _) => tracing::warn!("probes: the round failed: {e}"),
+                _ => {}
+            }
+            let outcomes: Vec<Result<&ProbeOutcome, ()>> = match &results {
+                Ok(r) => (0..targets.len())
+                    .map(|i| r.get(i).map(|r| &r.outcome).ok_or(()))
+                    .collect(),
+                Err(_) => vec![Err(()); targets.len()],
+            };
+            let rtts = count_round(
+                st,
+                &view,
+                &targets,
+                &outcomes,
+                overloaded,
+                now,
+                &mut rtt_attrs,
+            );
+            store.observe(names::PROBE_FLEET_RTT, rtts.iter().map(|(a, v)| (a, *v)));
+        }
+        let out = round_samples(st, &view, interval, now);
+        pipeline.ingest_at(PLUGIN, &out, SystemTime::now(), Instant::now());
+        tokio::select! {
+            _ = tokio::time::sleep_until(round + interval) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn every_path_of_every_peer_with_its_own_label() {
+        let topo = rocewatch_fleet::Topology::parse(
+            "t",
+            "host,rail,addr,tor\na,0,10.0.0.1,t1\nb,0,10.0.0.2,t1\nc,0,10.0.0.3,t2\n",
+        )
+        .unwrap();
+        let view =
+            super::super::fleet::view_of(&topo, "a", Default::default(), &BTreeSet::new()).unwrap();
+        let cfg: ProbesConfig = toml::from_str("").unwrap();
+        let fleet: FleetConfig = toml::from_str("topology = \"t\"").unwrap();
+        let t = targets(&view, &cfg, &fleet, 1_000_000);
+        assert_eq!(t.len(), 2 * 4);
+        let paths: Vec<(String, u16)> = t.iter().map(|t| (t.peer.clone(), t.path)).collect();
+        assert_eq!(
+            paths[..4],
+            [
+                ("10.0.0.2".into(), 0),
+                ("10.0.0.2".into(), 1),
+                ("10.0.0.2".into(), 2),
+                ("10.0.0.2".into(), 3)
+            ]
+        );
+        let labels: BTreeSet<u32> = t.iter().map(|t| t.flow_label).collect();
+        assert_eq!(labels.len(), 8, "{labels:?}");
+        assert!(!labels.contains(&0));
+        // 16 s later every flow has moved to another port.
+        let later = targets(&view, &cfg, &fleet, 1_000_016);
+        assert!(t
+            .iter()
+            .zip(&later)
+            .all(|(a, b)| a.flow_label != b.flow_label));
+        // One path that never rotates leaves the port to the driver.
+        let one: FleetConfig =
+            toml::from_str("topology = \"t\"\npaths = 1\npath_rotation = \"0s\"").unwrap();
+        assert!(targets(&view, &cfg, &one, 5)
+            .iter()
+            .all(|t| t.flow_label == 0 && t.path == 0));
+    }
+}

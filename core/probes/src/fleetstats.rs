@@ -1,0 +1,361 @@
+//! Probe statistics of a fleet pinglist, bounded per host whatever the fleet's size:
+//! results by class, path and outcome; RTTs by class and path; and the failing flows,
+//! only while they fail, the worst `top_failing` of them. Never a series per healthy pair.
+//!
+//! Time is the caller's (seconds), so that the fleet simulator feeds this code simulated
+//! rounds exactly as the prober feeds it real ones.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use rocewatch_fleet::pinglist::{Class, Peer};
+use rocewatch_metrics::names;
+use rocewatch_plugin_api::{Attributes, ProbeOutcome, Sample, Value};
+
+use super::stats::sample;
+
+/// This host's name on fleet series.
+pub const ATTR_HOST: &str = "host";
+/// This host's ToR on the flow's rail.
+pub const ATTR_TOR: &str = "tor";
+pub const ATTR_RAIL: &str = "rail";
+/// `same_tor` or `cross_tor`.
+pub const ATTR_CLASS: &str = "class";
+/// The flow's index among the peer's flows.
+pub const ATTR_PATH: &str = "path";
+/// `ok`, `timeout`, `failed`, `host_overloaded`.
+pub const ATTR_OUTCOME: &str = "outcome";
+/// The peer's address, host and ToR.
+pub const ATTR_PEER: &str = "peer";
+pub const ATTR_PEER_HOST: &str = "peer_host";
+pub const ATTR_PEER_TOR: &str = "peer_tor";
+
+/// How one probe of a flow ended, as the fleet counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    Ok,
+    Timeout,
+    /// No connection (address resolution, route, rejected, QP error, the plugin).
+    Failed,
+    /// A timeout while this host was overloaded: not the network's.
+    HostOverloaded,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Ok,
+        Outcome::Timeout,
+        Outcome::Failed,
+        Outcome::HostOverloaded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Timeout => "timeout",
+            Outcome::Failed => "failed",
+            Outcome::HostOverloaded => "host_overloaded",
+        }
+    }
+
+    /// A probe's result as counted: a timeout while overloaded is the host's.
+    pub fn of(r: Result<&ProbeOutcome, ()>, overloaded: bool) -> Outcome {
+        match r {
+            Ok(ProbeOutcome::Ok { .. }) => Outcome::Ok,
+            Ok(ProbeOutcome::Timeout) if overloaded => Outcome::HostOverloaded,
+            Ok(ProbeOutcome::Timeout) => Outcome::Timeout,
+            Ok(ProbeOutcome::ConnectFailed { .. }) | Err(()) => Outcome::Failed,
+        }
+    }
+
+    /// Lost to the network (what the failing window counts).
+    fn lost(self) -> bool {
+        matches!(self, Outcome::Timeout | Outcome::Failed)
+    }
+}
+
+/// Buckets of the failing window.
+const BUCKETS: usize = 6;
+
+/// A flow's recent probes: `BUCKETS` buckets of `window / BUCKETS` seconds each, (bucket
+/// number, sent, lost).
+#[derive(Debug, Clone, Default)]
+struct Recent {
+    buckets: [(u64, u32, u32); BUCKETS],
+}
+
+impl Recent {
+    fn record(&mut self, bucket: u64, counted: bool, lost: bool) {
+        let b = &mut self.buckets[(bucket % BUCKETS as u64) as usize];
+        if b.0 != bucket {
+            *b = (bucket, 0, 0);
+        }
+        b.1 += u32::from(counted);
+        b.2 += u32::from(lost);
+    }
+
+    /// (sent, lost) over the buckets of the window ending at `bucket`.
+    fn window(&self, bucket: u64) -> (u32, u32) {
+        self.buckets
+            .iter()
+            .filter(|b| b.0 + BUCKETS as u64 > bucket && b.0 <= bucket)
+            .fold((0, 0), |a, b| (a.0 + b.1, a.1 + b.2))
+    }
+}
+
+/// A flow: a peer of the pinglist and a path index.
+type FlowKey = (IpAddr, u16);
+
+/// One host's fleet probe statistics.
+pub struct FleetStats {
+    host: String,
+    /// This host's ToR per rail.
+    tors: BTreeMap<u8, String>,
+    results: BTreeMap<(Class, u16, Outcome), u64>,
+    flows: HashMap<FlowKey, (Peer, Recent)>,
+    bucket_s: u64,
+    top: usize,
+}
+
+impl FleetStats {
+    /// `tors`: this host's ToR on each rail; failing flows are judged over `window_s`
+    /// and the worst `top` of them exported.
+    pub fn new(host: &str, tors: BTreeMap<u8, String>, window_s: u64, top: usize) -> Self {
+        FleetStats {
+            host: host.to_string(),
+            tors,
+            results: BTreeMap::new(),
+            flows: HashMap::new(),
+            bucket_s: (window_s / BUCKETS as u64).max(1),
+            top,
+        }
+    }
+
+    /// This host's ToRs changed (a new map).
+    pub fn set_tors(&mut self, tors: BTreeMap<u8, String>) {
+        self.tors = tors;
+    }
+
+    /// Count one probe of `peer` on `path` at `now_s`.
+    pub fn record(&mut self, peer: &Peer, path: u16, outcome: Outcome, now_s: u64) {
+        *self.results.entry((peer.class, path, outcome)).or_default() += 1;
+        let bucket = now_s / self.bucket_s;
+        let (_, recent) = self
+            .flows
+            .entry((peer.addr, path))
+            .or_insert_with(|| (peer.clone(), Recent::default()));
+        // An overloaded host's timeouts count neither way.
+        recent.record(bucket, outcome != Outcome::HostOverloaded, outcome.lost());
+    }
+
+    /// Forget the flows not in `keep` (peers that left the pinglist).
+    pub fn retain(&mut self, keep: impl Fn(&IpAddr, u16) -> bool) {
+        self.flows.retain(|(a, p), _| keep(a, *p));
+    }
+
+    /// The failing flows at `now_s`, worst first (most lost, then highest share), at most
+    /// `top`: (peer, path, sent, lost).
+    pub fn failing(&self, now_s: u64) -> Vec<(&Peer, u16, u32, u32)> {
+        let bucket = now_s / self.bucket_s;
+        let mut out: Vec<(&Peer, u16, u32, u32)> = self
+            .flows
+            .iter()
+            .filter_map(|((_, path), (peer, r))| {
+                let (sent, lost) = r.window(bucket);
+                (lost > 0).then_some((peer, *path, sent, lost))
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.3.cmp(&a.3)
+                .then_with(|| {
+                    (u64::from(b.3) * u64::from(a.2)).cmp(&(u64::from(a.3) * u64::from(b.2)))
+                })
+                .then_with(|| (a.0.addr, a.1).cmp(&(b.0.addr, b.1)))
+        });
+        out.truncate(self.top);
+        out
+    }
+
+    fn attrs(&self, pairs: &[(&str, &str)]) -> Attributes {
+        let mut m = rocewatch_plugin_api::AttrSet::new();
+        m.insert(ATTR_HOST, &self.host);
+        for (k, v) in pairs {
+            m.insert(k, v);
+        }
+        Attributes::new(m)
+    }
+
+    /// The attributes of the RTT histogram of a flow of `peer` on `path`.
+    pub fn rtt_attrs(&self, peer: &Peer, path: u16) -> Attributes {
+        self.attrs(&[
+            (ATTR_CLASS, peer.class.as_str()),
+            (ATTR_PATH, &path.to_string()),
+        ])
+    }
+
+    /// The counters and the failing flows as samples at `now_s`.
+    pub fn samples(&self, now_s: u64) -> Vec<Sample> {
+        let mut out = Vec::with_capacity(self.results.len() + self.top);
+        for ((class, path, outcome), n) in &self.results {
+            out.push(sample(
+                names::PROBE_FLEET_RESULTS,
+                Value::U64(*n),
+                self.attrs(&[
+                    (ATTR_CLASS, class.as_str()),
+                    (ATTR_PATH, &path.to_string()),
+                    (ATTR_OUTCOME, outcome.as_str()),
+                ]),
+            ));
+        }
+        for (peer, path, sent, lost) in self.failing(now_s) {
+            let tor = self.tors.get(&peer.rail).map_or("", String::as_str);
+            out.push(sample(
+                names::PROBE_FLEET_FAILING,
+                Value::F64(f64::from(lost) / f64::from(sent.max(1))),
+                self.attrs(&[
+                    (ATTR_TOR, tor),
+                    (ATTR_RAIL, &peer.rail.to_string()),
+                    (ATTR_CLASS, peer.class.as_str()),
+                    (ATTR_PEER, &peer.addr.to_string()),
+                    (ATTR_PEER_HOST, &peer.host),
+                    (ATTR_PEER_TOR, &peer.tor),
+                    (ATTR_PATH, &path.to_string()),
+                ]),
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(addr: &str, class: Class) -> Peer {
+        Peer {
+            rail: 0,
+            class,
+            host: format!("h-{addr}"),
+            addr: addr.parse().unwrap(),
+            tor: if class == Class::SameTor { "t1" } else { "t2" }.into(),
+            prober_rank: 0,
+        }
+    }
+
+    #[test]
+    fn results_by_class_path_outcome_and_failing_flows_only_while_they_fail() {
+        let tors = BTreeMap::from([(0, "t1".to_string())]);
+        let mut s = FleetStats::new("a", tors, 60, 2);
+        let (p1, p2, p3) = (
+            peer("10.0.0.2", Class::SameTor),
+            peer("10.0.1.2", Class::CrossTor),
+            peer("10.0.1.3", Class::CrossTor),
+        );
+        for t in 0..30 {
+            for path in 0..4 {
+                s.record(&p1, path, Outcome::Ok, t);
+                // Path 2 to p2 is black-holed; p3 loses every other probe on path 1.
+                let o2 = if path == 2 {
+                    Outcome::Timeout
+                } else {
+                    Outcome::Ok
+                };
+                s.record(&p2, path, o2, t);
+                let o3 = if path == 1 && t % 2 == 0 {
+                    Outcome::Failed
+                } else {
+                    Outcome::Ok
+                };
+                s.record(&p3, path, o3, t);
+            }
+        }
+        let out = s.samples(29);
+        let failing: Vec<_> = out
+            .iter()
+            .filter(|x| x.name == names::PROBE_FLEET_FAILING)
+            .map(|x| {
+                (
+                    x.attributes[ATTR_PEER].to_string(),
+                    x.attributes[ATTR_PATH].to_string(),
+                    x.value,
+                )
+            })
+            .collect();
+        assert_eq!(
+            failing,
+            [
+                ("10.0.1.2".to_string(), "2".to_string(), Value::F64(1.0)),
+                ("10.0.1.3".to_string(), "1".to_string(), Value::F64(0.5)),
+            ]
+        );
+        let f = out
+            .iter()
+            .find(|x| x.name == names::PROBE_FLEET_FAILING)
+            .unwrap();
+        for (k, v) in [
+            ("host", "a"),
+            ("tor", "t1"),
+            ("rail", "0"),
+            ("class", "cross_tor"),
+            ("peer_host", "h-10.0.1.2"),
+            ("peer_tor", "t2"),
+        ] {
+            assert_eq!(&f.attributes[k], v, "{k}");
+        }
+        let results: u64 = out
+            .iter()
+            .filter(|x| x.name == names::PROBE_FLEET_RESULTS)
+            .map(|x| match x.value {
+                Value::U64(n) => n,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(results, 30 * 4 * 3);
+        // 2 classes x 4 paths of ok, cross_tor timeouts on path 2, failures on path 1.
+        assert_eq!(
+            out.iter()
+                .filter(|x| x.name == names::PROBE_FLEET_RESULTS)
+                .count(),
+            10
+        );
+        // A minute of success later, nothing fails any more: the series are gone.
+        for t in 30..100 {
+            for path in 0..4 {
+                s.record(&p2, path, Outcome::Ok, t);
+                s.record(&p3, path, Outcome::Ok, t);
+            }
+        }
+        assert!(s.failing(99).is_empty());
+        // The top bound holds whatever fails.
+        for i in 0..50 {
+            s.record(
+                &peer(&format!("10.0.2.{i}"), Class::CrossTor),
+                0,
+                Outcome::Timeout,
+                100,
+            );
+        }
+        assert_eq!(s.failing(100).len(), 2);
+        s.retain(|a, _| a.to_string() == "10.0.2.7");
+        assert_eq!(s.failing(100).len(), 1);
+    }
+
+    #[test]
+    fn an_overloaded_hosts_timeouts_are_not_network_loss() {
+        let mut s = FleetStats::new("a", BTreeMap::new(), 60, 8);
+        let p = peer("10.0.1.2", Class::CrossTor);
+        let to = ProbeOutcome::Timeout;
+        for t in 0..10 {
+            s.record(&p, 0, Outcome::of(Ok(&to), true), t);
+        }
+        assert!(s.failing(9).is_empty());
+        let out = s.samples(9);
+        let r = out
+            .iter()
+            .find(|x| x.name == names::PROBE_FLEET_RESULTS)
+            .unwrap();
+        assert_eq!(&r.attributes[ATTR_OUTCOME], "host_overloaded");
+        assert_eq!(Outcome::of(Ok(&to), false), Outcome::Timeout);
+        assert_eq!(Outcome::of(Err(()), true), Outcome::Failed);
+    }
+}

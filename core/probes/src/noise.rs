@@ -1,0 +1,195 @@
+//! Is this host too busy for its own probes to mean anything? A prober whose CPU is
+//! stolen by the hypervisor or whose run queue is long answers late and times out
+//! without the network being at fault (R-Pingmesh names host-side noise its main source
+//! of false alarms). From `<procfs>/stat`: the steal share of the CPU time since the last
+//! look, and `procs_running` per CPU.
+
+use std::path::{Path, PathBuf};
+
+/// What `/proc/stat` said: the aggregate CPU times (user hertz), the CPUs, the runnable
+/// tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuSample {
+    pub total: u64,
+    pub steal: u64,
+    pub cpus: u32,
+    pub running: u32,
+}
+
+/// A malformed `/proc/stat`: which line and why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{file}: {why}")]
+pub struct StatError {
+    pub file: String,
+    pub why: String,
+}
+
+/// Parse `/proc/stat` (`cpu  user nice system idle iowait irq softirq steal ...`,
+/// `cpuN ...`, `procs_running N`); `file` names it in errors.
+pub fn parse_stat(file: &str, text: &str) -> Result<CpuSample, StatError> {
+    let err = |why: String| StatError {
+        file: file.to_string(),
+        why,
+    };
+    let mut total = None;
+    let mut cpus = 0u32;
+    let mut running = None;
+    for (n, line) in text.lines().enumerate() {
+        let mut f = line.split_ascii_whitespace();
+        match f.next() {
+            Some("cpu") => {
+                let v: Vec<u64> = f
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| err(format!("line {}: cpu times: {e}", n + 1)))?;
+                if v.len() < 8 {
+                    return Err(err(format!(
+                        "line {}: {} cpu times, steal is the 8th",
+                        n + 1,
+                        v.len()
+                    )));
+                }
+                // guest and guest_nice (9th, 10th) are already in user and nice.
+                let sum = v[..8].iter().fold(0u64, |a, x| a.saturating_add(*x));
+                total = Some((sum, v[7]));
+            }
+            Some(c) if c.starts_with("cpu") && c[3..].bytes().all(|b| b.is_ascii_digit()) => {
+                cpus += 1;
+            }
+            Some("procs_running") => {
+                let v = f.next().unwrap_or_default();
+                running = Some(
+                    v.parse::<u32>()
+                        .map_err(|e| err(format!("line {}: procs_running {v:?}: {e}", n + 1)))?,
+                );
+            }
+            _ => {}
+        }
+    }
+    let (total, steal) = total.ok_or_else(|| err("no aggregate cpu line".into()))?;
+    Ok(CpuSample {
+        total,
+        steal,
+        cpus: cpus.max(1),
+        running: running.ok_or_else(|| err("no procs_running line".into()))?,
+    })
+}
+
+/// How the host stood over the last round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// Share of CPU time stolen since the previous look (0 at the first).
+    pub steal: f64,
+    /// Runnable tasks per CPU now (the prober itself is one).
+    pub run_queue: f64,
+}
+
+/// Reads `<procfs>/stat` each round and says whether the host is overloaded.
+pub struct HostNoise {
+    file: PathBuf,
+    last: Option<CpuSample>,
+    steal_limit: f64,
+    run_queue_limit: f64,
+}
+
+impl HostNoise {
+    pub fn new(procfs: &Path, steal_limit: f64, run_queue_limit: f64) -> Self {
+        HostNoise {
+            file: procfs.join("stat"),
+            last: None,
+            steal_limit,
+            run_queue_limit,
+        }
+    }
+
+    /// The load now, or why it could not be read.
+    pub fn sample(&mut self) -> Result<Load, StatError> {
+        let name = self.file.display().to_string();
+        let text = std::fs::read_to_string(&self.file).map_err(|e| StatError {
+            file: name.clone(),
+            why: e.to_string(),
+        })?;
+        let now = parse_stat(&name, &text)?;
+        let steal = match self.last {
+            Some(l) if now.total > l.total => {
+                now.steal.saturating_sub(l.steal) as f64 / (now.total - l.total) as f64
+            }
+            _ => 0.0,
+        };
+        self.last = Some(now);
+        Ok(Load {
+            steal,
+            run_queue: f64::from(now.running) / f64::from(now.cpus),
+        })
+    }
+
+    /// Whether `load` is beyond either limit.
+    pub fn overloaded(&self, load: &Load) -> bool {
+        load.steal > self.steal_limit || load.run_queue > self.run_queue_limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const STAT: &str = "cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 50 0 25 400 5 0 2 18 0 0\ncpu1 50 0 25 400 5 0 3 17 0 0\nintr 1 2 3\nctxt 99\nprocs_running 3\nprocs_blocked 0\n";
+
+    #[test]
+    fn steal_share_and_run_queue_from_proc_stat() {
+        let s = parse_stat("stat", STAT).unwrap();
+        assert_eq!(
+            s,
+            CpuSample {
+                total: 1000,
+                steal: 35,
+                cpus: 2,
+                running: 3
+            }
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("stat"), STAT).unwrap();
+        let mut n = HostNoise::new(dir.path(), 0.1, 2.0);
+        let first = n.sample().unwrap();
+        assert_eq!((first.steal, first.run_queue), (0.0, 1.5));
+        assert!(!n.overloaded(&first));
+        // 200 more ticks, 60 of them stolen: 30 %.
+        std::fs::write(
+            dir.path().join("stat"),
+            STAT.replace("cpu  100 0 50 800 10 0 5 35", "cpu  150 0 60 880 10 0 5 95"),
+        )
+        .unwrap();
+        let l = n.sample().unwrap();
+        assert!((l.steal - 0.3).abs() < 1e-9, "{l:?}");
+        assert!(n.overloaded(&l));
+        assert!(n.overloaded(&Load {
+            steal: 0.0,
+            run_queue: 2.5
+        }));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let e = parse_stat("/proc/stat", "cpu 1 2 x\n").unwrap_err();
+        assert_eq!(e.file, "/proc/stat");
+        assert!(e.why.starts_with("line 1: cpu times"), "{e}");
+        let e = parse_stat("/proc/stat", "cpu 1 2 3\n").unwrap_err();
+        assert!(e.why.contains("steal is the 8th"), "{e}");
+        let e = parse_stat("/proc/stat", "cpu 1 2 3 4 5 6 7 8\n").unwrap_err();
+        assert!(e.why.contains("procs_running"), "{e}");
+        let e = HostNoise::new(Path::new("/nonexistent-proc"), 0.1, 2.0)
+            .sample()
+            .unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent-proc/stat: "), "{e}");
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_any_text(text in "(cpu[0-9 ]{0,30}|procs_running [0-9a-z]{0,12}|[ -~]{0,30})(\n(cpu[0-9 ]{0,30}|procs_running [0-9a-z]{0,12}|[ -~]{0,30})){0,6}") {
+            if let Ok(s) = parse_stat("stat", &text) {
+                prop_assert!(s.cpus >= 1 && s.steal <= s.total);
+            }
+        }
+    }
+}

@@ -130,60 +130,122 @@ pub fn info_samples(rows: &[Nic]) -> Vec<Sample> {
         .collect()
 }
 
-/// What one refresh read: the map, this host's rows, what was left out.
-struct Read {
-    topo: Topology,
-    own: Vec<Nic>,
-    notes: Vec<String>,
-}
-
 fn read_file(path: &Path) -> Result<Topology, String> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
     Topology::parse(&name, &text).map_err(|e| e.to_string())
 }
 
-/// Read the map and this host's rows (blocking: files, HTTP, lldpcli).
-fn read(cfg: &FleetConfig, host: &str, inv: Option<&Inventory>) -> Result<Read, String> {
-    let mut notes = Vec::new();
-    let file = cfg.topology.as_deref().map(read_file).transpose()?;
-    let own = if cfg.lldp {
-        let inv = inv.ok_or("no inventory yet: LLDP rows need this host's ports")?;
-        let (rows, left) =
-            rocewatch_fleet::lldp::rows(host, &local_ports(inv), &lldp_neighbours(&cfg.lldpcli)?);
-        notes.extend(
-            left.iter()
-                .map(|LeftOut { rail, name, why }| format!("rail {rail} ({name}): {why}")),
-        );
-        rows
-    } else {
-        file.as_ref()
-            .map(|t| t.nics_of(host).cloned().collect())
-            .unwrap_or_default()
-    };
-    let topo = match cfg.source {
-        FleetSource::Topology => file.ok_or("no topology file")?,
-        FleetSource::Prometheus => {
-            let url = cfg.url.as_deref().ok_or("no url")?;
-            let (mut nics, left) = fetch_prometheus(url, &cfg.query, Duration::from_secs(10))?;
-            if !left.is_empty() {
-                notes.push(format!(
-                    "{} series of the backend left out, the first: {}",
-                    left.len(),
-                    left[0]
-                ));
-            }
-            // This host as it sees itself (the backend may not have its rows yet).
-            nics.retain(|n| n.host != host);
-            nics.extend(own.iter().cloned());
-            Topology::from_nics(nics)?
-        }
-    };
-    Ok(Read { topo, own, notes })
+/// Refreshes the LLDP rows may miss a rail before its last row is dropped (a port flap,
+/// an lldpd or switch restart: the NIC stays in the map meanwhile).
+const LLDP_GRACE: u32 = 3;
+
+/// What the runner keeps between refreshes: a failure keeps the last good value.
+#[derive(Default)]
+struct Kept {
+    inv: Option<Inventory>,
+    /// The probe device's addresses (the rails probed).
+    local: BTreeSet<IpAddr>,
+    /// This host's rows, with the refreshes LLDP has missed each.
+    own: Vec<(Nic, u32)>,
+    map: Option<Topology>,
 }
 
-/// Refresh the map every `cfg.refresh` until `stop`: export this host's rows, and send
-/// the prober its view when it changed. `device` is the probe plugin's device.
+/// This host's rows from LLDP: the rows seen now, and the rails seen before but missed
+/// now kept for [`LLDP_GRACE`] refreshes.
+fn lldp_own(cfg: &FleetConfig, host: &str, kept: &mut Kept, notes: &mut Vec<String>) {
+    let Some(inv) = &kept.inv else {
+        notes.push("no inventory yet: LLDP rows need this host's ports".into());
+        return;
+    };
+    let (rows, left) = match lldp_neighbours(&cfg.lldpcli) {
+        Ok(n) => rocewatch_fleet::lldp::rows(host, &local_ports(inv), &n),
+        Err(e) => {
+            notes.push(format!("{e}; this host's last rows stay"));
+            return;
+        }
+    };
+    notes.extend(
+        left.iter()
+            .map(|LeftOut { rail, name, why }| format!("rail {rail} ({name}): {why}")),
+    );
+    let mut own: Vec<(Nic, u32)> = rows.into_iter().map(|n| (n, 0)).collect();
+    for (n, missed) in &kept.own {
+        if !own.iter().any(|(o, _)| o.rail == n.rail) && missed + 1 < LLDP_GRACE {
+            own.push((n.clone(), missed + 1));
+        }
+    }
+    own.sort_by_key(|(n, _)| n.rail);
+    kept.own = own;
+}
+
+/// The map from the backend: every host's NICs but this one's, which are its own rows.
+/// NICs that claim another's address are left out (this host's own always stay).
+fn backend_map(
+    cfg: &FleetConfig,
+    host: &str,
+    own: &[Nic],
+    notes: &mut Vec<String>,
+) -> Result<Topology, String> {
+    let url = cfg.url.as_deref().ok_or("no url")?;
+    let (mut nics, left) = fetch_prometheus(url, &cfg.query, Duration::from_secs(10))?;
+    if let Some(first) = left.first() {
+        notes.push(format!(
+            "series of the backend left out, the first: {first}"
+        ));
+    }
+    nics.retain(|n| n.host != host);
+    let mut by_addr: std::collections::BTreeMap<IpAddr, usize> = std::collections::BTreeMap::new();
+    for n in nics.iter().chain(own) {
+        *by_addr.entry(n.addr).or_default() += 1;
+    }
+    let mine: BTreeSet<IpAddr> = own.iter().map(|n| n.addr).collect();
+    nics.retain(|n| {
+        let clash = by_addr[&n.addr] > 1 || mine.contains(&n.addr);
+        if clash {
+            notes.push(format!(
+                "address {} is claimed by more than one NIC ({} rail {} among them): left out",
+                n.addr, n.host, n.rail
+            ));
+        }
+        !clash
+    });
+    nics.extend(own.iter().cloned());
+    Topology::from_nics(nics)
+}
+
+/// One refresh (blocking: files, HTTP, lldpcli): this host's rows, then the map.
+fn refresh(cfg: &FleetConfig, host: &str, kept: &mut Kept, notes: &mut Vec<String>) {
+    let file = cfg.topology.as_deref().map(read_file);
+    if cfg.lldp {
+        lldp_own(cfg, host, kept, notes);
+    } else {
+        match &file {
+            Some(Ok(t)) => kept.own = t.nics_of(host).cloned().map(|n| (n, 0)).collect(),
+            Some(Err(e)) => notes.push(format!("{e}; this host's last rows stay")),
+            None => {}
+        }
+    }
+    let own: Vec<Nic> = kept.own.iter().map(|(n, _)| n.clone()).collect();
+    let map = match cfg.source {
+        FleetSource::Topology => file.unwrap_or_else(|| Err("no topology file".into())),
+        FleetSource::Prometheus => backend_map(cfg, host, &own, notes),
+    };
+    match map {
+        Ok(t) => kept.map = Some(t),
+        Err(e) => notes.push(format!("{e}; the last map stays in use")),
+    }
+}
+
+/// A note as the log remembers it: without its numbers, so that a count that moves
+/// does not log the same condition again.
+fn note_key(n: &str) -> String {
+    n.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
+/// Refresh the map every `cfg.refresh` (spread over the fleet: each host waits between
+/// 0.9 and 1.1 of it, by its name) until `stop`: export this host's rows, and send the
+/// prober its view when it changed. `device` is the probe plugin's device.
 pub async fn run(
     cfg: FleetConfig,
     host: String,
@@ -193,72 +255,92 @@ pub async fn run(
     views: watch::Sender<Option<Arc<FleetView>>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last_problem = String::new();
-    let mut last_notes = Vec::new();
+    let spread =
+        0.9 + 0.2 * (rocewatch_fleet::pinglist::score(&[&host, "refresh"]) % 1000) as f64 / 1000.0;
+    let pause = cfg.refresh.mul_f64(spread);
+    let mut said: BTreeSet<String> = BTreeSet::new();
+    let mut kept = Some(Kept::default());
     loop {
-        let inv = match discovery.discover().await {
-            Ok(inv) => Some(inv),
-            Err(e) => {
-                tracing::warn!("fleet: discovering this host's ports: {e}");
-                None
+        let mut notes = Vec::new();
+        let mut k = kept.take().expect("put back after each refresh");
+        match discovery.discover().await {
+            Ok(inv) => {
+                let local = device_addrs(&inv, device.as_deref());
+                if local.is_empty() {
+                    notes.push(format!(
+                        "the probe device ({}) has no IPv4 address with a RoCE v2 GID: the rails it serves are unknown",
+                        device.as_deref().unwrap_or("the first")
+                    ));
+                } else {
+                    k.local = local;
+                }
+                k.inv = Some(inv);
             }
-        };
-        let (c, h, i) = (cfg.clone(), host.clone(), inv.clone());
-        let read = tokio::task::spawn_blocking(move || read(&c, &h, i.as_ref()))
-            .await
-            .unwrap_or_else(|e| Err(format!("the reading task failed: {e}")));
-        let result = read.and_then(|r| {
-            let local = inv
-                .as_ref()
-                .map(|i| device_addrs(i, device.as_deref()))
-                .unwrap_or_default();
-            let view = view_of(&r.topo, &host, cfg.options(), &local)?;
-            Ok((r, view))
+            Err(e) => notes.push(format!("discovering this host's ports: {e}")),
+        }
+        let (c, h) = (cfg.clone(), host.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            let mut notes = Vec::new();
+            refresh(&c, &h, &mut k, &mut notes);
+            (k, notes)
         });
-        match result {
-            Ok((r, view)) => {
-                if !last_problem.is_empty() {
-                    tracing::info!(
-                        "fleet: the map is read again ({} NICs)",
-                        r.topo.nics().len()
-                    );
-                    last_problem.clear();
+        let (k, more) = tokio::select! {
+            r = task => match r {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("fleet: the refresh failed: {e}; the map is no longer read");
+                    return;
                 }
-                if r.notes != last_notes {
-                    for n in &r.notes {
-                        tracing::warn!("fleet: {n}");
-                    }
-                    last_notes = r.notes.clone();
+            },
+            _ = stop.changed() => return,
+        };
+        notes.extend(more);
+        // No view until the probe device's rails are known: probing other rails'
+        // peers through it would count as loss.
+        let view = match (&k.map, k.local.is_empty()) {
+            (Some(map), false) => match view_of(map, &host, cfg.options(), &k.local) {
+                Ok(v) => Some((v, map.nics().len())),
+                Err(e) => {
+                    notes.push(format!("{e}; the last pinglist stays in use"));
+                    None
                 }
-                pipeline.ingest_at(
-                    PLUGIN,
-                    &info_samples(&r.own),
-                    SystemTime::now(),
-                    Instant::now(),
-                );
-                views.send_if_modified(|v| {
-                    let changed = v.as_deref() != Some(&view);
-                    if changed {
-                        tracing::info!(
-                            "fleet: {host}: {} peers on rails {:?} ({} NICs in the map)",
-                            view.peers.len(),
-                            view.tors.keys().collect::<Vec<_>>(),
-                            r.topo.nics().len()
-                        );
-                        *v = Some(Arc::new(view));
-                    }
-                    changed
-                });
-            }
-            Err(e) => {
-                if e != last_problem {
-                    tracing::warn!("fleet: {e}; the last map stays in use");
-                    last_problem = e;
-                }
+            },
+            _ => None,
+        };
+        let keys: BTreeSet<String> = notes.iter().map(|n| note_key(n)).collect();
+        for n in &notes {
+            if !said.contains(&note_key(n)) {
+                tracing::warn!("fleet: {n}");
             }
         }
+        if keys.is_empty() && !said.is_empty() {
+            tracing::info!("fleet: the map and this host's rows are read again");
+        }
+        said = keys;
+        let own: Vec<Nic> = k.own.iter().map(|(n, _)| n.clone()).collect();
+        pipeline.ingest_at(
+            PLUGIN,
+            &info_samples(&own),
+            SystemTime::now(),
+            Instant::now(),
+        );
+        if let Some((view, nics)) = view {
+            views.send_if_modified(|v| {
+                let changed = v.as_deref() != Some(&view);
+                if changed {
+                    tracing::info!(
+                        "fleet: {host}: {} peers on rails {:?} ({nics} NICs in the map)",
+                        view.peers.len(),
+                        view.tors.keys().collect::<Vec<_>>(),
+                    );
+                    *v = Some(Arc::new(view));
+                }
+                changed
+            });
+        }
+        kept = Some(k);
         tokio::select! {
-            _ = tokio::time::sleep(cfg.refresh) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = stop.changed() => return,
         }
     }

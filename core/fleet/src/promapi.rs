@@ -11,8 +11,12 @@
 //! ```
 //!
 //! Other labels (`instance`, `job`) are ignored. A series that cannot be a NIC is left out
-//! and named; two series of one NIC (a host scraped twice, a restart within the lookback)
-//! keep the one with the latest sample; an error answer is an error with its message.
+//! and named. Two series of one NIC (a host re-cabled within the backend's lookback, a
+//! host scraped twice) keep the one with the highest value: ask for
+//! `timestamp(rdma_fleet_nic_info)` (the default of `[fleet] query`), whose value is the
+//! sample's time, and the newest wins (an instant query's own timestamp, `value[0]`, is
+//! the evaluation time, the same for every series); ties keep the first in the answer.
+//! An error answer is an error with its message.
 
 use std::collections::BTreeMap;
 
@@ -98,8 +102,10 @@ fn nic_of(series: &Value) -> Result<(f64, Nic), String> {
     let at = series
         .get("value")
         .and_then(Value::as_array)
-        .and_then(|v| v.first())
-        .and_then(Value::as_f64)
+        .and_then(|v| v.get(1))
+        .and_then(Value::as_str)
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
         .unwrap_or(0.0);
     Ok((
         at,
@@ -120,8 +126,8 @@ mod tests {
 
     const ANSWER: &str = r#"{"status":"success","data":{"resultType":"vector","result":[
       {"metric":{"__name__":"rdma_fleet_nic_info","host":"b","rail":"0","address":"192.168.100.2","tor":"guest-a","tor_port":"eth0","instance":"b:9464"},"value":[1733450000.5,"1"]},
-      {"metric":{"__name__":"rdma_fleet_nic_info","host":"a","rail":"0","address":"192.168.100.1","tor":"guest-b"},"value":[1733450000.5,"1"]},
-      {"metric":{"__name__":"rdma_fleet_nic_info","host":"a","rail":"0","address":"192.168.100.9","tor":"old"},"value":[1733440000,"1"]},
+      {"metric":{"__name__":"rdma_fleet_nic_info","host":"a","rail":"0","address":"192.168.100.1","tor":"guest-b"},"value":[1733450000.5,"1733449990.25"]},
+      {"metric":{"__name__":"rdma_fleet_nic_info","host":"a","rail":"0","address":"192.168.100.9","tor":"old"},"value":[1733450000.5,"1733440000"]},
       {"metric":{"host":"c","rail":"64","address":"10.0.0.3","tor":"t"},"value":[1,"1"]},
       {"metric":{"host":"d","rail":"1","address":"10.0.0.x","tor":"t"},"value":[1,"1"]},
       {"metric":{"rail":"1"},"value":[1,"1"]}

@@ -558,7 +558,7 @@ pub static PROBE_CATALOG: &[CatalogEntry] = &[
 /// they are.
 pub static FLEET_CATALOG: &[CatalogEntry] = &[
     entry!(names::PROBE_FLEET_RESULTS, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
-        "Probes of the fleet pinglist by `host`, `class` (`tor`: same ToR, `cross_tor`), `path` (the flow's index) and `outcome`: `ok`, `timeout`, `failed` (no connection), `host_overloaded` (a timeout while this host was overloaded: not counted as network loss)."),
+        "Probes of the fleet pinglist by `host`, `class` (`same_tor`, `cross_tor`), `path` (the flow's index) and `outcome`: `ok`, `timeout`, `failed` (no connection to the peer, or the queue pair failed in flight), `host_overloaded` (a timeout while this host was overloaded) and `local_error` (this host could not probe: the plugin, a queue pair, a local address); the last two are not network loss."),
     entry!(names::PROBE_FLEET_RTT, "s", Histogram, "prober", NONE, 1, "probe-verbs plugin",
         "Round-trip times of the fleet pinglist's answered probes, by `host`, `class` and `path`."),
     entry!(names::PROBE_FLEET_FAILING, "1", Gauge, "prober", NONE, 1, "probe-verbs plugin",

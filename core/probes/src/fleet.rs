@@ -12,10 +12,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use rocewatch_fleet::pinglist::{Options, Peer, Plan};
+use rocewatch_fleet::pinglist::{Options, Peer, Pinglist, Plan};
 use rocewatch_fleet::{Nic, Topology};
 
 use super::flows::MAX_PATHS;
+
+/// The failing flows a host exports at most.
+pub const MAX_TOP_FAILING: usize = 1024;
 
 /// Where the fleet's map comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -29,7 +32,8 @@ pub enum FleetSource {
 }
 
 fn default_query() -> String {
-    "rdma_fleet_nic_info".into()
+    // The sample's time as the value: of two series of one NIC, the newest wins.
+    "timestamp(rdma_fleet_nic_info)".into()
 }
 fn default_refresh() -> Duration {
     Duration::from_secs(300)
@@ -168,6 +172,42 @@ impl FleetConfig {
         if !(1..=MAX_PATHS).contains(&self.paths) {
             return bad("paths", format!("{}: give 1 to {MAX_PATHS}", self.paths));
         }
+        if let Some(h) = &self.host {
+            rocewatch_fleet::topology::name(h, "host", false)
+                .map_err(|e| ("fleet.host".to_string(), e))?;
+        }
+        if self.top_failing > MAX_TOP_FAILING {
+            return bad(
+                "top_failing",
+                format!(
+                    "{}: at most {MAX_TOP_FAILING} (series per host)",
+                    self.top_failing
+                ),
+            );
+        }
+        if self.path_rotation.subsec_nanos() != 0 || self.failing_window.subsec_nanos() != 0 {
+            let k = if self.path_rotation.subsec_nanos() != 0 {
+                "path_rotation"
+            } else {
+                "failing_window"
+            };
+            return bad(k, "give whole seconds".into());
+        }
+        if !self.failing_window.as_secs().is_multiple_of(6) {
+            return bad(
+                "failing_window",
+                format!(
+                    "{:?}: give a multiple of 6 s (it is judged in six buckets)",
+                    self.failing_window
+                ),
+            );
+        }
+        if !(self.overload_steal > 0.0 && self.overload_steal < 1.0) {
+            return bad(
+                "overload_steal",
+                format!("{}: give a share between 0 and 1", self.overload_steal),
+            );
+        }
         if self.probers == 0 || self.max_peers == 0 || self.top_failing == 0 {
             let k = if self.probers == 0 {
                 "probers"
@@ -239,6 +279,12 @@ pub fn view_of(
     local: &BTreeSet<IpAddr>,
 ) -> Result<FleetView, String> {
     let list = Plan::new(topo, opts).of(host).map_err(|e| e.to_string())?;
+    Ok(view_of_list(topo, list, local))
+}
+
+/// This host's view from its pinglist (`list.host`'s, drawn from `topo`).
+pub fn view_of_list(topo: &Topology, list: Pinglist, local: &BTreeSet<IpAddr>) -> FleetView {
+    let host = list.host.as_str();
     let served = |n: &Nic| local.is_empty() || local.contains(&n.addr);
     let mut tors = BTreeMap::new();
     let mut other_rails = Vec::new();
@@ -249,17 +295,18 @@ pub fn view_of(
             other_rails.push(n.rail);
         }
     }
+    let host = host.to_string();
     let (peers, others): (Vec<Peer>, Vec<Peer>) = list
         .peers
         .into_iter()
         .partition(|p| tors.contains_key(&p.rail));
-    Ok(FleetView {
-        host: host.to_string(),
+    FleetView {
+        host,
         tors,
         peers,
         other_rails,
         other_rail_peers: others.len(),
-    })
+    }
 }
 
 /// The NICs the metrics backend knows: `GET {url}/api/v1/query?query=...` (blocking,
@@ -280,12 +327,13 @@ pub fn fetch_prometheus(
         .send()
         .map_err(|e| format!("{endpoint}: {e}"))?;
     let status = resp.status();
-    // At most 64 MiB: 10,000 hosts of 8 NICs are about 20 MiB of JSON.
-    let body = resp
-        .text()
+    // At most 64 MiB, read as it comes: 10,000 hosts of 8 NICs are about 20 MiB of JSON.
+    const MAX: u64 = 64 << 20;
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(resp, MAX + 1), &mut body)
         .map_err(|e| format!("{endpoint}: reading the answer: {e}"))?;
-    if body.len() > 64 << 20 {
-        return Err(format!("{endpoint}: an answer of {} bytes", body.len()));
+    if body.len() as u64 > MAX {
+        return Err(format!("{endpoint}: the answer is over {} MiB", MAX >> 20));
     }
     rocewatch_fleet::promapi::parse_nics(&body).map_err(|e| {
         if status.is_success() {
@@ -323,6 +371,23 @@ mod tests {
                 "topology = \"t\"\noverload_steal = 0.0",
                 "fleet.overload_steal",
             ),
+            (
+                "topology = \"t\"\noverload_steal = 1.0",
+                "fleet.overload_steal",
+            ),
+            (
+                "topology = \"t\"\ntop_failing = 100000",
+                "fleet.top_failing",
+            ),
+            (
+                "topology = \"t\"\nfailing_window = \"10s\"",
+                "fleet.failing_window",
+            ),
+            (
+                "topology = \"t\"\npath_rotation = \"1500ms\"",
+                "fleet.path_rotation",
+            ),
+            ("topology = \"t\"\nhost = \"a b\"", "fleet.host"),
         ] {
             assert_eq!(cfg(t).validate().unwrap_err().0, key, "{t}");
         }

@@ -17,7 +17,7 @@ use rocewatch_runtime::pipeline::Pipeline;
 use super::config::{ProbesConfig, PLUGIN};
 use super::fleet::{FleetConfig, FleetView};
 use super::fleetstats::{FleetStats, Outcome};
-use super::flows::{epoch, flow_label};
+use super::flows::{epoch_at, flow_label, offset};
 use super::noise::HostNoise;
 use super::rounds::probe_batch;
 use super::stats::sample;
@@ -29,62 +29,131 @@ fn now_s() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The round's targets: every path of every peer, with the flow label of its epoch (none
-/// when there is one path that never rotates: the driver's port, as without `[fleet]`).
+/// One flow of a view: a peer (its index), a path, and its label's rotation.
+#[derive(Debug, Clone)]
+struct Flow {
+    peer: usize,
+    path: u16,
+    addr: String,
+    offset: u64,
+    epoch: Option<u64>,
+    label: u32,
+}
+
+/// Every path of every peer of a view, in order, with their flow labels: a label is drawn
+/// again only when its flow's rotation epoch changes (none when there is one path that
+/// never rotates: the driver's port, as without `[fleet]`).
+#[derive(Debug, Clone)]
+pub struct FlowSet {
+    host: String,
+    rotation: u64,
+    labelled: bool,
+    flows: Vec<Flow>,
+}
+
+impl FlowSet {
+    pub fn new(view: &FleetView, fleet: &FleetConfig) -> FlowSet {
+        let rotation = fleet.path_rotation.as_secs();
+        let mut flows = Vec::with_capacity(view.peers.len() * usize::from(fleet.paths));
+        for (peer, p) in view.peers.iter().enumerate() {
+            let addr = p.addr.to_string();
+            for path in 0..fleet.paths {
+                flows.push(Flow {
+                    peer,
+                    path,
+                    offset: offset(&view.host, &addr, path, rotation),
+                    addr: addr.clone(),
+                    epoch: None,
+                    label: 0,
+                });
+            }
+        }
+        FlowSet {
+            host: view.host.clone(),
+            rotation,
+            labelled: fleet.paths > 1 || rotation > 0,
+            flows,
+        }
+    }
+
+    /// Bring every flow's label to its epoch at `now_s`.
+    pub fn rotate(&mut self, now_s: u64) {
+        if !self.labelled {
+            return;
+        }
+        for f in &mut self.flows {
+            let e = epoch_at(now_s, f.offset, self.rotation);
+            if f.epoch != Some(e) {
+                f.epoch = Some(e);
+                f.label = flow_label(&self.host, &f.addr, f.path, e);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    /// (peer index in the view, path, flow label) of each flow, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (usize, u16, u32)> + '_ {
+        self.flows.iter().map(|f| (f.peer, f.path, f.label))
+    }
+
+    /// The round's probe targets, in order.
+    pub fn targets(&self, cfg: &ProbesConfig) -> Vec<ProbeTarget> {
+        let timeout = cfg.timeout.as_millis() as u64;
+        self.flows
+            .iter()
+            .map(|f| {
+                let mut t = ProbeTarget::new(f.addr.clone(), cfg.size, timeout);
+                t.path = f.path;
+                t.flow_label = f.label;
+                t
+            })
+            .collect()
+    }
+}
+
+/// The round's targets at `now` (a fresh [`FlowSet`]: the prober keeps one).
 pub fn targets(
     view: &FleetView,
     cfg: &ProbesConfig,
     fleet: &FleetConfig,
     now: u64,
 ) -> Vec<ProbeTarget> {
-    let rotation = fleet.path_rotation.as_secs();
-    let labelled = fleet.paths > 1 || rotation > 0;
-    let mut out = Vec::with_capacity(view.peers.len() * usize::from(fleet.paths));
-    for p in &view.peers {
-        let addr = p.addr.to_string();
-        for path in 0..fleet.paths {
-            let mut t = ProbeTarget::new(addr.clone(), cfg.size, cfg.timeout.as_millis() as u64);
-            t.path = path;
-            if labelled {
-                t.flow_label = flow_label(
-                    &view.host,
-                    &addr,
-                    path,
-                    epoch(&view.host, &addr, path, now, rotation),
-                );
-            }
-            out.push(t);
-        }
-    }
-    out
+    let mut f = FlowSet::new(view, fleet);
+    f.rotate(now);
+    f.targets(cfg)
 }
 
 /// RTT histogram attributes by class and path, made once.
 pub type RttAttrs = BTreeMap<(Class, u16), Attributes>;
 
-/// Count a round: `outcomes[i]` is how `targets[i]` (of [`targets`]: each peer's paths in
-/// order) ended, `Err` when the plugin gave nothing. The answered probes' RTTs, with
+/// Count a round: `outcomes[i]` is how the `i`th flow of `flows` ended, `Err` when the plugin gave nothing. The answered probes' RTTs, with
 /// their histogram's attributes.
 pub fn count_round(
     st: &mut FleetStats,
     view: &FleetView,
-    targets: &[ProbeTarget],
+    flows: &FlowSet,
     outcomes: &[Result<&ProbeOutcome, ()>],
     overloaded: bool,
     now: u64,
     rtt_attrs: &mut RttAttrs,
 ) -> Vec<(Attributes, f64)> {
-    let paths = (targets.len() / view.peers.len().max(1)).max(1);
     let mut rtts = Vec::new();
-    for (i, (t, r)) in targets.iter().zip(outcomes).enumerate() {
-        let peer = &view.peers[i / paths];
+    for ((peer, path, _), r) in flows.iter().zip(outcomes) {
+        let peer = &view.peers[peer];
         if let Ok(ProbeOutcome::Ok { rtt_seconds }) = r {
             let a = rtt_attrs
-                .entry((peer.class, t.path))
-                .or_insert_with(|| st.rtt_attrs(peer, t.path));
+                .entry((peer.class, path))
+                .or_insert_with(|| st.rtt_attrs(peer, path));
             rtts.push((a.clone(), *rtt_seconds));
         }
-        st.record(peer, t.path, Outcome::of(*r, overloaded), now);
+        st.record(peer, path, Outcome::of(*r, overloaded), now);
     }
     rtts
 }
@@ -125,7 +194,7 @@ pub async fn run_fleet(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let store = pipeline.store();
-    let mut stats: Option<(Arc<FleetView>, FleetStats)> = None;
+    let mut stats: Option<(Arc<FleetView>, FleetStats, FlowSet)> = None;
     let mut noise = HostNoise::new(
         &fleet.procfs_root,
         fleet.overload_steal,
@@ -134,6 +203,7 @@ pub async fn run_fleet(
     let mut said = (false, false, false);
     let mut last_interval = Duration::ZERO;
     let mut rtt_attrs = RttAttrs::new();
+    let mut last_error: Option<String> = None;
     loop {
         let round = tokio::time::Instant::now();
         let view = views.borrow_and_update().clone();
@@ -148,11 +218,11 @@ pub async fn run_fleet(
             }
         };
         // A new map: its flows, keeping the counters (a counter never goes back).
-        let st = match &mut stats {
-            Some((v, st)) if Arc::ptr_eq(v, &view) => st,
+        let (st, flows) = match &mut stats {
+            Some((v, st, flows)) if Arc::ptr_eq(v, &view) => (st, flows),
             _ => {
                 let mut st = match stats.take() {
-                    Some((_, st)) => st,
+                    Some((_, st, _)) => st,
                     None => FleetStats::new(
                         &view.host,
                         view.tors.clone(),
@@ -161,20 +231,21 @@ pub async fn run_fleet(
                     ),
                 };
                 st.set_tors(view.tors.clone());
-                let keep: std::collections::HashSet<_> =
-                    view.peers.iter().map(|p| p.addr).collect();
-                st.retain(|a, path| keep.contains(a) && path < fleet.paths);
+                st.adopt(&view.peers, fleet.paths);
                 if !view.other_rails.is_empty() {
                     tracing::warn!(
                         "probes: rails {:?} of {} are not on the probe device: their {} peers are not probed",
                         view.other_rails, view.host, view.other_rail_peers
                     );
                 }
-                &mut stats.insert((Arc::clone(&view), st)).1
+                let flows = FlowSet::new(&view, &fleet);
+                let (_, st, flows) = stats.insert((Arc::clone(&view), st, flows));
+                (st, flows)
             }
         };
         let now = now_s();
-        let targets = targets(&view, &cfg, &fleet, now);
+        flows.rotate(now);
+        let targets = flows.targets(&cfg);
         let interval = cfg.effective_interval(targets.len());
         if interval != last_interval {
             if interval > cfg.interval {
@@ -201,17 +272,23 @@ pub async fn run_fleet(
                     false
                 }
             };
-            match (&results, said.2) {
-                (Ok(r), false) => {
-                    if let Some(NicTimestamps::Unsupported { reason }) =
-                        r.first().and_then(|r| r.nic_timestamps.as_ref())
-                    {
-                        tracing::info!("probes: no NIC-measured RTT split: {reason}");
-                    }
-                    said.2 = true;
+            if let (Ok(r), false) = (&results, said.2) {
+                if let Some(NicTimestamps::Unsupported { reason }) =
+                    r.first().and_then(|r| r.nic_timestamps.as_ref())
+                {
+                    tracing::info!("probes: no NIC-measured RTT split: {reason}");
                 }
-                (Err(e), _) => tracing::warn!("probes: the round failed: {e}"),
-                _ => {}
+                said.2 = true;
+            }
+            // A failing plugin is said when it starts failing and when the error changes.
+            let error = results.as_ref().err().map(ToString::to_string);
+            if error != last_error {
+                match &error {
+                    Some(e) => tracing::warn!("probes: the round failed: {e}"),
+                    None if last_error.is_some() => tracing::info!("probes: rounds work again"),
+                    None => {}
+                }
+                last_error = error;
             }
             let outcomes: Vec<Result<&ProbeOutcome, ()>> = match &results {
                 Ok(r) => (0..targets.len())
@@ -219,15 +296,7 @@ pub async fn run_fleet(
                     .collect(),
                 Err(_) => vec![Err(()); targets.len()],
             };
-            let rtts = count_round(
-                st,
-                &view,
-                &targets,
-                &outcomes,
-                overloaded,
-                now,
-                &mut rtt_attrs,
-            );
+            let rtts = count_round(st, &view, flows, &outcomes, overloaded, now, &mut rtt_attrs);
             store.observe(names::PROBE_FLEET_RTT, rtts.iter().map(|(a, v)| (a, *v)));
         }
         let out = round_samples(st, &view, interval, now);

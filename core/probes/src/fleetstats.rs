@@ -35,18 +35,24 @@ pub const ATTR_PEER_TOR: &str = "peer_tor";
 pub enum Outcome {
     Ok,
     Timeout,
-    /// No connection (address resolution, route, rejected, QP error, the plugin).
+    /// No connection to the peer (refused, unreachable, its side channel silent) or the
+    /// queue pair failed in flight (`QP error: work completion status ...`).
     Failed,
     /// A timeout while this host was overloaded: not the network's.
     HostOverloaded,
+    /// This host could not probe at all: the plugin failed the round, a queue pair could
+    /// not be made (`QP: ...`), no local address or GID (`address resolution: ...`). Not
+    /// the network's either.
+    LocalError,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 4] = [
+    pub const ALL: [Outcome; 5] = [
         Outcome::Ok,
         Outcome::Timeout,
         Outcome::Failed,
         Outcome::HostOverloaded,
+        Outcome::LocalError,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +61,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::Failed => "failed",
             Outcome::HostOverloaded => "host_overloaded",
+            Outcome::LocalError => "local_error",
         }
     }
 
@@ -64,7 +71,19 @@ impl Outcome {
             Ok(ProbeOutcome::Ok { .. }) => Outcome::Ok,
             Ok(ProbeOutcome::Timeout) if overloaded => Outcome::HostOverloaded,
             Ok(ProbeOutcome::Timeout) => Outcome::Timeout,
-            Ok(ProbeOutcome::ConnectFailed { .. }) | Err(()) => Outcome::Failed,
+            Ok(ProbeOutcome::ConnectFailed { cause }) => {
+                // The plugin's causes (`conn.rs`): `QP: ...` is a local verbs call,
+                // `address resolution: ...` a local address without its GID;
+                // `QP error: ...` (a failed completion), `rejected: ...` and `route: ...`
+                // are about the path or the peer.
+                let local = cause.starts_with("QP:") || cause.starts_with("address resolution");
+                if local {
+                    Outcome::LocalError
+                } else {
+                    Outcome::Failed
+                }
+            }
+            Err(()) => Outcome::LocalError,
         }
     }
 
@@ -106,13 +125,52 @@ impl Recent {
 /// A flow: a peer of the pinglist and a path index.
 type FlowKey = (IpAddr, u16);
 
+/// A multiply-rotate hasher for flow keys (addresses from the fleet's map, not from
+/// strangers: no need for SipHash's resistance, and a round looks up every flow).
+#[derive(Debug, Default, Clone, Copy)]
+struct FlowHasher(u64);
+
+impl std::hash::Hasher for FlowHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type FlowMap<V> = HashMap<FlowKey, V, std::hash::BuildHasherDefault<FlowHasher>>;
+
 /// One host's fleet probe statistics.
 pub struct FleetStats {
     host: String,
     /// This host's ToR per rail.
     tors: BTreeMap<u8, String>,
     results: BTreeMap<(Class, u16, Outcome), u64>,
-    flows: HashMap<FlowKey, (Peer, Recent)>,
+    flows: FlowMap<(Peer, Recent)>,
     bucket_s: u64,
     top: usize,
 }
@@ -125,7 +183,7 @@ impl FleetStats {
             host: host.to_string(),
             tors,
             results: BTreeMap::new(),
-            flows: HashMap::new(),
+            flows: FlowMap::default(),
             bucket_s: (window_s / BUCKETS as u64).max(1),
             top,
         }
@@ -144,13 +202,30 @@ impl FleetStats {
             .flows
             .entry((peer.addr, path))
             .or_insert_with(|| (peer.clone(), Recent::default()));
-        // An overloaded host's timeouts count neither way.
-        recent.record(bucket, outcome != Outcome::HostOverloaded, outcome.lost());
+        // An overloaded host's timeouts and its local errors count neither way.
+        let counted = !matches!(outcome, Outcome::HostOverloaded | Outcome::LocalError);
+        recent.record(bucket, counted, outcome.lost());
     }
 
     /// Forget the flows not in `keep` (peers that left the pinglist).
     pub fn retain(&mut self, keep: impl Fn(&IpAddr, u16) -> bool) {
         self.flows.retain(|(a, p), _| keep(a, *p));
+    }
+
+    /// A new pinglist: forget the flows of peers that left it or of paths beyond
+    /// `paths`, and take the peers' new details (a re-cabled peer's ToR, an address now
+    /// another host's) for the flows that stay.
+    pub fn adopt(&mut self, peers: &[Peer], paths: u16) {
+        let now: HashMap<IpAddr, &Peer> = peers.iter().map(|p| (p.addr, p)).collect();
+        self.flows.retain(|(a, path), (peer, _)| match now.get(a) {
+            Some(p) if *path < paths => {
+                if *p != peer {
+                    *peer = (*p).clone();
+                }
+                true
+            }
+            _ => false,
+        });
     }
 
     /// The failing flows at `now_s`, worst first (most lost, then highest share), at most
@@ -165,11 +240,18 @@ impl FleetStats {
                 (lost > 0).then_some((peer, *path, sent, lost))
             })
             .collect();
+        // Ties (a ToR down fails thousands of flows alike) fall to a hash of the flow, so
+        // the ones kept spread over the peers rather than being the lowest addresses.
+        let tie = |addr: IpAddr, path: u16| {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<FlowHasher>::default().hash_one((addr, path, &self.host))
+        };
         out.sort_by(|a, b| {
             b.3.cmp(&a.3)
                 .then_with(|| {
                     (u64::from(b.3) * u64::from(a.2)).cmp(&(u64::from(a.3) * u64::from(b.2)))
                 })
+                .then_with(|| tie(a.0.addr, a.1).cmp(&tie(b.0.addr, b.1)))
                 .then_with(|| (a.0.addr, a.1).cmp(&(b.0.addr, b.1)))
         });
         out.truncate(self.top);
@@ -195,7 +277,7 @@ impl FleetStats {
 
     /// The counters and the failing flows as samples at `now_s`.
     pub fn samples(&self, now_s: u64) -> Vec<Sample> {
-        let mut out = Vec::with_capacity(self.results.len() + self.top);
+        let mut out = Vec::with_capacity(self.results.len());
         for ((class, path, outcome), n) in &self.results {
             out.push(sample(
                 names::PROBE_FLEET_RESULTS,
@@ -356,6 +438,53 @@ mod tests {
             .unwrap();
         assert_eq!(&r.attributes[ATTR_OUTCOME], "host_overloaded");
         assert_eq!(Outcome::of(Ok(&to), false), Outcome::Timeout);
-        assert_eq!(Outcome::of(Err(()), true), Outcome::Failed);
+        assert_eq!(Outcome::of(Err(()), true), Outcome::LocalError);
+        let failed = |c: &str| {
+            Outcome::of(
+                Ok(&ProbeOutcome::ConnectFailed {
+                    cause: c.to_string(),
+                }),
+                false,
+            )
+        };
+        assert_eq!(
+            failed("QP: ibv_create_qp rxe0: Cannot allocate memory"),
+            Outcome::LocalError
+        );
+        assert_eq!(
+            failed("address resolution: no RoCE v2 GID for 10.0.0.1 on rxe0 port 1"),
+            Outcome::LocalError
+        );
+        assert_eq!(
+            failed("QP error: work completion status transport retry counter exceeded (12)"),
+            Outcome::Failed
+        );
+        assert_eq!(
+            failed("rejected: no responder on 10.0.0.2:18516"),
+            Outcome::Failed
+        );
+        // A plugin failing every round fails no flow.
+        let mut s = FleetStats::new("a", BTreeMap::new(), 60, 8);
+        for t in 0..10 {
+            s.record(&p, 1, Outcome::of(Err(()), false), t);
+        }
+        assert!(s.failing(9).is_empty());
+    }
+
+    #[test]
+    fn a_new_pinglist_gives_failing_flows_their_peers_new_details() {
+        let mut s = FleetStats::new("a", BTreeMap::new(), 60, 8);
+        let p = peer("10.0.1.2", Class::CrossTor);
+        s.record(&p, 0, Outcome::Timeout, 1);
+        s.record(&p, 3, Outcome::Timeout, 1);
+        let mut moved = p.clone();
+        moved.tor = "t9".into();
+        moved.host = "h-new".into();
+        s.adopt(std::slice::from_ref(&moved), 2);
+        let f = s.failing(1);
+        assert_eq!(f.len(), 1, "path 3 is beyond the 2 paths now");
+        assert_eq!((f[0].0.tor.as_str(), f[0].0.host.as_str()), ("t9", "h-new"));
+        s.adopt(&[], 2);
+        assert!(s.failing(1).is_empty());
     }
 }

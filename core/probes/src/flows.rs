@@ -38,11 +38,20 @@ pub fn udp_sport(label: u32) -> u16 {
 /// offset within the rotation period, so rotations spread over the rounds. A zero
 /// rotation never rotates.
 pub fn epoch(host: &str, peer: &str, path: u16, now_s: u64, rotation_s: u64) -> u64 {
+    epoch_at(now_s, offset(host, peer, path, rotation_s), rotation_s)
+}
+
+/// A flow's offset within the rotation period (0 for a zero rotation).
+pub fn offset(host: &str, peer: &str, path: u16, rotation_s: u64) -> u64 {
     if rotation_s == 0 {
         return 0;
     }
-    let offset = score(&[host, peer, &path.to_string(), "offset"]) % rotation_s;
-    (now_s + offset) / rotation_s
+    score(&[host, peer, &path.to_string(), "offset"]) % rotation_s
+}
+
+/// The epoch at `now_s` of a flow with `offset`.
+pub fn epoch_at(now_s: u64, offset: u64, rotation_s: u64) -> u64 {
+    (now_s + offset).checked_div(rotation_s).unwrap_or(0)
 }
 
 /// The least number of distinct source ports a flow set of `paths` flows rotated every

@@ -13,35 +13,28 @@ use rocewatch_sysfs::SysRoot;
 use crate::options::Options;
 use crate::verbs::{Device, Endpoint, Info};
 
-/// One flow to a peer: its queue pair, the side channel that keeps the peer's, and where
-/// the sequence numbers stand (so the flow can move to another source port alone).
+/// One flow to a peer: its queue pair, the side channel that keeps the peer's, and the
+/// peer's queue pair (so the flow can move to another source port alone).
 pub(crate) struct Conn {
     pub(crate) ep: Endpoint,
     _tcp: TcpStream,
     pub(crate) size: u32,
     pub(crate) flow_label: u32,
-    /// The peer's queue pair, with the next sequence number it sends.
     remote: Info,
-    /// The next sequence number this side sends.
-    sq_psn: u32,
 }
 
-/// Sequence numbers are 24 bits.
-const PSN_MASK: u32 = 0x00ff_ffff;
-
 impl Conn {
-    /// A probe went and its reply came back: both sides' sequence numbers moved on by
-    /// one message.
-    pub(crate) fn exchanged(&mut self) {
-        let n = self.ep.packets_per_message();
-        self.sq_psn = self.sq_psn.wrapping_add(n) & PSN_MASK;
-        self.remote.psn = self.remote.psn.wrapping_add(n) & PSN_MASK;
-    }
-
-    /// Move to another flow label (another UDP source port), keeping the queue pairs.
+    /// Move to another flow label (another UDP source port), keeping the queue pairs:
+    /// the sequence numbers are the device's own (`ibv_query_qp`), so they hold whatever
+    /// the message size and either side's MTU.
     pub(crate) fn repath(&mut self, flow_label: u32) -> Result<(), String> {
+        let (sq, rq) = self.ep.psns().map_err(|e| format!("QP: {e}"))?;
+        let remote = Info {
+            psn: rq,
+            ..self.remote
+        };
         self.ep
-            .repath(self.sq_psn, &self.remote, flow_label)
+            .repath(sq, &remote, flow_label)
             .map_err(|e| format!("QP: {e}"))?;
         self.flow_label = flow_label;
         Ok(())
@@ -178,7 +171,6 @@ fn connect(setup: &Setup, t: &ProbeTarget) -> Result<Conn, String> {
     ep.connect(&remote, t.flow_label)
         .map_err(|e| format!("QP: {e}"))?;
     Ok(Conn {
-        sq_psn: ep.local.psn,
         ep,
         _tcp: tcp,
         size,

@@ -24,7 +24,9 @@
 //! its own queue pair, and the label sets its UDP source port (the kernel derives the
 //! port from the address vector's flow label where the driver uses it: rxe does). When a flow's label changes, its
 //! queue pair goes to RESET and back to RTS with the new label and the sequence numbers
-//! where they stand: the peer's queue pair never notices, no side channel is used.
+//! the device reports (`ibv_query_qp`): the peer's queue pair never notices, no side
+//! channel is used. The backoff of a peer that cannot be connected moves once a round,
+//! whatever the number of its flows.
 //!
 //! A probe reuses the flow's queue pair; a timeout or a failed work completion drops it
 //! and the next probe connects again; a peer that cannot be connected is tried again

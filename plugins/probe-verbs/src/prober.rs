@@ -265,17 +265,26 @@ impl VerbsProbe {
                 Ok(()) => missing.push(i),
             }
         }
+        // The backoff is the peer's: a round's flows to it move it once (a failure
+        // doubles the wait once, not once per flow; any flow connecting clears it).
+        let mut connected: HashMap<&str, Option<String>> = HashMap::new();
         for (i, r) in connect_all(&setup, targets, &missing) {
-            let peer = &targets[i].peer;
+            let peer = targets[i].peer.as_str();
             match r {
                 Ok(c) => {
-                    self.backoff.succeeded(peer);
+                    connected.insert(peer, None);
                     self.add_conn(&keys[i], c);
                 }
                 Err(cause) => {
-                    self.backoff.failed(peer, &cause, Instant::now());
+                    connected.entry(peer).or_insert_with(|| Some(cause.clone()));
                     outcomes[i] = Some(ProbeOutcome::ConnectFailed { cause });
                 }
+            }
+        }
+        for (peer, failed) in connected {
+            match failed {
+                None => self.backoff.succeeded(peer),
+                Some(cause) => self.backoff.failed(peer, &cause, Instant::now()),
             }
         }
         // A round names every flow: the others are forgotten (their queue pairs closed),
@@ -300,11 +309,7 @@ impl VerbsProbe {
             .filter(|&i| outcomes[i].is_none())
             .collect();
         for (i, o) in self.ping_all(setup.opts.busy_poll, targets, &keys, &ready) {
-            if matches!(o, ProbeOutcome::Ok { .. }) {
-                if let Some(c) = self.conns.get_mut(&keys[i]) {
-                    c.exchanged();
-                }
-            } else {
+            if !matches!(o, ProbeOutcome::Ok { .. }) {
                 // A timeout or a failed completion drops the queue pair; the next probe
                 // connects again.
                 self.drop_conn(&keys[i]);

@@ -565,12 +565,24 @@ impl Endpoint {
         self.connect_from(local_psn, remote, flow_label)
     }
 
-    /// How many packets (so sequence numbers) one message of this endpoint takes at the
-    /// port's active MTU.
-    pub fn packets_per_message(&self) -> u32 {
-        // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5.
-        let mtu = 128u32 << self.dev.active_mtu.clamp(1, 5);
-        (self.size as u32).div_ceil(mtu).max(1)
+    /// Where the queue pair's sequence numbers stand, as the device says: (the next it
+    /// sends, the next it expects).
+    pub fn psns(&self) -> Result<(u32, u32), VerbsError> {
+        // SAFETY: all-zero attributes are valid out-buffers.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mask = ibv_qp_attr_mask::IBV_QP_SQ_PSN | ibv_qp_attr_mask::IBV_QP_RQ_PSN;
+        // SAFETY: qp is a live queue pair; attr and init are valid for the call.
+        let r = unsafe { ibv_query_qp(self.qp, &mut attr, mask.0 as i32, &mut init) };
+        if r != 0 {
+            return Err(VerbsError(format!(
+                "ibv_query_qp on {}: {}",
+                self.dev.name,
+                std::io::Error::from_raw_os_error(r)
+            )));
+        }
+        Ok((attr.sq_psn, attr.rq_psn))
     }
 
     fn sge(&mut self, offset: usize) -> ibv_sge {

@@ -369,3 +369,133 @@ fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series(
         agent.stderr()
     );
 }
+
+/// `rocewatch fleet simulate`: 120 hosts on 2 rails (racks of 1, 2, 48 and 22 to 24
+/// hosts), a NIC down from the third minute. The series load into a real VictoriaMetrics
+/// as they are written; before the fault nothing fails, after it every failing flow is to
+/// or from that NIC's host, and each host's counters only grow.
+#[test]
+fn fleet_simulate_writes_series_victoriametrics_loads_and_the_fault_shows_where_it_is() {
+    let Some(bin) = crate::otlp::vm_bin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("fleet.csv");
+    let mut csv = String::from("host,rail,addr,tor\n");
+    let mut h = 0;
+    for (rack, size) in [1, 2, 48, 23, 24, 22].iter().enumerate() {
+        for _ in 0..*size {
+            for rail in 0..2 {
+                csv.push_str(&format!(
+                    "gpu{h:03},{rail},10.{rail}.{}.{},leaf{rack}-{rail}\n",
+                    h / 200,
+                    h % 200 + 1
+                ));
+            }
+            h += 1;
+        }
+    }
+    std::fs::write(&topo, csv).unwrap();
+    let out = dir.path().join("sim");
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60
+        * 60
+        - 600;
+    let o = rocewatch(
+        &[
+            "fleet",
+            "simulate",
+            "--topology",
+            topo.to_str().unwrap(),
+            "--fault",
+            "nic_down:gpu060/1",
+            "--out",
+            out.to_str().unwrap(),
+            "--duration",
+            "6m",
+            "--fault-after",
+            "3m",
+            "--start",
+            &start.to_string(),
+            // No background loss: every failing flow is the fault's.
+            "--background-loss",
+            "0",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("faults.json")).unwrap()).unwrap();
+    assert_eq!(meta["hosts"], 120);
+    assert_eq!(
+        meta["faults"][0]["suspect"],
+        serde_json::json!({"kind": "nic", "target": "gpu060"})
+    );
+    assert_eq!(meta["faults"][0]["start_ms"], (start + 180) * 1000);
+    let series = std::fs::read_to_string(out.join("series.prom")).unwrap();
+    // The faulted rail only: rail 0 of gpu060 keeps working.
+    for l in series
+        .lines()
+        .filter(|l| l.starts_with("rdma_probe_fleet_failing_ratio"))
+    {
+        assert!(l.contains("rail=\"1\""), "{l}");
+        assert!(
+            l.contains("peer_host=\"gpu060\"") || l.contains("host=\"gpu060\""),
+            "{l}"
+        );
+        let ts: u64 = l.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(ts >= (start + 180) * 1000, "failing before the fault: {l}");
+    }
+    // Loaded into VictoriaMetrics as written.
+    let data = tempfile::tempdir().unwrap();
+    let vm = crate::otlp::start_vm(&bin, "127.0.0.1:0", data.path(), &[]);
+    let url = format!("http://{}", vm.addr);
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{url}/api/v1/import/prometheus"))
+        .body(series)
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{:?}", r.text());
+    let query = |q: &str, at: u64| -> Value {
+        let body = reqwest::blocking::Client::new()
+            .get(format!("{url}/api/v1/query"))
+            .query(&[("query", q), ("time", &at.to_string())])
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        serde_json::from_str(&body).unwrap()
+    };
+    let end = start + 330;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let failing = loop {
+        let v = query(
+            "count by (peer_host) (rdma_probe_fleet_failing_ratio{class=\"same_tor\"})",
+            end,
+        );
+        if !v["data"]["result"].as_array().unwrap().is_empty()
+            || std::time::Instant::now() > deadline
+        {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let hosts: Vec<&str> = failing["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["metric"]["peer_host"].as_str().unwrap())
+        .collect();
+    // gpu060's ToR mates see it failing; gpu060 itself sees them all failing.
+    assert!(hosts.contains(&"gpu060"), "{failing}");
+    let before = query("count(rdma_probe_fleet_failing_ratio)", start + 150);
+    assert_eq!(before["data"]["result"], serde_json::json!([]), "{before}");
+    let nics = query("count(rdma_fleet_nic_info)", end);
+    assert_eq!(nics["data"]["result"][0]["value"][1], "240", "{nics}");
+    // Counters never go back: no decrease over the run.
+    let resets = query("sum(resets(rdma_probe_fleet_results_total[10m]))", end);
+    assert_eq!(resets["data"]["result"][0]["value"][1], "0", "{resets}");
+}

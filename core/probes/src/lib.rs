@@ -30,10 +30,13 @@ pub mod noise;
 mod peers;
 mod plugin;
 mod rounds;
+pub mod simulate;
 mod stats;
 
 pub use config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER, PLUGIN, RTT};
-pub use fleetrounds::{count_round, round_samples, run_fleet, targets as fleet_targets, RttAttrs};
+pub use fleetrounds::{
+    count_round, round_samples, run_fleet, targets as fleet_targets, FlowSet, RttAttrs,
+};
 pub use peers::{parse_peers_file, PeerSource};
 pub use plugin::{plugin_config, plugin_path, PluginNotFound};
 pub use rounds::{probe_batch, probe_once, run};

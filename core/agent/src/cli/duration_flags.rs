@@ -25,6 +25,26 @@ const FLAGS: &[(&[&str], &str, bool)] = &[
     (&["top"], "--interval", false),
     (&["preflight"], "--duration", false),
     (&["preflight"], "--patience", false),
+    (
+        &["fleet", "simulate", "--topology", "t.csv", "--out", "o"],
+        "--duration",
+        false,
+    ),
+    (
+        &["fleet", "simulate", "--topology", "t.csv", "--out", "o"],
+        "--round",
+        false,
+    ),
+    (
+        &["fleet", "simulate", "--topology", "t.csv", "--out", "o"],
+        "--scrape",
+        false,
+    ),
+    (
+        &["fleet", "simulate", "--topology", "t.csv", "--out", "o"],
+        "--fault-after",
+        true,
+    ),
 ];
 
 /// Every flag whose value is a duration (`value_name = "DUR"`), as "command --flag".
@@ -43,6 +63,23 @@ fn duration_flags(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
     }
 }
 
+/// The subcommands a command line starts with (`fleet simulate`), as `duration_flags`
+/// names them.
+fn command_path(prefix: &[&str]) -> String {
+    let mut cmd = Cli::command();
+    let mut path = Vec::new();
+    for w in prefix {
+        match cmd.find_subcommand(w) {
+            Some(sub) => {
+                path.push(*w);
+                cmd = sub.clone();
+            }
+            None => break,
+        }
+    }
+    path.join(" ")
+}
+
 fn parse(prefix: &[&str], flag: &str, value: &str) -> Result<Cli, clap::Error> {
     let mut argv = vec!["rocewatch"];
     argv.extend(prefix);
@@ -57,7 +94,7 @@ fn the_table_names_every_duration_flag() {
     found.sort();
     let mut listed: Vec<String> = FLAGS
         .iter()
-        .map(|(prefix, flag, _)| format!("{} {flag}", prefix[0]))
+        .map(|(prefix, flag, _)| format!("{} {flag}", command_path(prefix)))
         .collect();
     listed.sort();
     assert_eq!(found, listed);
@@ -66,7 +103,7 @@ fn the_table_names_every_duration_flag() {
 #[test]
 fn every_duration_flag_refuses_what_would_overflow_or_busy_loop() {
     for (prefix, flag, zero_allowed) in FLAGS {
-        let name = format!("{} {flag}", prefix[0]);
+        let name = format!("{} {flag}", command_path(prefix));
         // What the default or a sensible value gives: accepted.
         parse(prefix, flag, "2s").unwrap_or_else(|e| panic!("{name} 2s: {e}"));
         for huge in ["18446744073709551615s", "1000years"] {

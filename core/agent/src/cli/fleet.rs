@@ -10,6 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::output::print_json;
 use rocewatch_fleet::{pinglist, Class, Options, Pinglist, Plan, Topology};
+use rocewatch_runtime::util::duration::Bounds;
 
 /// `rocewatch fleet`'s subcommands.
 #[derive(Debug, Subcommand)]
@@ -44,6 +45,85 @@ pub enum FleetCommand {
     /// (exit status 1); lldpd must run on the host (Debian: apt install lldpd).
     #[command(verbatim_doc_comment)]
     Topology(TopologyArgs),
+    /// Simulate the whole fleet of a topology probing its pinglists, with faults, and
+    /// write the series every host would export (the agent's own round and statistics
+    /// code, fed with outcomes from a model of the fabric) for loading into
+    /// VictoriaMetrics or Prometheus, to try the localization rules.
+    ///
+    /// Faults (each from --fault-after on):
+    ///   nic_down:HOST[/RAIL]   the NIC answers and sends nothing
+    ///   host_overloaded:HOST   its own probes time out at random (30 %)
+    ///   tor_down:TOR           every NIC on the ToR is cut off
+    ///   uplink_loss:TOR        1 % loss on the ToR's uplinks
+    ///   ecmp_blackhole:N       equal-cost path N of --ecmp-paths drops everything
+    ///   link_loss:HOST[/RAIL]  0.1 % loss on the host's link
+    ///
+    /// Writes DIR/series.prom (timestamped Prometheus text: curl --data-binary
+    /// @series.prom http://vm:8428/api/v1/import/prometheus) and DIR/faults.json
+    /// (each fault, when it started, and the suspect the rules should name).
+    ///
+    /// Example:
+    ///   rocewatch fleet simulate --topology fleet.csv --fault tor_down:leaf-r07 --out sim/
+    #[command(verbatim_doc_comment)]
+    Simulate(SimulateArgs),
+}
+
+const SIM_SPAN: Bounds = Bounds {
+    min: std::time::Duration::from_secs(1),
+    max: std::time::Duration::from_secs(7 * 86_400),
+    zero_means: None,
+};
+const SIM_STEP: Bounds = Bounds {
+    min: std::time::Duration::from_secs(1),
+    max: std::time::Duration::from_secs(3600),
+    zero_means: None,
+};
+const SIM_FAULT_AFTER: Bounds = Bounds {
+    min: std::time::Duration::ZERO,
+    max: std::time::Duration::from_secs(7 * 86_400),
+    zero_means: Some("from the first round"),
+};
+
+/// `rocewatch fleet simulate`'s arguments.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The topology file (CSV: host,rail,addr,tor).
+    #[arg(long, value_name = "FILE")]
+    pub topology: PathBuf,
+    /// A fault to inject, KIND:TARGET (repeat for several).
+    #[arg(long, value_name = "KIND:TARGET")]
+    pub fault: Vec<rocewatch_probes::simulate::Fault>,
+    /// The directory to write series.prom and faults.json to (created).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Simulated time.
+    #[arg(long, value_parser = SIM_SPAN.flag(), default_value = "30m", value_name = "DUR")]
+    pub duration: std::time::Duration,
+    /// Simulated time between two rounds of every host.
+    #[arg(long, value_parser = SIM_STEP.flag(), default_value = "5s", value_name = "DUR")]
+    pub round: std::time::Duration,
+    /// Simulated time between two scrapes (what is written).
+    #[arg(long, value_parser = SIM_STEP.flag(), default_value = "30s", value_name = "DUR")]
+    pub scrape: std::time::Duration,
+    /// When the faults start, after the first round.
+    #[arg(long, value_parser = SIM_FAULT_AFTER.flag(), default_value = "10m", value_name = "DUR")]
+    pub fault_after: std::time::Duration,
+    /// Unix time of the first round (default: now, less --duration, so that the series
+    /// end now and a backend's default retention keeps them).
+    #[arg(long, value_name = "SECONDS")]
+    pub start: Option<u64>,
+    /// Equal-cost paths between two ToRs.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub ecmp_paths: u32,
+    /// Probe loss without any fault.
+    #[arg(long, default_value_t = 1e-6)]
+    pub background_loss: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// [fleet] as the hosts run it (its pinglist and flow settings; the topology file
+    /// given here is the map).
+    #[arg(long, value_name = "FILE")]
+    pub fleet_config: Option<PathBuf>,
 }
 
 /// `rocewatch fleet topology`'s arguments.
@@ -95,7 +175,7 @@ pub struct PlanArgs {
     #[arg(
         long,
         value_name = "PROMQL",
-        default_value = "rdma_fleet_nic_info",
+        default_value = "timestamp(rdma_fleet_nic_info)",
         requires = "prometheus"
     )]
     pub query: String,
@@ -120,6 +200,7 @@ pub async fn run(c: FleetCommand) -> Result<i32> {
     match c {
         FleetCommand::Plan(a) => plan(a),
         FleetCommand::Topology(a) => topology(a).await,
+        FleetCommand::Simulate(a) => simulate(a),
     }
 }
 
@@ -201,6 +282,122 @@ fn read_map(a: &PlanArgs) -> Result<Topology> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
     Ok(Topology::parse(&name, &text)?)
+}
+
+fn simulate(a: SimulateArgs) -> Result<i32> {
+    use rocewatch_probes::simulate;
+    let name = a.topology.display().to_string();
+    let text = std::fs::read_to_string(&a.topology).with_context(|| format!("reading {name}"))?;
+    let topo = Topology::parse(&name, &text)?;
+    let fleet: rocewatch_probes::fleet::FleetConfig = match &a.fleet_config {
+        Some(f) => {
+            let t =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            config::Config::builder()
+                .add_source(config::File::from_str(&t, config::FileFormat::Toml))
+                .build()
+                .and_then(|c| c.get("fleet"))
+                .with_context(|| format!("{}: its [fleet] table", f.display()))?
+        }
+        None => serde_json::from_value(serde_json::json!({"topology": "-"})).expect("defaults"),
+    };
+    let mut fleet = fleet;
+    fleet.topology = Some(a.topology.clone());
+    fleet
+        .validate()
+        .map_err(|(k, m)| anyhow::anyhow!("--fleet-config: {k}: {m}"))?;
+    let hosts: std::collections::BTreeSet<&str> = topo.hosts().into_iter().collect();
+    let tors: std::collections::BTreeSet<&str> =
+        topo.nics().iter().map(|n| n.tor.as_str()).collect();
+    for f in &a.fault {
+        let (kind, target) = f.suspect();
+        let known = match kind {
+            "nic" | "prober" => hosts.contains(target.as_str()),
+            "tor" | "uplink" => tors.contains(target.as_str()),
+            _ => true,
+        };
+        if !known {
+            anyhow::bail!("--fault {}: {target} is not in {name}", f.kind());
+        }
+        if let simulate::Fault::EcmpBlackhole { path } = f {
+            if *path >= a.ecmp_paths {
+                anyhow::bail!(
+                    "--fault ecmp_blackhole:{path}: paths are 0 to {} (--ecmp-paths {})",
+                    a.ecmp_paths - 1,
+                    a.ecmp_paths
+                );
+            }
+        }
+    }
+    if !(0.0..1.0).contains(&a.background_loss) {
+        anyhow::bail!(
+            "--background-loss {}: give a share from 0 to below 1",
+            a.background_loss
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let opts = simulate::Options {
+        start_s: a
+            .start
+            .unwrap_or_else(|| now.saturating_sub(a.duration.as_secs())),
+        duration_s: a.duration.as_secs(),
+        round_s: a.round.as_secs(),
+        scrape_s: a.scrape.as_secs(),
+        fault_after_s: a.fault_after.as_secs(),
+        ecmp_paths: a.ecmp_paths,
+        background_loss: a.background_loss,
+        seed: a.seed,
+    };
+    if !opts.scrape_s.is_multiple_of(opts.round_s) {
+        anyhow::bail!(
+            "--scrape {:?} is not a multiple of --round {:?}",
+            a.scrape,
+            a.round
+        );
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let series = a.out.join("series.prom");
+    let mut w = std::io::BufWriter::new(
+        std::fs::File::create(&series).with_context(|| format!("creating {}", series.display()))?,
+    );
+    let t0 = std::time::Instant::now();
+    simulate::run(&topo, &a.fault, &fleet, &opts, |text| {
+        std::io::Write::write_all(&mut w, text.as_bytes())
+    })
+    .and_then(|()| std::io::Write::flush(&mut w))
+    .with_context(|| format!("writing {}", series.display()))?;
+    let faults: Vec<serde_json::Value> = a
+        .fault
+        .iter()
+        .map(|f| {
+            let (kind, target) = f.suspect();
+            serde_json::json!({
+                "fault": f.kind(),
+                "start_ms": (opts.start_s + opts.fault_after_s) * 1000,
+                "suspect": {"kind": kind, "target": target},
+            })
+        })
+        .collect();
+    let meta = serde_json::json!({
+        "hosts": hosts.len(),
+        "nics": topo.nics().len(),
+        "start_ms": opts.start_s * 1000,
+        "end_ms": (opts.start_s + opts.duration_s) * 1000,
+        "faults": faults,
+    });
+    let fj = a.out.join("faults.json");
+    std::fs::write(&fj, serde_json::to_string_pretty(&meta)? + "\n")
+        .with_context(|| format!("writing {}", fj.display()))?;
+    eprintln!(
+        "rocewatch: simulated {} hosts for {:?} in {:.1} s: {}",
+        hosts.len(),
+        a.duration,
+        t0.elapsed().as_secs_f64(),
+        series.display()
+    );
+    Ok(0)
 }
 
 fn plan(a: PlanArgs) -> Result<i32> {

@@ -27,6 +27,9 @@
 //!   in the lab.
 //! - `preflight`: `rocewatch preflight --plan` on a fixture tree and `--judge` on results
 //!   written as each host writes them.
+//! - `fleet`, `fleet_rules`: `fleet plan`, `topology` and `simulate` through the binary,
+//!   the agent probing a pinglist through fake-probe, and the localization rules evaluated
+//!   on the simulator's series for 1,000 hosts in a real VictoriaMetrics.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 // Functions over 120 lines are refused outside tests; this is tests.
@@ -46,6 +49,7 @@ mod ethtool;
 mod exporters;
 mod fixtures;
 mod fleet;
+mod fleet_rules;
 mod health;
 mod lab;
 mod lifecycle;

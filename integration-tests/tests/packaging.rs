@@ -241,7 +241,11 @@ fn rules_and_dashboard_query_only_exported_metrics() {
     let names = exported_names();
     let mut used = BTreeSet::new();
     // Prometheus rules.
-    for doc in yaml_docs("configs/prometheus/rocewatch.rules.yml") {
+    let files = [
+        "configs/prometheus/rocewatch.rules.yml",
+        "configs/prometheus/rocewatch-fleet.rules.yml",
+    ];
+    for doc in files.iter().flat_map(|f| yaml_docs(f)) {
         for g in doc["groups"].as_sequence().unwrap() {
             for r in g["rules"].as_sequence().unwrap() {
                 let expr = r["expr"].as_str().unwrap();
@@ -249,7 +253,7 @@ fn rules_and_dashboard_query_only_exported_metrics() {
                     assert!(
                         names.contains(&n),
                         "rule {:?} reads {n}, which rocewatch does not export",
-                        r["alert"]
+                        r.get("alert").or_else(|| r.get("record"))
                     );
                     used.insert(n);
                 }
@@ -293,6 +297,9 @@ fn rules_and_dashboard_query_only_exported_metrics() {
         "rdma_qos_drift",
         "rdma_qos_fingerprint",
         "rdma_probe_rtt_seconds",
+        "rdma_probe_fleet_failing_ratio",
+        "rdma_probe_fleet_results_total",
+        "rdma_fleet_nic_info",
     ] {
         assert!(used.contains(n), "{n} unused");
     }

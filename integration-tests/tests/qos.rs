@@ -715,7 +715,9 @@ fn agent_exports_the_configuration_and_reapplies_on_drift() {
 /// The shipped alert rules: all eight valid for `promtool check rules`, and their unit
 /// tests pass under `promtool test rules` (a host whose fingerprint differs from the
 /// majority fires, hosts alike do not; drift fires after 10 minutes and clears; pause
-/// storm, storm prevention, CNP surge, port down, flapping and probe loss fire).
+/// storm, storm prevention, CNP surge, port down, flapping and probe loss fire); and the
+/// fleet's localization rules (a NIC down seen by two fine probers, a failing prober, an
+/// overloaded one).
 #[test]
 fn prometheus_rules_find_the_host_that_differs_from_the_majority() {
     let Some(promtool) = crate::prometheus::promtool() else {
@@ -726,6 +728,8 @@ fn prometheus_rules_find_the_host_that_differs_from_the_majority() {
     for args in [
         ["check", "rules", "rocewatch.rules.yml"],
         ["test", "rules", "rocewatch.rules.test.yml"],
+        ["check", "rules", "rocewatch-fleet.rules.yml"],
+        ["test", "rules", "rocewatch-fleet.rules.test.yml"],
     ] {
         let o = std::process::Command::new(&promtool)
             .args(args)
@@ -741,6 +745,7 @@ fn prometheus_rules_find_the_host_that_differs_from_the_majority() {
         said.push(stdout(&o));
     }
     assert!(said[0].contains("SUCCESS: 8 rules found"), "{}", said[0]);
+    assert!(said[2].contains("SUCCESS: 26 rules found"), "{}", said[2]);
 }
 
 #[test]

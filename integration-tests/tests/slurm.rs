@@ -271,8 +271,17 @@ fn a_firing_rule_drains_the_node_through_slurm_drain_until_its_quarantine_ends()
     assert!(n.state.is_drain(), "{}: {said}", n.state);
 
     // Released by hand: the next health --slurm resumes the node.
+    // With the agent's configuration: its audit log is in the state directory (without
+    // it, the default /var/lib/rocewatch/audit.jsonl would be needed on the test host).
     let o = rocewatch(
-        &["quarantine", "release", "--reason", "cable replaced"],
+        &[
+            "quarantine",
+            "release",
+            "--reason",
+            "cable replaced",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
         &[("STATE_DIRECTORY", state.to_str().unwrap())],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use rocewatch_fleet::pinglist::Class;
 use rocewatch_metrics::names;
-use rocewatch_plugin_api::{Attributes, NicTimestamps, ProbeOutcome, ProbeTarget, Sample, Value};
+use rocewatch_plugin_api::{Attributes, NicTimestamps, ProbeOutcome, ProbeTarget, Sample};
 use rocewatch_runtime::host::registry::Entry;
 use rocewatch_runtime::pipeline::Pipeline;
 
@@ -20,7 +20,7 @@ use super::fleetstats::{FleetStats, Outcome};
 use super::flows::{epoch_at, flow_label, offset};
 use super::noise::HostNoise;
 use super::rounds::probe_batch;
-use super::stats::sample;
+use super::stats::peers_and_interval;
 
 /// Seconds since the epoch: flows rotate on the wall clock.
 fn now_s() -> u64 {
@@ -166,21 +166,14 @@ pub fn round_samples(
     now: u64,
 ) -> Vec<Sample> {
     let mut out = st.samples(now);
-    for (state, n) in [
-        ("probed", view.peers.len()),
-        ("other_rail", view.other_rail_peers),
-    ] {
-        out.push(sample(
-            names::PROBE_PEERS,
-            Value::U64(n as u64),
-            Attributes::new([("rdma.probe.state".to_string(), state.to_string())].into()),
-        ));
-    }
-    out.push(sample(
-        names::PROBE_INTERVAL,
-        Value::F64(interval.as_secs_f64()),
-        Attributes::default(),
-    ));
+    peers_and_interval(
+        &mut out,
+        &[
+            ("probed", view.peers.len()),
+            ("other_rail", view.other_rail_peers),
+        ],
+        interval,
+    );
     out
 }
 

@@ -62,7 +62,8 @@ impl Fault {
     /// The suspect the localization rules should name: (kind, target).
     pub fn suspect(&self) -> (&'static str, String) {
         match self {
-            Fault::NicDown { host, .. } | Fault::LinkLoss { host, .. } => ("nic", host.clone()),
+            Fault::NicDown { host, .. } => ("nic", host.clone()),
+            Fault::LinkLoss { host, .. } => ("link", host.clone()),
             Fault::HostOverloaded { host } => ("prober", host.clone()),
             Fault::TorDown { tor } => ("tor", tor.clone()),
             Fault::UplinkLoss { tor } => ("uplink", tor.clone()),

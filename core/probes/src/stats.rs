@@ -129,11 +129,25 @@ pub(super) fn samples(
             ));
         }
     }
-    for (state, n) in [("probed", stats.len()), ("over_limit", over_limit)] {
+    peers_and_interval(
+        &mut out,
+        &[("probed", stats.len()), ("over_limit", over_limit)],
+        interval,
+    );
+    out
+}
+
+/// The peers by state (`rdma.probe.peers`) and the interval in effect.
+pub(super) fn peers_and_interval(
+    out: &mut Vec<Sample>,
+    states: &[(&str, usize)],
+    interval: Duration,
+) {
+    for (state, n) in states {
         out.push(sample(
             names::PROBE_PEERS,
-            Value::U64(n as u64),
-            Attributes::new([("rdma.probe.state".to_string(), state.to_string())].into()),
+            Value::U64(*n as u64),
+            Attributes::new([("rdma.probe.state".to_string(), (*state).to_string())].into()),
         ));
     }
     out.push(sample(
@@ -141,7 +155,6 @@ pub(super) fn samples(
         Value::F64(interval.as_secs_f64()),
         Attributes::default(),
     ));
-    out
 }
 
 #[cfg(test)]

@@ -312,7 +312,7 @@ fn simulate(a: SimulateArgs) -> Result<i32> {
     for f in &a.fault {
         let (kind, target) = f.suspect();
         let known = match kind {
-            "nic" | "prober" => hosts.contains(target.as_str()),
+            "nic" | "link" | "prober" => hosts.contains(target.as_str()),
             "tor" | "uplink" => tors.contains(target.as_str()),
             _ => true,
         };

@@ -135,6 +135,8 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
     let Some(bin) = crate::otlp::vm_bin() else {
         return;
     };
+    // Seven simulations load both cores: never beside a lab boot's timing comparisons.
+    let _heavy = crate::lab::HEAVY.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let topo = dir.path().join("fleet.csv");
     // ROCEWATCH_FLEET_RULES_HOSTS=10000 measures the 10,000-host figures of

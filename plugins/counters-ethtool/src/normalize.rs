@@ -1,5 +1,19 @@
 //! Vendor driver statistics → one set of metrics with `rdma.priority` and
-//! `network.io.direction` attributes.
+//! `network.io.direction` attributes. Every name is the driver's own string as `ethtool -S`
+//! prints it, checked against the driver's source (Linux mainline):
+//!
+//! - mlx5: `drivers/net/ethernet/mellanox/mlx5/core/en_stats.c`, arrays
+//!   `pport_per_prio_pfc_stats_desc` (`rx_%s_pause`... with `prio<N>` for each priority
+//!   with PFC on, and with `global` while 802.3x pause is on), `pport_per_prio_traffic_stats_desc`,
+//!   `pport_pfc_stall_stats_desc`, `pport_802_3_stats_desc`, `pport_phy_statistical_stats_desc`;
+//!   units from the kernel's `Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst`
+//!   (durations in µs);
+//! - ice: `drivers/net/ethernet/intel/ice/ice_ethtool.c`, `ice_gstrings_pf_stats` (`ICE_PF_STAT`,
+//!   the `.nic` suffix is part of each literal) and the per-priority strings of
+//!   `__ice_get_strings`; ice has no pause duration and no storm counter;
+//! - bnxt_en: `drivers/net/ethernet/broadcom/bnxt/bnxt_ethtool.c`, `bnxt_port_stats_arr` and
+//!   `bnxt_port_stats_ext_arr`/`bnxt_tx_port_stats_ext_arr` (each name is the firmware
+//!   field's, `__stringify`d; the extended ones appear as far as the firmware reports them).
 //!
 //! | vendor | names | metric |
 //! |---|---|---|
@@ -10,16 +24,28 @@
 //! | mlx5 | `rx_prio<N>_packets`, `tx_prio<N>_packets` | `rdma.priority.packets` |
 //! | mlx5 | `rx_prio<N>_discards`, `rx_prio<N>_buf_discard` | `rdma.priority.discards` |
 //! | mlx5 | `tx_pause_storm_warning_events`, `tx_pause_storm_error_events` | `rdma.pfc.storm_events` |
-//! | mlx5 | `rx_pause_ctrl_phy`, `tx_pause_ctrl_phy` | `rdma.link.pause_frames` |
+//! | mlx5 | `rx_pause_ctrl_phy`, `tx_pause_ctrl_phy` (802.3x pause frames, always present) | `rdma.link.pause_frames` |
+//! | mlx5 | `rx_global_pause_duration`, `tx_global_pause_duration` (µs) | `rdma.link.pause_duration` |
+//! | mlx5 | `rx_global_pause_transition` | `rdma.link.pause_transitions` |
 //! | mlx5 | `rx_discards_phy`, `tx_discards_phy` | `rdma.link.discards` |
 //! | mlx5 | `rx_out_of_buffer` | `rdma.netdev.out_of_buffer` |
 //! | mlx5 | `rx_crc_errors_phy`, `rx_symbol_err_phy`, `rx_corrected_bits_phy`, `link_down_events_phy` | `rdma.link.*` |
 //! | ice | `rx_priority_<N>_xoff.nic`, `tx_priority_<N>_xoff.nic` | `rdma.pfc.pause_frames` |
 //! | ice | `rx_priority_<N>_xon.nic`, `tx_priority_<N>_xon.nic` | `rdma.pfc.resume_frames` |
-//! | ice | `rx_priority_<N>_xon_2_xoff.nic` | `rdma.pfc.pause_transitions` |
+//! | ice | `link_xoff_rx.nic`, `link_xoff_tx.nic` | `rdma.link.pause_frames` |
+//! | ice | `link_xon_rx.nic`, `link_xon_tx.nic` | `rdma.link.resume_frames` |
 //! | bnxt | `rx_pfc_ena_frames_pri<N>`, `tx_pfc_ena_frames_pri<N>` | `rdma.pfc.pause_frames` |
-//! | bnxt | `rx_pfc_xon2xoff_frames_pri<N>` | `rdma.pfc.pause_transitions` |
-//! | bnxt | `rx_pfc_ena_frames`, `tx_pfc_ena_frames` (all priorities) | `rdma.link.pause_frames` |
+//! | bnxt | `pfc_pri<N>_rx_duration_us`, `pfc_pri<N>_tx_duration_us` | `rdma.pfc.pause_duration` |
+//! | bnxt | `pfc_pri<N>_rx_transitions`, `pfc_pri<N>_tx_transitions` | `rdma.pfc.pause_transitions` |
+//! | bnxt | `rx_pause_frames`, `tx_pause_frames` (802.3x) | `rdma.link.pause_frames` |
+//! | bnxt | `continuous_pause_events`, `continuous_roce_pause_events` | `rdma.pfc.storm_events` |
+//!
+//! mlx5's `rx_global_pause`/`tx_global_pause` count the same frames as its
+//! `*_pause_ctrl_phy` (and only while 802.3x pause is on): not mapped, so one frame is
+//! not counted twice. bnxt's `resume_*pause_events` are left to the raw passthrough; what
+//! bnxt's `continuous_*` count exactly is not documented in the driver (the firmware's
+//! field names and FreeBSD's descriptions: "pause events"); they carry
+//! `rdma.pause.traffic` (`all`, `roce`) where mlx5's carry `rdma.severity`.
 //!
 //! Everything else is left to the opt-in raw passthrough.
 use rocewatch_metrics::names;
@@ -62,9 +88,34 @@ fn n(
 
 /// Normalize one driver statistic name; `None` when it is not one of ours.
 pub fn normalize(name: &str) -> Option<Normalized> {
+    // ice: link_xoff_rx.nic, link_xon_tx.nic (802.3x: every priority)
+    if let Some(r) = name
+        .strip_prefix("link_")
+        .and_then(|r| r.strip_suffix(".nic"))
+    {
+        let (what, d) = r.split_once('_')?;
+        let metric = match what {
+            "xoff" => names::LINK_PAUSE_FRAMES,
+            "xon" => names::LINK_RESUME_FRAMES,
+            _ => return None,
+        };
+        return n(metric, None, Some(dir(d)?));
+    }
+    // bnxt: pfc_pri3_rx_duration_us, pfc_pri3_tx_transitions
+    if let Some(r) = name.strip_prefix("pfc_pri") {
+        let (p, r) = r.split_once('_')?;
+        let p = prio(p)?;
+        let (d, what) = r.split_once('_')?;
+        let metric = match what {
+            "duration_us" => names::PFC_PAUSE_DURATION,
+            "transitions" => names::PFC_PAUSE_TRANSITIONS,
+            _ => return None,
+        };
+        return n(metric, Some(p), Some(dir(d)?));
+    }
     let (d, rest) = name.split_once('_')?;
     let direction = dir(d);
-    // ice: rx_priority_3_xoff.nic, tx_priority_3_xon.nic, rx_priority_3_xon_2_xoff.nic
+    // ice: rx_priority_3_xoff.nic, tx_priority_3_xon.nic
     if let (Some(dir), Some(r)) = (direction, rest.strip_prefix("priority_")) {
         let r = r.strip_suffix(".nic")?;
         let (p, what) = r.split_once('_')?;
@@ -72,7 +123,6 @@ pub fn normalize(name: &str) -> Option<Normalized> {
         let metric = match what {
             "xoff" => names::PFC_PAUSE_FRAMES,
             "xon" => names::PFC_RESUME_FRAMES,
-            "xon_2_xoff" => names::PFC_PAUSE_TRANSITIONS,
             _ => return None,
         };
         return n(metric, Some(p), Some(dir));
@@ -93,23 +143,12 @@ pub fn normalize(name: &str) -> Option<Normalized> {
         };
         return n(metric, Some(p), Some(dir));
     }
-    // bnxt: rx_pfc_ena_frames_pri3, rx_pfc_xon2xoff_frames_pri3, rx_pfc_ena_frames
-    if let (Some(dir), Some(r)) = (direction, rest.strip_prefix("pfc_")) {
-        if let Some((what, p)) = r.rsplit_once("_pri") {
-            let p = prio(p)?;
-            let metric = match what {
-                "ena_frames" => names::PFC_PAUSE_FRAMES,
-                "xon2xoff_frames" => names::PFC_PAUSE_TRANSITIONS,
-                _ => return None,
-            };
-            return n(metric, Some(p), Some(dir));
-        }
-        return (r == "ena_frames").then_some(Normalized {
-            metric: names::LINK_PAUSE_FRAMES,
-            priority: None,
-            direction: Some(dir),
-            extra: None,
-        });
+    // bnxt: rx_pfc_ena_frames_pri3
+    if let (Some(dir), Some(p)) = (
+        direction,
+        rest.strip_prefix("pfc_ena_frames_pri").and_then(prio),
+    ) {
+        return n(names::PFC_PAUSE_FRAMES, Some(p), Some(dir));
     }
     match name {
         "tx_pause_storm_warning_events" => Some(Normalized {
@@ -124,7 +163,26 @@ pub fn normalize(name: &str) -> Option<Normalized> {
             direction: Some("transmit"),
             extra: Some(("rdma.severity", "error")),
         }),
-        "rx_pause_ctrl_phy" | "tx_pause_ctrl_phy" => n(names::LINK_PAUSE_FRAMES, None, direction),
+        "continuous_pause_events" => Some(Normalized {
+            metric: names::PFC_STORM_EVENTS,
+            priority: None,
+            direction: None,
+            extra: Some(("rdma.pause.traffic", "all")),
+        }),
+        "continuous_roce_pause_events" => Some(Normalized {
+            metric: names::PFC_STORM_EVENTS,
+            priority: None,
+            direction: None,
+            extra: Some(("rdma.pause.traffic", "roce")),
+        }),
+        // mlx5 and bnxt: 802.3x pause frames.
+        "rx_pause_ctrl_phy" | "tx_pause_ctrl_phy" | "rx_pause_frames" | "tx_pause_frames" => {
+            n(names::LINK_PAUSE_FRAMES, None, direction)
+        }
+        "rx_global_pause_duration" | "tx_global_pause_duration" => {
+            n(names::LINK_PAUSE_DURATION, None, direction)
+        }
+        "rx_global_pause_transition" => n(names::LINK_PAUSE_TRANSITIONS, None, Some("receive")),
         "rx_discards_phy" | "tx_discards_phy" => n(names::LINK_DISCARDS, None, direction),
         "rx_out_of_buffer" => n(names::NETDEV_OUT_OF_BUFFER, None, Some("receive")),
         "rx_crc_errors_phy" => n(names::LINK_CRC_ERRORS, None, Some("receive")),
@@ -187,10 +245,18 @@ mod tests {
                 "tx_priority_4_xon.nic",
                 Some(("rdma.pfc.resume_frames", Some(4), Some("transmit"))),
             ),
+            // ice counts these internally but prints no such string.
+            ("rx_priority_4_xon_2_xoff.nic", None),
             (
-                "rx_priority_4_xon_2_xoff.nic",
-                Some(("rdma.pfc.pause_transitions", Some(4), Some("receive"))),
+                "link_xoff_tx.nic",
+                Some(("rdma.link.pause_frames", None, Some("transmit"))),
             ),
+            (
+                "link_xon_rx.nic",
+                Some(("rdma.link.resume_frames", None, Some("receive"))),
+            ),
+            ("link_xoff_rx", None),
+            ("link_down_events", None),
             ("rx_priority_3_xoff", None),
             (
                 "rx_pfc_ena_frames_pri3",
@@ -200,14 +266,35 @@ mod tests {
                 "tx_pfc_ena_frames_pri5",
                 Some(("rdma.pfc.pause_frames", Some(5), Some("transmit"))),
             ),
+            // In bnxt's firmware structure, not in Linux's ethtool strings.
+            ("rx_pfc_xon2xoff_frames_pri3", None),
+            // PFC frames of all priorities: not link (802.3x) pause.
+            ("rx_pfc_frames", None),
+            ("rx_pfc_ena_frames_pri8", None),
             (
-                "rx_pfc_xon2xoff_frames_pri3",
-                Some(("rdma.pfc.pause_transitions", Some(3), Some("receive"))),
+                "pfc_pri3_tx_duration_us",
+                Some(("rdma.pfc.pause_duration", Some(3), Some("transmit"))),
             ),
             (
-                "rx_pfc_ena_frames",
+                "pfc_pri5_rx_transitions",
+                Some(("rdma.pfc.pause_transitions", Some(5), Some("receive"))),
+            ),
+            ("pfc_pri9_rx_transitions", None),
+            ("pfc_pri3_xx_transitions", None),
+            (
+                "rx_pause_frames",
                 Some(("rdma.link.pause_frames", None, Some("receive"))),
             ),
+            (
+                "tx_global_pause_duration",
+                Some(("rdma.link.pause_duration", None, Some("transmit"))),
+            ),
+            ("tx_global_pause", None),
+            (
+                "continuous_pause_events",
+                Some(("rdma.pfc.storm_events", None, None)),
+            ),
+            ("resume_pause_events", None),
             (
                 "rx_pause_ctrl_phy",
                 Some(("rdma.link.pause_frames", None, Some("receive"))),

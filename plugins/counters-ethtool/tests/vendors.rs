@@ -65,25 +65,60 @@ fn pfc_priority_3_reads_the_same_on_every_vendor() {
         )
         .unwrap();
         assert_eq!(tx.value, Value::U64(96204), "{nic}");
-        let tr = find(
+        // 802.3x pause: none, but read (mlx5 rx_pause_ctrl_phy, ice link_xoff_rx.nic,
+        // bnxt rx_pause_frames).
+        let link = find(
             &r,
             nic,
-            "rdma.pfc.pause_transitions",
-            &[("rdma.priority", "3"), ("network.io.direction", "receive")],
+            "rdma.link.pause_frames",
+            &[("network.io.direction", "receive")],
         )
-        .unwrap();
-        assert_eq!(tr.value, Value::U64(70411), "{nic}");
+        .unwrap_or_else(|| panic!("{nic}: no 802.3x pause frames"));
+        assert_eq!(link.value, Value::U64(0), "{nic}");
     }
-    let d = find(
+    // Transitions and durations: mlx5 (rx_prio3_pause_transition, rx_prio3_pause_duration)
+    // and bnxt (pfc_pri3_rx_transitions, pfc_pri3_rx_duration_us); ice has neither.
+    for (nic, transitions, duration) in [
+        (
+            "mlx5",
+            "ethtool:rx_prio3_pause_transition",
+            "ethtool:rx_prio3_pause_duration",
+        ),
+        (
+            "bnxt",
+            "ethtool:pfc_pri3_rx_transitions",
+            "ethtool:pfc_pri3_rx_duration_us",
+        ),
+    ] {
+        let rx3 = [("rdma.priority", "3"), ("network.io.direction", "receive")];
+        let tr = find(&r, nic, "rdma.pfc.pause_transitions", &rx3).unwrap();
+        assert_eq!((tr.value, &*tr.source), (Value::U64(70411), transitions));
+        let d = find(&r, nic, "rdma.pfc.pause_duration", &rx3).unwrap();
+        assert_eq!(
+            (d.value, d.unit.as_ref(), &*d.source),
+            (Value::U64(3320119), "us", duration)
+        );
+    }
+    assert!(find(&r, "ice", "rdma.pfc.pause_transitions", &[]).is_none());
+    let bnxt_tx = find(
         &r,
-        "mlx5",
+        "bnxt",
         "rdma.pfc.pause_duration",
-        &[("rdma.priority", "3"), ("network.io.direction", "receive")],
+        &[("rdma.priority", "3"), ("network.io.direction", "transmit")],
+    )
+    .unwrap();
+    assert_eq!(bnxt_tx.value, Value::U64(1904772));
+    // bnxt's continuous-pause events (bnxt_port_stats_ext_arr), RoCE's apart.
+    let roce = find(
+        &r,
+        "bnxt",
+        "rdma.pfc.storm_events",
+        &[("rdma.pause.traffic", "roce")],
     )
     .unwrap();
     assert_eq!(
-        (d.value, d.unit.as_ref(), &*d.source),
-        (Value::U64(3320119), "us", "ethtool:rx_prio3_pause_duration")
+        (roce.value, &*roce.source),
+        (Value::U64(3), "ethtool:continuous_roce_pause_events")
     );
     let storm = find(
         &r,
@@ -158,4 +193,42 @@ fn rdma_netdevs_that_do_not_exist_here_make_the_plugin_unsupported() {
         }
         other => panic!("expected unsupported, got {other:?}"),
     }
+}
+
+/// A ConnectX-6 Dx pausing its peer with 802.3x pause (PFC off): the frames (the same
+/// count as `tx_global_pause`, read once from `tx_pause_ctrl_phy`), the time paused, in
+/// µs, and nothing per priority.
+#[test]
+fn mlx5_global_pause_reads_as_link_pause_with_its_duration() {
+    let r = collect(serde_json::json!({"interfaces": ["mlx5-global-pause"]}));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let nic = "mlx5-global-pause";
+    let tx = [("network.io.direction", "transmit")];
+    let frames = find(&r, nic, "rdma.link.pause_frames", &tx).unwrap();
+    assert_eq!(
+        (frames.value, &*frames.source),
+        (Value::U64(44061528), "ethtool:tx_pause_ctrl_phy")
+    );
+    let d = find(&r, nic, "rdma.link.pause_duration", &tx).unwrap();
+    assert_eq!(
+        (d.value, d.unit.as_ref(), &*d.source),
+        (
+            Value::U64(5961284324),
+            "us",
+            "ethtool:tx_global_pause_duration"
+        )
+    );
+    let tr = find(&r, nic, "rdma.link.pause_transitions", &[]).unwrap();
+    assert_eq!(tr.attributes.get("network.io.direction"), Some("receive"));
+    // One sample per (metric, attributes): tx_global_pause is not counted a second time.
+    let mut keys: Vec<String> = r
+        .samples
+        .iter()
+        .map(|s| format!("{} {:?}", s.name, s.attributes))
+        .collect();
+    let n = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), n, "{keys:#?}");
+    assert!(r.samples.iter().all(|s| !s.name.starts_with("rdma.pfc.")));
 }

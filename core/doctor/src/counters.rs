@@ -16,6 +16,8 @@ use rocewatch_metrics::names;
 pub(super) const TROUBLE: &[&str] = &[
     names::PFC_PAUSE_FRAMES,
     names::PFC_STORM_EVENTS,
+    names::LINK_PAUSE_FRAMES,
+    names::LINK_PAUSE_DURATION,
     names::LINK_DISCARDS,
     names::PORT_TRANSMIT_DISCARDS,
     names::PRIORITY_DISCARDS,
@@ -115,10 +117,19 @@ pub(super) fn counters_checks(
         .map(|e| format!("{}: {}", e.target, e.message))
         .collect();
     let grew = counter_increases(&first.samples, &second.samples);
-    let mut out: Vec<Check> = grew
-        .into_iter()
-        .map(|(series, moved)| moved_check(&series, moved, &secs.to_string()))
-        .collect();
+    let mut out = global_pause_checks(&first.samples, &second.samples, &secs.to_string());
+    let link_pause = |series: &str| {
+        [names::LINK_PAUSE_FRAMES, names::LINK_PAUSE_DURATION]
+            .iter()
+            .any(|n| series.starts_with(&format!("{n}{{")))
+    };
+    out.extend(
+        grew.into_iter()
+            // Increases of 802.3x pause are the finding above; a reset or a counter at
+            // its top is said here like any other's.
+            .filter(|(series, moved)| !(link_pause(series) && matches!(moved, Move::Increase(_))))
+            .map(|(series, moved)| moved_check(&series, moved, &secs.to_string())),
+    );
     if !not_read.is_empty() {
         let listed = not_read
             .iter()
@@ -180,6 +191,81 @@ fn nothing_read(
         ),
         Some("rocewatch collect --once shows what each collector reads and why it could not".into()),
     )
+}
+
+/// 802.3x (global) pause that moved on a netdev: a FAIL per netdev. A RoCE port must not
+/// use it: it stops every priority of the link (RoCE's and everyone else's) where PFC
+/// stops one, and a switch port in 802.3x mode ignores PFC. The evidence: frames each way
+/// and, where the driver reports it (mlx5), the time spent paused.
+fn global_pause_checks(before: &[Sample], after: &[Sample], secs: &str) -> Vec<Check> {
+    let old: BTreeMap<String, f64> = before
+        .iter()
+        .map(|s| (series_key(s), s.value.as_f64()))
+        .collect();
+    // netdev -> (frames sent, frames received, µs paused by the peer, µs pausing the peer)
+    let mut moved: BTreeMap<String, [f64; 4]> = BTreeMap::new();
+    for s in after {
+        let frames = s.name == names::LINK_PAUSE_FRAMES;
+        if !frames && s.name != names::LINK_PAUSE_DURATION {
+            continue;
+        }
+        let Some(&o) = old.get(&series_key(s)) else {
+            continue;
+        };
+        let Move::Increase(d) = counter_move_from(&s.source, o, s.value.as_f64(), None) else {
+            continue;
+        };
+        if d <= 0.0 {
+            continue;
+        }
+        let subject = s
+            .attributes
+            .get(rocewatch_metrics::ATTR_NETDEV)
+            .or_else(|| s.attributes.get(rocewatch_metrics::ATTR_DEVICE))
+            .unwrap_or("?")
+            .to_string();
+        let sent = s.attributes.get(rocewatch_metrics::ATTR_DIRECTION) == Some("transmit");
+        let i = match (frames, sent) {
+            (true, true) => 0,
+            (true, false) => 1,
+            (false, false) => 2,
+            (false, true) => 3,
+        };
+        moved.entry(subject).or_default()[i] += d;
+    }
+    moved
+        .into_iter()
+        .map(|(netdev, [tx, rx, paused_us, pausing_us])| {
+            let mut what = Vec::new();
+            if tx > 0.0 {
+                what.push(format!("{tx} pause frames sent"));
+            }
+            if rx > 0.0 && tx > 0.0 {
+                what.push(format!("{rx} received"));
+            } else if rx > 0.0 {
+                what.push(format!("{rx} pause frames received"));
+            }
+            if pausing_us > 0.0 {
+                what.push(format!("pausing its peer {:.1} s", pausing_us / 1e6));
+            }
+            if paused_us > 0.0 {
+                what.push(format!("paused by its peer {:.1} s", paused_us / 1e6));
+            }
+            let q = crate::shell::quote(&netdev);
+            check(
+                "global-pause",
+                &netdev,
+                Status::Fail,
+                format!(
+                    "802.3x (global) pause in {secs}: {}; it stops every priority of the link, not only RoCE's",
+                    what.join(", ")
+                ),
+                Some(format!(
+                    "turn link flow control off (ethtool -A {q} rx off tx off; ethtool -a {q} shows it) and PFC on the RoCE priority (rocewatch qos plan); on the switch, the port's 802.3x flow control off and PFC on"
+                )),
+            )
+        })
+        .collect()
 }
 
 /// The warning for one series that grew, went back or rests at its top.
@@ -374,6 +460,120 @@ mod tests {
             !out[0].evidence.contains("no pauses"),
             "{}",
             out[0].evidence
+        );
+    }
+
+    /// A ConnectX-6 Dx pausing its peer with 802.3x pause, as the ethtool collector reads
+    /// it (`tx_pause_ctrl_phy`, `tx_global_pause_duration`): one FAIL naming the netdev,
+    /// the frames and the time, with the fix quoted for a shell; the PFC counters' move
+    /// is still the usual warning.
+    #[test]
+    fn global_pause_on_a_netdev_is_a_failure() {
+        use rocewatch_plugin_api::{Attributes, MetricKind, Value};
+        let s = |name: &'static str, stat: &str, dir: &str, v: u64| Sample {
+            name: name.into(),
+            unit: "".into(),
+            value: Value::U64(v),
+            attributes: Attributes::new(
+                [
+                    (
+                        "network.interface.name".to_string(),
+                        "ens1f0np0".to_string(),
+                    ),
+                    ("network.io.direction".to_string(), dir.to_string()),
+                ]
+                .into(),
+            ),
+            source: format!("ethtool:{stat}").into(),
+            kind: MetricKind::Counter,
+        };
+        let at = |frames: u64, us: u64, rx_frames: u64, pfc: u64| ScrapeResult {
+            samples: vec![
+                s(
+                    names::LINK_PAUSE_FRAMES,
+                    "tx_pause_ctrl_phy",
+                    "transmit",
+                    frames,
+                ),
+                s(
+                    names::LINK_PAUSE_FRAMES,
+                    "rx_pause_ctrl_phy",
+                    "receive",
+                    rx_frames,
+                ),
+                s(
+                    names::LINK_PAUSE_DURATION,
+                    "tx_global_pause_duration",
+                    "transmit",
+                    us,
+                ),
+                s(names::PFC_PAUSE_FRAMES, "rx_prio3_pause", "receive", pfc),
+            ],
+            errors: vec![],
+        };
+        let out = counters_checks(
+            &at(44_061_528, 5_961_284_324, 0, 7),
+            &at(44_071_528, 5_963_784_324, 0, 9),
+            &[],
+            Duration::from_secs(10),
+        );
+        let fails: Vec<&Check> = out.iter().filter(|c| c.status == Status::Fail).collect();
+        assert_eq!(fails.len(), 1, "{out:#?}");
+        let f = fails[0];
+        assert_eq!(
+            (f.check.as_str(), f.subject.as_str()),
+            ("global-pause", "ens1f0np0")
+        );
+        assert!(
+            f.evidence.contains("10000 pause frames sent"),
+            "{}",
+            f.evidence
+        );
+        assert!(
+            f.evidence.contains("pausing its peer 2.5 s"),
+            "{}",
+            f.evidence
+        );
+        assert!(!f.evidence.contains("received"), "{}", f.evidence);
+        let fix = f.fix.as_deref().unwrap();
+        assert!(fix.contains("ethtool -A ens1f0np0 rx off tx off"), "{fix}");
+        // The PFC move is the ordinary warning; the link pause is not said twice.
+        assert!(out
+            .iter()
+            .any(|c| c.status == Status::Warn && c.evidence.contains("rdma.pfc.pause_frames")));
+        assert!(!out
+            .iter()
+            .any(|c| c.status == Status::Warn && c.evidence.contains("rdma.link.pause")));
+
+        // A netdev name a shell would split is quoted in the fix.
+        let odd = |v: u64| ScrapeResult {
+            samples: vec![Sample {
+                attributes: Attributes::new(
+                    [
+                        ("network.interface.name".to_string(), "x;reboot".to_string()),
+                        ("network.io.direction".to_string(), "receive".to_string()),
+                    ]
+                    .into(),
+                ),
+                ..s(names::LINK_PAUSE_FRAMES, "rx_pause_frames", "receive", v)
+            }],
+            errors: vec![],
+        };
+        let out = counters_checks(&odd(1), &odd(5), &[], Duration::from_secs(10));
+        let fix = out[0].fix.as_deref().unwrap();
+        assert!(fix.contains("ethtool -A 'x;reboot' rx off"), "{fix}");
+        assert!(
+            out[0].evidence.contains("4 pause frames received"),
+            "{}",
+            out[0].evidence
+        );
+
+        // No move, no finding.
+        let still = at(5, 5, 5, 5);
+        assert!(
+            counters_checks(&still, &still, &[], Duration::from_secs(10))
+                .iter()
+                .all(|c| c.status == Status::Pass)
         );
     }
 }

@@ -22,6 +22,10 @@ const NOT_ON_EMPTY_INPUT: &[(&str, &str)] = &[
     ("gid", "runs for each address found on a RoCE netdev"),
     ("mtu", "runs when a netdev's MTU was read, or with --peer"),
     (
+        "global-pause",
+        "says a netdev's 802.3x pause moved between the two collections (the counters check watches those counters otherwise)",
+    ),
+    (
         "gpu-nic",
         "runs for a GPU and an RDMA device found on the PCI bus",
     ),

@@ -23,6 +23,7 @@ mod appenv_select;
 pub mod bandwidth;
 pub mod capture;
 mod check;
+mod congestion;
 mod counters;
 mod driver;
 mod firewall;

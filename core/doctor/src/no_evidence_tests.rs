@@ -173,6 +173,11 @@ async fn every_check_on_empty_input() -> Vec<Check> {
         &[],
         Duration::from_secs(5),
     ));
+    out.extend(super::congestion::congestion_checks(
+        &ScrapeResult::default(),
+        &ScrapeResult::default(),
+        Duration::from_secs(5),
+    ));
     let host = super::appenv::HostEnv::default();
     out.extend(super::appenv_check::env_checks(
         &host,

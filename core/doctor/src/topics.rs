@@ -104,7 +104,13 @@ pub(super) fn kernel_log(h: &Host) -> Vec<Check> {
 
 /// Live counters over the window.
 pub(super) fn counters(h: &Host) -> Vec<Check> {
-    super::counters::counters_checks(&h.first, &h.second, &h.failed, h.opts.window)
+    let mut out = super::counters::counters_checks(&h.first, &h.second, &h.failed, h.opts.window);
+    out.extend(super::congestion::congestion_checks(
+        &h.first,
+        &h.second,
+        h.opts.window,
+    ));
+    out
 }
 
 /// The verbs probe to the peer and the bandwidth test (run by the live agent).

@@ -6,9 +6,11 @@ use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use rocewatch_congestion::{classify, Join};
 use rocewatch_metrics::{
-    CatalogEntry, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, DERIVED_PFC_PAUSE_RATIO,
-    DERIVED_PORT_ERROR_RATE, DERIVED_PORT_THROUGHPUT, DERIVED_PRIORITY_THROUGHPUT, ERROR_COUNTERS,
+    CatalogEntry, ATTR_CONGESTION_STATE, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, ATTR_PRIORITY,
+    DERIVED_CONGESTION_STATE, DERIVED_PFC_PAUSE_RATIO, DERIVED_PORT_ERROR_RATE,
+    DERIVED_PORT_THROUGHPUT, DERIVED_PRIORITY_THROUGHPUT, ERROR_COUNTERS,
 };
 use rocewatch_plugin_api::{AttrSet, Attributes, MetricKind, Sample, Value};
 
@@ -77,7 +79,43 @@ pub fn compute(store: &Store) -> Vec<Sample> {
             &source,
         ));
     }
+    congestion(store, &mut out);
     out
+}
+
+/// The congestion state of every port and priority with per-priority rates (the NIC's
+/// driver statistics), joined with its port's RDMA counters by device and port.
+fn congestion(store: &Store, out: &mut Vec<Sample>) {
+    let mut join = Join::default();
+    for name in Join::METRICS {
+        store.for_each_named(name, |s| {
+            if let Some(rate) = s.rate() {
+                join.add(name, |k| s.sample.attributes.get(k), rate);
+            }
+        });
+    }
+    let source: Arc<str> = "derived:congestion counters".into();
+    for (k, r) in join.finish() {
+        let state = classify(&r).state;
+        let mut attrs: Vec<(&str, &str)> = Vec::with_capacity(5);
+        for (key, v) in [
+            (ATTR_DEVICE, k.device.as_str()),
+            (ATTR_PORT, k.port.as_str()),
+            (ATTR_NETDEV, k.netdev.as_str()),
+        ] {
+            if !v.is_empty() {
+                attrs.push((key, v));
+            }
+        }
+        attrs.push((ATTR_PRIORITY, k.priority.as_str()));
+        attrs.push((ATTR_CONGESTION_STATE, state.as_str()));
+        out.push(derived(
+            &DERIVED_CONGESTION_STATE,
+            1.0,
+            Attributes::new(attrs.into_iter().collect::<AttrSet>()),
+            &source,
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -171,5 +209,103 @@ mod tests {
             value(&out, "rdma.pfc.pause_ratio", ("rdma.priority", "3")),
             None
         );
+    }
+
+    /// The congestion state per port and priority: the driver's per-priority counters
+    /// joined with the port's RDMA counters by device and port, one series per priority
+    /// naming its state, the previous state's series gone when it changes.
+    #[test]
+    fn congestion_state_per_priority() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let (t0, i0) = (SystemTime::now(), Instant::now());
+        let port = [("rdma.device", "mlx5_0"), ("rdma.port", "1")];
+        let prio = |p: &'static str, dir: &'static str| {
+            [
+                ("rdma.device", "mlx5_0"),
+                ("rdma.port", "1"),
+                ("network.interface.name", "ens1f0np0"),
+                ("rdma.priority", p),
+                ("network.io.direction", dir),
+            ]
+        };
+        // Totals at one read: priority 3's bytes sent, its pause time received (µs), its
+        // pause frames received, the port's ECN marks and out-of-sequence; priority 0
+        // carries nothing.
+        let read = |tx: u64, paused_us: u64, pauses: u64, ecn: u64, oos: u64| {
+            vec![
+                counter("rdma.priority.io", "By", tx, &prio("3", "transmit")),
+                counter("rdma.priority.io", "By", 0, &prio("0", "transmit")),
+                counter(
+                    "rdma.pfc.pause_duration",
+                    "us",
+                    paused_us,
+                    &prio("3", "receive"),
+                ),
+                counter(
+                    "rdma.pfc.pause_frames",
+                    "{frame}",
+                    pauses,
+                    &prio("3", "receive"),
+                ),
+                counter("rdma.port.ecn_marked_packets", "{packet}", ecn, &port),
+                counter("rdma.port.out_of_sequence", "{packet}", oos, &port),
+            ]
+        };
+        let state = |out: &[Sample], p: &str| -> Vec<String> {
+            out.iter()
+                .filter(|s| {
+                    s.name == "rdma.congestion.state"
+                        && s.attributes.get("rdma.priority") == Some(p)
+                })
+                .map(|s| {
+                    assert_eq!(s.value.as_f64(), 1.0);
+                    assert_eq!(s.attributes.get("rdma.device"), Some("mlx5_0"));
+                    assert_eq!(
+                        s.attributes.get("network.interface.name"),
+                        Some("ens1f0np0")
+                    );
+                    s.attributes
+                        .get("rdma.congestion.state")
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        let mut at = 0u64;
+        let mut step = |r: Vec<Sample>| {
+            store.ingest_at(
+                "p",
+                &r,
+                &m,
+                t0 + Duration::from_secs(at),
+                i0 + Duration::from_secs(at),
+            );
+            let out = compute(&store);
+            store.ingest_at(
+                PLUGIN,
+                &out,
+                &m,
+                t0 + Duration::from_secs(at),
+                i0 + Duration::from_secs(at),
+            );
+            at += 10;
+            out
+        };
+        step(read(0, 0, 0, 0, 0));
+        // 10 s: 10 GB sent, ECN marks, no pauses.
+        let out = step(read(10_000_000_000, 0, 0, 50_000, 0));
+        assert_eq!(state(&out, "3"), ["ecn_controlled"]);
+        assert_eq!(state(&out, "0"), ["idle"]);
+        // Paused 9.8 s of 10, 500 bytes sent: a storm.
+        let out = step(read(10_000_000_500, 9_800_000, 140_000, 50_000, 0));
+        assert_eq!(state(&out, "3"), ["storm"]);
+        // Sending again, losses and no pauses: lossy.
+        let out = step(read(20_000_000_500, 9_800_000, 140_000, 50_000, 400));
+        assert_eq!(state(&out, "3"), ["lossy"]);
+        // The store keeps one state series per priority.
+        let mut n = 0;
+        store.for_each_named("rdma.congestion.state", |_| n += 1);
+        assert_eq!(n, 2);
     }
 }

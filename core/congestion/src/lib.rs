@@ -1,0 +1,464 @@
+//! What a port's congestion counters mean together, per priority: one state out of six,
+//! with the evidence it rests on and the knob it points to.
+//!
+//! The input is one interval's rates for one port and priority ([`Rates`]): the
+//! priority's own counters (bytes, pause frames, time paused, discards: mlx5 and bnxt
+//! per priority, ice per priority for pauses) and the port's RDMA counters (ECN-marked
+//! packets, CNPs sent and handled, out-of-sequence, retransmissions: per port only; the
+//! agent gives them to every priority of the port that carries traffic or pauses, so a
+//! port carrying RoCE on two priorities shows them on both). A counter the NIC does not
+//! have is `None` and counts as no evidence, never as zero.
+//!
+//! The states, first match wins:
+//!
+//! | state | condition | knob |
+//! |---|---|---|
+//! | `storm` | paused by the peer at least 90 % of the interval while the priority sends (next to) nothing | the receiver that keeps pausing (a stuck host, a loop); the switch's PFC watchdog; the NIC's storm prevention |
+//! | `pfc_dominated` | pauses, with fewer ECN marks and CNPs than pause frames | ECN on that priority, its marking threshold below PFC xoff |
+//! | `lossy` | out-of-sequence, retransmissions or discards without pauses | PFC on that priority, end to end |
+//! | `ecn_controlled` | ECN marks or CNPs, no pauses | none: DCQCN at work (its rates and timers if throughput suffers) |
+//! | `flowing` | traffic and none of the above | none |
+//! | `idle` | no traffic, no pauses | none |
+//!
+//! The storm condition is the one SONiC's PFC watchdog acts on: a queue that receives
+//! pauses for nearly all of its detection time while it does not drain.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rocewatch_metrics::{
+    names, ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT, ATTR_PRIORITY,
+};
+
+/// A priority paused for at least this share of the interval, while it sends (next to)
+/// nothing, is a storm suspect.
+pub const STORM_PAUSED: f64 = 0.9;
+/// "Next to nothing": under this many bytes a second (a few pause-refresh-sized frames).
+pub const STORM_TX_BYTES: f64 = 1024.0;
+
+/// One interval's rates (per second) for one port and priority; `None` where the NIC or
+/// the interval gave nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rates {
+    /// Bytes sent and received on the priority.
+    pub tx_bytes: Option<f64>,
+    pub rx_bytes: Option<f64>,
+    /// Share of the interval (0..1) the peer kept this priority paused (received
+    /// pauses), and this port kept the peer paused (sent pauses).
+    pub paused_by_peer: Option<f64>,
+    pub pausing_peer: Option<f64>,
+    /// Pause (XOFF) frames received and sent on the priority.
+    pub pause_frames_rx: Option<f64>,
+    pub pause_frames_tx: Option<f64>,
+    /// Packets of the priority, and of the port, discarded.
+    pub discards: Option<f64>,
+    /// The port's RDMA counters.
+    pub ecn_marked: Option<f64>,
+    pub cnp_sent: Option<f64>,
+    pub cnp_handled: Option<f64>,
+    pub out_of_sequence: Option<f64>,
+    pub retransmissions: Option<f64>,
+}
+
+/// The six states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum State {
+    Idle,
+    Flowing,
+    EcnControlled,
+    Lossy,
+    PfcDominated,
+    Storm,
+}
+
+impl State {
+    /// Every state, in order of concern.
+    pub const ALL: [State; 6] = [
+        State::Idle,
+        State::Flowing,
+        State::EcnControlled,
+        State::Lossy,
+        State::PfcDominated,
+        State::Storm,
+    ];
+
+    /// The attribute value (`rdma.congestion.state`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Flowing => "flowing",
+            State::EcnControlled => "ecn_controlled",
+            State::Lossy => "lossy",
+            State::PfcDominated => "pfc_dominated",
+            State::Storm => "storm",
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state, what it rests on (the rates that decided it, as text) and what to look at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub state: State,
+    pub evidence: String,
+    /// Empty when nothing needs doing.
+    pub knob: &'static str,
+}
+
+fn pos(v: Option<f64>) -> f64 {
+    v.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(0.0)
+}
+
+fn per_s(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}/s")
+    } else {
+        format!("{v:.2}/s")
+    }
+}
+
+/// The state of one port and priority over one interval.
+pub fn classify(r: &Rates) -> Verdict {
+    let paused = pos(r.paused_by_peer).min(1.0);
+    let pausing = pos(r.pausing_peer).min(1.0);
+    let pauses = pos(r.pause_frames_rx) + pos(r.pause_frames_tx);
+    let paused_any = pauses > 0.0 || paused > 0.0 || pausing > 0.0;
+    let ecn = pos(r.ecn_marked) + pos(r.cnp_sent) + pos(r.cnp_handled);
+    let loss = pos(r.out_of_sequence) + pos(r.retransmissions) + pos(r.discards);
+    let tx = pos(r.tx_bytes);
+    let rx = pos(r.rx_bytes);
+    let pct = |x: f64| format!("{:.0} %", x * 100.0);
+
+    if paused >= STORM_PAUSED && r.tx_bytes.is_some() && tx < STORM_TX_BYTES {
+        return Verdict {
+            state: State::Storm,
+            evidence: format!(
+                "paused by the peer {} of the interval while sending {tx:.0} B/s",
+                pct(paused)
+            ),
+            knob: "find the receiver that keeps pausing (a stuck host or a loop behind the peer); the switch's PFC watchdog and the NIC's storm prevention (ethtool --set-tunable IF pfc-prevention-tout) contain it",
+        };
+    }
+    if paused_any {
+        let losses = if loss > 0.0 {
+            format!(", and losses {} despite them", per_s(loss))
+        } else {
+            String::new()
+        };
+        if ecn < pauses || ecn == 0.0 {
+            return Verdict {
+                state: State::PfcDominated,
+                evidence: format!(
+                    "pause frames {} (paused by the peer {}, pausing it {}), ECN marks and CNPs {}{losses}",
+                    per_s(pauses),
+                    pct(paused),
+                    pct(pausing),
+                    per_s(ecn)
+                ),
+                knob: if ecn == 0.0 {
+                    "ECN is off or never marks on this priority: enable it on the switch queue and the NIC (rocewatch qos plan), marking below the PFC xoff threshold"
+                } else {
+                    "ECN marks later than PFC triggers: lower the switch's ECN marking threshold (Kmin) below the PFC xoff threshold, or raise xoff within the headroom"
+                },
+            };
+        }
+    }
+    if loss > 0.0 && !paused_any {
+        return Verdict {
+            state: State::Lossy,
+            evidence: format!(
+                "out-of-sequence {}, retransmissions {}, discards {}, and no pauses",
+                per_s(pos(r.out_of_sequence)),
+                per_s(pos(r.retransmissions)),
+                per_s(pos(r.discards))
+            ),
+            knob: "the priority is not lossless in practice: PFC on it on the NIC and every switch port of the path (rocewatch qos plan; rocewatch doctor compares with the switch)",
+        };
+    }
+    if ecn > 0.0 {
+        return Verdict {
+            state: State::EcnControlled,
+            evidence: format!(
+                "ECN marks {}, CNPs sent {}, handled {}, pause frames {}",
+                per_s(pos(r.ecn_marked)),
+                per_s(pos(r.cnp_sent)),
+                per_s(pos(r.cnp_handled)),
+                per_s(pauses)
+            ),
+            knob: "",
+        };
+    }
+    if tx + rx > 0.0 {
+        return Verdict {
+            state: State::Flowing,
+            evidence: format!("sending {tx:.0} B/s, receiving {rx:.0} B/s, no congestion signal"),
+            knob: "",
+        };
+    }
+    Verdict {
+        state: State::Idle,
+        evidence: "no traffic, no pauses".into(),
+        knob: "",
+    }
+}
+
+/// Where a state belongs: a port (device and port, when the driver statistics were
+/// mapped to an RDMA port), its netdev, a priority.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PortPriority {
+    pub device: String,
+    pub port: String,
+    pub netdev: String,
+    pub priority: String,
+}
+
+/// Gathers one interval's rates by port and priority from named counters, whatever
+/// reads them (the agent's store, or two collections `doctor` took): the priority's own
+/// (`rdma.priority.io`, `rdma.pfc.pause_duration`, `rdma.pfc.pause_frames`,
+/// `rdma.priority.discards`) and the port's RDMA counters, joined by device and port.
+#[derive(Debug, Default)]
+pub struct Join {
+    per: BTreeMap<PortPriority, Rates>,
+    ports: BTreeMap<(String, String), Rates>,
+}
+
+fn add(slot: &mut Option<f64>, v: f64) {
+    *slot = Some(slot.unwrap_or(0.0) + v);
+}
+
+impl Join {
+    /// The counters it reads.
+    pub const METRICS: [&'static str; 9] = [
+        names::PRIORITY_IO,
+        names::PFC_PAUSE_DURATION,
+        names::PFC_PAUSE_FRAMES,
+        names::PRIORITY_DISCARDS,
+        names::PORT_ECN_MARKED_PACKETS,
+        names::PORT_CNP_SENT,
+        names::PORT_CNP_HANDLED,
+        names::PORT_OUT_OF_SEQUENCE,
+        names::PORT_RETRANSMISSIONS_PACKETS,
+    ];
+
+    /// One counter's rate per second; `attr` looks its attributes up. Other metrics,
+    /// and per-priority ones without a priority, are ignored.
+    pub fn add<'a>(&mut self, name: &str, attr: impl Fn(&str) -> Option<&'a str>, rate: f64) {
+        let get = |k: &str| attr(k).unwrap_or("").to_string();
+        if let Some(prio) = attr(ATTR_PRIORITY) {
+            let key = PortPriority {
+                device: get(ATTR_DEVICE),
+                port: get(ATTR_PORT),
+                netdev: get(ATTR_NETDEV),
+                priority: prio.to_string(),
+            };
+            let sent = attr(ATTR_DIRECTION) == Some("transmit");
+            let r = self.per.entry(key).or_default();
+            let (slot, v) = match (name, sent) {
+                (names::PRIORITY_IO, true) => (&mut r.tx_bytes, rate),
+                (names::PRIORITY_IO, false) => (&mut r.rx_bytes, rate),
+                // Received pause time: the peer kept this priority paused (µs per s).
+                (names::PFC_PAUSE_DURATION, false) => (&mut r.paused_by_peer, rate * 1e-6),
+                (names::PFC_PAUSE_DURATION, true) => (&mut r.pausing_peer, rate * 1e-6),
+                (names::PFC_PAUSE_FRAMES, false) => (&mut r.pause_frames_rx, rate),
+                (names::PFC_PAUSE_FRAMES, true) => (&mut r.pause_frames_tx, rate),
+                (names::PRIORITY_DISCARDS, _) => (&mut r.discards, rate),
+                _ => return,
+            };
+            return add(slot, v);
+        }
+        let (Some(dev), Some(port)) = (attr(ATTR_DEVICE), attr(ATTR_PORT)) else {
+            return;
+        };
+        let r = self
+            .ports
+            .entry((dev.to_string(), port.to_string()))
+            .or_default();
+        let slot = match name {
+            names::PORT_ECN_MARKED_PACKETS => &mut r.ecn_marked,
+            names::PORT_CNP_SENT => &mut r.cnp_sent,
+            names::PORT_CNP_HANDLED => &mut r.cnp_handled,
+            names::PORT_OUT_OF_SEQUENCE => &mut r.out_of_sequence,
+            names::PORT_RETRANSMISSIONS_PACKETS => &mut r.retransmissions,
+            _ => return,
+        };
+        add(slot, rate);
+    }
+
+    /// Every port and priority with per-priority rates, its port's RDMA counters joined
+    /// in where it carries traffic or pauses (a port's ECN marks say nothing about a
+    /// priority without traffic).
+    pub fn finish(self) -> Vec<(PortPriority, Rates)> {
+        let ports = self.ports;
+        self.per
+            .into_iter()
+            .map(|(k, mut r)| {
+                let busy = [r.tx_bytes, r.rx_bytes, r.pause_frames_rx, r.pause_frames_tx]
+                    .iter()
+                    .any(|v| v.is_some_and(|x| x > 0.0));
+                if let Some(p) = ports
+                    .get(&(k.device.clone(), k.port.clone()))
+                    .filter(|_| busy)
+                {
+                    r.ecn_marked = p.ecn_marked;
+                    r.cnp_sent = p.cnp_sent;
+                    r.cnp_handled = p.cnp_handled;
+                    r.out_of_sequence = p.out_of_sequence;
+                    r.retransmissions = p.retransmissions;
+                }
+                (k, r)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r() -> Rates {
+        Rates {
+            tx_bytes: Some(0.0),
+            rx_bytes: Some(0.0),
+            paused_by_peer: Some(0.0),
+            pausing_peer: Some(0.0),
+            pause_frames_rx: Some(0.0),
+            pause_frames_tx: Some(0.0),
+            discards: Some(0.0),
+            ecn_marked: Some(0.0),
+            cnp_sent: Some(0.0),
+            cnp_handled: Some(0.0),
+            out_of_sequence: Some(0.0),
+            retransmissions: Some(0.0),
+        }
+    }
+
+    #[test]
+    fn each_state_from_its_counters() {
+        assert_eq!(classify(&r()).state, State::Idle);
+        assert_eq!(classify(&Rates::default()).state, State::Idle);
+        let flowing = Rates {
+            tx_bytes: Some(2e9),
+            rx_bytes: Some(1e9),
+            ..r()
+        };
+        assert_eq!(classify(&flowing).state, State::Flowing);
+        let ecn = Rates {
+            ecn_marked: Some(1200.0),
+            cnp_sent: Some(300.0),
+            cnp_handled: Some(250.0),
+            ..flowing.clone()
+        };
+        let v = classify(&ecn);
+        assert_eq!(v.state, State::EcnControlled);
+        assert!(v.evidence.contains("ECN marks 1200/s"), "{}", v.evidence);
+        assert!(v.knob.is_empty());
+        // Pauses and no ECN at all: ECN is off.
+        let pfc = Rates {
+            pause_frames_rx: Some(5000.0),
+            paused_by_peer: Some(0.3),
+            ..flowing.clone()
+        };
+        let v = classify(&pfc);
+        assert_eq!(v.state, State::PfcDominated);
+        assert!(v.knob.contains("ECN is off"), "{}", v.knob);
+        assert!(
+            v.evidence.contains("paused by the peer 30 %"),
+            "{}",
+            v.evidence
+        );
+        // Pauses outnumbering ECN marks: ECN marks too late.
+        let late = Rates {
+            ecn_marked: Some(100.0),
+            ..pfc.clone()
+        };
+        let v = classify(&late);
+        assert_eq!(v.state, State::PfcDominated);
+        assert!(v.knob.contains("Kmin"), "{}", v.knob);
+        // ECN marks outnumbering the pauses: DCQCN does the work, PFC is the backstop.
+        let mostly_ecn = Rates {
+            ecn_marked: Some(50_000.0),
+            pause_frames_rx: Some(10.0),
+            ..flowing.clone()
+        };
+        assert_eq!(classify(&mostly_ecn).state, State::EcnControlled);
+        // Losses without pauses: not lossless in practice.
+        let lossy = Rates {
+            out_of_sequence: Some(40.0),
+            retransmissions: Some(35.0),
+            ..flowing.clone()
+        };
+        let v = classify(&lossy);
+        assert_eq!(v.state, State::Lossy);
+        assert!(v.knob.contains("PFC on it"), "{}", v.knob);
+        // Losses with pauses: PFC-dominated, the losses said.
+        let both = Rates {
+            out_of_sequence: Some(40.0),
+            ..pfc.clone()
+        };
+        let v = classify(&both);
+        assert_eq!(v.state, State::PfcDominated);
+        assert!(
+            v.evidence.contains("losses 40.00/s despite them"),
+            "{}",
+            v.evidence
+        );
+    }
+
+    /// SONiC's PFC watchdog condition: paused nearly all of the interval, nothing sent.
+    #[test]
+    fn storm_is_paused_and_not_draining() {
+        let storm = Rates {
+            paused_by_peer: Some(0.97),
+            pause_frames_rx: Some(14_000.0),
+            tx_bytes: Some(12.0),
+            ..r()
+        };
+        let v = classify(&storm);
+        assert_eq!(v.state, State::Storm);
+        assert!(v.evidence.contains("97 %"), "{}", v.evidence);
+        // Paused as much but still sending: heavy PFC, not a deadlock.
+        let draining = Rates {
+            tx_bytes: Some(3e9),
+            ..storm.clone()
+        };
+        assert_eq!(classify(&draining).state, State::PfcDominated);
+        // Not enough pausing.
+        let short = Rates {
+            paused_by_peer: Some(0.5),
+            ..storm.clone()
+        };
+        assert_eq!(classify(&short).state, State::PfcDominated);
+        // Transmit bytes unknown (ice has no per-priority bytes): no storm claimed.
+        let unknown = Rates {
+            tx_bytes: None,
+            ..storm
+        };
+        assert_eq!(classify(&unknown).state, State::PfcDominated);
+    }
+
+    proptest::proptest! {
+        /// Any rates, NaN and infinities included: a state, never a panic; the evidence
+        /// never says NaN.
+        #[test]
+        fn any_rates_give_a_state(v in proptest::collection::vec(
+            proptest::option::of(proptest::prop_oneof![
+                proptest::num::f64::ANY,
+                0.0..1e12f64,
+            ]), 12)) {
+            let r = Rates {
+                tx_bytes: v[0], rx_bytes: v[1], paused_by_peer: v[2], pausing_peer: v[3],
+                pause_frames_rx: v[4], pause_frames_tx: v[5], discards: v[6],
+                ecn_marked: v[7], cnp_sent: v[8], cnp_handled: v[9],
+                out_of_sequence: v[10], retransmissions: v[11],
+            };
+            let out = classify(&r);
+            proptest::prop_assert!(State::ALL.contains(&out.state));
+            proptest::prop_assert!(!out.evidence.contains("NaN"), "{}", out.evidence);
+        }
+    }
+}

@@ -203,7 +203,7 @@ fn derived_signals(md: &mut String) {
     md.push_str(
         "never a negative or zero one; only a counter known to roll over counts the increase across its top.\n\n",
     );
-    table(md, crate::catalog::DERIVED_CATALOG, true);
+    table(md, crate::derived::DERIVED_CATALOG, true);
 }
 
 fn verbs_probes(md: &mut String) {

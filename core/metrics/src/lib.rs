@@ -18,6 +18,7 @@
 
 pub mod catalog;
 pub mod counter;
+pub mod derived;
 pub mod doc;
 pub mod kernel_log;
 pub mod labels;
@@ -26,5 +27,6 @@ pub mod naming;
 pub mod resources;
 
 pub use catalog::*;
+pub use derived::*;
 pub use kernel_log::*;
 pub use resources::*;

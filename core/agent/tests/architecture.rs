@@ -33,7 +33,7 @@ const CRATE_LAYERS: &[&[&str]] = &[
         "rocewatch-slurm",
         "rocewatch-fleet",
     ],
-    &["rocewatch-klog"],
+    &["rocewatch-klog", "rocewatch-congestion"],
     &["rocewatch-runtime"],
     &["rocewatch-web", "rocewatch-probes", "rocewatch-qos"],
     &["rocewatch-export"],

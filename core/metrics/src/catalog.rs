@@ -2,6 +2,8 @@
 
 use rocewatch_plugin_api::{MetricDescriptor, MetricKind};
 
+pub use crate::entry::{descriptors_of, CatalogEntry};
+use crate::entry::{entry, NONE, PORT};
 use crate::names;
 
 /// Attribute naming the RDMA device (`mlx5_0`).
@@ -25,51 +27,14 @@ pub const ATTR_CAUSE: &str = "rdma.cause";
 /// For driver statistics without a catalog entry: ethtool's own name.
 pub const ATTR_DRIVER_STAT: &str = "rdma.driver_stat";
 
-/// One metric as read from one kernel source.
-#[derive(Debug, Clone, Copy)]
-pub struct CatalogEntry {
-    /// Metric name (`rdma.port.io`).
-    pub name: &'static str,
-    /// UCUM unit.
-    pub unit: &'static str,
-    pub kind: MetricKind,
-    /// Kernel source relative to the port directory (`counters/port_xmit_data`); `*`
-    /// stands for any file of that directory without an entry of its own.
-    pub source: &'static str,
-    /// Attributes fixed by the source (direction, operation...).
-    pub attributes: &'static [(&'static str, &'static str)],
-    /// Multiply the raw value by this to get `unit` (4 for 4-octet data words).
-    pub scale: u64,
-    /// Which devices expose it.
-    pub seen_on: &'static str,
-    pub description: &'static str,
-}
-
 const TX: &[(&str, &str)] = &[(ATTR_DIRECTION, "transmit")];
 const RX: &[(&str, &str)] = &[(ATTR_DIRECTION, "receive")];
-pub(crate) const NONE: &[(&str, &str)] = &[];
 /// IP version of the IP-level counters (irdma).
 pub const ATTR_NETWORK_TYPE: &str = "network.type";
 const TX_V4: &[(&str, &str)] = &[(ATTR_DIRECTION, "transmit"), (ATTR_NETWORK_TYPE, "ipv4")];
 const RX_V4: &[(&str, &str)] = &[(ATTR_DIRECTION, "receive"), (ATTR_NETWORK_TYPE, "ipv4")];
 const TX_V6: &[(&str, &str)] = &[(ATTR_DIRECTION, "transmit"), (ATTR_NETWORK_TYPE, "ipv6")];
 const RX_V6: &[(&str, &str)] = &[(ATTR_DIRECTION, "receive"), (ATTR_NETWORK_TYPE, "ipv6")];
-
-macro_rules! entry {
-    ($name:expr, $unit:expr, $kind:ident, $source:expr, $attrs:expr, $scale:expr, $seen:expr, $desc:expr) => {
-        CatalogEntry {
-            name: $name,
-            unit: $unit,
-            kind: rocewatch_plugin_api::MetricKind::$kind,
-            source: $source,
-            attributes: $attrs,
-            scale: $scale,
-            seen_on: $seen,
-            description: $desc,
-        }
-    };
-}
-pub(crate) use entry;
 
 const IB: &str = "IB PortCounters (mlx5, IB HCAs)";
 const IB_EXT: &str = "IB PortCountersExtended (older kernels)";
@@ -80,7 +45,6 @@ const EFA: &str = "efa (AWS; no counters/ directory)";
 const EFA_BNXT: &str = "efa, bnxt_re";
 const RXE: &str = "rxe (soft-RoCE)";
 const IRDMA: &str = "irdma (Intel E810, X722)";
-pub(crate) const PORT: &str = "every port";
 
 /// Every metric read from a port directory.
 pub static CATALOG: &[CatalogEntry] = &[
@@ -414,23 +378,6 @@ pub fn unknown_hw_counter() -> &'static CatalogEntry {
         .iter()
         .find(|e| e.source == "hw_counters/*")
         .expect("catalog has the hw_counters/* entry")
-}
-
-/// One descriptor per distinct metric name of `table`.
-pub fn descriptors_of(table: &[CatalogEntry]) -> Vec<MetricDescriptor> {
-    let mut out: Vec<MetricDescriptor> = Vec::new();
-    for e in table {
-        if out.iter().any(|d| d.name == e.name) {
-            continue;
-        }
-        out.push(MetricDescriptor {
-            name: e.name.to_string(),
-            unit: e.unit.to_string(),
-            kind: e.kind,
-            description: e.description.to_string(),
-        });
-    }
-    out
 }
 
 /// One descriptor per distinct metric name of the port catalog.

@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod counter;
 pub mod derived;
 pub mod doc;
+pub mod entry;
 pub mod kernel_log;
 pub mod labels;
 pub mod names;

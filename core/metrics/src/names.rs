@@ -125,7 +125,7 @@ names! {
     PORT_THROUGHPUT = "rdma.port.throughput",
     PRIORITY_THROUGHPUT = "rdma.priority.throughput",
     PORT_ERROR_RATE = "rdma.port.error_rate",
-    CONGESTION_STATE = "rdma.congestion.state",
+    PRIORITY_CONGESTION = "rdma.priority.congestion",
     RESOURCE_QPS = "rdma.resource.qps",
     RESOURCE_CQS = "rdma.resource.cqs",
     RESOURCE_MRS = "rdma.resource.mrs",

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use rocewatch_congestion::{classify, Join};
 use rocewatch_metrics::{
     CatalogEntry, ATTR_CONGESTION_STATE, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, ATTR_PRIORITY,
-    DERIVED_CONGESTION_STATE, DERIVED_PFC_PAUSE_RATIO, DERIVED_PORT_ERROR_RATE,
-    DERIVED_PORT_THROUGHPUT, DERIVED_PRIORITY_THROUGHPUT, ERROR_COUNTERS,
+    DERIVED_PFC_PAUSE_RATIO, DERIVED_PORT_ERROR_RATE, DERIVED_PORT_THROUGHPUT,
+    DERIVED_PRIORITY_CONGESTION, DERIVED_PRIORITY_THROUGHPUT, ERROR_COUNTERS,
 };
 use rocewatch_plugin_api::{AttrSet, Attributes, MetricKind, Sample, Value};
 
@@ -110,7 +110,7 @@ fn congestion(store: &Store, out: &mut Vec<Sample>) {
         attrs.push((ATTR_PRIORITY, k.priority.as_str()));
         attrs.push((ATTR_CONGESTION_STATE, state.as_str()));
         out.push(derived(
-            &DERIVED_CONGESTION_STATE,
+            &DERIVED_PRIORITY_CONGESTION,
             1.0,
             Attributes::new(attrs.into_iter().collect::<AttrSet>()),
             &source,
@@ -255,7 +255,7 @@ mod tests {
         let state = |out: &[Sample], p: &str| -> Vec<String> {
             out.iter()
                 .filter(|s| {
-                    s.name == "rdma.congestion.state"
+                    s.name == "rdma.priority.congestion"
                         && s.attributes.get("rdma.priority") == Some(p)
                 })
                 .map(|s| {
@@ -305,7 +305,7 @@ mod tests {
         assert_eq!(state(&out, "3"), ["lossy"]);
         // The store keeps one state series per priority.
         let mut n = 0;
-        store.for_each_named("rdma.congestion.state", |_| n += 1);
+        store.for_each_named("rdma.priority.congestion", |_| n += 1);
         assert_eq!(n, 2);
     }
 }

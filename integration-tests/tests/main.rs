@@ -17,6 +17,7 @@
 //! - `lab`: the soft-RoCE guest pair (real verbs, sysfs, netlink, configfs, nftables).
 //! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
 //! - `doctor`: `rocewatch doctor` on fixture trees (the soft-RoCE pair is in `lab`).
+//! - `congestion`: `rocewatch congestion` on a fixture tree whose driver statistics move.
 //! - `web`: TLS and basic auth on the listeners (exporter-toolkit's web configuration),
 //!   with a real Prometheus and curl.
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
@@ -42,6 +43,7 @@ mod appenv;
 mod capture;
 mod collectd;
 mod config;
+mod congestion;
 mod demo;
 mod derived;
 mod doctor;

@@ -25,6 +25,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
+
+use rocewatch_metrics::counter::{counter_move_from, Move};
+use rocewatch_plugin_api::Sample;
 
 use rocewatch_metrics::{
     names, ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT, ATTR_PRIORITY,
@@ -314,6 +318,56 @@ impl Join {
             })
             .collect()
     }
+}
+
+/// One port and priority over an interval: where, its rates, its state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub at: PortPriority,
+    pub rates: Rates,
+    pub verdict: Verdict,
+}
+
+fn series_key(s: &Sample) -> String {
+    let attrs: Vec<String> = s
+        .attributes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    format!("{}{{{}}}", s.name, attrs.join(","))
+}
+
+/// The state of every port and priority between two collections `window` apart (what
+/// `rocewatch doctor` and `rocewatch congestion` read): each counter's increase over the
+/// window, a reset or a counter resting at its top counting as no evidence.
+pub fn between(before: &[Sample], after: &[Sample], window: Duration) -> Vec<Row> {
+    let secs = window.as_secs_f64();
+    if secs <= 0.0 {
+        return Vec::new();
+    }
+    let read = |s: &&Sample| Join::METRICS.contains(&s.name.as_ref());
+    let old: BTreeMap<String, f64> = before
+        .iter()
+        .filter(read)
+        .map(|s| (series_key(s), s.value.as_f64()))
+        .collect();
+    let mut join = Join::default();
+    for s in after.iter().filter(read) {
+        let Some(&o) = old.get(&series_key(s)) else {
+            continue;
+        };
+        if let Move::Increase(d) = counter_move_from(&s.source, o, s.value.as_f64(), None) {
+            join.add(&s.name, |k| s.attributes.get(k), d.max(0.0) / secs);
+        }
+    }
+    join.finish()
+        .into_iter()
+        .map(|(at, rates)| Row {
+            verdict: classify(&rates),
+            at,
+            rates,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -2,23 +2,12 @@
 //! what the pause, ECN, CNP, loss and traffic counters of the two collections mean
 //! together, with the knob each troubled state points to.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rocewatch_congestion::{classify, Join, State};
-use rocewatch_metrics::counter::{counter_move_from, Move};
-use rocewatch_plugin_api::{Sample, ScrapeResult};
+use rocewatch_congestion::{between, State};
+use rocewatch_plugin_api::ScrapeResult;
 
 use super::check::{check, Check, Status};
-
-fn key(s: &Sample) -> String {
-    let attrs: Vec<String> = s
-        .attributes
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    format!("{}{{{}}}", s.name, attrs.join(","))
-}
 
 /// One check per port and priority in a troubled state (storm, PFC-dominated, lossy: a
 /// warning with its evidence and knob), and one line for the others; a skip when no
@@ -28,28 +17,7 @@ pub(super) fn congestion_checks(
     second: &ScrapeResult,
     window: Duration,
 ) -> Vec<Check> {
-    let secs = window.as_secs_f64();
-    let old: BTreeMap<String, f64> = first
-        .samples
-        .iter()
-        .filter(|s| Join::METRICS.contains(&s.name.as_ref()))
-        .map(|s| (key(s), s.value.as_f64()))
-        .collect();
-    let mut join = Join::default();
-    for s in second
-        .samples
-        .iter()
-        .filter(|s| Join::METRICS.contains(&s.name.as_ref()))
-    {
-        let Some(&o) = old.get(&key(s)) else { continue };
-        // A reset or a counter at its top says nothing about the window.
-        if let Move::Increase(d) = counter_move_from(&s.source, o, s.value.as_f64(), None) {
-            if secs > 0.0 {
-                join.add(&s.name, |k| s.attributes.get(k), d.max(0.0) / secs);
-            }
-        }
-    }
-    let states = join.finish();
+    let states = between(&first.samples, &second.samples, window);
     let w = humantime::format_duration(window);
     if states.is_empty() {
         return vec![check(
@@ -62,8 +30,8 @@ pub(super) fn congestion_checks(
     }
     let mut out = Vec::new();
     let mut calm = Vec::new();
-    for (k, r) in states {
-        let v = classify(&r);
+    for row in states {
+        let (k, v) = (row.at, row.verdict);
         let subject = match (k.netdev.is_empty(), k.device.is_empty()) {
             (false, _) => format!("{} prio {}", k.netdev, k.priority),
             (true, false) => format!("{}/{} prio {}", k.device, k.port, k.priority),
@@ -103,7 +71,7 @@ pub(super) fn congestion_checks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rocewatch_plugin_api::{Attributes, MetricKind, Value};
+    use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
 
     fn s(name: &'static str, prio: Option<&str>, dir: Option<&str>, v: u64) -> Sample {
         let mut a = vec![

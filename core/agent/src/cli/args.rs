@@ -14,7 +14,9 @@ use rocewatch_runtime::util::duration::{
     BANDWIDTH, INTERVAL, LOOK_BACK, PROBE_GAP, PROBE_TIMEOUT, RUN_FOR, WATCH,
 };
 
-pub use super::args_sub::{ConfigCommand, QosCommand, QuarantineCommand, SourceArgs, TopArgs};
+pub use super::args_sub::{
+    ConfigCommand, CongestionArgs, QosCommand, QuarantineCommand, SourceArgs, TopArgs,
+};
 
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -165,6 +167,23 @@ pub enum Command {
     ///          rocewatch doctor --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --window 1s
     #[command(verbatim_doc_comment)]
     Doctor(DoctorArgs),
+    /// The congestion state of every port and priority over a window, from its counters
+    /// together: idle, flowing, ecn_controlled, pfc_dominated, lossy, storm.
+    ///
+    /// Collects twice --window apart and shows, per port and priority the NIC reports per
+    /// priority (mlx5 and bnxt: bytes, pauses, pause time; ice: pauses), the rates and the
+    /// state (docs/CONGESTION.md). --advise adds, for each port and priority in a troubled
+    /// state (storm, pfc_dominated, lossy), what to tune and the counters it rests on;
+    /// it changes nothing (`rocewatch qos plan` and `apply` do). --watch shows it again
+    /// every window until interrupted.
+    ///
+    /// Exit status: 0, or 2 when nothing could be collected.
+    ///
+    /// Examples:
+    ///   rocewatch congestion --window 30s --advise
+    ///   rocewatch congestion --json | jq '.ports[] | select(.state == "storm")'
+    #[command(verbatim_doc_comment)]
+    Congestion(CongestionArgs),
     /// Is this host fit to take jobs? One verdict for a scheduler, in under 2 s.
     ///
     /// Checks, in order: RDMA devices present ([health] min_devices, default 1); every
@@ -650,6 +669,7 @@ impl Command {
             | Command::Rules(_)
             | Command::Qos(_)
             | Command::Doctor(_)
+            | Command::Congestion(_)
             | Command::Health(_)
             | Command::Quarantine(_)
             | Command::Bandwidth(_)

@@ -58,6 +58,30 @@ pub struct TopArgs {
     pub interval: Duration,
 }
 
+/// `rocewatch congestion`'s arguments.
+#[derive(Debug, Args)]
+pub struct CongestionArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Time between the two collections the rates are computed over (100ms to 1h).
+    #[arg(long, value_parser = rocewatch_runtime::util::duration::WATCH.flag(), default_value = "10s", value_name = "DUR")]
+    pub window: Duration,
+    /// For each port and priority in a troubled state: what to tune, and the counters
+    /// it rests on.
+    #[arg(long)]
+    pub advise: bool,
+    /// Show idle priorities too.
+    #[arg(long)]
+    pub all: bool,
+    /// Again every window until interrupted (frames one after another).
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// Print JSON: {"window_s","ports":[{"device","port","netdev","priority","state",
+    /// "evidence","knob","rates":{...}}],"errors"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum QosCommand {
     /// What every RDMA port is configured to do.

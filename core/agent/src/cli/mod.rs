@@ -9,6 +9,7 @@ mod capture;
 mod collect;
 mod collectd;
 mod config;
+mod congestion;
 mod demo;
 mod discover;
 mod doctor;
@@ -60,6 +61,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,
+        Command::Congestion(a) => congestion::run(a).await,
         Command::Health(a) => health::run(a).await,
         Command::Quarantine(c) => quarantine::run(c),
         Command::Env(a) => env::run(a).await,

@@ -1,0 +1,297 @@
+//! `rocewatch congestion`: the congestion state of every port and priority over a window
+//! (`rocewatch_congestion`), as a table like `mlnx_qos` prints per priority; `--advise`:
+//! what to tune for the troubled ones; `--watch`: again every window.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::Result;
+use rocewatch_congestion::{between, Row, State};
+use rocewatch_plugin_api::{PluginKind, Sample};
+
+use super::args::CongestionArgs;
+use super::output::print_json;
+use crate::app::App;
+
+pub async fn run(a: CongestionArgs) -> Result<i32> {
+    let cfg = a.source.load()?;
+    let app = App::start(cfg, Some(&[PluginKind::Collector])).await;
+    let code = frames(&app, &a).await;
+    app.stop().await;
+    code
+}
+
+/// One collection: its samples and what could not be read ("target: message").
+async fn collect(app: &App) -> (Vec<Sample>, Vec<String>) {
+    let (r, failed) = app.collect_unstored().await;
+    let errors = r
+        .errors
+        .into_iter()
+        .map(|e| format!("{}: {}", e.target, e.message))
+        .chain(failed.into_iter().map(|e| e.to_string()))
+        .collect();
+    (r.samples, errors)
+}
+
+async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
+    let (mut before, _) = collect(app).await;
+    loop {
+        tokio::time::sleep(a.window).await;
+        let (after, errors) = collect(app).await;
+        if before.is_empty() && after.is_empty() {
+            eprintln!(
+                "rocewatch congestion: nothing could be collected{}",
+                match errors.first() {
+                    Some(e) => format!(" ({e}{})", if errors.len() > 1 { "; ..." } else { "" }),
+                    None => String::new(),
+                }
+            );
+            return Ok(2);
+        }
+        let rows = between(&before, &after, a.window);
+        if a.json {
+            print_json(&json(&rows, a.window, &errors))?;
+        } else {
+            print!("{}", text(&rows, a.window, a.advise, a.all, &errors));
+        }
+        if !a.watch {
+            return Ok(0);
+        }
+        before = after;
+    }
+}
+
+fn rate(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(x) if x >= 1e6 => format!("{:.1}M", x / 1e6),
+        Some(x) if x >= 1e4 => format!("{:.0}k", x / 1e3),
+        Some(x) => format!("{x:.0}"),
+    }
+}
+
+fn gbps(v: Option<f64>) -> String {
+    v.map_or("-".into(), |b| format!("{:.2}", b * 8.0 / 1e9))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
+fn sum(v: &[Option<f64>]) -> Option<f64> {
+    v.iter().flatten().copied().reduce(|a, b| a + b)
+}
+
+fn port_name(r: &Row) -> String {
+    if r.at.device.is_empty() {
+        "-".into()
+    } else {
+        format!("{}/{}", r.at.device, r.at.port)
+    }
+}
+
+/// The table, and with `advise` what to tune.
+pub(crate) fn text(
+    rows: &[Row],
+    window: Duration,
+    advise: bool,
+    all: bool,
+    errors: &[String],
+) -> String {
+    let w = humantime::format_duration(window);
+    let mut out = format!("rocewatch congestion over {w}\n");
+    let shown: Vec<&Row> = rows
+        .iter()
+        .filter(|r| all || r.verdict.state != State::Idle)
+        .collect();
+    let idle = rows.len() - shown.len();
+    if rows.is_empty() {
+        out.push_str("no per-priority counters (bytes, pauses, pause time: the NIC's driver statistics through counters-ethtool): no congestion state\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<14} {:>4}  {:<14} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
+            "PORT",
+            "NETDEV",
+            "PRIO",
+            "STATE",
+            "TX Gb/s",
+            "RX Gb/s",
+            "PAUSED",
+            "PAUSING",
+            "PAUSES/s",
+            "ECN/s",
+            "CNP/s",
+            "LOSS/s"
+        );
+        for r in &shown {
+            let x = &r.rates;
+            let _ = writeln!(
+                out,
+                "{:<10} {:<14} {:>4}  {:<14} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
+                port_name(r),
+                if r.at.netdev.is_empty() {
+                    "-"
+                } else {
+                    &r.at.netdev
+                },
+                r.at.priority,
+                r.verdict.state.as_str(),
+                gbps(x.tx_bytes),
+                gbps(x.rx_bytes),
+                pct(x.paused_by_peer),
+                pct(x.pausing_peer),
+                rate(sum(&[x.pause_frames_rx, x.pause_frames_tx])),
+                rate(x.ecn_marked),
+                rate(sum(&[x.cnp_sent, x.cnp_handled])),
+                rate(sum(&[x.out_of_sequence, x.retransmissions, x.discards])),
+            );
+        }
+        if idle > 0 {
+            let _ = writeln!(out, "({idle} idle priorities not shown; --all shows them)");
+        }
+    }
+    if advise {
+        let troubled: Vec<&Row> = rows
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.verdict.state,
+                    State::Storm | State::PfcDominated | State::Lossy
+                )
+            })
+            .collect();
+        out.push('\n');
+        if troubled.is_empty() {
+            let _ = writeln!(
+                out,
+                "nothing to tune over {w}: no priority in storm, pfc_dominated or lossy"
+            );
+        }
+        for r in troubled {
+            let _ = writeln!(
+                out,
+                "{} {} prio {}: {}\n  rests on: {}\n  tune: {}",
+                port_name(r),
+                r.at.netdev,
+                r.at.priority,
+                r.verdict.state,
+                r.verdict.evidence,
+                r.verdict.knob
+            );
+        }
+    }
+    for e in errors.iter().take(5) {
+        let _ = writeln!(out, "not read: {e}");
+    }
+    if errors.len() > 5 {
+        let _ = writeln!(out, "not read: and {} more", errors.len() - 5);
+    }
+    out
+}
+
+fn json(rows: &[Row], window: Duration, errors: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "window_s": window.as_secs_f64(),
+        "ports": rows.iter().map(|r| {
+            let x = &r.rates;
+            serde_json::json!({
+                "device": r.at.device, "port": r.at.port, "netdev": r.at.netdev,
+                "priority": r.at.priority, "state": r.verdict.state.as_str(),
+                "evidence": r.verdict.evidence, "knob": r.verdict.knob,
+                "rates": {
+                    "tx_bytes": x.tx_bytes, "rx_bytes": x.rx_bytes,
+                    "paused_by_peer": x.paused_by_peer, "pausing_peer": x.pausing_peer,
+                    "pause_frames_rx": x.pause_frames_rx, "pause_frames_tx": x.pause_frames_tx,
+                    "discards": x.discards, "ecn_marked": x.ecn_marked,
+                    "cnp_sent": x.cnp_sent, "cnp_handled": x.cnp_handled,
+                    "out_of_sequence": x.out_of_sequence, "retransmissions": x.retransmissions,
+                },
+            })
+        }).collect::<Vec<_>>(),
+        "errors": errors,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocewatch_congestion::{classify, PortPriority, Rates};
+
+    fn row(prio: &str, rates: Rates) -> Row {
+        Row {
+            at: PortPriority {
+                device: "mlx5_0".into(),
+                port: "1".into(),
+                netdev: "ens1f0np0".into(),
+                priority: prio.into(),
+            },
+            verdict: classify(&rates),
+            rates,
+        }
+    }
+
+    #[test]
+    fn the_table_and_the_advice() {
+        let storm = row(
+            "3",
+            Rates {
+                tx_bytes: Some(0.0),
+                paused_by_peer: Some(0.98),
+                pause_frames_rx: Some(15_000.0),
+                ..Rates::default()
+            },
+        );
+        let idle = row("0", Rates::default());
+        let flowing = row(
+            "5",
+            Rates {
+                tx_bytes: Some(1.25e9),
+                rx_bytes: Some(0.0),
+                ..Rates::default()
+            },
+        );
+        let rows = [storm, idle, flowing];
+        let t = text(&rows, Duration::from_secs(10), true, false, &[]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "rocewatch congestion over 10s");
+        assert!(lines[1].starts_with("PORT"), "{t}");
+        assert!(
+            lines[2].starts_with("mlx5_0/1   ens1f0np0         3  storm")
+                && lines[2].contains("98.0%")
+                && lines[2].contains("15k"),
+            "{t}"
+        );
+        assert!(
+            lines[3].contains("flowing") && lines[3].contains("10.00"),
+            "{t}"
+        );
+        assert_eq!(lines[4], "(1 idle priorities not shown; --all shows them)");
+        assert!(
+            t.contains("mlx5_0/1 ens1f0np0 prio 3: storm\n  rests on: paused by the peer 98 %"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  tune: find the receiver that keeps pausing"),
+            "{t}"
+        );
+        // --all shows the idle priority; without --advise no advice.
+        let t = text(
+            &rows,
+            Duration::from_secs(10),
+            false,
+            true,
+            &["x: denied".into()],
+        );
+        assert!(t.contains("idle"), "{t}");
+        assert!(!t.contains("tune:"), "{t}");
+        assert!(t.ends_with("not read: x: denied\n"), "{t}");
+        // Nothing to tune, said.
+        let t = text(&rows[1..], Duration::from_secs(10), true, false, &[]);
+        assert!(t.contains("nothing to tune over 10s"), "{t}");
+        let j = json(&rows, Duration::from_secs(10), &[]);
+        assert_eq!(j["ports"][0]["state"], "storm");
+        assert_eq!(j["ports"][0]["rates"]["paused_by_peer"], 0.98);
+        assert!(j["ports"][1]["rates"]["ecn_marked"].is_null());
+    }
+}

@@ -11,7 +11,7 @@ SEL = 'instance=~"$instance"'
 panels = []
 
 
-def panel(title, exprs, unit="short", kind="timeseries", w=12, h=8, desc=""):
+def panel(title, exprs, unit="short", kind="timeseries", w=12, h=8, desc="", extra=None):
     n = len(panels)
     panels.append({
         "id": n + 1,
@@ -27,6 +27,11 @@ def panel(title, exprs, unit="short", kind="timeseries", w=12, h=8, desc=""):
             for i, (e, lf) in enumerate(exprs)
         ],
     })
+    for k, v in (extra or {}).items():
+        if isinstance(v, dict) and isinstance(panels[-1].get(k), dict):
+            panels[-1][k].update(v)
+        else:
+            panels[-1][k] = v
 
 
 panel("Ports up", [(f"rdma_port_up_ratio{{{SEL}}}", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
@@ -66,6 +71,47 @@ panel("Agent: plugin errors and exporter drops", [
 ])
 panel("Agent: remediation decisions", [(f"increase(rocewatch_remediation_decisions_total{{{SEL}}}[$__range])", "{{action}} {{decision}} {{instance}}")],
       kind="table")
+
+# Where each panel starts, once the half-width ones are placed.
+def full_width_y():
+    return max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
+
+
+y = full_width_y()
+panel("Fleet: ToR x ToR probe loss (worst flow, cross-ToR)",
+      [('max by (tor, peer_tor) (max_over_time(rdma_probe_fleet_failing_ratio{class="cross_tor"}[5m]))', "")],
+      unit="percentunit", kind="table", w=24, h=10,
+      desc="Rows: the probers' ToR; columns: the destinations' ToR; cells: the worst share of probes lost by a flow between them over 5 minutes (rdma_probe_fleet_failing_ratio, [fleet] in docs/FLEET.md). Empty: nothing failing. A full column is a ToR (or its hosts) unreachable; a row and a column alike, its uplinks; cells everywhere, a spine path. The alerts of configs/prometheus/rocewatch-fleet.rules.yml name the suspect.",
+      extra={
+          "gridPos": {"x": 0, "y": y},
+          "fieldConfig": {"defaults": {
+              "unit": "percentunit", "min": 0, "max": 1,
+              "custom": {"cellOptions": {"type": "color-background"}},
+              "thresholds": {"mode": "absolute", "steps": [
+                  {"color": "green", "value": None}, {"color": "orange", "value": 0.01}, {"color": "red", "value": 0.5}]},
+          }, "overrides": []},
+          "transformations": [{"id": "groupingToMatrix", "options": {"rowField": "tor", "columnField": "peer_tor", "valueField": "Value"}}],
+          "targets": [{"refId": "A", "datasource": DS, "expr": 'max by (tor, peer_tor) (max_over_time(rdma_probe_fleet_failing_ratio{class="cross_tor"}[5m]))', "instant": True, "format": "table"}],
+      })
+
+# Congestion (docs/CONGESTION.md).
+y = full_width_y()
+panel("Congestion: priorities not idle or flowing",
+      [(f'rdma_priority_congestion{{{SEL},rdma_congestion_state!~"idle|flowing"}}', "")],
+      kind="table", w=24, h=8,
+      desc="Each port and priority in a state worth a look, now: ecn_controlled (DCQCN at work), pfc_dominated (pauses outnumber ECN marks: ECN off or marking after PFC), lossy (losses without pauses: not lossless), storm (paused while not draining; RdmaCongestionStorm). rocewatch congestion --advise on the host says what to tune.",
+      extra={"gridPos": {"x": 0, "y": y},
+             "targets": [{"refId": "A", "datasource": DS, "expr": f'rdma_priority_congestion{{{SEL},rdma_congestion_state!~"idle|flowing"}}', "instant": True, "format": "table"}]})
+y = full_width_y()
+panel("Congestion hotspots: CNPs sent (top 10 ports)", [("rocewatch:port_cnp_sent:top10", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
+      desc="Recorded by configs/prometheus/rocewatch.rules.yml; a receiver near line rate sending many CNPs is an incast (RdmaIncast).",
+      extra={"gridPos": {"x": 0, "y": y}})
+panel("Congestion hotspots: pause ratio (top 10 priorities)", [("rocewatch:priority_pause_ratio:top10", "{{instance}} {{network_interface_name}} prio {{rdma_priority}}")],
+      unit="percentunit", extra={"gridPos": {"x": 12, "y": y}})
+panel("Congestion hotspots: discards (top 10 ports)", [("rocewatch:port_discards:top10", "{{instance}} {{network_interface_name}}")],
+      extra={"gridPos": {"x": 0, "y": y + 8}})
+panel("Congestion states across the fleet", [("rocewatch:priority_congestion:count", "{{rdma_congestion_state}}")],
+      extra={"gridPos": {"x": 12, "y": y + 8}})
 
 dashboard = {
     "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}],

@@ -35,7 +35,7 @@ pub const DERIVED_PRIORITY_THROUGHPUT: CatalogEntry = entry!(
 pub const DERIVED_PORT_ERROR_RATE: CatalogEntry = entry!(names::PORT_ERROR_RATE, "{error}/s", Gauge, "sum of the rates of the port's error counters", NONE, 1, PORT,
         "Errors per second on a port: symbol, receive, remote physical, discards, link integrity, buffer overrun, link downed, out_of_buffer, out-of-sequence, ACK timeouts, sequence, RNR, CQE, retry and send errors together.");
 /// The derived congestion state per port and priority (`rocewatch_congestion`).
-pub const DERIVED_PRIORITY_CONGESTION: CatalogEntry = entry!(names::PRIORITY_CONGESTION, "1", Gauge, "rates of the priority's bytes, pauses, pause time and discards and of the port's ECN marks, CNPs, out-of-sequence and retransmissions", NONE, 1, "mlx5, bnxt (per-priority bytes and pause time)",
+pub const DERIVED_PRIORITY_CONGESTION: CatalogEntry = entry!(names::PRIORITY_CONGESTION, "{state}", Gauge, "rates of the priority's bytes, pauses, pause time and discards and of the port's ECN marks, CNPs, out-of-sequence and retransmissions", NONE, 1, "mlx5, bnxt (per-priority bytes and pause time)",
         "1 for a port and priority's congestion state over the last interval, named by `rdma.congestion.state`: idle, flowing, ecn_controlled (ECN marks or CNPs, no pauses), lossy (losses without pauses), pfc_dominated (pauses with fewer ECN marks and CNPs than pause frames), storm (paused by the peer 90 % of the interval while sending next to nothing). One series per port and priority; `rocewatch doctor` and docs/CONGESTION.md say what each points to.");
 /// The attribute naming the congestion state.
 pub const ATTR_CONGESTION_STATE: &str = "rdma.congestion.state";

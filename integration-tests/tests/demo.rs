@@ -145,3 +145,50 @@ fn demo_pfc_storm_is_detected_by_the_default_rule_and_remediated_in_dry_run() {
     // would have left an "executing" record.
     assert!(!recs.iter().any(|r| r["decision"] == "executing"));
 }
+
+/// The congestion scenarios: priority 3 of mlx5_0 shows the state each one is about
+/// (the agent's own derived `rdma.priority.congestion`, in the live view's CONGESTION
+/// column), the event says what is simulated, and 802.3x pause fires the default
+/// `global-pause` rule.
+#[test]
+fn demo_congestion_scenarios_show_their_state() {
+    for (scenario, state, event) in [
+        ("storm", "3:storm", "PAUSE STORM"),
+        ("pfc", "3:pfc_dominated", "PFC-DOMINATED"),
+        ("lossy", "3:lossy", "LOSSES WITHOUT PAUSES"),
+        ("global-pause", "", "802.3x GLOBAL PAUSE"),
+    ] {
+        let o = rocewatch(
+            &[
+                "demo",
+                "--scenario",
+                scenario,
+                "--no-tui",
+                "--interval",
+                "300ms",
+                "--duration",
+                "3s",
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{scenario}: {}", stderr(&o));
+        let out = stdout(&o);
+        // The last frame.
+        let last = &out[out.rfind("rocewatch demo:").unwrap()..];
+        let mlx5_0 = last
+            .lines()
+            .find(|l| l.starts_with("mlx5_0"))
+            .unwrap_or_else(|| panic!("{scenario}: no mlx5_0 row:\n{last}"));
+        if !state.is_empty() {
+            assert!(mlx5_0.ends_with(state), "{scenario}:\n{last}");
+        }
+        assert!(last.contains(event), "{scenario}:\n{last}");
+        if scenario == "global-pause" {
+            assert!(
+                last.lines()
+                    .any(|l| l.trim_start().starts_with("global-pause") && l.contains("FIRING")),
+                "{scenario}:\n{last}"
+            );
+        }
+    }
+}

@@ -298,8 +298,9 @@ pub enum Command {
     /// temporary directory, advances its counters every tick (traffic; an error burst on
     /// one port at 8 s; a PFC pause storm on priority 3 of the other at 20 s), and runs the
     /// real pipeline on it with the default rules (configs/rules.toml): the storm fires
-    /// `pfc-pause-storm` 30 s later and a dry-run remediation is audited. Add
-    /// --otlp-endpoint to export as well.
+    /// `pfc-pause-storm` 30 s later and a dry-run remediation is audited. The scenarios
+    /// ecn, pfc, lossy, storm, incast and global-pause show each congestion state
+    /// (docs/CONGESTION.md). Add --otlp-endpoint to export as well.
     Demo(DemoArgs),
     /// Run as a collectd Exec plugin: print PUTVAL lines every interval.
     ///

@@ -33,6 +33,41 @@ pub struct Fabric {
     pub burst_len: u64,
     /// The PFC pause storm (first tick, length in ticks), when the scenario has one.
     pub storm: Option<(u64, u64)>,
+    /// A congestion pattern on priority 3 of the first port (first tick, length in
+    /// ticks), when the scenario has one.
+    pub congestion: Option<(Pattern, u64, u64)>,
+}
+
+/// What priority 3 of the first port goes through in a congestion scenario
+/// (docs/CONGESTION.md names the state each one shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// DCQCN at work: many ECN marks and CNPs, no more pauses than usual.
+    Ecn,
+    /// Pauses outnumbering ECN marks (ECN marking after PFC triggers).
+    Pfc,
+    /// Out-of-sequence packets and no pauses: the priority is not lossless.
+    Lossy,
+    /// Paused 98 % of the time while sending nothing: a storm or a deadlock.
+    Storm,
+    /// The link receiving at 95 % of line rate while it sends many CNPs.
+    Incast,
+    /// 802.3x (global) pause frames sent, 40 % of the time pausing the peer.
+    GlobalPause,
+}
+
+impl Pattern {
+    /// What the live view says while it is on.
+    pub fn event(self) -> &'static str {
+        match self {
+            Pattern::Ecn => "ECN-CONTROLLED congestion on mlx5_0 port 1 priority 3 (40k ECN marks/s, CNPs, few pauses)",
+            Pattern::Pfc => "PFC-DOMINATED congestion on mlx5_0 port 1 priority 3 (30k pauses/s, few ECN marks)",
+            Pattern::Lossy => "LOSSES WITHOUT PAUSES on mlx5_0 port 1 priority 3 (500 out-of-sequence/s, no PFC)",
+            Pattern::Storm => "PAUSE STORM on mlx5_0 port 1 priority 3 (paused 98% of the time, not draining)",
+            Pattern::Incast => "INCAST into mlx5_0 port 1 (receiving at 95% of line rate, 20k CNPs/s sent)",
+            Pattern::GlobalPause => "802.3x GLOBAL PAUSE sent by ens1f0np0 (10k frames/s, pausing its peer 40% of the time)",
+        }
+    }
 }
 
 pub(super) const COUNTERS: &[&str] = &[
@@ -116,6 +151,15 @@ impl Fabric {
                         .map(move |s| (format!("{d}_prio{p}_{s}"), 0))
                     })
                 })
+                .chain(
+                    [
+                        "rx_pause_ctrl_phy",
+                        "tx_pause_ctrl_phy",
+                        "rx_global_pause_duration",
+                        "tx_global_pause_duration",
+                    ]
+                    .map(|s| (s.to_string(), 0)),
+                )
                 .collect(),
         };
         let f = Fabric {
@@ -140,6 +184,7 @@ impl Fabric {
             burst_at: 8,
             burst_len: 6,
             storm: None,
+            congestion: None,
         };
         for p in f.ports.clone() {
             let dev = root.join("class/infiniband").join(p.device);
@@ -198,6 +243,13 @@ impl Fabric {
             .is_some_and(|(at, len)| self.tick >= at && self.tick < at + len)
     }
 
+    /// The congestion pattern on now, if any.
+    pub fn congestion_now(&self) -> Option<Pattern> {
+        self.congestion
+            .filter(|(_, at, len)| self.tick >= *at && self.tick < at.saturating_add(*len))
+            .map(|(p, _, _)| p)
+    }
+
     /// Whether the error burst is on now.
     pub fn in_burst(&self) -> bool {
         self.tick >= self.burst_at && self.tick < self.burst_at + self.burst_len
@@ -230,12 +282,22 @@ impl Fabric {
         self.tick += 1;
         let burst = self.in_burst();
         let storm = self.in_storm();
+        let pattern = self.congestion_now();
         let t = self.tick as f64;
         for (i, p) in self.ports.iter_mut().enumerate() {
+            let pattern = pattern.filter(|_| i == 0);
             // A slow wave on top of the mean, different per port, so numbers visibly move.
             let wave = 1.0 + 0.25 * (t / 3.0 + i as f64 * 1.7).sin();
-            let tx_bytes = (p.tx_bps * wave * dt_secs) as u64;
-            let rx_bytes = (p.tx_bps * (2.0 - wave) * 0.9 * dt_secs) as u64;
+            let tx_bytes = match pattern {
+                // Paused nearly all the time: next to nothing leaves.
+                Some(Pattern::Storm) => (10.0 * dt_secs) as u64,
+                _ => (p.tx_bps * wave * dt_secs) as u64,
+            };
+            let rx_bytes = match pattern {
+                // 95 % of the 100 Gb/s line rate.
+                Some(Pattern::Incast) => (0.95 * 100e9 / 8.0 * dt_secs) as u64,
+                _ => (p.tx_bps * (2.0 - wave) * 0.9 * dt_secs) as u64,
+            };
             let c = &mut p.counters;
             // port_*_data count 4-octet words.
             *c.get_mut("port_xmit_data").unwrap() += tx_bytes / 4;
@@ -257,8 +319,41 @@ impl Fabric {
             add("rx_prio3_bytes", rx_bytes as f64);
             add("tx_prio3_packets", tx_bytes as f64 / 4096.0);
             add("rx_prio3_packets", rx_bytes as f64 / 4096.0);
-            add("rx_prio3_pause", 20.0 * dt_secs);
-            add("rx_prio3_pause_duration", 1_000.0 * dt_secs);
+            // (Not while the priority is shown losing without pauses.)
+            if pattern != Some(Pattern::Lossy) {
+                add("rx_prio3_pause", 20.0 * dt_secs);
+                add("rx_prio3_pause_duration", 1_000.0 * dt_secs);
+            }
+            match pattern {
+                Some(Pattern::Pfc) => {
+                    add("rx_prio3_pause", 30_000.0 * dt_secs);
+                    add("rx_prio3_pause_duration", 300_000.0 * dt_secs);
+                }
+                Some(Pattern::Storm) => {
+                    add("rx_prio3_pause", 15_000.0 * dt_secs);
+                    add("rx_prio3_pause_duration", 979_000.0 * dt_secs);
+                }
+                Some(Pattern::GlobalPause) => {
+                    add("tx_pause_ctrl_phy", 10_000.0 * dt_secs);
+                    add("tx_global_pause_duration", 400_000.0 * dt_secs);
+                }
+                _ => {}
+            }
+            let h = &mut p.hw;
+            let mut hw = |k: &str, v: f64| *h.get_mut(k).expect("simulated counter") += v as u64;
+            match pattern {
+                Some(Pattern::Ecn) => {
+                    hw("np_ecn_marked_roce_packets", 40_000.0 * dt_secs);
+                    hw("np_cnp_sent", 40_000.0 * dt_secs);
+                    hw("rp_cnp_handled", 30_000.0 * dt_secs);
+                }
+                Some(Pattern::Incast) => {
+                    hw("np_ecn_marked_roce_packets", 20_000.0 * dt_secs);
+                    hw("np_cnp_sent", 20_000.0 * dt_secs);
+                }
+                Some(Pattern::Lossy) => hw("out_of_sequence", 500.0 * dt_secs),
+                _ => {}
+            }
             if storm && i == 0 {
                 // Paused 60 % of the time (µs per second), tens of thousands of XOFFs.
                 add("rx_prio3_pause", 30_000.0 * dt_secs);

@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use super::default_rules;
-use super::fabric::Fabric;
+use super::fabric::{Fabric, Pattern};
 use super::view::{port_rates, render, rules_footer};
 use crate::app::{Agent, App, Extras, StartError};
 use crate::config::Config;
@@ -30,6 +30,19 @@ pub enum Scenario {
     /// fires after 30 s, a dry-run remediation is decided and audited, the storm ends and
     /// the rule clears.
     PfcStorm,
+    /// From 2 s on, priority 3 of mlx5_0 congested as DCQCN handles it: ECN marks and
+    /// CNPs, few pauses (state ecn_controlled; docs/CONGESTION.md).
+    Ecn,
+    /// ... with pauses outnumbering ECN marks (pfc_dominated).
+    Pfc,
+    /// ... losing packets without pauses (lossy).
+    Lossy,
+    /// ... paused 98 % of the time while sending nothing (storm).
+    Storm,
+    /// mlx5_0 receiving at 95 % of line rate while it sends many CNPs (an incast).
+    Incast,
+    /// ens1f0np0 sending 802.3x (global) pause: the global-pause rule fires.
+    GlobalPause,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -144,6 +157,18 @@ fn set_scenario(fabric: &mut Fabric, scenario: Scenario) {
             fabric.storm = Some((5, 40));
             fabric.burst_at = u64::MAX;
         }
+        s => {
+            let pattern = match s {
+                Scenario::Ecn => Pattern::Ecn,
+                Scenario::Pfc => Pattern::Pfc,
+                Scenario::Lossy => Pattern::Lossy,
+                Scenario::Storm => Pattern::Storm,
+                Scenario::Incast => Pattern::Incast,
+                _ => Pattern::GlobalPause,
+            };
+            fabric.congestion = Some((pattern, 2, u64::MAX));
+            fabric.burst_at = u64::MAX;
+        }
     }
 }
 
@@ -202,8 +227,9 @@ fn otlp_note(agent: &Agent) -> String {
     }
 }
 
-/// What the simulator says after each advance: (tick, in the error burst, in the storm).
-type Tick = (u64, bool, bool);
+/// What the simulator says after each advance: (tick, in the error burst, in the storm,
+/// the congestion pattern on).
+type Tick = (u64, bool, bool, Option<Pattern>);
 
 /// The simulator: it advances the fabric half an interval before each collection, until
 /// `shutdown`.
@@ -212,7 +238,7 @@ fn spawn_simulator(
     interval: Duration,
     mut sim_shutdown: watch::Receiver<bool>,
 ) -> (JoinHandle<()>, watch::Receiver<Tick>) {
-    let (tick_tx, tick_rx) = watch::channel((0u64, false, false));
+    let (tick_tx, tick_rx) = watch::channel((0u64, false, false, None));
     let sim = tokio::spawn(async move {
         // Traffic follows real elapsed time, so rates stay true even when a busy machine
         // delays a tick; the first advance covers one whole interval.
@@ -231,7 +257,12 @@ fn spawn_simulator(
             ) {
                 tracing::error!("simulator: {e}");
             }
-            let _ = tick_tx.send((fabric.tick_count(), fabric.in_burst(), fabric.in_storm()));
+            let _ = tick_tx.send((
+                fabric.tick_count(),
+                fabric.in_burst(),
+                fabric.in_storm(),
+                fabric.congestion_now(),
+            ));
         }
     });
     (sim, tick_rx)
@@ -281,7 +312,7 @@ impl View {
 
     /// Frame `frame`: the header, the rate table, the event and the rules.
     fn frame(&self, frame: u64) -> String {
-        let (tick, burst, in_storm) = *self.tick_rx.borrow();
+        let (tick, burst, in_storm, pattern) = *self.tick_rx.borrow();
         let header = format!(
             "rocewatch demo: simulated fabric at {}, frame {frame}, tick {tick}, every {}{}",
             self.root_shown,
@@ -290,7 +321,9 @@ impl View {
         );
         let mut footer = format!(
             "event: {}\nexport: {}",
-            if burst {
+            if let Some(p) = pattern {
+                p.event()
+            } else if burst {
                 "ERROR BURST on mlx5_1 port 1 (symbol errors, out_of_buffer drops, CNP surge)"
             } else if in_storm {
                 "PFC PAUSE STORM on mlx5_0 port 1 priority 3 (paused 60% of the time)"

@@ -19,6 +19,8 @@ pub struct PortRates {
     pub errors_per_s: Option<f64>,
     pub out_of_buffer_per_s: Option<f64>,
     pub cnp_per_s: Option<f64>,
+    /// The port's priorities that are neither idle nor flowing: `3:storm`.
+    pub congestion: Vec<String>,
 }
 
 pub(super) fn sum_rates(
@@ -84,6 +86,18 @@ pub fn port_rates(store: &Store) -> Vec<PortRates> {
             ),
             out_of_buffer_per_s: sum_rates(store, &[names::PORT_OUT_OF_BUFFER], &dev, &port, None),
             cnp_per_s: sum_rates(store, &[names::PORT_CNP_SENT], &dev, &port, None),
+            congestion: store
+                .by_name(names::PRIORITY_CONGESTION)
+                .iter()
+                .filter_map(|c| {
+                    let a = &c.sample.attributes;
+                    let state = a.get(rocewatch_metrics::ATTR_CONGESTION_STATE)?;
+                    (a.get("rdma.device") == Some(dev.as_str())
+                        && a.get("rdma.port") == Some(port.as_str())
+                        && !matches!(state, "idle" | "flowing"))
+                    .then(|| format!("{}:{state}", a.get("rdma.priority").unwrap_or("?")))
+                })
+                .collect(),
             device: dev,
             port,
         });
@@ -101,7 +115,7 @@ pub fn render(rates: &[PortRates], header: &str, footer: &str) -> String {
     let _ = writeln!(s, "{header}");
     let _ = writeln!(
         s,
-        "{:<8} {:>4} {:<10} {:<5} {:>9} {:>9} {:>9} {:>10} {:>9}",
+        "{:<8} {:>4} {:<10} {:<5} {:>9} {:>9} {:>9} {:>10} {:>9}  CONGESTION",
         "DEVICE", "PORT", "NETDEV", "LINK", "TX Gb/s", "RX Gb/s", "ERR/s", "OOB/s", "CNP/s"
     );
     for r in rates {
@@ -109,7 +123,7 @@ pub fn render(rates: &[PortRates], header: &str, footer: &str) -> String {
             r.errors_per_s.unwrap_or(0.0) > 0.0 || r.out_of_buffer_per_s.unwrap_or(0.0) > 0.0;
         let _ = writeln!(
             s,
-            "{:<8} {:>4} {:<10} {:<5} {:>9} {:>9} {:>9} {:>10} {:>9}{}",
+            "{:<8} {:>4} {:<10} {:<5} {:>9} {:>9} {:>9} {:>10} {:>9}  {}{}",
             r.device,
             r.port,
             r.netdev,
@@ -119,6 +133,11 @@ pub fn render(rates: &[PortRates], header: &str, footer: &str) -> String {
             cell(r.errors_per_s, 1),
             cell(r.out_of_buffer_per_s, 1),
             cell(r.cnp_per_s, 1),
+            if r.congestion.is_empty() {
+                "-".to_string()
+            } else {
+                r.congestion.join(" ")
+            },
             if alert { "  <-- errors" } else { "" }
         );
     }

@@ -456,7 +456,7 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
             .iter()
             .filter(|(_, _, _, t)| (s.start..=end).contains(t))
             .collect();
-        let (mut right, mut false_firing) = (0usize, 0usize);
+        let (mut right, mut false_firing, mut false_pending) = (0usize, 0usize, 0usize);
         for (state, sus, alert, t) in &mine {
             let ok = *t >= fault_at && want.as_ref() == Some(sus);
             if state == "firing" {
@@ -470,7 +470,8 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
                         t - s.start
                     ));
                 }
-            } else if !ok && *t < fault_at {
+            } else if !ok && (*t < fault_at || want.is_none()) {
+                false_pending += 1;
                 wrong.push(format!(
                     "{} at +{}s: {alert} pending for {sus:?} before any fault",
                     s.name,
@@ -480,7 +481,7 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
         }
         let Some(want) = want else {
             table.push(format!(
-                "{:<16} {:>6} s clean: wrong suspects firing {false_firing}",
+                "{:<16} {:>6} s clean: alerts firing {false_firing}, pending {false_pending}",
                 s.name, s.secs
             ));
             continue;

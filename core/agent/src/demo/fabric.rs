@@ -1,6 +1,7 @@
 //! The simulated fabric: a sysfs tree of two mlx5 RoCE ports (counters, hw_counters, and
 //! `ethtool -S` statistics) advanced on every tick, with an error burst and a PFC storm.
 
+use clap::ValueEnum;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
@@ -35,37 +36,45 @@ pub struct Fabric {
     pub storm: Option<(u64, u64)>,
     /// A congestion pattern on priority 3 of the first port (first tick, length in
     /// ticks), when the scenario has one.
-    pub congestion: Option<(Pattern, u64, u64)>,
+    pub congestion: Option<(Scenario, u64, u64)>,
 }
 
-/// What priority 3 of the first port goes through in a congestion scenario
-/// (docs/CONGESTION.md names the state each one shows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pattern {
-    /// DCQCN at work: many ECN marks and CNPs, no more pauses than usual.
+/// What happens on the simulated fabric.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Scenario {
+    /// Steady traffic, then an error burst on one port.
+    Default,
+    /// A PFC pause storm on priority 3 of one port: the default `pfc-pause-storm` rule
+    /// fires after 30 s, a dry-run remediation is decided and audited, the storm ends and
+    /// the rule clears.
+    PfcStorm,
+    /// From 2 s on, priority 3 of mlx5_0 congested as DCQCN handles it: ECN marks and
+    /// CNPs, few pauses (state ecn_controlled; docs/CONGESTION.md).
     Ecn,
-    /// Pauses outnumbering ECN marks (ECN marking after PFC triggers).
+    /// ... with pauses outnumbering ECN marks (pfc_dominated).
     Pfc,
-    /// Out-of-sequence packets and no pauses: the priority is not lossless.
+    /// ... losing packets without pauses (lossy).
     Lossy,
-    /// Paused 98 % of the time while sending nothing: a storm or a deadlock.
+    /// ... paused 98 % of the time while sending nothing (storm).
     Storm,
-    /// The link receiving at 95 % of line rate while it sends many CNPs.
+    /// mlx5_0 receiving at 95 % of line rate while it sends many CNPs (an incast).
     Incast,
-    /// 802.3x (global) pause frames sent, 40 % of the time pausing the peer.
+    /// ens1f0np0 sending 802.3x (global) pause: the global-pause rule fires.
     GlobalPause,
 }
 
-impl Pattern {
-    /// What the live view says while it is on.
+impl Scenario {
+    /// What the live view says while its congestion pattern is on (the congestion
+    /// scenarios: priority 3 of the first port).
     pub fn event(self) -> &'static str {
         match self {
-            Pattern::Ecn => "ECN-CONTROLLED congestion on mlx5_0 port 1 priority 3 (40k ECN marks/s, CNPs, few pauses)",
-            Pattern::Pfc => "PFC-DOMINATED congestion on mlx5_0 port 1 priority 3 (30k pauses/s, few ECN marks)",
-            Pattern::Lossy => "LOSSES WITHOUT PAUSES on mlx5_0 port 1 priority 3 (500 out-of-sequence/s, no PFC)",
-            Pattern::Storm => "PAUSE STORM on mlx5_0 port 1 priority 3 (paused 98% of the time, not draining)",
-            Pattern::Incast => "INCAST into mlx5_0 port 1 (receiving at 95% of line rate, 20k CNPs/s sent)",
-            Pattern::GlobalPause => "802.3x GLOBAL PAUSE sent by ens1f0np0 (10k frames/s, pausing its peer 40% of the time)",
+            Scenario::Ecn => "ECN-CONTROLLED congestion on mlx5_0 port 1 priority 3 (40k ECN marks/s, CNPs, few pauses)",
+            Scenario::Pfc => "PFC-DOMINATED congestion on mlx5_0 port 1 priority 3 (30k pauses/s, few ECN marks)",
+            Scenario::Lossy => "LOSSES WITHOUT PAUSES on mlx5_0 port 1 priority 3 (500 out-of-sequence/s, no PFC)",
+            Scenario::Storm => "PAUSE STORM on mlx5_0 port 1 priority 3 (paused 98% of the time, not draining)",
+            Scenario::Incast => "INCAST into mlx5_0 port 1 (receiving at 95% of line rate, 20k CNPs/s sent)",
+            Scenario::GlobalPause => "802.3x GLOBAL PAUSE sent by ens1f0np0 (10k frames/s, pausing its peer 40% of the time)",
+            Scenario::Default | Scenario::PfcStorm => "steady traffic",
         }
     }
 }
@@ -244,7 +253,7 @@ impl Fabric {
     }
 
     /// The congestion pattern on now, if any.
-    pub fn congestion_now(&self) -> Option<Pattern> {
+    pub fn congestion_now(&self) -> Option<Scenario> {
         self.congestion
             .filter(|(_, at, len)| self.tick >= *at && self.tick < at.saturating_add(*len))
             .map(|(p, _, _)| p)
@@ -290,12 +299,12 @@ impl Fabric {
             let wave = 1.0 + 0.25 * (t / 3.0 + i as f64 * 1.7).sin();
             let tx_bytes = match pattern {
                 // Paused nearly all the time: next to nothing leaves.
-                Some(Pattern::Storm) => (10.0 * dt_secs) as u64,
+                Some(Scenario::Storm) => (10.0 * dt_secs) as u64,
                 _ => (p.tx_bps * wave * dt_secs) as u64,
             };
             let rx_bytes = match pattern {
                 // 95 % of the 100 Gb/s line rate.
-                Some(Pattern::Incast) => (0.95 * 100e9 / 8.0 * dt_secs) as u64,
+                Some(Scenario::Incast) => (0.95 * 100e9 / 8.0 * dt_secs) as u64,
                 _ => (p.tx_bps * (2.0 - wave) * 0.9 * dt_secs) as u64,
             };
             let c = &mut p.counters;
@@ -320,20 +329,20 @@ impl Fabric {
             add("tx_prio3_packets", tx_bytes as f64 / 4096.0);
             add("rx_prio3_packets", rx_bytes as f64 / 4096.0);
             // (Not while the priority is shown losing without pauses.)
-            if pattern != Some(Pattern::Lossy) {
+            if pattern != Some(Scenario::Lossy) {
                 add("rx_prio3_pause", 20.0 * dt_secs);
                 add("rx_prio3_pause_duration", 1_000.0 * dt_secs);
             }
             match pattern {
-                Some(Pattern::Pfc) => {
+                Some(Scenario::Pfc) => {
                     add("rx_prio3_pause", 30_000.0 * dt_secs);
                     add("rx_prio3_pause_duration", 300_000.0 * dt_secs);
                 }
-                Some(Pattern::Storm) => {
+                Some(Scenario::Storm) => {
                     add("rx_prio3_pause", 15_000.0 * dt_secs);
                     add("rx_prio3_pause_duration", 979_000.0 * dt_secs);
                 }
-                Some(Pattern::GlobalPause) => {
+                Some(Scenario::GlobalPause) => {
                     add("tx_pause_ctrl_phy", 10_000.0 * dt_secs);
                     add("tx_global_pause_duration", 400_000.0 * dt_secs);
                 }
@@ -342,16 +351,16 @@ impl Fabric {
             let h = &mut p.hw;
             let mut hw = |k: &str, v: f64| *h.get_mut(k).expect("simulated counter") += v as u64;
             match pattern {
-                Some(Pattern::Ecn) => {
+                Some(Scenario::Ecn) => {
                     hw("np_ecn_marked_roce_packets", 40_000.0 * dt_secs);
                     hw("np_cnp_sent", 40_000.0 * dt_secs);
                     hw("rp_cnp_handled", 30_000.0 * dt_secs);
                 }
-                Some(Pattern::Incast) => {
+                Some(Scenario::Incast) => {
                     hw("np_ecn_marked_roce_packets", 20_000.0 * dt_secs);
                     hw("np_cnp_sent", 20_000.0 * dt_secs);
                 }
-                Some(Pattern::Lossy) => hw("out_of_sequence", 500.0 * dt_secs),
+                Some(Scenario::Lossy) => hw("out_of_sequence", 500.0 * dt_secs),
                 _ => {}
             }
             if storm && i == 0 {

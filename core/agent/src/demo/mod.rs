@@ -15,8 +15,8 @@ mod fabric;
 mod run;
 mod view;
 
-pub use fabric::Fabric;
-pub use run::{run, DemoError, Format, Options, Scenario};
+pub use fabric::{Fabric, Scenario};
+pub use run::{run, DemoError, Format, Options};
 pub use view::{port_rates, render, rules_footer, PortRates};
 
 /// The default rule set shipped in `configs/rules.toml`.

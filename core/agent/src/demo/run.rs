@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use super::default_rules;
-use super::fabric::{Fabric, Pattern};
+use super::fabric::{Fabric, Scenario};
 use super::view::{port_rates, render, rules_footer};
 use crate::app::{Agent, App, Extras, StartError};
 use crate::config::Config;
@@ -20,30 +20,6 @@ use rocewatch_export::otlp::config::OtlpConfig;
 use rocewatch_remediation::ActionConfig;
 use rocewatch_runtime::pipeline::Collection;
 use rocewatch_runtime::util::signals::shutdown_after;
-
-/// What happens on the simulated fabric.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum Scenario {
-    /// Steady traffic, then an error burst on one port.
-    Default,
-    /// A PFC pause storm on priority 3 of one port: the default `pfc-pause-storm` rule
-    /// fires after 30 s, a dry-run remediation is decided and audited, the storm ends and
-    /// the rule clears.
-    PfcStorm,
-    /// From 2 s on, priority 3 of mlx5_0 congested as DCQCN handles it: ECN marks and
-    /// CNPs, few pauses (state ecn_controlled; docs/CONGESTION.md).
-    Ecn,
-    /// ... with pauses outnumbering ECN marks (pfc_dominated).
-    Pfc,
-    /// ... losing packets without pauses (lossy).
-    Lossy,
-    /// ... paused 98 % of the time while sending nothing (storm).
-    Storm,
-    /// mlx5_0 receiving at 95 % of line rate while it sends many CNPs (an incast).
-    Incast,
-    /// ens1f0np0 sending 802.3x (global) pause: the global-pause rule fires.
-    GlobalPause,
-}
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum Format {
@@ -157,16 +133,9 @@ fn set_scenario(fabric: &mut Fabric, scenario: Scenario) {
             fabric.storm = Some((5, 40));
             fabric.burst_at = u64::MAX;
         }
+        // A congestion pattern on priority 3 of the first port, from 2 s on.
         s => {
-            let pattern = match s {
-                Scenario::Ecn => Pattern::Ecn,
-                Scenario::Pfc => Pattern::Pfc,
-                Scenario::Lossy => Pattern::Lossy,
-                Scenario::Storm => Pattern::Storm,
-                Scenario::Incast => Pattern::Incast,
-                _ => Pattern::GlobalPause,
-            };
-            fabric.congestion = Some((pattern, 2, u64::MAX));
+            fabric.congestion = Some((s, 2, u64::MAX));
             fabric.burst_at = u64::MAX;
         }
     }
@@ -229,7 +198,7 @@ fn otlp_note(agent: &Agent) -> String {
 
 /// What the simulator says after each advance: (tick, in the error burst, in the storm,
 /// the congestion pattern on).
-type Tick = (u64, bool, bool, Option<Pattern>);
+type Tick = (u64, bool, bool, Option<Scenario>);
 
 /// The simulator: it advances the fabric half an interval before each collection, until
 /// `shutdown`.

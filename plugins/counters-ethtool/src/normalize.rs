@@ -22,7 +22,7 @@
 //! | mlx5 | `rx_prio<N>_pause_transition` | `rdma.pfc.pause_transitions` |
 //! | mlx5 | `rx_prio<N>_bytes`, `tx_prio<N>_bytes` | `rdma.priority.io` |
 //! | mlx5 | `rx_prio<N>_packets`, `tx_prio<N>_packets` | `rdma.priority.packets` |
-//! | mlx5 | `rx_prio<N>_discards`, `rx_prio<N>_buf_discard` | `rdma.priority.discards` |
+//! | mlx5 | `rx_prio<N>_discards`; `rx_prio<N>_buf_discard` (with `rdma.discard.cause=buffer`) | `rdma.priority.discards` |
 //! | mlx5 | `tx_pause_storm_warning_events`, `tx_pause_storm_error_events` | `rdma.pfc.storm_events` |
 //! | mlx5 | `rx_pause_ctrl_phy`, `tx_pause_ctrl_phy` (802.3x pause frames, always present) | `rdma.link.pause_frames` |
 //! | mlx5 | `rx_global_pause_duration`, `tx_global_pause_duration` (µs) | `rdma.link.pause_duration` |
@@ -38,14 +38,15 @@
 //! | bnxt | `pfc_pri<N>_rx_duration_us`, `pfc_pri<N>_tx_duration_us` | `rdma.pfc.pause_duration` |
 //! | bnxt | `pfc_pri<N>_rx_transitions`, `pfc_pri<N>_tx_transitions` | `rdma.pfc.pause_transitions` |
 //! | bnxt | `rx_pause_frames`, `tx_pause_frames` (802.3x) | `rdma.link.pause_frames` |
-//! | bnxt | `continuous_pause_events`, `continuous_roce_pause_events` | `rdma.pfc.storm_events` |
+//! | bnxt | `rx_bytes_pri<N>`, `tx_bytes_pri<N>` | `rdma.priority.io` |
+//! | bnxt | `rx_packets_pri<N>`, `tx_packets_pri<N>` | `rdma.priority.packets` |
 //!
 //! mlx5's `rx_global_pause`/`tx_global_pause` count the same frames as its
 //! `*_pause_ctrl_phy` (and only while 802.3x pause is on): not mapped, so one frame is
-//! not counted twice. bnxt's `resume_*pause_events` are left to the raw passthrough; what
-//! bnxt's `continuous_*` count exactly is not documented in the driver (the firmware's
-//! field names and FreeBSD's descriptions: "pause events"); they carry
-//! `rdma.pause.traffic` (`all`, `roce`) where mlx5's carry `rdma.severity`.
+//! not counted twice. bnxt's `continuous_*pause_events` and `resume_*pause_events` are
+//! left to the raw passthrough: what they count is not documented in the driver (the
+//! firmware's field names; FreeBSD's descriptions say only "pause events"), and as storm
+//! events they would fire the critical storm alerts on a guess.
 //!
 //! Everything else is left to the opt-in raw passthrough.
 use rocewatch_metrics::names;
@@ -138,10 +139,31 @@ pub fn normalize(name: &str) -> Option<Normalized> {
             "pause_transition" => names::PFC_PAUSE_TRANSITIONS,
             "bytes" => names::PRIORITY_IO,
             "packets" => names::PRIORITY_PACKETS,
-            "discards" | "buf_discard" => names::PRIORITY_DISCARDS,
+            "discards" => names::PRIORITY_DISCARDS,
+            // Printed beside `discards` (ConnectX-5 on): its own series, or the two
+            // would take turns on one and read as a reset every collection.
+            "buf_discard" => {
+                return Some(Normalized {
+                    metric: names::PRIORITY_DISCARDS,
+                    priority: Some(p),
+                    direction: Some(dir),
+                    extra: Some(("rdma.discard.cause", "buffer")),
+                })
+            }
             _ => return None,
         };
         return n(metric, Some(p), Some(dir));
+    }
+    // bnxt: rx_bytes_pri3, tx_packets_pri3 (bnxt_rx_bytes_pri_arr and the like: the
+    // priority's CoS queue, as the driver maps it)
+    if let (Some(dir), Some((what, p))) = (direction, rest.rsplit_once("_pri")) {
+        if let Some(p) = prio(p) {
+            match what {
+                "bytes" => return n(names::PRIORITY_IO, Some(p), Some(dir)),
+                "packets" => return n(names::PRIORITY_PACKETS, Some(p), Some(dir)),
+                _ => {}
+            }
+        }
     }
     // bnxt: rx_pfc_ena_frames_pri3
     if let (Some(dir), Some(p)) = (
@@ -162,18 +184,6 @@ pub fn normalize(name: &str) -> Option<Normalized> {
             priority: None,
             direction: Some("transmit"),
             extra: Some(("rdma.severity", "error")),
-        }),
-        "continuous_pause_events" => Some(Normalized {
-            metric: names::PFC_STORM_EVENTS,
-            priority: None,
-            direction: None,
-            extra: Some(("rdma.pause.traffic", "all")),
-        }),
-        "continuous_roce_pause_events" => Some(Normalized {
-            metric: names::PFC_STORM_EVENTS,
-            priority: None,
-            direction: None,
-            extra: Some(("rdma.pause.traffic", "roce")),
         }),
         // mlx5 and bnxt: 802.3x pause frames.
         "rx_pause_ctrl_phy" | "tx_pause_ctrl_phy" | "rx_pause_frames" | "tx_pause_frames" => {
@@ -290,11 +300,18 @@ mod tests {
                 Some(("rdma.link.pause_duration", None, Some("transmit"))),
             ),
             ("tx_global_pause", None),
-            (
-                "continuous_pause_events",
-                Some(("rdma.pfc.storm_events", None, None)),
-            ),
+            ("continuous_pause_events", None),
             ("resume_pause_events", None),
+            (
+                "tx_bytes_pri3",
+                Some(("rdma.priority.io", Some(3), Some("transmit"))),
+            ),
+            (
+                "rx_packets_pri0",
+                Some(("rdma.priority.packets", Some(0), Some("receive"))),
+            ),
+            ("rx_bytes_pri9", None),
+            ("rx_discard_bytes_cos0", None),
             (
                 "rx_pause_ctrl_phy",
                 Some(("rdma.link.pause_frames", None, Some("receive"))),

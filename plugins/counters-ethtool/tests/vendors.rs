@@ -108,33 +108,29 @@ fn pfc_priority_3_reads_the_same_on_every_vendor() {
     )
     .unwrap();
     assert_eq!(bnxt_tx.value, Value::U64(1904772));
-    // bnxt's continuous-pause events (bnxt_port_stats_ext_arr), RoCE's apart.
-    let roce = find(
+    // bnxt's bytes per priority (bnxt_tx_bytes_pri_arr); its continuous-pause events
+    // stay raw (what they count is undocumented).
+    let bnxt_bytes = find(
         &r,
         "bnxt",
-        "rdma.pfc.storm_events",
-        &[("rdma.pause.traffic", "roce")],
+        "rdma.priority.io",
+        &[("rdma.priority", "3"), ("network.io.direction", "transmit")],
     )
     .unwrap();
     assert_eq!(
-        (roce.value, &*roce.source),
-        (Value::U64(3), "ethtool:continuous_roce_pause_events")
+        (bnxt_bytes.value, &*bnxt_bytes.source),
+        (Value::U64(2912341234123), "ethtool:tx_bytes_pri3")
     );
-    let storm = find(
+    assert!(find(&r, "bnxt", "rdma.pfc.storm_events", &[]).is_none());
+    // mlx5's two discard counters of one priority: two series.
+    let buf = find(
         &r,
         "mlx5",
-        "rdma.pfc.storm_events",
-        &[("rdma.severity", "warning")],
+        "rdma.priority.discards",
+        &[("rdma.priority", "3"), ("rdma.discard.cause", "buffer")],
     )
     .unwrap();
-    assert_eq!(storm.value, Value::U64(2));
-    assert!(find(
-        &r,
-        "ice",
-        "rdma.pfc.resume_frames",
-        &[("rdma.priority", "3"), ("network.io.direction", "receive")]
-    )
-    .is_some());
+    assert_eq!(buf.value, Value::U64(5));
     // Unrelated statistics stay out without the raw passthrough.
     assert!(r
         .samples
@@ -144,6 +140,24 @@ fn pfc_priority_3_reads_the_same_on_every_vendor() {
         .samples
         .iter()
         .all(|s| !s.source.contains("ch0_arm") && !s.source.contains("rx_unicast")));
+}
+
+/// Every capture: one sample per series (metric and attributes) of an interface. Two
+/// driver statistics on one series would take turns on it and read as a counter reset
+/// every collection.
+#[test]
+fn no_two_statistics_share_a_series() {
+    let r = collect(serde_json::json!({
+        "interfaces": ["mlx5", "ice", "bnxt", "mlx5-global-pause"]
+    }));
+    let mut seen = std::collections::BTreeMap::new();
+    for s in &r.samples {
+        let key = format!("{} {:?}", s.name, s.attributes);
+        if let Some(other) = seen.insert(key.clone(), s.source.clone()) {
+            panic!("{key}: both {other} and {}", s.source);
+        }
+    }
+    assert!(seen.len() > 30, "{seen:#?}");
 }
 
 #[test]

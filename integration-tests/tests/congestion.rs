@@ -47,7 +47,7 @@ fn congestion_names_a_storm_and_its_knob_over_the_window() {
             "--config",
             cfg.to_str().unwrap(),
             "--window",
-            "4s",
+            "6s",
         ])
         .args(extra)
         .current_dir(root())
@@ -55,12 +55,15 @@ fn congestion_names_a_storm_and_its_knob_over_the_window() {
         .stderr(Stdio::piped());
         c.spawn().expect("run rocewatch congestion")
     };
-    // The first collection reads the file as it is; halfway through the window it moves:
-    // 4 s in which priority 3 was paused 3.9 s and sent 100 bytes, priority 5 sent 5 GB.
-    let moved = stats(1100, 3_900_000, 60_000, 5_000_000_000);
+    // The first collection reads the file as it is (well within 3 s of the start, even
+    // on a loaded machine); halfway through the window it moves: 6 s in which priority
+    // 3 was paused 5.85 s and sent 100 bytes, priority 5 sent 7.5 GB. The command
+    // divides by the time that really passed (a little over 6 s): the figures below
+    // allow for it.
+    let moved = stats(1100, 5_850_000, 90_000, 7_500_000_000);
     let text = {
         let child = run(&["--advise"]);
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(Duration::from_secs(3));
         put(&nic, &moved);
         let o = child.wait_with_output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
@@ -70,15 +73,22 @@ fn congestion_names_a_storm_and_its_knob_over_the_window() {
         .lines()
         .find(|l| l.starts_with("mlx5_0/1") && l.contains(" 3  "))
         .unwrap_or_else(|| panic!("no row for priority 3:\n{text}"));
-    assert!(storm.contains("storm") && storm.contains("97.5%"), "{text}");
-    assert!(
-        text.lines()
-            .any(|l| l.contains(" 5  ") && l.contains("flowing") && l.contains("10.00")),
-        "{text}"
-    );
+    assert!(storm.contains("storm"), "{text}");
+    let paused: f64 = storm
+        .split_whitespace()
+        .find_map(|w| w.strip_suffix('%'))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no PAUSED column:\n{text}"));
+    assert!((90.0..=97.5).contains(&paused), "{text}");
+    let p5 = text
+        .lines()
+        .find(|l| l.contains(" 5  ") && l.contains("flowing"))
+        .unwrap_or_else(|| panic!("no flowing priority 5:\n{text}"));
+    let gbps: f64 = p5.split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert!((8.0..=10.0).contains(&gbps), "{text}");
     assert!(text.contains("(1 idle priorities not shown"), "{text}");
     assert!(
-        text.contains("ens1f0np0 prio 3: storm\n  rests on: paused by the peer 98 %"),
+        text.contains("ens1f0np0 prio 3: storm\n  rests on: paused by the peer 9"),
         "{text}"
     );
     assert!(text.contains("pfc-prevention-tout"), "{text}");
@@ -86,12 +96,13 @@ fn congestion_names_a_storm_and_its_knob_over_the_window() {
     // JSON, the file back at its start and moved again.
     put(&nic, &stats(1000, 0, 0, 0));
     let child = run(&["--json"]);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(3));
     put(&nic, &moved);
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v["window_s"], 4.0);
+    let w = v["window_s"].as_f64().unwrap();
+    assert!((6.0..8.0).contains(&w), "{v}");
     let p3 = v["ports"]
         .as_array()
         .unwrap()
@@ -100,5 +111,6 @@ fn congestion_names_a_storm_and_its_knob_over_the_window() {
         .unwrap();
     assert_eq!(p3["state"], "storm", "{v}");
     assert_eq!(p3["device"], "mlx5_0");
-    assert_eq!(p3["rates"]["pause_frames_rx"], 15_000.0);
+    let pauses = p3["rates"]["pause_frames_rx"].as_f64().unwrap();
+    assert!((90_000.0 / w - pauses).abs() < 1.0, "{v}");
 }

@@ -4,10 +4,11 @@
 //! The input is one interval's rates for one port and priority ([`Rates`]): the
 //! priority's own counters (bytes, pause frames, time paused, discards: mlx5 and bnxt
 //! per priority, ice per priority for pauses) and the port's RDMA counters (ECN-marked
-//! packets, CNPs sent and handled, out-of-sequence, retransmissions: per port only; the
-//! agent gives them to every priority of the port that carries traffic or pauses, so a
-//! port carrying RoCE on two priorities shows them on both). A counter the NIC does not
-//! have is `None` and counts as no evidence, never as zero.
+//! packets, CNPs sent and handled, out-of-sequence, retransmissions: per port only; they go
+//! to the priorities of the port that carry traffic or pauses and have PFC on (the NIC
+//! reports pauses for them), or, where no priority reports pauses, to every busy one).
+//! A counter the NIC does not have is `None` and counts as no evidence, never as zero: no
+//! ECN counter read is said as such, and without transmit bytes no storm is claimed.
 //!
 //! The states, first match wins:
 //!
@@ -54,7 +55,7 @@ pub struct Rates {
     /// Pause (XOFF) frames received and sent on the priority.
     pub pause_frames_rx: Option<f64>,
     pub pause_frames_tx: Option<f64>,
-    /// Packets of the priority, and of the port, discarded.
+    /// Packets of the priority discarded.
     pub discards: Option<f64>,
     /// The port's RDMA counters.
     pub ecn_marked: Option<f64>,
@@ -138,14 +139,17 @@ pub fn classify(r: &Rates) -> Verdict {
     let rx = pos(r.rx_bytes);
     let pct = |x: f64| format!("{:.0} %", x * 100.0);
 
-    if paused >= STORM_PAUSED && r.tx_bytes.is_some() && tx < STORM_TX_BYTES {
+    let ecn_read = [r.ecn_marked, r.cnp_sent, r.cnp_handled]
+        .iter()
+        .any(|v| v.is_some_and(f64::is_finite));
+    if paused >= STORM_PAUSED && r.tx_bytes.is_some_and(f64::is_finite) && tx < STORM_TX_BYTES {
         return Verdict {
             state: State::Storm,
             evidence: format!(
                 "paused by the peer {} of the interval while sending {tx:.0} B/s",
                 pct(paused)
             ),
-            knob: "find the receiver that keeps pausing (a stuck host or a loop behind the peer); the switch's PFC watchdog and the NIC's storm prevention (ethtool --set-tunable IF pfc-prevention-tout) contain it",
+            knob: "the peer keeps pausing this priority because something behind it does not drain (a stuck receiver host, or a loop): find it from the switch's pause counters; the switch's PFC watchdog contains it, and on the stuck host the NIC's storm prevention (ethtool --set-tunable IF pfc-prevention-tout) stops it pausing",
         };
     }
     if paused_any {
@@ -154,6 +158,18 @@ pub fn classify(r: &Rates) -> Verdict {
         } else {
             String::new()
         };
+        if !ecn_read {
+            return Verdict {
+                state: State::PfcDominated,
+                evidence: format!(
+                    "pause frames {} (paused by the peer {}, pausing it {}), no ECN or CNP counter read{losses}",
+                    per_s(pauses),
+                    pct(paused),
+                    pct(pausing)
+                ),
+                knob: "pauses, and nothing here says whether ECN marks: read the port's ECN and CNP counters (hw_counters np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled) and check ECN is on for this priority (rocewatch qos show)",
+            };
+        }
         if ecn < pauses || ecn == 0.0 {
             return Verdict {
                 state: State::PfcDominated,
@@ -295,19 +311,40 @@ impl Join {
 
     /// Every port and priority with per-priority rates, its port's RDMA counters joined
     /// in where it carries traffic or pauses (a port's ECN marks say nothing about a
-    /// priority without traffic).
+    /// priority without traffic) and, where some priority of the port reports pauses
+    /// (PFC on), only into those.
     pub fn finish(self) -> Vec<(PortPriority, Rates)> {
         let ports = self.ports;
+        let busy = |r: &Rates| {
+            [r.tx_bytes, r.rx_bytes, r.pause_frames_rx, r.pause_frames_tx]
+                .iter()
+                .any(|v| v.is_some_and(|x| x > 0.0))
+        };
+        // A priority the NIC reports pauses for has PFC on (mlx5 prints them only for
+        // those): RoCE's. Where some priority of a port has them, the port's RDMA counters
+        // go to those only, so TCP beside RoCE is not blamed for RoCE's losses.
+        let pfc = |r: &Rates| {
+            [
+                r.pause_frames_rx,
+                r.pause_frames_tx,
+                r.paused_by_peer,
+                r.pausing_peer,
+            ]
+            .iter()
+            .any(Option::is_some)
+        };
+        let mut pfc_ports = std::collections::BTreeSet::new();
+        for (k, r) in &self.per {
+            if pfc(r) {
+                pfc_ports.insert((k.device.clone(), k.port.clone()));
+            }
+        }
         self.per
             .into_iter()
             .map(|(k, mut r)| {
-                let busy = [r.tx_bytes, r.rx_bytes, r.pause_frames_rx, r.pause_frames_tx]
-                    .iter()
-                    .any(|v| v.is_some_and(|x| x > 0.0));
-                if let Some(p) = ports
-                    .get(&(k.device.clone(), k.port.clone()))
-                    .filter(|_| busy)
-                {
+                let port = (k.device.clone(), k.port.clone());
+                let roce = busy(&r) && (pfc(&r) || !pfc_ports.contains(&port));
+                if let Some(p) = ports.get(&port).filter(|_| roce) {
                     r.ecn_marked = p.ecn_marked;
                     r.cnp_sent = p.cnp_sent;
                     r.cnp_handled = p.cnp_handled;
@@ -493,6 +530,64 @@ mod tests {
             ..storm
         };
         assert_eq!(classify(&unknown).state, State::PfcDominated);
+    }
+
+    /// No ECN counter read is no evidence, not "ECN off"; a transmit rate that is not a
+    /// number claims no storm.
+    #[test]
+    fn what_was_not_read_is_not_zero() {
+        let pauses_only = Rates {
+            tx_bytes: Some(1e9),
+            pause_frames_rx: Some(500.0),
+            ..Rates::default()
+        };
+        let v = classify(&pauses_only);
+        assert_eq!(v.state, State::PfcDominated);
+        assert!(
+            v.evidence.contains("no ECN or CNP counter read"),
+            "{}",
+            v.evidence
+        );
+        assert!(!v.knob.contains("ECN is off"), "{}", v.knob);
+        let nan = Rates {
+            tx_bytes: Some(f64::NAN),
+            paused_by_peer: Some(0.99),
+            ..Rates::default()
+        };
+        assert_ne!(classify(&nan).state, State::Storm);
+    }
+
+    /// The port's RDMA counters go to the priority with PFC (pause counters), not to TCP
+    /// beside it; with no priority reporting pauses, to every busy one.
+    #[test]
+    fn port_counters_go_to_the_pfc_priority() {
+        let attrs = |prio: Option<&'static str>, dir: Option<&'static str>| {
+            move |k: &str| match k {
+                "rdma.device" => Some("mlx5_0"),
+                "rdma.port" => Some("1"),
+                "rdma.priority" => prio,
+                "network.io.direction" => dir,
+                _ => None,
+            }
+        };
+        let mut j = Join::default();
+        j.add(names::PRIORITY_IO, attrs(Some("0"), Some("transmit")), 1e9);
+        j.add(names::PRIORITY_IO, attrs(Some("3"), Some("transmit")), 1e9);
+        j.add(
+            names::PFC_PAUSE_FRAMES,
+            attrs(Some("3"), Some("receive")),
+            0.0,
+        );
+        j.add(names::PORT_OUT_OF_SEQUENCE, attrs(None, None), 40.0);
+        let out = j.finish();
+        let state = |p: &str| classify(&out.iter().find(|(k, _)| k.priority == p).unwrap().1).state;
+        assert_eq!(state("3"), State::Lossy);
+        assert_eq!(state("0"), State::Flowing);
+        // No pause counters anywhere (a NIC without them): every busy priority.
+        let mut j = Join::default();
+        j.add(names::PRIORITY_IO, attrs(Some("0"), Some("transmit")), 1e9);
+        j.add(names::PORT_OUT_OF_SEQUENCE, attrs(None, None), 40.0);
+        assert_eq!(classify(&j.finish()[0].1).state, State::Lossy);
     }
 
     proptest::proptest! {

@@ -109,13 +109,15 @@ mod tests {
                     paused3,
                 ),
                 s("rdma.priority.io", Some("5"), Some("transmit"), tx5),
+                // PFC on priority 5 too (the NIC reports its pauses): none.
+                s("rdma.pfc.pause_frames", Some("5"), Some("receive"), 0),
                 s("rdma.port.out_of_sequence", None, None, oos),
             ],
             errors: vec![],
         };
         let w = Duration::from_secs(10);
-        // Priority 3 paused 9.5 s of 10 and sending nothing; priority 5 sending, with
-        // the port's out-of-sequence moving and no pauses on it.
+        // Priority 3 paused 9.5 s of 10 and sending nothing; priority 5 (PFC on) sending,
+        // with the port's out-of-sequence moving and no pauses on it.
         let out = congestion_checks(
             &read(1000, 0, 0, 0),
             &read(1000, 9_500_000, 5_000_000_000, 300),

@@ -3,7 +3,7 @@
 //! what to tune for the troubled ones; `--watch`: again every window.
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use rocewatch_congestion::{between, Row, State};
@@ -35,9 +35,13 @@ async fn collect(app: &App) -> (Vec<Sample>, Vec<String>) {
 
 async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
     let (mut before, _) = collect(app).await;
+    let mut at = Instant::now();
     loop {
         tokio::time::sleep(a.window).await;
         let (after, errors) = collect(app).await;
+        // The rates over the time that really passed between the two collections (the
+        // window, plus a collection, plus printing when watching).
+        let elapsed = std::mem::replace(&mut at, Instant::now()).elapsed();
         if before.is_empty() && after.is_empty() {
             eprintln!(
                 "rocewatch congestion: nothing could be collected{}",
@@ -48,11 +52,11 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
             );
             return Ok(2);
         }
-        let rows = between(&before, &after, a.window);
+        let rows = between(&before, &after, elapsed);
         if a.json {
-            print_json(&json(&rows, a.window, &errors))?;
+            print_json(&json(&rows, elapsed, &errors))?;
         } else {
-            print!("{}", text(&rows, a.window, a.advise, a.all, &errors));
+            print!("{}", text(&rows, elapsed, a.advise, a.all, &errors));
         }
         if !a.watch {
             return Ok(0);
@@ -82,11 +86,17 @@ fn sum(v: &[Option<f64>]) -> Option<f64> {
     v.iter().flatten().copied().reduce(|a, b| a + b)
 }
 
+/// A name from the system as one printable line (device and netdev names may hold
+/// control characters; the table never prints them raw).
+fn safe(s: &str) -> String {
+    rocewatch_doctor::shell::one_line(s)
+}
+
 fn port_name(r: &Row) -> String {
     if r.at.device.is_empty() {
         "-".into()
     } else {
-        format!("{}/{}", r.at.device, r.at.port)
+        format!("{}/{}", safe(&r.at.device), safe(&r.at.port))
     }
 }
 
@@ -98,7 +108,8 @@ pub(crate) fn text(
     all: bool,
     errors: &[String],
 ) -> String {
-    let w = humantime::format_duration(window);
+    // Whole milliseconds: the elapsed time's nanoseconds say nothing.
+    let w = humantime::format_duration(Duration::from_millis(window.as_millis() as u64));
     let mut out = format!("rocewatch congestion over {w}\n");
     let shown: Vec<&Row> = rows
         .iter()
@@ -131,11 +142,11 @@ pub(crate) fn text(
                 "{:<10} {:<14} {:>4}  {:<14} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
                 port_name(r),
                 if r.at.netdev.is_empty() {
-                    "-"
+                    "-".to_string()
                 } else {
-                    &r.at.netdev
+                    safe(&r.at.netdev)
                 },
-                r.at.priority,
+                safe(&r.at.priority),
                 r.verdict.state.as_str(),
                 gbps(x.tx_bytes),
                 gbps(x.rx_bytes),
@@ -173,8 +184,8 @@ pub(crate) fn text(
                 out,
                 "{} {} prio {}: {}\n  rests on: {}\n  tune: {}",
                 port_name(r),
-                r.at.netdev,
-                r.at.priority,
+                safe(&r.at.netdev),
+                safe(&r.at.priority),
                 r.verdict.state,
                 r.verdict.evidence,
                 r.verdict.knob
@@ -272,7 +283,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("  tune: find the receiver that keeps pausing"),
+            t.contains("  tune: the peer keeps pausing this priority"),
             "{t}"
         );
         // --all shows the idle priority; without --advise no advice.
@@ -289,6 +300,15 @@ mod tests {
         // Nothing to tune, said.
         let t = text(&rows[1..], Duration::from_secs(10), true, false, &[]);
         assert!(t.contains("nothing to tune over 10s"), "{t}");
+        // A netdev name with a terminal escape prints escaped.
+        let mut odd = rows[0].clone();
+        odd.at.netdev = "x\x1b[2J".into();
+        let t = text(&[odd], Duration::from_millis(10_400), true, false, &[]);
+        assert!(
+            t.starts_with("rocewatch congestion over 10s 400ms\n"),
+            "{t}"
+        );
+        assert!(t.contains("x\\x1b[2J") && !t.contains('\x1b'), "{t}");
         let j = json(&rows, Duration::from_secs(10), &[]);
         assert_eq!(j["ports"][0]["state"], "storm");
         assert_eq!(j["ports"][0]["rates"]["paused_by_peer"], 0.98);

@@ -103,12 +103,15 @@ panel("Congestion: priorities not idle or flowing",
       extra={"gridPos": {"x": 0, "y": y},
              "targets": [{"refId": "A", "datasource": DS, "expr": f'rdma_priority_congestion{{{SEL},rdma_congestion_state!~"idle|flowing"}}', "instant": True, "format": "table"}]})
 y = full_width_y()
-panel("Congestion hotspots: CNPs sent (top 10 ports)", [("rocewatch:port_cnp_sent:top10", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
+panel("Congestion hotspots: CNPs sent (top 10 ports)", [("topk(10, rocewatch:port_cnp_sent:rate5m)", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
       desc="Recorded by configs/prometheus/rocewatch.rules.yml; a receiver near line rate sending many CNPs is an incast (RdmaIncast).",
       extra={"gridPos": {"x": 0, "y": y}})
-panel("Congestion hotspots: pause ratio (top 10 priorities)", [("rocewatch:priority_pause_ratio:top10", "{{instance}} {{network_interface_name}} prio {{rdma_priority}}")],
+panel("Congestion hotspots: paused by the peer (top 10 priorities)", [("topk(10, rocewatch:priority_paused:max5m)", "{{instance}} {{network_interface_name}} prio {{rdma_priority}}")],
       unit="percentunit", extra={"gridPos": {"x": 12, "y": y}})
-panel("Congestion hotspots: discards (top 10 ports)", [("rocewatch:port_discards:top10", "{{instance}} {{network_interface_name}}")],
+panel("Congestion hotspots: discards (top 10 ports and priorities)", [
+    ("topk(10, rocewatch:port_discards:rate5m)", "{{instance}} {{network_interface_name}}"),
+    ("topk(10, rocewatch:priority_discards:rate5m)", "{{instance}} {{network_interface_name}} prio {{rdma_priority}}"),
+],
       extra={"gridPos": {"x": 0, "y": y + 8}})
 panel("Congestion states across the fleet", [("rocewatch:priority_congestion:count", "{{rdma_congestion_state}}")],
       extra={"gridPos": {"x": 12, "y": y + 8}})

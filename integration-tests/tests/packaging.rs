@@ -317,7 +317,7 @@ fn rules_and_dashboard_query_only_exported_metrics() {
         "rdma_fleet_nic_info",
         "rdma_priority_congestion",
         "rdma_link_pause_frames_total",
-        "rocewatch:port_cnp_sent:top10",
+        "rocewatch:port_cnp_sent:rate5m",
     ] {
         assert!(used.contains(n), "{n} unused");
     }

@@ -16,6 +16,7 @@ const FLAGS: &[(&[&str], &str, bool)] = &[
     (&["bandwidth", "10.0.0.1"], "--timeout", false),
     (&["doctor"], "--window", false),
     (&["doctor"], "--log-window", false),
+    (&["congestion"], "--window", false),
     (&["capture", "mlx5_0"], "--duration", false),
     (&["demo"], "--interval", false),
     (&["demo"], "--duration", false),

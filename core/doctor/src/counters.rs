@@ -198,17 +198,17 @@ fn nothing_read(
 /// stops one, and a switch port in 802.3x mode ignores PFC. The evidence: frames each way
 /// and, where the driver reports it (mlx5), the time spent paused.
 fn global_pause_checks(before: &[Sample], after: &[Sample], secs: &str) -> Vec<Check> {
+    let link_pause =
+        |s: &&Sample| s.name == names::LINK_PAUSE_FRAMES || s.name == names::LINK_PAUSE_DURATION;
     let old: BTreeMap<String, f64> = before
         .iter()
+        .filter(link_pause)
         .map(|s| (series_key(s), s.value.as_f64()))
         .collect();
     // netdev -> (frames sent, frames received, µs paused by the peer, µs pausing the peer)
     let mut moved: BTreeMap<String, [f64; 4]> = BTreeMap::new();
-    for s in after {
+    for s in after.iter().filter(link_pause) {
         let frames = s.name == names::LINK_PAUSE_FRAMES;
-        if !frames && s.name != names::LINK_PAUSE_DURATION {
-            continue;
-        }
         let Some(&o) = old.get(&series_key(s)) else {
             continue;
         };

@@ -6,7 +6,13 @@
 //! A message is `struct nlmsghdr`, `struct dcbmsg { u8 family; u8 cmd; u16 pad }`, then
 //! attributes; `DCB_ATTR_IEEE` nests `DCB_ATTR_IEEE_PFC` (the 136-byte C struct) and
 //! `DCB_ATTR_IEEE_APP_TABLE`, which nests one `DCB_ATTR_IEEE_APP` (`struct dcb_app`,
-//! 4 bytes) per entry. The kernel nests without `NLA_F_NESTED`.
+//! 4 bytes) per entry. The kernel nests without `NLA_F_NESTED`. The same nest carries,
+//! when the driver has the operations, the receive buffers (`DCB_ATTR_DCB_BUFFER`,
+//! `struct dcbnl_buffer`: what `dcb buffer show` and `mlnx_qos` print as `prio2buffer`
+//! and buffer sizes) and what the link partner announced over DCBX
+//! (`DCB_ATTR_IEEE_PEER_PFC`, a `struct ieee_pfc`; `DCB_ATTR_IEEE_PEER_APP`, a nest of
+//! `DCB_ATTR_IEEE_APP` entries like the APP table's: `dcbnl_build_peer_app` writes no
+//! `struct dcb_peer_app_info` into the IEEE nest, its info type being 0).
 //!
 //! No device here implements DCB (this kernel has `CONFIG_DCB` but no driver with DCB
 //! operations), so the codec is tested byte for byte against messages laid out from the
@@ -40,10 +46,64 @@ pub const IEEE_PFC: u16 = 2;
 pub const IEEE_APP_TABLE: u16 = 3;
 /// `DCB_ATTR_IEEE_APP`.
 pub const IEEE_APP: u16 = 1;
+/// `DCB_ATTR_IEEE_PEER_PFC`: the link partner's PFC (get only).
+pub const IEEE_PEER_PFC: u16 = 5;
+/// `DCB_ATTR_IEEE_PEER_APP`: the link partner's APP TLV (get only).
+pub const IEEE_PEER_APP: u16 = 6;
+/// `DCB_ATTR_DCB_BUFFER`: the receive buffers and which priority uses which.
+pub const DCB_BUFFER: u16 = 10;
+/// `IEEE_8021QAZ_APP_SEL_ETHERTYPE`.
+pub const SEL_ETHERTYPE: u8 = 1;
+/// `IEEE_8021QAZ_APP_SEL_STREAM`: a TCP (or SCTP) port.
+pub const SEL_STREAM: u8 = 2;
+/// `IEEE_8021QAZ_APP_SEL_DGRAM`: a UDP (or DCCP) port; RoCE v2 is UDP 4791.
+pub const SEL_DGRAM: u8 = 3;
+/// `IEEE_8021QAZ_APP_SEL_ANY`: a TCP, SCTP, UDP or DCCP port.
+pub const SEL_ANY: u8 = 4;
 /// `IEEE_8021QAZ_APP_SEL_DSCP`.
 pub const SEL_DSCP: u8 = 5;
 /// `sizeof(struct ieee_pfc)`.
 pub const IEEE_PFC_LEN: usize = 136;
+/// `DCBX_MAX_BUFFERS`.
+pub const MAX_BUFFERS: usize = 8;
+/// `sizeof(struct dcbnl_buffer)`: `prio2buffer[8]` u8, `buffer_size[8]` u32 at 8,
+/// `total_size` u32 at 40 (checked against the C compiler's layout).
+pub const BUFFER_LEN: usize = 44;
+
+/// `struct dcbnl_buffer`: the port's receive buffers (bytes) and the buffer each
+/// priority lands in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DcbBuffer {
+    pub prio2buffer: [u8; 8],
+    /// Bytes per buffer.
+    pub buffer_size: [u32; MAX_BUFFERS],
+    /// The port's whole receive buffer, bytes (read only).
+    pub total_size: u32,
+}
+
+impl DcbBuffer {
+    pub fn to_bytes(&self) -> [u8; BUFFER_LEN] {
+        let mut b = [0u8; BUFFER_LEN];
+        b[..8].copy_from_slice(&self.prio2buffer);
+        for (i, v) in self.buffer_size.iter().enumerate() {
+            b[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_ne_bytes());
+        }
+        b[40..44].copy_from_slice(&self.total_size.to_ne_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<DcbBuffer> {
+        if b.len() < BUFFER_LEN {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Some(DcbBuffer {
+            prio2buffer: b[..8].try_into().expect("8 bytes"),
+            buffer_size: std::array::from_fn(|i| u32_at(8 + 4 * i)),
+            total_size: u32_at(40),
+        })
+    }
+}
 
 /// `struct ieee_pfc`: which priorities are lossless, and the per-priority pause
 /// counters the driver keeps.
@@ -141,6 +201,12 @@ pub struct IeeeDcb {
     pub apps: Vec<DcbApp>,
     /// `DCB_CAP_DCBX_*` bits: who runs DCBX (host, firmware) and which flavour.
     pub dcbx: Option<u8>,
+    /// Absent: the driver does not report its buffers.
+    pub buffer: Option<DcbBuffer>,
+    /// The link partner's PFC as learned by DCBX; absent: the driver does not report it.
+    pub peer_pfc: Option<IeeePfc>,
+    /// The link partner's APP entries; absent: the driver does not report them.
+    pub peer_apps: Option<Vec<DcbApp>>,
 }
 
 impl IeeeDcb {
@@ -187,6 +253,18 @@ pub fn encode_ieee_get(seq: u32, ifname: &str) -> Vec<u8> {
 /// with an `RTM_SETDCB` message whose `DCB_ATTR_IEEE` is a status byte).
 pub fn encode_ieee_set(seq: u32, ifname: &str, pfc: Option<&IeeePfc>, apps: &[DcbApp]) -> Vec<u8> {
     encode_ieee_change(CMD_IEEE_SET, seq, ifname, pfc, apps)
+}
+
+/// Set the buffers of `ifname` (`DCB_CMD_IEEE_SET` with `DCB_ATTR_DCB_BUFFER`;
+/// `dcb buffer set`). A driver without the operation ignores it: read back to know.
+pub fn encode_buffer_set(seq: u32, ifname: &str, buffer: &DcbBuffer) -> Vec<u8> {
+    MessageBuilder::new(RTM_SETDCB, msg::F_REQUEST, seq)
+        .family_header(&dcbmsg(CMD_IEEE_SET))
+        .attr_str(ATTR_IFNAME, ifname)
+        .nest(ATTR_IEEE, |b| {
+            b.attr_bytes(DCB_BUFFER, &buffer.to_bytes());
+        })
+        .finish()
 }
 
 /// Remove APP entries from `ifname` (`DCB_CMD_IEEE_DEL`; `dcb app del`).
@@ -252,21 +330,58 @@ pub fn decode_ieee_get(payload: &[u8]) -> Result<IeeeDcb, String> {
                                 )
                             })?);
                         }
-                        IEEE_APP_TABLE => {
-                            for e in i.nested() {
-                                let e = e?;
-                                if e.ty == IEEE_APP {
-                                    out.apps.push(DcbApp::from_bytes(e.data).ok_or_else(|| {
-                                        format!("DCB_ATTR_IEEE_APP of {} bytes", e.data.len())
-                                    })?);
-                                }
+                        IEEE_APP_TABLE => out.apps = app_entries(&i, "DCB_ATTR_IEEE_APP_TABLE")?,
+                        IEEE_PEER_PFC => {
+                            out.peer_pfc = Some(IeeePfc::from_bytes(i.data).ok_or_else(|| {
+                                format!(
+                                    "DCB_ATTR_IEEE_PEER_PFC of {} bytes, expected {IEEE_PFC_LEN}",
+                                    i.data.len()
+                                )
+                            })?);
+                        }
+                        IEEE_PEER_APP => {
+                            out.peer_apps = Some(app_entries(&i, "DCB_ATTR_IEEE_PEER_APP")?)
+                        }
+                        DCB_BUFFER => {
+                            let b = DcbBuffer::from_bytes(i.data).ok_or_else(|| {
+                                format!(
+                                    "DCB_ATTR_DCB_BUFFER of {} bytes, expected {BUFFER_LEN}",
+                                    i.data.len()
+                                )
+                            })?;
+                            if let Some(p) = b
+                                .prio2buffer
+                                .iter()
+                                .position(|&x| x as usize >= MAX_BUFFERS)
+                            {
+                                return Err(format!(
+                                    "DCB_ATTR_DCB_BUFFER maps priority {p} to buffer {}, past the {MAX_BUFFERS} buffers",
+                                    b.prio2buffer[p]
+                                ));
                             }
+                            out.buffer = Some(b);
                         }
                         _ => {}
                     }
                 }
             }
             _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The `DCB_ATTR_IEEE_APP` entries of an APP nest (`what` names it in errors).
+fn app_entries(nest: &Attr<'_>, what: &str) -> Result<Vec<DcbApp>, String> {
+    let mut out = Vec::new();
+    for e in nest.nested() {
+        let e = e?;
+        if e.ty == IEEE_APP {
+            out.push(
+                DcbApp::from_bytes(e.data).ok_or_else(|| {
+                    format!("DCB_ATTR_IEEE_APP of {} bytes in {what}", e.data.len())
+                })?,
+            );
         }
     }
     Ok(out)
@@ -341,6 +456,17 @@ impl DcbNetlink {
         let seq = self.sock.next_seq();
         let req = encode_ieee_set(seq, ifname, pfc, apps);
         self.change(&format!("DCB IEEE set {ifname}"), CMD_IEEE_SET, &req, seq)
+    }
+
+    /// Set the buffers (`dcb buffer set`); see [`encode_buffer_set`].
+    pub fn buffer_set(
+        &mut self,
+        ifname: &str,
+        buffer: &DcbBuffer,
+    ) -> Result<(), crate::NetlinkError> {
+        let seq = self.sock.next_seq();
+        let req = encode_buffer_set(seq, ifname, buffer);
+        self.change(&format!("DCB buffer set {ifname}"), CMD_IEEE_SET, &req, seq)
     }
 
     /// Remove APP entries (`dcb app del`).
@@ -435,6 +561,98 @@ mod tests {
         // No APP table: PCP trust; no PFC attribute: not reported.
         let bare = decode_ieee_get(&[0, CMD_IEEE_GET, 0, 0]).unwrap();
         assert_eq!((bare.trust(), bare.pfc), ("pcp", None));
+    }
+
+    /// A reply with what only some drivers fill: the buffers (mlx5: priority 3 alone in
+    /// buffer 1), the peer's PFC (priorities 3 and 4) and the peer's APP TLV (UDP 4791
+    /// and DSCP 26 to priority 3). No driver on this machine produces these: the bytes
+    /// are laid out from dcbnl.h as `dcbnl_ieee_fill` writes them.
+    fn reply_with_buffer_and_peer() -> Vec<u8> {
+        let ne16 = |v: u16| v.to_ne_bytes();
+        let mut nest = Vec::new();
+        let buf = DcbBuffer {
+            prio2buffer: [0, 0, 0, 1, 0, 0, 0, 0],
+            buffer_size: [130_944, 130_944, 0, 0, 0, 0, 0, 0],
+            total_size: 262_016,
+        };
+        nest.extend_from_slice(&ne16(4 + BUFFER_LEN as u16));
+        nest.extend_from_slice(&ne16(DCB_BUFFER));
+        nest.extend_from_slice(&buf.to_bytes());
+        let peer = IeeePfc {
+            cap: 8,
+            enabled: 0b0001_1000,
+            ..Default::default()
+        };
+        nest.extend_from_slice(&ne16(140));
+        nest.extend_from_slice(&ne16(IEEE_PEER_PFC));
+        nest.extend_from_slice(&peer.to_bytes());
+        nest.extend_from_slice(&ne16(4 + 2 * 8));
+        nest.extend_from_slice(&ne16(IEEE_PEER_APP));
+        for (sel, prio, proto) in [(SEL_DGRAM, 3u8, 4791u16), (SEL_DSCP, 3, 26)] {
+            nest.extend_from_slice(&ne16(8));
+            nest.extend_from_slice(&ne16(IEEE_APP));
+            nest.push(sel);
+            nest.push(prio);
+            nest.extend_from_slice(&ne16(proto));
+        }
+        let mut b = vec![0, CMD_IEEE_GET, 0, 0];
+        b.extend_from_slice(&ne16(4 + nest.len() as u16));
+        b.extend_from_slice(&ne16(ATTR_IEEE));
+        b.extend_from_slice(&nest);
+        b
+    }
+
+    #[test]
+    fn buffers_and_the_peer_decode() {
+        let d = decode_ieee_get(&reply_with_buffer_and_peer()).unwrap();
+        let b = d.buffer.unwrap();
+        assert_eq!(b.prio2buffer, [0, 0, 0, 1, 0, 0, 0, 0]);
+        assert_eq!(b.buffer_size[..2], [130_944, 130_944]);
+        assert_eq!(b.total_size, 262_016);
+        assert_eq!(d.peer_pfc.unwrap().priorities(), [3, 4]);
+        let apps = d.peer_apps.unwrap();
+        assert_eq!(
+            apps,
+            [
+                DcbApp {
+                    selector: SEL_DGRAM,
+                    priority: 3,
+                    protocol: 4791
+                },
+                DcbApp::dscp(26, 3)
+            ]
+        );
+        // Without the attributes: not reported (not "empty").
+        let d = decode_ieee_get(&reply_bytes()).unwrap();
+        assert_eq!((d.buffer, d.peer_pfc, d.peer_apps), (None, None, None));
+        // A buffer index past the 8 buffers is refused, naming the priority.
+        let mut r = reply_with_buffer_and_peer();
+        r[4 + 4 + 4 + 5] = 8;
+        let e = decode_ieee_get(&r).unwrap_err();
+        assert!(e.contains("priority 5 to buffer 8"), "{e}");
+        // A short buffer attribute names itself.
+        let mut r = reply_with_buffer_and_peer();
+        r[4 + 4..4 + 6].copy_from_slice(&(4 + 40u16).to_ne_bytes());
+        let e = decode_ieee_get(&r).unwrap_err();
+        assert!(e.contains("DCB_ATTR_DCB_BUFFER of 40 bytes"), "{e}");
+    }
+
+    #[test]
+    fn buffer_set_request_round_trips() {
+        let buf = DcbBuffer {
+            prio2buffer: [0, 0, 0, 1, 1, 0, 0, 0],
+            buffer_size: [100_000, 160_000, 0, 0, 0, 0, 0, 0],
+            total_size: 0,
+        };
+        let r = encode_buffer_set(3, "eth0", &buf);
+        let m = msg::messages(&r).next().unwrap().unwrap();
+        assert_eq!((m.ty, m.seq), (RTM_SETDCB, 3));
+        assert_eq!(m.payload[..4], [0, CMD_IEEE_SET, 0, 0]);
+        let mut as_reply = m.payload.to_vec();
+        as_reply[1] = CMD_IEEE_GET;
+        assert_eq!(decode_ieee_get(&as_reply).unwrap().buffer, Some(buf));
+        // IEEE nest: 4 + (4 + 44).
+        assert_eq!(m.payload.len(), 4 + 12 + 4 + 48);
     }
 
     #[test]

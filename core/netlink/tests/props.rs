@@ -72,6 +72,41 @@ proptest! {
         }
     }
 
+    /// A `DCB_ATTR_IEEE` nest of attributes of the types the decoder reads (PFC, APP
+    /// table, peer PFC, peer APP, buffer) with any lengths and payloads: decoded, or an
+    /// error naming the attribute or length at fault; what decodes re-encodes as it was.
+    #[test]
+    fn dcb_ieee_nests_of_any_shape_are_named_errors(
+        attrs in prop::collection::vec((0u16..12, prop::collection::vec(any::<u8>(), 0..160)), 0..6)
+    ) {
+        let mut nest = Vec::new();
+        for (kind, data) in &attrs {
+            nest.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+            nest.extend_from_slice(&kind.to_ne_bytes());
+            nest.extend_from_slice(data);
+            nest.resize((nest.len() + 3) & !3, 0);
+        }
+        let mut buf = vec![0, dcb::CMD_IEEE_GET, 0, 0];
+        buf.extend_from_slice(&((4 + nest.len()) as u16).to_ne_bytes());
+        buf.extend_from_slice(&dcb::ATTR_IEEE.to_ne_bytes());
+        buf.extend_from_slice(&nest);
+        match dcb::decode_ieee_get(&buf) {
+            Ok(d) => {
+                if let Some(b) = d.buffer {
+                    prop_assert!(b.prio2buffer.iter().all(|&x| (x as usize) < dcb::MAX_BUFFERS));
+                    prop_assert_eq!(dcb::DcbBuffer::from_bytes(&b.to_bytes()), Some(b));
+                }
+                if let Some(p) = d.peer_pfc {
+                    prop_assert_eq!(dcb::IeeePfc::from_bytes(&p.to_bytes()), Some(p));
+                }
+            }
+            Err(e) => prop_assert!(
+                ["DCB_ATTR_", "length", "attribute", "bytes"].iter().any(|w| e.contains(w)),
+                "{}", e
+            ),
+        }
+    }
+
     #[test]
     fn rtnetlink_replies_never_panic(buf in prop::collection::vec(any::<u8>(), 0..512)) {
         if let Err(e) = route::decode_link(&buf) {

@@ -20,6 +20,8 @@ pub const SETTABLE: &[&str] = &[
     "traffic_class",
     "mtu",
     "pfc_prevention_timeout",
+    "prio2buffer",
+    "buffer_size",
 ];
 
 pub(super) fn star() -> String {
@@ -148,6 +150,30 @@ pub fn check_value(setting: &str, v: &str) -> Result<(), String> {
             }
             Ok(())
         }
+        "prio2buffer" | "buffer_size" => {
+            let (max, what) = if setting == "prio2buffer" {
+                (7, "a buffer index")
+            } else {
+                (u32::MAX as u64, "bytes")
+            };
+            let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+            if parts.len() > 8 {
+                return Err(format!("{v:?}: at most 8 values separated by commas"));
+            }
+            for p in parts {
+                if !p.parse::<u64>().is_ok_and(|n| n <= max) {
+                    return Err(format!(
+                        "{p:?} in {v:?}: {what} (0-{max}), one per {} separated by commas",
+                        if max == 7 {
+                            "priority 0-7"
+                        } else {
+                            "buffer 0-7"
+                        }
+                    ));
+                }
+            }
+            Ok(())
+        }
         "pfc_prevention_timeout" if v == "auto" || v == "off" => Ok(()),
         "pfc_prevention_timeout" => int(1, 65534, "milliseconds, \"auto\" or \"off\""),
         _ => Ok(()),
@@ -182,6 +208,12 @@ pub fn normalize(setting: &str, v: &str) -> String {
             }
         }
         "roce_mode" => canonical_roce_mode(v).map_or_else(|| v.to_string(), str::to_string),
+        // Eight values, the missing ones 0 (what apply writes).
+        "prio2buffer" | "buffer_size" => {
+            let mut p: Vec<String> = v.split(',').map(|x| x.trim().to_string()).collect();
+            p.resize(8.max(p.len()), "0".into());
+            p.join(",")
+        }
         "dscp_map" if v != "none" => {
             let mut p: Vec<(u8, u8)> = v
                 .split(',')
@@ -220,5 +252,10 @@ mod tests {
         assert!(check_value("mtu", "9000").is_ok());
         assert!(check_value("ecn_np_enabled", "none").is_ok());
         assert!(check_value("ecn_np_enabled", "3;4").is_err());
+        assert!(check_value("prio2buffer", "0,0,0,1").is_ok());
+        assert!(check_value("prio2buffer", "0,0,0,8").is_err());
+        assert_eq!(normalize("prio2buffer", "0, 0,0,1"), "0,0,0,1,0,0,0,0");
+        assert!(check_value("buffer_size", "130944,130944").is_ok());
+        assert!(check_value("buffer_size", "1,2,3,4,5,6,7,8,9").is_err());
     }
 }

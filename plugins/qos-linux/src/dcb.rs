@@ -1,47 +1,141 @@
 //! DCB over rtnetlink: PFC, trust and the DSCP map as settings, reading and changing them.
 
-use rocewatch_netlink::dcb::{DcbApp, DcbNetlink, IeeeDcb};
+use rocewatch_netlink::dcb::{self, DcbApp, DcbNetlink, IeeeDcb};
 use rocewatch_plugin_api::*;
 
 use crate::attr::{outcome, value};
 use crate::ecn::priority_set;
 
-/// The DCB settings of one netdev.
-fn dcb_settings(dcb: Result<&IeeeDcb, &str>) -> [(&'static str, Setting); 3] {
-    match dcb {
-        Ok(d) => {
-            let pfc = match &d.pfc {
-                Some(p) if p.enabled == 0 => value("none"),
-                Some(p) => value(
-                    p.priorities()
-                        .iter()
-                        .map(u8::to_string)
-                        .collect::<Vec<_>>()
-                        .join(","),
-                ),
-                None => Setting::Unsupported,
-            };
-            let map = d
-                .dscp_map()
-                .iter()
-                .map(|(dscp, prio)| format!("{dscp}:{prio}"))
-                .collect::<Vec<_>>()
-                .join(",");
-            [
-                ("pfc_enabled", pfc),
-                ("trust", value(d.trust())),
-                (
-                    "dscp_map",
-                    value(if map.is_empty() { "none".into() } else { map }),
-                ),
-            ]
-        }
-        Err(why) => [
-            ("pfc_enabled", Setting::Unknown(why.to_string())),
-            ("trust", Setting::Unknown(why.to_string())),
-            ("dscp_map", Setting::Unknown(why.to_string())),
-        ],
+/// The DCB settings of a netdev, in this order.
+pub(crate) const DCB_KEYS: [&str; 8] = [
+    "pfc_enabled",
+    "trust",
+    "dscp_map",
+    "prio2buffer",
+    "buffer_size",
+    "buffer_total",
+    "peer_pfc_enabled",
+    "peer_app",
+];
+
+/// Priorities as "3,4", or "none".
+fn priority_list(p: &[u8]) -> String {
+    if p.is_empty() {
+        "none".into()
+    } else {
+        p.iter().map(u8::to_string).collect::<Vec<_>>().join(",")
     }
+}
+
+/// `v` joined with commas.
+fn comma_list<T: ToString>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// APP entries the way `dcb app show` groups them: "dgram-port-prio 4791:3 dscp-prio
+/// 26:3"; "none" for an empty table.
+pub(crate) fn app_text(apps: &[DcbApp]) -> String {
+    let mut apps = apps.to_vec();
+    apps.sort();
+    let mut out: Vec<String> = Vec::new();
+    let mut last = None;
+    for a in &apps {
+        let key = match a.selector {
+            dcb::SEL_ETHERTYPE => "ethtype-prio",
+            dcb::SEL_STREAM => "stream-port-prio",
+            dcb::SEL_DGRAM => "dgram-port-prio",
+            dcb::SEL_ANY => "port-prio",
+            dcb::SEL_DSCP => "dscp-prio",
+            _ => "selector-unknown",
+        };
+        if last != Some(a.selector) {
+            out.push(key.to_string());
+            last = Some(a.selector);
+        }
+        if a.selector == dcb::SEL_ETHERTYPE {
+            out.push(format!("{:#06x}:{}", a.protocol, a.priority));
+        } else {
+            out.push(format!("{}:{}", a.protocol, a.priority));
+        }
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(" ")
+    }
+}
+
+/// The DCB settings of one netdev.
+fn dcb_settings(dcb: Result<&IeeeDcb, &str>) -> Vec<(&'static str, Setting)> {
+    let d = match dcb {
+        Ok(d) => d,
+        Err(why) => {
+            return DCB_KEYS
+                .iter()
+                .map(|k| (*k, Setting::Unknown(why.to_string())))
+                .collect()
+        }
+    };
+    let pfc = match &d.pfc {
+        Some(p) => value(priority_list(&p.priorities())),
+        None => Setting::Unsupported,
+    };
+    let map = d
+        .dscp_map()
+        .iter()
+        .map(|(dscp, prio)| format!("{dscp}:{prio}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let (p2b, sizes, total) = match &d.buffer {
+        Some(b) => (
+            value(comma_list(&b.prio2buffer)),
+            value(comma_list(&b.buffer_size)),
+            value(b.total_size.to_string()),
+        ),
+        None => (
+            Setting::Unsupported,
+            Setting::Unsupported,
+            Setting::Unsupported,
+        ),
+    };
+    vec![
+        ("pfc_enabled", pfc),
+        ("trust", value(d.trust())),
+        (
+            "dscp_map",
+            value(if map.is_empty() { "none".into() } else { map }),
+        ),
+        ("prio2buffer", p2b),
+        ("buffer_size", sizes),
+        ("buffer_total", total),
+        (
+            "peer_pfc_enabled",
+            d.peer_pfc.as_ref().map_or(Setting::Unsupported, |p| {
+                value(priority_list(&p.priorities()))
+            }),
+        ),
+        (
+            "peer_app",
+            d.peer_apps
+                .as_deref()
+                .map_or(Setting::Unsupported, |a| value(app_text(a))),
+        ),
+    ]
+}
+
+/// "0,0,0,1,0,0,0,0" → one value per priority or buffer (at most 8; missing ones 0),
+/// each at most `max`.
+fn eight(v: &str, what: &str, max: u64) -> Result<Vec<u64>, String> {
+    let v: Vec<&str> = v.split(',').map(str::trim).collect();
+    if v.len() > 8 {
+        return Err(format!("{} values, at most 8 ({what})", v.len()));
+    }
+    v.iter()
+        .map(|x| match x.parse::<u64>() {
+            Ok(n) if n <= max => Ok(n),
+            _ => Err(format!("{x:?} is not a {what} (0-{max})")),
+        })
+        .collect()
 }
 
 /// "26:3,48:6" / "none" → DSCP → priority.
@@ -112,6 +206,9 @@ fn dcb_apply(
             "pcp" => del = map.clone(),
             other => return Err(PluginError::failed(format!("trust {other:?}: dscp or pcp"))),
         },
+        "prio2buffer" | "buffer_size" => {
+            return buffer_apply(nl, &cur, ifname, setting, to, dry_run, previous)
+        }
         _ => unreachable!("dcb settings only"),
     }
     let apps = |v: &[(u8, u8)]| {
@@ -144,12 +241,64 @@ fn dcb_apply(
     Ok(outcome(true, format!("set {what}"), previous))
 }
 
-/// `pfc_enabled`, `trust` and `dscp_map` of `ifname`, read over netlink (the live kernel
+/// Set `prio2buffer` or `buffer_size`: the driver's buffer operation, then a read back
+/// (a driver without the operation ignores the attribute without an error).
+fn buffer_apply(
+    nl: &mut DcbNetlink,
+    cur: &IeeeDcb,
+    ifname: &str,
+    setting: &str,
+    to: &str,
+    dry_run: bool,
+    previous: Option<String>,
+) -> Result<ApplyOutcome, PluginError> {
+    let mut b = cur.buffer.ok_or_else(|| {
+        PluginError::Unsupported(format!("{ifname}'s driver reports no DCB buffers"))
+    })?;
+    if setting == "prio2buffer" {
+        let v =
+            eight(to, "buffer index", dcb::MAX_BUFFERS as u64 - 1).map_err(PluginError::failed)?;
+        b.prio2buffer = std::array::from_fn(|i| v.get(i).copied().unwrap_or(0) as u8);
+    } else {
+        let v = eight(to, "size in bytes", u32::MAX as u64).map_err(PluginError::failed)?;
+        b.buffer_size = std::array::from_fn(|i| v.get(i).copied().unwrap_or(0) as u32);
+    }
+    let what = format!("{ifname} {setting} -> {to} (DCB buffer)");
+    if dry_run {
+        return Ok(outcome(false, format!("would set {what}"), previous));
+    }
+    nl.buffer_set(ifname, &b)
+        .map_err(|e| PluginError::failed(e.to_string()))?;
+    let after = nl
+        .ieee_get(ifname)
+        .map_err(|e| PluginError::failed(format!("read back after the change: {e}")))?;
+    let got = after.buffer.map(|a| {
+        if setting == "prio2buffer" {
+            comma_list(&a.prio2buffer)
+        } else {
+            comma_list(&a.buffer_size)
+        }
+    });
+    let want = if setting == "prio2buffer" {
+        comma_list(&b.prio2buffer)
+    } else {
+        comma_list(&b.buffer_size)
+    };
+    if got.as_deref() != Some(want.as_str()) {
+        return Err(PluginError::failed(format!(
+            "{ifname}: the kernel accepted {setting} {want} but reads back {} (the driver has no buffer operation, or rounded the sizes to its cells)",
+            got.as_deref().unwrap_or("nothing")
+        )));
+    }
+    Ok(outcome(true, format!("set {what}"), previous))
+}
+
+/// The DCB settings of `ifname` ([`DCB_KEYS`]), read over netlink (the live kernel
 /// only: else `dcb` says why not).
 pub(crate) fn dcb_state(
     dcb: Option<&mut Result<DcbNetlink, String>>,
     ifname: &str,
-) -> [(&'static str, Setting); 3] {
+) -> Vec<(&'static str, Setting)> {
     let dcb = match dcb {
         Some(Ok(nl)) => match nl.ieee_get(ifname) {
             Ok(d) => Ok(d),
@@ -166,12 +315,16 @@ pub(crate) fn dcb_state(
     match dcb {
         Ok(d) => dcb_settings(Ok(&d)),
         // The driver has no DCB operations: the capability is missing.
-        Err(None) => ["pfc_enabled", "trust", "dscp_map"].map(|k| (k, Setting::Unsupported)),
+        Err(None) => DCB_KEYS
+            .iter()
+            .map(|k| (*k, Setting::Unsupported))
+            .collect(),
         Err(Some(why)) => dcb_settings(Err(&why)),
     }
 }
 
-/// Set `pfc_enabled`, `trust` or `dscp_map` of `ifname` over netlink.
+/// Set `pfc_enabled`, `trust`, `dscp_map`, `prio2buffer` or `buffer_size` of `ifname`
+/// over netlink.
 pub(crate) fn apply(
     dcb: Option<&mut Result<DcbNetlink, String>>,
     ifname: &str,
@@ -195,5 +348,57 @@ mod tests {
     fn value_syntax() {
         assert_eq!(dscp_pairs("26:3, 48:6").unwrap(), [(26, 3), (48, 6)]);
         assert!(dscp_pairs("64:1").is_err() && dscp_pairs("26").is_err());
+        assert_eq!(eight("0,0,0,1", "buffer index", 7).unwrap(), [0, 0, 0, 1]);
+        assert!(eight("0,8", "buffer index", 7)
+            .unwrap_err()
+            .contains("\"8\""));
+        assert!(eight("0,0,0,0,0,0,0,0,0", "b", 7).is_err());
+    }
+
+    #[test]
+    fn buffers_and_the_peer_as_settings() {
+        let d = IeeeDcb {
+            pfc: Some(dcb::IeeePfc {
+                enabled: 1 << 3,
+                ..Default::default()
+            }),
+            buffer: Some(dcb::DcbBuffer {
+                prio2buffer: [0, 0, 0, 1, 0, 0, 0, 0],
+                buffer_size: [130_944, 130_944, 0, 0, 0, 0, 0, 0],
+                total_size: 262_016,
+            }),
+            peer_pfc: Some(dcb::IeeePfc {
+                enabled: 0,
+                ..Default::default()
+            }),
+            peer_apps: Some(vec![
+                DcbApp::dscp(26, 3),
+                DcbApp {
+                    selector: dcb::SEL_DGRAM,
+                    priority: 3,
+                    protocol: 4791,
+                },
+                DcbApp {
+                    selector: dcb::SEL_ETHERTYPE,
+                    priority: 3,
+                    protocol: 0x8915,
+                },
+            ]),
+            ..Default::default()
+        };
+        let s: std::collections::BTreeMap<_, _> = dcb_settings(Ok(&d)).into_iter().collect();
+        assert_eq!(s.len(), DCB_KEYS.len());
+        assert_eq!(s["prio2buffer"], value("0,0,0,1,0,0,0,0"));
+        assert_eq!(s["buffer_size"], value("130944,130944,0,0,0,0,0,0"));
+        assert_eq!(s["buffer_total"], value("262016"));
+        assert_eq!(s["peer_pfc_enabled"], value("none"));
+        assert_eq!(
+            s["peer_app"],
+            value("ethtype-prio 0x8915:3 dgram-port-prio 4791:3 dscp-prio 26:3")
+        );
+        let bare: std::collections::BTreeMap<_, _> =
+            dcb_settings(Ok(&IeeeDcb::default())).into_iter().collect();
+        assert_eq!(bare["peer_app"], Setting::Unsupported);
+        assert_eq!(bare["prio2buffer"], Setting::Unsupported);
     }
 }

@@ -5,6 +5,8 @@
 //! |---|---|
 //! | `roce_mode`, `roce_tos` | configfs `kernel/config/rdma_cm/<dev>/ports/<n>/default_roce_{mode,tos}` (under the sysfs root given, so fixture trees carry it) |
 //! | `pfc_enabled`, `trust`, `dscp_map` | DCB over rtnetlink (`DCB_CMD_IEEE_GET`): the PFC bitmap and the APP table; live kernel only |
+//! | `prio2buffer`, `buffer_size`, `buffer_total` (read only) | DCB over rtnetlink: `DCB_ATTR_DCB_BUFFER` (`dcb buffer show`) |
+//! | `peer_pfc_enabled`, `peer_app` (read only) | DCB over rtnetlink: what the link partner announced over DCBX (`DCB_ATTR_IEEE_PEER_PFC`, `_PEER_APP`) |
 //! | `ecn_np_enabled`, `ecn_rp_enabled`, `cnp_dscp`, `cnp_802p_prio` | mlx5 `class/net/<if>/ecn/roce_{np,rp}/...` |
 //! | `traffic_class` | mlx5 `class/infiniband/<dev>/tc/<port>/traffic_class` |
 //! | `mtu`, `rdma_mtu` | `class/net/<if>/mtu` and the RoCE MTU it implies (`rdma_mtu` is read only) |
@@ -21,8 +23,8 @@
 //! to the module that owns it):
 //! - `configfs`: `roce_mode`, `roce_tos` (configfs `rdma_cm`), read and set, and which of
 //!   them are settable though unread.
-//! - `dcb`: `pfc_enabled`, `trust`, `dscp_map` over DCB rtnetlink, read and set; the DSCP
-//!   map syntax.
+//! - `dcb`: `pfc_enabled`, `trust`, `dscp_map`, the buffers over DCB rtnetlink, read and
+//!   set; the peer's PFC and APP entries, read; the DSCP map syntax.
 //! - `ecn`: the mlx5 files: `ecn_np_enabled`, `ecn_rp_enabled` (read and set), the CNP
 //!   and `traffic_class` files; the priority-list syntax (also PFC's).
 //! - `mtu`: `mtu` and the `rdma_mtu` it implies (`rocewatch_sysfs::parse::rdma_mtu_for`).
@@ -119,11 +121,11 @@ impl QosLinux {
                     "cnp_802p_prio",
                     "mtu",
                     "rdma_mtu",
-                    "pfc_enabled",
-                    "trust",
-                    "dscp_map",
                     "pfc_prevention_timeout",
-                ] {
+                ]
+                .into_iter()
+                .chain(dcb::DCB_KEYS)
+                {
                     settings.insert(k.into(), Setting::Unknown("the port has no netdev".into()));
                 }
             }
@@ -210,7 +212,7 @@ impl ConfigurationPlugin for QosLinux {
             }
             "mtu" => write_file(&mtu::mtu_file(&root.netdev_dir(&netdev()?)), to, dry_run),
             "traffic_class" => write_file(&ecn::traffic_class_file(&root, dev, port), to, dry_run),
-            s @ ("pfc_enabled" | "trust" | "dscp_map") => {
+            s @ ("pfc_enabled" | "trust" | "dscp_map" | "prio2buffer" | "buffer_size") => {
                 let ifname = netdev()?;
                 dcb::apply(self.dcb.as_mut(), &ifname, s, to, dry_run)
             }

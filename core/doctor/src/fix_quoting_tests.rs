@@ -72,6 +72,13 @@ fn port_and_qos_fixes() {
         .settings
         .insert("roce_mode".into(), Setting::Unknown("no configfs".into()));
     assert_quoted(&super::qos::qos_checks(&unknown, DEV, 1, ND, 3)[..1]);
+    let mut peer = qos.clone();
+    peer[0]
+        .settings
+        .insert("peer_pfc_enabled".into(), value("none"));
+    let c = super::dcbx::dcbx_peer_check(&peer, DEV, 1, ND, 3);
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert_quoted(&[c]);
 }
 
 #[test]

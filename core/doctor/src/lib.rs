@@ -25,6 +25,7 @@ pub mod capture;
 mod check;
 mod congestion;
 mod counters;
+mod dcbx;
 mod driver;
 mod firewall;
 #[cfg(test)]

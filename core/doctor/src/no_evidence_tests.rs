@@ -117,6 +117,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
     };
     out.push(super::ports::port_check("dev0/1", &Port::default()));
     out.extend(super::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
+    out.push(super::dcbx::dcbx_peer_check(&[], "dev0", 1, "eth0", 3));
     for told in [None, Some(super::linklayer::ETHERNET)] {
         out.extend(super::linklayer::link_layer_checks(&sys, &no_inv, told));
         out.extend(super::linklayer::link_layer_checks(&sys, &one, told));

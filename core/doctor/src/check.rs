@@ -71,6 +71,8 @@ pub struct Options {
     pub bandwidth: bool,
     /// The priority PFC and ECN are expected on.
     pub priority: u8,
+    /// The cable length, metres, for the PFC headroom a lossless buffer needs.
+    pub cable_length: Option<u32>,
     /// How long the counters are watched.
     pub window: Duration,
     /// How far back the kernel log's driver messages are read.

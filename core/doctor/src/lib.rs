@@ -21,6 +21,7 @@ pub mod appenv;
 mod appenv_check;
 mod appenv_select;
 pub mod bandwidth;
+mod buffers;
 pub mod capture;
 mod check;
 mod congestion;

@@ -78,6 +78,7 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         peer: None,
         bandwidth: false,
         priority: 3,
+        cable_length: None,
         window: Duration::from_millis(10),
         log_window: Duration::from_secs(3600),
         env: Some(BTreeMap::new()),
@@ -118,6 +119,17 @@ async fn every_check_on_empty_input() -> Vec<Check> {
     out.push(super::ports::port_check("dev0/1", &Port::default()));
     out.extend(super::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
     out.push(super::dcbx::dcbx_peer_check(&[], "dev0", 1, "eth0", 3));
+    out.push(super::buffers::buffer_check(
+        &[],
+        "dev0",
+        1,
+        "eth0",
+        &super::buffers::Link {
+            speed_mbps: None,
+            mtu: None,
+            cable_m: None,
+        },
+    ));
     for told in [None, Some(super::linklayer::ETHERNET)] {
         out.extend(super::linklayer::link_layer_checks(&sys, &no_inv, told));
         out.extend(super::linklayer::link_layer_checks(&sys, &one, told));

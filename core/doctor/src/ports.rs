@@ -142,6 +142,17 @@ fn roce_port_checks(h: &Host, d: &Device, p: &Port, subject: &str) -> Vec<Check>
     out.push(ip_check(h.live, subject, nd, &ips));
     out.extend(gid_checks(&rp, subject, &ips));
     out.extend(qos_checks(&h.qos, &d.name, p.port, nd, h.opts.priority));
+    out.push(super::buffers::buffer_check(
+        &h.qos,
+        &d.name,
+        p.port,
+        nd,
+        &super::buffers::Link {
+            speed_mbps: p.rate_bps.map(|b| b / 1_000_000),
+            mtu: p.netdev_mtu,
+            cable_m: h.opts.cable_length,
+        },
+    ));
     out.push(super::dcbx::dcbx_peer_check(
         &h.qos,
         &d.name,

@@ -22,6 +22,7 @@ pub const SETTABLE: &[&str] = &[
     "pfc_prevention_timeout",
     "prio2buffer",
     "buffer_size",
+    "cable_length",
 ];
 
 pub(super) fn star() -> String {
@@ -132,6 +133,7 @@ pub fn check_value(setting: &str, v: &str) -> Result<(), String> {
         "cnp_dscp" => int(0, 63, "a DSCP value"),
         "cnp_802p_prio" => int(0, 7, "a priority"),
         "mtu" => int(68, 65535, "bytes"),
+        "cable_length" => int(1, 999, "metres"),
         "pfc_enabled" | "ecn_np_enabled" | "ecn_rp_enabled" => prio_list(),
         "trust" if v == "dscp" || v == "pcp" => Ok(()),
         "trust" => Err(format!("{v:?}: \"dscp\" or \"pcp\"")),

@@ -7,8 +7,9 @@ use crate::attr::{outcome, value};
 use crate::ecn::priority_set;
 
 /// The DCB settings of a netdev, in this order.
-pub(crate) const DCB_KEYS: [&str; 8] = [
+pub(crate) const DCB_KEYS: [&str; 9] = [
     "pfc_enabled",
+    "cable_length",
     "trust",
     "dscp_map",
     "prio2buffer",
@@ -65,8 +66,13 @@ pub(crate) fn app_text(apps: &[DcbApp]) -> String {
     }
 }
 
-/// The DCB settings of one netdev.
-fn dcb_settings(dcb: Result<&IeeeDcb, &str>) -> Vec<(&'static str, Setting)> {
+/// The driver whose PFC `delay` is the cable length in metres (`mlx5e_dcbnl_ieee_getpfc`
+/// reports `priv->dcbx.cable_len` there, and `_setpfc` takes it from there, 1-999, when
+/// the device has port buffers); in `struct ieee_pfc` it is otherwise a delay in bit times.
+pub(crate) const CABLE_LENGTH_DRIVER: &str = "mlx5_core";
+
+/// The DCB settings of one netdev; `mlx5`: its driver is [`CABLE_LENGTH_DRIVER`].
+fn dcb_settings(dcb: Result<&IeeeDcb, &str>, mlx5: bool) -> Vec<(&'static str, Setting)> {
     let d = match dcb {
         Ok(d) => d,
         Err(why) => {
@@ -98,8 +104,14 @@ fn dcb_settings(dcb: Result<&IeeeDcb, &str>) -> Vec<(&'static str, Setting)> {
             Setting::Unsupported,
         ),
     };
+    // mlx5 reports the cable length only with port buffers (0 otherwise).
+    let cable = match (&d.pfc, &d.buffer) {
+        (Some(p), Some(_)) if mlx5 && p.delay > 0 => value(p.delay.to_string()),
+        _ => Setting::Unsupported,
+    };
     vec![
         ("pfc_enabled", pfc),
+        ("cable_length", cable),
         ("trust", value(d.trust())),
         (
             "dscp_map",
@@ -164,6 +176,7 @@ fn dscp_pairs(v: &str) -> Result<Vec<(u8, u8)>, String> {
 fn dcb_apply(
     nl: &mut DcbNetlink,
     ifname: &str,
+    mlx5: bool,
     setting: &str,
     to: &str,
     dry_run: bool,
@@ -176,7 +189,7 @@ fn dcb_apply(
     };
     let cur = nl.ieee_get(ifname).map_err(kernel)?;
     let before: std::collections::BTreeMap<&str, Setting> =
-        dcb_settings(Ok(&cur)).into_iter().collect();
+        dcb_settings(Ok(&cur), mlx5).into_iter().collect();
     let previous = match before.get(setting) {
         Some(Setting::Value(v)) => Some(v.clone()),
         _ => None,
@@ -193,6 +206,25 @@ fn dcb_apply(
                 .map_err(PluginError::failed)?
                 .iter()
                 .fold(0u8, |m, p| m | (1 << p));
+            pfc = Some(p);
+        }
+        // The PFC struct read, its delay changed, written back: the enabled priorities
+        // stay (a change of them would make mlx5 toggle the link).
+        "cable_length" => {
+            if !matches!(before.get(setting), Some(Setting::Value(_))) {
+                return Err(PluginError::Unsupported(format!(
+                    "{ifname} reports no cable length (an mlx5 netdev with port buffers does)"
+                )));
+            }
+            let mut p = cur.pfc.expect("a cable length comes with PFC");
+            p.delay = match to.parse::<u16>() {
+                Ok(n) if (1..1000).contains(&n) => n,
+                _ => {
+                    return Err(PluginError::failed(format!(
+                        "cable_length {to:?}: metres, 1-999"
+                    )))
+                }
+            };
             pfc = Some(p);
         }
         "dscp_map" => {
@@ -298,6 +330,7 @@ fn buffer_apply(
 pub(crate) fn dcb_state(
     dcb: Option<&mut Result<DcbNetlink, String>>,
     ifname: &str,
+    mlx5: bool,
 ) -> Vec<(&'static str, Setting)> {
     let dcb = match dcb {
         Some(Ok(nl)) => match nl.ieee_get(ifname) {
@@ -313,13 +346,13 @@ pub(crate) fn dcb_state(
         None => Err(Some("not started".into())),
     };
     match dcb {
-        Ok(d) => dcb_settings(Ok(&d)),
+        Ok(d) => dcb_settings(Ok(&d), mlx5),
         // The driver has no DCB operations: the capability is missing.
         Err(None) => DCB_KEYS
             .iter()
             .map(|k| (*k, Setting::Unsupported))
             .collect(),
-        Err(Some(why)) => dcb_settings(Err(&why)),
+        Err(Some(why)) => dcb_settings(Err(&why), mlx5),
     }
 }
 
@@ -328,6 +361,7 @@ pub(crate) fn dcb_state(
 pub(crate) fn apply(
     dcb: Option<&mut Result<DcbNetlink, String>>,
     ifname: &str,
+    mlx5: bool,
     setting: &str,
     to: &str,
     dry_run: bool,
@@ -337,7 +371,7 @@ pub(crate) fn apply(
         Some(Err(why)) => return Err(PluginError::Unsupported(why.clone())),
         None => return Err(PluginError::failed("not started")),
     };
-    dcb_apply(nl, ifname, setting, to, dry_run)
+    dcb_apply(nl, ifname, mlx5, setting, to, dry_run)
 }
 
 #[cfg(test)]
@@ -386,7 +420,14 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let s: std::collections::BTreeMap<_, _> = dcb_settings(Ok(&d)).into_iter().collect();
+        let mut d = d;
+        d.pfc.as_mut().unwrap().delay = 7;
+        let s: std::collections::BTreeMap<_, _> = dcb_settings(Ok(&d), true).into_iter().collect();
+        assert_eq!(s["cable_length"], value("7"));
+        // Elsewhere the delay is bit times, not metres.
+        let other: std::collections::BTreeMap<_, _> =
+            dcb_settings(Ok(&d), false).into_iter().collect();
+        assert_eq!(other["cable_length"], Setting::Unsupported);
         assert_eq!(s.len(), DCB_KEYS.len());
         assert_eq!(s["prio2buffer"], value("0,0,0,1,0,0,0,0"));
         assert_eq!(s["buffer_size"], value("130944,130944,0,0,0,0,0,0"));
@@ -396,8 +437,9 @@ mod tests {
             s["peer_app"],
             value("ethtype-prio 0x8915:3 dgram-port-prio 4791:3 dscp-prio 26:3")
         );
-        let bare: std::collections::BTreeMap<_, _> =
-            dcb_settings(Ok(&IeeeDcb::default())).into_iter().collect();
+        let bare: std::collections::BTreeMap<_, _> = dcb_settings(Ok(&IeeeDcb::default()), true)
+            .into_iter()
+            .collect();
         assert_eq!(bare["peer_app"], Setting::Unsupported);
         assert_eq!(bare["prio2buffer"], Setting::Unsupported);
     }

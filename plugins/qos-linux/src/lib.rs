@@ -6,6 +6,7 @@
 //! | `roce_mode`, `roce_tos` | configfs `kernel/config/rdma_cm/<dev>/ports/<n>/default_roce_{mode,tos}` (under the sysfs root given, so fixture trees carry it) |
 //! | `pfc_enabled`, `trust`, `dscp_map` | DCB over rtnetlink (`DCB_CMD_IEEE_GET`): the PFC bitmap and the APP table; live kernel only |
 //! | `prio2buffer`, `buffer_size`, `buffer_total` (read only) | DCB over rtnetlink: `DCB_ATTR_DCB_BUFFER` (`dcb buffer show`) |
+//! | `cable_length` (mlx5 with port buffers) | DCB over rtnetlink: the PFC struct's `delay`, which mlx5 takes as metres (`mlnx_qos --cable_len`) |
 //! | `peer_pfc_enabled`, `peer_app` (read only) | DCB over rtnetlink: what the link partner announced over DCBX (`DCB_ATTR_IEEE_PEER_PFC`, `_PEER_APP`) |
 //! | `ecn_np_enabled`, `ecn_rp_enabled`, `cnp_dscp`, `cnp_802p_prio` | mlx5 `class/net/<if>/ecn/roce_{np,rp}/...` |
 //! | `traffic_class` | mlx5 `class/infiniband/<dev>/tc/<port>/traffic_class` |
@@ -109,7 +110,8 @@ impl QosLinux {
                     "pfc_prevention_timeout".into(),
                     tunable::prevention_timeout_setting(self.ethtool.as_ref(), ifname),
                 );
-                for (k, v) in dcb::dcb_state(self.dcb.as_mut(), ifname) {
+                let mlx5 = root.device_driver(dev).as_deref() == Some(dcb::CABLE_LENGTH_DRIVER);
+                for (k, v) in dcb::dcb_state(self.dcb.as_mut(), ifname, mlx5) {
                     settings.insert(k.into(), v);
                 }
             }
@@ -212,9 +214,11 @@ impl ConfigurationPlugin for QosLinux {
             }
             "mtu" => write_file(&mtu::mtu_file(&root.netdev_dir(&netdev()?)), to, dry_run),
             "traffic_class" => write_file(&ecn::traffic_class_file(&root, dev, port), to, dry_run),
-            s @ ("pfc_enabled" | "trust" | "dscp_map" | "prio2buffer" | "buffer_size") => {
+            s @ ("pfc_enabled" | "trust" | "dscp_map" | "prio2buffer" | "buffer_size"
+            | "cable_length") => {
                 let ifname = netdev()?;
-                dcb::apply(self.dcb.as_mut(), &ifname, s, to, dry_run)
+                let mlx5 = root.device_driver(dev).as_deref() == Some(dcb::CABLE_LENGTH_DRIVER);
+                dcb::apply(self.dcb.as_mut(), &ifname, mlx5, s, to, dry_run)
             }
             "pfc_prevention_timeout" => {
                 let ifname = netdev()?;

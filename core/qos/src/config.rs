@@ -23,6 +23,23 @@ pub const SETTABLE: &[&str] = &[
     "prio2buffer",
     "buffer_size",
     "cable_length",
+    "dcqcn_clamp_tgt_rate",
+    "dcqcn_clamp_tgt_rate_after_time_inc",
+    "dcqcn_rpg_time_reset",
+    "dcqcn_rpg_byte_reset",
+    "dcqcn_rpg_threshold",
+    "dcqcn_rpg_ai_rate",
+    "dcqcn_rpg_max_rate",
+    "dcqcn_rpg_hai_rate",
+    "dcqcn_rpg_min_dec_fac",
+    "dcqcn_rpg_min_rate",
+    "dcqcn_rate_to_set_on_first_cnp",
+    "dcqcn_dce_tcp_g",
+    "dcqcn_dce_tcp_rtt",
+    "dcqcn_rate_reduce_monitor_period",
+    "dcqcn_initial_alpha_value",
+    "dcqcn_rpg_gd",
+    "dcqcn_min_time_between_cnps",
 ];
 
 pub(super) fn star() -> String {
@@ -134,6 +151,9 @@ pub fn check_value(setting: &str, v: &str) -> Result<(), String> {
         "cnp_802p_prio" => int(0, 7, "a priority"),
         "mtu" => int(68, 65535, "bytes"),
         "cable_length" => int(1, 999, "metres"),
+        // One-bit firmware fields; the rest are 32 bits, which OFED's sysfs prints signed.
+        "dcqcn_clamp_tgt_rate" | "dcqcn_clamp_tgt_rate_after_time_inc" => int(0, 1, "0 or 1"),
+        s if s.starts_with("dcqcn_") => int(0, i32::MAX as u32, "a whole number"),
         "pfc_enabled" | "ecn_np_enabled" | "ecn_rp_enabled" => prio_list(),
         "trust" if v == "dscp" || v == "pcp" => Ok(()),
         "trust" => Err(format!("{v:?}: \"dscp\" or \"pcp\"")),
@@ -255,6 +275,10 @@ mod tests {
         assert!(check_value("ecn_np_enabled", "none").is_ok());
         assert!(check_value("ecn_np_enabled", "3;4").is_err());
         assert!(check_value("prio2buffer", "0,0,0,1").is_ok());
+        assert!(check_value("dcqcn_clamp_tgt_rate", "2").is_err());
+        assert!(check_value("dcqcn_rpg_ai_rate", "5").is_ok());
+        assert!(check_value("dcqcn_rpg_ai_rate", "-5").is_err());
+        assert!(check_value("dcqcn_rpg_ai_rate", "4294967295").is_err());
         assert!(check_value("prio2buffer", "0,0,0,8").is_err());
         assert_eq!(normalize("prio2buffer", "0, 0,0,1"), "0,0,0,1,0,0,0,0");
         assert!(check_value("buffer_size", "130944,130944").is_ok());

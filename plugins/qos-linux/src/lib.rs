@@ -10,6 +10,7 @@
 //! | `peer_pfc_enabled`, `peer_app` (read only) | DCB over rtnetlink: what the link partner announced over DCBX (`DCB_ATTR_IEEE_PEER_PFC`, `_PEER_APP`) |
 //! | `ecn_np_enabled`, `ecn_rp_enabled`, `cnp_dscp`, `cnp_802p_prio` | mlx5 `class/net/<if>/ecn/roce_{np,rp}/...` |
 //! | `traffic_class` | mlx5 `class/infiniband/<dev>/tc/<port>/traffic_class` |
+//! | `dcqcn_*` (DCQCN reaction and notification point parameters) | MLNX_OFED's `class/net/<if>/ecn/roce_{rp,np}/<name>`, else the kernel's debugfs `kernel/debug/mlx5/<PCI>/cc_params/` (also `cnp_dscp`, `cnp_802p_prio` there) |
 //! | `mtu`, `rdma_mtu` | `class/net/<if>/mtu` and the RoCE MTU it implies (`rdma_mtu` is read only) |
 //! | `pfc_prevention_timeout` | ethtool tunable `pfc-prevention-tout` (ms, `auto`, `off`); live kernel only |
 //!
@@ -28,6 +29,8 @@
 //!   set; the peer's PFC and APP entries, read; the DSCP map syntax.
 //! - `ecn`: the mlx5 files: `ecn_np_enabled`, `ecn_rp_enabled` (read and set), the CNP
 //!   and `traffic_class` files; the priority-list syntax (also PFC's).
+//! - `dcqcn`: the DCQCN parameters, where OFED's sysfs or the kernel's debugfs keeps
+//!   them, read and set.
 //! - `mtu`: `mtu` and the `rdma_mtu` it implies (`rocewatch_sysfs::parse::rdma_mtu_for`).
 //! - `tunable`: `pfc_prevention_timeout` (ethtool tunable), read and set; its syntax.
 //! - `attr`: reading a setting from an attribute file, writing one and reading it back;
@@ -36,6 +39,7 @@
 mod attr;
 mod configfs;
 mod dcb;
+mod dcqcn;
 mod ecn;
 mod mtu;
 mod tunable;
@@ -101,6 +105,14 @@ impl QosLinux {
             Some(ifname) => {
                 let nd = root.netdev_dir(ifname);
                 for (k, v) in ecn::ecn_settings(&nd) {
+                    // The kernel's mlx5 keeps the CNP settings in debugfs, OFED's in sysfs.
+                    let v = match (&v, dcqcn::cnp_debugfs_file(&root, dev, k)) {
+                        (Setting::Unsupported, Some(f)) => file_setting(&f),
+                        _ => v,
+                    };
+                    settings.insert(k.into(), v);
+                }
+                for (k, v) in dcqcn::dcqcn_settings(&root, dev, Some(&nd)) {
                     settings.insert(k.into(), v);
                 }
                 for (k, v) in mtu::mtu_settings(&nd) {
@@ -116,6 +128,9 @@ impl QosLinux {
                 }
             }
             None => {
+                for (k, v) in dcqcn::dcqcn_settings(&root, dev, None) {
+                    settings.insert(k.into(), v);
+                }
                 for k in [
                     "ecn_np_enabled",
                     "ecn_rp_enabled",
@@ -210,7 +225,19 @@ impl ConfigurationPlugin for QosLinux {
                 ecn::apply_enabled(&root.netdev_dir(&netdev()?), s, to, dry_run)
             }
             s @ ("cnp_dscp" | "cnp_802p_prio") => {
-                write_file(&ecn::cnp_file(&root.netdev_dir(&netdev()?), s), to, dry_run)
+                let f = ecn::cnp_file(&root.netdev_dir(&netdev()?), s);
+                match dcqcn::cnp_debugfs_file(&root, dev, s) {
+                    Some(d) if !f.exists() => write_file(&d, to, dry_run),
+                    _ => write_file(&f, to, dry_run),
+                }
+            }
+            s if s.starts_with("dcqcn_") => {
+                let nd = netdev().ok().map(|n| root.netdev_dir(&n));
+                write_file(
+                    &dcqcn::apply_file(&root, dev, nd.as_deref(), s)?,
+                    to,
+                    dry_run,
+                )
             }
             "mtu" => write_file(&mtu::mtu_file(&root.netdev_dir(&netdev()?)), to, dry_run),
             "traffic_class" => write_file(&ecn::traffic_class_file(&root, dev, port), to, dry_run),
@@ -362,6 +389,111 @@ mod tests {
             observed(&mut p, "mlx5_0", "rdma_mtu"),
             Setting::Value("1024".into())
         );
+    }
+
+    /// DCQCN where MLNX_OFED keeps it (mlx5_0: `ecn/roce_rp/rpg_ai_rate`...) and where
+    /// the kernel does (mlx5_1: debugfs `mlx5/0000:3b:00.1/cc_params/rp_ai_rate`...),
+    /// laid out from en_sysfs.c and cong.c with the defaults NVIDIA documents.
+    #[test]
+    fn dcqcn_from_ofed_sysfs_or_the_kernels_debugfs() {
+        let (d, mut p) = started_copy();
+        let sys = d.path().join("sys");
+        // Before either exists: unknown on mlx5, saying where it looked.
+        match observed(&mut p, "mlx5_1", "dcqcn_rpg_ai_rate") {
+            Setting::Unknown(why) => assert!(
+                why.contains("kernel/debug/mlx5/0000:3b:00.1/cc_params is not there"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let nd = sys.join("class/net/ens1f0np0/ecn");
+        for (dir, file, v) in [
+            ("roce_rp", "rpg_ai_rate", "5"),
+            ("roce_rp", "rpg_time_reset", "300"),
+            ("roce_rp", "clamp_tgt_rate", "0"),
+            ("roce_np", "min_time_between_cnps", "4"),
+        ] {
+            std::fs::write(nd.join(dir).join(file), v).unwrap();
+        }
+        let cc = sys.join("kernel/debug/mlx5/0000:3b:00.1/cc_params");
+        std::fs::create_dir_all(&cc).unwrap();
+        for (file, v) in [
+            ("rp_ai_rate", "5"),
+            ("rp_time_reset", "300"),
+            ("rp_clamp_tgt_rate_ati", "1"),
+            ("np_min_time_between_cnps", "0"),
+            ("np_cnp_dscp", "48"),
+        ] {
+            std::fs::write(cc.join(file), v).unwrap();
+        }
+        std::fs::remove_file(sys.join("class/net/ens1f1np1/ecn/roce_np/cnp_dscp")).unwrap();
+        assert_eq!(
+            observed(&mut p, "mlx5_0", "dcqcn_rpg_ai_rate"),
+            Setting::Value("5".into())
+        );
+        assert_eq!(
+            observed(&mut p, "mlx5_0", "dcqcn_min_time_between_cnps"),
+            Setting::Value("4".into())
+        );
+        // OFED's sysfs without the file: the driver lacks it.
+        assert_eq!(
+            observed(&mut p, "mlx5_0", "dcqcn_rpg_gd"),
+            Setting::Unsupported
+        );
+        assert_eq!(
+            observed(&mut p, "mlx5_1", "dcqcn_rpg_time_reset"),
+            Setting::Value("300".into())
+        );
+        assert_eq!(
+            observed(&mut p, "mlx5_1", "dcqcn_clamp_tgt_rate_after_time_inc"),
+            Setting::Value("1".into())
+        );
+        // The CNP DSCP from debugfs where sysfs has none.
+        assert_eq!(
+            observed(&mut p, "mlx5_1", "cnp_dscp"),
+            Setting::Value("48".into())
+        );
+        // Applied where each lives, read back.
+        let o = p
+            .apply(&change("mlx5_0", "dcqcn_rpg_ai_rate", "10"), false)
+            .unwrap();
+        assert_eq!(o.previous.as_deref(), Some("5"));
+        assert!(
+            o.message.contains("ecn/roce_rp/rpg_ai_rate"),
+            "{}",
+            o.message
+        );
+        let o = p
+            .apply(&change("mlx5_1", "dcqcn_rpg_ai_rate", "20"), false)
+            .unwrap();
+        assert!(o.message.contains("cc_params/rp_ai_rate"), "{}", o.message);
+        assert_eq!(
+            observed(&mut p, "mlx5_1", "dcqcn_rpg_ai_rate"),
+            Setting::Value("20".into())
+        );
+        p.apply(&change("mlx5_1", "cnp_dscp", "46"), false).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(cc.join("np_cnp_dscp")).unwrap(),
+            "46"
+        );
+        let o = p
+            .apply(&change("mlx5_1", "dcqcn_rpg_ai_rate", "40"), true)
+            .unwrap();
+        assert!(
+            !o.applied && o.message.starts_with("would write \"40\""),
+            "{o:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(cc.join("rp_ai_rate")).unwrap(),
+            "20"
+        );
+        // A file the driver lacks: unsupported, naming it.
+        match p.apply(&change("mlx5_1", "dcqcn_rpg_min_rate", "1"), false) {
+            Err(PluginError::Unsupported(m)) => {
+                assert!(m.contains("cc_params/rp_min_rate is not there"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

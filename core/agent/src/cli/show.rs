@@ -183,8 +183,32 @@ pub fn qos_text(states: &[rocewatch_plugin_api::QosState]) -> String {
             "{}",
             rocewatch_qos::port_label(&st.device, st.port, st.netdev.as_deref())
         );
-        let width = st.settings.keys().map(String::len).max().unwrap_or(0);
+        // The DCQCN parameters, when none has a value, on one line ("dcqcn_* (17)").
+        let dcqcn: Vec<_> = st
+            .settings
+            .iter()
+            .filter(|(k, _)| k.starts_with("dcqcn_"))
+            .collect();
+        let dcqcn_as_one = dcqcn.len() > 1
+            && dcqcn.iter().all(|(_, v)| *v == dcqcn[0].1)
+            && !matches!(dcqcn[0].1, rocewatch_plugin_api::Setting::Value(_));
+        let width = st
+            .settings
+            .keys()
+            .filter(|k| !(dcqcn_as_one && k.starts_with("dcqcn_")))
+            .map(String::len)
+            .chain(dcqcn_as_one.then_some(12))
+            .max()
+            .unwrap_or(0);
         for (k, v) in &st.settings {
+            if dcqcn_as_one && k.starts_with("dcqcn_") {
+                if k == dcqcn[0].0 {
+                    let k = format!("dcqcn_* ({})", dcqcn.len());
+                    let v = rocewatch_qos::setting_text(Some(v));
+                    let _ = writeln!(s, "  {k:<width$}  {v}");
+                }
+                continue;
+            }
             let v = rocewatch_qos::setting_text(Some(v));
             let _ = writeln!(s, "  {k:<width$}  {v}");
         }

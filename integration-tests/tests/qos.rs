@@ -436,6 +436,77 @@ fn qos_apply_dry_run_then_apply_audit_snapshot_and_rollback() {
     assert_eq!(read_tree(&root, tos), "106");
 }
 
+/// DCQCN end to end: the kernel's mlx5 debugfs `cc_params` (laid out from
+/// `drivers/infiniband/hw/mlx5/cong.c`, NVIDIA's documented defaults) on a copy of the
+/// tree; plan names the difference, apply writes the debugfs file and snapshots it,
+/// rollback restores it; a value past the field's width is refused at load, keyed.
+#[test]
+fn dcqcn_parameters_planned_applied_and_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_copy("mlx5-roce-dual-port", dir.path());
+    let cc = root.join("kernel/debug/mlx5/0000:3b:00.1/cc_params");
+    std::fs::create_dir_all(&cc).unwrap();
+    for (f, v) in [
+        ("rp_ai_rate", "5"),
+        ("rp_hai_rate", "50"),
+        ("rp_rate_reduce_monitor_period", "4"),
+        ("np_min_time_between_cnps", "0"),
+    ] {
+        std::fs::write(cc.join(f), v).unwrap();
+    }
+    let snaps = dir.path().join("snapshots");
+    let cfg = dir.path().join("qos.toml");
+    let write_cfg = |settings: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[agent]\nsysfs_root = {root:?}\n[remediation]\naudit_log = {:?}\n[qos]\nsnapshot_dir = {snaps:?}\n\
+                 [[qos.desired]]\ndevices = \"mlx5_1\"\nsettings = {{ {settings} }}\n",
+                dir.path().join("audit.jsonl")
+            ),
+        )
+        .unwrap()
+    };
+    write_cfg("dcqcn_rpg_ai_rate = \"10\", dcqcn_min_time_between_cnps = \"4\"");
+    let v = show_at(&root);
+    let m1 = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["device"] == "mlx5_1")
+        .unwrap();
+    assert_eq!(m1["settings"]["dcqcn_rpg_hai_rate"]["value"], "50", "{m1}");
+    let o = qos(&cfg, &["plan"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("change  mlx5_1/1 (ens1f1np1)  dcqcn_rpg_ai_rate: 5 -> 10"),
+        "{text}{}",
+        stderr(&o)
+    );
+    assert!(
+        text.contains("dcqcn_min_time_between_cnps: 0 -> 4"),
+        "{text}"
+    );
+    let o = qos(&cfg, &["apply", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(read_tree(&cc, "rp_ai_rate"), "10");
+    assert_eq!(read_tree(&cc, "np_min_time_between_cnps"), "4");
+    assert_eq!(qos(&cfg, &["plan"]).status.code(), Some(0));
+    let o = qos(&cfg, &["rollback", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(read_tree(&cc, "rp_ai_rate"), "5");
+    assert_eq!(read_tree(&cc, "np_min_time_between_cnps"), "0");
+    // The clamp is one bit: 2 would be written as 0 by the driver, so it is refused.
+    write_cfg("dcqcn_clamp_tgt_rate = \"2\"");
+    let o = qos(&cfg, &["plan"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("qos.desired[0].settings.dcqcn_clamp_tgt_rate"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `qos show --json` of a tree.
 fn show_at(root: &std::path::Path) -> Value {
     let o = rocewatch(

@@ -24,6 +24,10 @@
 //! The storm condition is the one SONiC's PFC watchdog acts on: a queue that receives
 //! pauses for nearly all of its detection time while it does not drain.
 
+mod advice;
+
+pub use advice::settings_advice;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;

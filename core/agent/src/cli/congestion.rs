@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use rocewatch_congestion::{between, Row, State};
-use rocewatch_plugin_api::{PluginKind, Sample};
+use rocewatch_congestion::{between, settings_advice, Row, State};
+use rocewatch_plugin_api::{PluginKind, QosState, Sample, Setting};
 
 use super::args::CongestionArgs;
 use super::output::print_json;
@@ -15,7 +15,13 @@ use crate::app::App;
 
 pub async fn run(a: CongestionArgs) -> Result<i32> {
     let cfg = a.source.load()?;
-    let app = App::start(cfg, Some(&[PluginKind::Collector])).await;
+    // With --advise, the configuration plugins too: the settings each advice points at.
+    let kinds: &[PluginKind] = if a.advise {
+        &[PluginKind::Collector, PluginKind::Configuration]
+    } else {
+        &[PluginKind::Collector]
+    };
+    let app = App::start(cfg, Some(kinds)).await;
     let code = frames(&app, &a).await;
     app.stop().await;
     code
@@ -53,10 +59,16 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
             return Ok(2);
         }
         let rows = between(&before, &after, elapsed);
+        let config = if a.advise {
+            app.observe_qos().await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         if a.json {
             print_json(&json(&rows, elapsed, &errors))?;
         } else {
-            print!("{}", text(&rows, elapsed, a.advise, a.all, &errors));
+            let advise = a.advise.then_some(config.as_slice());
+            print!("{}", text(&rows, elapsed, advise, a.all, &errors));
         }
         if !a.watch {
             return Ok(0);
@@ -100,11 +112,22 @@ fn port_name(r: &Row) -> String {
     }
 }
 
-/// The table, and with `advise` what to tune.
+/// The settings of the port a row is about, by name (values only).
+fn setting_of<'a>(config: &'a [QosState], r: &Row) -> impl Fn(&str) -> Option<String> + 'a {
+    let port = config
+        .iter()
+        .find(|s| s.device == r.at.device && s.port.to_string() == r.at.port);
+    move |k| match port.and_then(|p| p.settings.get(k)) {
+        Some(Setting::Value(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+/// The table, and with `advise` (the ports' configuration) what to tune.
 pub(crate) fn text(
     rows: &[Row],
     window: Duration,
-    advise: bool,
+    advise: Option<&[QosState]>,
     all: bool,
     errors: &[String],
 ) -> String {
@@ -162,7 +185,7 @@ pub(crate) fn text(
             let _ = writeln!(out, "({idle} idle priorities not shown; --all shows them)");
         }
     }
-    if advise {
+    if let Some(config) = advise {
         let troubled: Vec<&Row> = rows
             .iter()
             .filter(|r| {
@@ -190,6 +213,11 @@ pub(crate) fn text(
                 r.verdict.evidence,
                 r.verdict.knob
             );
+            if let Ok(prio) = r.at.priority.parse::<u8>() {
+                for line in settings_advice(&r.verdict, &r.rates, prio, &setting_of(config, r)) {
+                    let _ = writeln!(out, "  here: {}", safe(&line));
+                }
+            }
         }
     }
     for e in errors.iter().take(5) {
@@ -263,7 +291,19 @@ mod tests {
             },
         );
         let rows = [storm, idle, flowing];
-        let t = text(&rows, Duration::from_secs(10), true, false, &[]);
+        // The port's storm prevention, read by a configuration plugin, joins the advice.
+        let config = [QosState {
+            device: "mlx5_0".into(),
+            port: 1,
+            netdev: Some("ens1f0np0".into()),
+            settings: [(
+                "pfc_prevention_timeout".to_string(),
+                Setting::Value("off".into()),
+            )]
+            .into(),
+            settable_unread: Vec::new(),
+        }];
+        let t = text(&rows, Duration::from_secs(10), Some(&config), false, &[]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "rocewatch congestion over 10s");
         assert!(lines[1].starts_with("PORT"), "{t}");
@@ -286,11 +326,15 @@ mod tests {
             t.contains("  tune: the peer keeps pausing this priority"),
             "{t}"
         );
+        assert!(
+            t.contains("  here: this NIC's storm prevention: pfc_prevention_timeout = off"),
+            "{t}"
+        );
         // --all shows the idle priority; without --advise no advice.
         let t = text(
             &rows,
             Duration::from_secs(10),
-            false,
+            None,
             true,
             &["x: denied".into()],
         );
@@ -298,12 +342,12 @@ mod tests {
         assert!(!t.contains("tune:"), "{t}");
         assert!(t.ends_with("not read: x: denied\n"), "{t}");
         // Nothing to tune, said.
-        let t = text(&rows[1..], Duration::from_secs(10), true, false, &[]);
+        let t = text(&rows[1..], Duration::from_secs(10), Some(&[]), false, &[]);
         assert!(t.contains("nothing to tune over 10s"), "{t}");
         // A netdev name with a terminal escape prints escaped.
         let mut odd = rows[0].clone();
         odd.at.netdev = "x\x1b[2J".into();
-        let t = text(&[odd], Duration::from_millis(10_400), true, false, &[]);
+        let t = text(&[odd], Duration::from_millis(10_400), Some(&[]), false, &[]);
         assert!(
             t.starts_with("rocewatch congestion over 10s 400ms\n"),
             "{t}"

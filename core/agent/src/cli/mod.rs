@@ -28,6 +28,7 @@ mod quarantine;
 mod rules;
 mod run;
 pub mod show;
+mod terminal;
 mod top;
 mod top_view;
 

@@ -114,3 +114,43 @@ fn congestion_names_a_storm_and_its_knob_over_the_window() {
     let pauses = p3["rates"]["pause_frames_rx"].as_f64().unwrap();
     assert!((90_000.0 / w - pauses).abs() < 1.0, "{v}");
 }
+
+/// `--watch` on a terminal (a pseudo-terminal from util-linux's `script`): one screen
+/// redrawn every window in the alternate screen, the host and time on top, and `q` ends
+/// it with the terminal as it was.
+#[test]
+fn congestion_watch_redraws_one_screen_on_a_terminal_and_q_quits() {
+    use std::io::Write;
+    let script = std::path::Path::new("/usr/bin/script");
+    assert!(
+        script.exists(),
+        "util-linux's script (Debian: bsdutils, essential) is needed for a terminal"
+    );
+    let cmd = format!(
+        "{} congestion --sysfs-root {} --window 1s --watch",
+        artifacts().rocewatch.display(),
+        fixture("mlx5-roce-dual-port").display()
+    );
+    let mut child = Command::new(script)
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    std::thread::sleep(Duration::from_millis(3500));
+    child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
+    let started = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "q did not end it at once"
+    );
+    assert!(out.starts_with("\x1b[?1049h\x1b[?25l"), "{out:?}");
+    assert!(out.matches("\x1b[H\x1b[2J").count() >= 2, "{out:?}");
+    assert!(out.contains("(every 1s; q quits)"), "{out:?}");
+    assert!(out.contains("rocewatch congestion over 1s"), "{out:?}");
+    assert!(out.trim_end().ends_with("\x1b[?25h\x1b[?1049l"), "{out:?}");
+}

@@ -66,14 +66,16 @@ pub struct CongestionArgs {
     /// Time between the two collections the rates are computed over (100ms to 1h).
     #[arg(long, value_parser = rocewatch_runtime::util::duration::WATCH.flag(), default_value = "10s", value_name = "DUR")]
     pub window: Duration,
-    /// For each port and priority in a troubled state: what to tune, and the counters
-    /// it rests on.
+    /// For each port and priority in a troubled state: what to tune, the counters it
+    /// rests on, and the port's own settings it points at (ECN enables, DCQCN timers,
+    /// PFC, buffer, storm prevention).
     #[arg(long)]
     pub advise: bool,
     /// Show idle priorities too.
     #[arg(long)]
     pub all: bool,
-    /// Again every window until interrupted (frames one after another).
+    /// Again every window until interrupted: on a terminal one screen redrawn like top
+    /// (q quits), elsewhere frames one after another.
     #[arg(long, conflicts_with = "json")]
     pub watch: bool,
     /// Print JSON: {"window_s","ports":[{"device","port","netdev","priority","state",
@@ -91,7 +93,9 @@ pub enum QosCommand {
     /// netlink: the live kernel only), ECN enables per priority for the notification and
     /// reaction points and the CNP DSCP/priority (mlx5 sysfs), traffic class, netdev MTU
     /// and the RoCE MTU it implies, the PFC storm-prevention timeout (ethtool tunable,
-    /// live kernel only). A setting the device does not have says "unsupported"; one
+    /// live kernel only), the DCQCN parameters (dcqcn_*: MLNX_OFED sysfs, or the kernel's
+    /// mlx5 debugfs cc_params), the receive buffers and mlx5's cable length (DCB
+    /// netlink), and the switch's PFC and APP entries as DCBX learned them (peer_*). A setting the device does not have says "unsupported"; one
     /// that could not be read says "unknown" and why. Ends with the configuration
     /// fingerprint (settings, drivers, firmware: equal on hosts configured alike).
     ///

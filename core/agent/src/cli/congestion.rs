@@ -1,9 +1,13 @@
 //! `rocewatch congestion`: the congestion state of every port and priority over a window
 //! (`rocewatch_congestion`), as a table like `mlnx_qos` prints per priority; `--advise`:
-//! what to tune for the troubled ones; `--watch`: again every window.
+//! what to tune for the troubled ones; `--watch`: again every window, one screen redrawn
+//! on a terminal (like `top`), frames one after another elsewhere.
 
 use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use anyhow::Result;
 use rocewatch_congestion::{between, settings_advice, Row, State};
@@ -11,6 +15,7 @@ use rocewatch_plugin_api::{PluginKind, QosState, Sample, Setting};
 
 use super::args::CongestionArgs;
 use super::output::print_json;
+use super::terminal::{terminal_rows, Terminal};
 use crate::app::App;
 
 pub async fn run(a: CongestionArgs) -> Result<i32> {
@@ -42,13 +47,28 @@ async fn collect(app: &App) -> (Vec<Sample>, Vec<String>) {
 async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
     let (mut before, _) = collect(app).await;
     let mut at = Instant::now();
+    // --watch on a terminal redraws one screen, like top (q or Ctrl-C ends it); else
+    // frames follow one another.
+    let tty = a.watch && !a.json && std::io::stdout().is_terminal();
+    let terminal = tty.then(Terminal::enter);
+    let (_never, idle) = watch::channel(false);
+    let mut keys = terminal
+        .as_ref()
+        .and_then(Terminal::quit_key)
+        .unwrap_or(idle);
+    let mut signals = rocewatch_runtime::util::signals::shutdown_on_signals();
     loop {
-        tokio::time::sleep(a.window).await;
+        tokio::select! {
+            _ = tokio::time::sleep(a.window) => {}
+            Ok(_) = signals.wait_for(|stop| *stop) => break,
+            Ok(_) = keys.wait_for(|quit| *quit) => break,
+        }
         let (after, errors) = collect(app).await;
         // The rates over the time that really passed between the two collections (the
         // window, plus a collection, plus printing when watching).
         let elapsed = std::mem::replace(&mut at, Instant::now()).elapsed();
         if before.is_empty() && after.is_empty() {
+            drop(terminal);
             eprintln!(
                 "rocewatch congestion: nothing could be collected{}",
                 match errors.first() {
@@ -68,13 +88,32 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
             print_json(&json(&rows, elapsed, &errors))?;
         } else {
             let advise = a.advise.then_some(config.as_slice());
-            print!("{}", text(&rows, elapsed, advise, a.all, &errors));
+            let body = text(&rows, elapsed, advise, a.all, &errors);
+            let mut out = std::io::stdout().lock();
+            if tty {
+                // The frame cut to the screen, the host and time on top (as top does).
+                let keep = terminal_rows().saturating_sub(2).max(1);
+                let shown: Vec<&str> = body.lines().take(keep).collect();
+                write!(
+                    out,
+                    "\x1b[H\x1b[2J{} {} (every {}; q quits)\n{}\n",
+                    safe(&app.host_name),
+                    humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+                    humantime::format_duration(a.window),
+                    shown.join("\n")
+                )?;
+            } else {
+                write!(out, "{body}")?;
+            }
+            out.flush()?;
         }
         if !a.watch {
-            return Ok(0);
+            break;
         }
         before = after;
     }
+    drop(terminal);
+    Ok(0)
 }
 
 fn rate(v: Option<f64>) -> String {

@@ -73,7 +73,7 @@ pub fn settings_advice(
             if let Some(list) = get("pfc_enabled") {
                 if !holds(&list, prio) {
                     out.push(format!(
-                        "PFC is off on priority {prio} here (pfc_enabled = {list}): add {prio} ([[qos.desired]] pfc_enabled)"
+                        "PFC is off on priority {prio} here (pfc_enabled = {list}): add {prio} ([[qos.desired]] pfc_enabled; mlx5 takes the link down and up to change it)"
                     ));
                 } else if r.discards.is_some_and(|d| d > 0.0) {
                     // Lossless here and still discarding: the buffer overflowed before

@@ -8,7 +8,8 @@
 //! wire and in the sender's pipeline still arrives, which is
 //! `xoff = (301 + 2.16 × cable metres) × Gb/s + 2.72 × MTU` bytes (speed at least
 //! 40 Gb/s), and the driver refuses a lossless buffer smaller than
-//! `xoff + max MTU (at least 9216) + one 128-byte cell`.
+//! `xoff + max MTU (at least 9216) + one 128-byte cell`, and keeps sizes in 128-byte
+//! cells. The netdev's maximum MTU is not in sysfs: the figure here is a lower bound.
 
 use rocewatch_plugin_api::{QosState, Setting};
 
@@ -30,9 +31,12 @@ pub fn xoff_bytes(speed_mbps: u64, cable_m: u32, mtu: u32) -> u64 {
     (301 + 216 * cable_m as u64 / 100) * speed / 1000 + 272 * mtu as u64 / 100
 }
 
-/// The smallest lossless buffer mlx5 accepts for that port.
+/// The smallest lossless buffer mlx5 accepts for that port, in whole cells (the driver
+/// keeps sizes in 128-byte cells). A lower bound: mlx5 adds the netdev's maximum MTU
+/// (at least 9216), which sysfs does not show; the current MTU stands in when larger.
 pub fn lossless_buffer_min(speed_mbps: u64, cable_m: u32, mtu: u32) -> u64 {
-    xoff_bytes(speed_mbps, cable_m, mtu) + (mtu as u64).max(MIN_MAX_MTU) + CELL
+    let need = xoff_bytes(speed_mbps, cable_m, mtu) + (mtu as u64).max(MIN_MAX_MTU) + CELL;
+    need.div_ceil(CELL) * CELL
 }
 
 fn list(s: &str) -> Vec<u64> {
@@ -74,6 +78,24 @@ fn read_buffers(qos: &[QosState], dev: &str, port: u32, nd: &str) -> Result<Buff
             ))
         }
     };
+    if let Some(bad) = lossless.iter().find(|p| **p > 7) {
+        return Err(check(
+            "buffers",
+            &subject,
+            Status::Warn,
+            format!("pfc_enabled names priority {bad}: priorities are 0-7"),
+            None,
+        ));
+    }
+    if let Some(bad) = p2b.iter().find(|b| **b > 7) {
+        return Err(check(
+            "buffers",
+            &subject,
+            Status::Warn,
+            format!("prio2buffer names buffer {bad}: buffers are 0-7"),
+            None,
+        ));
+    }
     if p2b.len() != 8 || sizes.len() != 8 {
         return Err(check(
             "buffers",
@@ -145,7 +167,7 @@ pub(super) fn buffer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, lin
             let have = sizes[b as usize];
             if have < need {
                 wrong.push(format!(
-                    "buffer {b} (priority {p}) holds {have} bytes, less than the {need} a lossless buffer needs at {} Gb/s over {cable} m of cable ({cable_from}) with MTU {mtu} (xoff {} bytes + a {} byte frame + a 128-byte cell, mlx5's port_buffer.c)",
+                    "buffer {b} (priority {p}) holds {have} bytes, less than the at least {need} a lossless buffer needs at {} Gb/s over {cable} m of cable ({cable_from}) with MTU {mtu} (xoff {} bytes + a {} byte frame + a 128-byte cell, in whole cells; mlx5's port_buffer.c)",
                     speed / 1000,
                     xoff_bytes(speed, cable, mtu),
                     (mtu as u64).max(MIN_MAX_MTU)
@@ -220,7 +242,9 @@ mod tests {
         assert_eq!(xoff_bytes(25_000, 7, 1500), 16_720); // the 40 Gb/s floor
         assert_eq!(xoff_bytes(400_000, 7, 9000), 150_880);
         assert_eq!(xoff_bytes(100_000, 100, 1500), 55_780);
-        assert_eq!(lossless_buffer_min(100_000, 7, 1500), 35_680 + 9216 + 128);
+        // 35,680 + 9,216 + 128 = 45,024 bytes: 351.75 cells, so 352 cells.
+        assert_eq!(lossless_buffer_min(100_000, 7, 1500), 45_056);
+        assert_eq!(lossless_buffer_min(100_000, 7, 1500) % 128, 0);
     }
 
     #[test]
@@ -234,7 +258,7 @@ mod tests {
         assert_eq!(c.status, Status::Pass, "{c:?}");
         assert!(
             c.evidence
-                .contains("45024 bytes of headroom 100 Gb/s over 7 m (mlx5's default"),
+                .contains("45056 bytes of headroom 100 Gb/s over 7 m (mlx5's default"),
             "{}",
             c.evidence
         );
@@ -261,7 +285,8 @@ mod tests {
 
     #[test]
     fn a_buffer_short_of_headroom_names_the_figures() {
-        // 400 Gb/s over 30 m, MTU 9000: xoff (301 + 64) * 400 + 24480 = 170480.
+        // 400 Gb/s over 30 m, MTU 9000: xoff (301 + 64) * 400 + 24480 = 170480; + 9216
+        // + 128 = 179824, 1404.875 cells: 1405 cells, 179840 bytes.
         let q = port(&[
             ("pfc_enabled", "3"),
             ("prio2buffer", "0,0,0,1,0,0,0,0"),
@@ -276,11 +301,11 @@ mod tests {
         let c = buffer_check(&q, "mlx5_0", 1, "eth0", &link);
         assert_eq!(c.status, Status::Warn, "{c:?}");
         assert!(
-            c.evidence.contains("buffer 1 (priority 3) holds 130944 bytes, less than the 179824 a lossless buffer needs at 400 Gb/s over 30 m of cable (told) with MTU 9000"),
+            c.evidence.contains("buffer 1 (priority 3) holds 130944 bytes, less than the at least 179840 a lossless buffer needs at 400 Gb/s over 30 m of cable (told) with MTU 9000"),
             "{}",
             c.evidence
         );
-        assert!(c.fix.unwrap().contains("buffer-size 1:179824"));
+        assert!(c.fix.unwrap().contains("buffer-size 1:179840"));
         // The driver's cable length is used when none is told.
         let c = buffer_check(
             &q,
@@ -298,6 +323,19 @@ mod tests {
             "{}",
             c.evidence
         );
+    }
+
+    #[test]
+    fn odd_values_from_a_plugin_are_warnings_not_panics() {
+        for (pfc, map) in [("9", "0,0,0,1,0,0,0,0"), ("3", "0,0,0,12,0,0,0,0")] {
+            let q = port(&[
+                ("pfc_enabled", pfc),
+                ("prio2buffer", map),
+                ("buffer_size", "1,1,0,0,0,0,0,0"),
+            ]);
+            let c = buffer_check(&q, "mlx5_0", 1, "eth0", &LINK_100G);
+            assert_eq!(c.status, Status::Warn, "{c:?}");
+        }
     }
 
     #[test]

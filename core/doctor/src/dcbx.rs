@@ -37,72 +37,20 @@ pub(super) fn app_entries(text: &str) -> Vec<(String, u32, u8)> {
     out
 }
 
-/// The `dcbx-peer` check of one port: PFC on the same priorities on both ends of the
-/// link, and the switch's APP table sending RoCE (UDP 4791, the RoCE DSCP) to the
-/// priority the host expects it on.
-pub(super) fn dcbx_peer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, prio: u8) -> Check {
-    let subject = format!("{dev}/{port}");
-    let (peer_pfc, peer_app) = (
-        setting(qos, dev, port, "peer_pfc_enabled"),
-        setting(qos, dev, port, "peer_app"),
-    );
-    let peer_pfc = match peer_pfc {
-        Some(Setting::Value(v)) => v.clone(),
-        Some(Setting::Unknown(why)) => {
-            return check(
-                "dcbx-peer",
-                &subject,
-                Status::Skip,
-                format!("the link partner's DCBX view is unknown: {why}"),
-                None,
-            )
-        }
-        _ => {
-            return check(
-                "dcbx-peer",
-                &subject,
-                Status::Skip,
-                format!(
-                    "{nd}'s driver reports no DCBX peer (no DCBX on the link, or neither the NIC firmware nor lldpad runs it): the switch's PFC is not visible from the host"
-                ),
-                None,
-            )
-        }
-    };
-    let host_pfc = match setting(qos, dev, port, "pfc_enabled") {
-        Some(Setting::Value(v)) => v.clone(),
-        _ => "unknown".into(),
-    };
+/// Where the switch sends RoCE, if not to `prio`: its UDP 4791 entries, and its DSCP
+/// entries for the DSCPs the host marks RoCE with (its RoCE ToS, else its own map's
+/// DSCPs to the priority).
+fn roce_elsewhere(
+    qos: &[QosState],
+    dev: &str,
+    port: u32,
+    prio: u8,
+    peer_app: Option<&Setting>,
+) -> Vec<String> {
     let mut wrong = Vec::new();
-    let (h, p) = (priorities(&host_pfc), priorities(&peer_pfc));
-    if host_pfc != "unknown" {
-        let host_only: Vec<String> = h
-            .iter()
-            .filter(|x| !p.contains(x))
-            .map(u8::to_string)
-            .collect();
-        let peer_only: Vec<String> = p
-            .iter()
-            .filter(|x| !h.contains(x))
-            .map(u8::to_string)
-            .collect();
-        if !host_only.is_empty() {
-            wrong.push(format!(
-                "priority {} lossless on the host only (host PFC {host_pfc}, switch PFC {peer_pfc}): the switch drops what the host expects to be paused",
-                host_only.join(",")
-            ));
-        }
-        if !peer_only.is_empty() {
-            wrong.push(format!(
-                "priority {} lossless on the switch only (host PFC {host_pfc}, switch PFC {peer_pfc}): the host ignores the switch's pauses there",
-                peer_only.join(",")
-            ));
-        }
-    }
-    // Where the switch sends RoCE: UDP 4791 entries, and DSCP entries for the DSCPs the
-    // host marks RoCE with (its RoCE ToS, else its own map's DSCPs to the priority).
     let host_dscps: Vec<u32> = match setting(qos, dev, port, "roce_tos") {
-        Some(Setting::Value(t)) if t.trim().parse::<u32>().is_ok() => {
+        // ToS 0 is "not set" (applications set their own): the host's map says then.
+        Some(Setting::Value(t)) if t.trim().parse::<u32>().is_ok_and(|t| t > 0) => {
             vec![t.trim().parse::<u32>().expect("checked") >> 2]
         }
         _ => match setting(qos, dev, port, "dscp_map") {
@@ -137,6 +85,82 @@ pub(super) fn dcbx_peer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, 
             ));
         }
     }
+    wrong
+}
+
+/// The `dcbx-peer` check of one port: PFC on the same priorities on both ends of the
+/// link, and the switch's APP table sending RoCE (UDP 4791, the RoCE DSCP) to the
+/// priority the host expects it on.
+pub(super) fn dcbx_peer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, prio: u8) -> Check {
+    let subject = format!("{dev}/{port}");
+    let (peer_pfc, peer_app) = (
+        setting(qos, dev, port, "peer_pfc_enabled"),
+        setting(qos, dev, port, "peer_app"),
+    );
+    let peer_pfc = match peer_pfc {
+        Some(Setting::Value(v)) => v.clone(),
+        Some(Setting::Unknown(why)) => {
+            return check(
+                "dcbx-peer",
+                &subject,
+                Status::Skip,
+                format!("the link partner's DCBX view is unknown: {why}"),
+                None,
+            )
+        }
+        _ => {
+            return check(
+                "dcbx-peer",
+                &subject,
+                Status::Skip,
+                format!(
+                    "{nd}'s driver does not report the link partner's DCBX view over DCB netlink (mlx5, ice and bnxt never do; qede and cxgb4 do while their firmware runs DCBX; where lldpad runs it, lldptool -t -n -i {nd} shows the peer's TLVs): the switch's PFC is not compared"
+                ),
+                None,
+            )
+        }
+    };
+    let host_pfc = match setting(qos, dev, port, "pfc_enabled") {
+        Some(Setting::Value(v)) => v.clone(),
+        _ => {
+            return check(
+                "dcbx-peer",
+                &subject,
+                Status::Skip,
+                format!(
+                    "switch PFC {peer_pfc}; the host's PFC is unknown: nothing to compare it with"
+                ),
+                None,
+            )
+        }
+    };
+    let mut wrong = Vec::new();
+    let (h, p) = (priorities(&host_pfc), priorities(&peer_pfc));
+    {
+        let host_only: Vec<String> = h
+            .iter()
+            .filter(|x| !p.contains(x))
+            .map(u8::to_string)
+            .collect();
+        let peer_only: Vec<String> = p
+            .iter()
+            .filter(|x| !h.contains(x))
+            .map(u8::to_string)
+            .collect();
+        if !host_only.is_empty() {
+            wrong.push(format!(
+                "priority {} lossless on the host only (host PFC {host_pfc}, switch PFC {peer_pfc}): the switch drops what the host expects to be paused",
+                host_only.join(",")
+            ));
+        }
+        if !peer_only.is_empty() {
+            wrong.push(format!(
+                "priority {} lossless on the switch only (host PFC {host_pfc}, switch PFC {peer_pfc}): the host ignores the switch's pauses there",
+                peer_only.join(",")
+            ));
+        }
+    }
+    wrong.extend(roce_elsewhere(qos, dev, port, prio, peer_app));
     let peer_app_text = match peer_app {
         Some(Setting::Value(v)) => v.clone(),
         _ => "not reported".into(),
@@ -152,7 +176,7 @@ pub(super) fn dcbx_peer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, 
         Status::Fail,
         format!("{}; {evidence}", wrong.join("; ")),
         Some(format!(
-            "make both ends agree: on the switch, PFC on priority {prio} and RoCE (UDP {ROCE_PORT}, its DSCP) mapped to priority {prio}; on the host `dcb pfc show dev {}` and `dcb app show dev {}` show its side",
+            "make both ends agree: on the switch, PFC on priority {prio} and RoCE (UDP {ROCE_PORT}, its DSCP) mapped to priority {prio}; on the host, dcb pfc show dev {} and dcb app show dev {} show its side",
             word(nd),
             word(nd)
         )),
@@ -272,6 +296,30 @@ mod tests {
             .insert("peer_pfc_enabled".into(), Setting::Unsupported);
         let c = dcbx_peer_check(&q, "mlx5_0", 1, "eth0", 3);
         assert_eq!(c.status, Status::Skip);
-        assert!(c.evidence.contains("no DCBX peer"), "{}", c.evidence);
+        assert!(
+            c.evidence.contains("mlx5, ice and bnxt never do"),
+            "{}",
+            c.evidence
+        );
+        // The host's PFC unknown: nothing to compare, not a pass.
+        let mut q = port(&[("peer_pfc_enabled", "3")]);
+        q[0].settings
+            .insert("pfc_enabled".into(), Setting::Unknown("netlink".into()));
+        assert_eq!(
+            dcbx_peer_check(&q, "mlx5_0", 1, "eth0", 3).status,
+            Status::Skip
+        );
+        // ToS 0 is unset: DSCP 0 on priority 0 at the switch is not RoCE's.
+        let q = port(&[
+            ("pfc_enabled", "3"),
+            ("peer_pfc_enabled", "3"),
+            ("roce_tos", "0"),
+            ("dscp_map", "26:3"),
+            ("peer_app", "dscp-prio 0:0 26:3"),
+        ]);
+        assert_eq!(
+            dcbx_peer_check(&q, "mlx5_0", 1, "eth0", 3).status,
+            Status::Pass
+        );
     }
 }

@@ -79,6 +79,22 @@ fn port_and_qos_fixes() {
     let c = super::dcbx::dcbx_peer_check(&peer, DEV, 1, ND, 3);
     assert_eq!(c.status, Status::Fail, "{c:?}");
     assert_quoted(&[c]);
+    let mut buf = qos.clone();
+    for (k, v) in [
+        ("pfc_enabled", "3"),
+        ("prio2buffer", "0,0,0,0,0,0,0,0"),
+        ("buffer_size", "1000,0,0,0,0,0,0,0"),
+    ] {
+        buf[0].settings.insert(k.into(), value(v));
+    }
+    let link = super::buffers::Link {
+        speed_mbps: Some(100_000),
+        mtu: Some(9000),
+        cable_m: None,
+    };
+    let c = super::buffers::buffer_check(&buf, DEV, 1, ND, &link);
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    assert_quoted(&[c]);
 }
 
 #[test]

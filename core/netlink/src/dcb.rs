@@ -207,6 +207,9 @@ pub struct IeeeDcb {
     pub peer_pfc: Option<IeeePfc>,
     /// The link partner's APP entries; absent: the driver does not report them.
     pub peer_apps: Option<Vec<DcbApp>>,
+    /// The optional attributes (buffer, peer PFC, peer APP) that came malformed, each
+    /// with what was wrong: the rest of the reply still counts.
+    pub attr_errors: Vec<(u16, String)>,
 }
 
 impl IeeeDcb {
@@ -331,36 +334,24 @@ pub fn decode_ieee_get(payload: &[u8]) -> Result<IeeeDcb, String> {
                             })?);
                         }
                         IEEE_APP_TABLE => out.apps = app_entries(&i, "DCB_ATTR_IEEE_APP_TABLE")?,
-                        IEEE_PEER_PFC => {
-                            out.peer_pfc = Some(IeeePfc::from_bytes(i.data).ok_or_else(|| {
+                        IEEE_PEER_PFC => match IeeePfc::from_bytes(i.data) {
+                            Some(p) => out.peer_pfc = Some(p),
+                            None => out.attr_errors.push((
+                                IEEE_PEER_PFC,
                                 format!(
                                     "DCB_ATTR_IEEE_PEER_PFC of {} bytes, expected {IEEE_PFC_LEN}",
                                     i.data.len()
-                                )
-                            })?);
-                        }
-                        IEEE_PEER_APP => {
-                            out.peer_apps = Some(app_entries(&i, "DCB_ATTR_IEEE_PEER_APP")?)
-                        }
-                        DCB_BUFFER => {
-                            let b = DcbBuffer::from_bytes(i.data).ok_or_else(|| {
-                                format!(
-                                    "DCB_ATTR_DCB_BUFFER of {} bytes, expected {BUFFER_LEN}",
-                                    i.data.len()
-                                )
-                            })?;
-                            if let Some(p) = b
-                                .prio2buffer
-                                .iter()
-                                .position(|&x| x as usize >= MAX_BUFFERS)
-                            {
-                                return Err(format!(
-                                    "DCB_ATTR_DCB_BUFFER maps priority {p} to buffer {}, past the {MAX_BUFFERS} buffers",
-                                    b.prio2buffer[p]
-                                ));
-                            }
-                            out.buffer = Some(b);
-                        }
+                                ),
+                            )),
+                        },
+                        IEEE_PEER_APP => match app_entries(&i, "DCB_ATTR_IEEE_PEER_APP") {
+                            Ok(a) => out.peer_apps = Some(a),
+                            Err(e) => out.attr_errors.push((IEEE_PEER_APP, e)),
+                        },
+                        DCB_BUFFER => match decode_buffer(i.data) {
+                            Ok(b) => out.buffer = Some(b),
+                            Err(e) => out.attr_errors.push((DCB_BUFFER, e)),
+                        },
                         _ => {}
                     }
                 }
@@ -371,11 +362,32 @@ pub fn decode_ieee_get(payload: &[u8]) -> Result<IeeeDcb, String> {
     Ok(out)
 }
 
+/// `DCB_ATTR_DCB_BUFFER`'s struct, every priority in one of the 8 buffers.
+fn decode_buffer(data: &[u8]) -> Result<DcbBuffer, String> {
+    let b = DcbBuffer::from_bytes(data).ok_or_else(|| {
+        format!(
+            "DCB_ATTR_DCB_BUFFER of {} bytes, expected {BUFFER_LEN}",
+            data.len()
+        )
+    })?;
+    if let Some(p) = b
+        .prio2buffer
+        .iter()
+        .position(|&x| x as usize >= MAX_BUFFERS)
+    {
+        return Err(format!(
+            "DCB_ATTR_DCB_BUFFER maps priority {p} to buffer {}, past the {MAX_BUFFERS} buffers",
+            b.prio2buffer[p]
+        ));
+    }
+    Ok(b)
+}
+
 /// The `DCB_ATTR_IEEE_APP` entries of an APP nest (`what` names it in errors).
 fn app_entries(nest: &Attr<'_>, what: &str) -> Result<Vec<DcbApp>, String> {
     let mut out = Vec::new();
     for e in nest.nested() {
-        let e = e?;
+        let e = e.map_err(|e| format!("{what}: {e}"))?;
         if e.ty == IEEE_APP {
             out.push(
                 DcbApp::from_bytes(e.data).ok_or_else(|| {
@@ -625,16 +637,27 @@ mod tests {
         // Without the attributes: not reported (not "empty").
         let d = decode_ieee_get(&reply_bytes()).unwrap();
         assert_eq!((d.buffer, d.peer_pfc, d.peer_apps), (None, None, None));
-        // A buffer index past the 8 buffers is refused, naming the priority.
+        assert!(d.attr_errors.is_empty());
+        // A buffer index past the 8 buffers is refused, naming the priority; the rest
+        // of the reply still decodes.
         let mut r = reply_with_buffer_and_peer();
         r[4 + 4 + 4 + 5] = 8;
-        let e = decode_ieee_get(&r).unwrap_err();
-        assert!(e.contains("priority 5 to buffer 8"), "{e}");
+        let d = decode_ieee_get(&r).unwrap();
+        assert!(d.buffer.is_none() && d.peer_pfc.is_some());
+        assert_eq!(d.attr_errors.len(), 1);
+        assert_eq!(d.attr_errors[0].0, DCB_BUFFER);
+        assert!(
+            d.attr_errors[0].1.contains("priority 5 to buffer 8"),
+            "{:?}",
+            d.attr_errors
+        );
         // A short buffer attribute names itself.
+        let e = decode_buffer(&[0u8; 40]).unwrap_err();
+        assert!(e.contains("DCB_ATTR_DCB_BUFFER of 40 bytes"), "{e}");
+        // A length that breaks the framing breaks the reply.
         let mut r = reply_with_buffer_and_peer();
         r[4 + 4..4 + 6].copy_from_slice(&(4 + 40u16).to_ne_bytes());
-        let e = decode_ieee_get(&r).unwrap_err();
-        assert!(e.contains("DCB_ATTR_DCB_BUFFER of 40 bytes"), "{e}");
+        assert!(decode_ieee_get(&r).unwrap_err().contains("length"));
     }
 
     #[test]

@@ -99,6 +99,9 @@ proptest! {
                 if let Some(p) = d.peer_pfc {
                     prop_assert_eq!(dcb::IeeePfc::from_bytes(&p.to_bytes()), Some(p));
                 }
+                for (_, e) in &d.attr_errors {
+                    prop_assert!(e.contains("DCB_ATTR_"), "{}", e);
+                }
             }
             Err(e) => prop_assert!(
                 ["DCB_ATTR_", "length", "attribute", "bytes"].iter().any(|w| e.contains(w)),

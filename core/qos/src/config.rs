@@ -178,9 +178,19 @@ pub fn check_value(setting: &str, v: &str) -> Result<(), String> {
             } else {
                 (u32::MAX as u64, "bytes")
             };
+            // All eight: a value left out would be written as 0 (a buffer emptied, a
+            // priority moved to buffer 0).
             let parts: Vec<&str> = v.split(',').map(str::trim).collect();
-            if parts.len() > 8 {
-                return Err(format!("{v:?}: at most 8 values separated by commas"));
+            if parts.len() != 8 {
+                return Err(format!(
+                    "{v:?}: {} values; all 8 separated by commas ({})",
+                    parts.len(),
+                    if max == 7 {
+                        "the buffer of priorities 0-7"
+                    } else {
+                        "the bytes of buffers 0-7"
+                    }
+                ));
             }
             for p in parts {
                 if !p.parse::<u64>().is_ok_and(|n| n <= max) {
@@ -211,6 +221,15 @@ pub fn canonical_roce_mode(v: &str) -> Option<&'static str> {
     }
 }
 
+/// Settings whose value is one whole number.
+fn is_integer_setting(s: &str) -> bool {
+    s.starts_with("dcqcn_")
+        || matches!(
+            s,
+            "roce_tos" | "traffic_class" | "cnp_dscp" | "cnp_802p_prio" | "mtu" | "cable_length"
+        )
+}
+
 /// Lists of priorities compare as sets ("4,3" is "3,4"); everything else as trimmed text.
 pub fn normalize(setting: &str, v: &str) -> String {
     let v = v.trim();
@@ -230,12 +249,20 @@ pub fn normalize(setting: &str, v: &str) -> String {
             }
         }
         "roce_mode" => canonical_roce_mode(v).map_or_else(|| v.to_string(), str::to_string),
-        // Eight values, the missing ones 0 (what apply writes).
-        "prio2buffer" | "buffer_size" => {
-            let mut p: Vec<String> = v.split(',').map(|x| x.trim().to_string()).collect();
-            p.resize(8.max(p.len()), "0".into());
-            p.join(",")
-        }
+        "prio2buffer" | "buffer_size" => v
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .parse::<u64>()
+                    .map_or_else(|_| x.trim().to_string(), |n| n.to_string())
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        // Whole numbers as plain decimal: "010" and "+10" are 10 (the kernel's debugfs
+        // would read a leading 0 as octal).
+        s if is_integer_setting(s) => v
+            .parse::<u64>()
+            .map_or_else(|_| v.to_string(), |n| n.to_string()),
         "dscp_map" if v != "none" => {
             let mut p: Vec<(u8, u8)> = v
                 .split(',')
@@ -274,14 +301,23 @@ mod tests {
         assert!(check_value("mtu", "9000").is_ok());
         assert!(check_value("ecn_np_enabled", "none").is_ok());
         assert!(check_value("ecn_np_enabled", "3;4").is_err());
-        assert!(check_value("prio2buffer", "0,0,0,1").is_ok());
+        assert!(check_value("prio2buffer", "0,0,0,1,0,0,0,0").is_ok());
         assert!(check_value("dcqcn_clamp_tgt_rate", "2").is_err());
         assert!(check_value("dcqcn_rpg_ai_rate", "5").is_ok());
         assert!(check_value("dcqcn_rpg_ai_rate", "-5").is_err());
         assert!(check_value("dcqcn_rpg_ai_rate", "4294967295").is_err());
         assert!(check_value("prio2buffer", "0,0,0,8").is_err());
-        assert_eq!(normalize("prio2buffer", "0, 0,0,1"), "0,0,0,1,0,0,0,0");
-        assert!(check_value("buffer_size", "130944,130944").is_ok());
+        assert!(check_value("prio2buffer", "0,0,0,1").is_err());
+        assert!(check_value("prio2buffer", "0,0,0,1,0,0,0,0").is_ok());
+        assert_eq!(
+            normalize("prio2buffer", "0, 0,0,01,0,0,0,0"),
+            "0,0,0,1,0,0,0,0"
+        );
+        assert!(check_value("buffer_size", "130944,130944,0,0,0,0,0,0").is_ok());
+        assert!(check_value("buffer_size", "262016").is_err());
         assert!(check_value("buffer_size", "1,2,3,4,5,6,7,8,9").is_err());
+        assert_eq!(normalize("dcqcn_rpg_ai_rate", "010"), "10");
+        assert_eq!(normalize("dcqcn_rpg_ai_rate", "+5"), "5");
+        assert_eq!(normalize("mtu", "09000"), "9000");
     }
 }

@@ -28,6 +28,13 @@ pub const ATTR_FINGERPRINT: &str = names::QOS_FINGERPRINT;
 /// The pseudo-plugin the configuration metrics are stored under.
 pub const PLUGIN: &str = "qos";
 
+/// Settings the fingerprint leaves out: what the switch announced (`peer_*`: the host's
+/// configuration is the same whatever DCBX says this minute) and the NIC's fixed buffer
+/// total.
+fn in_fingerprint(setting: &str) -> bool {
+    !setting.starts_with("peer_") && setting != "buffer_total"
+}
+
 /// A stable digest (FNV-1a, 64 bits, hex) of the effective configuration of every port
 /// and of every device's driver (its module's version, source digest and origin) and
 /// firmware: equal on hosts configured alike, whatever
@@ -36,6 +43,9 @@ pub fn fingerprint(states: &[QosState], inventory: &Inventory) -> String {
     let mut lines = Vec::new();
     for s in states {
         for (k, v) in &s.settings {
+            if !in_fingerprint(k) {
+                continue;
+            }
             let v = match v {
                 Setting::Value(v) => normalize(k, v),
                 Setting::Unsupported => "unsupported".into(),
@@ -269,6 +279,15 @@ mod tests {
         let fa = fingerprint(&a, &inv("28.39.1002"));
         assert_eq!(fa.len(), 16);
         assert_eq!(fa, fingerprint(&b, &inv("28.39.1002")));
+        // What the switch announces, and the buffer total, are not the host's
+        // configuration.
+        let mut peer = a.clone();
+        peer[0].settings.insert("peer_pfc_enabled".into(), v("3"));
+        peer[0]
+            .settings
+            .insert("peer_app".into(), v("dscp-prio 26:3"));
+        peer[0].settings.insert("buffer_total".into(), v("262016"));
+        assert_eq!(fa, fingerprint(&peer, &inv("28.39.1002")));
         // A different firmware, or a different value, is a different fingerprint.
         assert_ne!(fa, fingerprint(&a, &inv("28.40.1000")));
         let c = [port("mlx5_0", "eth2", &[("pfc_enabled", v("3"))])];

@@ -74,3 +74,58 @@ pub(crate) fn write_file(
     };
     Ok(outcome(true, msg, Some(previous)))
 }
+
+/// [`write_file`], and when the file reads back other than `to` (a driver that cut the
+/// value to its field, or refused it quietly), the previous value written back and an
+/// error saying what was read.
+pub(crate) fn write_file_checked(
+    file: &Path,
+    to: &str,
+    dry_run: bool,
+) -> Result<ApplyOutcome, PluginError> {
+    let o = write_file(file, to, dry_run)?;
+    if dry_run {
+        return Ok(o);
+    }
+    let now = read(file).map_err(PluginError::failed)?.unwrap_or_default();
+    if now == to {
+        return Ok(o);
+    }
+    let previous = o.previous.clone().unwrap_or_default();
+    let restored = std::fs::write(file, &previous).is_ok()
+        && read(file).ok().flatten().as_deref() == Some(previous.as_str());
+    Err(PluginError::failed(format!(
+        "{}: wrote {to:?}, reads back {now:?}; {}",
+        file.display(),
+        if restored {
+            format!("{previous:?} written back")
+        } else {
+            format!("writing {previous:?} back failed too")
+        }
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_that_does_not_read_back_is_undone_and_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("rp_ai_rate");
+        std::fs::write(&f, "5").unwrap();
+        let o = write_file_checked(&f, "10", false).unwrap();
+        assert_eq!(o.previous.as_deref(), Some("5"));
+        // A file that keeps nothing (as a driver that refuses quietly): /dev/null.
+        let null = d.path().join("np_cnp_dscp");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        let e = match write_file_checked(&null, "46", false) {
+            Err(PluginError::Failed(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            e.contains("wrote \"46\", reads back \"\"; \"\" written back"),
+            "{e}"
+        );
+    }
+}

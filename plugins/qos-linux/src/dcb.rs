@@ -92,6 +92,11 @@ fn dcb_settings(dcb: Result<&IeeeDcb, &str>, mlx5: bool) -> Vec<(&'static str, S
         .map(|(dscp, prio)| format!("{dscp}:{prio}"))
         .collect::<Vec<_>>()
         .join(",");
+    // A malformed optional attribute: those settings unknown, with what was wrong.
+    let missing = |attr: u16| match d.attr_errors.iter().find(|(a, _)| *a == attr) {
+        Some((_, e)) => Setting::Unknown(e.clone()),
+        None => Setting::Unsupported,
+    };
     let (p2b, sizes, total) = match &d.buffer {
         Some(b) => (
             value(comma_list(&b.prio2buffer)),
@@ -99,9 +104,9 @@ fn dcb_settings(dcb: Result<&IeeeDcb, &str>, mlx5: bool) -> Vec<(&'static str, S
             value(b.total_size.to_string()),
         ),
         None => (
-            Setting::Unsupported,
-            Setting::Unsupported,
-            Setting::Unsupported,
+            missing(dcb::DCB_BUFFER),
+            missing(dcb::DCB_BUFFER),
+            missing(dcb::DCB_BUFFER),
         ),
     };
     // mlx5 reports the cable length only with port buffers (0 otherwise).
@@ -122,25 +127,25 @@ fn dcb_settings(dcb: Result<&IeeeDcb, &str>, mlx5: bool) -> Vec<(&'static str, S
         ("buffer_total", total),
         (
             "peer_pfc_enabled",
-            d.peer_pfc.as_ref().map_or(Setting::Unsupported, |p| {
-                value(priority_list(&p.priorities()))
-            }),
+            d.peer_pfc.as_ref().map_or_else(
+                || missing(dcb::IEEE_PEER_PFC),
+                |p| value(priority_list(&p.priorities())),
+            ),
         ),
         (
             "peer_app",
             d.peer_apps
                 .as_deref()
-                .map_or(Setting::Unsupported, |a| value(app_text(a))),
+                .map_or_else(|| missing(dcb::IEEE_PEER_APP), |a| value(app_text(a))),
         ),
     ]
 }
 
-/// "0,0,0,1,0,0,0,0" → one value per priority or buffer (at most 8; missing ones 0),
-/// each at most `max`.
+/// "0,0,0,1,0,0,0,0" → one value per priority or buffer (all 8), each at most `max`.
 fn eight(v: &str, what: &str, max: u64) -> Result<Vec<u64>, String> {
     let v: Vec<&str> = v.split(',').map(str::trim).collect();
-    if v.len() > 8 {
-        return Err(format!("{} values, at most 8 ({what})", v.len()));
+    if v.len() != 8 {
+        return Err(format!("{} values, 8 expected ({what})", v.len()));
     }
     v.iter()
         .map(|x| match x.parse::<u64>() {
@@ -248,16 +253,20 @@ fn dcb_apply(
             .map(|(d, p)| DcbApp::dscp(*d, *p))
             .collect::<Vec<_>>()
     };
-    let what = format!(
-        "{ifname} {setting} -> {to} (DCB: {}{} APP entries added, {} removed)",
-        if pfc.is_some() {
-            "PFC bitmap set, "
-        } else {
-            ""
-        },
-        add.len(),
-        del.len()
-    );
+    let what = if setting == "cable_length" {
+        format!("{ifname} cable_length -> {to} m (DCB: the PFC struct's delay; the PFC priorities unchanged)")
+    } else {
+        format!(
+            "{ifname} {setting} -> {to} (DCB: {}{} APP entries added, {} removed)",
+            if pfc.is_some() {
+                "PFC bitmap set, "
+            } else {
+                ""
+            },
+            add.len(),
+            del.len()
+        )
+    };
     if dry_run {
         return Ok(outcome(false, format!("would set {what}"), previous));
     }
@@ -269,6 +278,20 @@ fn dcb_apply(
     }
     if !del.is_empty() {
         nl.ieee_del(ifname, &apps(&del)).map_err(kernel)?;
+    }
+    if setting == "cable_length" {
+        // mlx5 ignores a length it cannot use (no port buffers, or firmware-owned
+        // buffers, where it restores the old one): read back.
+        let now = nl
+            .ieee_get(ifname)
+            .map_err(|e| PluginError::failed(format!("read back after the change: {e}")))?;
+        let delay = now.pfc.map(|p| p.delay.to_string());
+        if delay.as_deref() != Some(to) {
+            return Err(PluginError::failed(format!(
+                "{ifname}: the kernel accepted cable_length {to} but reads back {} (the driver keeps the cable length only where it manages the port buffers)",
+                delay.as_deref().unwrap_or("nothing")
+            )));
+        }
     }
     Ok(outcome(true, format!("set {what}"), previous))
 }
@@ -317,8 +340,15 @@ fn buffer_apply(
         comma_list(&b.buffer_size)
     };
     if got.as_deref() != Some(want.as_str()) {
+        // What the driver made of it stays on the NIC unless put back: the buffers read
+        // before, written again.
+        let before = cur.buffer.expect("checked above");
+        let restored = match nl.buffer_set(ifname, &before) {
+            Ok(()) => "the buffers before written back".to_string(),
+            Err(e) => format!("writing the buffers before back failed too: {e}"),
+        };
         return Err(PluginError::failed(format!(
-            "{ifname}: the kernel accepted {setting} {want} but reads back {} (the driver has no buffer operation, or rounded the sizes to its cells)",
+            "{ifname}: the kernel accepted {setting} {want} but reads back {} (the driver has no buffer operation, or rounded the sizes to its cells: mlx5 keeps 128-byte cells); {restored}",
             got.as_deref().unwrap_or("nothing")
         )));
     }
@@ -382,8 +412,14 @@ mod tests {
     fn value_syntax() {
         assert_eq!(dscp_pairs("26:3, 48:6").unwrap(), [(26, 3), (48, 6)]);
         assert!(dscp_pairs("64:1").is_err() && dscp_pairs("26").is_err());
-        assert_eq!(eight("0,0,0,1", "buffer index", 7).unwrap(), [0, 0, 0, 1]);
-        assert!(eight("0,8", "buffer index", 7)
+        assert_eq!(
+            eight("0,0,0,1,0,0,0,0", "buffer index", 7).unwrap(),
+            [0, 0, 0, 1, 0, 0, 0, 0]
+        );
+        assert!(eight("0,0,0,1", "buffer index", 7)
+            .unwrap_err()
+            .contains("4 values"));
+        assert!(eight("0,8,0,0,0,0,0,0", "buffer index", 7)
             .unwrap_err()
             .contains("\"8\""));
         assert!(eight("0,0,0,0,0,0,0,0,0", "b", 7).is_err());

@@ -180,11 +180,18 @@ pub(crate) fn param_file(
         return Err(None);
     }
     match cc_params_dir(root, dev) {
-        Some(d) if d.is_dir() => Ok(d.join(debugfs)),
-        Some(d) => Err(Some(format!(
-            "{} is not there (debugfs not mounted: mount -t debugfs none /sys/kernel/debug; or the firmware does not allow querying and changing congestion control)",
-            d.display()
-        ))),
+        Some(d) => match std::fs::metadata(&d) {
+            Ok(m) if m.is_dir() => Ok(d.join(debugfs)),
+            // debugfs is root's alone (0700): the service's user sees nothing.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(Some(format!(
+                "{}: permission denied (debugfs is root's: rocewatch qos show run as root reads them)",
+                d.display()
+            ))),
+            _ => Err(Some(format!(
+                "{} is not there (debugfs not mounted: mount -t debugfs none /sys/kernel/debug; or the firmware does not allow querying and changing congestion control)",
+                d.display()
+            ))),
+        },
         None => Err(Some(format!("{dev} has no parent PCI function"))),
     }
 }

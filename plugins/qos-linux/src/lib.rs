@@ -51,7 +51,7 @@ use rocewatch_netlink::dcb::DcbNetlink;
 use rocewatch_plugin_api::*;
 use rocewatch_sysfs::SysRoot;
 
-use attr::{file_setting, write_file};
+use attr::{file_setting, write_file, write_file_checked};
 
 /// Options of the plugin: only the device selection the agent shares with every built-in
 /// (`[devices]`); the settings of every RDMA port are read and changed. Anything else is
@@ -227,13 +227,13 @@ impl ConfigurationPlugin for QosLinux {
             s @ ("cnp_dscp" | "cnp_802p_prio") => {
                 let f = ecn::cnp_file(&root.netdev_dir(&netdev()?), s);
                 match dcqcn::cnp_debugfs_file(&root, dev, s) {
-                    Some(d) if !f.exists() => write_file(&d, to, dry_run),
-                    _ => write_file(&f, to, dry_run),
+                    Some(d) if !f.exists() => write_file_checked(&d, to, dry_run),
+                    _ => write_file_checked(&f, to, dry_run),
                 }
             }
             s if s.starts_with("dcqcn_") => {
                 let nd = netdev().ok().map(|n| root.netdev_dir(&n));
-                write_file(
+                write_file_checked(
                     &dcqcn::apply_file(&root, dev, nd.as_deref(), s)?,
                     to,
                     dry_run,

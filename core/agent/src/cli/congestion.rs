@@ -18,6 +18,9 @@ use super::output::print_json;
 use super::terminal::{terminal_rows, Terminal};
 use crate::app::App;
 
+/// How long --advise keeps the configuration it read.
+const CONFIG_EVERY: Duration = Duration::from_secs(30);
+
 pub async fn run(a: CongestionArgs) -> Result<i32> {
     let cfg = a.source.load()?;
     // With --advise, the configuration plugins too: the settings each advice points at.
@@ -56,7 +59,17 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
         .as_ref()
         .and_then(Terminal::quit_key)
         .unwrap_or(idle);
-    let mut signals = rocewatch_runtime::util::signals::shutdown_on_signals();
+    // Only --watch ends on a signal as a quit; a single frame keeps the default (Ctrl-C
+    // is an interrupted command, status 130).
+    let (_no_signal, quiet) = watch::channel(false);
+    let mut signals = if a.watch {
+        rocewatch_runtime::util::signals::shutdown_on_signals()
+    } else {
+        quiet
+    };
+    // The configuration --advise shows, read again at most every 30 s: the DCQCN
+    // parameters in debugfs are one firmware command each.
+    let mut config: Option<(Instant, Vec<QosState>)> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(a.window) => {}
@@ -79,15 +92,22 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
             return Ok(2);
         }
         let rows = between(&before, &after, elapsed);
-        let config = if a.advise {
-            app.observe_qos().await.unwrap_or_default()
-        } else {
-            Vec::new()
-        };
+        let mut errors = errors;
+        if a.advise
+            && config
+                .as_ref()
+                .is_none_or(|(at, _)| at.elapsed() >= CONFIG_EVERY)
+        {
+            match app.observe_qos().await {
+                Ok(states) => config = Some((Instant::now(), states)),
+                Err(e) => errors.push(format!("configuration: {e}")),
+            }
+        }
+        let config: &[QosState] = config.as_ref().map_or(&[], |(_, s)| s.as_slice());
         if a.json {
             print_json(&json(&rows, elapsed, &errors))?;
         } else {
-            let advise = a.advise.then_some(config.as_slice());
+            let advise = a.advise.then_some(config);
             let body = text(&rows, elapsed, advise, a.all, &errors);
             let mut out = std::io::stdout().lock();
             if tty {

@@ -666,3 +666,188 @@ fn doctor_passes_nothing_on_empty_input() {
         );
     }
 }
+
+/// The userspace stack on a container-like host built here: the mlx5 tree with the
+/// kernel's uverbs and rdma_cm class devices (`class/infiniband_verbs/uverbsN/{ibdev,dev}`,
+/// `class/misc/rdma_cm/dev`: uverbs_main.c, ucma.c), a root file system with rdma-core
+/// 44.0's libibverbs and only some of it: `uverbs0` passed in as a real character device
+/// (231:192, made with mknod, mode 0666 as the kernel makes it), `uverbs1` and `rdma_cm`
+/// not; the mlx5 provider present or taken away; a workload process (a proc tree's
+/// `4242`) with 64 KiB of locked memory and no CAP_IPC_LOCK.
+#[test]
+fn doctor_userspace_stack_on_a_container_like_host() {
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("this test makes a character device with mknod: it needs root (CI runs as root)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&sys)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for (n, dev, minor) in [(0, "mlx5_0", 192), (1, "mlx5_1", 193)] {
+        let d = sys.join(format!("class/infiniband_verbs/uverbs{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ibdev"), format!("{dev}\n")).unwrap();
+        std::fs::write(d.join("dev"), format!("231:{minor}\n")).unwrap();
+    }
+    std::fs::create_dir_all(sys.join("class/misc/rdma_cm")).unwrap();
+    std::fs::write(sys.join("class/misc/rdma_cm/dev"), "10:58\n").unwrap();
+    let rootfs = dir.path().join("rootfs");
+    let lib = rootfs.join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(lib.join("libibverbs")).unwrap();
+    std::fs::write(lib.join("libibverbs.so.1.14.44.0"), "").unwrap();
+    std::fs::write(lib.join("libibverbs/libmlx5-rdmav34.so"), "").unwrap();
+    std::fs::create_dir_all(rootfs.join("etc/libibverbs.d")).unwrap();
+    std::fs::write(rootfs.join("etc/libibverbs.d/mlx5.driver"), "driver mlx5\n").unwrap();
+    std::fs::create_dir_all(rootfs.join("dev/infiniband")).unwrap();
+    let node =
+        std::ffi::CString::new(rootfs.join("dev/infiniband/uverbs0").to_str().unwrap()).unwrap();
+    let r = unsafe {
+        libc::mknod(
+            node.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(231, 192),
+        )
+    };
+    assert_eq!(r, 0, "mknod: {}", std::io::Error::last_os_error());
+    unsafe { libc::chmod(node.as_ptr(), 0o666) };
+    let proc = dir.path().join("proc/4242");
+    std::fs::create_dir_all(&proc).unwrap();
+    std::fs::write(
+        proc.join("limits"),
+        "Limit                     Soft Limit           Hard Limit           Units     \n\
+         Max open files            1024                 524288               files     \n\
+         Max locked memory         65536                65536                bytes     \n",
+    )
+    .unwrap();
+    std::fs::write(
+        proc.join("status"),
+        "Name:\tworkload\nCapEff:\t00000000a80425fb\n",
+    )
+    .unwrap();
+    let run = || {
+        let o = rocewatch(
+            &[
+                "doctor",
+                "--json",
+                "--window",
+                "100ms",
+                "--sysfs-root",
+                sys.to_str().unwrap(),
+                "--procfs-root",
+                dir.path().join("proc").to_str().unwrap(),
+                "--rootfs",
+                rootfs.to_str().unwrap(),
+                "--pid",
+                "4242",
+                "--user",
+                "nobody",
+            ],
+            &[],
+        );
+        let v: Value = serde_json::from_str(&stdout(&o))
+            .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        v
+    };
+    let v = run();
+    let c = find(&v, "rdma-core", "");
+    assert_eq!(c["status"], "pass", "{c}");
+    assert!(
+        c["evidence"].as_str().unwrap().contains("rdma-core 44.0"),
+        "{c}"
+    );
+    let c = find(&v, "provider", "mlx5_0");
+    assert_eq!(c["status"], "pass", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("driver mlx5_core: provider mlx5"),
+        "{c}"
+    );
+    let c = find(&v, "uverbs", "mlx5_0");
+    assert_eq!(c["status"], "pass", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("(231:192, mode 666)"),
+        "{c}"
+    );
+    let c = find(&v, "uverbs", "mlx5_1");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("dev/infiniband/uverbs1 is not there"),
+        "{c}"
+    );
+    assert!(
+        c["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--device /dev/infiniband/uverbs1"),
+        "{c}"
+    );
+    let c = find(&v, "rdma-cm", "");
+    assert_eq!(c["status"], "warn", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("rdma_cm is not there"),
+        "{c}"
+    );
+    let c = find(&v, "memlock", "");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("process 4242: locked memory 64 KiB (hard 64 KiB)"),
+        "{c}"
+    );
+    assert!(
+        c["fix"].as_str().unwrap().contains("--ulimit memlock=-1"),
+        "{c}"
+    );
+    // The node made 0600 root's: nobody cannot open it.
+    unsafe { libc::chmod(node.as_ptr(), 0o600) };
+    let v = run();
+    let c = find(&v, "uverbs", "mlx5_0");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("nobody cannot open it"),
+        "{c}"
+    );
+    // CAP_IPC_LOCK lifts the limit; the provider taken away fails both devices.
+    std::fs::write(
+        proc.join("status"),
+        "Name:\tworkload\nCapEff:\t000001ffffffffff\n",
+    )
+    .unwrap();
+    std::fs::remove_file(lib.join("libibverbs/libmlx5-rdmav34.so")).unwrap();
+    let v = run();
+    assert_eq!(find(&v, "memlock", "")["status"], "pass", "{v}");
+    let c = find(&v, "provider", "mlx5_1");
+    assert_eq!(c["status"], "fail", "{c}");
+    assert!(
+        c["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("etc/libibverbs.d names it but no libmlx5-rdmav*.so is installed"),
+        "{c}"
+    );
+    assert!(
+        c["fix"].as_str().unwrap().contains("ibverbs-providers"),
+        "{c}"
+    );
+}

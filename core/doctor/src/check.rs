@@ -84,6 +84,15 @@ pub struct Options {
     pub link_layer: Option<&'static str>,
     /// The proc tree that goes with the sysfs root (`/proc` on a host).
     pub procfs_root: std::path::PathBuf,
+    /// The host's file system that goes with the sysfs root (`/`): `dev/infiniband`,
+    /// `etc/libibverbs.d`, the verbs libraries.
+    pub rootfs: std::path::PathBuf,
+    /// The workload the userspace checks are about: its user (device permissions), its
+    /// process or systemd unit (locked-memory limit), what it registers.
+    pub user: Option<String>,
+    pub pid: Option<u32>,
+    pub unit: Option<String>,
+    pub memlock_need: Option<u64>,
     /// The desired RoCE/PFC/ECN state (`[qos]`): the traffic class applications should use.
     pub qos: rocewatch_qos::QosConfig,
     /// The kernel-log collector's options (`[plugins.builtin.kernel-log.options]`): where

@@ -21,6 +21,7 @@ pub(super) type Topic = fn(&Host) -> Vec<Check>;
 /// The guide, in order.
 pub(super) const GUIDE: &[Topic] = &[
     ports::devices,
+    topics::userspace,
     ports::ports,
     ports::mtu,
     topics::link_layer,

@@ -48,6 +48,8 @@ mod qos;
 pub mod roce_decode;
 pub mod shell;
 mod topics;
+pub mod userspace;
+mod userspace_topic;
 
 pub use appenv_check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};

@@ -84,6 +84,12 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         env: Some(BTreeMap::new()),
         link_layer: None,
         procfs_root: proc_root,
+        rootfs: root.to_path_buf(),
+        // A user no host has: the userspace topic says so and goes on.
+        user: Some("rocewatch-no-such-user".into()),
+        pid: None,
+        unit: None,
+        memlock_need: None,
         qos: Default::default(),
         kernel_log: serde_json::json!({ "path": log }),
     };

@@ -87,6 +87,27 @@ pub(super) fn driver(h: &Host) -> Vec<Check> {
     super::driver::driver_checks(&h.sys, h.proc_root(), &h.inv)
 }
 
+/// The userspace verbs stack: device files, the RDMA CM device, locked memory, the
+/// provider of each device's driver. A fixture tree's need `--rootfs` and
+/// `--procfs-root` of the same host.
+pub(super) fn userspace(h: &Host) -> Vec<Check> {
+    let rootfs_live = h.opts.rootfs == Path::new("/");
+    if h.live != rootfs_live {
+        return vec![check(
+            "userspace",
+            "",
+            Status::Skip,
+            format!(
+                "{} and {} are not the same host's: give --rootfs with --sysfs-root",
+                h.root.display(),
+                h.opts.rootfs.display()
+            ),
+            None,
+        )];
+    }
+    super::userspace_topic::checks(h)
+}
+
 /// Firmware: devices of one driver should run one firmware.
 pub(super) fn firmware(h: &Host) -> Vec<Check> {
     super::driver::firmware_checks(&h.inv)

@@ -33,6 +33,9 @@ pub enum CheckName {
     Agent,
     /// The host's quarantine.
     Quarantine,
+    /// The userspace verbs stack: rdma-core, each device's provider and uverbs device
+    /// file (openable by every user), the RDMA CM device.
+    Userspace,
 }
 
 impl CheckName {
@@ -47,6 +50,7 @@ impl CheckName {
         CheckName::Qps,
         CheckName::Agent,
         CheckName::Quarantine,
+        CheckName::Userspace,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +65,7 @@ impl CheckName {
             CheckName::Qps => "qps",
             CheckName::Agent => "agent",
             CheckName::Quarantine => "quarantine",
+            CheckName::Userspace => "userspace",
         }
     }
 }
@@ -71,6 +76,10 @@ fn default_window() -> Duration {
 
 fn default_agent_timeout() -> Duration {
     Duration::from_millis(500)
+}
+
+fn default_rootfs() -> std::path::PathBuf {
+    "/".into()
 }
 
 fn default_min_devices() -> usize {
@@ -118,6 +127,10 @@ pub struct HealthConfig {
     /// Rules whose firing does not make the host unhealthy (a warning only).
     #[serde(default)]
     pub ignore_rules: Vec<String>,
+    /// The host's file system the userspace check reads (`dev/infiniband`,
+    /// `etc/libibverbs.d`, the verbs libraries): `/`, or `/host` in a pod that mounts it.
+    #[serde(default = "default_rootfs")]
+    pub rootfs: std::path::PathBuf,
     /// The recovery policy of a quarantine a rule set (`quarantine = true`): it ends once
     /// the rule has been clear this long and the health checks pass. Unset (the default):
     /// only `rocewatch quarantine release` ends it.
@@ -143,6 +156,7 @@ impl Default for HealthConfig {
             agent_timeout: default_agent_timeout(),
             ignore_rules: Vec::new(),
             release_after: None,
+            rootfs: default_rootfs(),
         }
     }
 }

@@ -79,6 +79,7 @@ pub async fn run(opts: &Options, cfg: &HealthConfig) -> Report {
     add(CheckName::KernelLog, &|| live::kernel_log(opts, cfg));
     add(CheckName::Qps, &|| live::qps(opts, &inv));
     add(CheckName::Quarantine, &|| live::quarantine(opts));
+    add(CheckName::Userspace, &|| live::userspace(opts, cfg, &inv));
     if cfg.runs(CheckName::Agent) {
         findings.extend(live::agent(cfg).await);
     } else {

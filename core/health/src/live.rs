@@ -36,6 +36,59 @@ pub fn kernel_log(opts: &Options, cfg: &HealthConfig) -> Vec<Finding> {
     .collect()
 }
 
+/// The userspace verbs stack (the doctor's checks): rdma-core and each device's
+/// provider, its uverbs device file openable by every user (the kernel makes it 0666), the
+/// RDMA CM device. A missing provider or device file keeps jobs off the host; a missing
+/// RDMA CM device warns (only CM applications need it). The workload's locked-memory
+/// limit is the job's, set by the scheduler: `rocewatch doctor --pid` checks it.
+pub fn userspace(opts: &Options, cfg: &HealthConfig, inv: &Inventory) -> Vec<Finding> {
+    if !opts.live && cfg.rootfs == std::path::Path::new("/") {
+        return vec![Finding::host(
+            "userspace",
+            Status::Skipped,
+            format!(
+                "{} is not the live /sys: give [health] rootfs, the file system that goes with it",
+                opts.sysfs_root.display()
+            ),
+        )];
+    }
+    if inv.devices.is_empty() {
+        return vec![Finding::host(
+            "userspace",
+            Status::Skipped,
+            "no RDMA device",
+        )];
+    }
+    use rocewatch_doctor::userspace as us;
+    let roots = us::Roots {
+        sys: &opts.sysfs_root,
+        rootfs: &cfg.rootfs,
+        proc: std::path::Path::new("/proc"),
+    };
+    // Nobody in particular: the device files must be open to every user.
+    let everyone = us::User {
+        name: "every user".into(),
+        uid: u32::MAX - 1,
+        gids: Vec::new(),
+    };
+    us::provider_checks(&roots, inv)
+        .into_iter()
+        .chain(us::device_file_checks(&roots, inv, &everyone))
+        .map(|c| {
+            use rocewatch_doctor::Status as D;
+            let status = match c.status {
+                D::Pass => Status::Ok,
+                D::Warn => Status::Warning,
+                D::Fail => Status::Unhealthy,
+                D::Skip | D::Info => Status::Skipped,
+            };
+            let mut f = Finding::host("userspace", status, format!("{}: {}", c.check, c.evidence));
+            f.device = (!c.subject.is_empty()).then_some(c.subject);
+            f
+        })
+        .collect()
+}
+
 /// The state the kernel names ERR (`enum ib_qp_state`: IB_QPS_ERR = 6).
 const QPS_ERR: u8 = 6;
 

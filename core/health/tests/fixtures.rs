@@ -309,3 +309,50 @@ fn a_quarantined_host_is_unhealthy_whatever_else_holds() {
     );
     assert!(r.line.len() <= LINE_MAX);
 }
+
+/// The userspace stack with a root file system given: a device without its uverbs
+/// device file, or without the provider of its driver, keeps jobs off the host; the tree
+/// alone (no `[health] rootfs`) is skipped, saying why.
+#[test]
+fn a_missing_provider_or_device_file_is_unhealthy() {
+    let tree = copy_of("mlx5-roce-dual-port");
+    let sys = tree.path().join("sys");
+    for (n, dev) in [(0, "mlx5_0"), (1, "mlx5_1")] {
+        let d = sys.join(format!("class/infiniband_verbs/uverbs{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ibdev"), dev).unwrap();
+        std::fs::write(d.join("dev"), format!("231:{}", 192 + n)).unwrap();
+    }
+    let userspace = |r: &Report| -> Vec<(Status, String)> {
+        r.findings
+            .iter()
+            .filter(|f| f.check == "userspace")
+            .map(|f| (f.status, f.what.clone()))
+            .collect()
+    };
+    let r = health(&sys, &HealthConfig::default());
+    let u = userspace(&r);
+    assert_eq!(u.len(), 1, "{}", dump(&r));
+    assert_eq!(u[0].0, Status::Skipped);
+    assert!(u[0].1.contains("give [health] rootfs"), "{}", dump(&r));
+    // An empty root file system: no rdma-core, no provider, no device files.
+    let rootfs = tempfile::tempdir().unwrap();
+    let cfg = HealthConfig {
+        rootfs: rootfs.path().to_path_buf(),
+        ..HealthConfig::default()
+    };
+    let r = health(&sys, &cfg);
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    let u = userspace(&r);
+    assert!(
+        u.iter().any(|(s, w)| *s == Status::Unhealthy
+            && w.starts_with("provider: driver mlx5_core needs libibverbs provider mlx5")),
+        "{u:?}"
+    );
+    assert!(
+        u.iter().any(|(s, w)| *s == Status::Unhealthy
+            && w.contains("uverbs0")
+            && w.contains("is not there")),
+        "{u:?}"
+    );
+}

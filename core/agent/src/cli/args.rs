@@ -510,6 +510,48 @@ pub struct DoctorArgs {
     ///          --procfs-root integration-tests/fixtures/gpu-two-socket/proc
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub procfs_root: std::path::PathBuf,
+    /// Root of the host's file system that goes with --sysfs-root (default /): the device
+    /// files (dev/infiniband/uverbsN, rdma_cm), the libibverbs providers
+    /// (etc/libibverbs.d, usr/lib/*/libibverbs) and rdma-core's version. In a container
+    /// with the host's / mounted at /host: --sysfs-root /host/sys --rootfs /host.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub rootfs: std::path::PathBuf,
+    /// The user the workload runs as: can it open the device files (default: this
+    /// process's user).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// The workload's process: its locked-memory limit and CAP_IPC_LOCK (default: this
+    /// process's).
+    #[arg(long, value_name = "PID", conflicts_with = "unit")]
+    pub pid: Option<u32>,
+    /// The workload's systemd unit: its main process's locked-memory limit, or the limit
+    /// it would start with.
+    #[arg(long, value_name = "UNIT")]
+    pub unit: Option<String>,
+    /// What the workload registers (host buffers, nvidia-peermem GPU buffers, queue
+    /// rings), e.g. 4GiB: a locked-memory limit below it fails.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memlock_need: Option<u64>,
+}
+
+/// `4GiB`, `512MiB`, `64KiB`, `1048576`: bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: a whole number with an optional unit (KiB, MiB, GiB, TiB)"))?;
+    let mul: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        u => return Err(format!("{s:?}: unit {u:?}; KiB, MiB, GiB or TiB")),
+    };
+    n.checked_mul(mul)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 /// `rocewatch capture`'s arguments.
 #[derive(Debug, Args)]

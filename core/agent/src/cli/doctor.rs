@@ -22,6 +22,11 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         env,
         link_layer,
         procfs_root,
+        rootfs,
+        user,
+        pid,
+        unit,
+        memlock_need,
     } = a;
     let env = match env.as_deref() {
         None => None,
@@ -77,6 +82,11 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
             }
         }),
         procfs_root,
+        rootfs,
+        user,
+        pid,
+        unit,
+        memlock_need,
         qos: agent.cfg.qos.clone(),
         kernel_log: agent
             .cfg

@@ -555,3 +555,68 @@ pub fn provider_checks(r: &Roots, inv: &Inventory) -> Vec<Check> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: &str =
+        "Limit                     Soft Limit           Hard Limit           Units     \n\
+Max cpu time              unlimited            unlimited            seconds   \n\
+Max locked memory         8388608              unlimited            bytes     \n";
+
+    #[test]
+    fn limits_and_capabilities_as_proc_writes_them() {
+        assert_eq!(memlock_of(LIMITS).unwrap(), (Some(8 << 20), None));
+        assert!(memlock_of("Max cpu time unlimited unlimited seconds\n")
+            .unwrap_err()
+            .contains("Max locked memory"));
+        // CapEff of root (all 41 capabilities) and of a plain user.
+        assert_eq!(
+            has_ipc_lock("CapInh:\t0\nCapEff:\t000001ffffffffff\n"),
+            Some(true)
+        );
+        assert_eq!(has_ipc_lock("CapEff:\t0000000000000000\n"), Some(false));
+        assert_eq!(has_ipc_lock("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn permissions_for_owner_group_and_others() {
+        let u = User {
+            name: "alice".into(),
+            uid: 1000,
+            gids: vec![1000, 27],
+        };
+        assert!(can_read_write(&u, 0o666, 0, 0));
+        assert!(!can_read_write(&u, 0o660, 0, 0));
+        assert!(can_read_write(&u, 0o660, 0, 27));
+        assert!(can_read_write(&u, 0o600, 1000, 0));
+        assert!(!can_read_write(&u, 0o644, 0, 0));
+    }
+
+    #[test]
+    fn providers_of_the_drivers() {
+        assert_eq!(provider_for("mlx5_core"), Some("mlx5"));
+        assert_eq!(provider_for("ice"), Some("irdma"));
+        assert_eq!(provider_for("bnxt_en"), Some("bnxt_re"));
+        assert_eq!(provider_for("rdma_rxe"), Some("rxe"));
+        assert_eq!(provider_for("e1000e"), None);
+    }
+
+    proptest! {
+        /// Any text as `PID/limits` and `PID/status`: a limit, or an error naming the
+        /// line or value at fault; never a panic.
+        #[test]
+        fn proc_files_never_panic(text in ".{0,300}", soft in ".{0,12}", hard in ".{0,12}") {
+            if let Err(e) = memlock_of(&text) {
+                prop_assert!(e.contains("Max locked memory") || e.contains("limit"), "{}", e);
+            }
+            let line = format!("Max locked memory {soft} {hard} bytes\n");
+            if let Err(e) = memlock_of(&line) {
+                prop_assert!(e.contains("limit"), "{}", e);
+            }
+            let _ = has_ipc_lock(&text);
+        }
+    }
+}

@@ -27,6 +27,15 @@ walk bandwidth "$BIN" bandwidth "$P" --duration 3s --qps 2 --min-share 0 --json
 walk env "$BIN" env --format json
 # 6. The guide's checks, with the peer.
 walk doctor "$BIN" doctor --peer "$P" --window 1s --json
+# 6b. (Not a step of the walk.) The userspace stack as libibverbs sees it, then under a
+# 64 KiB locked-memory limit without CAP_IPC_LOCK (an old host's or a container's
+# default): doctor's memlock check fails, and a probe whose 512 KiB buffer cannot be
+# registered says why.
+ibv_devices > "$R/ibv_devices.txt" 2>&1
+limited() { bash -c 'ulimit -l 64 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock "$@"' limited "$@"; }
+limited "$BIN" doctor --window 100ms --json > "$R/doctor-memlock.json" 2> "$R/doctor-memlock.err"
+limited "$BIN" probe "$P" --count 1 --size 262144 --json > "$R/probe-memlock.out" 2>&1
+echo "rc=$?" >> "$R/probe-memlock.out"
 # 7. A capture on the RDMA device's netdev while probes flow.
 ( sleep 1; "$BIN" probe "$P" --count 40 --interval 50ms > /dev/null 2>&1 ) & PROBES=$!
 walk capture "$BIN" capture rxe0 --duration 4s --summary --json

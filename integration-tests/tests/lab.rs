@@ -1123,6 +1123,65 @@ fn lab_qos_apply_and_rollback_on_the_real_configfs() {
 /// doing its part: discover finds rxe0 with its netdev; qos reads the RoCE mode the walk
 /// made readable; probe reaches the peer; bandwidth moves data; env names rxe0:1 and a GID
 /// index; doctor passes the connectivity checks; capture sees the probes' RoCE packets.
+/// The userspace stack in a real guest: doctor finds the rxe provider libibverbs uses
+/// (ibv_devices lists rxe0 in the same guest), rdma-core's version and the uverbs device
+/// file; under `ulimit -l 64` without CAP_IPC_LOCK its memlock check fails, and a probe
+/// whose buffer cannot be registered names the limit.
+#[test]
+fn lab_doctor_sees_the_userspace_stack_and_a_small_memlock_fails_registration() {
+    let Some(out) = probe_lab() else { return };
+    let b = out.join("b");
+    let devices = read(&b.join("ibv_devices.txt"));
+    assert!(devices.contains("rxe0"), "ibv_devices: {devices}");
+    let walk = json(&b.join("walk-doctor.out"));
+    let find = |v: &Value, check: &str, subject: &str| -> Value {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == check && c["subject"] == subject)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {check} {subject} in {v}"))
+    };
+    let p = find(&walk, "provider", "rxe0");
+    assert_eq!(p["status"], "pass", "{p}");
+    assert!(
+        p["evidence"].as_str().unwrap().contains("provider rxe"),
+        "{p}"
+    );
+    let rc = find(&walk, "rdma-core", "");
+    assert_eq!(rc["status"], "pass", "{rc}");
+    let u = find(&walk, "uverbs", "rxe0");
+    assert_eq!(u["status"], "pass", "{u}");
+    assert!(
+        u["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("/dev/infiniband/uverbs"),
+        "{u}"
+    );
+    assert_eq!(find(&walk, "memlock", "")["status"], "pass", "{walk}");
+    let limited = json(&b.join("doctor-memlock.json"));
+    let m = find(&limited, "memlock", "");
+    assert_eq!(m["status"], "fail", "{m}");
+    assert!(
+        m["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("this process: locked memory 64 KiB"),
+        "{m}"
+    );
+    let probe = read(&b.join("probe-memlock.out"));
+    assert!(
+        !probe.contains("rc=0"),
+        "the probe registered 512 KiB under 64 KiB: {probe}"
+    );
+    assert!(
+        probe.contains("ibv_reg_mr") && probe.contains("RLIMIT_MEMLOCK, is 65536 bytes"),
+        "{probe}"
+    );
+}
+
 #[test]
 fn lab_the_bring_up_walk_runs_in_order() {
     let Some(out) = probe_lab() else { return };

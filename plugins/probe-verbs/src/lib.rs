@@ -45,6 +45,8 @@
 //! `unsupported` with the reason, on every device).
 //!
 //! Modules:
+//! - [`cm_outcome`]: what an RDMA CM attempt's events mean, by where it stopped (pure,
+//!   unit-tested; the RDMA CM probe that will feed it is not built yet).
 //! - `options`: the plugin's options and their defaults.
 //! - `conn`: connection setup on the prober's side: the TCP side channel's exchange, the
 //!   local GID of an address (cached), connecting peers in parallel.
@@ -61,6 +63,7 @@ mod bwclient;
 mod bwproto;
 mod bwserve;
 mod bwverbs;
+pub mod cm_outcome;
 mod conn;
 mod options;
 mod prober;

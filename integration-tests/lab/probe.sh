@@ -25,6 +25,11 @@ a)
   $BIN probe --serve > "$R/serve2.txt" 2>&1 & SRV=$!
   # A responder that refuses bandwidth tests, for b's refused test.
   $BIN probe --serve --no-bandwidth --tcp-port 18517 > "$R/serve-nobw.txt" 2>&1 & NOBW=$!
+  # RDMA CM listeners for b's CM probes: rocewatch's (its side channel on another TCP
+  # port) and rping's, persistent (-P), each on its own CM port.
+  modprobe rdma_ucm 2>/dev/null
+  $BIN probe --serve --cm --port 18520 --tcp-port 18519 > "$R/serve-cm.txt" 2>&1 & CMSRV=$!
+  rping -s -P -a 0.0.0.0 -p 18521 > "$R/rping-server.txt" 2>&1 & RPS=$!
   # ib_write_bw's server for the comparison with rocewatch bandwidth (same size, QPs,
   # duration).
   waitfor /mnt/host/b/bw
@@ -39,7 +44,7 @@ a)
   waitfor /mnt/host/b/lat
   timeout 120 ib_send_lat -d rxe0 -x 1 -n 200 -s 64 > "$R/ib_send_lat.txt" 2>&1
   waitfor /mnt/host/b/done
-  kill $SRV
+  kill $SRV $CMSRV $RPS
   ;;
 b)
   P=$RXE_PEER_IP
@@ -59,6 +64,25 @@ b)
   # Nobody listens on this port: a connection failure with its cause, exit status 1.
   $BIN probe "$P" --count 2 --tcp-port 1 --json > "$R/probe-refused.json"
   echo "refused rc=$?" >> "$R/rc.txt"
+  # RDMA CM, each case beside rping in the same guest: both listeners answer; a port
+  # nobody listens on; an address nobody has; UDP 4791 dropped on the way back (b's
+  # input: the CM's reply never arrives). rping waits for the CM's own retries (about a
+  # minute): bounded here, and its timeout counts as not connected.
+  modprobe rdma_ucm 2>/dev/null
+  cmcase() { # NAME PEER CMPORT RPINGPORT
+    $BIN probe "$2" --cm --port "$3" --count 3 --timeout 3s --json > "$R/cm-$1.json" 2> "$R/cm-$1.err"
+    echo "cm-$1 rc=$?" >> "$R/rc.txt"
+    timeout 20 rping -c -a "$2" -p "$4" -C 3 -v > "$R/rping-$1.txt" 2>&1
+    echo "rping-$1 rc=$?" >> "$R/rc.txt"
+  }
+  i=0; until $BIN probe "$P" --cm --port 18520 --count 1 --timeout 2s > /dev/null 2>&1 || [ $i -ge 30 ]; do sleep 1; i=$((i+1)); done
+  cmcase ok "$P" 18520 18521
+  cmcase nolistener "$P" 18599 18599
+  cmcase noaddr 192.168.100.77 18520 18521
+  nft add table inet cmtest && nft add chain inet cmtest input '{ type filter hook input priority 0; policy accept; }' \
+    && nft add rule inet cmtest input udp dport 4791 drop 2>> "$R/nft.log"
+  cmcase dropped "$P" 18520 18521
+  nft delete table inet cmtest
   # doctor against the live responder: first as the host comes (the RoCE mode cannot be
   # read until rdma_cm's configfs directory exists: doctor says how), then after that
   # fix; then with an nftables rule dropping UDP 4791 (the firewall check and the probe

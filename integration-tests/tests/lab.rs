@@ -594,6 +594,83 @@ fn lab_a_peer_without_responder_is_a_connection_failure_with_its_cause() {
 }
 
 /// `rc.txt` line `NAME rc=N` of role b.
+/// The RDMA CM probe and rping, case by case in the same guest: both reach their
+/// listeners on the other guest; a port nobody listens on is rejected with the CM's
+/// reason 8 by both; an address no guest has fails address resolution for both; with UDP
+/// 4791 dropped the CM's reply never comes: unreachable for the probe, no connection for
+/// rping (it waits for the CM's own retries, bounded here).
+#[test]
+fn lab_the_cm_probe_fails_where_rping_fails_and_names_where() {
+    let Some(out) = probe_lab() else { return };
+    let b = out.join("b");
+    let cause = |case: &str| -> String {
+        let v = json(&b.join(format!("cm-{case}.json")));
+        v["results"][0]["cause"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                panic!(
+                    "cm-{case}: no cause in {v}; stderr: {}",
+                    read(&b.join(format!("cm-{case}.err")))
+                )
+            })
+    };
+    let rping = |case: &str| read(&b.join(format!("rping-{case}.txt")));
+    // Both connect and answer.
+    let ok = json(&b.join("cm-ok.json"));
+    assert_eq!(
+        rc_of(out, "cm-ok"),
+        0,
+        "{ok}; {}",
+        read(&b.join("cm-ok.err"))
+    );
+    assert_eq!(ok["received"], 3, "{ok}");
+    assert!(
+        ok["rtt_seconds"]["p50"].as_f64().is_some_and(|r| r > 0.0),
+        "{ok}"
+    );
+    assert_eq!(rc_of(out, "rping-ok"), 0, "rping: {}", rping("ok"));
+    // Nothing listens: rejected, reason 8, for both.
+    assert_ne!(rc_of(out, "cm-nolistener"), 0);
+    let c = cause("nolistener");
+    assert!(
+        c.starts_with("rejected: nothing listens on port 18599"),
+        "{c}"
+    );
+    assert_ne!(rc_of(out, "rping-nolistener"), 0);
+    assert!(
+        rping("nolistener").contains("RDMA_CM_EVENT_REJECTED, error 8"),
+        "rping: {}",
+        rping("nolistener")
+    );
+    // An address nobody has: address resolution fails for both.
+    let c = cause("noaddr");
+    assert!(
+        c.starts_with("address: 192.168.100.77 did not answer neighbour resolution"),
+        "{c}"
+    );
+    assert_ne!(rc_of(out, "rping-noaddr"), 0);
+    assert!(
+        rping("noaddr").contains("RDMA_CM_EVENT_ADDR_ERROR"),
+        "rping: {}",
+        rping("noaddr")
+    );
+    // The CM's reply dropped: unreachable; rping never connects either.
+    let c = cause("dropped");
+    assert!(c.starts_with("unreachable:"), "{c}");
+    assert_ne!(
+        rc_of(out, "rping-dropped"),
+        0,
+        "rping connected through the drop: {}",
+        rping("dropped")
+    );
+    assert!(
+        !rping("dropped").contains("ping data"),
+        "rping: {}",
+        rping("dropped")
+    );
+}
+
 fn rc_of(out: &Path, name: &str) -> i32 {
     let rc = read(&out.join("b/rc.txt"));
     rc.lines()

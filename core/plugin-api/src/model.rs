@@ -385,6 +385,15 @@ pub struct ProbeTarget {
     /// 0xC000..=0xFFFF); 0 leaves the port to the driver. A flow whose label changes keeps its queue pair and takes the new port.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub flow_label: u32,
+    /// Connect through the RDMA connection manager to a listener on this port (the path
+    /// CM applications take, as `rping -c` does) instead of the TCP side channel; 0: the
+    /// side channel. ABI 1.4.
+    #[serde(default, skip_serializing_if = "is_zero_u16")]
+    pub cm_port: u16,
+    /// The type of service (the whole IP ToS byte) a CM connection asks for
+    /// (`RDMA_OPTION_ID_TOS`); absent: the device's configfs default. ABI 1.4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
 }
 
 fn is_zero_u16(v: &u16) -> bool {
@@ -404,6 +413,8 @@ impl ProbeTarget {
             timeout_ms,
             path: 0,
             flow_label: 0,
+            cm_port: 0,
+            tos: None,
         }
     }
 }

@@ -12,7 +12,7 @@ use std::ffi::c_void;
 /// The ABI major version this crate implements.
 pub const ABI_MAJOR: u32 = 1;
 /// The ABI minor version this crate implements.
-pub const ABI_MINOR: u32 = 3;
+pub const ABI_MINOR: u32 = 4;
 /// The one symbol a plugin library exports (NUL-terminated for `dlsym`).
 pub const ENTRY_SYMBOL: &[u8] = b"rocewatch_plugin_entry\0";
 
@@ -56,6 +56,9 @@ pub mod method {
     // 1.3 added no method: `ProbeTarget` gained `path` and `flow_label` (several flows
     // per peer, each with its own UDP source port). The host sends them only to 1.3
     // plugins; an older plugin would answer every flow of a peer with the first one's.
+    // 1.4 added no method either: `ProbeTarget` gained `cm_port` and `tos` (a probe
+    // through the RDMA connection manager). The host sends them only to 1.4 plugins; an
+    // older one would probe over its side channel and say nothing.
 }
 
 /// A byte buffer allocated by the plugin. The host copies it, then hands it back to the

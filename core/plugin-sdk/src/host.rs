@@ -321,6 +321,22 @@ pub struct ExternalPlugin {
 unsafe impl Send for ExternalPlugin {}
 
 impl ExternalPlugin {
+    /// An RDMA CM target (ABI 1.4) to an older plugin would be probed over the side
+    /// channel without a word: refused, naming the plugin's ABI.
+    fn refuse_cm(&self, targets: &[ProbeTarget]) -> Result<(), PluginError> {
+        let lib = &self.library;
+        if lib.abi_minor < 4 && targets.iter().any(|t| t.cm_port != 0 || t.tos.is_some()) {
+            return Err(PluginError::Unsupported(format!(
+                "the probe plugin {} ({}) speaks ABI {}.{}, which has no RDMA CM probes (they came with ABI 1.4): rebuild or upgrade the plugin",
+                lib.name,
+                lib.path.display(),
+                lib.abi_major,
+                lib.abi_minor
+            )));
+        }
+        Ok(())
+    }
+
     pub fn library(&self) -> &Arc<PluginLibrary> {
         &self.library
     }
@@ -421,10 +437,12 @@ impl ConfigurationPlugin for ExternalPlugin {
 
 impl ProbePlugin for ExternalPlugin {
     fn probe(&mut self, target: &ProbeTarget) -> Result<ProbeResult, PluginError> {
+        self.refuse_cm(std::slice::from_ref(target))?;
         self.call(method::PROBE, target)
     }
 
     fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
+        self.refuse_cm(targets)?;
         let lib = &self.library;
         if lib.abi_minor < 3 && targets.iter().any(|t| t.path != 0 || t.flow_label != 0) {
             // It would take every flow of a peer for the first and answer for it twice.

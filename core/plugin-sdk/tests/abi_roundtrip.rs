@@ -416,6 +416,44 @@ fn flows_cross_to_a_1_3_plugin_and_are_refused_for_a_1_2_one() {
     assert!(p.probe_many(&targets[..1]).is_ok());
 }
 
+static ALL_1_3: PluginTableV1 = {
+    let mut t = PluginTableV1::of::<All>();
+    t.abi_minor = 3;
+    t
+};
+
+/// An RDMA CM target (`cm_port`, `tos`: ABI 1.4) is refused for a 1.3 plugin, which
+/// would probe it over its side channel without a word, naming the plugin's ABI; a
+/// side-channel target still goes through.
+#[test]
+fn cm_targets_are_refused_for_a_1_3_plugin() {
+    let mut cm = ProbeTarget::new("10.0.0.2", 64, 100);
+    cm.cm_port = 18517;
+    // SAFETY: a static table.
+    let old = unsafe { PluginLibrary::from_table(Path::new("in-process/all-1.3"), &ALL_1_3) };
+    let mut p = old.unwrap().instantiate(PluginKind::Probe).unwrap();
+    p.start(&ctx()).unwrap();
+    for e in [
+        p.probe_many(std::slice::from_ref(&cm)).unwrap_err(),
+        p.probe(&cm).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, PluginError::Unsupported(m) if m.contains("ABI 1.3, which has no RDMA CM probes") && m.contains("all-1.3")),
+            "{e}"
+        );
+    }
+    assert!(p.probe(&ProbeTarget::new("10.0.0.2", 64, 100)).is_ok());
+    // Both fields cross to a 1.4 plugin as JSON.
+    cm.tos = Some(104);
+    let j = serde_json::to_value(&cm).unwrap();
+    assert_eq!(
+        (j["cm_port"].as_u64(), j["tos"].as_u64()),
+        (Some(18517), Some(104))
+    );
+    let back: ProbeTarget = serde_json::from_value(j).unwrap();
+    assert_eq!(back, cm);
+}
+
 static ALL_1_1: PluginTableV1 = {
     let mut t = PluginTableV1::of::<All>();
     t.abi_minor = 1;

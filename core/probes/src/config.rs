@@ -15,6 +15,10 @@ pub const ATTR_PEER: &str = "rdma.probe.peer";
 /// Attribute naming a failure's cause.
 pub const ATTR_CAUSE: &str = "rdma.probe.cause";
 
+/// The RDMA CM port `probe --cm` and its responder use by default: next to the side
+/// channel's TCP 18516, not rping's 7174 (an rping server on the host would hold it).
+pub const DEFAULT_CM_PORT: u16 = 18517;
+
 /// The RTT histogram.
 pub const RTT: &str = names::PROBE_RTT;
 

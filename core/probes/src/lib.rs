@@ -33,7 +33,9 @@ mod rounds;
 pub mod simulate;
 mod stats;
 
-pub use config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER, PLUGIN, RTT};
+pub use config::{
+    default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER, DEFAULT_CM_PORT, PLUGIN, RTT,
+};
 pub use fleetrounds::{
     count_round, round_samples, run_fleet, targets as fleet_targets, FlowSet, RttAttrs,
 };

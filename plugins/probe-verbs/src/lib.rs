@@ -63,6 +63,7 @@ mod bwclient;
 mod bwproto;
 mod bwserve;
 mod bwverbs;
+pub mod cm;
 pub mod cm_outcome;
 mod conn;
 mod options;
@@ -102,6 +103,7 @@ pub struct VerbsProbe {
     tokens: HashMap<u64, FlowKey>,
     backoff: Reconnects,
     serving: bool,
+    serving_cm: bool,
 }
 
 impl Plugin for VerbsProbe {
@@ -138,6 +140,12 @@ impl Plugin for VerbsProbe {
             .map_err(|e| PluginError::failed(format!("probe responder on {}: {e}", dev.name)))?;
             self.serving = true;
         }
+        if let (Some(port), false) = (opts.serve_cm_port, self.serving_cm) {
+            cm::serve_cm(port).map_err(|e| {
+                PluginError::failed(format!("RDMA CM responder on port {port}: {e}"))
+            })?;
+            self.serving_cm = true;
+        }
         let timestamps = NicTimestamps::Unsupported {
             reason: match dev.completion_timestamps() {
                 Err(why) => why,
@@ -167,17 +175,57 @@ impl Plugin for VerbsProbe {
     }
 }
 
+impl VerbsProbe {
+    /// The side-channel targets through [`VerbsProbe::probe_targets`], the RDMA CM ones
+    /// (`cm_port` set) one after another through [`cm::cm_probe`]; results in order.
+    fn probe_split(
+        &mut self,
+        targets: &[ProbeTarget],
+        whole_round: bool,
+    ) -> Result<Vec<ProbeResult>, PluginError> {
+        if targets.iter().all(|t| t.cm_port == 0) {
+            return self.probe_targets(targets, whole_round);
+        }
+        let side: Vec<ProbeTarget> = targets.iter().filter(|t| t.cm_port == 0).cloned().collect();
+        let mut side = if side.is_empty() {
+            Vec::new()
+        } else {
+            self.probe_targets(&side, whole_round)?
+        }
+        .into_iter();
+        Ok(targets
+            .iter()
+            .map(|t| {
+                if t.cm_port == 0 {
+                    return side.next().expect("one result per side-channel target");
+                }
+                ProbeResult {
+                    peer: t.peer.clone(),
+                    outcome: cm::cm_probe(
+                        &t.peer,
+                        t.cm_port,
+                        t.size,
+                        std::time::Duration::from_millis(t.timeout_ms),
+                        t.tos,
+                    ),
+                    nic_timestamps: None,
+                }
+            })
+            .collect())
+    }
+}
+
 impl ProbePlugin for VerbsProbe {
     fn probe(&mut self, target: &ProbeTarget) -> Result<ProbeResult, PluginError> {
-        let mut r = self.probe_targets(std::slice::from_ref(target), false)?;
+        let mut r = self.probe_split(std::slice::from_ref(target), false)?;
         Ok(r.remove(0))
     }
 
     /// Every target at once: peers without a queue pair are connected in parallel, then
     /// one message goes to each and the replies are awaited together. A peer listed twice
-    /// gets the first one's result.
+    /// gets the first one's result. RDMA CM targets go one after another.
     fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
-        self.probe_targets(targets, true)
+        self.probe_split(targets, true)
     }
 
     /// A bandwidth test on queue pairs of its own (the probes' are left alone).

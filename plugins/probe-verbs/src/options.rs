@@ -1,5 +1,5 @@
 //! The plugin's options (`device`, `port`, `tcp_port`, `serve`, `serve_bandwidth`,
-//! `busy_poll`, `reconnect_backoff`) and their defaults.
+//! `busy_poll`, `reconnect_backoff`, `serve_cm_port`) and their defaults.
 
 use std::time::Duration;
 
@@ -42,6 +42,11 @@ pub struct Options {
     /// (`rocewatch probe` does).
     #[serde(default = "default_backoff", deserialize_with = "de_duration")]
     pub reconnect_backoff: Duration,
+    /// Also listen for RDMA CM connections (what `rping -s` does) on this port, every
+    /// address, and echo their messages: the responder of `probe --cm`. Absent: no CM
+    /// listener.
+    #[serde(default)]
+    pub serve_cm_port: Option<u16>,
 }
 
 fn default_backoff() -> Duration {

@@ -28,7 +28,7 @@ pub(crate) fn os_err(what: &str) -> VerbsError {
 }
 
 /// This process's soft `RLIMIT_MEMLOCK`, bytes; `None` unlimited.
-fn memlock_limit() -> Option<u64> {
+pub(crate) fn memlock_limit() -> Option<u64> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -702,6 +702,20 @@ pub struct ProbeArgs {
     /// on completion events, as ib_send_lat does: lower, steadier RTTs, one core busy.
     #[arg(long)]
     pub busy_poll: bool,
+    /// Connect through the RDMA connection manager, as rping and every CM application
+    /// (NVMe over Fabrics, iSER, UCX, Open MPI) do: address and route resolution, the
+    /// CM's request over UDP 4791, the connection's RoCE mode and type of service; each
+    /// failure named by where it stopped. The peer runs `rocewatch probe --serve --cm`.
+    /// With --serve: also listen for CM connections (as rping -s).
+    #[arg(long)]
+    pub cm: bool,
+    /// The RDMA CM port (the same on both sides).
+    #[arg(long, default_value_t = rocewatch_probes::DEFAULT_CM_PORT, requires = "cm")]
+    pub port: u16,
+    /// The type of service a CM connection asks for (the whole ToS byte: DSCP 26 is
+    /// 104); default: the device's configfs default_roce_tos.
+    #[arg(long, value_name = "TOS", requires = "cm", conflicts_with = "serve")]
+    pub tos: Option<u8>,
 }
 
 impl Command {

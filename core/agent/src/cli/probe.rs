@@ -32,11 +32,15 @@ async fn run_probe(a: ProbeArgs, mut cfg: Config) -> Result<i32> {
         .expect("clap requires a peer without --serve");
     let mut tally = Tally::default();
     for seq in 1..=a.count {
-        let target = rocewatch_plugin_api::ProbeTarget::new(
+        let mut target = rocewatch_plugin_api::ProbeTarget::new(
             peer.clone(),
             a.size,
             a.timeout.as_millis() as u64,
         );
+        if a.cm {
+            target.cm_port = a.port;
+            target.tos = a.tos;
+        }
         let r = rocewatch_probes::probe_once(entry, target, agent.metrics()).await;
         let line = tally.record(&a, &peer, seq, r);
         if !a.json {
@@ -73,6 +77,9 @@ fn probe_plugin_only(a: &ProbeArgs, cfg: &mut Config, path: &Path) {
         Duration::ZERO,
     );
     plugin.options["serve_bandwidth"] = (a.serve && !a.no_bandwidth).into();
+    if a.serve && a.cm {
+        plugin.options["serve_cm_port"] = a.port.into();
+    }
     cfg.plugins.external = vec![plugin];
 }
 
@@ -99,8 +106,13 @@ fn started_probe<'r>(registry: &'r Registry, path: &Path) -> Result<&'r Entry> {
 /// `--serve`: the plugin answers peers until a signal.
 async fn serve(a: &ProbeArgs) {
     eprintln!(
-        "rocewatch probe: responding on TCP port {}{} (Ctrl-C to stop)",
+        "rocewatch probe: responding on TCP port {}{}{} (Ctrl-C to stop)",
         a.tcp_port,
+        if a.cm {
+            format!(" and RDMA CM port {}", a.port)
+        } else {
+            String::new()
+        },
         if a.no_bandwidth {
             "; bandwidth tests refused (--no-bandwidth)"
         } else {

@@ -89,12 +89,12 @@ b)
   # must fail), then without it again.
   $BIN doctor --peer "$P" --window 1s --json > "$R/doctor-first.json"; echo "doctor-first rc=$?" >> "$R/rc.txt"
   modprobe rdma_cm 2>/dev/null; mkdir -p /sys/kernel/config/rdma_cm/rxe0
-  $BIN doctor --peer "$P" --window 1s --json > "$R/doctor-ok.json"; echo "doctor-ok rc=$?" >> "$R/rc.txt"
-  $BIN doctor --peer "$P" --window 1s > "$R/doctor-ok.txt"
+  $BIN doctor --peer "$P" --cm-port 18520 --window 1s --json > "$R/doctor-ok.json"; echo "doctor-ok rc=$?" >> "$R/rc.txt"
+  $BIN doctor --peer "$P" --cm-port 18520 --window 1s > "$R/doctor-ok.txt"
   nft add table inet rwtest && nft add chain inet rwtest input '{ type filter hook input priority 0; policy accept; }' \
     && nft add rule inet rwtest input udp dport 4791 drop 2>> "$R/nft.log" || echo "nft setup failed" >> "$R/nft.log"
   nft -j list ruleset > "$R/nft-ruleset.json" 2>> "$R/nft.log"
-  $BIN doctor --peer "$P" --window 1s --json > "$R/doctor-firewall.json"; echo "doctor-firewall rc=$?" >> "$R/rc.txt"
+  $BIN doctor --peer "$P" --cm-port 18520 --window 1s --json > "$R/doctor-firewall.json"; echo "doctor-firewall rc=$?" >> "$R/rc.txt"
   nft delete table inet rwtest
   rmdir /sys/kernel/config/rdma_cm/rxe0
   # Bandwidth: rocewatch bandwidth against the responder (it allows tests by default),
@@ -116,7 +116,7 @@ b)
   echo "bw-refused rc=$?" >> "$R/rc.txt"
   $BIN bandwidth 192.168.100.77 --duration 2s --timeout 2s > "$R/bw-unreachable.txt" 2>&1
   echo "bw-unreachable rc=$?" >> "$R/rc.txt"
-  $BIN doctor --peer "$P" --bandwidth --window 1s --json > "$R/doctor-bw.json" 2> "$R/doctor-bw.stderr"
+  $BIN doctor --peer "$P" --cm-port 18520 --bandwidth --window 1s --json > "$R/doctor-bw.json" 2> "$R/doctor-bw.stderr"
   dmesg | tail -40 > "$R/dmesg-bw.txt"
   touch /mnt/host/b/bw; sleep 2
   perf() { # OUT: one successful ib_write_bw run (a failed attempt ends a's server, which starts again)
@@ -144,7 +144,8 @@ b)
 [exporters.prometheus]
 listen = "127.0.0.1:9464"
 [probes]
-peers = ["$P", "192.168.100.77", "192.168.100.78", "192.168.100.79", "192.168.100.80", "192.168.100.81", "192.168.100.82", "192.168.100.83", "192.168.100.84"]
+peers = ["$P", "cm:$P", "192.168.100.77", "192.168.100.78", "192.168.100.79", "192.168.100.80", "192.168.100.81", "192.168.100.82", "192.168.100.83", "192.168.100.84"]
+cm_port = 18520
 interval = "500ms"
 timeout = "1s"
 serve = false

@@ -26,7 +26,7 @@ walk bandwidth "$BIN" bandwidth "$P" --duration 3s --qps 2 --min-share 0 --json
 # 5. What NCCL, UCX and Open MPI need on this host.
 walk env "$BIN" env --format json
 # 6. The guide's checks, with the peer.
-walk doctor "$BIN" doctor --peer "$P" --window 1s --json
+walk doctor "$BIN" doctor --peer "$P" --cm-port 18520 --window 1s --json
 # 6b. (Not a step of the walk.) The userspace stack as libibverbs sees it, then under a
 # 64 KiB locked-memory limit without CAP_IPC_LOCK (an old host's or a container's
 # default): doctor's memlock check fails, and a probe whose 512 KiB buffer cannot be
@@ -36,8 +36,12 @@ limited() { bash -c 'ulimit -l 64 && exec setpriv --inh-caps=-ipc_lock --boundin
 limited "$BIN" doctor --window 100ms --json > "$R/doctor-memlock.json" 2> "$R/doctor-memlock.err"
 limited "$BIN" probe "$P" --count 1 --size 262144 --json > "$R/probe-memlock.out" 2>&1
 echo "rc=$?" >> "$R/probe-memlock.out"
-# 7. A capture on the RDMA device's netdev while probes flow.
+# 7. A capture on the RDMA device's netdev while probes flow: the side channel's, and RDMA
+# CM probes whose connections carry the ToS set in configfs (104: DSCP 26).
+echo 104 > /sys/kernel/config/rdma_cm/rxe0/ports/1/default_roce_tos
 ( sleep 1; "$BIN" probe "$P" --count 40 --interval 50ms > /dev/null 2>&1 ) & PROBES=$!
+( sleep 1; "$BIN" probe "$P" --cm --port 18520 --count 15 --interval 100ms > "$R/walk-cm-probes.out" 2>&1 ) & CMPROBES=$!
 walk capture "$BIN" capture rxe0 --duration 4s --summary --json
-wait $PROBES
+wait $PROBES $CMPROBES
+echo 0 > /sys/kernel/config/rdma_cm/rxe0/ports/1/default_roce_tos
 rmdir /sys/kernel/config/rdma_cm/rxe0 2>/dev/null

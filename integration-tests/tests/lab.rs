@@ -864,6 +864,7 @@ fn lab_doctor_passes_on_the_pair_and_fails_on_a_firewall_that_drops_roce() {
         "firewall",
         "mtu",
         "probe",
+        "probe-cm",
         "counters",
     ] {
         let st = status(&ok, c);
@@ -906,6 +907,18 @@ fn lab_doctor_passes_on_the_pair_and_fails_on_a_firewall_that_drops_roce() {
         "{firewall}"
     );
     assert_eq!(status(&fw, "probe"), ["fail"], "{fw}");
+    // The CM path fails there too: the CM's request or reply dropped.
+    assert_eq!(status(&fw, "probe-cm"), ["fail"], "{fw}");
+    let cm = fw["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "probe-cm")
+        .unwrap();
+    assert!(
+        cm["evidence"].as_str().unwrap().starts_with("unreachable:"),
+        "{cm}"
+    );
     assert!(rc.contains("doctor-firewall rc=1"), "{rc}");
 }
 
@@ -937,6 +950,16 @@ fn lab_the_agent_probes_on_schedule_and_a_rule_fires_on_probe_failures() {
     assert_eq!(
         value(r#"rdma_probe_rtt_seconds_count{rdma_probe_peer="192.168.100.1"}"#),
         received
+    );
+    // The same peer through the RDMA CM (`cm:192.168.100.1`, a's CM listener): its own
+    // series, with the mode.
+    let cm_sent =
+        value(r#"rdma_probe_sent_total{rdma_probe_mode="cm",rdma_probe_peer="192.168.100.1"}"#);
+    let cm_received =
+        value(r#"rdma_probe_received_total{rdma_probe_mode="cm",rdma_probe_peer="192.168.100.1"}"#);
+    assert!(
+        cm_sent >= 5.0 && cm_received == cm_sent,
+        "CM: {cm_sent} sent, {cm_received} received"
     );
     // Nobody has 192.168.100.77-84: the side channel's connection times out (a route
     // failure), for each of them in every round.
@@ -1338,6 +1361,15 @@ fn lab_the_bring_up_walk_runs_in_order() {
     let sends = captured_packets(&c, "RC SEND");
     // 40 probes at 50 ms during a 4 s capture: their sends and the replies.
     assert!(sends >= 10, "{c}");
+    // The CM probes' connections carried configfs' default_roce_tos, 104: DSCP 26 on the
+    // wire (the side channel's queue pairs set none: DSCP 0).
+    let dscp = |d: &str| c["by_dscp"][d].as_u64().unwrap_or(0);
+    assert!(
+        dscp("26") >= 15,
+        "{c}\n{}",
+        read(&b.join("walk-cm-probes.out"))
+    );
+    assert!(dscp("0") >= 10, "{c}");
 }
 
 /// Driver messages in the mlx5 driver's formats, written into the guest's `/dev/kmsg`

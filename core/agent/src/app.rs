@@ -305,6 +305,9 @@ fn add_probe_plugin(cfg: &mut Config) -> Result<(), StartError> {
         p.reconnect_backoff,
     );
     plugin.options["serve_bandwidth"] = p.serve_bandwidth.into();
+    if p.serve && p.serve_cm {
+        plugin.options["serve_cm_port"] = p.cm_port.into();
+    }
     cfg.plugins.external.push(plugin);
     Ok(())
 }

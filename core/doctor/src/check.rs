@@ -71,6 +71,8 @@ pub struct Options {
     pub bandwidth: bool,
     /// The priority PFC and ECN are expected on.
     pub priority: u8,
+    /// The peer's RDMA CM listener port (`probe --serve --cm --port`).
+    pub cm_port: u16,
     /// The cable length, metres, for the PFC headroom a lossless buffer needs.
     pub cable_length: Option<u32>,
     /// How long the counters are watched.

@@ -71,6 +71,11 @@ async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>) {
             .push(check("probe", "", Status::Skip, "no --peer given", None)),
         Some(peer) => {
             let c = probe_check(agent, peer).await;
+            let side_ok = c.status == Status::Pass;
+            h.probe.push(c);
+            // The path CM applications take, beside it.
+            let c =
+                super::cm_path::cm_probe_check(agent, peer, h.opts.cm_port, side_ok, &h.qos).await;
             h.probe.push(c);
             if h.opts.bandwidth {
                 let c = bandwidth_check(agent, peer).await;

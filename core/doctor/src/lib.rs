@@ -24,6 +24,7 @@ pub mod bandwidth;
 mod buffers;
 pub mod capture;
 mod check;
+mod cm_path;
 mod congestion;
 mod counters;
 mod dcbx;

@@ -19,6 +19,10 @@ use rocewatch_runtime::host::settings::PluginsConfig;
 /// Checks that cannot run on empty input, and why (each needs something read first).
 const NOT_ON_EMPTY_INPUT: &[(&str, &str)] = &[
     ("ip", "runs for a RoCE port whose netdev was found"),
+    (
+        "probe-cm",
+        "runs with --peer and a started probe plugin (the lab runs it against a CM listener)",
+    ),
     ("gid", "runs for each address found on a RoCE netdev"),
     ("mtu", "runs when a netdev's MTU was read, or with --peer"),
     (
@@ -78,6 +82,7 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         peer: None,
         bandwidth: false,
         priority: 3,
+        cm_port: 18517,
         cable_length: None,
         window: Duration::from_millis(10),
         log_window: Duration::from_secs(3600),
@@ -125,6 +130,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
     out.push(super::ports::port_check("dev0/1", &Port::default()));
     out.extend(super::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
     out.push(super::dcbx::dcbx_peer_check(&[], "dev0", 1, "eth0", 3));
+    out.push(super::cm_path::cm_tos_check(&[], "dev0", 1, 3, None));
     out.push(super::buffers::buffer_check(
         &[],
         "dev0",

@@ -142,6 +142,13 @@ fn roce_port_checks(h: &Host, d: &Device, p: &Port, subject: &str) -> Vec<Check>
     out.push(ip_check(h.live, subject, nd, &ips));
     out.extend(gid_checks(&rp, subject, &ips));
     out.extend(qos_checks(&h.qos, &d.name, p.port, nd, h.opts.priority));
+    out.push(super::cm_path::cm_tos_check(
+        &h.qos,
+        &d.name,
+        p.port,
+        h.opts.priority,
+        super::appenv::desired_tos(&h.opts.qos, &h.qos),
+    ));
     out.push(super::buffers::buffer_check(
         &h.qos,
         &d.name,

@@ -27,6 +27,8 @@ pub struct Packet {
     pub psn: u32,
     /// IP ECN field was CE (3).
     pub ecn_ce: bool,
+    /// The IP header's DSCP (the connection's type of service, without ECN).
+    pub dscp: u8,
     /// AETH syndrome, for the opcodes that carry one.
     pub aeth: Option<u8>,
     /// Bytes of the frame on the wire.
@@ -242,7 +244,8 @@ fn decode_opt(link: u32, f: &Frame<'_>) -> Option<Decoded> {
         ethertype = u16::from_be_bytes([*d.get(at + 2)?, *d.get(at + 3)?]);
         at += 4;
     }
-    let (ecn, udp_at) = match ethertype {
+    // The IP type of service (IPv4) or traffic class (IPv6): DSCP and ECN.
+    let (tos, udp_at) = match ethertype {
         0x0800 => {
             let vihl = *d.get(at)?;
             let ihl = usize::from(vihl & 0x0f) * 4;
@@ -253,14 +256,14 @@ fn decode_opt(link: u32, f: &Frame<'_>) -> Option<Decoded> {
             if u16::from_be_bytes([*d.get(at + 6)?, *d.get(at + 7)?]) & 0x1fff != 0 {
                 return None;
             }
-            (*d.get(at + 1)? & 3, at + ihl)
+            (*d.get(at + 1)?, at + ihl)
         }
         0x86dd => {
             let tc = (u16::from_be_bytes([*d.get(at)?, *d.get(at + 1)?]) >> 4) as u8;
             if *d.get(at + 6)? != 17 {
                 return None;
             }
-            (tc & 3, at + 40)
+            (tc, at + 40)
         }
         _ => return None,
     };
@@ -268,7 +271,7 @@ fn decode_opt(link: u32, f: &Frame<'_>) -> Option<Decoded> {
     if dport != ROCE_PORT {
         return Some(Decoded::Other);
     }
-    Some(Decoded::from(roce(d, udp_at, ecn, f.wire_len)))
+    Some(Decoded::from(roce(d, udp_at, tos, f.wire_len)))
 }
 
 impl From<Result<Packet, NotRoce>> for Decoded {
@@ -285,7 +288,7 @@ impl From<Result<Packet, NotRoce>> for Decoded {
 /// it reads a packet (drivers/infiniband/sw/rxe/rxe_recv.c: an opcode with an entry in
 /// its table, `bth_tver() == BTH_TVER` (0), and `paylen >= header_size + bth_pad +
 /// RXE_ICRC_SIZE`, commit 7244491dab34 "Validate pad and ICRC before payload_size()").
-fn roce(d: &[u8], udp_at: usize, ecn: u8, wire_len: u32) -> Result<Packet, NotRoce> {
+fn roce(d: &[u8], udp_at: usize, tos: u8, wire_len: u32) -> Result<Packet, NotRoce> {
     let udp_len = d
         .get(udp_at + 4..udp_at + 6)
         .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
@@ -310,7 +313,8 @@ fn roce(d: &[u8], udp_at: usize, ecn: u8, wire_len: u32) -> Result<Packet, NotRo
         opcode,
         dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
         psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
-        ecn_ce: ecn == 3,
+        ecn_ce: tos & 3 == 3,
+        dscp: tos >> 2,
         aeth,
         bytes: wire_len,
     })
@@ -366,6 +370,9 @@ pub struct Summary {
     pub qps_not_followed: Count,
     pub cnp: u64,
     pub ecn_ce: u64,
+    /// RoCE v2 packets by the DSCP of their IP header (what the connection's type of
+    /// service put on the wire; a switch classifies by it).
+    pub by_dscp: BTreeMap<u8, u64>,
     pub acks: u64,
     /// NAKs by code (`PSN sequence error`, `remote access error`...).
     pub naks: BTreeMap<String, u64>,
@@ -410,6 +417,7 @@ impl Summary {
         if p.ecn_ce {
             self.ecn_ce += 1;
         }
+        *self.by_dscp.entry(p.dscp).or_default() += 1;
         if p.opcode == CNP {
             self.cnp += 1;
         }
@@ -478,6 +486,14 @@ impl Summary {
         );
         for (k, n) in &self.naks {
             let _ = writeln!(s, "  NAK {k}: {n}");
+        }
+        if !self.by_dscp.is_empty() {
+            let by: Vec<String> = self
+                .by_dscp
+                .iter()
+                .map(|(d, n)| format!("DSCP {d} (ToS {}): {n}", d << 2))
+                .collect();
+            let _ = writeln!(s, "{}", by.join("   "));
         }
         let _ = writeln!(s, "\n{:<40} {:>10} {:>14}", "opcode", "packets", "bytes");
         for (op, c) in &self.by_opcode {
@@ -612,6 +628,9 @@ pub(crate) mod tests {
         assert_eq!(s.by_dest_qp[&0x22].count.packets, 3);
         let t = s.text();
         assert!(t.contains("CNPs 1   ECN-CE marked 1"), "{t}");
+        // Every frame of the test is DSCP 26 (ToS 104 with its ECN bits).
+        assert_eq!(s.by_dscp, [(26, 10)].into());
+        assert!(t.contains("DSCP 26 (ToS 104): 10"), "{t}");
         assert!(t.contains("NAK PSN sequence error: 1"), "{t}");
     }
 

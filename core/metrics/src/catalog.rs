@@ -487,16 +487,17 @@ pub static RESOURCE_CATALOG: &[CatalogEntry] = &[
         "Per-QP hw counters (opt-in: `qp_counters = true` binds a counter per process, `rdma statistic qp set link DEV/PORT auto type,pid on`) summed per `rdma.device`, `rdma.port`, workload and `rdma.counter` (the driver's counter name: `out_of_sequence`, `np_cnp_sent`, `roce_adp_retrans`...)."),
 ];
 
-/// Verbs probe results, per peer (`rdma.probe.peer`), emitted by the agent's prober.
+/// Verbs probe results, per peer (`rdma.probe.peer`; a peer probed through the RDMA
+/// connection manager also `rdma.probe.mode = "cm"`), emitted by the agent's prober.
 pub static PROBE_CATALOG: &[CatalogEntry] = &[
     entry!(names::PROBE_SENT, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
-        "Probes sent to the peer."),
+        "Probes sent to the peer; those through the RDMA connection manager (`[probes] mode = \"cm\"`, a peer listed `cm:ADDRESS`) carry `rdma.probe.mode = \"cm\"`."),
     entry!(names::PROBE_RECEIVED, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
         "Probes answered by the peer within the timeout."),
     entry!(names::PROBE_TIMEOUTS, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
         "Probes without an answer within the timeout."),
     entry!(names::PROBE_FAILURES, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
-        "Probes that could not be sent, by `rdma.probe.cause` (address_resolution, route, rejected, qp_error, plugin)."),
+        "Probes that could not be sent, by `rdma.probe.cause` (address_resolution, route, rejected, qp_error, plugin; through the RDMA CM: address, route, unreachable, rejected, connection_error, broken, qp)."),
     entry!(names::PROBE_RTT, "s", Histogram, "prober", NONE, 1, "probe-verbs plugin",
         "Round-trip times of the answered probes (buckets: `[probes] rtt_buckets`); OTLP histogram, Prometheus histogram."),
     entry!(names::PROBE_RTT_LAST, "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",

@@ -15,6 +15,14 @@ pub const ATTR_PEER: &str = "rdma.probe.peer";
 /// Attribute naming a failure's cause.
 pub const ATTR_CAUSE: &str = "rdma.probe.cause";
 
+/// Attribute naming the path a probe took, on the series of probes through the RDMA
+/// connection manager (`cm`); absent on the side channel's (as before ABI 1.4).
+pub const ATTR_MODE: &str = "rdma.probe.mode";
+
+/// A peer entry that asks for the RDMA CM path whatever `[probes] mode` says:
+/// `cm:10.0.0.2`.
+pub const CM_PREFIX: &str = "cm:";
+
 /// The RDMA CM port `probe --cm` and its responder use by default: next to the side
 /// channel's TCP 18516, not rping's 7174 (an rping server on the host would hold it).
 pub const DEFAULT_CM_PORT: u16 = 18517;
@@ -48,6 +56,21 @@ pub(super) fn default_max_peers() -> usize {
 
 pub(super) fn default_backoff() -> Duration {
     Duration::from_secs(30)
+}
+
+pub(super) fn default_cm_port() -> u16 {
+    DEFAULT_CM_PORT
+}
+
+/// How the peers are probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeMode {
+    /// Queue-pair numbers over a TCP side channel, as perftest does.
+    #[default]
+    SideChannel,
+    /// Through the RDMA connection manager, as rping and CM applications do.
+    Cm,
 }
 
 pub(super) fn default_max_rate() -> f64 {
@@ -121,6 +144,28 @@ pub struct ProbesConfig {
     /// The probe-verbs plugin (default: next to the binary, or ROCEWATCH_PLUGIN_DIR).
     #[serde(default)]
     pub plugin: Option<PathBuf>,
+    /// How every peer is probed: `side_channel` (default) or `cm` (through the RDMA
+    /// connection manager). A peer written `cm:ADDRESS` is probed through the CM
+    /// whatever this says; one listed both ways is probed both ways.
+    #[serde(default)]
+    pub mode: ProbeMode,
+    /// The RDMA CM port of the peers' listeners (and of this agent's, with `serve_cm`).
+    #[serde(default = "default_cm_port")]
+    pub cm_port: u16,
+    /// The responder also listens for RDMA CM connections on `cm_port` (as `rping -s`).
+    /// Default false: a listener other hosts can connect to is opened only when asked.
+    #[serde(default)]
+    pub serve_cm: bool,
+}
+
+impl ProbesConfig {
+    /// A listed peer's address and whether it is probed through the RDMA CM.
+    pub fn peer_mode<'a>(&self, entry: &'a str) -> (&'a str, bool) {
+        match entry.strip_prefix(CM_PREFIX) {
+            Some(peer) => (peer, true),
+            None => (entry, self.mode == ProbeMode::Cm),
+        }
+    }
 }
 
 impl ProbesConfig {
@@ -154,6 +199,12 @@ impl ProbesConfig {
             return bad(
                 "serve_bandwidth",
                 "needs serve = true (bandwidth tests are served by the responder)".into(),
+            );
+        }
+        if self.serve_cm && !self.serve {
+            return bad(
+                "serve_cm",
+                "a CM listener is part of the responder: set serve = true too".into(),
             );
         }
         Ok(())
@@ -212,5 +263,24 @@ mod tests {
         assert!(!cfg("").serve_bandwidth, "off unless asked");
         assert!(cfg("serve_bandwidth = true").validate().is_ok());
         assert!(toml::from_str::<ProbesConfig>("serve_bandwith = true").is_err());
+        assert_eq!(
+            cfg("serve = false\nserve_cm = true")
+                .validate()
+                .unwrap_err()
+                .0,
+            "probes.serve_cm"
+        );
+        assert!(toml::from_str::<ProbesConfig>("mode = \"rping\"").is_err());
+    }
+
+    #[test]
+    fn a_peer_is_probed_through_the_cm_by_its_prefix_or_the_mode() {
+        let c: ProbesConfig = toml::from_str("").unwrap();
+        assert_eq!(c.cm_port, DEFAULT_CM_PORT);
+        assert_eq!(c.peer_mode("10.0.0.2"), ("10.0.0.2", false));
+        assert_eq!(c.peer_mode("cm:10.0.0.2"), ("10.0.0.2", true));
+        let c: ProbesConfig = toml::from_str("mode = \"cm\"\ncm_port = 7174").unwrap();
+        assert_eq!(c.peer_mode("10.0.0.2"), ("10.0.0.2", true));
+        assert_eq!(c.cm_port, 7174);
     }
 }

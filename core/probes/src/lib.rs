@@ -34,7 +34,8 @@ pub mod simulate;
 mod stats;
 
 pub use config::{
-    default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER, DEFAULT_CM_PORT, PLUGIN, RTT,
+    default_rtt_buckets, ProbeMode, ProbesConfig, ATTR_CAUSE, ATTR_MODE, ATTR_PEER, CM_PREFIX,
+    DEFAULT_CM_PORT, PLUGIN, RTT,
 };
 pub use fleetrounds::{
     count_round, round_samples, run_fleet, targets as fleet_targets, FlowSet, RttAttrs,

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use rocewatch_plugin_api::{NicTimestamps, ProbeResult, ProbeTarget};
 
-use super::config::{ProbesConfig, ATTR_PEER, PLUGIN, RTT};
+use super::config::{ProbesConfig, ATTR_MODE, ATTR_PEER, PLUGIN, RTT};
 use super::peers::PeerSource;
 use super::stats::{samples, PeerStats};
 use rocewatch_runtime::host::registry::Entry;
@@ -107,15 +107,31 @@ pub async fn run(
             }
             last_limits = (over_limit, interval);
         }
-        // Peers no longer listed are forgotten (their series end).
+        // Peers no longer listed are forgotten (their series end). A peer is its entry:
+        // `cm:ADDRESS` and ADDRESS are two (the two paths).
         let listed: std::collections::HashSet<&str> = list.iter().map(String::as_str).collect();
         stats.retain(|p, _| listed.contains(p.as_str()));
+        let kept: std::collections::HashSet<(String, bool)> = stats
+            .keys()
+            .map(|e| {
+                let (peer, cm) = cfg.peer_mode(e);
+                (peer.to_string(), cm)
+            })
+            .collect();
         store.retain_histogram(RTT, |a| {
-            a.get(ATTR_PEER).is_some_and(|p| stats.contains_key(p))
+            a.get(ATTR_PEER)
+                .is_some_and(|p| kept.contains(&(p.to_string(), a.get(ATTR_MODE) == Some("cm"))))
         });
         let targets: Vec<ProbeTarget> = list
             .iter()
-            .map(|peer| ProbeTarget::new(peer.clone(), cfg.size, cfg.timeout.as_millis() as u64))
+            .map(|entry| {
+                let (peer, cm) = cfg.peer_mode(entry);
+                let mut t = ProbeTarget::new(peer, cfg.size, cfg.timeout.as_millis() as u64);
+                if cm {
+                    t.cm_port = cfg.cm_port;
+                }
+                t
+            })
             .collect();
         if !targets.is_empty() {
             let results = tokio::select! {
@@ -132,9 +148,10 @@ pub async fn run(
             }
             let mut rtts = Vec::with_capacity(list.len());
             for (i, peer) in list.iter().enumerate() {
-                let s = stats
-                    .entry(peer.clone())
-                    .or_insert_with(|| PeerStats::new(peer));
+                let s = stats.entry(peer.clone()).or_insert_with(|| {
+                    let (addr, cm) = cfg.peer_mode(peer);
+                    PeerStats::with_mode(addr, cm)
+                });
                 let outcome = match &results {
                     Ok(r) => r.get(i).map(|r| &r.outcome).ok_or(()),
                     Err(_) => Err(()),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rocewatch_plugin_api::{Attributes, MetricKind, ProbeOutcome, Sample, Value};
 
-use super::config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_PEER};
+use super::config::{default_rtt_buckets, ProbesConfig, ATTR_CAUSE, ATTR_MODE, ATTR_PEER};
 use rocewatch_runtime::store::Store;
 
 /// Declare the probe metrics in the store (the RTT histogram with its buckets).
@@ -39,9 +39,14 @@ pub(super) struct PeerStats {
 }
 
 impl PeerStats {
-    pub(crate) fn new(peer: &str) -> Self {
+    /// A peer probed through the RDMA CM (`cm`) carries `rdma.probe.mode = cm`.
+    pub(crate) fn with_mode(peer: &str, cm: bool) -> Self {
+        let mut a: BTreeMap<String, String> = [(ATTR_PEER.to_string(), peer.to_string())].into();
+        if cm {
+            a.insert(ATTR_MODE.to_string(), "cm".to_string());
+        }
         PeerStats {
-            attrs: Attributes::new([(ATTR_PEER.to_string(), peer.to_string())].into()),
+            attrs: Attributes::new(a.into()),
             sent: 0,
             received: 0,
             timeouts: 0,
@@ -176,7 +181,7 @@ mod tests {
             "address_resolution"
         );
         let mut st = BTreeMap::new();
-        let mut p = PeerStats::new("10.0.0.1");
+        let mut p = PeerStats::with_mode("10.0.0.1", false);
         assert_eq!(
             p.count(Ok(&ProbeOutcome::Ok { rtt_seconds: 0.003 })),
             Some(0.003)

@@ -478,6 +478,10 @@ pub struct DoctorArgs {
     /// The priority RoCE traffic uses (PFC and ECN are expected on it).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
     pub priority: u8,
+    /// The peer's RDMA CM listener port, for --peer's probe through the connection
+    /// manager (`rocewatch probe --serve --cm --port` there).
+    #[arg(long, value_name = "PORT", default_value_t = rocewatch_probes::DEFAULT_CM_PORT)]
+    pub cm_port: u16,
     /// The cable length in metres, for the PFC headroom a lossless buffer needs (default:
     /// what the driver reports, else mlx5's 7 m).
     #[arg(long, value_name = "METRES", value_parser = clap::value_parser!(u32).range(1..1000))]

@@ -754,38 +754,28 @@ fn doctor_userspace_stack_on_a_container_like_host() {
         v
     };
     let v = run();
-    let c = find(&v, "rdma-core", "");
-    assert_eq!(c["status"], "pass", "{c}");
-    assert!(
-        c["evidence"].as_str().unwrap().contains("rdma-core 44.0"),
-        "{c}"
+    // (check, subject) has `status` and its evidence holds `says`; the check back.
+    let expect = |v: &Value, check: &str, subject: &str, status: &str, says: &str| -> Value {
+        let c = find(v, check, subject).clone();
+        assert_eq!(c["status"], status, "{c}");
+        assert!(c["evidence"].as_str().unwrap().contains(says), "{c}");
+        c
+    };
+    expect(&v, "rdma-core", "", "pass", "rdma-core 44.0");
+    expect(
+        &v,
+        "provider",
+        "mlx5_0",
+        "pass",
+        "driver mlx5_core: provider mlx5",
     );
-    let c = find(&v, "provider", "mlx5_0");
-    assert_eq!(c["status"], "pass", "{c}");
-    assert!(
-        c["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("driver mlx5_core: provider mlx5"),
-        "{c}"
-    );
-    let c = find(&v, "uverbs", "mlx5_0");
-    assert_eq!(c["status"], "pass", "{c}");
-    assert!(
-        c["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("(231:192, mode 666)"),
-        "{c}"
-    );
-    let c = find(&v, "uverbs", "mlx5_1");
-    assert_eq!(c["status"], "fail", "{c}");
-    assert!(
-        c["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("dev/infiniband/uverbs1 is not there"),
-        "{c}"
+    expect(&v, "uverbs", "mlx5_0", "pass", "(231:192, mode 666)");
+    let c = expect(
+        &v,
+        "uverbs",
+        "mlx5_1",
+        "fail",
+        "dev/infiniband/uverbs1 is not there",
     );
     assert!(
         c["fix"]
@@ -794,23 +784,13 @@ fn doctor_userspace_stack_on_a_container_like_host() {
             .contains("--device /dev/infiniband/uverbs1"),
         "{c}"
     );
-    let c = find(&v, "rdma-cm", "");
-    assert_eq!(c["status"], "warn", "{c}");
-    assert!(
-        c["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("rdma_cm is not there"),
-        "{c}"
-    );
-    let c = find(&v, "memlock", "");
-    assert_eq!(c["status"], "fail", "{c}");
-    assert!(
-        c["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("process 4242: locked memory 64 KiB (hard 64 KiB)"),
-        "{c}"
+    expect(&v, "rdma-cm", "", "warn", "rdma_cm is not there");
+    let c = expect(
+        &v,
+        "memlock",
+        "",
+        "fail",
+        "process 4242: locked memory 64 KiB (hard 64 KiB)",
     );
     assert!(
         c["fix"].as_str().unwrap().contains("--ulimit memlock=-1"),
@@ -819,15 +799,7 @@ fn doctor_userspace_stack_on_a_container_like_host() {
     // The node made 0600 root's: nobody cannot open it.
     unsafe { libc::chmod(node.as_ptr(), 0o600) };
     let v = run();
-    let c = find(&v, "uverbs", "mlx5_0");
-    assert_eq!(c["status"], "fail", "{c}");
-    assert!(
-        c["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("nobody cannot open it"),
-        "{c}"
-    );
+    expect(&v, "uverbs", "mlx5_0", "fail", "nobody cannot open it");
     // CAP_IPC_LOCK lifts the limit; the provider taken away fails both devices.
     std::fs::write(
         proc.join("status"),
@@ -837,14 +809,12 @@ fn doctor_userspace_stack_on_a_container_like_host() {
     std::fs::remove_file(lib.join("libibverbs/libmlx5-rdmav34.so")).unwrap();
     let v = run();
     assert_eq!(find(&v, "memlock", "")["status"], "pass", "{v}");
-    let c = find(&v, "provider", "mlx5_1");
-    assert_eq!(c["status"], "fail", "{c}");
-    assert!(
-        c["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("etc/libibverbs.d names it but no libmlx5-rdmav*.so is installed"),
-        "{c}"
+    let c = expect(
+        &v,
+        "provider",
+        "mlx5_1",
+        "fail",
+        "etc/libibverbs.d names it but no libmlx5-rdmav*.so is installed",
     );
     assert!(
         c["fix"].as_str().unwrap().contains("ibverbs-providers"),

@@ -216,18 +216,7 @@ pub(super) fn buffer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, lin
 mod tests {
     use super::*;
 
-    fn port(s: &[(&str, &str)]) -> Vec<QosState> {
-        vec![QosState {
-            device: "mlx5_0".into(),
-            port: 1,
-            netdev: Some("eth0".into()),
-            settings: s
-                .iter()
-                .map(|(k, v)| (k.to_string(), Setting::Value(v.to_string())))
-                .collect(),
-            settable_unread: Vec::new(),
-        }]
-    }
+    use super::super::qos::port_with as port;
 
     const LINK_100G: Link = Link {
         speed_mbps: Some(100_000),

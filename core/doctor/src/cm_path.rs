@@ -205,18 +205,7 @@ pub(super) fn cm_tos_check(
 mod tests {
     use super::*;
 
-    fn port(s: &[(&str, &str)]) -> Vec<QosState> {
-        vec![QosState {
-            device: "mlx5_0".into(),
-            port: 1,
-            netdev: Some("eth0".into()),
-            settings: s
-                .iter()
-                .map(|(k, v)| (k.to_string(), Setting::Value(v.to_string())))
-                .collect(),
-            settable_unread: Vec::new(),
-        }]
-    }
+    use super::super::qos::port_with as port;
 
     #[test]
     fn a_tos_on_a_lossy_priority_fails_with_both_values() {

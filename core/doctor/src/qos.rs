@@ -131,3 +131,18 @@ pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio:
     });
     out
 }
+
+/// One port (`mlx5_0/1` on `eth0`) with the settings given as values: the tests' input.
+#[cfg(test)]
+pub(super) fn port_with(s: &[(&str, &str)]) -> Vec<QosState> {
+    vec![QosState {
+        device: "mlx5_0".into(),
+        port: 1,
+        netdev: Some("eth0".into()),
+        settings: s
+            .iter()
+            .map(|(k, v)| (k.to_string(), Setting::Value(v.to_string())))
+            .collect(),
+        settable_unread: Vec::new(),
+    }]
+}

@@ -21,18 +21,7 @@ pub fn kernel_log(opts: &Options, cfg: &HealthConfig) -> Vec<Finding> {
         rocewatch_klog::text::Clock::now(),
     )
     .into_iter()
-    .map(|c| {
-        use rocewatch_doctor::Status as D;
-        let status = match c.status {
-            D::Pass => Status::Ok,
-            D::Warn => Status::Warning,
-            D::Fail => Status::Unhealthy,
-            D::Skip | D::Info => Status::Skipped,
-        };
-        let mut f = Finding::host("kernel-log", status, c.evidence);
-        f.device = (!c.subject.is_empty()).then_some(c.subject);
-        f
-    })
+    .map(|c| finding_of("kernel-log", c.evidence.clone(), c))
     .collect()
 }
 
@@ -74,19 +63,23 @@ pub fn userspace(opts: &Options, cfg: &HealthConfig, inv: &Inventory) -> Vec<Fin
     us::provider_checks(&roots, inv)
         .into_iter()
         .chain(us::device_file_checks(&roots, inv, &everyone))
-        .map(|c| {
-            use rocewatch_doctor::Status as D;
-            let status = match c.status {
-                D::Pass => Status::Ok,
-                D::Warn => Status::Warning,
-                D::Fail => Status::Unhealthy,
-                D::Skip | D::Info => Status::Skipped,
-            };
-            let mut f = Finding::host("userspace", status, format!("{}: {}", c.check, c.evidence));
-            f.device = (!c.subject.is_empty()).then_some(c.subject);
-            f
-        })
+        .map(|c| finding_of("userspace", format!("{}: {}", c.check, c.evidence), c))
         .collect()
+}
+
+/// A doctor check as a finding of `check` saying `what`: a failure keeps jobs off the
+/// host, a warning weighs nothing, a skip or an information is skipped.
+fn finding_of(check: &'static str, what: String, c: rocewatch_doctor::Check) -> Finding {
+    use rocewatch_doctor::Status as D;
+    let status = match c.status {
+        D::Pass => Status::Ok,
+        D::Warn => Status::Warning,
+        D::Fail => Status::Unhealthy,
+        D::Skip | D::Info => Status::Skipped,
+    };
+    let mut f = Finding::host(check, status, what);
+    f.device = (!c.subject.is_empty()).then_some(c.subject);
+    f
 }
 
 /// The state the kernel names ERR (`enum ib_qp_state`: IB_QPS_ERR = 6).

@@ -3,6 +3,7 @@
 //! sets up logging. `main.rs` only parses and calls [`run`].
 
 mod args;
+mod args_doctor;
 mod args_sub;
 mod bandwidth;
 mod capture;

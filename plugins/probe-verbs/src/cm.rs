@@ -17,7 +17,7 @@ use rdma_sys::*;
 use rocewatch_plugin_api::ProbeOutcome;
 
 use crate::cm_outcome::{call_failed, event, event_outcome, Stage};
-use crate::verbs::{memlock_cause, memlock_limit};
+use crate::memlock::{memlock_cause, memlock_limit};
 
 /// `RDMA_OPTION_ID` and `RDMA_OPTION_ID_TOS` (`rdma/rdma_cma.h`).
 const OPTION_ID: i32 = 0;

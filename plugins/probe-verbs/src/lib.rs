@@ -47,6 +47,7 @@
 //! Modules:
 //! - [`cm_outcome`]: what an RDMA CM attempt's events mean, by where it stopped (pure,
 //!   unit-tested; the RDMA CM probe that will feed it is not built yet).
+//! - `memlock`: the locked-memory limit named when a registration fails for it.
 //! - `options`: the plugin's options and their defaults.
 //! - `conn`: connection setup on the prober's side: the TCP side channel's exchange, the
 //!   local GID of an address (cached), connecting peers in parallel.
@@ -66,6 +67,7 @@ mod bwverbs;
 pub mod cm;
 pub mod cm_outcome;
 mod conn;
+mod memlock;
 mod options;
 mod prober;
 mod reconnect;

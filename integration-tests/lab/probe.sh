@@ -70,12 +70,12 @@ b)
   # minute): bounded here, and its timeout counts as not connected.
   modprobe rdma_ucm 2>/dev/null
   cmcase() { # NAME PEER CMPORT RPINGPORT
-    $BIN probe "$2" --cm --port "$3" --count 3 --timeout 3s --json > "$R/cm-$1.json" 2> "$R/cm-$1.err"
+    timeout -k 5 60 $BIN probe "$2" --cm --port "$3" --count 3 --timeout 3s --json > "$R/cm-$1.json" 2> "$R/cm-$1.err"
     echo "cm-$1 rc=$?" >> "$R/rc.txt"
     timeout 20 rping -c -a "$2" -p "$4" -C 3 -v > "$R/rping-$1.txt" 2>&1
     echo "rping-$1 rc=$?" >> "$R/rc.txt"
   }
-  i=0; until $BIN probe "$P" --cm --port 18520 --count 1 --timeout 2s > /dev/null 2>&1 || [ $i -ge 30 ]; do sleep 1; i=$((i+1)); done
+  i=0; until timeout -k 5 30 $BIN probe "$P" --cm --port 18520 --count 1 --timeout 2s > /dev/null 2>&1 || [ $i -ge 30 ]; do sleep 1; i=$((i+1)); done
   cmcase ok "$P" 18520 18521
   cmcase nolistener "$P" 18599 18599
   cmcase noaddr 192.168.100.77 18520 18521
@@ -158,7 +158,7 @@ op = ">"
 threshold = 0
 CFG
   http_get() { exec 3<>/dev/tcp/127.0.0.1/9464; printf 'GET %s HTTP/1.0\r\nHost: lab\r\n\r\n' "$1" >&3; cat <&3; exec 3<&-; }
-  timeout 30 $BIN run --config /tmp/probes.toml > /dev/null 2> "$R/agent.log" & AG=$!
+  timeout -k 5 30 $BIN run --config /tmp/probes.toml > /dev/null 2> "$R/agent.log" & AG=$!
   sleep 10
   http_get /metrics > "$R/agent-metrics.txt"; http_get /rules > "$R/agent-rules.txt"
   kill $AG; wait $AG

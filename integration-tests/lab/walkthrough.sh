@@ -33,14 +33,14 @@ walk doctor "$BIN" doctor --peer "$P" --cm-port 18520 --window 1s --json
 # registered says why.
 ibv_devices > "$R/ibv_devices.txt" 2>&1
 limited() { bash -c 'ulimit -l 64 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock "$@"' limited "$@"; }
-limited "$BIN" doctor --window 100ms --json > "$R/doctor-memlock.json" 2> "$R/doctor-memlock.err"
-limited "$BIN" probe "$P" --count 1 --size 262144 --json > "$R/probe-memlock.out" 2>&1
+limited timeout -k 5 120 "$BIN" doctor --window 100ms --json > "$R/doctor-memlock.json" 2> "$R/doctor-memlock.err"
+limited timeout -k 5 60 "$BIN" probe "$P" --count 1 --size 262144 --json > "$R/probe-memlock.out" 2>&1
 echo "rc=$?" >> "$R/probe-memlock.out"
 # 7. A capture on the RDMA device's netdev while probes flow: the side channel's, and RDMA
 # CM probes whose connections carry the ToS set in configfs (104: DSCP 26).
 echo 104 > /sys/kernel/config/rdma_cm/rxe0/ports/1/default_roce_tos
 ( sleep 1; "$BIN" probe "$P" --count 40 --interval 50ms > /dev/null 2>&1 ) & PROBES=$!
-( sleep 1; "$BIN" probe "$P" --cm --port 18520 --count 15 --interval 100ms > "$R/walk-cm-probes.out" 2>&1 ) & CMPROBES=$!
+( sleep 1; timeout -k 5 60 "$BIN" probe "$P" --cm --port 18520 --count 15 --interval 100ms > "$R/walk-cm-probes.out" 2>&1 ) & CMPROBES=$!
 walk capture "$BIN" capture rxe0 --duration 4s --summary --json
 wait $PROBES $CMPROBES
 echo 0 > /sys/kernel/config/rdma_cm/rxe0/ports/1/default_roce_tos

@@ -24,6 +24,10 @@ const OPTION_ID: i32 = 0;
 const OPTION_ID_TOS: i32 = 0;
 /// The largest message the listener takes.
 pub const MAX_SIZE: u32 = 1 << 20;
+/// The most connections the listener holds at once (each up to 2 MiB of registered
+/// buffer): one more is refused, so that anyone who can reach the port cannot pin the
+/// host's memory by opening connections and never closing them.
+pub const MAX_CONNS: usize = 64;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -598,7 +602,7 @@ fn serve_loop(ch: &Channel) {
                     event::CONNECT_REQUEST => {
                         let mut c = Conn::bare(e.id);
                         let size = e.size.unwrap_or(64).clamp(1, MAX_SIZE) as usize;
-                        let ok = c.attach(size).is_ok() && {
+                        let ok = conns.len() < MAX_CONNS && c.attach(size).is_ok() && {
                             c.rearm();
                             // SAFETY: an all-zero parameter is valid.
                             let mut p: rdma_conn_param = unsafe { std::mem::zeroed() };

@@ -6,12 +6,13 @@
 //! names the verb and the device.
 
 use std::ptr;
-
-use crate::memlock::{memlock_cause, memlock_limit};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_sys::*;
+
+use crate::memlock::{memlock_cause, memlock_limit};
+use crate::post::{post_recv_raw, post_send_raw};
 
 /// Why a verbs step failed.
 #[derive(Debug)]
@@ -328,25 +329,12 @@ pub(crate) fn create_rc_qp(
 pub(crate) fn post_recv_one(
     qp: *mut ibv_qp,
     dev: &Device,
-    mut sge: ibv_sge,
+    sge: ibv_sge,
     wr_id: u64,
 ) -> Result<(), VerbsError> {
-    // SAFETY: an all-zero work request is valid; fields set below.
-    let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
-    wr.wr_id = wr_id;
-    wr.sg_list = &mut sge;
-    wr.num_sge = 1;
-    let mut bad = ptr::null_mut();
-    // SAFETY: qp is a live queue pair of dev; wr and sge are valid for the call.
-    let r = unsafe { ibv_post_recv(qp, &mut wr, &mut bad) };
-    if r != 0 {
-        return Err(VerbsError(format!(
-            "ibv_post_recv on {}: {}",
-            dev.name,
-            std::io::Error::from_raw_os_error(r)
-        )));
-    }
-    Ok(())
+    // SAFETY: qp is a live queue pair of dev; sge names its registered memory.
+    unsafe { post_recv_raw(qp, sge, wr_id) }
+        .map_err(|e| VerbsError(format!("ibv_post_recv on {}: {e}", dev.name)))
 }
 
 fn modify_qp(
@@ -606,24 +594,10 @@ impl Endpoint {
 
     /// Post the send buffer (signaled).
     pub fn post_send(&mut self) -> Result<(), VerbsError> {
-        let mut sge = self.sge(0);
-        // SAFETY: an all-zero work request is valid; fields set below.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = 1;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-        let mut bad = ptr::null_mut();
-        // SAFETY: qp, wr and sge are valid for the call.
-        let r = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
-        if r != 0 {
-            return Err(VerbsError(format!(
-                "ibv_post_send: {}",
-                std::io::Error::from_raw_os_error(r)
-            )));
-        }
-        Ok(())
+        let sge = self.sge(0);
+        // SAFETY: the endpoint's live QP; sge names its registered buffer.
+        unsafe { post_send_raw(self.qp, sge, 1) }
+            .map_err(|e| VerbsError(format!("ibv_post_send: {e}")))
     }
 
     /// Ask for an event on the channel at the next completion (once); false if the

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use rocewatch_plugin_api::{ProbeOutcome, ProbeTarget, QosState, Setting};
+use rocewatch_plugin_api::{CmConnection, ProbeOutcome, ProbeTarget, QosState, Setting};
 use rocewatch_runtime::app::App;
 
 use super::check::{check, Check, Status};
@@ -19,7 +19,7 @@ fn difference(cause: &str, roce_v1: bool) -> String {
     let mut why = match class {
         "address" => "the side channel reaches the peer over TCP, but the CM cannot resolve its address to an RDMA device: a route for the RDMA subnet over the RDMA netdev, the source address's RoCE v2 GID".to_string(),
         "route" => "the CM resolved the address but not a route: the RDMA netdev's route and MTU".to_string(),
-        "unreachable" => "the CM's request (a MAD over UDP 4791) or its reply is dropped where the side channel's TCP passes: the firewall on either host, an ACL on the path".to_string(),
+        "unreachable" => "the CM's request (a MAD over UDP 4791 to queue pair 1, in the CM's class of service) or its reply is dropped where the side channel's TCP and queue pairs pass: a firewall rule on either host or an ACL on the path that matches queue pair 1 or the CM's DSCP".to_string(),
         "rejected" => "the peer's CM refused: see the reason".to_string(),
         _ => "the CM set the connection up differently from the side channel (RoCE mode, GID, QP attributes)".to_string(),
     };
@@ -29,6 +29,25 @@ fn difference(cause: &str, roce_v1: bool) -> String {
         );
     }
     why
+}
+
+/// Where the CM put the connection, as the end of a check's evidence.
+fn via(cm: Option<&CmConnection>) -> String {
+    cm.map(|c| {
+        format!(
+            " (via {} port {}, ToS {}: DSCP {}, {})",
+            c.device,
+            c.port,
+            c.tos,
+            c.tos >> 2,
+            if c.tos_set {
+                "the probe's own"
+            } else {
+                "the port's default"
+            }
+        )
+    })
+    .unwrap_or_default()
 }
 
 /// The CM probe to `peer`'s listener on `port`, and when the side channel passed
@@ -61,8 +80,9 @@ pub(super) async fn cm_probe_check(
                 peer,
                 Status::Pass,
                 format!(
-                    "through the RDMA connection manager (port {port}): address, route, connection and an RC send/receive answered in {:.1} us",
-                    rtt_seconds * 1e6
+                    "through the RDMA connection manager (port {port}): address, route, connection and an RC send/receive answered in {:.1} us{}",
+                    rtt_seconds * 1e6,
+                    via(r.cm.as_ref())
                 ),
                 None,
             ),
@@ -77,9 +97,9 @@ pub(super) async fn cm_probe_check(
             ),
             ProbeOutcome::ConnectFailed { cause } => {
                 let evidence = if side_ok {
-                    format!("{cause}; the side-channel probe passed: {}", difference(&cause, roce_v1))
+                    format!("{cause}{}; the side-channel probe passed: {}", via(r.cm.as_ref()), difference(&cause, roce_v1))
                 } else {
-                    cause
+                    format!("{cause}{}", via(r.cm.as_ref()))
                 };
                 check("probe-cm", peer, Status::Fail, evidence, Some(format!(
                     "rocewatch probe {} --cm --port {port} repeats it; rping -c -a {} shows what CM applications see",

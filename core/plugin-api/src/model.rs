@@ -442,6 +442,27 @@ pub struct ProbeResult {
     /// is none on the first result of a round only (it is the same for every peer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic_timestamps: Option<NicTimestamps>,
+    /// A CM probe's connection as the CM set it up, once its route was resolved: absent
+    /// for side-channel probes, for CM probes that stopped before a route, and from
+    /// plugins before ABI 1.4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cm: Option<CmConnection>,
+}
+
+/// Where the RDMA CM put a probe's connection: the local device and port it bound the
+/// connection to, and the type of service the connection carries (the route's traffic
+/// class: the probe's own `tos`, else the port's configfs `default_roce_tos`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CmConnection {
+    /// The RDMA device the CM chose for the source address (`mlx5_0`).
+    pub device: String,
+    /// Its port.
+    pub port: u8,
+    /// The whole IP ToS byte: DSCP in the high 6 bits, ECN in the low 2.
+    pub tos: u8,
+    /// True when the probe asked for `tos` (`RDMA_OPTION_ID_TOS`), false when it is the
+    /// port's configfs default.
+    pub tos_set: bool,
 }
 
 /// What the device's completion timestamps tell about a probe.

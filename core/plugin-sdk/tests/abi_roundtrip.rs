@@ -89,6 +89,21 @@ impl ProbePlugin for All {
                     cause: "route".into(),
                 },
                 nic_timestamps: None,
+                cm: None,
+            });
+        }
+        // A CM target: where the CM put the connection crosses the ABI.
+        if target.cm_port != 0 {
+            return Ok(ProbeResult {
+                peer: target.peer.clone(),
+                outcome: ProbeOutcome::Ok { rtt_seconds: 2e-5 },
+                nic_timestamps: None,
+                cm: Some(CmConnection {
+                    device: "mlx5_0".into(),
+                    port: 1,
+                    tos: target.tos.unwrap_or(106),
+                    tos_set: target.tos.is_some(),
+                }),
             });
         }
         // The flow crosses the ABI: its label comes back as the RTT's microseconds.
@@ -99,6 +114,7 @@ impl ProbePlugin for All {
                     rtt_seconds: f64::from(target.flow_label) * 1e-6,
                 },
                 nic_timestamps: None,
+                cm: None,
             });
         }
         Ok(ProbeResult {
@@ -107,6 +123,7 @@ impl ProbePlugin for All {
                 rtt_seconds: 1.5e-5,
             },
             nic_timestamps: None,
+            cm: None,
         })
     }
 }
@@ -452,6 +469,24 @@ fn cm_targets_are_refused_for_a_1_3_plugin() {
     );
     let back: ProbeTarget = serde_json::from_value(j).unwrap();
     assert_eq!(back, cm);
+}
+
+/// A 1.4 plugin's CM result says where the CM put the connection and which ToS it
+/// carried (asked for, or the port's default); a side-channel result carries none.
+#[test]
+fn a_cm_probe_result_says_where_the_connection_went() {
+    let mut p = lib().instantiate(PluginKind::Probe).unwrap();
+    p.start(&ctx()).unwrap();
+    let mut cm = ProbeTarget::new("10.0.0.2", 64, 100);
+    cm.cm_port = 18517;
+    let default = p.probe(&cm).unwrap();
+    cm.tos = Some(96);
+    let asked = p.probe_many(std::slice::from_ref(&cm)).unwrap();
+    let side = p.probe(&ProbeTarget::new("10.0.0.2", 64, 100)).unwrap();
+    let c = |r: &ProbeResult| r.cm.clone().map(|c| (c.device, c.port, c.tos, c.tos_set));
+    assert_eq!(c(&default), Some(("mlx5_0".into(), 1, 106, false)));
+    assert_eq!(c(&asked[0]), Some(("mlx5_0".into(), 1, 96, true)));
+    assert_eq!(c(&side), None);
 }
 
 static ALL_1_1: PluginTableV1 = {

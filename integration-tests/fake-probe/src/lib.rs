@@ -81,6 +81,7 @@ fn result(t: &ProbeTarget, outcome: ProbeOutcome, first: bool) -> ProbeResult {
         nic_timestamps: first.then(|| NicTimestamps::Unsupported {
             reason: "fake-probe has no NIC".into(),
         }),
+        cm: None,
     }
 }
 

@@ -14,10 +14,11 @@ use std::ptr;
 use std::time::{Duration, Instant};
 
 use rdma_sys::*;
-use rocewatch_plugin_api::ProbeOutcome;
+use rocewatch_plugin_api::{CmConnection, ProbeOutcome};
 
 use crate::cm_outcome::{call_failed, event, event_outcome, Stage};
 use crate::memlock::{memlock_cause, memlock_limit};
+use crate::post::{post_recv_raw, post_send_raw};
 
 /// `RDMA_OPTION_ID` and `RDMA_OPTION_ID_TOS` (`rdma/rdma_cma.h`).
 const OPTION_ID: i32 = 0;
@@ -251,46 +252,18 @@ impl Conn {
     }
 
     fn post_recv(&mut self) -> Result<(), String> {
-        let mut sge = self.sge(self.size, self.size);
-        // SAFETY: an all-zero work request is valid; the QP and sge live for the call.
-        unsafe {
-            let mut wr: ibv_recv_wr = std::mem::zeroed();
-            wr.wr_id = 2;
-            wr.sg_list = &mut sge;
-            wr.num_sge = 1;
-            let mut bad = ptr::null_mut();
-            let r = ibv_post_recv((*self.id).qp, &mut wr, &mut bad);
-            if r != 0 {
-                return Err(format!(
-                    "QP: ibv_post_recv: {}",
-                    std::io::Error::from_raw_os_error(r)
-                ));
-            }
-        }
-        Ok(())
+        let sge = self.sge(self.size, self.size);
+        // SAFETY: the id's live QP; sge names the registered buffer's receive half.
+        unsafe { post_recv_raw((*self.id).qp, sge, 2) }
+            .map_err(|e| format!("QP: ibv_post_recv: {e}"))
     }
 
     /// Send `len` bytes of the send half.
     fn post_send(&mut self, len: usize) -> Result<(), String> {
-        let mut sge = self.sge(0, len.min(self.size));
+        let sge = self.sge(0, len.min(self.size));
         // SAFETY: as post_recv.
-        unsafe {
-            let mut wr: ibv_send_wr = std::mem::zeroed();
-            wr.wr_id = 1;
-            wr.sg_list = &mut sge;
-            wr.num_sge = 1;
-            wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-            wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-            let mut bad = ptr::null_mut();
-            let r = ibv_post_send((*self.id).qp, &mut wr, &mut bad);
-            if r != 0 {
-                return Err(format!(
-                    "QP: ibv_post_send: {}",
-                    std::io::Error::from_raw_os_error(r)
-                ));
-            }
-        }
-        Ok(())
+        unsafe { post_send_raw((*self.id).qp, sge, 1) }
+            .map_err(|e| format!("QP: ibv_post_send: {e}"))
     }
 
     /// Completions waiting: (wr_id, byte_len) of each, or the failed one's status.
@@ -398,18 +371,44 @@ fn expect(
 
 /// One probe over RDMA CM: connect to `peer`'s listener on `port`, one `size`-byte
 /// ping-pong, disconnect. `tos`: the connection's type of service (else the device's
-/// configfs default applies).
+/// configfs default applies). With the outcome, where the CM put the connection, once
+/// its route was resolved.
 pub fn cm_probe(
     peer: &str,
     port: u16,
     size: u32,
     timeout: Duration,
     tos: Option<u8>,
-) -> ProbeOutcome {
-    match cm_probe_inner(peer, port, size.clamp(1, MAX_SIZE), timeout, tos) {
+) -> (ProbeOutcome, Option<CmConnection>) {
+    let mut at = None;
+    let outcome = match cm_probe_inner(peer, port, size.clamp(1, MAX_SIZE), timeout, tos, &mut at) {
         Ok(Some(rtt)) => ProbeOutcome::Ok { rtt_seconds: rtt },
         Ok(None) => ProbeOutcome::Timeout,
         Err(cause) => ProbeOutcome::ConnectFailed { cause },
+    };
+    (outcome, at)
+}
+
+/// The device and port the CM bound `id` to and its route's traffic class (the ToS the
+/// connection carries: `cma_resolve_iboe_route` sets it from the id's ToS, else the
+/// port's `default_roce_tos`).
+fn connection_of(id: *mut rdma_cm_id, tos: Option<u8>) -> Option<CmConnection> {
+    // SAFETY: a live id whose route is resolved: its context and path records are
+    // librdmacm's, read only here.
+    unsafe {
+        let id = &*id;
+        if id.verbs.is_null() || id.route.path_rec.is_null() || id.route.num_paths < 1 {
+            return None;
+        }
+        let name = ibv_get_device_name((*id.verbs).device);
+        (!name.is_null()).then(|| CmConnection {
+            device: std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned(),
+            port: id.port_num,
+            tos: (*id.route.path_rec).traffic_class,
+            tos_set: tos.is_some(),
+        })
     }
 }
 
@@ -419,6 +418,7 @@ fn cm_probe_inner(
     size: u32,
     timeout: Duration,
     tos: Option<u8>,
+    at: &mut Option<CmConnection>,
 ) -> Result<Option<f64>, String> {
     let deadline = Instant::now() + timeout;
     // The CM's own resolution timeouts end before the probe's: its ADDR_ERROR or
@@ -452,6 +452,7 @@ fn cm_probe_inner(
         return Err(call_failed(Stage::Route, errno(), peer));
     }
     expect(&ch, Stage::Route, deadline, peer, port)?;
+    *at = connection_of(id, tos);
     conn.attach(size as usize)?;
     let private = size.to_be_bytes();
     // SAFETY: an all-zero connection parameter is valid; the private data lives for
@@ -581,8 +582,15 @@ struct Serving {
 // SAFETY: the channel and the id are used by the serving thread alone once moved.
 unsafe impl Send for Serving {}
 
+/// How long the listener keeps a connection that carries nothing: a prober's connection
+/// lives for one ping-pong, so one idle this long belongs to a prober that died or hung
+/// (an RC connection without traffic never notices a dead peer), and would otherwise
+/// hold one of [`MAX_CONNS`] for good.
+pub const CONN_IDLE: Duration = Duration::from_secs(30);
+
 fn serve_loop(ch: &Channel) {
-    let mut conns: Vec<(Conn, bool)> = Vec::new();
+    // Each connection with when it last carried a message (or was accepted).
+    let mut conns: Vec<(Conn, Instant)> = Vec::new();
     loop {
         let mut fds = vec![libc::pollfd {
             fd: ch.fd(),
@@ -613,16 +621,11 @@ fn serve_loop(ch: &Channel) {
                             unsafe { rdma_accept(c.id, &mut p) == 0 }
                         };
                         if ok {
-                            conns.push((c, false));
+                            conns.push((c, Instant::now()));
                         } else {
                             // SAFETY: refuse the request (reason 28 at the prober); the
                             // id is destroyed with `c`.
                             unsafe { rdma_reject(c.id, ptr::null(), 0) };
-                        }
-                    }
-                    event::ESTABLISHED => {
-                        if let Some(c) = conns.iter_mut().find(|(c, _)| c.id == e.id) {
-                            c.1 = true;
                         }
                     }
                     event::DISCONNECTED
@@ -636,19 +639,23 @@ fn serve_loop(ch: &Channel) {
                 }
             }
         }
-        // Echo what came in; a connection whose queue failed goes.
-        conns.retain_mut(|(c, _)| {
+        // Echo what came in; a connection whose queue failed goes, and one idle for
+        // CONN_IDLE (destroying its id sends the CM's disconnect request).
+        conns.retain_mut(|(c, last)| {
             let done = match c.poll() {
                 Ok(v) => v,
                 Err(_) => return false,
             };
             for (wr, len) in done {
-                if wr == 2 && (c.post_recv().is_err() || c.post_send(len as usize).is_err()) {
-                    return false;
+                if wr == 2 {
+                    if c.post_recv().is_err() || c.post_send(len as usize).is_err() {
+                        return false;
+                    }
+                    *last = Instant::now();
                 }
             }
             c.rearm();
-            true
+            last.elapsed() < CONN_IDLE
         });
     }
 }

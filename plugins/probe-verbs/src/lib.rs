@@ -69,6 +69,7 @@ pub mod cm_outcome;
 mod conn;
 mod memlock;
 mod options;
+mod post;
 mod prober;
 mod reconnect;
 mod responder;
@@ -178,8 +179,9 @@ impl Plugin for VerbsProbe {
 }
 
 impl VerbsProbe {
-    /// The side-channel targets through [`VerbsProbe::probe_targets`], the RDMA CM ones
-    /// (`cm_port` set) one after another through [`cm::cm_probe`]; results in order.
+    /// The side-channel targets through [`VerbsProbe::probe_targets`], then the RDMA CM
+    /// ones (`cm_port` set) through [`cm::cm_probe`], up to [`CM_PARALLEL`] in flight;
+    /// results in order.
     fn probe_split(
         &mut self,
         targets: &[ProbeTarget],
@@ -195,26 +197,69 @@ impl VerbsProbe {
             self.probe_targets(&side, whole_round)?
         }
         .into_iter();
+        let cm: Vec<&ProbeTarget> = targets.iter().filter(|t| t.cm_port != 0).collect();
+        let mut cm = cm_round(&cm).into_iter();
         Ok(targets
             .iter()
             .map(|t| {
-                if t.cm_port == 0 {
-                    return side.next().expect("one result per side-channel target");
-                }
-                ProbeResult {
-                    peer: t.peer.clone(),
-                    outcome: cm::cm_probe(
-                        &t.peer,
-                        t.cm_port,
-                        t.size,
-                        std::time::Duration::from_millis(t.timeout_ms),
-                        t.tos,
-                    ),
-                    nic_timestamps: None,
-                }
+                let next = if t.cm_port == 0 {
+                    side.next()
+                } else {
+                    cm.next()
+                };
+                next.expect("one result per target")
             })
             .collect())
     }
+}
+
+/// How many RDMA CM probes are in flight at once: a round of many CM peers costs about
+/// `peers / CM_PARALLEL` connection setups, not one per peer. Each holds a queue pair,
+/// a buffer and a thread; each busy-polls for its reply's first 2 ms.
+const CM_PARALLEL: usize = 16;
+
+/// The CM probes of a round, [`CM_PARALLEL`] at a time; results in `targets`' order.
+fn cm_round(targets: &[&ProbeTarget]) -> Vec<ProbeResult> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<ProbeResult>>> =
+        targets.iter().map(|_| Default::default()).collect();
+    std::thread::scope(|s| {
+        for _ in 0..CM_PARALLEL.min(targets.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(t) = targets.get(i) else { break };
+                let (outcome, cm) = cm::cm_probe(
+                    &t.peer,
+                    t.cm_port,
+                    t.size,
+                    std::time::Duration::from_millis(t.timeout_ms),
+                    t.tos,
+                );
+                *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(ProbeResult {
+                    peer: t.peer.clone(),
+                    outcome,
+                    nic_timestamps: None,
+                    cm,
+                });
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .zip(targets)
+        .map(|(slot, t)| {
+            slot.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| ProbeResult {
+                    peer: t.peer.clone(),
+                    outcome: ProbeOutcome::ConnectFailed {
+                        cause: "connection error: the probe's thread ended without a result".into(),
+                    },
+                    nic_timestamps: None,
+                    cm: None,
+                })
+        })
+        .collect()
 }
 
 impl ProbePlugin for VerbsProbe {
@@ -225,7 +270,7 @@ impl ProbePlugin for VerbsProbe {
 
     /// Every target at once: peers without a queue pair are connected in parallel, then
     /// one message goes to each and the replies are awaited together. A peer listed twice
-    /// gets the first one's result. RDMA CM targets go one after another.
+    /// gets the first one's result. RDMA CM targets follow, several in flight at once.
     fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
         self.probe_split(targets, true)
     }

@@ -327,6 +327,7 @@ impl VerbsProbe {
                     .unwrap_or(ProbeOutcome::Timeout),
                 // The same for every peer: said once per round.
                 nic_timestamps: (i == 0).then(|| setup.timestamps.clone()),
+                cm: None,
             })
             .collect())
     }

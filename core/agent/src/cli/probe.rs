@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use rocewatch_plugin_api::{NicTimestamps, ProbeOutcome, ProbeResult};
+use rocewatch_plugin_api::{CmConnection, NicTimestamps, ProbeOutcome, ProbeResult};
 use rocewatch_runtime::host::call::CallError;
 use rocewatch_runtime::host::registry::{Entry, Registry, State};
 
@@ -135,6 +135,8 @@ struct Tally {
     failures: Vec<String>,
     /// The last NIC-measured split a result carried.
     nic: Option<NicTimestamps>,
+    /// Where the CM put the last CM probe's connection.
+    cm: Option<CmConnection>,
 }
 
 impl Tally {
@@ -152,6 +154,9 @@ impl Tally {
                     .push(serde_json::to_value(&res).expect("plain data"));
                 if res.nic_timestamps.is_some() {
                     self.nic = res.nic_timestamps.clone();
+                }
+                if res.cm.is_some() {
+                    self.cm = res.cm.clone();
                 }
                 match res.outcome {
                     ProbeOutcome::Ok { rtt_seconds } => {
@@ -191,6 +196,7 @@ impl Tally {
             timeouts,
             failures,
             nic,
+            cm,
         } = self;
         let mut sorted = rtts.clone();
         sorted.sort_by(f64::total_cmp);
@@ -206,6 +212,7 @@ impl Tally {
                     "timeouts": timeouts, "connect_failures": failures.len(), "loss_percent": loss,
                     "rtt_seconds": { "min": q(0.0), "p50": q(0.5), "p99": q(0.99), "max": q(1.0) },
                     "nic_timestamps": nic,
+                    "cm": cm,
                     "results": rows,
                 })
             );
@@ -240,5 +247,67 @@ impl Tally {
             ),
             None => println!("NIC-measured split of the RTT: the probe plugin does not say"),
         }
+        if a.cm {
+            println!("{}", cm_line(cm.as_ref(), a.tos));
+        }
+    }
+}
+
+/// Where the CM put the connections and the class of service they carried, as `probe
+/// --cm` prints it.
+fn cm_line(cm: Option<&CmConnection>, asked: Option<u8>) -> String {
+    let Some(c) = cm else {
+        return match asked {
+            Some(t) => format!(
+                "RDMA CM: no route was resolved (asked for ToS {t}: it never reached the wire)"
+            ),
+            None => "RDMA CM: no route was resolved, so no device and no ToS".into(),
+        };
+    };
+    let whence = if c.tos_set {
+        "asked with --tos".to_string()
+    } else {
+        format!(
+            "the port's default: /sys/kernel/config/rdma_cm/{}/ports/{}/default_roce_tos",
+            c.device, c.port
+        )
+    };
+    format!(
+        "RDMA CM: via {} port {}, ToS {} (DSCP {}, ECN {}), {whence}",
+        c.device,
+        c.port,
+        c.tos,
+        c.tos >> 2,
+        c.tos & 3
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cm_line_says_the_device_the_tos_and_where_it_came_from() {
+        let c = CmConnection {
+            device: "mlx5_0".into(),
+            port: 1,
+            tos: 106,
+            tos_set: false,
+        };
+        assert_eq!(
+            cm_line(Some(&c), None),
+            "RDMA CM: via mlx5_0 port 1, ToS 106 (DSCP 26, ECN 2), the port's default: /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos"
+        );
+        let asked = CmConnection {
+            tos: 96,
+            tos_set: true,
+            ..c
+        };
+        assert_eq!(
+            cm_line(Some(&asked), Some(96)),
+            "RDMA CM: via mlx5_0 port 1, ToS 96 (DSCP 24, ECN 0), asked with --tos"
+        );
+        assert!(cm_line(None, Some(96)).contains("never reached the wire"));
+        assert!(cm_line(None, None).contains("no route was resolved"));
     }
 }

@@ -96,6 +96,15 @@ b)
   nft -j list ruleset > "$R/nft-ruleset.json" 2>> "$R/nft.log"
   $BIN doctor --peer "$P" --cm-port 18520 --window 1s --json > "$R/doctor-firewall.json"; echo "doctor-firewall rc=$?" >> "$R/rc.txt"
   nft delete table inet rwtest
+  # UDP 4791 dropped only for queue pair 1 (the CM's messages: nft matches the BTH's
+  # destination QP, bytes 5-7 after UDP's 8) on the way back: the side channel's queue
+  # pairs pass, CM applications (rping) and the CM probe fail, and doctor --peer says
+  # why the two paths differ.
+  nft add table inet cmqp && nft add chain inet cmqp input '{ type filter hook input priority 0; policy accept; }' \
+    && nft add rule inet cmqp input udp dport 4791 @th,104,24 1 drop 2>> "$R/nft.log" || echo "nft qp1 setup failed" >> "$R/nft.log"
+  cmcase qp1dropped "$P" 18520 18521
+  $BIN doctor --peer "$P" --cm-port 18520 --window 1s --json > "$R/doctor-cmonly.json"; echo "doctor-cmonly rc=$?" >> "$R/rc.txt"
+  nft delete table inet cmqp
   rmdir /sys/kernel/config/rdma_cm/rxe0
   # Bandwidth: rocewatch bandwidth against the responder (it allows tests by default),
   # then ib_write_bw with the same size, queue pairs and duration; the rxe packet

@@ -41,7 +41,9 @@ echo "rc=$?" >> "$R/probe-memlock.out"
 echo 104 > /sys/kernel/config/rdma_cm/rxe0/ports/1/default_roce_tos
 ( sleep 1; "$BIN" probe "$P" --count 40 --interval 50ms > /dev/null 2>&1 ) & PROBES=$!
 ( sleep 1; timeout -k 5 60 "$BIN" probe "$P" --cm --port 18520 --count 15 --interval 100ms > "$R/walk-cm-probes.out" 2>&1 ) & CMPROBES=$!
+# And three whose connections ask for their own ToS (96: DSCP 24).
+( sleep 1.5; timeout -k 5 60 "$BIN" probe "$P" --cm --port 18520 --tos 96 --count 3 --interval 200ms --json > "$R/walk-cm-tos.json" 2> "$R/walk-cm-tos.err" ) & CMTOS=$!
 walk capture "$BIN" capture rxe0 --duration 4s --summary --json
-wait $PROBES $CMPROBES
+wait $PROBES $CMPROBES $CMTOS
 echo 0 > /sys/kernel/config/rdma_cm/rxe0/ports/1/default_roce_tos
 rmdir /sys/kernel/config/rdma_cm/rxe0 2>/dev/null

@@ -647,6 +647,18 @@ fn lab_the_cm_probe_fails_where_rping_fails_and_names_where() {
         "{ok}"
     );
     assert_eq!(rc_of(out, "rping-ok"), 0, "rping: {}", rping("ok"));
+    // Where the CM put the connection: rxe0's port 1, with the port's default ToS (0
+    // then).
+    assert_eq!(
+        (
+            &ok["cm"]["device"],
+            &ok["cm"]["port"],
+            &ok["cm"]["tos"],
+            &ok["cm"]["tos_set"]
+        ),
+        (&"rxe0".into(), &1.into(), &0.into(), &false.into()),
+        "{ok}"
+    );
     // Nothing listens: rejected, reason 8, for both.
     assert_ne!(rc_of(out, "cm-nolistener"), 0);
     let c = cause("nolistener");
@@ -686,6 +698,87 @@ fn lab_the_cm_probe_fails_where_rping_fails_and_names_where() {
         "rping: {}",
         rping("dropped")
     );
+    // Only queue pair 1 dropped (the CM's messages): the same for both, while the side
+    // channel passes (lab_doctor_explains_why_the_cm_fails_where_the_side_channel_passes).
+    let c = cause("qp1dropped");
+    assert!(
+        c.starts_with("unreachable:"),
+        "{c}
+{}",
+        read(&b.join("nft.log"))
+    );
+    assert_ne!(rc_of(out, "rping-qp1dropped"), 0, "{}", rping("qp1dropped"));
+    assert!(
+        !rping("qp1dropped").contains("ping data"),
+        "rping: {}",
+        rping("qp1dropped")
+    );
+}
+
+/// With UDP 4791 dropped for queue pair 1 alone (nft `@th,104,24 1`: the CM's
+/// messages), doctor --peer passes the side-channel probe, fails the CM probe as
+/// unreachable and says why the two differ; its firewall check names the rule as the
+/// CM's alone.
+#[test]
+fn lab_doctor_explains_why_the_cm_fails_where_the_side_channel_passes() {
+    let Some(out) = probe_lab() else { return };
+    let d = json(&out.join("b/doctor-cmonly.json"));
+    let nft = read(&out.join("b/nft.log"));
+    let find = |name: &str| -> serde_json::Value {
+        d["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check in {d}"))
+    };
+    assert_eq!(
+        status(&d, "probe"),
+        ["pass"],
+        "{d}
+{nft}"
+    );
+    let cm = find("probe-cm");
+    assert_eq!(
+        cm["status"], "fail",
+        "{cm}
+{nft}"
+    );
+    let ev = cm["evidence"].as_str().unwrap();
+    assert!(ev.starts_with("unreachable:"), "{ev}");
+    assert!(
+        ev.contains("the side-channel probe passed") && ev.contains("queue pair 1"),
+        "{ev}"
+    );
+    let fw = find("firewall");
+    assert_eq!(fw["status"], "fail", "{fw}");
+    assert!(
+        fw["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("udp dport 4791 @th,104,24 1 drop (only the RDMA CM's messages"),
+        "{fw}"
+    );
+    assert!(
+        fw["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("nft delete rule inet cmqp input handle "),
+        "{fw}"
+    );
+    assert_eq!(rc_of(out, "doctor-cmonly"), 1);
+}
+
+/// The statuses of every `check` in a doctor's JSON report.
+fn status(v: &serde_json::Value, check: &str) -> Vec<String> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == check)
+        .map(|c| c["status"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn rc_of(out: &Path, name: &str) -> i32 {
@@ -846,15 +939,6 @@ fn lab_bandwidth_refused_and_unreachable_fail_with_their_cause() {
 #[test]
 fn lab_doctor_passes_on_the_pair_and_fails_on_a_firewall_that_drops_roce() {
     let Some(out) = probe_lab() else { return };
-    let status = |v: &serde_json::Value, check: &str| -> Vec<String> {
-        v["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["check"] == check)
-            .map(|c| c["status"].as_str().unwrap().to_string())
-            .collect()
-    };
     let first = json(&out.join("b/doctor-first.json"));
     let mode = first["checks"]
         .as_array()
@@ -1387,6 +1471,26 @@ fn lab_the_bring_up_walk_runs_in_order() {
         read(&b.join("walk-cm-probes.out"))
     );
     assert!(dscp("0") >= 10, "{c}");
+    // probe --cm says which ToS its connections carried and where it came from.
+    let cm_out = read(&b.join("walk-cm-probes.out"));
+    assert!(
+        cm_out.contains("RDMA CM: via rxe0 port 1, ToS 104 (DSCP 26, ECN 0), the port's default"),
+        "{cm_out}"
+    );
+    // Three probes asking for ToS 96 themselves: DSCP 24 on the wire, said so.
+    let tos = std::fs::read_to_string(b.join("walk-cm-tos.json")).unwrap_or_default();
+    let tos: serde_json::Value = serde_json::from_str(&tos).unwrap_or_else(|e| {
+        panic!(
+            "walk-cm-tos.json: {e}: {tos}\n{}",
+            read(&b.join("walk-cm-tos.err"))
+        )
+    });
+    assert_eq!(
+        (&tos["cm"]["tos"], &tos["cm"]["tos_set"]),
+        (&96.into(), &true.into()),
+        "{tos}"
+    );
+    assert!(dscp("24") >= 3, "{c}\n{tos}");
 }
 
 /// Driver messages in the mlx5 driver's formats, written into the guest's `/dev/kmsg`

@@ -101,15 +101,7 @@ pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
         match verdict {
             Some("drop") | Some("reject") if udp_port => out.push(Blocking {
                 place: format!("nft {fam} {table} {chain} handle {handle}"),
-                rule: format!(
-                    "udp dport {} {}",
-                    r["expr"]
-                        .as_array()
-                        .and_then(|a| a.iter().find_map(|e| e.get("match")))
-                        .map(|m| m["right"].to_string())
-                        .unwrap_or_default(),
-                    verdict.unwrap_or_default()
-                ),
+                rule: nft_rule_text(&exprs, verdict.unwrap_or_default()),
                 fix: format!(
                     "nft delete rule {} {} {} handle {handle}",
                     word(fam),
@@ -139,6 +131,52 @@ pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
         }
     }
     Ok(out)
+}
+
+/// A rule's matches and verdict, in nft's own words (`udp dport 4791 @th,104,24 1
+/// drop`), a match on the BTH's destination queue pair named for what it is.
+fn nft_rule_text(exprs: &[serde_json::Value], verdict: &str) -> String {
+    let value = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut words: Vec<String> = Vec::new();
+    let mut notes: Vec<&str> = Vec::new();
+    for m in exprs.iter().filter_map(|e| e.get("match")) {
+        let left = &m["left"];
+        let p = &left["payload"];
+        let what = if let (Some(proto), Some(field)) = (p["protocol"].as_str(), p["field"].as_str())
+        {
+            format!("{proto} {field}")
+        } else if let (Some(base), Some(off), Some(len)) =
+            (p["base"].as_str(), p["offset"].as_u64(), p["len"].as_u64())
+        {
+            // UDP's header is 8 bytes; the BTH's destination QP is its bytes 5-7.
+            if (base, off, len) == ("th", 104, 24) {
+                notes.push(if m["right"].as_u64() == Some(1) {
+                    "only the RDMA CM's messages, to the BTH's destination queue pair 1: CM applications fail, traffic on connected queue pairs passes"
+                } else {
+                    "only part of RoCE traffic: a match on the BTH's destination queue pair"
+                });
+            }
+            format!("@{base},{off},{len}")
+        } else if let Some(key) = left["meta"]["key"].as_str() {
+            format!("meta {key}")
+        } else {
+            value(left)
+        };
+        let op = m["op"].as_str().filter(|o| *o != "==" && *o != "in");
+        words.push(match op {
+            Some(op) => format!("{what} {op} {}", value(&m["right"])),
+            None => format!("{what} {}", value(&m["right"])),
+        });
+    }
+    words.push(verdict.to_string());
+    let mut text = words.join(" ");
+    for n in notes {
+        text.push_str(&format!(" ({n})"));
+    }
+    text
 }
 
 /// The words of an `iptables-save` rule as iptables takes them: libxtables
@@ -364,6 +402,38 @@ mod tests {
                 .is_empty()
         );
         assert!(nft_blocking("{}", 4791).is_err());
+    }
+
+    /// A drop of UDP 4791 to queue pair 1 only (the CM's messages), as `nft -j` lists
+    /// `udp dport 4791 @th,104,24 1 drop`: found, and said to be the CM's alone.
+    #[test]
+    fn an_nft_drop_of_the_cms_queue_pair_is_named() {
+        let json = r#"{"nftables": [
+            {"chain": {"family": "inet", "table": "cmtest", "name": "input", "handle": 1, "type": "filter", "hook": "input", "prio": 0, "policy": "accept"}},
+            {"rule": {"family": "inet", "table": "cmtest", "chain": "input", "handle": 2, "expr": [
+                {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}}, "right": 4791}},
+                {"match": {"op": "==", "left": {"payload": {"base": "th", "offset": 104, "len": 24}}, "right": 1}},
+                {"drop": null}]}}]}"#;
+        let b = nft_blocking(json, 4791).unwrap();
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert!(
+            b[0].rule
+                .starts_with("udp dport 4791 @th,104,24 1 drop (only the RDMA CM's messages"),
+            "{}",
+            b[0].rule
+        );
+        // Another queue pair, an interface and a negated match keep their words.
+        let other = json
+            .replace(r#""right": 1}"#, r#""right": 17}"#)
+            .replace(
+                r#"{"drop": null}"#,
+                r#"{"match": {"op": "!=", "left": {"meta": {"key": "iifname"}}, "right": "lo"}}, {"drop": null}"#,
+            );
+        let b = nft_blocking(&other, 4791).unwrap();
+        assert_eq!(
+            b[0].rule,
+            "udp dport 4791 @th,104,24 17 meta iifname != lo drop (only part of RoCE traffic: a match on the BTH's destination queue pair)"
+        );
     }
 
     #[test]

@@ -100,8 +100,8 @@ b)
   # destination QP, bytes 5-7 after UDP's 8) on the way back: the side channel's queue
   # pairs pass, CM applications (rping) and the CM probe fail, and doctor --peer says
   # why the two paths differ.
-  nft add table inet cmqp && nft add chain inet cmqp input '{ type filter hook input priority 0; policy accept; }' \
-    && nft add rule inet cmqp input udp dport 4791 @th,104,24 1 drop 2>> "$R/nft.log" || echo "nft qp1 setup failed" >> "$R/nft.log"
+  { nft add table inet cmqp && nft add chain inet cmqp input '{ type filter hook input priority 0; policy accept; }' \
+    && nft add rule inet cmqp input udp dport 4791 @th,104,24 1 drop; } 2>> "$R/nft.log" || echo "nft qp1 setup failed" >> "$R/nft.log"
   cmcase qp1dropped "$P" 18520 18521
   $BIN doctor --peer "$P" --cm-port 18520 --window 1s --json > "$R/doctor-cmonly.json"; echo "doctor-cmonly rc=$?" >> "$R/rc.txt"
   nft delete table inet cmqp

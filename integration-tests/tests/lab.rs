@@ -748,7 +748,7 @@ fn lab_doctor_explains_why_the_cm_fails_where_the_side_channel_passes() {
     let ev = cm["evidence"].as_str().unwrap();
     assert!(ev.starts_with("unreachable:"), "{ev}");
     assert!(
-        ev.contains("the side-channel probe passed") && ev.contains("queue pair 1"),
+        ev.contains("(via rxe0 port 1, ToS 0: DSCP 0, the port's default); the side-channel probe passed: the CM's request"),
         "{ev}"
     );
     let fw = find("firewall");

@@ -111,7 +111,7 @@ pub(super) async fn cm_probe_check(
                 "probe-cm",
                 peer,
                 Status::Fail,
-                "connected through the CM, but no answer within 3 s",
+                format!("connected through the CM, but no answer within 3 s{}", via(r.cm.as_ref())),
                 Some("RoCE packets are lost on the path: the firewall (UDP 4791), PFC/ECN, the switch".into()),
             ),
         },

@@ -133,18 +133,41 @@ pub fn nft_blocking(json: &str, port: u16) -> Result<Vec<Blocking>, String> {
     Ok(out)
 }
 
-/// A rule's matches and verdict, in nft's own words (`udp dport 4791 @th,104,24 1
-/// drop`), a match on the BTH's destination queue pair named for what it is.
-fn nft_rule_text(exprs: &[serde_json::Value], verdict: &str) -> String {
-    let value = |v: &serde_json::Value| match v {
+/// A match's value as `nft list ruleset` writes it: `4791`, `{ 4791, 4792 }`,
+/// `4000-5000`, `10.0.0.0/8`, a quoted interface name.
+fn nft_value(v: &serde_json::Value, quote: bool) -> String {
+    match v {
+        serde_json::Value::String(s) if quote => format!("{s:?}"),
         serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => {
+            if let Some(set) = o.get("set").and_then(|s| s.as_array()) {
+                let items: Vec<String> = set.iter().map(|e| nft_value(e, quote)).collect();
+                format!("{{ {} }}", items.join(", "))
+            } else if let Some([lo, hi]) =
+                o.get("range").and_then(|r| r.as_array()).map(Vec::as_slice)
+            {
+                format!("{}-{}", nft_value(lo, quote), nft_value(hi, quote))
+            } else if let Some(p) = o.get("prefix") {
+                format!("{}/{}", nft_value(&p["addr"], false), p["len"])
+            } else {
+                v.to_string()
+            }
+        }
         other => other.to_string(),
-    };
+    }
+}
+
+/// A rule's matches and verdict, in nft's words (`udp dport 4791 @th,104,24 1 drop`),
+/// with a match on the BTH's destination queue pair said for what it lets through.
+fn nft_rule_text(exprs: &[serde_json::Value], verdict: &str) -> String {
     let mut words: Vec<String> = Vec::new();
     let mut notes: Vec<&str> = Vec::new();
     for m in exprs.iter().filter_map(|e| e.get("match")) {
         let left = &m["left"];
         let p = &left["payload"];
+        let op = m["op"].as_str().unwrap_or("==");
+        let negated = op == "!=";
+        let mut quote = false;
         let what = if let (Some(proto), Some(field)) = (p["protocol"].as_str(), p["field"].as_str())
         {
             format!("{proto} {field}")
@@ -153,22 +176,28 @@ fn nft_rule_text(exprs: &[serde_json::Value], verdict: &str) -> String {
         {
             // UDP's header is 8 bytes; the BTH's destination QP is its bytes 5-7.
             if (base, off, len) == ("th", 104, 24) {
-                notes.push(if m["right"].as_u64() == Some(1) {
-                    "only the RDMA CM's messages, to the BTH's destination queue pair 1: CM applications fail, traffic on connected queue pairs passes"
-                } else {
-                    "only part of RoCE traffic: a match on the BTH's destination queue pair"
+                let qp1 = m["right"].as_u64() == Some(1);
+                notes.push(match (qp1, negated) {
+                    (true, false) => "only the RDMA CM's messages, to the BTH's destination queue pair 1: CM applications fail, traffic on connected queue pairs passes",
+                    (true, true) => "every RoCE packet but the RDMA CM's messages (queue pair 1): CM connections are set up, then their traffic is dropped",
+                    _ => "only part of RoCE traffic: a match on the BTH's destination queue pair",
                 });
             }
             format!("@{base},{off},{len}")
         } else if let Some(key) = left["meta"]["key"].as_str() {
-            format!("meta {key}")
+            quote = key.ends_with("name");
+            if matches!(key, "iifname" | "oifname" | "iif" | "oif") {
+                key.to_string()
+            } else {
+                format!("meta {key}")
+            }
         } else {
-            value(left)
+            left.to_string()
         };
-        let op = m["op"].as_str().filter(|o| *o != "==" && *o != "in");
+        let value = nft_value(&m["right"], quote);
         words.push(match op {
-            Some(op) => format!("{what} {op} {}", value(&m["right"])),
-            None => format!("{what} {}", value(&m["right"])),
+            "==" | "in" => format!("{what} {value}"),
+            op => format!("{what} {op} {value}"),
         });
     }
     words.push(verdict.to_string());
@@ -432,7 +461,22 @@ mod tests {
         let b = nft_blocking(&other, 4791).unwrap();
         assert_eq!(
             b[0].rule,
-            "udp dport 4791 @th,104,24 17 meta iifname != lo drop (only part of RoCE traffic: a match on the BTH's destination queue pair)"
+            "udp dport 4791 @th,104,24 17 iifname != \"lo\" drop (only part of RoCE traffic: a match on the BTH's destination queue pair)"
+        );
+        // Everything but queue pair 1, to a set of ports: the opposite of the CM alone.
+        let negated = json
+            .replace(
+                r#""op": "==", "left": {"payload": {"base""#,
+                r#""op": "!=", "left": {"payload": {"base""#,
+            )
+            .replace(
+                r#""right": 4791}"#,
+                r#""right": {"set": [4791, {"range": [5000, 5010]}]}}"#,
+            );
+        let b = nft_blocking(&negated, 4791).unwrap();
+        assert_eq!(
+            b[0].rule,
+            "udp dport { 4791, 5000-5010 } @th,104,24 != 1 drop (every RoCE packet but the RDMA CM's messages (queue pair 1): CM connections are set up, then their traffic is dropped)"
         );
     }
 

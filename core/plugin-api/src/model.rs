@@ -444,10 +444,16 @@ pub struct ProbeResult {
     pub nic_timestamps: Option<NicTimestamps>,
     /// A CM probe's connection as the CM set it up, once its route was resolved: absent
     /// for side-channel probes, for CM probes that stopped before a route, and from
-    /// plugins before ABI 1.4.
+    /// plugins that do not report it (optional in ABI 1.4: the verbs plugin reports it
+    /// since rocewatch 0.1.0's CM probes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cm: Option<CmConnection>,
 }
+
+/// How many RDMA CM probes of one `probe_many` call the verbs plugin runs at once (fewer
+/// when the locked-memory limit could not hold that many buffers): the host sizes the
+/// call's time limit by it.
+pub const CM_PROBES_AT_ONCE: usize = 16;
 
 /// Where the RDMA CM put a probe's connection: the local device and port it bound the
 /// connection to, and the type of service the connection carries (the route's traffic

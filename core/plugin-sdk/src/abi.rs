@@ -58,7 +58,8 @@ pub mod method {
     // plugins; an older plugin would answer every flow of a peer with the first one's.
     // 1.4 added no method either: `ProbeTarget` gained `cm_port` and `tos` (a probe
     // through the RDMA connection manager). The host sends them only to 1.4 plugins; an
-    // older one would probe over its side channel and say nothing.
+    // older one would probe over its side channel and say nothing. `ProbeResult` gained
+    // `cm` (where the CM put the connection), optional.
 }
 
 /// A byte buffer allocated by the plugin. The host copies it, then hands it back to the

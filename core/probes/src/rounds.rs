@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use rocewatch_plugin_api::{NicTimestamps, ProbeResult, ProbeTarget};
+use rocewatch_plugin_api::{NicTimestamps, ProbeResult, ProbeTarget, CM_PROBES_AT_ONCE};
 
 use super::config::{ProbesConfig, ATTR_MODE, ATTR_PEER, PLUGIN, RTT};
 use super::peers::PeerSource;
@@ -15,12 +15,17 @@ use super::stats::{samples, PeerStats};
 use rocewatch_runtime::host::registry::Entry;
 use rocewatch_runtime::pipeline::Pipeline;
 
-/// How long a call to the plugin for `targets` may take: connecting (64 at a time: the
-/// TCP connection and the side channel's answer, each within the timeout) and the probe,
-/// plus five seconds.
-pub(super) fn call_limit(targets: usize, timeout: Duration) -> Duration {
+/// How long a call to the plugin for `targets` side-channel targets and `cm` RDMA CM
+/// targets may take: connecting (64 at a time: the TCP connection and the side channel's
+/// answer, each within the timeout) and the probe; then the CM probes,
+/// [`CM_PROBES_AT_ONCE`] at a time, each within the timeout and a disconnect; plus five
+/// seconds.
+pub(super) fn call_limit(targets: usize, cm: usize, timeout: Duration) -> Duration {
     let connect_waves = targets.div_ceil(64).max(1) as u32;
-    timeout * (2 * connect_waves + 1) + Duration::from_secs(5)
+    let cm_waves = cm.div_ceil(CM_PROBES_AT_ONCE) as u32;
+    timeout * (2 * connect_waves + 1)
+        + (timeout + Duration::from_millis(200)) * cm_waves
+        + Duration::from_secs(5)
 }
 
 /// One probe through the probe plugin `entry`, on the runner.
@@ -44,7 +49,8 @@ pub async fn probe_batch(
         .map(|t| Duration::from_millis(t.timeout_ms))
         .max()
         .unwrap_or_default();
-    let limit = call_limit(targets.len(), timeout);
+    let cm = targets.iter().filter(|t| t.cm_port != 0).count();
+    let limit = call_limit(targets.len() - cm, cm, timeout);
     rocewatch_runtime::host::call::call(entry, limit, metrics, move |i| match i {
         rocewatch_runtime::host::registry::Instance::Probe(p) => p.probe_many(&targets),
         _ => Err(rocewatch_plugin_api::PluginError::failed(
@@ -182,9 +188,12 @@ mod tests {
     #[test]
     fn call_limit_grows_with_connect_waves() {
         let t = Duration::from_secs(1);
-        assert_eq!(call_limit(1, t), Duration::from_secs(8));
-        assert_eq!(call_limit(64, t), Duration::from_secs(8));
-        assert_eq!(call_limit(65, t), Duration::from_secs(10));
-        assert_eq!(call_limit(1000, t), Duration::from_secs(38));
+        assert_eq!(call_limit(1, 0, t), Duration::from_secs(8));
+        assert_eq!(call_limit(64, 0, t), Duration::from_secs(8));
+        assert_eq!(call_limit(65, 0, t), Duration::from_secs(10));
+        assert_eq!(call_limit(1000, 0, t), Duration::from_secs(38));
+        // CM probes follow, 16 at a time, each within the timeout and a disconnect.
+        assert_eq!(call_limit(0, 16, t), Duration::from_millis(9200));
+        assert_eq!(call_limit(1, 17, t), Duration::from_millis(10400));
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! The listener (`serve_cm`) binds a port on every address, accepts each connection
 //! (the prober's message size in the request's private data, 4 bytes, network order),
-//! echoes every message back, and tears the connection down when the prober disconnects.
+//! echoes every message back, and tears the connection down when the prober disconnects
+//! or after [`CONN_IDLE`] without a message; it holds at most [`MAX_CONNS`] at once.
 //! One thread, asleep in `poll` on the event channel and the connections' completion
 //! channels.
 
@@ -101,18 +102,24 @@ impl Channel {
 
     /// The next event, within `deadline`: (event, status, id, private data).
     fn next(&self, deadline: Instant) -> Option<Event> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let mut p = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-        if n <= 0 {
-            return None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut p = libc::pollfd {
+                fd: self.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+            // A signal (EINTR) is not the deadline: wait out the rest.
+            if n < 0 && errno() == libc::EINTR && !left.is_zero() {
+                continue;
+            }
+            if n <= 0 {
+                return None;
+            }
+            return self.take();
         }
-        self.take()
     }
 
     /// An event that is waiting (the descriptor was readable).
@@ -586,7 +593,8 @@ unsafe impl Send for Serving {}
 /// lives for one ping-pong, so one idle this long belongs to a prober that died or hung
 /// (an RC connection without traffic never notices a dead peer), and would otherwise
 /// hold one of [`MAX_CONNS`] for good.
-pub const CONN_IDLE: Duration = Duration::from_secs(30);
+/// Longer than the longest probe timeout (60 s), so a live prober is never cut.
+pub const CONN_IDLE: Duration = Duration::from_secs(75);
 
 fn serve_loop(ch: &Channel) {
     // Each connection with when it last carried a message (or was accepted).

@@ -180,7 +180,7 @@ impl Plugin for VerbsProbe {
 
 impl VerbsProbe {
     /// The side-channel targets through [`VerbsProbe::probe_targets`], then the RDMA CM
-    /// ones (`cm_port` set) through [`cm::cm_probe`], up to [`CM_PARALLEL`] in flight;
+    /// ones (`cm_port` set) through [`cm::cm_probe`], up to [`CM_PROBES_AT_ONCE`] in flight;
     /// results in order.
     fn probe_split(
         &mut self,
@@ -213,36 +213,71 @@ impl VerbsProbe {
     }
 }
 
-/// How many RDMA CM probes are in flight at once: a round of many CM peers costs about
-/// `peers / CM_PARALLEL` connection setups, not one per peer. Each holds a queue pair,
-/// a buffer and a thread; each busy-polls for its reply's first 2 ms.
-const CM_PARALLEL: usize = 16;
+/// How many of `targets` CM probes go at once: [`CM_PROBES_AT_ONCE`], fewer when the
+/// locked-memory limit (`limit`, bytes; `None` unlimited) cannot hold that many probes'
+/// buffers (2 x size each) and queues (about 64 KiB): probes that would fail their
+/// registration one after another pass.
+fn cm_at_once(targets: &[&ProbeTarget], limit: Option<u64>) -> usize {
+    let need = targets
+        .iter()
+        .map(|t| 2 * u64::from(t.size.clamp(1, cm::MAX_SIZE)) + (64 << 10))
+        .max()
+        .unwrap_or(1);
+    let fit = limit.map_or(usize::MAX, |l| (l / need).max(1) as usize);
+    CM_PROBES_AT_ONCE.min(fit).min(targets.len()).max(1)
+}
 
-/// The CM probes of a round, [`CM_PARALLEL`] at a time; results in `targets`' order.
+/// One CM probe; a panic in it is its own result, not the round's.
+fn cm_one(t: &ProbeTarget) -> ProbeResult {
+    let run = || {
+        cm::cm_probe(
+            &t.peer,
+            t.cm_port,
+            t.size,
+            std::time::Duration::from_millis(t.timeout_ms),
+            t.tos,
+        )
+    };
+    let (outcome, cm) =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+            (
+                ProbeOutcome::ConnectFailed {
+                    cause: "connection error: the CM probe panicked (a bug: please report it)"
+                        .into(),
+                },
+                None,
+            )
+        });
+    ProbeResult {
+        peer: t.peer.clone(),
+        outcome,
+        nic_timestamps: None,
+        cm,
+    }
+}
+
+/// The CM probes of a round, [`cm_at_once`] at a time; results in `targets`' order.
+/// Threads the system refuses leave their share to the others (at least this one).
 fn cm_round(targets: &[&ProbeTarget]) -> Vec<ProbeResult> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let slots: Vec<std::sync::Mutex<Option<ProbeResult>>> =
         targets.iter().map(|_| Default::default()).collect();
+    let work = || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(t) = targets.get(i) else { break };
+        *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(cm_one(t));
+    };
     std::thread::scope(|s| {
-        for _ in 0..CM_PARALLEL.min(targets.len()) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(t) = targets.get(i) else { break };
-                let (outcome, cm) = cm::cm_probe(
-                    &t.peer,
-                    t.cm_port,
-                    t.size,
-                    std::time::Duration::from_millis(t.timeout_ms),
-                    t.tos,
-                );
-                *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(ProbeResult {
-                    peer: t.peer.clone(),
-                    outcome,
-                    nic_timestamps: None,
-                    cm,
-                });
-            });
+        for _ in 1..cm_at_once(targets, memlock::memlock_limit()) {
+            if std::thread::Builder::new()
+                .name("rw-cm-probe".into())
+                .spawn_scoped(s, work)
+                .is_err()
+            {
+                break;
+            }
         }
+        work();
     });
     slots
         .into_iter()
@@ -250,14 +285,7 @@ fn cm_round(targets: &[&ProbeTarget]) -> Vec<ProbeResult> {
         .map(|(slot, t)| {
             slot.into_inner()
                 .unwrap_or_else(|p| p.into_inner())
-                .unwrap_or_else(|| ProbeResult {
-                    peer: t.peer.clone(),
-                    outcome: ProbeOutcome::ConnectFailed {
-                        cause: "connection error: the probe's thread ended without a result".into(),
-                    },
-                    nic_timestamps: None,
-                    cm: None,
-                })
+                .unwrap_or_else(|| cm_one(t))
         })
         .collect()
 }
@@ -300,3 +328,29 @@ impl ExportPlugin for VerbsProbe {
 }
 
 export_plugin!(VerbsProbe);
+
+#[cfg(test)]
+mod cm_round_tests {
+    use super::*;
+
+    /// 16 at once, unless the locked-memory limit holds fewer probes' buffers; never 0.
+    #[test]
+    fn cm_probes_at_once_fit_the_locked_memory_limit() {
+        let t = |size| {
+            let mut t = ProbeTarget::new("10.0.0.2", size, 1000);
+            t.cm_port = 18517;
+            t
+        };
+        let (small, big) = (t(64), t(1 << 20));
+        let many: Vec<&ProbeTarget> = std::iter::repeat_n(&small, 40).collect();
+        assert_eq!(cm_at_once(&many, None), 16);
+        assert_eq!(cm_at_once(&many[..3], None), 3);
+        // 8 MiB (systemd's default) holds 127 small probes, 3 of 2 MiB + 64 KiB.
+        assert_eq!(cm_at_once(&many, Some(8 << 20)), 16);
+        let mixed = [&small, &big, &big, &big, &big, &small];
+        assert_eq!(cm_at_once(&mixed, Some(8 << 20)), 3);
+        // 64 KiB: one at a time (and that one says why its registration failed).
+        assert_eq!(cm_at_once(&mixed, Some(64 << 10)), 1);
+        assert_eq!(cm_at_once(&[], None), 1);
+    }
+}

@@ -34,7 +34,11 @@ fn parse_share(s: &str) -> Result<f64, String> {
 /// hardware needed), then `rocewatch discover` and `rocewatch collect --once` on a real
 /// host.
 #[derive(Debug, Parser)]
-#[command(name = "rocewatch", version, propagate_version = true)]
+#[command(
+    name = "rocewatch",
+    version = super::args_sub::long_version(),
+    propagate_version = true
+)]
 pub struct Cli {
     /// Log format (logs go to standard error).
     #[arg(long, global = true, value_enum)]
@@ -95,7 +99,8 @@ pub enum Command {
     /// The peer runs a responder: `rocewatch probe --serve`. Connection setup goes over a
     /// TCP side channel (port 18516), the RoCE v2 GID is the one of the local IP towards
     /// the peer. The verbs plugin (librocewatch_probe_verbs.so, which needs rdma-core's
-    /// libibverbs) is found next to this binary or in ROCEWATCH_PLUGIN_DIR.
+    /// libibverbs) is found in ROCEWATCH_PLUGIN_DIR, next to this binary, or in
+    /// /usr/lib/rocewatch (the rocewatch-probe-verbs package).
     ///
     /// Examples:
     ///   rocewatch probe --serve
@@ -312,6 +317,26 @@ pub enum Command {
     MetricsDoc,
     /// Print the collectd types.db for rocewatch's metrics.
     CollectdTypes,
+    /// Print the shell completion script for bash, zsh or fish.
+    ///
+    /// The packages install them; from a source build:
+    ///   rocewatch completions bash > /usr/share/bash-completion/completions/rocewatch
+    ///   rocewatch completions zsh > /usr/local/share/zsh/site-functions/_rocewatch
+    ///   rocewatch completions fish > ~/.config/fish/completions/rocewatch.fish
+    /// or, for this shell only: source <(rocewatch completions bash)
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: super::args_sub::CompletionShell,
+    },
+    /// Write the manual pages (rocewatch.1, one page per subcommand: rocewatch-probe.1,
+    /// rocewatch-qos-apply.1, ...) into DIR, for packaging.
+    #[command(hide = true)]
+    ManPages {
+        /// Where to write them (created if missing).
+        dir: PathBuf,
+    },
 }
 
 /// `rocewatch discover`'s arguments.
@@ -650,7 +675,9 @@ impl Command {
             | Command::Top(_)
             | Command::Config(_)
             | Command::MetricsDoc
-            | Command::CollectdTypes => true,
+            | Command::CollectdTypes
+            | Command::Completions { .. }
+            | Command::ManPages { .. } => true,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! share (clap; beside args.rs, which has the rest).
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -256,4 +257,27 @@ pub enum QuarantineCommand {
         #[arg(long)]
         reason: String,
     },
+}
+
+/// `rocewatch --version`: `0.1.0 (git 1a2b3c4d5e6f, plugin ABI 1.4)`. The revision is
+/// the build's (`build.rs`: `ROCEWATCH_GIT_REV`, else `git rev-parse`, else `unknown`).
+pub fn long_version() -> &'static str {
+    static V: OnceLock<String> = OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (git {}, plugin ABI {}.{})",
+            env!("CARGO_PKG_VERSION"),
+            env!("ROCEWATCH_GIT_REV"),
+            rocewatch_plugin_sdk::abi::ABI_MAJOR,
+            rocewatch_plugin_sdk::abi::ABI_MINOR
+        )
+    })
+}
+
+/// The shells completions are made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }

@@ -19,6 +19,7 @@ mod duration_flags;
 mod env;
 mod fleet;
 mod health;
+mod manuals;
 mod output;
 mod plugins;
 mod preflight;
@@ -72,6 +73,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Demo(a) => demo::run(a).await,
         Command::CollectdExec(a) => collectd::run(a).await,
         Command::CollectdTypes => collectd::types(),
+        Command::Completions { shell } => manuals::completions(shell),
+        Command::ManPages { dir } => manuals::man_pages(&dir),
         Command::MetricsDoc => {
             print!("{}", rocewatch_metrics::doc::render_markdown());
             Ok(0)

@@ -141,7 +141,7 @@ pub struct ProbesConfig {
     pub device: Option<String>,
     #[serde(default = "default_tcp_port")]
     pub tcp_port: u16,
-    /// The probe-verbs plugin (default: next to the binary, or ROCEWATCH_PLUGIN_DIR).
+    /// The probe-verbs plugin (default: ROCEWATCH_PLUGIN_DIR, next to the binary, or /usr/lib/rocewatch).
     #[serde(default)]
     pub plugin: Option<PathBuf>,
     /// How every peer is probed: `side_channel` (default) or `cm` (through the RDMA

@@ -9,13 +9,17 @@ use rocewatch_runtime::host::settings::ExternalPluginConfig;
 
 /// The probe plugin's file was found nowhere.
 #[derive(Debug, thiserror::Error)]
-#[error("the verbs probe plugin {file} was not found (looked at {tried}); build it with `cargo build -p rocewatch-probe-verbs` or set ROCEWATCH_PLUGIN_DIR")]
+#[error("the verbs probe plugin {file} was not found (looked at {tried}); install the rocewatch-probe-verbs package, build it with `cargo build -p rocewatch-probe-verbs`, or set ROCEWATCH_PLUGIN_DIR")]
 pub struct PluginNotFound {
     pub file: &'static str,
     pub tried: String,
 }
 
-/// The probe plugin's file: `ROCEWATCH_PLUGIN_DIR`, else next to this binary.
+/// Where the packages install plugins (`rocewatch-probe-verbs`), looked at last.
+pub const PACKAGED_PLUGIN_DIR: &str = "/usr/lib/rocewatch";
+
+/// The probe plugin's file: `ROCEWATCH_PLUGIN_DIR`, else next to this binary (a source
+/// build), else [`PACKAGED_PLUGIN_DIR`].
 pub fn plugin_path() -> Result<PathBuf, PluginNotFound> {
     const FILE: &str = "librocewatch_probe_verbs.so";
     let mut tried = Vec::new();
@@ -36,6 +40,11 @@ pub fn plugin_path() -> Result<PathBuf, PluginNotFound> {
         }
         tried.push(p);
     }
+    let p = PathBuf::from(PACKAGED_PLUGIN_DIR).join(FILE);
+    if p.is_file() {
+        return Ok(p);
+    }
+    tried.push(p);
     Err(PluginNotFound {
         file: FILE,
         tried: tried

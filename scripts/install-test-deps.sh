@@ -6,6 +6,9 @@
 #   - gcc, pkg-config, ca-certificates, curl        (Debian packages)
 #   - collectd-core (network, csv, exec plugins)    (Debian package; no service is started)
 #   - systemd (systemd-analyze)                     (verifies and scores packaging/systemd/rocewatch.service)
+#   - dpkg-dev, fakeroot, binutils, rpm, man-db     (scripts/package.sh builds the .deb and .rpm
+#                                                    packages; the tests install the .debs, read
+#                                                    the manual page, inspect the .rpm)
 #   - ethtool, iproute2, tcpdump                    (to compare our ethtool ioctls with `ethtool -S`
 #                                                    on veth pairs the tests create; tcpdump for
 #                                                    `rocewatch capture` on such a pair)
@@ -33,7 +36,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 need=()
-for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2 tcpdump libibverbs-dev librdmacm-dev libclang-dev clang systemd slurmctld slurmd slurm-client munge; do
+for p in gcc pkg-config ca-certificates curl collectd-core ethtool iproute2 tcpdump libibverbs-dev librdmacm-dev libclang-dev clang systemd dpkg-dev fakeroot binutils rpm man-db slurmctld slurmd slurm-client munge; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

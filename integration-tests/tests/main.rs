@@ -31,6 +31,8 @@
 //! - `fleet`, `fleet_rules`: `fleet plan`, `topology` and `simulate` through the binary,
 //!   the agent probing a pinglist through fake-probe, and the localization rules evaluated
 //!   on the simulator's series for 1,000 hosts in a real VictoriaMetrics.
+//! - `packages`: the .deb packages built by scripts/package.sh, installed, upgraded,
+//!   removed and purged with dpkg on this machine; the .rpm inspected with rpm.
 //! - `packaging`: the systemd unit, Kubernetes and collector manifests, Prometheus rules
 //!   and the Grafana dashboard are valid and name only metrics that exist.
 // Functions over 120 lines are refused outside tests; this is tests.
@@ -57,6 +59,7 @@ mod lab;
 mod lifecycle;
 mod otlp;
 mod otlp_resilience;
+mod packages;
 mod packaging;
 mod plugins;
 mod preflight;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# benches/otlp-cost.sh BEFORE AFTER [PORTS] [SECONDS]
+#
+# What OTLP costs next to the Prometheus listener (issue 31's table), for two rocewatch
+# binaries (the build before and after a change), alternated in one run: on a generated
+# tree of PORTS ports (default 200: PORTS/2 mlx5 devices x 2 ports), `rocewatch run`
+# collecting every second with /metrics scraped every second (gzip accepted, as Prometheus
+# does), then the same with OTLP/HTTP every second to a live receiver (VictoriaMetrics
+# from .cache when scripts/install-test-deps.sh put it there, else a Python receiver that
+# answers 200), then to an endpoint that refuses connections (the retry queue filling).
+# CPU over SECONDS (default 20) and mean RSS (benches/scale-run.py), each build's OTLP
+# runs as ratios of its own Prometheus run. Results go to stdout; docs/PERFORMANCE.md
+# keeps them.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+[ $# -ge 2 ] || { sed -n '2,14p' "$0"; exit 2; }
+before=$(realpath "$1") after=$(realpath "$2") ports=${3:-200} secs=${4:-20}
+work=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+root=$(python3 integration-tests/fixtures/generate.py --scale "$work/tree" $((ports / 2)) 2)
+printf '[plugins.builtin.counters-sysfs.options]\nkeep_files_open = "always"\n' > "$work/rocewatch.toml"
+live=$(free_port)
+vm=.cache/victoria-metrics/usr/bin/victoria-metrics
+if [ -x "$vm" ]; then
+  "$vm" -httpListenAddr "127.0.0.1:$live" -storageDataPath "$work/vm" -loggerLevel ERROR >/dev/null 2>&1 &
+  pids+=($!)
+  url="http://127.0.0.1:$live/opentelemetry/v1/metrics"
+  receiver="VictoriaMetrics $("$vm" -version 2>&1 | head -1)"
+else
+  python3 - "$live" <<'PY' &
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+PY
+  pids+=($!)
+  url="http://127.0.0.1:$live/v1/metrics"
+  receiver="a Python receiver answering 200"
+fi
+until curl -s -o /dev/null "http://127.0.0.1:$live/" 2>/dev/null || python3 -c "import socket; socket.create_connection(('127.0.0.1', $live), 1)" 2>/dev/null; do sleep 0.2; done
+refused=$(free_port)
+run() { # BINARY MODE -> "cpu_percent rss_mib"
+  local extra=()
+  case $2 in
+    live) extra=(--otlp-endpoint "$url" --export-interval 1s) ;;
+    refused) extra=(--otlp-endpoint "http://127.0.0.1:$refused/v1/metrics" --export-interval 1s) ;;
+  esac
+  python3 benches/scale-run.py "$1" "$root" "$secs" --config "$work/rocewatch.toml" "${extra[@]}" |
+    sed -n 's/.*CPU \([0-9.]*\)% of a core; RSS mean \([0-9.]*\) MiB.*/\1 \2/p'
+}
+declare -A cpu rss
+for mode in prometheus live refused; do
+  for build in before after; do
+    bin=$before; [ $build = after ] && bin=$after
+    read -r c r < <(run "$bin" "$mode")
+    cpu[$build.$mode]=$c rss[$build.$mode]=$r
+  done
+done
+echo "$ports ports, collect and scrape every 1 s, OTLP every 1 s, $secs s per run; live receiver: $receiver"
+printf '%-44s %10s %10s %10s %10s\n' "" "before CPU%" "RSS MiB" "after CPU%" "RSS MiB"
+for mode in prometheus live refused; do
+  label=$mode
+  [ $mode = prometheus ] && label="Prometheus listener, scraped with gzip"
+  [ $mode = live ] && label="+ OTLP/HTTP to a live receiver"
+  [ $mode = refused ] && label="+ OTLP to a refused endpoint"
+  printf '%-44s %10s %10s %10s %10s\n' "$label" "${cpu[before.$mode]}" "${rss[before.$mode]}" "${cpu[after.$mode]}" "${rss[after.$mode]}"
+done
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+for build in before after; do
+  echo "$build: OTLP live ${cpu[$build.live]}/${cpu[$build.prometheus]} = x$(ratio "${cpu[$build.live]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.live]}" "${rss[$build.prometheus]}") RSS; refused x$(ratio "${cpu[$build.refused]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.refused]}" "${rss[$build.prometheus]}") RSS"
+done

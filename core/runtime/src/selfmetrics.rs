@@ -4,7 +4,7 @@
 use rocewatch_metrics::labels::{AuditKind, PluginErrorReason, ReloadResult, RuleTransition};
 use rocewatch_metrics::names;
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
@@ -37,8 +37,6 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct SelfMetrics {
     inner: Mutex<Inner>,
-    /// Set by the OTLP exporter: call durations are recorded into it as well.
-    pub otel_duration: OnceLock<opentelemetry::metrics::Histogram<f64>>,
 }
 
 fn attrs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -185,15 +183,6 @@ impl SelfMetrics {
         let slot = e.durations.entry((plugin.into(), kind.into())).or_default();
         slot.0 += 1;
         slot.1 += d.as_secs_f64();
-        if let Some(h) = self.otel_duration.get() {
-            h.record(
-                d.as_secs_f64(),
-                &[
-                    opentelemetry::KeyValue::new("plugin", plugin.to_string()),
-                    opentelemetry::KeyValue::new("kind", kind.to_string()),
-                ],
-            );
-        }
     }
 
     /// Call durations: (plugin, kind, count, sum of seconds).

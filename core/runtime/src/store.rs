@@ -181,6 +181,10 @@ pub struct HistogramSeries {
     pub counts: Box<[u64]>,
     pub sum: f64,
     pub count: u64,
+    /// When it appeared: the start of its cumulative run.
+    pub start: SystemTime,
+    /// The last observation's time.
+    pub time: SystemTime,
 }
 
 /// The histograms of one metric, with their bucket bounds (upper, inclusive, ascending).
@@ -189,20 +193,13 @@ pub struct HistogramFamily {
     pub bounds: Arc<[f64]>,
     /// By attributes (compared by value; a lookup renders no label string).
     pub series: BTreeMap<Attributes, HistogramSeries>,
-    /// Who else sees every observation (the OTLP exporter's instrument: the SDK has no
-    /// observable histogram to read this family from).
-    observers: Vec<Observer>,
 }
-
-/// A callback that sees every observation of one histogram metric.
-pub type Observer = Box<dyn Fn(&Attributes, f64) + Send + Sync>;
 
 impl std::fmt::Debug for HistogramFamily {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HistogramFamily")
             .field("bounds", &self.bounds)
             .field("series", &self.series.len())
-            .field("observers", &self.observers.len())
             .finish()
     }
 }
@@ -458,13 +455,6 @@ impl Store {
         self.histograms().get(name).map(|f| Arc::clone(&f.bounds))
     }
 
-    /// Let `observer` see every later observation of the histogram `name`.
-    pub fn on_observe(&self, name: &str, observer: Observer) {
-        if let Some(f) = self.histograms().get_mut(name) {
-            f.observers.push(observer);
-        }
-    }
-
     /// Record values of the histogram `name`, each with its series' attributes. Values
     /// of an undeclared histogram are ignored.
     pub fn observe<'a>(&self, name: &str, values: impl IntoIterator<Item = (&'a Attributes, f64)>) {
@@ -472,6 +462,7 @@ impl Store {
         let Some(fam) = g.get_mut(name) else {
             return;
         };
+        let now = SystemTime::now();
         for (attrs, v) in values {
             let buckets = fam.bounds.len() + 1;
             let s = match fam.series.get_mut(attrs) {
@@ -485,15 +476,15 @@ impl Store {
                         counts: vec![0; buckets].into(),
                         sum: 0.0,
                         count: 0,
+                        start: now,
+                        time: now,
                     }),
             };
+            s.time = now;
             let b = fam.bounds.partition_point(|&le| le < v);
             s.counts[b] += 1;
             s.sum += v;
             s.count += 1;
-            for o in &fam.observers {
-                o(attrs, v);
-            }
         }
     }
 

@@ -52,7 +52,7 @@ pub struct OtlpConfig {
     /// Extra request headers (HTTP) or metadata (gRPC), e.g. `authorization`.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// `none` (default) or `gzip`.
+    /// `gzip` (default: OTLP receivers accept it over HTTP and gRPC) or `none`.
     #[serde(default)]
     pub compression: Compression,
     /// Snapshots kept while the endpoint is unreachable (default: 10 minutes' worth,
@@ -80,8 +80,8 @@ pub struct OtlpConfig {
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
-    #[default]
     None,
+    #[default]
     Gzip,
 }
 
@@ -131,7 +131,7 @@ impl OtlpConfig {
             timeout: default_export_timeout(),
             resource: BTreeMap::new(),
             headers: BTreeMap::new(),
-            compression: Compression::None,
+            compression: Compression::Gzip,
             queue_size: None,
             queue_max_bytes: default_queue_max_bytes(),
             retry_initial: default_retry_initial(),

@@ -1,10 +1,8 @@
 //! OTLP export that survives outages.
 //!
-//! The OpenTelemetry SDK (`opentelemetry`, `opentelemetry_sdk`) aggregates: every catalog
-//! metric (and every metric an external collector declares) is an observable instrument
-//! whose callback reads the latest values from the [`Store`]; the SDK's periodic reader
-//! collects them with cumulative temporality on its own thread and hands each snapshot
-//! to [`QueuedExporter`], which converts it to an OTLP request (`opentelemetry-proto`) and
+//! Every `interval`, a thread of its own encodes the [`Store`]'s series, its histograms
+//! and the agent's own metrics into one OTLP request (`encode`: straight from the store,
+//! as `/metrics` is rendered, no aggregator holding a second copy of every point) and
 //! only enqueues it. A sender thread delivers the queue over OTLP/HTTP (protobuf) or
 //! OTLP/gRPC:
 //!
@@ -26,28 +24,25 @@
 //! - TLS with rustls (custom CA, client certificate), extra headers, gzip.
 //!
 //! `opentelemetry-otlp`'s own exporters send each snapshot once and forget it, which is
-//! what this module exists to avoid; the wire format is the same (the official protos).
+//! what this module exists to avoid; the wire format is the official protos'
+//! (`opentelemetry-proto`, which the tests decode it with).
 
 pub mod config;
+mod encode;
 mod transport;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use hyper::body::Bytes;
-use opentelemetry::metrics::{Meter, MeterProvider as _};
-use opentelemetry::KeyValue;
+#[cfg(test)]
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
-use opentelemetry_sdk::Resource;
+#[cfg(test)]
 use prost::Message;
-use rocewatch_plugin_api::{MetricKind, Sample, Value};
 
 use self::config::OtlpConfig;
+use self::encode::Encoder;
 use self::transport::{SendError, Transport};
 use crate::ExportError;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
@@ -56,35 +51,52 @@ use rocewatch_runtime::store::Store;
 /// At most this many queued snapshots go into one request.
 pub const MAX_MERGE: usize = 10;
 
-fn key_values(s: &Sample) -> Vec<KeyValue> {
-    s.attributes
-        .iter()
-        .map(|(k, v)| KeyValue::new(k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn u64_of(v: Value) -> u64 {
-    match v {
-        Value::U64(v) => v,
-        Value::F64(f) if f.is_finite() && f >= 0.0 => f.round() as u64,
-        Value::F64(_) => 0,
+/// The resource of every export, in order (a later key wins): `OTEL_RESOURCE_ATTRIBUTES`
+/// (`k=v,k2=v2`, values percent-decoded, as the OpenTelemetry SDKs read it), then
+/// `service.name` (rocewatch), `service.version`, `host.name`, then the configured
+/// extras.
+pub fn resource(cfg: &OtlpConfig, host: &str) -> Vec<(String, String)> {
+    let mut attrs = Vec::new();
+    if let Ok(env) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
+        attrs.extend(parse_resource_env(&env));
     }
-}
-
-/// The resource of every export: `service.name`, `service.version`, `host.name`, plus
-/// the configured extras.
-pub fn resource(cfg: &OtlpConfig, host: &str) -> Resource {
-    let mut attrs = vec![
-        KeyValue::new("host.name", host.to_string()),
-        KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-    ];
+    attrs.push(("service.name".into(), "rocewatch".into()));
+    attrs.push(("service.version".into(), env!("CARGO_PKG_VERSION").into()));
+    attrs.push(("host.name".into(), host.to_string()));
     for (k, v) in &cfg.resource {
-        attrs.push(KeyValue::new(k.clone(), v.clone()));
+        attrs.push((k.clone(), v.clone()));
     }
-    Resource::builder()
-        .with_service_name("rocewatch")
-        .with_attributes(attrs)
-        .build()
+    attrs
+}
+
+/// `OTEL_RESOURCE_ATTRIBUTES`: `key=value` pairs separated by commas, values
+/// percent-encoded; a pair without `=` or with an empty key is skipped.
+fn parse_resource_env(s: &str) -> Vec<(String, String)> {
+    fn decode(v: &str) -> String {
+        let b = v.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if b[i] == b'%' && i + 2 < b.len() {
+                if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    s.split(',')
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            let k = k.trim();
+            (!k.is_empty()).then(|| (k.to_string(), decode(v.trim())))
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -93,18 +105,43 @@ pub fn resource(cfg: &OtlpConfig, host: &str) -> Resource {
 /// Encoded snapshots: one, or several merged into one request.
 #[derive(Debug, Clone)]
 struct Batch {
-    /// An `ExportMetricsServiceRequest`, encoded.
+    /// An `ExportMetricsServiceRequest`, encoded; with `gzip`, each snapshot's encoding
+    /// gzip'd on its own, one member after another.
     body: Bytes,
-    /// The encoded length of each snapshot it holds, in order.
+    /// The length of each snapshot's part of `body`, in order.
     parts: Vec<usize>,
+    /// Each part is gzip'd (compressed once, when queued: the queue holds a tenth of
+    /// the bytes and a retry compresses nothing again).
+    gzip: bool,
 }
 
 impl Batch {
-    fn of(r: &ExportMetricsServiceRequest) -> Batch {
+    /// One snapshot's encoded request, `gzip`'d or not.
+    fn of_bytes(body: Vec<u8>, gzip: bool) -> Batch {
+        let len = body.len();
         Batch {
-            body: r.encode_to_vec().into(),
-            parts: vec![r.encoded_len()],
+            body: body.into(),
+            parts: vec![len],
+            gzip,
         }
+    }
+
+    #[cfg(test)]
+    fn of(r: &ExportMetricsServiceRequest) -> Batch {
+        Batch::of_bytes(r.encode_to_vec(), false)
+    }
+
+    /// The request to send: the body, or for several gzip'd snapshots one gzip stream
+    /// of their encodings together (a receiver may read only a gzip body's first
+    /// member: concatenated members are not sent).
+    fn request(&self) -> Result<Bytes, std::io::Error> {
+        if !self.gzip || self.parts.len() == 1 {
+            return Ok(self.body.clone());
+        }
+        use std::io::Read;
+        let mut raw = Vec::new();
+        flate2::read::MultiGzDecoder::new(self.body.as_ref()).read_to_end(&mut raw)?;
+        gzip(&[&raw]).map(Bytes::from)
     }
 
     fn snapshots(&self) -> usize {
@@ -123,6 +160,7 @@ impl Batch {
                 let b = Batch {
                     body: body.slice(at..at + len),
                     parts: vec![len],
+                    gzip: self.gzip,
                 };
                 at += len;
                 b
@@ -204,9 +242,9 @@ impl Queue {
         }
     }
 
-    /// Take the oldest batches, up to [`MAX_MERGE`] snapshots (at least one batch),
-    /// merged into one.
-    fn take(&self, st: &mut QueueState) -> Batch {
+    /// Take the oldest batches, up to `max` snapshots (at least one batch), merged into
+    /// one.
+    fn take(&self, st: &mut QueueState, max: usize) -> Batch {
         let first = st
             .batches
             .pop_front()
@@ -214,7 +252,7 @@ impl Queue {
         let mut taken = vec![first];
         let mut snapshots = taken[0].snapshots();
         while let Some(next) = st.batches.front() {
-            if snapshots + next.snapshots() > MAX_MERGE {
+            if snapshots + next.snapshots() > max {
                 break;
             }
             snapshots += next.snapshots();
@@ -253,6 +291,7 @@ fn merge(batches: Vec<Batch>) -> Batch {
         return batches.into_iter().next().expect("one batch");
     }
     let len = batches.iter().map(|b| b.body.len()).sum();
+    let gzip = batches[0].gzip;
     let mut body = Vec::with_capacity(len);
     let mut parts = Vec::new();
     for b in batches {
@@ -262,7 +301,24 @@ fn merge(batches: Vec<Batch>) -> Batch {
     Batch {
         body: body.into(),
         parts,
+        gzip,
     }
+}
+
+/// `pieces`, one after the other, gzip'd at the fastest level (an export's protobuf
+/// shrinks about tenfold at it; the best level costs several times the CPU for a few
+/// per cent).
+fn gzip(pieces: &[&[u8]]) -> Result<Vec<u8>, std::io::Error> {
+    use std::io::Write;
+    let len: usize = pieces.iter().map(|p| p.len()).sum();
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(len / 8 + 64),
+        flate2::Compression::fast(),
+    );
+    for p in pieces {
+        enc.write_all(p)?;
+    }
+    enc.finish()
 }
 
 fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
@@ -279,10 +335,15 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 queue.cv.notify_all();
                 return;
             }
-            queue.take(&mut st)
+            // While the endpoint fails, one snapshot per try: a merged request would be
+            // built (and, gzip'd, compressed) again for every retry.
+            queue.take(&mut st, if failing { 1 } else { MAX_MERGE })
         };
         let count = batch.snapshots();
-        let sent = transport.send(&batch.body);
+        let sent = match batch.request() {
+            Ok(body) => transport.send(&body, batch.gzip),
+            Err(e) => Err(SendError::Permanent(format!("queued snapshots: gzip: {e}"))),
+        };
         match sent {
             Ok(()) => {
                 queue.lock().in_flight = 0;
@@ -340,58 +401,19 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
     }
 }
 
-/// The SDK's exporter: converts and enqueues, never waits for the network.
-pub struct QueuedExporter {
-    queue: Arc<Queue>,
-}
-
-impl PushMetricExporter for QueuedExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        // Encoded here, on the SDK's thread; the decoded request is dropped at once.
-        self.queue
-            .push(Batch::of(&ExportMetricsServiceRequest::from(metrics)));
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.queue.lock();
-        st.closing = true;
-        self.queue.cv.notify_all();
-        while !st.done {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(OTelSdkError::Timeout(timeout));
-            }
-            st = self
-                .queue
-                .cv
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
-
 /// A running OTLP exporter. Call [`OtlpExporter::shutdown`] for the final export.
 pub struct OtlpExporter {
-    provider: SdkMeterProvider,
     endpoint: String,
+    timeout: std::time::Duration,
     queue: Arc<Queue>,
     sender: Option<std::thread::JoinHandle<()>>,
+    /// The encoding thread, and how it is told to stop.
+    ticker: Option<std::thread::JoinHandle<()>>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl OtlpExporter {
-    /// Build the exporter, start its sender thread and register every instrument.
+    /// Build the exporter and start its sender and encoding threads.
     pub fn start(
         cfg: &OtlpConfig,
         host: &str,
@@ -433,130 +455,98 @@ impl OtlpExporter {
             .recv()
             .map_err(|_| err("the sender thread died while starting".into()))?
             .map_err(err)?;
-        let exporter = QueuedExporter {
-            queue: Arc::clone(&queue),
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let ticker = {
+            let (q, stop, interval) = (Arc::clone(&queue), Arc::clone(&stop), cfg.interval);
+            let gz = cfg.compression == config::Compression::Gzip;
+            let mut enc = Encoder::new(&resource(cfg, host), SystemTime::now());
+            std::thread::Builder::new()
+                .name("rocewatch-otlp-encode".into())
+                .spawn(move || {
+                    let (lock, cv) = &*stop;
+                    let mut next = Instant::now() + interval;
+                    loop {
+                        let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        while !*stopped && Instant::now() < next {
+                            let left = next.saturating_duration_since(Instant::now());
+                            stopped = cv
+                                .wait_timeout(stopped, left)
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
+                        }
+                        let last = *stopped;
+                        drop(stopped);
+                        // The final export too, when stopped.
+                        let pieces = enc.encode(&store, &metrics, SystemTime::now());
+                        match if gz {
+                            gzip(&pieces)
+                        } else {
+                            Ok(pieces.concat())
+                        } {
+                            Ok(body) => q.push(Batch::of_bytes(body, gz)),
+                            Err(e) => tracing::warn!("OTLP export: gzip: {e}"),
+                        }
+                        if last {
+                            return;
+                        }
+                        // A late tick does not make the next one come early.
+                        next = (next + interval).max(Instant::now());
+                    }
+                })
+                .map_err(|e| err(format!("cannot start the encoding thread: {e}")))?
         };
-        let reader = PeriodicReader::builder(exporter)
-            .with_interval(cfg.interval)
-            .build();
-        let provider = SdkMeterProvider::builder()
-            .with_reader(reader)
-            .with_resource(resource(cfg, host))
-            .build();
-        let meter = provider.meter("rocewatch");
-        register_store_instruments(&meter, &store);
-        register_self_metrics(&meter, &metrics);
         tracing::debug!(capacity, "OTLP queue");
         Ok(OtlpExporter {
-            provider,
             endpoint: cfg.endpoint.clone(),
+            timeout: cfg.timeout,
             queue,
             sender: Some(sender),
+            ticker: Some(ticker),
+            stop,
         })
     }
 
-    /// The final export: collect once more, then give the sender until the exporter's
+    /// The final export: encode once more, then give the sender until the exporter's
     /// timeout to deliver the queue. Returns how many snapshots were given up because the
     /// endpoint was unreachable. Blocking: call it off the runtime's worker threads.
     pub fn shutdown(mut self) -> Result<usize, ExportError> {
-        let r = self.provider.shutdown().map_err(|e| ExportError::Otlp {
-            endpoint: self.endpoint.clone(),
-            message: e.to_string(),
-        });
+        {
+            let (lock, cv) = &*self.stop;
+            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            cv.notify_all();
+        }
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+        let deadline = Instant::now() + self.timeout.max(std::time::Duration::from_secs(1));
+        let mut st = self.queue.lock();
+        st.closing = true;
+        self.queue.cv.notify_all();
+        while !st.done {
+            let now = Instant::now();
+            if now >= deadline {
+                drop(st);
+                return Err(ExportError::Otlp {
+                    endpoint: self.endpoint.clone(),
+                    message: format!(
+                        "the final export was not delivered within {}",
+                        humantime::format_duration(self.timeout)
+                    ),
+                });
+            }
+            st = self
+                .queue
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let dropped = st.dropped_at_shutdown;
+        drop(st);
         if let Some(h) = self.sender.take() {
-            if self.queue.lock().done {
-                let _ = h.join();
-            }
+            let _ = h.join();
         }
-        let dropped = self.queue.lock().dropped_at_shutdown;
-        r.map(|()| dropped)
-    }
-}
-
-fn register_store_instruments(meter: &Meter, store: &Arc<Store>) {
-    for d in store.descriptors() {
-        let name = d.name.clone();
-        let s = Arc::clone(store);
-        match d.kind {
-            MetricKind::Counter => {
-                meter
-                    .u64_observable_counter(d.name.clone())
-                    .with_unit(d.unit.clone())
-                    .with_description(d.description.clone())
-                    .with_callback(move |obs| {
-                        for series in s.by_name(&name) {
-                            obs.observe(u64_of(series.sample.value), &key_values(&series.sample));
-                        }
-                    })
-                    .build();
-            }
-            MetricKind::Histogram => {
-                // Recorded by the store as observations come (no observable histogram in
-                // the SDK), with the store's own bucket bounds.
-                let Some(bounds) = store.histogram_bounds(&d.name) else {
-                    continue;
-                };
-                let h = meter
-                    .f64_histogram(d.name.clone())
-                    .with_unit(d.unit.clone())
-                    .with_description(d.description.clone())
-                    .with_boundaries(bounds.to_vec())
-                    .build();
-                store.on_observe(
-                    &d.name,
-                    Box::new(move |attrs, v| {
-                        let kv: Vec<opentelemetry::KeyValue> = attrs
-                            .iter()
-                            .map(|(k, v)| {
-                                opentelemetry::KeyValue::new(k.to_string(), v.to_string())
-                            })
-                            .collect();
-                        h.record(v, &kv);
-                    }),
-                );
-            }
-            MetricKind::Gauge => {
-                meter
-                    .f64_observable_gauge(d.name.clone())
-                    .with_unit(d.unit.clone())
-                    .with_description(d.description.clone())
-                    .with_callback(move |obs| {
-                        for series in s.by_name(&name) {
-                            obs.observe(series.sample.value.as_f64(), &key_values(&series.sample));
-                        }
-                    })
-                    .build();
-            }
-        }
-    }
-}
-
-fn register_self_metrics(meter: &Meter, metrics: &Arc<SelfMetrics>) {
-    for entry in rocewatch_metrics::SELF_METRICS {
-        match entry.kind {
-            MetricKind::Histogram => {
-                let h = meter
-                    .f64_histogram(entry.name)
-                    .with_unit(entry.unit)
-                    .with_description(entry.description)
-                    .build();
-                let _ = metrics.otel_duration.set(h);
-            }
-            _ => {
-                let m = Arc::clone(metrics);
-                let name = entry.name;
-                meter
-                    .u64_observable_counter(entry.name)
-                    .with_unit(entry.unit)
-                    .with_description(entry.description)
-                    .with_callback(move |obs| {
-                        for s in m.samples().iter().filter(|s| s.name == name) {
-                            obs.observe(u64_of(s.value), &key_values(s));
-                        }
-                    })
-                    .build();
-            }
-        }
+        Ok(dropped)
     }
 }
 
@@ -655,7 +645,7 @@ mod tests {
             q.push(Batch::of(&req(t)));
         }
         let one = q.lock().batches[0].body.len();
-        let taken = q.take(&mut q.lock());
+        let taken = q.take(&mut q.lock(), MAX_MERGE);
         // The merged bytes decode as one request holding the first MAX_MERGE snapshots,
         // in order.
         let merged = ExportMetricsServiceRequest::decode(taken.body.as_ref()).unwrap();
@@ -686,6 +676,72 @@ mod tests {
         bounded.push(Batch::of(&req("s1")));
         assert_eq!(tags(&bounded), [["m4"], ["s0"], ["s1"]]);
         assert_eq!(metrics.exporter_dropped_count("otlp"), 4);
+    }
+
+    /// gzip'd snapshots are queued compressed (one member each), merged by their bytes,
+    /// and sent as one gzip stream of the merged request; a failed batch splits back
+    /// into its compressed snapshots.
+    #[test]
+    fn gzipped_snapshots_merge_into_one_stream() {
+        use std::io::Read;
+        let metrics = Arc::new(SelfMetrics::default());
+        let q = queue(1000, usize::MAX, &metrics);
+        let tags_in = ["a", "b", "c"];
+        for t in tags_in {
+            q.push(Batch::of_bytes(
+                gzip(&[&req(t).encode_to_vec()]).unwrap(),
+                true,
+            ));
+        }
+        let raw: usize = tags_in.iter().map(|t| req(t).encoded_len()).sum();
+        let taken = q.take(&mut q.lock(), MAX_MERGE);
+        let body = taken.request().unwrap();
+        // One member: a reader that stops after the first member still gets everything.
+        let mut one = Vec::new();
+        flate2::read::GzDecoder::new(body.as_ref())
+            .read_to_end(&mut one)
+            .unwrap();
+        assert_eq!(one.len(), raw);
+        let merged = ExportMetricsServiceRequest::decode(one.as_slice()).unwrap();
+        let got: Vec<String> = merged
+            .resource_metrics
+            .into_iter()
+            .map(|r| r.schema_url)
+            .collect();
+        assert_eq!(got, tags_in);
+        q.push_front(taken);
+        assert_eq!(q.len(), 3);
+        // While failing, one at a time.
+        assert_eq!(q.take(&mut q.lock(), 1).snapshots(), 1);
+    }
+
+    /// `OTEL_RESOURCE_ATTRIBUTES` as the SDKs read it: pairs split on commas, values
+    /// percent-decoded, malformed pairs skipped.
+    #[test]
+    fn resource_attributes_from_the_environment() {
+        assert_eq!(
+            parse_resource_env("k8s.cluster.name=train-a, team=rdma%2Cnet ,bad,=x,empty="),
+            [
+                ("k8s.cluster.name".to_string(), "train-a".to_string()),
+                ("team".into(), "rdma,net".into()),
+                ("empty".into(), "".into()),
+            ]
+        );
+        assert_eq!(
+            parse_resource_env("a=%zz%4"),
+            [("a".to_string(), "%zz%4".to_string())]
+        );
+        assert!(parse_resource_env("").is_empty());
+    }
+
+    proptest::proptest! {
+        /// Any environment value: no panic, every key non-empty.
+        #[test]
+        fn any_resource_env_parses(s in "\\PC{0,80}") {
+            for (k, _) in parse_resource_env(&s) {
+                proptest::prop_assert!(!k.is_empty());
+            }
+        }
     }
 
     #[test]

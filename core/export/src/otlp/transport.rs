@@ -2,9 +2,6 @@
 //! sending an encoded `ExportMetricsServiceRequest` and classifying failures.
 
 use hyper::body::Bytes;
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use prost::Message;
 use std::time::Duration;
 
 use super::config::{Compression, OtlpConfig, OtlpProtocol};
@@ -24,11 +21,10 @@ pub(super) enum Transport {
     Http {
         client: reqwest::blocking::Client,
         url: String,
-        gzip: bool,
     },
     Grpc {
         rt: tokio::runtime::Runtime,
-        client: MetricsServiceClient<tonic::transport::Channel>,
+        client: tonic::client::Grpc<tonic::transport::Channel>,
         headers: Vec<(
             tonic::metadata::AsciiMetadataKey,
             tonic::metadata::AsciiMetadataValue,
@@ -89,7 +85,6 @@ impl Transport {
                 Ok(Transport::Http {
                     client,
                     url: cfg.endpoint.clone(),
-                    gzip: cfg.compression == Compression::Gzip,
                 })
             }
             OtlpProtocol::Grpc => {
@@ -117,7 +112,7 @@ impl Transport {
                     let _guard = rt.enter();
                     endpoint.connect_lazy()
                 };
-                let mut client = MetricsServiceClient::new(channel);
+                let mut client = tonic::client::Grpc::new(channel);
                 if cfg.compression == Compression::Gzip {
                     client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
                 }
@@ -142,27 +137,17 @@ impl Transport {
         }
     }
 
-    /// Send an encoded `ExportMetricsServiceRequest`.
-    pub(super) fn send(&mut self, encoded: &Bytes) -> Result<(), SendError> {
+    /// Send an encoded `ExportMetricsServiceRequest`, gzip'd (one stream) when `gzip`.
+    pub(super) fn send(&mut self, encoded: &Bytes, gzip: bool) -> Result<(), SendError> {
         match self {
-            Transport::Http { client, url, gzip } => {
-                let mut body = encoded.clone();
+            Transport::Http { client, url } => {
                 let mut r = client
                     .post(url.as_str())
                     .header("content-type", "application/x-protobuf");
-                if *gzip {
-                    use std::io::Write;
-                    let mut enc =
-                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-                    enc.write_all(encoded)
-                        .map_err(|e| SendError::Permanent(format!("gzip: {e}")))?;
-                    body = enc
-                        .finish()
-                        .map_err(|e| SendError::Permanent(format!("gzip: {e}")))?
-                        .into();
+                if gzip {
                     r = r.header("content-encoding", "gzip");
                 }
-                match r.body(body).send() {
+                match r.body(encoded.clone()).send() {
                     Ok(resp) if resp.status().is_success() => Ok(()),
                     Ok(resp) => {
                         let status = resp.status();
@@ -184,15 +169,36 @@ impl Transport {
                 headers,
                 timeout,
             } => {
-                // tonic encodes the request itself: decoded for the call (our own bytes).
-                let req = ExportMetricsServiceRequest::decode(encoded.as_ref())
-                    .map_err(|e| SendError::Permanent(format!("queued snapshot: {e}")))?;
-                let mut request = tonic::Request::new(req);
+                // The queued bytes as they are: the request is already encoded (gRPC
+                // compresses its own frames: a gzip'd body is inflated for it).
+                let body = if gzip {
+                    use std::io::Read;
+                    let mut raw = Vec::new();
+                    flate2::read::GzDecoder::new(encoded.as_ref())
+                        .read_to_end(&mut raw)
+                        .map_err(|e| SendError::Permanent(format!("queued snapshot: gzip: {e}")))?;
+                    Bytes::from(raw)
+                } else {
+                    encoded.clone()
+                };
+                let mut request = tonic::Request::new(body);
                 request.set_timeout(*timeout);
                 for (k, v) in headers.iter() {
                     request.metadata_mut().insert(k.clone(), v.clone());
                 }
-                match rt.block_on(client.export(request)) {
+                let call = async {
+                    client.ready().await.map_err(|e| {
+                        tonic::Status::unavailable(format!("the channel is not ready: {e}"))
+                    })?;
+                    client
+                        .unary(
+                            request,
+                            tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH),
+                            RawCodec,
+                        )
+                        .await
+                };
+                match rt.block_on(call) {
                     Ok(_) => Ok(()),
                     Err(status) => {
                         use tonic::Code::*;
@@ -208,5 +214,58 @@ impl Transport {
                 }
             }
         }
+    }
+}
+
+/// The OTLP/gRPC metrics method (`opentelemetry.proto.collector.metrics.v1.MetricsService`,
+/// `Export`).
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// A gRPC codec of bytes already encoded: the request goes out as queued (no decode
+/// and encode again per send); the response (`ExportMetricsServiceResponse`: at most a
+/// partial-success note) is read and let go.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+struct RawDecoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = ();
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawDecoder {
+    type Item = ();
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<()>, tonic::Status> {
+        use bytes::Buf;
+        src.advance(src.remaining());
+        Ok(Some(()))
     }
 }

@@ -1,0 +1,607 @@
+//! OTLP encoded straight from the [`Store`], as `/metrics` is rendered from it: one
+//! `ExportMetricsServiceRequest` per export, written field by field into buffers kept
+//! across exports (no copy of every point in an aggregator, no decoded request).
+//!
+//! What receivers see (opentelemetry-proto's `metrics/v1`, field numbers from its
+//! generated code): one resource (`service.name` = rocewatch, `service.version`,
+//! `host.name`, the configured attributes, `OTEL_RESOURCE_ATTRIBUTES`), one scope
+//! (`rocewatch`); counters as monotonic cumulative sums (`as_int`) whose start time is the
+//! series' own (it moves on a counter reset), gauges as gauges (`as_double`), the probes'
+//! RTT as explicit-bucket histograms with the bounds `/metrics` uses (one set of buckets in
+//! both backends, so one alert rule reads both), plugin call durations as histograms of
+//! count and sum alone (no buckets: none is kept). Each point's time is when its value
+//! was read.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
+use rocewatch_runtime::selfmetrics::SelfMetrics;
+use rocewatch_runtime::store::Store;
+
+/// `AggregationTemporality::Cumulative`.
+const CUMULATIVE: u64 = 2;
+
+const VARINT: u32 = 0;
+const FIXED64: u32 = 1;
+const LEN: u32 = 2;
+
+fn varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+fn varint_len(v: usize) -> usize {
+    let mut n = 1;
+    let mut v = v >> 7;
+    while v > 0 {
+        n += 1;
+        v >>= 7;
+    }
+    n
+}
+
+fn tag(buf: &mut Vec<u8>, field: u32, wire: u32) {
+    varint(buf, u64::from(field << 3 | wire));
+}
+
+fn string(buf: &mut Vec<u8>, field: u32, s: &str) {
+    if s.is_empty() {
+        return;
+    }
+    tag(buf, field, LEN);
+    varint(buf, s.len() as u64);
+    buf.extend_from_slice(s.as_bytes());
+}
+
+fn fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
+    tag(buf, field, FIXED64);
+    buf.extend_from_slice(&v.to_le_bytes());
+}
+
+fn double(buf: &mut Vec<u8>, field: u32, v: f64) {
+    fixed64(buf, field, v.to_bits());
+}
+
+fn uint(buf: &mut Vec<u8>, field: u32, v: u64) {
+    tag(buf, field, VARINT);
+    varint(buf, v);
+}
+
+/// A length-delimited field whose contents `f` appends. The length goes in front once
+/// known: one byte is set aside, and only contents of 128 bytes or more (the length
+/// takes more) are moved, once.
+fn nested(buf: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>)) {
+    tag(buf, field, LEN);
+    let at = buf.len();
+    buf.push(0);
+    f(buf);
+    let len = buf.len() - at - 1;
+    if len < 0x80 {
+        buf[at] = len as u8;
+    } else {
+        let mut v = Vec::with_capacity(10);
+        varint(&mut v, len as u64);
+        buf.splice(at..at + 1, v);
+    }
+}
+
+/// `KeyValue { key, value: AnyValue { string_value } }` in field `field`.
+fn key_value(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
+    nested(buf, field, |b| {
+        string(b, 1, k);
+        nested(b, 2, |b| {
+            // An empty string value is still a string value (field present).
+            tag(b, 1, LEN);
+            varint(b, v.len() as u64);
+            b.extend_from_slice(v.as_bytes());
+        });
+    });
+}
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+        .unwrap_or(0)
+}
+
+/// A counter's value as OTLP's `as_int` (an sfixed64: a u64 above i64::MAX wraps, as
+/// it did through the SDK).
+fn as_int(v: Value) -> u64 {
+    match v {
+        Value::U64(v) => v,
+        Value::F64(f) if f.is_finite() && f >= 0.0 => f.round() as u64,
+        Value::F64(_) => 0,
+    }
+}
+
+/// The encoder: the resource and scope encoded once, buffers kept across exports.
+pub(super) struct Encoder {
+    /// `ResourceMetrics.resource` (field 1), encoded.
+    resource: Vec<u8>,
+    /// When the agent started: the start of the self-metrics' cumulative runs.
+    started: SystemTime,
+    /// The scope's metrics of the last export (its capacity is kept).
+    metrics: Vec<u8>,
+    /// The last request's head: everything before its metrics.
+    head: Vec<u8>,
+}
+
+impl Encoder {
+    /// `attributes`: the resource's, in order (later keys win over earlier ones).
+    pub(super) fn new(attributes: &[(String, String)], started: SystemTime) -> Encoder {
+        let mut merged: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in attributes {
+            merged.insert(k, v);
+        }
+        let mut resource = Vec::new();
+        nested(&mut resource, 1, |b| {
+            for (k, v) in &merged {
+                key_value(b, 1, k, v);
+            }
+        });
+        Encoder {
+            resource,
+            started,
+            metrics: Vec::new(),
+            head: Vec::new(),
+        }
+    }
+
+    /// One request: every series of `store`, its histograms and the agent's own metrics,
+    /// as read now (`now`: the self-metrics' time), in two pieces to write one after the
+    /// other (the request's head, then its metrics: never copied into one buffer), both
+    /// the encoder's, kept for the next export.
+    pub(super) fn encode(
+        &mut self,
+        store: &Store,
+        agent: &SelfMetrics,
+        now: SystemTime,
+    ) -> [&[u8]; 2] {
+        let mut m = std::mem::take(&mut self.metrics);
+        m.clear();
+        // InstrumentationScope { name: "rocewatch" }.
+        nested(&mut m, 1, |b| string(b, 1, "rocewatch"));
+        let descriptors: BTreeMap<String, MetricDescriptor> = store
+            .descriptors()
+            .into_iter()
+            .map(|d| (d.name.clone(), d))
+            .collect();
+        store.with_series(|series, _| {
+            let mut series = series.peekable();
+            while let Some(first) = series.next() {
+                let name = first.sample.name.clone();
+                let d = descriptors.get(name.as_ref());
+                let kind = d.map_or(first.sample.kind, |d| d.kind);
+                let mut group = vec![first];
+                while let Some(s) = series.next_if(|s| s.sample.name == name) {
+                    group.push(s);
+                }
+                let points = group.iter().map(|s| Point {
+                    sample: &s.sample,
+                    start: s.start,
+                    time: s.time,
+                });
+                metric(&mut m, &first.sample, d, kind, points);
+            }
+        });
+        store.with_histograms(|families| {
+            for (name, fam) in families.iter().filter(|(_, f)| !f.series.is_empty()) {
+                let d = descriptors.get(name);
+                nested(&mut m, 2, |b| {
+                    string(b, 1, name);
+                    string(b, 2, d.map_or("", |d| &d.description));
+                    string(b, 3, d.map_or("", |d| &d.unit));
+                    nested(b, 9, |b| {
+                        for s in fam.series.values() {
+                            nested(b, 1, |b| {
+                                for (k, v) in s.attributes.iter() {
+                                    key_value(b, 9, k, v);
+                                }
+                                fixed64(b, 2, nanos(s.start));
+                                fixed64(b, 3, nanos(s.time));
+                                fixed64(b, 4, s.count);
+                                double(b, 5, s.sum);
+                                packed_fixed64(b, 6, s.counts.iter().copied());
+                                packed_fixed64(b, 7, fam.bounds.iter().map(|f| f.to_bits()));
+                            });
+                        }
+                        uint(b, 2, CUMULATIVE);
+                    });
+                });
+            }
+        });
+        self.agent_metrics(&mut m, agent, now);
+        // ExportMetricsServiceRequest { resource_metrics: [{ resource, scope_metrics: [m] }] }.
+        let head = &mut self.head;
+        head.clear();
+        let rm = self.resource.len() + 1 + varint_len(m.len()) + m.len();
+        tag(head, 1, LEN);
+        varint(head, rm as u64);
+        head.extend_from_slice(&self.resource);
+        tag(head, 2, LEN);
+        varint(head, m.len() as u64);
+        self.metrics = m;
+        [&self.head, &self.metrics]
+    }
+
+    /// The agent's counters and gauges (their runs start with the agent) and its plugin
+    /// call durations (count and sum, no buckets).
+    fn agent_metrics(&self, m: &mut Vec<u8>, agent: &SelfMetrics, now: SystemTime) {
+        let mut samples = agent.samples();
+        samples.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut i = 0;
+        while i < samples.len() {
+            let j = i + samples[i..]
+                .iter()
+                .take_while(|s| s.name == samples[i].name)
+                .count();
+            let first = &samples[i];
+            let entry = rocewatch_metrics::SELF_METRICS
+                .iter()
+                .find(|e| e.name == first.name.as_ref());
+            let points = samples[i..j].iter().map(|s| Point {
+                sample: s,
+                start: self.started,
+                time: now,
+            });
+            let d = entry.map(|e| MetricDescriptor {
+                name: e.name.into(),
+                unit: e.unit.into(),
+                kind: e.kind,
+                description: e.description.into(),
+            });
+            metric(m, first, d.as_ref(), first.kind, points);
+            i = j;
+        }
+        let durations = agent.durations();
+        if durations.is_empty() {
+            return;
+        }
+        let entry = rocewatch_metrics::SELF_METRICS
+            .iter()
+            .find(|e| e.kind == MetricKind::Histogram);
+        nested(m, 2, |b| {
+            string(b, 1, rocewatch_metrics::names::ROCEWATCH_PLUGIN_DURATION);
+            string(b, 2, entry.map_or("", |e| e.description));
+            string(b, 3, "s");
+            nested(b, 9, |b| {
+                for (plugin, kind, count, sum) in &durations {
+                    nested(b, 1, |b| {
+                        key_value(b, 9, "kind", kind);
+                        key_value(b, 9, "plugin", plugin);
+                        fixed64(b, 2, nanos(self.started));
+                        fixed64(b, 3, nanos(now));
+                        fixed64(b, 4, *count);
+                        double(b, 5, *sum);
+                        packed_fixed64(b, 6, std::iter::once(*count));
+                    });
+                }
+                uint(b, 2, CUMULATIVE);
+            });
+        });
+    }
+}
+
+/// One point of a scalar metric.
+struct Point<'a> {
+    sample: &'a Sample,
+    start: SystemTime,
+    time: SystemTime,
+}
+
+/// `Metric` (field 2 of ScopeMetrics) of one name: a monotonic cumulative sum for a
+/// counter, else a gauge.
+fn metric<'a>(
+    m: &mut Vec<u8>,
+    first: &Sample,
+    d: Option<&MetricDescriptor>,
+    kind: MetricKind,
+    points: impl Iterator<Item = Point<'a>>,
+) {
+    let counter = kind == MetricKind::Counter;
+    nested(m, 2, |b| {
+        string(b, 1, &first.name);
+        string(b, 2, d.map_or("", |d| &d.description));
+        string(b, 3, d.map_or(&first.unit, |d| &d.unit));
+        nested(b, if counter { 7 } else { 5 }, |b| {
+            for p in points {
+                nested(b, 1, |b| {
+                    for (k, v) in p.sample.attributes.iter() {
+                        key_value(b, 7, k, v);
+                    }
+                    if counter {
+                        fixed64(b, 2, nanos(p.start));
+                    }
+                    fixed64(b, 3, nanos(p.time));
+                    if counter {
+                        fixed64(b, 6, as_int(p.sample.value));
+                    } else {
+                        double(b, 4, p.sample.value.as_f64());
+                    }
+                });
+            }
+            if counter {
+                uint(b, 2, CUMULATIVE);
+                uint(b, 3, 1);
+            }
+        });
+    });
+}
+
+/// A packed repeated fixed64 (or double, as its bits) field.
+fn packed_fixed64(buf: &mut Vec<u8>, field: u32, values: impl ExactSizeIterator<Item = u64>) {
+    tag(buf, field, LEN);
+    varint(buf, 8 * values.len() as u64);
+    for v in values {
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as N};
+    use prost::Message;
+    use rocewatch_plugin_api::{AttrSet, Attributes};
+    use std::time::{Duration, Instant};
+
+    fn attrs(pairs: &[(&str, &str)]) -> Attributes {
+        let set: AttrSet = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into();
+        std::sync::Arc::new(set)
+    }
+
+    fn sample(name: &str, v: Value, kind: MetricKind, a: &Attributes) -> Sample {
+        Sample {
+            name: name.to_string().into(),
+            unit: "By".into(),
+            value: v,
+            attributes: a.clone(),
+            source: "counters/x".into(),
+            kind,
+        }
+    }
+
+    fn desc(name: &str, kind: MetricKind) -> MetricDescriptor {
+        MetricDescriptor {
+            name: name.into(),
+            unit: "By".into(),
+            kind,
+            description: format!("{name} described"),
+        }
+    }
+
+    fn decode(b: [&[u8]; 2]) -> ExportMetricsServiceRequest {
+        ExportMetricsServiceRequest::decode(b.concat().as_slice()).expect("our encoding decodes")
+    }
+
+    fn kv(a: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Vec<(String, String)> {
+        a.iter()
+            .map(|k| {
+                let v = match k.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(Any::StringValue(s)) => s.clone(),
+                    other => panic!("{other:?}"),
+                };
+                (k.key.clone(), v)
+            })
+            .collect()
+    }
+
+    /// Counters as monotonic cumulative sums whose start moves on a reset, gauges as
+    /// gauges, the RTT histogram with the store's bounds, the agent's own metrics; the
+    /// resource and scope; all decoded by the official protos.
+    #[test]
+    // One store and one request, checked field by field: long, and a test.
+    #[allow(clippy::too_many_lines)]
+    fn the_store_encodes_as_otlp_receivers_read_it() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        store.declare(&[
+            desc("rdma.port.rx", MetricKind::Counter),
+            desc("rdma.port.up", MetricKind::Gauge),
+        ]);
+        let p0 = attrs(&[("rdma.device", "mlx5_0"), ("rdma.port", "1")]);
+        let p1 = attrs(&[("rdma.device", "mlx5_1"), ("rdma.port", "1")]);
+        let (t0, i0) = (
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
+            Instant::now(),
+        );
+        let sec = Duration::from_secs(1);
+        let round = |v0: u64, v1: u64| {
+            vec![
+                sample("rdma.port.rx", Value::U64(v0), MetricKind::Counter, &p0),
+                sample("rdma.port.rx", Value::U64(v1), MetricKind::Counter, &p1),
+                sample("rdma.port.up", Value::F64(1.0), MetricKind::Gauge, &p0),
+            ]
+        };
+        store.ingest_at("c", &round(100, 500), &m, t0, i0);
+        // p1 resets (500 -> 7): its start moves to this read; p0's stays.
+        store.ingest_at("c", &round(200, 7), &m, t0 + sec, i0 + sec);
+        let rtt = MetricDescriptor {
+            unit: "s".into(),
+            ..desc("rdma.probe.rtt", MetricKind::Histogram)
+        };
+        store.declare_histogram(&rtt, &[0.001, 0.01]);
+        let peer = attrs(&[("rdma.probe.peer", "10.0.0.2")]);
+        store.observe(
+            "rdma.probe.rtt",
+            [(&peer, 0.0005), (&peer, 0.005), (&peer, 5.0)],
+        );
+        m.call_duration("counters-sysfs", "collect", Duration::from_millis(3));
+        m.exporter_sent("otlp", 2);
+        let started = t0 - 10 * sec;
+        let mut enc = Encoder::new(
+            &[
+                ("service.name".into(), "rocewatch".into()),
+                ("host.name".into(), "gpu-1".into()),
+                ("deployment.environment".into(), "prod".into()),
+            ],
+            started,
+        );
+        let now = t0 + 2 * sec;
+        let req = decode(enc.encode(&store, &m, now));
+        assert_eq!(req.resource_metrics.len(), 1);
+        let rm = &req.resource_metrics[0];
+        assert_eq!(
+            kv(&rm.resource.as_ref().unwrap().attributes),
+            [
+                ("deployment.environment".to_string(), "prod".to_string()),
+                ("host.name".into(), "gpu-1".into()),
+                ("service.name".into(), "rocewatch".into()),
+            ]
+        );
+        let sm = &rm.scope_metrics[0];
+        assert_eq!(sm.scope.as_ref().unwrap().name, "rocewatch");
+        let by_name = |n: &str| {
+            sm.metrics
+                .iter()
+                .find(|x| x.name == n)
+                .unwrap_or_else(|| panic!("no {n}"))
+        };
+        let ns = |t: SystemTime| nanos(t);
+        let rx = by_name("rdma.port.rx");
+        assert_eq!(
+            (rx.unit.as_str(), rx.description.as_str()),
+            ("By", "rdma.port.rx described")
+        );
+        let Some(Data::Sum(sum)) = &rx.data else {
+            panic!("{rx:?}")
+        };
+        assert!(sum.is_monotonic);
+        assert_eq!(sum.aggregation_temporality, CUMULATIVE as i32);
+        let pts: Vec<_> = sum
+            .data_points
+            .iter()
+            .map(|p| {
+                (
+                    kv(&p.attributes)[0].1.clone(),
+                    p.value,
+                    p.start_time_unix_nano,
+                    p.time_unix_nano,
+                )
+            })
+            .collect();
+        assert_eq!(
+            pts,
+            [
+                (
+                    "mlx5_0".to_string(),
+                    Some(N::AsInt(200)),
+                    ns(t0),
+                    ns(t0 + sec)
+                ),
+                (
+                    "mlx5_1".to_string(),
+                    Some(N::AsInt(7)),
+                    ns(t0 + sec),
+                    ns(t0 + sec)
+                ),
+            ]
+        );
+        let Some(Data::Gauge(g)) = &by_name("rdma.port.up").data else {
+            panic!()
+        };
+        assert_eq!(g.data_points[0].value, Some(N::AsDouble(1.0)));
+        assert_eq!(g.data_points[0].start_time_unix_nano, 0);
+        let Some(Data::Histogram(h)) = &by_name("rdma.probe.rtt").data else {
+            panic!()
+        };
+        let p = &h.data_points[0];
+        assert_eq!(h.aggregation_temporality, CUMULATIVE as i32);
+        assert_eq!((p.count, p.sum), (3, Some(5.0055)));
+        assert_eq!(p.explicit_bounds, [0.001, 0.01]);
+        assert_eq!(p.bucket_counts, [1, 1, 1]);
+        assert!(p.start_time_unix_nano > 0 && p.start_time_unix_nano <= p.time_unix_nano);
+        let Some(Data::Sum(sent)) = &by_name("rocewatch.exporter.sent").data else {
+            panic!()
+        };
+        assert_eq!(sent.data_points[0].value, Some(N::AsInt(2)));
+        assert_eq!(sent.data_points[0].start_time_unix_nano, ns(started));
+        assert_eq!(sent.data_points[0].time_unix_nano, ns(now));
+        let Some(Data::Histogram(d)) = &by_name("rocewatch.plugin.duration").data else {
+            panic!()
+        };
+        let p = &d.data_points[0];
+        assert_eq!(
+            kv(&p.attributes),
+            [
+                ("kind".to_string(), "collect".to_string()),
+                ("plugin".into(), "counters-sysfs".into())
+            ]
+        );
+        assert_eq!(
+            (p.count, p.bucket_counts.clone(), p.explicit_bounds.len()),
+            (1, vec![1], 0)
+        );
+        // The buffers are kept: the next export encodes the same, with no leftovers.
+        let again = decode(enc.encode(&store, &m, now));
+        assert_eq!(again, req);
+    }
+
+    /// Lengths of 128 bytes and more (a varint of two bytes and up) are placed in front of
+    /// their contents correctly, at every size up to three bytes.
+    #[test]
+    fn long_fields_keep_their_lengths() {
+        for len in [0usize, 1, 127, 128, 129, 16_383, 16_384, 70_000] {
+            let text = "x".repeat(len);
+            let mut b = Vec::new();
+            key_value(&mut b, 1, "k", &text);
+            let r = opentelemetry_proto::tonic::common::v1::KeyValueList::decode(b.as_slice())
+                .unwrap_or_else(|e| panic!("{len}: {e}"));
+            assert_eq!(kv(&r.values), [("k".to_string(), text)], "{len}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any names, units, attribute keys and values (any Unicode) and values encode
+        /// into a request the official protos decode, with every point as given.
+        #[test]
+        fn any_series_round_trip(
+            series in proptest::collection::vec(
+                ("[a-z.]{1,12}", "\\PC{0,20}", "\\PC{0,40}", proptest::num::u64::ANY, proptest::bool::ANY),
+                1..20,
+            )
+        ) {
+            let store = Store::new();
+            let m = SelfMetrics::default();
+            let samples: Vec<Sample> = series
+                .iter()
+                .enumerate()
+                .map(|(i, (name, k, v, value, counter))| {
+                    let a = attrs(&[("i", &i.to_string()), (k.as_str(), v.as_str())]);
+                    let kind = if *counter { MetricKind::Counter } else { MetricKind::Gauge };
+                    sample(&format!("{name}.{i}"), Value::U64(*value), kind, &a)
+                })
+                .collect();
+            store.ingest("c", &samples, &m);
+            let mut enc = Encoder::new(&[], SystemTime::now());
+            let req = decode(enc.encode(&store, &m, SystemTime::now()));
+            let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+            for s in &samples {
+                let x = metrics.iter().find(|x| x.name == s.name.as_ref()).expect("every series");
+                let (pts, want) = match &x.data {
+                    Some(Data::Sum(d)) => (&d.data_points, N::AsInt(as_int(s.value) as i64)),
+                    Some(Data::Gauge(d)) => (&d.data_points, N::AsDouble(s.value.as_f64())),
+                    other => panic!("{other:?}"),
+                };
+                proptest::prop_assert_eq!(pts.len(), 1);
+                proptest::prop_assert_eq!(pts[0].value, Some(want));
+                let got = kv(&pts[0].attributes);
+                let mut expect: Vec<(String, String)> = s.attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+                expect.sort();
+                let mut got_sorted = got.clone();
+                got_sorted.sort();
+                proptest::prop_assert_eq!(got_sorted, expect);
+            }
+        }
+    }
+}

@@ -7,7 +7,8 @@
 # collecting every second with /metrics scraped every second (gzip accepted, as Prometheus
 # does), then the same with OTLP/HTTP every second to a live receiver (VictoriaMetrics
 # from .cache when scripts/install-test-deps.sh put it there, else a Python receiver that
-# answers 200), then to an endpoint that refuses connections (the retry queue filling).
+# answers 200), the same without compression (gzip is the default: its cost), then to an
+# endpoint that refuses connections (the retry queue filling).
 # CPU over SECONDS (default 20) and mean RSS (benches/scale-run.py), each build's OTLP
 # runs as ratios of its own Prometheus run. Results go to stdout; docs/PERFORMANCE.md
 # keeps them.
@@ -22,6 +23,8 @@ trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 root=$(python3 integration-tests/fixtures/generate.py --scale "$work/tree" $((ports / 2)) 2)
 printf '[plugins.builtin.counters-sysfs.options]\nkeep_files_open = "always"\n' > "$work/rocewatch.toml"
+# The OTLP exporter's own section, for its compression (the endpoint comes from the flag).
+printf '[exporters.otlp]\nendpoint = "http://127.0.0.1:1/v1/metrics"\ncompression = "none"\n' | cat "$work/rocewatch.toml" - > "$work/plain.toml"
 live=$(free_port)
 vm=.cache/victoria-metrics/usr/bin/victoria-metrics
 if [ -x "$vm" ]; then
@@ -49,13 +52,16 @@ run() { # BINARY MODE -> "cpu_percent rss_mib"
   local extra=()
   case $2 in
     live) extra=(--otlp-endpoint "$url" --export-interval 1s) ;;
+    plain) extra=(--otlp-endpoint "$url" --export-interval 1s) ;;
     refused) extra=(--otlp-endpoint "http://127.0.0.1:$refused/v1/metrics" --export-interval 1s) ;;
   esac
-  python3 benches/scale-run.py "$1" "$root" "$secs" --config "$work/rocewatch.toml" "${extra[@]}" |
+  local conf=$work/rocewatch.toml
+  [ "$2" = plain ] && conf=$work/plain.toml
+  python3 benches/scale-run.py "$1" "$root" "$secs" --config "$conf" "${extra[@]}" |
     sed -n 's/.*CPU \([0-9.]*\)% of a core; RSS mean \([0-9.]*\) MiB.*/\1 \2/p'
 }
 declare -A cpu rss
-for mode in prometheus live refused; do
+for mode in prometheus live plain refused; do
   for build in before after; do
     bin=$before; [ $build = after ] && bin=$after
     read -r c r < <(run "$bin" "$mode")
@@ -64,14 +70,15 @@ for mode in prometheus live refused; do
 done
 echo "$ports ports, collect and scrape every 1 s, OTLP every 1 s, $secs s per run; live receiver: $receiver"
 printf '%-44s %10s %10s %10s %10s\n' "" "before CPU%" "RSS MiB" "after CPU%" "RSS MiB"
-for mode in prometheus live refused; do
+for mode in prometheus live plain refused; do
   label=$mode
   [ $mode = prometheus ] && label="Prometheus listener, scraped with gzip"
   [ $mode = live ] && label="+ OTLP/HTTP to a live receiver"
+  [ $mode = plain ] && label="  the same, compression = none"
   [ $mode = refused ] && label="+ OTLP to a refused endpoint"
   printf '%-44s %10s %10s %10s %10s\n' "$label" "${cpu[before.$mode]}" "${rss[before.$mode]}" "${cpu[after.$mode]}" "${rss[after.$mode]}"
 done
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 for build in before after; do
-  echo "$build: OTLP live ${cpu[$build.live]}/${cpu[$build.prometheus]} = x$(ratio "${cpu[$build.live]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.live]}" "${rss[$build.prometheus]}") RSS; refused x$(ratio "${cpu[$build.refused]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.refused]}" "${rss[$build.prometheus]}") RSS"
+  echo "$build: OTLP live ${cpu[$build.live]}/${cpu[$build.prometheus]} = x$(ratio "${cpu[$build.live]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.live]}" "${rss[$build.prometheus]}") RSS; uncompressed x$(ratio "${cpu[$build.plain]}" "${cpu[$build.prometheus]}") CPU; refused x$(ratio "${cpu[$build.refused]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.refused]}" "${rss[$build.prometheus]}") RSS"
 done

@@ -20,6 +20,7 @@
 # (SOURCE_DATE_EPOCH), archives are sorted, compressed without names or times, and the
 # release build remaps this checkout's paths.
 set -euo pipefail
+umask 022
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --no-rpm) rpm=0; shift ;;
     --fast) deb_z="-Zgzip -z1"; rpm_z="w1.gzdio"; shift ;;
     --update-contents) update=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "package.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -154,10 +155,10 @@ build_deb() {
   local r=$1 pkg=$2 extra=$3 desc=$4 shl deps size
   mkdir -p "$r/DEBIAN" "$work/shl/debian"
   printf 'Source: rocewatch\n\nPackage: %s\nArchitecture: any\n' "$pkg" > "$work/shl/debian/control"
-  shl=$(cd "$work/shl" && find "$r" -type f \( -name '*.so' -o -path '*/bin/*' \) -exec dpkg-shlibdeps -O -e {} + 2>/dev/null |
-    sed -n 's/^shlibs:Depends=//p')
+  shl=$(cd "$work/shl" && find "$r" -type f \( -name '*.so' -o -path '*/bin/*' \) -exec dpkg-shlibdeps -O -e {} + 2> "$work/shl.err" |
+    sed -n 's/^shlibs:Depends=//p') || { grep -v 'should already be installed' "$work/shl.err" >&2; die "dpkg-shlibdeps failed for $pkg"; }
   deps=$shl${extra:+, $extra}
-  size=$(du -sk --exclude=DEBIAN "$r" | cut -f1)
+  size=$(du -sk --apparent-size --exclude=DEBIAN "$r" | cut -f1)
   {
     echo "Package: $pkg"
     echo "Version: $version-$release"
@@ -184,7 +185,7 @@ build_deb() {
 }
 
 mkdir -p "$out"
-rm -f "$out"/*.deb "$out"/*.rpm "$out/contents.txt"
+rm -f "$out"/rocewatch_*.deb "$out"/rocewatch-probe-verbs_*.deb "$out"/rocewatch-*.rpm "$out/contents.txt"
 stage_agent "$work/deb/rocewatch" deb
 stage_probe "$work/deb/probe" deb
 build_deb "$work/deb/rocewatch" rocewatch "" "agent that keeps RDMA/RoCEv2 networks healthy
@@ -220,6 +221,7 @@ if [ $rpm = 1 ]; then
   agent_files="$agent_files
 $agent_dirs
 %dir /usr/share/doc/rocewatch
+%dir /usr/share/licenses/rocewatch
 %license /usr/share/licenses/rocewatch/LICENSE
 %dir /etc/rocewatch
 %config(noreplace) %attr(0640,root,rocewatch) /etc/rocewatch/rocewatch.toml
@@ -255,8 +257,7 @@ $agent_dirs
   done
 fi
 
-# The file lists against packaging/contents.txt, the version and architecture made
-# generic (they change without anything going missing).
+# The file lists against packaging/contents.txt, the architecture made generic.
 norm() { sed -e "s/$arch/ARCH/g" -e "s/$rpm_arch/ARCH/g" "$1" | LC_ALL=C sort; }
 want=packaging/contents.txt
 if [ $rpm = 0 ] && [ -f "$want" ]; then

@@ -29,12 +29,15 @@ fn ok(what: &str, o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// `dpkg ARGS` in a mount namespace where systemd seems to run and `systemctl` appends
-/// its arguments to `log`.
+/// `dpkg ARGS` in a mount namespace where systemd seems to run, `systemctl` appends its
+/// arguments to `log`, and a `policy-rc.d` the machine has (a container image's, which
+/// forbids every action: `deb-systemd-invoke` then calls nothing) allows them.
 fn dpkg(fake: &Path, log: &Path, args: &str) -> Output {
     let script = format!(
         "set -e; mount -t tmpfs rw-run /run; mkdir -p /run/systemd/system; \
          mount --bind {fake} /usr/bin/systemctl; \
+         if [ -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\\nexit 0\\n' > /run/policy-rc.d; \
+         chmod 0755 /run/policy-rc.d; mount --bind /run/policy-rc.d /usr/sbin/policy-rc.d; fi; \
          DEBIAN_FRONTEND=noninteractive ROCEWATCH_SYSTEMCTL_LOG={log} dpkg {args} </dev/null",
         fake = fake.display(),
         log = log.display(),
@@ -73,6 +76,13 @@ fn packages_install_upgrade_remove_and_purge_cleanly() {
             .status
             .success(),
         "rocewatch is installed on this machine: this test installs and purges its own; remove it first"
+    );
+    // What an interrupted run of this test leaves (configuration files, the user) goes
+    // first; a rocewatch user without the package is someone else's: refuse.
+    let _ = sh("dpkg -s rocewatch >/dev/null 2>&1 && dpkg --purge rocewatch-probe-verbs rocewatch");
+    assert!(
+        !sh("getent passwd rocewatch").status.success(),
+        "a rocewatch user exists on this machine without the package: this test creates and removes its own"
     );
     let a = artifacts();
     let bins = tempfile::tempdir().unwrap();
@@ -118,7 +128,11 @@ fn packages_install_upgrade_remove_and_purge_cleanly() {
 
     // The .rpm: its files were checked against packaging/contents.txt by package.sh;
     // here its dependencies and scriptlets.
-    let rpm = |pkg: &str| out.path().join(format!("{pkg}-{version}-1.x86_64.rpm"));
+    let machine = ok("uname", &sh("uname -m"));
+    let rpm = |pkg: &str| {
+        out.path()
+            .join(format!("{pkg}-{version}-1.{}.rpm", machine.trim()))
+    };
     let req = ok(
         "rpm -qpR",
         &sh(&format!(
@@ -150,7 +164,7 @@ fn packages_install_upgrade_remove_and_purge_cleanly() {
     );
     for want in [
         "useradd -r -g rocewatch -d /var/lib/rocewatch",
-        "systemctl stop rocewatch.service",
+        "systemctl --no-reload disable --now rocewatch.service",
         "systemctl try-restart rocewatch.service",
     ] {
         assert!(
@@ -315,6 +329,10 @@ fn packages_install_upgrade_remove_and_purge_cleanly() {
     assert!(
         conf.ends_with("# edited here\n"),
         "the local edit was lost:\n{conf}"
+    );
+    assert_eq!(
+        owner_mode("/etc/rocewatch/rocewatch.toml"),
+        "root:rocewatch 640"
     );
     let status = ok("dpkg -s", &sh("dpkg -s rocewatch"));
     assert!(

@@ -236,7 +236,7 @@ $agent_dirs
       case "$line" in
         @FILES_ROCEWATCH@) printf '%s\n' "$agent_files" ;;
         @FILES_PROBE@) printf '%s\n' "$probe_files" ;;
-        *) line=${line//@VERSION@/$version}; line=${line//@RELEASE@/$release}; line=${line//@STAGE@/$rroot}
+        *) line=${line//@VERSION@/$version}; line=${line//@RELEASE@/$release}; line=${line//@STAGE@/"$rroot"}
            printf '%s\n' "$line" ;;
       esac
     done < packaging/rpm/rocewatch.spec

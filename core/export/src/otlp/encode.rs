@@ -165,12 +165,16 @@ impl Encoder {
         m.clear();
         // InstrumentationScope { name: "rocewatch" }.
         nested(&mut m, 1, |b| string(b, 1, "rocewatch"));
-        let descriptors: BTreeMap<String, MetricDescriptor> = store
-            .descriptors()
-            .into_iter()
-            .map(|d| (d.name.clone(), d))
-            .collect();
-        store.with_series(|series, _| {
+        // The store's own descriptors, under its lock: only the histograms' (a few, read
+        // under another lock below) are copied.
+        let mut histogram_descriptors: BTreeMap<String, MetricDescriptor> = BTreeMap::new();
+        store.with_series(|series, descriptors| {
+            histogram_descriptors.extend(
+                descriptors
+                    .iter()
+                    .filter(|(_, d)| d.kind == MetricKind::Histogram)
+                    .map(|(k, d)| (k.clone(), d.clone())),
+            );
             let mut series = series.peekable();
             while let Some(first) = series.next() {
                 let name = first.sample.name.clone();
@@ -190,7 +194,7 @@ impl Encoder {
         });
         store.with_histograms(|families| {
             for (name, fam) in families.iter().filter(|(_, f)| !f.series.is_empty()) {
-                let d = descriptors.get(name);
+                let d = histogram_descriptors.get(name);
                 nested(&mut m, 2, |b| {
                     string(b, 1, name);
                     string(b, 2, d.map_or("", |d| &d.description));

@@ -2,8 +2,9 @@
 //!
 //! Every `interval`, a thread of its own encodes the [`Store`]'s series, its histograms
 //! and the agent's own metrics into one OTLP request (`encode`: straight from the store,
-//! as `/metrics` is rendered, no aggregator holding a second copy of every point) and
-//! only enqueues it. A sender thread delivers the queue over OTLP/HTTP (protobuf) or
+//! as `/metrics` is rendered, no aggregator holding a second copy of every point;
+//! streamed into the gzip stream a chunk at a time, so that the uncompressed request is
+//! never held whole) and only enqueues it. A sender thread delivers the queue over OTLP/HTTP (protobuf) or
 //! OTLP/gRPC:
 //!
 //! - bounded queue of snapshots (default: 10 minutes of exports, and `queue_max_bytes`);
@@ -465,6 +466,8 @@ impl OtlpExporter {
                 .spawn(move || {
                     let (lock, cv) = &*stop;
                     let mut next = Instant::now() + interval;
+                    // The last body's size: the next one's buffer starts there.
+                    let mut last_len = 0;
                     loop {
                         let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
                         while !*stopped && Instant::now() < next {
@@ -476,15 +479,25 @@ impl OtlpExporter {
                         }
                         let last = *stopped;
                         drop(stopped);
-                        // The final export too, when stopped.
-                        let pieces = enc.encode(&store, &metrics, SystemTime::now());
-                        match if gz {
-                            gzip(&pieces)
+                        // The final export too, when stopped. Encoded straight into
+                        // the gzip stream (or a buffer sized from the last request).
+                        let now = SystemTime::now();
+                        let body = if gz {
+                            let sink = Vec::with_capacity(last_len + last_len / 8 + 64);
+                            let mut w =
+                                flate2::write::GzEncoder::new(sink, flate2::Compression::fast());
+                            enc.encode(&store, &metrics, now, &mut w)
+                                .and_then(|_| w.finish())
                         } else {
-                            Ok(pieces.concat())
-                        } {
-                            Ok(body) => q.push(Batch::of_bytes(body, gz)),
-                            Err(e) => tracing::warn!("OTLP export: gzip: {e}"),
+                            let mut w = Vec::with_capacity(last_len + last_len / 32);
+                            enc.encode(&store, &metrics, now, &mut w).map(|_| w)
+                        };
+                        match body {
+                            Ok(body) => {
+                                last_len = body.len();
+                                q.push(Batch::of_bytes(body, gz));
+                            }
+                            Err(e) => tracing::warn!("OTLP export: {e}"),
                         }
                         if last {
                             return;

@@ -3,6 +3,7 @@
 //! collection, from its first port's plan, and emitted with every port's attributes.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rocewatch_metrics::{self as catalog, CatalogEntry};
 use rocewatch_plugin_api::*;
@@ -21,14 +22,24 @@ fn entries() -> [(&'static CatalogEntry, Arc<str>); 4] {
     .clone()
 }
 
+/// How long a device whose four link files are all absent goes unasked: a device with no
+/// PCI parent (soft-RoCE, a virtual function's view on some kernels) would otherwise cost
+/// eight failed opens per collection, for a link that does not come later.
+const ABSENT_RECHECK: Duration = Duration::from_secs(60);
+
 /// Reads the link of the device whose first port is `plan.ports[first]` and emits it for
 /// each of the device's ports. A file that is absent (no PCI parent: soft-RoCE; an old
 /// kernel) or reads `Unknown` (link down) yields no sample; a failed read is partial.
+/// When all four are absent, they are looked for again after [`ABSENT_RECHECK`].
 pub(crate) fn scrape_pcie(plan: &mut Plan, first: usize, max_open: usize, out: &mut ScrapeResult) {
     let Some(pcie) = plan.ports[first].pcie.as_mut() else {
         return;
     };
+    if pcie.recheck_at.is_some_and(|t| Instant::now() < t) {
+        return;
+    }
     let mut values: [Option<f64>; 4] = [None; 4];
+    let mut absent = 0;
     for (i, f) in pcie.files.iter_mut().enumerate() {
         let speed = i % 2 == 0;
         let parse = |t: &str| {
@@ -39,13 +50,15 @@ pub(crate) fn scrape_pcie(plan: &mut Plan, first: usize, max_open: usize, out: &
             }
         };
         match f.read(&mut plan.open_files, max_open, parse) {
-            Ok(v) => values[i] = v.flatten(),
+            Ok(None) => absent += 1,
+            Ok(Some(v)) => values[i] = v,
             Err(e) => out.errors.push(PartialError {
                 target: e.path().display().to_string(),
                 message: e.cause(),
             }),
         }
     }
+    pcie.recheck_at = (absent == pcie.files.len()).then(|| Instant::now() + ABSENT_RECHECK);
     let device = plan.ports[first].device.clone();
     let table = entries();
     for p in plan.ports[first..]
@@ -164,5 +177,68 @@ mod tests {
                 s.name
             );
         }
+    }
+
+    /// A device with no link files is not asked again on every collection (eight failed
+    /// opens each time), but is after the recheck time; a link reading `Unknown` is
+    /// present, and read every time.
+    #[test]
+    fn absent_link_files_are_looked_for_again_only_after_a_while() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let d = root.join("class/infiniband/rxe0");
+        port(&d, 1);
+        let mut c = SysfsCounters::new();
+        c.start(&PluginContext::new(root)).unwrap();
+        let speed = |c: &mut SysfsCounters| {
+            c.collect()
+                .unwrap()
+                .samples
+                .iter()
+                .any(|s| s.name == "rdma.pcie.link.width")
+        };
+        assert!(!speed(&mut c));
+        let pci = d.join("device");
+        fs::create_dir_all(&pci).unwrap();
+        fs::write(pci.join("current_link_speed"), "16.0 GT/s PCIe\n").unwrap();
+        fs::write(pci.join("current_link_width"), "8\n").unwrap();
+        fs::write(pci.join("max_link_speed"), "16.0 GT/s PCIe\n").unwrap();
+        fs::write(pci.join("max_link_width"), "16\n").unwrap();
+        assert!(!speed(&mut c), "not looked for before the recheck");
+        let recheck = c.plan.as_ref().unwrap().ports[0]
+            .pcie
+            .as_ref()
+            .unwrap()
+            .recheck_at
+            .expect("absent: a recheck set");
+        let wait = recheck.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            wait > super::ABSENT_RECHECK / 2 && wait <= super::ABSENT_RECHECK,
+            "{wait:?}"
+        );
+        c.plan.as_mut().unwrap().ports[0]
+            .pcie
+            .as_mut()
+            .unwrap()
+            .recheck_at = None;
+        assert!(speed(&mut c), "read once it is time");
+        assert!(c.plan.as_ref().unwrap().ports[0]
+            .pcie
+            .as_ref()
+            .unwrap()
+            .recheck_at
+            .is_none());
+        // A link that is down reads `Unknown`: present, no recheck wait.
+        fs::write(pci.join("current_link_speed"), "Unknown\n").unwrap();
+        fs::write(pci.join("max_link_speed"), "Unknown\n").unwrap();
+        fs::write(pci.join("current_link_width"), "Unknown\n").unwrap();
+        fs::write(pci.join("max_link_width"), "Unknown\n").unwrap();
+        assert!(!speed(&mut c));
+        assert!(c.plan.as_ref().unwrap().ports[0]
+            .pcie
+            .as_ref()
+            .unwrap()
+            .recheck_at
+            .is_none());
     }
 }

@@ -84,6 +84,9 @@ impl KeptAt {
 #[derive(Debug)]
 pub(crate) struct PcieFiles {
     pub(crate) files: [KeptAt; 4],
+    /// All four were absent last time: not looked for again before this (see
+    /// `pcie::scrape_pcie`).
+    pub(crate) recheck_at: Option<std::time::Instant>,
 }
 
 impl PcieFiles {
@@ -93,6 +96,7 @@ impl PcieFiles {
         let t = catalog::PCIE_CATALOG;
         PcieFiles {
             files: std::array::from_fn(|i| KeptAt::new(device_dir.join(t[i].source))),
+            recheck_at: None,
         }
     }
 }

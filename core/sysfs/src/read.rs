@@ -171,13 +171,15 @@ fn finish<T>(
     }
 }
 
-/// Like [`read_attr_with`] on a file kept open: one `pread(2)` at offset 0, one system
-/// call per attribute instead of open, read, read, close. sysfs regenerates an
-/// attribute's text on every read at offset 0 and hands all of it (at most a page) to a
-/// read of a page, so a read shorter than the buffer is the whole value, as it is for a
-/// regular file: no second read to see the end (it was half of the collector's system
-/// calls). An open descriptor always sees the current value. (A regular file replaced by
-/// a rename would not be seen: keep descriptors open on sysfs only, see [`is_sysfs`].)
+/// Like [`read_attr_with`] on a file kept open: `pread(2)` at offset 0, one system call
+/// per attribute instead of open, read, read, close. sysfs regenerates an attribute's
+/// text on every read at offset 0 and hands all of it (at most a page, ending in a
+/// newline) to a read of a page, so a read that ends in a newline is the whole value: no
+/// second read to see the end (it was half of the collector's system calls). A read that
+/// does not end in one (a regular file written without it, a file system that returns
+/// short reads) is followed to the end of the file as before. An open descriptor always
+/// sees the current value. (A regular file replaced by a rename would not be seen: keep
+/// descriptors open on sysfs only, see [`is_sysfs`].)
 pub fn pread_attr_with<T>(
     file: &std::fs::File,
     path: &Path,
@@ -185,10 +187,18 @@ pub fn pread_attr_with<T>(
 ) -> Result<Option<T>, SysfsError> {
     use std::os::unix::fs::FileExt;
     let mut buf = [0u8; 4096];
+    let mut n = 0;
     let r = loop {
-        match file.read_at(&mut buf, 0) {
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break Ok(n),
+            Ok(k) => {
+                n += k;
+                if n == buf.len() || buf[n - 1] == b'\n' {
+                    break Ok(n);
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => break r,
+            Err(e) => break Err(e),
         }
     };
     finish(r, &buf, path, f)
@@ -250,7 +260,7 @@ mod tests {
 
     /// One `pread` of a kept descriptor reads the whole attribute on real sysfs, as the
     /// open-read-until-EOF path does (this machine's loopback device, which every Linux
-    /// host has), and a regular file's whole text too.
+    /// host has), and a regular file's whole text too, with or without a final newline.
     #[test]
     fn one_pread_reads_a_whole_sysfs_attribute() {
         let dir = std::path::Path::new("/sys/class/net/lo");
@@ -288,6 +298,12 @@ mod tests {
         let f = open_attr(&p).unwrap();
         let got = pread_attr_with(&f, &p, str::to_string).unwrap().unwrap();
         assert_eq!(got, text[..4096].trim(), "a page at most, as before");
+        std::fs::write(&p, "123 456").unwrap();
+        let f = open_attr(&p).unwrap();
+        assert_eq!(
+            pread_attr_with(&f, &p, str::to_string).unwrap().unwrap(),
+            "123 456"
+        );
     }
 
     #[test]

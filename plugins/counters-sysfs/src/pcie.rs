@@ -30,7 +30,8 @@ const ABSENT_RECHECK: Duration = Duration::from_secs(60);
 /// Reads the link of the device whose first port is `plan.ports[first]` and emits it for
 /// each of the device's ports. A file that is absent (no PCI parent: soft-RoCE; an old
 /// kernel) or reads `Unknown` (link down) yields no sample; a failed read is partial.
-/// When all four are absent, they are looked for again after [`ABSENT_RECHECK`].
+/// When none of the four files is there, they are looked for again after
+/// [`ABSENT_RECHECK`].
 pub(crate) fn scrape_pcie(plan: &mut Plan, first: usize, max_open: usize, out: &mut ScrapeResult) {
     let Some(pcie) = plan.ports[first].pcie.as_mut() else {
         return;
@@ -58,7 +59,14 @@ pub(crate) fn scrape_pcie(plan: &mut Plan, first: usize, max_open: usize, out: &
             }),
         }
     }
-    pcie.recheck_at = (absent == pcie.files.len()).then(|| Instant::now() + ABSENT_RECHECK);
+    // Absent as in not there (a file that answers EINVAL, as a failed config-space read
+    // did on some kernels, is there and asked again next time).
+    let gone = absent == pcie.files.len()
+        && pcie.files.iter().all(|f| {
+            std::fs::symlink_metadata(&f.path)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        });
+    pcie.recheck_at = gone.then(|| Instant::now() + ABSENT_RECHECK);
     let device = plan.ports[first].device.clone();
     let table = entries();
     for p in plan.ports[first..]

@@ -417,6 +417,21 @@ impl Store {
         (r, g.generation)
     }
 
+    /// [`Store::with_series_since`] with the declared descriptors too (what an exporter
+    /// that sends only what was read since its last visit needs to describe it).
+    pub fn with_series_described_since<R>(
+        &self,
+        since: u64,
+        f: impl FnOnce(&mut dyn Iterator<Item = &Series>, &BTreeMap<String, MetricDescriptor>) -> R,
+    ) -> (R, u64) {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let r = f(
+            &mut g.sorted().filter(|s| s.generation > since),
+            &g.descriptors,
+        );
+        (r, g.generation)
+    }
+
     /// Every series, sorted by key.
     pub fn snapshot(&self) -> Vec<Series> {
         let g = self.inner.read().unwrap_or_else(|p| p.into_inner());

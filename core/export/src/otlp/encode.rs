@@ -27,6 +27,7 @@ const VARINT: u32 = 0;
 const FIXED64: u32 = 1;
 const LEN: u32 = 2;
 
+#[inline]
 fn varint(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         buf.push((v as u8) | 0x80);
@@ -35,6 +36,7 @@ fn varint(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
+#[inline]
 fn varint_len(v: usize) -> usize {
     let mut n = 1;
     let mut v = v >> 7;
@@ -45,10 +47,12 @@ fn varint_len(v: usize) -> usize {
     n
 }
 
+#[inline]
 fn tag(buf: &mut Vec<u8>, field: u32, wire: u32) {
     varint(buf, u64::from(field << 3 | wire));
 }
 
+#[inline]
 fn string(buf: &mut Vec<u8>, field: u32, s: &str) {
     if s.is_empty() {
         return;
@@ -58,15 +62,18 @@ fn string(buf: &mut Vec<u8>, field: u32, s: &str) {
     buf.extend_from_slice(s.as_bytes());
 }
 
+#[inline]
 fn fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
     tag(buf, field, FIXED64);
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 fn double(buf: &mut Vec<u8>, field: u32, v: f64) {
     fixed64(buf, field, v.to_bits());
 }
 
+#[inline]
 fn uint(buf: &mut Vec<u8>, field: u32, v: u64) {
     tag(buf, field, VARINT);
     varint(buf, v);
@@ -130,18 +137,34 @@ pub(super) struct Encoder {
     tail: Vec<u8>,
     /// What is handed to the writer [`CHUNK`] at a time.
     chunk: Vec<u8>,
+    /// Each point's length, from the first pass to the second.
+    lengths: Vec<u32>,
+    /// The store's ingest count at the last export: the next one sends the series read
+    /// since (a point read once is sent once, see [`RESEND_ALL_EVERY`]).
+    since: u64,
+    /// When every series was last sent.
+    last_full: Option<SystemTime>,
 }
+
+/// Every series is sent at least this often, read since the last export or not: a point
+/// sent again carries the time it was read, so a time-series backend keeps it once, but
+/// a receiver that expires what it has not been sent for a while (the OpenTelemetry
+/// Collector's Prometheus exporter forgets a series after 5 minutes) keeps the series of
+/// a view read rarely (the QoS view, `[qos] interval`).
+pub(super) const RESEND_ALL_EVERY: std::time::Duration = std::time::Duration::from_secs(240);
 
 /// The series' encoding goes to the writer in pieces of about this size: at 2000 ports a
 /// request is over 20 MB before compression, and never held whole.
 const CHUNK: usize = 256 * 1024;
 
 /// The length of field `field < 16` holding `len` bytes, tag and length included.
+#[inline]
 fn field_len(len: usize) -> usize {
     1 + varint_len(len) + len
 }
 
 /// The length of a `string` field (nothing when empty, as [`string`] writes it).
+#[inline]
 fn string_len(s: &str) -> usize {
     if s.is_empty() {
         0
@@ -211,11 +234,17 @@ impl Encoder {
             started,
             tail: Vec::new(),
             chunk: Vec::new(),
+            lengths: Vec::new(),
+            since: 0,
+            last_full: None,
         }
     }
 
-    /// One request into `out`: every series of `store`, its histograms and the agent's
-    /// own metrics, as read now (`now`: the self-metrics' time). Returns its length.
+    /// One request into `out`: the series of `store` read since the last export (every
+    /// series on the first export and every [`RESEND_ALL_EVERY`]: a series not read again
+    /// has nothing new, its point would be the same point again), its histograms and the
+    /// agent's own metrics, as read now (`now`: the self-metrics' time). Returns its
+    /// length.
     ///
     /// Streamed: the series are measured first (every length in front of its contents is
     /// known before the contents are written), then written [`CHUNK`] at a time, so that
@@ -233,9 +262,17 @@ impl Encoder {
     ) -> io::Result<usize> {
         let mut tail = std::mem::take(&mut self.tail);
         let mut chunk = std::mem::take(&mut self.chunk);
+        let mut lengths = std::mem::take(&mut self.lengths);
         tail.clear();
         chunk.clear();
-        let r = store.with_series(|series, descriptors| {
+        lengths.clear();
+        // A clock set back makes it due too.
+        let full = self.last_full.is_none_or(|t| {
+            now.duration_since(t)
+                .map_or(true, |d| d >= RESEND_ALL_EVERY)
+        });
+        let since = if full { 0 } else { self.since };
+        let (r, generation) = store.with_series_described_since(since, |series, descriptors| {
             // The two passes go over the same series: 8 bytes each, for this export.
             let series: Vec<&Series> = series.collect();
             // The histograms' families (under their own lock, taken inside the store's as
@@ -256,7 +293,11 @@ impl Encoder {
                 let counter = d.map_or(first.kind, |d| d.kind) == MetricKind::Counter;
                 let points: usize = series[from..to]
                     .iter()
-                    .map(|s| field_len(point_len(&s.sample, counter)))
+                    .map(|s| {
+                        let len = point_len(&s.sample, counter);
+                        lengths.push(len as u32);
+                        field_len(len)
+                    })
                     .sum();
                 // A sum's temporality and monotonicity, 2 bytes each.
                 let data = points + if counter { 4 } else { 0 };
@@ -301,9 +342,9 @@ impl Encoder {
                 string(&mut chunk, 3, f.unit);
                 tag(&mut chunk, if f.counter { 7 } else { 5 }, LEN);
                 varint(&mut chunk, f.data as u64);
-                for s in &series[f.from..f.to] {
+                for (s, len) in series[f.from..f.to].iter().zip(&lengths[f.from..f.to]) {
                     tag(&mut chunk, 1, LEN);
-                    varint(&mut chunk, point_len(&s.sample, f.counter) as u64);
+                    varint(&mut chunk, u64::from(*len));
                     point(&mut chunk, &s.sample, s.start, s.time, f.counter);
                     if chunk.len() >= CHUNK {
                         out.write_all(&chunk)?;
@@ -330,6 +371,13 @@ impl Encoder {
         });
         self.tail = tail;
         self.chunk = chunk;
+        self.lengths = lengths;
+        if r.is_ok() {
+            self.since = generation;
+            if full {
+                self.last_full = Some(now);
+            }
+        }
         r
     }
 
@@ -676,9 +724,132 @@ mod tests {
             (p.count, p.bucket_counts.clone(), p.explicit_bounds.len()),
             (1, vec![1], 0)
         );
-        // The buffers are kept: the next export encodes the same, with no leftovers.
-        let again = request(&mut enc, &store, &m, now);
-        assert_eq!(again, req);
+        // The next export sends what was read since (nothing of the store's series here:
+        // the same points again would be duplicates), the histograms and the agent's own.
+        let names = |r: &ExportMetricsServiceRequest| -> Vec<String> {
+            r.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .map(|x| x.name.clone())
+                .collect()
+        };
+        let next = request(&mut enc, &store, &m, now + sec);
+        assert!(
+            !names(&next).iter().any(|n| n.starts_with("rdma.port")),
+            "{:?}",
+            names(&next)
+        );
+        assert!(names(&next).contains(&"rdma.probe.rtt".to_string()));
+        assert!(names(&next).contains(&"rocewatch.exporter.sent".to_string()));
+        // Every series after RESEND_ALL_EVERY, read or not: the buffers are kept, and the
+        // store's metrics come out as the first time, with no leftovers.
+        let full = request(&mut enc, &store, &m, now + RESEND_ALL_EVERY);
+        let store_part = |r: &ExportMetricsServiceRequest| {
+            r.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .filter(|x| !x.name.starts_with("rocewatch."))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(store_part(&full), store_part(&req));
+    }
+
+    /// A point is sent once: an export carries the series read since the last one (a
+    /// collector's every collection, a view read rarely only when it was), every series
+    /// again every RESEND_ALL_EVERY, and after a failed encoding nothing is skipped.
+    #[test]
+    fn an_export_sends_what_was_read_since_the_last() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        store.declare(&[
+            desc("rdma.port.rx", MetricKind::Counter),
+            desc("rdma.qos.setting", MetricKind::Gauge),
+        ]);
+        let port = attrs(&[("rdma.device", "mlx5_0")]);
+        let rx = |v| {
+            vec![sample(
+                "rdma.port.rx",
+                Value::U64(v),
+                MetricKind::Counter,
+                &port,
+            )]
+        };
+        let qos = vec![sample(
+            "rdma.qos.setting",
+            Value::F64(1.0),
+            MetricKind::Gauge,
+            &port,
+        )];
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(5_000);
+        let sec = Duration::from_secs(1);
+        let mut enc = Encoder::new(&[], t0);
+        let points = |r: &ExportMetricsServiceRequest| -> Vec<(String, usize)> {
+            r.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .filter(|x| !x.name.starts_with("rocewatch."))
+                .map(|x| {
+                    let n = match &x.data {
+                        Some(Data::Sum(d)) => d.data_points.len(),
+                        Some(Data::Gauge(d)) => d.data_points.len(),
+                        other => panic!("{other:?}"),
+                    };
+                    (x.name.clone(), n)
+                })
+                .collect()
+        };
+        store.ingest("collector", &rx(1), &m);
+        store.ingest("qos", &qos, &m);
+        let both = vec![
+            ("rdma.port.rx".to_string(), 1),
+            ("rdma.qos.setting".to_string(), 1),
+        ];
+        assert_eq!(
+            points(&request(&mut enc, &store, &m, t0)),
+            both,
+            "the first: all"
+        );
+        store.ingest("collector", &rx(2), &m);
+        let rx_only = vec![("rdma.port.rx".to_string(), 1)];
+        assert_eq!(points(&request(&mut enc, &store, &m, t0 + sec)), rx_only);
+        assert_eq!(
+            points(&request(&mut enc, &store, &m, t0 + 2 * sec)),
+            vec![],
+            "nothing read"
+        );
+        store.ingest("qos", &qos, &m);
+        store.ingest("collector", &rx(3), &m);
+        assert_eq!(
+            points(&request(&mut enc, &store, &m, t0 + 3 * sec)),
+            both,
+            "read again"
+        );
+        store.ingest("collector", &rx(4), &m);
+        // A writer that fails: the next export still has what this one would have sent.
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::other("receiver gone"))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        assert!(enc.encode(&store, &m, t0 + 4 * sec, &mut Broken).is_err());
+        assert_eq!(
+            points(&request(&mut enc, &store, &m, t0 + 5 * sec)),
+            rx_only
+        );
+        let due = t0 + RESEND_ALL_EVERY;
+        assert_eq!(
+            points(&request(&mut enc, &store, &m, due)),
+            both,
+            "all, when due"
+        );
+        assert_eq!(points(&request(&mut enc, &store, &m, due + sec)), vec![]);
+        // A clock set back: all again rather than never.
+        assert_eq!(points(&request(&mut enc, &store, &m, t0)), both);
     }
 
     /// Lengths of 128 bytes and more (a varint of two bytes and up) are placed in front of
@@ -743,7 +914,8 @@ mod tests {
         );
         assert!(w.1 >= 3, "written in {} pieces", w.1);
         assert_eq!(w.0.len(), len);
-        // Through gzip, as sent.
+        // Through gzip, as sent (a new encoder: the first export sends every series).
+        let mut enc = Encoder::new(&[("host.name".into(), "h".into())], SystemTime::now());
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         enc.encode(&store, &m, SystemTime::now(), &mut gz).unwrap();
         let mut raw = Vec::new();

@@ -7,6 +7,8 @@
 // Functions over 120 lines are refused outside tests; this is a benchmark.
 #![allow(clippy::too_many_lines)]
 
+mod common;
+
 use std::hint::black_box;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -95,26 +97,7 @@ fn per_iter(mut f: impl FnMut(), budget: Duration) -> (Duration, u32) {
 }
 
 fn main() {
-    let root = match std::env::args().skip(1).find(|a| !a.starts_with('-')) {
-        Some(r) => PathBuf::from(r),
-        None => {
-            let dest = std::env::temp_dir().join("rocewatch-bench-host");
-            let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../integration-tests/fixtures/generate.py");
-            let out = std::process::Command::new("python3")
-                .arg(&script)
-                .arg("--big")
-                .arg(&dest)
-                .output()
-                .expect("python3");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            dest.join("sys")
-        }
-    };
+    let root = common::root_from_args();
     let files = files(&root);
     let open: Vec<std::fs::File> = files
         .iter()

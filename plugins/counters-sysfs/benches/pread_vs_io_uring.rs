@@ -15,6 +15,8 @@
 //! `integration-tests/fixtures/generate.py --big`.
 #![allow(clippy::too_many_lines)]
 
+mod common;
+
 use std::hint::black_box;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -212,26 +214,7 @@ fn compare(what: &str, paths: &[PathBuf]) {
 }
 
 fn main() {
-    let root = match std::env::args().skip(1).find(|a| !a.starts_with('-')) {
-        Some(r) => PathBuf::from(r),
-        None => {
-            let dest = std::env::temp_dir().join("rocewatch-bench-host");
-            let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../integration-tests/fixtures/generate.py");
-            let out = std::process::Command::new("python3")
-                .arg(&script)
-                .arg("--big")
-                .arg(&dest)
-                .output()
-                .expect("python3");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            dest.join("sys")
-        }
-    };
+    let root = common::root_from_args();
     let tree = tree_files(&root);
     println!(
         "kernel {}",

@@ -208,10 +208,17 @@ mod tests {
         assert!(!speed(&mut c));
         let pci = d.join("device");
         fs::create_dir_all(&pci).unwrap();
-        fs::write(pci.join("current_link_speed"), "16.0 GT/s PCIe\n").unwrap();
-        fs::write(pci.join("current_link_width"), "8\n").unwrap();
-        fs::write(pci.join("max_link_speed"), "16.0 GT/s PCIe\n").unwrap();
-        fs::write(pci.join("max_link_width"), "16\n").unwrap();
+        let link = |speed: &str, width: &str| {
+            for (file, text) in [
+                ("current_link_speed", speed),
+                ("current_link_width", width),
+                ("max_link_speed", speed),
+                ("max_link_width", width),
+            ] {
+                fs::write(pci.join(file), format!("{text}\n")).unwrap();
+            }
+        };
+        link("16.0 GT/s PCIe", "16");
         assert!(!speed(&mut c), "not looked for before the recheck");
         let recheck = c.plan.as_ref().unwrap().ports[0]
             .pcie
@@ -237,10 +244,7 @@ mod tests {
             .recheck_at
             .is_none());
         // A link that is down reads `Unknown`: present, no recheck wait.
-        fs::write(pci.join("current_link_speed"), "Unknown\n").unwrap();
-        fs::write(pci.join("max_link_speed"), "Unknown\n").unwrap();
-        fs::write(pci.join("current_link_width"), "Unknown\n").unwrap();
-        fs::write(pci.join("max_link_width"), "Unknown\n").unwrap();
+        link("Unknown", "Unknown");
         assert!(!speed(&mut c));
         assert!(c.plan.as_ref().unwrap().ports[0]
             .pcie

@@ -404,22 +404,11 @@ impl Store {
         r
     }
 
-    /// [`Store::with_series`] with the store's ingest count at that moment: a reader that
-    /// wants only what was read since its last visit keeps the count (it never goes back,
-    /// unlike the wall clock).
+    /// [`Store::with_series`] with the store's ingest count at that moment, over the series
+    /// read since `since` (an earlier count; 0: all): a reader that wants only what was
+    /// read since its last visit keeps the count (it never goes back, unlike the wall
+    /// clock).
     pub fn with_series_since<R>(
-        &self,
-        since: u64,
-        f: impl FnOnce(&mut dyn Iterator<Item = &Series>) -> R,
-    ) -> (R, u64) {
-        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let r = f(&mut g.sorted().filter(|s| s.generation > since));
-        (r, g.generation)
-    }
-
-    /// [`Store::with_series_since`] with the declared descriptors too (what an exporter
-    /// that sends only what was read since its last visit needs to describe it).
-    pub fn with_series_described_since<R>(
         &self,
         since: u64,
         f: impl FnOnce(&mut dyn Iterator<Item = &Series>, &BTreeMap<String, MetricDescriptor>) -> R,

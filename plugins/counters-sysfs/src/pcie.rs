@@ -218,14 +218,16 @@ mod tests {
                 fs::write(pci.join(file), format!("{text}\n")).unwrap();
             }
         };
+        let recheck_at = |c: &SysfsCounters| {
+            c.plan.as_ref().unwrap().ports[0]
+                .pcie
+                .as_ref()
+                .unwrap()
+                .recheck_at
+        };
         link("16.0 GT/s PCIe", "16");
         assert!(!speed(&mut c), "not looked for before the recheck");
-        let recheck = c.plan.as_ref().unwrap().ports[0]
-            .pcie
-            .as_ref()
-            .unwrap()
-            .recheck_at
-            .expect("absent: a recheck set");
+        let recheck = recheck_at(&c).expect("absent: a recheck set");
         let wait = recheck.saturating_duration_since(std::time::Instant::now());
         assert!(
             wait > super::ABSENT_RECHECK / 2 && wait <= super::ABSENT_RECHECK,
@@ -237,20 +239,10 @@ mod tests {
             .unwrap()
             .recheck_at = None;
         assert!(speed(&mut c), "read once it is time");
-        assert!(c.plan.as_ref().unwrap().ports[0]
-            .pcie
-            .as_ref()
-            .unwrap()
-            .recheck_at
-            .is_none());
+        assert!(recheck_at(&c).is_none());
         // A link that is down reads `Unknown`: present, no recheck wait.
         link("Unknown", "Unknown");
         assert!(!speed(&mut c));
-        assert!(c.plan.as_ref().unwrap().ports[0]
-            .pcie
-            .as_ref()
-            .unwrap()
-            .recheck_at
-            .is_none());
+        assert!(recheck_at(&c).is_none());
     }
 }

@@ -304,7 +304,7 @@ pub fn store_value_lists(
     interval: Duration,
     since: u64,
 ) -> (Vec<ValueList>, u64) {
-    let (mut lists, seen) = store.with_series_since(since, |series| {
+    let (mut lists, seen) = store.with_series_since(since, |series, _| {
         series
             .map(|s| value_list(&s.sample, host, s.time, interval))
             .collect::<Vec<_>>()

@@ -151,7 +151,7 @@ pub(super) struct Encoder {
 /// a receiver that expires what it has not been sent for a while (the OpenTelemetry
 /// Collector's Prometheus exporter forgets a series after 5 minutes) keeps the series of
 /// a view read rarely (the QoS view, `[qos] interval`).
-pub(super) const RESEND_ALL_EVERY: std::time::Duration = std::time::Duration::from_secs(240);
+const RESEND_ALL_EVERY: std::time::Duration = std::time::Duration::from_secs(240);
 
 /// The series' encoding goes to the writer in pieces of about this size: at 2000 ports a
 /// request is over 20 MB before compression, and never held whole.
@@ -272,7 +272,7 @@ impl Encoder {
                 .map_or(true, |d| d >= RESEND_ALL_EVERY)
         });
         let since = if full { 0 } else { self.since };
-        let (r, generation) = store.with_series_described_since(since, |series, descriptors| {
+        let (r, generation) = store.with_series_since(since, |series, descriptors| {
             // The two passes go over the same series: 8 bytes each, for this export.
             let series: Vec<&Series> = series.collect();
             // The histograms' families (under their own lock, taken inside the store's as

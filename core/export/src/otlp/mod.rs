@@ -468,6 +468,8 @@ impl OtlpExporter {
                     let mut next = Instant::now() + interval;
                     // The last body's size: the next one's buffer starts there.
                     let mut last_len = 0;
+                    // An encoding that fails is said once, until one succeeds again.
+                    let mut failing = false;
                     loop {
                         let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
                         while !*stopped && Instant::now() < next {
@@ -496,8 +498,18 @@ impl OtlpExporter {
                             Ok(body) => {
                                 last_len = body.len();
                                 q.push(Batch::of_bytes(body, gz));
+                                failing = false;
                             }
-                            Err(e) => tracing::warn!("OTLP export: {e}"),
+                            Err(e) => {
+                                // Lost: counted as the sender counts a failed send.
+                                metrics.exporter_error("otlp");
+                                if !failing {
+                                    tracing::warn!("OTLP export: this snapshot is lost: {e}");
+                                } else {
+                                    tracing::debug!("OTLP export: still failing: {e}");
+                                }
+                                failing = true;
+                            }
                         }
                         if last {
                             return;

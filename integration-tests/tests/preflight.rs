@@ -338,3 +338,125 @@ fn judge_names_the_bad_nic_from_every_hosts_results() {
         stderr(&o)
     );
 }
+
+/// A results directory can hold other jobs' files: lines naming a host outside this job's
+/// list are refused, naming the file, the line and the host, never judged (two strangers
+/// failing against gpu04 would otherwise name it a bad NIC); so is a test between two of
+/// the job's hosts that this sweep's schedule never paired.
+#[test]
+fn judge_refuses_results_of_hosts_outside_the_list() {
+    let names = ["gpu01", "gpu02", "gpu03", "gpu04", "gpu05", "gpu06"];
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &names);
+    let mut files = write_results(dir.path(), &names, None, None);
+    // Another job's lines: gpu08 and gpu09 each pass with one host of this job and fail
+    // into gpu04 on rail 1.
+    let test = |from: &str, to: &str, round: usize, bw: f64| pf::TestResult {
+        round,
+        rank: 1,
+        from: pf::Endpoint {
+            host: from.into(),
+            nic: "mlx5_1:1".into(),
+        },
+        to: pf::Endpoint {
+            host: to.into(),
+            nic: "mlx5_1:1".into(),
+        },
+        bandwidth_gbps: Some(bw),
+        latency_us: Some(3.0),
+        line_rate_gbps: Some(400.0),
+        error: None,
+    };
+    let stray_tests = [
+        test("gpu08", "gpu01", 0, 388.0),
+        test("gpu08", "gpu04", 1, 150.0),
+        test("gpu09", "gpu02", 0, 388.0),
+        test("gpu09", "gpu04", 1, 150.0),
+    ];
+    let lines: String = pf::results::to_lines(
+        &pf::HostRails {
+            host: "gpu08".into(),
+            nics: Vec::new(),
+        },
+        &stray_tests,
+    )
+    .lines()
+    .skip(1) // the test lines only (a file whose rails line was lost)
+    .map(|l| format!("{l}\n"))
+    .collect();
+    let stray = dir.path().join("stray.jsonl");
+    std::fs::write(&stray, format!("# job 41\n{lines}")).unwrap();
+    files.push(stray.to_str().unwrap().to_string());
+    let o = judge(&hosts, &files, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("stray.jsonl line 2: \"gpu08\" is not in the host list"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains("bad NIC"), "{}", stdout(&o));
+
+    // Rails of a host the list lacks: named with the file and the line too.
+    let other = dir.path().join("gpu07.jsonl");
+    std::fs::write(
+        &other,
+        pf::results::to_lines(
+            &pf::HostRails {
+                host: "gpu07".into(),
+                nics: Vec::new(),
+            },
+            &[],
+        ),
+    )
+    .unwrap();
+    let mut files = write_results(dir.path(), &names, None, None);
+    files.push(other.to_str().unwrap().to_string());
+    let o = judge(&hosts, &files, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("gpu07.jsonl line 1: \"gpu07\" is not in the host list"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Two hosts of the job that the schedule never paired in that round (a sweep over
+    // another list of the same hosts, or judged without its --all-pairs).
+    let s = pf::Schedule::new(
+        names.iter().map(|h| h.to_string()).collect(),
+        pf::Mode::Default,
+    )
+    .unwrap();
+    let (a, round) = (0..s.rounds())
+        .find_map(|r| {
+            let p = s.partner(0, r)?;
+            (0..names.len()).find(|&o| o != 0 && o != p).map(|o| (o, r))
+        })
+        .unwrap();
+    let unpaired = dir.path().join("unpaired.jsonl");
+    let line: String = pf::results::to_lines(
+        &pf::HostRails {
+            host: "x".into(),
+            nics: Vec::new(),
+        },
+        &[test(&s.hosts()[0], &s.hosts()[a], round, 388.0)],
+    )
+    .lines()
+    .nth(1)
+    .unwrap()
+    .to_string();
+    std::fs::write(&unpaired, format!("{line}\n")).unwrap();
+    let mut files = write_results(dir.path(), &names, None, None);
+    files.push(unpaired.to_str().unwrap().to_string());
+    let o = judge(&hosts, &files, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "unpaired.jsonl line 1: the test {}/mlx5_1:1 → {}/mlx5_1:1 (rail 1, round {round}) is not one of this sweep's",
+            s.hosts()[0],
+            s.hosts()[a]
+        )),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -10,12 +10,20 @@
 //! (the same round, rail and ends) or a host's rails given twice is refused, never counted
 //! twice. A host whose rails line is missing is one the verdict cannot judge (see
 //! `Plan::unknown_hosts`).
+//!
+//! The verdict is about the hosts of one job: a line that names a host outside its list,
+//! or a test that its schedule never paired (a sweep over another list, `--all-pairs`
+//! or not), is refused with the file, the line and the host, not skipped. A results
+//! directory can hold other jobs' files, and their tests judged with this job's would
+//! blame its hosts (two strangers failing into one NIC name it bad); skipping them
+//! silently would hide that the files given are not this job's.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::rails::HostRails;
+use crate::schedule::Schedule;
 use crate::verdict::TestResult;
 
 /// One line.
@@ -56,6 +64,21 @@ pub enum ResultsError {
         rank: usize,
         round: usize,
     },
+    #[error("{source_name} line {line}: {host:?} is not in the host list: the verdict is about this job's hosts (a file of another job?)")]
+    Stranger {
+        source_name: String,
+        line: usize,
+        host: String,
+    },
+    #[error("{source_name} line {line}: the test {from} → {to} (rail {rank}, round {round}) is not one of this sweep's: its schedule does not pair them in that round (judge with the sweep's host list, and its --all-pairs)")]
+    NotScheduled {
+        source_name: String,
+        line: usize,
+        from: String,
+        to: String,
+        rank: usize,
+        round: usize,
+    },
 }
 
 /// A host's rails and the results it measured, as JSON lines.
@@ -71,8 +94,14 @@ pub fn to_lines(rails: &HostRails, results: &[TestResult]) -> String {
     out
 }
 
-/// The lines of `text` (named `source_name` in errors), added to `into`.
-pub fn read_lines(source_name: &str, text: &str, into: &mut Gathered) -> Result<(), ResultsError> {
+/// The lines of `text` (named `source_name` in errors), added to `into`: only those of
+/// `schedule`'s hosts and tests.
+pub fn read_lines(
+    schedule: &Schedule,
+    source_name: &str,
+    text: &str,
+    into: &mut Gathered,
+) -> Result<(), ResultsError> {
     let mut seen: BTreeSet<(usize, usize, String, String)> = into
         .results
         .iter()
@@ -88,6 +117,7 @@ pub fn read_lines(source_name: &str, text: &str, into: &mut Gathered) -> Result<
             line: i + 1,
             why: e.to_string(),
         })?;
+        of_this_sweep(schedule, &parsed, source_name, i + 1)?;
         match parsed {
             Line::Rails(r) => {
                 if into.rails.iter().any(|x| x.host == r.host) {
@@ -118,6 +148,40 @@ pub fn read_lines(source_name: &str, text: &str, into: &mut Gathered) -> Result<
     Ok(())
 }
 
+/// Whether `line` (line `at` of `source_name`) is about `schedule`'s sweep: its hosts
+/// are in the list, and its test is one of a pair the schedule makes in that round.
+fn of_this_sweep(
+    schedule: &Schedule,
+    line: &Line,
+    source_name: &str,
+    at: usize,
+) -> Result<(), ResultsError> {
+    let index = |host: &str| {
+        schedule.index(host).map_err(|_| ResultsError::Stranger {
+            source_name: source_name.to_string(),
+            line: at,
+            host: host.to_string(),
+        })
+    };
+    match line {
+        Line::Rails(r) => index(&r.host).map(|_| ()),
+        Line::Test(t) => {
+            let (from, to) = (index(&t.from.host)?, index(&t.to.host)?);
+            if t.round < schedule.rounds() && schedule.partner(from, t.round) == Some(to) {
+                return Ok(());
+            }
+            Err(ResultsError::NotScheduled {
+                source_name: source_name.to_string(),
+                line: at,
+                from: t.from.to_string(),
+                to: t.to.to_string(),
+                rank: t.rank,
+                round: t.round,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +200,15 @@ mod tests {
         }
     }
     use proptest::prelude::*;
+
+    /// The two hosts of `result`'s tests, partners in their one round.
+    fn sched() -> Schedule {
+        Schedule::new(
+            vec!["gpu01".into(), "gpu02".into()],
+            crate::schedule::Mode::Default,
+        )
+        .unwrap()
+    }
 
     fn result(round: usize, bw: Option<f64>, error: Option<&str>) -> TestResult {
         TestResult {
@@ -158,27 +231,29 @@ mod tests {
 
     #[test]
     fn lines_read_back_and_faults_name_the_line() {
-        let rs = vec![
-            result(0, Some(391.5), None),
-            result(1, None, Some("refused")),
-        ];
+        let s = sched();
+        let rs = vec![result(0, Some(391.5), None), {
+            let mut r = result(0, None, Some("refused"));
+            r.rank = 2;
+            r
+        }];
         let text = format!("# gpu01\n\n{}", to_lines(&rails("gpu01"), &rs));
         let mut got = Gathered::default();
-        read_lines("gpu01.jsonl", &text, &mut got).unwrap();
+        read_lines(&s, "gpu01.jsonl", &text, &mut got).unwrap();
         assert_eq!(got.results, rs);
         assert_eq!(got.rails, vec![rails("gpu01")]);
         // The same lines again, from another file: refused, not counted twice.
-        let e = read_lines("again.jsonl", &text, &mut got)
+        let e = read_lines(&s, "again.jsonl", &text, &mut got)
             .unwrap_err()
             .to_string();
         assert_eq!(e, "again.jsonl line 3: the rails of gpu01 are given twice");
         let tests_only: String = text.lines().skip(3).map(|l| format!("{l}\n")).collect();
-        let e = read_lines("again.jsonl", &tests_only, &mut got)
+        let e = read_lines(&s, "again.jsonl", &tests_only, &mut got)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("again.jsonl line 1: the test gpu01/mlx5_3:1 → gpu02/mlx5_3:1 (rail 3, round 0) is given twice"), "{e}");
         let bad = r#"{"test":{"round":0,"rank":1,"from":{"host":"a","nic":"x"},"to":{"host":"b","nic":"y"},"bandwidth_gbps":1,"latency_us":null,"line_rate_gbps":null,"error":null,"extra":1}}"#;
-        let e = read_lines("h.jsonl", &format!("\n{bad}"), &mut Gathered::default())
+        let e = read_lines(&s, "h.jsonl", &format!("\n{bad}"), &mut Gathered::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -186,6 +261,7 @@ mod tests {
             "{e}"
         );
         let e = read_lines(
+            &s,
             "h.jsonl",
             r#"{"test":{"round":-1}}"#,
             &mut Gathered::default(),
@@ -193,26 +269,91 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("line 1") && e.contains("-1"), "{e}");
-        let e = read_lines("h.jsonl", r#"{"round":1}"#, &mut Gathered::default())
+        let e = read_lines(&s, "h.jsonl", r#"{"round":1}"#, &mut Gathered::default())
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 1") && e.contains("round"), "{e}");
+    }
+
+    /// Lines of hosts outside the list, or of a pair the schedule does not make in that
+    /// round, are refused with the file, the line and the host.
+    #[test]
+    fn lines_of_other_sweeps_are_refused_naming_them() {
+        let s = Schedule::new(
+            ["gpu01", "gpu02", "gpu03", "gpu04"]
+                .map(String::from)
+                .to_vec(),
+            crate::schedule::Mode::Default,
+        )
+        .unwrap();
+        let e = read_lines(
+            &s,
+            "job41/gpu09.jsonl",
+            &to_lines(&rails("gpu09"), &[]),
+            &mut Gathered::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(e, "job41/gpu09.jsonl line 1: \"gpu09\" is not in the host list: the verdict is about this job's hosts (a file of another job?)");
+        let mut stray = result(0, Some(100.0), None);
+        stray.to.host = "gpu09".into();
+        let text = format!(
+            "# a test into a stranger\n{}",
+            to_lines(&rails("gpu01"), &[stray])
+        );
+        let mut got = Gathered::default();
+        let e = read_lines(&s, "gpu01.jsonl", &text, &mut got)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("gpu01.jsonl line 3: \"gpu09\" is not in the host list"),
+            "{e}"
+        );
+        // Nothing of a refused line is kept.
+        assert!(got.results.is_empty());
+        // gpu01's partner in round 0 is one host; the others are not.
+        let p = s.partner(0, 0).unwrap();
+        let o = (1..4).find(|&o| o != p).unwrap();
+        let mut unpaired = result(0, Some(100.0), None);
+        unpaired.to.host = s.hosts()[o].clone();
+        let e = read_lines(
+            &s,
+            "gpu01.jsonl",
+            &to_lines(&rails("gpu01"), &[unpaired]),
+            &mut Gathered::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with(&format!("gpu01.jsonl line 2: the test gpu01/mlx5_3:1 → {}/mlx5_3:1 (rail 3, round 0) is not one of this sweep's", s.hosts()[o])), "{e}");
+        let mut past = result(0, Some(100.0), None);
+        past.to.host = s.hosts()[p].clone();
+        past.round = s.rounds();
+        let e = read_lines(
+            &s,
+            "gpu01.jsonl",
+            &to_lines(&rails("gpu01"), &[past]),
+            &mut Gathered::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("is not one of this sweep's"), "{e}");
     }
 
     proptest! {
         /// Whatever a line holds: an error or results, never a panic.
         #[test]
         fn any_text_is_read_or_refused_without_panic(text in "\\PC*(\n\\PC*){0,3}") {
-            let _ = read_lines("x", &text, &mut Gathered::default());
+            let _ = read_lines(&sched(), "x", &text, &mut Gathered::default());
         }
 
         /// Any results go out and come back the same.
         #[test]
-        fn results_round_trip(rounds in proptest::collection::vec(0usize..1000, 0..20), bw in proptest::option::of(0.0f64..1e4)) {
-            let mut rs: Vec<TestResult> = rounds.into_iter().collect::<BTreeSet<_>>().into_iter().map(|r| result(r, bw, None)).collect();
+        fn results_round_trip(ranks in proptest::collection::vec(0usize..1000, 0..20), bw in proptest::option::of(0.0f64..1e4)) {
+            let s = sched();
+            let mut rs: Vec<TestResult> = ranks.into_iter().collect::<BTreeSet<_>>().into_iter().map(|k| TestResult { rank: k, ..result(0, bw, None) }).collect();
             rs.iter_mut().enumerate().for_each(|(i, r)| r.error = (i % 3 == 0).then(|| format!("e\"{i}\n")));
             let mut g = Gathered::default();
-            read_lines("x", &to_lines(&rails("gpu01"), &rs), &mut g).unwrap();
+            read_lines(&s, "x", &to_lines(&rails("gpu01"), &rs), &mut g).unwrap();
             let mut got = g.results;
             // serde_json reads a float back to within the last bit (its exact reading is
             // a feature the workspace does not turn on): equal up to that.

@@ -388,7 +388,7 @@ async fn every_host_running_its_part_gives_the_planned_results() {
         };
         // Each host writes its lines; the verdict reads every host's.
         let lines = crate::results::to_lines(h, &run_host(&s, h, &mut run).await.unwrap());
-        crate::results::read_lines(&h.host, &lines, &mut all).unwrap();
+        crate::results::read_lines(&s, &h.host, &lines, &mut all).unwrap();
     }
     assert_eq!(all.rails, r);
     let all = all.results;

@@ -6,18 +6,22 @@
 //! `scontrol` runs directly (`Command` with arguments, never a shell), with this process's
 //! environment (`SLURM_CONF` passes through) plus whatever [`Scontrol::env`] adds, and a
 //! bound on how long it may take (it retries a controller that does not answer for
-//! `MessageTimeout` seconds, by default 10, per attempt).
+//! `MessageTimeout` seconds, by default 10, per attempt), as a process group killed at the
+//! bound ([`crate::bounded`]: a site's wrapper that does not `exec` scontrol goes with it).
+//! A drain or a resume (show, then update) takes one bound for both runs: slurmd kills a
+//! HealthCheckProgram that runs past its own limit.
 //!
 //! The commands: `scontrol update nodename=NODE state=drain reason=REASON`,
 //! `scontrol update nodename=NODE state=resume`, `scontrol show node NODE` (read with
 //! [`crate::node`]), `scontrol show hostnames LIST` (the `scontrol(1)` man page).
 
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use crate::bounded::one_line;
+pub use crate::bounded::{run_bounded, BoundedOutput, RunError};
 use crate::node::{parse_one_node, Node, NodeParseError};
 
 /// The prefix of every reason rocewatch sets, by which it knows a drain as its own.
@@ -31,6 +35,9 @@ pub const MAX_REASON_BYTES: usize = 256;
 
 /// How long one `scontrol` may run before it is killed, unless set otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The least time left for the update of a drain or a resume to be started.
+const MIN_LEFT: Duration = Duration::from_secs(1);
 
 /// A reason as rocewatch gives it to Slurm: the prefix, then the text on one line with
 /// control characters escaped (`\n`, `\t`, `\x1b`, ...), cut to [`MAX_REASON_BYTES`] on
@@ -130,8 +137,13 @@ pub enum ScontrolError {
     },
     #[error("{command}: {what}")]
     Unexpected { command: String, what: String },
-    #[error("draining {node}: scontrol show node took nearly all of {timeout:?}; the drain was not started")]
-    NoTimeLeft { node: String, timeout: Duration },
+    /// `what`: "drain" or "resume", the update that was not started.
+    #[error("{what} of {node}: scontrol show node took nearly all of {timeout:?}; the {what} was not started")]
+    NoTimeLeft {
+        what: &'static str,
+        node: String,
+        timeout: Duration,
+    },
 }
 
 /// The `scontrol` program and how to run it.
@@ -194,17 +206,7 @@ impl Scontrol {
     /// exit status and standard error.
     pub fn run(&self, args: &[&str]) -> Result<String, ScontrolError> {
         let command = self.describe(args);
-        let out = run_bounded(self.command(args), self.timeout).map_err(|e| match e {
-            RunError::Spawn(source) => ScontrolError::Spawn {
-                command: command.clone(),
-                source,
-            },
-            RunError::Timeout { stderr } => ScontrolError::Timeout {
-                command: command.clone(),
-                timeout: self.timeout,
-                stderr,
-            },
-        })?;
+        let out = self.run_captured(args, &command)?;
         if !out.status.success() {
             return Err(ScontrolError::Failed {
                 command,
@@ -277,23 +279,29 @@ impl Scontrol {
         if n.state.is_drain() && current == reason(REASON_PREFIX, text) {
             return Ok(DrainOutcome::AlreadyDrained { reason: current });
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left < Duration::from_secs(1) {
-            return Err(ScontrolError::NoTimeLeft {
+        let sc = self
+            .within(deadline)
+            .ok_or_else(|| ScontrolError::NoTimeLeft {
+                what: "drain",
                 node: node.to_string(),
                 timeout,
-            });
-        }
-        let reason = self.clone().timeout(left).drain(node, text)?;
+            })?;
+        let reason = sc.drain(node, text)?;
         Ok(DrainOutcome::Drained { reason })
     }
 
     /// Resume `node` only when it is drained and its reason starts with `prefix`; a node
     /// drained for another reason is left alone, and the outcome says so.
     ///
+    /// The two `scontrol` runs (show, then update) share this scontrol's [`limit`]
+    /// (`Scontrol::limit`), as [`Scontrol::drain_unless_others`]'s do.
+    ///
     /// Between reading the reason and resuming, an administrator could drain the node
     /// anew; Slurm offers no compare-and-set, and NHC has the same window.
+    ///
+    /// [`limit`]: Scontrol::limit
     pub fn resume_if_ours(&self, node: &str, prefix: &str) -> Result<ResumeOutcome, ScontrolError> {
+        let deadline = Instant::now() + self.timeout;
         let n = self.show_node(node)?;
         if !n.state.is_drain() {
             return Ok(ResumeOutcome::NotDrained {
@@ -306,7 +314,14 @@ impl Scontrol {
         if !reason.starts_with(prefix) || down {
             return Ok(ResumeOutcome::LeftAlone { reason });
         }
-        self.run(&["update", &format!("nodename={node}"), "state=resume"])?;
+        let sc = self
+            .within(deadline)
+            .ok_or_else(|| ScontrolError::NoTimeLeft {
+                what: "resume",
+                node: node.to_string(),
+                timeout: self.timeout,
+            })?;
+        sc.run(&["update", &format!("nodename={node}"), "state=resume"])?;
         Ok(ResumeOutcome::Resumed { reason })
     }
 
@@ -315,17 +330,7 @@ impl Scontrol {
     pub fn show_hostnames(&self, list: &str) -> Result<Vec<String>, ScontrolError> {
         let args = ["show", "hostnames", list];
         let command = self.describe(&args);
-        let out = run_bounded(self.command(&args), self.timeout).map_err(|e| match e {
-            RunError::Spawn(source) => ScontrolError::Spawn {
-                command: command.clone(),
-                source,
-            },
-            RunError::Timeout { stderr } => ScontrolError::Timeout {
-                command: command.clone(),
-                timeout: self.timeout,
-                stderr,
-            },
-        })?;
+        let out = self.run_captured(&args, &command)?;
         if !out.status.success() || !out.stderr.trim().is_empty() {
             return Err(ScontrolError::Failed {
                 command,
@@ -334,6 +339,29 @@ impl Scontrol {
             });
         }
         Ok(out.stdout.lines().map(str::to_string).collect())
+    }
+
+    /// `scontrol ARGS` within this bound, whatever its exit status; `command` names it in
+    /// errors.
+    fn run_captured(&self, args: &[&str], command: &str) -> Result<BoundedOutput, ScontrolError> {
+        run_bounded(self.command(args), self.timeout).map_err(|e| match e {
+            RunError::Spawn(source) => ScontrolError::Spawn {
+                command: command.to_string(),
+                source,
+            },
+            RunError::Timeout { stderr } => ScontrolError::Timeout {
+                command: command.to_string(),
+                timeout: self.timeout,
+                stderr,
+            },
+        })
+    }
+
+    /// This scontrol with what is left of `timeout` begun at `deadline`; none when under a
+    /// second is left (an update is not started that could not end).
+    fn within(&self, deadline: Instant) -> Option<Scontrol> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        (left >= MIN_LEFT).then(|| self.clone().timeout(left))
     }
 
     fn describe(&self, args: &[&str]) -> String {
@@ -353,87 +381,6 @@ fn failure_output(out: &BoundedOutput) -> String {
     } else {
         format!("{stderr}; standard output: {}", one_line(&out.stdout))
     }
-}
-
-fn one_line(s: &str) -> String {
-    let t = s.trim();
-    if t.is_empty() {
-        "(no standard error)".to_string()
-    } else {
-        t.replace('\n', " | ")
-    }
-}
-
-/// What a bounded run gave.
-#[derive(Debug)]
-pub struct BoundedOutput {
-    pub status: ExitStatus,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// Why a bounded run gave nothing.
-#[derive(Debug)]
-pub enum RunError {
-    Spawn(std::io::Error),
-    /// Killed at the deadline; what it had written to standard error.
-    Timeout {
-        stderr: String,
-    },
-}
-
-/// Run `cmd` to its end or `timeout`, whichever comes first (then kill it), with its
-/// output captured.
-pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<BoundedOutput, RunError> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(RunError::Spawn)?;
-    let mut stdout_pipe = child.stdout.take();
-    let mut stderr_pipe = child.stderr.take();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        if let Some(p) = stdout_pipe.as_mut() {
-            let _ = p.read_to_end(&mut s);
-        }
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        if let Some(p) = stderr_pipe.as_mut() {
-            let _ = p.read_to_end(&mut s);
-        }
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() >= deadline => break None,
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(_) => break None,
-        }
-    };
-    let status = match status {
-        Some(s) => s,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = err_reader.join().unwrap_or_default();
-            return Err(RunError::Timeout {
-                stderr: one_line(&String::from_utf8_lossy(&stderr)),
-            });
-        }
-    };
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
-    Ok(BoundedOutput {
-        status,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    })
 }
 
 /// This host's Slurm node name: `override_name` when given; else `SLURMD_NODENAME`,
@@ -530,6 +477,120 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, ScontrolError::Timeout { .. }), "{e}");
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    /// A stand-in for scontrol at `dir/scontrol`: a shell script (it ends the way
+    /// `body` says).
+    fn fake_scontrol(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("scontrol");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// The pid `file` holds, once it is there (the script writes it first).
+    fn pid_in(file: &Path) -> i32 {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(t) = std::fs::read_to_string(file) {
+                if let Ok(p) = t.trim().parse() {
+                    return p;
+                }
+            }
+            assert!(Instant::now() < until, "{} never written", file.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Process `pid` is gone or dead (a zombie: killed, left to its reaper), within 2 s.
+    fn gone(pid: i32) -> bool {
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|l| l.rsplit_once(')').map(|(_, r)| r.trim().to_string()));
+            match state {
+                None => return true,
+                Some(s) if s.starts_with('Z') || s.starts_with('X') => return true,
+                Some(_) if Instant::now() >= until => return false,
+                Some(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// A wrapper that does not `exec` scontrol, whose child hangs: the call ends at its
+    /// bound (not when the child lets go of the pipes), and the child is killed with it.
+    #[test]
+    fn a_wrapper_whose_child_hangs_is_killed_with_its_group_at_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("child.pid");
+        let script = fake_scontrol(
+            dir.path(),
+            &format!(
+                "sh -c 'echo $$ > {}; exec sleep 20'\necho never\n",
+                pidfile.display()
+            ),
+        );
+        let started = Instant::now();
+        let e = Scontrol::new(&script)
+            .timeout(Duration::from_secs(1))
+            .show_node("n1")
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(e, ScontrolError::Timeout { .. }), "{e}");
+        assert!(
+            took < Duration::from_secs(3),
+            "a 1 s bound ended after {took:?}"
+        );
+        let child = pid_in(&pidfile);
+        assert!(gone(child), "the wrapper's child {child} lives on");
+    }
+
+    /// What a drained node of ours looks like to `scontrol show node`.
+    const DRAINED_BY_US: &str = "NodeName=n1 Arch=x86_64 CoresPerSocket=1\n   State=IDLE+DRAIN ThreadsPerCore=1\n   Reason=rocewatch: mlx5_0 port 1 down [root@2024-01-01T00:00:00]\n";
+
+    /// `show` and `update` share the one bound: a slow controller makes the resume fail
+    /// within it rather than take twice as long (slurmd kills a HealthCheckProgram that
+    /// runs past its own limit).
+    #[test]
+    fn a_resume_shows_and_updates_within_one_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls");
+        let script = fake_scontrol(
+            dir.path(),
+            &format!(
+                "echo \"$1\" >> {log}\nsleep 1.5\n[ \"$1\" = show ] && printf '{DRAINED_BY_US}'\nexit 0\n",
+                log = log.display()
+            ),
+        );
+        let sc = Scontrol::new(&script).timeout(Duration::from_secs(2));
+        let started = Instant::now();
+        let r = sc.resume_if_ours("n1", REASON_PREFIX);
+        let took = started.elapsed();
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(r.is_err(), "{r:?} (calls: {calls:?})");
+        assert!(
+            took < Duration::from_millis(2500),
+            "a 2 s bound ended after {took:?}: {r:?}"
+        );
+        assert!(!calls.contains("update"), "{calls:?}");
+        // The same for the drain (show, then update).
+        let started = Instant::now();
+        let r = sc.drain_unless_others("n1", "another reason", Duration::from_secs(2));
+        let took = started.elapsed();
+        assert!(r.is_err(), "{r:?}");
+        assert!(took < Duration::from_millis(2500), "{took:?}: {r:?}");
+        // Quick enough, both run.
+        let fast = fake_scontrol(
+            dir.path(),
+            &format!("[ \"$1\" = show ] && printf '{DRAINED_BY_US}'\nexit 0\n"),
+        );
+        let out = Scontrol::new(&fast)
+            .timeout(Duration::from_secs(5))
+            .resume_if_ours("n1", REASON_PREFIX)
+            .unwrap();
+        assert!(matches!(out, ResumeOutcome::Resumed { .. }), "{out:?}");
     }
 
     #[test]

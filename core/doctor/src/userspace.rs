@@ -140,12 +140,27 @@ fn can_read_write(user: &User, mode: u32, uid: u32, gid: u32) -> bool {
     bits & 0o6 == 0o6
 }
 
-/// A character device node at `node` for `dev` ("231:192"): there, a character device
-/// of that number, openable by the user; else what is wrong and the fix.
-fn node_verdict(node: &Path, dev: &str, user: &User) -> Result<String, (String, String)> {
+/// A character device node at `node` for `dev` ("231:192"): there (itself, or through
+/// links that lead to it), a character device of that number, openable by the user;
+/// else what is wrong and the fix.
+fn node_verdict(
+    rootfs: &Path,
+    node: &Path,
+    dev: &str,
+    user: &User,
+) -> Result<String, (String, String)> {
     let shown = node.display().to_string();
-    let m = match std::fs::symlink_metadata(node) {
-        Ok(m) => m,
+    let m = match follow(rootfs, node) {
+        Ok((_, m, _)) => m,
+        Err(why) if std::fs::symlink_metadata(node).is_ok() => {
+            return Err((
+                why,
+                format!(
+                    "remove the link and let udev create the node: rm {}; udevadm trigger",
+                    word(&shown)
+                ),
+            ))
+        }
         Err(_) => {
             return Err((
                 format!("{shown} is not there"),
@@ -214,7 +229,7 @@ pub fn device_file_checks(r: &Roots, inv: &Inventory, user: &User) -> Vec<Check>
             continue;
         };
         let node = r.rootfs.join("dev/infiniband").join(name);
-        out.push(match node_verdict(&node, dev, user) {
+        out.push(match node_verdict(r.rootfs, &node, dev, user) {
             Ok(e) => check(
                 "uverbs",
                 subject,
@@ -245,7 +260,7 @@ pub fn device_file_checks(r: &Roots, inv: &Inventory, user: &User) -> Vec<Check>
         ),
         Ok(dev) => {
             let node = r.rootfs.join("dev/infiniband/rdma_cm");
-            match node_verdict(&node, dev.trim(), user) {
+            match node_verdict(r.rootfs, &node, dev.trim(), user) {
                 Ok(e) => check("rdma-cm", "", Status::Pass, e, None),
                 Err((e, fix)) => check("rdma-cm", "", Status::Warn, format!("{e}: RDMA CM applications cannot connect"), Some(fix)),
             }
@@ -441,22 +456,81 @@ fn lib_dirs(rootfs: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-/// rdma-core's version from `libibverbs.so.1.ABI.VERSION` (e.g. `44.0`), and where.
-pub fn rdma_core_version(rootfs: &Path) -> Option<(String, PathBuf)> {
+/// The longest chain of links followed, as the kernel's `MAXSYMLINKS`.
+const MAX_LINKS: usize = 40;
+
+/// Where `path` (under `rootfs`) leads, following its links as the host would: an
+/// absolute target is read under `rootfs` (a pod's `/host`), a relative one beside its
+/// link. The error names the link and its target: a link to nothing, a loop of links.
+fn follow(rootfs: &Path, path: &Path) -> Result<(PathBuf, std::fs::Metadata, String), String> {
+    let mut at = path.to_path_buf();
+    let mut chain = String::new();
+    for _ in 0..MAX_LINKS {
+        let m = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
+            Err(e) if chain.is_empty() => return Err(format!("{}: {e}", at.display())),
+            Err(_) => return Err(format!("{}{chain}: a link to nothing", path.display())),
+        };
+        if !m.file_type().is_symlink() {
+            return Ok((at, m, chain));
+        }
+        let target = std::fs::read_link(&at).map_err(|e| format!("{}: {e}", at.display()))?;
+        chain.push_str(&format!(" -> {}", target.display()));
+        at = match target.strip_prefix("/") {
+            Ok(rel) => rootfs.join(rel),
+            Err(_) => at.parent().unwrap_or(Path::new("")).join(&target),
+        };
+    }
+    Err(format!(
+        "{}{chain}: a loop of links (more than {MAX_LINKS})",
+        path.display()
+    ))
+}
+
+/// The regular file `path` (under `rootfs`) leads to: a link to nothing, a loop of links
+/// or anything but a regular file is not a library ([`follow`]).
+pub fn resolve_file(rootfs: &Path, path: &Path) -> Result<PathBuf, String> {
+    let (at, m, chain) = follow(rootfs, path)?;
+    if !m.is_file() {
+        return Err(format!("{}{chain}: not a regular file", path.display()));
+    }
+    Ok(at)
+}
+
+/// rdma-core's version from `libibverbs.so.1.ABI.VERSION` (e.g. `44.0`), and where; or
+/// why the library is not usable: that file, or `libibverbs.so.1` beside it (the name
+/// every verbs application is linked against), a link that leads nowhere.
+pub fn rdma_core_version(rootfs: &Path) -> Option<Result<(String, PathBuf), String>> {
+    let mut broken = None;
     for dir in lib_dirs(rootfs) {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if let Some(rest) = n.strip_prefix("libibverbs.so.1.") {
-                // ABI level, then the package version.
-                if let Some((_, v)) = rest.split_once('.') {
-                    if !v.is_empty() {
-                        return Some((v.to_string(), e.path()));
-                    }
+            // ABI level, then the package version.
+            let Some(v) = n
+                .strip_prefix("libibverbs.so.1.")
+                .and_then(|rest| rest.split_once('.'))
+                .map(|(_, v)| v)
+                .filter(|v| !v.is_empty())
+            else {
+                continue;
+            };
+            let soname = dir.join("libibverbs.so.1");
+            let usable = resolve_file(rootfs, &e.path()).and_then(|_| {
+                match std::fs::symlink_metadata(&soname) {
+                    // Absent: the loader finds the versioned file through its cache.
+                    Err(_) => Ok(()),
+                    Ok(_) => resolve_file(rootfs, &soname).map(drop),
+                }
+            });
+            match usable {
+                Ok(()) => return Some(Ok((v.to_string(), e.path()))),
+                Err(why) => {
+                    broken.get_or_insert(why);
                 }
             }
         }
     }
-    None
+    broken.map(Err)
 }
 
 /// The `driver NAME` lines of `etc/libibverbs.d/*`.
@@ -479,29 +553,40 @@ fn configured_providers(rootfs: &Path) -> Vec<String> {
     out
 }
 
-/// `libNAME-rdmav*.so` in a provider directory.
-fn provider_library(rootfs: &Path, name: &str) -> Option<PathBuf> {
+/// `libNAME-rdmav*.so` in a provider directory: the first that is (or leads to) a
+/// regular file; else why the first found is not one.
+fn provider_library(rootfs: &Path, name: &str) -> Option<Result<PathBuf, String>> {
     let prefix = format!("lib{name}-rdmav");
-    lib_dirs(rootfs)
-        .into_iter()
-        .map(|d| d.join("libibverbs"))
-        .find_map(|d| {
-            std::fs::read_dir(&d)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .find_map(|e| {
-                    let n = e.file_name().to_string_lossy().into_owned();
-                    (n.starts_with(&prefix) && n.ends_with(".so")).then(|| e.path())
-                })
-        })
+    let mut broken = None;
+    for d in lib_dirs(rootfs).into_iter().map(|d| d.join("libibverbs")) {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if !(n.starts_with(&prefix) && n.ends_with(".so")) {
+                continue;
+            }
+            match resolve_file(rootfs, &e.path()) {
+                Ok(_) => return Some(Ok(e.path())),
+                Err(why) => {
+                    broken.get_or_insert(why);
+                }
+            }
+        }
+    }
+    broken.map(Err)
 }
 
 /// The `provider` check per device, and rdma-core's version.
 pub fn provider_checks(r: &Roots, inv: &Inventory) -> Vec<Check> {
     let version = rdma_core_version(r.rootfs);
     let mut out = vec![match &version {
-        Some((v, at)) => check("rdma-core", "", Status::Pass, format!("libibverbs of rdma-core {v} ({})", at.display()), None),
+        Some(Ok((v, at))) => check("rdma-core", "", Status::Pass, format!("libibverbs of rdma-core {v} ({})", at.display()), None),
+        Some(Err(why)) => check(
+            "rdma-core",
+            "",
+            Status::Fail,
+            format!("{why}: no verbs application can load libibverbs"),
+            Some("reinstall rdma-core's libibverbs (apt install --reinstall libibverbs1; dnf reinstall libibverbs), or run ldconfig if only the link is stale".into()),
+        ),
         None => check(
             "rdma-core",
             "",
@@ -534,24 +619,38 @@ pub fn provider_checks(r: &Roots, inv: &Inventory) -> Vec<Check> {
         };
         let lib = provider_library(r.rootfs, p);
         let listed = configured.iter().any(|c| c == p);
-        out.push(match (listed, lib) {
-            (true, Some(lib)) => check("provider", &d.name, Status::Pass, format!("driver {driver}: provider {p} ({})", lib.display()), None),
-            (listed, lib) => check(
-                "provider",
-                &d.name,
-                Status::Fail,
-                format!(
-                    "driver {driver} needs libibverbs provider {p}: {}; libibverbs leaves {} out of its device list (ibv_devices shows it not)",
-                    match (listed, lib) {
-                        (false, None) => format!("no etc/libibverbs.d file says \"driver {p}\" and no lib{p}-rdmav*.so"),
-                        (false, Some(_)) => format!("lib{p}-rdmav*.so is there but no etc/libibverbs.d file says \"driver {p}\""),
-                        _ => format!("etc/libibverbs.d names it but no lib{p}-rdmav*.so is installed"),
-                    },
-                    d.name
-                ),
-                Some("apt install ibverbs-providers (Debian, Ubuntu: every provider), dnf install libibverbs (RHEL, Rocky, Alma); a container image needs it too".into()),
+        let missing = match (listed, &lib) {
+            (true, Some(Ok(lib))) => {
+                out.push(check(
+                    "provider",
+                    &d.name,
+                    Status::Pass,
+                    format!("driver {driver}: provider {p} ({})", lib.display()),
+                    None,
+                ));
+                continue;
+            }
+            (false, None) => {
+                format!("no etc/libibverbs.d file says \"driver {p}\" and no lib{p}-rdmav*.so")
+            }
+            (false, Some(_)) => format!(
+                "lib{p}-rdmav*.so is there but no etc/libibverbs.d file says \"driver {p}\""
             ),
-        });
+            (true, None) => {
+                format!("etc/libibverbs.d names it but no lib{p}-rdmav*.so is installed")
+            }
+            (true, Some(Err(why))) => format!("etc/libibverbs.d names it but {why}"),
+        };
+        out.push(check(
+            "provider",
+            &d.name,
+            Status::Fail,
+            format!(
+                "driver {driver} needs libibverbs provider {p}: {missing}; libibverbs leaves {} out of its device list (ibv_devices shows it not)",
+                d.name
+            ),
+            Some("apt install ibverbs-providers (Debian, Ubuntu: every provider), dnf install libibverbs (RHEL, Rocky, Alma); a container image needs it too".into()),
+        ));
     }
     out
 }
@@ -602,6 +701,30 @@ Max locked memory         8388608              unlimited            bytes     \n
         assert_eq!(provider_for("bnxt_en"), Some("bnxt_re"));
         assert_eq!(provider_for("rdma_rxe"), Some("rxe"));
         assert_eq!(provider_for("e1000e"), None);
+    }
+
+    /// A device file that is a link is followed: to a character device it is that device,
+    /// to nothing it is named with its target, never "there" because the link is.
+    #[test]
+    fn device_files_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let everyone = User {
+            name: "every user".into(),
+            uid: u32::MAX - 1,
+            gids: Vec::new(),
+        };
+        let null = dir.path().join("null-link");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        let ok = node_verdict(Path::new("/"), &null, "1:3", &everyone).unwrap();
+        assert!(ok.contains("1:3"), "{ok}");
+        let gone = dir.path().join("uverbs0");
+        std::os::unix::fs::symlink("/dev/infiniband/uverbs9", &gone).unwrap();
+        let (why, fix) = node_verdict(dir.path(), &gone, "231:192", &everyone).unwrap_err();
+        assert!(
+            why.contains("-> /dev/infiniband/uverbs9: a link to nothing"),
+            "{why}"
+        );
+        assert!(fix.starts_with("remove the link"), "{fix}");
     }
 
     proptest! {

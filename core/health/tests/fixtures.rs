@@ -356,3 +356,119 @@ fn a_missing_provider_or_device_file_is_unhealthy() {
         "{u:?}"
     );
 }
+
+/// A root file system whose rdma-core is complete but for one thing, done by a link.
+fn rootfs_with_rdma_core(sys: &Path) -> tempfile::TempDir {
+    for (n, dev) in [(0, "mlx5_0"), (1, "mlx5_1")] {
+        let d = sys.join(format!("class/infiniband_verbs/uverbs{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ibdev"), dev).unwrap();
+        std::fs::write(d.join("dev"), format!("231:{}", 192 + n)).unwrap();
+    }
+    let rootfs = tempfile::tempdir().unwrap();
+    let lib = rootfs.path().join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(lib.join("libibverbs")).unwrap();
+    std::fs::write(lib.join("libibverbs.so.1.14.44.0"), "").unwrap();
+    std::os::unix::fs::symlink("libibverbs.so.1.14.44.0", lib.join("libibverbs.so.1")).unwrap();
+    // As the packages lay it out: the provider a relative link to its library.
+    std::fs::write(lib.join("libmlx5.so.1.25.44.0"), "").unwrap();
+    std::os::unix::fs::symlink(
+        "../libmlx5.so.1.25.44.0",
+        lib.join("libibverbs/libmlx5-rdmav34.so"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(rootfs.path().join("etc/libibverbs.d")).unwrap();
+    std::fs::write(
+        rootfs.path().join("etc/libibverbs.d/mlx5.driver"),
+        "driver mlx5\n",
+    )
+    .unwrap();
+    rootfs
+}
+
+/// A provider library that is a link to nothing (or a loop of links) is a missing
+/// provider, named with its target; so is a libibverbs.so.1 that leads nowhere. A link
+/// whose absolute target lies under `[health] rootfs` (a pod's /host) is followed there.
+#[test]
+fn a_provider_or_libibverbs_that_is_a_dangling_link_is_missing() {
+    let tree = copy_of("mlx5-roce-dual-port");
+    let sys = tree.path().join("sys");
+    let rootfs = rootfs_with_rdma_core(&sys);
+    let lib = rootfs.path().join("usr/lib/x86_64-linux-gnu");
+    let cfg = HealthConfig {
+        rootfs: rootfs.path().to_path_buf(),
+        ..HealthConfig::default()
+    };
+    let provider = |r: &Report| -> Vec<(Status, String)> {
+        r.findings
+            .iter()
+            .filter(|f| f.check == "userspace" && f.what.starts_with("provider:"))
+            .map(|f| (f.status, f.what.clone()))
+            .collect()
+    };
+    let rdma_core = |r: &Report| -> (Status, String) {
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.check == "userspace" && f.what.starts_with("rdma-core:"))
+            .expect("an rdma-core finding");
+        (f.status, f.what.clone())
+    };
+    let r = health(&sys, &cfg);
+    let p = provider(&r);
+    assert_eq!(p.len(), 2, "{}", dump(&r));
+    assert!(p.iter().all(|(s, _)| *s == Status::Ok), "{p:?}");
+    assert_eq!(rdma_core(&r).0, Status::Ok, "{}", dump(&r));
+
+    // An absolute target is read under the root file system, not the agent's own.
+    let link = lib.join("libibverbs/libmlx5-rdmav34.so");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("/usr/lib/x86_64-linux-gnu/libmlx5.so.1.25.44.0", &link).unwrap();
+    let r = health(&sys, &cfg);
+    assert!(
+        provider(&r).iter().all(|(s, _)| *s == Status::Ok),
+        "{}",
+        dump(&r)
+    );
+
+    // The library it names is gone: the link dangles.
+    std::fs::remove_file(lib.join("libmlx5.so.1.25.44.0")).unwrap();
+    let r = health(&sys, &cfg);
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    let p = provider(&r);
+    assert!(
+        p.iter().all(|(s, w)| *s == Status::Unhealthy
+            && w.contains("libmlx5-rdmav34.so")
+            && w.contains("libmlx5.so.1.25.44.0")),
+        "{p:?}"
+    );
+
+    // A loop of links.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("libmlx5-rdmav34.so", &link).unwrap();
+    let r = health(&sys, &cfg);
+    let p = provider(&r);
+    assert!(
+        p.iter()
+            .all(|(s, w)| *s == Status::Unhealthy && w.contains("loop")),
+        "{p:?}"
+    );
+
+    // libibverbs.so.1, the name every verbs application is linked against, leads nowhere.
+    let rootfs = rootfs_with_rdma_core(&sys);
+    let lib = rootfs.path().join("usr/lib/x86_64-linux-gnu");
+    let cfg = HealthConfig {
+        rootfs: rootfs.path().to_path_buf(),
+        ..HealthConfig::default()
+    };
+    std::fs::remove_file(lib.join("libibverbs.so.1")).unwrap();
+    std::os::unix::fs::symlink("libibverbs.so.1.14.40.0", lib.join("libibverbs.so.1")).unwrap();
+    let r = health(&sys, &cfg);
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    let (s, w) = rdma_core(&r);
+    assert_eq!(s, Status::Unhealthy, "{w}");
+    assert!(
+        w.contains("libibverbs.so.1") && w.contains("libibverbs.so.1.14.40.0"),
+        "{w}"
+    );
+}

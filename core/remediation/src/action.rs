@@ -325,6 +325,103 @@ mod tests {
         }
     }
 
+    fn breach() -> Breach {
+        Breach {
+            rule: "storm".into(),
+            metric: "rdma.pfc.pause_ratio".into(),
+            event: Event::Firing,
+            action: "hang".into(),
+            severity: "warning".into(),
+            labels: BTreeMap::new(),
+            value: Some(0.5),
+            recent: Vec::new(),
+            dry_run: false,
+            workloads: None,
+            workloads_truncated: 0,
+        }
+    }
+
+    /// A site's wrapper at `dir/NAME` that does not `exec` what it wraps: its child writes
+    /// its pid to `dir/child.pid` and hangs.
+    fn hanging_wrapper(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\nsh -c 'echo $$ > {}; exec sleep 30'\necho never\n",
+                dir.join("child.pid").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// The wrapper's child, once it said its pid: gone (or dead, left to its reaper)
+    /// within 3 s.
+    async fn child_gone(dir: &std::path::Path) -> Result<(), String> {
+        let file = dir.join("child.pid");
+        for _ in 0..300 {
+            let Some(pid) = std::fs::read_to_string(&file)
+                .ok()
+                .filter(|t| t.ends_with('\n'))
+            else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let pid = pid.trim().to_string();
+            for _ in 0..300 {
+                let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|l| l.rsplit_once(')').map(|(_, r)| r.trim().to_string()));
+                match state {
+                    None => return Ok(()),
+                    Some(s) if s.starts_with('Z') || s.starts_with('X') => return Ok(()),
+                    Some(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                }
+            }
+            return Err(format!("the wrapper's child {pid} lives on"));
+        }
+        Err(format!("{} never written", file.display()))
+    }
+
+    /// `slurm_drain` as the dispatcher runs it (off the workers, under the action's
+    /// timeout): a wrapper scontrol whose child hangs ends within the timeout, and takes
+    /// its child with it.
+    #[tokio::test]
+    async fn a_drain_through_a_hanging_scontrol_wrapper_ends_in_time_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let scontrol = hanging_wrapper(dir.path(), "scontrol");
+        let started = std::time::Instant::now();
+        let timeout = Duration::from_secs(2);
+        let r = tokio::task::spawn_blocking(move || {
+            slurm_drain(Some("n1"), scontrol.to_str().unwrap(), timeout, &breach())
+        })
+        .await
+        .unwrap();
+        let took = started.elapsed();
+        let e = r.unwrap_err();
+        assert!(e.contains("killed"), "{e}");
+        assert!(took < timeout + Duration::from_secs(1), "{took:?}: {e}");
+        child_gone(dir.path()).await.unwrap();
+    }
+
+    /// `exec` as the dispatcher runs it (under the action's timeout, the future dropped at
+    /// it): the same wrapper's child is killed with it.
+    #[tokio::test]
+    async fn an_exec_through_a_hanging_wrapper_is_killed_with_its_child_at_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let cmd = hanging_wrapper(dir.path(), "act");
+        let command = vec![cmd.display().to_string()];
+        let b = breach();
+        let started = std::time::Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(1), run_exec(&command, &b)).await;
+        assert!(r.is_err(), "{r:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        child_gone(dir.path()).await.unwrap();
+    }
+
     #[test]
     fn output_keeps_head_and_tail_only() {
         let mut c = Captured::default();

@@ -20,6 +20,14 @@
 //!
 //! Not root, nothing is refused for its owner: such a process can only write what its
 //! user may write anyway. Links are still never followed.
+//!
+//! Root acting in a state directory another (non-root) user owns (the packages make
+//! `/var/lib/rocewatch` the agent's user's, and Slurm runs `health --slurm` as root) acts
+//! there as that user ([`as_owner_of`]): the calling thread's file-system uid and gid
+//! become the owner's for the duration of the file operations, so nothing root does
+//! there reaches further than that user could, and what root writes stays that user's
+//! (the agent, running as that user, can still replace it). The checks above then accept
+//! that user beside root; every other refusal stays.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -116,8 +124,113 @@ pub fn owner_name(uid: u32) -> String {
     }
 }
 
+thread_local! {
+    /// The user this thread acts as in a directory of theirs ([`as_owner_of`]).
+    static ACTING_AS: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
 fn owner_ok(uid: u32) -> bool {
-    uid == 0 || uid == euid()
+    uid == 0 || uid == euid() || ACTING_AS.with(std::cell::Cell::get) == Some(uid)
+}
+
+/// Runs `f` as the owner of `dir` where that is another user than root (or us) and this
+/// process is root: the calling thread's file-system uid and gid (Linux's `setfsuid`
+/// and `setfsgid`, per thread) become the owner's, and the owner counts as trusted beside
+/// root, until `f` returns. With a file-system uid other than 0 the kernel drops the
+/// capabilities that override file permissions, so `f` can read and write only what that
+/// user could. Otherwise (not root, `dir` root's or missing) `f` runs as it is. `f` must
+/// not move to another thread (the guard is not `Send`: it cannot live across an
+/// `.await` of a future that is sent).
+///
+/// The group is the owner's primary group (the directory's group when the owner has no
+/// passwd entry); the thread's supplementary groups are root's own (root's, normally
+/// none but its own group).
+pub fn as_owner_of<T, E: From<FsError>>(
+    dir: &Path,
+    f: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    if !strict() {
+        return f();
+    }
+    let target = match std::fs::metadata(dir) {
+        Ok(md) if md.is_dir() && md.uid() != 0 && md.uid() != euid() => {
+            Some((md.uid(), primary_gid(md.uid()).unwrap_or(md.gid())))
+        }
+        _ => None,
+    };
+    if target.map(|(uid, _)| uid) == ACTING_AS.with(std::cell::Cell::get) {
+        return f();
+    }
+    let _as = FsIds::switch(dir, target)?;
+    f()
+}
+
+/// `uid`'s primary group, from its passwd entry.
+fn primary_gid(uid: u32) -> Option<u32> {
+    // SAFETY: as in owner_name: getpwuid_r writes into `pw` and `buf` only.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut buf = vec![0 as libc::c_char; 4096];
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let r = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out);
+        (r == 0 && !out.is_null()).then_some(pw.pw_gid)
+    }
+}
+
+/// The thread's file-system ids while acting as a directory's owner; restored on drop.
+struct FsIds {
+    uid: u32,
+    gid: u32,
+    acting: Option<u32>,
+    /// Not `Send`: the ids belong to this thread.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl FsIds {
+    /// Act as `target` (uid, gid), or as this process again (`None`).
+    fn switch(dir: &Path, target: Option<(u32, u32)>) -> Result<FsIds, FsError> {
+        // SAFETY: getegid has no preconditions.
+        let (uid, gid) = target.unwrap_or_else(|| (euid(), unsafe { libc::getegid() }));
+        // SAFETY: setfsgid/setfsuid change only this thread's file-system ids; -1 (an
+        // id no one has) changes nothing and returns the id in force.
+        let (gid_before, uid_before, uid_now, gid_now) = unsafe {
+            let g = libc::setfsgid(gid) as u32;
+            let u = libc::setfsuid(uid) as u32;
+            (
+                g,
+                u,
+                libc::setfsuid(u32::MAX) as u32,
+                libc::setfsgid(u32::MAX) as u32,
+            )
+        };
+        let guard = FsIds {
+            uid: uid_before,
+            gid: gid_before,
+            acting: ACTING_AS.with(|a| a.replace(target.map(|(uid, _)| uid))),
+            _thread: std::marker::PhantomData,
+        };
+        if (uid_now, gid_now) != (uid, gid) {
+            return Err(FsError::io(
+                dir,
+                "act as the directory's owner",
+                std::io::Error::other(format!(
+                    "setfsuid({uid})/setfsgid({gid}) did not take (uid {uid_now}, gid {gid_now})"
+                )),
+            ));
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for FsIds {
+    fn drop(&mut self) {
+        // SAFETY: as in `switch`.
+        unsafe {
+            libc::setfsuid(self.uid);
+            libc::setfsgid(self.gid);
+        }
+        ACTING_AS.with(|a| a.set(self.acting));
+    }
 }
 
 fn check_owner(path: &Path, md: &std::fs::Metadata, kind: &'static str) -> Result<(), FsError> {
@@ -597,6 +710,38 @@ mod tests {
             read_trusted(&f),
             Err(FsError::HardLinks { links: 2, .. })
         ));
+    }
+
+    #[test]
+    fn as_the_owner_of_a_directory_root_writes_as_that_user_and_is_root_again_in_its_own() {
+        need_root();
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o750)).unwrap();
+        chown(&theirs, NOBODY);
+        let ours = dir.path().join("ours");
+        std::fs::create_dir(&ours).unwrap();
+        let uid = |p: &Path| std::fs::metadata(p).unwrap().uid();
+        as_owner_of(&theirs, || {
+            write_atomic(&theirs.join("q.json"), b"{}", 0o644)?;
+            // Acting as nobody: root's own directory is out of reach...
+            assert!(write_atomic(&ours.join("no.json"), b"{}", 0o644).is_err());
+            // ...until an inner call acts as its owner, root, again.
+            as_owner_of(&ours, || write_atomic(&ours.join("yes.json"), b"{}", 0o644))?;
+            write_atomic(&theirs.join("after.json"), b"{}", 0o644)
+        })
+        .unwrap();
+        assert_eq!(uid(&theirs.join("q.json")), NOBODY);
+        assert_eq!(uid(&theirs.join("after.json")), NOBODY);
+        assert_eq!(uid(&ours.join("yes.json")), 0);
+        assert!(!ours.join("no.json").exists());
+        // Outside, root again, and the other user's directory refused as before.
+        assert!(write_atomic(&theirs.join("root.json"), b"{}", 0o644).is_err());
+        std::fs::write(ours.join("mine"), "x").unwrap();
+        assert_eq!(uid(&ours.join("mine")), 0);
     }
 
     #[test]

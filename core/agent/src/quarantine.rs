@@ -103,12 +103,6 @@ impl Watcher {
         let on: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let reason = format!("rule {rule} firing ({}) at {value}", on.join(","));
         let q = Quarantine::now(&reason, &format!("rule:{rule}"), labels);
-        if let Some(dir) = self.file.path().parent() {
-            if let Err(e) = rocewatch_runtime::util::fs::create_trusted_dir(dir) {
-                tracing::error!("quarantine: {e}; the host is NOT in quarantine");
-                return;
-            }
-        }
         match self.file.enter(&q, &self.audit) {
             Ok(true) => tracing::warn!(path = %self.file.path().display(), "quarantine: {reason}"),
             Ok(false) => {}
@@ -182,11 +176,16 @@ impl Watcher {
         let clear = humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()));
         let why =
             format!("recovered: rule {rule} clear for {clear} and the health self-test passed");
-        match self.file.release(&why, "recovery", &self.audit) {
-            Ok(_) => {
+        // Only the quarantine judged: another may have replaced it meanwhile.
+        match self
+            .file
+            .release_if(&why, "recovery", &self.audit, |now| *now == q)
+        {
+            Ok(Some(_)) => {
                 tracing::warn!("quarantine released: {why}");
                 metrics.set_quarantine(None);
             }
+            Ok(None) => {}
             Err(e) => tracing::error!("quarantine: {e}"),
         }
         self.clear_since = None;

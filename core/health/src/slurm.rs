@@ -4,7 +4,12 @@
 //! `rocewatch: <the line>`; healthy again: a quarantine `health` set is released and the
 //! node resumed, but only when the drain's reason is rocewatch's (an administrator's
 //! drain, for maintenance, stays). A quarantine a rule or an operator set is not
-//! `health`'s to end: the node stays drained. Cannot tell: Slurm is left as it is.
+//! `health`'s to end: the node stays drained; so does a quarantine file that cannot be
+//! read (fail closed). Cannot tell: Slurm and the quarantine are left as they are.
+//!
+//! Slurm runs its HealthCheckProgram as root, and the packages give the state directory
+//! to the agent's user: the quarantine is changed there as that user
+//! (`rocewatch_runtime::quarantine`), and the drain never waits on it.
 
 use rocewatch_runtime::audit::AuditLog;
 use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
@@ -27,6 +32,13 @@ pub type Done = Vec<String>;
 
 /// Act on `report` for `node`; the report as it stands after (a quarantine released by
 /// a recovery makes it healthy).
+///
+/// A node health calls unhealthy is drained whatever becomes of its quarantine (the
+/// state directory may be read-only, full, or locked by another writer: said, and the
+/// drain goes on). A quarantine file that cannot be read counts as one that is not
+/// `health`'s (fail closed): the node is drained and never resumed. `health`'s own
+/// quarantine ends only when every other check passes (OK, skipped or a warning): a check
+/// that cannot tell ends nothing.
 pub async fn act(
     report: Report,
     opts: &Options,
@@ -35,41 +47,71 @@ pub async fn act(
     node: &SlurmNode,
 ) -> Result<(Report, Done), String> {
     let file = QuarantineFile::in_dir(&opts.state_dir);
-    let q = file.read().map_err(|e| e.to_string())?;
-    let ours = q.as_ref().is_some_and(|q| q.origin == ORIGIN);
-    // Unhealthy for a reason of its own, not only for the quarantine it set earlier.
-    let failing = report
-        .findings
-        .iter()
-        .any(|f| f.status == Status::Unhealthy && !(f.check == "quarantine" && ours));
     let mut done = Vec::new();
-    if report.verdict == Verdict::Unknown && !failing {
-        done.push("cannot tell: Slurm left as it is".to_string());
-        return Ok((report, done));
-    }
-    if failing || q.is_some() && !ours {
-        if failing && q.is_none() {
-            let entered = Quarantine::now(&report.line, ORIGIN, Default::default());
-            if let Some(dir) = file.path().parent() {
-                rocewatch_runtime::util::fs::create_trusted_dir(dir).map_err(|e| e.to_string())?;
-            }
-            file.enter(&entered, audit).map_err(|e| e.to_string())?;
-            done.push(format!("quarantine: {}", entered.reason));
+    let (q, unreadable) = match file.read() {
+        Ok(q) => (q, false),
+        Err(e) => {
+            done.push(format!("{e}: treated as in quarantine"));
+            (None, true)
         }
-        done.push(drain(node, &report.line)?);
+    };
+    let ours = q.as_ref().is_some_and(|q| q.origin == ORIGIN);
+    // A quarantine health may not end: a rule's, an operator's, or one it cannot read.
+    let held = unreadable || q.is_some() && !ours;
+    // Unhealthy, or cannot tell, for a reason other than the quarantine itself.
+    let others = || report.findings.iter().filter(|f| f.check != "quarantine");
+    let failing = others().any(|f| f.status == Status::Unhealthy);
+    let unknown = others().any(|f| f.status == Status::Unknown);
+    if failing || held {
+        if failing && q.is_none() && !unreadable {
+            let entered = Quarantine::now(&report.line, ORIGIN, Default::default());
+            match file.enter(&entered, audit) {
+                Ok(true) => done.push(format!("quarantine: {}", entered.reason)),
+                Ok(false) => {}
+                Err(e) => done.push(format!("not in quarantine ({e}); drained all the same")),
+            }
+        }
+        return match drain(node, &report.line) {
+            Ok(d) => {
+                done.push(d);
+                Ok((report, done))
+            }
+            Err(e) => {
+                done.push(e);
+                Err(done.join("; "))
+            }
+        };
+    }
+    if unknown || report.verdict == Verdict::Unknown {
+        done.push("cannot tell: Slurm and the quarantine left as they are".to_string());
         return Ok((report, done));
     }
-    // Healthy apart from a quarantine of its own: that quarantine ends (audited).
+    // Healthy apart from a quarantine of its own: that quarantine ends (audited), if it
+    // is still the one read above.
     let report = if ours {
-        file.release("recovered: health passes", ORIGIN, audit)
-            .map_err(|e| e.to_string())?;
-        done.push("quarantine released: health passes".to_string());
+        let released = file
+            .release_if("recovered: health passes", ORIGIN, audit, |q| {
+                q.origin == ORIGIN
+            })
+            .map_err(|e| {
+                done.push(format!("{e}; the node stays drained"));
+                done.join("; ")
+            })?;
+        if released.is_some() {
+            done.push("quarantine released: health passes".to_string());
+        }
         super::run(opts, cfg).await
     } else {
         report
     };
     if report.verdict == Verdict::Healthy {
-        done.push(resume(node)?);
+        match resume(node) {
+            Ok(d) => done.push(d),
+            Err(e) => {
+                done.push(e);
+                return Err(done.join("; "));
+            }
+        }
     }
     Ok((report, done))
 }

@@ -1,4 +1,9 @@
 //! `rocewatch quarantine`: show, enter by hand, release.
+//!
+//! `show` reads the file as `rocewatch health` does (no link followed, a regular file of
+//! bounded size, in whichever user's state directory), so root sees what health reports
+//! in the agent's user's directory; `enter` and `release` change it as that directory's
+//! owner, under its lock (`rocewatch_runtime::quarantine`).
 
 use anyhow::{Context, Result};
 
@@ -12,7 +17,7 @@ pub fn run(c: QuarantineCommand) -> Result<i32> {
     match c {
         QuarantineCommand::Show { source, json } => {
             source.load()?;
-            let q = file.read()?;
+            let q = file.read_status()?;
             if json {
                 print_json(&serde_json::json!({ "quarantine": q }))?;
             } else {
@@ -28,7 +33,6 @@ pub fn run(c: QuarantineCommand) -> Result<i32> {
         }
         QuarantineCommand::Enter { source, reason } => {
             let cfg = source.load()?;
-            rocewatch_runtime::util::fs::create_trusted_dir(&state)?;
             let q = Quarantine::now(&reason, "operator", Default::default());
             let audit = cfg.remediation.audit();
             if file.enter(&q, &audit).context("quarantine enter")? {

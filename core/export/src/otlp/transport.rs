@@ -151,8 +151,7 @@ impl Transport {
                     Ok(resp) if resp.status().is_success() => Ok(()),
                     Ok(resp) => {
                         let status = resp.status();
-                        let text: String =
-                            resp.text().unwrap_or_default().chars().take(200).collect();
+                        let text: String = error_body(resp).chars().take(200).collect();
                         let msg = format!("{url}: HTTP {status}: {}", text.trim());
                         if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
                             Err(SendError::Retryable(msg))
@@ -217,6 +216,20 @@ impl Transport {
     }
 }
 
+/// The most of a rejection's body that is read: its start says why; a receiver (broken
+/// or hostile) that sends an endless body must not make the agent hold it.
+const ERROR_BODY_MAX: u64 = 64 << 10;
+
+/// The start of a rejection's body, as text (at most [`ERROR_BODY_MAX`] bytes are read;
+/// the rest is not: the connection is closed, never reused, when the response drops).
+fn error_body(resp: reqwest::blocking::Response) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    // A read error keeps what came before it.
+    let _ = resp.take(ERROR_BODY_MAX).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 /// The OTLP/gRPC metrics method (`opentelemetry.proto.collector.metrics.v1.MetricsService`,
 /// `Export`).
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
@@ -267,5 +280,74 @@ impl tonic::codec::Decoder for RawDecoder {
         use bytes::Buf;
         src.advance(src.remaining());
         Ok(Some(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A receiver that answers 400 with an error body it streams without end: the send
+    /// reads a bounded start of it and returns at once, with the start in its message,
+    /// not after the whole timeout with everything the receiver sent held in memory.
+    #[test]
+    fn an_endless_error_body_is_read_only_to_a_bound() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            // The request: its head and the body of its content-length.
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = sock.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended early");
+                req.extend_from_slice(&buf[..n]);
+            }
+            sock.write_all(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\nbad request: ",
+            )
+            .unwrap();
+            let chunk = vec![b'x'; 64 << 10];
+            let mut sent = 0usize;
+            while sock.write_all(&chunk).is_ok() {
+                sent += chunk.len();
+                // A bound on the test itself: far past what a bounded read takes.
+                if sent > 4 << 30 {
+                    break;
+                }
+            }
+            sent
+        });
+        let mut cfg = OtlpConfig::new(
+            format!("http://127.0.0.1:{port}/v1/metrics"),
+            OtlpProtocol::HttpProtobuf,
+        );
+        cfg.timeout = Duration::from_secs(20);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut t = Transport::build(&cfg).unwrap();
+            let started = std::time::Instant::now();
+            let r = t.send(&Bytes::from_static(b"\x0a\x00"), false);
+            let _ = tx.send((r, started.elapsed()));
+        });
+        let (r, took) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the send returned");
+        let Err(SendError::Permanent(msg)) = r else {
+            panic!("a 400 is a permanent rejection: {r:?}")
+        };
+        assert!(
+            msg.contains("HTTP 400 Bad Request: bad request: xxx"),
+            "{msg}"
+        );
+        assert!(msg.len() < 400, "the message keeps 200 characters: {msg}");
+        assert!(took < Duration::from_secs(5), "the send took {took:?}");
+        let sent = server.join().unwrap();
+        assert!(
+            sent < 64 << 20,
+            "the receiver got {sent} bytes of its error body taken"
+        );
     }
 }

@@ -218,3 +218,156 @@ fn the_recovery_policy_releases_once_the_rule_is_clear_and_health_passes() {
         "{audit:?}"
     );
 }
+
+/// A configuration whose audit log is in `state` (nothing else).
+fn audit_config(dir: &Path, state: &Path) -> std::path::PathBuf {
+    let cfg = dir.join("audit-only.toml");
+    let audit = state.join("audit.jsonl");
+    std::fs::write(&cfg, format!("[remediation]\naudit_log = {audit:?}\n")).unwrap();
+    cfg
+}
+
+/// One owner for the quarantine: 24 `rocewatch quarantine enter` at once put the host in
+/// quarantine once (one says so, the rest find it in force), audit one `executing`, and
+/// the file keeps the reason of the one that said so.
+#[test]
+fn concurrent_entries_change_the_quarantine_once_and_audit_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let cfg = audit_config(dir.path(), state.path());
+    let children: Vec<_> = (0..24)
+        .map(|i| {
+            std::process::Command::new(&artifacts().rocewatch)
+                .args(["quarantine", "enter", "--reason", &format!("reason {i}")])
+                .arg("--config")
+                .arg(&cfg)
+                .env("STATE_DIRECTORY", state.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for o in &outs {
+        assert!(o.status.success(), "{}{}", stdout(o), stderr(o));
+    }
+    let entered: Vec<String> = outs
+        .iter()
+        .map(stdout)
+        .filter(|s| s.starts_with("in quarantine: "))
+        .collect();
+    assert_eq!(entered.len(), 1, "{entered:?}");
+    let audit = audit_actions(state.path());
+    let executing: Vec<_> = audit.iter().filter(|(d, _, _)| d == "executing").collect();
+    assert_eq!(executing.len(), 1, "{audit:?}");
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("quarantine.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        format!("in quarantine: {}\n", kept["reason"].as_str().unwrap()),
+        entered[0]
+    );
+}
+
+/// The packages give the state directory to the agent's user (mode 0750); root's
+/// commands (an operator's, Slurm's) see and change the quarantine there as that user:
+/// `show` shows what `health` reports, `release` and `enter` work and leave the files
+/// that user's.
+#[test]
+fn root_shows_releases_and_enters_the_quarantine_in_the_agents_state_directory() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .unwrap()
+        .stdout
+        .starts_with(b"0\n")
+    {
+        return missing(
+            "root (the test acts as root in another user's state directory)",
+            "run the tests as root (CI does)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let cfg = audit_config(dir.path(), &state);
+    let file = state.join("quarantine.json");
+    std::fs::write(
+        &file,
+        r#"{"reason":"rule slow-link firing","origin":"rule:slow-link","since":"2026-01-01T00:00:00Z","since_unix":1767225600}"#,
+    )
+    .unwrap();
+    let nobody = |p: &Path| {
+        let o = std::process::Command::new("chown")
+            .args(["nobody:nogroup"])
+            .arg(p)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "chown: {}", stderr(&o));
+    };
+    nobody(&file);
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o750)).unwrap();
+    nobody(&state);
+    let env = [("STATE_DIRECTORY", state.to_str().unwrap())];
+    let (code, out) = health(&cfg, &state);
+    assert_eq!(code, 1, "{out}");
+    let o = rocewatch(
+        &["quarantine", "show", "--config", cfg.to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).starts_with(
+            "in quarantine since 2026-01-01T00:00:00Z (rule:slow-link): rule slow-link firing"
+        ),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let o = rocewatch(
+        &[
+            "quarantine",
+            "release",
+            "--reason",
+            "done",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(!file.exists());
+    let o = rocewatch(
+        &[
+            "quarantine",
+            "enter",
+            "--reason",
+            "by hand",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    for f in [&file, &state.join("audit.jsonl")] {
+        let md = std::fs::metadata(f).unwrap();
+        assert_eq!(
+            md.uid(),
+            65534,
+            "{} is not the state directory owner's",
+            f.display()
+        );
+    }
+    assert_eq!(
+        audit_actions(&state).len(),
+        4,
+        "{:?}",
+        audit_actions(&state)
+    );
+}

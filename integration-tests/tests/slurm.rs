@@ -17,8 +17,8 @@ use rocewatch_slurm::scontrol::run_bounded;
 use crate::support::*;
 
 /// One cluster at a time: each picks its loopback ports by binding and letting go, and
-/// both register this host's name.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// both register this host's name (`packages` starts one too).
+pub(crate) static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// How often slurmd runs the health program, seconds.
 const INTERVAL_S: u32 = 2;
@@ -154,6 +154,11 @@ fn health_as_slurms_health_check_drains_resumes_and_leaves_maintenance_alone() {
 /// `rocewatch health --slurm` with the test's cluster, state directory and fixture tree:
 /// exit status and standard error.
 fn health_slurm(c: &LocalCluster, cfg: &Path, state: &Path) -> (i32, String) {
+    health_slurm_on(c, cfg, state, &fixture("mlx5-roce-dual-port"))
+}
+
+/// The same on the sysfs tree `tree`.
+fn health_slurm_on(c: &LocalCluster, cfg: &Path, state: &Path, tree: &Path) -> (i32, String) {
     let sc = c.scontrol();
     let o = rocewatch(
         &[
@@ -166,7 +171,7 @@ fn health_slurm(c: &LocalCluster, cfg: &Path, state: &Path) -> (i32, String) {
             "--config",
             cfg.to_str().unwrap(),
             "--sysfs-root",
-            fixture("mlx5-roce-dual-port").to_str().unwrap(),
+            tree.to_str().unwrap(),
         ],
         &[
             ("STATE_DIRECTORY", state.to_str().unwrap()),
@@ -292,4 +297,126 @@ fn a_firing_rule_drains_the_node_through_slurm_drain_until_its_quarantine_ends()
         n.state.is_idle() && !n.state.is_drain()
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+}
+
+/// A copy of the dual-port mlx5 tree in `dir/sys`, and a configuration whose audit log is
+/// in `state`.
+fn tree_and_config(dir: &Path, state: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let tree = dir.join("sys");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let cfg = dir.join("rocewatch.toml");
+    let audit = state.join("audit.jsonl");
+    std::fs::write(&cfg, format!("[remediation]\naudit_log = {audit:?}\n")).unwrap();
+    (tree, cfg)
+}
+
+fn port(tree: &Path, state: &str, phys: &str) {
+    set(tree, "class/infiniband/mlx5_1/ports/1/state", state);
+    set(tree, "class/infiniband/mlx5_1/ports/1/phys_state", phys);
+}
+
+fn drain_reason(c: &LocalCluster) -> Option<String> {
+    let n = c.scontrol().show_node(c.node_name()).unwrap();
+    n.state
+        .is_drain()
+        .then(|| n.reason.map(|r| r.text).unwrap_or_default())
+}
+
+/// The packages give /var/lib/rocewatch to the agent's user (mode 0750) and Slurm runs
+/// its HealthCheckProgram as root: `health --slurm` still drains the unhealthy node, and
+/// puts the host in quarantine as that user (the file stays the agent's); fixed, it
+/// releases that quarantine and resumes the node.
+#[test]
+fn health_slurm_drains_and_resumes_in_a_state_directory_the_agents_user_owns() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let (tree, cfg) = tree_and_config(dir.path(), &state);
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(c) = LocalCluster::start_or_skip(Options::default()) else {
+        return;
+    };
+    let chown = std::process::Command::new("chown")
+        .arg("nobody:nogroup")
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+
+    port(&tree, "1: DOWN\n", "3: Disabled\n");
+    let (rc, said) = health_slurm_on(&c, &cfg, &state, &tree);
+    assert_eq!(rc, 1, "{said}");
+    let reason = drain_reason(&c).unwrap_or_else(|| panic!("not drained: {said}\n{}", c.logs()));
+    assert!(
+        reason.starts_with("rocewatch: mlx5_1/1 ens1f1np1: port DOWN"),
+        "{reason}\n{said}"
+    );
+    for f in ["quarantine.json", "audit.jsonl"] {
+        let md = std::fs::metadata(state.join(f)).unwrap_or_else(|e| panic!("{f}: {e}: {said}"));
+        assert_eq!(md.uid(), 65534, "{f} is not the directory owner's: {said}");
+    }
+
+    port(&tree, "4: ACTIVE\n", "5: LinkUp\n");
+    let (rc, said) = health_slurm_on(&c, &cfg, &state, &tree);
+    assert_eq!(rc, 0, "{said}");
+    assert!(said.contains("resumed"), "{said}");
+    assert!(!state.join("quarantine.json").exists(), "{said}");
+    assert_eq!(drain_reason(&c), None, "{said}");
+}
+
+/// Fail closed: a port whose state turns unreadable ("cannot tell") does not end the
+/// quarantine health set for it (nothing was seen healthy); a quarantine file that
+/// cannot be read keeps the node drained, and drains a node that was not.
+#[test]
+fn health_slurm_keeps_the_drain_when_it_cannot_tell_or_cannot_read_the_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let (tree, cfg) = tree_and_config(dir.path(), &state);
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(c) = LocalCluster::start_or_skip(Options::default()) else {
+        return;
+    };
+    let audit = || std::fs::read_to_string(state.join("audit.jsonl")).unwrap_or_default();
+
+    port(&tree, "1: DOWN\n", "3: Disabled\n");
+    let (rc, said) = health_slurm_on(&c, &cfg, &state, &tree);
+    assert_eq!(rc, 1, "{said}");
+    assert!(drain_reason(&c).is_some(), "not drained: {said}");
+
+    // The port's state unreadable: cannot tell; the quarantine and the drain stay.
+    std::fs::remove_file(tree.join("class/infiniband/mlx5_1/ports/1/state")).unwrap();
+    let (_, said) = health_slurm_on(&c, &cfg, &state, &tree);
+    assert!(state.join("quarantine.json").exists(), "released: {said}");
+    assert!(!audit().contains("quarantine-release"), "{}", audit());
+    assert!(drain_reason(&c).is_some(), "resumed: {said}");
+
+    // Healthy, but a quarantine file that is no quarantine: drained, never resumed.
+    port(&tree, "4: ACTIVE\n", "5: LinkUp\n");
+    let (rc, said) = health_slurm_on(&c, &cfg, &state, &tree);
+    assert_eq!(rc, 0, "{said}");
+    assert_eq!(drain_reason(&c), None, "{said}");
+    std::fs::write(state.join("quarantine.json"), "{not json").unwrap();
+    for _ in 0..2 {
+        let (rc, said) = health_slurm_on(&c, &cfg, &state, &tree);
+        assert_eq!(rc, 1, "{said}");
+        let reason = drain_reason(&c).unwrap_or_else(|| panic!("not drained: {said}"));
+        assert!(
+            reason.starts_with("rocewatch: quarantine"),
+            "{reason}\n{said}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(state.join("quarantine.json")).unwrap(),
+        "{not json"
+    );
 }

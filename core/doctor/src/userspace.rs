@@ -517,7 +517,7 @@ pub fn rdma_core_version(rootfs: &Path) -> Option<Result<(String, PathBuf), Stri
             let soname = dir.join("libibverbs.so.1");
             let usable = resolve_file(rootfs, &e.path()).and_then(|_| {
                 match std::fs::symlink_metadata(&soname) {
-                    // Absent: the loader finds the versioned file through its cache.
+                    // Absent: ldconfig makes it from the versioned file's SONAME.
                     Err(_) => Ok(()),
                     Ok(_) => resolve_file(rootfs, &soname).map(drop),
                 }

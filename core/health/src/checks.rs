@@ -63,9 +63,11 @@ pub fn admin_up(root: &Path, netdev: &str) -> Result<bool, String> {
         })
 }
 
-/// The ports to check: those `[health] ports` names, else every InfiniBand port and
-/// every port whose netdev is administratively up. A port named but absent, or whose
-/// netdev's flags cannot be read, is a finding of its own.
+/// The ports to check: those `[health] ports` names, else every port but those
+/// `ignore_ports` names and RoCE ports whose netdev an operator took down: every
+/// InfiniBand port, every RoCE port whose netdev is administratively up, and every RoCE
+/// port without a netdev (gone with its driver's Ethernet side: [`ports`] says so). A
+/// port named but absent is a finding of its own.
 pub fn scope<'a>(h: &Host<'a>) -> (Vec<Checked<'a>>, Vec<Finding>) {
     let mut out = Vec::new();
     let mut findings = Vec::new();
@@ -95,6 +97,15 @@ pub fn scope<'a>(h: &Host<'a>) -> (Vec<Checked<'a>>, Vec<Finding>) {
     for dev in &h.inv.devices {
         for port in &dev.ports {
             let c = Checked { dev, port };
+            let name = format!("{}/{}", dev.name, port.port);
+            if h.cfg.ignore_ports.contains(&name) {
+                findings.push(c.finding(
+                    "ports",
+                    Status::Skipped,
+                    "unused on purpose ([health] ignore_ports): not checked".into(),
+                ));
+                continue;
+            }
             match (&port.netdev, c.ethernet()) {
                 (Some(nd), true) => match admin_up(&h.root, nd) {
                     Ok(true) => out.push(c),
@@ -107,11 +118,7 @@ pub fn scope<'a>(h: &Host<'a>) -> (Vec<Checked<'a>>, Vec<Finding>) {
                     // path cannot hold): the port is checked anyway, its state decides.
                     Err(_) => out.push(c),
                 },
-                (None, true) => findings.push(c.finding(
-                    "ports",
-                    Status::Skipped,
-                    "an Ethernet port without a netdev: not checked".into(),
-                )),
+                // No netdev: checked, and [`ports`] holds it against the host.
                 _ => out.push(c),
             }
         }
@@ -154,7 +161,7 @@ pub fn ports(h: &Host, checked: &[Checked]) -> Vec<Finding> {
         return vec![Finding::host(
             "ports",
             Status::Unhealthy,
-            "no RDMA port to check: every RoCE netdev is administratively down",
+            "no RDMA port to check: every port ignored or its netdev administratively down",
         )];
     }
     checked
@@ -168,6 +175,19 @@ pub fn ports(h: &Host, checked: &[Checked]) -> Vec<Finding> {
                 (Some(nd), true) => format!(", {nd} is up"),
                 _ => String::new(),
             };
+            if c.ethernet() && c.port.netdev.is_none() {
+                // The GIDs a RoCE port is addressed by come from its netdev: without one
+                // nothing reaches it, ACTIVE or not.
+                return c.finding(
+                    "ports",
+                    Status::Unhealthy,
+                    format!(
+                        "port {} ({}), no netdev: RoCE needs it (its Ethernet side unbound or failed)",
+                        short(state),
+                        short(phys)
+                    ),
+                );
+            }
             if c.port.state.is_none() || c.port.phys_state.is_none() {
                 return c.finding(
                     "ports",

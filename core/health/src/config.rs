@@ -1,5 +1,6 @@
 //! `[health]`: what "expected" means for `rocewatch health`. Every key is optional: with
-//! none, every RDMA port whose netdev is up must be ACTIVE/LinkUp at the rate of its
+//! none, every InfiniBand port and every RoCE port whose netdev is up (or gone: a RoCE
+//! port carries nothing without one) must be ACTIVE/LinkUp at the rate of its
 //! siblings (ports of the same HCA model), PCIe at its maximum, a RoCE v2 GID for each
 //! address, one MTU across the RoCE netdevs, no failing kernel-log messages in the last
 //! 15 minutes and no QP in the error state.
@@ -100,6 +101,10 @@ pub struct HealthConfig {
     /// every port whose netdev is administratively up, and every InfiniBand port.
     #[serde(default)]
     pub ports: Vec<String>,
+    /// Ports left unused on purpose (`mlx5_1/1`): not checked, reported skipped. Without
+    /// it every InfiniBand port counts, and every RoCE port whose netdev is up or gone.
+    #[serde(default)]
+    pub ignore_ports: Vec<String>,
     /// The lowest rate a checked port may run at, Gb/s; default: the highest rate among
     /// the ports of the same HCA model.
     #[serde(default)]
@@ -147,6 +152,7 @@ impl Default for HealthConfig {
             checks: None,
             min_devices: default_min_devices(),
             ports: Vec::new(),
+            ignore_ports: Vec::new(),
             min_rate_gbps: None,
             min_mtu: None,
             driver_version: None,
@@ -202,6 +208,12 @@ impl HealthConfig {
                 return err("release_after", why);
             }
         }
+        if self.checks.as_ref().is_some_and(Vec::is_empty) {
+            return err(
+                "checks",
+                "an empty list runs no check, so every host would pass: leave the key out to run every check, or name the ones that count".into(),
+            );
+        }
         if let Some(r) = self.min_rate_gbps {
             if !(r.is_finite() && r > 0.0) {
                 return err("min_rate_gbps", format!("{r} is not a rate in Gb/s"));
@@ -212,6 +224,20 @@ impl HealthConfig {
                 return err(
                     "ports",
                     format!("{p:?} is not DEVICE/PORT (for example mlx5_0/1)"),
+                );
+            }
+        }
+        for p in &self.ignore_ports {
+            if parse_port(p).is_none() {
+                return err(
+                    "ignore_ports",
+                    format!("{p:?} is not DEVICE/PORT (for example mlx5_1/1)"),
+                );
+            }
+            if self.ports.contains(p) {
+                return err(
+                    "ignore_ports",
+                    format!("{p} is also in ports, which must be up"),
                 );
             }
         }
@@ -269,6 +295,19 @@ mod tests {
         assert!(e.starts_with("health.min_rate_gbps"), "{e}");
         let e = parse("agent = \"127.0.0.1:9464\"").unwrap_err();
         assert!(e.starts_with("health.agent"), "{e}");
+        let e = parse("checks = []").unwrap_err();
+        assert!(e.starts_with("health.checks: "), "{e}");
+        let e = parse("min_rate_gbps = inf").unwrap_err();
+        assert!(e.starts_with("health.min_rate_gbps"), "{e}");
+        let e = parse("min_rate_gbps = nan").unwrap_err();
+        assert!(e.starts_with("health.min_rate_gbps"), "{e}");
+        let e = parse("ignore_ports = [\"mlx5_1\"]").unwrap_err();
+        assert!(e.starts_with("health.ignore_ports"), "{e}");
+        let e = parse("ports = [\"mlx5_1/1\"]\nignore_ports = [\"mlx5_1/1\"]").unwrap_err();
+        assert!(
+            e.starts_with("health.ignore_ports: mlx5_1/1 is also in ports"),
+            "{e}"
+        );
         let c = parse("checks = [\"ports\", \"kernel-log\"]").unwrap();
         assert!(c.runs(CheckName::KernelLog) && !c.runs(CheckName::Pcie));
     }

@@ -472,3 +472,79 @@ fn a_provider_or_libibverbs_that_is_a_dangling_link_is_missing() {
         "{w}"
     );
 }
+
+/// The second port's netdev gone (its driver's Ethernet side unbound or failed): its GID
+/// table empty, no netdev under its PCI function or in class/net, the port DOWN.
+fn without_the_second_netdev() -> tempfile::TempDir {
+    let t = copy_of("mlx5-roce-dual-port");
+    let sys = t.path().join("sys");
+    let gids = sys.join("class/infiniband/mlx5_1/ports/1/gids");
+    for e in std::fs::read_dir(&gids).unwrap() {
+        std::fs::write(
+            e.unwrap().path(),
+            "0000:0000:0000:0000:0000:0000:0000:0000\n",
+        )
+        .unwrap();
+    }
+    std::fs::remove_dir_all(sys.join("devices/pci0000:00/0000:3b:00.1/net/ens1f1np1")).unwrap();
+    std::fs::remove_file(sys.join("class/net/ens1f1np1")).unwrap();
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/state",
+        "1: DOWN\n",
+    );
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/phys_state",
+        "3: Disabled\n",
+    );
+    t
+}
+
+/// A RoCE port whose netdev is gone is not "an Ethernet port without a netdev: not
+/// checked": it carries no RoCE traffic, so the host is unhealthy, DOWN or not. A port
+/// left unused on purpose is said so in `[health] ignore_ports`.
+#[test]
+fn a_roce_port_that_lost_its_netdev_is_unhealthy_unless_ignored() {
+    let t = without_the_second_netdev();
+    let sys = t.path().join("sys");
+    let r = health(&sys, &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert!(
+        r.line
+            .starts_with("mlx5_1/1: port DOWN (Disabled), no netdev"),
+        "{}",
+        r.line
+    );
+    // ACTIVE without a netdev still carries nothing.
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/state",
+        "4: ACTIVE\n",
+    );
+    write(
+        t.path(),
+        "class/infiniband/mlx5_1/ports/1/phys_state",
+        "5: LinkUp\n",
+    );
+    let r = health(&sys, &HealthConfig::default());
+    assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
+    assert!(
+        r.line.contains("mlx5_1/1") && r.line.contains("no netdev"),
+        "{}",
+        r.line
+    );
+    // Deliberately unused: skipped, saying why; the other port decides.
+    let cfg: HealthConfig = toml::from_str("ignore_ports = [\"mlx5_1/1\"]").unwrap();
+    cfg.validate().unwrap();
+    let r = health(&sys, &cfg);
+    assert_eq!(r.verdict, Verdict::Healthy, "{}", dump(&r));
+    assert!(
+        r.findings.iter().any(|f| f.status == Status::Skipped
+            && f.device.as_deref() == Some("mlx5_1")
+            && f.what.contains("ignore_ports")),
+        "{}",
+        dump(&r)
+    );
+    assert_eq!(r.line, "healthy: 1 RDMA port checked");
+}

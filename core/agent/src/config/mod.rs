@@ -162,6 +162,30 @@ fn env_overrides() -> config::Map<String, String> {
         .collect()
 }
 
+/// The first float that is NaN or infinite, with its key path (`health.min_rate_gbps`,
+/// `rules[0].threshold`): JSON has no such number, so on the way to the structs it became
+/// null, the key as if unset (`min_rate_gbps = nan` turned the rate check off).
+fn non_finite(v: &config::Value, path: String) -> Option<(String, f64)> {
+    match &v.kind {
+        config::ValueKind::Float(f) if !f.is_finite() => Some((path, *f)),
+        config::ValueKind::Table(t) => t.iter().find_map(|(k, v)| {
+            non_finite(
+                v,
+                if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                },
+            )
+        }),
+        config::ValueKind::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| non_finite(v, format!("{path}[{i}]"))),
+        _ => None,
+    }
+}
+
 /// Why a configuration is refused: the key path at fault and what is wrong with it.
 type Refusal = (String, String);
 
@@ -196,6 +220,13 @@ impl Config {
             file: name.clone(),
             message: e.to_string(),
         })?;
+        if let Some((path, f)) = non_finite(&raw.cache, String::new()) {
+            return Err(ConfigError::Invalid {
+                file: name,
+                path,
+                message: format!("{f} is not a number this key takes (a nan or inf would be read as the key left out)"),
+            });
+        }
         let value: serde_json::Value = raw.try_deserialize().map_err(|e| ConfigError::Parse {
             file: name.clone(),
             message: e.to_string(),
@@ -762,5 +793,27 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("/nonexistent/token"), "{e}");
+    }
+
+    /// A TOML `nan` or `inf` came through the `config` crate into JSON as null, the key
+    /// unset: `[health] min_rate_gbps = nan` held ports to their siblings' rate instead of
+    /// failing. Refused with the key, as is `checks = []` (no check: every host passes).
+    #[test]
+    fn a_float_that_is_not_a_number_and_no_health_check_are_refused_by_key() {
+        for v in ["nan", "inf", "-inf", "-1.0"] {
+            let e = parse(&format!("[health]\nmin_rate_gbps = {v}\n"))
+                .expect_err(v)
+                .to_string();
+            assert!(e.contains("health.min_rate_gbps"), "{v}: {e}");
+        }
+        let e = parse("[[rules]]\nname = \"x\"\nmetric = \"rdma.port.link_downed\"\ncondition = \"value\"\nop = \">\"\nthreshold = nan\n")
+            .expect_err("threshold = nan")
+            .to_string();
+        assert!(e.contains("rules[0].threshold"), "{e}");
+        let e = parse("[health]\nchecks = []\n")
+            .expect_err("checks = []")
+            .to_string();
+        assert!(e.contains("health.checks"), "{e}");
+        parse("[health]\nmin_rate_gbps = 400.0\nchecks = [\"ports\"]\n").unwrap();
     }
 }

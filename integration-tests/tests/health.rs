@@ -212,10 +212,14 @@ fn the_node_problem_detector_monitor_runs_health_within_its_contract() {
     let dir = tempfile::tempdir().unwrap();
     for (tree, want) in [("mlx5-roce-dual-port", 0), ("ib-hca", 1)] {
         let cfg = dir.path().join(format!("{tree}.toml"));
+        // The tree as the host's sysfs; the host's root (rootfs) is judged in the pod
+        // itself (the test below), not on a tree that has no file system with it.
         let toml = cm["data"]["rocewatch.toml"]
             .as_str()
             .unwrap()
             .replace("/host/sys", fixture(tree).to_str().unwrap());
+        assert!(toml.contains("rootfs = \"/host\"\n"), "{toml}");
+        let toml = toml.replace("rootfs = \"/host\"\n", "");
         std::fs::write(&cfg, toml).unwrap();
         let mut run: Vec<&str> = args.clone();
         run[config_at] = cfg.to_str().unwrap();
@@ -233,5 +237,322 @@ fn the_node_problem_detector_monitor_runs_health_within_its_contract() {
         );
         assert!(stdout(&o).trim_end().len() <= 80, "{tree}: {}", stdout(&o));
         assert!(took < timeout, "{tree}: {took:?}");
+    }
+}
+
+/// Single-quoted for sh (the paths here hold no quote).
+fn sh_quote(p: &std::path::Path) -> String {
+    let s = p.to_str().unwrap();
+    assert!(!s.contains('\''), "{s}");
+    format!("'{s}'")
+}
+
+/// The files the dynamic loader needs to start `bin` (`ldd`): the container image's C
+/// library, and nothing of rdma-core.
+fn loader_files(bin: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let o = std::process::Command::new("ldd").arg(bin).output().unwrap();
+    assert!(o.status.success(), "ldd: {}", stderr(&o));
+    stdout(&o)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let path = l.split("=> ").nth(1).unwrap_or(l);
+            let path = path.split(" (").next()?.trim();
+            path.starts_with('/').then(|| path.into())
+        })
+        .collect()
+}
+
+/// A character device node `path` of `major:minor`, mode 0666 as the kernel makes the
+/// RDMA ones.
+fn mknod(path: &std::path::Path, major: u32, minor: u32, mode: u32) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let r = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | mode,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "mknod {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    unsafe { libc::chmod(c.as_ptr(), mode) };
+}
+
+/// A healthy RDMA host's root built here: the mlx5 tree with its uverbs and rdma_cm class
+/// devices (`uverbs_main.c`, `ucma.c`) as its sysfs, rdma-core 44.0's libibverbs and the
+/// mlx5 provider, the device files as udev makes them, `/dev/kmsg` (1:11, the kernel's
+/// own log), an empty state directory. Its `sys` is filled by the pod script.
+fn healthy_host(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let fix = dir.join("fixture-sys");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&fix)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for (n, dev, minor) in [(0, "mlx5_0", 192), (1, "mlx5_1", 193)] {
+        let d = fix.join(format!("class/infiniband_verbs/uverbs{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ibdev"), format!("{dev}\n")).unwrap();
+        std::fs::write(d.join("dev"), format!("231:{minor}\n")).unwrap();
+    }
+    std::fs::create_dir_all(fix.join("class/misc/rdma_cm")).unwrap();
+    std::fs::write(fix.join("class/misc/rdma_cm/dev"), "10:58\n").unwrap();
+    let host = dir.join("host");
+    let lib = host.join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(lib.join("libibverbs")).unwrap();
+    std::fs::write(lib.join("libibverbs.so.1.14.44.0"), "").unwrap();
+    std::fs::write(lib.join("libibverbs/libmlx5-rdmav34.so"), "").unwrap();
+    std::fs::create_dir_all(host.join("etc/libibverbs.d")).unwrap();
+    std::fs::write(host.join("etc/libibverbs.d/mlx5.driver"), "driver mlx5\n").unwrap();
+    mknod(&host.join("dev/infiniband/uverbs0"), 231, 192, 0o666);
+    mknod(&host.join("dev/infiniband/uverbs1"), 231, 193, 0o666);
+    mknod(&host.join("dev/infiniband/rdma_cm"), 10, 58, 0o666);
+    mknod(&host.join("dev/kmsg"), 1, 11, 0o644);
+    std::fs::create_dir_all(host.join("var/lib/rocewatch")).unwrap();
+    std::fs::create_dir_all(host.join("sys")).unwrap();
+    (host, fix)
+}
+
+/// What the kubelet and the container runtime do for the DaemonSet's first container, as
+/// a script for a private mount namespace: each of its volumeMounts bound (recursively,
+/// parents first, read-only where it says) from the host built here (hostPath), the
+/// ConfigMap's files (configMap) or a directory the init container filled (emptyDir);
+/// then `command` run in the container's root with the container's environment.
+fn pod_script(
+    ds: &serde_yaml::Value,
+    cm: &serde_yaml::Value,
+    host: &std::path::Path,
+    fix: &std::path::Path,
+    dir: &std::path::Path,
+    command: &[&str],
+) -> String {
+    let pod = &ds["spec"]["template"]["spec"];
+    let ctr_spec = &pod["containers"][0];
+    let ctr = dir.join("container");
+    // The container's image: the C library rocewatch needs, no rdma-core.
+    for f in loader_files(&artifacts().rocewatch) {
+        let to = ctr.join(f.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&f, &to).unwrap();
+    }
+    // The init containers fill their emptyDir volumes: each copies rocewatch there.
+    let mut empty: std::collections::BTreeMap<String, std::path::PathBuf> = Default::default();
+    for init in pod["initContainers"].as_sequence().into_iter().flatten() {
+        let cmd: Vec<&str> = init["command"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert_eq!(cmd[0], "cp", "{cmd:?}: an init container this test knows");
+        for m in init["volumeMounts"].as_sequence().unwrap() {
+            let at = m["mountPath"].as_str().unwrap();
+            let rel = cmd[2].strip_prefix(at).unwrap().trim_start_matches('/');
+            let vol = dir.join("empty").join(m["name"].as_str().unwrap());
+            std::fs::create_dir_all(&vol).unwrap();
+            std::fs::copy(&artifacts().rocewatch, vol.join(rel)).unwrap();
+            empty.insert(m["name"].as_str().unwrap().into(), vol);
+        }
+    }
+    let cm_dir = dir.join("configmap");
+    std::fs::create_dir_all(&cm_dir).unwrap();
+    for (k, v) in cm["data"].as_mapping().unwrap() {
+        std::fs::write(cm_dir.join(k.as_str().unwrap()), v.as_str().unwrap()).unwrap();
+    }
+    let volumes = pod["volumes"].as_sequence().unwrap();
+    let mut mounts: Vec<&serde_yaml::Value> = ctr_spec["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .collect();
+    mounts.sort_by_key(|m| m["mountPath"].as_str().unwrap().matches('/').count());
+    let mut s = String::from("set -e\n");
+    // The host's /sys: a sysfs mount (so health takes it as live) showing the tree.
+    s += &format!("mount --bind /sys {}\n", sh_quote(&host.join("sys")));
+    for e in std::fs::read_dir(fix).unwrap() {
+        let name = e.unwrap().file_name();
+        s += &format!(
+            "mount --bind {} {}\n",
+            sh_quote(&fix.join(&name)),
+            sh_quote(&host.join("sys").join(&name))
+        );
+    }
+    for m in mounts {
+        let name = m["name"].as_str().unwrap();
+        let vol = volumes.iter().find(|v| v["name"] == name).unwrap();
+        let mut src = if let Some(p) = vol["hostPath"]["path"].as_str() {
+            host.join(p.trim_start_matches('/'))
+        } else if vol.get("configMap").is_some() {
+            cm_dir.clone()
+        } else if vol.get("emptyDir").is_some() {
+            empty[name].clone()
+        } else {
+            panic!("volume {name}: a kind this test does not know");
+        };
+        if let Some(sub) = m["subPath"].as_str() {
+            src = src.join(sub);
+        }
+        assert!(
+            src.exists(),
+            "volume {name}: {} is not on the host built here",
+            src.display()
+        );
+        let dst = ctr.join(m["mountPath"].as_str().unwrap().trim_start_matches('/'));
+        s += &if src.is_dir() {
+            format!("mkdir -p {}\n", sh_quote(&dst))
+        } else {
+            format!(
+                "mkdir -p {}; : > {}\n",
+                sh_quote(dst.parent().unwrap()),
+                sh_quote(&dst)
+            )
+        };
+        s += &format!("mount --rbind {} {}\n", sh_quote(&src), sh_quote(&dst));
+        if m["readOnly"].as_bool() == Some(true) {
+            s += &format!("mount -o remount,bind,ro {}\n", sh_quote(&dst));
+        }
+    }
+    let mut env = String::new();
+    for e in ctr_spec["env"].as_sequence().into_iter().flatten() {
+        let value = e["value"].as_str().unwrap_or("node-1");
+        env += &format!("{}='{value}' ", e["name"].as_str().unwrap());
+    }
+    let words: Vec<String> = command.iter().map(|w| format!("'{w}'")).collect();
+    s += &format!(
+        "exec env -i {env}\"$(command -v chroot)\" {} {}\n",
+        sh_quote(&ctr),
+        words.join(" ")
+    );
+    s
+}
+
+/// Whether this kernel answers RDMA netlink (ib_core loaded): where it does not, the
+/// `qps` check cannot tell on any host, and says so.
+fn rdma_netlink_here() -> bool {
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 20) };
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+    }
+    fd >= 0
+}
+
+/// node-problem-detector's pod, as deploy/kubernetes/node-problem-detector.yaml makes it,
+/// on a healthy host built here whose rdma-core and device files are the host's, not the
+/// container's: in a private mount namespace, a container root with only the C library,
+/// every volume of the DaemonSet mounted where it says, and the monitor's command run
+/// there with the ConfigMap's configuration. Health must judge the host: healthy, and
+/// its userspace check found rdma-core under the host's root.
+#[test]
+fn the_node_problem_detector_pod_judges_the_host_not_its_container() {
+    let tools = ["unshare", "chroot", "mount", "ldd"].map(|t| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if unsafe { libc::geteuid() } != 0 || tools.contains(&false) {
+        missing(
+            "root with unshare, chroot, mount and ldd (util-linux, coreutils)",
+            "run the suite as root (CI does) on a host with util-linux",
+        );
+        return;
+    }
+    let docs = yaml_docs("deploy/kubernetes/node-problem-detector.yaml");
+    let cm = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let monitor: serde_json::Value = serde_json::from_str(
+        cm["data"]["rocewatch-health-monitor.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let rule = &monitor["rules"][0];
+    let mut command = vec![rule["path"].as_str().unwrap()];
+    command.extend(
+        rule["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap()),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (host, fix) = healthy_host(dir.path());
+    let run = |extra: &[&str]| {
+        let cmd: Vec<&str> = command.iter().chain(extra).copied().collect();
+        let script = pod_script(ds, cm, &host, &fix, dir.path(), &cmd);
+        let o = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            stdout(&o),
+            stderr(&o),
+            script,
+        )
+    };
+    let (code, line, err, script) = run(&[]);
+    let (_, json, _, _) = run(&["--json"]);
+    let report: serde_json::Value = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("{e}: {json}\n(the line: {line}{err})\nthe pod:\n{script}"));
+    let findings = report["findings"].as_array().unwrap();
+    let say = format!("exit {code}: {line}{err}\nfindings: {findings:#?}\nthe pod:\n{script}");
+    // The userspace check read the host's root: rdma-core and the mlx5 provider there, the
+    // device files there; none of it is in the container.
+    let userspace: Vec<&serde_json::Value> = findings
+        .iter()
+        .filter(|f| f["check"] == "userspace")
+        .collect();
+    assert!(
+        userspace.iter().any(|f| f["status"] == "ok"
+            && f["what"]
+                .as_str()
+                .unwrap()
+                .contains("rdma-core 44.0 (/host/")),
+        "{say}"
+    );
+    for f in &userspace {
+        assert!(f["status"] == "ok", "{say}");
+    }
+    // The kernel log read is the host's device (the kernel's own log).
+    let klog = findings
+        .iter()
+        .find(|f| f["check"] == "kernel-log")
+        .unwrap();
+    assert!(
+        klog["what"]
+            .as_str()
+            .unwrap()
+            .contains("/dev/kmsg (/dev/kmsg records)"),
+        "{say}"
+    );
+    if rdma_netlink_here() {
+        assert_eq!(
+            (code, line.as_str()),
+            (0, "healthy: 2 RDMA ports checked\n"),
+            "{say}"
+        );
+    } else {
+        eprintln!(
+            "NOTE: this kernel has no RDMA netlink (ib_core not loaded): qps cannot tell on \
+             any host here; every other check must pass"
+        );
+        assert_eq!(code, 2, "{say}");
+        assert!(line.starts_with("cannot tell: qps: RDMA netlink"), "{say}");
+        for f in findings.iter().filter(|f| f["check"] != "qps") {
+            assert!(
+                matches!(f["status"].as_str(), Some("ok" | "skipped" | "warning")),
+                "{say}"
+            );
+        }
     }
 }

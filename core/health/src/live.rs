@@ -30,13 +30,20 @@ pub fn kernel_log(opts: &Options, cfg: &HealthConfig) -> Vec<Finding> {
 /// RDMA CM device. A missing provider or device file keeps jobs off the host; a missing
 /// RDMA CM device warns (only CM applications need it). The workload's locked-memory
 /// limit is the job's, set by the scheduler: `rocewatch doctor --pid` checks it.
+///
+/// `/` (the default `rootfs`) is taken to go only with this file system's own `/sys`: a
+/// sysfs elsewhere (a fixture tree, or the host's bound at `/host/sys` in a pod) with `/`
+/// would judge one system's devices by another's files (a pod's image has no rdma-core),
+/// so the check says skipped and asks for the root that goes with it.
 pub fn userspace(opts: &Options, cfg: &HealthConfig, inv: &Inventory) -> Vec<Finding> {
-    if !opts.live && cfg.rootfs == std::path::Path::new("/") {
+    let own_sys = opts.live
+        && std::fs::canonicalize(&opts.sysfs_root).is_ok_and(|p| p == std::path::Path::new("/sys"));
+    if cfg.rootfs == std::path::Path::new("/") && !own_sys {
         return vec![Finding::host(
             "userspace",
             Status::Skipped,
             format!(
-                "{} is not the live /sys: give [health] rootfs, the file system that goes with it",
+                "{} is not this file system's /sys: give [health] rootfs, the file system that goes with it (/host in a pod that mounts the host's / there)",
                 opts.sysfs_root.display()
             ),
         )];
@@ -302,6 +309,37 @@ fn judge_rules(url: &str, rules: &Rules, ignore: &[String]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host's sysfs bound into a pod (`/host/sys`, live) with `[health] rootfs` left
+    /// at `/`: `/` is the container's, not the host's; its rdma-core says nothing of the
+    /// host (node-problem-detector judged its own image so).
+    #[test]
+    fn a_host_sysfs_elsewhere_is_not_judged_with_this_root() {
+        let inv = Inventory {
+            devices: vec![rocewatch_plugin_api::Device {
+                name: "mlx5_0".into(),
+                ..Default::default()
+            }],
+        };
+        let opts = |sysfs: &str| Options {
+            sysfs_root: sysfs.into(),
+            live: true,
+            kernel_log: serde_json::json!({}),
+            devices: Default::default(),
+            state_dir: "/nonexistent".into(),
+        };
+        let f = userspace(&opts("/host/sys"), &HealthConfig::default(), &inv);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].status, Status::Skipped, "{f:?}");
+        assert!(f[0].what.contains("[health] rootfs"), "{f:?}");
+        // Given the root that goes with it, it is judged.
+        let cfg = HealthConfig {
+            rootfs: "/nonexistent/host".into(),
+            ..Default::default()
+        };
+        let f = userspace(&opts("/host/sys"), &cfg, &inv);
+        assert!(f.iter().any(|f| f.status == Status::Unhealthy), "{f:?}");
+    }
 
     #[test]
     fn firing_rules_are_unhealthy_unless_ignored_and_name_their_port() {

@@ -1,6 +1,8 @@
 //! The packages (`scripts/package.sh`), built from this build's binaries and installed on
 //! this machine with dpkg: the user and directories, the unit verified, `--version`, the
-//! manual page, bash completion, the plugin found where the package puts it; an upgrade
+//! manual page, bash completion, the plugin found where the package puts it; the packaged
+//! Slurm health check drains and resumes a real local Slurm's node in the packaged state
+//! directory (`rocewatch_slurm::harness`; SKIPPED without Slurm); an upgrade
 //! keeps a locally edited configuration and restarts a running agent; removal stops it;
 //! purge leaves nothing behind. The .rpm is inspected with rpm.
 //!
@@ -292,6 +294,9 @@ fn packages_install_upgrade_remove_and_purge_cleanly() {
     let said = String::from_utf8_lossy(&p.stdout);
     assert!(!said.contains("was not found"), "{said}");
 
+    // The packaged Slurm health check, as slurmd runs it, in the packaged state directory.
+    packaged_slurm_health_check();
+
     // Upgrade: a revision up, with a local edit and state; the agent (if it runs) is
     // restarted, the edit kept.
     std::fs::write(
@@ -377,6 +382,119 @@ fn packages_install_upgrade_remove_and_purge_cleanly() {
         .filter(|p| !p.ends_with('/') && Path::new(p).exists())
         .collect();
     assert!(left.is_empty(), "left after purge: {left:?}");
+}
+
+/// The installed `/usr/share/rocewatch/slurm/rocewatch-healthcheck.sh` run as slurmd runs
+/// its HealthCheckProgram (root, an environment of `SLURMD_NODENAME` alone, plus
+/// `SLURM_CONF` for the test's cluster) against a real local Slurm, with the installed
+/// configuration pointed at a fixture tree and the state directory the package made (the
+/// `rocewatch` user's, mode 0750): a port DOWN drains the node with rocewatch's reason
+/// (the quarantine and its audit stay that user's); fixed, the node is resumed; a
+/// quarantine file root cannot parse drains it and keeps it drained. The configuration
+/// is put back as installed after.
+fn packaged_slurm_health_check() {
+    use rocewatch_slurm::harness::{LocalCluster, Options};
+    use std::os::unix::fs::MetadataExt;
+    let _one = crate::slurm::ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let Some(c) = LocalCluster::start_or_skip(Options::default()) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let tree = t.path().join("sys");
+    ok(
+        "cp",
+        &sh(&format!(
+            "cp -a {} {}",
+            fixture("mlx5-roce-dual-port").display(),
+            tree.display()
+        )),
+    );
+    let conf_path = "/etc/rocewatch/rocewatch.toml";
+    let installed = std::fs::read_to_string(conf_path).unwrap();
+    let pointed = installed.replacen(
+        "[agent]\n",
+        &format!("[agent]\nsysfs_root = {:?}\n", tree.display().to_string()),
+        1,
+    );
+    assert_ne!(pointed, installed, "no [agent] table in {conf_path}");
+    std::fs::write(conf_path, pointed).unwrap();
+    let put_back = scopeguard(|| std::fs::write(conf_path, &installed).unwrap());
+    let port = |state: &str, phys: &str| {
+        let p = tree.join("class/infiniband/mlx5_1/ports/1");
+        std::fs::write(p.join("state"), state).unwrap();
+        std::fs::write(p.join("phys_state"), phys).unwrap();
+    };
+    let check = || {
+        let o = Command::new("env")
+            .arg("-i")
+            .arg(format!("SLURMD_NODENAME={}", c.node_name()))
+            .arg(format!("SLURM_CONF={}", c.conf().display()))
+            .arg("/usr/share/rocewatch/slurm/rocewatch-healthcheck.sh")
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.code().unwrap_or(-1), said)
+    };
+    let drained = || {
+        let n = c.scontrol().show_node(c.node_name()).unwrap();
+        n.state
+            .is_drain()
+            .then(|| n.reason.map(|r| r.text).unwrap_or_default())
+    };
+    let state = Path::new("/var/lib/rocewatch");
+    let quarantine = state.join("quarantine.json");
+
+    port("1: DOWN\n", "3: Disabled\n");
+    let (rc, said) = check();
+    assert_eq!(rc, 1, "{said}");
+    let reason = drained().unwrap_or_else(|| panic!("not drained: {said}\n{}", c.logs()));
+    assert!(
+        reason.starts_with("rocewatch: mlx5_1/1 ens1f1np1: port DOWN"),
+        "{reason}\n{said}"
+    );
+    let rocewatch_uid: u32 = ok("id", &sh("id -u rocewatch")).trim().parse().unwrap();
+    for f in [quarantine.clone(), state.join("audit.jsonl")] {
+        let md = std::fs::metadata(&f).unwrap_or_else(|e| panic!("{}: {e}: {said}", f.display()));
+        assert_eq!(
+            md.uid(),
+            rocewatch_uid,
+            "{} is not rocewatch's: {said}",
+            f.display()
+        );
+    }
+
+    port("4: ACTIVE\n", "5: LinkUp\n");
+    let (rc, said) = check();
+    assert_eq!(rc, 0, "{said}");
+    assert_eq!(drained(), None, "{said}\n{}", c.logs());
+    assert!(!quarantine.exists(), "{said}");
+
+    // A quarantine file root cannot parse: drained, and kept drained.
+    std::fs::write(&quarantine, "{").unwrap();
+    ok(
+        "chown",
+        &sh(&format!(
+            "chown rocewatch:rocewatch {}",
+            quarantine.display()
+        )),
+    );
+    for _ in 0..2 {
+        let (rc, said) = check();
+        assert_eq!(rc, 1, "{said}");
+        let reason = drained().unwrap_or_else(|| panic!("not drained: {said}\n{}", c.logs()));
+        assert!(
+            reason.starts_with("rocewatch: quarantine"),
+            "{reason}\n{said}"
+        );
+    }
+    std::fs::remove_file(&quarantine).unwrap();
+    drop(put_back);
 }
 
 /// Runs `f` when dropped: the purge that leaves the machine as it was when a check in

@@ -7,21 +7,26 @@ use super::userspace::{self as us, Roots, User, Workload};
 
 /// `systemctl show --property=NAME --value [UNIT]`.
 fn systemctl_show(property: &str, unit: Option<&str>) -> Result<String, String> {
-    let mut c = std::process::Command::new("systemctl");
-    c.args(["show", &format!("--property={property}"), "--value"]);
+    systemctl_show_with("systemctl", property, unit, super::host::TOOL_TIMEOUT)
+}
+
+/// `program show ...` within `timeout`, through the doctor's bounded runner (a process
+/// group killed at the bound).
+fn systemctl_show_with(
+    program: &str,
+    property: &str,
+    unit: Option<&str>,
+    timeout: std::time::Duration,
+) -> Result<String, String> {
+    let property = format!("--property={property}");
+    let mut args = vec!["show", property.as_str(), "--value"];
     if let Some(u) = unit {
-        c.arg("--").arg(u);
+        args.extend(["--", u]);
     }
-    let o = c
-        .output()
-        .map_err(|e| format!("systemctl: {e} (not a systemd host)"))?;
-    if !o.status.success() {
-        return Err(format!(
-            "systemctl show: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ));
+    match super::host::run_tool_within(program, &args, timeout) {
+        None => Err(format!("{program}: not found (not a systemd host)")),
+        Some(r) => r.map(|out| out.trim().to_string()),
     }
-    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
 }
 
 pub(super) fn checks(h: &Host) -> Vec<Check> {
@@ -77,4 +82,53 @@ pub(super) fn checks(h: &Host) -> Vec<Check> {
     out.extend(us::device_file_checks(&r, &h.inv, &w.user));
     out.extend(us::memlock_checks(&r, &w));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `systemctl` whose bus does not answer (here a wrapper whose child hangs) is
+    /// killed at the bound with its child; the check is skipped saying so.
+    #[test]
+    fn a_hanging_systemctl_is_killed_at_the_bound() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("child.pid");
+        let tool = dir.path().join("systemctl");
+        std::fs::write(
+            &tool,
+            format!(
+                "#!/bin/sh\nsh -c 'echo $$ > {}; exec sleep 20'\necho 0\n",
+                pidfile.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let started = std::time::Instant::now();
+        let r = systemctl_show_with(
+            tool.to_str().unwrap(),
+            "MainPID",
+            Some("trainer.service"),
+            std::time::Duration::from_secs(1),
+        );
+        let took = started.elapsed();
+        let e = r.unwrap_err();
+        assert!(took < std::time::Duration::from_secs(3), "{took:?}: {e}");
+        assert!(e.contains("MainPID") && e.contains("killed"), "{e}");
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        assert!(
+            super::super::host::gone(pid.trim()),
+            "systemctl's child {} lives on",
+            pid.trim()
+        );
+        let e = systemctl_show_with(
+            "/nonexistent/systemctl",
+            "MainPID",
+            None,
+            super::super::host::TOOL_TIMEOUT,
+        )
+        .unwrap_err();
+        assert!(e.contains("not a systemd host"), "{e}");
+    }
 }

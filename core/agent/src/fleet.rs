@@ -86,16 +86,22 @@ pub fn device_addrs(inv: &Inventory, device: Option<&str>) -> BTreeSet<IpAddr> {
 
 /// `lldpcli -f json0 show neighbors details`, run within [`LLDPCLI_TIMEOUT`].
 pub fn lldp_neighbours(lldpcli: &Path) -> Result<Vec<Neighbour>, String> {
-    use rocewatch_slurm::scontrol::{run_bounded, RunError};
+    lldp_neighbours_within(lldpcli, LLDPCLI_TIMEOUT)
+}
+
+/// The same within `timeout`, as a process group killed at the bound with whatever it
+/// started (a wrapper's child included: [`rocewatch_slurm::bounded`]).
+fn lldp_neighbours_within(lldpcli: &Path, timeout: Duration) -> Result<Vec<Neighbour>, String> {
+    use rocewatch_slurm::bounded::{run_bounded, RunError};
     let mut cmd = std::process::Command::new(lldpcli);
     cmd.args(["-f", "json0", "show", "neighbors", "details"]);
     let what = format!("{} -f json0 show neighbors details", lldpcli.display());
-    let out = run_bounded(cmd, LLDPCLI_TIMEOUT).map_err(|e| match e {
+    let out = run_bounded(cmd, timeout).map_err(|e| match e {
         RunError::Spawn(e) => {
             format!("{what}: cannot run: {e} (is lldpd installed? Debian: apt install lldpd)")
         }
         RunError::Timeout { stderr } => {
-            format!("{what}: still running after {LLDPCLI_TIMEOUT:?}; killed ({stderr})")
+            format!("{what}: still running after {timeout:?}; killed ({stderr})")
         }
     })?;
     if !out.status.success() {
@@ -354,5 +360,48 @@ pub async fn run(
             _ = tokio::time::sleep(pause) => {}
             _ = stop.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An lldpcli that is a wrapper whose child hangs (an lldpd that does not answer) is
+    /// killed at the bound with its child; the fleet keeps its last map.
+    #[test]
+    fn a_hanging_lldpcli_wrapper_is_killed_with_its_child_at_the_bound() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("child.pid");
+        let tool = dir.path().join("lldpcli");
+        std::fs::write(
+            &tool,
+            format!(
+                "#!/bin/sh\nsh -c 'echo $$ > {}; exec sleep 20'\necho '{{}}'\n",
+                pidfile.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let started = Instant::now();
+        let e = lldp_neighbours_within(&tool, Duration::from_secs(1)).unwrap_err();
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "{took:?}: {e}");
+        assert!(e.contains("killed"), "{e}");
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let until = Instant::now() + Duration::from_secs(2);
+        let dead = loop {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+            let dead = stat.as_deref().map_or(true, |l| {
+                l.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with(['Z', 'X']))
+            });
+            if dead || Instant::now() >= until {
+                break dead;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(dead, "lldpcli's child {} lives on", pid.trim());
     }
 }

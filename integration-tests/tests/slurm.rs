@@ -375,7 +375,8 @@ fn health_slurm_drains_and_resumes_in_a_state_directory_the_agents_user_owns() {
 
 /// Fail closed: a port whose state turns unreadable ("cannot tell") does not end the
 /// quarantine health set for it (nothing was seen healthy); a quarantine file that
-/// cannot be read keeps the node drained, and drains a node that was not.
+/// cannot be read keeps the node drained, and drains a node that was not; a quarantine
+/// that cannot be entered does not keep an unhealthy node from being drained.
 #[test]
 fn health_slurm_keeps_the_drain_when_it_cannot_tell_or_cannot_read_the_quarantine() {
     let dir = tempfile::tempdir().unwrap();
@@ -418,5 +419,25 @@ fn health_slurm_keeps_the_drain_when_it_cannot_tell_or_cannot_read_the_quarantin
     assert_eq!(
         std::fs::read_to_string(state.join("quarantine.json")).unwrap(),
         "{not json"
+    );
+
+    // The quarantine cannot be entered (its audit log's directory is gone): said, and
+    // the node drained all the same.
+    std::fs::remove_file(state.join("quarantine.json")).unwrap();
+    let (rc, said) = health_slurm_on(&c, &cfg, &state, &tree);
+    assert_eq!(rc, 0, "{said}");
+    assert_eq!(drain_reason(&c), None, "{said}");
+    let no_audit = dir.path().join("no-audit.toml");
+    let gone = dir.path().join("gone/audit.jsonl");
+    std::fs::write(&no_audit, format!("[remediation]\naudit_log = {gone:?}\n")).unwrap();
+    port(&tree, "1: DOWN\n", "3: Disabled\n");
+    let (rc, said) = health_slurm_on(&c, &no_audit, &state, &tree);
+    assert_eq!(rc, 1, "{said}");
+    assert!(said.contains("not in quarantine"), "{said}");
+    assert!(!state.join("quarantine.json").exists(), "{said}");
+    let reason = drain_reason(&c).unwrap_or_else(|| panic!("not drained: {said}"));
+    assert!(
+        reason.starts_with("rocewatch: mlx5_1/1 ens1f1np1: port DOWN"),
+        "{reason}\n{said}"
     );
 }

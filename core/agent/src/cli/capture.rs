@@ -67,11 +67,16 @@ fn resolve(inv: &Inventory, root: &Path, target: Option<&str>) -> Result<(String
 /// The RDMA sniffer interface libpcap offers for `device` (mlx5: `tcpdump -D` lists
 /// `mlx5_0`), when it does.
 fn sniffer(device: &str) -> Option<String> {
-    let out = std::process::Command::new("tcpdump")
-        .arg("-D")
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+    sniffer_with(Path::new("tcpdump"), device, Duration::from_secs(10))
+}
+
+/// `tcpdump -D` within `timeout`, as a process group killed at the bound; none when it
+/// cannot run, fails or hangs (then there is no sniffer to offer).
+fn sniffer_with(tcpdump: &Path, device: &str, timeout: Duration) -> Option<String> {
+    let mut cmd = std::process::Command::new(tcpdump);
+    cmd.arg("-D");
+    let out = rocewatch_slurm::bounded::run_bounded(cmd, timeout).ok()?;
+    out.stdout.lines().find_map(|l| {
         let name = l.split_once('.')?.1.split_whitespace().next()?;
         (name == device).then(|| name.to_string())
     })
@@ -286,5 +291,48 @@ fn restore_offload(guard: Option<&mut OffloadGuard>) {
     // SAFETY: setting a signal disposition.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `tcpdump -D` that hangs (a wedged driver as libpcap lists the devices; here a
+    /// wrapper whose child hangs) is given up at the bound, its child killed with it.
+    #[test]
+    fn a_hanging_tcpdump_listing_is_given_up_at_the_bound() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("child.pid");
+        let tool = dir.path().join("tcpdump");
+        std::fs::write(
+            &tool,
+            format!(
+                "#!/bin/sh\nsh -c 'echo $$ > {}; exec sleep 20'\necho '1.mlx5_0 (RDMA sniffer)'\n",
+                pidfile.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let started = std::time::Instant::now();
+        let got = sniffer_with(&tool, "mlx5_0", Duration::from_secs(1));
+        let took = started.elapsed();
+        assert_eq!(got, None);
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(2);
+        let dead = loop {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+            let dead = stat.as_deref().map_or(true, |l| {
+                l.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with(['Z', 'X']))
+            });
+            if dead || std::time::Instant::now() >= until {
+                break dead;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(dead, "tcpdump's child {} lives on", pid.trim());
     }
 }

@@ -460,3 +460,79 @@ fn judge_refuses_results_of_hosts_outside_the_list() {
         stderr(&o)
     );
 }
+
+/// The control port under 40 idle connections (more than it keeps open at once, none of
+/// which says hello): the real partner's hello is still answered with this host's rails
+/// and its done ends the step, not an EOF that fails the step and blames this host.
+#[test]
+fn idle_connections_do_not_keep_the_partner_off_the_control_port() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpStream;
+    let root = fixture("mlx5-roce-dual-port");
+    let _built = artifacts();
+    // This host is the later of the two: it serves the first phase, driven by the test.
+    let mut child = std::process::Command::new(&artifacts().rocewatch);
+    child.args([
+        "preflight",
+        "--host-list",
+        "pf-a.invalid,pf-b.invalid",
+        "--this-host",
+        "pf-b.invalid",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--control-port",
+        "28625",
+        "--tcp-port",
+        "28680",
+        "--patience",
+        "5s",
+        "--duration",
+        "1s",
+        "--probes",
+        "1",
+    ]);
+    let mut host = Spawned::start("rocewatch preflight", &mut child, None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut idle = Vec::new();
+    while idle.is_empty() {
+        match TcpStream::connect("127.0.0.1:28625") {
+            Ok(s) => idle.push(s),
+            Err(_) if std::time::Instant::now() < deadline => {
+                assert!(host.alive(), "preflight exited: {}", host.log());
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => panic!("the control port never opened: {e}\n{}", host.log()),
+        }
+    }
+    while idle.len() < 40 {
+        idle.push(TcpStream::connect("127.0.0.1:28625").unwrap());
+    }
+    // Accepted, each holding what it holds.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let step = r#"{"from":"pf-a.invalid","round":0,"phase":"forward"}"#;
+    let mut partner = TcpStream::connect("127.0.0.1:28625").unwrap();
+    partner
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    partner
+        .write_all(format!("{{\"hello\":{step}}}\n").as_bytes())
+        .unwrap();
+    let mut reply = String::new();
+    let got = BufReader::new(partner.try_clone().unwrap()).read_line(&mut reply);
+    assert!(
+        reply.starts_with("{\"rails\":{\"host\":\"pf-b.invalid\""),
+        "the partner's hello got {got:?} {reply:?}\n{}",
+        host.log()
+    );
+    partner
+        .write_all(format!("{{\"done\":{step}}}\n").as_bytes())
+        .unwrap();
+    drop(idle);
+    // The second phase drives into pf-a.invalid, which no one can reach: the host gives
+    // that step up after its patience and exits 1 (its test failed).
+    let status = host.wait_exit(std::time::Duration::from_secs(60));
+    let log = host.log();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{log}");
+    assert!(!log.contains("ended early"), "{log}");
+    assert!(!log.contains("never came to test this host"), "{log}");
+}

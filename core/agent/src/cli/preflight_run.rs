@@ -5,7 +5,11 @@
 //! `rocewatch_preflight::control` on `control_port`: a driving step connects to the
 //! partner's control port, waits until the partner has reached the same step, learns
 //! the partner's rail addresses, runs an RDMA WRITE bandwidth test and a few probes per
-//! rail (the rails at once), then says it is done; a serving step waits for that.
+//! rail (the rails at once), then says it is done; a serving step waits for that. The
+//! control port's two ends (the listener, its cap on connections, the driver's hello and
+//! when it is said again) are in `control`.
+
+mod control;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,12 +17,13 @@ use std::time::Duration;
 
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, ProbeOutcome, ProbeTarget};
 use rocewatch_preflight as pf;
-use rocewatch_preflight::control::{admit, Message, StepId, MAX_LINE};
+use rocewatch_preflight::control::{Message, StepId};
 use rocewatch_runtime::host::registry::Entry;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{watch, Notify};
+
+use self::control::Shared;
 
 /// How a sweep measures.
 #[derive(Debug, Clone)]
@@ -46,27 +51,8 @@ pub struct Sweep {
     pub out: Option<std::path::PathBuf>,
 }
 
-/// What the listener and the serving steps share.
-struct Shared {
-    schedule: pf::Schedule,
-    me: usize,
-    rails: pf::HostRails,
-    /// The serving step this host has reached (a hello for it is answered).
-    current: watch::Sender<Option<StepId>>,
-    /// How each driver's step ended: `Ok` on its done, `Err` why not.
-    ended: Mutex<HashMap<StepId, Result<(), String>>>,
-    notify: Notify,
-    patience: Duration,
-    step_limit: Duration,
-}
-
 /// How the verbs responder refuses a test while another one runs (`bwserve.rs`).
 const RESPONDER_BUSY: &str = "another bandwidth test is running on the responder";
-
-/// Control connections open at once, at most.
-const MAX_CONNECTIONS: usize = 32;
-/// How long a connection may take to say hello.
-const HELLO_WITHIN: Duration = Duration::from_secs(10);
 
 /// The runner of `rocewatch_preflight::run_host` for this host.
 pub struct VerbsRunner {
@@ -87,14 +73,6 @@ impl VerbsRunner {
         settings: Settings,
     ) -> std::io::Result<VerbsRunner> {
         let me = schedule.index(&rails.host).map_err(std::io::Error::other)?;
-        // [::] takes IPv4 too unless net.ipv6.bindv6only is set; then 0.0.0.0 binds as
-        // well (otherwise it says the port is taken, by [::] itself).
-        let v6 = tokio::net::TcpListener::bind(("::", settings.control_port)).await;
-        let v4 = tokio::net::TcpListener::bind(("0.0.0.0", settings.control_port)).await;
-        let listeners: Vec<tokio::net::TcpListener> = match (v6, v4) {
-            (Err(e), Err(_)) => return Err(e),
-            (v6, v4) => v6.into_iter().chain(v4).collect(),
-        };
         let step_limit = settings.duration
             + Duration::from_secs(u64::from(settings.probes) + 10)
             + settings.patience;
@@ -108,36 +86,7 @@ impl VerbsRunner {
             patience: settings.patience,
             step_limit,
         });
-        // A host has one partner a step: a few connections are all it needs.
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-        for listener in listeners {
-            let (sh, slots) = (shared.clone(), slots.clone());
-            tokio::spawn(async move {
-                loop {
-                    let sock = match listener.accept().await {
-                        Ok((sock, _)) => sock,
-                        Err(e) => {
-                            // Out of descriptors, say: never a busy loop.
-                            tracing::debug!("preflight control port: accept: {e}");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    };
-                    // Past the cap the connection is closed at once.
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        continue;
-                    };
-                    let sh = sh.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = answer(sock, &sh).await {
-                            let e: String = e.chars().take(300).collect();
-                            tracing::warn!("preflight control connection: {e}");
-                        }
-                        drop(slot);
-                    });
-                }
-            });
-        }
+        control::listen(shared.clone(), settings.control_port).await?;
         Ok(VerbsRunner {
             shared,
             settings,
@@ -199,7 +148,10 @@ impl VerbsRunner {
             round: step.round,
             phase: step.phase,
         };
-        let (_reader, mut writer, theirs) = match self.hello(&step.peer, &id).await {
+        let sh = &self.shared;
+        let port = self.settings.control_port;
+        let hello = control::hello(&step.peer, port, &id, sh.patience, sh.step_limit);
+        let (_reader, mut writer, theirs) = match hello.await {
             Ok(x) => x,
             Err(why) => return failed(why),
         };
@@ -232,48 +184,6 @@ impl VerbsRunner {
         }
         out
     }
-
-    /// Connects to `peer`'s control port (retrying within the patience), says hello and
-    /// waits for its rails.
-    async fn hello(
-        &self,
-        peer: &str,
-        id: &StepId,
-    ) -> Result<
-        (
-            BufReader<tokio::net::tcp::OwnedReadHalf>,
-            tokio::net::tcp::OwnedWriteHalf,
-            pf::HostRails,
-        ),
-        String,
-    > {
-        let port = self.settings.control_port;
-        let patience = self.shared.patience;
-        let deadline = tokio::time::Instant::now() + patience;
-        let sock = loop {
-            match TcpStream::connect((peer, port)).await {
-                Ok(s) => break s,
-                Err(e) if tokio::time::Instant::now() >= deadline => {
-                    return Err(format!(
-                    "cannot reach {peer}'s preflight on TCP port {port} within {patience:?}: {e}"
-                ))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
-        };
-        let (r, mut w) = sock.into_split();
-        let mut r = BufReader::new(r);
-        w.write_all(Message::Hello(id.clone()).encode().as_bytes())
-            .await
-            .map_err(|e| format!("{peer}'s preflight: {e}"))?;
-        // The partner answers when it reaches this step: an earlier round may hold it.
-        match read_message(&mut r, self.shared.step_limit * 2).await {
-            Ok(Message::Rails(h)) => Ok((r, w, h)),
-            Ok(Message::Refused(why)) => Err(format!("{peer} refused the test: {why}")),
-            Ok(other) => Err(format!("{peer} answered {other:?}, not its rails")),
-            Err(e) => Err(format!("{peer}'s preflight did not answer: {e}")),
-        }
-    }
 }
 
 impl pf::PairRunner for VerbsRunner {
@@ -286,68 +196,6 @@ impl pf::PairRunner for VerbsRunner {
             pf::Role::Drive => self.drive(step).await,
         }
     }
-}
-
-/// Reads one message, at most `MAX_LINE` bytes, within `limit`.
-async fn read_message<R: AsyncRead + Unpin>(
-    r: &mut BufReader<R>,
-    limit: Duration,
-) -> Result<Message, String> {
-    let mut buf = Vec::new();
-    let read = async {
-        let mut bounded = (&mut *r).take(MAX_LINE as u64 + 1);
-        bounded.read_until(b'\n', &mut buf).await
-    };
-    match tokio::time::timeout(limit, read).await {
-        Err(_) => Err(format!("nothing within {limit:?}")),
-        Ok(Err(e)) => Err(e.to_string()),
-        Ok(Ok(0)) => Err("the connection closed".into()),
-        Ok(Ok(_)) => {
-            let line = String::from_utf8_lossy(&buf);
-            Message::decode(&line).map_err(|e| e.to_string())
-        }
-    }
-}
-
-/// One control connection: a driver's hello, answered when this host reaches the step,
-/// then its done.
-async fn answer(sock: TcpStream, sh: &Shared) -> Result<(), String> {
-    let (r, mut w) = sock.into_split();
-    let mut r = BufReader::new(r);
-    // A driver says hello as soon as it connects.
-    let id = match read_message(&mut r, HELLO_WITHIN).await? {
-        Message::Hello(id) => id,
-        other => return Err(format!("expected a hello, got {other:?}")),
-    };
-    if let Err(why) = admit(&sh.schedule, sh.me, &id) {
-        let _ = w
-            .write_all(Message::Refused(why.clone()).encode().as_bytes())
-            .await;
-        return Err(format!("refused a hello: {why}"));
-    }
-    let mut current = sh.current.subscribe();
-    let reached = current.wait_for(|c| c.as_ref() == Some(&id));
-    if tokio::time::timeout(sh.patience + sh.step_limit * 2, reached)
-        .await
-        .is_err()
-    {
-        return Err(format!(
-            "{} asked for round {} {:?}, which this host did not reach in time",
-            id.from, id.round, id.phase
-        ));
-    }
-    let reply = Message::Rails(sh.rails.clone()).encode();
-    let ended = match w.write_all(reply.as_bytes()).await {
-        Err(e) => Err(format!("answering {}: {e}", id.from)),
-        Ok(()) => match read_message(&mut r, sh.step_limit).await {
-            Ok(Message::Done(d)) if d == id => Ok(()),
-            Ok(other) => Err(format!("expected done, got {other:?}")),
-            Err(e) => Err(e),
-        },
-    };
-    sh.ended.lock().expect("not poisoned").insert(id, ended);
-    sh.notify.notify_waiters();
-    Ok(())
 }
 
 /// `test`, asked again every second within `patience` while the responder says it is

@@ -102,7 +102,7 @@ fn the_systemd_unit_verifies_and_is_hardened() {
         "User=rocewatch",
         "ProtectSystem=strict",
         "StateDirectory=rocewatch",
-        "CapabilityBoundingSet=CAP_NET_ADMIN",
+        "CapabilityBoundingSet=CAP_NET_ADMIN CAP_SYSLOG",
         "NoNewPrivileges=yes",
         "ProtectKernelTunables=yes",
     ] {
@@ -186,10 +186,6 @@ fn the_kubernetes_daemonset_and_the_collector_snippet_fit_together() {
         .find(|v| v["name"] == "sys")
         .unwrap();
     assert_eq!(vol["hostPath"]["path"].as_str(), Some("/sys"));
-    assert_eq!(
-        c["securityContext"]["capabilities"]["add"][0].as_str(),
-        Some("NET_ADMIN")
-    );
     assert_eq!(
         c["env"][0]["name"].as_str(),
         Some("ROCEWATCH_AGENT__HOST_NAME")
@@ -329,5 +325,323 @@ fn rules_and_dashboard_query_only_exported_metrics() {
     assert_eq!(
         names_in("last_over_time(rocewatch:fleet_flow_down[30s]) unless on (host) rdma_x"),
         ["rocewatch:fleet_flow_down", "rdma_x"]
+    );
+}
+
+/// What a feature needs of the systemd unit.
+#[derive(Debug, Clone, Copy)]
+enum UnitNeed {
+    /// A capability in both `CapabilityBoundingSet=` and `AmbientCapabilities=`.
+    Cap(&'static str),
+    /// A `DeviceAllow=` line (`DevicePolicy=closed` opens nothing else).
+    Device(&'static str),
+    /// An address family in `RestrictAddressFamilies=`.
+    Family(&'static str),
+    /// A key with this value.
+    Key(&'static str, &'static str),
+    /// A key that must not have this value.
+    Not(&'static str, &'static str),
+}
+
+/// What a feature needs of a pod (the agent's DaemonSet, node-problem-detector's).
+#[derive(Debug, Clone, Copy)]
+enum PodNeed {
+    HostNetwork,
+    HostPid,
+    /// A capability (a privileged container has them all).
+    Cap(&'static str),
+    /// A device the device cgroup lets it open: only a privileged container.
+    Device,
+    /// The host's path mounted at a path, writable or not.
+    Mount(&'static str, &'static str, bool),
+}
+
+/// A feature, whether the shipped configurations turn it on (a built-in plugin by its
+/// name, or the agent itself), and its needs: docs/OPERATIONS.md's table "What each
+/// feature needs", from the kernel's and systemd's rules cited there.
+struct Feature {
+    name: &'static str,
+    default_on: bool,
+    unit: &'static [UnitNeed],
+    pod: &'static [PodNeed],
+}
+
+const SYS: PodNeed = PodNeed::Mount("/sys", "/host/sys", false);
+const STATE: PodNeed = PodNeed::Mount("/var/lib/rocewatch", "/var/lib/rocewatch", true);
+
+const FEATURES: &[Feature] = &[
+    Feature {
+        name: "discovery-sysfs",
+        default_on: true,
+        unit: &[],
+        pod: &[SYS],
+    },
+    Feature {
+        name: "counters-sysfs",
+        default_on: true,
+        unit: &[UnitNeed::Family("AF_NETLINK")],
+        pod: &[SYS, PodNeed::HostNetwork],
+    },
+    Feature {
+        name: "counters-ethtool",
+        default_on: true,
+        unit: &[UnitNeed::Cap("CAP_NET_ADMIN"), UnitNeed::Family("AF_INET")],
+        pod: &[SYS, PodNeed::HostNetwork, PodNeed::Cap("NET_ADMIN")],
+    },
+    Feature {
+        name: "kernel-log",
+        default_on: true,
+        unit: &[
+            UnitNeed::Cap("CAP_SYSLOG"),
+            UnitNeed::Device("/dev/kmsg r"),
+            UnitNeed::Not("ProtectKernelLogs", "yes"),
+        ],
+        pod: &[
+            PodNeed::Mount("/dev/kmsg", "/dev/kmsg", false),
+            PodNeed::Device,
+            PodNeed::Cap("SYSLOG"),
+        ],
+    },
+    Feature {
+        name: "resources",
+        default_on: true,
+        unit: &[
+            UnitNeed::Family("AF_NETLINK"),
+            UnitNeed::Not("ProtectProc", "invisible"),
+            UnitNeed::Not("ProtectProc", "noaccess"),
+            UnitNeed::Not("ProtectProc", "ptraceable"),
+        ],
+        pod: &[PodNeed::HostPid, PodNeed::HostNetwork],
+    },
+    Feature {
+        name: "qos-linux",
+        default_on: true,
+        unit: &[UnitNeed::Family("AF_NETLINK"), UnitNeed::Family("AF_INET")],
+        pod: &[SYS, PodNeed::HostNetwork],
+    },
+    Feature {
+        name: "state directory (audit log, quarantine, snapshots)",
+        default_on: true,
+        unit: &[UnitNeed::Key("StateDirectory", "rocewatch")],
+        pod: &[STATE],
+    },
+    Feature {
+        name: "/metrics, OTLP, collectd",
+        default_on: true,
+        unit: &[UnitNeed::Family("AF_INET"), UnitNeed::Family("AF_INET6")],
+        pod: &[],
+    },
+    // Not on by default: what the unit grants for them; a pod adds it (OPERATIONS.md).
+    Feature {
+        name: "verbs probes",
+        default_on: false,
+        unit: &[
+            UnitNeed::Device("char-infiniband_verbs rw"),
+            UnitNeed::Device("/dev/infiniband/rdma_cm rw"),
+            UnitNeed::Key("LimitMEMLOCK", "infinity"),
+        ],
+        pod: &[],
+    },
+    Feature {
+        name: "per-QP counters (resources qp_counters)",
+        default_on: false,
+        unit: &[UnitNeed::Cap("CAP_NET_ADMIN")],
+        pod: &[],
+    },
+];
+
+/// `rocewatch health` in node-problem-detector's pod: the checks' needs.
+const HEALTH_IN_A_POD: &[PodNeed] = &[
+    SYS,
+    PodNeed::Mount("/", "/host", false),
+    PodNeed::Mount("/dev/kmsg", "/dev/kmsg", false),
+    PodNeed::Device,
+    PodNeed::Cap("SYSLOG"),
+    PodNeed::HostPid,
+    PodNeed::HostNetwork,
+    PodNeed::Mount("/var/lib/rocewatch", "/var/lib/rocewatch", false),
+];
+
+/// The unit's `Key=value` lines, every value of each key (space-separated words).
+fn unit_keys(unit: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for l in unit.lines().filter(|l| !l.starts_with('#')) {
+        if let Some((k, v)) = l.split_once('=') {
+            out.entry(k.into()).or_default().push(v.into());
+        }
+    }
+    out
+}
+
+/// What `unit` lacks of the default features' needs, and what it grants beyond every
+/// feature's (capabilities, devices).
+fn unit_gaps(unit: &str) -> Vec<String> {
+    let keys = unit_keys(unit);
+    let words = |k: &str| -> BTreeSet<String> {
+        keys.get(k)
+            .into_iter()
+            .flatten()
+            .flat_map(|v| v.split_whitespace().map(String::from))
+            .collect()
+    };
+    let has = |k: &str, v: &str| keys.get(k).is_some_and(|vs| vs.iter().any(|x| x == v));
+    let mut gaps = Vec::new();
+    let (mut caps, mut devices) = (BTreeSet::new(), BTreeSet::new());
+    for f in FEATURES {
+        for n in f.unit {
+            let ok = match *n {
+                UnitNeed::Cap(c) => {
+                    caps.insert(c.to_string());
+                    words("CapabilityBoundingSet").contains(c)
+                        && words("AmbientCapabilities").contains(c)
+                }
+                UnitNeed::Device(d) => {
+                    devices.insert(d.to_string());
+                    has("DeviceAllow", d)
+                }
+                UnitNeed::Family(a) => words("RestrictAddressFamilies").contains(a),
+                UnitNeed::Key(k, v) => has(k, v),
+                UnitNeed::Not(k, v) => !has(k, v),
+            };
+            if !ok && f.default_on {
+                gaps.push(format!("{}: needs {n:?}", f.name));
+            }
+        }
+    }
+    for c in words("CapabilityBoundingSet") {
+        if !caps.contains(&c) {
+            gaps.push(format!("{c}: granted, needed by no feature"));
+        }
+    }
+    for d in keys.get("DeviceAllow").into_iter().flatten() {
+        if !devices.contains(d) {
+            gaps.push(format!("DeviceAllow={d}: granted, needed by no feature"));
+        }
+    }
+    gaps
+}
+
+/// What the first container of the DaemonSet in `docs` lacks of `needs`, and the host
+/// paths it mounts that no need names.
+fn pod_gaps(docs: &[serde_yaml::Value], needs: &[PodNeed]) -> Vec<String> {
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let privileged = c["securityContext"]["privileged"].as_bool() == Some(true);
+    let caps: Vec<&str> = c["securityContext"]["capabilities"]["add"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str())
+        .collect();
+    let volumes = pod["volumes"].as_sequence().unwrap();
+    let host_of = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v["name"] == name)
+            .and_then(|v| v["hostPath"]["path"].as_str())
+    };
+    let mounts: Vec<(&str, &str, bool)> = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|m| {
+            let host = host_of(m["name"].as_str()?)?;
+            let rw = m["readOnly"].as_bool() != Some(true);
+            Some((host, m["mountPath"].as_str()?, rw))
+        })
+        .collect();
+    let mut gaps = Vec::new();
+    for n in needs {
+        let ok = match *n {
+            PodNeed::HostNetwork => pod["hostNetwork"].as_bool() == Some(true),
+            PodNeed::HostPid => pod["hostPID"].as_bool() == Some(true),
+            PodNeed::Cap(cap) => privileged || caps.contains(&cap),
+            PodNeed::Device => privileged,
+            PodNeed::Mount(h, at, rw) => {
+                mounts.iter().any(|m| m.0 == h && m.1 == at && (m.2 || !rw))
+            }
+        };
+        if !ok {
+            gaps.push(format!("needs {n:?}"));
+        }
+    }
+    for (h, at, rw) in mounts {
+        let named = needs.iter().any(
+            |n| matches!(*n, PodNeed::Mount(nh, nat, nrw) if nh == h && nat == at && (nrw || !rw)),
+        );
+        if !named {
+            gaps.push(format!(
+                "mounts {h} at {at}{}: needed by no feature",
+                if rw { " writable" } else { "" }
+            ));
+        }
+    }
+    gaps
+}
+
+/// The built-in plugins a configuration turns on, as `rocewatch plugins` lists them.
+fn plugins_on(toml: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("rocewatch.toml");
+    // A pod's sysfs root is not on this machine; the plugins' states do not matter here.
+    std::fs::write(&cfg, toml.replace("\"/host/sys\"", "\"/sys\"")).unwrap();
+    let o = rocewatch(
+        &["plugins", "--json", "--config", cfg.to_str().unwrap()],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["state"] != "disabled")
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The unit, the agent's DaemonSet and node-problem-detector's grant what each feature
+/// they turn on needs (the kernel log included), and no capability, device or host path
+/// that no feature needs.
+#[test]
+fn each_deployment_grants_what_its_features_need_and_nothing_more() {
+    // Every plugin the shipped configurations turn on has its row.
+    let ds_docs = yaml_docs("deploy/kubernetes/rocewatch-daemonset.yaml");
+    let ds_toml = ds_docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap()["data"]
+        ["rocewatch.toml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let packaged = std::fs::read_to_string(root().join("packaging/rocewatch.toml")).unwrap();
+    for toml in [&packaged, &ds_toml] {
+        for p in plugins_on(toml) {
+            assert!(
+                FEATURES.iter().any(|f| f.name == p && f.default_on),
+                "plugin {p} is on in a shipped configuration and has no row in FEATURES"
+            );
+        }
+    }
+    let unit = std::fs::read_to_string(root().join("packaging/systemd/rocewatch.service")).unwrap();
+    let gaps = unit_gaps(&unit);
+    assert!(
+        gaps.is_empty(),
+        "packaging/systemd/rocewatch.service: {gaps:#?}"
+    );
+    let needs: Vec<PodNeed> = FEATURES
+        .iter()
+        .filter(|f| f.default_on)
+        .flat_map(|f| f.pod.iter().copied())
+        .collect();
+    let gaps = pod_gaps(&ds_docs, &needs);
+    assert!(
+        gaps.is_empty(),
+        "deploy/kubernetes/rocewatch-daemonset.yaml: {gaps:#?}"
+    );
+    let npd = yaml_docs("deploy/kubernetes/node-problem-detector.yaml");
+    // The binary the init container copies in is an emptyDir, not the host's.
+    let gaps = pod_gaps(&npd, HEALTH_IN_A_POD);
+    assert!(
+        gaps.is_empty(),
+        "deploy/kubernetes/node-problem-detector.yaml: {gaps:#?}"
     );
 }

@@ -371,6 +371,19 @@ fn health_slurm_drains_and_resumes_in_a_state_directory_the_agents_user_owns() {
     assert!(said.contains("resumed"), "{said}");
     assert!(!state.join("quarantine.json").exists(), "{said}");
     assert_eq!(drain_reason(&c), None, "{said}");
+
+    // Their directory made writable by their group: root may not act there (another
+    // user could swap a file for a link), so the quarantine cannot be read safely and
+    // counts as in force: drained, saying why, and unhealthy.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let (rc, said) = health_slurm_on(&c, &cfg, &state, &tree);
+    assert_eq!(rc, 1, "{said}");
+    assert!(said.contains("can be written by group"), "{said}");
+    let reason = drain_reason(&c).unwrap_or_else(|| panic!("not drained: {said}"));
+    assert!(
+        reason.starts_with("rocewatch: quarantine: "),
+        "{reason}\n{said}"
+    );
 }
 
 /// Fail closed: a port whose state turns unreadable ("cannot tell") does not end the

@@ -15,7 +15,7 @@ use rocewatch_runtime::audit::AuditLog;
 use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
 use rocewatch_slurm::{ResumeOutcome, Scontrol, REASON_PREFIX};
 
-use super::finding::{Report, Status, Verdict};
+use super::finding::{Finding, Report, Status, Verdict};
 use super::options::Options;
 
 /// The origin of a quarantine `health --slurm` sets (and may end).
@@ -54,6 +54,25 @@ pub async fn act(
             done.push(format!("{e}: treated as in quarantine"));
             (None, true)
         }
+    };
+    // What the drain's reason and the exit status say: the quarantine health reads
+    // without acting may have been readable where acting on it is refused.
+    let report = if unreadable
+        && !report
+            .findings
+            .iter()
+            .any(|f| f.check == "quarantine" && f.status == Status::Unhealthy)
+    {
+        let mut findings = report.findings;
+        findings.retain(|f| f.check != "quarantine");
+        findings.push(Finding::host(
+            "quarantine",
+            Status::Unhealthy,
+            done[0].clone(),
+        ));
+        Report::new(findings)
+    } else {
+        report
     };
     let ours = q.as_ref().is_some_and(|q| q.origin == ORIGIN);
     // A quarantine health may not end: a rule's, an operator's, or one it cannot read.

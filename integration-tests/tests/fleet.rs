@@ -499,3 +499,72 @@ fn fleet_simulate_writes_series_victoriametrics_loads_and_the_fault_shows_where_
     let resets = query("sum(resets(rdma_probe_fleet_results_total[10m]))", end);
     assert_eq!(resets["data"]["result"][0]["value"][1], "0", "{resets}");
 }
+
+/// `fleet plan --all` writes each host's list as it is drawn, never holding the fleet's
+/// lists (they took 2 GB at 20,000 hosts): one host a line in its JSON, each the list
+/// `--host` gives alone, and the coverage the text form gives, also where the bound cuts.
+#[test]
+fn fleet_plan_all_is_written_a_host_at_a_time_and_matches_each_hosts_own_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("fleet.csv");
+    let mut csv = String::from("host,rail,addr,tor\n");
+    // Racks of 1, 2, then 24: 300 hosts on 4 rails.
+    let mut rack = 0;
+    let mut in_rack = 0;
+    for h in 0..300 {
+        let size = [1, 2].get(rack).copied().unwrap_or(24);
+        if in_rack == size {
+            rack += 1;
+            in_rack = 0;
+        }
+        in_rack += 1;
+        for r in 0..4 {
+            csv.push_str(&format!(
+                "gpu{h:03},{r},10.{r}.{}.{},leaf{rack:02}\n",
+                h / 200,
+                h % 200 + 1
+            ));
+        }
+    }
+    std::fs::write(&topo, csv).unwrap();
+    let o = plan(&topo, &["--all", "--format", "json", "--max-peers", "60"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    // `{"options":...,"hosts":[`, one host a line, `],"coverage":...}`.
+    assert_eq!(
+        text.lines().count(),
+        300 + 2,
+        "{}",
+        &text[..text.len().min(400)]
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["options"]["max_peers"], 60);
+    let hosts = v["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 300);
+    assert!(hosts.iter().any(|h| h["truncated"].as_u64().unwrap() > 0));
+    for h in hosts.iter().step_by(23) {
+        let name = h["host"].as_str().unwrap();
+        let o = plan(
+            &topo,
+            &["--host", name, "--format", "json", "--max-peers", "60"],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let own: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(&own, h, "{name}");
+    }
+    let cov = &v["coverage"];
+    assert!(cov["full"].as_u64() < cov["pairs"].as_u64(), "{cov:#}");
+    let o = plan(&topo, &["--all", "--max-peers", "60"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(
+        t.contains(&format!(
+            "cross-ToR coverage: {} of {} ordered ToR pairs × rails have their probers",
+            cov["full"], cov["pairs"]
+        )),
+        "{t}"
+    );
+    let short: Vec<&str> = t.lines().filter(|l| l.starts_with("  short: ")).collect();
+    assert_eq!(short.len(), cov["short"].as_array().unwrap().len());
+    assert_eq!(t.lines().count(), 1 + 300 + 1 + short.len());
+}

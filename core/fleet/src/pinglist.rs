@@ -137,13 +137,27 @@ pub fn score(fields: &[&str]) -> u64 {
 
 /// The `n` NICs of `group` with the highest score for `key` + the NIC's host.
 fn top<'a>(group: &[&'a Nic], key: [&str; 4], n: usize) -> Vec<&'a Nic> {
-    let mut scored: Vec<(u64, &Nic)> = group
+    top_by(group, |nic| nic.host.as_str(), key, n)
+}
+
+/// The `n` members of `group` (NICs, or their indices) whose host, as `host_of` names
+/// it, has the highest score for `key` + the host.
+fn top_by<'h, T: Copy>(
+    group: &[T],
+    host_of: impl Fn(T) -> &'h str,
+    key: [&str; 4],
+    n: usize,
+) -> Vec<T> {
+    let mut scored: Vec<(u64, &str, T)> = group
         .iter()
-        .map(|nic| (score(&[key[0], key[1], key[2], key[3], &nic.host]), *nic))
+        .map(|&m| {
+            let h = host_of(m);
+            (score(&[key[0], key[1], key[2], key[3], h]), h, m)
+        })
         .collect();
     // Ties (never in practice) fall to the host name: still deterministic.
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.host.cmp(&b.1.host)));
-    scored.into_iter().take(n).map(|(_, nic)| nic).collect()
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    scored.into_iter().take(n).map(|(_, _, m)| m).collect()
 }
 
 /// The fleet's pinglists, computed once per (ToR, rail) group.
@@ -216,17 +230,118 @@ impl<'t> Plan<'t> {
 
     /// Every host's pinglist, in host order.
     pub fn all(&self) -> Vec<Pinglist> {
-        let mut by_host: BTreeMap<&str, Vec<Peer>> = BTreeMap::new();
-        for &(tor, rail) in self.groups.keys() {
-            for (host, peers) in self.group_peers(tor, rail, None) {
-                by_host.entry(host).or_default().extend(peers);
+        let mut out = Vec::new();
+        self.each(|l| out.push(l));
+        out
+    }
+
+    /// Every host's pinglist in host order, handed to `f` one at a time, and the plan's
+    /// cross-ToR coverage (what [`Coverage::of`] says of the lists `f` was given).
+    ///
+    /// Held meanwhile: the cross-ToR choices of the (ToR, rail) groups whose hosts are
+    /// not all handed out yet, as NIC indices (8 bytes a peer), each group's computed
+    /// when its first host comes and dropped after its last; the ToR mesh is drawn as a
+    /// host comes. Hosts named rack by rack keep about one rack's groups alive, not the
+    /// fleet's lists: holding every host's peers grew with ToRs² (ToR pairs × rails × the
+    /// probers, each peer with its names) and took 2 GB at 20,000 hosts.
+    pub fn each(&self, mut f: impl FnMut(Pinglist)) -> Coverage {
+        let nics = self.topo.nics();
+        let mut groups: BTreeMap<(&str, u8), Vec<u32>> = BTreeMap::new();
+        // Each NIC's place in its group.
+        let mut place = vec![0u32; nics.len()];
+        for (i, n) in nics.iter().enumerate() {
+            let g = groups.entry((n.tor.as_str(), n.rail)).or_default();
+            place[i] = g.len() as u32;
+            g.push(i as u32);
+        }
+        let mut by_rail: BTreeMap<u8, Vec<(&str, &[u32])>> = BTreeMap::new();
+        for ((tor, rail), members) in &groups {
+            by_rail.entry(*rail).or_default().push((tor, members));
+        }
+        let mut cov = Tally::new(self.opts, &by_rail);
+        let mut live: BTreeMap<(&str, u8), Live> = BTreeMap::new();
+        let mut i = 0;
+        while i < nics.len() {
+            let host = nics[i].host.as_str();
+            let mut peers = Vec::new();
+            let mut mine = Vec::new();
+            while i < nics.len() && nics[i].host == host {
+                let n = &nics[i];
+                let key = (n.tor.as_str(), n.rail);
+                mine.push(key);
+                let members = &groups[&key];
+                peers.extend(
+                    members
+                        .iter()
+                        .map(|&m| &nics[m as usize])
+                        .filter(|b| b.host != host)
+                        .map(|b| peer(b, Class::SameTor, 0)),
+                );
+                let g = live.entry(key).or_insert_with(|| Live {
+                    cross: self.cross_of(nics, key, members, &place, &by_rail[&n.rail]),
+                    left: members.len(),
+                    cut: BTreeMap::new(),
+                });
+                peers.extend(
+                    g.cross[place[i] as usize]
+                        .iter()
+                        .map(|&(t, rank)| peer(&nics[t as usize], Class::CrossTor, rank)),
+                );
+                g.left -= 1;
+                i += 1;
+            }
+            let (list, cut) = self.finish_with_cut(host, peers);
+            for p in cut.into_iter().filter(|p| p.class == Class::CrossTor) {
+                if let Some(g) = mine
+                    .iter()
+                    .find(|(_, r)| *r == p.rail)
+                    .and_then(|k| live.get_mut(k))
+                {
+                    *g.cut.entry(p.tor).or_default() += 1;
+                }
+            }
+            f(list);
+            // A group whose hosts are all out: its pairs' coverage is known.
+            for key in mine {
+                if live.get(&key).is_some_and(|g| g.left == 0) {
+                    let g = live.remove(&key).expect("just seen");
+                    cov.group_done(key, groups[&key].len(), g.cut);
+                }
             }
         }
-        self.topo
-            .hosts()
-            .into_iter()
-            .map(|h| self.finish(h, by_host.remove(h).unwrap_or_default()))
-            .collect()
+        cov.coverage()
+    }
+
+    /// The cross-ToR peers of each member of group `key` (by its place there), as
+    /// (target NIC, rank among the pair's probers): what [`Plan::group_peers`] draws.
+    fn cross_of(
+        &self,
+        nics: &[Nic],
+        (tor, rail): (&str, u8),
+        mine: &[u32],
+        place: &[u32],
+        rail_groups: &[(&str, &[u32])],
+    ) -> Vec<Vec<(u32, u8)>> {
+        let rail_s = rail.to_string();
+        let host_of = |m: u32| nics[m as usize].host.as_str();
+        let mut out = vec![Vec::new(); mine.len()];
+        for (other, theirs) in rail_groups {
+            if *other == tor {
+                continue;
+            }
+            let key = |what| [what, tor, *other, rail_s.as_str()];
+            let probers = top_by(mine, host_of, key("prober"), self.opts.probers);
+            let targets = top_by(theirs, host_of, key("target"), self.opts.probers);
+            if targets.is_empty() {
+                continue;
+            }
+            for (rank, prober) in probers.into_iter().enumerate() {
+                let t = targets[rank % targets.len()];
+                let rank = u8::try_from(rank).unwrap_or(u8::MAX);
+                out[place[prober as usize] as usize].push((t, rank));
+            }
+        }
+        out
     }
 
     /// One host's pinglist.
@@ -247,8 +362,14 @@ impl<'t> Plan<'t> {
     /// Sorted, and cut to the bound. Kept first: the cross-ToR peers this host probes as
     /// its pair's first prober (without them the pair may go unprobed), then the ToR mesh,
     /// then the other probers' peers; within a tier, by score.
-    fn finish(&self, host: &str, mut peers: Vec<Peer>) -> Pinglist {
+    fn finish(&self, host: &str, peers: Vec<Peer>) -> Pinglist {
+        self.finish_with_cut(host, peers).0
+    }
+
+    /// [`Plan::finish`], and the peers the bound cut.
+    fn finish_with_cut(&self, host: &str, mut peers: Vec<Peer>) -> (Pinglist, Vec<Peer>) {
         let mut truncated = 0;
+        let mut cut = Vec::new();
         if peers.len() > self.opts.max_peers {
             truncated = peers.len() - self.opts.max_peers;
             let key = |p: &Peer| {
@@ -260,13 +381,81 @@ impl<'t> Plan<'t> {
                 (tier, score(&["keep", host, &p.rail.to_string(), &p.host]))
             };
             peers.sort_by_key(|p| std::cmp::Reverse(key(p)));
-            peers.truncate(self.opts.max_peers);
+            cut = peers.split_off(self.opts.max_peers);
         }
         peers.sort();
-        Pinglist {
+        let list = Pinglist {
             host: host.to_string(),
             peers,
             truncated,
+        };
+        (list, cut)
+    }
+}
+
+/// `n` as a peer of `class`.
+fn peer(n: &Nic, class: Class, prober_rank: u8) -> Peer {
+    Peer {
+        rail: n.rail,
+        class,
+        host: n.host.clone(),
+        addr: n.addr,
+        tor: n.tor.clone(),
+        prober_rank,
+    }
+}
+
+/// A (ToR, rail) group while its hosts are handed out: its members' cross-ToR choices
+/// (by their place in the group), how many hosts are still to come, and the probers the
+/// bound cut by the ToR they aimed at.
+struct Live {
+    cross: Vec<Vec<(u32, u8)>>,
+    left: usize,
+    cut: BTreeMap<String, usize>,
+}
+
+/// The coverage of a plan handed out a list at a time: a pair's probers are
+/// `min(probers, hosts of A on the rail)` different hosts of A, each with one peer in B,
+/// so the pair is short by the cross-ToR peers the bound cut, known once A's group is
+/// out. Kept: how many pairs are short and the first 20 (what [`Coverage::of`] names).
+struct Tally {
+    opts: Options,
+    pairs: usize,
+    short: usize,
+    first: BTreeMap<(String, u8, String), usize>,
+}
+
+impl Tally {
+    fn new(opts: Options, by_rail: &BTreeMap<u8, Vec<(&str, &[u32])>>) -> Tally {
+        let pairs = by_rail.values().map(|g| g.len() * (g.len() - 1)).sum();
+        Tally {
+            opts,
+            pairs,
+            short: 0,
+            first: BTreeMap::new(),
+        }
+    }
+
+    fn group_done(&mut self, (a, rail): (&str, u8), hosts: usize, cut: BTreeMap<String, usize>) {
+        for (b, cut) in cut {
+            self.short += 1;
+            let n = self.opts.probers.min(hosts).saturating_sub(cut);
+            self.first.insert((a.to_string(), rail, b), n);
+            if self.first.len() > 20 {
+                self.first.pop_last();
+            }
+        }
+    }
+
+    fn coverage(self) -> Coverage {
+        Coverage {
+            pairs: self.pairs,
+            full: self.pairs - self.short,
+            short: self
+                .first
+                .into_iter()
+                .map(|((a, ra, b), n)| format!("{a} -> {b} rail {ra}: {n} probers"))
+                .collect(),
         }
     }
 }

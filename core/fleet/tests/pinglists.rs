@@ -359,3 +359,35 @@ fn one_hosts_list_in_a_huge_placeholder_tor_costs_only_its_own_mesh() {
     assert_eq!(l.truncated, 9_999 - 600);
     assert!(l.peers.iter().all(|p| p.class == Class::SameTor));
 }
+
+/// `fleet plan --all` hands the lists out one at a time (the fleet's lists are not held:
+/// that grew with ToRs² and took 2 GB at 20,000 hosts): each list the same as the host
+/// computes alone, in host order, and the coverage the same as `Coverage::of` the whole
+/// plan says, also where the bound cuts most pairs short.
+#[test]
+fn the_plan_handed_out_a_host_at_a_time_is_the_whole_plan() {
+    for (hosts, rails, max_peers) in [(200, 8, 600), (500, 4, 20), (60, 2, 3)] {
+        let t = fleet(hosts, rails);
+        let opts = Options {
+            probers: 2,
+            max_peers,
+        };
+        let plan = Plan::new(&t, opts);
+        let mut lists = Vec::new();
+        let cov = plan.each(|l| lists.push(l));
+        let hosts_in_order: Vec<&str> = lists.iter().map(|l| l.host.as_str()).collect();
+        assert_eq!(hosts_in_order, t.hosts());
+        for l in &lists {
+            assert_eq!(
+                &plan.of(&l.host).unwrap(),
+                l,
+                "{hosts} hosts, bound {max_peers}"
+            );
+        }
+        let whole = rocewatch_fleet::pinglist::Coverage::of(&t, &lists, opts);
+        assert_eq!(cov, whole, "{hosts} hosts, bound {max_peers}");
+        if max_peers < 600 {
+            assert!(whole.full < whole.pairs, "the bound cuts: {whole:?}");
+        }
+    }
+}

@@ -410,21 +410,54 @@ fn plan(a: PlanArgs) -> Result<i32> {
     match (a.host, a.format) {
         (Some(host), Format::Json) => print_json(&serde_json::to_value(plan.of(&host)?)?)?,
         (Some(host), Format::Text) => print!("{}", host_text(&plan.of(&host)?)),
-        (None, format) => {
-            let lists = plan.all();
-            let cov = pinglist::Coverage::of(&topo, &lists, opts);
-            if format == Format::Json {
-                print_json(&serde_json::json!({
-                    "options": opts,
-                    "hosts": lists,
-                    "coverage": cov,
-                }))?;
-            } else {
-                print!("{}", all_text(&lists, &cov));
-            }
-        }
+        (None, format) => plan_all(&plan, opts, format)?,
     }
     Ok(0)
+}
+
+/// Every host's list, written as it is drawn (the plan is never held whole): one line a
+/// host and the coverage; as JSON `{"options","hosts","coverage"}` with one host a line.
+fn plan_all(plan: &Plan, opts: Options, format: Format) -> Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut failed = None;
+    let mut first = true;
+    if format == Format::Json {
+        write!(
+            out,
+            "{{\"options\":{},\"hosts\":[",
+            serde_json::to_string(&opts)?
+        )?;
+    } else {
+        out.write_all(all_header().as_bytes())?;
+    }
+    let cov = plan.each(|l| {
+        if failed.is_some() {
+            return;
+        }
+        let r = if format == Format::Json {
+            let sep = if first { "\n" } else { ",\n" };
+            first = false;
+            out.write_all(sep.as_bytes())
+                .map_err(anyhow::Error::from)
+                .and_then(|()| Ok(serde_json::to_writer(&mut out, &l)?))
+        } else {
+            out.write_all(all_line(&l).as_bytes()).map_err(Into::into)
+        };
+        if let Err(e) = r {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e.context("writing the plan"));
+    }
+    if format == Format::Json {
+        writeln!(out, "\n],\"coverage\":{}}}", serde_json::to_string(&cov)?)?;
+    } else {
+        out.write_all(all_footer(&cov).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 fn counts(l: &Pinglist) -> (usize, usize) {
@@ -464,27 +497,31 @@ fn host_text(l: &Pinglist) -> String {
     out
 }
 
-/// Every host: one line each, then the coverage.
-fn all_text(lists: &[Pinglist], cov: &pinglist::Coverage) -> String {
-    let mut out = format!(
+/// `fleet plan --all`'s header line.
+fn all_header() -> String {
+    format!(
         "{:<24} {:>6} {:>9} {:>10} {:>4}\n",
         "host", "peers", "same_tor", "cross_tor", "cut"
-    );
-    for l in lists {
-        let (same, cross) = counts(l);
-        let _ = writeln!(
-            out,
-            "{:<24} {:>6} {:>9} {:>10} {:>4}",
-            l.host,
-            l.peers.len(),
-            same,
-            cross,
-            l.truncated
-        );
-    }
-    let _ = writeln!(
-        out,
-        "cross-ToR coverage: {} of {} ordered ToR pairs × rails have their probers",
+    )
+}
+
+/// One host's line of `fleet plan --all`.
+fn all_line(l: &Pinglist) -> String {
+    let (same, cross) = counts(l);
+    format!(
+        "{:<24} {:>6} {:>9} {:>10} {:>4}\n",
+        l.host,
+        l.peers.len(),
+        same,
+        cross,
+        l.truncated
+    )
+}
+
+/// The coverage, after every host's line.
+fn all_footer(cov: &pinglist::Coverage) -> String {
+    let mut out = format!(
+        "cross-ToR coverage: {} of {} ordered ToR pairs × rails have their probers\n",
         cov.full, cov.pairs
     );
     for s in &cov.short {

@@ -1,7 +1,9 @@
 //! OTLP that survives outages: a VictoriaMetrics stopped for 60 s gets the queued data
 //! when it returns; a tiny queue drops and counts; a gRPC receiver that starts late gets
-//! the backlog in batches; TLS (custom CA, client certificate), headers and gzip work on
-//! both transports.
+//! the backlog in batches; a receiver that answers 413 to more than one snapshot a
+//! request still gets every one after an outage, and one that refuses even one has it
+//! dropped, counted and said; TLS (custom CA, client certificate), headers and gzip work
+//! on both transports.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -344,4 +346,176 @@ fn slow_and_failing_exporters_stall_neither_each_other_nor_collection() {
     assert!(status.success(), "{log}");
     assert!(took < Duration::from_secs(10), "{took:?}");
     drop(slow);
+}
+
+/// An OTLP/HTTP receiver that takes `max` snapshots a request: 413 to a request
+/// carrying more `ResourceMetrics` (an agent's snapshot is one), 200 to others. It keeps
+/// the body of each request it took and counts the 413s.
+mod single_snapshot_receiver {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    pub struct Seen {
+        pub taken: Vec<Vec<u8>>,
+        pub too_large: usize,
+    }
+
+    fn varint(b: &[u8]) -> Option<(u64, usize)> {
+        let mut v = 0u64;
+        for (i, byte) in b.iter().enumerate().take(10) {
+            v |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Some((v, i + 1));
+            }
+        }
+        None
+    }
+
+    /// The `resource_metrics` (field 1) of an encoded `ExportMetricsServiceRequest`.
+    pub fn snapshots_in(body: &[u8]) -> Option<usize> {
+        let (mut i, mut n) = (0, 0);
+        while i < body.len() {
+            let (key, k) = varint(&body[i..])?;
+            i += k;
+            if key & 7 != 2 {
+                return None;
+            }
+            let (len, k) = varint(&body[i..])?;
+            i += k + usize::try_from(len).ok()?;
+            n += usize::from(key >> 3 == 1);
+        }
+        (i == body.len()).then_some(n)
+    }
+
+    fn serve(sock: std::net::TcpStream, max: usize, seen: &Mutex<Seen>) -> std::io::Result<()> {
+        let mut r = BufReader::new(sock.try_clone()?);
+        let mut w = sock;
+        loop {
+            let mut len = None;
+            let mut first = true;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line)? == 0 {
+                    return Ok(()); // the client closed its connection
+                }
+                if line == "\r\n" && !first {
+                    break;
+                }
+                first = false;
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse::<usize>().ok();
+                }
+                assert!(
+                    !lower.starts_with("content-encoding:"),
+                    "the test asks for uncompressed requests: {line}"
+                );
+            }
+            let mut body = vec![0; len.expect("a content-length")];
+            r.read_exact(&mut body)?;
+            let n = snapshots_in(&body).expect("an ExportMetricsServiceRequest");
+            let mut s = seen.lock().unwrap();
+            if n > max {
+                s.too_large += 1;
+                drop(s);
+                let msg = "one snapshot a request";
+                write!(
+                    w,
+                    "HTTP/1.1 413 Payload Too Large\r\ncontent-length: {}\r\n\r\n{msg}",
+                    msg.len()
+                )?;
+            } else {
+                s.taken.push(body);
+                drop(s);
+                w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")?;
+            }
+        }
+    }
+
+    pub fn start(listener: std::net::TcpListener, max: usize) -> Arc<Mutex<Seen>> {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for sock in listener.incoming().flatten() {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let _ = serve(sock, max, &s);
+                });
+            }
+        });
+        seen
+    }
+}
+
+/// After an outage the backlog goes merged; a receiver that answers 413 to more than one
+/// snapshot a request gets every one of them still, in smaller requests down to one
+/// each: nothing dropped that a smaller request delivers.
+#[test]
+fn a_413_splits_the_backlog_and_every_snapshot_arrives() {
+    let held = HeldPort::new();
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n\
+         retry_initial = \"1s\"\nretry_max = \"1s\"\n",
+        fixture("mlx5-roce-dual-port"),
+        held.port
+    ));
+    let base = rw.prometheus_url();
+    // The outage: about 13 snapshots queued.
+    std::thread::sleep(Duration::from_secs(4));
+    let seen = single_snapshot_receiver::start(held.listen(), 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && seen.lock().unwrap().taken.len() < 20 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, log, _) = rw.proc.stop();
+    let s = seen.lock().unwrap();
+    assert!(
+        s.too_large >= 1,
+        "the backlog was never sent merged: {} taken\n{log}",
+        s.taken.len()
+    );
+    assert!(!log.contains("dropped"), "{log}");
+    let distinct: std::collections::BTreeSet<&Vec<u8>> = s.taken.iter().collect();
+    assert_eq!(distinct.len(), s.taken.len(), "each snapshot taken once");
+    // The outage's snapshots and those since: 4 s + the wait at 300 ms each.
+    assert!(s.taken.len() >= 20, "{} taken\n{log}", s.taken.len());
+    assert!(status.success(), "{log}");
+    drop(s);
+    assert_eq!(
+        metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0),
+        0.0
+    );
+}
+
+/// A single snapshot the receiver still finds too large is the only thing dropped: counted
+/// in rocewatch_exporter_dropped_total, and said with its size.
+#[test]
+fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = single_snapshot_receiver::start(listener, 0);
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
+        fixture("mlx5-roce-dual-port")
+    ));
+    let base = rw.prometheus_url();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let dropped =
+        || metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0);
+    while Instant::now() < deadline && dropped() < 3.0 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let n = dropped();
+    let (status, log, _) = rw.proc.stop();
+    assert!(n >= 3.0, "{n}\n{log}");
+    assert!(
+        log.contains("OTLP export: one snapshot of ")
+            && log.contains("uncompressed) is too large for the receiver, dropped"),
+        "{log}"
+    );
+    assert!(seen.lock().unwrap().taken.is_empty());
+    assert!(status.success(), "{log}");
 }

@@ -14,11 +14,17 @@
 //!   a decoded request takes several times its encoded size in memory (at 2000 ports a
 //!   queue of decoded snapshots within 64 MiB of encoded bytes held over 500 MB), and a
 //!   retry sends the same bytes again instead of encoding again;
-//! - batching: a backlog is sent as up to [`MAX_MERGE`] snapshots per request, by
-//!   concatenating their bytes (a protobuf message's encodings concatenated decode as
+//! - batching: a backlog is sent as up to [`MAX_MERGE`] snapshots per request, and at
+//!   most [`MAX_REQUEST_BYTES`] of them uncompressed (one snapshot over it goes alone),
+//!   by concatenating their bytes (a protobuf message's encodings concatenated decode as
 //!   one message with the repeated fields appended: one request with every snapshot's
 //!   resource metrics); a batch that fails goes back to the queue snapshot by snapshot
 //!   (slices of its bytes, no copy), so a bound drops only as many as it must;
+//! - a request the receiver refuses as too large (HTTP 413) goes back to the queue
+//!   split, and from then on requests carry at most half as many snapshots, down to one:
+//!   only a single snapshot still too large is dropped (counted in
+//!   `rocewatch.exporter.dropped`, said with its size), never what smaller requests
+//!   deliver;
 //! - retries with exponential backoff and jitter on retryable failures (connection
 //!   errors, timeouts, HTTP 429/502/503/504, gRPC UNAVAILABLE and friends); permanent
 //!   rejections (HTTP 400...) drop the batch and are counted in `rocewatch.exporter.errors`;
@@ -51,6 +57,11 @@ use rocewatch_runtime::store::Store;
 
 /// At most this many queued snapshots go into one request.
 pub const MAX_MERGE: usize = 10;
+
+/// At most this many bytes of encoded snapshots, uncompressed, go into one request (a
+/// snapshot larger than this goes alone): a receiver's bound on a request is commonly a
+/// few MiB, and a gzip'd merge is inflated and compressed again whole.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 
 /// The resource of every export, in order (a later key wins): `OTEL_RESOURCE_ATTRIBUTES`
 /// (`k=v,k2=v2`, values percent-decoded, as the OpenTelemetry SDKs read it), then
@@ -109,27 +120,38 @@ struct Batch {
     /// An `ExportMetricsServiceRequest`, encoded; with `gzip`, each snapshot's encoding
     /// gzip'd on its own, one member after another.
     body: Bytes,
-    /// The length of each snapshot's part of `body`, in order.
-    parts: Vec<usize>,
+    /// Each snapshot's part of `body`, in order.
+    parts: Vec<Part>,
     /// Each part is gzip'd (compressed once, when queued: the queue holds a tenth of
     /// the bytes and a retry compresses nothing again).
     gzip: bool,
 }
 
+/// One snapshot's part of a batch.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    /// Its length in the batch's body.
+    len: usize,
+    /// Its encoded length uncompressed (`len` when not gzip'd).
+    raw: usize,
+}
+
 impl Batch {
-    /// One snapshot's encoded request, `gzip`'d or not.
-    fn of_bytes(body: Vec<u8>, gzip: bool) -> Batch {
+    /// One snapshot's encoded request, `gzip`'d or not; `raw` is its length uncompressed.
+    fn of_bytes(body: Vec<u8>, raw: usize, gzip: bool) -> Batch {
         let len = body.len();
         Batch {
             body: body.into(),
-            parts: vec![len],
+            parts: vec![Part { len, raw }],
             gzip,
         }
     }
 
     #[cfg(test)]
     fn of(r: &ExportMetricsServiceRequest) -> Batch {
-        Batch::of_bytes(r.encode_to_vec(), false)
+        let body = r.encode_to_vec();
+        let raw = body.len();
+        Batch::of_bytes(body, raw, false)
     }
 
     /// The request to send: the body, or for several gzip'd snapshots one gzip stream
@@ -149,6 +171,11 @@ impl Batch {
         self.parts.len()
     }
 
+    /// The snapshots' encoded length, uncompressed.
+    fn raw(&self) -> usize {
+        self.parts.iter().map(|p| p.raw).sum()
+    }
+
     /// Each snapshot on its own again: slices of the same bytes, no copy (the merged
     /// buffer lives until its last slice is sent or dropped).
     fn split(self) -> impl DoubleEndedIterator<Item = Batch> {
@@ -157,13 +184,13 @@ impl Batch {
         let slices: Vec<Batch> = self
             .parts
             .into_iter()
-            .map(|len| {
+            .map(|part| {
                 let b = Batch {
-                    body: body.slice(at..at + len),
-                    parts: vec![len],
+                    body: body.slice(at..at + part.len),
+                    parts: vec![part],
                     gzip: self.gzip,
                 };
-                at += len;
+                at += part.len;
                 b
             })
             .collect();
@@ -243,20 +270,21 @@ impl Queue {
         }
     }
 
-    /// Take the oldest batches, up to `max` snapshots (at least one batch), merged into
-    /// one.
+    /// Take the oldest batches, up to `max` snapshots and [`MAX_REQUEST_BYTES`]
+    /// uncompressed (at least one batch), merged into one.
     fn take(&self, st: &mut QueueState, max: usize) -> Batch {
         let first = st
             .batches
             .pop_front()
             .expect("taken from a non-empty queue");
         let mut taken = vec![first];
-        let mut snapshots = taken[0].snapshots();
+        let (mut snapshots, mut raw) = (taken[0].snapshots(), taken[0].raw());
         while let Some(next) = st.batches.front() {
-            if snapshots + next.snapshots() > max {
+            if snapshots + next.snapshots() > max || raw + next.raw() > MAX_REQUEST_BYTES {
                 break;
             }
             snapshots += next.snapshots();
+            raw += next.raw();
             taken.push(st.batches.pop_front().expect("front exists"));
         }
         let b = merge(taken);
@@ -264,6 +292,21 @@ impl Queue {
         st.snapshots -= b.snapshots();
         st.in_flight = b.body.len();
         b
+    }
+
+    /// Shutting down and the endpoint is unreachable: give up now rather than hold the
+    /// agent's exit; what is left is counted as dropped.
+    fn give_up(&self, mut st: std::sync::MutexGuard<'_, QueueState>) {
+        let left = st.snapshots;
+        st.batches.clear();
+        st.bytes = 0;
+        st.snapshots = 0;
+        for _ in 0..left {
+            self.metrics.exporter_dropped("otlp");
+        }
+        st.dropped_at_shutdown = left;
+        st.done = true;
+        self.cv.notify_all();
     }
 
     /// Snapshots queued.
@@ -325,6 +368,9 @@ fn gzip(pieces: &[&[u8]]) -> Result<Vec<u8>, std::io::Error> {
 fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
     let mut backoff = cfg.retry_initial;
     let mut failing = false;
+    // Snapshots a request carries at most: halved by each request the receiver finds
+    // too large, and kept so for the exporter's life (a receiver's bound does not move).
+    let mut merge = MAX_MERGE;
     loop {
         let batch = {
             let mut st = queue.lock();
@@ -338,7 +384,7 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
             }
             // While the endpoint fails, one snapshot per try: a merged request would be
             // built (and, gzip'd, compressed) again for every retry.
-            queue.take(&mut st, if failing { 1 } else { MAX_MERGE })
+            queue.take(&mut st, if failing { 1 } else { merge })
         };
         let count = batch.snapshots();
         let sent = match batch.request() {
@@ -354,6 +400,24 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 failing = false;
                 backoff = cfg.retry_initial;
                 queue.metrics.exporter_sent("otlp", count);
+            }
+            Err(SendError::TooLarge(e)) if count > 1 => {
+                merge = (count / 2).max(1);
+                tracing::info!(
+                    "OTLP receiver refused {count} snapshots ({} bytes) as too large: sent again split, at most {merge} a request from now on: {e}",
+                    batch.body.len()
+                );
+                queue.push_front(batch);
+            }
+            Err(SendError::TooLarge(e)) => {
+                queue.lock().in_flight = 0;
+                queue.metrics.exporter_error("otlp");
+                queue.metrics.exporter_dropped("otlp");
+                tracing::warn!(
+                    "OTLP export: one snapshot of {} bytes ({} uncompressed) is too large for the receiver, dropped: {e}",
+                    batch.body.len(),
+                    batch.raw()
+                );
             }
             Err(SendError::Permanent(e)) => {
                 queue.lock().in_flight = 0;
@@ -378,19 +442,7 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 backoff = (backoff * 2).min(cfg.retry_max);
                 let st = queue.lock();
                 if st.closing {
-                    // Shutting down and the endpoint is unreachable: give up now rather
-                    // than hold the agent's exit; what is left is counted as dropped.
-                    let mut st = st;
-                    let left = st.snapshots;
-                    st.batches.clear();
-                    st.bytes = 0;
-                    st.snapshots = 0;
-                    for _ in 0..left {
-                        queue.metrics.exporter_dropped("otlp");
-                    }
-                    st.dropped_at_shutdown = left;
-                    st.done = true;
-                    queue.cv.notify_all();
+                    queue.give_up(st);
                     return;
                 }
                 let _unused = queue
@@ -489,15 +541,16 @@ impl OtlpExporter {
                             let mut w =
                                 flate2::write::GzEncoder::new(sink, flate2::Compression::fast());
                             enc.encode(&store, &metrics, now, &mut w)
-                                .and_then(|_| w.finish())
+                                .and_then(|raw| Ok((w.finish()?, raw)))
                         } else {
                             let mut w = Vec::with_capacity(last_len + last_len / 32);
-                            enc.encode(&store, &metrics, now, &mut w).map(|_| w)
+                            enc.encode(&store, &metrics, now, &mut w)
+                                .map(|raw| (w, raw))
                         };
                         match body {
-                            Ok(body) => {
+                            Ok((body, raw)) => {
                                 last_len = body.len();
-                                q.push(Batch::of_bytes(body, gz));
+                                q.push(Batch::of_bytes(body, raw, gz));
                                 failing = false;
                             }
                             Err(e) => {
@@ -713,10 +766,8 @@ mod tests {
         let q = queue(1000, usize::MAX, &metrics);
         let tags_in = ["a", "b", "c"];
         for t in tags_in {
-            q.push(Batch::of_bytes(
-                gzip(&[&req(t).encode_to_vec()]).unwrap(),
-                true,
-            ));
+            let raw = req(t).encode_to_vec();
+            q.push(Batch::of_bytes(gzip(&[&raw]).unwrap(), raw.len(), true));
         }
         let raw: usize = tags_in.iter().map(|t| req(t).encoded_len()).sum();
         let taken = q.take(&mut q.lock(), MAX_MERGE);
@@ -738,6 +789,28 @@ mod tests {
         assert_eq!(q.len(), 3);
         // While failing, one at a time.
         assert_eq!(q.take(&mut q.lock(), 1).snapshots(), 1);
+    }
+
+    /// A merge stops at MAX_REQUEST_BYTES of snapshots uncompressed (their gzip'd size
+    /// says nothing of what the receiver inflates); one larger snapshot goes alone.
+    #[test]
+    fn a_merge_is_bounded_by_its_uncompressed_size() {
+        let metrics = Arc::new(SelfMetrics::default());
+        let q = queue(1000, usize::MAX, &metrics);
+        let sizes = [1_500_000, 1_500_000, 1_500_000, 5_000_000, 10, 10];
+        for (i, raw) in sizes.into_iter().enumerate() {
+            let body = req(&format!("s{i}")).encode_to_vec();
+            q.push(Batch::of_bytes(body, raw, false));
+        }
+        let taken: Vec<usize> = (0..4)
+            .map(|_| {
+                let b = q.take(&mut q.lock(), MAX_MERGE);
+                q.lock().in_flight = 0;
+                b.snapshots()
+            })
+            .collect();
+        assert_eq!(taken, [2, 1, 1, 2]);
+        assert_eq!(q.len(), 0);
     }
 
     /// `OTEL_RESOURCE_ATTRIBUTES` as the SDKs read it: pairs split on commas, values

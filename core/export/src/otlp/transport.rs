@@ -13,6 +13,9 @@ pub(super) enum SendError {
     Retryable(String),
     /// The receiver rejected the data; sending it again would not help.
     Permanent(String),
+    /// The receiver refused the request as too large (HTTP 413): fewer snapshots a
+    /// request may be taken.
+    TooLarge(String),
 }
 
 // One transport lives per exporter for the life of the process: its size does not matter.
@@ -155,6 +158,8 @@ impl Transport {
                         let msg = format!("{url}: HTTP {status}: {}", text.trim());
                         if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
                             Err(SendError::Retryable(msg))
+                        } else if status.as_u16() == 413 {
+                            Err(SendError::TooLarge(msg))
                         } else {
                             Err(SendError::Permanent(msg))
                         }

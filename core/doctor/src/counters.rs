@@ -568,6 +568,18 @@ mod tests {
             out[0].evidence
         );
 
+        // A PFC host: its per-priority pause moves and `*_pause_ctrl_phy` does not (IEEE
+        // 802.3 30.3.4.2/30.3.4.3 count frames of the PAUSE opcode only; PFC's is
+        // another): no global-pause finding, only the PFC warning.
+        let out = counters_checks(
+            &at(5, 5, 5, 7),
+            &at(5, 5, 5, 90_007),
+            &[],
+            Duration::from_secs(10),
+        );
+        assert!(!out.iter().any(|c| c.check == "global-pause"), "{out:#?}");
+        assert!(out.iter().any(|c| c.status == Status::Warn));
+
         // No move, no finding.
         let still = at(5, 5, 5, 5);
         assert!(

@@ -74,6 +74,11 @@ pub struct OtlpConfig {
     /// no CA is given).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// The agent's own logs (what it writes to standard error, at its log level) sent as
+    /// OTLP logs as well, to this endpoint's `/v1/logs` (HTTP) or this endpoint (gRPC),
+    /// with the same TLS, headers, timeout and resource (default `false`).
+    #[serde(default)]
+    pub agent_logs: bool,
 }
 
 /// Request compression.
@@ -137,6 +142,7 @@ impl OtlpConfig {
             retry_initial: default_retry_initial(),
             retry_max: default_retry_max(),
             tls: None,
+            agent_logs: false,
         }
     }
 }

@@ -177,13 +177,13 @@ impl Scontrol {
         self
     }
 
-    /// How long one scontrol may run.
+    /// How long one scontrol may run (a resume's two runs together).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
-    /// How long one `scontrol` may run.
+    /// How long one `scontrol` may run (a resume's two runs together).
     pub fn limit(&self) -> Duration {
         self.timeout
     }

@@ -20,11 +20,11 @@
 //!   one message with the repeated fields appended: one request with every snapshot's
 //!   resource metrics); a batch that fails goes back to the queue snapshot by snapshot
 //!   (slices of its bytes, no copy), so a bound drops only as many as it must;
-//! - a request the receiver refuses as too large (HTTP 413) goes back to the queue
-//!   split, and from then on requests carry at most half as many snapshots, down to one:
-//!   only a single snapshot still too large is dropped (counted in
-//!   `rocewatch.exporter.dropped`, said with its size), never what smaller requests
-//!   deliver;
+//! - a request the receiver refuses as too large (HTTP 413, or gRPC's "message larger
+//!   than max") goes back to the queue split, and from then on requests carry at most
+//!   half as many snapshots, down to one: only a single snapshot still too large is
+//!   dropped (counted in `rocewatch.exporter.dropped`, said with its size), never what
+//!   smaller requests deliver;
 //! - retries with exponential backoff and jitter on retryable failures (connection
 //!   errors, timeouts, HTTP 429/502/503/504, gRPC UNAVAILABLE and friends); permanent
 //!   rejections (HTTP 400...) drop the batch and are counted in `rocewatch.exporter.errors`;

@@ -204,20 +204,25 @@ impl Transport {
                 };
                 match rt.block_on(call) {
                     Ok(_) => Ok(()),
-                    Err(status) => {
-                        use tonic::Code::*;
-                        let msg = format!("gRPC {:?}: {}", status.code(), status.message());
-                        match status.code() {
-                            Cancelled | DeadlineExceeded | ResourceExhausted | Aborted
-                            | OutOfRange | Unavailable | DataLoss | Unknown => {
-                                Err(SendError::Retryable(msg))
-                            }
-                            _ => Err(SendError::Permanent(msg)),
-                        }
-                    }
+                    Err(status) => Err(grpc_failure(&status)),
                 }
             }
         }
+    }
+}
+
+/// What a gRPC status says of a failed send.
+fn grpc_failure(status: &tonic::Status) -> SendError {
+    use tonic::Code::*;
+    let msg = format!("gRPC {:?}: {}", status.code(), status.message());
+    // grpc-go's servers (rpc_util.go) and tonic's (codec/decode.rs) say so in these words.
+    let m = status.message();
+    let too_large = m.contains("larger than max") || m.contains("message length too large");
+    match status.code() {
+        ResourceExhausted | OutOfRange if too_large => SendError::TooLarge(msg),
+        Cancelled | DeadlineExceeded | ResourceExhausted | Aborted | OutOfRange | Unavailable
+        | DataLoss | Unknown => SendError::Retryable(msg),
+        _ => SendError::Permanent(msg),
     }
 }
 
@@ -354,5 +359,35 @@ mod tests {
             sent < 64 << 20,
             "the receiver got {sent} bytes of its error body taken"
         );
+    }
+
+    /// A gRPC receiver's "message too large" (grpc-go's servers, the OpenTelemetry
+    /// Collector's among them: RESOURCE_EXHAUSTED; tonic's: OUT_OF_RANGE) is a request to
+    /// split, not an outage to retry as it is (one snapshot too large would be retried
+    /// at the queue's head until the queue's bound dropped it with everything behind);
+    /// a quota's RESOURCE_EXHAUSTED is still retried.
+    #[test]
+    fn a_grpc_message_too_large_is_told_from_an_outage() {
+        let too_large = [
+            tonic::Status::resource_exhausted(
+                "grpc: received message larger than max (5242880 vs. 4194304)",
+            ),
+            tonic::Status::resource_exhausted(
+                "grpc: received message after decompression larger than max (5242880 vs. 4194304)",
+            ),
+            tonic::Status::out_of_range(
+                "Error, decoded message length too large: found 5242880 bytes, the limit is: 4194304 bytes",
+            ),
+        ];
+        for s in &too_large {
+            let got = grpc_failure(s);
+            assert!(matches!(got, SendError::TooLarge(_)), "{s:?}: {got:?}");
+        }
+        let quota = tonic::Status::resource_exhausted("quota exceeded");
+        assert!(matches!(grpc_failure(&quota), SendError::Retryable(_)));
+        let down = tonic::Status::unavailable("connection refused");
+        assert!(matches!(grpc_failure(&down), SendError::Retryable(_)));
+        let bad = tonic::Status::invalid_argument("bad");
+        assert!(matches!(grpc_failure(&bad), SendError::Permanent(_)));
     }
 }

@@ -30,6 +30,10 @@ pub(super) fn default_export_timeout() -> Duration {
     Duration::from_secs(10)
 }
 
+fn default_machine_id_file() -> PathBuf {
+    PathBuf::from("/etc/machine-id")
+}
+
 /// `[exporters.otlp]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,9 +50,15 @@ pub struct OtlpConfig {
     /// Export request timeout (default `10s`).
     #[serde(default = "default_export_timeout", deserialize_with = "de_duration")]
     pub timeout: Duration,
-    /// Extra resource attributes (`service.name` and `host.name` are always set).
+    /// Extra resource attributes; a key given here wins over rocewatch's own
+    /// (`service.name`, `host.name`, `host.id`, `service.instance.id`...).
     #[serde(default)]
     pub resource: BTreeMap<String, String>,
+    /// The host's machine id (default `/etc/machine-id`; `/host/etc/machine-id` in a pod
+    /// that mounts the host's there): `host.id`, and the source of the stable
+    /// `service.instance.id` (a UUID v5, as the semantic conventions recommend).
+    #[serde(default = "default_machine_id_file")]
+    pub machine_id_file: PathBuf,
     /// Extra request headers (HTTP) or metadata (gRPC), e.g. `authorization`.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -135,6 +145,7 @@ impl OtlpConfig {
             interval: default_export_interval(),
             timeout: default_export_timeout(),
             resource: BTreeMap::new(),
+            machine_id_file: default_machine_id_file(),
             headers: BTreeMap::new(),
             compression: Compression::Gzip,
             queue_size: None,

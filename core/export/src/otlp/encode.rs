@@ -4,8 +4,9 @@
 //!
 //! What receivers see (opentelemetry-proto's `metrics/v1`, field numbers from its
 //! generated code): one resource (`service.name` = rocewatch, `service.version`,
-//! `host.name`, the configured attributes, `OTEL_RESOURCE_ATTRIBUTES`), one scope
-//! (`rocewatch`); counters as monotonic cumulative sums (`as_int`) whose start time is the
+//! `host.name`, `host.id`, `service.instance.id`, the configured attributes,
+//! `OTEL_RESOURCE_ATTRIBUTES`), one scope (`rocewatch` and its version), both with the
+//! `schema_url` of the semantic conventions the keys are from; counters as monotonic cumulative sums (`as_int`) whose start time is the
 //! series' own (it moves on a counter reset), gauges as gauges (`as_double`), the probes'
 //! RTT as explicit-bucket histograms with the bounds `/metrics` uses (one set of buckets in
 //! both backends, so one alert rule reads both), plugin call durations as histograms of
@@ -19,6 +20,8 @@ use std::time::SystemTime;
 use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::{HistogramFamily, Series, Store};
+
+use super::identity::{SCHEMA_URL, SCOPE_NAME, SCOPE_VERSION};
 
 /// `AggregationTemporality::Cumulative`.
 const CUMULATIVE: u64 = 2;
@@ -128,7 +131,7 @@ fn as_int(v: Value) -> u64 {
 
 /// The encoder: the resource encoded once, buffers kept across exports.
 pub(super) struct Encoder {
-    /// `ResourceMetrics.resource` (field 1), encoded.
+    /// `ResourceMetrics.resource` (field 1) and its `schema_url` (field 3), encoded.
     resource: Vec<u8>,
     /// When the agent started: the start of the self-metrics' cumulative runs.
     started: SystemTime,
@@ -216,6 +219,22 @@ struct Family<'a> {
     metric: usize,
 }
 
+/// `ScopeMetrics.scope` (field 1: `InstrumentationScope { name, version }`) and
+/// `ScopeMetrics.schema_url` (field 3), encoded once: what produced the metrics, and the
+/// semantic conventions their names and attributes follow.
+fn scope_encoded() -> &'static [u8] {
+    static SCOPE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SCOPE.get_or_init(|| {
+        let mut b = Vec::new();
+        nested(&mut b, 1, |b| {
+            string(b, 1, SCOPE_NAME);
+            string(b, 2, SCOPE_VERSION);
+        });
+        string(&mut b, 3, SCHEMA_URL);
+        b
+    })
+}
+
 impl Encoder {
     /// `attributes`: the resource's, in order (later keys win over earlier ones).
     pub(super) fn new(attributes: &[(String, String)], started: SystemTime) -> Encoder {
@@ -229,6 +248,8 @@ impl Encoder {
                 key_value(b, 1, k, v);
             }
         });
+        // `ResourceMetrics.schema_url`: the semantic conventions of the resource's keys.
+        string(&mut resource, 3, SCHEMA_URL);
         Encoder {
             resource,
             started,
@@ -320,7 +341,7 @@ impl Encoder {
                 from = to;
             }
             // InstrumentationScope { name: "rocewatch" }, then every metric.
-            let scope = field_len(string_len("rocewatch"));
+            let scope = scope_encoded().len();
             let scope_metrics =
                 scope + families.iter().map(|f| field_len(f.metric)).sum::<usize>() + tail.len();
             let resource_metrics = self.resource.len() + field_len(scope_metrics);
@@ -332,7 +353,7 @@ impl Encoder {
             chunk.extend_from_slice(&self.resource);
             tag(&mut chunk, 2, LEN);
             varint(&mut chunk, scope_metrics as u64);
-            nested(&mut chunk, 1, |b| string(b, 1, "rocewatch"));
+            chunk.extend_from_slice(scope_encoded());
             let mut written = 0;
             for f in &families {
                 tag(&mut chunk, 2, LEN);
@@ -642,7 +663,14 @@ mod tests {
             ]
         );
         let sm = &rm.scope_metrics[0];
-        assert_eq!(sm.scope.as_ref().unwrap().name, "rocewatch");
+        let scope = sm.scope.as_ref().unwrap();
+        assert_eq!(
+            (scope.name.as_str(), scope.version.as_str()),
+            ("rocewatch", env!("CARGO_PKG_VERSION"))
+        );
+        // The semantic conventions the resource's keys are from, on both.
+        assert_eq!(sm.schema_url, "https://opentelemetry.io/schemas/1.42.0");
+        assert_eq!(rm.schema_url, sm.schema_url);
         let by_name = |n: &str| {
             sm.metrics
                 .iter()

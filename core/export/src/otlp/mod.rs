@@ -36,6 +36,7 @@
 
 pub mod config;
 mod encode;
+mod identity;
 mod transport;
 
 use std::collections::VecDeque;
@@ -63,18 +64,16 @@ pub const MAX_MERGE: usize = 10;
 /// few MiB, and a gzip'd merge is inflated and compressed again whole.
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 
-/// The resource of every export, in order (a later key wins): `OTEL_RESOURCE_ATTRIBUTES`
-/// (`k=v,k2=v2`, values percent-decoded, as the OpenTelemetry SDKs read it), then
-/// `service.name` (rocewatch), `service.version`, `host.name`, then the configured
-/// extras.
+/// The resource of every export, in order (a later key wins): rocewatch's own
+/// `service.name` (rocewatch), `service.version`, `host.name`, `host.id` and
+/// `service.instance.id` (`identity`: from the machine id), then
+/// `OTEL_RESOURCE_ATTRIBUTES` (`k=v,k2=v2`, values percent-decoded, as the OpenTelemetry
+/// SDKs read it), then the configured extras.
 pub fn resource(cfg: &OtlpConfig, host: &str) -> Vec<(String, String)> {
-    let mut attrs = Vec::new();
+    let mut attrs = identity::own_attributes(cfg, host);
     if let Ok(env) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
         attrs.extend(parse_resource_env(&env));
     }
-    attrs.push(("service.name".into(), "rocewatch".into()));
-    attrs.push(("service.version".into(), env!("CARGO_PKG_VERSION").into()));
-    attrs.push(("host.name".into(), host.to_string()));
     for (k, v) in &cfg.resource {
         attrs.push((k.clone(), v.clone()));
     }

@@ -7,6 +7,10 @@
 //! - `config`: every file in `configs/` parses; bad files name the key path; env overrides.
 //! - `otlp`, `otlp_resilience`: the agent exports to a real VictoriaMetrics on loopback and
 //!   an in-test gRPC receiver; outages are queued and retried.
+//! - `otel_env`: the OpenTelemetry environment variables (`OTEL_EXPORTER_OTLP_*`, ...)
+//!   through the binary to in-test receivers; their precedence and `config check`'s origins.
+//! - `agent_logs`: the agent's own logs as OTLP logs (`agent_logs = true`) at an in-test
+//!   OTLP/HTTP receiver's `/v1/logs`, with the metrics' resource; off by default.
 //! - `prometheus`: `/metrics` checked by promtool, content negotiation, `/rules`.
 //! - `collectd`: a real collectd receives the network protocol (plain and signed) and runs
 //!   `collectd-exec`.
@@ -40,6 +44,7 @@
 
 mod support;
 
+mod agent_logs;
 mod alertmanager;
 mod appenv;
 mod capture;
@@ -57,6 +62,7 @@ mod fleet_rules;
 mod health;
 mod lab;
 mod lifecycle;
+mod otel_env;
 mod otlp;
 mod otlp_resilience;
 mod packages;

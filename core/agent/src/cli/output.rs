@@ -6,17 +6,26 @@ use anyhow::Result;
 
 use crate::config::LogFormat;
 
-/// Set up logging to standard error.
+/// Set up logging to standard error, and to OTLP once `run` has read
+/// `[exporters.otlp] agent_logs` (the layer forwards nothing until then).
 pub fn init_logging(format: LogFormat, level: &str) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
+    let logs = tracing_subscriber::registry().with(filter);
     let _ = match format {
-        LogFormat::Json => b.json().try_init(),
-        LogFormat::Text => b.try_init(),
+        LogFormat::Json => logs
+            .with(fmt.json())
+            .with(super::agent_logs::AgentLogsLayer)
+            .try_init(),
+        LogFormat::Text => logs
+            .with(fmt)
+            .with(super::agent_logs::AgentLogsLayer)
+            .try_init(),
     };
 }
 

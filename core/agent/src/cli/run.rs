@@ -42,6 +42,11 @@ fn load(a: &RunArgs) -> Result<Config> {
 
 pub async fn run(a: RunArgs) -> Result<i32> {
     let config = load(&a)?;
+    let agent_logs = super::agent_logs::start(
+        config.exporters.otlp.as_ref(),
+        &crate::app::host_name(&config),
+    )
+    .await?;
     let (ready_file, duration) = (a.ready_file.clone(), a.duration);
     let supervisor = Supervisor {
         config,
@@ -49,5 +54,9 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         ready_file,
         duration,
     };
-    Ok(supervisor.run().await?)
+    let r = supervisor.run().await;
+    if let Some(l) = agent_logs {
+        l.shutdown().await;
+    }
+    Ok(r?)
 }

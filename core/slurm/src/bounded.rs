@@ -21,7 +21,13 @@
 //!   a child subreaper (the agent is one once an `exec` action ran);
 //! - the output is read by two threads, and waited for only [`READ_GRACE`] after the group
 //!   ended: a process that left the group (`setsid`) and still holds a pipe keeps its
-//!   reader thread, not the caller.
+//!   reader thread, not the caller;
+//! - of each stream the first [`KEEP_BYTES`] are kept and the rest is read and discarded
+//!   (counted in [`BoundedOutput::stdout_dropped`] and `stderr_dropped`): these programs
+//!   run as root on compute nodes, and a broken wrapper or a `Comment=` of gigabytes
+//!   (2.96 GB resident for a 1.5 GB line, before this bound) must not exhaust their memory.
+//!   Reading on rather than closing the pipe lets the program end as it would (no
+//!   SIGPIPE), so its exit status still means what it says.
 //!
 //! A process that cannot be killed (uninterruptible sleep) is waited for up to
 //! [`REAP_WITHIN`], then left to be reaped by whoever reaps orphans.
@@ -39,12 +45,29 @@ pub const READ_GRACE: Duration = Duration::from_millis(500);
 /// How long a killed group is waited for to be reaped.
 pub const REAP_WITHIN: Duration = Duration::from_secs(2);
 
+/// How much of each stream is kept: far above what the programs run here print
+/// (`scontrol show node` of one node is about 1 KiB; `lldpcli` of a host, tens of KiB).
+pub const KEEP_BYTES: usize = 1 << 20;
+
 /// What a bounded run gave.
 #[derive(Debug)]
 pub struct BoundedOutput {
     pub status: ExitStatus,
+    /// The first [`KEEP_BYTES`] of standard output.
     pub stdout: String,
+    /// The first [`KEEP_BYTES`] of standard error.
     pub stderr: String,
+    /// Bytes of standard output read past [`KEEP_BYTES`] and discarded.
+    pub stdout_dropped: u64,
+    /// Bytes of standard error read past [`KEEP_BYTES`] and discarded.
+    pub stderr_dropped: u64,
+}
+
+impl BoundedOutput {
+    /// Whether either stream was cut at [`KEEP_BYTES`].
+    pub fn cut(&self) -> bool {
+        self.stdout_dropped > 0 || self.stderr_dropped > 0
+    }
 }
 
 /// Why a bounded run gave nothing.
@@ -58,15 +81,32 @@ pub enum RunError {
     },
 }
 
+/// What a reader kept of its stream, and how much more it discarded.
+#[derive(Default)]
+struct Kept {
+    bytes: Vec<u8>,
+    dropped: u64,
+}
+
+impl Kept {
+    /// Keep what fits under `keep`; count the rest.
+    fn add(&mut self, chunk: &[u8], keep: usize) {
+        let room = keep.saturating_sub(self.bytes.len()).min(chunk.len());
+        self.bytes.extend_from_slice(&chunk[..room]);
+        self.dropped += (chunk.len() - room) as u64;
+    }
+}
+
 /// One stream of the program, read by a thread of its own until its end.
 struct Reader {
-    got: Arc<Mutex<Vec<u8>>>,
+    got: Arc<Mutex<Kept>>,
     done: mpsc::Receiver<()>,
 }
 
 impl Reader {
-    fn start(pipe: Option<impl Read + Send + 'static>) -> Reader {
-        let got = Arc::new(Mutex::new(Vec::new()));
+    /// Read `pipe` to its end, keeping its first `keep` bytes.
+    fn start(pipe: Option<impl Read + Send + 'static>, keep: usize) -> Reader {
+        let got = Arc::new(Mutex::new(Kept::default()));
         let (tx, done) = mpsc::channel();
         let into = Arc::clone(&got);
         std::thread::spawn(move || {
@@ -75,7 +115,7 @@ impl Reader {
                 loop {
                     match p.read(&mut buf) {
                         Ok(0) => break,
-                        Ok(n) => lock(&into).extend_from_slice(&buf[..n]),
+                        Ok(n) => lock(&into).add(&buf[..n], keep),
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         Err(_) => break,
                     }
@@ -86,23 +126,37 @@ impl Reader {
         Reader { got, done }
     }
 
-    /// What was read by `until` (all of it, when the stream ended by then).
-    fn take(self, until: Instant) -> String {
+    /// What was kept by `until` (all of it, when the stream ended by then), and how many
+    /// bytes were discarded past the bound.
+    fn take(self, until: Instant) -> (String, u64) {
         let _ = self
             .done
             .recv_timeout(until.saturating_duration_since(Instant::now()));
         let got = lock(&self.got);
-        String::from_utf8_lossy(&got).into_owned()
+        (
+            String::from_utf8_lossy(&got.bytes).into_owned(),
+            got.dropped,
+        )
     }
 }
 
-fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
+fn lock(m: &Mutex<Kept>) -> std::sync::MutexGuard<'_, Kept> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Run `cmd` to its end or `timeout`, whichever comes first (then kill its process group),
-/// with its output captured; see the module doc for what is killed and reaped.
-pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<BoundedOutput, RunError> {
+/// with its output captured (the first [`KEEP_BYTES`] of each stream); see the module doc
+/// for what is killed and reaped.
+pub fn run_bounded(cmd: Command, timeout: Duration) -> Result<BoundedOutput, RunError> {
+    run_bounded_keeping(cmd, timeout, KEEP_BYTES)
+}
+
+/// [`run_bounded`], keeping the first `keep` bytes of each stream.
+pub fn run_bounded_keeping(
+    mut cmd: Command,
+    timeout: Duration,
+    keep: usize,
+) -> Result<BoundedOutput, RunError> {
     // SAFETY: getpid only reads this process's id.
     let parent = unsafe { libc::getpid() };
     cmd.stdin(Stdio::null())
@@ -123,8 +177,8 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<BoundedOutput,
     }
     let deadline = Instant::now() + timeout;
     let mut child = cmd.spawn().map_err(RunError::Spawn)?;
-    let out = Reader::start(child.stdout.take());
-    let err = Reader::start(child.stderr.take());
+    let out = Reader::start(child.stdout.take(), keep);
+    let err = Reader::start(child.stderr.take(), keep);
     let pid = child.id() as libc::pid_t;
     let exited = exited_by(pid, deadline);
     // The leader is unreaped (alive or a zombie): its pid still names the group. Kill
@@ -137,16 +191,18 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Result<BoundedOutput,
     let read_until = Instant::now() + READ_GRACE;
     if !exited {
         return Err(RunError::Timeout {
-            stderr: one_line(&err.take(read_until)),
+            stderr: one_line(&err.take(read_until).0),
         });
     }
-    let stdout = out.take(read_until);
-    let stderr = err.take(read_until);
+    let (stdout, stdout_dropped) = out.take(read_until);
+    let (stderr, stderr_dropped) = err.take(read_until);
     match status {
         Some(status) => Ok(BoundedOutput {
             status,
             stdout,
             stderr,
+            stdout_dropped,
+            stderr_dropped,
         }),
         // Exited, yet not reaped within REAP_WITHIN: someone else waited for it (a
         // SIGCHLD handler that reaps every child). Its status is lost.
@@ -313,6 +369,36 @@ mod tests {
             .unwrap();
         // SAFETY: kill only sends a signal, to the process this test started.
         unsafe { libc::kill(escaped, libc::SIGKILL) };
+    }
+
+    /// A program that prints more than a caller could hold (a broken wrapper, a
+    /// `Comment=` of gigabytes) costs at most what is kept of each stream; the rest is
+    /// read and discarded, so the program still ends, and the result says so.
+    #[test]
+    fn what_is_kept_of_each_stream_is_bounded() {
+        let total = 8usize << 20;
+        let out = run_bounded(
+            sh(&format!(
+                "head -c {total} /dev/zero | tr '\\0' A; echo err >&2; exit 0"
+            )),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert!(out.status.success(), "{:?}", out.status);
+        assert!(
+            out.stdout.len() <= 1 << 20,
+            "kept {} bytes of standard output",
+            out.stdout.len()
+        );
+        assert_eq!(out.stdout.len(), KEEP_BYTES);
+        assert_eq!(out.stdout_dropped, (total - KEEP_BYTES) as u64);
+        assert_eq!((out.stderr.as_str(), out.stderr_dropped), ("err\n", 0));
+        assert!(out.cut());
+        // Under the bound, nothing is cut.
+        let out = run_bounded_keeping(sh("printf 12345"), Duration::from_secs(10), 5).unwrap();
+        assert_eq!((out.stdout.as_str(), out.cut()), ("12345", false));
+        let out = run_bounded_keeping(sh("printf 123456"), Duration::from_secs(10), 5).unwrap();
+        assert_eq!((out.stdout.as_str(), out.stdout_dropped), ("12345", 1));
     }
 
     #[test]

@@ -11,6 +11,17 @@
 //! A drain or a resume (show, then update) takes one bound for both runs: slurmd kills a
 //! HealthCheckProgram that runs past its own limit.
 //!
+//! A node that health calls unhealthy must not keep taking jobs, so a drain does not hang
+//! on reading the node first: a `show` that fails (an error, output that is not this
+//! node's record, output cut at [`crate::bounded::KEEP_BYTES`], a timeout) is tried once
+//! more, and when that fails too the node is drained anyway, the outcome saying that a
+//! reason someone else set may have been replaced ([`DrainOutcome::DrainedUnread`]). A
+//! resume is the opposite: never on a `show` that failed. An `update` that exits 0 but
+//! says something on standard error (a wrapper that loses scontrol's status; scontrol
+//! itself exits 1 with `slurm_update error: ...` and prints nothing on success) failed.
+//! A node name that scontrol would read as several nodes or another argument (`n[1-4]`,
+//! `a,b`, `ALL`, a space or `=`) is refused before anything runs.
+//!
 //! The commands: `scontrol update nodename=NODE state=drain reason=REASON`,
 //! `scontrol update nodename=NODE state=resume`, `scontrol show node NODE` (read with
 //! [`crate::node`]), `scontrol show hostnames LIST` (the `scontrol(1)` man page).
@@ -38,6 +49,33 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The least time left for the update of a drain or a resume to be started.
 const MIN_LEFT: Duration = Duration::from_secs(1);
+
+/// Whether `node` names one node to scontrol: not empty, no hostlist syntax (`[`, `]`,
+/// `,`), no space, control character, `=` or quote (another argument or key), not starting
+/// with `-` (an option), not `ALL`.
+fn check_node_name(node: &str) -> Result<(), ScontrolError> {
+    let why = if node.is_empty() {
+        Some("empty")
+    } else if node.starts_with('-') {
+        Some("starts with '-'")
+    } else if node.eq_ignore_ascii_case("all") {
+        Some("ALL names every node")
+    } else if node
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || "[],=\"'".contains(c))
+    {
+        Some("holds a space, a control character or one of [ ] , = \" ' (a list of nodes or another argument)")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(ScontrolError::BadNodeName {
+            node: node.to_string(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
 
 /// A reason as rocewatch gives it to Slurm: the prefix, then the text on one line with
 /// control characters escaped (`\n`, `\t`, `\x1b`, ...), cut to [`MAX_REASON_BYTES`] on
@@ -86,6 +124,10 @@ pub enum DrainOutcome {
     /// administrator's drain, DOWN or FAIL, `Not responding`), or DOWN/FAIL without one.
     /// Left as it is.
     Others { state: String, reason: String },
+    /// `scontrol show node` failed twice (`why`: the last failure), so the node was drained
+    /// with this reason without knowing its state: a reason someone else had set (an
+    /// administrator's drain) may have been replaced.
+    DrainedUnread { reason: String, why: String },
 }
 
 impl DrainOutcome {
@@ -97,6 +139,9 @@ impl DrainOutcome {
             DrainOutcome::Others { state, reason } => {
                 format!("{node} is {state} by someone else (reason {reason:?}): left as it is")
             }
+            DrainOutcome::DrainedUnread { reason, why } => format!(
+                "{node} drained: {reason}; WARNING: its state and reason could not be read first ({why}), so a drain reason someone else set may have been replaced"
+            ),
         }
     }
 }
@@ -143,6 +188,15 @@ pub enum ScontrolError {
         what: &'static str,
         node: String,
         timeout: Duration,
+    },
+    #[error("node name {node:?}: {why}; refused before running scontrol")]
+    BadNodeName { node: String, why: &'static str },
+    /// The node's state could not be read, and the drain tried anyway failed too.
+    #[error("drain of {node}: its state could not be read ({show}), and the drain tried anyway failed: {drain}")]
+    Unread {
+        node: String,
+        show: String,
+        drain: Box<ScontrolError>,
     },
 }
 
@@ -218,12 +272,41 @@ impl Scontrol {
     }
 
     /// `scontrol show node NODE`, parsed.
+    ///
+    /// Output cut at [`crate::bounded::KEEP_BYTES`] is not read: what was cut could hold
+    /// the reason.
     pub fn show_node(&self, node: &str) -> Result<Node, ScontrolError> {
         let args = ["show", "node", node];
-        let text = self.run(&args)?;
-        let n = parse_one_node(&text).map_err(|source| ScontrolError::Parse {
-            command: self.describe(&args),
-            source,
+        let command = self.describe(&args);
+        let out = self.run_captured(&args, &command)?;
+        if !out.status.success() {
+            return Err(ScontrolError::Failed {
+                command,
+                status: out.status,
+                output: failure_output(&out),
+            });
+        }
+        if out.stdout_dropped > 0 {
+            return Err(ScontrolError::Unexpected {
+                command,
+                what: format!(
+                    "its output passed {} bytes and was cut ({} bytes more): not read",
+                    crate::bounded::KEEP_BYTES,
+                    out.stdout_dropped
+                ),
+            });
+        }
+        let n = parse_one_node(&out.stdout).map_err(|source| match out.stderr.trim() {
+            // An error said on standard error with exit 0 (a controller that does not
+            // answer): what it said is why.
+            "" => ScontrolError::Parse {
+                command: self.describe(&args),
+                source,
+            },
+            _ => ScontrolError::Unexpected {
+                command: self.describe(&args),
+                what: format!("{source}; standard error: {}", one_line(&out.stderr)),
+            },
         })?;
         if n.name != node {
             return Err(ScontrolError::Unexpected {
@@ -235,10 +318,11 @@ impl Scontrol {
     }
 
     /// `scontrol update nodename=NODE state=drain reason=REASON`, the reason made with
-    /// [`reason`] from [`REASON_PREFIX`] and `text`. Returns the reason as set.
+    /// [`reason`] from [`REASON_PREFIX`] and `text`. Returns the reason as set. Standard
+    /// error on an exit status of 0 is a failure ([`Scontrol::update`]).
     pub fn drain(&self, node: &str, text: &str) -> Result<String, ScontrolError> {
         let r = reason(REASON_PREFIX, text);
-        self.run(&[
+        self.update(&[
             "update",
             &format!("nodename={node}"),
             "state=drain",
@@ -254,16 +338,28 @@ impl Scontrol {
     /// `update`). A node drained with another reason of rocewatch's gets the new one.
     /// What `health --slurm` and the `slurm_drain` remediation action both do.
     ///
-    /// The two `scontrol` runs (show, then update) share `timeout` (the update is not
-    /// started with under a second left), so the drain ends within it.
+    /// A show that fails is tried once more; when it fails again the node is drained
+    /// anyway ([`DrainOutcome::DrainedUnread`]): see the module doc. A node name that is
+    /// not one node's is refused before any run.
+    ///
+    /// The `scontrol` runs share `timeout` (the first show gets up to half of it, the two
+    /// shows together up to two thirds; the update is not started with under a second
+    /// left), so the drain ends within it.
     pub fn drain_unless_others(
         &self,
         node: &str,
         text: &str,
         timeout: Duration,
     ) -> Result<DrainOutcome, ScontrolError> {
-        let deadline = Instant::now() + timeout;
-        let n = self.clone().timeout(timeout).show_node(node)?;
+        check_node_name(node)?;
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let n = match self.show_twice(node, started + timeout / 2, deadline - timeout / 3) {
+            Ok(n) => n,
+            // Nothing could run; a drain could not either.
+            Err(e @ ScontrolError::Spawn { .. }) => return Err(e),
+            Err(show) => return self.drain_unread(node, text, deadline, timeout, show),
+        };
         let current = n
             .reason
             .as_ref()
@@ -290,6 +386,53 @@ impl Scontrol {
         Ok(DrainOutcome::Drained { reason })
     }
 
+    /// `scontrol show node NODE`, the first run until `first_until`, and once more on a
+    /// failure other than one to start it, until `until` (when a second is left by then).
+    fn show_twice(
+        &self,
+        node: &str,
+        first_until: Instant,
+        until: Instant,
+    ) -> Result<Node, ScontrolError> {
+        let first = first_until.saturating_duration_since(Instant::now());
+        match self.clone().timeout(first).show_node(node) {
+            Err(e) if !matches!(e, ScontrolError::Spawn { .. }) => match self.within(until) {
+                Some(sc) => sc.show_node(node),
+                None => Err(e),
+            },
+            r => r,
+        }
+    }
+
+    /// Drain `node` without having read it (`show`: why not), within what is left of
+    /// `timeout` before `deadline`.
+    fn drain_unread(
+        &self,
+        node: &str,
+        text: &str,
+        deadline: Instant,
+        timeout: Duration,
+        show: ScontrolError,
+    ) -> Result<DrainOutcome, ScontrolError> {
+        let show = show.to_string();
+        let unread = |drain| ScontrolError::Unread {
+            node: node.to_string(),
+            show: show.clone(),
+            drain: Box::new(drain),
+        };
+        let Some(sc) = self.within(deadline) else {
+            return Err(unread(ScontrolError::NoTimeLeft {
+                what: "drain",
+                node: node.to_string(),
+                timeout,
+            }));
+        };
+        match sc.drain(node, text) {
+            Ok(reason) => Ok(DrainOutcome::DrainedUnread { reason, why: show }),
+            Err(e) => Err(unread(e)),
+        }
+    }
+
     /// Resume `node` only when it is drained and its reason starts with `prefix`; a node
     /// drained for another reason is left alone, and the outcome says so.
     ///
@@ -301,6 +444,7 @@ impl Scontrol {
     ///
     /// [`limit`]: Scontrol::limit
     pub fn resume_if_ours(&self, node: &str, prefix: &str) -> Result<ResumeOutcome, ScontrolError> {
+        check_node_name(node)?;
         let deadline = Instant::now() + self.timeout;
         let n = self.show_node(node)?;
         if !n.state.is_drain() {
@@ -321,8 +465,25 @@ impl Scontrol {
                 node: node.to_string(),
                 timeout: self.timeout,
             })?;
-        sc.run(&["update", &format!("nodename={node}"), "state=resume"])?;
+        sc.update(&["update", &format!("nodename={node}"), "state=resume"])?;
         Ok(ResumeOutcome::Resumed { reason })
+    }
+
+    /// `scontrol update ...`: as [`Scontrol::run`], and standard error on an exit status
+    /// of 0 is a failure too (scontrol prints nothing on a successful update and exits 1
+    /// after `slurm_update error: ...`; a wrapper that loses its status must not pass for
+    /// a drain).
+    fn update(&self, args: &[&str]) -> Result<String, ScontrolError> {
+        let command = self.describe(args);
+        let out = self.run_captured(args, &command)?;
+        if !out.status.success() || !out.stderr.trim().is_empty() {
+            return Err(ScontrolError::Failed {
+                command,
+                status: out.status,
+                output: failure_output(&out),
+            });
+        }
+        Ok(out.stdout)
     }
 
     /// `scontrol show hostnames LIST`: Slurm's own expansion (scontrol exits 0 even when
@@ -591,6 +752,185 @@ mod tests {
             .resume_if_ours("n1", REASON_PREFIX)
             .unwrap();
         assert!(matches!(out, ResumeOutcome::Resumed { .. }), "{out:?}");
+    }
+
+    /// A fake scontrol at `dir/scontrol` that logs each call's arguments to `dir/calls`
+    /// (one line a call), answers `show` as `show` says (a shell snippet) and `update` as
+    /// `update` says.
+    fn logging_scontrol(dir: &Path, show: &str, update: &str) -> PathBuf {
+        fake_scontrol(
+            dir,
+            &format!(
+                "echo \"$*\" >> {calls}\ncase \"$1\" in\nshow) {show} ;;\nupdate) {update} ;;\nesac\n",
+                calls = dir.join("calls").display()
+            ),
+        )
+    }
+
+    fn calls(dir: &Path) -> Vec<String> {
+        std::fs::read_to_string(dir.join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// A show that fails however it fails (garbage, another node's record, nothing on
+    /// standard output and an error on standard error with exit 0, "not found", a hang)
+    /// is tried once more; then the node is drained anyway, and the outcome says that its
+    /// reason could not be read: a node health calls unhealthy must not keep taking jobs.
+    #[test]
+    fn a_node_whose_show_fails_is_drained_anyway_and_says_so() {
+        let cases = [
+            ("garbage", "echo 'lkasjd lkj'; exit 0"),
+            (
+                "another node",
+                "printf 'NodeName=other Arch=x86_64\\n   State=IDLE\\n'; exit 0",
+            ),
+            (
+                "stderr, exit 0",
+                "echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 0",
+            ),
+            ("not found", "echo 'Node n1 not found'; exit 1"),
+            ("hang", "sleep 30"),
+        ];
+        for (what, show) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let sc = Scontrol::new(logging_scontrol(dir.path(), show, "exit 0"));
+            let bound = Duration::from_secs(4);
+            let started = Instant::now();
+            let r = sc.drain_unless_others("n1", "mlx5_0 port 1 down", bound);
+            let took = started.elapsed();
+            let calls = calls(dir.path());
+            let out = r.unwrap_or_else(|e| panic!("{what}: {e} (calls {calls:?})"));
+            let said = out.describe("n1");
+            assert!(said.contains("could not be read"), "{what}: {said}");
+            assert!(said.contains("may have been replaced"), "{what}: {said}");
+            assert!(
+                said.contains("rocewatch: mlx5_0 port 1 down"),
+                "{what}: {said}"
+            );
+            assert_eq!(
+                calls.last().map(String::as_str),
+                Some("update nodename=n1 state=drain reason=rocewatch: mlx5_0 port 1 down"),
+                "{what}: {calls:?}"
+            );
+            let shows = calls.iter().filter(|c| c.starts_with("show")).count();
+            if what != "hang" {
+                assert_eq!(shows, 2, "{what}: the show is tried twice: {calls:?}");
+            }
+            assert!(
+                took < bound + Duration::from_millis(500),
+                "{what}: a {bound:?} bound ended after {took:?}"
+            );
+        }
+    }
+
+    /// A show that fails once and then answers is read as usual: an administrator's drain
+    /// stays.
+    #[test]
+    fn a_show_that_fails_once_is_tried_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("failed-once");
+        let show = format!(
+            "if [ -e {f} ]; then printf 'NodeName=n1 Arch=x86_64\\n   State=IDLE+DRAIN\\n   Reason=maintenance [admin@2024-01-01T00:00:00]\\n'; else touch {f}; echo junk; fi; exit 0",
+            f = flag.display()
+        );
+        let sc = Scontrol::new(logging_scontrol(dir.path(), &show, "exit 0"));
+        let out = sc
+            .drain_unless_others("n1", "mlx5_0 port 1 down", Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e} (calls {:?})", calls(dir.path())));
+        assert!(
+            matches!(&out, DrainOutcome::Others { reason, .. } if reason == "maintenance"),
+            "{out:?}"
+        );
+        assert_eq!(calls(dir.path()), ["show node n1", "show node n1"]);
+    }
+
+    /// A resume never acts on a show that failed: no update.
+    #[test]
+    fn a_resume_whose_show_fails_does_not_resume() {
+        for show in ["echo junk; exit 0", "echo 'Node n1 not found'; exit 1"] {
+            let dir = tempfile::tempdir().unwrap();
+            let sc = Scontrol::new(logging_scontrol(dir.path(), show, "exit 0"));
+            let r = sc.resume_if_ours("n1", REASON_PREFIX);
+            assert!(r.is_err(), "{show}: {r:?}");
+            let calls = calls(dir.path());
+            assert!(!calls.iter().any(|c| c.starts_with("update")), "{calls:?}");
+        }
+    }
+
+    /// An update that exits 0 yet says an error on standard error (a wrapper that loses
+    /// scontrol's status) did not drain: an error naming what it said.
+    #[test]
+    fn an_update_that_says_an_error_and_exits_0_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let sc = Scontrol::new(logging_scontrol(
+            dir.path(),
+            "printf 'NodeName=n1 Arch=x86_64\\n   State=IDLE\\n'; exit 0",
+            "echo 'slurm_update error: Invalid node name specified' >&2; exit 0",
+        ));
+        let e = sc
+            .drain_unless_others("n1", "mlx5_0 port 1 down", Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Invalid node name specified"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let sc = Scontrol::new(logging_scontrol(
+            dir.path(),
+            &format!("printf '{DRAINED_BY_US}'; exit 0"),
+            "echo 'slurm_update error: Invalid node name specified' >&2; exit 0",
+        ));
+        let e = sc
+            .resume_if_ours("n1", REASON_PREFIX)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Invalid node name specified"), "{e}");
+    }
+
+    /// A record cut at the bound on what is kept is not read: the reason past the cut
+    /// (an administrator's) would be missed.
+    #[test]
+    fn a_show_cut_at_the_bound_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let show = format!(
+            "printf '{DRAINED_BY_US}'; printf '   Comment='; head -c {} /dev/zero | tr '\\0' A; echo; exit 0",
+            crate::bounded::KEEP_BYTES + 10
+        );
+        let sc = Scontrol::new(logging_scontrol(dir.path(), &show, "exit 0"));
+        let e = sc.show_node("n1").map(|n| n.name).unwrap_err().to_string();
+        assert!(e.contains("cut"), "{e}");
+        let r = sc.resume_if_ours("n1", REASON_PREFIX);
+        assert!(r.is_err(), "{r:?}");
+        assert!(!calls(dir.path()).iter().any(|c| c.starts_with("update")));
+    }
+
+    /// A node name that scontrol would read as several nodes or as another argument is
+    /// refused before any scontrol runs.
+    #[test]
+    fn a_node_name_that_is_not_one_node_is_refused_before_any_call() {
+        for name in [
+            "",
+            "n[1-4]",
+            "n1,n2",
+            "n1 state=resume",
+            "-h",
+            "ALL",
+            "n1\n",
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let sc = Scontrol::new(logging_scontrol(dir.path(), "exit 1", "exit 0"));
+            let e = sc
+                .drain_unless_others(name, "x", Duration::from_secs(5))
+                .unwrap_err();
+            assert!(e.to_string().contains("node name"), "{name:?}: {e}");
+            assert!(sc.resume_if_ours(name, REASON_PREFIX).is_err(), "{name:?}");
+            assert!(
+                calls(dir.path()).is_empty(),
+                "{name:?}: {:?}",
+                calls(dir.path())
+            );
+        }
     }
 
     #[test]

@@ -194,6 +194,61 @@ mod real {
         .unwrap();
     }
 
+    /// Through a site's wrapper that breaks `show` and loses scontrol's exit status (it
+    /// does not `exec`, and exits 0): the node is drained anyway, with our reason, and the
+    /// outcome says its reason could not be read; an update Slurm refuses ("Invalid node
+    /// name specified" on standard error, exit 0 from the wrapper) is an error, not a
+    /// drain.
+    #[test]
+    fn a_wrapper_that_breaks_show_still_drains_on_a_real_slurm() {
+        let Some((_guard, c)) = cluster() else {
+            return;
+        };
+        let node = c.node_name().to_string();
+        let real = c.scontrol();
+        let dir = tempfile::tempdir().unwrap();
+        let wrapper = dir.path().join("scontrol");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nif [ \"$1\" = show ]; then echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 0; fi\n'{}' \"$@\"\nexit 0\n",
+                real.program().display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let sc = rocewatch_slurm::Scontrol::new(&wrapper).env("SLURM_CONF", c.conf());
+        let out = sc
+            .drain_unless_others(&node, "mlx5_0 port 1 down", Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+        let said = out.describe(&node);
+        assert!(
+            matches!(&out, rocewatch_slurm::DrainOutcome::DrainedUnread { reason, .. } if reason == "rocewatch: mlx5_0 port 1 down"),
+            "{said}"
+        );
+        assert!(
+            said.contains("Unable to contact slurm controller"),
+            "{said}"
+        );
+        let n = real.show_node(&node).unwrap();
+        assert!(n.state.is_drain(), "{}", n.state);
+        assert_eq!(n.reason.unwrap().text, "rocewatch: mlx5_0 port 1 down");
+        // Slurm refuses the update; the wrapper exits 0: an error naming Slurm's words.
+        let e = sc
+            .drain_unless_others("no-such-node", "x", Duration::from_secs(30))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Invalid node name specified"), "{e}");
+        // A resume never acts on a show that failed.
+        assert!(sc.resume_if_ours(&node, REASON_PREFIX).is_err());
+        assert!(real.show_node(&node).unwrap().state.is_drain());
+        real.resume_if_ours(&node, REASON_PREFIX).unwrap();
+    }
+
     /// slurmd runs `HealthCheckProgram` with `SLURMD_NODENAME` set (and nothing else: the
     /// harness's wrapper adds `SLURM_CONF`), and its `scontrol` drains the node.
     #[test]

@@ -1,4 +1,5 @@
-//! `rocewatch config check FILE`, `rocewatch config hash-password`.
+//! `rocewatch config check FILE` (with where each OTLP value came from),
+//! `rocewatch config hash-password`.
 
 use std::path::Path;
 
@@ -13,6 +14,15 @@ pub fn check(file: &Path) -> Result<i32> {
                 eprintln!("rocewatch: {}: warning: {key}: {why}", file.display());
             }
             println!("{}: ok", file.display());
+            // Where each OTLP value came from: the file, a ROCEWATCH_ or OTEL_ variable, or
+            // the default (the command line's flags are not read here).
+            if let Some(o) = &cfg.exporters.otlp {
+                for line in cfg.otlp_sources.lines(o) {
+                    println!("{line}");
+                }
+            } else if let Some(why) = &cfg.otlp_sources.disabled {
+                println!("exporters.otlp: off ({why})");
+            }
             Ok(0)
         }
         Err(e) => {

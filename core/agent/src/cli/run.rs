@@ -6,7 +6,6 @@ use anyhow::Result;
 use super::args::RunArgs;
 use crate::config::Config;
 use crate::supervisor::Supervisor;
-use rocewatch_export::otlp::config::{OtlpConfig, OtlpProtocol};
 
 /// The configuration file with the command line's overrides applied: what `run` starts
 /// with, and what a SIGHUP loads again.
@@ -15,19 +14,11 @@ fn load(a: &RunArgs) -> Result<Config> {
     if let Some(i) = a.interval {
         cfg.agent.interval = i;
     }
-    if let Some(ep) = &a.otlp_endpoint {
-        let o = cfg
-            .exporters
-            .otlp
-            .get_or_insert_with(|| OtlpConfig::new(ep.clone(), OtlpProtocol::default()));
-        o.endpoint = ep.clone();
-    }
-    if let (Some(p), Some(o)) = (a.otlp_protocol, cfg.exporters.otlp.as_mut()) {
-        o.protocol = p;
-    }
-    if let (Some(i), Some(o)) = (a.export_interval, cfg.exporters.otlp.as_mut()) {
-        o.interval = i;
-    }
+    cfg.apply_otlp_flags(
+        a.otlp_endpoint.as_deref(),
+        a.otlp_protocol,
+        a.export_interval,
+    )?;
     if let Some(addr) = a.prometheus_listen {
         cfg.exporters
             .prometheus

@@ -5,7 +5,15 @@
 //! levels), e.g. `ROCEWATCH_AGENT__INTERVAL=5s`, `ROCEWATCH_EXPORTERS__OTLP__ENDPOINT=...`.
 //! List keys (`devices.include`, `devices.exclude`) take comma-separated values.
 //! Variables without a double underscore (`ROCEWATCH_PLUGIN_DIR`, ...) are not config keys
-//! and are ignored here.
+//! and are ignored here. In a header name set this way (`ROCEWATCH_EXPORTERS__OTLP__HEADERS__
+//! X_SCOPE_ORGID`) `_` is `-`: a variable's name cannot hold the `-` header names have.
+//!
+//! `[exporters.otlp]` also takes the OpenTelemetry variables (`OTEL_EXPORTER_OTLP_*`, ...:
+//! `otel_env.rs` reads them), under the file and `ROCEWATCH_*`; `otlp_sources.rs` says
+//! why in that order and records where each OTLP value came from, for `config check`.
+
+pub mod otel_env;
+pub mod otlp_sources;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,6 +40,18 @@ pub enum ConfigError {
         path: String,
         message: String,
     },
+    /// An environment variable's value (an OpenTelemetry one), named rather than the file.
+    #[error("{var}: {message}")]
+    Env { var: String, message: String },
+}
+
+impl From<otel_env::EnvError> for ConfigError {
+    fn from(e: otel_env::EnvError) -> Self {
+        ConfigError::Env {
+            var: e.var,
+            message: e.message,
+        }
+    }
 }
 
 fn default_sysfs_root() -> PathBuf {
@@ -92,6 +112,9 @@ pub struct Config {
     /// What `rocewatch health` expects (`[health]`).
     #[serde(default)]
     pub health: rocewatch_health::HealthConfig,
+    /// Where each `[exporters.otlp]` value came from (not a key: filled in by [`Config::load`]).
+    #[serde(skip)]
+    pub otlp_sources: otlp_sources::OtlpSources,
 }
 
 /// Log output format.
@@ -153,7 +176,7 @@ impl Default for AgentConfig {
 }
 
 /// The `ROCEWATCH_*` variables that are config overrides (they contain `__`).
-fn env_overrides() -> config::Map<String, String> {
+fn env_overrides() -> Vec<(String, String)> {
     std::env::vars()
         .filter(|(k, _)| {
             k.strip_prefix("ROCEWATCH_")
@@ -189,12 +212,46 @@ fn non_finite(v: &config::Value, path: String) -> Option<(String, f64)> {
 /// Why a configuration is refused: the key path at fault and what is wrong with it.
 type Refusal = (String, String);
 
+/// The error for a refused key: naming the OpenTelemetry variable its value came from, if
+/// it did, else the file.
+fn refusal(
+    file: &str,
+    sources: &otlp_sources::OtlpSources,
+    path: String,
+    message: String,
+) -> ConfigError {
+    match path
+        .strip_prefix("exporters.otlp.")
+        .and_then(|k| sources.otel_var(k))
+    {
+        Some(var) => ConfigError::Env {
+            var: var.to_string(),
+            message: format!("{path}: {message}"),
+        },
+        None => ConfigError::Invalid {
+            file: file.to_string(),
+            path,
+            message,
+        },
+    }
+}
+
 /// One check of [`Config::validate`].
 type Check = fn(&Config) -> Result<(), Refusal>;
 
 impl Config {
     /// Load `file` (or only defaults and environment when `None`).
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let otel = otel_env::read(&|var| std::env::var(var).ok());
+        Self::load_from(file, &env_overrides(), &otel)
+    }
+
+    /// Load `file` with these `ROCEWATCH_*` overrides and OpenTelemetry variables.
+    fn load_from(
+        file: Option<&Path>,
+        overrides: &[(String, String)],
+        otel: &otel_env::OtelEnv,
+    ) -> Result<Config, ConfigError> {
         let name = file.map_or_else(|| "<defaults>".to_string(), |f| f.display().to_string());
         let mut b = config::Config::builder();
         if let Some(f) = file {
@@ -214,7 +271,15 @@ impl Config {
                 .list_separator(",")
                 .with_list_parse_key("devices.include")
                 .with_list_parse_key("devices.exclude")
-                .source(Some(env_overrides())),
+                // Headers are put in by `OtlpSources::apply`: names with `-`, values
+                // always strings.
+                .source(Some(
+                    overrides
+                        .iter()
+                        .filter(|(k, _)| otlp_sources::header_var(k).is_none())
+                        .cloned()
+                        .collect(),
+                )),
         );
         let raw = b.build().map_err(|e| ConfigError::Parse {
             file: name.clone(),
@@ -227,23 +292,59 @@ impl Config {
                 message: format!("{f} is not a number this key takes (a nan or inf would be read as the key left out)"),
             });
         }
-        let value: serde_json::Value = raw.try_deserialize().map_err(|e| ConfigError::Parse {
-            file: name.clone(),
-            message: e.to_string(),
-        })?;
-        Self::from_value(&name, value)
+        let mut value: serde_json::Value =
+            raw.try_deserialize().map_err(|e| ConfigError::Parse {
+                file: name.clone(),
+                message: e.to_string(),
+            })?;
+        let mut sources = otlp_sources::OtlpSources::apply(&mut value, &name, overrides, otel)?;
+        let mut cfg = Self::decode(&name, value, &sources)?;
+        if let Some(o) = cfg.exporters.otlp.as_mut() {
+            sources.resolve_endpoint(o);
+        }
+        if let Some(why) = &sources.disabled {
+            // The environment is the process's own: said once, not at every reload.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::info!("OTLP export off ({why}): [exporters.otlp] is not used")
+            });
+        }
+        cfg.otlp_sources = sources;
+        cfg.validate(&name)?;
+        Ok(cfg)
     }
 
     /// Decode an already-parsed document; errors carry the key path.
     pub fn from_value(name: &str, value: serde_json::Value) -> Result<Config, ConfigError> {
-        let cfg: Config =
-            serde_path_to_error::deserialize(value).map_err(|e| ConfigError::Invalid {
-                file: name.to_string(),
-                path: e.path().to_string(),
-                message: e.inner().to_string(),
-            })?;
+        let cfg = Self::decode(name, value, &otlp_sources::OtlpSources::default())?;
         cfg.validate(name)?;
         Ok(cfg)
+    }
+
+    fn decode(
+        name: &str,
+        value: serde_json::Value,
+        sources: &otlp_sources::OtlpSources,
+    ) -> Result<Config, ConfigError> {
+        serde_path_to_error::deserialize(value)
+            .map_err(|e| refusal(name, sources, e.path().to_string(), e.inner().to_string()))
+    }
+
+    /// `--otlp-endpoint`, `--otlp-protocol` and `--export-interval` over everything else
+    /// (without `[exporters.otlp]`, the endpoint turns OTLP on with the OpenTelemetry
+    /// variables' values), checked as the file is.
+    pub fn apply_otlp_flags(
+        &mut self,
+        endpoint: Option<&str>,
+        protocol: Option<rocewatch_export::otlp::config::OtlpProtocol>,
+        interval: Option<Duration>,
+    ) -> Result<(), ConfigError> {
+        if endpoint.is_none() && protocol.is_none() && interval.is_none() {
+            return Ok(());
+        }
+        self.otlp_sources
+            .apply_flags(&mut self.exporters.otlp, endpoint, protocol, interval)?;
+        self.validate("<command line>")
     }
 
     /// Every check of a loaded configuration, in order; the first refusal is the error.
@@ -259,11 +360,8 @@ impl Config {
             Config::check_health,
         ];
         for check in checks {
-            check(self).map_err(|(path, message)| ConfigError::Invalid {
-                file: name.to_string(),
-                path,
-                message,
-            })?;
+            check(self)
+                .map_err(|(path, message)| refusal(name, &self.otlp_sources, path, message))?;
         }
         Ok(())
     }

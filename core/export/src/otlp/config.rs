@@ -38,8 +38,11 @@ fn default_machine_id_file() -> PathBuf {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
-    /// Full endpoint URL, used as given: `http://collector:4318/v1/metrics` for
-    /// `http/protobuf`, `http://collector:4317` for `grpc`.
+    /// Endpoint URL: `http://collector:4318/v1/metrics` for `http/protobuf`,
+    /// `http://collector:4317` for `grpc`. For `http/protobuf` a base URL (no path, or
+    /// `/`) gets `/v1/metrics` appended when the configuration is loaded, as the
+    /// OpenTelemetry specification does with `OTEL_EXPORTER_OTLP_ENDPOINT`; any other
+    /// path is used as given.
     pub endpoint: String,
     /// `http/protobuf` (default) or `grpc`.
     #[serde(default)]
@@ -89,6 +92,25 @@ pub struct OtlpConfig {
     /// with the same TLS, headers, timeout and resource (default `false`).
     #[serde(default)]
     pub agent_logs: bool,
+    /// Aggregation temporality of counters: `cumulative` (default), `delta` or
+    /// `lowmemory`, as `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` names them.
+    #[serde(default)]
+    pub temporality: Temporality,
+}
+
+/// The temporality preference of the OpenTelemetry metrics exporter specification.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Temporality {
+    /// Every point counts from the counter's start (what rocewatch reads from the NIC).
+    #[default]
+    Cumulative,
+    /// Counters and histograms as increases over each interval.
+    Delta,
+    /// Delta for synchronous counters and histograms, cumulative for the rest (the
+    /// specification's `lowmemory`).
+    #[serde(rename = "lowmemory")]
+    LowMemory,
 }
 
 /// Request compression.
@@ -154,6 +176,7 @@ impl OtlpConfig {
             retry_max: default_retry_max(),
             tls: None,
             agent_logs: false,
+            temporality: Temporality::Cumulative,
         }
     }
 }

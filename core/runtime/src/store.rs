@@ -3,8 +3,18 @@
 //! cumulative series) and the rate since the previous collection (never negative; none
 //! across a reset or while a counter rests at its top). How a counter moved is decided by
 //! `rocewatch_metrics::counter`, the one definition every reader of counters uses.
+//!
+//! A counter's start is what OTLP publishes as `start_time_unix_nano`, and it claims
+//! only what was seen: a counter is first read mid-life (the NIC counted long before the
+//! agent), so until a point of its run is published ([`Series::mark_published`]) its
+//! start follows its latest read, and the first point a receiver gets has start equal to
+//! time (the data model's "unknown start time": no rate for that point). From then on the
+//! start stays, until a reset begins a new run the same way. The increases read since the
+//! last published point are summed per series (across wraps, none across a reset), for
+//! delta temporality.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime};
 
@@ -19,7 +29,8 @@ pub struct Series {
     pub sample: Sample,
     /// The plugin that produced it (shared by all of its series).
     pub plugin: Arc<str>,
-    /// Start of the current cumulative run (agent start, or the last reset).
+    /// Start of the current cumulative run: while no point of the run has been published,
+    /// the time of its latest read; then that published point's time, until a reset.
     pub start: SystemTime,
     /// When the value was read.
     pub time: SystemTime,
@@ -40,6 +51,34 @@ pub struct Series {
     /// shared by the series that appeared with the same attributes `Arc` in one ingest
     /// (a collector's port: 52 series, one string).
     pub labels: Arc<str>,
+    /// What the OTLP exporter published of it.
+    published: Publication,
+}
+
+/// What was published of a series: written by the OTLP exporter through
+/// [`Series::mark_published`] under the store's read lock (atomics, since readers share
+/// it; an ingest, which alone changes them otherwise, holds the write lock).
+#[derive(Debug, Default)]
+struct Publication {
+    /// Unix nanoseconds of the read last published (0: none).
+    time: AtomicU64,
+    /// The increases read since that point (`f64` bits): summed across wraps, none across
+    /// a reset or while saturated, as [`Series::increase`].
+    unpublished: AtomicU64,
+}
+
+impl Clone for Publication {
+    fn clone(&self) -> Self {
+        Publication {
+            time: AtomicU64::new(self.time.load(Ordering::Relaxed)),
+            unpublished: AtomicU64::new(self.unpublished.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+fn unix_nanos(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
 }
 
 impl Series {
@@ -49,6 +88,34 @@ impl Series {
         self.increase
             .filter(|_| self.interval > 0.0)
             .map(|d| d / f64::from(self.interval))
+    }
+
+    /// When the point last published of this series was read (`None`: none was).
+    pub fn last_published(&self) -> Option<SystemTime> {
+        match self.published.time.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(n)),
+        }
+    }
+
+    /// Whether this read is the one last published (a delta point is sent once).
+    pub fn is_published(&self) -> bool {
+        self.published.time.load(Ordering::Relaxed) == unix_nanos(self.time).max(1)
+    }
+
+    /// The increases read since the point last published (since the series appeared when
+    /// none was): a delta point's value.
+    pub fn unpublished_increase(&self) -> f64 {
+        f64::from_bits(self.published.unpublished.load(Ordering::Relaxed))
+    }
+
+    /// Record that this read was published: the run's start stays where it is from now on
+    /// (see the module doc), and the increases since start again from zero.
+    pub fn mark_published(&self) {
+        let p = &self.published;
+        p.time
+            .store(unix_nanos(self.time).max(1), Ordering::Relaxed);
+        p.unpublished.store(0f64.to_bits(), Ordering::Relaxed);
     }
 }
 
@@ -132,13 +199,21 @@ fn update(
 ) {
     let dt = mono.saturating_duration_since(p.read_at).as_secs_f64();
     let mut increase = None;
+    // Whether a point of this run was published: its start then stays (a reset below
+    // starts a new run, not published yet).
+    let published = *p.published.time.get_mut();
+    let run_published = published != 0 && published >= unix_nanos(p.start);
     if s.kind == MetricKind::Counter {
         let (old, new) = (p.sample.value.as_f64(), s.value.as_f64());
         let expected = p.rate().map(|r| r * dt);
         let moved = counter_move(old, new, || overflow_of(&s.source), expected);
         let saturated = moved == Move::Saturated;
         match moved {
-            Move::Increase(d) => increase = Some(d),
+            Move::Increase(d) => {
+                increase = Some(d);
+                let sum = p.published.unpublished.get_mut();
+                *sum = (f64::from_bits(*sum) + d).to_bits();
+            }
             Move::Saturated => {}
             Move::Reset => {
                 metrics.counter_reset(&s.name);
@@ -159,6 +234,9 @@ fn update(
                 );
             }
         }
+    }
+    if !run_published {
+        p.start = now;
     }
     p.sample.value = s.value;
     p.increase = increase;
@@ -359,6 +437,7 @@ impl Store {
                         read_at: mono,
                         saturated: false,
                         generation,
+                        published: Publication::default(),
                     };
                     let slot = match g.free.pop() {
                         Some(slot) => {
@@ -731,7 +810,8 @@ mod tests {
         );
         let s = &store.snapshot()[0];
         assert_eq!(s.rate(), Some(100.0));
-        assert_eq!(s.start, t0);
+        // Nothing published yet: the start follows the reads (see the next tests).
+        assert_eq!(s.start, s.time);
         // Backwards: a reset. New start, no (negative) rate, counted.
         let t2 = t0 + Duration::from_secs(4);
         store.ingest_at("p", &[counter(50)], &m, t2, i0 + Duration::from_secs(4));
@@ -864,8 +944,9 @@ mod tests {
         );
         // The last ingest: 5 -> 40 is an increase of 35 in 1 s, for m.b.
         assert_eq!(s[2].2, Some(35.0));
-        // 10 -> 20 -> 5: the third ingest was a reset of every series.
-        assert_eq!(s[2].3, at(2).0);
+        // 10 -> 20 -> 5: the third ingest was a reset of every series; nothing was
+        // published, so the start is the last read's.
+        assert_eq!(s[2].3, at(3).0);
         let resets = |m: &SelfMetrics| {
             m.samples()
                 .iter()
@@ -1000,5 +1081,63 @@ mod tests {
         // Another plugin's order says nothing about this one's samples.
         let mut s = vec![series("undeclared", &a, 2)];
         assert_eq!(store.retain_declared_from("q", &mut s), 1);
+    }
+
+    /// A counter first read mid-life claims nothing of before: until a point of its run is
+    /// published its start is its latest read; once published it stays; a reset begins a
+    /// run that floats again until published.
+    #[test]
+    fn a_run_starts_at_its_first_published_point() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let i0 = Instant::now();
+        let start = |store: &Store| store.snapshot()[0].start;
+        put(&store, &m, "p", &[counter(1_000_000)], i0, 0);
+        put(&store, &m, "p", &[counter(1_000_500)], i0, 1);
+        assert_eq!(start(&store), at(1).0, "unpublished: the latest read");
+        store.with_series(|s, _| s.for_each(Series::mark_published));
+        assert_eq!(store.snapshot()[0].last_published(), Some(at(1).0));
+        put(&store, &m, "p", &[counter(1_000_900)], i0, 2);
+        put(&store, &m, "p", &[counter(1_001_000)], i0, 3);
+        assert_eq!(start(&store), at(1).0, "published: it stays");
+        // A reset: a new run, floating until published.
+        put(&store, &m, "p", &[counter(10)], i0, 4);
+        assert_eq!(start(&store), at(4).0);
+        put(&store, &m, "p", &[counter(30)], i0, 5);
+        assert_eq!(start(&store), at(5).0);
+        store.with_series(|s, _| s.for_each(Series::mark_published));
+        put(&store, &m, "p", &[counter(60)], i0, 6);
+        assert_eq!(start(&store), at(5).0);
+        // A snapshot carries what was published: a read since, 30 more.
+        let s = store.snapshot();
+        assert!(!s[0].is_published(), "read since");
+        assert_eq!(s[0].unpublished_increase(), 30.0);
+    }
+
+    /// The increases read since the last published point, for delta temporality: summed
+    /// across a 32-bit wrap (at the counter's pace), none across a reset, zero again once
+    /// published.
+    #[test]
+    fn unpublished_increases_follow_wraps_and_resets() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let i0 = Instant::now();
+        let src = "hw_counters/out_of_buffer";
+        let read = |v: u64, secs| put(&store, &m, "p", &[counter_from(v, src)], i0, secs);
+        let unpublished = || store.snapshot()[0].unpublished_increase();
+        read(4_293_000_000, 0);
+        assert_eq!(unpublished(), 0.0, "a first read has no increase");
+        read(4_294_000_000, 1);
+        // Across the top of 32 bits at the same pace: 967_296 + 32_704 = 1_000_000.
+        read(32_704, 2);
+        assert_eq!(unpublished(), 2_000_000.0);
+        store.with_series(|s, _| s.for_each(Series::mark_published));
+        assert_eq!(unpublished(), 0.0);
+        assert!(store.snapshot()[0].is_published());
+        read(1_032_704, 3);
+        // Back far below the pace: a reset, no increase for it.
+        read(5, 4);
+        read(105, 5);
+        assert_eq!(unpublished(), 1_000_100.0);
     }
 }

@@ -358,3 +358,144 @@ pub(crate) mod grpc {
         rt.shutdown_background();
     }
 }
+
+/// `temporality = "delta"` through the binary: a fixture counter moved between reads
+/// (collection every 200 ms, export every second), exported over gRPC. Each point covers
+/// (the previous point's time, its own], the first says nothing of before (start equal to
+/// time, 0), and the deltas add up to the counter's increase: none sent twice, none lost.
+#[test]
+fn otlp_delta_points_add_up_to_the_counters_increase() {
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, AggregationTemporality,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sys");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let file = root.join("class/infiniband/mlx5_1/ports/1/counters/port_rcv_data");
+    let first: u64 = mlx5_counter("mlx5_1", "counters/port_rcv_data");
+    let rt = runtime();
+    let (port, received) = grpc_receiver::start(&rt, 0, None);
+    let cfg = dir.path().join("delta.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {root:?}\ninterval = \"200ms\"\n\n[exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\ninterval = \"1s\"\ntemporality = \"delta\"\n"
+        ),
+    )
+    .unwrap();
+    let mut agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    // (start, time, value) of mlx5_1's receive bytes in every request so far.
+    let points = || -> Vec<(u64, u64, i64)> {
+        let reqs = received.lock().unwrap();
+        let mut out = Vec::new();
+        for (_, r) in reqs.iter() {
+            for m in r
+                .resource_metrics
+                .iter()
+                .flat_map(|rm| &rm.scope_metrics)
+                .flat_map(|s| &s.metrics)
+                .filter(|m| m.name == "rdma.port.io")
+            {
+                let Some(Data::Sum(sum)) = &m.data else {
+                    panic!("rdma.port.io must be a sum: {m:?}")
+                };
+                assert_eq!(
+                    sum.aggregation_temporality,
+                    AggregationTemporality::Delta as i32
+                );
+                for p in sum.data_points.iter().filter(|p| {
+                    grpc::attr(&p.attributes, "rdma.device") == Some("mlx5_1")
+                        && grpc::attr(&p.attributes, "network.io.direction") == Some("receive")
+                }) {
+                    let Some(number_data_point::Value::AsInt(v)) = p.value else {
+                        panic!("{p:?}")
+                    };
+                    out.push((p.start_time_unix_nano, p.time_unix_nano, v));
+                }
+            }
+        }
+        out
+    };
+    // The series' first point arrives before the counter moves.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while points().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no export within 20 s\n{}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut value = first;
+    for step in [1_000u64, 250_000, 7, 40_000, 3] {
+        value += step;
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, format!("{value}\n")).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        std::thread::sleep(Duration::from_millis(450));
+    }
+    // Read by the agent (on /metrics, in bytes), then the final export on SIGTERM.
+    let url = format!("{}/metrics", agent.prometheus_url());
+    let want = format!(" {}", 4 * value);
+    let line = |b: &str| {
+        b.lines()
+            .find(|l| {
+                l.starts_with("rdma_port_io_bytes_total{")
+                    && l.contains("network_io_direction=\"receive\"")
+                    && l.contains("rdma_device=\"mlx5_1\"")
+            })
+            .map(str::to_string)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = None;
+    loop {
+        seen = reqwest::blocking::get(&url)
+            .ok()
+            .and_then(|r| r.text().ok())
+            .and_then(|b| line(&b))
+            .or(seen);
+        if seen.as_deref().is_some_and(|l| l.ends_with(&want)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not read within 20 s: {want}, /metrics says {seen:?}\n{}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, log, _) = agent.proc.stop();
+    assert!(
+        status.success() && log.contains("final OTLP export done"),
+        "{log}"
+    );
+    let p = points();
+    assert!(p.len() >= 3, "several exports: {p:?}\n{log}");
+    assert_eq!(
+        (p[0].0, p[0].2),
+        (p[0].1, 0),
+        "the first: nothing of before"
+    );
+    for w in p.windows(2) {
+        assert_eq!(w[1].0, w[0].1, "each from the last one's time: {p:?}");
+        assert!(w[1].1 > w[1].0, "a read is sent once: {p:?}");
+    }
+    let sum: i64 = p.iter().map(|x| x.2).sum();
+    assert_eq!(
+        sum,
+        4 * (value - first) as i64,
+        "the deltas add up to the increase (in bytes): {p:?}\n{log}"
+    );
+    rt.shutdown_background();
+}

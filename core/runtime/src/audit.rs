@@ -3,6 +3,12 @@
 //! transition and what each of its actions did; one QoS change and its result) share a
 //! `decision_id`; the first record written of a decision carries its labels, the later
 //! ones only the id ([`Decision`]).
+//!
+//! Every line is a whole record. A write cut short (a full disk: ENOSPC after part of the
+//! record) is taken back: the file is cut to its length before the record, when nothing
+//! else was appended after it since. A line left without its newline anyway (another
+//! process's record cut short, a crash part way) gets one before the next record, so that
+//! record is a line of its own rather than glued onto the half one.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -283,11 +289,19 @@ impl AuditLog {
         }
     }
 
-    /// Opens the live log (created when missing), never through a link.
+    /// Opens the live log (created when missing), never through a link; for reading too,
+    /// to see whether it ends in a newline ([`write_whole`]).
     fn open(&self) -> std::io::Result<Live> {
-        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         self.prepare().map_err(std::io::Error::other)?;
-        let file = crate::util::fs::open_append(&self.path, LOG_MODE)?;
+        let file = crate::util::fs::open_nofollow(
+            &self.path,
+            std::fs::OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(true)
+                .mode(LOG_MODE),
+        )?;
         let m = file.metadata()?;
         Ok(Live {
             file,
@@ -414,17 +428,78 @@ impl AuditLog {
                 (line, labelled) = line_of(generation);
             }
             let live = g.as_mut().expect("opened above");
-            live.file.write_all(&line)?;
-            live.size += line.len() as u64;
-            if sync {
-                live.file.sync_data()?;
-            }
-            Ok(())
+            write_whole(live, &line, sync, &self.path)
         })();
         if r.is_err() {
             *g = None;
         }
         r.map(|()| (generation, labelled))
+    }
+}
+
+/// Append `line` (one record and its newline) to `live`, flushed to disk with `sync`:
+/// whole, or taken back (see the module doc). A newline goes first when the file does not
+/// end in one.
+fn write_whole(
+    live: &mut Live,
+    line: &[u8],
+    sync: bool,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let start = live.file.metadata()?.len();
+    let mut last = [0u8; 1];
+    // Unreadable: written as it is (the newline is a repair, not a condition).
+    let glued =
+        start > 0 && live.file.read_at(&mut last, start - 1).ok() == Some(1) && last[0] != b'\n';
+    let buf: std::borrow::Cow<[u8]> = if glued {
+        tracing::warn!(path = %path.display(), "the audit log ends in a record cut short; the next record begins on a line of its own");
+        [b"\n".as_slice(), line].concat().into()
+    } else {
+        line.into()
+    };
+    let mut written = 0usize;
+    let r = (|| {
+        while written < buf.len() {
+            match live.file.write(&buf[written..]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if sync {
+            live.file.sync_data()?;
+        }
+        Ok(())
+    })();
+    match r {
+        Ok(()) => {
+            live.size = start + written as u64;
+            Ok(())
+        }
+        Err(e) => {
+            take_back(live, start, written as u64, path);
+            Err(e)
+        }
+    }
+}
+
+/// Cut the file back to `start` after a failed record of which `written` bytes landed,
+/// when those bytes are still its end (nothing else was appended after them since).
+fn take_back(live: &Live, start: u64, written: u64, path: &std::path::Path) {
+    if written == 0 {
+        return;
+    }
+    match live.file.metadata() {
+        Ok(m) if m.len() == start + written => {
+            if let Err(t) = live.file.set_len(start) {
+                tracing::error!(path = %path.display(), "a record cut short stays in the audit log ({t}); the next record begins on a line of its own");
+            }
+        }
+        _ => {
+            tracing::warn!(path = %path.display(), "a record cut short stays in the audit log (written after, or unreadable); the next record begins on a line of its own")
+        }
     }
 }
 
@@ -567,6 +642,93 @@ mod tests {
         assert!(std::fs::read_to_string(&path)
             .unwrap_or_default()
             .contains("\"rule\":\"rule-200\""));
+    }
+
+    /// A disk that fills up part way through a record (ENOSPC after a short write):
+    /// here the file-size limit (`RLIMIT_FSIZE`), which cuts a write short and fails the
+    /// next one the same way, without root or a small file system. The log keeps whole
+    /// lines only, and once there is room the next record is a line of its own (a half
+    /// record left behind would glue it into one line that is not JSON). The limit is the
+    /// process's, so the test runs itself again as a child process with it.
+    #[test]
+    fn a_record_cut_short_by_a_full_disk_leaves_no_half_line() {
+        const CHILD: &str = "ROCEWATCH_AUDIT_TEST_FSIZE_DIR";
+        const NAME: &str = "audit::tests::a_record_cut_short_by_a_full_disk_leaves_no_half_line";
+        if let Some(dir) = std::env::var_os(CHILD) {
+            return fill_up_in_a_child(Path::new(&dir));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, dir.path())
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child failed: {said}");
+        assert!(
+            dir.path().join("done").exists(),
+            "the child did not run: {said}"
+        );
+        let text = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+        let rules: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("a line that is not JSON ({e}): {l:?} in {text:?}"));
+                v["rule"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(rules, ["rule-1", "rule-3", "rule-4"], "{text:?}");
+    }
+
+    /// A half record left by someone else (another process cut short, a crash part way)
+    /// is not glued to: the next record begins on a line of its own.
+    #[test]
+    fn a_record_after_a_half_line_left_by_another_is_a_line_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        std::fs::write(&path, "{\"time\":\"t\",\"decisio").unwrap();
+        let log = AuditLog::new(path.clone());
+        log.append(&record(1), false).unwrap();
+        log.append(&record(2), false).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text:?}");
+        assert_eq!(lines[0], "{\"time\":\"t\",\"decisio");
+        for (l, rule) in lines[1..].iter().zip(["rule-1", "rule-2"]) {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(v["rule"], rule, "{text:?}");
+        }
+    }
+
+    /// The child of the test above: one record; a limit that cuts the next short (an
+    /// error, and nothing of it left); room again: two more.
+    fn fill_up_in_a_child(dir: &Path) {
+        let path = dir.join("audit.jsonl");
+        let log = AuditLog::new(path.clone());
+        log.append(&record(1), true).unwrap();
+        let set_limit = |soft: libc::rlim_t| {
+            // SAFETY: getrlimit/setrlimit on this (child) process's own limits.
+            unsafe {
+                let mut l: libc::rlimit = std::mem::zeroed();
+                assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut l), 0);
+                l.rlim_cur = soft.min(l.rlim_max);
+                assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &l), 0);
+            }
+        };
+        // SAFETY: ignoring SIGXFSZ makes a write past the limit fail with EFBIG.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        set_limit(size(&path) + 20);
+        let e = log.append(&record(2), true).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+        set_limit(libc::RLIM_INFINITY);
+        log.append(&record(3), true).unwrap();
+        log.append(&record(4), true).unwrap();
+        std::fs::write(dir.join("done"), "").unwrap();
     }
 
     #[test]

@@ -100,6 +100,24 @@ label_set! {
 }
 
 label_set! {
+    /// `reason` of `rocewatch.exporter.dropped`: why snapshots never reached the receiver.
+    ExporterDropReason {
+        /// The queue was full (the endpoint failed for longer than the queue holds).
+        QueueFull = "queue_full",
+        /// Given up at shutdown, the endpoint unreachable.
+        Shutdown = "shutdown",
+        /// The receiver answered with a failure the OTLP specification says not to retry
+        /// (HTTP 400, 500...; gRPC UNKNOWN, INVALID_ARGUMENT, RESOURCE_EXHAUSTED without
+        /// RetryInfo...).
+        Rejected = "rejected",
+        /// One request, split as far as it goes, still too large for the receiver.
+        TooLarge = "too_large",
+        /// The snapshot could not be encoded (or its queued bytes read back).
+        Encode = "encode",
+    }
+}
+
+label_set! {
     /// `transition` of `rocewatch.rule.transitions`.
     RuleTransition {
         Firing = "firing",
@@ -137,7 +155,7 @@ mod tests {
 
     #[test]
     fn the_catalog_describes_every_value_of_each_label_set() {
-        let sets: [(&str, Vec<&str>); 4] = [
+        let sets: [(&str, Vec<&str>); 5] = [
             (
                 names::ROCEWATCH_PLUGIN_ERRORS,
                 PluginErrorReason::ALL.iter().map(|v| v.as_str()).collect(),
@@ -153,6 +171,10 @@ mod tests {
             (
                 names::ROCEWATCH_RULE_TRANSITIONS,
                 RuleTransition::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
+            (
+                names::ROCEWATCH_EXPORTER_DROPPED,
+                ExporterDropReason::ALL.iter().map(|v| v.as_str()).collect(),
             ),
         ];
         for (metric, values) in sets {

@@ -1,7 +1,9 @@
 //! The agent's own metrics (`rocewatch.*`): plugin call durations, plugin errors by
 //! reason, samples emitted, counter resets and saturated counters.
 
-use rocewatch_metrics::labels::{AuditKind, PluginErrorReason, ReloadResult, RuleTransition};
+use rocewatch_metrics::labels::{
+    AuditKind, ExporterDropReason, PluginErrorReason, ReloadResult, RuleTransition,
+};
 use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -17,8 +19,10 @@ struct Inner {
     /// Series now resting at the top of a counter that stops there, by metric name.
     saturated: BTreeMap<String, u64>,
     exporter_errors: BTreeMap<String, u64>,
-    exporter_dropped: BTreeMap<String, u64>,
+    exporter_dropped: BTreeMap<(String, ExporterDropReason), u64>,
     exporter_sent: BTreeMap<String, u64>,
+    /// Data points receivers said they rejected (OTLP `partial_success`), by exporter.
+    exporter_rejected_points: BTreeMap<String, u64>,
     /// result → count
     alertmanager: BTreeMap<String, u64>,
     /// (action, decision) → count
@@ -81,18 +85,47 @@ impl SelfMetrics {
             .or_default() += 1;
     }
 
-    /// Count one snapshot dropped by `exporter` (queue full, or given up at shutdown).
-    pub fn exporter_dropped(&self, exporter: &str) {
+    /// Count one snapshot dropped by `exporter`, and why.
+    pub fn exporter_dropped(&self, exporter: &str, reason: ExporterDropReason) {
         *self
             .lock()
             .exporter_dropped
-            .entry(exporter.into())
+            .entry((exporter.into(), reason))
             .or_default() += 1;
     }
 
+    /// Snapshots dropped by `exporter`, whatever the reason.
     pub fn exporter_dropped_count(&self, exporter: &str) -> u64 {
         self.lock()
             .exporter_dropped
+            .iter()
+            .filter(|((e, _), _)| e == exporter)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Snapshots dropped by `exporter` for `reason`.
+    pub fn exporter_dropped_for(&self, exporter: &str, reason: ExporterDropReason) -> u64 {
+        self.lock()
+            .exporter_dropped
+            .get(&(exporter.to_string(), reason))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Count `n` data points a receiver took the request of but rejected.
+    pub fn exporter_rejected_points(&self, exporter: &str, n: u64) {
+        let mut g = self.lock();
+        let c = g
+            .exporter_rejected_points
+            .entry(exporter.into())
+            .or_default();
+        *c = c.saturating_add(n);
+    }
+
+    pub fn exporter_rejected_points_count(&self, exporter: &str) -> u64 {
+        self.lock()
+            .exporter_rejected_points
             .get(exporter)
             .copied()
             .unwrap_or(0)
@@ -231,10 +264,18 @@ impl SelfMetrics {
                 attrs(&[("exporter", exporter)]),
             ));
         }
-        for (exporter, v) in &inner.exporter_dropped {
+        for ((exporter, reason), v) in &inner.exporter_dropped {
             out.push(counter(
                 names::ROCEWATCH_EXPORTER_DROPPED,
                 "{snapshot}",
+                *v,
+                attrs(&[("exporter", exporter), ("reason", reason.as_str())]),
+            ));
+        }
+        for (exporter, v) in &inner.exporter_rejected_points {
+            out.push(counter(
+                names::ROCEWATCH_EXPORTER_REJECTED_POINTS,
+                "{data_point}",
                 *v,
                 attrs(&[("exporter", exporter)]),
             ));

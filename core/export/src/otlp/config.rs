@@ -77,6 +77,11 @@ pub struct OtlpConfig {
     /// with thousands of ports is tens of megabytes).
     #[serde(default = "default_queue_max_bytes")]
     pub queue_max_bytes: usize,
+    /// Bytes a request carries at most, uncompressed (default 4 MiB, gRPC's and the
+    /// OpenTelemetry Collector's default bound on a message): a larger export is sent as
+    /// several requests, split by metric and series, and a backlog is merged only up to it.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
     /// First retry delay (default `1s`); doubles up to `retry_max`, with ±20 % jitter.
     #[serde(default = "default_retry_initial", deserialize_with = "de_duration")]
     pub retry_initial: Duration,
@@ -141,6 +146,10 @@ pub(super) fn default_retry_initial() -> Duration {
     Duration::from_secs(1)
 }
 
+pub(super) fn default_max_request_bytes() -> usize {
+    super::MAX_REQUEST_BYTES
+}
+
 pub(super) fn default_queue_max_bytes() -> usize {
     64 << 20
 }
@@ -172,6 +181,7 @@ impl OtlpConfig {
             compression: Compression::Gzip,
             queue_size: None,
             queue_max_bytes: default_queue_max_bytes(),
+            max_request_bytes: default_max_request_bytes(),
             retry_initial: default_retry_initial(),
             retry_max: default_retry_max(),
             tls: None,

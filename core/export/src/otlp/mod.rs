@@ -1,7 +1,7 @@
 //! OTLP export that survives outages.
 //!
 //! Every `interval`, a thread of its own encodes the [`Store`]'s series, its histograms
-//! and the agent's own metrics into one OTLP request (`encode`: straight from the store,
+//! and the agent's own metrics into an OTLP request, or several (`encode`: straight from the store,
 //! as `/metrics` is rendered, no aggregator holding a second copy of every point;
 //! streamed into the gzip stream a chunk at a time, so that the uncompressed request is
 //! never held whole) and only enqueues it. A sender thread delivers the queue over OTLP/HTTP (protobuf) or
@@ -14,20 +14,28 @@
 //!   a decoded request takes several times its encoded size in memory (at 2000 ports a
 //!   queue of decoded snapshots within 64 MiB of encoded bytes held over 500 MB), and a
 //!   retry sends the same bytes again instead of encoding again;
-//! - batching: a backlog is sent as up to [`MAX_MERGE`] snapshots per request, and at
-//!   most [`MAX_REQUEST_BYTES`] of them uncompressed (one snapshot over it goes alone),
-//!   by concatenating their bytes (a protobuf message's encodings concatenated decode as
-//!   one message with the repeated fields appended: one request with every snapshot's
-//!   resource metrics); a batch that fails goes back to the queue snapshot by snapshot
-//!   (slices of its bytes, no copy), so a bound drops only as many as it must;
+//! - a bound on every request (`max_request_bytes`, default [`MAX_REQUEST_BYTES`]
+//!   uncompressed): an export larger than it is encoded as several requests under it
+//!   (`encode`'s split: by metric, and a larger metric by series), queued together as
+//!   one snapshot (counted once: with its last request);
+//! - batching: a backlog is sent as up to [`MAX_MERGE`] requests at once, and at most
+//!   `max_request_bytes` of them uncompressed, by concatenating their bytes (a protobuf
+//!   message's encodings concatenated decode as one message with the repeated fields
+//!   appended: one request with every snapshot's resource metrics); a batch that fails
+//!   goes back to the queue request by request (slices of its bytes, no copy), so a
+//!   bound drops only as many as it must;
 //! - a request the receiver refuses as too large (HTTP 413, or gRPC's "message larger
-//!   than max") goes back to the queue split, and from then on requests carry at most
-//!   half as many snapshots, down to one: only a single snapshot still too large is
-//!   dropped (counted in `rocewatch.exporter.dropped`, said with its size), never what
-//!   smaller requests deliver;
-//! - retries with exponential backoff and jitter on retryable failures (connection
-//!   errors, timeouts, HTTP 429/502/503/504, gRPC UNAVAILABLE and friends); permanent
-//!   rejections (HTTP 400...) drop the batch and are counted in `rocewatch.exporter.errors`;
+//!   than max") goes back to the queue split, and from then on at most half as many are
+//!   merged, down to one: only a single request still too large is dropped (counted in
+//!   `rocewatch.exporter.dropped{reason="too_large"}`, said with its size);
+//! - retries as the OTLP specification says (`transport`: what is retryable), with
+//!   exponential backoff and jitter, or the receiver's `Retry-After` / `RetryInfo` (up to
+//!   [`RETRY_AFTER_MAX`]); a wait holds its deadline however many snapshots are queued
+//!   meanwhile. What is not retryable is dropped and counted
+//!   (`rocewatch.exporter.dropped{reason="rejected"}`), said once per change;
+//! - a `partial_success` (the receiver took the request, rejected some points): the
+//!   points counted in `rocewatch.exporter.rejected_points`, the message said once per
+//!   change, the request not sent again;
 //! - TLS with rustls (custom CA, client certificate), extra headers, gzip.
 //!
 //! `opentelemetry-otlp`'s own exporters send each snapshot once and forget it, which is
@@ -51,8 +59,9 @@ use prost::Message;
 
 use self::config::OtlpConfig;
 use self::encode::Encoder;
-use self::transport::{SendError, Transport};
+use self::transport::{PartialSuccess, SendError, Transport};
 use crate::ExportError;
+use rocewatch_metrics::labels::ExporterDropReason;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::Store;
 
@@ -63,6 +72,10 @@ pub const MAX_MERGE: usize = 10;
 /// snapshot larger than this goes alone): a receiver's bound on a request is commonly a
 /// few MiB, and a gzip'd merge is inflated and compressed again whole.
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// `max_request_bytes` is taken as at least this: a request holds a resource, a scope and
+/// a metric's head besides its points.
+const MIN_REQUEST_BYTES: usize = 64 << 10;
 
 /// The resource of every export, in order (a later key wins): rocewatch's own
 /// `service.name` (rocewatch), `service.version`, `host.name`, `host.id` and
@@ -126,22 +139,41 @@ struct Batch {
     gzip: bool,
 }
 
-/// One snapshot's part of a batch.
+/// One request's part of a batch: a snapshot, or one of the requests a snapshot larger
+/// than `max_request_bytes` was encoded into.
 #[derive(Debug, Clone, Copy)]
 struct Part {
     /// Its length in the batch's body.
     len: usize,
     /// Its encoded length uncompressed (`len` when not gzip'd).
     raw: usize,
+    /// The snapshot it is (part of), numbered as queued.
+    snapshot: u64,
+    /// It ends its snapshot: a snapshot is counted (sent, dropped) with its last part.
+    last: bool,
 }
 
 impl Batch {
     /// One snapshot's encoded request, `gzip`'d or not; `raw` is its length uncompressed.
+    #[cfg(test)]
     fn of_bytes(body: Vec<u8>, raw: usize, gzip: bool) -> Batch {
+        // A number of its own, apart from those the queue gives.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Batch::piece(body, raw, gzip, id, true)
+    }
+
+    /// One request of snapshot `snapshot` (its last when `last`).
+    fn piece(body: Vec<u8>, raw: usize, gzip: bool, snapshot: u64, last: bool) -> Batch {
         let len = body.len();
         Batch {
             body: body.into(),
-            parts: vec![Part { len, raw }],
+            parts: vec![Part {
+                len,
+                raw,
+                snapshot,
+                last,
+            }],
             gzip,
         }
     }
@@ -166,8 +198,9 @@ impl Batch {
         gzip(&[&raw]).map(Bytes::from)
     }
 
+    /// The snapshots it ends (a snapshot split in several requests counts once).
     fn snapshots(&self) -> usize {
-        self.parts.len()
+        self.parts.iter().filter(|p| p.last).count()
     }
 
     /// The snapshots' encoded length, uncompressed.
@@ -213,6 +246,29 @@ struct QueueState {
     done: bool,
     /// Snapshots given up at shutdown (the endpoint unreachable).
     dropped_at_shutdown: usize,
+    /// The number of the next snapshot queued.
+    next_snapshot: u64,
+    /// The last snapshot a part of which was dropped (counted then; its other parts,
+    /// delivered or not, count no more).
+    last_lost: Option<u64>,
+}
+
+impl QueueState {
+    /// `part` dropped for `reason`: its snapshot counted once as dropped.
+    fn lost(&mut self, part: &Part, reason: ExporterDropReason, metrics: &SelfMetrics) {
+        if self.last_lost != Some(part.snapshot) {
+            self.last_lost = Some(part.snapshot);
+            metrics.exporter_dropped("otlp", reason);
+        }
+    }
+
+    /// `parts` delivered: the snapshots they end, less any with a part dropped.
+    fn delivered(&self, parts: &[Part]) -> usize {
+        parts
+            .iter()
+            .filter(|p| p.last && self.last_lost != Some(p.snapshot))
+            .count()
+    }
 }
 
 struct Queue {
@@ -230,11 +286,26 @@ impl Queue {
     }
 
     /// Add a snapshot at the back; drop the oldest beyond capacity or bytes.
+    #[cfg(test)]
     fn push(&self, b: Batch) {
+        let body = b.body.to_vec();
+        let raw = b.raw();
+        self.push_snapshot(vec![(body, raw)], b.gzip);
+    }
+
+    /// Add a snapshot, encoded as one request or several (each under
+    /// `max_request_bytes`), at the back; drop the oldest beyond capacity or bytes.
+    fn push_snapshot(&self, requests: Vec<(Vec<u8>, usize)>, gzip: bool) {
         let mut st = self.lock();
-        st.bytes += b.body.len();
-        st.snapshots += b.snapshots();
-        st.batches.push_back(b);
+        let id = st.next_snapshot;
+        st.next_snapshot += 1;
+        let n = requests.len();
+        for (i, (body, raw)) in requests.into_iter().enumerate() {
+            st.bytes += body.len();
+            st.batches
+                .push_back(Batch::piece(body, raw, gzip, id, i + 1 == n));
+        }
+        st.snapshots += 1;
         self.trim(&mut st);
         drop(st);
         self.cv.notify_all();
@@ -253,36 +324,43 @@ impl Queue {
         self.trim(&mut st);
     }
 
-    /// Drop the oldest batches beyond `capacity` snapshots or `max_bytes` (the newest
-    /// batch is always kept), counting each snapshot dropped.
+    /// Drop the oldest snapshots beyond `capacity` or `max_bytes` (the newest is always
+    /// kept), a snapshot's requests together, counting each snapshot dropped.
     fn trim(&self, st: &mut QueueState) {
-        while st.batches.len() > 1
+        while st.snapshots > 1
             && (st.snapshots > self.capacity || st.bytes + st.in_flight > self.max_bytes)
         {
-            if let Some(b) = st.batches.pop_front() {
+            // The queued parts are whole snapshots' requests in order, each group ending
+            // with its last (a split snapshot's earlier requests may have gone already).
+            while let Some(b) = st.batches.pop_front() {
                 st.bytes -= b.body.len();
                 st.snapshots -= b.snapshots();
-                for _ in 0..b.snapshots() {
-                    self.metrics.exporter_dropped("otlp");
+                let mut ended = false;
+                for p in &b.parts {
+                    st.lost(p, ExporterDropReason::QueueFull, &self.metrics);
+                    ended |= p.last;
+                }
+                if ended {
+                    break;
                 }
             }
         }
     }
 
-    /// Take the oldest batches, up to `max` snapshots and [`MAX_REQUEST_BYTES`]
+    /// Take the oldest batches, up to `max` requests and `max_request` bytes
     /// uncompressed (at least one batch), merged into one.
-    fn take(&self, st: &mut QueueState, max: usize) -> Batch {
+    fn take(&self, st: &mut QueueState, max: usize, max_request: usize) -> Batch {
         let first = st
             .batches
             .pop_front()
             .expect("taken from a non-empty queue");
         let mut taken = vec![first];
-        let (mut snapshots, mut raw) = (taken[0].snapshots(), taken[0].raw());
+        let (mut parts, mut raw) = (taken[0].parts.len(), taken[0].raw());
         while let Some(next) = st.batches.front() {
-            if snapshots + next.snapshots() > max || raw + next.raw() > MAX_REQUEST_BYTES {
+            if parts + next.parts.len() > max || raw + next.raw() > max_request {
                 break;
             }
-            snapshots += next.snapshots();
+            parts += next.parts.len();
             raw += next.raw();
             taken.push(st.batches.pop_front().expect("front exists"));
         }
@@ -297,12 +375,12 @@ impl Queue {
     /// agent's exit; what is left is counted as dropped.
     fn give_up(&self, mut st: std::sync::MutexGuard<'_, QueueState>) {
         let left = st.snapshots;
-        st.batches.clear();
+        let batches = std::mem::take(&mut st.batches);
+        for p in batches.iter().flat_map(|b| &b.parts) {
+            st.lost(p, ExporterDropReason::Shutdown, &self.metrics);
+        }
         st.bytes = 0;
         st.snapshots = 0;
-        for _ in 0..left {
-            self.metrics.exporter_dropped("otlp");
-        }
         st.dropped_at_shutdown = left;
         st.done = true;
         self.cv.notify_all();
@@ -311,6 +389,24 @@ impl Queue {
     /// Snapshots queued.
     pub fn len(&self) -> usize {
         self.lock().snapshots
+    }
+
+    /// Wait until `at`, whatever is queued meanwhile (a new snapshot wakes the condvar: it
+    /// must not cut a backoff or a receiver's `Retry-After` short), or until the exporter
+    /// closes.
+    fn wait_until(&self, at: Instant) -> std::sync::MutexGuard<'_, QueueState> {
+        let mut st = self.lock();
+        loop {
+            let now = Instant::now();
+            if st.closing || now >= at {
+                return st;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, at - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 }
 
@@ -348,6 +444,70 @@ fn merge(batches: Vec<Batch>) -> Batch {
     }
 }
 
+/// The requests of one export, as the encoder writes them (see [`encode::Sink`]): each
+/// into its own gzip stream (one member each: it is queued and may be sent alone), or
+/// its own buffer.
+struct Requests {
+    gzip: bool,
+    /// The size a buffer starts at (the last export's largest request).
+    hint: usize,
+    done: Vec<(Vec<u8>, usize)>,
+    current: Option<(Writer, usize)>,
+}
+
+enum Writer {
+    Plain(Vec<u8>),
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+}
+
+impl Requests {
+    fn new(gzip: bool, hint: usize) -> Requests {
+        Requests {
+            gzip,
+            hint,
+            done: Vec::new(),
+            current: None,
+        }
+    }
+
+    fn close(&mut self) -> std::io::Result<()> {
+        if let Some((w, raw)) = self.current.take() {
+            let body = match w {
+                Writer::Plain(v) => v,
+                Writer::Gzip(g) => g.finish()?,
+            };
+            self.done.push((body, raw));
+        }
+        Ok(())
+    }
+
+    /// Each request's bytes and its length uncompressed, in order.
+    fn finish(mut self) -> std::io::Result<Vec<(Vec<u8>, usize)>> {
+        self.close()?;
+        Ok(self.done)
+    }
+}
+
+impl encode::Sink for Requests {
+    fn begin(&mut self, len: usize) -> std::io::Result<&mut dyn std::io::Write> {
+        self.close()?;
+        let w = if self.gzip {
+            let cap = self.hint.min(len / 4) + 64;
+            Writer::Gzip(flate2::write::GzEncoder::new(
+                Vec::with_capacity(cap),
+                flate2::Compression::fast(),
+            ))
+        } else {
+            Writer::Plain(Vec::with_capacity(len))
+        };
+        let (w, _) = self.current.insert((w, len));
+        Ok(match w {
+            Writer::Plain(v) => v,
+            Writer::Gzip(g) => g,
+        })
+    }
+}
+
 /// `pieces`, one after the other, gzip'd at the fastest level (an export's protobuf
 /// shrinks about tenfold at it; the best level costs several times the CPU for a few
 /// per cent).
@@ -364,11 +524,26 @@ fn gzip(pieces: &[&[u8]]) -> Result<Vec<u8>, std::io::Error> {
     enc.finish()
 }
 
-fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
+/// The longest a receiver's `Retry-After` or `RetryInfo` is honoured: a longer one (a
+/// mistake, a clock far off) waits this long, so an exporter is never silenced for
+/// hours (the queue holds 10 minutes by default).
+const RETRY_AFTER_MAX: Duration = Duration::from_secs(300);
+
+/// What the sender says once per change, not once per export.
+#[derive(Default)]
+struct Said {
+    /// The last partial success's message said.
+    partial: Option<String>,
+    /// The last rejection said.
+    rejected: Option<String>,
+}
+
+fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig, max_request: usize) {
     let mut backoff = cfg.retry_initial;
     let mut failing = false;
-    // Snapshots a request carries at most: halved by each request the receiver finds
-    // too large, and kept so for the exporter's life (a receiver's bound does not move).
+    let mut said = Said::default();
+    // Requests merged into one at most: halved by each request the receiver finds too
+    // large, and kept so for the exporter's life (a receiver's bound does not move).
     let mut merge = MAX_MERGE;
     loop {
         let batch = {
@@ -381,54 +556,85 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 queue.cv.notify_all();
                 return;
             }
-            // While the endpoint fails, one snapshot per try: a merged request would be
+            // While the endpoint fails, one request per try: a merged request would be
             // built (and, gzip'd, compressed) again for every retry.
-            queue.take(&mut st, if failing { 1 } else { merge })
+            queue.take(&mut st, if failing { 1 } else { merge }, max_request)
         };
-        let count = batch.snapshots();
+        let parts = batch.parts.len();
         let sent = match batch.request() {
             Ok(body) => transport.send(&body, batch.gzip),
             Err(e) => Err(SendError::Permanent(format!("queued snapshots: gzip: {e}"))),
         };
         match sent {
-            Ok(()) => {
-                queue.lock().in_flight = 0;
+            Ok(partial) => {
+                let mut st = queue.lock();
+                st.in_flight = 0;
+                let delivered = st.delivered(&batch.parts);
+                drop(st);
                 if failing {
                     tracing::info!(endpoint = %cfg.endpoint, "OTLP export recovered; queued data sent");
                 }
                 failing = false;
                 backoff = cfg.retry_initial;
-                queue.metrics.exporter_sent("otlp", count);
+                queue.metrics.exporter_sent("otlp", delivered);
+                if let Some(p) = partial {
+                    partial_success(&queue.metrics, &mut said, &cfg.endpoint, p);
+                }
             }
-            Err(SendError::TooLarge(e)) if count > 1 => {
-                merge = (count / 2).max(1);
+            Err(SendError::TooLarge(e)) if parts > 1 => {
+                merge = (parts / 2).max(1);
                 tracing::info!(
-                    "OTLP receiver refused {count} snapshots ({} bytes) as too large: sent again split, at most {merge} a request from now on: {e}",
+                    "OTLP receiver refused {parts} requests merged ({} bytes) as too large: sent again split, at most {merge} a request from now on: {e}",
                     batch.body.len()
                 );
                 queue.push_front(batch);
             }
             Err(SendError::TooLarge(e)) => {
-                queue.lock().in_flight = 0;
+                let mut st = queue.lock();
+                st.in_flight = 0;
+                st.lost(
+                    &batch.parts[0],
+                    ExporterDropReason::TooLarge,
+                    &queue.metrics,
+                );
+                drop(st);
                 queue.metrics.exporter_error("otlp");
-                queue.metrics.exporter_dropped("otlp");
                 tracing::warn!(
-                    "OTLP export: one snapshot of {} bytes ({} uncompressed) is too large for the receiver, dropped: {e}",
+                    "OTLP export: one request of {} bytes ({} uncompressed) is too large for the receiver, dropped (lower exporters.otlp.max_request_bytes): {e}",
                     batch.body.len(),
                     batch.raw()
                 );
             }
             Err(SendError::Permanent(e)) => {
-                queue.lock().in_flight = 0;
+                let mut st = queue.lock();
+                st.in_flight = 0;
+                for p in &batch.parts {
+                    st.lost(p, ExporterDropReason::Rejected, &queue.metrics);
+                }
+                drop(st);
                 queue.metrics.exporter_error("otlp");
-                tracing::warn!("OTLP export rejected, {count} snapshot(s) dropped: {e}");
+                // Said once per change: a receiver that rejects every export would
+                // otherwise fill the log.
+                if said.rejected.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(
+                        "OTLP export rejected, not retried (the OTLP specification: not a retryable failure), {parts} request(s) dropped: {e}"
+                    );
+                    said.rejected = Some(e);
+                } else {
+                    tracing::debug!("OTLP export rejected again: {e}");
+                }
             }
-            Err(SendError::Retryable(e)) => {
+            Err(SendError::Retryable(e, after)) => {
                 queue.metrics.exporter_error("otlp");
+                let wait = match after {
+                    Some(after) => after.min(RETRY_AFTER_MAX),
+                    None => jittered(backoff),
+                };
                 if !failing {
                     tracing::warn!(
-                        "OTLP export failed, will retry with backoff (queue {} of {}): {e}",
-                        queue.len() + count,
+                        "OTLP export failed, will retry in {} (queue {} of {}): {e}",
+                        humantime::format_duration(Duration::from_millis(wait.as_millis() as u64)),
+                        queue.len() + batch.snapshots(),
                         queue.capacity
                     );
                 } else {
@@ -437,19 +643,35 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig) {
                 failing = true;
                 // Back to the queue as it is, where it is counted.
                 queue.push_front(batch);
-                let wait = jittered(backoff);
                 backoff = (backoff * 2).min(cfg.retry_max);
                 let st = queue.lock();
                 if st.closing {
                     queue.give_up(st);
                     return;
                 }
-                let _unused = queue
-                    .cv
-                    .wait_timeout(st, wait)
-                    .unwrap_or_else(|p| p.into_inner());
+                drop(st);
+                // The retry waits its time: snapshots queued meanwhile do not hurry it (a
+                // shutdown does: one last try, then what is left is given up).
+                drop(queue.wait_until(Instant::now() + wait));
             }
         }
+    }
+}
+
+/// A receiver took a request but rejected some of its points (or warns): counted, and
+/// said when its message changes.
+fn partial_success(metrics: &SelfMetrics, said: &mut Said, endpoint: &str, p: PartialSuccess) {
+    if p.rejected > 0 {
+        metrics.exporter_rejected_points("otlp", p.rejected.unsigned_abs());
+    }
+    if said.partial.as_deref() != Some(p.message.as_str()) {
+        tracing::warn!(
+            endpoint,
+            "OTLP receiver took the export but rejected {} data point(s) (partial success; not retried): {}",
+            p.rejected,
+            p.message
+        );
+        said.partial = Some(p.message);
     }
 }
 
@@ -494,7 +716,8 @@ impl OtlpExporter {
                 .spawn(move || match Transport::build(&c) {
                     Ok(t) => {
                         let _ = ready_tx.send(Ok(()));
-                        sender(q, t, c)
+                        let max_request = c.max_request_bytes.max(MIN_REQUEST_BYTES);
+                        sender(q, t, c, max_request)
                     }
                     Err(e) => {
                         q.lock().done = true;
@@ -511,7 +734,9 @@ impl OtlpExporter {
         let ticker = {
             let (q, stop, interval) = (Arc::clone(&queue), Arc::clone(&stop), cfg.interval);
             let gz = cfg.compression == config::Compression::Gzip;
-            let mut enc = Encoder::new(&resource(cfg, host), SystemTime::now());
+            let max_request = cfg.max_request_bytes.max(MIN_REQUEST_BYTES);
+            let mut enc =
+                Encoder::new(&resource(cfg, host), SystemTime::now()).temporality(cfg.temporality);
             std::thread::Builder::new()
                 .name("rocewatch-otlp-encode".into())
                 .spawn(move || {
@@ -533,28 +758,23 @@ impl OtlpExporter {
                         let last = *stopped;
                         drop(stopped);
                         // The final export too, when stopped. Encoded straight into
-                        // the gzip stream (or a buffer sized from the last request).
+                        // the gzip stream (or a buffer sized from the last request), as
+                        // one request or, past `max_request_bytes`, several.
                         let now = SystemTime::now();
-                        let body = if gz {
-                            let sink = Vec::with_capacity(last_len + last_len / 8 + 64);
-                            let mut w =
-                                flate2::write::GzEncoder::new(sink, flate2::Compression::fast());
-                            enc.encode(&store, &metrics, now, &mut w)
-                                .and_then(|raw| Ok((w.finish()?, raw)))
-                        } else {
-                            let mut w = Vec::with_capacity(last_len + last_len / 32);
-                            enc.encode(&store, &metrics, now, &mut w)
-                                .map(|raw| (w, raw))
-                        };
+                        let mut requests = Requests::new(gz, last_len);
+                        let body = enc
+                            .encode(&store, &metrics, now, max_request, &mut requests)
+                            .and_then(|_| requests.finish());
                         match body {
-                            Ok((body, raw)) => {
-                                last_len = body.len();
-                                q.push(Batch::of_bytes(body, raw, gz));
+                            Ok(requests) => {
+                                last_len = requests.iter().map(|(b, _)| b.len()).max().unwrap_or(0);
+                                q.push_snapshot(requests, gz);
                                 failing = false;
                             }
                             Err(e) => {
                                 // Lost: counted as the sender counts a failed send.
                                 metrics.exporter_error("otlp");
+                                metrics.exporter_dropped("otlp", ExporterDropReason::Encode);
                                 if !failing {
                                     tracing::warn!("OTLP export: this snapshot is lost: {e}");
                                 } else {
@@ -722,7 +942,7 @@ mod tests {
             q.push(Batch::of(&req(t)));
         }
         let one = q.lock().batches[0].body.len();
-        let taken = q.take(&mut q.lock(), MAX_MERGE);
+        let taken = q.take(&mut q.lock(), MAX_MERGE, MAX_REQUEST_BYTES);
         // The merged bytes decode as one request holding the first MAX_MERGE snapshots,
         // in order.
         let merged = ExportMetricsServiceRequest::decode(taken.body.as_ref()).unwrap();
@@ -769,7 +989,7 @@ mod tests {
             q.push(Batch::of_bytes(gzip(&[&raw]).unwrap(), raw.len(), true));
         }
         let raw: usize = tags_in.iter().map(|t| req(t).encoded_len()).sum();
-        let taken = q.take(&mut q.lock(), MAX_MERGE);
+        let taken = q.take(&mut q.lock(), MAX_MERGE, MAX_REQUEST_BYTES);
         let body = taken.request().unwrap();
         // One member: a reader that stops after the first member still gets everything.
         let mut one = Vec::new();
@@ -787,7 +1007,7 @@ mod tests {
         q.push_front(taken);
         assert_eq!(q.len(), 3);
         // While failing, one at a time.
-        assert_eq!(q.take(&mut q.lock(), 1).snapshots(), 1);
+        assert_eq!(q.take(&mut q.lock(), 1, MAX_REQUEST_BYTES).snapshots(), 1);
     }
 
     /// A merge stops at MAX_REQUEST_BYTES of snapshots uncompressed (their gzip'd size
@@ -803,7 +1023,7 @@ mod tests {
         }
         let taken: Vec<usize> = (0..4)
             .map(|_| {
-                let b = q.take(&mut q.lock(), MAX_MERGE);
+                let b = q.take(&mut q.lock(), MAX_MERGE, MAX_REQUEST_BYTES);
                 q.lock().in_flight = 0;
                 b.snapshots()
             })
@@ -839,6 +1059,86 @@ mod tests {
                 proptest::prop_assert!(!k.is_empty());
             }
         }
+    }
+
+    /// The sender's wait holds its deadline however many snapshots are queued meanwhile
+    /// (each wakes the queue's condvar: the wait used to end at the first, and a
+    /// receiver's `Retry-After: 20` was retried a second later); a shutdown ends it.
+    #[test]
+    fn a_retry_wait_is_not_cut_short_by_new_snapshots() {
+        let metrics = Arc::new(SelfMetrics::default());
+        let q = Arc::new(queue(1000, usize::MAX, &metrics));
+        let pusher = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    q.push(Batch::of(&req(&format!("s{i}"))));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let started = Instant::now();
+        drop(q.wait_until(started + Duration::from_millis(300)));
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        pusher.join().unwrap();
+        assert_eq!(q.len(), 20);
+        // Closing ends it at once.
+        let closer = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                q.lock().closing = true;
+                q.cv.notify_all();
+            })
+        };
+        let started = Instant::now();
+        drop(q.wait_until(started + Duration::from_secs(30)));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        closer.join().unwrap();
+    }
+
+    /// A snapshot sent as several requests is one snapshot: queued, counted against the
+    /// capacity, dropped and delivered once, its requests dropped together.
+    #[test]
+    fn a_snapshot_in_several_requests_counts_once() {
+        let metrics = Arc::new(SelfMetrics::default());
+        let q = queue(2, usize::MAX, &metrics);
+        let three = |t: &str| -> Vec<(Vec<u8>, usize)> {
+            (0..3)
+                .map(|i| {
+                    let b = req(&format!("{t}{i}")).encode_to_vec();
+                    let raw = b.len();
+                    (b, raw)
+                })
+                .collect()
+        };
+        q.push_snapshot(three("a"), false);
+        q.push_snapshot(three("b"), false);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.lock().batches.len(), 6);
+        // A third: the oldest goes, its three requests together, counted once.
+        q.push_snapshot(three("c"), false);
+        assert_eq!(q.len(), 2);
+        assert_eq!(tags(&q), [["b0"], ["b1"], ["b2"], ["c0"], ["c1"], ["c2"]]);
+        assert_eq!(
+            metrics.exporter_dropped_for("otlp", ExporterDropReason::QueueFull),
+            1
+        );
+        // Taken merged: delivered, one snapshot.
+        let b = q.take(&mut q.lock(), MAX_MERGE, MAX_REQUEST_BYTES);
+        assert_eq!((b.parts.len(), b.snapshots()), (6, 2));
+        assert_eq!(q.lock().delivered(&b.parts), 2);
+        // A snapshot one request of which is dropped is counted dropped, not delivered.
+        let mut st = q.lock();
+        st.lost(&b.parts[3], ExporterDropReason::Rejected, &metrics);
+        st.lost(&b.parts[4], ExporterDropReason::Rejected, &metrics);
+        assert_eq!(st.delivered(&b.parts), 1);
+        drop(st);
+        assert_eq!(
+            metrics.exporter_dropped_for("otlp", ExporterDropReason::Rejected),
+            1
+        );
     }
 
     #[test]

@@ -1,21 +1,153 @@
 //! The OTLP transports: OTLP/HTTP (protobuf, optionally gzip) and OTLP/gRPC, with TLS,
-//! sending an encoded `ExportMetricsServiceRequest` and classifying failures.
+//! sending an encoded `ExportMetricsServiceRequest` and classifying what the receiver
+//! answers as the OTLP specification does (`opentelemetry-proto`'s
+//! `docs/specification.md`, "Failures" and "Throttling" of OTLP/gRPC and OTLP/HTTP):
+//!
+//! - HTTP: 429, 502, 503 and 504 are retried, honouring `Retry-After` (delta-seconds or an
+//!   HTTP-date); 413 is a request too large (split); every other 4xx and 5xx is not
+//!   retried. A failure's body is a `google.rpc.Status` whose message is what is said.
+//! - gRPC: CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE and DATA_LOSS
+//!   are retried; RESOURCE_EXHAUSTED only when the status carries a `google.rpc.RetryInfo`
+//!   (the server says it can recover), whose `retry_delay` is honoured on any code; every
+//!   other code (UNKNOWN, INVALID_ARGUMENT, INTERNAL...) is not. A "message larger than
+//!   max" is a request too large.
+//! - No answer at all (connection refused, DNS, TLS, a timeout; a gRPC status the client
+//!   made itself, which carries its cause) is retried.
+//! - Success may carry a `partial_success`: the receiver took the request and rejected
+//!   some points; it is handed back (the specification: never retried).
+//!
+//! Errors are said with their cause chain (`std::error::Error::source`): a TLS failure
+//! names the certificate error, not only "error sending request".
 
 use hyper::body::Bytes;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::config::{Compression, OtlpConfig, OtlpProtocol};
 
 /// Why a send failed.
 #[derive(Debug)]
 pub(super) enum SendError {
-    /// Worth trying again later (endpoint down, slow, overloaded).
-    Retryable(String),
+    /// Worth trying again later (endpoint down, slow, overloaded); with how long the
+    /// receiver asked to wait (`Retry-After`, gRPC `RetryInfo`), when it did.
+    Retryable(String, Option<Duration>),
     /// The receiver rejected the data; sending it again would not help.
     Permanent(String),
     /// The receiver refused the request as too large (HTTP 413): fewer snapshots a
     /// request may be taken.
     TooLarge(String),
+}
+
+/// What a receiver said of a request it took: `partial_success` of
+/// `ExportMetricsServiceResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct PartialSuccess {
+    pub rejected: i64,
+    pub message: String,
+}
+
+/// The messages of a response and of a failure, as opentelemetry-proto and googleapis
+/// define them (only the fields read here; prost skips the rest).
+mod wire {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ExportMetricsServiceResponse {
+        #[prost(message, optional, tag = "1")]
+        pub partial_success: Option<ExportMetricsPartialSuccess>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ExportMetricsPartialSuccess {
+        #[prost(int64, tag = "1")]
+        pub rejected_data_points: i64,
+        #[prost(string, tag = "2")]
+        pub error_message: String,
+    }
+    /// `google.rpc.Status`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        pub code: i32,
+        #[prost(string, tag = "2")]
+        pub message: String,
+        #[prost(message, repeated, tag = "3")]
+        pub details: Vec<Any>,
+    }
+    /// `google.protobuf.Any`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Any {
+        #[prost(string, tag = "1")]
+        pub type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        pub value: Vec<u8>,
+    }
+    /// `google.rpc.RetryInfo`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        pub retry_delay: Option<ProtoDuration>,
+    }
+    /// `google.protobuf.Duration`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ProtoDuration {
+        #[prost(int64, tag = "1")]
+        pub seconds: i64,
+        #[prost(int32, tag = "2")]
+        pub nanos: i32,
+    }
+}
+
+/// The `partial_success` of an encoded `ExportMetricsServiceResponse`, when populated
+/// (rejected points, or a warning's message); a body that does not decode says nothing.
+fn partial_success(body: &[u8]) -> Option<PartialSuccess> {
+    let r = <wire::ExportMetricsServiceResponse as prost::Message>::decode(body).ok()?;
+    let p = r.partial_success?;
+    let some = p.rejected_data_points != 0 || !p.error_message.is_empty();
+    some.then_some(PartialSuccess {
+        rejected: p.rejected_data_points,
+        message: p.error_message,
+    })
+}
+
+/// The `retry_delay` of the `google.rpc.RetryInfo` among an encoded `google.rpc.Status`'s
+/// details (gRPC's `grpc-status-details-bin`).
+fn retry_info(details: &[u8]) -> Option<Duration> {
+    use prost::Message;
+    let status = wire::RpcStatus::decode(details).ok()?;
+    let info = status
+        .details
+        .iter()
+        .find(|a| a.type_url.ends_with("/google.rpc.RetryInfo"))?;
+    let delay = wire::RetryInfo::decode(info.value.as_slice())
+        .ok()?
+        .retry_delay
+        .unwrap_or_default();
+    let secs = u64::try_from(delay.seconds).unwrap_or(0);
+    let nanos = u32::try_from(delay.nanos).unwrap_or(0).min(999_999_999);
+    Some(Duration::new(secs, nanos))
+}
+
+/// `Retry-After`: delta-seconds, or an HTTP-date (the wait until then; zero when past).
+fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// An error and its causes, each said once: reqwest's "error sending request for url
+/// (...)" alone hides why (the certificate, a refused connection, a name not found).
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 // One transport lives per exporter for the life of the process: its size does not matter.
@@ -141,7 +273,12 @@ impl Transport {
     }
 
     /// Send an encoded `ExportMetricsServiceRequest`, gzip'd (one stream) when `gzip`.
-    pub(super) fn send(&mut self, encoded: &Bytes, gzip: bool) -> Result<(), SendError> {
+    /// Taken: what the receiver said of it (`partial_success`), if anything.
+    pub(super) fn send(
+        &mut self,
+        encoded: &Bytes,
+        gzip: bool,
+    ) -> Result<Option<PartialSuccess>, SendError> {
         match self {
             Transport::Http { client, url } => {
                 let mut r = client
@@ -151,20 +288,11 @@ impl Transport {
                     r = r.header("content-encoding", "gzip");
                 }
                 match r.body(encoded.clone()).send() {
-                    Ok(resp) if resp.status().is_success() => Ok(()),
-                    Ok(resp) => {
-                        let status = resp.status();
-                        let text: String = error_body(resp).chars().take(200).collect();
-                        let msg = format!("{url}: HTTP {status}: {}", text.trim());
-                        if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
-                            Err(SendError::Retryable(msg))
-                        } else if status.as_u16() == 413 {
-                            Err(SendError::TooLarge(msg))
-                        } else {
-                            Err(SendError::Permanent(msg))
-                        }
+                    Ok(resp) if resp.status().is_success() => {
+                        Ok(partial_success(&bounded_body(resp)))
                     }
-                    Err(e) => Err(SendError::Retryable(format!("{url}: {e}"))),
+                    Ok(resp) => Err(http_failure(url, resp)),
+                    Err(e) => Err(SendError::Retryable(chain(&e), None)),
                 }
             }
             Transport::Grpc {
@@ -192,7 +320,10 @@ impl Transport {
                 }
                 let call = async {
                     client.ready().await.map_err(|e| {
-                        tonic::Status::unavailable(format!("the channel is not ready: {e}"))
+                        tonic::Status::unavailable(format!(
+                            "the channel is not ready: {}",
+                            chain(&e)
+                        ))
                     })?;
                     client
                         .unary(
@@ -203,7 +334,7 @@ impl Transport {
                         .await
                 };
                 match rt.block_on(call) {
-                    Ok(_) => Ok(()),
+                    Ok(response) => Ok(partial_success(response.get_ref())),
                     Err(status) => Err(grpc_failure(&status)),
                 }
             }
@@ -211,17 +342,64 @@ impl Transport {
     }
 }
 
-/// What a gRPC status says of a failed send.
+/// What an HTTP failure says: retryable (429, 502, 503, 504, with `Retry-After`), too
+/// large (413), or not to be retried (every other status); the message of its
+/// `google.rpc.Status` body, or the start of a text one.
+fn http_failure(url: &str, resp: reqwest::blocking::Response) -> SendError {
+    let status = resp.status();
+    let after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| retry_after(v, SystemTime::now()));
+    let protobuf = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-protobuf"));
+    let body = bounded_body(resp);
+    let decoded = protobuf
+        .then(|| <wire::RpcStatus as prost::Message>::decode(body.as_slice()).ok())
+        .flatten()
+        .filter(|s| !s.message.is_empty())
+        .map(|s| s.message);
+    let text: String = decoded
+        .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned())
+        .chars()
+        .take(200)
+        .collect();
+    let msg = format!("{url}: HTTP {status}: {}", text.trim());
+    match status.as_u16() {
+        429 | 502 | 503 | 504 => SendError::Retryable(msg, after),
+        413 => SendError::TooLarge(msg),
+        _ => SendError::Permanent(msg),
+    }
+}
+
+/// What a gRPC status says of a failed send, by the specification's table.
 fn grpc_failure(status: &tonic::Status) -> SendError {
     use tonic::Code::*;
-    let msg = format!("gRPC {:?}: {}", status.code(), status.message());
+    let mut msg = format!("gRPC {:?}: {}", status.code(), status.message());
+    // A status the client made of its own failure (a connection reset, a timeout, TLS)
+    // carries its cause; one the server sent does not. The first is no answer at all,
+    // retried whatever its code (hyper's errors come as UNKNOWN).
+    if let Some(cause) = std::error::Error::source(status) {
+        let cause = chain(cause);
+        if !msg.contains(&cause) {
+            msg = format!("{msg}: {cause}");
+        }
+        return SendError::Retryable(msg, None);
+    }
     // grpc-go's servers (rpc_util.go) and tonic's (codec/decode.rs) say so in these words.
     let m = status.message();
     let too_large = m.contains("larger than max") || m.contains("message length too large");
+    let after = retry_info(status.details());
     match status.code() {
         ResourceExhausted | OutOfRange if too_large => SendError::TooLarge(msg),
-        Cancelled | DeadlineExceeded | ResourceExhausted | Aborted | OutOfRange | Unavailable
-        | DataLoss | Unknown => SendError::Retryable(msg),
+        Cancelled | DeadlineExceeded | Aborted | OutOfRange | Unavailable | DataLoss => {
+            SendError::Retryable(msg, after)
+        }
+        ResourceExhausted if after.is_some() => SendError::Retryable(msg, after),
         _ => SendError::Permanent(msg),
     }
 }
@@ -230,14 +408,14 @@ fn grpc_failure(status: &tonic::Status) -> SendError {
 /// or hostile) that sends an endless body must not make the agent hold it.
 const ERROR_BODY_MAX: u64 = 64 << 10;
 
-/// The start of a rejection's body, as text (at most [`ERROR_BODY_MAX`] bytes are read;
-/// the rest is not: the connection is closed, never reused, when the response drops).
-fn error_body(resp: reqwest::blocking::Response) -> String {
+/// The start of a response's body (at most [`ERROR_BODY_MAX`] bytes are read; the rest
+/// is not: the connection is closed, never reused, when the response drops).
+fn bounded_body(resp: reqwest::blocking::Response) -> Vec<u8> {
     use std::io::Read;
     let mut buf = Vec::new();
     // A read error keeps what came before it.
     let _ = resp.take(ERROR_BODY_MAX).read_to_end(&mut buf);
-    String::from_utf8_lossy(&buf).into_owned()
+    buf
 }
 
 /// The OTLP/gRPC metrics method (`opentelemetry.proto.collector.metrics.v1.MetricsService`,
@@ -246,7 +424,7 @@ const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsServ
 
 /// A gRPC codec of bytes already encoded: the request goes out as queued (no decode
 /// and encode again per send); the response (`ExportMetricsServiceResponse`: at most a
-/// partial-success note) is read and let go.
+/// partial-success note) is handed back as its bytes.
 #[derive(Clone, Copy, Default)]
 struct RawCodec;
 
@@ -255,7 +433,7 @@ struct RawDecoder;
 
 impl tonic::codec::Codec for RawCodec {
     type Encode = Bytes;
-    type Decode = ();
+    type Decode = Vec<u8>;
     type Encoder = RawEncoder;
     type Decoder = RawDecoder;
     fn encoder(&mut self) -> RawEncoder {
@@ -281,15 +459,18 @@ impl tonic::codec::Encoder for RawEncoder {
 }
 
 impl tonic::codec::Decoder for RawDecoder {
-    type Item = ();
+    type Item = Vec<u8>;
     type Error = tonic::Status;
     fn decode(
         &mut self,
         src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<()>, tonic::Status> {
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
         use bytes::Buf;
-        src.advance(src.remaining());
-        Ok(Some(()))
+        // A response is a few bytes (a partial success's message at most): tonic bounds
+        // what it decodes at 4 MiB.
+        let mut out = vec![0; src.remaining()];
+        src.copy_to_slice(&mut out);
+        Ok(Some(out))
     }
 }
 
@@ -383,11 +564,167 @@ mod tests {
             let got = grpc_failure(s);
             assert!(matches!(got, SendError::TooLarge(_)), "{s:?}: {got:?}");
         }
-        let quota = tonic::Status::resource_exhausted("quota exceeded");
-        assert!(matches!(grpc_failure(&quota), SendError::Retryable(_)));
         let down = tonic::Status::unavailable("connection refused");
-        assert!(matches!(grpc_failure(&down), SendError::Retryable(_)));
+        assert!(matches!(grpc_failure(&down), SendError::Retryable(_, None)));
         let bad = tonic::Status::invalid_argument("bad");
         assert!(matches!(grpc_failure(&bad), SendError::Permanent(_)));
+    }
+
+    /// The specification's table of gRPC codes: retried or not; RESOURCE_EXHAUSTED
+    /// retried only with a RetryInfo, whose delay is handed on (on any retried code).
+    #[test]
+    fn grpc_codes_are_retried_as_the_specification_says() {
+        use tonic::Code;
+        let retried = [
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unavailable,
+            Code::DataLoss,
+        ];
+        let not = [
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::Unauthenticated,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Unimplemented,
+            Code::Internal,
+        ];
+        for code in retried {
+            let got = grpc_failure(&tonic::Status::new(code, "x"));
+            assert!(
+                matches!(got, SendError::Retryable(_, None)),
+                "{code:?}: {got:?}"
+            );
+        }
+        for code in not {
+            let got = grpc_failure(&tonic::Status::new(code, "x"));
+            assert!(matches!(got, SendError::Permanent(_)), "{code:?}: {got:?}");
+        }
+        let delay = Duration::new(20, 500_000_000);
+        for code in [Code::ResourceExhausted, Code::Unavailable] {
+            let got = grpc_failure(&with_retry_info(code, delay));
+            assert!(
+                matches!(got, SendError::Retryable(_, Some(d)) if d == delay),
+                "{code:?}: {got:?}"
+            );
+        }
+        // Details without a RetryInfo say nothing of recovery.
+        let other = wire::RpcStatus {
+            code: Code::ResourceExhausted as i32,
+            message: "quota".into(),
+            details: vec![wire::Any {
+                type_url: "type.googleapis.com/google.rpc.QuotaFailure".into(),
+                value: vec![],
+            }],
+        };
+        let s = tonic::Status::with_details(
+            Code::ResourceExhausted,
+            "quota",
+            prost::Message::encode_to_vec(&other).into(),
+        );
+        assert!(matches!(grpc_failure(&s), SendError::Permanent(_)));
+        // A status the client made of its own failure carries its cause: no answer came,
+        // whatever the code says (hyper's errors come as UNKNOWN).
+        let local = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset by peer",
+        )));
+        let got = grpc_failure(&local);
+        assert!(
+            matches!(&got, SendError::Retryable(m, None) if m.contains("connection reset by peer")),
+            "{got:?}"
+        );
+    }
+
+    fn with_retry_info(code: tonic::Code, delay: Duration) -> tonic::Status {
+        use prost::Message;
+        let info = wire::RetryInfo {
+            retry_delay: Some(wire::ProtoDuration {
+                seconds: delay.as_secs() as i64,
+                nanos: delay.subsec_nanos() as i32,
+            }),
+        };
+        let status = wire::RpcStatus {
+            code: code as i32,
+            message: "slow down".into(),
+            details: vec![wire::Any {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        };
+        tonic::Status::with_details(code, "slow down", status.encode_to_vec().into())
+    }
+
+    /// `Retry-After` as RFC 9110 has it: delta-seconds or an HTTP-date; a date past is
+    /// no wait; anything else is not read.
+    #[test]
+    fn retry_after_is_read_in_both_forms() {
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        assert_eq!(retry_after("20", now), Some(Duration::from_secs(20)));
+        assert_eq!(retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after("Sun, 06 Nov 1994 08:49:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after("-3", now), None);
+        assert_eq!(retry_after("soon", now), None);
+    }
+
+    /// A response's `partial_success`: rejected points or a warning are handed back; an
+    /// empty body, an unset field or a body that is not protobuf say nothing.
+    #[test]
+    fn partial_success_is_read_from_the_response() {
+        use prost::Message;
+        let body = wire::ExportMetricsServiceResponse {
+            partial_success: Some(wire::ExportMetricsPartialSuccess {
+                rejected_data_points: 7,
+                error_message: "too old".into(),
+            }),
+        }
+        .encode_to_vec();
+        assert_eq!(
+            partial_success(&body),
+            Some(PartialSuccess {
+                rejected: 7,
+                message: "too old".into()
+            })
+        );
+        let empty = wire::ExportMetricsServiceResponse {
+            partial_success: Some(Default::default()),
+        }
+        .encode_to_vec();
+        assert_eq!(partial_success(&empty), None);
+        assert_eq!(partial_success(b""), None);
+        assert_eq!(partial_success(b"{\"partialSuccess\":{}}"), None);
+    }
+
+    /// A refused connection is said with its cause, not only reqwest's "error sending
+    /// request for url".
+    #[test]
+    fn an_unreachable_endpoint_is_said_with_its_cause() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let cfg = OtlpConfig::new(
+            format!("http://127.0.0.1:{port}/v1/metrics"),
+            OtlpProtocol::HttpProtobuf,
+        );
+        let mut t = Transport::build(&cfg).unwrap();
+        let got = t.send(&Bytes::from_static(b""), false);
+        let Err(SendError::Retryable(msg, None)) = got else {
+            panic!("{got:?}")
+        };
+        assert!(msg.contains("error sending request"), "{msg}");
+        assert!(msg.to_lowercase().contains("connection refused"), "{msg}");
     }
 }

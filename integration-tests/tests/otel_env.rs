@@ -305,7 +305,7 @@ fn grpc_with_mutual_tls_and_headers_from_the_variables() {
 #[test]
 fn the_timeout_variable_bounds_each_request() {
     let (port, seen) = http_receiver::start(false);
-    let (mut rw, _dir) = agent(
+    let (rw, _dir) = agent(
         None,
         &[],
         &[

@@ -109,7 +109,7 @@ fn rocewatch_key(var: &str) -> Option<String> {
 
 fn ms(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -332,7 +332,7 @@ impl OtlpSources {
                 if let Some(e) = self.otel.refused(|k| k == "endpoint") {
                     return Err(e.clone());
                 }
-                *otlp = Some(self.from_otel(ep));
+                *otlp = Some(self.config_of_otel(ep));
             }
             let o = otlp.as_mut().expect("set above");
             o.endpoint = ep.to_string();
@@ -359,7 +359,7 @@ impl OtlpSources {
 
     /// `[exporters.otlp]` for an endpoint given on the command line only: the endpoint and
     /// what the OpenTelemetry variables say (headers, TLS, timeout...).
-    fn from_otel(&mut self, endpoint: &str) -> OtlpConfig {
+    fn config_of_otel(&mut self, endpoint: &str) -> OtlpConfig {
         let mut t = Map::new();
         t.insert("endpoint".into(), Value::String(endpoint.to_string()));
         let otel = self.otel.clone();

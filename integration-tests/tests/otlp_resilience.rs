@@ -3,7 +3,11 @@
 //! the backlog in batches; a receiver that answers 413 to more than one snapshot a
 //! request still gets every one after an outage, and one that refuses even one has it
 //! dropped, counted and said; TLS (custom CA, client certificate), headers and gzip work
-//! on both transports.
+//! on both transports. Delivery as the OTLP specification says: HTTP 429/502/503/504 and
+//! the retryable gRPC codes retried, `Retry-After` and `RetryInfo` honoured however much
+//! new data comes meanwhile, other failures (gRPC UNKNOWN, RESOURCE_EXHAUSTED without
+//! RetryInfo, HTTP 400/500) dropped and counted; `partial_success` said once and its
+//! points counted; a 600-port host's exports split under a gRPC receiver's 4 MiB limit.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -30,6 +34,20 @@ fn metric(base: &str, line_prefix: &str) -> Option<f64> {
     body.lines()
         .find(|l| l.starts_with(line_prefix))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// `rocewatch_exporter_dropped_total` of the OTLP exporter, whatever the reason.
+fn otlp_dropped(base: &str) -> f64 {
+    let Some(body) = reqwest::blocking::get(format!("{base}/metrics"))
+        .ok()
+        .and_then(|r| r.text().ok())
+    else {
+        return 0.0;
+    };
+    body.lines()
+        .filter(|l| l.starts_with("rocewatch_exporter_dropped_total{exporter=\"otlp\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn unix(t: SystemTime) -> f64 {
@@ -93,7 +111,7 @@ fn victoriametrics_down_for_60s_gets_the_queued_data() {
         "about one point per second of the 56 s window, got {in_outage}"
     );
     assert_eq!(
-        metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0),
+        otlp_dropped(&base),
         0.0,
         "the default queue holds 10 minutes"
     );
@@ -114,8 +132,7 @@ fn a_tiny_queue_drops_the_oldest_and_counts_it() {
     ));
     let base = rw.prometheus_url();
     std::thread::sleep(Duration::from_secs(3));
-    let dropped =
-        metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0);
+    let dropped = otlp_dropped(&base);
     assert!(
         dropped >= 5.0,
         "about 5 snapshots a second, 2 kept: {dropped}"
@@ -483,10 +500,7 @@ fn a_413_splits_the_backlog_and_every_snapshot_arrives() {
     assert!(s.taken.len() >= 20, "{} taken\n{log}", s.taken.len());
     assert!(status.success(), "{log}");
     drop(s);
-    assert_eq!(
-        metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0),
-        0.0
-    );
+    assert_eq!(otlp_dropped(&base), 0.0);
 }
 
 /// A single snapshot the receiver still finds too large is the only thing dropped: counted
@@ -503,8 +517,7 @@ fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
     ));
     let base = rw.prometheus_url();
     let deadline = Instant::now() + Duration::from_secs(20);
-    let dropped =
-        || metric(&base, "rocewatch_exporter_dropped_total{exporter=\"otlp\"}").unwrap_or(0.0);
+    let dropped = || otlp_dropped(&base);
     while Instant::now() < deadline && dropped() < 3.0 {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -512,10 +525,629 @@ fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
     let (status, log, _) = rw.proc.stop();
     assert!(n >= 3.0, "{n}\n{log}");
     assert!(
-        log.contains("OTLP export: one snapshot of ")
+        log.contains("OTLP export: one request of ")
             && log.contains("uncompressed) is too large for the receiver, dropped"),
         "{log}"
     );
     assert!(seen.lock().unwrap().taken.is_empty());
     assert!(status.success(), "{log}");
+}
+
+/// An OTLP/HTTP receiver that answers each request as its script says: `answer(n)` gives
+/// the n-th request's (from 0) status line, extra header lines and body. It keeps every
+/// request's body with when it came. Requests must come uncompressed.
+mod scripted_http {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    pub type Seen = Arc<Mutex<Vec<(Instant, Vec<u8>)>>>;
+    pub type Answer = (&'static str, String, Vec<u8>);
+
+    fn serve(
+        sock: std::net::TcpStream,
+        seen: &Seen,
+        answer: &(dyn Fn(usize) -> Answer + Send + Sync),
+    ) -> std::io::Result<()> {
+        let mut r = BufReader::new(sock.try_clone()?);
+        let mut w = sock;
+        loop {
+            let mut len = None;
+            let mut first = true;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line)? == 0 {
+                    return Ok(());
+                }
+                if line == "\r\n" && !first {
+                    break;
+                }
+                first = false;
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse::<usize>().ok();
+                }
+            }
+            let mut body = vec![0; len.expect("a content-length")];
+            r.read_exact(&mut body)?;
+            let n = {
+                let mut s = seen.lock().unwrap();
+                s.push((Instant::now(), body));
+                s.len() - 1
+            };
+            let (status, headers, body) = answer(n);
+            write!(
+                w,
+                "HTTP/1.1 {status}\r\ncontent-type: application/x-protobuf\r\n{headers}content-length: {}\r\n\r\n",
+                body.len()
+            )?;
+            w.write_all(&body)?;
+        }
+    }
+
+    pub fn start(
+        listener: std::net::TcpListener,
+        answer: impl Fn(usize) -> Answer + Send + Sync + 'static,
+    ) -> Seen {
+        let seen = Seen::default();
+        let answer: Arc<dyn Fn(usize) -> Answer + Send + Sync> = Arc::new(answer);
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for sock in listener.incoming().flatten() {
+                let (s, a) = (s.clone(), answer.clone());
+                std::thread::spawn(move || {
+                    let _ = serve(sock, &s, &*a);
+                });
+            }
+        });
+        seen
+    }
+}
+
+/// An OTLP/gRPC receiver (tonic's, with its default 4 MiB message limit) that answers
+/// each request as its script says; it keeps every request with when it came.
+mod scripted_grpc {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+        MetricsService, MetricsServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    };
+
+    pub type Seen = Arc<Mutex<Vec<(Instant, ExportMetricsServiceRequest)>>>;
+    type Script =
+        Arc<dyn Fn(usize) -> Result<ExportMetricsServiceResponse, tonic::Status> + Send + Sync>;
+
+    struct Receiver(Seen, Script);
+
+    #[tonic::async_trait]
+    impl MetricsService for Receiver {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportMetricsServiceRequest>,
+        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+            let n = {
+                let mut s = self.0.lock().unwrap();
+                s.push((Instant::now(), request.into_inner()));
+                s.len() - 1
+            };
+            (self.1)(n).map(tonic::Response::new)
+        }
+    }
+
+    /// `google.rpc.Status`, `google.protobuf.Any`, `google.rpc.RetryInfo` and
+    /// `google.protobuf.Duration`, as googleapis defines them: what a server puts in
+    /// `grpc-status-details-bin`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        code: i32,
+        #[prost(string, tag = "2")]
+        message: String,
+        #[prost(message, repeated, tag = "3")]
+        details: Vec<Any>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Any {
+        #[prost(string, tag = "1")]
+        type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        value: Vec<u8>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        retry_delay: Option<ProtoDuration>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ProtoDuration {
+        #[prost(int64, tag = "1")]
+        seconds: i64,
+        #[prost(int32, tag = "2")]
+        nanos: i32,
+    }
+
+    /// A status of `code` whose details carry a RetryInfo of `delay`.
+    pub fn with_retry_info(
+        code: tonic::Code,
+        message: &str,
+        delay: std::time::Duration,
+    ) -> tonic::Status {
+        use prost::Message;
+        let info = RetryInfo {
+            retry_delay: Some(ProtoDuration {
+                seconds: delay.as_secs() as i64,
+                nanos: delay.subsec_nanos() as i32,
+            }),
+        };
+        let status = RpcStatus {
+            code: code as i32,
+            message: message.into(),
+            details: vec![Any {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        };
+        tonic::Status::with_details(code, message, status.encode_to_vec().into())
+    }
+
+    pub fn start(
+        rt: &tokio::runtime::Runtime,
+        script: impl Fn(usize) -> Result<ExportMetricsServiceResponse, tonic::Status>
+            + Send
+            + Sync
+            + 'static,
+    ) -> (u16, Seen) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let listener = {
+            let _guard = rt.enter();
+            tokio::net::TcpListener::from_std(listener).unwrap()
+        };
+        let port = listener.local_addr().unwrap().port();
+        let seen = Seen::default();
+        let svc = MetricsServiceServer::new(Receiver(seen.clone(), Arc::new(script)))
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        rt.spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(
+                    tonic::codegen::tokio_stream::wrappers::TcpListenerStream::new(listener),
+                )
+                .await
+                .unwrap();
+        });
+        (port, seen)
+    }
+}
+
+/// Wait until `seen` holds `n` requests or `secs` pass.
+fn wait_for<T>(seen: &std::sync::Mutex<Vec<T>>, n: usize, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline && seen.lock().unwrap().len() < n {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The agent exporting to `endpoint` every 300 ms (collecting every 200 ms), retrying
+/// after 300 ms at first, with a Prometheus listener for its self-metrics.
+fn exporting_agent(endpoint: &str, protocol: &str) -> (RunningAgent, tempfile::TempDir) {
+    agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"{endpoint}\"\nprotocol = \"{protocol}\"\ninterval = \"300ms\"\ncompression = \"none\"\n\
+         retry_initial = \"300ms\"\nretry_max = \"10s\"\n",
+        fixture("mlx5-roce-dual-port")
+    ))
+}
+
+/// A receiver that answers 503 or 429 with `Retry-After` (delta-seconds, or an HTTP-date)
+/// gets the same request again no earlier than it said, however many snapshots the agent
+/// queues meanwhile (each used to wake the sender's backoff and retry at once: 13 retries
+/// a second apart against `Retry-After: 20`); one that answers 502 gets it again after
+/// the backoff; one that answers 400 or 500 never gets it again (the specification:
+/// only 429, 502, 503 and 504 are retried), and the drop is counted with its reason.
+#[test]
+fn http_failures_are_retried_as_the_otlp_specification_says() {
+    fn http_date(secs: u64) -> String {
+        // IMF-fixdate, as httpdate writes it, `secs` from now (whole seconds: the wait
+        // is at least secs - 1).
+        let t = SystemTime::now() + Duration::from_secs(secs);
+        let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        let (days, rem) = (d / 86400, d % 86400);
+        // Civil from days (Howard Hinnant's algorithm).
+        let z = days as i64 + 719468;
+        let era = z.div_euclid(146097);
+        let doe = z - era * 146097;
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+        let mon = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ][(month - 1) as usize];
+        format!(
+            "{wd}, {day:02} {mon} {year} {:02}:{:02}:{:02} GMT",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+    // (first answer, its header as the answer goes, retried?, the least wait before the
+    // retry)
+    type Header = fn() -> String;
+    let cases: Vec<(&'static str, Header, bool, Duration)> = vec![
+        (
+            "503 Service Unavailable",
+            || "retry-after: 3\r\n".into(),
+            true,
+            Duration::from_millis(2900),
+        ),
+        // Whole seconds: 4 s from now is 3 s at least.
+        (
+            "429 Too Many Requests",
+            || format!("retry-after: {}\r\n", http_date(4)),
+            true,
+            Duration::from_millis(2900),
+        ),
+        (
+            "502 Bad Gateway",
+            String::new,
+            true,
+            Duration::from_millis(200),
+        ),
+        ("400 Bad Request", String::new, false, Duration::ZERO),
+        (
+            "500 Internal Server Error",
+            String::new,
+            false,
+            Duration::ZERO,
+        ),
+    ];
+    for (status, header, retried, least) in cases {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = scripted_http::start(listener, move |n| {
+            if n == 0 {
+                (status, header(), b"go away".to_vec())
+            } else {
+                ("200 OK", String::new(), Vec::new())
+            }
+        });
+        let (mut rw, _cfg) = exporting_agent(
+            &format!("http://127.0.0.1:{port}/v1/metrics"),
+            "http/protobuf",
+        );
+        let base = rw.prometheus_url();
+        wait_for(&seen, 4, 20);
+        // A retry, if any, is the first one's bytes again.
+        let first_again = || {
+            let s = seen.lock().unwrap();
+            s.iter()
+                .skip(1)
+                .find(|(_, b)| *b == s[0].1)
+                .map(|(t, _)| t.duration_since(s[0].0))
+        };
+        if retried {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && first_again().is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let again = first_again();
+        let dropped = metric(
+            &base,
+            "rocewatch_exporter_dropped_total{exporter=\"otlp\",reason=\"rejected\"}",
+        )
+        .unwrap_or(0.0);
+        let (_, log, _) = rw.proc.stop();
+        let n = seen.lock().unwrap().len();
+        if retried {
+            let again =
+                again.unwrap_or_else(|| panic!("{status}: never retried ({n} requests)\n{log}"));
+            assert!(
+                again >= least,
+                "{status} {header:?}: retried after {again:?}\n{log}"
+            );
+            // Nothing but the retry between: the snapshots queued meanwhile wait.
+            let s = seen.lock().unwrap();
+            assert!(
+                s[1].1 == s[0].1,
+                "{status}: the request after the refused one is its retry\n{log}"
+            );
+        } else {
+            assert_eq!(again, None, "{status} must not be retried\n{log}");
+            assert_eq!(
+                dropped, 1.0,
+                "{status}: the drop is counted as rejected\n{log}"
+            );
+            assert!(n >= 4, "{status}: later exports go on: {n}\n{log}");
+        }
+    }
+}
+
+/// `ExportMetricsServiceResponse { partial_success { rejected_data_points, error_message } }`,
+/// encoded.
+fn partial_success(rejected: i64, message: &str) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+    };
+    use prost::Message;
+    ExportMetricsServiceResponse {
+        partial_success: Some(ExportMetricsPartialSuccess {
+            rejected_data_points: rejected,
+            error_message: message.into(),
+        }),
+    }
+    .encode_to_vec()
+}
+
+/// A receiver that takes part of each request (`partial_success`, over HTTP 200 and gRPC
+/// OK): its message is logged once, not once per export; the rejected points are counted
+/// in `rocewatch.exporter.rejected_points`; the request is not sent again.
+#[test]
+fn partial_success_is_said_once_and_its_points_counted() {
+    let rt = runtime();
+    for protocol in ["http/protobuf", "grpc"] {
+        let (endpoint, seen_count): (String, Box<dyn Fn() -> usize>) = if protocol == "grpc" {
+            let (port, seen) = scripted_grpc::start(&rt, |_| {
+                use opentelemetry_proto::tonic::collector::metrics::v1::{
+                    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+                };
+                Ok(ExportMetricsServiceResponse {
+                    partial_success: Some(ExportMetricsPartialSuccess {
+                        rejected_data_points: 7,
+                        error_message: "7 points out of order (grpc)".into(),
+                    }),
+                })
+            });
+            (
+                format!("http://127.0.0.1:{port}"),
+                Box::new(move || {
+                    let s = seen.lock().unwrap();
+                    let distinct: std::collections::BTreeSet<Vec<u8>> = s
+                        .iter()
+                        .map(|(_, r)| prost::Message::encode_to_vec(r))
+                        .collect();
+                    assert_eq!(distinct.len(), s.len(), "no request sent twice");
+                    s.len()
+                }),
+            )
+        } else {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let seen = scripted_http::start(listener, |_| {
+                (
+                    "200 OK",
+                    String::new(),
+                    partial_success(7, "7 points out of order (http)"),
+                )
+            });
+            (
+                format!("http://127.0.0.1:{port}/v1/metrics"),
+                Box::new(move || {
+                    let s = seen.lock().unwrap();
+                    let distinct: std::collections::BTreeSet<&Vec<u8>> =
+                        s.iter().map(|(_, b)| b).collect();
+                    assert_eq!(distinct.len(), s.len(), "no request sent twice");
+                    s.len()
+                }),
+            )
+        };
+        let (mut rw, _cfg) = exporting_agent(&endpoint, protocol);
+        let base = rw.prometheus_url();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && seen_count() < 5 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let rejected = metric(
+            &base,
+            "rocewatch_exporter_rejected_points_total{exporter=\"otlp\"}",
+        )
+        .unwrap_or(0.0);
+        let (_, log, _) = rw.proc.stop();
+        let n = seen_count();
+        assert!(n >= 5, "{protocol}: {n} requests\n{log}");
+        assert!(
+            rejected >= 7.0 * 4.0,
+            "{protocol}: {rejected} counted of {n} requests\n{log}"
+        );
+        let said = log.matches("7 points out of order").count();
+        assert_eq!(said, 1, "{protocol}: said once, not per export\n{log}");
+    }
+    rt.shutdown_background();
+}
+
+/// gRPC codes as the specification's table says: UNKNOWN and RESOURCE_EXHAUSTED without
+/// RetryInfo are not retried (dropped, counted as rejected); RESOURCE_EXHAUSTED and
+/// UNAVAILABLE with RetryInfo are retried no earlier than it says; UNAVAILABLE alone is
+/// retried after the backoff.
+#[test]
+fn grpc_failures_are_retried_as_the_otlp_specification_says() {
+    use tonic::Code;
+    let rt = runtime();
+    type Make = fn() -> tonic::Status;
+    // (first answer, retried?, the least wait before the retry)
+    let cases: [(&str, Make, bool, Duration); 5] = [
+        (
+            "UNKNOWN",
+            || tonic::Status::unknown("boom"),
+            false,
+            Duration::ZERO,
+        ),
+        (
+            "RESOURCE_EXHAUSTED",
+            || tonic::Status::resource_exhausted("quota exceeded"),
+            false,
+            Duration::ZERO,
+        ),
+        (
+            "RESOURCE_EXHAUSTED with RetryInfo 3s",
+            || {
+                scripted_grpc::with_retry_info(
+                    Code::ResourceExhausted,
+                    "slow down",
+                    Duration::from_secs(3),
+                )
+            },
+            true,
+            Duration::from_millis(2900),
+        ),
+        (
+            "UNAVAILABLE with RetryInfo 3s",
+            || scripted_grpc::with_retry_info(Code::Unavailable, "busy", Duration::from_secs(3)),
+            true,
+            Duration::from_millis(2900),
+        ),
+        (
+            "UNAVAILABLE",
+            || tonic::Status::unavailable("down"),
+            true,
+            Duration::from_millis(200),
+        ),
+    ];
+    for (what, make, retried, least) in cases {
+        let (port, seen) = scripted_grpc::start(&rt, move |n| {
+            if n == 0 {
+                Err(make())
+            } else {
+                Ok(Default::default())
+            }
+        });
+        let (mut rw, _cfg) = exporting_agent(&format!("http://127.0.0.1:{port}"), "grpc");
+        let base = rw.prometheus_url();
+        wait_for(&seen, 4, 20);
+        let first_again = || {
+            let s = seen.lock().unwrap();
+            s.iter()
+                .skip(1)
+                .find(|(_, r)| *r == s[0].1)
+                .map(|(t, _)| t.duration_since(s[0].0))
+        };
+        if retried {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && first_again().is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let again = first_again();
+        let dropped = metric(
+            &base,
+            "rocewatch_exporter_dropped_total{exporter=\"otlp\",reason=\"rejected\"}",
+        )
+        .unwrap_or(0.0);
+        let (_, log, _) = rw.proc.stop();
+        let n = seen.lock().unwrap().len();
+        if retried {
+            let again =
+                again.unwrap_or_else(|| panic!("{what}: never retried ({n} requests)\n{log}"));
+            assert!(again >= least, "{what}: retried after {again:?}\n{log}");
+        } else {
+            assert_eq!(again, None, "{what} must not be retried\n{log}");
+            assert_eq!(
+                dropped, 1.0,
+                "{what}: the drop is counted as rejected\n{log}"
+            );
+            assert!(n >= 4, "{what}: later exports go on: {n}\n{log}");
+        }
+    }
+    rt.shutdown_background();
+}
+
+/// A host of 600 ports (a generated tree: 300 dual-port mlx5 devices) exports about 7.6 MiB
+/// a full export: to a gRPC receiver with the default 4 MiB message limit (tonic's, as
+/// grpc-go's and the Collector's) every export arrives, split by metric and series into
+/// requests under the bound (`max_request_bytes`, 4 MiB by default): each port's counters
+/// arrive, none twice, and no request is refused.
+#[test]
+fn a_600_port_host_over_grpc_fits_a_4_mib_receiver() {
+    let Some(tree) = scale_tree(300, 2) else {
+        return;
+    };
+    let rt = runtime();
+    let (port, seen) = scripted_grpc::start(&rt, |_| Ok(Default::default()));
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"2s\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\ninterval = \"3s\"\n",
+        tree.path().join("sys")
+    ));
+    let base = rw.prometheus_url();
+    // The devices whose transmitted bytes arrived, from the first full export on.
+    let devices = || {
+        let s = seen.lock().unwrap();
+        let mut set = std::collections::BTreeSet::new();
+        for (_, r) in s.iter() {
+            for m in r
+                .resource_metrics
+                .iter()
+                .flat_map(|rm| &rm.scope_metrics)
+                .flat_map(|sm| &sm.metrics)
+                .filter(|m| m.name == "rdma.port.io")
+            {
+                use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+                let Some(Data::Sum(sum)) = &m.data else {
+                    continue;
+                };
+                for p in &sum.data_points {
+                    if let Some(d) = p.attributes.iter().find(|a| a.key == "rdma.device") {
+                        set.insert(format!("{:?}", d.value));
+                    }
+                }
+            }
+        }
+        set.len()
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while Instant::now() < deadline && devices() < 300 {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let got = devices();
+    let errors = metric(&base, "rocewatch_exporter_errors_total{exporter=\"otlp\"}").unwrap_or(0.0);
+    let (_, log, _) = rw.proc.stop();
+    let s = seen.lock().unwrap();
+    let largest = s
+        .iter()
+        .map(|(_, r)| prost::Message::encoded_len(r))
+        .max()
+        .unwrap_or(0);
+    assert_eq!(
+        got,
+        300,
+        "devices whose counters arrived ({} requests)\n{log}",
+        s.len()
+    );
+    assert!(largest <= 4 << 20, "a request of {largest} bytes");
+    assert_eq!(errors, 0.0, "no request refused\n{log}");
+    assert!(!log.contains("too large"), "{log}");
+    rt.shutdown_background();
+}
+
+/// A generated tree of `devices` mlx5 devices of `ports` ports each
+/// (`integration-tests/fixtures/generate.py --scale`), or `None` after saying python3 is
+/// missing.
+fn scale_tree(devices: u32, ports: u32) -> Option<tempfile::TempDir> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("python3")
+        .arg(root().join("integration-tests/fixtures/generate.py"))
+        .arg("--scale")
+        .arg(dir.path())
+        .arg(devices.to_string())
+        .arg(ports.to_string())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Some(dir),
+        Ok(o) => panic!(
+            "generate.py --scale failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(_) => {
+            missing("python3", "install python3 (the tree generator needs it)");
+            None
+        }
+    }
 }

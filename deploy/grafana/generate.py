@@ -48,7 +48,7 @@ panel("CNPs (congestion notifications)", [
 ], unit="pps")
 panel("ECN-marked packets", [(f"rate(rdma_port_ecn_marked_packets_total{{{SEL}}}[$__rate_interval])", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
       unit="pps")
-panel("Errors per second", [(f"rdma_port_error_rate{{{SEL}}}", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
+panel("Errors per second", [(f"rdma_port_error_rate_per_second{{{SEL}}}", "{{instance}} {{rdma_device}}/{{rdma_port}}")],
       unit="short")
 panel("Drops and retransmissions", [
     (f"rate(rdma_port_out_of_buffer_total{{{SEL}}}[$__rate_interval])", "out_of_buffer {{instance}} {{rdma_device}}/{{rdma_port}}"),

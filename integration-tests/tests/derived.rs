@@ -46,7 +46,7 @@ fn throughput_and_error_rate_from_moving_counters() {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     };
     let tp_key = "rdma_port_throughput_bytes_per_second{network_interface_name=\"ens1f0np0\",network_io_direction=\"transmit\",rdma_device=\"mlx5_0\"";
-    let er_key = "rdma_port_error_rate{network_interface_name=\"ens1f0np0\",rdma_device=\"mlx5_0\"";
+    let er_key = "rdma_port_error_rate_per_second{network_interface_name=\"ens1f0np0\",rdma_device=\"mlx5_0\"";
     let (mut words, mut errors): (u64, u64) = (100_000, 0);
     let (mut tps, mut ers) = (Vec::new(), Vec::new());
     let mut body = String::new();

@@ -540,12 +540,13 @@ pub static QOS_CATALOG: &[CatalogEntry] = &[
 /// emitted with each port's attributes: a link that retrains narrower or slower caps the
 /// port below its rate (`rocewatch doctor` says by how much).
 pub static PCIE_CATALOG: &[CatalogEntry] = &[
-    entry!(names::PCIE_LINK_SPEED, "GT/s", Gauge, "device/current_link_speed", NONE, 1, "PCI devices",
-        "Transfer rate per lane the PCIe link negotiated (`16.0 GT/s PCIe` → 16); absent while the link is down (`Unknown`)."),
+    // GT/s is not UCUM (T is the tesla): transfers per second, the file's GT/s × 10⁹.
+    entry!(names::PCIE_LINK_SPEED, "{transfer}/s", Gauge, "device/current_link_speed", NONE, 1_000_000_000, "PCI devices",
+        "Transfer rate per lane the PCIe link negotiated, in transfers per second (`16.0 GT/s PCIe` → 1.6e10); absent while the link is down (`Unknown`)."),
     entry!(names::PCIE_LINK_WIDTH, "{lane}", Gauge, "device/current_link_width", NONE, 1, "PCI devices",
         "Lanes the PCIe link negotiated."),
-    entry!(names::PCIE_LINK_MAX_SPEED, "GT/s", Gauge, "device/max_link_speed", NONE, 1, "PCI devices",
-        "Highest transfer rate per lane the function supports."),
+    entry!(names::PCIE_LINK_MAX_SPEED, "{transfer}/s", Gauge, "device/max_link_speed", NONE, 1_000_000_000, "PCI devices",
+        "Highest transfer rate per lane the function supports, in transfers per second."),
     entry!(names::PCIE_LINK_MAX_WIDTH, "{lane}", Gauge, "device/max_link_width", NONE, 1, "PCI devices",
         "Most lanes the function supports: a width below it is a link trained narrower (slot, riser, bifurcation, a bad lane)."),
 ];

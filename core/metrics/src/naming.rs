@@ -2,7 +2,8 @@
 //! drift: Prometheus (following the OpenTelemetry → Prometheus translation rules, so that
 //! VictoriaMetrics or an OpenTelemetry Collector receiving our OTLP produce the same names
 //! as our own `/metrics`: `.` → `_`, the unit as a suffix (`By` → `bytes`, `bit/s` →
-//! `bit_per_second`, `1` → `ratio` for gauges, annotations like `{packet}` dropped),
+//! `bit_per_second`, `1` → `ratio` for gauges, annotations like `{packet}` dropped, so
+//! `{transfer}/s` → `per_second`),
 //! `_total` on counters).
 
 use rocewatch_plugin_api::{AttrSet, MetricKind};
@@ -45,25 +46,28 @@ pub fn prometheus_unit(unit: &str, kind: MetricKind) -> Option<String> {
             _ => return None,
         })
     };
+    // A rate: each side kept unless it is empty or an annotation (`{transfer}/s` →
+    // `per_second`), as the OpenTelemetry → Prometheus translator does.
+    if let Some((num, den)) = unit.split_once('/') {
+        let plain = |u: &str| !u.is_empty() && !u.contains(['{', '}']);
+        let num = plain(num).then(|| word(num).map_or_else(|| sanitize(num), str::to_string));
+        let den = plain(den).then(|| match den {
+            "s" => "second".to_string(),
+            "m" => "minute".to_string(),
+            "h" => "hour".to_string(),
+            other => sanitize(other),
+        });
+        return match (num, den) {
+            (Some(n), Some(d)) => Some(format!("{n}_per_{d}")),
+            (None, Some(d)) => Some(format!("per_{d}")),
+            (n, None) => n,
+        };
+    }
     if unit.starts_with('{') || unit.is_empty() {
         return None;
     }
     if unit == "1" {
         return (kind == MetricKind::Gauge).then(|| "ratio".to_string());
-    }
-    if let Some((num, den)) = unit.split_once('/') {
-        let per = match den {
-            "s" => "second",
-            "m" => "minute",
-            "h" => "hour",
-            other => {
-                return Some(sanitize(&format!(
-                    "{}_per_{other}",
-                    word(num).unwrap_or(num)
-                )))
-            }
-        };
-        return Some(format!("{}_per_{per}", word(num).unwrap_or(num)));
     }
     Some(word(unit).map_or_else(|| sanitize(unit), str::to_string))
 }
@@ -180,6 +184,22 @@ mod tests {
         );
         assert_eq!(prometheus_label("9lives"), "_lives");
         assert_eq!(prometheus_family("a..b", "By", Gauge), "a_b_bytes");
+    }
+
+    /// A rate of an annotation (`{transfer}/s`): the translator drops the annotated main
+    /// unit and keeps the per unit, as Prometheus's own OTLP receiver names it
+    /// (`otlp_prometheus` checks the name it stores).
+    #[test]
+    fn an_annotated_rate_keeps_its_per_unit() {
+        assert_eq!(
+            prometheus_family("rdma.pcie.link.speed", "{transfer}/s", Gauge),
+            "rdma_pcie_link_speed_per_second"
+        );
+        assert_eq!(
+            prometheus_family("rdma.port.packet.rate", "{packet}/s", Gauge),
+            "rdma_port_packet_rate_per_second"
+        );
+        assert_eq!(prometheus_unit("{transfer}", Gauge), None);
     }
 
     #[test]

@@ -78,10 +78,11 @@ pub(crate) fn scrape_pcie(plan: &mut Plan, first: usize, max_open: usize, out: &
             out.samples.push(Sample {
                 name: e.name.into(),
                 unit: e.unit.into(),
-                value: if e.unit == "GT/s" {
-                    Value::F64(v)
-                } else {
+                // Speeds are fractional in GT/s (2.5, 8.0...), scaled to transfers/s.
+                value: if e.scale == 1 {
                     Value::U64(v as u64)
+                } else {
+                    Value::F64(v * e.scale as f64)
                 },
                 attributes: p.base.clone(),
                 source: source.clone(),
@@ -143,11 +144,13 @@ mod tests {
                 .map(|s| (s.value, s.unit.to_string(), s.source.to_string()))
         };
         for port in ["1", "2"] {
+            // 16 GT/s as transfers per second, in a valid UCUM unit (`GT/s` is
+            // gigatesla per second there).
             assert_eq!(
                 get("mlx4_0", port, "rdma.pcie.link.speed"),
                 Some((
-                    Value::F64(16.0),
-                    "GT/s".into(),
+                    Value::F64(16e9),
+                    "{transfer}/s".into(),
                     "device/current_link_speed".into()
                 ))
             );
@@ -161,7 +164,7 @@ mod tests {
             );
             assert_eq!(
                 get("mlx4_0", port, "rdma.pcie.link.max_speed").unwrap().0,
-                Value::F64(16.0)
+                Value::F64(16e9)
             );
         }
         assert_eq!(get("mlx5_1", "1", "rdma.pcie.link.speed"), None);

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use rocewatch_plugin_api::{Device, Inventory, Port};
 use rocewatch_sysfs::SysRoot;
 
-use super::config::{parse_port, HealthConfig};
+use super::config::{parse_port, CheckName, HealthConfig};
+use super::deadline::{Board, Part};
 use super::finding::{Finding, Status};
 
 /// `IFF_UP` (`include/uapi/linux/if.h`): the netdev is administratively up.
@@ -21,12 +22,26 @@ pub struct Host<'a> {
     pub cfg: &'a HealthConfig,
     /// The interfaces' addresses (getifaddrs), on the live root only.
     pub addresses: Option<BTreeMap<String, Vec<IpAddr>>>,
+    /// Where each part says what it reads (what names a read that does not answer).
+    pub board: &'a Board,
+    /// The devices whose `ports/` could not be listed, with why.
+    pub unlisted: BTreeMap<String, String>,
 }
 
 /// A port `health` looks at, and why.
 pub struct Checked<'a> {
     pub dev: &'a Device,
     pub port: &'a Port,
+}
+
+impl Host<'_> {
+    /// [`admin_up`], said on the board first.
+    fn admin_up(&self, netdev: &str) -> Result<bool, String> {
+        let flags = self.root.join("class/net").join(netdev).join("flags");
+        let what = flags.display().to_string();
+        self.board.reading(Part::Scope, "ports", what);
+        admin_up(&self.root, netdev)
+    }
 }
 
 impl Checked<'_> {
@@ -47,10 +62,16 @@ impl Checked<'_> {
 }
 
 /// Whether `netdev` is administratively up, from `class/net/NETDEV/flags`
-/// (`net/core/net-sysfs.c` prints `dev->flags` as `%#x`).
+/// (`net/core/net-sysfs.c` prints `dev->flags` as `%#x`). Read as every sysfs attribute
+/// is (`rocewatch_sysfs::read`): never waiting on the open, a regular file only (a FIFO
+/// there would hold `health` until a writer came).
 pub fn admin_up(root: &Path, netdev: &str) -> Result<bool, String> {
     let path = root.join("class/net").join(netdev).join("flags");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = match rocewatch_sysfs::read::read_attr(&path) {
+        Ok(rocewatch_sysfs::Attr::Value(v)) => v,
+        Ok(rocewatch_sysfs::Attr::Absent) => return Err(format!("{}: absent", path.display())),
+        Err(e) => return Err(e.to_string()),
+    };
     let t = text.trim();
     let hex = t.strip_prefix("0x").unwrap_or(t);
     u64::from_str_radix(hex, 16)
@@ -107,7 +128,7 @@ pub fn scope<'a>(h: &Host<'a>) -> (Vec<Checked<'a>>, Vec<Finding>) {
                 continue;
             }
             match (&port.netdev, c.ethernet()) {
-                (Some(nd), true) => match admin_up(&h.root, nd) {
+                (Some(nd), true) => match h.admin_up(nd) {
                     Ok(true) => out.push(c),
                     Ok(false) => findings.push(c.finding(
                         "ports",
@@ -157,86 +178,113 @@ pub fn ports(h: &Host, checked: &[Checked]) -> Vec<Finding> {
             *e = (*e).max(r);
         }
     }
-    if checked.is_empty() && !h.inv.devices.is_empty() {
+    let portless = portless(h);
+    if checked.is_empty() && !h.inv.devices.is_empty() && portless.is_empty() {
         return vec![Finding::host(
             "ports",
             Status::Unhealthy,
             "no RDMA port to check: every port ignored or its netdev administratively down",
         )];
     }
-    checked
+    portless
+        .into_iter()
+        .chain(checked.iter().map(|c| port(c, h, &best)))
+        .collect()
+}
+
+/// The devices without a port (`ports/` gone, empty, not a directory, unreadable): the
+/// kernel lists the ports of every RDMA device it registers (`ib_setup_port_attrs()`
+/// in drivers/infiniband/core/sysfs.c), so one without carries nothing and the host is
+/// unhealthy rather than healthy on its other devices. Where `[health] ports` names
+/// the ports that count, a port named and absent says it already.
+fn portless(h: &Host) -> Vec<Finding> {
+    if !h.cfg.ports.is_empty() {
+        return Vec::new();
+    }
+    h.inv
+        .devices
         .iter()
-        .map(|c| {
-            let state = c.port.state.as_deref().unwrap_or("unreadable");
-            let phys = c.port.phys_state.as_deref().unwrap_or("unreadable");
-            let active = state.ends_with("ACTIVE");
-            let linkup = phys.ends_with("LinkUp");
-            let why_up = match (&c.port.netdev, c.ethernet()) {
-                (Some(nd), true) => format!(", {nd} is up"),
-                _ => String::new(),
+        .filter(|d| d.ports.is_empty())
+        .map(|d| {
+            let what = match h.unlisted.get(&d.name) {
+                Some(e) => format!("no port readable ({e})"),
+                None => "no port in ports/ (the kernel lists every registered device's)".into(),
             };
-            if c.ethernet() && c.port.netdev.is_none() {
-                // The GIDs a RoCE port is addressed by come from its netdev: without one
-                // nothing reaches it, ACTIVE or not.
-                return c.finding(
-                    "ports",
-                    Status::Unhealthy,
-                    format!(
-                        "port {} ({}), no netdev: RoCE needs it (its Ethernet side unbound or failed)",
-                        short(state),
-                        short(phys)
-                    ),
-                );
-            }
-            if c.port.state.is_none() || c.port.phys_state.is_none() {
-                return c.finding(
-                    "ports",
-                    Status::Unknown,
-                    format!("port state {state}, phys_state {phys}"),
-                );
-            }
-            if !(active && linkup) {
-                return c.finding(
-                    "ports",
-                    Status::Unhealthy,
-                    format!("port {} ({}){why_up}", short(state), short(phys)),
-                );
-            }
-            let rate = c.port.rate_bps.map(|r| r as f64 / 1e9);
-            let model = model_of(c);
-            let (want, whence) = match h.cfg.min_rate_gbps {
-                Some(m) => (Some(m), "min_rate_gbps"),
-                None => (best.get(&model).map(|&b| b as f64 / 1e9), "its siblings"),
-            };
-            match (rate, want) {
-                (Some(r), Some(w)) if r + 1e-9 < w => c.finding(
-                    "ports",
-                    Status::Unhealthy,
-                    format!(
-                        "ACTIVE at {} Gb/s, {} expected ({whence})",
-                        gbps(r),
-                        gbps(w)
-                    ),
-                ),
-                (None, Some(_)) => c.finding(
-                    "ports",
-                    Status::Unknown,
-                    format!(
-                        "ACTIVE, rate unreadable ({})",
-                        c.port.rate.as_deref().unwrap_or("no rate file")
-                    ),
-                ),
-                (r, _) => c.finding(
-                    "ports",
-                    Status::Ok,
-                    format!(
-                        "ACTIVE, LinkUp{}",
-                        r.map(|r| format!(", {} Gb/s", gbps(r))).unwrap_or_default()
-                    ),
-                ),
-            }
+            Finding::at("ports", Status::Unhealthy, &d.name, None, None, what)
         })
         .collect()
+}
+
+/// One checked port's finding: ACTIVE and LinkUp at the expected rate, or why not.
+fn port(c: &Checked, h: &Host, best: &BTreeMap<(&str, &str), u64>) -> Finding {
+    let state = c.port.state.as_deref().unwrap_or("unreadable");
+    let phys = c.port.phys_state.as_deref().unwrap_or("unreadable");
+    let active = state.ends_with("ACTIVE");
+    let linkup = phys.ends_with("LinkUp");
+    let why_up = match (&c.port.netdev, c.ethernet()) {
+        (Some(nd), true) => format!(", {nd} is up"),
+        _ => String::new(),
+    };
+    if c.ethernet() && c.port.netdev.is_none() {
+        // The GIDs a RoCE port is addressed by come from its netdev: without one
+        // nothing reaches it, ACTIVE or not.
+        return c.finding(
+            "ports",
+            Status::Unhealthy,
+            format!(
+                "port {} ({}), no netdev: RoCE needs it (its Ethernet side unbound or failed)",
+                short(state),
+                short(phys)
+            ),
+        );
+    }
+    if c.port.state.is_none() || c.port.phys_state.is_none() {
+        return c.finding(
+            "ports",
+            Status::Unknown,
+            format!("port state {state}, phys_state {phys}"),
+        );
+    }
+    if !(active && linkup) {
+        return c.finding(
+            "ports",
+            Status::Unhealthy,
+            format!("port {} ({}){why_up}", short(state), short(phys)),
+        );
+    }
+    let rate = c.port.rate_bps.map(|r| r as f64 / 1e9);
+    let model = model_of(c);
+    let (want, whence) = match h.cfg.min_rate_gbps {
+        Some(m) => (Some(m), "min_rate_gbps"),
+        None => (best.get(&model).map(|&b| b as f64 / 1e9), "its siblings"),
+    };
+    match (rate, want) {
+        (Some(r), Some(w)) if r + 1e-9 < w => c.finding(
+            "ports",
+            Status::Unhealthy,
+            format!(
+                "ACTIVE at {} Gb/s, {} expected ({whence})",
+                gbps(r),
+                gbps(w)
+            ),
+        ),
+        (None, Some(_)) => c.finding(
+            "ports",
+            Status::Unknown,
+            format!(
+                "ACTIVE, rate unreadable ({})",
+                c.port.rate.as_deref().unwrap_or("no rate file")
+            ),
+        ),
+        (r, _) => c.finding(
+            "ports",
+            Status::Ok,
+            format!(
+                "ACTIVE, LinkUp{}",
+                r.map(|r| format!(", {} Gb/s", gbps(r))).unwrap_or_default()
+            ),
+        ),
+    }
 }
 
 /// Ports alike: the same HCA model and link layer (a VPI card's InfiniBand port is not
@@ -283,6 +331,8 @@ pub fn pcie(h: &Host, checked: &[Checked]) -> Vec<Finding> {
             continue;
         };
         let at = format!("PCIe {}", f.address);
+        let what = format!("{dev}'s PCIe link in {}", f.dir.display());
+        h.board.reading(Part::Check(CheckName::Pcie), "pcie", what);
         let link = match sys.pcie_link(&f.dir) {
             Ok(l) => l,
             Err(e) => {

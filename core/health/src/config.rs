@@ -79,6 +79,12 @@ fn default_agent_timeout() -> Duration {
     Duration::from_millis(500)
 }
 
+/// Under node-problem-detector's 5 s rule timeout (ours: deploy/kubernetes), with room
+/// for the process to start and print its line.
+fn default_timeout() -> Duration {
+    Duration::from_secs(4)
+}
+
 fn default_rootfs() -> std::path::PathBuf {
     "/".into()
 }
@@ -129,6 +135,11 @@ pub struct HealthConfig {
     /// How long the agent is waited for.
     #[serde(default = "default_agent_timeout", deserialize_with = "de_duration")]
     pub agent_timeout: Duration,
+    /// How long the checks may take together: a check still reading past it (a sysfs
+    /// file that does not answer, a kernel log that blocks) is an unhealthy finding
+    /// naming what it was reading, and the verdict is given on what is known.
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
     /// Rules whose firing does not make the host unhealthy (a warning only).
     #[serde(default)]
     pub ignore_rules: Vec<String>,
@@ -160,6 +171,7 @@ impl Default for HealthConfig {
             kernel_log_window: default_window(),
             agent: None,
             agent_timeout: default_agent_timeout(),
+            timeout: default_timeout(),
             ignore_rules: Vec::new(),
             release_after: None,
             rootfs: default_rootfs(),
@@ -179,6 +191,14 @@ pub struct HealthConfigError {
 const AGENT_TIMEOUT: Bounds = Bounds {
     max: Duration::from_millis(1500),
     ..TIMEOUT
+};
+
+/// The checks' bound: long enough for a loaded host, short enough that `--slurm` still
+/// drains (a drain's scontrol has 30 s of its own) well within a minute.
+const CHECKS_TIMEOUT: Bounds = Bounds {
+    min: Duration::from_millis(100),
+    max: Duration::from_secs(20),
+    zero_means: None,
 };
 
 /// How long a quarantining rule must stay clear: long enough to be more than a flap.
@@ -202,6 +222,9 @@ impl HealthConfig {
         }
         if let Err(why) = AGENT_TIMEOUT.check(self.agent_timeout) {
             return err("agent_timeout", why);
+        }
+        if let Err(why) = CHECKS_TIMEOUT.check(self.timeout) {
+            return err("timeout", why);
         }
         if let Some(d) = self.release_after {
             if let Err(why) = RELEASE_AFTER.check(d) {
@@ -291,6 +314,8 @@ mod tests {
         );
         let e = parse("agent_timeout = \"5s\"").unwrap_err();
         assert!(e.starts_with("health.agent_timeout: 5s is more"), "{e}");
+        let e = parse("timeout = \"1m\"").unwrap_err();
+        assert!(e.starts_with("health.timeout: "), "{e}");
         let e = parse("min_rate_gbps = -1.0").unwrap_err();
         assert!(e.starts_with("health.min_rate_gbps"), "{e}");
         let e = parse("agent = \"127.0.0.1:9464\"").unwrap_err();

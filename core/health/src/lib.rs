@@ -11,45 +11,138 @@
 //! state (RDMA netlink, the live host only); a running agent's firing rules (its
 //! `/rules`, never required). `[health]` says what "expected" means ([`HealthConfig`]).
 //!
+//! The checks run within `[health] timeout` (default 4 s, under node-problem-detector's
+//! 5 s rule timeout): what still reads at the deadline is a finding naming what it
+//! reads, and the verdict is given on what is known (`deadline`).
+//!
 //! Files: `config` (the section), `checks` (the host's checks over what was read once),
 //! `live` (the kernel log, QPs and the agent: what a fixture tree does not have),
-//! `finding` (findings, the verdict and the line).
+//! `finding` (findings, the verdict and the line), `deadline` (the parts on their
+//! threads, and the bound).
 
 mod checks;
 pub mod config;
+mod deadline;
 mod finding;
 mod live;
 mod options;
 pub mod slurm;
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 pub use checks::admin_up;
 pub use config::{CheckName, HealthConfig, HealthConfigError};
+use deadline::{Board, Part};
 pub use finding::{bounded, Finding, Report, Status, Verdict, LINE_MAX};
 pub use options::Options;
 
-/// Run every check `cfg` turns on and judge.
+/// Run every check `cfg` turns on, within `cfg.timeout`, and judge.
 pub async fn run(opts: &Options, cfg: &HealthConfig) -> Report {
-    let root = rocewatch_sysfs::SysRoot::new(&opts.sysfs_root);
-    let filter = match rocewatch_sysfs::inventory::DeviceFilter::new(&opts.devices) {
-        Ok(f) => f,
-        Err(e) => {
-            return Report::new(vec![Finding::host(
-                "devices",
-                Status::Unknown,
-                e.to_string(),
-            )])
+    let board = Board::new();
+    let deadline = tokio::time::Instant::now() + cfg.timeout;
+    let opts = Arc::new(opts.clone());
+    let cfg = Arc::new(cfg.clone());
+    for c in deadline::ORDER {
+        if !cfg.runs(c) {
+            let skipped = Finding::host(c.as_str(), Status::Skipped, "not in [health] checks");
+            board.done(Part::Check(c), vec![skipped]);
+        }
+    }
+    let parts = (board.clone(), opts.clone(), cfg.clone());
+    deadline::spawn(&board, Part::Scope, "sysfs", move || {
+        sysfs_part(&parts.0, &parts.1, &parts.2)
+    });
+    if cfg.runs(CheckName::KernelLog) {
+        let (b, o, c) = (board.clone(), opts.clone(), cfg.clone());
+        let part = Part::Check(CheckName::KernelLog);
+        deadline::spawn(&board, part, "kernel-log", move || {
+            b.reading(part, "kernel-log", live::kernel_log_source(&o));
+            b.done(part, live::kernel_log(&o, &c));
+        });
+    }
+    if cfg.runs(CheckName::Quarantine) {
+        let (b, o) = (board.clone(), opts.clone());
+        let part = Part::Check(CheckName::Quarantine);
+        deadline::spawn(&board, part, "quarantine", move || {
+            let file = rocewatch_runtime::quarantine::QuarantineFile::in_dir(&o.state_dir);
+            b.reading(part, "quarantine", file.path().display().to_string());
+            b.done(part, live::quarantine(&o));
+        });
+    }
+    if cfg.runs(CheckName::Agent) {
+        let part = Part::Check(CheckName::Agent);
+        let f = match tokio::time::timeout_at(deadline, live::agent(&cfg)).await {
+            Ok(f) => f,
+            // Never required: an agent that does not answer in time weighs nothing.
+            Err(_) => vec![Finding::host(
+                "agent",
+                Status::Warning,
+                "did not answer within [health] timeout (its rules are not read)",
+            )],
+        };
+        board.done(part, f);
+    }
+    board.wait(deadline).await;
+    Report::new(board.findings(cfg.timeout))
+}
+
+/// The checks of the sysfs root, in order, on this thread: the inventory (read once),
+/// which ports count, then each check over them. The QP and userspace checks, which
+/// need the inventory too, start on threads of their own once it is read.
+fn sysfs_part(board: &Arc<Board>, opts: &Arc<Options>, cfg: &Arc<HealthConfig>) {
+    use CheckName as C;
+    let after: Vec<CheckName> = [
+        C::Devices,
+        C::Ports,
+        C::Pcie,
+        C::Gid,
+        C::Mtu,
+        C::Builds,
+        C::Qps,
+        C::Userspace,
+    ]
+    .into_iter()
+    .filter(|&c| cfg.runs(c))
+    .collect();
+    let classes = opts.sysfs_root.join("class/infiniband");
+    for &c in &after {
+        board.waiting(
+            Part::Check(c),
+            format!("the inventory of {}", classes.display()),
+        );
+    }
+    board.reading(Part::Scope, "devices", classes.display().to_string());
+    let inv = match inventory(opts) {
+        Ok(i) => i,
+        Err(f) => {
+            // Nothing to check without it: that finding says why.
+            for &c in &after {
+                board.done(Part::Check(c), Vec::new());
+            }
+            board.done(Part::Scope, vec![f]);
+            return;
         }
     };
-    let inv = match rocewatch_sysfs::inventory::read_inventory(&root, &filter) {
-        Ok((inv, _)) => inv,
-        Err(e) => {
-            return Report::new(vec![Finding::host(
-                "devices",
-                Status::Unknown,
-                format!("{}: {e}", opts.sysfs_root.display()),
-            )])
-        }
-    };
+    let (errors, unlisted) = inventory_errors(inv.1, &inv.0);
+    let inv = Arc::new(inv.0);
+    if cfg.runs(C::Qps) {
+        let (b, o, i) = (board.clone(), opts.clone(), inv.clone());
+        let part = Part::Check(C::Qps);
+        deadline::spawn(board, part, "qps", move || {
+            b.reading(part, "qps", "the QPs over RDMA netlink (RES_QP_GET)");
+            b.done(part, live::qps(&o, &i));
+        });
+    }
+    if cfg.runs(C::Userspace) {
+        let (b, o, c, i) = (board.clone(), opts.clone(), cfg.clone(), inv.clone());
+        let part = Part::Check(C::Userspace);
+        deadline::spawn(board, part, "userspace", move || {
+            let what = format!("the verbs stack under {}", c.rootfs.display());
+            b.reading(part, "userspace", what);
+            b.done(part, live::userspace(&o, &c, &i));
+        });
+    }
     let host = checks::Host {
         root: opts.sysfs_root.clone(),
         inv: &inv,
@@ -58,37 +151,78 @@ pub async fn run(opts: &Options, cfg: &HealthConfig) -> Report {
             .live
             .then(rocewatch_doctor::interface_addresses)
             .and_then(Result::ok),
+        board,
+        unlisted,
     };
-    let (checked, mut findings) = checks::scope(&host);
-    let mut add = |name: CheckName, f: &dyn Fn() -> Vec<Finding>| {
+    let (checked, scope) = checks::scope(&host);
+    board.done(Part::Scope, errors.into_iter().chain(scope).collect());
+    let run = |name: CheckName, f: &dyn Fn() -> Vec<Finding>| {
         if cfg.runs(name) {
-            findings.extend(f());
-        } else {
-            findings.push(Finding::host(
-                name.as_str(),
-                Status::Skipped,
-                "not in [health] checks",
-            ));
+            board.reading(Part::Check(name), name.as_str(), "the inventory read");
+            board.done(Part::Check(name), f());
         }
     };
-    add(CheckName::Devices, &|| checks::devices(&host));
-    add(CheckName::Ports, &|| checks::ports(&host, &checked));
-    add(CheckName::Pcie, &|| checks::pcie(&host, &checked));
-    add(CheckName::Gid, &|| checks::gid(&host, &checked));
-    add(CheckName::Mtu, &|| checks::mtu(&host, &checked));
-    add(CheckName::Builds, &|| checks::builds(&host, &checked));
-    add(CheckName::KernelLog, &|| live::kernel_log(opts, cfg));
-    add(CheckName::Qps, &|| live::qps(opts, &inv));
-    add(CheckName::Quarantine, &|| live::quarantine(opts));
-    add(CheckName::Userspace, &|| live::userspace(opts, cfg, &inv));
-    if cfg.runs(CheckName::Agent) {
-        findings.extend(live::agent(cfg).await);
-    } else {
-        findings.push(Finding::host(
-            "agent",
-            Status::Skipped,
-            "not in [health] checks",
-        ));
+    run(C::Devices, &|| checks::devices(&host));
+    run(C::Ports, &|| checks::ports(&host, &checked));
+    run(C::Pcie, &|| checks::pcie(&host, &checked));
+    run(C::Gid, &|| checks::gid(&host, &checked));
+    run(C::Mtu, &|| checks::mtu(&host, &checked));
+    run(C::Builds, &|| checks::builds(&host, &checked));
+}
+
+/// The inventory of the sysfs root, or the finding that says why there is none.
+fn inventory(
+    opts: &Options,
+) -> Result<
+    (
+        rocewatch_plugin_api::Inventory,
+        Vec<rocewatch_plugin_api::PartialError>,
+    ),
+    Finding,
+> {
+    let root = rocewatch_sysfs::SysRoot::new(&opts.sysfs_root);
+    let filter = rocewatch_sysfs::inventory::DeviceFilter::new(&opts.devices)
+        .map_err(|e| Finding::host("devices", Status::Unknown, e.to_string()))?;
+    rocewatch_sysfs::inventory::read_inventory(&root, &filter).map_err(|e| {
+        Finding::host(
+            "devices",
+            Status::Unknown,
+            format!("{}: {e}", opts.sysfs_root.display()),
+        )
+    })
+}
+
+/// What the inventory could not read, as findings naming the file (the health of what
+/// was not read cannot be told); a device whose `ports/` could not be listed is kept
+/// aside, by name, for the `ports` check to hold against the host.
+fn inventory_errors(
+    errors: Vec<rocewatch_plugin_api::PartialError>,
+    inv: &rocewatch_plugin_api::Inventory,
+) -> (Vec<Finding>, BTreeMap<String, String>) {
+    let mut findings = Vec::new();
+    let mut unlisted = BTreeMap::new();
+    for e in errors {
+        let path = std::path::Path::new(&e.target);
+        let dev = path
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|d| d.to_string_lossy().into_owned());
+        let portless = path.file_name().is_some_and(|f| f == "ports")
+            && dev.as_ref().is_some_and(|d| {
+                inv.devices
+                    .iter()
+                    .any(|x| &x.name == d && x.ports.is_empty())
+            });
+        match dev {
+            Some(d) if portless => {
+                unlisted.insert(d, format!("{}: {}", e.target, e.message));
+            }
+            _ => findings.push(Finding::host(
+                "devices",
+                Status::Unknown,
+                format!("{}: {}", e.target, e.message),
+            )),
+        }
     }
-    Report::new(findings)
+    (findings, unlisted)
 }

@@ -25,6 +25,14 @@ pub fn kernel_log(opts: &Options, cfg: &HealthConfig) -> Vec<Finding> {
     .collect()
 }
 
+/// What the kernel-log check reads: the kernel-log plugin's `path`, else the kernel's.
+pub fn kernel_log_source(opts: &Options) -> String {
+    match opts.kernel_log.get("path").and_then(|p| p.as_str()) {
+        Some(p) => format!("the kernel log {p}"),
+        None => "the kernel log (/dev/kmsg, or as [plugins.builtin.kernel-log] says)".into(),
+    }
+}
+
 /// The userspace verbs stack (the doctor's checks): rdma-core and each device's
 /// provider, its uverbs device file openable by every user (the kernel makes it 0666), the
 /// RDMA CM device. A missing provider or device file keeps jobs off the host; a missing
@@ -114,29 +122,29 @@ pub fn qps(opts: &Options, inv: &Inventory) -> Vec<Finding> {
         Ok(d) => d,
         Err(e) => return unknown(format!("RDMA netlink devices: {e}")),
     };
-    let mut out = Vec::new();
-    let ours = devices
+    let ours: Vec<(u32, String)> = devices
         .iter()
-        .filter(|d| inv.devices.iter().any(|i| i.name == d.name));
-    for d in ours {
-        let (all, left) = match in_err_twice(&mut nl, d.index) {
+        .filter(|d| inv.devices.iter().any(|i| i.name == d.name))
+        .map(|d| (d.index, d.name.clone()))
+        .collect();
+    let dumped = left_in_err(
+        &ours,
+        &mut |dev| nl.res_qps(dev).map_err(|e| e.to_string()),
+        &|| std::thread::sleep(ERR_GRACE),
+    );
+    let mut out = Vec::new();
+    for ((_, name), dumped) in ours.iter().zip(dumped) {
+        let (all, left) = match dumped {
             Ok(q) => q,
             Err(e) => {
                 let what = format!("QP dump: {e}");
-                out.push(Finding::at(
-                    "qps",
-                    Status::Unknown,
-                    &d.name,
-                    None,
-                    None,
-                    what,
-                ));
+                out.push(Finding::at("qps", Status::Unknown, name, None, None, what));
                 continue;
             }
         };
         if left.is_empty() {
             let what = format!("{all} QPs, none left in ERR");
-            out.push(Finding::at("qps", Status::Ok, &d.name, None, None, what));
+            out.push(Finding::at("qps", Status::Ok, name, None, None, what));
         }
         let mut by_port: BTreeMap<Option<u32>, Vec<String>> = BTreeMap::new();
         for q in &left {
@@ -157,7 +165,7 @@ pub fn qps(opts: &Options, inv: &Inventory) -> Vec<Finding> {
             out.push(Finding::at(
                 "qps",
                 Status::Unhealthy,
-                &d.name,
+                name,
                 port,
                 None,
                 what,
@@ -192,30 +200,50 @@ pub fn quarantine(opts: &Options) -> Vec<Finding> {
 /// through ERR on their way to being destroyed).
 const ERR_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The device's QP count, and its QPs in ERR both now and [`ERR_GRACE`] later (the same
-/// QP numbers): only those were left there. A device without a QP in ERR is read once.
-fn in_err_twice(
-    nl: &mut rocewatch_netlink::rdma::RdmaNetlink,
-    dev: u32,
-) -> Result<(usize, Vec<rocewatch_netlink::rdma_res::ResQp>), String> {
-    let first = nl.res_qps(dev).map_err(|e| e.to_string())?;
-    let all = first.len();
-    let err: Vec<u32> = first
+type Qps = Vec<rocewatch_netlink::rdma_res::ResQp>;
+
+/// Each device's QP count and its QPs in ERR both now and after `grace` (the same QP
+/// numbers): only those were left there. Every device is dumped, then one grace for
+/// them all, then the devices with a QP in ERR dumped again (a grace each would be
+/// 500 ms per device: ten past node-problem-detector's 5 s).
+fn left_in_err(
+    devices: &[(u32, String)],
+    dump: &mut dyn FnMut(u32) -> Result<Qps, String>,
+    grace: &dyn Fn(),
+) -> Vec<Result<(usize, Qps), String>> {
+    let first: Vec<Result<(usize, Vec<u32>), String>> = devices
         .iter()
-        .filter(|q| q.state.0 == QPS_ERR)
-        .map(|q| q.lqpn)
+        .map(|(dev, _)| {
+            let qps = dump(*dev)?;
+            let err = qps
+                .iter()
+                .filter(|q| q.state.0 == QPS_ERR)
+                .map(|q| q.lqpn)
+                .collect();
+            Ok((qps.len(), err))
+        })
         .collect();
-    if err.is_empty() {
-        return Ok((all, Vec::new()));
+    if first
+        .iter()
+        .any(|f| f.as_ref().is_ok_and(|(_, err)| !err.is_empty()))
+    {
+        grace();
     }
-    std::thread::sleep(ERR_GRACE);
-    let left = nl
-        .res_qps(dev)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .filter(|q| q.state.0 == QPS_ERR && err.contains(&q.lqpn))
-        .collect();
-    Ok((all, left))
+    devices
+        .iter()
+        .zip(first)
+        .map(|((dev, _), first)| {
+            let (all, err) = first?;
+            if err.is_empty() {
+                return Ok((all, Vec::new()));
+            }
+            let left = dump(*dev)?
+                .into_iter()
+                .filter(|q| q.state.0 == QPS_ERR && err.contains(&q.lqpn))
+                .collect();
+            Ok((all, left))
+        })
+        .collect()
 }
 
 /// One rule of the agent's `/rules`.
@@ -255,16 +283,38 @@ pub async fn agent(cfg: &HealthConfig) -> Vec<Finding> {
     }
 }
 
+/// The most of a `/rules` body read: an agent's rules with thousands of firing series
+/// fit many times over; whatever answers on the agent's port cannot make `health` hold
+/// more (node-problem-detector's pod is limited to 128 Mi).
+const RULES_MAX: usize = 4 << 20;
+
+/// The agent's `/rules`, within `timeout` (the whole exchange, body included) and
+/// [`RULES_MAX`] bytes.
 async fn fetch(url: &str, timeout: std::time::Duration) -> Result<Rules, String> {
     let client = reqwest::Client::builder()
         .timeout(timeout)
         .build()
         .map_err(|e| e.to_string())?;
-    let resp = client.get(url).send().await.map_err(|e| e.to_string())?;
+    let mut resp = client.get(url).send().await.map_err(|e| e.to_string())?;
     if !resp.status().is_success() {
         return Err(format!("answered {}", resp.status()));
     }
-    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    let too_big = || {
+        format!(
+            "a body of more than {} MiB: not the agent's /rules",
+            RULES_MAX >> 20
+        )
+    };
+    if resp.content_length().is_some_and(|n| n > RULES_MAX as u64) {
+        return Err(too_big());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > RULES_MAX {
+            return Err(too_big());
+        }
+        body.extend_from_slice(&chunk);
+    }
     serde_json::from_slice(&body).map_err(|e| format!("not the agent's /rules: {e}"))
 }
 
@@ -339,6 +389,94 @@ mod tests {
         };
         let f = userspace(&opts("/host/sys"), &cfg, &inv);
         assert!(f.iter().any(|f| f.status == Status::Unhealthy), "{f:?}");
+    }
+
+    fn qp(dev: u32, lqpn: u32, state: u8) -> rocewatch_netlink::rdma_res::ResQp {
+        use rocewatch_netlink::rdma_res::{QpState, QpType, ResQp};
+        ResQp {
+            dev_index: dev,
+            dev_name: format!("mlx5_{dev}"),
+            port: Some(1),
+            lqpn,
+            rqpn: None,
+            qp_type: QpType::RC,
+            state: QpState(state),
+            pdn: None,
+            sq_psn: None,
+            rq_psn: None,
+            pid: Some(100 + lqpn),
+            kern_name: None,
+        }
+    }
+
+    /// Ten devices with a QP in ERR: one grace for them all, not one each (ten times
+    /// 500 ms is past node-problem-detector's 5 s).
+    #[test]
+    fn ten_devices_with_qps_in_err_wait_one_grace_together() {
+        let devices: Vec<(u32, String)> = (0..10).map(|d| (d, format!("mlx5_{d}"))).collect();
+        let graces = std::cell::Cell::new(0);
+        let dumps = std::cell::Cell::new(0);
+        let mut dump = |dev: u32| {
+            dumps.set(dumps.get() + 1);
+            // QP 1 stays in ERR, QP 2 leaves it (a job's teardown), QP 3 is RTS.
+            let second = dumps.get() > 10;
+            Ok(vec![
+                qp(dev, 1, QPS_ERR),
+                qp(dev, 2, if second { 0 } else { QPS_ERR }),
+                qp(dev, 3, 3),
+            ])
+        };
+        let got = left_in_err(&devices, &mut dump, &|| graces.set(graces.get() + 1));
+        assert_eq!(graces.get(), 1, "one grace for every device");
+        assert_eq!(dumps.get(), 20);
+        for r in got {
+            let (all, left) = r.unwrap();
+            assert_eq!(all, 3);
+            assert_eq!(left.iter().map(|q| q.lqpn).collect::<Vec<_>>(), vec![1]);
+        }
+    }
+
+    /// Whatever answers on the agent's port may send a body without end (a 400 MB one
+    /// took 446 MB of memory; node-problem-detector's pod has 128 Mi): it is read up to
+    /// [`RULES_MAX`] and no further.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_endless_rules_body_is_cut_at_its_bound() {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut req = Vec::new();
+            let mut b = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = std::io::Read::read(&mut s, &mut b).unwrap();
+                assert!(n > 0, "no request");
+                req.extend_from_slice(&b[..n]);
+            }
+            let mut sent = 0usize;
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"rules\":[],\"x\":\"";
+            s.write_all(head.as_bytes()).unwrap();
+            let chunk = vec![b'A'; 1 << 16];
+            while sent < 64 << 20 {
+                match s.write_all(&chunk) {
+                    Ok(()) => sent += chunk.len(),
+                    Err(_) => return sent,
+                }
+            }
+            let _ = s.write_all(b"\"}");
+            sent
+        });
+        let cfg = HealthConfig {
+            agent: Some(url),
+            agent_timeout: std::time::Duration::from_millis(1500),
+            ..Default::default()
+        };
+        let f = agent(&cfg).await;
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].status, Status::Warning, "{f:?}");
+        assert!(f[0].what.contains("more than 4 MiB"), "{f:?}");
+        let sent = served.join().unwrap();
+        assert!(sent < 64 << 20, "the whole body was read: {sent} bytes");
     }
 
     #[test]

@@ -42,7 +42,6 @@ pub type Done = Vec<String>;
 pub async fn act(
     report: Report,
     opts: &Options,
-    cfg: &super::HealthConfig,
     audit: &AuditLog,
     node: &SlurmNode,
 ) -> Result<(Report, Done), String> {
@@ -81,6 +80,14 @@ pub async fn act(
     let others = || report.findings.iter().filter(|f| f.check != "quarantine");
     let failing = others().any(|f| f.status == Status::Unhealthy);
     let unknown = others().any(|f| f.status == Status::Unknown);
+    // The same fault reads the same in the drain's reason, run after run: health's own
+    // quarantine, entered for that fault, is no finding of its own in the line.
+    let report = if failing && ours {
+        let line = Report::new(others().cloned().collect()).line;
+        Report { line, ..report }
+    } else {
+        report
+    };
     if failing || held {
         if failing && q.is_none() && !unreadable {
             let entered = Quarantine::now(&report.line, ORIGIN, Default::default());
@@ -106,7 +113,8 @@ pub async fn act(
         return Ok((report, done));
     }
     // Healthy apart from a quarantine of its own: that quarantine ends (audited), if it
-    // is still the one read above.
+    // is still the one read above, and the node is resumed on that same verdict (not a
+    // second one judged after the release, which nothing would act on).
     let report = if ours {
         let released = file
             .release_if("recovered: health passes", ORIGIN, audit, |q| {
@@ -116,10 +124,21 @@ pub async fn act(
                 done.push(format!("{e}; the node stays drained"));
                 done.join("; ")
             })?;
-        if released.is_some() {
-            done.push("quarantine released: health passes".to_string());
+        if released.is_none() {
+            // Replaced meanwhile (a rule's, an operator's): not health's to end.
+            done.push("quarantine changed meanwhile: the node stays drained".to_string());
+            return Ok((report, done));
         }
-        super::run(opts, cfg).await
+        done.push("quarantine released: health passes".to_string());
+        let findings = report
+            .findings
+            .into_iter()
+            .map(|f| match f.check {
+                "quarantine" => Finding::host("quarantine", Status::Ok, "released: health passes"),
+                _ => f,
+            })
+            .collect();
+        Report::new(findings)
     } else {
         report
     };

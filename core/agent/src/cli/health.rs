@@ -47,7 +47,7 @@ pub async fn run(a: HealthArgs) -> Result<i32> {
             name,
         };
         let audit = cfg.remediation.audit();
-        match rocewatch_health::slurm::act(report.clone(), &opts, &health, &audit, &node).await {
+        match rocewatch_health::slurm::act(report.clone(), &opts, &audit, &node).await {
             Ok((after, done)) => {
                 for d in done {
                     eprintln!("rocewatch health --slurm: {d}");

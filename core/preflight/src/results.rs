@@ -17,6 +17,13 @@
 //! directory can hold other jobs' files, and their tests judged with this job's would
 //! blame its hosts (two strangers failing into one NIC name it bad); skipping them
 //! silently would hide that the files given are not this job's.
+//!
+//! A host's lines are about that host: each test line is one the host of the rails line
+//! above it drove (`from`), and a test before any rails line is refused. A file that
+//! carries tests another host drove (`ha.jsonl` with `hb → ha` lines, written by anyone
+//! who can write `ha`'s file) would have `ha`'s file speak for `hb` and blame a NIC on
+//! the word of a host that did not measure it. Several hosts' lines one after another
+//! (`srun`'s gathered output) read as each section's host's.
 
 use std::collections::BTreeSet;
 
@@ -64,6 +71,17 @@ pub enum ResultsError {
         rank: usize,
         round: usize,
     },
+    /// `test`: `FROM → TO (rail K, round R)`.
+    #[error("{source_name} line {line}: the test {test} was driven by {driver}, not by {host} whose lines these are (a test is reported by the host that drove it)")]
+    NotItsHosts {
+        source_name: String,
+        line: usize,
+        test: String,
+        driver: String,
+        host: String,
+    },
+    #[error("{source_name} line {line}: a test before any rails line: the lines of a host start with its rails")]
+    NoRails { source_name: String, line: usize },
     #[error("{source_name} line {line}: {host:?} is not in the host list: the verdict is about this job's hosts (a file of another job?)")]
     Stranger {
         source_name: String,
@@ -107,6 +125,8 @@ pub fn read_lines(
         .iter()
         .map(|r| (r.round, r.rank, r.from.to_string(), r.to.to_string()))
         .collect();
+    // The host whose lines these are: the last rails line's.
+    let mut host: Option<String> = None;
     for (i, l) in text.lines().enumerate() {
         let l = l.trim();
         if l.is_empty() || l.starts_with('#') {
@@ -127,9 +147,11 @@ pub fn read_lines(
                         host: r.host,
                     });
                 }
+                host = Some(r.host.clone());
                 into.rails.push(r);
             }
             Line::Test(r) => {
+                driven_by(host.as_deref(), &r, source_name, i + 1)?;
                 let key = (r.round, r.rank, r.from.to_string(), r.to.to_string());
                 if !seen.insert(key) {
                     return Err(ResultsError::Twice {
@@ -146,6 +168,33 @@ pub fn read_lines(
         }
     }
     Ok(())
+}
+
+/// Whether `test` (line `at` of `source_name`) was driven by `host`, the host whose lines
+/// these are.
+fn driven_by(
+    host: Option<&str>,
+    test: &TestResult,
+    source_name: &str,
+    at: usize,
+) -> Result<(), ResultsError> {
+    match host {
+        None => Err(ResultsError::NoRails {
+            source_name: source_name.to_string(),
+            line: at,
+        }),
+        Some(h) if h == test.from.host => Ok(()),
+        Some(h) => Err(ResultsError::NotItsHosts {
+            source_name: source_name.to_string(),
+            line: at,
+            test: format!(
+                "{} → {} (rail {}, round {})",
+                test.from, test.to, test.rank, test.round
+            ),
+            driver: test.from.host.clone(),
+            host: h.to_string(),
+        }),
+    }
 }
 
 /// Whether `line` (line `at` of `source_name`) is about `schedule`'s sweep: its hosts
@@ -247,11 +296,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "again.jsonl line 3: the rails of gpu01 are given twice");
-        let tests_only: String = text.lines().skip(3).map(|l| format!("{l}\n")).collect();
-        let e = read_lines(&s, "again.jsonl", &tests_only, &mut got)
+        // The tests again, under gpu01's rails read as if for the first time.
+        got.rails.clear();
+        let e = read_lines(&s, "again.jsonl", &text, &mut got)
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("again.jsonl line 1: the test gpu01/mlx5_3:1 → gpu02/mlx5_3:1 (rail 3, round 0) is given twice"), "{e}");
+        assert!(e.starts_with("again.jsonl line 4: the test gpu01/mlx5_3:1 → gpu02/mlx5_3:1 (rail 3, round 0) is given twice"), "{e}");
         let bad = r#"{"test":{"round":0,"rank":1,"from":{"host":"a","nic":"x"},"to":{"host":"b","nic":"y"},"bandwidth_gbps":1,"latency_us":null,"line_rate_gbps":null,"error":null,"extra":1}}"#;
         let e = read_lines(&s, "h.jsonl", &format!("\n{bad}"), &mut Gathered::default())
             .unwrap_err()
@@ -337,6 +387,50 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("is not one of this sweep's"), "{e}");
+    }
+
+    /// A file is one host's: its tests are those that host drove. A test another host
+    /// drove, in this host's file (ha.jsonl carrying hb → ha), is refused with the file
+    /// and the line: counted, it would be judged as hb's and blame it on ha's say.
+    #[test]
+    fn a_test_another_host_drove_is_refused_in_this_hosts_lines() {
+        let s = sched();
+        let mut theirs = result(0, Some(100.0), None);
+        std::mem::swap(&mut theirs.from, &mut theirs.to);
+        let text = to_lines(&rails("gpu01"), &[result(0, Some(391.0), None), theirs]);
+        let mut got = Gathered::default();
+        let e = read_lines(&s, "gpu01.jsonl", &text, &mut got)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "gpu01.jsonl line 3: the test gpu02/mlx5_3:1 → gpu01/mlx5_3:1 (rail 3, round 0) was driven by gpu02, not by gpu01 whose lines these are (a test is reported by the host that drove it)");
+        // A test before any rails line: whose lines these are is not known.
+        let tests_only: String = text
+            .lines()
+            .skip(1)
+            .take(1)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let e = read_lines(&s, "x.jsonl", &tests_only, &mut Gathered::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "x.jsonl line 1: a test before any rails line: the lines of a host start with its rails");
+        // Several hosts' lines one after the other (srun's gathered output): each test
+        // is its section's host's.
+        let both = format!(
+            "{}{}",
+            to_lines(&rails("gpu01"), &[result(0, Some(391.0), None)]),
+            to_lines(
+                &rails("gpu02"),
+                &[{
+                    let mut r = result(0, Some(390.0), None);
+                    std::mem::swap(&mut r.from, &mut r.to);
+                    r
+                }]
+            )
+        );
+        let mut got = Gathered::default();
+        read_lines(&s, "srun.out", &both, &mut got).unwrap();
+        assert_eq!(got.results.len(), 2);
     }
 
     proptest! {

@@ -321,6 +321,7 @@ impl Scontrol {
     /// [`reason`] from [`REASON_PREFIX`] and `text`. Returns the reason as set. Standard
     /// error on an exit status of 0 is a failure ([`Scontrol::update`]).
     pub fn drain(&self, node: &str, text: &str) -> Result<String, ScontrolError> {
+        check_node_name(node)?;
         let r = reason(REASON_PREFIX, text);
         self.update(&[
             "update",
@@ -925,6 +926,7 @@ mod tests {
                 .unwrap_err();
             assert!(e.to_string().contains("node name"), "{name:?}: {e}");
             assert!(sc.resume_if_ours(name, REASON_PREFIX).is_err(), "{name:?}");
+            assert!(sc.drain(name, "x").is_err(), "{name:?}");
             assert!(
                 calls(dir.path()).is_empty(),
                 "{name:?}: {:?}",

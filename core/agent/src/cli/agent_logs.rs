@@ -16,9 +16,9 @@
 //!   2048 records by default, `OTEL_BLRP_*`); past it records are dropped, counted by the
 //!   SDK and said once.
 //! - Events of the exporter's own stack (`opentelemetry*`, hyper, h2, tonic, tower,
-//!   reqwest, rustls) are never forwarded: an export failure logged through `tracing`
-//!   reaches standard error, never the exporter again (the SDK also suppresses its own
-//!   thread's telemetry).
+//!   reqwest, rustls, want, mio, tokio) are never forwarded: an export failure logged
+//!   through `tracing` reaches standard error, never the exporter again (the SDK also
+//!   suppresses its own thread's telemetry).
 //! - HTTP goes through the reqwest client rocewatch already links (opentelemetry-http's
 //!   `HttpClient`), gRPC through a tonic channel built here: no second HTTP or TLS stack.
 //! - [`AgentLogs::shutdown`] flushes within [`FLUSH_BOUND`], on a blocking thread (the gRPC
@@ -58,6 +58,9 @@ const OWN_STACK: &[&str] = &[
     "tower",
     "reqwest",
     "rustls",
+    "want",
+    "mio",
+    "tokio",
 ];
 
 type Bridge = OpenTelemetryTracingBridge<ScopedProvider, SdkLogger>;
@@ -91,7 +94,8 @@ fn own_stack(target: &str) -> bool {
 }
 
 /// The SDK's provider, giving the bridge's logger rocewatch's scope (the bridge asks for
-/// an empty scope name).
+/// an empty one): the exporter names each record's scope after its target (the module
+/// that logged, `rocewatch::app`), and this gives it rocewatch's version.
 struct ScopedProvider(SdkLoggerProvider);
 
 impl LoggerProvider for ScopedProvider {
@@ -388,6 +392,8 @@ mod tests {
             "tower::buffer",
             "reqwest::connect",
             "rustls::client",
+            "want",
+            "mio::poll",
         ] {
             assert!(own_stack(t), "{t}");
         }
@@ -396,6 +402,7 @@ mod tests {
             "rocewatch_export::otlp",
             "hyperion",
             "h2o",
+            "tokioish",
         ] {
             assert!(!own_stack(t), "{t}");
         }

@@ -461,6 +461,51 @@ fn judge_refuses_results_of_hosts_outside_the_list() {
     );
 }
 
+/// A host's file speaks for that host only: `ha.jsonl` carrying tests `hb` drove (one
+/// slow `hb → ha`) while `hb.jsonl` has its rails alone is refused, naming the file and
+/// the line, never judged (it blamed `hb`'s NIC on `ha`'s word).
+#[test]
+fn judge_refuses_tests_a_file_reports_for_another_host() {
+    let names = ["ha", "hb"];
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &names);
+    let files = write_results(dir.path(), &names, None, None);
+    let ha = dir.path().join("ha.jsonl");
+    let hb = dir.path().join("hb.jsonl");
+    let hb_text = std::fs::read_to_string(&hb).unwrap();
+    let mut hb_lines = hb_text.lines();
+    let hb_rails = hb_lines.next().unwrap().to_string();
+    // hb's tests, one made slow, moved into ha's file.
+    let moved: Vec<String> = hb_lines
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 1 {
+                l.replace("\"bandwidth_gbps\":388.0", "\"bandwidth_gbps\":100.0")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    assert!(moved.len() >= 2 && moved[1].contains("100.0"), "{moved:?}");
+    let ha_text = std::fs::read_to_string(&ha).unwrap();
+    let first_moved = ha_text.lines().count() + 1;
+    std::fs::write(&ha, format!("{ha_text}{}\n", moved.join("\n"))).unwrap();
+    std::fs::write(&hb, format!("{hb_rails}\n")).unwrap();
+    let o = judge(&hosts, &files, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("ha.jsonl line {first_moved}: the test hb/")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("was driven by hb, not by ha whose lines these are"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains("FAIL"), "{}", stdout(&o));
+}
+
 /// The control port under 40 idle connections (more than it keeps open at once, none of
 /// which says hello): the real partner's hello is still answered with this host's rails
 /// and its done ends the step, not an EOF that fails the step and blames this host.

@@ -371,3 +371,83 @@ fn root_shows_releases_and_enters_the_quarantine_in_the_agents_state_directory()
         audit_actions(&state)
     );
 }
+
+/// A planted `quarantine.json` whose reason, origin and since carry terminal escapes,
+/// a carriage return, a NUL, a newline and a bidi override: `quarantine show` prints
+/// them on one line as text (nothing that moves the cursor, ends the line or reorders
+/// it); `--json` keeps them as they are, escaped.
+#[test]
+fn quarantine_show_prints_a_planted_reason_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let cfg = audit_config(dir.path(), &state);
+    let reason = "port\u{1b}[2J\u{1b}[31mDOWN\r\0\nFAKE: all clear \u{202e}reversed";
+    let planted = serde_json::json!({
+        "reason": reason,
+        "origin": "rule:x\u{1b}]0;title\u{7}",
+        "since": "2026-01-01\nT00:00:00Z",
+        "since_unix": 1767225600u64,
+    });
+    std::fs::write(state.join("quarantine.json"), planted.to_string()).unwrap();
+    let env = [("STATE_DIRECTORY", state.to_str().unwrap())];
+    let o = rocewatch(
+        &["quarantine", "show", "--config", cfg.to_str().unwrap()],
+        &env,
+    );
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    assert_eq!(out.lines().count(), 1, "{out:?}");
+    assert!(
+        !out.trim_end_matches('\n')
+            .chars()
+            .any(|c| c.is_control() || c == '\u{202e}'),
+        "{out:?}"
+    );
+    assert!(out.contains("DOWN"), "{out:?}");
+    let o = rocewatch(
+        &[
+            "quarantine",
+            "show",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        &env,
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    assert_eq!(v["quarantine"]["reason"], reason);
+}
+
+/// A `quarantine.json` the agent cannot read counts as a quarantine for `health` (fail
+/// closed): the agent exports it so too (origin `unreadable`, the error as the reason),
+/// not the last value it read ("not in quarantine").
+#[test]
+fn an_unreadable_quarantine_is_exported_as_in_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let clear = config(dir.path(), state.path(), "50e9", "");
+    let a = agent(&clear, state.path());
+    let url = a.prometheus_url();
+    until("rocewatch_quarantine 0", Duration::from_secs(20), || {
+        quarantine_metric(&url).filter(|l| l.ends_with(" 0"))
+    });
+    std::fs::write(state.path().join("quarantine.json"), "{not json").unwrap();
+    let (code, out) = health(&clear, state.path());
+    assert_eq!(code, 1, "{out}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let l = quarantine_metric(&url).unwrap_or_default();
+        if l.ends_with(" 1") {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {l:?} with an unreadable quarantine.json\nagent: {}",
+            a.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(line.contains("origin=\"unreadable\""), "{line}");
+}

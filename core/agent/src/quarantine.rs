@@ -1,7 +1,8 @@
 //! The agent's side of the quarantine: a rule with `quarantine = true` that fires puts the
 //! host in quarantine (the state file of `rocewatch_runtime::quarantine`, audited); the
 //! state is exported as `rocewatch.quarantine`, read again every interval (an operator's
-//! `rocewatch quarantine release` is another process); and, where `[health]
+//! `rocewatch quarantine release` is another process; a file that cannot be read is
+//! exported as a quarantine of origin `unreadable`, as `health` counts it); and, where `[health]
 //! release_after` is set, a quarantine a rule set ends once that rule has been clear that
 //! long and `rocewatch health`'s checks pass (the self-test). A restart ends nothing.
 
@@ -17,6 +18,9 @@ use rocewatch_runtime::selfmetrics::SelfMetrics;
 use tokio::sync::watch;
 
 use crate::config::Config;
+
+/// The origin exported for a quarantine file that cannot be read.
+const UNREADABLE: &str = "unreadable";
 
 /// What the watcher needs, taken from the configuration at start.
 pub struct Watcher {
@@ -132,6 +136,14 @@ impl Watcher {
             Ok(q) => q,
             Err(e) => {
                 tracing::error!("quarantine: {e}");
+                // `health` counts a file it cannot read as a quarantine (fail closed): so
+                // does the metric, rather than keep the last value it read.
+                metrics.set_quarantine(Some(BTreeMap::from([
+                    ("reason".to_string(), e.to_string()),
+                    ("origin".to_string(), UNREADABLE.to_string()),
+                    ("since".to_string(), "unknown".to_string()),
+                ])));
+                self.clear_since = None;
                 return;
             }
         };

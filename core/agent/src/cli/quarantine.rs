@@ -2,7 +2,8 @@
 //!
 //! `show` reads the file as `rocewatch health` does (no link followed, a regular file of
 //! bounded size, in whichever user's state directory), so root sees what health reports
-//! in the agent's user's directory; `enter` and `release` change it as that directory's
+//! in the agent's user's directory, and prints its text fields on one line (control,
+//! format and separator characters as spaces; `--json` escapes them); `enter` and `release` change it as that directory's
 //! owner, under its lock (`rocewatch_runtime::quarantine`).
 
 use anyhow::{Context, Result};
@@ -10,6 +11,9 @@ use anyhow::{Context, Result};
 use super::args::QuarantineCommand;
 use super::output::print_json;
 use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
+
+/// The most of a field of the file `show` prints (a reason is one line).
+const SHOWN_MAX: usize = 1024;
 
 pub fn run(c: QuarantineCommand) -> Result<i32> {
     let state = rocewatch_runtime::audit::state_dir();
@@ -21,10 +25,15 @@ pub fn run(c: QuarantineCommand) -> Result<i32> {
             if json {
                 print_json(&serde_json::json!({ "quarantine": q }))?;
             } else {
+                // The file is anyone's who could write the state directory: what it says
+                // is printed as text on one line (no escape, return or bidi override).
+                let text = |s: &str| rocewatch_health::bounded(s, SHOWN_MAX);
                 match &q {
                     Some(q) => println!(
                         "in quarantine since {} ({}): {}",
-                        q.since, q.origin, q.reason
+                        text(&q.since),
+                        text(&q.origin),
+                        text(&q.reason)
                     ),
                     None => println!("not in quarantine ({})", file.path().display()),
                 }

@@ -556,3 +556,158 @@ fn the_node_problem_detector_pod_judges_the_host_not_its_container() {
         }
     }
 }
+
+/// A stand-in for `scontrol` keeping node `n1`'s state and reason in `dir` (a drain sets
+/// both, a resume clears them), logging each call: what `health --slurm` asked of Slurm.
+fn fake_scontrol(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = sh_quote(dir);
+    let script = format!(
+        r#"#!/bin/sh
+echo "$*" >> {d}/log
+case "$1" in
+show)
+  printf 'NodeName=n1 Arch=x86_64\n   State=%s\n' "$(cat {d}/state)"
+  r=$(cat {d}/reason 2>/dev/null)
+  [ -n "$r" ] && printf '   Reason=%s [root@2024-01-01T00:00:00]\n' "$r"
+  exit 0;;
+update)
+  case "$3" in
+  state=drain) echo IDLE+DRAIN > {d}/state; printf '%s' "${{4#reason=}}" > {d}/reason;;
+  state=resume) echo IDLE > {d}/state; rm -f {d}/reason;;
+  esac;;
+esac
+"#
+    );
+    let path = dir.join("scontrol");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("state"), "IDLE\n").unwrap();
+    path
+}
+
+/// `rocewatch ARGS` with `env`, killed after `within`: exit status (None when killed),
+/// standard output and error, and how long it ran.
+fn rocewatch_within(
+    args: &[&str],
+    env: &[(&str, &str)],
+    within: Duration,
+) -> (Option<i32>, String, String, Duration) {
+    use std::io::Read;
+    let started = Instant::now();
+    let mut c = std::process::Command::new(&artifacts().rocewatch);
+    c.args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (code, out, err, took)
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
+        0,
+        "mkfifo {path:?}"
+    );
+}
+
+/// Reads that never answer (a FIFO in place of a netdev's flags and of the rdma_cm
+/// class device's `dev`) on a host with a port DOWN: `health --slurm` answers within
+/// `[health] timeout` and drains the node on what it knows; run again on the same
+/// fault, the drain's reason is the same and Slurm is not asked again.
+#[test]
+fn health_slurm_drains_within_its_timeout_when_reads_never_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("sys");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let port = tree.join("class/infiniband/mlx5_1/ports/1");
+    std::fs::write(port.join("state"), "1: DOWN\n").unwrap();
+    std::fs::write(port.join("phys_state"), "3: Disabled\n").unwrap();
+    mkfifo(&tree.join("class/net/ens1f0np0/flags"));
+    std::fs::create_dir_all(tree.join("class/misc/rdma_cm")).unwrap();
+    mkfifo(&tree.join("class/misc/rdma_cm/dev"));
+    let state = dir.path().join("state");
+    let slurm = dir.path().join("slurm");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::create_dir(&slurm).unwrap();
+    let scontrol = fake_scontrol(&slurm);
+    let cfg = dir.path().join("rocewatch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[remediation]\naudit_log = {:?}\n\n[health]\ntimeout = \"1s\"\nrootfs = {:?}\n",
+            state.join("audit.jsonl"),
+            dir.path().join("root"),
+        ),
+    )
+    .unwrap();
+    let args = [
+        "health",
+        "--slurm",
+        "--slurm-node",
+        "n1",
+        "--scontrol",
+        scontrol.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        tree.to_str().unwrap(),
+    ];
+    let env = [("STATE_DIRECTORY", state.to_str().unwrap())];
+    let updates = || {
+        std::fs::read_to_string(slurm.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("update"))
+            .count()
+    };
+    let (code, out, err, took) = rocewatch_within(&args, &env, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{took:?}\n{out}{err}");
+    assert!(took < Duration::from_secs(5), "{took:?}\n{out}{err}");
+    assert!(
+        out.starts_with("mlx5_1/1 ens1f1np1: port DOWN (Disabled)"),
+        "{out}{err}"
+    );
+    let reason = std::fs::read_to_string(slurm.join("reason")).unwrap_or_default();
+    assert_eq!(reason, format!("rocewatch: {}", out.trim_end()), "{err}");
+    assert_eq!(updates(), 1, "{err}");
+    // The same fault again: the same line, no second update.
+    let (code, again, err, _) = rocewatch_within(&args, &env, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{again}{err}");
+    assert_eq!(again, out, "{err}");
+    assert_eq!(updates(), 1, "{err}");
+}

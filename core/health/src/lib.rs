@@ -158,7 +158,11 @@ fn sysfs_part(board: &Arc<Board>, opts: &Arc<Options>, cfg: &Arc<HealthConfig>) 
     board.done(Part::Scope, errors.into_iter().chain(scope).collect());
     let run = |name: CheckName, f: &dyn Fn() -> Vec<Finding>| {
         if cfg.runs(name) {
-            board.reading(Part::Check(name), name.as_str(), "the inventory read");
+            board.reading(
+                Part::Check(name),
+                name.as_str(),
+                "the values the inventory read",
+            );
             board.done(Part::Check(name), f());
         }
     };

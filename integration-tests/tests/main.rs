@@ -7,6 +7,10 @@
 //! - `config`: every file in `configs/` parses; bad files name the key path; env overrides.
 //! - `otlp`, `otlp_resilience`: the agent exports to a real VictoriaMetrics on loopback and
 //!   an in-test gRPC receiver; outages are queued and retried.
+//! - `otlp_prometheus`: what receivers key a host on (`service.instance.id` from the
+//!   machine id, `host.id`, schema URL, scope version, User-Agent, the DaemonSet's `k8s.*`)
+//!   at in-test receivers; two hosts kept apart by VictoriaMetrics and by Prometheus's own
+//!   OTLP receiver (ignored: it needs an upstream build in `ROCEWATCH_PROMETHEUS_OTLP`).
 //! - `otel_env`: the OpenTelemetry environment variables (`OTEL_EXPORTER_OTLP_*`, ...)
 //!   through the binary to in-test receivers; their precedence and `config check`'s origins.
 //! - `agent_logs`: the agent's own logs as OTLP logs (`agent_logs = true`) at an in-test
@@ -64,6 +68,7 @@ mod lab;
 mod lifecycle;
 mod otel_env;
 mod otlp;
+mod otlp_prometheus;
 mod otlp_resilience;
 mod packages;
 mod packaging;

@@ -88,7 +88,7 @@ pub(crate) fn start_vm(
 }
 
 /// `series → value` for a PromQL query (instant).
-fn query(vm: &Vm, promql: &str) -> Vec<(serde_json::Value, f64)> {
+pub(crate) fn query(vm: &Vm, promql: &str) -> Vec<(serde_json::Value, f64)> {
     let url = format!("http://{}/api/v1/query", vm.addr);
     let body = reqwest::blocking::Client::new()
         .get(url)
@@ -281,7 +281,7 @@ pub(crate) mod grpc {
         std::fs::write(
             &cfg,
             format!(
-                "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\nhost_name = \"grpc-host\"\n\n[exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\ninterval = \"1h\"\n\n[exporters.otlp.resource]\n\"deployment.environment\" = \"ci\"\n",
+                "[agent]\nsysfs_root = {:?}\ninterval = \"500ms\"\nhost_name = \"grpc-host\"\n\n[exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"grpc\"\ninterval = \"1h\"\n\n[exporters.otlp.resource]\n\"deployment.environment.name\" = \"ci\"\n",
                 fixture("mlx5-roce-dual-port")
             ),
         )
@@ -310,7 +310,7 @@ pub(crate) mod grpc {
         let res = &rm.resource.as_ref().unwrap().attributes;
         assert_eq!(attr(res, "service.name"), Some("rocewatch"));
         assert_eq!(attr(res, "host.name"), Some("grpc-host"));
-        assert_eq!(attr(res, "deployment.environment"), Some("ci"));
+        assert_eq!(attr(res, "deployment.environment.name"), Some("ci"));
         let metrics: Vec<_> = rm.scope_metrics.iter().flat_map(|s| &s.metrics).collect();
         let io = metrics
             .iter()

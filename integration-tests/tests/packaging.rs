@@ -429,7 +429,12 @@ const FEATURES: &[Feature] = &[
         name: "/metrics, OTLP, collectd",
         default_on: true,
         unit: &[UnitNeed::Family("AF_INET"), UnitNeed::Family("AF_INET6")],
-        pod: &[],
+        // The node's machine id: OTLP's host.id and service.instance.id.
+        pod: &[PodNeed::Mount(
+            "/etc/machine-id",
+            "/host/etc/machine-id",
+            false,
+        )],
     },
     // Not on by default: what the unit grants for them; a pod adds it (OPERATIONS.md).
     Feature {

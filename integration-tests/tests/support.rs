@@ -642,6 +642,16 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(prom: &std::path::Path, dir: &std::path::Path, config: &str) -> Prometheus {
+        Prometheus::start_with(prom, dir, config, &[])
+    }
+
+    /// [`Prometheus::start`] with `extra` arguments (`--enable-feature=...`).
+    pub fn start_with(
+        prom: &std::path::Path,
+        dir: &std::path::Path,
+        config: &str,
+        extra: &[&str],
+    ) -> Prometheus {
         let cfg = dir.join("prometheus.yml");
         std::fs::write(&cfg, config).unwrap();
         let mut proc = Spawned::start(
@@ -652,7 +662,8 @@ impl Prometheus {
                     "--storage.tsdb.path={}",
                     dir.join("tsdb").display()
                 ))
-                .arg("--web.listen-address=127.0.0.1:0"),
+                .arg("--web.listen-address=127.0.0.1:0")
+                .args(extra),
             None,
         );
         // msg="Listening on" address=127.0.0.1:33655

@@ -24,6 +24,10 @@ use std::time::{Duration, SystemTime};
 
 use super::config::{Compression, OtlpConfig, OtlpProtocol};
 
+/// Who sends, as the OTLP exporter specification asks an exporter to say (before a
+/// configured `user-agent` header, which wins over HTTP; tonic appends its own over gRPC).
+pub(super) const USER_AGENT: &str = concat!("rocewatch/", env!("CARGO_PKG_VERSION"));
+
 /// Why a send failed.
 #[derive(Debug)]
 pub(super) enum SendError {
@@ -201,6 +205,7 @@ impl Transport {
                 let mut b = reqwest::blocking::Client::builder()
                     .timeout(cfg.timeout)
                     .connect_timeout(cfg.timeout)
+                    .user_agent(USER_AGENT)
                     .default_headers(headers)
                     .use_rustls_tls();
                 if let Some(ca) = &ca {
@@ -229,6 +234,8 @@ impl Transport {
                     .map_err(|e| format!("runtime for gRPC: {e}"))?;
                 let mut endpoint = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
                     .map_err(|e| format!("exporters.otlp.endpoint: {e}"))?
+                    .user_agent(USER_AGENT)
+                    .map_err(|e| format!("user agent: {e}"))?
                     .timeout(cfg.timeout)
                     .connect_timeout(cfg.timeout);
                 if cfg.endpoint.starts_with("https://") || ca.is_some() || identity.is_some() {

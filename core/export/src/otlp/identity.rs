@@ -44,7 +44,10 @@ const INSTANCE_NAMESPACE: [u8; 16] = 0x4d63_009a_8d0f_11ee_aad7_4c79_6ed8_e320_u
 /// 16 bytes then the name, truncated to 16 bytes, version and variant bits set), in its
 /// hyphenated lowercase form.
 pub(crate) fn uuid_v5(namespace: [u8; 16], name: &[u8]) -> String {
-    let digest = Sha1::new().chain_update(namespace).chain_update(name).finalize();
+    let digest = Sha1::new()
+        .chain_update(namespace)
+        .chain_update(name)
+        .finalize();
     let mut b = [0u8; 16];
     b.copy_from_slice(&digest[..16]);
     b[6] = (b[6] & 0x0f) | 0x50;
@@ -141,7 +144,10 @@ mod tests {
         for bad in ["", "uninitialized\n", "0123456789abcdef\n"] {
             std::fs::write(&p, bad).unwrap();
             let e = read_machine_id(&p).unwrap_err();
-            assert!(e.contains("machine-id") && e.contains("not a machine id"), "{e}");
+            assert!(
+                e.contains("machine-id") && e.contains("not a machine id"),
+                "{e}"
+            );
         }
         let e = read_machine_id(&dir.path().join("absent")).unwrap_err();
         assert!(e.contains("cannot read") && e.contains("absent"), "{e}");
@@ -155,7 +161,11 @@ mod tests {
 
     fn get<'a>(attrs: &'a [(String, String)], k: &str) -> Option<&'a str> {
         // A later key wins, as the encoder merges them.
-        attrs.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
+        attrs
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Two hosts, two machine ids: two `service.instance.id`s, each stable across starts

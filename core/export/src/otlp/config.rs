@@ -146,8 +146,13 @@ pub(super) fn default_retry_initial() -> Duration {
     Duration::from_secs(1)
 }
 
+/// The default `max_request_bytes`: 4 MiB, gRPC's and the OpenTelemetry Collector's
+/// default bound on a message (a receiver's bound on a request is commonly a few MiB, and
+/// a gzip'd merge is inflated and compressed again whole).
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
 pub(super) fn default_max_request_bytes() -> usize {
-    super::MAX_REQUEST_BYTES
+    MAX_REQUEST_BYTES
 }
 
 pub(super) fn default_queue_max_bytes() -> usize {

@@ -12,93 +12,45 @@
 //! both backends, so one alert rule reads both), plugin call durations as histograms of
 //! count and sum alone (no buckets: none is kept). Each point's time is when its value
 //! was read.
+//!
+//! Start times claim only what was seen: a NIC counter is first read mid-life, so the
+//! first point of its run that is published has start equal to time (the data model's
+//! unknown start), later ones keep that start (the store keeps it: [`Series::start`]).
+//! With `temporality = "delta"` a counter's point is the sum of the increases the store
+//! derived (across wraps, none across a reset) since its last published point, which is
+//! its start; each read is published once (a series not read again is not sent again).
+//! `delta` and `lowmemory` send what the agent counts itself (its own counters, the
+//! durations, the probes' RTT) as deltas too ([`delta`]); `lowmemory` keeps the NIC's
+//! counters (read, as the specification's asynchronous counters) cumulative.
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io;
+#[cfg(test)]
+use std::io::Write;
 use std::time::SystemTime;
 
 use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::{HistogramFamily, Series, Store};
 
+use self::delta::Previous;
+use super::config::Temporality;
 use super::identity::{SCHEMA_URL, SCOPE_NAME, SCOPE_VERSION};
 
+mod delta;
+mod split;
+mod wire;
+
+pub(super) use self::split::Sink;
+#[cfg(test)]
+use self::split::CHUNK;
+use self::split::{Cut, Family};
+use self::wire::{double, field_len, fixed64, nested, string, string_len, tag, uint, varint, LEN};
+
+/// `AggregationTemporality::Delta`.
+const DELTA: u64 = 1;
 /// `AggregationTemporality::Cumulative`.
 const CUMULATIVE: u64 = 2;
-
-const VARINT: u32 = 0;
-const FIXED64: u32 = 1;
-const LEN: u32 = 2;
-
-#[inline]
-fn varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
-
-#[inline]
-fn varint_len(v: usize) -> usize {
-    let mut n = 1;
-    let mut v = v >> 7;
-    while v > 0 {
-        n += 1;
-        v >>= 7;
-    }
-    n
-}
-
-#[inline]
-fn tag(buf: &mut Vec<u8>, field: u32, wire: u32) {
-    varint(buf, u64::from(field << 3 | wire));
-}
-
-#[inline]
-fn string(buf: &mut Vec<u8>, field: u32, s: &str) {
-    if s.is_empty() {
-        return;
-    }
-    tag(buf, field, LEN);
-    varint(buf, s.len() as u64);
-    buf.extend_from_slice(s.as_bytes());
-}
-
-#[inline]
-fn fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
-    tag(buf, field, FIXED64);
-    buf.extend_from_slice(&v.to_le_bytes());
-}
-
-#[inline]
-fn double(buf: &mut Vec<u8>, field: u32, v: f64) {
-    fixed64(buf, field, v.to_bits());
-}
-
-#[inline]
-fn uint(buf: &mut Vec<u8>, field: u32, v: u64) {
-    tag(buf, field, VARINT);
-    varint(buf, v);
-}
-
-/// A length-delimited field whose contents `f` appends. The length goes in front once
-/// known: one byte is set aside, and only contents of 128 bytes or more (the length
-/// takes more) are moved, once.
-fn nested(buf: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>)) {
-    tag(buf, field, LEN);
-    let at = buf.len();
-    buf.push(0);
-    f(buf);
-    let len = buf.len() - at - 1;
-    if len < 0x80 {
-        buf[at] = len as u8;
-    } else {
-        let mut v = Vec::with_capacity(10);
-        varint(&mut v, len as u64);
-        buf.splice(at..at + 1, v);
-    }
-}
 
 /// `KeyValue { key, value: AnyValue { string_value } }` in field `field`.
 fn key_value(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
@@ -138,7 +90,7 @@ pub(super) struct Encoder {
     /// The histograms' and the agent's own metrics, encoded before the series are
     /// written (they are small: a family per histogram, a few dozen agent series).
     tail: Vec<u8>,
-    /// What is handed to the writer [`CHUNK`] at a time.
+    /// What is handed to the writer `split::CHUNK` at a time.
     chunk: Vec<u8>,
     /// Each point's length, from the first pass to the second.
     lengths: Vec<u32>,
@@ -147,6 +99,11 @@ pub(super) struct Encoder {
     since: u64,
     /// When every series was last sent.
     last_full: Option<SystemTime>,
+    /// The temporality preference (`[exporters.otlp] temporality`).
+    temporality: Temporality,
+    /// What the last export sent of the agent's own counters and histograms, when they
+    /// go as deltas.
+    sent: Previous,
 }
 
 /// Every series is sent at least this often, read since the last export or not: a point
@@ -156,25 +113,6 @@ pub(super) struct Encoder {
 /// a view read rarely (the QoS view, `[qos] interval`).
 const RESEND_ALL_EVERY: std::time::Duration = std::time::Duration::from_secs(240);
 
-/// The series' encoding goes to the writer in pieces of about this size: at 2000 ports a
-/// request is over 20 MB before compression, and never held whole.
-const CHUNK: usize = 256 * 1024;
-
-/// The length of field `field < 16` holding `len` bytes, tag and length included.
-#[inline]
-fn field_len(len: usize) -> usize {
-    1 + varint_len(len) + len
-}
-
-/// The length of a `string` field (nothing when empty, as [`string`] writes it).
-#[inline]
-fn string_len(s: &str) -> usize {
-    if s.is_empty() {
-        0
-    } else {
-        field_len(s.len())
-    }
-}
 
 /// The length of a data point's contents (without its own tag and length): what
 /// [`point`] writes.
@@ -189,8 +127,15 @@ fn point_len(sample: &Sample, counter: bool) -> usize {
 }
 
 /// A `NumberDataPoint`'s contents: a sum's with its start and `as_int`, a gauge's with
-/// `as_double`.
-fn point(b: &mut Vec<u8>, sample: &Sample, start: SystemTime, time: SystemTime, counter: bool) {
+/// `as_double`; `value`: the sample's, or a delta.
+fn point(
+    b: &mut Vec<u8>,
+    sample: &Sample,
+    value: Value,
+    start: SystemTime,
+    time: SystemTime,
+    counter: bool,
+) {
     for (k, v) in sample.attributes.iter() {
         key_value(b, 7, k, v);
     }
@@ -199,24 +144,27 @@ fn point(b: &mut Vec<u8>, sample: &Sample, start: SystemTime, time: SystemTime, 
     }
     fixed64(b, 3, nanos(time));
     if counter {
-        fixed64(b, 6, as_int(sample.value));
+        fixed64(b, 6, as_int(value));
     } else {
-        double(b, 4, sample.value.as_f64());
+        double(b, 4, value.as_f64());
     }
 }
 
-/// One metric of the store's series, measured in the first pass.
-struct Family<'a> {
-    /// Its series: `series[from..to]`.
-    from: usize,
-    to: usize,
-    name: &'a str,
-    description: &'a str,
-    unit: &'a str,
-    counter: bool,
-    /// The length of its `Sum` or `Gauge`, and of the whole `Metric`.
-    data: usize,
-    metric: usize,
+/// A store series' point: cumulative, or (`delta`, counters) the increases since its
+/// last published point, which is the start. A series published for the first time says
+/// nothing of before: start equal to time, no increase.
+fn series_point(b: &mut Vec<u8>, s: &Series, counter: bool, delta: bool) {
+    let (start, value) = match s.last_published() {
+        _ if !(counter && delta) => (s.start, s.sample.value),
+        Some(t) => (t, Value::F64(s.unpublished_increase())),
+        None => (s.time, Value::U64(0)),
+    };
+    point(b, &s.sample, value, start, s.time, counter);
+}
+
+/// Whether a series' read was already sent as a delta (it is not sent twice).
+fn sent_already(s: &Series, delta: bool) -> bool {
+    delta && s.sample.kind == MetricKind::Counter && s.is_published()
 }
 
 /// `ScopeMetrics.scope` (field 1: `InstrumentationScope { name, version }`) and
@@ -258,17 +206,38 @@ impl Encoder {
             lengths: Vec::new(),
             since: 0,
             last_full: None,
+            temporality: Temporality::Cumulative,
+            sent: Previous::default(),
         }
+    }
+
+    /// With the temporality preference `t` (cumulative when not said).
+    pub(super) fn temporality(mut self, t: Temporality) -> Encoder {
+        self.temporality = t;
+        self
+    }
+
+    /// Whether the store's counters (the NIC's, read: the specification's asynchronous
+    /// counters) go as deltas: only with `delta` (`lowmemory` keeps them cumulative).
+    fn read_counters_delta(&self) -> bool {
+        self.temporality == Temporality::Delta
+    }
+
+    /// Whether what the agent counts itself (synchronous counters and histograms) goes
+    /// as deltas: with `delta` and `lowmemory`.
+    fn own_delta(&self) -> bool {
+        self.temporality != Temporality::Cumulative
     }
 
     /// One request into `out`: the series of `store` read since the last export (every
     /// series on the first export and every [`RESEND_ALL_EVERY`]: a series not read again
     /// has nothing new, its point would be the same point again), its histograms and the
-    /// agent's own metrics, as read now (`now`: the self-metrics' time). Returns its
-    /// length.
+    /// agent's own metrics, as read now (`now`: the self-metrics' time): one request, or
+    /// past `max_request` bytes several, each under it (see `split`; the histograms' and
+    /// the agent's metrics in the last). Returns their length together.
     ///
     /// Streamed: the series are measured first (every length in front of its contents is
-    /// known before the contents are written), then written [`CHUNK`] at a time, so that
+    /// known before the contents are written), then written `split::CHUNK` at a time, so that
     /// a request is never held whole here (a gzip writer holds only its compressed
     /// output). Both passes run under the store's read lock, over the same values, and so
     /// does the compression when `out` compresses: an ingest waits for it, as it waits for
@@ -279,11 +248,32 @@ impl Encoder {
         store: &Store,
         agent: &SelfMetrics,
         now: SystemTime,
-        out: &mut dyn Write,
+        max_request: usize,
+        out: &mut dyn Sink,
+    ) -> io::Result<usize> {
+        let mut sent = std::mem::take(&mut self.sent);
+        let own = self.own_delta().then_some(&mut sent);
+        let r = self.encode_with(store, agent, now, max_request, out, own);
+        sent.settle(r.is_ok());
+        self.sent = sent;
+        r
+    }
+
+    /// [`Encoder::encode`], with what the last export sent of the agent's own metrics when
+    /// they go as deltas (`own`).
+    fn encode_with(
+        &mut self,
+        store: &Store,
+        agent: &SelfMetrics,
+        now: SystemTime,
+        max_request: usize,
+        out: &mut dyn Sink,
+        mut own: Option<&mut Previous>,
     ) -> io::Result<usize> {
         let mut tail = std::mem::take(&mut self.tail);
         let mut chunk = std::mem::take(&mut self.chunk);
         let mut lengths = std::mem::take(&mut self.lengths);
+        let delta = self.read_counters_delta();
         tail.clear();
         chunk.clear();
         lengths.clear();
@@ -294,12 +284,13 @@ impl Encoder {
         });
         let since = if full { 0 } else { self.since };
         let (r, generation) = store.with_series_since(since, |series, descriptors| {
-            // The two passes go over the same series: 8 bytes each, for this export.
-            let series: Vec<&Series> = series.collect();
+            // The two passes go over the same series: 8 bytes each, for this export. A
+            // delta already published (a series not read since) is not sent twice.
+            let series: Vec<&Series> = series.filter(|s| !sent_already(s, delta)).collect();
             // The histograms' families (under their own lock, taken inside the store's as
             // `/metrics` takes it) and the agent's metrics, encoded first: they are small.
-            store.with_histograms(|families| histograms(&mut tail, families, descriptors));
-            self.agent_metrics(&mut tail, agent, now);
+            store.with_histograms(|f| histograms(&mut tail, f, descriptors, own.as_deref_mut()));
+            self.agent_metrics(&mut tail, agent, now, own);
             // First pass: each metric's length.
             let mut families: Vec<Family<'_>> = Vec::new();
             let mut from = 0;
@@ -340,55 +331,29 @@ impl Encoder {
                 });
                 from = to;
             }
-            // InstrumentationScope { name: "rocewatch" }, then every metric.
+            // InstrumentationScope { name: "rocewatch" }, then the metrics: in requests
+            // under `max_request` (`split`), each with the resource and scope (their
+            // lengths' own bytes, 3 lengths of 5 at most with their tags, set aside).
             let scope = scope_encoded().len();
-            let scope_metrics =
-                scope + families.iter().map(|f| field_len(f.metric)).sum::<usize>() + tail.len();
-            let resource_metrics = self.resource.len() + field_len(scope_metrics);
-            let total = field_len(resource_metrics);
-            // Second pass: the request, in order.
-            // ExportMetricsServiceRequest { resource_metrics: [{ resource, scope_metrics: [..] }] }.
-            tag(&mut chunk, 1, LEN);
-            varint(&mut chunk, resource_metrics as u64);
-            chunk.extend_from_slice(&self.resource);
-            tag(&mut chunk, 2, LEN);
-            varint(&mut chunk, scope_metrics as u64);
-            chunk.extend_from_slice(scope_encoded());
-            let mut written = 0;
-            for f in &families {
-                tag(&mut chunk, 2, LEN);
-                varint(&mut chunk, f.metric as u64);
-                string(&mut chunk, 1, f.name);
-                string(&mut chunk, 2, f.description);
-                string(&mut chunk, 3, f.unit);
-                tag(&mut chunk, if f.counter { 7 } else { 5 }, LEN);
-                varint(&mut chunk, f.data as u64);
-                for (s, len) in series[f.from..f.to].iter().zip(&lengths[f.from..f.to]) {
-                    tag(&mut chunk, 1, LEN);
-                    varint(&mut chunk, u64::from(*len));
-                    point(&mut chunk, &s.sample, s.start, s.time, f.counter);
-                    if chunk.len() >= CHUNK {
-                        out.write_all(&chunk)?;
-                        written += chunk.len();
-                        chunk.clear();
-                    }
-                }
-                if f.counter {
-                    uint(&mut chunk, 2, CUMULATIVE);
-                    uint(&mut chunk, 3, 1);
-                }
+            let budget = max_request.saturating_sub(self.resource.len() + scope + 18);
+            let (requests, tail_at) = split::plan(&families, &lengths, tail.len(), budget);
+            let cut = Cut {
+                resource: &self.resource,
+                scope: scope_encoded(),
+                families: &families,
+                series: &series,
+                lengths: &lengths,
+                point: &|b, s, counter| series_point(b, s, counter, delta),
+                temporality: if delta { DELTA } else { CUMULATIVE },
+            };
+            let mut all = 0;
+            for (n, pieces) in requests.iter().enumerate() {
+                let tail: &[u8] = if n == tail_at { &tail } else { &[] };
+                all += cut.write(pieces, tail, &mut chunk, out)?;
             }
-            out.write_all(&chunk)?;
-            out.write_all(&tail)?;
-            written += chunk.len() + tail.len();
-            if written != total {
-                // A length in front of its contents would be wrong: the receiver could
-                // not decode the request. Never sent.
-                return Err(io::Error::other(format!(
-                    "OTLP encoder: the request measured {total} bytes and {written} were written"
-                )));
-            }
-            Ok(total)
+            // Written: each series' start stays and its increases count from this point.
+            series.iter().for_each(|s| s.mark_published());
+            Ok(all)
         });
         self.tail = tail;
         self.chunk = chunk;
@@ -403,8 +368,15 @@ impl Encoder {
     }
 
     /// The agent's counters and gauges (their runs start with the agent) and its plugin
-    /// call durations (count and sum, no buckets).
-    fn agent_metrics(&self, m: &mut Vec<u8>, agent: &SelfMetrics, now: SystemTime) {
+    /// call durations (count and sum, no buckets); with `own`, the counters and durations
+    /// as what was added since the last export.
+    fn agent_metrics(
+        &self,
+        m: &mut Vec<u8>,
+        agent: &SelfMetrics,
+        now: SystemTime,
+        mut own: Option<&mut Previous>,
+    ) {
         let mut samples = agent.samples();
         samples.sort_by(|a, b| a.name.cmp(&b.name));
         let mut i = 0;
@@ -417,18 +389,39 @@ impl Encoder {
             let entry = rocewatch_metrics::SELF_METRICS
                 .iter()
                 .find(|e| e.name == first.name.as_ref());
-            let points = samples[i..j].iter().map(|s| Point {
-                sample: s,
-                start: self.started,
-                time: now,
-            });
+            let counter = first.kind == MetricKind::Counter;
+            let points: Vec<Point<'_>> = samples[i..j]
+                .iter()
+                .filter_map(|s| {
+                    let (start, value) = match own.as_deref_mut().filter(|_| counter) {
+                        Some(p) => {
+                            let key = s.series_key();
+                            let (start, d) =
+                                p.delta(key, self.started, now, &[s.value.as_f64()])?;
+                            (start, Value::F64(d[0]))
+                        }
+                        None => (self.started, s.value),
+                    };
+                    Some(Point {
+                        sample: s,
+                        value,
+                        start,
+                        time: now,
+                    })
+                })
+                .collect();
             let d = entry.map(|e| MetricDescriptor {
                 name: e.name.into(),
                 unit: e.unit.into(),
                 kind: e.kind,
                 description: e.description.into(),
             });
-            metric(m, first, d.as_ref(), first.kind, points);
+            let temporality = if counter && own.is_some() {
+                DELTA
+            } else {
+                CUMULATIVE
+            };
+            metric(m, first, d.as_ref(), first.kind, temporality, points);
             i = j;
         }
         let durations = agent.durations();
@@ -438,56 +431,92 @@ impl Encoder {
         let entry = rocewatch_metrics::SELF_METRICS
             .iter()
             .find(|e| e.kind == MetricKind::Histogram);
+        let name = rocewatch_metrics::names::ROCEWATCH_PLUGIN_DURATION;
+        let points: Vec<_> = durations
+            .iter()
+            .filter_map(|(plugin, kind, count, sum)| {
+                let totals = [*count as f64, *sum];
+                let (start, d) = match own.as_deref_mut() {
+                    Some(p) => p.delta(
+                        format!("{name}|{plugin}|{kind}"),
+                        self.started,
+                        now,
+                        &totals,
+                    )?,
+                    None => (self.started, totals.to_vec()),
+                };
+                Some((plugin, kind, start, d[0] as u64, d[1]))
+            })
+            .collect();
         nested(m, 2, |b| {
-            string(b, 1, rocewatch_metrics::names::ROCEWATCH_PLUGIN_DURATION);
+            string(b, 1, name);
             string(b, 2, entry.map_or("", |e| e.description));
             string(b, 3, "s");
             nested(b, 9, |b| {
-                for (plugin, kind, count, sum) in &durations {
+                for (plugin, kind, start, count, sum) in &points {
                     nested(b, 1, |b| {
                         key_value(b, 9, "kind", kind);
                         key_value(b, 9, "plugin", plugin);
-                        fixed64(b, 2, nanos(self.started));
+                        fixed64(b, 2, nanos(*start));
                         fixed64(b, 3, nanos(now));
                         fixed64(b, 4, *count);
                         double(b, 5, *sum);
                         packed_fixed64(b, 6, std::iter::once(*count));
                     });
                 }
-                uint(b, 2, CUMULATIVE);
+                uint(b, 2, if own.is_some() { DELTA } else { CUMULATIVE });
             });
         });
     }
 }
 
 /// The histogram families with series (the probes' RTT): explicit buckets, the bounds
-/// `/metrics` uses.
+/// `/metrics` uses; with `own`, what was observed since the last export (a series with no
+/// observation since is not sent).
 fn histograms(
     m: &mut Vec<u8>,
     families: &BTreeMap<String, HistogramFamily>,
     descriptors: &BTreeMap<String, MetricDescriptor>,
+    mut own: Option<&mut Previous>,
 ) {
     for (name, fam) in families.iter().filter(|(_, f)| !f.series.is_empty()) {
         let d = descriptors.get(name);
+        let points: Vec<_> = fam
+            .series
+            .values()
+            .filter_map(|s| {
+                let mut totals: Vec<f64> = s.counts.iter().map(|&c| c as f64).collect();
+                totals.extend([s.count as f64, s.sum]);
+                let (start, d) = match own.as_deref_mut() {
+                    Some(p) => p.delta(format!("{name}{}", s.labels), s.start, s.time, &totals)?,
+                    None => (s.start, totals),
+                };
+                Some((s, start, d))
+            })
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
         nested(m, 2, |b| {
             string(b, 1, name);
             string(b, 2, d.map_or("", |d| &d.description));
             string(b, 3, d.map_or("", |d| &d.unit));
             nested(b, 9, |b| {
-                for s in fam.series.values() {
+                for (s, start, d) in &points {
+                    let (counts, rest) = d.split_at(d.len() - 2);
                     nested(b, 1, |b| {
                         for (k, v) in s.attributes.iter() {
                             key_value(b, 9, k, v);
                         }
-                        fixed64(b, 2, nanos(s.start));
+                        fixed64(b, 2, nanos(*start));
                         fixed64(b, 3, nanos(s.time));
-                        fixed64(b, 4, s.count);
-                        double(b, 5, s.sum);
-                        packed_fixed64(b, 6, s.counts.iter().copied());
+                        fixed64(b, 4, rest[0] as u64);
+                        double(b, 5, rest[1]);
+                        packed_fixed64(b, 6, counts.iter().map(|&c| c as u64));
                         packed_fixed64(b, 7, fam.bounds.iter().map(|f| f.to_bits()));
                     });
                 }
-                uint(b, 2, CUMULATIVE);
+                uint(b, 2, if own.is_some() { DELTA } else { CUMULATIVE });
             });
         });
     }
@@ -496,18 +525,20 @@ fn histograms(
 /// One point of a scalar metric.
 struct Point<'a> {
     sample: &'a Sample,
+    value: Value,
     start: SystemTime,
     time: SystemTime,
 }
 
-/// `Metric` (field 2 of ScopeMetrics) of one name: a monotonic cumulative sum for a
+/// `Metric` (field 2 of ScopeMetrics) of one name: a monotonic sum of `temporality` for a
 /// counter, else a gauge.
-fn metric<'a>(
+fn metric(
     m: &mut Vec<u8>,
     first: &Sample,
     d: Option<&MetricDescriptor>,
     kind: MetricKind,
-    points: impl Iterator<Item = Point<'a>>,
+    temporality: u64,
+    points: Vec<Point<'_>>,
 ) {
     let counter = kind == MetricKind::Counter;
     nested(m, 2, |b| {
@@ -516,10 +547,12 @@ fn metric<'a>(
         string(b, 3, d.map_or(&first.unit, |d| &d.unit));
         nested(b, if counter { 7 } else { 5 }, |b| {
             for p in points {
-                nested(b, 1, |b| point(b, p.sample, p.start, p.time, counter));
+                nested(b, 1, |b| {
+                    point(b, p.sample, p.value, p.start, p.time, counter)
+                });
             }
             if counter {
-                uint(b, 2, CUMULATIVE);
+                uint(b, 2, temporality);
                 uint(b, 3, 1);
             }
         });
@@ -582,7 +615,9 @@ mod tests {
         now: SystemTime,
     ) -> ExportMetricsServiceRequest {
         let mut body = Vec::new();
-        let len = enc.encode(store, m, now, &mut body).expect("encodes");
+        let len = enc
+            .encode(store, m, now, usize::MAX, &mut body)
+            .expect("encodes");
         assert_eq!(len, body.len(), "the length it returns is what it wrote");
         ExportMetricsServiceRequest::decode(body.as_slice()).expect("our encoding decodes")
     }
@@ -627,7 +662,9 @@ mod tests {
             ]
         };
         store.ingest_at("c", &round(100, 500), &m, t0, i0);
-        // p1 resets (500 -> 7): its start moves to this read; p0's stays.
+        // p1 resets (500 -> 7). Nothing was published before: both first points have
+        // start equal to time (a_counters_first_point_claims_nothing_of_what_came_before
+        // follows a run further).
         store.ingest_at("c", &round(200, 7), &m, t0 + sec, i0 + sec);
         let rtt = MetricDescriptor {
             unit: "s".into(),
@@ -706,7 +743,7 @@ mod tests {
                 (
                     "mlx5_0".to_string(),
                     Some(N::AsInt(200)),
-                    ns(t0),
+                    ns(t0 + sec),
                     ns(t0 + sec)
                 ),
                 (
@@ -864,7 +901,9 @@ mod tests {
                 Ok(())
             }
         }
-        assert!(enc.encode(&store, &m, t0 + 4 * sec, &mut Broken).is_err());
+        assert!(enc
+            .encode(&store, &m, t0 + 4 * sec, usize::MAX, &mut Broken)
+            .is_err());
         assert_eq!(
             points(&request(&mut enc, &store, &m, t0 + 5 * sec)),
             rx_only
@@ -935,7 +974,9 @@ mod tests {
         store.ingest("c", &samples, &m);
         let mut enc = Encoder::new(&[("host.name".into(), "h".into())], SystemTime::now());
         let mut w = Pieces(Vec::new(), 0);
-        let len = enc.encode(&store, &m, SystemTime::now(), &mut w).unwrap();
+        let len = enc
+            .encode(&store, &m, SystemTime::now(), usize::MAX, &mut w)
+            .unwrap();
         assert!(
             len > 2 * CHUNK,
             "{len} bytes: the test needs several chunks"
@@ -945,7 +986,8 @@ mod tests {
         // Through gzip, as sent (a new encoder: the first export sends every series).
         let mut enc = Encoder::new(&[("host.name".into(), "h".into())], SystemTime::now());
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.encode(&store, &m, SystemTime::now(), &mut gz).unwrap();
+        enc.encode(&store, &m, SystemTime::now(), usize::MAX, &mut gz)
+            .unwrap();
         let mut raw = Vec::new();
         io::Read::read_to_end(
             &mut flate2::read::GzDecoder::new(&gz.finish().unwrap()[..]),
@@ -964,6 +1006,212 @@ mod tests {
             (6000, 6000)
         );
         assert_eq!(req.resource_metrics.len(), 1);
+    }
+
+    /// The points of one counter series in a request: (start, time, value).
+    fn counter_points(r: &ExportMetricsServiceRequest, name: &str) -> Vec<(u64, u64, i64)> {
+        r.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .filter(|x| x.name == name)
+            .flat_map(|x| match &x.data {
+                Some(Data::Sum(d)) => d.data_points.clone(),
+                other => panic!("{other:?}"),
+            })
+            .map(|p| match p.value {
+                Some(N::AsInt(v)) => (p.start_time_unix_nano, p.time_unix_nano, v),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// Issue 47: a counter read several times before the first export (collection faster
+    /// than export) was published with the start of its first read and the NIC's lifetime
+    /// total: by the data model all of it happened in that interval. Its first published
+    /// point now has start equal to time (nothing claimed), later points keep that start,
+    /// and a reset begins a run the same way.
+    #[test]
+    fn a_counters_first_point_claims_nothing_of_what_came_before() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        store.declare(&[desc("rdma.port.rx", MetricKind::Counter)]);
+        let port = attrs(&[("rdma.device", "mlx5_0")]);
+        let rx = |v| {
+            vec![sample(
+                "rdma.port.rx",
+                Value::U64(v),
+                MetricKind::Counter,
+                &port,
+            )]
+        };
+        let (t0, i0) = (
+            SystemTime::UNIX_EPOCH + Duration::from_secs(9_000),
+            Instant::now(),
+        );
+        let sec = Duration::from_secs(1);
+        let read = |v, k: u32| store.ingest_at("c", &rx(v), &m, t0 + k * sec, i0 + k * sec);
+        let mut enc = Encoder::new(&[], t0);
+        // A NIC that has counted 5e12 bytes, read three times before the first export.
+        read(5_000_000_000_000, 0);
+        read(5_000_000_000_100, 1);
+        read(5_000_000_000_300, 2);
+        let first = request(&mut enc, &store, &m, t0 + 2 * sec);
+        let t2 = nanos(t0 + 2 * sec);
+        assert_eq!(
+            counter_points(&first, "rdma.port.rx"),
+            [(t2, t2, 5_000_000_000_300)],
+            "the first point: start equal to time"
+        );
+        read(5_000_000_000_600, 3);
+        read(5_000_000_001_000, 4);
+        let second = request(&mut enc, &store, &m, t0 + 4 * sec);
+        assert_eq!(
+            counter_points(&second, "rdma.port.rx"),
+            [(t2, nanos(t0 + 4 * sec), 5_000_000_001_000)],
+            "later points keep the first point's start: 700 bytes in (t2, t4]"
+        );
+        // A reset (perfquery -R) read twice before the next export: the run starts again
+        // at its first published point, never earlier.
+        read(40, 5);
+        read(90, 6);
+        let third = request(&mut enc, &store, &m, t0 + 6 * sec);
+        let t6 = nanos(t0 + 6 * sec);
+        assert_eq!(counter_points(&third, "rdma.port.rx"), [(t6, t6, 90)]);
+        read(150, 7);
+        let fourth = request(&mut enc, &store, &m, t0 + 7 * sec);
+        assert_eq!(
+            counter_points(&fourth, "rdma.port.rx"),
+            [(t6, nanos(t0 + 7 * sec), 150)]
+        );
+    }
+
+    /// The temporality of each metric in a request, by name.
+    fn temporalities(r: &ExportMetricsServiceRequest) -> BTreeMap<String, i32> {
+        r.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .filter_map(|x| match &x.data {
+                Some(Data::Sum(d)) => Some((x.name.clone(), d.aggregation_temporality)),
+                Some(Data::Histogram(d)) => Some((x.name.clone(), d.aggregation_temporality)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `temporality = "delta"`: a counter's points are the increases the store derived
+    /// (across a 32-bit wrap, none across a reset), each over (its last published point,
+    /// this read], each sent once (not again with no new read, not at the full resend);
+    /// the first says nothing of before. The agent's own counters and the RTT histogram
+    /// send what was added since the last export.
+    #[test]
+    // One run followed export by export: long, and a test.
+    #[allow(clippy::too_many_lines)]
+    fn delta_points_are_the_increases_each_sent_once() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        store.declare(&[desc("rdma.port.drops", MetricKind::Counter)]);
+        let rtt = MetricDescriptor {
+            unit: "s".into(),
+            ..desc("rdma.probe.rtt", MetricKind::Histogram)
+        };
+        store.declare_histogram(&rtt, &[0.001, 0.01]);
+        let peer = attrs(&[("rdma.probe.peer", "10.0.0.2")]);
+        let port = attrs(&[("rdma.device", "mlx5_0")]);
+        // mlx5's out_of_buffer rolls over at 32 bits (rocewatch_metrics::counter).
+        let drops = |v: u64| Sample {
+            source: "hw_counters/out_of_buffer".into(),
+            ..sample("rdma.port.drops", Value::U64(v), MetricKind::Counter, &port)
+        };
+        let (t0, i0) = (
+            SystemTime::UNIX_EPOCH + Duration::from_secs(7_000),
+            Instant::now(),
+        );
+        let sec = Duration::from_secs(1);
+        let at = |k: u32| t0 + k * sec;
+        let read = |v, k: u32| store.ingest_at("c", &[drops(v)], &m, at(k), i0 + k * sec);
+        let started = t0 - 100 * sec;
+        let mut enc = Encoder::new(&[], started).temporality(Temporality::Delta);
+        let own = |r: &ExportMetricsServiceRequest, name: &str| -> Vec<(u64, u64, i64)> {
+            counter_points(r, name)
+        };
+        read(4_293_000_000, 0);
+        m.exporter_sent("otlp", 2);
+        store.observe("rdma.probe.rtt", [(&peer, 0.0005), (&peer, 0.005)]);
+        let first = request(&mut enc, &store, &m, at(0));
+        assert_eq!(
+            counter_points(&first, "rdma.port.drops"),
+            [(nanos(at(0)), nanos(at(0)), 0)],
+            "the first: nothing of before"
+        );
+        let t = temporalities(&first);
+        assert_eq!(t["rdma.port.drops"], DELTA as i32);
+        assert_eq!(t["rdma.probe.rtt"], DELTA as i32);
+        assert_eq!(t["rocewatch.exporter.sent"], DELTA as i32);
+        assert_eq!(
+            own(&first, "rocewatch.exporter.sent"),
+            [(nanos(started), nanos(at(0)), 2)],
+            "the agent's own: from its true start"
+        );
+        let hist = |r: &ExportMetricsServiceRequest| {
+            r.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .filter(|x| x.name == "rdma.probe.rtt")
+                .flat_map(|x| match &x.data {
+                    Some(Data::Histogram(h)) => h.data_points.clone(),
+                    other => panic!("{other:?}"),
+                })
+                .map(|p| (p.count, p.bucket_counts))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(hist(&first), [(2, vec![1, 1, 0])]);
+        read(4_294_000_000, 1);
+        // Across the top of 32 bits at the same pace: 967_296 + 32_704.
+        read(32_704, 2);
+        m.exporter_sent("otlp", 3);
+        store.observe("rdma.probe.rtt", [(&peer, 5.0)]);
+        let second = request(&mut enc, &store, &m, at(2));
+        assert_eq!(
+            counter_points(&second, "rdma.port.drops"),
+            [(nanos(at(0)), nanos(at(2)), 2_000_000)]
+        );
+        assert_eq!(
+            own(&second, "rocewatch.exporter.sent"),
+            [(nanos(at(0)), nanos(at(2)), 3)]
+        );
+        assert_eq!(hist(&second), [(1, vec![0, 0, 1])]);
+        // Nothing read or observed since: neither is sent again, at the full resend either.
+        for now in [at(3), at(3) + RESEND_ALL_EVERY] {
+            let again = request(&mut enc, &store, &m, now);
+            assert_eq!(counter_points(&again, "rdma.port.drops"), []);
+            assert_eq!(hist(&again), []);
+        }
+        // A reset between reads: no increase for it.
+        read(1_032_704, 4);
+        read(5, 5);
+        read(105, 6);
+        let fourth = request(&mut enc, &store, &m, at(6) + RESEND_ALL_EVERY);
+        assert_eq!(
+            counter_points(&fourth, "rdma.port.drops"),
+            [(nanos(at(2)), nanos(at(6)), 1_000_100)]
+        );
+        // What the deltas add up to is what the store derived, read by read.
+        let total: i64 = [&first, &second, &fourth]
+            .iter()
+            .flat_map(|r| counter_points(r, "rdma.port.drops"))
+            .map(|p| p.2)
+            .sum();
+        assert_eq!(total, 967_296 + 32_704 + 1_000_000 + 1_000_000 + 100);
+        // lowmemory: the NIC's counters (read: asynchronous) stay cumulative, the rest
+        // goes as deltas.
+        let mut low = Encoder::new(&[], started).temporality(Temporality::LowMemory);
+        read(205, 7);
+        let r = request(&mut low, &store, &m, at(7));
+        let t = temporalities(&r);
+        assert_eq!(t["rdma.port.drops"], CUMULATIVE as i32);
+        assert_eq!(t["rdma.probe.rtt"], DELTA as i32);
+        assert_eq!(t["rocewatch.exporter.sent"], DELTA as i32);
+        assert_eq!(counter_points(&r, "rdma.port.drops")[0].2, 205);
     }
 
     proptest::proptest! {
@@ -1007,6 +1255,113 @@ mod tests {
                 got_sorted.sort();
                 proptest::prop_assert_eq!(got_sorted, expect);
             }
+        }
+    }
+
+    /// Each request begun, with the length it was begun with.
+    #[derive(Default)]
+    struct Collect(Vec<(usize, Vec<u8>)>);
+
+    impl Sink for Collect {
+        fn begin(&mut self, len: usize) -> io::Result<&mut dyn Write> {
+            self.0.push((len, Vec::new()));
+            Ok(&mut self.0.last_mut().expect("begun").1)
+        }
+    }
+
+    /// An export larger than the bound goes as several requests, each under it, each
+    /// with the resource and the scope, that together hold every point once.
+    #[test]
+    fn a_large_export_is_cut_into_requests_under_the_bound() {
+        let store = Store::new();
+        let m = SelfMetrics::default();
+        let d = |name: &str, kind| MetricDescriptor {
+            name: name.into(),
+            unit: "By".into(),
+            kind,
+            description: format!("{name} described"),
+        };
+        store.declare(&[
+            d("rdma.port.rx", MetricKind::Counter),
+            d("rdma.port.tx", MetricKind::Counter),
+            d("rdma.qos.setting", MetricKind::Gauge),
+        ]);
+        let mut samples = Vec::new();
+        for i in 0..3000u64 {
+            let a: rocewatch_plugin_api::AttrSet = [("rdma.device".to_string(), format!("mlx5_{i}"))]
+                .into_iter()
+                .collect::<std::collections::BTreeMap<_, _>>()
+                .into();
+            let a = std::sync::Arc::new(a);
+            for (name, kind) in [
+                ("rdma.port.rx", MetricKind::Counter),
+                ("rdma.port.tx", MetricKind::Counter),
+                ("rdma.qos.setting", MetricKind::Gauge),
+            ] {
+                samples.push(Sample {
+                    name: name.to_string().into(),
+                    unit: "By".into(),
+                    value: Value::U64(i),
+                    attributes: a.clone(),
+                    source: "counters/x".into(),
+                    kind,
+                });
+            }
+        }
+        store.ingest("c", &samples, &m);
+        let resource = [("host.name".to_string(), "h".to_string())];
+        // One request without a bound.
+        let mut whole = Collect::default();
+        let all = Encoder::new(&resource, SystemTime::now())
+            .encode(&store, &m, SystemTime::now(), usize::MAX, &mut whole)
+            .unwrap();
+        assert_eq!(whole.0.len(), 1);
+        let bound = 64 << 10;
+        assert!(all > 3 * bound, "{all}: the test needs several requests");
+        let mut cut = Collect::default();
+        let total = Encoder::new(&resource, SystemTime::now())
+            .encode(&store, &m, SystemTime::now(), bound, &mut cut)
+            .unwrap();
+        assert!(cut.0.len() > 3, "{} requests", cut.0.len());
+        assert_eq!(total, cut.0.iter().map(|(_, b)| b.len()).sum::<usize>());
+        let mut points: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (len, body) in &cut.0 {
+            assert_eq!(*len, body.len(), "begun with its length");
+            assert!(body.len() <= bound, "a request of {}", body.len());
+            let r = ExportMetricsServiceRequest::decode(body.as_slice()).expect("decodes");
+            assert_eq!(r.resource_metrics.len(), 1);
+            let rm = &r.resource_metrics[0];
+            assert_eq!(rm.resource.as_ref().unwrap().attributes[0].key, "host.name");
+            let sm = &rm.scope_metrics[0];
+            assert_eq!(sm.scope.as_ref().unwrap().name, "rocewatch");
+            for metric in &sm.metrics {
+                let devices: Vec<String> = match &metric.data {
+                    Some(Data::Sum(s)) => s
+                        .data_points
+                        .iter()
+                        .map(|p| format!("{:?}", p.attributes))
+                        .collect(),
+                    Some(Data::Gauge(g)) => g
+                        .data_points
+                        .iter()
+                        .map(|p| format!("{:?}", p.attributes))
+                        .collect(),
+                    _ => continue,
+                };
+                points
+                    .entry(metric.name.clone())
+                    .or_default()
+                    .extend(devices);
+            }
+        }
+        for name in ["rdma.port.rx", "rdma.port.tx", "rdma.qos.setting"] {
+            let got = &points[name];
+            let distinct: std::collections::BTreeSet<&String> = got.iter().collect();
+            assert_eq!(
+                (got.len(), distinct.len()),
+                (3000, 3000),
+                "{name}: each point once"
+            );
         }
     }
 }

@@ -45,13 +45,12 @@
 pub mod config;
 mod encode;
 mod identity;
+mod queue;
 mod transport;
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use hyper::body::Bytes;
 #[cfg(test)]
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 #[cfg(test)]
@@ -59,6 +58,9 @@ use prost::Message;
 
 use self::config::OtlpConfig;
 use self::encode::Encoder;
+#[cfg(test)]
+use self::queue::{gzip, merge, Batch};
+use self::queue::{Queue, QueueState, Requests};
 use self::transport::{PartialSuccess, SendError, Transport};
 use crate::ExportError;
 use rocewatch_metrics::labels::ExporterDropReason;
@@ -68,10 +70,7 @@ use rocewatch_runtime::store::Store;
 /// At most this many queued snapshots go into one request.
 pub const MAX_MERGE: usize = 10;
 
-/// At most this many bytes of encoded snapshots, uncompressed, go into one request (a
-/// snapshot larger than this goes alone): a receiver's bound on a request is commonly a
-/// few MiB, and a gzip'd merge is inflated and compressed again whole.
-pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+pub use self::config::MAX_REQUEST_BYTES;
 
 /// `max_request_bytes` is taken as at least this: a request holds a resource, a scope and
 /// a metric's head besides its points.
@@ -124,293 +123,6 @@ fn parse_resource_env(s: &str) -> Vec<(String, String)> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The queue
-
-/// Encoded snapshots: one, or several merged into one request.
-#[derive(Debug, Clone)]
-struct Batch {
-    /// An `ExportMetricsServiceRequest`, encoded; with `gzip`, each snapshot's encoding
-    /// gzip'd on its own, one member after another.
-    body: Bytes,
-    /// Each snapshot's part of `body`, in order.
-    parts: Vec<Part>,
-    /// Each part is gzip'd (compressed once, when queued: the queue holds a tenth of
-    /// the bytes and a retry compresses nothing again).
-    gzip: bool,
-}
-
-/// One request's part of a batch: a snapshot, or one of the requests a snapshot larger
-/// than `max_request_bytes` was encoded into.
-#[derive(Debug, Clone, Copy)]
-struct Part {
-    /// Its length in the batch's body.
-    len: usize,
-    /// Its encoded length uncompressed (`len` when not gzip'd).
-    raw: usize,
-    /// The snapshot it is (part of), numbered as queued.
-    snapshot: u64,
-    /// It ends its snapshot: a snapshot is counted (sent, dropped) with its last part.
-    last: bool,
-}
-
-impl Batch {
-    /// One snapshot's encoded request, `gzip`'d or not; `raw` is its length uncompressed.
-    #[cfg(test)]
-    fn of_bytes(body: Vec<u8>, raw: usize, gzip: bool) -> Batch {
-        // A number of its own, apart from those the queue gives.
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
-        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Batch::piece(body, raw, gzip, id, true)
-    }
-
-    /// One request of snapshot `snapshot` (its last when `last`).
-    fn piece(body: Vec<u8>, raw: usize, gzip: bool, snapshot: u64, last: bool) -> Batch {
-        let len = body.len();
-        Batch {
-            body: body.into(),
-            parts: vec![Part {
-                len,
-                raw,
-                snapshot,
-                last,
-            }],
-            gzip,
-        }
-    }
-
-    #[cfg(test)]
-    fn of(r: &ExportMetricsServiceRequest) -> Batch {
-        let body = r.encode_to_vec();
-        let raw = body.len();
-        Batch::of_bytes(body, raw, false)
-    }
-
-    /// The request to send: the body, or for several gzip'd snapshots one gzip stream
-    /// of their encodings together (a receiver may read only a gzip body's first
-    /// member: concatenated members are not sent).
-    fn request(&self) -> Result<Bytes, std::io::Error> {
-        if !self.gzip || self.parts.len() == 1 {
-            return Ok(self.body.clone());
-        }
-        use std::io::Read;
-        let mut raw = Vec::new();
-        flate2::read::MultiGzDecoder::new(self.body.as_ref()).read_to_end(&mut raw)?;
-        gzip(&[&raw]).map(Bytes::from)
-    }
-
-    /// The snapshots it ends (a snapshot split in several requests counts once).
-    fn snapshots(&self) -> usize {
-        self.parts.iter().filter(|p| p.last).count()
-    }
-
-    /// The snapshots' encoded length, uncompressed.
-    fn raw(&self) -> usize {
-        self.parts.iter().map(|p| p.raw).sum()
-    }
-
-    /// Each snapshot on its own again: slices of the same bytes, no copy (the merged
-    /// buffer lives until its last slice is sent or dropped).
-    fn split(self) -> impl DoubleEndedIterator<Item = Batch> {
-        let mut at = 0;
-        let body = self.body;
-        let slices: Vec<Batch> = self
-            .parts
-            .into_iter()
-            .map(|part| {
-                let b = Batch {
-                    body: body.slice(at..at + part.len),
-                    parts: vec![part],
-                    gzip: self.gzip,
-                };
-                at += part.len;
-                b
-            })
-            .collect();
-        slices.into_iter()
-    }
-}
-
-#[derive(Default)]
-struct QueueState {
-    /// Oldest first.
-    batches: VecDeque<Batch>,
-    /// The snapshots of every batch queued.
-    snapshots: usize,
-    /// The encoded size of everything queued.
-    bytes: usize,
-    /// The size of the batch being sent: counted against `max_bytes` with the queue,
-    /// since it is in memory as well.
-    in_flight: usize,
-    closing: bool,
-    /// Set by the sender when it has finished (drained or gave up).
-    done: bool,
-    /// Snapshots given up at shutdown (the endpoint unreachable).
-    dropped_at_shutdown: usize,
-    /// The number of the next snapshot queued.
-    next_snapshot: u64,
-    /// The last snapshot a part of which was dropped (counted then; its other parts,
-    /// delivered or not, count no more).
-    last_lost: Option<u64>,
-}
-
-impl QueueState {
-    /// `part` dropped for `reason`: its snapshot counted once as dropped.
-    fn lost(&mut self, part: &Part, reason: ExporterDropReason, metrics: &SelfMetrics) {
-        if self.last_lost != Some(part.snapshot) {
-            self.last_lost = Some(part.snapshot);
-            metrics.exporter_dropped("otlp", reason);
-        }
-    }
-
-    /// `parts` delivered: the snapshots they end, less any with a part dropped.
-    fn delivered(&self, parts: &[Part]) -> usize {
-        parts
-            .iter()
-            .filter(|p| p.last && self.last_lost != Some(p.snapshot))
-            .count()
-    }
-}
-
-struct Queue {
-    state: Mutex<QueueState>,
-    cv: Condvar,
-    capacity: usize,
-    /// Bytes queued at most (`queue_max_bytes`).
-    max_bytes: usize,
-    metrics: Arc<SelfMetrics>,
-}
-
-impl Queue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Add a snapshot at the back; drop the oldest beyond capacity or bytes.
-    #[cfg(test)]
-    fn push(&self, b: Batch) {
-        let body = b.body.to_vec();
-        let raw = b.raw();
-        self.push_snapshot(vec![(body, raw)], b.gzip);
-    }
-
-    /// Add a snapshot, encoded as one request or several (each under
-    /// `max_request_bytes`), at the back; drop the oldest beyond capacity or bytes.
-    fn push_snapshot(&self, requests: Vec<(Vec<u8>, usize)>, gzip: bool) {
-        let mut st = self.lock();
-        let id = st.next_snapshot;
-        st.next_snapshot += 1;
-        let n = requests.len();
-        for (i, (body, raw)) in requests.into_iter().enumerate() {
-            st.bytes += body.len();
-            st.batches
-                .push_back(Batch::piece(body, raw, gzip, id, i + 1 == n));
-        }
-        st.snapshots += 1;
-        self.trim(&mut st);
-        drop(st);
-        self.cv.notify_all();
-    }
-
-    /// Put a failed batch back at the front (it is older than anything queued since),
-    /// snapshot by snapshot: over a bound, only as many of its oldest as needed go.
-    fn push_front(&self, b: Batch) {
-        let mut st = self.lock();
-        st.in_flight = 0;
-        for one in b.split().rev() {
-            st.bytes += one.body.len();
-            st.snapshots += 1;
-            st.batches.push_front(one);
-        }
-        self.trim(&mut st);
-    }
-
-    /// Drop the oldest snapshots beyond `capacity` or `max_bytes` (the newest is always
-    /// kept), a snapshot's requests together, counting each snapshot dropped.
-    fn trim(&self, st: &mut QueueState) {
-        while st.snapshots > 1
-            && (st.snapshots > self.capacity || st.bytes + st.in_flight > self.max_bytes)
-        {
-            // The queued parts are whole snapshots' requests in order, each group ending
-            // with its last (a split snapshot's earlier requests may have gone already).
-            while let Some(b) = st.batches.pop_front() {
-                st.bytes -= b.body.len();
-                st.snapshots -= b.snapshots();
-                let mut ended = false;
-                for p in &b.parts {
-                    st.lost(p, ExporterDropReason::QueueFull, &self.metrics);
-                    ended |= p.last;
-                }
-                if ended {
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Take the oldest batches, up to `max` requests and `max_request` bytes
-    /// uncompressed (at least one batch), merged into one.
-    fn take(&self, st: &mut QueueState, max: usize, max_request: usize) -> Batch {
-        let first = st
-            .batches
-            .pop_front()
-            .expect("taken from a non-empty queue");
-        let mut taken = vec![first];
-        let (mut parts, mut raw) = (taken[0].parts.len(), taken[0].raw());
-        while let Some(next) = st.batches.front() {
-            if parts + next.parts.len() > max || raw + next.raw() > max_request {
-                break;
-            }
-            parts += next.parts.len();
-            raw += next.raw();
-            taken.push(st.batches.pop_front().expect("front exists"));
-        }
-        let b = merge(taken);
-        st.bytes -= b.body.len();
-        st.snapshots -= b.snapshots();
-        st.in_flight = b.body.len();
-        b
-    }
-
-    /// Shutting down and the endpoint is unreachable: give up now rather than hold the
-    /// agent's exit; what is left is counted as dropped.
-    fn give_up(&self, mut st: std::sync::MutexGuard<'_, QueueState>) {
-        let left = st.snapshots;
-        let batches = std::mem::take(&mut st.batches);
-        for p in batches.iter().flat_map(|b| &b.parts) {
-            st.lost(p, ExporterDropReason::Shutdown, &self.metrics);
-        }
-        st.bytes = 0;
-        st.snapshots = 0;
-        st.dropped_at_shutdown = left;
-        st.done = true;
-        self.cv.notify_all();
-    }
-
-    /// Snapshots queued.
-    pub fn len(&self) -> usize {
-        self.lock().snapshots
-    }
-
-    /// Wait until `at`, whatever is queued meanwhile (a new snapshot wakes the condvar: it
-    /// must not cut a backoff or a receiver's `Retry-After` short), or until the exporter
-    /// closes.
-    fn wait_until(&self, at: Instant) -> std::sync::MutexGuard<'_, QueueState> {
-        let mut st = self.lock();
-        loop {
-            let now = Instant::now();
-            if st.closing || now >= at {
-                return st;
-            }
-            st = self
-                .cv
-                .wait_timeout(st, at - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // The sender thread
 
 fn jittered(d: Duration) -> Duration {
@@ -421,107 +133,6 @@ fn jittered(d: Duration) -> Duration {
         .subsec_nanos();
     let f = 0.8 + 0.4 * (n % 1000) as f64 / 1000.0;
     d.mul_f64(f)
-}
-
-/// One batch of several: their encodings concatenated (an encoded request with every
-/// batch's resource metrics, in order).
-fn merge(batches: Vec<Batch>) -> Batch {
-    if batches.len() == 1 {
-        return batches.into_iter().next().expect("one batch");
-    }
-    let len = batches.iter().map(|b| b.body.len()).sum();
-    let gzip = batches[0].gzip;
-    let mut body = Vec::with_capacity(len);
-    let mut parts = Vec::new();
-    for b in batches {
-        body.extend_from_slice(&b.body);
-        parts.extend(b.parts);
-    }
-    Batch {
-        body: body.into(),
-        parts,
-        gzip,
-    }
-}
-
-/// The requests of one export, as the encoder writes them (see [`encode::Sink`]): each
-/// into its own gzip stream (one member each: it is queued and may be sent alone), or
-/// its own buffer.
-struct Requests {
-    gzip: bool,
-    /// The size a buffer starts at (the last export's largest request).
-    hint: usize,
-    done: Vec<(Vec<u8>, usize)>,
-    current: Option<(Writer, usize)>,
-}
-
-enum Writer {
-    Plain(Vec<u8>),
-    Gzip(flate2::write::GzEncoder<Vec<u8>>),
-}
-
-impl Requests {
-    fn new(gzip: bool, hint: usize) -> Requests {
-        Requests {
-            gzip,
-            hint,
-            done: Vec::new(),
-            current: None,
-        }
-    }
-
-    fn close(&mut self) -> std::io::Result<()> {
-        if let Some((w, raw)) = self.current.take() {
-            let body = match w {
-                Writer::Plain(v) => v,
-                Writer::Gzip(g) => g.finish()?,
-            };
-            self.done.push((body, raw));
-        }
-        Ok(())
-    }
-
-    /// Each request's bytes and its length uncompressed, in order.
-    fn finish(mut self) -> std::io::Result<Vec<(Vec<u8>, usize)>> {
-        self.close()?;
-        Ok(self.done)
-    }
-}
-
-impl encode::Sink for Requests {
-    fn begin(&mut self, len: usize) -> std::io::Result<&mut dyn std::io::Write> {
-        self.close()?;
-        let w = if self.gzip {
-            let cap = self.hint.min(len / 4) + 64;
-            Writer::Gzip(flate2::write::GzEncoder::new(
-                Vec::with_capacity(cap),
-                flate2::Compression::fast(),
-            ))
-        } else {
-            Writer::Plain(Vec::with_capacity(len))
-        };
-        let (w, _) = self.current.insert((w, len));
-        Ok(match w {
-            Writer::Plain(v) => v,
-            Writer::Gzip(g) => g,
-        })
-    }
-}
-
-/// `pieces`, one after the other, gzip'd at the fastest level (an export's protobuf
-/// shrinks about tenfold at it; the best level costs several times the CPU for a few
-/// per cent).
-fn gzip(pieces: &[&[u8]]) -> Result<Vec<u8>, std::io::Error> {
-    use std::io::Write;
-    let len: usize = pieces.iter().map(|p| p.len()).sum();
-    let mut enc = flate2::write::GzEncoder::new(
-        Vec::with_capacity(len / 8 + 64),
-        flate2::Compression::fast(),
-    );
-    for p in pieces {
-        enc.write_all(p)?;
-    }
-    enc.finish()
 }
 
 /// The longest a receiver's `Retry-After` or `RetryInfo` is honoured: a longer one (a

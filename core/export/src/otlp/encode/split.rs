@@ -8,11 +8,27 @@
 
 use std::io::{self, Write};
 
-use super::{field_len, string_len, Family};
+use rocewatch_runtime::store::Series;
+
+use super::wire::{field_len, string, string_len, tag, uint, varint, LEN};
+
+/// One metric of the store's series, measured in the encoder's first pass.
+pub(super) struct Family<'a> {
+    /// Its series: `series[from..to]`.
+    pub from: usize,
+    pub to: usize,
+    pub name: &'a str,
+    pub description: &'a str,
+    pub unit: &'a str,
+    pub counter: bool,
+    /// The length of its `Sum` or `Gauge`, and of the whole `Metric`.
+    pub data: usize,
+    pub metric: usize,
+}
 
 /// Where the requests of an export go: each begun with its length uncompressed, then
 /// written whole before the next one begins.
-pub(in crate::otlp) trait Sink {
+pub(crate) trait Sink {
     fn begin(&mut self, len: usize) -> io::Result<&mut dyn Write>;
 }
 
@@ -114,28 +130,91 @@ pub(super) fn plan(
     (requests, tail_at)
 }
 
+/// The series' encoding goes to the writer in pieces of about this size: at 2000 ports a
+/// request is over 20 MB before compression, and never held whole.
+pub(super) const CHUNK: usize = 256 * 1024;
+
+/// What the requests of one export are written from: the resource and scope, encoded,
+/// and the store's series as the first pass measured them.
+pub(super) struct Cut<'a> {
+    pub resource: &'a [u8],
+    pub scope: &'a [u8],
+    pub families: &'a [Family<'a>],
+    pub series: &'a [&'a Series],
+    pub lengths: &'a [u32],
+    /// Writes a series' point (cumulative, or its increases).
+    pub point: &'a dyn Fn(&mut Vec<u8>, &Series, bool),
+    /// `AggregationTemporality` of the sums.
+    pub temporality: u64,
+}
+
+impl Cut<'_> {
+    /// One request of `pieces`, `tail` after them, into `out` (begun with its length),
+    /// [`CHUNK`] at a time through `chunk`. Returns its length.
+    pub(super) fn write(
+        &self,
+        pieces: &[Piece],
+        tail: &[u8],
+        chunk: &mut Vec<u8>,
+        out: &mut dyn Sink,
+    ) -> io::Result<usize> {
+        let scope_metrics = self.scope.len()
+            + pieces.iter().map(|p| field_len(p.metric)).sum::<usize>()
+            + tail.len();
+        let resource_metrics = self.resource.len() + field_len(scope_metrics);
+        let total = field_len(resource_metrics);
+        let out = out.begin(total)?;
+        // ExportMetricsServiceRequest { resource_metrics: [{ resource, scope_metrics: [..] }] }.
+        tag(chunk, 1, LEN);
+        varint(chunk, resource_metrics as u64);
+        chunk.extend_from_slice(self.resource);
+        tag(chunk, 2, LEN);
+        varint(chunk, scope_metrics as u64);
+        chunk.extend_from_slice(self.scope);
+        let mut written = 0;
+        for p in pieces {
+            let f = &self.families[p.family];
+            tag(chunk, 2, LEN);
+            varint(chunk, p.metric as u64);
+            string(chunk, 1, f.name);
+            string(chunk, 2, f.description);
+            string(chunk, 3, f.unit);
+            tag(chunk, if f.counter { 7 } else { 5 }, LEN);
+            varint(chunk, p.data as u64);
+            let points = self.series[p.from..p.to].iter();
+            for (s, len) in points.zip(&self.lengths[p.from..p.to]) {
+                tag(chunk, 1, LEN);
+                varint(chunk, u64::from(*len));
+                (self.point)(chunk, s, f.counter);
+                if chunk.len() >= CHUNK {
+                    out.write_all(chunk)?;
+                    written += chunk.len();
+                    chunk.clear();
+                }
+            }
+            if f.counter {
+                uint(chunk, 2, self.temporality);
+                uint(chunk, 3, 1);
+            }
+        }
+        out.write_all(chunk)?;
+        out.write_all(tail)?;
+        written += chunk.len() + tail.len();
+        chunk.clear();
+        if written != total {
+            // A length in front of its contents would be wrong: the receiver could not
+            // decode the request. Never sent.
+            return Err(io::Error::other(format!(
+                "OTLP encoder: a request measured {total} bytes and {written} were written"
+            )));
+        }
+        Ok(total)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::Encoder;
     use super::*;
-    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-    use prost::Message;
-    use rocewatch_plugin_api::{AttrSet, MetricDescriptor, MetricKind, Sample, Value};
-    use rocewatch_runtime::selfmetrics::SelfMetrics;
-    use rocewatch_runtime::store::Store;
-    use std::time::SystemTime;
-
-    /// Each request begun, with the length it was begun with.
-    #[derive(Default)]
-    struct Collect(Vec<(usize, Vec<u8>)>);
-
-    impl Sink for Collect {
-        fn begin(&mut self, len: usize) -> io::Result<&mut dyn Write> {
-            self.0.push((len, Vec::new()));
-            Ok(&mut self.0.last_mut().expect("begun").1)
-        }
-    }
 
     fn family(name: &'static str, from: usize, to: usize, lengths: &[u32]) -> Family<'static> {
         let data = lengths[from..to]
@@ -187,101 +266,5 @@ mod tests {
         let (one, _) = plan(&families, &lengths, 300, usize::MAX);
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].len(), 3);
-    }
-
-    /// An export larger than the bound goes as several requests, each under it, each
-    /// with the resource and the scope, that together hold every point once.
-    #[test]
-    fn a_large_export_is_cut_into_requests_under_the_bound() {
-        let store = Store::new();
-        let m = SelfMetrics::default();
-        let d = |name: &str, kind| MetricDescriptor {
-            name: name.into(),
-            unit: "By".into(),
-            kind,
-            description: format!("{name} described"),
-        };
-        store.declare(&[
-            d("rdma.port.rx", MetricKind::Counter),
-            d("rdma.port.tx", MetricKind::Counter),
-            d("rdma.qos.setting", MetricKind::Gauge),
-        ]);
-        let mut samples = Vec::new();
-        for i in 0..3000u64 {
-            let a: AttrSet = [("rdma.device".to_string(), format!("mlx5_{i}"))]
-                .into_iter()
-                .collect::<std::collections::BTreeMap<_, _>>()
-                .into();
-            let a = std::sync::Arc::new(a);
-            for (name, kind) in [
-                ("rdma.port.rx", MetricKind::Counter),
-                ("rdma.port.tx", MetricKind::Counter),
-                ("rdma.qos.setting", MetricKind::Gauge),
-            ] {
-                samples.push(Sample {
-                    name: name.to_string().into(),
-                    unit: "By".into(),
-                    value: Value::U64(i),
-                    attributes: a.clone(),
-                    source: "counters/x".into(),
-                    kind,
-                });
-            }
-        }
-        store.ingest("c", &samples, &m);
-        let resource = [("host.name".to_string(), "h".to_string())];
-        // One request without a bound.
-        let mut whole = Collect::default();
-        let all = Encoder::new(&resource, SystemTime::now())
-            .encode(&store, &m, SystemTime::now(), usize::MAX, &mut whole)
-            .unwrap();
-        assert_eq!(whole.0.len(), 1);
-        let bound = 64 << 10;
-        assert!(all > 3 * bound, "{all}: the test needs several requests");
-        let mut cut = Collect::default();
-        let total = Encoder::new(&resource, SystemTime::now())
-            .encode(&store, &m, SystemTime::now(), bound, &mut cut)
-            .unwrap();
-        assert!(cut.0.len() > 3, "{} requests", cut.0.len());
-        assert_eq!(total, cut.0.iter().map(|(_, b)| b.len()).sum::<usize>());
-        let mut points: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-        for (len, body) in &cut.0 {
-            assert_eq!(*len, body.len(), "begun with its length");
-            assert!(body.len() <= bound, "a request of {}", body.len());
-            let r = ExportMetricsServiceRequest::decode(body.as_slice()).expect("decodes");
-            assert_eq!(r.resource_metrics.len(), 1);
-            let rm = &r.resource_metrics[0];
-            assert_eq!(rm.resource.as_ref().unwrap().attributes[0].key, "host.name");
-            let sm = &rm.scope_metrics[0];
-            assert_eq!(sm.scope.as_ref().unwrap().name, "rocewatch");
-            for metric in &sm.metrics {
-                let devices: Vec<String> = match &metric.data {
-                    Some(Data::Sum(s)) => s
-                        .data_points
-                        .iter()
-                        .map(|p| format!("{:?}", p.attributes))
-                        .collect(),
-                    Some(Data::Gauge(g)) => g
-                        .data_points
-                        .iter()
-                        .map(|p| format!("{:?}", p.attributes))
-                        .collect(),
-                    _ => continue,
-                };
-                points
-                    .entry(metric.name.clone())
-                    .or_default()
-                    .extend(devices);
-            }
-        }
-        for name in ["rdma.port.rx", "rdma.port.tx", "rdma.qos.setting"] {
-            let got = &points[name];
-            let distinct: std::collections::BTreeSet<&String> = got.iter().collect();
-            assert_eq!(
-                (got.len(), distinct.len()),
-                (3000, 3000),
-                "{name}: each point once"
-            );
-        }
     }
 }

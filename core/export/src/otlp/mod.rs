@@ -80,11 +80,19 @@ const MIN_REQUEST_BYTES: usize = 64 << 10;
 /// `service.name` (rocewatch), `service.version`, `host.name`, `host.id` and
 /// `service.instance.id` (`identity`: from the machine id), then
 /// `OTEL_RESOURCE_ATTRIBUTES` (`k=v,k2=v2`, values percent-decoded, as the OpenTelemetry
-/// SDKs read it), then the configured extras.
+/// SDKs read it), then `OTEL_SERVICE_NAME`, then the configured extras: what a user
+/// gives wins over rocewatch's defaults, and the file over the environment.
 pub fn resource(cfg: &OtlpConfig, host: &str) -> Vec<(String, String)> {
     let mut attrs = identity::own_attributes(cfg, host);
     if let Ok(env) = std::env::var("OTEL_RESOURCE_ATTRIBUTES") {
         attrs.extend(parse_resource_env(&env));
+    }
+    // Empty is unset (the specification says so of every variable).
+    if let Some(name) = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+    {
+        attrs.push(("service.name".into(), name.trim().to_string()));
     }
     for (k, v) in &cfg.resource {
         attrs.push((k.clone(), v.clone()));

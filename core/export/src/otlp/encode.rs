@@ -113,7 +113,6 @@ pub(super) struct Encoder {
 /// a view read rarely (the QoS view, `[qos] interval`).
 const RESEND_ALL_EVERY: std::time::Duration = std::time::Duration::from_secs(240);
 
-
 /// The length of a data point's contents (without its own tag and length): what
 /// [`point`] writes.
 fn point_len(sample: &Sample, counter: bool) -> usize {
@@ -1288,10 +1287,11 @@ mod tests {
         ]);
         let mut samples = Vec::new();
         for i in 0..3000u64 {
-            let a: rocewatch_plugin_api::AttrSet = [("rdma.device".to_string(), format!("mlx5_{i}"))]
-                .into_iter()
-                .collect::<std::collections::BTreeMap<_, _>>()
-                .into();
+            let a: rocewatch_plugin_api::AttrSet =
+                [("rdma.device".to_string(), format!("mlx5_{i}"))]
+                    .into_iter()
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into();
             let a = std::sync::Arc::new(a);
             for (name, kind) in [
                 ("rdma.port.rx", MetricKind::Counter),

@@ -594,8 +594,10 @@ fn rocewatch_within(
     within: Duration,
 ) -> (Option<i32>, String, String, Duration) {
     use std::io::Read;
+    // Built first: the clock is the binary's, not cargo's.
+    let bin = &artifacts().rocewatch;
     let started = Instant::now();
-    let mut c = std::process::Command::new(&artifacts().rocewatch);
+    let mut c = std::process::Command::new(bin);
     c.args(args)
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())

@@ -20,6 +20,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::events::Event as LogEvent;
+
 pub use rocewatch_metrics::labels::{ActionOutcome, AuditKind};
 
 /// A rule transition's direction: what a decision was about, and when an action is
@@ -375,13 +377,16 @@ impl AuditLog {
         if labelled {
             decision.labels_in.store(generation + 1, Ordering::Release);
         }
+        publish_event(&rec, &decision.labels);
         Ok(())
     }
 
     /// Append one line; with `sync`, flushed to disk before returning. A failure leaves
     /// the log closed: the next record opens it again (the disk may have room by then).
     pub fn append(&self, rec: &AuditRecord, sync: bool) -> std::io::Result<()> {
-        self.append_built(&|_| rec.clone(), sync).map(|_| ())
+        self.append_built(&|_| rec.clone(), sync)?;
+        publish_event(rec, rec.labels.as_ref().unwrap_or(&BTreeMap::new()));
+        Ok(())
     }
 
     /// Append the record `build` makes for the file generation it lands in (built again
@@ -434,6 +439,105 @@ impl AuditLog {
             *g = None;
         }
         r.map(|()| (generation, labelled))
+    }
+}
+
+/// The `action` of the quarantine's records (`quarantine::ACTION_ENTER`, `ACTION_RELEASE`:
+/// that module builds on this one).
+const QUARANTINE_ENTER: &str = "quarantine";
+const QUARANTINE_RELEASE: &str = "quarantine-release";
+
+/// The event of a record written (`events`: the OTLP copy of the audit log), with the
+/// labels of its decision. Transitions (`fired`, `cleared`) are left to the pipeline's,
+/// which sees every rule's; a quarantine is an event once changed (its `result`).
+pub fn event_of(rec: &AuditRecord, labels: &BTreeMap<String, String>) -> Option<LogEvent> {
+    use crate::events::{names, Severity};
+    let action = rec.action.as_deref().unwrap_or("");
+    let failed = rec.outcome.is_some_and(|o| o != ActionOutcome::Ok);
+    let quarantine = action == QUARANTINE_ENTER || action == QUARANTINE_RELEASE;
+    let qos = rec.rule.starts_with("qos ");
+    let (name, severity) = match rec.decision {
+        AuditKind::Fired | AuditKind::Cleared => return None,
+        AuditKind::Executing if quarantine => return None,
+        AuditKind::Result if quarantine => {
+            let entered = action == QUARANTINE_ENTER;
+            let name = if entered {
+                names::QUARANTINE_ENTERED
+            } else {
+                names::QUARANTINE_RELEASED
+            };
+            let sev = match (failed, entered) {
+                (true, _) => Severity::Error,
+                (false, true) => Severity::Warn,
+                (false, false) => Severity::Info,
+            };
+            (name, sev)
+        }
+        AuditKind::Result => {
+            let name = if qos {
+                names::QOS_RESULT
+            } else {
+                names::REMEDIATION_RESULT
+            };
+            (
+                name,
+                if failed {
+                    Severity::Error
+                } else {
+                    Severity::Info
+                },
+            )
+        }
+        kind => {
+            let name = if qos {
+                names::QOS_DECISION
+            } else {
+                names::REMEDIATION_DECISION
+            };
+            let sev = match kind {
+                AuditKind::Executing => Severity::Warn,
+                AuditKind::Refused => Severity::Error,
+                _ => Severity::Info,
+            };
+            (name, sev)
+        }
+    };
+    let mut attributes = labels.clone();
+    let mut put = |k: &str, v: String| {
+        attributes.insert(k.to_string(), v);
+    };
+    put("rocewatch.decision_id", rec.decision_id.clone());
+    put("rocewatch.decision", rec.decision.as_str().to_string());
+    put("rocewatch.origin", rec.rule.clone());
+    if !action.is_empty() {
+        put("rocewatch.action", action.to_string());
+    }
+    if let Some(o) = rec.outcome {
+        put("rocewatch.outcome", o.as_str().to_string());
+    }
+    if let Some(ms) = rec.duration_ms {
+        put("rocewatch.duration_ms", ms.to_string());
+    }
+    let on = crate::events::describe(labels);
+    let detail = rec.detail.as_deref().unwrap_or("");
+    let outcome = rec.outcome.map(|o| format!(" ({o})")).unwrap_or_default();
+    Some(LogEvent {
+        time: SystemTime::now(),
+        name,
+        severity,
+        body: format!(
+            "{} {action} for {}{on}{outcome}: {detail}",
+            rec.decision, rec.rule
+        ),
+        attributes,
+    })
+}
+
+fn publish_event(rec: &AuditRecord, labels: &BTreeMap<String, String>) {
+    if crate::events::enabled() {
+        if let Some(e) = event_of(rec, labels) {
+            crate::events::publish(e);
+        }
     }
 }
 
@@ -527,6 +631,62 @@ mod tests {
             workloads: None,
             workloads_truncated: None,
         }
+    }
+
+    #[test]
+    fn a_decision_and_its_result_are_published_once_written_with_one_id() {
+        let bus = crate::events::install(crate::events::BUS_CAPACITY);
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::new(dir.path().join("audit.jsonl"));
+        let labels: BTreeMap<String, String> = [("rdma.device", "mlx5_events"), ("rdma.port", "1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let d = Decision::new(labels);
+        let mut dry = AuditRecord::change(
+            AuditKind::DryRun,
+            "pfc-storm",
+            "drain",
+            "would drain".into(),
+            None,
+            None,
+        );
+        dry.event = Event::Firing;
+        log.append_to(&d, dry, true).unwrap();
+        let result = AuditRecord::change(
+            AuditKind::Result,
+            "pfc-storm",
+            "drain",
+            "exit 1".into(),
+            Some(ActionOutcome::Error),
+            None,
+        );
+        log.append_to(&d, result, false).unwrap();
+        // A record that could not be written is no event.
+        let gone = AuditLog::new(dir.path().join("no-such-dir/audit.jsonl"));
+        let lost = AuditRecord::change(AuditKind::DryRun, "x", "drain", "".into(), None, None);
+        assert!(gone.append_to(&d, lost, true).is_err());
+        let ours: Vec<_> = bus
+            .take(usize::MAX, std::time::Instant::now())
+            .into_iter()
+            .filter(|e| {
+                e.attributes
+                    .get("rocewatch.decision_id")
+                    .map(String::as_str)
+                    == Some(d.id())
+            })
+            .collect();
+        assert_eq!(ours.len(), 2, "{ours:?}");
+        assert_eq!(ours[0].name, crate::events::names::REMEDIATION_DECISION);
+        assert_eq!(ours[0].attributes["rocewatch.decision"], "dry_run");
+        assert_eq!(ours[0].attributes["rdma.device"], "mlx5_events");
+        assert_eq!(ours[1].name, crate::events::names::REMEDIATION_RESULT);
+        assert_eq!(ours[1].severity, crate::events::Severity::Error);
+        assert_eq!(
+            ours[1].attributes["rdma.port"], "1",
+            "labels on every event"
+        );
+        assert!(ours[1].body.contains("exit 1"), "{}", ours[1].body);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The agent's runtime: what every command and every component runs on.
 //!
 //! Direction (each imports only what is to its right): `app` → `pipeline` → `rules` → `host` →
-//! `store`, `quarantine` → `selfmetrics`, `audit` → `util`. The crates above (export, probes, qos,
+//! `store`, `quarantine` → `selfmetrics`, `audit` → `events` → `util`. The crates above (export, probes, qos,
 //! remediation, doctor, the agent) build on this one; the compiler keeps them from
 //! reaching back.
 //!
@@ -13,6 +13,8 @@
 //! - [`rules`]: threshold rules: configuration and engine.
 //! - [`pipeline`]: ingest (store, derived signals, rules, subscribers) and the schedules.
 //! - [`audit`]: the JSON-lines audit log of remediation and QoS changes.
+//! - [`events`]: what the agent decided or saw happen, for OTLP logs: a bounded bus sources
+//!   publish to without waiting (the audit log's records once written, rule transitions).
 //! - [`quarantine`]: the host's quarantine, a state file that outlives the agent.
 //! - [`selfmetrics`]: `rocewatch.*` metrics.
 //! - [`util`]: configuration durations and their bounds, shutdown signals, state files
@@ -20,6 +22,7 @@
 
 pub mod app;
 pub mod audit;
+pub mod events;
 pub mod host;
 pub mod pipeline;
 pub mod quarantine;

@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn the_catalog_describes_every_value_of_each_label_set() {
-        let sets: [(&str, Vec<&str>); 5] = [
+        let sets: [(&str, Vec<&str>); 6] = [
             (
                 names::ROCEWATCH_PLUGIN_ERRORS,
                 PluginErrorReason::ALL.iter().map(|v| v.as_str()).collect(),
@@ -174,6 +174,10 @@ mod tests {
             ),
             (
                 names::ROCEWATCH_EXPORTER_DROPPED,
+                ExporterDropReason::ALL.iter().map(|v| v.as_str()).collect(),
+            ),
+            (
+                names::ROCEWATCH_EVENTS_DROPPED,
                 ExporterDropReason::ALL.iter().map(|v| v.as_str()).collect(),
             ),
         ];

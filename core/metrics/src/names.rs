@@ -75,6 +75,8 @@ names! {
     ROCEWATCH_EXPORTER_DROPPED = "rocewatch.exporter.dropped",
     ROCEWATCH_EXPORTER_SENT = "rocewatch.exporter.sent",
     ROCEWATCH_EXPORTER_REJECTED_POINTS = "rocewatch.exporter.rejected_points",
+    ROCEWATCH_EVENTS_SENT = "rocewatch.events.sent",
+    ROCEWATCH_EVENTS_DROPPED = "rocewatch.events.dropped",
     ROCEWATCH_ALERTMANAGER_REQUESTS = "rocewatch.alertmanager.requests",
     ROCEWATCH_REMEDIATION_DECISIONS = "rocewatch.remediation.decisions",
     ROCEWATCH_RULE_TRANSITIONS = "rocewatch.rule.transitions",

@@ -23,6 +23,10 @@ struct Inner {
     exporter_sent: BTreeMap<String, u64>,
     /// Data points receivers said they rejected (OTLP `partial_success`), by exporter.
     exporter_rejected_points: BTreeMap<String, u64>,
+    /// Events delivered as OTLP log records.
+    events_sent: u64,
+    /// Events not delivered, by reason.
+    events_dropped: BTreeMap<ExporterDropReason, u64>,
     /// result → count
     alertmanager: BTreeMap<String, u64>,
     /// (action, decision) → count
@@ -132,6 +136,27 @@ impl SelfMetrics {
     }
 
     /// Count `n` snapshots delivered by `exporter`.
+    /// Count `n` events delivered as OTLP log records.
+    pub fn events_sent(&self, n: u64) {
+        let mut g = self.lock();
+        g.events_sent = g.events_sent.saturating_add(n);
+    }
+
+    /// Count `n` events not delivered, for `reason`.
+    pub fn events_dropped(&self, reason: ExporterDropReason, n: u64) {
+        if n > 0 {
+            let mut g = self.lock();
+            let c = g.events_dropped.entry(reason).or_default();
+            *c = c.saturating_add(n);
+        }
+    }
+
+    /// Events delivered, and not delivered (every reason), so far.
+    pub fn events_counts(&self) -> (u64, u64) {
+        let g = self.lock();
+        (g.events_sent, g.events_dropped.values().sum())
+    }
+
     pub fn exporter_sent(&self, exporter: &str, n: usize) {
         *self
             .lock()
@@ -286,6 +311,22 @@ impl SelfMetrics {
                 "{snapshot}",
                 *v,
                 attrs(&[("exporter", exporter)]),
+            ));
+        }
+        if inner.events_sent > 0 || !inner.events_dropped.is_empty() {
+            out.push(counter(
+                names::ROCEWATCH_EVENTS_SENT,
+                "{log_record}",
+                inner.events_sent,
+                BTreeMap::new(),
+            ));
+        }
+        for (reason, v) in &inner.events_dropped {
+            out.push(counter(
+                names::ROCEWATCH_EVENTS_DROPPED,
+                "{log_record}",
+                *v,
+                attrs(&[("reason", reason.as_str())]),
             ));
         }
         for (result, v) in &inner.alertmanager {

@@ -209,7 +209,9 @@ impl Queue {
         st.in_flight = 0;
         for one in b.split().rev() {
             st.bytes += one.body.len();
-            st.snapshots += 1;
+            // A snapshot counts where its last request is: an earlier request of a
+            // split snapshot put back adds none (it did not count when it was taken).
+            st.snapshots += one.snapshots();
             st.batches.push_front(one);
         }
         self.trim(&mut st);
@@ -221,6 +223,12 @@ impl Queue {
         while st.snapshots > 1
             && (st.snapshots > self.capacity || st.bytes + st.in_flight > self.max_bytes)
         {
+            if st.batches.is_empty() {
+                // Nothing left to drop: a count that says otherwise is wrong, and must
+                // never hold the lock in this loop.
+                st.snapshots = 0;
+                break;
+            }
             // The queued parts are whole snapshots' requests in order, each group ending
             // with its last (a split snapshot's earlier requests may have gone already).
             while let Some(b) = st.batches.pop_front() {
@@ -400,4 +408,56 @@ pub(super) fn gzip(pieces: &[&[u8]]) -> Result<Vec<u8>, std::io::Error> {
         enc.write_all(p)?;
     }
     enc.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(capacity: usize) -> Queue {
+        Queue {
+            state: Mutex::new(QueueState::default()),
+            cv: Condvar::new(),
+            capacity,
+            max_bytes: usize::MAX,
+            metrics: Arc::new(SelfMetrics::default()),
+        }
+    }
+
+    /// A split snapshot whose first request fails again and again (an endpoint down, a
+    /// 503) stays one snapshot: each retry put back counted one more, until the count
+    /// passed the capacity, the trim dropped every real snapshot and then spun with the
+    /// lock held (export frozen, shutdown hung).
+    #[test]
+    fn a_split_snapshot_put_back_again_and_again_stays_one() {
+        let q = queue(3);
+        let three: Vec<(Vec<u8>, usize)> = (0..3u8).map(|i| (vec![i; 8], 8)).collect();
+        q.push_snapshot(three, false);
+        assert_eq!(q.len(), 1);
+        for _ in 0..10 {
+            let mut st = q.lock();
+            // One request at a time, as the sender takes them while the endpoint fails.
+            let b = q.take(&mut st, 1, usize::MAX);
+            drop(st);
+            assert_eq!(b.snapshots(), 0, "the first request of three ends no snapshot");
+            q.push_front(b);
+            assert_eq!(q.len(), 1);
+            assert_eq!(q.lock().batches.len(), 3);
+        }
+        assert_eq!(
+            q.metrics
+                .exporter_dropped_for("otlp", ExporterDropReason::QueueFull),
+            0
+        );
+    }
+
+    /// A count that disagrees with what is queued never makes the trim loop.
+    #[test]
+    fn a_trim_with_nothing_queued_ends() {
+        let q = queue(1);
+        let mut st = q.lock();
+        st.snapshots = 5;
+        q.trim(&mut st);
+        assert_eq!(st.snapshots, 0);
+    }
 }

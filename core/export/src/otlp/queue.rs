@@ -439,7 +439,11 @@ mod tests {
             // One request at a time, as the sender takes them while the endpoint fails.
             let b = q.take(&mut st, 1, usize::MAX);
             drop(st);
-            assert_eq!(b.snapshots(), 0, "the first request of three ends no snapshot");
+            assert_eq!(
+                b.snapshots(),
+                0,
+                "the first request of three ends no snapshot"
+            );
             q.push_front(b);
             assert_eq!(q.len(), 1);
             assert_eq!(q.lock().batches.len(), 3);

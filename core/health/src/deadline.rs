@@ -4,8 +4,10 @@
 //! kills its HealthCheckProgram, node-problem-detector's rule times out into `Unknown`.
 //!
 //! A part still reading at the deadline is an unhealthy finding naming what it reads: a
-//! sysfs file, a netlink dump or a log that does not answer within seconds is what a
-//! job's setup would wait on too (`ibv_open_device` reads the same sysfs). A part that
+//! sysfs file or a netlink dump that does not answer within seconds is what a job's
+//! setup would wait on too (`ibv_open_device` reads the same sysfs). The kernel log and
+//! the verbs libraries are the host's files, not the NIC: slow there is "cannot tell"
+//! (a slow disk or a large journal must not drain every busy node). A part that
 //! never started (it waited on one that did not finish) cannot tell. The threads of
 //! parts that did not finish are left to end with the process: a read blocked in the
 //! kernel cannot be taken back.
@@ -128,7 +130,7 @@ impl Board {
                 Slot::Done(f) => f.clone(),
                 Slot::Reading(check, what) => vec![Finding::host(
                     check,
-                    Status::Unhealthy,
+                    slow_status(check),
                     format!("did not finish within {within} ([health] timeout): reading {what}"),
                 )],
                 Slot::Waiting(on) => vec![Finding::host(
@@ -138,6 +140,19 @@ impl Board {
                 )],
             })
             .collect()
+    }
+}
+
+/// What a part still reading at the deadline weighs. The NIC's own state (sysfs, the
+/// RDMA netlink dump, the quarantine) not answering is unfit for jobs; the host's files
+/// (the kernel log through `journalctl` or a log file, the verbs libraries under
+/// `rootfs`) being slow is a slow disk or a large journal, which says nothing of the
+/// NIC: cannot tell, never a drain of every busy node.
+fn slow_status(check: &str) -> Status {
+    if check == CheckName::KernelLog.as_str() || check == CheckName::Userspace.as_str() {
+        Status::Unknown
+    } else {
+        Status::Unhealthy
     }
 }
 

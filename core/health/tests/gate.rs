@@ -116,13 +116,14 @@ fn reads_that_never_answer_end_at_the_deadline_and_the_down_port_still_counts() 
         "{}",
         dump(&r)
     );
-    // The userspace check did not finish: unhealthy, naming what it read.
+    // The userspace check did not finish: it reads the host's files, not the NIC, so
+    // cannot tell (the port DOWN above is what drains), naming what it read.
     let us = r
         .findings
         .iter()
         .find(|f| f.check == "userspace")
         .unwrap_or_else(|| panic!("{}", dump(&r)));
-    assert_eq!(us.status, Status::Unhealthy, "{}", dump(&r));
+    assert_eq!(us.status, Status::Unknown, "{}", dump(&r));
     assert!(
         us.what.contains("did not finish within 1s") && us.what.contains("verbs stack"),
         "{}",

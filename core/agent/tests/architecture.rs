@@ -54,6 +54,7 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
         "core/runtime",
         &[
             &["util"],
+            &["events"],
             &["selfmetrics", "audit"],
             &["store", "quarantine"],
             &["host"],

@@ -41,6 +41,42 @@ struct Inner {
     quarantine: Option<Option<BTreeMap<String, String>>>,
 }
 
+fn counter_sample(
+    name: &'static str,
+    unit: &'static str,
+    v: u64,
+    a: BTreeMap<String, String>,
+) -> Sample {
+    Sample {
+        name: name.into(),
+        unit: unit.into(),
+        value: Value::U64(v),
+        attributes: Attributes::new(a.into()),
+        source: "agent".into(),
+        kind: MetricKind::Counter,
+    }
+}
+
+/// Events sent as OTLP logs and dropped (once there was one or the other).
+fn events_samples(inner: &Inner, out: &mut Vec<Sample>) {
+    if inner.events_sent > 0 || !inner.events_dropped.is_empty() {
+        out.push(counter_sample(
+            names::ROCEWATCH_EVENTS_SENT,
+            "{log_record}",
+            inner.events_sent,
+            BTreeMap::new(),
+        ));
+    }
+    for (reason, v) in &inner.events_dropped {
+        out.push(counter_sample(
+            names::ROCEWATCH_EVENTS_DROPPED,
+            "{log_record}",
+            *v,
+            attrs(&[("reason", reason.as_str())]),
+        ));
+    }
+}
+
 /// Shared by every task of the agent.
 #[derive(Debug, Default)]
 pub struct SelfMetrics {
@@ -256,15 +292,7 @@ impl SelfMetrics {
     pub fn samples(&self) -> Vec<Sample> {
         let inner = self.lock();
         let mut out = Vec::new();
-        let counter =
-            |name: &'static str, unit: &'static str, v: u64, a: BTreeMap<String, String>| Sample {
-                name: name.into(),
-                unit: unit.into(),
-                value: Value::U64(v),
-                attributes: Attributes::new(a.into()),
-                source: "agent".into(),
-                kind: MetricKind::Counter,
-            };
+        let counter = counter_sample;
         for ((plugin, reason), v) in &inner.errors {
             out.push(counter(
                 names::ROCEWATCH_PLUGIN_ERRORS,
@@ -313,22 +341,7 @@ impl SelfMetrics {
                 attrs(&[("exporter", exporter)]),
             ));
         }
-        if inner.events_sent > 0 || !inner.events_dropped.is_empty() {
-            out.push(counter(
-                names::ROCEWATCH_EVENTS_SENT,
-                "{log_record}",
-                inner.events_sent,
-                BTreeMap::new(),
-            ));
-        }
-        for (reason, v) in &inner.events_dropped {
-            out.push(counter(
-                names::ROCEWATCH_EVENTS_DROPPED,
-                "{log_record}",
-                *v,
-                attrs(&[("reason", reason.as_str())]),
-            ));
-        }
+        events_samples(&inner, &mut out);
         for (result, v) in &inner.alertmanager {
             out.push(counter(
                 names::ROCEWATCH_ALERTMANAGER_REQUESTS,

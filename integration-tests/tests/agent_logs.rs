@@ -17,12 +17,12 @@ use prost::Message;
 use crate::support::*;
 
 /// What the receiver got: each request's path and body.
-type Requests = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+pub(crate) type Requests = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
 /// An OTLP/HTTP receiver on 127.0.0.1:0 that answers 200 to every request (keep-alive,
 /// uncompressed bodies: the tests ask for `compression = "none"`); its port and what it
 /// got.
-fn receiver() -> (u16, Requests) {
+pub(crate) fn receiver() -> (u16, Requests) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let got: Requests = Arc::default();

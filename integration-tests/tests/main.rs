@@ -15,6 +15,9 @@
 //!   through the binary to in-test receivers; their precedence and `config check`'s origins.
 //! - `agent_logs`: the agent's own logs as OTLP logs (`agent_logs = true`) at an in-test
 //!   OTLP/HTTP receiver's `/v1/logs`, with the metrics' resource; off by default.
+//! - `otlp_events`: events (a rule's transitions, its remediation decisions and results,
+//!   the quarantine entered and released) as OTLP log records at an in-test receiver's
+//!   `/v1/logs`; none with `events = false`.
 //! - `prometheus`: `/metrics` checked by promtool, content negotiation, `/rules`.
 //! - `collectd`: a real collectd receives the network protocol (plain and signed) and runs
 //!   `collectd-exec`.
@@ -68,6 +71,7 @@ mod lab;
 mod lifecycle;
 mod otel_env;
 mod otlp;
+mod otlp_events;
 mod otlp_prometheus;
 mod otlp_resilience;
 mod packages;

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use rocewatch_export::otlp::logs::EventsExporter;
 use rocewatch_export::otlp::OtlpExporter;
 use rocewatch_export::ExportError;
 use rocewatch_qos::apply::Applier;
@@ -156,6 +157,8 @@ pub struct Agent {
     /// ([`PROMETHEUS_WEB`], [`ALERTMANAGER_WEB`]).
     pub webs: Vec<(&'static str, Arc<WebListener>)>,
     otlp: Option<OtlpExporter>,
+    /// Events as OTLP logs (`[exporters.otlp] events`).
+    events: Option<EventsExporter>,
     tasks: Vec<JoinHandle<()>>,
     /// The stop flag, as the scheduler sees it (taken at start: a stop that arrives
     /// before `run` is not missed).
@@ -191,6 +194,8 @@ impl Agent {
         for s in app.registry.statuses() {
             tracing::info!(plugin = %s.name, kind = ?s.kind, origin = %s.origin, state = ?s.state, "plugin");
         }
+        // Before remediation and the quarantine watcher: their first decisions are events.
+        let events = start_events(&app);
         // From here on, a failure stops what was started (plugins, tasks) before it returns.
         let remediation = match start_remediation(&app, &extras.remediation) {
             Ok(r) => r,
@@ -232,6 +237,7 @@ impl Agent {
             addresses,
             webs,
             otlp,
+            events,
             tasks,
             stop,
             remediation: extras.remediation,
@@ -264,6 +270,9 @@ impl Agent {
             self.remediation.finish().await;
         }
         app.stop().await;
+        if let Some(e) = self.events {
+            let _ = tokio::task::spawn_blocking(move || e.shutdown()).await;
+        }
         finish_otlp(self.otlp).await;
         for t in self.tasks {
             t.abort();
@@ -542,6 +551,22 @@ fn start_otlp(app: &App) -> Option<OtlpExporter> {
         }
         Err(e) => {
             tracing::error!("{e}; continuing without OTLP export");
+            None
+        }
+    }
+}
+
+/// Events as OTLP logs, where OTLP is configured and `events` is not turned off.
+fn start_events(app: &App) -> Option<EventsExporter> {
+    let o = app.cfg.exporters.otlp.as_ref().filter(|o| o.events)?;
+    let transitions = app.pipeline.transitions();
+    match EventsExporter::start(o, &app.host_name, Arc::clone(app.metrics()), transitions) {
+        Ok(x) => {
+            tracing::info!(endpoint = %o.logs_endpoint(), "events go over OTLP as logs");
+            Some(x)
+        }
+        Err(e) => {
+            tracing::error!("{e}; continuing without OTLP events");
             None
         }
     }

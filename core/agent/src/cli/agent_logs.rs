@@ -167,18 +167,9 @@ pub async fn start(otlp: Option<&OtlpConfig>, host: &str) -> Result<Option<Agent
     Ok(Some(AgentLogs { provider }))
 }
 
-/// Where the logs go: for OTLP/HTTP the metrics endpoint's `/v1/metrics` becomes
-/// `/v1/logs` (or `/v1/logs` is appended to a base URL), as the OTLP exporter
-/// specification builds a signal's path; gRPC has one endpoint for every signal.
+/// Where the logs go: [`OtlpConfig::logs_endpoint`] (the events' too).
 pub fn logs_endpoint(metrics_endpoint: &str, protocol: OtlpProtocol) -> String {
-    match protocol {
-        OtlpProtocol::Grpc => metrics_endpoint.to_string(),
-        OtlpProtocol::HttpProtobuf => {
-            let base = metrics_endpoint.trim_end_matches('/');
-            let base = base.strip_suffix("/v1/metrics").unwrap_or(base);
-            format!("{base}/v1/logs")
-        }
-    }
+    OtlpConfig::new(metrics_endpoint, protocol).logs_endpoint()
 }
 
 fn read(path: &std::path::Path, key: &str) -> Result<Vec<u8>> {

@@ -97,6 +97,12 @@ pub struct OtlpConfig {
     /// with the same TLS, headers, timeout and resource (default `false`).
     #[serde(default)]
     pub agent_logs: bool,
+    /// Events (remediation decisions and results, rule transitions, quarantine entered
+    /// and released) sent as OTLP log records to this endpoint's `/v1/logs` (HTTP) or
+    /// this endpoint (gRPC), with the same TLS, headers, retry and resource as the
+    /// metrics (default `true`; the audit log stays the record either way).
+    #[serde(default = "default_events")]
+    pub events: bool,
     /// Aggregation temporality of counters: `cumulative` (default), `delta` or
     /// `lowmemory`, as `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` names them.
     #[serde(default)]
@@ -159,6 +165,10 @@ pub(super) fn default_queue_max_bytes() -> usize {
     64 << 20
 }
 
+fn default_events() -> bool {
+    true
+}
+
 pub(super) fn default_retry_max() -> Duration {
     Duration::from_secs(30)
 }
@@ -174,6 +184,21 @@ impl OtlpConfig {
 }
 
 impl OtlpConfig {
+    /// Where logs go (events, the agent's own logs): for OTLP/HTTP the metrics endpoint's
+    /// `/v1/metrics` becomes `/v1/logs` (or `/v1/logs` is appended to a base URL), as the
+    /// OTLP exporter specification builds a signal's path; gRPC has one endpoint for
+    /// every signal.
+    pub fn logs_endpoint(&self) -> String {
+        match self.protocol {
+            OtlpProtocol::Grpc => self.endpoint.clone(),
+            OtlpProtocol::HttpProtobuf => {
+                let base = self.endpoint.trim_end_matches('/');
+                let base = base.strip_suffix("/v1/metrics").unwrap_or(base);
+                format!("{base}/v1/logs")
+            }
+        }
+    }
+
     pub fn new(endpoint: impl Into<String>, protocol: OtlpProtocol) -> Self {
         OtlpConfig {
             endpoint: endpoint.into(),
@@ -191,6 +216,7 @@ impl OtlpConfig {
             retry_max: default_retry_max(),
             tls: None,
             agent_logs: false,
+            events: true,
             temporality: Temporality::Cumulative,
         }
     }

@@ -38,6 +38,9 @@
 //!   change, the request not sent again;
 //! - TLS with rustls (custom CA, client certificate), extra headers, gzip.
 //!
+//! Events (remediation decisions, rule transitions, quarantine changes) go to the same
+//! endpoint as OTLP logs (`logs`), with the same transport, resource and configuration.
+//!
 //! `opentelemetry-otlp`'s own exporters send each snapshot once and forget it, which is
 //! what this module exists to avoid; the wire format is the official protos'
 //! (`opentelemetry-proto`, which the tests decode it with).
@@ -45,6 +48,7 @@
 pub mod config;
 mod encode;
 mod identity;
+pub mod logs;
 mod queue;
 mod transport;
 

@@ -1,5 +1,6 @@
 //! The OTLP transports: OTLP/HTTP (protobuf, optionally gzip) and OTLP/gRPC, with TLS,
-//! sending an encoded `ExportMetricsServiceRequest` and classifying what the receiver
+//! sending an encoded `ExportMetricsServiceRequest` (or the events' `ExportLogsServiceRequest`,
+//! whose response's `partial_success` has the same fields) and classifying what the receiver
 //! answers as the OTLP specification does (`opentelemetry-proto`'s
 //! `docs/specification.md`, "Failures" and "Throttling" of OTLP/gRPC and OTLP/HTTP):
 //!
@@ -169,6 +170,8 @@ pub(super) enum Transport {
             tonic::metadata::AsciiMetadataValue,
         )>,
         timeout: Duration,
+        /// The service method: metrics' or logs' `Export`.
+        path: &'static str,
     },
 }
 
@@ -177,7 +180,18 @@ fn read_file(path: &std::path::Path, key: &str) -> Result<Vec<u8>, String> {
 }
 
 impl Transport {
+    /// The metrics' transport: to `endpoint`, the metrics service over gRPC.
     pub(super) fn build(cfg: &OtlpConfig) -> Result<Transport, String> {
+        Self::build_to(cfg, cfg.endpoint.clone(), EXPORT_PATH)
+    }
+
+    /// The logs' transport (events): to [`OtlpConfig::logs_endpoint`], the logs service
+    /// over gRPC; the same TLS, headers, timeout and compression as the metrics'.
+    pub(super) fn build_logs(cfg: &OtlpConfig) -> Result<Transport, String> {
+        Self::build_to(cfg, cfg.logs_endpoint(), LOGS_EXPORT_PATH)
+    }
+
+    fn build_to(cfg: &OtlpConfig, url: String, path: &'static str) -> Result<Transport, String> {
         let tls = cfg.tls.clone().unwrap_or_default();
         let ca = tls
             .ca_file
@@ -222,17 +236,14 @@ impl Transport {
                     b = b.identity(id);
                 }
                 let client = b.build().map_err(|e| format!("HTTP client: {e}"))?;
-                Ok(Transport::Http {
-                    client,
-                    url: cfg.endpoint.clone(),
-                })
+                Ok(Transport::Http { client, url })
             }
             OtlpProtocol::Grpc => {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .map_err(|e| format!("runtime for gRPC: {e}"))?;
-                let mut endpoint = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
+                let mut endpoint = tonic::transport::Endpoint::from_shared(url)
                     .map_err(|e| format!("exporters.otlp.endpoint: {e}"))?
                     .user_agent(USER_AGENT)
                     .map_err(|e| format!("user agent: {e}"))?
@@ -274,6 +285,7 @@ impl Transport {
                     client,
                     headers,
                     timeout: cfg.timeout,
+                    path,
                 })
             }
         }
@@ -307,6 +319,7 @@ impl Transport {
                 client,
                 headers,
                 timeout,
+                path,
             } => {
                 // The queued bytes as they are: the request is already encoded (gRPC
                 // compresses its own frames: a gzip'd body is inflated for it).
@@ -335,7 +348,7 @@ impl Transport {
                     client
                         .unary(
                             request,
-                            tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH),
+                            tonic::codegen::http::uri::PathAndQuery::from_static(path),
                             RawCodec,
                         )
                         .await
@@ -428,6 +441,7 @@ fn bounded_body(resp: reqwest::blocking::Response) -> Vec<u8> {
 /// The OTLP/gRPC metrics method (`opentelemetry.proto.collector.metrics.v1.MetricsService`,
 /// `Export`).
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+const LOGS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
 /// A gRPC codec of bytes already encoded: the request goes out as queued (no decode
 /// and encode again per send); the response (`ExportMetricsServiceResponse`: at most a

@@ -89,6 +89,9 @@ pub async fn act(
         report
     };
     if failing || held {
+        // The drain first: the quarantine's lock and audit may wait (another writer, a
+        // slow disk) and slurmd's bound is the drain's.
+        let drained = drain(node, &report.line);
         if failing && q.is_none() && !unreadable {
             let entered = Quarantine::now(&report.line, ORIGIN, Default::default());
             match file.enter(&entered, audit) {
@@ -97,7 +100,7 @@ pub async fn act(
                 Err(e) => done.push(format!("not in quarantine ({e}); drained all the same")),
             }
         }
-        return match drain(node, &report.line) {
+        return match drained {
             Ok(d) => {
                 done.push(d);
                 Ok((report, done))
@@ -117,8 +120,10 @@ pub async fn act(
     // second one judged after the release, which nothing would act on).
     let report = if ours {
         let released = file
-            .release_if("recovered: health passes", ORIGIN, audit, |q| {
-                q.origin == ORIGIN
+            // The very record judged: another run may have released it and entered a
+            // quarantine of its own for a new fault meanwhile, which this verdict never saw.
+            .release_if("recovered: health passes", ORIGIN, audit, |now| {
+                q.as_ref() == Some(now)
             })
             .map_err(|e| {
                 done.push(format!("{e}; the node stays drained"));

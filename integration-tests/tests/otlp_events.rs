@@ -2,7 +2,8 @@
 //! decodes the `ExportLogsServiceRequest`s at `/v1/logs` and finds a quarantining rule's
 //! transitions (firing, then resolved after a reload clears it), its remediation decisions
 //! (a dry run; an executed action's `executing` and `result`) sharing the transition's
-//! decision id, and the quarantine entered and released by the recovery policy, each with
+//! decision id, configuration reloads (refused, then taken), and the quarantine entered
+//! and released by the recovery policy, each with
 //! its event name, severity, the RDMA labels and the metrics' resource; with
 //! `events = false` nothing arrives there.
 
@@ -214,14 +215,37 @@ fn a_rule_its_decisions_and_the_quarantine_arrive_as_otlp_log_records() {
     );
     assert_eq!(entered.attrs["rdma.device"], "mlx5_0");
 
-    // The rule clears (a reload with a threshold it meets): resolved, then released by
-    // the recovery policy.
+    // A reload refused: an ERROR event, and the agent runs on.
+    std::fs::write(&cfg, "[agent]\nno_such_key = 1\n").unwrap();
+    a.proc.signal("HUP");
+    let evs = until(
+        "the refused reload's event",
+        Duration::from_secs(20),
+        &a,
+        || {
+            let evs = events(&got);
+            (!named(&evs, "rocewatch.config.reload").is_empty()).then_some(evs)
+        },
+    );
+    let refused = named(&evs, "rocewatch.config.reload")[0];
+    assert_eq!(refused.severity, "ERROR", "{refused:?}");
+    assert_eq!(refused.attrs["rocewatch.reload.result"], "error");
+
+    // The rule clears (a reload with a threshold it meets): the reload said, then the
+    // quarantine released by the recovery policy.
     config(dir.path(), state.path(), port, "50e9", "");
     a.proc.signal("HUP");
     let evs = until("the release's event", Duration::from_secs(30), &a, || {
         let evs = events(&got);
         (!named(&evs, "rocewatch.quarantine.released").is_empty()).then_some(evs)
     });
+    let reloaded = named(&evs, "rocewatch.config.reload");
+    assert!(
+        reloaded
+            .iter()
+            .any(|e| e.attrs["rocewatch.reload.result"] == "ok" && e.severity == "INFO"),
+        "{reloaded:#?}"
+    );
     let released = named(&evs, "rocewatch.quarantine.released")[0];
     assert_eq!(released.severity, "INFO", "{released:?}");
     assert!(released.body.contains("recovered"), "{released:?}");

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use rocewatch_metrics::labels::ReloadResult;
 use rocewatch_remediation::Memory;
+use rocewatch_runtime::events::{self, Event};
 use rocewatch_runtime::util::signals::shutdown_after;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
@@ -100,6 +101,10 @@ impl Supervisor {
                     }
                     if previous.is_some() {
                         *c.reloads.entry(ReloadResult::Ok).or_default() += 1;
+                        events::publish(Event::config_reload(
+                            true,
+                            "configuration reloaded (SIGHUP); the agent runs with it".into(),
+                        ));
                     }
                     agent
                 }
@@ -129,6 +134,10 @@ impl Supervisor {
                     // taken by someone else): back to the one that ran.
                     tracing::error!("SIGHUP: the new configuration did not start: {e}; running on with the previous one");
                     *c.reloads.entry(ReloadResult::Error).or_default() += 1;
+                    events::publish(Event::config_reload(
+                        false,
+                        format!("the reloaded configuration did not start: {e}; running on with the previous one"),
+                    ));
                     config = old;
                     continue;
                 }
@@ -185,6 +194,10 @@ async fn run_until_next(
                 Err(e) => {
                     metrics.config_reload(ReloadResult::Error);
                     tracing::error!("SIGHUP: {e}; running on with the previous configuration");
+                    events::publish(Event::config_reload(
+                        false,
+                        format!("the reloaded configuration was refused: {e}; running on with the previous one"),
+                    ));
                 }
             },
         }

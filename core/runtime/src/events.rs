@@ -113,6 +113,23 @@ impl Event {
     }
 }
 
+impl Event {
+    /// A configuration reload (SIGHUP): INFO when the new configuration runs, ERROR when
+    /// it was refused or did not start (`body`: why; the agent runs on with the old one).
+    pub fn config_reload(ok: bool, body: String) -> Event {
+        let result = if ok { "ok" } else { "error" };
+        Event {
+            time: SystemTime::now(),
+            name: names::CONFIG_RELOAD,
+            severity: if ok { Severity::Info } else { Severity::Error },
+            body,
+            attributes: [("rocewatch.reload.result".to_string(), result.to_string())]
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
 /// ` on mlx5_0 port 1` from a series' labels, or nothing.
 pub fn describe(labels: &BTreeMap<String, String>) -> String {
     let mut out = String::new();

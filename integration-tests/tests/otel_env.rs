@@ -473,11 +473,6 @@ fn config_check_says_where_each_otlp_value_came_from() {
             "sometimes",
             "cumulative, delta or lowmemory",
         ),
-        (
-            "OTEL_METRICS_EXPORTER",
-            "prometheus",
-            "[exporters.prometheus]",
-        ),
     ] {
         let o = rocewatch(&["config", "check", file], &[(var, value)]);
         assert_eq!(o.status.code(), Some(1), "{var}={value}: {}", stdout(&o));
@@ -485,6 +480,30 @@ fn config_check_says_where_each_otlp_value_came_from() {
         assert!(
             e.starts_with(&format!("rocewatch: {var}: ")) && e.contains(says),
             "{var}={value}: {e}"
+        );
+    }
+    // A switch with a value rocewatch cannot use (set for another process of the pod) is
+    // warned about and ignored, as the specification has it: the file's OTLP stands.
+    for (var, value) in [
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+        ("OTEL_SDK_DISABLED", "yes"),
+    ] {
+        let o = rocewatch(&["config", "check", file], &[(var, value)]);
+        let out = stdout(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{var}={value}: {out}{}",
+            stderr(&o)
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("warning: {var}: ")) && l.ends_with(": ignored")),
+            "{var}={value}: {out}"
+        );
+        assert!(
+            out.contains("exporters.otlp.endpoint = "),
+            "{var}={value}: {out}"
         );
     }
 }

@@ -14,6 +14,9 @@ pub fn check(file: &Path) -> Result<i32> {
                 eprintln!("rocewatch: {}: warning: {key}: {why}", file.display());
             }
             println!("{}: ok", file.display());
+            for w in &cfg.otlp_sources.ignored {
+                println!("warning: {w}");
+            }
             // Where each OTLP value came from: the file, a ROCEWATCH_ or OTEL_ variable, or
             // the default (the command line's flags are not read here).
             if let Some(o) = &cfg.exporters.otlp {

@@ -302,6 +302,14 @@ impl Config {
         if let Some(o) = cfg.exporters.otlp.as_mut() {
             sources.resolve_endpoint(o);
         }
+        if !sources.ignored.is_empty() {
+            static SAID_IGNORED: std::sync::Once = std::sync::Once::new();
+            SAID_IGNORED.call_once(|| {
+                for w in &sources.ignored {
+                    tracing::warn!("{w}");
+                }
+            });
+        }
         if let Some(why) = &sources.disabled {
             // The environment is the process's own: said once, not at every reload.
             static SAID: std::sync::Once = std::sync::Once::new();

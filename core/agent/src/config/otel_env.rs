@@ -323,11 +323,22 @@ fn read_switches(get: Get, env: &mut OtelEnv) -> Result<(), EnvError> {
 
 impl OtelEnv {
     /// The first value that cannot be used and would be: its key is not in `taken` (set
-    /// by the file or `ROCEWATCH_*`). The switches' (key "") always would.
+    /// by the file or `ROCEWATCH_*`). The switches' (key "") are never refused: the
+    /// specification has an unknown value of an enum or boolean variable warned about
+    /// and ignored ([`OtelEnv::ignored`]), and a pod's `OTEL_METRICS_EXPORTER=prometheus`
+    /// meant for another process must not stop the agent.
     pub fn refused(&self, taken: impl Fn(&str) -> bool) -> Option<&EnvError> {
         self.invalid
             .iter()
-            .find(|(key, _)| key.is_empty() || !taken(key))
+            .find(|(key, _)| !key.is_empty() && !taken(key))
+            .map(|(_, e)| e)
+    }
+
+    /// The switches' values that cannot be used: warned about and ignored.
+    pub fn ignored(&self) -> impl Iterator<Item = &EnvError> {
+        self.invalid
+            .iter()
+            .filter(|(key, _)| key.is_empty())
             .map(|(_, e)| e)
     }
 }

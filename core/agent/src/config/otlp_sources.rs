@@ -78,6 +78,9 @@ pub struct OtlpSources {
     endpoint_note: Option<&'static str>,
     /// Why OTLP export is off though something configured it.
     pub disabled: Option<String>,
+    /// Switch variables whose values cannot be used, ignored (`OTEL_METRICS_EXPORTER=
+    /// prometheus`): the specification warns and goes on.
+    pub ignored: Vec<String>,
     /// The OpenTelemetry variables, for an endpoint given on the command line only.
     otel: OtelEnv,
 }
@@ -128,6 +131,7 @@ impl OtlpSources {
     ) -> Result<OtlpSources, otel_env::EnvError> {
         let mut s = OtlpSources {
             otel: otel.clone(),
+            ignored: otel.ignored().map(|e| format!("{e}: ignored")).collect(),
             ..OtlpSources::default()
         };
         let Some(root) = doc.as_object_mut() else {

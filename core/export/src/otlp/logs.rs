@@ -255,6 +255,13 @@ impl Sender {
                 continue;
             }
             if let Some(wait) = self.send(batch) {
+                if stop.load(Ordering::Acquire) {
+                    // Stopping, and the endpoint fails: no retry loop to the bound.
+                    let left = self.bus.take(usize::MAX, Instant::now()).len() as u64;
+                    self.metrics
+                        .events_dropped(ExporterDropReason::Shutdown, left);
+                    return;
+                }
                 self.wait(wait, stop);
             }
         }
@@ -352,6 +359,111 @@ mod tests {
             Some(Value::StringValue(s)) => s,
             other => panic!("not a string: {other:?}"),
         }
+    }
+
+    /// An OTLP/HTTP receiver answering each request (one a connection) with the next of
+    /// `answers` (status line and headers); the paths and events it got.
+    fn receiver(answers: Vec<&'static str>) -> (u16, std::sync::mpsc::Receiver<(String, usize)>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for answer in answers {
+                let (sock, _) = listener.accept().unwrap();
+                let mut r = BufReader::new(sock.try_clone().unwrap());
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                let mut len = 0;
+                loop {
+                    let mut h = String::new();
+                    r.read_line(&mut h).unwrap();
+                    if h == "\r\n" || h.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+                let n = ExportLogsServiceRequest::decode(body.as_slice())
+                    .unwrap()
+                    .resource_logs[0]
+                    .scope_logs[0]
+                    .log_records
+                    .len();
+                let _ = tx.send((path, n));
+                let mut w = sock;
+                let _ = w.write_all(
+                    format!("{answer}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .as_bytes(),
+                );
+            }
+        });
+        (port, rx)
+    }
+
+    fn sender(port: u16) -> (Sender, Arc<EventBus>, Arc<SelfMetrics>) {
+        let mut cfg = OtlpConfig::new(
+            format!("http://127.0.0.1:{port}/v1/metrics"),
+            OtlpProtocol::HttpProtobuf,
+        );
+        cfg.compression = Compression::None;
+        let bus = Arc::new(EventBus::new(64));
+        let metrics = Arc::new(SelfMetrics::default());
+        let transport = Transport::build_logs(&cfg).unwrap();
+        let s = Sender::new(
+            cfg,
+            vec![],
+            Arc::clone(&bus),
+            Arc::clone(&metrics),
+            transport,
+        );
+        (s, bus, metrics)
+    }
+
+    fn batch(n: usize) -> Vec<Event> {
+        (0..n)
+            .map(|i| Event::config_reload(true, format!("event {i}")))
+            .collect()
+    }
+
+    #[test]
+    fn a_503_with_retry_after_puts_the_batch_back_for_that_long_then_it_is_delivered() {
+        let (port, got) = receiver(vec![
+            "HTTP/1.1 503 Service Unavailable\r\nretry-after: 7",
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf",
+        ]);
+        let (mut s, bus, metrics) = sender(port);
+        let wait = s.send(batch(3));
+        assert_eq!(wait, Some(Duration::from_secs(7)), "Retry-After honoured");
+        assert_eq!(got.recv().unwrap(), ("/v1/logs".to_string(), 3));
+        assert_eq!(bus.len(), 3, "the batch waits in the bus");
+        assert_eq!(metrics.events_counts(), (0, 0));
+        let again = bus.take(10, Instant::now());
+        assert_eq!(again[0].body, "event 0", "in order");
+        assert_eq!(s.send(again), None);
+        assert_eq!(got.recv().unwrap().1, 3);
+        assert_eq!(metrics.events_counts(), (3, 0));
+    }
+
+    #[test]
+    fn a_400_drops_the_batch_counted_and_a_413_halves_it() {
+        let (port, got) = receiver(vec![
+            "HTTP/1.1 400 Bad Request",
+            "HTTP/1.1 413 Payload Too Large",
+        ]);
+        let (mut s, bus, metrics) = sender(port);
+        assert_eq!(s.send(batch(2)), None);
+        assert_eq!(got.recv().unwrap().1, 2);
+        assert!(bus.is_empty(), "a rejection is not retried");
+        assert_eq!(metrics.events_counts(), (0, 2));
+        assert_eq!(s.send(batch(4)), None);
+        assert_eq!(got.recv().unwrap().1, 4);
+        assert_eq!(bus.len(), 4, "put back, to go in smaller requests");
+        assert_eq!(s.batch, 2);
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! Events as OTLP logs, through the binary: an in-test OTLP/HTTP receiver (`agent_logs`'s)
 //! decodes the `ExportLogsServiceRequest`s at `/v1/logs` and finds a quarantining rule's
-//! transitions (firing, then resolved after a reload clears it), its remediation decisions
-//! (a dry run; an executed action's `executing` and `result`) sharing the transition's
-//! decision id, configuration reloads (refused, then taken), and the quarantine entered
-//! and released by the recovery policy, each with
-//! its event name, severity, the RDMA labels and the metrics' resource; with
-//! `events = false` nothing arrives there.
+//! firing transition, its remediation decisions (a dry run; an executed action's
+//! `executing` and `result`) sharing one decision id with the audit log, configuration
+//! reloads (refused, then taken), and the quarantine entered and released by the recovery
+//! policy, each with its event name, severity, the RDMA labels and the metrics' resource;
+//! a port's link going down and up (in a copy of the tree); with `events = false` nothing
+//! arrives there.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -285,5 +285,79 @@ fn with_events_false_nothing_arrives_at_v1_logs() {
     assert!(
         logs.is_empty(),
         "requests besides the metrics: {logs:?}\n{log}"
+    );
+}
+
+/// A port whose link goes down and comes back (its `state` file rewritten in a copy of
+/// the tree) gives `rocewatch.link.down` (WARN) then `rocewatch.link.up` (INFO), with the
+/// port's labels; the ports that did not change give none.
+#[test]
+fn a_link_going_down_and_up_is_an_event_each_way() {
+    let (port, got) = receiver();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sys");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let cfg = dir.path().join("links.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\n\
+             interval = \"300ms\"\ncompression = \"none\"\n"
+        ),
+    )
+    .unwrap();
+    let mut a = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--interval",
+        "300ms",
+    ]);
+    let state = root.join("class/infiniband/mlx5_0/ports/1/state");
+    // Read up at least once (metrics went out twice), then down.
+    until("two exports", Duration::from_secs(20), &a, || {
+        let n = got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == "/v1/metrics")
+            .count();
+        (n >= 2).then_some(())
+    });
+    std::fs::write(&state, "1: DOWN\n").unwrap();
+    let down = until("the link's down event", Duration::from_secs(20), &a, || {
+        named(&events(&got), "rocewatch.link.down")
+            .first()
+            .map(|e| (*e).clone())
+    });
+    std::fs::write(&state, "4: ACTIVE\n").unwrap();
+    let up = until("the link's up event", Duration::from_secs(20), &a, || {
+        named(&events(&got), "rocewatch.link.up")
+            .first()
+            .map(|e| (*e).clone())
+    });
+    let (status, log, _) = a.proc.stop();
+    assert!(status.success(), "{log}");
+    assert_eq!(down.severity, "WARN", "{down:?}");
+    assert_eq!(down.attrs["rdma.device"], "mlx5_0", "{down:?}");
+    assert_eq!(down.attrs["rdma.port"], "1", "{down:?}");
+    assert_eq!(up.severity, "INFO", "{up:?}");
+    assert_eq!(up.attrs["rdma.port"], "1", "{up:?}");
+    let evs = events(&got);
+    let links: Vec<_> = evs
+        .iter()
+        .filter(|e| e.name.starts_with("rocewatch.link."))
+        .collect();
+    assert_eq!(
+        links.len(),
+        2,
+        "one event each way, none for the other ports: {links:#?}"
     );
 }

@@ -559,8 +559,7 @@ fn start_otlp(app: &App) -> Option<OtlpExporter> {
 /// Events as OTLP logs, where OTLP is configured and `events` is not turned off.
 fn start_events(app: &App) -> Option<EventsExporter> {
     let o = app.cfg.exporters.otlp.as_ref().filter(|o| o.events)?;
-    let transitions = app.pipeline.transitions();
-    match EventsExporter::start(o, &app.host_name, Arc::clone(app.metrics()), transitions) {
+    match EventsExporter::start(o, &app.host_name, Arc::clone(app.metrics()), &app.pipeline) {
         Ok(x) => {
             tracing::info!(endpoint = %o.logs_endpoint(), "events go over OTLP as logs");
             Some(x)

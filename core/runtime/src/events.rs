@@ -31,6 +31,8 @@ pub mod names {
     pub const QOS_DECISION: &str = "rocewatch.qos.decision";
     pub const QOS_RESULT: &str = "rocewatch.qos.result";
     pub const CONFIG_RELOAD: &str = "rocewatch.config.reload";
+    pub const LINK_UP: &str = "rocewatch.link.up";
+    pub const LINK_DOWN: &str = "rocewatch.link.down";
 }
 
 /// An event's severity, as OTLP's `SeverityNumber` ranges name them.
@@ -114,6 +116,23 @@ impl Event {
 }
 
 impl Event {
+    /// A port's link went down (WARN) or came back up (INFO), as `rdma.port.up` changed
+    /// between two reads.
+    pub fn link(up: bool, labels: &BTreeMap<String, String>) -> Event {
+        let on = describe(labels);
+        Event {
+            time: SystemTime::now(),
+            name: if up { names::LINK_UP } else { names::LINK_DOWN },
+            severity: if up { Severity::Info } else { Severity::Warn },
+            body: if up {
+                format!("link up{on}")
+            } else {
+                format!("link down{on} (not ACTIVE and LinkUp)")
+            },
+            attributes: labels.clone(),
+        }
+    }
+
     /// A configuration reload (SIGHUP): INFO when the new configuration runs, ERROR when
     /// it was refused or did not start (`body`: why; the agent runs on with the old one).
     pub fn config_reload(ok: bool, body: String) -> Event {

@@ -1,6 +1,7 @@
 //! Events as OTLP logs: the process's event bus (`rocewatch_runtime::events`: remediation
 //! decisions and results, quarantine changes, published by the audit log once a record is
-//! written; rule transitions, taken here from the pipeline) sent as log records to the
+//! written; configuration reloads; rule transitions and link up/down, taken here from the
+//! pipeline) sent as log records to the
 //! metrics endpoint's `/v1/logs` (HTTP) or the logs service of the same endpoint (gRPC).
 //!
 //! One configuration with the metrics (`[exporters.otlp]`: endpoint, TLS, headers,
@@ -34,6 +35,7 @@ use super::transport::{SendError, Transport};
 use crate::ExportError;
 use rocewatch_metrics::labels::ExporterDropReason;
 use rocewatch_runtime::events::{self, Event, EventBus};
+use rocewatch_runtime::pipeline::{Collection, Pipeline};
 use rocewatch_runtime::rules::Transition;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 
@@ -108,6 +110,48 @@ pub fn transition_event(t: &Transition) -> Event {
     Event::rule_transition(&t.rule, &t.metric, t.firing, t.value, &t.severity, &labels)
 }
 
+/// Hand each message of `rx` to `f` until the pipeline closes it (a thread's loop: the
+/// messages are few, the pipeline's broadcast is bounded).
+fn follow<T: Clone>(mut rx: tokio::sync::broadcast::Receiver<T>, what: &str, mut f: impl FnMut(T)) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match rx.blocking_recv() {
+            Ok(m) => f(m),
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!("OTLP events: {n} {what} missed (too many at once)")
+            }
+            Err(RecvError::Closed) => break,
+        }
+    }
+}
+
+/// Each port's `rdma.port.up` as last read: a change is an event (the first read is
+/// none: nothing changed that the agent saw).
+#[derive(Default)]
+struct Links {
+    up: std::collections::HashMap<rocewatch_plugin_api::Attributes, bool>,
+}
+
+impl Links {
+    fn seen(&mut self, c: &Collection) {
+        for s in &c.result.samples {
+            if s.name != rocewatch_metrics::names::PORT_UP {
+                continue;
+            }
+            let up = s.value.as_f64() >= 1.0;
+            let was = self.up.insert(s.attributes.clone(), up);
+            if was.is_some_and(|was| was != up) {
+                let labels = s
+                    .attributes
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                events::publish(Event::link(up, &labels));
+            }
+        }
+    }
+}
+
 /// The running events exporter; [`EventsExporter::shutdown`] sends what is left.
 pub struct EventsExporter {
     stop: Arc<AtomicBool>,
@@ -116,13 +160,13 @@ pub struct EventsExporter {
 }
 
 impl EventsExporter {
-    /// Install the process's event bus and start the sender; rule transitions are taken
-    /// from `transitions` (the pipeline's) until it closes.
+    /// Install the process's event bus and start the sender; rule transitions and link
+    /// changes are taken from `pipeline` until it closes.
     pub fn start(
         cfg: &OtlpConfig,
         host: &str,
         metrics: Arc<SelfMetrics>,
-        transitions: tokio::sync::broadcast::Receiver<Arc<Transition>>,
+        pipeline: &Pipeline,
     ) -> Result<EventsExporter, ExportError> {
         let err = |message: String| ExportError::Otlp {
             endpoint: cfg.logs_endpoint(),
@@ -157,22 +201,23 @@ impl EventsExporter {
             .recv()
             .map_err(|_| err("the events' sender ended".into()))?
             .map_err(err)?;
-        let mut transitions = transitions;
+        let transitions = pipeline.transitions();
         std::thread::Builder::new()
             .name("otlp-events-rules".into())
             .spawn(move || {
-                use tokio::sync::broadcast::error::RecvError;
-                loop {
-                    match transitions.blocking_recv() {
-                        Ok(t) => events::publish(transition_event(&t)),
-                        Err(RecvError::Lagged(n)) => {
-                            tracing::warn!("{n} rule transitions were not sent as OTLP events (too many at once)")
-                        }
-                        Err(RecvError::Closed) => break,
-                    }
-                }
+                follow(transitions, "rule transitions", |t| {
+                    events::publish(transition_event(&t))
+                })
             })
             .map_err(|e| err(format!("cannot start the rules' events: {e}")))?;
+        let collections = pipeline.collections();
+        std::thread::Builder::new()
+            .name("otlp-events-links".into())
+            .spawn(move || {
+                let mut links = Links::default();
+                follow(collections, "collections", |c| links.seen(&c))
+            })
+            .map_err(|e| err(format!("cannot start the links' events: {e}")))?;
         Ok(EventsExporter {
             stop,
             bus,

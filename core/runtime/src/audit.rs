@@ -455,7 +455,9 @@ pub fn event_of(rec: &AuditRecord, labels: &BTreeMap<String, String>) -> Option<
     let action = rec.action.as_deref().unwrap_or("");
     let failed = rec.outcome.is_some_and(|o| o != ActionOutcome::Ok);
     let quarantine = action == QUARANTINE_ENTER || action == QUARANTINE_RELEASE;
-    let qos = rec.rule.starts_with("qos ");
+    // `qos_apply` / `qos_rollback` (`rocewatch_qos::apply`), whoever asked: a rule's action
+    // or `qos apply`.
+    let qos = action.starts_with("qos_");
     let (name, severity) = match rec.decision {
         AuditKind::Fired | AuditKind::Cleared => return None,
         AuditKind::Executing if quarantine => return None,
@@ -687,6 +689,36 @@ mod tests {
             "labels on every event"
         );
         assert!(ours[1].body.contains("exit 1"), "{}", ours[1].body);
+    }
+
+    #[test]
+    fn qos_changes_and_quarantines_are_events_of_their_own_and_transitions_are_not() {
+        use crate::events::{names, Severity};
+        let none = BTreeMap::new();
+        let rec = |kind, action: &str, outcome| {
+            AuditRecord::change(kind, "pfc-rule", action, "d".into(), outcome, None)
+        };
+        let e = event_of(&rec(AuditKind::Executing, "qos_apply", None), &none).unwrap();
+        assert_eq!((e.name, e.severity), (names::QOS_DECISION, Severity::Warn));
+        let ok = Some(ActionOutcome::Ok);
+        let e = event_of(&rec(AuditKind::Result, "qos_rollback", ok), &none).unwrap();
+        assert_eq!((e.name, e.severity), (names::QOS_RESULT, Severity::Info));
+        let e = event_of(&rec(AuditKind::Result, "quarantine", ok), &none).unwrap();
+        assert_eq!(
+            (e.name, e.severity),
+            (names::QUARANTINE_ENTERED, Severity::Warn)
+        );
+        let failed = Some(ActionOutcome::Error);
+        let e = event_of(&rec(AuditKind::Result, "quarantine-release", failed), &none).unwrap();
+        assert_eq!(
+            (e.name, e.severity),
+            (names::QUARANTINE_RELEASED, Severity::Error)
+        );
+        assert!(event_of(&rec(AuditKind::Executing, "quarantine", None), &none).is_none());
+        assert!(
+            event_of(&record(1), &none).is_none(),
+            "fired: the pipeline's"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rocewatch_runtime::audit::AuditLog;
+use rocewatch_runtime::events::{self, Event};
 use rocewatch_runtime::pipeline::Pipeline;
 use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
 use rocewatch_runtime::rules::{Phase, Transition};
@@ -181,9 +182,13 @@ impl Watcher {
                     "quarantine kept: rule {rule} is clear, but the self-test does not pass: {}",
                     report.line
                 );
+                events::publish(Event::health_verdict(false, &report.line));
                 self.kept_by = Some(report.line);
             }
             return;
+        }
+        if self.kept_by.is_some() {
+            events::publish(Event::health_verdict(true, &report.line));
         }
         let clear = humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()));
         let why =

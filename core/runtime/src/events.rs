@@ -33,6 +33,7 @@ pub mod names {
     pub const CONFIG_RELOAD: &str = "rocewatch.config.reload";
     pub const LINK_UP: &str = "rocewatch.link.up";
     pub const LINK_DOWN: &str = "rocewatch.link.down";
+    pub const HEALTH_VERDICT: &str = "rocewatch.health.verdict";
 }
 
 /// An event's severity, as OTLP's `SeverityNumber` ranges name them.
@@ -130,6 +131,25 @@ impl Event {
                 format!("link down{on} (not ACTIVE and LinkUp)")
             },
             attributes: labels.clone(),
+        }
+    }
+
+    /// The health self-test's verdict changed (the quarantine's recovery policy runs it):
+    /// `line` is its one-line summary.
+    pub fn health_verdict(healthy: bool, line: &str) -> Event {
+        let verdict = if healthy { "healthy" } else { "unhealthy" };
+        Event {
+            time: SystemTime::now(),
+            name: names::HEALTH_VERDICT,
+            severity: if healthy {
+                Severity::Info
+            } else {
+                Severity::Warn
+            },
+            body: format!("health self-test: {line}"),
+            attributes: [("rocewatch.health.verdict".to_string(), verdict.to_string())]
+                .into_iter()
+                .collect(),
         }
     }
 

@@ -624,14 +624,22 @@ mod tests {
                 vec![("OTEL_EXPORTER_OTLP_HEADERS", "novalue")],
                 "OTEL_EXPORTER_OTLP_HEADERS: header 1 has no '='",
             ),
-            (
-                vec![("OTEL_METRICS_EXPORTER", "console")],
-                "OTEL_METRICS_EXPORTER: ",
-            ),
         ] {
             let e = load(file, &vars).expect_err(says).to_string();
             assert!(e.starts_with(says), "{vars:?}: {e}");
         }
+        // A switch's unknown value is warned about and ignored (the specification): the
+        // file's OTLP stands.
+        let cfg = load(file, &[("OTEL_METRICS_EXPORTER", "console")]).unwrap();
+        assert!(cfg.exporters.otlp.is_some());
+        assert!(
+            cfg.otlp_sources
+                .ignored
+                .iter()
+                .any(|w| w.starts_with("OTEL_METRICS_EXPORTER: ") && w.ends_with(": ignored")),
+            "{:?}",
+            cfg.otlp_sources.ignored
+        );
         // Delta and lowmemory are encoded (otlp::encode), so loaded, from the file or the variable.
         load(
             "[exporters.otlp]\nendpoint = \"http://c/v1/metrics\"\ntemporality = \"delta\"\n",

@@ -362,6 +362,10 @@ mod tests {
                 "https://vm:8428/opentelemetry/v1/logs",
             ),
             ("http://c:4318/otlp", "http://c:4318/otlp/v1/logs"),
+            (
+                "http://c:4318/v1/metrics?tenant=a",
+                "http://c:4318/v1/logs?tenant=a",
+            ),
         ] {
             assert_eq!(logs_endpoint(metrics, http), logs, "{metrics}");
         }

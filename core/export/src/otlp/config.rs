@@ -192,9 +192,17 @@ impl OtlpConfig {
         match self.protocol {
             OtlpProtocol::Grpc => self.endpoint.clone(),
             OtlpProtocol::HttpProtobuf => {
-                let base = self.endpoint.trim_end_matches('/');
+                // A query (`?tenant=a`) stays after the path it belongs to.
+                let (url, query) = match self.endpoint.split_once('?') {
+                    Some((u, q)) => (u, Some(q)),
+                    None => (self.endpoint.as_str(), None),
+                };
+                let base = url.trim_end_matches('/');
                 let base = base.strip_suffix("/v1/metrics").unwrap_or(base);
-                format!("{base}/v1/logs")
+                match query {
+                    Some(q) => format!("{base}/v1/logs?{q}"),
+                    None => format!("{base}/v1/logs"),
+                }
             }
         }
     }

@@ -139,7 +139,15 @@ impl Links {
                 continue;
             }
             let up = s.value.as_f64() >= 1.0;
-            let was = self.up.insert(s.attributes.clone(), up);
+            // Every collection reads every port: the attributes are copied only for a
+            // port seen the first time.
+            let was = match self.up.get_mut(&s.attributes) {
+                Some(w) => Some(std::mem::replace(w, up)),
+                None => {
+                    self.up.insert(s.attributes.clone(), up);
+                    None
+                }
+            };
             if was.is_some_and(|was| was != up) {
                 let labels = s
                     .attributes

@@ -175,6 +175,11 @@ impl Watcher {
         if since.elapsed() < after {
             return;
         }
+        // A self-test whose reads are still blocked (a wedged NIC) is not started again:
+        // each run would leave one more thread blocked in the kernel, at every tick.
+        if rocewatch_health::threads_in_flight() > 0 {
+            return;
+        }
         let report = rocewatch_health::run(&self.health, &self.health_cfg).await;
         if report.verdict != rocewatch_health::Verdict::Healthy {
             if self.kept_by.as_deref() != Some(report.line.as_str()) {

@@ -156,13 +156,38 @@ fn slow_status(check: &str) -> Status {
     }
 }
 
+/// Threads of parts still running, of every run in this process: a read blocked in the
+/// kernel keeps its thread after the verdict.
+static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many threads of earlier runs are still reading (a caller that runs health again
+/// and again, the agent's recovery self-test, waits for none before the next run rather
+/// than leave one more blocked thread at every tick).
+pub fn threads_in_flight() -> usize {
+    IN_FLIGHT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Run `f` on a thread of its own named `name`; a thread that cannot be started makes
 /// `part` a finding that says so.
 pub fn spawn(board: &Arc<Board>, part: Part, name: &str, f: impl FnOnce() + Send + 'static) {
+    use std::sync::atomic::Ordering;
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    let counted = move || {
+        // Counted down however `f` ends (a panic included).
+        struct Done;
+        impl Drop for Done {
+            fn drop(&mut self) {
+                IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let _done = Done;
+        f()
+    };
     if let Err(e) = std::thread::Builder::new()
         .name(format!("health-{name}"))
-        .spawn(f)
+        .spawn(counted)
     {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         board.done(
             part,
             vec![Finding::host(
@@ -180,6 +205,18 @@ pub fn spawn(board: &Arc<Board>, part: Part, name: &str, f: impl FnOnce() + Send
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_is_counted_while_it_runs() {
+        // Other tests of this binary run health beside it: only "at least this one".
+        let board = Board::new();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        spawn(&board, Part::Scope, "test", move || {
+            let _ = rx.recv();
+        });
+        assert!(threads_in_flight() >= 1);
+        drop(tx);
+    }
 
     #[tokio::test]
     async fn a_part_still_reading_at_the_deadline_is_unhealthy_and_names_what_it_reads() {

@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 pub use checks::admin_up;
 pub use config::{CheckName, HealthConfig, HealthConfigError};
+pub use deadline::threads_in_flight;
 use deadline::{Board, Part};
 pub use finding::{bounded, Finding, Report, Status, Verdict, LINE_MAX};
 pub use options::Options;

@@ -12,6 +12,15 @@ cd "$top"
 command -v cargo >/dev/null || { echo "test.sh: cargo not found; install Rust with rustup (https://rustup.rs)" >&2; exit 1; }
 scripts/install-test-deps.sh
 
+# A clean clone builds once: incremental caches would only double the target folder.
+# The build needs about 8 GiB (the debug test build, clippy's, the .deb's release build).
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+echo "test.sh: $((free_kib / 1024 / 1024)) GiB free where the build goes"
+if [ "${free_kib:-0}" -lt $((8 * 1024 * 1024)) ]; then
+  echo "test.sh: warning: less than 8 GiB free here; the build may fail with 'No space left on device'" >&2
+fi
+
 filter=()
 if [ "${1:-}" = "--" ]; then shift; filter=("$@"); fi
 

@@ -7,11 +7,9 @@
 //! Peers come from a static list, a DNS name resolving to many hosts, and a file (one peer
 //! per line, `#` comments) re-read when it changes.
 //!
-//! With `[fleet]` ([`fleet`]), the peers are this host's pinglist from the fleet's map,
-//! each probed on several flows with their own UDP source ports ([`flows`]), and the
-//! results are counted per host by class, path and outcome, with the failing flows only
-//! while they fail ([`fleetstats`]); timeouts while this host is overloaded are its own
-//! ([`noise`]).
+//! With `[fleet]`, the peers are this host's pinglist from the fleet's map: everything
+//! about fleet probing is in [`fleet`] (its section, flows, rounds, statistics, host
+//! noise and the fleet simulator).
 //!
 //! Bounds: at most `max_peers` peers are probed (the rest are counted, not probed); the
 //! interval stretches so that the agent sends at most `max_rate` probes per second; a
@@ -23,21 +21,16 @@
 pub mod bandwidth;
 mod config;
 pub mod fleet;
-mod fleetrounds;
-pub mod fleetstats;
-pub mod flows;
-pub mod noise;
 mod peers;
 mod plugin;
 mod rounds;
-pub mod simulate;
 mod stats;
 
 pub use config::{
     default_rtt_buckets, ProbeMode, ProbesConfig, ATTR_CAUSE, ATTR_MODE, ATTR_PEER, CM_PREFIX,
     DEFAULT_CM_PORT, PLUGIN, RTT,
 };
-pub use fleetrounds::{
+pub use fleet::{
     count_round, round_samples, run_fleet, targets as fleet_targets, FlowSet, RttAttrs,
 };
 pub use peers::{parse_peers_file, PeerSource};

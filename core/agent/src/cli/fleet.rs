@@ -92,7 +92,7 @@ pub struct SimulateArgs {
     pub topology: PathBuf,
     /// A fault to inject, KIND:TARGET (repeat for several).
     #[arg(long, value_name = "KIND:TARGET")]
-    pub fault: Vec<rocewatch_probes::simulate::Fault>,
+    pub fault: Vec<rocewatch_probes::fleet::simulate::Fault>,
     /// The directory to write series.prom and faults.json to (created).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -285,7 +285,7 @@ fn read_map(a: &PlanArgs) -> Result<Topology> {
 }
 
 fn simulate(a: SimulateArgs) -> Result<i32> {
-    use rocewatch_probes::simulate;
+    use rocewatch_probes::fleet::simulate;
     let name = a.topology.display().to_string();
     let text = std::fs::read_to_string(&a.topology).with_context(|| format!("reading {name}"))?;
     let topo = Topology::parse(&name, &text)?;

@@ -12,7 +12,7 @@ use rocewatch_fleet::pinglist::{Class, Peer};
 use rocewatch_metrics::names;
 use rocewatch_plugin_api::{Attributes, ProbeOutcome, Sample, Value};
 
-use super::stats::sample;
+use crate::stats::sample;
 
 /// This host's name on fleet series.
 pub const ATTR_HOST: &str = "host";

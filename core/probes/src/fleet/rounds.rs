@@ -14,13 +14,13 @@ use rocewatch_plugin_api::{Attributes, NicTimestamps, ProbeOutcome, ProbeTarget,
 use rocewatch_runtime::host::registry::Entry;
 use rocewatch_runtime::pipeline::Pipeline;
 
-use super::config::{ProbesConfig, PLUGIN};
-use super::fleet::{FleetConfig, FleetView};
-use super::fleetstats::{FleetStats, Outcome};
+use super::config::{FleetConfig, FleetView};
 use super::flows::{epoch_at, flow_label, offset};
 use super::noise::HostNoise;
-use super::rounds::probe_batch;
-use super::stats::peers_and_interval;
+use super::stats::{FleetStats, Outcome};
+use crate::config::{ProbesConfig, PLUGIN};
+use crate::rounds::probe_batch;
+use crate::stats::peers_and_interval;
 
 /// Seconds since the epoch: flows rotate on the wall clock.
 fn now_s() -> u64 {
@@ -313,8 +313,8 @@ mod tests {
             "host,rail,addr,tor\na,0,10.0.0.1,t1\nb,0,10.0.0.2,t1\nc,0,10.0.0.3,t2\n",
         )
         .unwrap();
-        let view =
-            super::super::fleet::view_of(&topo, "a", Default::default(), &BTreeSet::new()).unwrap();
+        let view = super::super::config::view_of(&topo, "a", Default::default(), &BTreeSet::new())
+            .unwrap();
         let cfg: ProbesConfig = toml::from_str("").unwrap();
         let fleet: FleetConfig = toml::from_str("topology = \"t\"").unwrap();
         let t = targets(&view, &cfg, &fleet, 1_000_000);

@@ -24,10 +24,10 @@ use rocewatch_fleet::Topology;
 use rocewatch_metrics::naming::{prometheus_sample_name, write_prometheus_labels};
 use rocewatch_plugin_api::{ProbeOutcome, Sample, Value};
 
-use super::fleet::{view_of_list, FleetConfig, FleetView};
-use super::fleetrounds::{count_round, FlowSet, RttAttrs};
-use super::fleetstats::FleetStats;
+use super::config::{view_of_list, FleetConfig, FleetView};
 use super::flows::udp_sport;
+use super::rounds::{count_round, FlowSet, RttAttrs};
+use super::stats::FleetStats;
 
 /// A fault injected into the simulated fabric.
 #[derive(Debug, Clone, PartialEq)]

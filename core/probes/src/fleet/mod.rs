@@ -1,0 +1,19 @@
+//! Fleet probing (`[fleet]`): the peers are this host's pinglist from the fleet's map
+//! ([`config`]: the section, where the map comes from, [`FleetView`]), each probed on
+//! several flows with their own UDP source ports ([`flows`]) in rounds of their own
+//! ([`rounds`]), and the results are counted per host by class, path and outcome, with
+//! the failing flows only while they fail ([`stats`]); timeouts while this host is
+//! overloaded are its own ([`noise`]). [`simulate`] runs the same round and statistics
+//! code for every host of a simulated fleet.
+
+mod config;
+pub mod flows;
+pub mod noise;
+mod rounds;
+pub mod simulate;
+pub mod stats;
+
+pub use config::{
+    fetch_prometheus, view_of, view_of_list, FleetConfig, FleetSource, FleetView, MAX_TOP_FAILING,
+};
+pub use rounds::{count_round, round_samples, run_fleet, targets, FlowSet, RttAttrs};

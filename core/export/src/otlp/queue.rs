@@ -3,7 +3,7 @@
 //! merged into one request after an outage and split back when a request fails; and the
 //! encoder's sink of one export's requests, each compressed on its own.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -139,25 +139,31 @@ pub(super) struct QueueState {
     pub(super) dropped_at_shutdown: usize,
     /// The number of the next snapshot queued.
     pub(super) next_snapshot: u64,
-    /// The last snapshot a part of which was dropped (counted then; its other parts,
-    /// delivered or not, count no more).
-    pub(super) last_lost: Option<u64>,
+    /// The snapshots a part of which was dropped while others are still queued or in
+    /// flight: counted dropped then, and never sent (a snapshot counts once, as dropped
+    /// if any part was lost). An id leaves with its snapshot's last part.
+    pub(super) lost: HashSet<u64>,
 }
 
 impl QueueState {
     /// `part` dropped for `reason`: its snapshot counted once as dropped.
     pub(super) fn lost(&mut self, part: &Part, reason: ExporterDropReason, metrics: &SelfMetrics) {
-        if self.last_lost != Some(part.snapshot) {
-            self.last_lost = Some(part.snapshot);
+        let counted = if part.last {
+            // Its snapshot ends here: nothing of it comes again.
+            self.lost.remove(&part.snapshot)
+        } else {
+            !self.lost.insert(part.snapshot)
+        };
+        if !counted {
             metrics.exporter_dropped("otlp", reason);
         }
     }
 
     /// `parts` delivered: the snapshots they end, less any with a part dropped.
-    pub(super) fn delivered(&self, parts: &[Part]) -> usize {
+    pub(super) fn delivered(&mut self, parts: &[Part]) -> usize {
         parts
             .iter()
-            .filter(|p| p.last && self.last_lost != Some(p.snapshot))
+            .filter(|p| p.last && !self.lost.remove(&p.snapshot))
             .count()
     }
 }
@@ -453,6 +459,44 @@ mod tests {
                 .exporter_dropped_for("otlp", ExporterDropReason::QueueFull),
             0
         );
+    }
+
+    /// Each snapshot counts once, dropped if any of its parts was lost, else sent, however
+    /// the losses of several split snapshots interleave (one remembered id counted a
+    /// snapshot both dropped and sent when another's part was lost in between).
+    #[test]
+    fn interleaved_losses_of_split_snapshots_count_each_once() {
+        let q = queue(10);
+        let part = |snapshot, last| Part {
+            len: 1,
+            raw: 1,
+            snapshot,
+            last,
+        };
+        let m = Arc::clone(&q.metrics);
+        let mut st = q.lock();
+        // a's first part lost, then b's, then a's and b's last parts delivered.
+        st.lost(&part(1, false), ExporterDropReason::TooLarge, &m);
+        st.lost(&part(2, false), ExporterDropReason::TooLarge, &m);
+        st.lost(&part(2, false), ExporterDropReason::TooLarge, &m);
+        assert_eq!(st.delivered(&[part(1, true), part(2, true)]), 0);
+        // c: its last part lost after its first was: one drop.
+        st.lost(&part(3, false), ExporterDropReason::Rejected, &m);
+        st.lost(&part(3, true), ExporterDropReason::Rejected, &m);
+        // d: whole, delivered; e: one part, lost.
+        assert_eq!(st.delivered(&[part(4, false), part(4, true)]), 1);
+        st.lost(&part(5, true), ExporterDropReason::Rejected, &m);
+        assert!(st.lost.is_empty(), "every ended snapshot forgotten");
+        drop(st);
+        assert_eq!(
+            m.exporter_dropped_for("otlp", ExporterDropReason::TooLarge),
+            2
+        );
+        assert_eq!(
+            m.exporter_dropped_for("otlp", ExporterDropReason::Rejected),
+            2
+        );
+        assert_eq!(m.exporter_dropped_count("otlp"), 4);
     }
 
     /// A count that disagrees with what is queued never makes the trim loop.

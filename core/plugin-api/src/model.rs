@@ -450,6 +450,11 @@ pub struct ProbeResult {
     pub cm: Option<CmConnection>,
 }
 
+/// The TCP port of the verbs plugin's side channel, where a responder listens and a
+/// prober connects to exchange queue-pair details, unless configured otherwise
+/// (`tcp_port`); not rping's 7174, which an `rping -s` on the host would hold.
+pub const DEFAULT_PROBE_TCP_PORT: u16 = 18516;
+
 /// How many RDMA CM probes of one `probe_many` call the verbs plugin runs at once (fewer
 /// when the locked-memory limit could not hold that many buffers): the host sizes the
 /// call's time limit by it.

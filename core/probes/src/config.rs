@@ -43,7 +43,7 @@ pub(super) fn default_size() -> u32 {
 }
 
 pub(super) fn default_tcp_port() -> u16 {
-    18516
+    rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT
 }
 
 pub(super) fn default_true() -> bool {

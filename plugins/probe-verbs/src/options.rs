@@ -7,7 +7,7 @@ fn default_port() -> u8 {
     1
 }
 fn default_tcp_port() -> u16 {
-    18516
+    rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT
 }
 fn default_true() -> bool {
     true

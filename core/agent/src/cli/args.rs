@@ -468,7 +468,7 @@ pub struct BandwidthCmdArgs {
     #[arg(long)]
     pub device: Option<String>,
     /// TCP port of the side channel.
-    #[arg(long, default_value_t = 18516)]
+    #[arg(long, default_value_t = rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT)]
     pub tcp_port: u16,
     /// Connecting and the side channel's answers (at most 1m).
     #[arg(long, value_parser = PROBE_TIMEOUT.flag(), default_value = "3s", value_name = "DUR")]
@@ -627,7 +627,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub device: Option<String>,
     /// TCP port of the side channel.
-    #[arg(long, default_value_t = 18516)]
+    #[arg(long, default_value_t = rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT)]
     pub tcp_port: u16,
     /// Print the results and the summary as JSON.
     #[arg(long)]

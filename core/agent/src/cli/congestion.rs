@@ -15,7 +15,7 @@ use rocewatch_plugin_api::{PluginKind, QosState, Sample, Setting};
 
 use super::args::CongestionArgs;
 use super::output::print_json;
-use super::terminal::{terminal_rows, Terminal};
+use super::terminal::{live_view, terminal_rows};
 use crate::app::App;
 
 /// How long --advise keeps the configuration it read.
@@ -53,12 +53,7 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
     // --watch on a terminal redraws one screen, like top (q or Ctrl-C ends it); else
     // frames follow one another.
     let tty = a.watch && !a.json && std::io::stdout().is_terminal();
-    let terminal = tty.then(Terminal::enter);
-    let (_never, idle) = watch::channel(false);
-    let mut keys = terminal
-        .as_ref()
-        .and_then(Terminal::quit_key)
-        .unwrap_or(idle);
+    let (terminal, mut quit) = live_view(tty);
     // Only --watch ends on a signal as a quit; a single frame keeps the default (Ctrl-C
     // is an interrupted command, status 130).
     let (_no_signal, quiet) = watch::channel(false);
@@ -74,7 +69,7 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
         tokio::select! {
             _ = tokio::time::sleep(a.window) => {}
             Ok(_) = signals.wait_for(|stop| *stop) => break,
-            Ok(_) = keys.wait_for(|quit| *quit) => break,
+            () = quit.typed() => break,
         }
         let (after, errors) = collect(app).await;
         // The rates over the time that really passed between the two collections (the

@@ -18,6 +18,30 @@ pub(crate) fn terminal_rows() -> usize {
     }
 }
 
+/// A live view's hold on the terminal when `tty` is true (output to a terminal), and the
+/// key that ends the view.
+pub(crate) fn live_view(tty: bool) -> (Option<Terminal>, QuitKey) {
+    let terminal = tty.then(Terminal::enter);
+    let key = QuitKey(terminal.as_ref().and_then(Terminal::quit_key));
+    (terminal, key)
+}
+
+/// What ends a live view from the keyboard: `q` typed on the terminal it holds. Without a
+/// terminal to read `q` from, or once standard input has ended, it never fires.
+pub(crate) struct QuitKey(Option<watch::Receiver<bool>>);
+
+impl QuitKey {
+    /// Returns when `q` is typed, never otherwise (a branch of the view's `select!`).
+    pub(crate) async fn typed(&mut self) {
+        if let Some(rx) = self.0.as_mut() {
+            if rx.wait_for(|quit| *quit).await.is_ok() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+}
+
 /// The live view's hold on the terminal: the alternate screen with the cursor hidden, and
 /// standard input (when it is a terminal) without line editing and echo, so that `q` is
 /// read at once. Dropping it puts everything back.
@@ -52,7 +76,7 @@ impl Terminal {
 
     /// Turns true when `q` is typed (only when standard input is the terminal we hold). A
     /// plain thread, not tokio's blocking pool: the runtime does not wait for it at exit.
-    pub(crate) fn quit_key(&self) -> Option<watch::Receiver<bool>> {
+    fn quit_key(&self) -> Option<watch::Receiver<bool>> {
         self.saved?;
         let (tx, rx) = watch::channel(false);
         std::thread::spawn(move || {

@@ -11,13 +11,12 @@
 
 use std::io::{IsTerminal, Write};
 
-use super::terminal::{terminal_rows, Terminal};
+use super::terminal::{live_view, terminal_rows};
 use std::time::{Instant, SystemTime};
 
 use anyhow::Result;
 use rocewatch_metrics::{RESOURCE_CATALOG, RESOURCE_QPS, WORKLOAD_COUNTER};
 use rocewatch_plugin_api::{PluginKind, Sample};
-use tokio::sync::watch;
 
 use super::args::TopArgs;
 use super::output::print_json;
@@ -190,13 +189,7 @@ async fn live(app: &App, from: &[Entry], a: &TopArgs) -> Result<i32> {
     let mut prev: Option<Reading> = None;
     let tty = std::io::stdout().is_terminal();
     let mut signals = rocewatch_runtime::util::signals::shutdown_on_signals();
-    let terminal = tty.then(Terminal::enter);
-    // Without a terminal to read `q` from, a channel that never turns (its sender kept).
-    let (_never, idle) = watch::channel(false);
-    let mut keys = terminal
-        .as_ref()
-        .and_then(Terminal::quit_key)
-        .unwrap_or(idle);
+    let (terminal, mut quit) = live_view(tty);
     let every = humantime::format_duration(a.interval).to_string();
     loop {
         let v = view(&cur, prev.as_ref());
@@ -229,7 +222,7 @@ async fn live(app: &App, from: &[Entry], a: &TopArgs) -> Result<i32> {
         tokio::select! {
             _ = tokio::time::sleep(a.interval) => {}
             Ok(_) = signals.wait_for(|stop| *stop) => break,
-            Ok(_) = keys.wait_for(|quit| *quit) => break,
+            () = quit.typed() => break,
         }
         match collect(app, from).await {
             Ok(next) => prev = Some(std::mem::replace(&mut cur, next)),

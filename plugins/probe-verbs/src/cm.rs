@@ -301,17 +301,32 @@ impl Conn {
 
     /// Arm the queue and drain its channel's events (non-blocking).
     fn rearm(&self) {
-        // SAFETY: comp and cq are live; the channel is non-blocking.
+        self.ack_cq_events();
+        // SAFETY: cq is live once attached.
         unsafe {
-            loop {
-                let mut cq = ptr::null_mut();
-                let mut ctx = ptr::null_mut();
+            ibv_req_notify_cq(self.cq, 0);
+        }
+    }
+
+    /// Take and acknowledge every event waiting on the completion channel, if there is
+    /// one; it is non-blocking, so this returns once none is left.
+    fn ack_cq_events(&self) {
+        if self.comp.is_null() {
+            return;
+        }
+        loop {
+            let mut cq = ptr::null_mut();
+            let mut ctx = ptr::null_mut();
+            // SAFETY: comp is a live completion channel, made non-blocking in `attach`;
+            // ibv_get_cq_event fills the two out-pointers or fails, and each event taken
+            // is acknowledged once, on the CQ it names (Drop calls this before it destroys
+            // the CQ).
+            unsafe {
                 if ibv_get_cq_event(self.comp, &mut cq, &mut ctx) != 0 {
                     break;
                 }
                 ibv_ack_cq_events(cq, 1);
             }
-            ibv_req_notify_cq(self.cq, 0);
         }
     }
 
@@ -332,16 +347,7 @@ impl Drop for Conn {
             if !self.mr.is_null() {
                 ibv_dereg_mr(self.mr);
             }
-            if !self.comp.is_null() {
-                loop {
-                    let mut cq = ptr::null_mut();
-                    let mut ctx = ptr::null_mut();
-                    if ibv_get_cq_event(self.comp, &mut cq, &mut ctx) != 0 {
-                        break;
-                    }
-                    ibv_ack_cq_events(cq, 1);
-                }
-            }
+            self.ack_cq_events();
             if !self.cq.is_null() {
                 ibv_destroy_cq(self.cq);
             }

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rocewatch_slurm::harness::{HealthCheck, LocalCluster, Options};
-use rocewatch_slurm::scontrol::run_bounded;
+use rocewatch_process::run_bounded;
 
 use crate::support::*;
 

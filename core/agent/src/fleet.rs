@@ -90,9 +90,9 @@ pub fn lldp_neighbours(lldpcli: &Path) -> Result<Vec<Neighbour>, String> {
 }
 
 /// The same within `timeout`, as a process group killed at the bound with whatever it
-/// started (a wrapper's child included: [`rocewatch_slurm::bounded`]).
+/// started (a wrapper's child included: [`rocewatch_process`]).
 fn lldp_neighbours_within(lldpcli: &Path, timeout: Duration) -> Result<Vec<Neighbour>, String> {
-    use rocewatch_slurm::bounded::{run_bounded, RunError};
+    use rocewatch_process::{run_bounded, RunError};
     let mut cmd = std::process::Command::new(lldpcli);
     cmd.args(["-f", "json0", "show", "neighbors", "details"]);
     let what = format!("{} -f json0 show neighbors details", lldpcli.display());

@@ -194,13 +194,13 @@ pub(super) fn run_tool(cmd: &str, args: &[&str]) -> Option<Result<String, String
 pub(super) const TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `cmd ARGS` within `timeout`, as a process group killed at the bound with whatever it
-/// started ([`rocewatch_slurm::bounded`]); none when the tool is not installed.
+/// started ([`rocewatch_process`]); none when the tool is not installed.
 pub(super) fn run_tool_within(
     cmd: &str,
     args: &[&str],
     timeout: std::time::Duration,
 ) -> Option<Result<String, String>> {
-    use rocewatch_slurm::bounded::{run_bounded, RunError};
+    use rocewatch_process::{run_bounded, RunError};
     let mut c = std::process::Command::new(cmd);
     c.args(args);
     match run_bounded(c, timeout) {

@@ -11,15 +11,12 @@
 //! - [`scontrol`]: drain this node with a reason that starts with `rocewatch: `, and
 //!   resume it only when the drain is rocewatch's, as LBNL Node Health Check does
 //!   (an administrator's "maintenance" drain stays); this node's Slurm name.
-//! - [`bounded`]: an outside program run within a bound as a process group, killed and
-//!   reaped with whatever it started (scontrol here; lldpcli, nft, systemctl elsewhere).
 //! - `harness` (feature `harness`): a real local Slurm (munged, slurmctld, slurmd on
 //!   loopback, in a temporary directory) for tests.
 //!
 //! Facts about Slurm's formats were read from Slurm's sources (cited in each module) and
 //! checked against Slurm 22.05.8 (Debian 12) in `core/slurm/tests/real_slurm.rs`.
 
-pub mod bounded;
 #[cfg(feature = "harness")]
 pub mod harness;
 pub mod hostlist;

@@ -7,13 +7,13 @@
 //! environment (`SLURM_CONF` passes through) plus whatever [`Scontrol::env`] adds, and a
 //! bound on how long it may take (it retries a controller that does not answer for
 //! `MessageTimeout` seconds, by default 10, per attempt), as a process group killed at the
-//! bound ([`crate::bounded`]: a site's wrapper that does not `exec` scontrol goes with it).
+//! bound ([`rocewatch_process`]: a site's wrapper that does not `exec` scontrol goes with it).
 //! A drain or a resume (show, then update) takes one bound for both runs: slurmd kills a
 //! HealthCheckProgram that runs past its own limit.
 //!
 //! A node that health calls unhealthy must not keep taking jobs, so a drain does not hang
 //! on reading the node first: a `show` that fails (an error, output that is not this
-//! node's record, output cut at [`crate::bounded::KEEP_BYTES`], a timeout) is tried once
+//! node's record, output cut at [`rocewatch_process::KEEP_BYTES`], a timeout) is tried once
 //! more, and when that fails too the node is drained anyway, the outcome saying that a
 //! reason someone else set may have been replaced ([`DrainOutcome::DrainedUnread`]). A
 //! resume is the opposite: never on a `show` that failed. An `update` that exits 0 but
@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use crate::bounded::one_line;
-pub use crate::bounded::{run_bounded, BoundedOutput, RunError};
+use rocewatch_process::{one_line, run_bounded, BoundedOutput, RunError};
+
 use crate::node::{parse_one_node, Node, NodeParseError};
 
 /// The prefix of every reason rocewatch sets, by which it knows a drain as its own.
@@ -273,7 +273,7 @@ impl Scontrol {
 
     /// `scontrol show node NODE`, parsed.
     ///
-    /// Output cut at [`crate::bounded::KEEP_BYTES`] is not read: what was cut could hold
+    /// Output cut at [`rocewatch_process::KEEP_BYTES`] is not read: what was cut could hold
     /// the reason.
     pub fn show_node(&self, node: &str) -> Result<Node, ScontrolError> {
         let args = ["show", "node", node];
@@ -291,7 +291,7 @@ impl Scontrol {
                 command,
                 what: format!(
                     "its output passed {} bytes and was cut ({} bytes more): not read",
-                    crate::bounded::KEEP_BYTES,
+                    rocewatch_process::KEEP_BYTES,
                     out.stdout_dropped
                 ),
             });
@@ -896,7 +896,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let show = format!(
             "printf '{DRAINED_BY_US}'; printf '   Comment='; head -c {} /dev/zero | tr '\\0' A; echo; exit 0",
-            crate::bounded::KEEP_BYTES + 10
+            rocewatch_process::KEEP_BYTES + 10
         );
         let sc = Scontrol::new(logging_scontrol(dir.path(), &show, "exit 0"));
         let e = sc.show_node("n1").map(|n| n.name).unwrap_err().to_string();

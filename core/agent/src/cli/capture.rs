@@ -75,7 +75,7 @@ fn sniffer(device: &str) -> Option<String> {
 fn sniffer_with(tcpdump: &Path, device: &str, timeout: Duration) -> Option<String> {
     let mut cmd = std::process::Command::new(tcpdump);
     cmd.arg("-D");
-    let out = rocewatch_slurm::bounded::run_bounded(cmd, timeout).ok()?;
+    let out = rocewatch_process::run_bounded(cmd, timeout).ok()?;
     out.stdout.lines().find_map(|l| {
         let name = l.split_once('.')?.1.split_whitespace().next()?;
         (name == device).then(|| name.to_string())

@@ -272,7 +272,7 @@ fn reap_group(pid: libc::pid_t) -> Option<ExitStatus> {
 }
 
 /// `s` trimmed, its lines joined with ` | ` (or a word saying it was empty).
-pub(crate) fn one_line(s: &str) -> String {
+pub fn one_line(s: &str) -> String {
     let t = s.trim();
     if t.is_empty() {
         "(no standard error)".to_string()

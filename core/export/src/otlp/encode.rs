@@ -1364,4 +1364,129 @@ mod tests {
             );
         }
     }
+
+    /// The encoder's bytes for a fixed store (counters and gauges, cumulative and delta,
+    /// whole and cut by series; the agent's own metrics; an RTT histogram), pinned as hex
+    /// in `encode/golden.hex`: a change of the encoder's code that is not meant to change
+    /// the wire (naming field numbers, one writer of a metric's head) leaves it byte
+    /// for byte. `SNAPSHOTS=overwrite` writes it again after an intended change.
+    #[test]
+    fn the_wire_bytes_are_pinned() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let i0 = Instant::now();
+        let sec = Duration::from_secs(1);
+        let build = || {
+            let store = Store::new();
+            let m = SelfMetrics::default();
+            store.declare(&[
+                desc("rdma.port.rx", MetricKind::Counter),
+                desc("rdma.port.up", MetricKind::Gauge),
+            ]);
+            let ports: Vec<Attributes> = (0..6)
+                .map(|i| attrs(&[("rdma.device", &format!("mlx5_{i}")), ("rdma.port", "1")]))
+                .collect();
+            let round = |v: u64| -> Vec<Sample> {
+                ports
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, p)| {
+                        [
+                            sample(
+                                "rdma.port.rx",
+                                Value::U64(v * (i as u64 + 1)),
+                                MetricKind::Counter,
+                                p,
+                            ),
+                            sample("rdma.port.up", Value::F64(1.0), MetricKind::Gauge, p),
+                        ]
+                    })
+                    .collect()
+            };
+            store.ingest_at("c", &round(100), &m, t0, i0);
+            store.ingest_at("c", &round(250), &m, t0 + sec, i0 + sec);
+            m.call_duration("counters-sysfs", "collect", Duration::from_millis(3));
+            m.exporter_sent("otlp", 2);
+            (store, m)
+        };
+        let resource = [
+            ("service.name".to_string(), "rocewatch".to_string()),
+            ("host.name".into(), "gpu-1".into()),
+        ];
+        let mut out = String::new();
+        for (label, temporality, bound) in [
+            (
+                "cumulative, one request",
+                Temporality::Cumulative,
+                usize::MAX,
+            ),
+            ("cumulative, cut by series", Temporality::Cumulative, 900),
+            ("delta, one request", Temporality::Delta, usize::MAX),
+        ] {
+            let (store, m) = build();
+            let mut enc = Encoder::new(&resource, t0 - 10 * sec).temporality(temporality);
+            for export in 0..2u32 {
+                let mut got = Collect::default();
+                let now = t0 + (2 + export) * sec;
+                enc.encode(&store, &m, now, bound, &mut got).unwrap();
+                for (n, (_, body)) in got.0.iter().enumerate() {
+                    out.push_str(&format!("# {label}: export {export}, request {n}\n"));
+                    out.push_str(&hex(body));
+                }
+            }
+        }
+        let mut families = BTreeMap::new();
+        let peer = attrs(&[("rdma.probe.peer", "10.0.0.2")]);
+        let mut fam = HistogramFamily {
+            bounds: vec![0.001, 0.01].into(),
+            ..Default::default()
+        };
+        fam.series.insert(
+            peer.clone(),
+            rocewatch_runtime::store::HistogramSeries {
+                attributes: peer,
+                labels: String::new(),
+                counts: vec![1, 1, 1].into(),
+                sum: 5.0055,
+                count: 3,
+                start: t0,
+                time: t0 + sec,
+            },
+        );
+        families.insert("rdma.probe.rtt".to_string(), fam);
+        let descriptors: BTreeMap<String, MetricDescriptor> = [(
+            "rdma.probe.rtt".to_string(),
+            desc("rdma.probe.rtt", MetricKind::Histogram),
+        )]
+        .into_iter()
+        .collect();
+        let mut h = Vec::new();
+        histograms(&mut h, &families, &descriptors, None);
+        out.push_str("# histograms\n");
+        out.push_str(&hex(&h));
+        let golden =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/otlp/encode/golden.hex");
+        if std::env::var("SNAPSHOTS").as_deref() == Ok("overwrite") {
+            std::fs::write(&golden, &out).unwrap();
+        }
+        let want = std::fs::read_to_string(&golden).unwrap_or_else(|e| {
+            panic!("{}: {e} (SNAPSHOTS=overwrite writes it)", golden.display())
+        });
+        assert!(
+            want == out,
+            "the encoder's bytes changed: compare with {}\n{out}",
+            golden.display()
+        );
+    }
+
+    /// Lines of 32 bytes in hex.
+    fn hex(b: &[u8]) -> String {
+        let mut s = String::new();
+        for line in b.chunks(32) {
+            for byte in line {
+                s.push_str(&format!("{byte:02x}"));
+            }
+            s.push('\n');
+        }
+        s
+    }
 }

@@ -259,16 +259,7 @@ impl Scontrol {
     /// Run `scontrol ARGS`; its standard output, or an error naming the command, its
     /// exit status and standard error.
     pub fn run(&self, args: &[&str]) -> Result<String, ScontrolError> {
-        let command = self.describe(args);
-        let out = self.run_captured(args, &command)?;
-        if !out.status.success() {
-            return Err(ScontrolError::Failed {
-                command,
-                status: out.status,
-                output: failure_output(&out),
-            });
-        }
-        Ok(out.stdout)
+        self.run_checked(args, false).map(|(_, out)| out.stdout)
     }
 
     /// `scontrol show node NODE`, parsed.
@@ -277,15 +268,7 @@ impl Scontrol {
     /// the reason.
     pub fn show_node(&self, node: &str) -> Result<Node, ScontrolError> {
         let args = ["show", "node", node];
-        let command = self.describe(&args);
-        let out = self.run_captured(&args, &command)?;
-        if !out.status.success() {
-            return Err(ScontrolError::Failed {
-                command,
-                status: out.status,
-                output: failure_output(&out),
-            });
-        }
+        let (command, out) = self.run_checked(&args, false)?;
         if out.stdout_dropped > 0 {
             return Err(ScontrolError::Unexpected {
                 command,
@@ -300,17 +283,17 @@ impl Scontrol {
             // An error said on standard error with exit 0 (a controller that does not
             // answer): what it said is why.
             "" => ScontrolError::Parse {
-                command: self.describe(&args),
+                command: command.clone(),
                 source,
             },
             _ => ScontrolError::Unexpected {
-                command: self.describe(&args),
+                command: command.clone(),
                 what: format!("{source}; standard error: {}", one_line(&out.stderr)),
             },
         })?;
         if n.name != node {
             return Err(ScontrolError::Unexpected {
-                command: self.describe(&args),
+                command,
                 what: format!("answered for node {:?}", n.name),
             });
         }
@@ -475,48 +458,44 @@ impl Scontrol {
     /// after `slurm_update error: ...`; a wrapper that loses its status must not pass for
     /// a drain).
     fn update(&self, args: &[&str]) -> Result<String, ScontrolError> {
-        let command = self.describe(args);
-        let out = self.run_captured(args, &command)?;
-        if !out.status.success() || !out.stderr.trim().is_empty() {
-            return Err(ScontrolError::Failed {
-                command,
-                status: out.status,
-                output: failure_output(&out),
-            });
-        }
-        Ok(out.stdout)
+        self.run_checked(args, true).map(|(_, out)| out.stdout)
     }
 
     /// `scontrol show hostnames LIST`: Slurm's own expansion (scontrol exits 0 even when
     /// it refuses the list, so its standard error is an error here).
     pub fn show_hostnames(&self, list: &str) -> Result<Vec<String>, ScontrolError> {
-        let args = ["show", "hostnames", list];
-        let command = self.describe(&args);
-        let out = self.run_captured(&args, &command)?;
-        if !out.status.success() || !out.stderr.trim().is_empty() {
+        let (_, out) = self.run_checked(&["show", "hostnames", list], true)?;
+        Ok(out.stdout.lines().map(str::to_string).collect())
+    }
+
+    /// `scontrol ARGS` within this bound: its command line (what errors name it by) and
+    /// output, or an error when it could not start, ran past the bound, exited other than
+    /// 0, or said anything on standard error where `stderr_fails`.
+    fn run_checked(
+        &self,
+        args: &[&str],
+        stderr_fails: bool,
+    ) -> Result<(String, BoundedOutput), ScontrolError> {
+        let command = self.describe(args);
+        let out = match run_bounded(self.command(args), self.timeout) {
+            Ok(out) => out,
+            Err(RunError::Spawn(source)) => return Err(ScontrolError::Spawn { command, source }),
+            Err(RunError::Timeout { stderr }) => {
+                return Err(ScontrolError::Timeout {
+                    command,
+                    timeout: self.timeout,
+                    stderr,
+                })
+            }
+        };
+        if !out.status.success() || (stderr_fails && !out.stderr.trim().is_empty()) {
             return Err(ScontrolError::Failed {
                 command,
                 status: out.status,
                 output: failure_output(&out),
             });
         }
-        Ok(out.stdout.lines().map(str::to_string).collect())
-    }
-
-    /// `scontrol ARGS` within this bound, whatever its exit status; `command` names it in
-    /// errors.
-    fn run_captured(&self, args: &[&str], command: &str) -> Result<BoundedOutput, ScontrolError> {
-        run_bounded(self.command(args), self.timeout).map_err(|e| match e {
-            RunError::Spawn(source) => ScontrolError::Spawn {
-                command: command.to_string(),
-                source,
-            },
-            RunError::Timeout { stderr } => ScontrolError::Timeout {
-                command: command.to_string(),
-                timeout: self.timeout,
-                stderr,
-            },
-        })
+        Ok((command, out))
     }
 
     /// This scontrol with what is left of `timeout` begun at `deadline`; none when under a

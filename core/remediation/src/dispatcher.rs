@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::action::{describe, run_exec, Breach};
+use super::actions::{describe, run_exec, Breach};
 use super::at_exit::Owed;
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
 use super::limits::Limits;
@@ -561,7 +561,7 @@ impl Dispatcher {
                 // scontrol's own bound; the dispatcher's timeout ends the wait.
                 let timeout = action.timeout;
                 tokio::task::spawn_blocking(move || {
-                    crate::action::slurm_drain(node.as_deref(), &scontrol, timeout, &b)
+                    crate::actions::slurm_drain(node.as_deref(), &scontrol, timeout, &b)
                 })
                 .await
                 .map_err(|e| format!("the drain did not finish: {e}"))?

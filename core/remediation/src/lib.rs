@@ -35,7 +35,7 @@
 //! Alertmanager's webhooks (payload, routes, limits) and hands them to the same
 //! dispatcher, as rule transitions.
 
-mod action;
+mod actions;
 pub mod alertmanager;
 mod at_exit;
 mod config;
@@ -44,7 +44,7 @@ mod limits;
 mod processes;
 mod workloads;
 
-pub use action::{describe, Breach};
+pub use actions::{describe, Breach};
 pub use config::{
     validate, warnings, ActionConfig, ActionKind, Event, RemediationConfig, SUPERVISOR_STOP_GRACE,
 };

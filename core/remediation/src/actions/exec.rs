@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::config::{ActionKind, Event};
-use super::processes;
-use super::workloads::Workload;
+use crate::config::{ActionKind, Event};
+use crate::processes;
+use crate::workloads::Workload;
 
 /// What the action receives (stdin of `exec`, body of `webhook`).
 #[derive(Debug, Clone, Serialize)]
@@ -25,7 +25,7 @@ pub struct Breach {
     pub recent: Vec<(f64, f64)>,
     pub dry_run: bool,
     /// The workloads holding QPs on the port the labels name, most QPs first (at most
-    /// [`super::MAX_WORKLOADS`]): absent when the labels name no `rdma.device` or rocewatch has
+    /// [`crate::MAX_WORKLOADS`]): absent when the labels name no `rdma.device` or rocewatch has
     /// no resources series (unknown), `[]` when nobody holds a QP there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workloads: Option<Vec<Workload>>,
@@ -208,7 +208,7 @@ fn exited_unreaped(pid: u32) {
 /// exited, its timeout dropped this future, the agent stops), every process it started is
 /// killed ([`processes`]). The outcome is the command's exit status, not the end of its
 /// output (a daemon it left holding stdout is killed).
-pub(super) async fn run_exec(command: &[String], b: &Breach) -> Result<String, String> {
+pub(crate) async fn run_exec(command: &[String], b: &Breach) -> Result<String, String> {
     use tokio::io::AsyncWriteExt;
     let env = label_env(&b.labels)?;
     let mut c = tokio::process::Command::new(&command[0]);

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 /// other. Plugins (`plugins/*`) may depend on the first three layers only: the contract
 /// and the readers.
 const CRATE_LAYERS: &[&[&str]] = &[
-    &["rocewatch-plugin-api", "rocewatch-process"],
+    &["rocewatch-plugin-api", "rocewatch-process", "rocewatch-duration"],
     &[
         "rocewatch-plugin-sdk",
         "rocewatch-sysfs",

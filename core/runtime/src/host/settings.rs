@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::util::duration::de_opt_duration;
+use rocewatch_duration::de_opt_duration;
 use serde::Deserialize;
 
 pub(super) fn default_true() -> bool {

@@ -91,7 +91,7 @@ pub struct RuleConfig {
     #[serde(default)]
     pub condition: Condition,
     /// For `rate` and `increase` (default 1m).
-    #[serde(default, deserialize_with = "crate::util::duration::de_opt_duration")]
+    #[serde(default, deserialize_with = "rocewatch_duration::de_opt_duration")]
     pub window: Option<Duration>,
     #[serde(default = "default_op")]
     pub op: Op,
@@ -104,7 +104,7 @@ pub struct RuleConfig {
     #[serde(
         default,
         rename = "for",
-        deserialize_with = "crate::util::duration::de_opt_duration"
+        deserialize_with = "rocewatch_duration::de_opt_duration"
     )]
     pub for_: Option<Duration>,
     #[serde(default = "default_severity")]

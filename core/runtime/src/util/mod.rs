@@ -1,8 +1,9 @@
-//! Small pieces every component may use: configuration durations and their bounds,
+//! Small pieces every component may use: configuration durations and their bounds (the
+//! leaf crate `rocewatch-duration`, re-exported for the crates above the runtime),
 //! shutdown signals, giving freed memory back, and the state files root writes or trusts,
 //! never through a link (`fs`).
 
-pub mod duration;
+pub use rocewatch_duration as duration;
 pub mod fs;
 pub mod memory;
 pub mod signals;

@@ -184,7 +184,7 @@ pub fn rate_limit(
     let Some(r) = r else { return Ok(None) };
     let interval = match r.interval.as_deref().map(str::trim) {
         None | Some("") | Some("0") | Some("0s") => return Ok(None),
-        Some(i) => rocewatch_runtime::util::duration::RATE_INTERVAL
+        Some(i) => rocewatch_duration::RATE_INTERVAL
             .parse(i)
             .map_err(|e| WebError::invalid(path, "rate_limit.interval", format!("{i:?}: {e}")))?,
     };

@@ -2,8 +2,8 @@
 //! `ExportMetricsServiceRequest` per export, written field by field into buffers kept
 //! across exports (no copy of every point in an aggregator, no decoded request).
 //!
-//! What receivers see (opentelemetry-proto's `metrics/v1`, field numbers from its
-//! generated code): one resource (`service.name` = rocewatch, `service.version`,
+//! What receivers see (opentelemetry-proto's `metrics/v1`, field numbers named in
+//! `fields` after the protos' field names): one resource (`service.name` = rocewatch, `service.version`,
 //! `host.name`, `host.id`, `service.instance.id`, the configured attributes,
 //! `OTEL_RESOURCE_ATTRIBUTES`), one scope (`rocewatch` and its version), both with the
 //! `schema_url` of the semantic conventions the keys are from; counters as monotonic cumulative sums (`as_int`) whose start time is the
@@ -47,18 +47,19 @@ use self::split::CHUNK;
 use self::split::{Cut, Family};
 use self::wire::{double, field_len, fixed64, nested, string, string_len, tag, uint, varint, LEN};
 
-/// `AggregationTemporality::Delta`.
-const DELTA: u64 = 1;
-/// `AggregationTemporality::Cumulative`.
-const CUMULATIVE: u64 = 2;
+use super::fields::aggregation_temporality::{CUMULATIVE, DELTA};
+use super::fields::{
+    any_value, data, histogram_data_point as hdp, instrumentation_scope, key_value as kv,
+    metric as metric_field, number_data_point as ndp, resource, resource_metrics, scope_metrics,
+};
 
 /// `KeyValue { key, value: AnyValue { string_value } }` in field `field`.
 fn key_value(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
     nested(buf, field, |b| {
-        string(b, 1, k);
-        nested(b, 2, |b| {
+        string(b, kv::KEY, k);
+        nested(b, kv::VALUE, |b| {
             // An empty string value is still a string value (field present).
-            tag(b, 1, LEN);
+            tag(b, any_value::STRING_VALUE, LEN);
             varint(b, v.len() as u64);
             b.extend_from_slice(v.as_bytes());
         });
@@ -83,7 +84,7 @@ fn as_int(v: Value) -> u64 {
 
 /// The encoder: the resource encoded once, buffers kept across exports.
 pub(super) struct Encoder {
-    /// `ResourceMetrics.resource` (field 1) and its `schema_url` (field 3), encoded.
+    /// `ResourceMetrics.resource` and `ResourceMetrics.schema_url`, encoded.
     resource: Vec<u8>,
     /// When the agent started: the start of the self-metrics' cumulative runs.
     started: SystemTime,
@@ -121,8 +122,9 @@ fn point_len(sample: &Sample, counter: bool) -> usize {
         .iter()
         .map(|(k, v)| field_len(string_len(k) + field_len(field_len(v.len()))))
         .sum();
-    // time and value (fixed64 each, 9 bytes with the tag); a counter's start too.
-    attributes + if counter { 27 } else { 18 }
+    // time and value (a fixed64 field each, with its one-byte tag); a counter's start too.
+    const FIXED64_FIELD: usize = 1 + 8;
+    attributes + FIXED64_FIELD * if counter { 3 } else { 2 }
 }
 
 /// A `NumberDataPoint`'s contents: a sum's with its start and `as_int`, a gauge's with
@@ -136,16 +138,16 @@ fn point(
     counter: bool,
 ) {
     for (k, v) in sample.attributes.iter() {
-        key_value(b, 7, k, v);
+        key_value(b, ndp::ATTRIBUTES, k, v);
     }
     if counter {
-        fixed64(b, 2, nanos(start));
+        fixed64(b, ndp::START_TIME_UNIX_NANO, nanos(start));
     }
-    fixed64(b, 3, nanos(time));
+    fixed64(b, ndp::TIME_UNIX_NANO, nanos(time));
     if counter {
-        fixed64(b, 6, as_int(value));
+        fixed64(b, ndp::AS_INT, as_int(value));
     } else {
-        double(b, 4, value.as_f64());
+        double(b, ndp::AS_DOUBLE, value.as_f64());
     }
 }
 
@@ -166,18 +168,18 @@ fn sent_already(s: &Series, delta: bool) -> bool {
     delta && s.sample.kind == MetricKind::Counter && s.is_published()
 }
 
-/// `ScopeMetrics.scope` (field 1: `InstrumentationScope { name, version }`) and
-/// `ScopeMetrics.schema_url` (field 3), encoded once: what produced the metrics, and the
+/// `ScopeMetrics.scope` (`InstrumentationScope { name, version }`) and
+/// `ScopeMetrics.schema_url`, encoded once: what produced the metrics, and the
 /// semantic conventions their names and attributes follow.
 fn scope_encoded() -> &'static [u8] {
     static SCOPE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     SCOPE.get_or_init(|| {
         let mut b = Vec::new();
-        nested(&mut b, 1, |b| {
-            string(b, 1, SCOPE_NAME);
-            string(b, 2, SCOPE_VERSION);
+        nested(&mut b, scope_metrics::SCOPE, |b| {
+            string(b, instrumentation_scope::NAME, SCOPE_NAME);
+            string(b, instrumentation_scope::VERSION, SCOPE_VERSION);
         });
-        string(&mut b, 3, SCHEMA_URL);
+        string(&mut b, scope_metrics::SCHEMA_URL, SCHEMA_URL);
         b
     })
 }
@@ -190,13 +192,13 @@ impl Encoder {
             merged.insert(k, v);
         }
         let mut resource = Vec::new();
-        nested(&mut resource, 1, |b| {
+        nested(&mut resource, resource_metrics::RESOURCE, |b| {
             for (k, v) in &merged {
-                key_value(b, 1, k, v);
+                key_value(b, resource::ATTRIBUTES, k, v);
             }
         });
         // `ResourceMetrics.schema_url`: the semantic conventions of the resource's keys.
-        string(&mut resource, 3, SCHEMA_URL);
+        string(&mut resource, resource_metrics::SCHEMA_URL, SCHEMA_URL);
         Encoder {
             resource,
             started,
@@ -310,14 +312,11 @@ impl Encoder {
                         field_len(len)
                     })
                     .sum();
-                // A sum's temporality and monotonicity, 2 bytes each.
-                let data = points + if counter { 4 } else { 0 };
+                // A sum's temporality and monotonicity.
+                let data = points + if counter { split::SUM_TAIL } else { 0 };
                 let (description, unit) =
                     d.map_or(("", first.unit.as_ref()), |d| (&d.description, &d.unit));
-                let metric = string_len(&first.name)
-                    + string_len(description)
-                    + string_len(unit)
-                    + field_len(data);
+                let metric = split::metric_len(&first.name, description, unit, data);
                 families.push(Family {
                     from,
                     to,
@@ -420,7 +419,7 @@ impl Encoder {
             } else {
                 CUMULATIVE
             };
-            metric(m, first, d.as_ref(), first.kind, temporality, points);
+            number_metric(m, first, d.as_ref(), first.kind, temporality, points);
             i = j;
         }
         let durations = agent.durations();
@@ -447,24 +446,21 @@ impl Encoder {
                 Some((plugin, kind, start, d[0] as u64, d[1]))
             })
             .collect();
-        nested(m, 2, |b| {
-            string(b, 1, name);
-            string(b, 2, entry.map_or("", |e| e.description));
-            string(b, 3, "s");
-            nested(b, 9, |b| {
-                for (plugin, kind, start, count, sum) in &points {
-                    nested(b, 1, |b| {
-                        key_value(b, 9, "kind", kind);
-                        key_value(b, 9, "plugin", plugin);
-                        fixed64(b, 2, nanos(*start));
-                        fixed64(b, 3, nanos(now));
-                        fixed64(b, 4, *count);
-                        double(b, 5, *sum);
-                        packed_fixed64(b, 6, std::iter::once(*count));
-                    });
-                }
-                uint(b, 2, if own.is_some() { DELTA } else { CUMULATIVE });
-            });
+        let description = entry.map_or("", |e| e.description);
+        metric(m, name, description, "s", metric_field::HISTOGRAM, |b| {
+            for (plugin, kind, start, count, sum) in &points {
+                nested(b, data::DATA_POINTS, |b| {
+                    key_value(b, hdp::ATTRIBUTES, "kind", kind);
+                    key_value(b, hdp::ATTRIBUTES, "plugin", plugin);
+                    fixed64(b, hdp::START_TIME_UNIX_NANO, nanos(*start));
+                    fixed64(b, hdp::TIME_UNIX_NANO, nanos(now));
+                    fixed64(b, hdp::COUNT, *count);
+                    double(b, hdp::SUM, *sum);
+                    packed_fixed64(b, hdp::BUCKET_COUNTS, std::iter::once(*count));
+                });
+            }
+            let temporality = if own.is_some() { DELTA } else { CUMULATIVE };
+            uint(b, data::AGGREGATION_TEMPORALITY, temporality);
         });
     }
 }
@@ -496,27 +492,25 @@ fn histograms(
         if points.is_empty() {
             continue;
         }
-        nested(m, 2, |b| {
-            string(b, 1, name);
-            string(b, 2, d.map_or("", |d| &d.description));
-            string(b, 3, d.map_or("", |d| &d.unit));
-            nested(b, 9, |b| {
-                for (s, start, d) in &points {
-                    let (counts, rest) = d.split_at(d.len() - 2);
-                    nested(b, 1, |b| {
-                        for (k, v) in s.attributes.iter() {
-                            key_value(b, 9, k, v);
-                        }
-                        fixed64(b, 2, nanos(*start));
-                        fixed64(b, 3, nanos(s.time));
-                        fixed64(b, 4, rest[0] as u64);
-                        double(b, 5, rest[1]);
-                        packed_fixed64(b, 6, counts.iter().map(|&c| c as u64));
-                        packed_fixed64(b, 7, fam.bounds.iter().map(|f| f.to_bits()));
-                    });
-                }
-                uint(b, 2, if own.is_some() { DELTA } else { CUMULATIVE });
-            });
+        let (description, unit) = d.map_or(("", ""), |d| (&d.description, &d.unit));
+        metric(m, name, description, unit, metric_field::HISTOGRAM, |b| {
+            for (s, start, d) in &points {
+                let (counts, rest) = d.split_at(d.len() - 2);
+                nested(b, data::DATA_POINTS, |b| {
+                    for (k, v) in s.attributes.iter() {
+                        key_value(b, hdp::ATTRIBUTES, k, v);
+                    }
+                    fixed64(b, hdp::START_TIME_UNIX_NANO, nanos(*start));
+                    fixed64(b, hdp::TIME_UNIX_NANO, nanos(s.time));
+                    fixed64(b, hdp::COUNT, rest[0] as u64);
+                    double(b, hdp::SUM, rest[1]);
+                    packed_fixed64(b, hdp::BUCKET_COUNTS, counts.iter().map(|&c| c as u64));
+                    let bounds = fam.bounds.iter().map(|f| f.to_bits());
+                    packed_fixed64(b, hdp::EXPLICIT_BOUNDS, bounds);
+                });
+            }
+            let temporality = if own.is_some() { DELTA } else { CUMULATIVE };
+            uint(b, data::AGGREGATION_TEMPORALITY, temporality);
         });
     }
 }
@@ -529,9 +523,26 @@ struct Point<'a> {
     time: SystemTime,
 }
 
-/// `Metric` (field 2 of ScopeMetrics) of one name: a monotonic sum of `temporality` for a
-/// counter, else a gauge.
+/// A `Metric` of the tail (small: the histograms, the agent's own metrics): its `data`
+/// (`data_field`) written by `contents` first, then the head ([`split::metric_head`], the
+/// one writer of a metric's head) with its length, then the contents.
 fn metric(
+    m: &mut Vec<u8>,
+    name: &str,
+    description: &str,
+    unit: &str,
+    data_field: u32,
+    contents: impl FnOnce(&mut Vec<u8>),
+) {
+    let mut body = Vec::new();
+    contents(&mut body);
+    split::metric_head(m, name, description, unit, data_field, body.len());
+    m.extend_from_slice(&body);
+}
+
+/// A scalar metric of one name: a monotonic sum of `temporality` for a counter, else a
+/// gauge.
+fn number_metric(
     m: &mut Vec<u8>,
     first: &Sample,
     d: Option<&MetricDescriptor>,
@@ -540,21 +551,18 @@ fn metric(
     points: Vec<Point<'_>>,
 ) {
     let counter = kind == MetricKind::Counter;
-    nested(m, 2, |b| {
-        string(b, 1, &first.name);
-        string(b, 2, d.map_or("", |d| &d.description));
-        string(b, 3, d.map_or(&first.unit, |d| &d.unit));
-        nested(b, if counter { 7 } else { 5 }, |b| {
-            for p in points {
-                nested(b, 1, |b| {
-                    point(b, p.sample, p.value, p.start, p.time, counter)
-                });
-            }
-            if counter {
-                uint(b, 2, temporality);
-                uint(b, 3, 1);
-            }
-        });
+    let description = d.map_or("", |d| &d.description);
+    let unit = d.map_or(first.unit.as_ref(), |d| d.unit.as_str());
+    let data_field = split::number_data(counter);
+    metric(m, &first.name, description, unit, data_field, |b| {
+        for p in points {
+            nested(b, data::DATA_POINTS, |b| {
+                point(b, p.sample, p.value, p.start, p.time, counter)
+            });
+        }
+        if counter {
+            split::sum_tail(b, temporality);
+        }
     });
 }
 

@@ -47,6 +47,7 @@
 
 pub mod config;
 mod encode;
+mod fields;
 mod identity;
 pub mod logs;
 mod queue;

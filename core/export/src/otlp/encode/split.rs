@@ -11,6 +11,9 @@ use std::io::{self, Write};
 use rocewatch_runtime::store::Series;
 
 use super::wire::{field_len, string, string_len, tag, uint, varint, LEN};
+use crate::otlp::fields::{
+    data, export_metrics_service_request, metric, resource_metrics, scope_metrics,
+};
 
 /// One metric of the store's series, measured in the encoder's first pass.
 pub(super) struct Family<'a> {
@@ -51,8 +54,54 @@ pub(super) struct Piece {
 }
 
 /// The length of a metric's name, description and unit fields.
-fn metric_head(f: &Family<'_>) -> usize {
-    string_len(f.name) + string_len(f.description) + string_len(f.unit)
+fn metric_head_len(name: &str, description: &str, unit: &str) -> usize {
+    string_len(name) + string_len(description) + string_len(unit)
+}
+
+/// The length of a whole `Metric` whose `data` takes `data` bytes.
+pub(super) fn metric_len(name: &str, description: &str, unit: &str, data: usize) -> usize {
+    metric_head_len(name, description, unit) + field_len(data)
+}
+
+/// The head of a `Metric` (an element of `ScopeMetrics.metrics`): its tag and length,
+/// its name, description and unit, then the tag and length of its `data` (`data_field`:
+/// [`metric::SUM`], [`metric::GAUGE`], [`metric::HISTOGRAM`]) of `data` bytes, whose
+/// contents the caller writes next. The one writer of a metric's head: the store's series
+/// ([`Cut::write`]) and the histograms' and the agent's own metrics alike.
+pub(super) fn metric_head(
+    buf: &mut Vec<u8>,
+    name: &str,
+    description: &str,
+    unit: &str,
+    data_field: u32,
+    data: usize,
+) {
+    tag(buf, scope_metrics::METRICS, LEN);
+    varint(buf, metric_len(name, description, unit, data) as u64);
+    string(buf, metric::NAME, name);
+    string(buf, metric::DESCRIPTION, description);
+    string(buf, metric::UNIT, unit);
+    tag(buf, data_field, LEN);
+    varint(buf, data as u64);
+}
+
+/// The end of a `Sum`'s contents, after its points: its temporality (`DELTA` or
+/// `CUMULATIVE`), monotonic. [`SUM_TAIL`] bytes.
+pub(super) fn sum_tail(buf: &mut Vec<u8>, temporality: u64) {
+    uint(buf, data::AGGREGATION_TEMPORALITY, temporality);
+    uint(buf, data::IS_MONOTONIC, 1);
+}
+
+/// The length [`sum_tail`] writes: two varint fields of one byte each, with their tags.
+pub(super) const SUM_TAIL: usize = 4;
+
+/// A metric's `data` field: a counter's `Sum`, else a `Gauge`.
+pub(super) fn number_data(counter: bool) -> u32 {
+    if counter {
+        metric::SUM
+    } else {
+        metric::GAUGE
+    }
 }
 
 /// `families` cut into requests whose contents (their metrics, and the tail in the last)
@@ -84,8 +133,8 @@ pub(super) fn plan(
             continue;
         }
         // Larger than a request: its series, as many a request as fit (one at least).
-        let head = metric_head(f);
-        let extra = if f.counter { 4 } else { 0 };
+        let head = metric_head_len(f.name, f.description, f.unit);
+        let extra = if f.counter { SUM_TAIL } else { 0 };
         let mut at = f.from;
         while at < f.to {
             // A piece's metric and data lengths take 5 bytes each at most, with a tag.
@@ -144,7 +193,7 @@ pub(super) struct Cut<'a> {
     pub lengths: &'a [u32],
     /// Writes a series' point (cumulative, or its increases).
     pub point: &'a dyn Fn(&mut Vec<u8>, &Series, bool),
-    /// `AggregationTemporality` of the sums.
+    /// `AggregationTemporality` of the sums ([`crate::otlp::fields::aggregation_temporality`]).
     pub temporality: u64,
 }
 
@@ -158,32 +207,28 @@ impl Cut<'_> {
         chunk: &mut Vec<u8>,
         out: &mut dyn Sink,
     ) -> io::Result<usize> {
-        let scope_metrics = self.scope.len()
+        let scope_metrics_len = self.scope.len()
             + pieces.iter().map(|p| field_len(p.metric)).sum::<usize>()
             + tail.len();
-        let resource_metrics = self.resource.len() + field_len(scope_metrics);
-        let total = field_len(resource_metrics);
+        let resource_metrics_len = self.resource.len() + field_len(scope_metrics_len);
+        let total = field_len(resource_metrics_len);
         let out = out.begin(total)?;
         // ExportMetricsServiceRequest { resource_metrics: [{ resource, scope_metrics: [..] }] }.
-        tag(chunk, 1, LEN);
-        varint(chunk, resource_metrics as u64);
+        tag(chunk, export_metrics_service_request::RESOURCE_METRICS, LEN);
+        varint(chunk, resource_metrics_len as u64);
         chunk.extend_from_slice(self.resource);
-        tag(chunk, 2, LEN);
-        varint(chunk, scope_metrics as u64);
+        tag(chunk, resource_metrics::SCOPE_METRICS, LEN);
+        varint(chunk, scope_metrics_len as u64);
         chunk.extend_from_slice(self.scope);
         let mut written = 0;
         for p in pieces {
             let f = &self.families[p.family];
-            tag(chunk, 2, LEN);
-            varint(chunk, p.metric as u64);
-            string(chunk, 1, f.name);
-            string(chunk, 2, f.description);
-            string(chunk, 3, f.unit);
-            tag(chunk, if f.counter { 7 } else { 5 }, LEN);
-            varint(chunk, p.data as u64);
+            debug_assert_eq!(p.metric, metric_len(f.name, f.description, f.unit, p.data));
+            let data_field = number_data(f.counter);
+            metric_head(chunk, f.name, f.description, f.unit, data_field, p.data);
             let points = self.series[p.from..p.to].iter();
             for (s, len) in points.zip(&self.lengths[p.from..p.to]) {
-                tag(chunk, 1, LEN);
+                tag(chunk, data::DATA_POINTS, LEN);
                 varint(chunk, u64::from(*len));
                 (self.point)(chunk, s, f.counter);
                 if chunk.len() >= CHUNK {
@@ -193,8 +238,7 @@ impl Cut<'_> {
                 }
             }
             if f.counter {
-                uint(chunk, 2, self.temporality);
-                uint(chunk, 3, 1);
+                sum_tail(chunk, self.temporality);
             }
         }
         out.write_all(chunk)?;
@@ -221,7 +265,7 @@ mod tests {
             .iter()
             .map(|l| field_len(*l as usize))
             .sum::<usize>()
-            + 4;
+            + SUM_TAIL;
         Family {
             from,
             to,
@@ -230,7 +274,7 @@ mod tests {
             unit: "By",
             counter: true,
             data,
-            metric: string_len(name) + string_len("By") + field_len(data),
+            metric: metric_len(name, "", "By", data),
         }
     }
 

@@ -29,6 +29,7 @@ const CRATE_LAYERS: &[&[&str]] = &[
         "rocewatch-sysfs",
         "rocewatch-metrics",
         "rocewatch-netlink",
+        "rocewatch-pcap",
         "rocewatch-ethtool",
         "rocewatch-slurm",
         "rocewatch-fleet",

@@ -12,8 +12,8 @@
 //! to the peer, and how to capture the traffic.
 //!
 //! Also here: what NCCL, UCX and Open MPI need on the host (`appenv`, `rocewatch env`),
-//! RoCE v2 in packet captures (`pcap`, `roce_decode`), and text for a shell (`shell`:
-//! every name doctor and `env` print for a shell is quoted for where it lands).
+//! and text for a shell (`shell`: every name doctor and `env` print for a shell is quoted
+//! for where it lands). RoCE v2 in packet captures is `rocewatch_pcap`.
 //! It needs the runtime and the readers, nothing of the command line.
 
 mod acs;
@@ -42,11 +42,9 @@ mod multirail;
 #[cfg(test)]
 mod no_evidence_tests;
 mod numa;
-pub mod pcap;
 mod pcie;
 mod ports;
 mod qos;
-pub mod roce_decode;
 pub mod shell;
 mod topics;
 pub mod userspace;

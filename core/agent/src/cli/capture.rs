@@ -12,8 +12,7 @@ use super::args::CaptureArgs;
 use super::output::print_json;
 use crate::app::App;
 use rocewatch_doctor::capture::{restore_leftovers, OffloadGuard};
-use rocewatch_doctor::pcap::open_capture;
-use rocewatch_doctor::roce_decode::summarize;
+use rocewatch_pcap::{open_capture, summarize};
 
 /// Sum up `file` as it is read (a regular file only: a FIFO or a device is refused), one
 /// record at a time: memory does not grow with the file.

@@ -1,5 +1,5 @@
 //! RoCE v2 in a packet capture: a decoder of what RDMA puts on UDP 4791 (BTH, AETH) over
-//! the frames [`super::pcap`] reads, summed up the way a fabric engineer reads a capture:
+//! the frames [`crate::reader`] reads, summed up the way a fabric engineer reads a capture:
 //! packets and bytes per opcode and per destination QP, CNPs, ECN-CE marks, NAKs and RNR
 //! NAKs, PSN gaps (loss) and PSNs seen again (retransmission) per QP.
 //!
@@ -16,8 +16,11 @@ use std::io::Read;
 
 use serde::Serialize;
 
-use super::check::ROCE_PORT;
-use super::pcap::{Frame, PcapError, PcapReader, Truncated};
+use crate::reader::{Frame, PcapError, PcapReader, Truncated};
+
+/// The RoCE v2 UDP destination port (IANA's assignment; `ROCE_V2_UDP_DPORT` in the
+/// kernel's `include/rdma/ib_verbs.h`).
+pub const ROCE_PORT: u16 = 4791;
 
 /// One RoCE v2 packet, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -858,7 +861,7 @@ pub(crate) mod tests {
             (0xa1b2_c3d4, false),
             (0xa1b2_3c4d, false),
         ] {
-            let f = crate::pcap::tests::file(magic, le, 0, 1, &refs);
+            let f = crate::reader::tests::file(magic, le, 0, 1, &refs);
             let mut got = summarize(&f[..]).unwrap();
             // The records' wire lengths are 4 more than the frames (an FCS) there.
             assert_eq!(got.roce.bytes, want.roce.bytes + 8);

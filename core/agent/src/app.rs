@@ -202,7 +202,7 @@ impl Agent {
             Err(e) => return Err(abandon(&app, tasks, e).await),
         };
         tasks.push(watch_qos(&app, &stop));
-        tasks.push(tokio::spawn(crate::quarantine::Watcher::new(&app.cfg).run(
+        tasks.push(tokio::spawn(crate::quarantine::watcher(&app.cfg).run(
             Arc::clone(&app.pipeline),
             Arc::clone(app.metrics()),
             stop.clone(),

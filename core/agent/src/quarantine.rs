@@ -7,6 +7,8 @@
 //! long and `rocewatch health`'s checks pass (the self-test). A restart ends nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,16 +25,43 @@ use crate::config::Config;
 /// The origin exported for a quarantine file that cannot be read.
 const UNREADABLE: &str = "unreadable";
 
-/// What the watcher needs, taken from the configuration at start.
+/// What the recovery waits for before it ends a quarantine a rule set: a self-test of
+/// the host (the agent's: `rocewatch health` without the quarantine and agent checks).
+pub trait SelfTest: Send + Sync {
+    /// An earlier run's reads are still blocked (a wedged NIC): none is started.
+    fn in_flight(&self) -> bool;
+    /// One run: whether the host passed, and the line that says why.
+    fn run(&self) -> Pin<Box<dyn Future<Output = SelfTestReport> + Send + '_>>;
+}
+
+/// What a self-test said.
+pub struct SelfTestReport {
+    pub passed: bool,
+    /// The verdict's one line (said once while it keeps the quarantine).
+    pub line: String,
+}
+
+/// The watcher's settings.
+pub struct Settings {
+    pub file: QuarantineFile,
+    pub audit: AuditLog,
+    /// The rules that quarantine when they fire.
+    pub rules: BTreeSet<String>,
+    /// How long a quarantining rule must be clear before the self-test may end its
+    /// quarantine; `None`: only an operator ends it.
+    pub release_after: Option<Duration>,
+    /// How often the file is read, exported and judged.
+    pub interval: Duration,
+}
+
+/// Quarantines on the rules' firing, exports the state and runs the recovery policy.
 pub struct Watcher {
     file: QuarantineFile,
     audit: AuditLog,
     /// The rules that quarantine when they fire.
     rules: BTreeSet<String>,
     release_after: Option<Duration>,
-    /// The self-test: `rocewatch health` without the quarantine and agent checks.
-    health: rocewatch_health::Options,
-    health_cfg: rocewatch_health::HealthConfig,
+    self_test: Box<dyn SelfTest>,
     interval: Duration,
     /// Since when the quarantining rule has had no firing series.
     clear_since: Option<Instant>,
@@ -40,35 +69,79 @@ pub struct Watcher {
     kept_by: Option<String>,
 }
 
+/// The agent's self-test: `rocewatch health` without the quarantine and agent checks.
+struct HealthSelfTest {
+    options: rocewatch_health::Options,
+    cfg: rocewatch_health::HealthConfig,
+}
+
+impl SelfTest for HealthSelfTest {
+    fn in_flight(&self) -> bool {
+        rocewatch_health::threads_in_flight() > 0
+    }
+
+    fn run(&self) -> Pin<Box<dyn Future<Output = SelfTestReport> + Send + '_>> {
+        Box::pin(async {
+            let report = rocewatch_health::run(&self.options, &self.cfg).await;
+            SelfTestReport {
+                passed: report.verdict == rocewatch_health::Verdict::Healthy,
+                line: report.line,
+            }
+        })
+    }
+}
+
+/// The watcher of `cfg`: its quarantining rules, `[health] release_after`, and the
+/// health self-test.
+pub fn watcher(cfg: &Config) -> Watcher {
+    let state = rocewatch_runtime::audit::state_dir();
+    let mut health_cfg = cfg.health.clone();
+    let checks = rocewatch_health::CheckName::ALL.iter().copied();
+    health_cfg.checks = Some(
+        checks
+            .filter(|c| {
+                !matches!(
+                    c,
+                    rocewatch_health::CheckName::Quarantine | rocewatch_health::CheckName::Agent
+                )
+            })
+            .collect(),
+    );
+    let settings = Settings {
+        file: QuarantineFile::in_dir(&state),
+        audit: cfg.remediation.audit(),
+        rules: cfg
+            .rules
+            .iter()
+            .filter(|r| r.quarantine)
+            .map(|r| r.name.clone())
+            .collect(),
+        release_after: cfg.health.release_after,
+        interval: cfg.agent.interval,
+    };
+    let self_test = HealthSelfTest {
+        options: cfg.health_options(state),
+        cfg: health_cfg,
+    };
+    Watcher::new(settings, Box::new(self_test))
+}
+
 impl Watcher {
-    pub fn new(cfg: &Config) -> Watcher {
-        let state = rocewatch_runtime::audit::state_dir();
-        let mut health_cfg = cfg.health.clone();
-        let checks = rocewatch_health::CheckName::ALL.iter().copied();
-        health_cfg.checks = Some(
-            checks
-                .filter(|c| {
-                    !matches!(
-                        c,
-                        rocewatch_health::CheckName::Quarantine
-                            | rocewatch_health::CheckName::Agent
-                    )
-                })
-                .collect(),
-        );
+    pub fn new(settings: Settings, self_test: Box<dyn SelfTest>) -> Watcher {
+        let Settings {
+            file,
+            audit,
+            rules,
+            release_after,
+            interval,
+        } = settings;
         Watcher {
-            file: QuarantineFile::in_dir(&state),
-            audit: cfg.remediation.audit(),
-            rules: cfg
-                .rules
-                .iter()
-                .filter(|r| r.quarantine)
-                .map(|r| r.name.clone())
-                .collect(),
-            release_after: cfg.health.release_after,
-            health: cfg.health_options(state),
-            health_cfg,
-            interval: cfg.agent.interval,
+            file,
+            audit,
+            rules,
+            release_after,
+            self_test,
+            interval,
             clear_since: None,
             kept_by: None,
         }
@@ -177,11 +250,11 @@ impl Watcher {
         }
         // A self-test whose reads are still blocked (a wedged NIC) is not started again:
         // each run would leave one more thread blocked in the kernel, at every tick.
-        if rocewatch_health::threads_in_flight() > 0 {
+        if self.self_test.in_flight() {
             return;
         }
-        let report = rocewatch_health::run(&self.health, &self.health_cfg).await;
-        if report.verdict != rocewatch_health::Verdict::Healthy {
+        let report = self.self_test.run().await;
+        if !report.passed {
             if self.kept_by.as_deref() != Some(report.line.as_str()) {
                 tracing::warn!(
                     "quarantine kept: rule {rule} is clear, but the self-test does not pass: {}",

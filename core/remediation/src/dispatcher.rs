@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::actions::{describe, run_exec, Breach};
+use super::actions::{self, describe, Breach, Targets};
 use super::at_exit::Owed;
 use super::config::{ActionConfig, ActionKind, Event, RemediationConfig};
 use super::limits::Limits;
@@ -31,18 +31,6 @@ pub struct Dispatcher {
     memory: Memory,
     http: reqwest::Client,
     targets: Targets,
-}
-
-/// What actions act through, handed over when the dispatcher is built.
-#[derive(Default)]
-pub struct Targets {
-    /// Loaded remediation plugins (`type = "plugin"`), by name.
-    pub plugins: Vec<rocewatch_runtime::host::registry::Entry>,
-    /// What `qos_apply` actions apply through (none without configuration plugins).
-    pub qos: Option<Arc<rocewatch_qos::apply::Applier>>,
-    /// The agent's store, where the workloads on a transition's port are read (the
-    /// resources collector's `rdma.resource.qps`); none: no workloads in breaches.
-    pub store: Option<Arc<rocewatch_runtime::store::Store>>,
 }
 
 /// What the dispatcher remembers across a configuration reload: when each action last ran
@@ -444,7 +432,11 @@ impl Dispatcher {
             })
         });
         tokio::spawn(async move {
-            let r = tokio::time::timeout(action.timeout, me.run(&action, &breach)).await;
+            let r = tokio::time::timeout(
+                action.timeout,
+                actions::run(&action, &breach, &me.targets, &me.metrics, &me.http),
+            )
+            .await;
             let timeout = humantime::format_duration(action.timeout);
             let (outcome, detail) = match r {
                 Ok(Ok(msg)) => (ActionOutcome::Ok, msg),
@@ -489,118 +481,6 @@ impl Dispatcher {
             },
             false,
         );
-    }
-
-    async fn run(&self, action: &ActionConfig, b: &Breach) -> Result<String, String> {
-        match &action.kind {
-            ActionKind::Plugin { plugin } => {
-                let entry = self
-                    .targets
-                    .plugins
-                    .iter()
-                    .find(|e| &e.name == plugin)
-                    .ok_or_else(|| format!("no remediation plugin named {plugin:?} is loaded"))?;
-                let req = rocewatch_plugin_api::RemediationRequest {
-                    action: b.action.clone(),
-                    rule: b.rule.clone(),
-                    event: match b.event {
-                        Event::Firing => rocewatch_plugin_api::RemediationEvent::Firing,
-                        Event::Clearing => rocewatch_plugin_api::RemediationEvent::Clearing,
-                    },
-                    labels: b.labels.clone(),
-                    samples: b
-                        .recent
-                        .iter()
-                        .map(|(ago, v)| rocewatch_plugin_api::Sample {
-                            name: b.metric.clone().into(),
-                            unit: "".into(),
-                            value: rocewatch_plugin_api::Value::F64(*v),
-                            attributes: Arc::new(rocewatch_plugin_api::AttrSet::from(&b.labels)),
-                            source: format!("{ago:.0}s ago").into(),
-                            kind: rocewatch_plugin_api::MetricKind::Gauge,
-                        })
-                        .collect(),
-                    dry_run: b.dry_run,
-                };
-                // The dispatcher's own timeout (the same) ends the wait and audits a
-                // timeout; the runner's, a second later, marks the plugin busy until its
-                // call returns.
-                let runner_timeout = action.timeout + Duration::from_secs(1);
-                let out = rocewatch_runtime::host::call::call(
-                    entry,
-                    runner_timeout,
-                    &self.metrics,
-                    move |i| match i {
-                        rocewatch_runtime::host::registry::Instance::Remediation(r) => {
-                            r.remediate(&req)
-                        }
-                        _ => Err(rocewatch_plugin_api::PluginError::failed(
-                            "not a remediation plugin",
-                        )),
-                    },
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-                Ok(out.message)
-            }
-            ActionKind::QosApply {} => {
-                let applier = self
-                    .targets
-                    .qos
-                    .as_ref()
-                    .ok_or_else(|| "no configuration plugins to apply through".to_string())?;
-                applier.reapply(&b.labels, &b.rule).await
-            }
-            ActionKind::Log {} => {
-                tracing::warn!(rule = %b.rule, event = ?b.event, labels = ?b.labels, value = ?b.value, "remediation log action");
-                Ok("logged".into())
-            }
-            ActionKind::Exec { command } => run_exec(command, b).await,
-            ActionKind::SlurmDrain { node, scontrol } => {
-                let (node, scontrol, b) = (node.clone(), scontrol.clone(), b.clone());
-                // scontrol's own bound; the dispatcher's timeout ends the wait.
-                let timeout = action.timeout;
-                tokio::task::spawn_blocking(move || {
-                    crate::actions::slurm_drain(node.as_deref(), &scontrol, timeout, &b)
-                })
-                .await
-                .map_err(|e| format!("the drain did not finish: {e}"))?
-            }
-            ActionKind::Webhook {
-                url,
-                headers,
-                retries,
-            } => {
-                let body = serde_json::to_vec(b).expect("plain data");
-                let mut delay = Duration::from_millis(200);
-                let mut last = String::new();
-                for attempt in 0..=*retries {
-                    let mut req = self
-                        .http
-                        .post(url)
-                        .header("content-type", "application/json")
-                        .body(body.clone());
-                    for (k, v) in headers {
-                        req = req.header(k, v);
-                    }
-                    match req.send().await {
-                        Ok(r) if r.status().is_success() => {
-                            return Ok(format!("{url}: {} (attempt {})", r.status(), attempt + 1))
-                        }
-                        Ok(r) if r.status().is_client_error() => {
-                            return Err(format!("{url}: {} (not retried)", r.status()))
-                        }
-                        Ok(r) => last = format!("{url}: {}", r.status()),
-                        Err(e) => last = format!("{url}: {e}"),
-                    }
-                    if attempt < *retries {
-                        tokio::time::sleep(delay).await;
-                        delay *= 2;
-                    }
-                }
-                Err(format!("{last} (after {} attempts)", retries + 1))
-            }
-        }
     }
 }
 

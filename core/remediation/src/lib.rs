@@ -29,11 +29,11 @@
 //!
 //! Files: `config` (the section and its validation), `dispatcher` (gating, audit, running
 //! under the timeout, what a reload keeps), `at_exit` (what a second signal must not leave
-//! behind), `action` (the breach and the exec action), `processes` (every process of a
-//! command, until it is killed and reaped), `workloads` (who holds QPs on the port). The
-//! audit log itself is `rocewatch_runtime::audit`. [`alertmanager`] receives
-//! Alertmanager's webhooks (payload, routes, limits) and hands them to the same
-//! dispatcher, as rule transitions.
+//! behind), `actions` (one file an action kind, and the breach they receive),
+//! `processes` (every process of a command, until it is killed and reaped), `workloads`
+//! (who holds QPs on the port). The audit log itself is `rocewatch_runtime::audit`.
+//! [`alertmanager`] receives Alertmanager's webhooks (payload, routes, limits) and hands
+//! them to the same dispatcher, as rule transitions.
 
 mod actions;
 pub mod alertmanager;
@@ -44,9 +44,9 @@ mod limits;
 mod processes;
 mod workloads;
 
-pub use actions::{describe, Breach};
+pub use actions::{describe, Breach, Targets};
 pub use config::{
     validate, warnings, ActionConfig, ActionKind, Event, RemediationConfig, SUPERVISOR_STOP_GRACE,
 };
-pub use dispatcher::{Dispatcher, Memory, Targets};
+pub use dispatcher::{Dispatcher, Memory};
 pub use workloads::{on_port, Workload, Workloads, MAX_WORKLOADS};

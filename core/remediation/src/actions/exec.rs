@@ -1,93 +1,17 @@
-//! What an action receives (the breach) and the `exec` action: a command, never through a
-//! shell, with the breach in `ROCEWATCH_*` variables and as JSON on standard input
-//! (`ROCEWATCH_WORKLOADS`: the workloads on the port, comma-separated, most QPs first).
+//! The `exec` action: a command, never through a shell, with the breach in `ROCEWATCH_*`
+//! variables and as JSON on standard input (`ROCEWATCH_WORKLOADS`: the workloads on the
+//! port, comma-separated, most QPs first). It runs in a session of its own; when it ends,
+//! every process it started is killed (`crate::processes`).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use serde::Serialize;
-
-use crate::config::{ActionKind, Event};
+use super::breach::Breach;
+use crate::config::Event;
 use crate::processes;
-use crate::workloads::Workload;
 
-/// What the action receives (stdin of `exec`, body of `webhook`).
-#[derive(Debug, Clone, Serialize)]
-pub struct Breach {
-    pub rule: String,
-    pub metric: String,
-    pub event: Event,
-    pub action: String,
-    pub severity: String,
-    pub labels: BTreeMap<String, String>,
-    pub value: Option<f64>,
-    /// Recent values, oldest first: (seconds ago, value).
-    pub recent: Vec<(f64, f64)>,
-    pub dry_run: bool,
-    /// The workloads holding QPs on the port the labels name, most QPs first (at most
-    /// [`crate::MAX_WORKLOADS`]): absent when the labels name no `rdma.device` or rocewatch has
-    /// no resources series (unknown), `[]` when nobody holds a QP there.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workloads: Option<Vec<Workload>>,
-    /// Workloads on the port beyond the list, left out.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub workloads_truncated: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-/// What an action would do, for dry runs and the audit log.
-pub fn describe(kind: &ActionKind) -> String {
-    match kind {
-        ActionKind::Log {} => "log the breach".into(),
-        ActionKind::QosApply {} => {
-            "re-apply [[qos.desired]] to the settings the rule's labels select (snapshot, audit, undo on failure)".into()
-        }
-        ActionKind::Plugin { plugin } => format!("call remediation plugin {plugin:?}"),
-        ActionKind::Exec { command } => format!("run {command:?}"),
-        ActionKind::Webhook { url, .. } => format!("POST the breach to {url}"),
-        ActionKind::SlurmDrain { node, scontrol } => format!(
-            "drain {} in Slurm through {scontrol} (unless someone else set its state)",
-            rocewatch_slurm::this_node_name(node.as_deref())
-                .unwrap_or_else(|e| format!("this node (its name: {e})"))
-        ),
-    }
-}
-
-/// The drain reason's text for a firing rule (`rocewatch_slurm::reason` adds the
-/// prefix, escapes control characters and bounds the length): the rule, its labels
-/// and value.
-pub fn drain_text(b: &Breach) -> String {
-    let mut t = format!("rule {} fired", b.rule);
-    let labels: Vec<String> = b.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    if !labels.is_empty() {
-        t.push_str(&format!(": {}", labels.join(",")));
-    }
-    if let Some(v) = b.value {
-        t.push_str(&format!(" value {v}"));
-    }
-    t
-}
-
-/// Drain this node through `scontrol` (blocking: run it off the runtime's workers).
-pub fn slurm_drain(
-    node: Option<&str>,
-    scontrol: &str,
-    timeout: Duration,
-    b: &Breach,
-) -> Result<String, String> {
-    let name = rocewatch_slurm::this_node_name(node)
-        .map_err(|e| format!("this node's name in Slurm: {e}"))?;
-    // A second of the action's timeout is left for the dispatcher to hear the outcome.
-    let bound = timeout
-        .saturating_sub(Duration::from_secs(1))
-        .max(Duration::from_secs(1));
-    let sc = rocewatch_slurm::Scontrol::new(scontrol);
-    sc.drain_unless_others(&name, &drain_text(b), bound)
-        .map(|o| o.describe(&name))
-        .map_err(|e| e.to_string())
+/// What `exec` would do.
+pub(super) fn describe(command: &[String]) -> String {
+    format!("run {command:?}")
 }
 
 /// `ROCEWATCH_LABEL_RDMA_DEVICE` for `rdma.device`.
@@ -208,7 +132,7 @@ fn exited_unreaped(pid: u32) {
 /// exited, its timeout dropped this future, the agent stops), every process it started is
 /// killed ([`processes`]). The outcome is the command's exit status, not the end of its
 /// output (a daemon it left holding stdout is killed).
-pub(crate) async fn run_exec(command: &[String], b: &Breach) -> Result<String, String> {
+pub(super) async fn run(command: &[String], b: &Breach) -> Result<String, String> {
     use tokio::io::AsyncWriteExt;
     let env = label_env(&b.labels)?;
     let mut c = tokio::process::Command::new(&command[0]);
@@ -307,6 +231,8 @@ pub(crate) async fn run_exec(command: &[String], b: &Breach) -> Result<String, S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actions::testing::{breach, child_gone, hanging_wrapper};
+    use std::time::Duration;
 
     #[test]
     fn labels_that_share_a_variable_are_refused() {
@@ -325,88 +251,6 @@ mod tests {
         }
     }
 
-    fn breach() -> Breach {
-        Breach {
-            rule: "storm".into(),
-            metric: "rdma.pfc.pause_ratio".into(),
-            event: Event::Firing,
-            action: "hang".into(),
-            severity: "warning".into(),
-            labels: BTreeMap::new(),
-            value: Some(0.5),
-            recent: Vec::new(),
-            dry_run: false,
-            workloads: None,
-            workloads_truncated: 0,
-        }
-    }
-
-    /// A site's wrapper at `dir/NAME` that does not `exec` what it wraps: its child writes
-    /// its pid to `dir/child.pid` and hangs.
-    fn hanging_wrapper(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let path = dir.join(name);
-        std::fs::write(
-            &path,
-            format!(
-                "#!/bin/sh\nsh -c 'echo $$ > {}; exec sleep 30'\necho never\n",
-                dir.join("child.pid").display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
-
-    /// The wrapper's child, once it said its pid: gone (or dead, left to its reaper)
-    /// within 3 s.
-    async fn child_gone(dir: &std::path::Path) -> Result<(), String> {
-        let file = dir.join("child.pid");
-        for _ in 0..300 {
-            let Some(pid) = std::fs::read_to_string(&file)
-                .ok()
-                .filter(|t| t.ends_with('\n'))
-            else {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            };
-            let pid = pid.trim().to_string();
-            for _ in 0..300 {
-                let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|l| l.rsplit_once(')').map(|(_, r)| r.trim().to_string()));
-                match state {
-                    None => return Ok(()),
-                    Some(s) if s.starts_with('Z') || s.starts_with('X') => return Ok(()),
-                    Some(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-                }
-            }
-            return Err(format!("the wrapper's child {pid} lives on"));
-        }
-        Err(format!("{} never written", file.display()))
-    }
-
-    /// `slurm_drain` as the dispatcher runs it (off the workers, under the action's
-    /// timeout): a wrapper scontrol whose child hangs ends within the timeout, and takes
-    /// its child with it.
-    #[tokio::test]
-    async fn a_drain_through_a_hanging_scontrol_wrapper_ends_in_time_and_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let scontrol = hanging_wrapper(dir.path(), "scontrol");
-        let started = std::time::Instant::now();
-        let timeout = Duration::from_secs(2);
-        let r = tokio::task::spawn_blocking(move || {
-            slurm_drain(Some("n1"), scontrol.to_str().unwrap(), timeout, &breach())
-        })
-        .await
-        .unwrap();
-        let took = started.elapsed();
-        let e = r.unwrap_err();
-        assert!(e.contains("killed"), "{e}");
-        assert!(took < timeout + Duration::from_secs(1), "{took:?}: {e}");
-        child_gone(dir.path()).await.unwrap();
-    }
-
     /// `exec` as the dispatcher runs it (under the action's timeout, the future dropped at
     /// it): the same wrapper's child is killed with it.
     #[tokio::test]
@@ -416,7 +260,7 @@ mod tests {
         let command = vec![cmd.display().to_string()];
         let b = breach();
         let started = std::time::Instant::now();
-        let r = tokio::time::timeout(Duration::from_secs(1), run_exec(&command, &b)).await;
+        let r = tokio::time::timeout(Duration::from_secs(1), run(&command, &b)).await;
         assert!(r.is_err(), "{r:?}");
         assert!(started.elapsed() < Duration::from_secs(3));
         child_gone(dir.path()).await.unwrap();

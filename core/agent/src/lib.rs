@@ -23,8 +23,9 @@
 //!   carries over, the host changes put back, the ready file.
 //! - [`app`]: the one place the agent is wired (`App` for every command, `Agent` for `run`,
 //!   `demo` and `collectd-exec`).
-//! - [`quarantine`]: rules that quarantine the host, the quarantine's export and its
-//!   recovery policy.
+//! - [`quarantine`]: the quarantine watcher's wiring: which rules quarantine, and the
+//!   health self-test its recovery waits for (the file, the watcher and the policy are
+//!   `rocewatch_runtime::quarantine`).
 //! - [`fleet`]: this host in the fleet: its rails, where they hang (LLDP, the topology
 //!   file), the fleet's map and the pinglist the prober gets from it.
 //! - [`builtins`]: the explicit list of built-in plugins.

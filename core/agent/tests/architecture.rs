@@ -57,11 +57,11 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
             &["util"],
             &["events"],
             &["selfmetrics", "audit"],
-            &["store", "quarantine"],
+            &["store"],
             &["host"],
             &["rules"],
             &["pipeline"],
-            &["app"],
+            &["app", "quarantine"],
         ],
     ),
     (

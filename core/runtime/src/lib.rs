@@ -1,7 +1,7 @@
 //! The agent's runtime: what every command and every component runs on.
 //!
-//! Direction (each imports only what is to its right): `app` → `pipeline` → `rules` → `host` →
-//! `store`, `quarantine` → `selfmetrics`, `audit` → `events` → `util`. The crates above (export, probes, qos,
+//! Direction (each imports only what is to its right): `app`, `quarantine` → `pipeline` →
+//! `rules` → `host` → `store` → `selfmetrics`, `audit` → `events` → `util`. The crates above (export, probes, qos,
 //! remediation, doctor, the agent) build on this one; the compiler keeps them from
 //! reaching back.
 //!
@@ -15,7 +15,9 @@
 //! - [`audit`]: the JSON-lines audit log of remediation and QoS changes.
 //! - [`events`]: what the agent decided or saw happen, for OTLP logs: a bounded bus sources
 //!   publish to without waiting (the audit log's records once written, rule transitions).
-//! - [`quarantine`]: the host's quarantine, a state file that outlives the agent.
+//! - [`quarantine`]: the host's quarantine: the state file that outlives the agent, and
+//!   the watcher (rules that quarantine, the export, the recovery policy; the self-test
+//!   it waits for is handed in).
 //! - [`selfmetrics`]: `rocewatch.*` metrics.
 //! - [`util`]: configuration durations and their bounds, shutdown signals, state files
 //!   root writes safely, giving freed memory back.

@@ -4,20 +4,20 @@
 //! bounded size, in whichever user's state directory), so root sees what health reports
 //! in the agent's user's directory, and prints its text fields on one line (control,
 //! format and separator characters as spaces; `--json` escapes them); `enter` and `release` change it as that directory's
-//! owner, under its lock (`rocewatch_runtime::quarantine`).
+//! owner, under its lock (`rocewatch_runtime::quarantine::operator`). This file is the
+//! arguments' handling and the printing only.
 
 use anyhow::{Context, Result};
 
 use super::args::QuarantineCommand;
 use super::output::print_json;
-use rocewatch_runtime::quarantine::{Quarantine, QuarantineFile};
+use rocewatch_runtime::quarantine::operator;
 
 /// The most of a field of the file `show` prints (a reason is one line).
 const SHOWN_MAX: usize = 1024;
 
 pub fn run(c: QuarantineCommand) -> Result<i32> {
-    let state = rocewatch_runtime::audit::state_dir();
-    let file = QuarantineFile::in_dir(&state);
+    let file = operator::this_hosts_file();
     match c {
         QuarantineCommand::Show { source, json } => {
             source.load()?;
@@ -42,9 +42,8 @@ pub fn run(c: QuarantineCommand) -> Result<i32> {
         }
         QuarantineCommand::Enter { source, reason } => {
             let cfg = source.load()?;
-            let q = Quarantine::now(&reason, "operator", Default::default());
             let audit = cfg.remediation.audit();
-            if file.enter(&q, &audit).context("quarantine enter")? {
+            if let Some(q) = operator::enter(&file, &reason, &audit).context("quarantine enter")? {
                 println!("in quarantine: {}", q.reason);
             } else {
                 let was = file.read()?.map(|q| q.reason).unwrap_or_default();
@@ -55,10 +54,7 @@ pub fn run(c: QuarantineCommand) -> Result<i32> {
         QuarantineCommand::Release { source, reason } => {
             let cfg = source.load()?;
             let audit = cfg.remediation.audit();
-            match file
-                .release(&reason, "operator", &audit)
-                .context("quarantine release")?
-            {
+            match operator::release(&file, &reason, &audit).context("quarantine release")? {
                 Some(q) => println!("released (in quarantine since {}: {})", q.since, q.reason),
                 None => println!("not in quarantine: nothing to release"),
             }

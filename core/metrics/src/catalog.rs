@@ -329,29 +329,6 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "1 while the host is in quarantine (no jobs until `rocewatch quarantine release` or the recovery policy), with its `reason`, `origin` (`rule:NAME`, `health`, `operator`) and `since` (RFC 3339); 0, without them, when it is not."),
 ];
 
-/// Every entry of every table: port metrics, PCIe link and driver metrics, ethtool metrics,
-/// derived signals and self-metrics.
-pub fn all_entries() -> impl Iterator<Item = &'static CatalogEntry> {
-    CATALOG
-        .iter()
-        .chain(PCIE_CATALOG)
-        .chain(DRIVER_CATALOG)
-        .chain(ETHTOOL_CATALOG)
-        .chain(crate::derived::DERIVED_CATALOG)
-        .chain(PROBE_CATALOG)
-        .chain(FLEET_CATALOG)
-        .chain(QOS_CATALOG)
-        .chain(KERNEL_LOG_CATALOG)
-        .chain(RESOURCE_CATALOG)
-        .chain(SELF_METRICS)
-}
-
-/// The instrument kind of the catalogued metric `name` (every entry of one name has the
-/// same kind), or `None` when nothing by that name is catalogued.
-pub fn kind_of(name: &str) -> Option<MetricKind> {
-    all_entries().find(|e| e.name == name).map(|e| e.kind)
-}
-
 /// The entry for a file of a port directory (`counters`, `port_xmit_data`): the first
 /// catalogued for that source. A map built once (a scan of the catalog per file was most
 /// of the plan's cost at 2000 ports: 104 000 files).
@@ -606,25 +583,6 @@ pub const ERROR_COUNTERS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_name_is_one_constant_and_every_constant_a_catalogued_name() {
-        let mut seen = std::collections::BTreeSet::new();
-        for n in names::ALL {
-            assert!(seen.insert(*n), "{n} has two constants");
-            assert!(
-                all_entries().any(|e| e.name == *n),
-                "{n} has a constant but no catalog entry"
-            );
-        }
-        for e in all_entries() {
-            assert!(
-                seen.contains(e.name),
-                "{} is catalogued without a constant",
-                e.name
-            );
-        }
-    }
 
     #[test]
     fn same_name_means_same_unit_and_kind() {

@@ -1,11 +1,12 @@
-//! Renders `docs/METRICS.md` from the catalog.
+//! Renders `docs/METRICS.md` from the catalog: a section per table of [`TABLES`].
 
 use crate::names;
 use std::fmt::Write;
 
-use crate::catalog::{CatalogEntry, CATALOG, NOT_COUNTERS, SELF_METRICS};
+use crate::catalog::{CatalogEntry, NOT_COUNTERS};
 use crate::counter::{describe, overflow_of, WRAP_PACE_FACTOR};
 use crate::naming::{collectd_ds, collectd_type, prometheus_sample_name};
+use crate::tables::{Columns, Table, Then, TABLES};
 
 fn attrs(e: &CatalogEntry) -> String {
     let mut s = String::from("`rdma.device`, `rdma.port`, `network.interface.name`");
@@ -31,7 +32,6 @@ fn top(e: &CatalogEntry) -> String {
 
 /// Which counters saturate, roll over or are 64 bits wide, and where that comes from.
 fn counter_widths(md: &mut String) {
-    md.push_str("\n## Counter widths\n\n");
     md.push_str("Every reader of counters (rates, rules, doctor, the bandwidth test, `top`, the per-QP sums) ");
     md.push_str(
         "decides how a counter moved in one place (`core/metrics/src/counter.rs`): a counter that ",
@@ -53,7 +53,6 @@ fn counter_widths(md: &mut String) {
     md.push_str("| every other ethtool statistic, bnxt_re, irdma, efa and rxe `hw_counters/`, RDMA netlink statistics | 64-bit | the drivers accumulate into u64 (ethtool ABI: `__u64 data[]`) |\n");
 }
 
-/// The whole reference, as committed in `docs/METRICS.md`.
 /// A table of name, unit, kind, Prometheus name, (with `from`: the source,) description.
 fn table(md: &mut String, entries: &[CatalogEntry], from: bool) {
     let (head, rule) = if from {
@@ -86,26 +85,39 @@ fn table(md: &mut String, entries: &[CatalogEntry], from: bool) {
     }
 }
 
-/// docs/METRICS.md, section by section.
+/// docs/METRICS.md: the introduction, a section per catalog table ([`TABLES`], in their
+/// order), the names in Prometheus and what every exporter carries.
 pub fn render_markdown() -> String {
     let mut md = String::new();
     intro(&mut md);
-    port_metrics(&mut md);
-    counter_widths(&mut md);
-    pcie_link(&mut md);
-    driver(&mut md);
-    ethtool_statistics(&mut md);
-    derived_signals(&mut md);
-    verbs_probes(&mut md);
-    fleet_probes(&mut md);
-    qos_configuration(&mut md);
-    kernel_log(&mut md);
-    workload_resources(&mut md);
-    not_counters(&mut md);
-    self_metrics(&mut md);
+    for (i, t) in TABLES.iter().enumerate() {
+        section(&mut md, t, i == 0);
+    }
     prometheus_names(&mut md);
     every_exporter(&mut md);
     md
+}
+
+/// One table's section: its title, what it says first, its rows, what follows them.
+fn section(md: &mut String, t: &Table, first: bool) {
+    let _ = write!(md, "{}## {}\n\n", if first { "" } else { "\n" }, t.title);
+    if !t.about.is_empty() {
+        let _ = write!(md, "{}\n\n", t.about);
+    }
+    if !t.entries.is_empty() {
+        match t.columns {
+            Columns::Plain => table(md, t.entries, false),
+            Columns::Source => table(md, t.entries, true),
+            Columns::Port => port_metrics(md, t.entries),
+            Columns::DriverStatistics => driver_statistics(md, t.entries),
+        }
+    }
+    match t.then {
+        Then::Nothing => {}
+        Then::CounterWidths => counter_widths(md),
+        Then::KernelLogPatterns => kernel_log_patterns(md),
+        Then::NotCounters => not_counters(md),
+    }
 }
 
 fn intro(md: &mut String) {
@@ -119,13 +131,14 @@ fn intro(md: &mut String) {
     md.push_str("A value the kernel does not expose (`N/A (no PMA)`, EINVAL, EACCES, EOPNOTSUPP, missing file) is absent, never zero.\n\n");
 }
 
-fn port_metrics(md: &mut String) {
-    md.push_str("## Port metrics\n\n");
+/// The port metrics' rows: with their collectd type, source and scale, attributes, the
+/// devices they are seen on and how their counters end.
+fn port_metrics(md: &mut String, entries: &[CatalogEntry]) {
     md.push_str(
         "| name | unit | kind | Prometheus | source | attributes | seen on | at its top | description |\n",
     );
     md.push_str("|---|---|---|---|---|---|---|---|---|\n");
-    for e in CATALOG {
+    for e in entries {
         let scale = if e.scale != 1 {
             format!(" (×{})", e.scale)
         } else {
@@ -150,33 +163,13 @@ fn port_metrics(md: &mut String) {
     }
 }
 
-fn pcie_link(md: &mut String) {
-    md.push_str("\n## PCIe link\n\n");
-    md.push_str("The link of each port's PCI function (the RDMA device's `device/` directory), read by counters-sysfs once per device and collection, ");
-    md.push_str("with the port's attributes (`rdma.device`, `rdma.port`, `network.interface.name`). A width or speed below its maximum caps the port: ");
-    md.push_str("`rocewatch doctor` says at how many Gb/s.\n\n");
-    table(md, crate::catalog::PCIE_CATALOG, true);
-}
-
-fn driver(md: &mut String) {
-    md.push_str("\n## Driver\n\n");
-    md.push_str("The kernel module serving each RDMA device, read by counters-sysfs when it plans the device (a module is not replaced under a device: ");
-    md.push_str("reloading the driver recreates the device), with `rdma.device`. The module's build is also part of `rdma.qos.fingerprint`.\n\n");
-    table(md, crate::catalog::DRIVER_CATALOG, true);
-}
-
-fn ethtool_statistics(md: &mut String) {
-    md.push_str("\n## NIC driver statistics (ethtool)\n\n");
-    md.push_str("Read with the ethtool ioctls from the netdevs of RDMA ports and normalized across vendors. ");
-    md.push_str("Every sample carries `network.interface.name` (plus `rdma.device` and `rdma.port` of the RDMA port ");
-    md.push_str(
-        "behind it), `rdma.priority` for per-priority metrics and `network.io.direction`.\n\n",
-    );
+/// The ethtool metrics' rows: with the driver statistics they come from per vendor.
+fn driver_statistics(md: &mut String, entries: &[CatalogEntry]) {
     md.push_str(
         "| name | unit | kind | Prometheus | driver statistics | seen on | description |\n",
     );
     md.push_str("|---|---|---|---|---|---|---|\n");
-    for e in crate::catalog::ETHTOOL_CATALOG {
+    for e in entries {
         let _ = writeln!(
             md,
             "| `{}` | `{}` | {} | `{}` | {} | {} | {} |",
@@ -191,39 +184,8 @@ fn ethtool_statistics(md: &mut String) {
     }
 }
 
-fn derived_signals(md: &mut String) {
-    md.push_str("\n## Derived signals\n\n");
-    md.push_str("Computed by the agent from counter rates after every collection (pseudo-plugin `derived`), ");
-    md.push_str(
-        "with the attributes of the series they come from. Rates are per second over the last ",
-    );
-    md.push_str(
-        "collection interval; a reset or a saturated counter yields no value for that interval, ",
-    );
-    md.push_str(
-        "never a negative or zero one; only a counter known to roll over counts the increase across its top.\n\n",
-    );
-    table(md, crate::derived::DERIVED_CATALOG, true);
-}
-
-fn verbs_probes(md: &mut String) {
-    md.push_str("\n## Verbs probes\n\nPer peer (`rdma.probe.peer`), from the agent's prober (`[probes]`, the probe-verbs plugin).\n\n");
-    table(md, crate::catalog::PROBE_CATALOG, false);
-}
-
-fn fleet_probes(md: &mut String) {
-    md.push_str("\n## Fleet probing\n\nWith `[fleet]` the prober probes this host's pinglist (see FLEET.md) and exports, instead of the per-peer series, series bounded per host: results by class, path and outcome, and the failing flows only while they fail. The NIC info series is the fleet's map on the metrics backend.\n\n");
-    table(md, crate::catalog::FLEET_CATALOG, false);
-}
-
-fn qos_configuration(md: &mut String) {
-    md.push_str("\n## RoCE/PFC/ECN configuration\n\nPer port (`rdma.device`, `rdma.port`, `network.interface.name`), from the configuration plugins every `[qos] interval` (pseudo-plugin `qos`). The settings are those of `rocewatch qos show`; drift compares them with `[[qos.desired]]`.\n\n");
-    table(md, crate::catalog::QOS_CATALOG, false);
-}
-
-fn kernel_log(md: &mut String) {
-    md.push_str("\n## Kernel log\n\nFrom the kernel-log collector (`/dev/kmsg`, read from the agent's start; `[plugins.builtin.kernel-log.options]`), the same patterns `rocewatch doctor` reports over its window.\n\n");
-    table(md, crate::catalog::KERNEL_LOG_CATALOG, true);
+/// The kernel log's patterns, after its table.
+fn kernel_log_patterns(md: &mut String) {
     md.push_str(
         "\n| pattern (`rdma.kernel.pattern`) | regular expression | meaning |\n|---|---|---|\n",
     );
@@ -238,31 +200,13 @@ fn kernel_log(md: &mut String) {
     }
 }
 
-fn workload_resources(md: &mut String) {
-    md.push_str("\n## RDMA resources per workload\n\n");
-    md.push_str("From the resources collector (RDMA netlink: what `rdma resource show qp|cq|mr|pd` prints; `[plugins.builtin.resources.options]`), ");
-    md.push_str("each resource attributed to the workload of the process holding it, found from `/proc/<pid>/cgroup`: a Kubernetes pod ");
-    md.push_str("(`k8s.pod.uid`, `container.id`), a Slurm job (`slurm.job.id`, `slurm.step.id`), a systemd unit (`systemd.unit`), else ");
-    md.push_str("the command (`process.command`); the kernel's own QPs to the kernel consumer. `rdma.workload` is one identifier across them. ");
-    md.push_str("A pod, job or unit is recognised only where the kubelet, slurmstepd or systemd create its cgroup (from the root of the hierarchy, ");
-    md.push_str("never below a `user@UID.service`), and carries the path of its own cgroup (`rdma.workload.cgroup`: one per workload). ");
-    md.push_str("Never per process; beyond `max_workloads` (default 64) the smallest are summed under `rdma.workload=\"other\"` and counted.\n\n");
-    table(md, crate::catalog::RESOURCE_CATALOG, true);
-}
-
 fn not_counters(md: &mut String) {
-    md.push_str("\n## Files that are not counters\n\n");
     for f in NOT_COUNTERS {
         let _ = writeln!(
             md,
             "- `{f}`: a setting, not a counter; not exported as a counter."
         );
     }
-}
-
-fn self_metrics(md: &mut String) {
-    md.push_str("\n## Agent self-metrics\n\n");
-    table(md, SELF_METRICS, false);
 }
 
 fn prometheus_names(md: &mut String) {

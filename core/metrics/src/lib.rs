@@ -2,13 +2,16 @@
 //! emits from the kernel, and for its own self-metrics.
 //!
 //! Layout:
-//! - [`catalog`]: one table ([`CATALOG`]) of name, unit, kind, kernel source file, fixed
-//!   attributes, scale and description; lookups by source file.
+//! - [`catalog`]: the tables ([`CATALOG`] for the ports, one per collector or signal) of
+//!   name, unit, kind, kernel source file, fixed attributes, scale and description;
+//!   lookups by source file.
+//! - [`tables`]: every table in one list ([`TABLES`]), read by [`all_entries`] and the
+//!   doc; a new collector's table is one element there.
 //! - [`counter`]: what "a counter increased" means (reset, saturation, wrap), for every
 //!   reader of counters, and which sources saturate or roll over at which width.
 //! - [`kernel_log`]: the kernel log's `rdma.kernel.events` and its default patterns.
 //! - [`naming`]: the Prometheus (and collectd) names derived from the catalog.
-//! - [`doc`]: renders `docs/METRICS.md` from the table (a test in this crate fails when
+//! - [`doc`]: renders `docs/METRICS.md` from the tables (a test in this crate fails when
 //!   the committed file differs; regenerate with `rocewatch metrics-doc > docs/METRICS.md`
 //!   or `SNAPSHOTS=overwrite cargo test -p rocewatch-metrics`).
 //!
@@ -26,8 +29,10 @@ pub mod labels;
 pub mod names;
 pub mod naming;
 pub mod resources;
+pub mod tables;
 
 pub use catalog::*;
 pub use derived::*;
 pub use kernel_log::*;
 pub use resources::*;
+pub use tables::{all_entries, kind_of, TABLES};

@@ -30,10 +30,10 @@ pub const PLUGIN: &str = "fleet";
 /// How long lldpcli may take.
 pub const LLDPCLI_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// This host's NICs in `rocewatch env`'s order (`appenv::ports`: devices by name, ports
+/// This host's NICs in `rocewatch env`'s order (`rocewatch_sysfs::rails`: devices by name, ports
 /// by number), down ones kept at their rank.
 pub fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
-    let ports = rocewatch_doctor::appenv::ports(inv, &[], None);
+    let ports = rocewatch_sysfs::rails::ports(inv, &[], None);
     let nics = ports
         .iter()
         .map(|p| {
@@ -60,7 +60,7 @@ pub fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
 
 /// The ports LLDP is joined with, at their ranks.
 pub fn local_ports(inv: &Inventory) -> Vec<LocalPort> {
-    rocewatch_doctor::appenv::ports(inv, &[], None)
+    rocewatch_sysfs::rails::ports(inv, &[], None)
         .into_iter()
         .map(|p| LocalPort {
             name: p.name(),
@@ -73,7 +73,7 @@ pub fn local_ports(inv: &Inventory) -> Vec<LocalPort> {
 /// The addresses of `device` (the first device when none is named: the probe plugin's
 /// default), which tell the rails the probe plugin serves.
 pub fn device_addrs(inv: &Inventory, device: Option<&str>) -> BTreeSet<IpAddr> {
-    let ports = rocewatch_doctor::appenv::ports(inv, &[], None);
+    let ports = rocewatch_sysfs::rails::ports(inv, &[], None);
     let dev = device
         .map(str::to_string)
         .or_else(|| ports.first().map(|p| p.device.clone()));

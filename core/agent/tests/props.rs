@@ -3,9 +3,11 @@
 //! Never a panic; a refused payload says what was wrong.
 
 use proptest::prelude::*;
-use rocewatch_doctor::{gid_ip, iptables_blocking, nft_blocking, nic_irqs};
+use rocewatch_doctor::{iptables_blocking, nft_blocking};
 use rocewatch_probes::parse_peers_file;
 use rocewatch_remediation::alertmanager::parse;
+use rocewatch_sysfs::gid::gid_ip;
+use rocewatch_sysfs::interrupts::nic_irqs;
 
 /// JSON values of any shape, a few levels deep (what a payload's fields could hold).
 fn json() -> impl Strategy<Value = serde_json::Value> {

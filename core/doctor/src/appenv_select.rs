@@ -1,7 +1,7 @@
 //! Which RDMA ports an application's list selects: NCCL_IB_HCA (`^` excludes, `=` exact,
 //! else prefixes) and UCX_NET_DEVICES (exact `dev:port` names, `all`).
 
-use super::appenv::PortEnv;
+use rocewatch_sysfs::rails::PortEnv;
 
 /// The ports a list selects.
 pub(super) struct Selection<'a> {

@@ -1,12 +1,14 @@
 //! What the host itself says: the [`Host`] every topic of the guide reads (read once),
-//! interface addresses (getifaddrs), the IP in a GID, the NIC's interrupts and their CPUs
-//! (`interrupts` under the proc root), and running a host tool.
+//! whether the NICs' interrupts are spread over CPUs, and running a host tool.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use rocewatch_netlink::ifaddrs::interface_addresses;
 use rocewatch_plugin_api::{Device, Inventory, Port, QosState, ScrapeResult};
+use rocewatch_sysfs::gid::gid_ip;
+use rocewatch_sysfs::interrupts::nic_irqs;
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Options, Status};
@@ -131,61 +133,6 @@ impl<'a> Host<'a> {
     }
 }
 
-/// The IPv4 address a RoCE v2 GID carries (`::ffff:a.b.c.d`), or the IPv6 address it is.
-pub fn gid_ip(gid: &str) -> Option<IpAddr> {
-    let v6: std::net::Ipv6Addr = gid.parse().ok()?;
-    Some(match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    })
-}
-
-/// The addresses of every interface (getifaddrs), link-local IPv6 left out.
-pub fn interface_addresses() -> std::io::Result<BTreeMap<String, Vec<IpAddr>>> {
-    let mut out: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills head with a list freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut p = head;
-    while !p.is_null() {
-        // SAFETY: p is a node of the list getifaddrs returned.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string of the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: ifa_addr points at a sockaddr whose family says its real type.
-        let ip = unsafe {
-            match (*ifa.ifa_addr).sa_family as i32 {
-                libc::AF_INET => {
-                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
-                }
-                libc::AF_INET6 => {
-                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                    Some(IpAddr::from(a.sin6_addr.s6_addr))
-                }
-                _ => None,
-            }
-        };
-        if let Some(ip) = ip {
-            let link_local = matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
-            if !link_local {
-                out.entry(name).or_default().push(ip);
-            }
-        }
-    }
-    // SAFETY: head came from getifaddrs.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
-}
-
 pub(super) fn run_tool(cmd: &str, args: &[&str]) -> Option<Result<String, String>> {
     run_tool_within(cmd, args, TOOL_TIMEOUT)
 }
@@ -303,26 +250,6 @@ pub(super) fn irq_checks(sys: &Path, proc_root: &Path, netdevs: &[String]) -> Ve
     out
 }
 
-/// The interrupts of `/proc/interrupts` that belong to a netdev: named after it
-/// (`ens1f0np0-TxRx-3`, `eth0-rx-0`) or after its PCI function
-/// (`mlx5_comp3@pci:0000:3b:00.0`).
-pub fn nic_irqs(table: &str, netdev: &str, pci: Option<&str>) -> Vec<String> {
-    table
-        .lines()
-        .filter(|l| {
-            l.split_whitespace().last().is_some_and(|n| {
-                n == netdev
-                    || n.starts_with(&format!("{netdev}-"))
-                    || pci.is_some_and(|p| n.ends_with(&format!("@pci:{p}")) || n.contains(p))
-            })
-        })
-        .filter_map(|l| {
-            let irq = l.split(':').next()?.trim();
-            irq.parse::<u32>().ok().map(|_| irq.to_string())
-        })
-        .collect()
-}
-
 /// Process `pid` is gone, or dead and left to its reaper, within 2 s (a killed process
 /// may still run for a moment).
 #[cfg(test)]
@@ -380,36 +307,5 @@ mod tests {
         assert!(gone(pid.trim()), "the tool's child {} lives on", pid.trim());
         // One that is not installed is no finding.
         assert!(run_tool_within("/nonexistent/nft", &[], TOOL_TIMEOUT).is_none());
-    }
-
-    #[test]
-    fn gid_addresses() {
-        assert_eq!(
-            gid_ip("0000:0000:0000:0000:0000:ffff:0a00:0001"),
-            Some("10.0.0.1".parse().unwrap())
-        );
-        assert_eq!(
-            gid_ip("fe80:0000:0000:0000:ba59:9fff:fec1:2a40"),
-            Some("fe80::ba59:9fff:fec1:2a40".parse().unwrap())
-        );
-        assert_eq!(gid_ip("nonsense"), None);
-    }
-
-    #[test]
-    fn interrupts_are_matched_by_netdev_name_or_pci_function() {
-        let table = "            CPU0       CPU1
-  24:          0        120  PCI-MSIX-0000:3b:00.0   1-edge      mlx5_comp0@pci:0000:3b:00.0
-  25:        300          0  PCI-MSIX-0000:3b:00.0   2-edge      mlx5_comp1@pci:0000:3b:00.0
-  26:          5          0  PCI-MSIX-0000:3b:00.1   1-edge      mlx5_comp0@pci:0000:3b:00.1
-  40:          1          1  PCI-MSIX-0000:5e:00.0   3-edge      ens5f0-TxRx-0
-  41:          1          1  PCI-MSIX-0000:5e:00.0   4-edge      ens5f01-TxRx-0
- NMI:          0          0   Non-maskable interrupts
-";
-        assert_eq!(
-            nic_irqs(table, "ens1f0np0", Some("0000:3b:00.0")),
-            ["24", "25"]
-        );
-        assert_eq!(nic_irqs(table, "ens5f0", None), ["40"]);
-        assert!(nic_irqs(table, "eth9", None).is_empty());
     }
 }

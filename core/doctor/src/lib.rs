@@ -54,6 +54,5 @@ pub use appenv_check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};
 pub use firewall::{iptables_blocking, nft_blocking};
 pub use guide::run;
-pub use host::{gid_ip, interface_addresses, nic_irqs};
 pub use kernel_log::kernel_log_checks;
 pub use linklayer::{ETHERNET, INFINIBAND};

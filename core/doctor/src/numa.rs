@@ -7,11 +7,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use rocewatch_plugin_api::Inventory;
+use rocewatch_sysfs::interrupts::nic_irqs;
 use rocewatch_sysfs::pci::parse_cpulist;
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
-use super::host::nic_irqs;
 use crate::shell::word_on_one_line as word;
 
 /// Where one interrupt may run: its number and CPUs.

@@ -171,7 +171,7 @@ pub(super) fn env(h: &Host) -> Vec<Check> {
         return Vec::new();
     };
     let host = super::appenv::compute(
-        super::appenv::ports(&h.inv, &h.qos, None),
+        rocewatch_sysfs::rails::ports(&h.inv, &h.qos, None),
         super::appenv::desired_tos(&h.opts.qos, &h.qos),
         super::appenv::For::All,
         h.addrs.as_ref(),

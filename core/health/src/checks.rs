@@ -406,7 +406,7 @@ pub fn gid(h: &Host, checked: &[Checked]) -> Vec<Finding> {
                 .gids
                 .iter()
                 .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
-                .filter_map(|g| rocewatch_doctor::gid_ip(&g.gid))
+                .filter_map(|g| rocewatch_sysfs::gid::gid_ip(&g.gid))
                 .filter(|ip| !matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
                 .collect();
             let live = h

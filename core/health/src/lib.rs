@@ -150,7 +150,7 @@ fn sysfs_part(board: &Arc<Board>, opts: &Arc<Options>, cfg: &Arc<HealthConfig>) 
         cfg,
         addresses: opts
             .live
-            .then(rocewatch_doctor::interface_addresses)
+            .then(rocewatch_netlink::ifaddrs::interface_addresses)
             .and_then(Result::ok),
         board,
         unlisted,

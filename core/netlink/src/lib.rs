@@ -4,12 +4,14 @@
 //! dumps of `rdma resource show qp|cq|mr|pd` ([`rdma_res`]), the per-QP statistic
 //! counters of `rdma statistic qp mode|set|show` ([`rdma_stat`]), the DCB (PFC, APP
 //! table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]), and the rtnetlink dumps
-//! of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]).
+//! of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]); the interfaces'
+//! addresses as `getifaddrs` gives them ([`ifaddrs`]).
 //!
 //! Everything that turns bytes into values is a pure function over byte slices, so it is
 //! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
 
 pub mod dcb;
+pub mod ifaddrs;
 pub mod msg;
 pub mod rdma;
 pub mod rdma_res;

@@ -2,8 +2,8 @@
 //! other (on a rail-optimized fabric rank k of every host hangs off the same switch
 //! plane; a cross-rail test would measure the spine, not the NIC).
 //!
-//! A host's ranks are the order `rocewatch env` lists ports in: `appenv::ports` in
-//! `core/doctor/src/appenv.rs` walks the inventory's devices (sorted by name, bytewise,
+//! A host's ranks are the order `rocewatch env` lists ports in: `rails::ports` in
+//! `core/sysfs/src/rails.rs` walks the inventory's devices (sorted by name, bytewise,
 //! as `SysRoot::devices` in `core/sysfs/src/lib.rs` returns them: `mlx5_10` sorts before
 //! `mlx5_2`) and each device's ports (sorted by number). The caller passes every port of
 //! that list, ACTIVE or not: a port that is down keeps its rank (so the ranks after it do

@@ -1,4 +1,5 @@
-//! Typed readers of the RDMA parts of sysfs, under a configurable root.
+//! Typed readers of the RDMA parts of sysfs (and of procfs where a NIC shows there), under
+//! a configurable root.
 //!
 //! Layout:
 //! - [`SysRoot`]: the root (`/sys` on a host, a fixture in tests) and the readers of
@@ -6,6 +7,10 @@
 //!   `class/net/<if>`.
 //! - [`parse`]: pure functions for the odd strings the kernel prints (`4: ACTIVE`,
 //!   `100 Gb/sec (4X EDR)`, `N/A (no PMA)`), table-tested inline.
+//! - [`gid`]: the IP address a GID carries.
+//! - [`rails`]: the rail order, the ports as applications see them (what `rocewatch env`,
+//!   the fleet and preflight list and rank).
+//! - [`interrupts`]: a NIC's interrupts in `/proc/interrupts` (procfs).
 //! - [`pci`]: the PCI function of a device, its PCIe link and NUMA node, GPUs on the bus,
 //!   the distance between two functions (`nvidia-smi topo -m` terms), ACS from config space.
 //! - [`module`]: the kernel module serving a device: version, srcversion, taint.
@@ -18,10 +23,13 @@
 
 pub mod inventory;
 pub mod module;
+pub mod gid;
+pub mod interrupts;
 pub mod parse;
 pub mod pci;
 pub mod read;
 
+pub mod rails;
 use std::path::{Path, PathBuf};
 
 pub use read::{Attr, SysfsError};

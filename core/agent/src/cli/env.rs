@@ -8,6 +8,7 @@ use crate::app::App;
 use rocewatch_doctor::appenv;
 use rocewatch_doctor::shell::one_line;
 use rocewatch_plugin_api::PluginKind;
+use rocewatch_sysfs::rails;
 
 pub async fn run(a: EnvArgs) -> Result<i32> {
     let EnvArgs {
@@ -32,13 +33,13 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
     let inv = agent.discover().await.context("discovering RDMA devices")?;
     // Without the QoS state the traffic class is unknown, not fatal: said below.
     let qos = agent.observe_qos().await.unwrap_or_default();
-    let ports = appenv::ports(&inv, &qos, device.as_ref());
+    let ports = rails::ports(&inv, &qos, device.as_ref());
     let tos = appenv::desired_tos(&agent.cfg.qos, &qos);
     // On the live host the interfaces' addresses say which IPoIB netdev can carry
     // sockets; a sysfs tree has none to tell.
     let live = rocewatch_sysfs::read::is_sysfs(&agent.cfg.agent.sysfs_root);
     let addrs = if live {
-        rocewatch_doctor::interface_addresses().ok()
+        rocewatch_netlink::ifaddrs::interface_addresses().ok()
     } else {
         None
     };

@@ -1,6 +1,15 @@
 //! Running an outside program within a bound, as a process group: whatever it starts is
 //! killed with it and nothing it leaves holds the caller past the bound.
 //!
+//! Every outside program rocewatch runs and waits for goes through [`run_bounded`]:
+//! `scontrol` (rocewatch-slurm), `nft`, `iptables-save`, `ip6tables-save`, `ping` and
+//! `systemctl show` (rocewatch-doctor's `run_tool`), `lldpcli` and `tcpdump -D`
+//! (the agent). Two run otherwise, for what they are: the capture's `tcpdump`, which
+//! streams for as long as the capture lasts and is stopped by `--duration`, `--count` or a
+//! signal (with a parent-death signal of its own); and remediation's `exec` action, which
+//! runs in the agent's async runtime with its payload on standard input, in a session of
+//! its own, bounded and reaped by the dispatcher.
+//!
 //! `scontrol` is often a site's wrapper script that does not `exec` the real one; a
 //! `lldpcli`, `nft` or `systemctl` can hang on a daemon that does not answer. Killing only
 //! the child leaves the wrapper's own child running, holding the pipes the output is read

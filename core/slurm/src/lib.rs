@@ -1,7 +1,8 @@
 //! Slurm, as rocewatch meets it: keeping a host with broken RDMA out of jobs.
 //!
-//! This crate depends on nothing of rocewatch; the health command, the remediation
-//! action and preflight use it.
+//! This crate depends on nothing of rocewatch but the bounded runner of outside programs
+//! (`rocewatch-process`, through which scontrol runs); the health command, the
+//! remediation action and preflight use it.
 //!
 //! - [`hostlist`]: compressed host lists (`node[01-04,07]`, `SLURM_JOB_NODELIST`),
 //!   expanded as `scontrol show hostnames` does (Slurm's `src/common/hostlist.c`).

@@ -1,7 +1,8 @@
 //! OTLP that survives outages: a VictoriaMetrics stopped for 60 s gets the queued data
 //! when it returns; a tiny queue drops and counts; a gRPC receiver that starts late gets
 //! the backlog in batches; a receiver that answers 413 to more than one snapshot a
-//! request still gets every one after an outage, and one that refuses even one has it
+//! request still gets every one after an outage, one whose limit is below a snapshot's
+//! request gets it cut until it fits, and one that refuses even one point has it
 //! dropped, counted and said; TLS (custom CA, client certificate), headers and gzip work
 //! on both transports. Delivery as the OTLP specification says: HTTP 429/502/503/504 and
 //! the retryable gRPC codes retried, `Retry-After` and `RetryInfo` honoured however much
@@ -366,8 +367,8 @@ fn slow_and_failing_exporters_stall_neither_each_other_nor_collection() {
 }
 
 /// An OTLP/HTTP receiver that takes `max` snapshots a request: 413 to a request
-/// carrying more `ResourceMetrics` (an agent's snapshot is one), 200 to others. It keeps
-/// the body of each request it took and counts the 413s.
+/// carrying more `ResourceMetrics` (an agent's snapshot is one), or more than its byte
+/// limit, 200 to others. It keeps the body of each request it took and counts the 413s.
 mod single_snapshot_receiver {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::sync::{Arc, Mutex};
@@ -405,7 +406,11 @@ mod single_snapshot_receiver {
         (i == body.len()).then_some(n)
     }
 
-    fn serve(sock: std::net::TcpStream, max: usize, seen: &Mutex<Seen>) -> std::io::Result<()> {
+    fn serve(
+        sock: std::net::TcpStream,
+        (max, max_bytes): (usize, usize),
+        seen: &Mutex<Seen>,
+    ) -> std::io::Result<()> {
         let mut r = BufReader::new(sock.try_clone()?);
         let mut w = sock;
         loop {
@@ -433,7 +438,7 @@ mod single_snapshot_receiver {
             r.read_exact(&mut body)?;
             let n = snapshots_in(&body).expect("an ExportMetricsServiceRequest");
             let mut s = seen.lock().unwrap();
-            if n > max {
+            if n > max || body.len() > max_bytes {
                 s.too_large += 1;
                 drop(s);
                 let msg = "one snapshot a request";
@@ -451,13 +456,22 @@ mod single_snapshot_receiver {
     }
 
     pub fn start(listener: std::net::TcpListener, max: usize) -> Arc<Mutex<Seen>> {
+        start_limited(listener, max, usize::MAX)
+    }
+
+    /// [`start`], refusing as well a request over `max_bytes`.
+    pub fn start_limited(
+        listener: std::net::TcpListener,
+        max: usize,
+        max_bytes: usize,
+    ) -> Arc<Mutex<Seen>> {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let s = seen.clone();
         std::thread::spawn(move || {
             for sock in listener.incoming().flatten() {
                 let s = s.clone();
                 std::thread::spawn(move || {
-                    let _ = serve(sock, max, &s);
+                    let _ = serve(sock, (max, max_bytes), &s);
                 });
             }
         });
@@ -503,8 +517,9 @@ fn a_413_splits_the_backlog_and_every_snapshot_arrives() {
     assert_eq!(otlp_dropped(&base), 0.0);
 }
 
-/// A single snapshot the receiver still finds too large is the only thing dropped: counted
-/// in rocewatch_exporter_dropped_total, and said with its size.
+/// A receiver that refuses every request, down to one point: what cannot be cut further
+/// is the only thing dropped, each snapshot counted once in
+/// rocewatch_exporter_dropped_total, and said with its size.
 #[test]
 fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -530,6 +545,69 @@ fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
         "{log}"
     );
     assert!(seen.lock().unwrap().taken.is_empty());
+    assert!(status.success(), "{log}");
+}
+
+/// A receiver whose limit (4 KiB) is below `max_request_bytes` (4 MiB) answers 413 to a
+/// snapshot's request, which holds one snapshot and cannot be split by snapshots: it is
+/// cut in two again and again (by metric, then by series) until every part fits, and
+/// nothing is dropped; every port's series arrives.
+#[test]
+fn a_413_on_one_snapshot_cuts_it_until_it_fits() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use prost::Message;
+    let limit = 4096;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = single_snapshot_receiver::start_limited(listener, usize::MAX, limit);
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
+        fixture("mlx5-roce-dual-port")
+    ));
+    let base = rw.prometheus_url();
+    // The port's up gauge of each port, as the receiver took them.
+    let ports_up = || -> std::collections::BTreeSet<String> {
+        let s = seen.lock().unwrap();
+        let mut out = std::collections::BTreeSet::new();
+        for body in &s.taken {
+            let r = ExportMetricsServiceRequest::decode(body.as_slice()).expect("a request");
+            for m in r
+                .resource_metrics
+                .iter()
+                .flat_map(|rm| &rm.scope_metrics)
+                .flat_map(|sm| &sm.metrics)
+                .filter(|m| m.name == "rdma.port.up")
+            {
+                if let Some(Data::Gauge(g)) = &m.data {
+                    out.extend(g.data_points.iter().map(|p| format!("{:?}", p.attributes)));
+                }
+            }
+        }
+        out
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline
+        && (ports_up().len() < 2 || seen.lock().unwrap().taken.len() < 20)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dropped = otlp_dropped(&base);
+    let (status, log, _) = rw.proc.stop();
+    let s = seen.lock().unwrap();
+    assert!(
+        s.too_large >= 1,
+        "no request over the receiver's limit: the test proves nothing\n{log}"
+    );
+    assert!(log.contains("sent again in two"), "the cut is said\n{log}");
+    for body in &s.taken {
+        assert!(body.len() <= limit, "a request of {} taken", body.len());
+    }
+    drop(s);
+    assert_eq!(ports_up().len(), 2, "both ports' series\n{log}");
+    assert_eq!(dropped, 0.0, "nothing dropped\n{log}");
+    assert!(!log.contains("dropped"), "{log}");
     assert!(status.success(), "{log}");
 }
 

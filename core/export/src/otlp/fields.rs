@@ -32,6 +32,8 @@ pub(super) mod metric {
     pub(crate) const GAUGE: u32 = 5;
     pub(crate) const SUM: u32 = 7;
     pub(crate) const HISTOGRAM: u32 = 9;
+    pub(crate) const EXPONENTIAL_HISTOGRAM: u32 = 10;
+    pub(crate) const SUMMARY: u32 = 11;
 }
 
 /// `Gauge`, `Sum`, `Histogram`, `ExponentialHistogram`, `Summary` (metrics.proto): the

@@ -48,6 +48,7 @@
 pub mod config;
 mod encode;
 mod fields;
+mod halve;
 mod identity;
 pub mod logs;
 mod queue;
@@ -160,6 +161,34 @@ struct Said {
     partial: Option<String>,
     /// The last rejection said.
     rejected: Option<String>,
+    /// A request was cut in two for the receiver (said once, then at debug level).
+    halved: bool,
+    /// A request of one point was too large and dropped (said once, then at debug level).
+    dropped_too_large: bool,
+}
+
+/// A request the receiver refuses as too large that cannot be cut (one point): dropped,
+/// its snapshot counted in `dropped{reason="too_large"}`, said once.
+fn too_large(queue: &Queue, batch: &queue::Batch, said: &mut Said, e: &str) {
+    let mut st = queue.lock();
+    st.in_flight = 0;
+    st.lost(
+        &batch.parts[0],
+        ExporterDropReason::TooLarge,
+        &queue.metrics,
+    );
+    drop(st);
+    queue.metrics.exporter_error("otlp");
+    let what = format!(
+        "OTLP export: one request of {} bytes ({} uncompressed) is too large for the receiver, dropped (it holds one data point, and cannot be cut further; lower exporters.otlp.max_request_bytes to the receiver's limit, or raise the receiver's): {e}",
+        batch.body.len(),
+        batch.raw()
+    );
+    if std::mem::replace(&mut said.dropped_too_large, true) {
+        tracing::debug!("{what}");
+    } else {
+        tracing::warn!("{what}");
+    }
 }
 
 fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig, max_request: usize) {
@@ -213,22 +242,25 @@ fn sender(queue: Arc<Queue>, mut transport: Transport, cfg: OtlpConfig, max_requ
                 );
                 queue.push_front(batch);
             }
-            Err(SendError::TooLarge(e)) => {
-                let mut st = queue.lock();
-                st.in_flight = 0;
-                st.lost(
-                    &batch.parts[0],
-                    ExporterDropReason::TooLarge,
-                    &queue.metrics,
-                );
-                drop(st);
-                queue.metrics.exporter_error("otlp");
-                tracing::warn!(
-                    "OTLP export: one request of {} bytes ({} uncompressed) is too large for the receiver, dropped (lower exporters.otlp.max_request_bytes): {e}",
-                    batch.body.len(),
-                    batch.raw()
-                );
-            }
+            Err(SendError::TooLarge(e)) => match batch.halve() {
+                Some(halves) => {
+                    // The receiver's bound is below ours: one request at a time from now
+                    // on, and this one again in two (and so on, down to one point).
+                    merge = 1;
+                    let how = format!(
+                        "OTLP receiver refused a request of {} bytes ({} uncompressed) as too large: sent again in two, one request at a time from now on (exporters.otlp.max_request_bytes at the receiver's limit avoids it): {e}",
+                        batch.body.len(),
+                        batch.raw()
+                    );
+                    if std::mem::replace(&mut said.halved, true) {
+                        tracing::debug!("{how}");
+                    } else {
+                        tracing::info!("{how}");
+                    }
+                    queue.push_front(halves);
+                }
+                None => too_large(&queue, &batch, &mut said, &e),
+            },
             Err(SendError::Permanent(e)) => {
                 let mut st = queue.lock();
                 st.in_flight = 0;

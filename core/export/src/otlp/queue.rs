@@ -15,7 +15,7 @@ use prost::Message;
 use rocewatch_metrics::labels::ExporterDropReason;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 
-use super::encode;
+use super::{encode, halve};
 
 /// Encoded snapshots: one, or several merged into one request.
 #[derive(Debug, Clone)]
@@ -87,6 +87,36 @@ impl Batch {
         let mut raw = Vec::new();
         flate2::read::MultiGzDecoder::new(self.body.as_ref()).read_to_end(&mut raw)?;
         gzip(&[&raw]).map(Bytes::from)
+    }
+
+    /// One request (a batch of one part) cut in two ([`halve`]), each compressed as it
+    /// was, as a batch of two parts of the same snapshot (the second ends it when the
+    /// request did); `None` when it holds a single point and cannot be cut.
+    pub(super) fn halve(&self) -> Option<Batch> {
+        let [part] = self.parts[..] else {
+            return None;
+        };
+        let raw = if self.gzip {
+            use std::io::Read;
+            let mut raw = Vec::with_capacity(part.raw);
+            flate2::read::MultiGzDecoder::new(self.body.as_ref())
+                .read_to_end(&mut raw)
+                .ok()?;
+            raw
+        } else {
+            self.body.to_vec()
+        };
+        let (a, b) = halve::halve(&raw)?;
+        let piece = |half: Vec<u8>, last: bool| -> Option<Batch> {
+            let len = half.len();
+            let body = if self.gzip {
+                gzip(&[&half]).ok()?
+            } else {
+                half
+            };
+            Some(Batch::piece(body, len, self.gzip, part.snapshot, last))
+        };
+        Some(merge(vec![piece(a, false)?, piece(b, part.last)?]))
     }
 
     /// The snapshots it ends (a snapshot split in several requests counts once).
@@ -497,6 +527,75 @@ mod tests {
             2
         );
         assert_eq!(m.exporter_dropped_count("otlp"), 4);
+    }
+
+    /// A request cut in two for a receiver whose bound is below ours: compressed as it
+    /// was, both parts of its snapshot (counted once, with the second), each a request
+    /// that decodes; a one-point request is not cut.
+    #[test]
+    fn a_request_halved_stays_one_snapshot_in_two_requests() {
+        use opentelemetry_proto::tonic::metrics::v1::{Metric, ResourceMetrics, ScopeMetrics};
+        let metric = |name: &str| Metric {
+            name: name.into(),
+            ..Default::default()
+        };
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![metric("a"), metric("b"), metric("c")],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        for gz in [false, true] {
+            let q = queue(10);
+            let raw = req.encode_to_vec();
+            let body = if gz {
+                gzip(&[&raw]).unwrap()
+            } else {
+                raw.clone()
+            };
+            q.push_snapshot(vec![(body, raw.len())], gz);
+            let taken = q.take(&mut q.lock(), 1, usize::MAX);
+            let halves = taken.halve().expect("three metrics cut");
+            assert_eq!((halves.parts.len(), halves.snapshots()), (2, 1));
+            let names: Vec<Vec<String>> = halves
+                .clone()
+                .split()
+                .map(|b| {
+                    let bytes = if gz {
+                        use std::io::Read;
+                        let mut v = Vec::new();
+                        flate2::read::GzDecoder::new(b.body.as_ref())
+                            .read_to_end(&mut v)
+                            .unwrap();
+                        v
+                    } else {
+                        b.body.to_vec()
+                    };
+                    assert_eq!(bytes.len(), b.raw());
+                    ExportMetricsServiceRequest::decode(bytes.as_slice())
+                        .unwrap()
+                        .resource_metrics[0]
+                        .scope_metrics[0]
+                        .metrics
+                        .iter()
+                        .map(|m| m.name.clone())
+                        .collect()
+                })
+                .collect();
+            assert_eq!(names, [vec!["a"], vec!["b", "c"]], "gzip {gz}");
+            q.push_front(halves);
+            assert_eq!((q.len(), q.lock().batches.len()), (1, 2));
+            // Delivered: the snapshot once.
+            let both = q.take(&mut q.lock(), 10, usize::MAX);
+            assert_eq!(q.lock().delivered(&both.parts), 1);
+        }
+        let one = Batch::of(&ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics::default()],
+        });
+        assert!(one.halve().is_none(), "nothing to cut");
     }
 
     /// A count that disagrees with what is queued never makes the trim loop.

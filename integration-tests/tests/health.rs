@@ -21,7 +21,7 @@ fn exit_status_and_one_line_per_tree() {
         (
             "gpu-two-socket",
             1,
-            "mlx5_2: PCIe 0000:9d:00.0 x8 16 GT/s, its maximum x16 16 GT/s",
+            "mlx5_2: PCIe 0000:9d:00.0 trained at x8 at 16 GT/s of x16 at 16 GT/s",
         ),
         ("ib-hca", 1, "mlx4_0/2: port DOWN (Disabled)"),
         (
@@ -63,6 +63,96 @@ fn json_has_every_finding_and_all_adds_them_after_the_line() {
     assert!(
         lines.contains(&"UNHEALTHY ports      mlx4_0/2: port DOWN (Disabled)"),
         "{text}"
+    );
+}
+
+/// The `what` of health's finding of `check` about `device`, and its status.
+fn finding_of<'a>(
+    report: &'a serde_json::Value,
+    check: &str,
+    device: &str,
+) -> &'a serde_json::Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == check && f["device"] == device)
+        .unwrap_or_else(|| panic!("no {check} finding about {device} in {report}"))
+}
+
+/// One verdict per fact: health and doctor judge each PCIe link of one tree alike
+/// (fixtures/pcie-slots, see its SOURCE.md). A card at the most its slot allows is how
+/// the host was built, a fault to neither; a link below what both ends allow, or down, is
+/// a fault to both; an unreadable one cannot be told by either.
+#[test]
+fn health_and_doctor_give_one_verdict_on_each_pcie_link() {
+    let root = fixture("pcie-slots");
+    let r = root.to_str().unwrap();
+    let (_, out, err) = health(&["--json", "--sysfs-root", r]);
+    let h: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let o = rocewatch(
+        &["doctor", "--json", "--window", "300ms", "--sysfs-root", r],
+        &[],
+    );
+    let d: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    // (device, case, health's status, doctor's status) for one verdict each.
+    let cases = [
+        ("mlx5_0", "full", "ok", "pass"),
+        ("mlx5_1", "narrow slot", "warning", "warn"),
+        ("mlx5_2", "degraded", "unhealthy", "fail"),
+        ("mlx5_3", "unreadable", "unknown", "skip"),
+        ("mlx5_4", "down", "unhealthy", "fail"),
+    ];
+    let pcie_link = |dev: &str| {
+        d["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "pcie-link" && c["subject"] == dev)
+            .unwrap_or_else(|| panic!("no pcie-link {dev} in {d}"))
+            .clone()
+    };
+    // Every case at once, so a difference shows them all.
+    let got: Vec<String> = cases
+        .iter()
+        .map(|(dev, case, ..)| {
+            let said = finding_of(&h, "pcie", dev)["status"].clone();
+            format!("{case}: {said} / {}", pcie_link(dev)["status"])
+        })
+        .collect();
+    let want: Vec<String> = cases
+        .iter()
+        .map(|(_, case, hs, ds)| format!("{case}: \"{hs}\" / \"{ds}\""))
+        .collect();
+    assert_eq!(got, want, "health / doctor");
+    for (dev, case, _, _) in cases {
+        // In the same words: health's is doctor's evidence, or its first part.
+        let said = finding_of(&h, "pcie", dev)["what"].as_str().unwrap();
+        let link = said.strip_prefix("PCIe ").unwrap_or(said);
+        let evidence = pcie_link(dev)["evidence"].as_str().unwrap().to_string();
+        assert!(
+            evidence.starts_with(link),
+            "{case}: health {said:?}, doctor {evidence:?}"
+        );
+    }
+    assert!(
+        finding_of(&h, "pcie", "mlx5_1")["what"]
+            .as_str()
+            .unwrap()
+            .contains("the most its slot allows (the card can x16 at 16 GT/s)"),
+        "{h}"
+    );
+    // Checked alone, the card in the narrow slot leaves the host in service.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("narrow.toml");
+    std::fs::write(&cfg, "[health]\nports = [\"mlx5_1/1\"]\n").unwrap();
+    let (c, out, err) = health(&["--config", cfg.to_str().unwrap(), "--sysfs-root", r]);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(
+        out.starts_with("healthy: 1 RDMA port checked, "),
+        "{out}{err}"
     );
 }
 

@@ -1,39 +1,56 @@
 //! The PCIe link of each RDMA device's function against what it and its slot can do, and
-//! the bandwidth a narrower or slower link caps its ports at.
+//! the bandwidth a narrower or slower link caps its ports at. The verdict is
+//! `rocewatch_sysfs::verdict`'s, the one `health` gives: doctor adds the fix.
 
-use rocewatch_plugin_api::{Device, Inventory};
-use rocewatch_sysfs::pci::{link_gbps, PcieLink};
+use rocewatch_plugin_api::Inventory;
+use rocewatch_sysfs::pci::PcieLink;
+use rocewatch_sysfs::verdict::{port_gbps, PcieLinkKind, PcieLinkVerdict, Weight};
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
-/// `x8 at 16 GT/s`
-fn shape(speed: Option<f64>, width: Option<u32>) -> String {
-    let w = width.map_or("x?".into(), |w| format!("x{w}"));
-    match speed {
+/// The verdict in doctor's words: its status, evidence and fix.
+fn render(subject: &str, v: &PcieLinkVerdict) -> Check {
+    let status = match v.weight() {
+        Weight::Fine => Status::Pass,
+        Weight::Note => Status::Warn,
+        Weight::Fault => Status::Fail,
+        Weight::CannotTell | Weight::NotApplicable => Status::Skip,
+    };
+    let address = word(&v.address);
+    let lspci = format!("lspci -vv -s {address} | grep -E 'LnkCap|LnkSta'");
+    let fix = match v.kind {
+        PcieLinkKind::Degraded => Some(format!(
+            "the link trained {}: reseat the card, check the riser and that the slot is wired x{} and not bifurcated or shared in the BIOS; compare LnkCap with LnkSta: {lspci}; a link that retrained down after boot (a bad lane) shows in rdma.pcie.link.width",
+            if v.narrower() { "narrower" } else { "slower" },
+            v.allowed().1.map_or("?".into(), |w| w.to_string()),
+        )),
+        PcieLinkKind::Down => Some(format!(
+            "the function's link is not up: look for AER or hotplug messages in the kernel log (dmesg | grep -i -e aer -e pciehp), reseat the card and check its power and riser; {lspci}"
+        )),
+        PcieLinkKind::AtSlotLimit if status == Status::Warn => Some(format!(
+            "move the card to a slot that supports {}, or expect at most ~{:.0} Gb/s",
+            shape(&v.link),
+            v.cap_gbps().unwrap_or_default()
+        )),
+        _ => None,
+    };
+    check("pcie-link", subject, status, v.evidence(), fix)
+}
+
+/// `x16 at 32 GT/s`: the card's maximum.
+fn shape(l: &PcieLink) -> String {
+    let w = l.max_width.map_or("x?".into(), |w| format!("x{w}"));
+    match l.max_speed {
         Some(s) => format!("{w} at {s} GT/s"),
         None => format!("{w} at an unknown speed"),
     }
 }
 
-/// The fastest port of the device, in Gb/s.
-fn port_gbps(d: &Device) -> Option<f64> {
-    d.ports
-        .iter()
-        .filter_map(|p| {
-            p.rate_bps.or_else(|| {
-                p.rate
-                    .as_deref()
-                    .and_then(rocewatch_sysfs::parse::parse_rate_bps)
-            })
-        })
-        .max()
-        .map(|b| b as f64 / 1e9)
-}
-
-/// The verdict on one function's link. `slot` is the link of the bridge above it (its
-/// maximum bounds what the function can train at), `port` the device's port rate.
+/// The check on given values (the tests'). `slot` is the link of the bridge above it
+/// (its maximum bounds what the function can train at), `port` the device's port rate.
+#[cfg(test)]
 pub(super) fn link_check(
     subject: &str,
     address: &str,
@@ -41,87 +58,8 @@ pub(super) fn link_check(
     slot: Option<&PcieLink>,
     port: Option<f64>,
 ) -> Check {
-    let (Some(speed), Some(width)) = (link.speed, link.width) else {
-        return check(
-            "pcie-link",
-            subject,
-            Status::Skip,
-            format!(
-                "{address}: the link's speed or width is not readable (link down, or not PCIe: a VM's emulated bus)"
-            ),
-            None,
-        );
-    };
-    let min = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    // What the link could train at: the function's maximum, bounded by its slot's.
-    let want_speed = min(link.max_speed, slot.and_then(|s| s.max_speed)).unwrap_or(speed);
-    let want_width = match (link.max_width, slot.and_then(|s| s.max_width)) {
-        (Some(a), Some(b)) => a.min(b),
-        (a, b) => a.or(b).unwrap_or(width),
-    };
-    let cap = link_gbps(speed, width);
-    let approx = if speed >= 64.0 {
-        " (approximate at 64 GT/s: FLIT framing not counted)"
-    } else {
-        ""
-    };
-    let now = shape(Some(speed), Some(width));
-    let max = shape(link.max_speed, link.max_width);
-    let below = port.filter(|p| cap < *p);
-    let versus = match port {
-        Some(p) if cap < p => format!(", below the {p:.0} Gb/s port"),
-        Some(p) => format!(", above the {p:.0} Gb/s port"),
-        None => String::new(),
-    };
-    let degraded = speed < want_speed || width < want_width;
-    if degraded {
-        let slot_note = match slot {
-            Some(s) if s.max_width < link.max_width || s.max_speed < link.max_speed => {
-                format!(" (its slot allows {})", shape(s.max_speed, s.max_width))
-            }
-            _ => String::new(),
-        };
-        return check(
-            "pcie-link",
-            subject,
-            if below.is_some() || port.is_none() {
-                Status::Fail
-            } else {
-                Status::Warn
-            },
-            format!(
-                "{address} trained at {now} of {max}{slot_note}: caps ~{cap:.0} Gb/s{approx}{versus}"
-            ),
-            Some(format!(
-                "the link trained {}: reseat the card, check the riser and that the slot is wired x{want_width} and not bifurcated or shared in the BIOS; compare LnkCap with LnkSta: lspci -vv -s {} | grep -E 'LnkCap|LnkSta'; a link that retrained down after boot (a bad lane) shows in rdma.pcie.link.width",
-                if width < want_width { "narrower" } else { "slower" },
-                word(address)
-            )),
-        );
-    }
-    match below {
-        Some(p) => check(
-            "pcie-link",
-            subject,
-            Status::Warn,
-            format!(
-                "{address} at {now}, the most its slot allows (the card can {max}): caps ~{cap:.0} Gb/s{approx}, below the {p:.0} Gb/s port"
-            ),
-            Some(format!(
-                "move the card to a slot that supports {max}, or expect at most ~{cap:.0} Gb/s"
-            )),
-        ),
-        None => check(
-            "pcie-link",
-            subject,
-            Status::Pass,
-            format!("{address} {now}, its maximum: ~{cap:.0} Gb/s{approx}{versus}"),
-            None,
-        ),
-    }
+    let v = rocewatch_sysfs::verdict::judge_pcie_link(address, link, slot, port);
+    render(subject, &v)
 }
 
 /// The link of every RDMA device's PCI function.
@@ -141,27 +79,7 @@ pub(super) fn link_checks(root: &SysRoot, inv: &Inventory) -> Vec<Check> {
             ));
             continue;
         };
-        let link = match root.pcie_link(&f.dir) {
-            Ok(l) => l,
-            Err(e) => {
-                out.push(check(
-                    "pcie-link",
-                    &d.name,
-                    Status::Skip,
-                    format!("{}: {}", e.path().display(), e.cause()),
-                    None,
-                ));
-                continue;
-            }
-        };
-        let slot = f.dir.parent().and_then(|p| root.pcie_link(p).ok());
-        out.push(link_check(
-            &d.name,
-            &f.address,
-            &link,
-            slot.as_ref(),
-            port_gbps(d),
-        ));
+        out.push(render(&d.name, &root.pcie_link_verdict(&f, port_gbps(d))));
     }
     out
 }
@@ -197,9 +115,16 @@ mod tests {
     }
 
     #[test]
-    fn degraded_above_the_port_warns_and_full_passes() {
+    fn degraded_above_the_port_still_fails_and_full_passes() {
+        // A link below what both ends allow is a fault (health drains the node for it),
+        // whether or not the port still fits through it.
         let c = link_check("d", "a", &link(8.0, 16, 16.0, 16), None, Some(100.0));
-        assert_eq!(c.status, Status::Warn);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c
+            .fix
+            .as_deref()
+            .unwrap()
+            .starts_with("the link trained slower"));
         assert!(
             c.evidence
                 .contains("caps ~126 Gb/s, above the 100 Gb/s port"),
@@ -210,7 +135,7 @@ mod tests {
         assert_eq!(c.status, Status::Pass);
         assert_eq!(
             c.evidence,
-            "a x16 at 16 GT/s, its maximum: ~252 Gb/s, above the 200 Gb/s port"
+            "a x16 at 16 GT/s, its maximum: caps ~252 Gb/s, above the 200 Gb/s port"
         );
     }
 
@@ -257,7 +182,10 @@ mod tests {
             max_speed: Some(16.0),
             max_width: Some(16),
         };
-        assert_eq!(link_check("d", "a", &down, None, None).status, Status::Skip);
+        // Down is a fault too, as health says.
+        let c = link_check("d", "a", &down, None, None);
+        assert_eq!(c.status, Status::Fail, "{}", c.evidence);
+        assert!(c.fix.unwrap().contains("pciehp"));
         let c = link_check("d", "a", &link(64.0, 16, 64.0, 16), None, Some(800.0));
         assert!(
             c.evidence.contains("approximate at 64 GT/s"),

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rocewatch_plugin_api::{Device, Inventory, Port};
+use rocewatch_sysfs::verdict::{port_gbps, Weight};
 use rocewatch_sysfs::SysRoot;
 
 use super::config::{parse_port, CheckName, HealthConfig};
@@ -309,7 +310,10 @@ fn gbps(r: f64) -> String {
     }
 }
 
-/// The PCIe link of each checked port's device at its maximum width and speed.
+/// The PCIe link of each checked port's device: unhealthy when it trained below what
+/// both the card and its slot allow, or is down; a card at the most its slot allows is
+/// how the host was built (a warning where that keeps its port from its rate). The
+/// verdict is `rocewatch_sysfs::verdict`'s, the one `doctor` gives.
 pub fn pcie(h: &Host, checked: &[Checked]) -> Vec<Finding> {
     let sys = SysRoot::new(&h.root);
     let mut seen = std::collections::BTreeSet::new();
@@ -330,65 +334,24 @@ pub fn pcie(h: &Host, checked: &[Checked]) -> Vec<Finding> {
             ));
             continue;
         };
-        let at = format!("PCIe {}", f.address);
         let what = format!("{dev}'s PCIe link in {}", f.dir.display());
         h.board.reading(Part::Check(CheckName::Pcie), "pcie", what);
-        let link = match sys.pcie_link(&f.dir) {
-            Ok(l) => l,
-            Err(e) => {
-                out.push(Finding::at(
-                    "pcie",
-                    Status::Unknown,
-                    dev,
-                    None,
-                    None,
-                    format!("{at}: {e}"),
-                ));
-                continue;
-            }
+        let v = sys.pcie_link_verdict(&f, port_gbps(c.dev));
+        let (status, what) = match v.weight() {
+            Weight::Fine => (Status::Ok, v.link_text()),
+            // The bandwidth is why it is worth a look.
+            Weight::Note => (Status::Warning, v.evidence()),
+            Weight::Fault => (Status::Unhealthy, v.link_text()),
+            Weight::CannotTell => (Status::Unknown, v.link_text()),
+            Weight::NotApplicable => (Status::Skipped, v.link_text()),
         };
-        // The kernel shows the link attributes of PCI Express functions only
-        // (`pcie_dev_attrs_are_visible()` in drivers/pci/pci-sysfs.c).
-        let (Some(ms), Some(mw)) = (link.max_speed, link.max_width) else {
-            out.push(Finding::at(
-                "pcie",
-                Status::Skipped,
-                dev,
-                None,
-                None,
-                format!("{at}: no max_link_speed/max_link_width (not a PCI Express function)"),
-            ));
-            continue;
-        };
-        let (Some(s), Some(w)) = (link.speed, link.width) else {
-            out.push(Finding::at(
-                "pcie",
-                Status::Unhealthy,
-                dev,
-                None,
-                None,
-                format!(
-                    "{at}: link down (current_link_speed Unknown), its maximum x{mw} {ms} GT/s"
-                ),
-            ));
-            continue;
-        };
-        let degraded = s + 1e-9 < ms || w < mw;
         out.push(Finding::at(
             "pcie",
-            if degraded {
-                Status::Unhealthy
-            } else {
-                Status::Ok
-            },
+            status,
             dev,
             None,
             None,
-            if degraded {
-                format!("{at} x{w} {s} GT/s, its maximum x{mw} {ms} GT/s")
-            } else {
-                format!("{at} x{w} {s} GT/s")
-            },
+            format!("PCIe {what}"),
         ));
     }
     out

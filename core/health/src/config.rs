@@ -1,9 +1,9 @@
 //! `[health]`: what "expected" means for `rocewatch health`. Every key is optional: with
 //! none, every InfiniBand port and every RoCE port whose netdev is up (or gone: a RoCE
 //! port carries nothing without one) must be ACTIVE/LinkUp at the rate of its
-//! siblings (ports of the same HCA model), PCIe at its maximum, a RoCE v2 GID for each
-//! address, one MTU across the RoCE netdevs, no failing kernel-log messages in the last
-//! 15 minutes and no QP in the error state.
+//! siblings (ports of the same HCA model), PCIe at the most card and slot allow, a RoCE
+//! v2 GID for each address, one MTU across the RoCE netdevs, no failing kernel-log
+//! messages in the last 15 minutes and no QP in the error state.
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ pub enum CheckName {
     Devices,
     /// Ports ACTIVE/LinkUp at the expected rate.
     Ports,
-    /// PCIe link at its maximum width and speed.
+    /// PCIe link at the most its card and its slot allow.
     Pcie,
     /// A RoCE v2 GID for each of the netdev's addresses.
     Gid,

@@ -5,7 +5,7 @@
 //! The checks, in order: RDMA devices present; every port whose netdev is
 //! administratively up (and every InfiniBand port, and every RoCE port whose netdev is
 //! gone, unless `ignore_ports` names it) ACTIVE/LinkUp at its expected rate;
-//! PCIe at its maximum width and speed; a RoCE v2 GID for each address; the MTU; the
+//! PCIe at the most its card and slot allow; a RoCE v2 GID for each address; the MTU; the
 //! expected driver and firmware builds; failing driver messages in the kernel log (the
 //! doctor's kernel-log check over `[health] kernel_log_window`); queue pairs in the error
 //! state (RDMA netlink, the live host only); a running agent's firing rules (its

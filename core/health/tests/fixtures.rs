@@ -151,7 +151,7 @@ fn a_port_slower_than_its_siblings_or_the_configured_rate_is_unhealthy() {
 }
 
 #[test]
-fn pcie_below_its_maximum_is_unhealthy() {
+fn pcie_below_what_card_and_slot_allow_is_unhealthy() {
     // gpu-two-socket's mlx5_2 runs at x8 of its x16 (its SOURCE.md).
     let r = health(
         &fixtures().join("gpu-two-socket/sys"),
@@ -160,7 +160,7 @@ fn pcie_below_its_maximum_is_unhealthy() {
     assert_eq!(r.verdict, Verdict::Unhealthy, "{}", dump(&r));
     assert_eq!(
         r.line,
-        "mlx5_2: PCIe 0000:9d:00.0 x8 16 GT/s, its maximum x16 16 GT/s"
+        "mlx5_2: PCIe 0000:9d:00.0 trained at x8 at 16 GT/s of x16 at 16 GT/s"
     );
     let pcie: Vec<_> = r.findings.iter().filter(|f| f.check == "pcie").collect();
     assert!(

@@ -16,6 +16,8 @@
 //! - [`module`]: the kernel module serving a device: version, srcversion, taint.
 //! - [`inventory`]: the whole RDMA inventory (devices, ports, GIDs, netdevs) for the
 //!   devices a [`inventory::DeviceFilter`] selects: what every per-device plugin reads.
+//! - [`verdict`]: the verdicts `health` and `doctor` both give on one fact (the PCIe link
+//!   against its card and slot), each with its weight and evidence.
 //! - [`read`]: reading one attribute file, and the classification of errors into
 //!   "absent" (the kernel says the value does not exist here) and real failures.
 //!
@@ -28,6 +30,7 @@ pub mod interrupts;
 pub mod parse;
 pub mod pci;
 pub mod read;
+pub mod verdict;
 
 pub mod rails;
 use std::path::{Path, PathBuf};

@@ -22,12 +22,14 @@
 //!   every host's lines together (`srun` gathers the tasks' output in one place).
 //! - [`control`]: the line protocol between partners (the serving host's rail addresses,
 //!   and the driver's "done" that ends a step), so two tests never share a NIC.
-//! - [`runner`]: [`PairRunner`], the measurement a caller supplies (the CLI: the verbs
-//!   plugin's RDMA WRITE bandwidth test; tests: simulated results), and [`run_host`],
-//!   this host's part of the schedule.
+//! - [`runner`]: [`PairRunner`], the measurement a caller supplies ([`verbs`]; tests:
+//!   simulated results), and [`run_host`], this host's part of the schedule.
+//! - [`verbs`]: the measurement for real: [`verbs::VerbsRunner`], the control port's
+//!   server and client over TCP, and per rail the verbs probe plugin's RDMA WRITE
+//!   bandwidth test and latency probes (the plugins started by the caller).
 //!
-//! Nothing here reads the host or the network: it is pure and deterministic, so every
-//! host and every test derives the same answer.
+//! Everything but [`verbs`] is pure and deterministic (nothing read from the host or
+//! the network), so every host and every test derives the same answer.
 
 pub mod control;
 pub mod rails;
@@ -36,6 +38,7 @@ pub mod results;
 pub mod runner;
 pub mod schedule;
 pub mod timing;
+pub mod verbs;
 pub mod verdict;
 
 pub use rails::{match_rails, plan, Endpoint, HostRails, Nic, Plan, PlannedTest, Untested};

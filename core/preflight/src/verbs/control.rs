@@ -1,7 +1,7 @@
 //! The control port of `rocewatch preflight`, both ends: the listener every host keeps
 //! for the whole sweep (a driver's hello answered once this host reaches that step, then
 //! its done), and the driver's connect and hello. The messages and who is admitted are
-//! `rocewatch_preflight::control`'s.
+//! [`crate::control`]'s.
 //!
 //! The port is open to anyone who can reach it, so a scan, a stray client or an attacker
 //! holding idle connections must not keep a real partner off it: at most
@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rocewatch_preflight as pf;
-use rocewatch_preflight::control::{admit, Message, StepId, MAX_LINE};
+use crate::control::{admit, Message, StepId, MAX_LINE};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -33,9 +32,9 @@ const HELLO_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
 /// What the listener and the serving steps share.
 pub(super) struct Shared {
-    pub(super) schedule: pf::Schedule,
+    pub(super) schedule: crate::Schedule,
     pub(super) me: usize,
-    pub(super) rails: pf::HostRails,
+    pub(super) rails: crate::HostRails,
     /// The serving step this host has reached (a hello for it is answered).
     pub(super) current: watch::Sender<Option<StepId>>,
     /// How each driver's step ended: `Ok` on its done, `Err` why not.
@@ -182,7 +181,7 @@ pub(super) async fn hello(
     id: &StepId,
     patience: Duration,
     step_limit: Duration,
-) -> Result<(BufReader<OwnedReadHalf>, OwnedWriteHalf, pf::HostRails), String> {
+) -> Result<(BufReader<OwnedReadHalf>, OwnedWriteHalf, crate::HostRails), String> {
     let deadline = tokio::time::Instant::now() + patience;
     let mut backoff = HELLO_BACKOFF;
     loop {
@@ -325,7 +324,7 @@ mod tests {
     async fn a_hello_closed_unanswered_is_said_again() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let rails = pf::HostRails {
+        let rails = crate::HostRails {
             host: "b".into(),
             nics: Vec::new(),
         };
@@ -351,7 +350,7 @@ mod tests {
         let id = StepId {
             from: "a".into(),
             round: 0,
-            phase: pf::Phase::Forward,
+            phase: crate::Phase::Forward,
         };
         let patience = Duration::from_secs(10);
         let got = hello("127.0.0.1", port, &id, patience, patience).await;

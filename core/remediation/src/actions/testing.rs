@@ -9,7 +9,7 @@ use crate::config::Event;
 pub(crate) fn breach() -> Breach {
     Breach {
         rule: "storm".into(),
-        metric: "rdma.pfc.pause_ratio".into(),
+        metric: rocewatch_metrics::names::PFC_PAUSE_RATIO.into(),
         event: Event::Firing,
         action: "hang".into(),
         severity: "warning".into(),

@@ -1,20 +1,13 @@
 //! rocewatch: an agent that keeps RDMA/RoCEv2 networks healthy. This crate is the wiring
-//! and the command line; the components are crates of their own, and the compiler keeps
-//! their direction:
-//!
-//! ```text
-//! rocewatch (this crate: cli → demo → supervisor → app → quarantine, fleet → config → builtins)
-//!   → rocewatch-health → rocewatch-doctor → rocewatch-remediation → rocewatch-probes, rocewatch-qos
-//!   → rocewatch-export → rocewatch-web, rocewatch-runtime
-//!   → the readers and the contract: rocewatch-{sysfs, netlink, ethtool, klog, metrics,
-//!     plugin-sdk, plugin-api}
-//! ```
+//! and the command line; the components are crates of their own, in layers the compiler
+//! keeps: docs/ARCHITECTURE.md's layer table ("The layers") states them, and
+//! `tests/architecture.rs` checks the crate graph against the same list (`CRATE_LAYERS`).
 //!
 //! Only [`builtins`] names the built-in plugin crates.
 //!
 //! Direction inside this crate (each imports only what is to its right): `cli` → `demo`
 //! → `supervisor` → `app` → `quarantine`, `fleet` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
-//! and that no two files import each other; docs/ARCHITECTURE.md draws it.
+//! and that no two files import each other.
 //!
 //! Where things are:
 //! - [`cli`]: the command line; `args` is the grammar, one file per command.

@@ -4,6 +4,8 @@
 //! - crates depend only on crates of a lower layer (`CRATE_LAYERS`); no plugin crate
 //!   depends on another, and only the agent depends on plugin crates, naming them in
 //!   `builtins.rs` alone (read from `cargo metadata` and the agent's sources);
+//! - docs/ARCHITECTURE.md's layer table lists the crates of `CRATE_LAYERS`, each at its
+//!   layer;
 //! - no two files of a crate depend on each other, directly or through others (an edge
 //!   A → B is a path in A, `use` or inline or a serde `deserialize_with` string, naming an
 //!   item defined in B; `mod x;` and `pub use` re-exports in `lib.rs`/`mod.rs` are not
@@ -21,9 +23,14 @@ use std::path::{Path, PathBuf};
 /// The workspace's crates, lowest layer first: a crate depends (as a normal or build
 /// dependency) only on crates of a lower layer. Crates on one line must not depend on each
 /// other. Plugins (`plugins/*`) may depend on the first three layers only: the contract
-/// and the readers.
+/// and the readers. docs/ARCHITECTURE.md's layer table is the readable copy, checked
+/// against this one both ways (`the_layer_table_in_architecture_md_is_crate_layers`).
 const CRATE_LAYERS: &[&[&str]] = &[
-    &["rocewatch-plugin-api", "rocewatch-process", "rocewatch-duration"],
+    &[
+        "rocewatch-plugin-api",
+        "rocewatch-process",
+        "rocewatch-duration",
+    ],
     &[
         "rocewatch-plugin-sdk",
         "rocewatch-sysfs",
@@ -827,6 +834,120 @@ fn crates_depend_only_downwards_and_plugins_on_no_plugin() {
         .collect();
     problems.extend(agent_files_naming_plugins(&plugins));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The layer table of docs/ARCHITECTURE.md's section "The layers" (`| layer | crates |
+/// ... |`): every crate named in backticks in a row's second column, with the layer in its
+/// first.
+fn layer_table(doc: &str) -> Result<Vec<(String, usize)>, String> {
+    let section = doc
+        .split("\n## The layers\n")
+        .nth(1)
+        .ok_or("no section \"## The layers\"")?;
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let rows: Vec<&str> = section
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with("| layer |"))
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    if rows.len() < 3 {
+        return Err("no table headed `| layer | crates | ...` in \"The layers\"".into());
+    }
+    let mut out = Vec::new();
+    // The header and the `|---|` line.
+    for row in &rows[2..] {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let layer: usize = cells
+            .get(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("row {row:?}: the first column is not a layer number"))?;
+        let crates: Vec<&str> = cells
+            .get(2)
+            .map(|c| c.split('`').skip(1).step_by(2).collect())
+            .unwrap_or_default();
+        if crates.is_empty() {
+            return Err(format!(
+                "row {row:?}: no crate in backticks in the second column"
+            ));
+        }
+        out.extend(crates.into_iter().map(|c| (c.to_string(), layer)));
+    }
+    Ok(out)
+}
+
+/// Where the documented layers (`table`) and `layers` (`CRATE_LAYERS`) differ, both ways:
+/// a crate missing from either, or at another layer.
+fn layer_table_problems(table: &[(String, usize)], layers: &[&[&str]]) -> Vec<String> {
+    let in_code: BTreeMap<&str, usize> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| l.iter().map(move |c| (*c, i)))
+        .collect();
+    let mut problems = Vec::new();
+    let mut in_doc: BTreeMap<&str, usize> = BTreeMap::new();
+    for (c, l) in table {
+        if let Some(other) = in_doc.insert(c, *l) {
+            problems.push(format!("{c}: twice in the table (layers {other} and {l})"));
+        }
+    }
+    for (c, l) in &in_code {
+        match in_doc.get(c) {
+            None => problems.push(format!(
+                "{c}: layer {l} in CRATE_LAYERS, missing from the table"
+            )),
+            Some(d) if d != l => problems.push(format!(
+                "{c}: layer {d} in the table, layer {l} in CRATE_LAYERS"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (c, d) in &in_doc {
+        if !in_code.contains_key(c) {
+            problems.push(format!("{c}: layer {d} in the table, not in CRATE_LAYERS"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_layer_table_in_architecture_md_is_crate_layers() {
+    let path = workspace().join("docs/ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(&path).expect("read docs/ARCHITECTURE.md");
+    let table = layer_table(&doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let problems = layer_table_problems(&table, CRATE_LAYERS);
+    assert!(
+        problems.is_empty(),
+        "docs/ARCHITECTURE.md's layer table and CRATE_LAYERS ({}) differ:\n{}",
+        file!(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_table_check_sees_a_missing_a_moved_and_an_unknown_crate() {
+    let doc = "# A\n\n## The layers\n\nProse.\n\n| layer | crates | what |\n|---|---|---|\n\
+               | 1 | `b`, `x` | the top |\n| 0 | `a` | the contract, `not-a-crate` |\n\n## Next\n";
+    let table = layer_table(doc).unwrap();
+    assert_eq!(
+        table,
+        [
+            ("b".to_string(), 1),
+            ("x".to_string(), 1),
+            ("a".to_string(), 0)
+        ]
+    );
+    assert_eq!(
+        layer_table_problems(&table, &[&["a", "b"], &["c"]]),
+        [
+            "b: layer 1 in the table, layer 0 in CRATE_LAYERS",
+            "c: layer 1 in CRATE_LAYERS, missing from the table",
+            "x: layer 1 in the table, not in CRATE_LAYERS",
+        ]
+    );
+    assert!(layer_table_problems(&table, &[&["a"], &["b", "x"]]).is_empty());
+    assert!(layer_table("## The layers\n\nno table\n").is_err());
+    assert!(layer_table("## The layers\n| layer | crates |\n|---|---|\n| top | `a` |\n").is_err());
 }
 
 #[test]

@@ -156,6 +156,72 @@ fn health_and_doctor_give_one_verdict_on_each_pcie_link() {
     );
 }
 
+/// One verdict per fact: a port's state, half unreadable. A port whose readable half says
+/// it is down is down to both; one whose readable half says up and the other cannot be
+/// read cannot be told by either (health said unknown for both, doctor failed both).
+#[test]
+fn health_and_doctor_give_one_verdict_on_a_port_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sys");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let port = |dev: &str| root.join("class/infiniband").join(dev).join("ports/1");
+    std::fs::write(port("mlx5_0").join("state"), "1: DOWN\n").unwrap();
+    std::fs::remove_file(port("mlx5_0").join("phys_state")).unwrap();
+    std::fs::remove_file(port("mlx5_1").join("state")).unwrap();
+    let r = root.to_str().unwrap();
+    let (_, out, err) = health(&["--json", "--sysfs-root", r]);
+    let h: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let o = rocewatch(
+        &["doctor", "--json", "--window", "300ms", "--sysfs-root", r],
+        &[],
+    );
+    let d: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    let doctor_port = |subject: &str| {
+        d["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "port" && c["subject"] == subject)
+            .unwrap_or_else(|| panic!("no port {subject} in {d}"))
+            .clone()
+    };
+    let cases = [
+        ("mlx5_0", "DOWN, phys_state unreadable", "unhealthy", "fail"),
+        ("mlx5_1", "state unreadable, LinkUp", "unknown", "skip"),
+    ];
+    let got: Vec<String> = cases
+        .iter()
+        .map(|(dev, case, ..)| {
+            let said = finding_of(&h, "ports", dev)["status"].clone();
+            let port = doctor_port(&format!("{dev}/1"));
+            format!("{case}: {said} / {}", port["status"])
+        })
+        .collect();
+    let want: Vec<String> = cases
+        .iter()
+        .map(|(_, case, hs, ds)| format!("{case}: \"{hs}\" / \"{ds}\""))
+        .collect();
+    assert_eq!(got, want, "health / doctor");
+    // In the same words: doctor's verdict (before its comment) opens health's finding.
+    for (dev, case, ..) in cases {
+        let said = finding_of(&h, "ports", dev)["what"].clone();
+        let evidence = doctor_port(&format!("{dev}/1"))["evidence"].clone();
+        let verdict = evidence.as_str().unwrap().split(':').next().unwrap();
+        assert!(
+            said.as_str().unwrap().starts_with(verdict),
+            "{case}: health {said}, doctor {evidence}"
+        );
+    }
+}
+
 #[test]
 fn a_configuration_that_does_not_load_is_cannot_tell() {
     let dir = tempfile::tempdir().unwrap();

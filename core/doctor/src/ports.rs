@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 
 use rocewatch_plugin_api::{Device, Port};
+use rocewatch_sysfs::verdict::{judge_port_state, Weight};
 
 use super::check::{check, Check, Status};
 use super::host::{Host, RocePort};
@@ -219,32 +220,40 @@ fn gid_checks(p: &RocePort, subject: &str, ips: &[IpAddr]) -> Vec<Check> {
         .collect()
 }
 
-/// A port's state: active and linked up, or what to look at.
+/// A port's state: active and linked up, or what to look at. The verdict is
+/// `rocewatch_sysfs::verdict`'s, the one `health` gives.
 pub(super) fn port_check(subject: &str, p: &Port) -> Check {
-    let st = p.state.as_deref().unwrap_or("unknown");
-    let ph = p.phys_state.as_deref().unwrap_or("unknown");
-    if p.is_up() {
-        check(
+    let v = judge_port_state(p);
+    match v.weight() {
+        Weight::Fine => check(
             "port",
             subject,
             Status::Pass,
             format!(
-                "{st}, {ph}, {}",
+                "{}, {}, {}",
+                v.state.as_deref().unwrap_or_default(),
+                v.phys_state.as_deref().unwrap_or_default(),
                 p.rate.as_deref().unwrap_or("rate unknown")
             ),
             None,
-        )
-    } else {
-        check(
+        ),
+        Weight::CannotTell => check(
+            "port",
+            subject,
+            Status::Skip,
+            format!("{}: whether it is up cannot be told", v.text()),
+            None,
+        ),
+        _ => check(
             "port",
             subject,
             Status::Fail,
-            format!("state {st}, physical state {ph}"),
+            v.text(),
             Some(match &p.netdev {
                 Some(nd) => format!("ip link set {w} up; check the cable, the optics and the switch port (ethtool {w})", w = word(nd)),
                 None => "check the cable, the optics and the switch port (ibstat)".into(),
             }),
-        )
+        ),
     }
 }
 

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rocewatch_plugin_api::{Device, Inventory, Port};
-use rocewatch_sysfs::verdict::{port_gbps, Weight};
+use rocewatch_sysfs::verdict::{judge_port_state, port_gbps, Weight};
 use rocewatch_sysfs::SysRoot;
 
 use super::config::{parse_port, CheckName, HealthConfig};
@@ -220,8 +220,6 @@ fn portless(h: &Host) -> Vec<Finding> {
 fn port(c: &Checked, h: &Host, best: &BTreeMap<(&str, &str), u64>) -> Finding {
     let state = c.port.state.as_deref().unwrap_or("unreadable");
     let phys = c.port.phys_state.as_deref().unwrap_or("unreadable");
-    let active = state.ends_with("ACTIVE");
-    let linkup = phys.ends_with("LinkUp");
     let why_up = match (&c.port.netdev, c.ethernet()) {
         (Some(nd), true) => format!(", {nd} is up"),
         _ => String::new(),
@@ -239,19 +237,15 @@ fn port(c: &Checked, h: &Host, best: &BTreeMap<(&str, &str), u64>) -> Finding {
             ),
         );
     }
-    if c.port.state.is_none() || c.port.phys_state.is_none() {
-        return c.finding(
-            "ports",
-            Status::Unknown,
-            format!("port state {state}, phys_state {phys}"),
-        );
-    }
-    if !(active && linkup) {
-        return c.finding(
-            "ports",
-            Status::Unhealthy,
-            format!("port {} ({}){why_up}", short(state), short(phys)),
-        );
+    // The verdict doctor's port check gives too.
+    let v = judge_port_state(c.port);
+    match v.weight() {
+        Weight::CannotTell => return c.finding("ports", Status::Unknown, v.text()),
+        Weight::Fine => {}
+        _ => {
+            let what = format!("{}{why_up}", v.text());
+            return c.finding("ports", Status::Unhealthy, what);
+        }
     }
     let rate = c.port.rate_bps.map(|r| r as f64 / 1e9);
     let model = model_of(c);

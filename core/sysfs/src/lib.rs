@@ -17,7 +17,7 @@
 //! - [`inventory`]: the whole RDMA inventory (devices, ports, GIDs, netdevs) for the
 //!   devices a [`inventory::DeviceFilter`] selects: what every per-device plugin reads.
 //! - [`verdict`]: the verdicts `health` and `doctor` both give on one fact (the PCIe link
-//!   against its card and slot), each with its weight and evidence.
+//!   against its card and slot, a port's state), each with its weight and evidence.
 //! - [`read`]: reading one attribute file, and the classification of errors into
 //!   "absent" (the kernel says the value does not exist here) and real failures.
 //!

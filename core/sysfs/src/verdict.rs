@@ -5,7 +5,7 @@
 //! Each verdict carries a [`Weight`], what it counts for, and the evidence in words both
 //! commands print.
 
-use rocewatch_plugin_api::Device;
+use rocewatch_plugin_api::{Device, Port};
 
 use crate::pci::{link_gbps, PciFunction, PcieLink};
 use crate::SysRoot;
@@ -264,6 +264,71 @@ impl SysRoot {
     }
 }
 
+/// The verdict on a port's state: `ACTIVE` and `LinkUp` (`ports/N/state`,
+/// `ports/N/phys_state`, drivers/infiniband/core/sysfs.c), or why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortStateKind {
+    /// `ACTIVE` and `LinkUp`.
+    Up,
+    /// A readable value says the port is not up (either one is enough).
+    Down,
+    /// Nothing readable says it is down, and one of the two could not be read.
+    Unreadable,
+}
+
+/// A port's state and physical state, judged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortStateVerdict {
+    pub kind: PortStateKind,
+    /// `ACTIVE`, `DOWN` (`4: ACTIVE` as the kernel prints it, shortened).
+    pub state: Option<String>,
+    /// `LinkUp`, `Disabled`, `Polling`.
+    pub phys_state: Option<String>,
+}
+
+/// `4: ACTIVE` → `ACTIVE`; `ACTIVE` stays.
+fn state_name(s: &str) -> &str {
+    s.split_once(": ").map_or(s, |(_, n)| n).trim()
+}
+
+/// Judge a port's state: a port is up when it is `ACTIVE` and `LinkUp`.
+pub fn judge_port_state(p: &Port) -> PortStateVerdict {
+    let state = p.state.as_deref().map(state_name);
+    let phys = p.phys_state.as_deref().map(state_name);
+    let kind = match (state, phys) {
+        (Some("ACTIVE"), Some("LinkUp")) => PortStateKind::Up,
+        (Some(s), _) if s != "ACTIVE" => PortStateKind::Down,
+        (_, Some(ph)) if ph != "LinkUp" => PortStateKind::Down,
+        _ => PortStateKind::Unreadable,
+    };
+    PortStateVerdict {
+        kind,
+        state: state.map(str::to_string),
+        phys_state: phys.map(str::to_string),
+    }
+}
+
+impl PortStateVerdict {
+    pub fn weight(&self) -> Weight {
+        match self.kind {
+            PortStateKind::Up => Weight::Fine,
+            PortStateKind::Down => Weight::Fault,
+            PortStateKind::Unreadable => Weight::CannotTell,
+        }
+    }
+
+    /// `port DOWN (Disabled)`, `port ACTIVE (LinkUp)`, `port state unreadable, phys_state
+    /// LinkUp`.
+    pub fn text(&self) -> String {
+        let st = self.state.as_deref().unwrap_or("unreadable");
+        let ph = self.phys_state.as_deref().unwrap_or("unreadable");
+        match self.kind {
+            PortStateKind::Unreadable => format!("port state {st}, phys_state {ph}"),
+            _ => format!("port {st} ({ph})"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,6 +464,79 @@ mod tests {
             v.evidence().contains("approximate at 64 GT/s"),
             "{}",
             v.evidence()
+        );
+    }
+
+    #[test]
+    fn port_states_as_the_kernel_prints_them() {
+        let port = |st: Option<&str>, ph: Option<&str>| Port {
+            port: 1,
+            state: st.map(str::to_string),
+            phys_state: ph.map(str::to_string),
+            ..Default::default()
+        };
+        let cases = [
+            (
+                Some("ACTIVE"),
+                Some("LinkUp"),
+                PortStateKind::Up,
+                "port ACTIVE (LinkUp)",
+            ),
+            (
+                Some("4: ACTIVE"),
+                Some("5: LinkUp"),
+                PortStateKind::Up,
+                "port ACTIVE (LinkUp)",
+            ),
+            (
+                Some("DOWN"),
+                Some("Disabled"),
+                PortStateKind::Down,
+                "port DOWN (Disabled)",
+            ),
+            (
+                Some("ACTIVE"),
+                Some("Polling"),
+                PortStateKind::Down,
+                "port ACTIVE (Polling)",
+            ),
+            // A port whose one readable value says down is down, not unknown.
+            (
+                Some("DOWN"),
+                None,
+                PortStateKind::Down,
+                "port DOWN (unreadable)",
+            ),
+            (
+                None,
+                Some("Disabled"),
+                PortStateKind::Down,
+                "port unreadable (Disabled)",
+            ),
+            (
+                None,
+                Some("LinkUp"),
+                PortStateKind::Unreadable,
+                "port state unreadable, phys_state LinkUp",
+            ),
+            (
+                None,
+                None,
+                PortStateKind::Unreadable,
+                "port state unreadable, phys_state unreadable",
+            ),
+        ];
+        for (st, ph, kind, text) in cases {
+            let v = judge_port_state(&port(st, ph));
+            assert_eq!((v.kind, v.text().as_str()), (kind, text), "{st:?} {ph:?}");
+        }
+        assert_eq!(
+            judge_port_state(&port(None, None)).weight(),
+            Weight::CannotTell
+        );
+        assert_eq!(
+            judge_port_state(&port(Some("INIT"), Some("LinkUp"))).weight(),
+            Weight::Fault
         );
     }
 

@@ -426,7 +426,7 @@ fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> 
         let (tx, rx) = watch::channel(None);
         let host = f.host.clone().unwrap_or_else(|| fleet_host_name(&app.cfg));
         let device = probes.as_ref().and_then(|p| p.device.clone());
-        tasks.push(tokio::spawn(crate::fleet::run(
+        tasks.push(tokio::spawn(rocewatch_probes::fleet::map::run(
             f.clone(),
             host,
             device,

@@ -6,7 +6,7 @@
 //! Only [`builtins`] names the built-in plugin crates.
 //!
 //! Direction inside this crate (each imports only what is to its right): `cli` → `demo`
-//! → `supervisor` → `app` → `quarantine`, `fleet` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
+//! → `supervisor` → `app` → `quarantine` → `config` → `builtins`. `tests/architecture.rs` checks it, the crate graph
 //! and that no two files import each other.
 //!
 //! Where things are:
@@ -19,8 +19,6 @@
 //! - [`quarantine`]: the quarantine watcher's wiring: which rules quarantine, and the
 //!   health self-test its recovery waits for (the file, the watcher and the policy are
 //!   `rocewatch_runtime::quarantine`).
-//! - [`fleet`]: this host in the fleet: its rails, where they hang (LLDP, the topology
-//!   file), the fleet's map and the pinglist the prober gets from it.
 //! - [`builtins`]: the explicit list of built-in plugins.
 //! - [`config`]: the configuration file: loading, environment overrides, `[agent]`, and the
 //!   checks across sections; every other section belongs to its component's crate.
@@ -33,6 +31,5 @@ pub mod builtins;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod fleet;
 pub mod quarantine;
 pub mod supervisor;

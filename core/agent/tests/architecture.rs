@@ -76,7 +76,7 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["builtins"],
             &["config"],
-            &["quarantine", "fleet"],
+            &["quarantine"],
             &["app"],
             &["supervisor"],
             &["demo"],

@@ -13,6 +13,7 @@
 //! Hosts with different rail counts are tested on the ranks both have; the extra ranks
 //! are reported untested against that partner.
 
+use rocewatch_plugin_api::Inventory;
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::{Phase, Schedule};
@@ -90,6 +91,34 @@ pub struct Plan {
     /// Hosts of the schedule of which no rails were given (their results, and the line
     /// that says their NICs, are missing).
     pub unknown_hosts: Vec<String>,
+}
+
+/// This host's NICs in `rocewatch env`'s order (`rocewatch_sysfs::rails`: devices by name, ports
+/// by number), down ones kept at their rank.
+pub fn rails_of(host: &str, inv: &Inventory) -> HostRails {
+    let ports = rocewatch_sysfs::rails::ports(inv, &[], None);
+    let nics = ports
+        .iter()
+        .map(|p| {
+            let rate = inv
+                .devices
+                .iter()
+                .find(|d| d.name == p.device)
+                .and_then(|d| d.ports.iter().find(|x| x.port == p.port))
+                .and_then(|x| x.rate_bps);
+            Nic {
+                name: p.name(),
+                netdev: p.netdev.clone(),
+                up: p.up,
+                line_rate_gbps: rate.map(|b| b as f64 / 1e9),
+                addr: p.ipv4.map(|ip| ip.to_string()),
+            }
+        })
+        .collect();
+    HostRails {
+        host: host.to_string(),
+        nics,
+    }
 }
 
 /// The ranks `a` and `b` test together (both have the rank and both ports are up), and

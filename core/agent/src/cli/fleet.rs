@@ -212,7 +212,9 @@ fn lldp_neighbours(a: &TopologyArgs) -> Result<Vec<rocewatch_fleet::lldp::Neighb
                 .with_context(|| format!("--lldp-json {}", f.display()))?;
             rocewatch_fleet::lldp::parse(&text).with_context(|| f.display().to_string())
         }
-        None => crate::fleet::lldp_neighbours(&a.lldpcli).map_err(anyhow::Error::msg),
+        None => {
+            rocewatch_probes::fleet::map::lldp_neighbours(&a.lldpcli).map_err(anyhow::Error::msg)
+        }
     }
 }
 
@@ -228,7 +230,7 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
         crate::app::App::start(cfg, Some(&[rocewatch_plugin_api::PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
     app.stop().await;
-    let ports = crate::fleet::local_ports(&inv?);
+    let ports = rocewatch_probes::fleet::map::local_ports(&inv?);
     let (rows, left) = rocewatch_fleet::lldp::rows(&host, &ports, &neighbours);
     let mut out = String::new();
     if !a.no_header {

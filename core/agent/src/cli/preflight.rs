@@ -199,7 +199,7 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
     app.stop().await;
-    let rails = crate::fleet::rails_of(&this, &inv?);
+    let rails = pf::rails::rails_of(&this, &inv?);
     if a.plan {
         print_plan(&schedule, &rails, a.json)?;
         return Ok(0);

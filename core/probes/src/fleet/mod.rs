@@ -4,10 +4,12 @@
 //! ([`rounds`]), and the results are counted per host by class, path and outcome, with
 //! the failing flows only while they fail ([`stats`]); timeouts while this host is
 //! overloaded are its own ([`noise`]). [`simulate`] runs the same round and statistics
-//! code for every host of a simulated fleet.
+//! code for every host of a simulated fleet. [`map`] keeps the map fresh: this host's rows
+//! (LLDP or the topology file), exported; the map; the view handed to the prober.
 
 mod config;
 pub mod flows;
+pub mod map;
 pub mod noise;
 mod rounds;
 pub mod simulate;

@@ -15,12 +15,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use super::config::{fetch_prometheus, view_of, FleetConfig, FleetSource, FleetView};
 use rocewatch_fleet::lldp::{LeftOut, LocalPort, Neighbour};
 use rocewatch_fleet::{Nic, Topology};
 use rocewatch_metrics::names;
 use rocewatch_plugin_api::{AttrSet, Attributes, Inventory, MetricKind, Sample, Value};
-use rocewatch_preflight as pf;
-use rocewatch_probes::fleet::{fetch_prometheus, view_of, FleetConfig, FleetSource, FleetView};
 use rocewatch_runtime::host::discovery::Discovery;
 use rocewatch_runtime::pipeline::Pipeline;
 
@@ -29,34 +28,6 @@ pub const PLUGIN: &str = "fleet";
 
 /// How long lldpcli may take.
 pub const LLDPCLI_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// This host's NICs in `rocewatch env`'s order (`rocewatch_sysfs::rails`: devices by name, ports
-/// by number), down ones kept at their rank.
-pub fn rails_of(host: &str, inv: &Inventory) -> pf::HostRails {
-    let ports = rocewatch_sysfs::rails::ports(inv, &[], None);
-    let nics = ports
-        .iter()
-        .map(|p| {
-            let rate = inv
-                .devices
-                .iter()
-                .find(|d| d.name == p.device)
-                .and_then(|d| d.ports.iter().find(|x| x.port == p.port))
-                .and_then(|x| x.rate_bps);
-            pf::Nic {
-                name: p.name(),
-                netdev: p.netdev.clone(),
-                up: p.up,
-                line_rate_gbps: rate.map(|b| b as f64 / 1e9),
-                addr: p.ipv4.map(|ip| ip.to_string()),
-            }
-        })
-        .collect();
-    pf::HostRails {
-        host: host.to_string(),
-        nics,
-    }
-}
 
 /// The ports LLDP is joined with, at their ranks.
 pub fn local_ports(inv: &Inventory) -> Vec<LocalPort> {

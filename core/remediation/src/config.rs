@@ -151,6 +151,18 @@ pub enum ActionKind {
     },
 }
 
+impl ActionKind {
+    /// Whether the action acts when a rule fires only: a re-apply has nothing to do when
+    /// the drift clears; a drain ends through `health --slurm` (or the quarantine's
+    /// release), not a clear.
+    pub fn firing_only(&self) -> bool {
+        matches!(
+            self,
+            ActionKind::SlurmDrain { .. } | ActionKind::QosApply {}
+        )
+    }
+}
+
 fn default_scontrol() -> String {
     "scontrol".into()
 }
@@ -260,11 +272,7 @@ pub fn validate(
             }
             _ => {}
         }
-        let firing_only = matches!(
-            a.kind,
-            ActionKind::SlurmDrain { .. } | ActionKind::QosApply {}
-        );
-        if firing_only && !a.on.contains(&Event::Firing) {
+        if a.kind.firing_only() && !a.on.contains(&Event::Firing) {
             return Err((
                 format!("{path}.on"),
                 "this action acts when a rule fires only: `on` must include \"firing\"".into(),

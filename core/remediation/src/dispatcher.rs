@@ -279,12 +279,7 @@ impl Dispatcher {
             .filter_map(|name| {
                 // Validated at load: a rule never names an unknown action.
                 let action = self.cfg.actions.get(name)?;
-                // A re-apply has nothing to do when the drift clears; a drain ends
-                // through `health --slurm` (or the quarantine's release), not a clear.
-                let firing_only = matches!(
-                    action.kind,
-                    ActionKind::QosApply {} | ActionKind::SlurmDrain { .. }
-                );
+                let firing_only = action.kind.firing_only();
                 if !action.on.contains(&event) || (firing_only && event == Event::Clearing) {
                     return None;
                 }

@@ -20,14 +20,16 @@ pub mod observe;
 mod plan;
 pub mod qp_mode;
 pub mod snapshot;
+mod text;
 
 pub use config::{
     canonical_roce_mode, check_value, normalize, validate, DesiredEntry, QosConfig, SETTABLE,
 };
-pub use diff::{diff_hosts, setting_text, HostDiff};
+pub use diff::{compare_hosts, setting_text, HostComparison, HostDiff, HostQos};
 pub use plan::{
     blocked_line, desired_for, plan, plan_text, port_label, Blocked, Change, Plan, SettingAt,
 };
+pub use text::{diff_text, show_text};
 #[cfg(test)]
 mod tests {
     use rocewatch_plugin_api::{QosState, Setting};

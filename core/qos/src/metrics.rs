@@ -12,7 +12,7 @@ use rocewatch_plugin_api::{
 use tokio::sync::watch;
 
 use super::observe::{observe, ConfigPlugins};
-use crate::{normalize, QosConfig};
+use crate::QosConfig;
 use rocewatch_runtime::host::discovery::Discovery;
 use rocewatch_runtime::pipeline::Pipeline;
 
@@ -31,14 +31,15 @@ pub const PLUGIN: &str = "qos";
 /// Settings the fingerprint leaves out: what the switch announced (`peer_*`: the host's
 /// configuration is the same whatever DCBX says this minute) and the NIC's fixed buffer
 /// total.
-fn in_fingerprint(setting: &str) -> bool {
+pub(crate) fn in_fingerprint(setting: &str) -> bool {
     !setting.starts_with("peer_") && setting != "buffer_total"
 }
 
 /// A stable digest (FNV-1a, 64 bits, hex) of the effective configuration of every port
 /// and of every device's driver (its module's version, source digest and origin) and
-/// firmware: equal on hosts configured alike, whatever
-/// their netdev names. Settings that could not be read count as "unknown" (not why).
+/// firmware: equal on hosts configured alike, whatever their netdev names. Settings that
+/// could not be read count as "unknown" (not why), as `qos diff` compares them
+/// ([`crate::compare_hosts`]).
 pub fn fingerprint(states: &[QosState], inventory: &Inventory) -> String {
     let mut lines = Vec::new();
     for s in states {
@@ -46,11 +47,7 @@ pub fn fingerprint(states: &[QosState], inventory: &Inventory) -> String {
             if !in_fingerprint(k) {
                 continue;
             }
-            let v = match v {
-                Setting::Value(v) => normalize(k, v),
-                Setting::Unsupported => "unsupported".into(),
-                Setting::Unknown(_) => "unknown".into(),
-            };
+            let v = crate::diff::compared(k, v);
             lines.push(format!("{}/{} {k}={v}", s.device, s.port));
         }
     }

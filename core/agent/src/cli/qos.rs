@@ -6,7 +6,6 @@ use anyhow::{bail, Context, Result};
 
 use super::args::{QosCommand, SourceArgs};
 use super::output::print_json;
-use super::show;
 use crate::app::App;
 use rocewatch_plugin_api::PluginKind;
 
@@ -39,7 +38,7 @@ pub async fn show_cmd(source: SourceArgs, json: bool) -> Result<i32> {
     if json {
         print_json(&serde_json::json!({ "ports": states, "fingerprint": fingerprint }))?;
     } else {
-        print!("{}", show::qos_text(&states));
+        print!("{}", rocewatch_qos::show_text(&states));
         println!("fingerprint {fingerprint} (settings, drivers and firmware; equal on hosts configured alike)");
     }
     Ok(0)
@@ -158,41 +157,24 @@ pub async fn rollback(
 }
 
 pub fn diff(a: PathBuf, b: PathBuf, json: bool) -> Result<i32> {
-    let load = |p: &PathBuf| -> Result<Vec<rocewatch_plugin_api::QosState>> {
-        #[derive(serde::Deserialize)]
-        struct Shown {
-            ports: Vec<rocewatch_plugin_api::QosState>,
-        }
+    let load = |p: &PathBuf| -> Result<rocewatch_qos::HostQos> {
         let text =
             std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-        let v: Shown = serde_json::from_str(&text).with_context(|| {
+        serde_json::from_str(&text).with_context(|| {
             format!(
                 "{}: not the output of `rocewatch qos show --json`",
                 p.display()
             )
-        })?;
-        Ok(v.ports)
+        })
     };
-    let d = rocewatch_qos::diff_hosts(&load(&a)?, &load(&b)?);
+    let c = rocewatch_qos::compare_hosts(&load(&a)?, &load(&b)?);
     if json {
-        print_json(&serde_json::to_value(&d)?)?;
+        print_json(&serde_json::to_value(&c.differences)?)?;
     } else {
-        for x in &d {
-            println!(
-                "{}  {}: {} = {}  |  {} = {}",
-                x.port,
-                x.setting,
-                a.display(),
-                x.a,
-                b.display(),
-                x.b
-            );
-        }
-        println!(
-            "{} difference{}",
-            d.len(),
-            if d.len() == 1 { "" } else { "s" }
+        print!(
+            "{}",
+            rocewatch_qos::diff_text(&c, &a.display().to_string(), &b.display().to_string())
         );
     }
-    Ok(if d.is_empty() { 0 } else { 1 })
+    Ok(if c.differences.is_empty() { 0 } else { 1 })
 }

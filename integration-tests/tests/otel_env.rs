@@ -1,6 +1,6 @@
 //! The OpenTelemetry environment variables through the binary: each one set, and an
 //! in-test receiver (OTLP/HTTP on 127.0.0.1:0, recording path, headers and body; the
-//! gRPC one of `support` with mutual TLS) gets what it says. Their precedence against the
+//! gRPC one of `support` with mutual TLS) gets what it says, logs at the logs endpoint. Their precedence against the
 //! file and `ROCEWATCH_*`, the switches that turn OTLP off, and `config check` saying
 //! where each OTLP value came from.
 
@@ -248,8 +248,126 @@ fn the_metrics_endpoint_is_used_as_is_and_wins_over_the_general_one() {
     assert!(got.iter().all(|r| r.path == "/tenant/a"), "{got:?}");
     assert_eq!(got[0].headers["content-encoding"], "gzip");
     assert_eq!(&got[0].body[..2], &[0x1f, 0x8b], "a gzip stream");
-    assert!(other_seen.lock().unwrap().is_empty());
+    // No metrics at the general one (it is the logs' base, as the specification has it).
+    let other = other_seen.lock().unwrap();
+    assert!(other.iter().all(|r| r.path != "/v1/metrics"), "{other:?}");
     assert!(status.success(), "{log}");
+}
+
+/// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` is where logs go, used as is (the agent's own logs
+/// here), beside a signal-specific metrics endpoint; `config check` says where it came
+/// from. With the metrics' endpoint alone, of a path that is not `.../v1/metrics`, no logs
+/// URL is invented (it was `.../tenant/a/v1/logs`): `config check` says none with the
+/// fix, and `agent_logs = true` is refused at start, naming the variable and the key.
+#[test]
+fn the_logs_endpoint_variable_is_where_logs_go() {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    let (port, seen) = http_receiver::start(true);
+    let metrics = format!("http://127.0.0.1:{port}/tenant/a");
+    let logs = format!("http://127.0.0.1:{port}/ingest/logs");
+    let toml =
+        "[exporters.otlp]\nagent_logs = true\ncompression = \"none\"\ninterval = \"300ms\"\n";
+    let vars = [
+        ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics.as_str()),
+        ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", logs.as_str()),
+    ];
+    let (mut rw, dir) = agent(Some(toml), &[], &vars);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let paths = || -> Vec<String> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.path.clone())
+            .collect()
+    };
+    while Instant::now() < deadline
+        && !(paths().iter().any(|p| p == "/ingest/logs")
+            && paths().iter().any(|p| p == "/tenant/a"))
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, log, _) = rw.proc.stop();
+    let got = seen.lock().unwrap().clone();
+    let records: usize = got
+        .iter()
+        .filter(|r| r.path == "/ingest/logs")
+        .map(|r| {
+            ExportLogsServiceRequest::decode(r.body.as_slice())
+                .expect("an OTLP logs request")
+                .resource_logs
+                .iter()
+                .flat_map(|rl| &rl.scope_logs)
+                .map(|sl| sl.log_records.len())
+                .sum::<usize>()
+        })
+        .sum();
+    assert!(
+        records > 0,
+        "no log records at /ingest/logs: {:?}\n{log}",
+        paths()
+    );
+    assert!(
+        got.iter()
+            .all(|r| r.path == "/ingest/logs" || r.path == "/tenant/a"),
+        "{:?}",
+        paths()
+    );
+    assert!(status.success(), "{log}");
+
+    let f = dir.path().join("rw.toml");
+    let file = f.to_str().unwrap();
+    let o = rocewatch(&["config", "check", file], &vars);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want =
+        format!("exporters.otlp.logs_endpoint = {logs:?} (OTEL_EXPORTER_OTLP_LOGS_ENDPOINT)");
+    assert!(
+        stdout(&o).lines().any(|l| l == want),
+        "{want}\n{}",
+        stdout(&o)
+    );
+
+    // The metrics' endpoint alone: none, and the fix.
+    let alone = [vars[0]];
+    let o = rocewatch(&["config", "check", file], &alone);
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("exporters.otlp.logs_endpoint = none (")
+                && l.contains("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")),
+        "{out}"
+    );
+    let root = fixture("mlx5-roce-dual-port");
+    let o = rocewatch(
+        &[
+            "run",
+            "--config",
+            file,
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--duration",
+            "5s",
+        ],
+        &alone,
+    );
+    let e = stderr(&o);
+    assert!(
+        !o.status.success(),
+        "agent_logs with no logs endpoint ran\n{e}"
+    );
+    assert!(
+        e.contains("exporters.otlp.agent_logs: where logs go is not known")
+            && e.contains("exporters.otlp.logs_endpoint or OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"),
+        "{e}"
+    );
+    assert!(
+        !seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.path.ends_with("/v1/logs")),
+        "a logs path invented: {:?}",
+        paths()
+    );
 }
 
 /// `OTEL_EXPORTER_OTLP_PROTOCOL=grpc` with the certificate variables: mutual TLS to a

@@ -161,15 +161,10 @@ pub async fn start(otlp: Option<&OtlpConfig>, host: &str) -> Result<Option<Agent
         return Err(anyhow!("exporters.otlp.agent_logs: started twice"));
     }
     tracing::info!(
-        endpoint = %logs_endpoint(&cfg.endpoint, cfg.protocol),
+        endpoint = %cfg.logs_endpoint(),
         "the agent's logs go to OTLP as well"
     );
     Ok(Some(AgentLogs { provider }))
-}
-
-/// Where the logs go: [`OtlpConfig::logs_endpoint`] (the events' too).
-pub fn logs_endpoint(metrics_endpoint: &str, protocol: OtlpProtocol) -> String {
-    OtlpConfig::new(metrics_endpoint, protocol).logs_endpoint()
 }
 
 fn read(path: &std::path::Path, key: &str) -> Result<Vec<u8>> {
@@ -207,7 +202,10 @@ fn user_agent() -> String {
 
 fn exporter(cfg: &OtlpConfig) -> Result<LogExporter> {
     let (ca, identity) = tls_files(cfg)?;
-    let endpoint = logs_endpoint(&cfg.endpoint, cfg.protocol);
+    // Where the events go too ([`OtlpConfig::logs_url`]); none known is refused, with the fix.
+    let endpoint = cfg
+        .logs_url()
+        .map_err(|e| anyhow!("exporters.otlp.agent_logs: {e}"))?;
     let gzip = cfg.compression == Compression::Gzip;
     let built = match cfg.protocol {
         OtlpProtocol::HttpProtobuf => {
@@ -348,32 +346,6 @@ impl opentelemetry_http::HttpClient for HttpClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_logs_endpoint_is_the_metrics_endpoints_base_with_v1_logs() {
-        let http = OtlpProtocol::HttpProtobuf;
-        for (metrics, logs) in [
-            ("http://c:4318/v1/metrics", "http://c:4318/v1/logs"),
-            ("http://c:4318/v1/metrics/", "http://c:4318/v1/logs"),
-            ("http://c:4318", "http://c:4318/v1/logs"),
-            ("http://c:4318/", "http://c:4318/v1/logs"),
-            (
-                "https://vm:8428/opentelemetry/v1/metrics",
-                "https://vm:8428/opentelemetry/v1/logs",
-            ),
-            ("http://c:4318/otlp", "http://c:4318/otlp/v1/logs"),
-            (
-                "http://c:4318/v1/metrics?tenant=a",
-                "http://c:4318/v1/logs?tenant=a",
-            ),
-        ] {
-            assert_eq!(logs_endpoint(metrics, http), logs, "{metrics}");
-        }
-        assert_eq!(
-            logs_endpoint("http://c:4317", OtlpProtocol::Grpc),
-            "http://c:4317"
-        );
-    }
 
     #[test]
     fn the_exporters_own_stack_is_never_forwarded() {

@@ -54,6 +54,11 @@ pub struct EndpointVar {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OtelEnv {
     pub endpoint: Option<EndpointVar>,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` when the metrics' endpoint is the signal-specific
+    /// variable's: the base the specification builds the logs' URL from.
+    pub general_endpoint: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`: the logs' URL, used as is.
+    pub logs_endpoint: Option<FromVar<String>>,
     pub protocol: Option<FromVar<&'static str>>,
     pub headers: Option<FromVar<Vec<(String, String)>>>,
     pub timeout: Option<FromVar<Duration>>,
@@ -117,8 +122,9 @@ type Reader = fn(Get, &mut OtelEnv) -> Result<(), EnvError>;
 /// refused only where it would be used (OTLP export configured, and the key not set by
 /// the file), as these variables are often set for every process of a pod.
 pub fn read(get: Get) -> OtelEnv {
-    let readers: [(&str, Reader); 9] = [
+    let readers: [(&str, Reader); 10] = [
         ("endpoint", read_endpoint),
+        ("logs_endpoint", read_logs_endpoint),
         ("protocol", read_protocol),
         ("headers", read_headers),
         ("timeout", read_timeout),
@@ -137,23 +143,49 @@ pub fn read(get: Get) -> OtelEnv {
     env
 }
 
+/// `url` when it is an `http://` or `https://` URL.
+fn http_url(var: &str, url: String) -> Result<String, EnvError> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        Ok(url)
+    } else {
+        Err(refuse(
+            var,
+            format!("{url:?} is not an http:// or https:// URL"),
+        ))
+    }
+}
+
 fn read_endpoint(get: Get, env: &mut OtelEnv) -> Result<(), EnvError> {
     if let Some((var, url)) = pick(
         get,
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
         "OTEL_EXPORTER_OTLP_ENDPOINT",
     ) {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(refuse(
-                var,
-                format!("{url:?} is not an http:// or https:// URL"),
-            ));
-        }
+        let url = http_url(var, url)?;
         env.endpoint = Some(EndpointVar {
             var,
             general: var == "OTEL_EXPORTER_OTLP_ENDPOINT",
             url,
         });
+    }
+    Ok(())
+}
+
+/// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, and the general endpoint when the metrics' is the
+/// signal-specific one (the logs' base then, as the specification builds it).
+fn read_logs_endpoint(get: Get, env: &mut OtelEnv) -> Result<(), EnvError> {
+    let var = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT";
+    if let Some(url) = one(get, var) {
+        env.logs_endpoint = Some(FromVar {
+            var,
+            value: http_url(var, url)?,
+        });
+    }
+    let general = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    if one(get, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some() {
+        if let Some(url) = one(get, general) {
+            env.general_endpoint = Some(http_url(general, url)?);
+        }
     }
     Ok(())
 }

@@ -76,6 +76,10 @@ pub struct OtlpSources {
     endpoint: Option<(String, EndpointRule)>,
     /// What was done to the endpoint as given (`/v1/metrics appended`).
     endpoint_note: Option<&'static str>,
+    /// The logs' endpoint as given (the file, `ROCEWATCH_*`, `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`).
+    logs: Option<(String, EndpointRule)>,
+    /// How the logs' endpoint was made (`/v1/logs appended`).
+    logs_note: Option<&'static str>,
     /// Why OTLP export is off though something configured it.
     pub disabled: Option<String>,
     /// Switch variables whose values cannot be used, ignored (`OTEL_METRICS_EXPORTER=
@@ -87,6 +91,8 @@ pub struct OtlpSources {
 
 /// The signal path appended to base URLs.
 const SIGNAL_PATH: &str = "v1/metrics";
+/// The logs' signal path.
+const LOGS_PATH: &str = "v1/logs";
 
 /// `ROCEWATCH_EXPORTERS__OTLP__HEADERS__<NAME>`: the header name, with `_` as `-`. An
 /// environment variable's name cannot hold `-`, and header names are written with it
@@ -214,6 +220,9 @@ impl OtlpSources {
         if let Some(Value::String(e)) = otlp.get("endpoint") {
             self.endpoint = Some((e.clone(), EndpointRule::Explicit));
         }
+        if let Some(Value::String(e)) = otlp.get("logs_endpoint") {
+            self.logs = Some((e.clone(), EndpointRule::Explicit));
+        }
     }
 
     /// `v` at `key` (`tls.ca_file`) from `var`, unless the document has the key.
@@ -257,6 +266,12 @@ impl OtlpSources {
                 "OTEL_METRICS_EXPORTER",
                 Value::String(url),
             );
+        }
+        if let Some(l) = &otel.logs_endpoint {
+            if !otlp.contains_key("logs_endpoint") {
+                self.logs = Some((l.value.clone(), EndpointRule::AsIs));
+            }
+            self.put(otlp, "logs_endpoint", l.var, Value::String(l.value.clone()));
         }
         let text = |s: &str| Value::String(s.to_string());
         let path = |p: &std::path::Path| Value::String(p.display().to_string());
@@ -312,6 +327,54 @@ impl OtlpSources {
         } else {
             given.clone()
         };
+        self.resolve_logs(o);
+    }
+
+    /// The logs' endpoint (events, the agent's own logs), as the specification makes it:
+    /// the one given (a base URL in the file gets `/v1/logs`, as the endpoint gets
+    /// `/v1/metrics`; `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` is used as is); else beside the
+    /// metrics ([`OtlpConfig::logs_url`]), unless the metrics' endpoint is
+    /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, which speaks for the metrics alone: then, as
+    /// when the metrics' URL says nothing of the logs', `OTEL_EXPORTER_OTLP_ENDPOINT` with
+    /// `/v1/logs`. With none of these, none: the events' start says so with the fix.
+    fn resolve_logs(&mut self, o: &mut OtlpConfig) {
+        self.logs_note = None;
+        let http = o.protocol == OtlpProtocol::HttpProtobuf;
+        if let Some((given, rule)) = &self.logs {
+            let base = *rule == EndpointRule::Explicit
+                && http
+                && matches!(otel_env::url_path(given), "" | "/");
+            o.logs_endpoint = Some(if base {
+                self.logs_note = Some("/v1/logs appended");
+                otel_env::append_signal_path(given, LOGS_PATH)
+            } else {
+                given.clone()
+            });
+            return;
+        }
+        o.logs_endpoint = None;
+        let only_metrics = matches!(self.endpoint, Some((_, EndpointRule::AsIs)));
+        let general = self.otel.general_endpoint.clone().or_else(|| {
+            let e = self.otel.endpoint.as_ref().filter(|e| e.general)?;
+            Some(e.url.clone())
+        });
+        match general {
+            Some(g) if only_metrics || o.logs_url().is_err() => {
+                o.logs_endpoint = Some(if http {
+                    self.logs_note = Some("/v1/logs appended");
+                    otel_env::append_signal_path(&g, LOGS_PATH)
+                } else {
+                    g
+                });
+                self.origins.insert(
+                    "logs_endpoint".into(),
+                    Origin::Otel("OTEL_EXPORTER_OTLP_ENDPOINT"),
+                );
+            }
+            _ => {
+                self.origins.remove("logs_endpoint");
+            }
+        }
     }
 
     /// The OpenTelemetry variable a key's value came from, if it did (errors about the
@@ -376,6 +439,18 @@ impl OtlpSources {
     /// `exporters.otlp.KEY = VALUE (ORIGIN)` for the values OpenTelemetry variables can set
     /// and every value set anywhere; header values are not shown (credentials).
     pub fn lines(&self, o: &OtlpConfig) -> Vec<String> {
+        // Beside the endpoint's line (the closure below holds `out` until its last use).
+        let logs = match o.logs_url() {
+            Ok(url) => {
+                let how = match (self.origins.get("logs_endpoint"), self.logs_note) {
+                    (Some(o), Some(n)) => format!("{o}, {n}"),
+                    (Some(o), None) => o.to_string(),
+                    (None, _) => "beside exporters.otlp.endpoint".into(),
+                };
+                format!("exporters.otlp.logs_endpoint = {url:?} ({how})")
+            }
+            Err(why) => format!("exporters.otlp.logs_endpoint = none ({why})"),
+        };
         let origin = |k: &str| self.origins.get(k).cloned().unwrap_or(Origin::Default);
         let mut out = Vec::new();
         let mut line = |k: &str, v: String, note: Option<&str>| {
@@ -404,7 +479,13 @@ impl OtlpSources {
         for (k, v) in &self.origins {
             if matches!(
                 k.as_str(),
-                "endpoint" | "protocol" | "interval" | "timeout" | "compression" | "temporality"
+                "endpoint"
+                    | "logs_endpoint"
+                    | "protocol"
+                    | "interval"
+                    | "timeout"
+                    | "compression"
+                    | "temporality"
             ) {
                 continue;
             }
@@ -420,6 +501,7 @@ impl OtlpSources {
             };
             out.push(format!("exporters.otlp.{k} = {shown} ({v})"));
         }
+        out.insert(1, logs);
         out
     }
 }
@@ -681,6 +763,132 @@ mod tests {
             .to_string();
         assert!(
             e.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT: \"collector:4318\""),
+            "{e}"
+        );
+    }
+
+    /// Where logs go, as the specification makes it: `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` as
+    /// is, the file's `logs_endpoint` (a base URL gets `/v1/logs`) over it; else beside the
+    /// metrics, unless the metrics' endpoint is the signal-specific variable's: then
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`'s `/v1/logs`, or none (no `.../metrics/v1/logs`
+    /// invented), said in `config check` with the fix.
+    #[test]
+    fn the_logs_endpoint_comes_from_where_the_specification_says() {
+        let file = "[exporters.otlp]\nendpoint = \"http://file:4318/v1/metrics\"\n";
+        let logs = |toml: &str, vars: &[(&str, &str)]| {
+            let c = load(toml, vars).unwrap();
+            let o = c.exporters.otlp.clone().unwrap();
+            let line = c
+                .otlp_sources
+                .lines(&o)
+                .into_iter()
+                .find(|l| l.starts_with("exporters.otlp.logs_endpoint = "))
+                .expect("a logs_endpoint line");
+            (o.logs_url(), line)
+        };
+        let metrics_var = (
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "http://m:4318/metrics",
+        );
+        let general = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://g:4318");
+        let logs_var = (
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+            "http://l:9428/insert/opentelemetry/v1/logs",
+        );
+        for (toml, vars, url, origin) in [
+            (
+                file.to_string(),
+                vec![],
+                "http://file:4318/v1/logs",
+                "(beside exporters.otlp.endpoint)",
+            ),
+            // The file's endpoint wins over the general variable, for logs too.
+            (
+                file.into(),
+                vec![general],
+                "http://file:4318/v1/logs",
+                "(beside exporters.otlp.endpoint)",
+            ),
+            (
+                "".into(),
+                vec![general],
+                "http://g:4318/v1/logs",
+                "(beside exporters.otlp.endpoint)",
+            ),
+            (
+                "".into(),
+                vec![metrics_var, general],
+                "http://g:4318/v1/logs",
+                "(OTEL_EXPORTER_OTLP_ENDPOINT, /v1/logs appended)",
+            ),
+            (
+                "".into(),
+                vec![
+                    (
+                        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                        "http://m:4318/v1/metrics",
+                    ),
+                    general,
+                ],
+                "http://g:4318/v1/logs",
+                "(OTEL_EXPORTER_OTLP_ENDPOINT, /v1/logs appended)",
+            ),
+            (
+                "[exporters.otlp]\nendpoint = \"http://vm:8428/custom\"\n".into(),
+                vec![general],
+                "http://g:4318/v1/logs",
+                "(OTEL_EXPORTER_OTLP_ENDPOINT, /v1/logs appended)",
+            ),
+            (
+                "".into(),
+                vec![metrics_var, logs_var],
+                logs_var.1,
+                "(OTEL_EXPORTER_OTLP_LOGS_ENDPOINT)",
+            ),
+            (
+                format!("{file}logs_endpoint = \"http://lf:4318\"\n"),
+                vec![logs_var],
+                "http://lf:4318/v1/logs",
+                "rw.toml, /v1/logs appended)",
+            ),
+            (
+                "[exporters.otlp]\nendpoint = \"http://c:4317\"\nprotocol = \"grpc\"\n".into(),
+                vec![],
+                "http://c:4317",
+                "(beside exporters.otlp.endpoint)",
+            ),
+        ] {
+            let (got, line) = logs(&toml, &vars);
+            assert_eq!(got.as_deref(), Ok(url), "{toml} {vars:?}");
+            let head = format!("exporters.otlp.logs_endpoint = {url:?} (");
+            assert!(
+                line.starts_with(&head) && line.ends_with(origin),
+                "{toml} {vars:?}: {line}"
+            );
+        }
+        // Only a metrics URL that is not .../v1/metrics: none, and the fix said.
+        for (toml, vars) in [
+            ("".to_string(), vec![metrics_var]),
+            (
+                "[exporters.otlp]\nendpoint = \"http://vm:8428/custom\"\n".into(),
+                vec![],
+            ),
+        ] {
+            let (got, line) = logs(&toml, &vars);
+            assert!(got.is_err(), "{toml} {vars:?}: {got:?}");
+            assert!(
+                line.starts_with("exporters.otlp.logs_endpoint = none (")
+                    && line.contains(
+                        "set exporters.otlp.logs_endpoint or OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
+                    ),
+                "{line}"
+            );
+        }
+        let e = load(file, &[("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "l:4318")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT: \"l:4318\""),
             "{e}"
         );
     }

@@ -107,6 +107,12 @@ pub struct OtlpConfig {
     /// `lowmemory`, as `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` names them.
     #[serde(default)]
     pub temporality: Temporality,
+    /// Where logs go (events, the agent's own logs), the URL as is, as
+    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` is used; a base URL gets `/v1/logs` appended
+    /// for `http/protobuf` when the configuration is loaded. Unset: beside the metrics
+    /// (see [`OtlpConfig::logs_url`]).
+    #[serde(default)]
+    pub logs_endpoint: Option<String>,
 }
 
 /// The temporality preference of the OpenTelemetry metrics exporter specification.
@@ -184,27 +190,45 @@ impl OtlpConfig {
 }
 
 impl OtlpConfig {
-    /// Where logs go (events, the agent's own logs): for OTLP/HTTP the metrics endpoint's
-    /// `/v1/metrics` becomes `/v1/logs` (or `/v1/logs` is appended to a base URL), as the
-    /// OTLP exporter specification builds a signal's path; gRPC has one endpoint for
-    /// every signal.
-    pub fn logs_endpoint(&self) -> String {
-        match self.protocol {
-            OtlpProtocol::Grpc => self.endpoint.clone(),
-            OtlpProtocol::HttpProtobuf => {
-                // A query (`?tenant=a`) stays after the path it belongs to.
-                let (url, query) = match self.endpoint.split_once('?') {
-                    Some((u, q)) => (u, Some(q)),
-                    None => (self.endpoint.as_str(), None),
-                };
-                let base = url.trim_end_matches('/');
-                let base = base.strip_suffix("/v1/metrics").unwrap_or(base);
-                match query {
-                    Some(q) => format!("{base}/v1/logs?{q}"),
-                    None => format!("{base}/v1/logs"),
-                }
-            }
+    /// Where logs go (events, the agent's own logs): `logs_endpoint` when set; else, for
+    /// OTLP/HTTP, the metrics endpoint's `/v1/metrics` as `/v1/logs` (a base URL, no path
+    /// or `/`, gets `/v1/logs`), as the OTLP exporter specification builds each signal's
+    /// path from one base; gRPC has one endpoint for every signal. A metrics URL with any
+    /// other path says nothing of where logs go (the specification's signal-specific
+    /// endpoint is for its signal alone): an error that names the fix.
+    pub fn logs_url(&self) -> Result<String, String> {
+        if let Some(url) = &self.logs_endpoint {
+            return Ok(url.clone());
         }
+        if self.protocol == OtlpProtocol::Grpc {
+            return Ok(self.endpoint.clone());
+        }
+        // A query (`?tenant=a`) stays after the path it belongs to.
+        let (url, query) = match self.endpoint.split_once('?') {
+            Some((u, q)) => (u, Some(q)),
+            None => (self.endpoint.as_str(), None),
+        };
+        let trimmed = url.trim_end_matches('/');
+        let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, r)| r);
+        let base = match trimmed.strip_suffix("/v1/metrics") {
+            Some(base) => base,
+            None if !after_scheme.contains('/') => trimmed,
+            None => {
+                return Err(format!(
+                    "where logs go is not known: the metrics endpoint {} does not end in /v1/metrics (set exporters.otlp.logs_endpoint or OTEL_EXPORTER_OTLP_LOGS_ENDPOINT to the logs URL, or turn events off with exporters.otlp.events = false)",
+                    self.endpoint
+                ))
+            }
+        };
+        Ok(match query {
+            Some(q) => format!("{base}/v1/logs?{q}"),
+            None => format!("{base}/v1/logs"),
+        })
+    }
+
+    /// [`OtlpConfig::logs_url`] for messages: the metrics endpoint when none is known.
+    pub fn logs_endpoint(&self) -> String {
+        self.logs_url().unwrap_or_else(|_| self.endpoint.clone())
     }
 
     pub fn new(endpoint: impl Into<String>, protocol: OtlpProtocol) -> Self {
@@ -226,6 +250,58 @@ impl OtlpConfig {
             agent_logs: false,
             events: true,
             temporality: Temporality::Cumulative,
+            logs_endpoint: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The logs endpoint beside the metrics': `/v1/metrics` becomes `/v1/logs`, a base URL
+    /// gets it, a query stays last; gRPC's is the same endpoint; an explicit one is used
+    /// as is; a metrics URL of any other path is refused, naming the fix.
+    #[test]
+    fn the_logs_endpoint_is_the_metrics_endpoints_base_with_v1_logs() {
+        let http = OtlpProtocol::HttpProtobuf;
+        let logs = |metrics: &str| OtlpConfig::new(metrics, http).logs_url();
+        for (metrics, want) in [
+            ("http://c:4318/v1/metrics", "http://c:4318/v1/logs"),
+            ("http://c:4318/v1/metrics/", "http://c:4318/v1/logs"),
+            ("http://c:4318", "http://c:4318/v1/logs"),
+            ("http://c:4318/", "http://c:4318/v1/logs"),
+            (
+                "https://vm:8428/opentelemetry/v1/metrics",
+                "https://vm:8428/opentelemetry/v1/logs",
+            ),
+            (
+                "http://c:4318/v1/metrics?tenant=a",
+                "http://c:4318/v1/logs?tenant=a",
+            ),
+        ] {
+            assert_eq!(logs(metrics).as_deref(), Ok(want), "{metrics}");
+        }
+        // A signal-specific metrics URL: nothing invented (it gave .../metrics/v1/logs).
+        for metrics in [
+            "http://c:4318/otlp",
+            "http://c:4318/metrics",
+            "http://c/a/b?x=1",
+        ] {
+            let e = logs(metrics).unwrap_err();
+            assert!(
+                e.contains("exporters.otlp.logs_endpoint")
+                    && e.contains("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"),
+                "{metrics}: {e}"
+            );
+        }
+        let grpc = OtlpConfig::new("http://c:4317", OtlpProtocol::Grpc);
+        assert_eq!(grpc.logs_url().as_deref(), Ok("http://c:4317"));
+        let mut explicit = OtlpConfig::new("http://c:4318/metrics", http);
+        explicit.logs_endpoint = Some("http://l:4318/ingest/logs".into());
+        assert_eq!(
+            explicit.logs_url().as_deref(),
+            Ok("http://l:4318/ingest/logs")
+        );
     }
 }

@@ -185,10 +185,11 @@ impl Transport {
         Self::build_to(cfg, cfg.endpoint.clone(), EXPORT_PATH)
     }
 
-    /// The logs' transport (events): to [`OtlpConfig::logs_endpoint`], the logs service
+    /// The logs' transport (events): to [`OtlpConfig::logs_url`] (an error when none is
+    /// known), the logs service
     /// over gRPC; the same TLS, headers, timeout and compression as the metrics'.
     pub(super) fn build_logs(cfg: &OtlpConfig) -> Result<Transport, String> {
-        Self::build_to(cfg, cfg.logs_endpoint(), LOGS_EXPORT_PATH)
+        Self::build_to(cfg, cfg.logs_url()?, LOGS_EXPORT_PATH)
     }
 
     fn build_to(cfg: &OtlpConfig, url: String, path: &'static str) -> Result<Transport, String> {

@@ -5,7 +5,7 @@
 //! reloads (refused, then taken), and the quarantine entered and released by the recovery
 //! policy, each with its event name, severity, the RDMA labels and the metrics' resource;
 //! a port's link going down and up (in a copy of the tree); with `events = false` nothing
-//! arrives there.
+//! arrives there, and a reload that turns them off leaves nothing to send late.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -286,6 +286,59 @@ fn with_events_false_nothing_arrives_at_v1_logs() {
         logs.is_empty(),
         "requests besides the metrics: {logs:?}\n{log}"
     );
+}
+
+/// A reload that turns `events` off takes the events' bus out: what happens while they are
+/// off (here the reload itself, said as a `rocewatch.config.reload` event) is not kept,
+/// and a reload that turns them on again does not send it late. Only the reload that
+/// turned them on again arrives.
+#[test]
+fn a_reload_that_turns_events_off_stops_the_bus_filling() {
+    let (port, got) = receiver();
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    // A threshold the rule meets: no rule fires, the reloads are the only events.
+    let cfg = config(dir.path(), state.path(), port, "50e9", "");
+    let mut a = agent(&cfg, state.path());
+    let starts = |a: &RunningAgent| a.stderr().matches("exporting over OTLP").count();
+    until("the first agent", Duration::from_secs(20), &a, || {
+        (starts(&a) >= 1).then_some(())
+    });
+    config(dir.path(), state.path(), port, "50e9", "events = false\n");
+    a.proc.signal("HUP");
+    until(
+        "the agent without events",
+        Duration::from_secs(20),
+        &a,
+        || (starts(&a) >= 2).then_some(()),
+    );
+    // Its reload's event would have been published by now.
+    std::thread::sleep(Duration::from_secs(1));
+    config(dir.path(), state.path(), port, "50e9", "");
+    a.proc.signal("HUP");
+    let evs = until("the reload's event", Duration::from_secs(20), &a, || {
+        let evs = events(&got);
+        (!named(&evs, "rocewatch.config.reload").is_empty()).then_some(evs)
+    });
+    // Time for a late one to come too.
+    std::thread::sleep(Duration::from_secs(2));
+    let evs = {
+        let later = events(&got);
+        if later.len() > evs.len() {
+            later
+        } else {
+            evs
+        }
+    };
+    let (status, log, _) = a.proc.stop();
+    let reloads = named(&evs, "rocewatch.config.reload");
+    assert_eq!(
+        reloads.len(),
+        1,
+        "only the reload that turned events on again: {reloads:#?}\n{log}"
+    );
+    assert_eq!(reloads[0].attrs["rocewatch.reload.result"], "ok");
+    assert!(status.success(), "{log}");
 }
 
 /// A port whose link goes down and comes back (its `state` file rewritten in a copy of

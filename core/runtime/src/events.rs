@@ -4,7 +4,8 @@
 //!
 //! Sources publish to the process's [`EventBus`] and never wait: the bus is a bounded
 //! queue that drops its oldest event when full (counted, [`EventBus::take_dropped`]), and
-//! publishing without a bus installed (no OTLP endpoint, or `events = false`) does
+//! publishing without a bus installed (no OTLP endpoint, or `events = false`, also after
+//! a reload turned them off: the exporter takes its bus out when it stops) does
 //! nothing. The bus is process-wide, as `tracing`'s dispatcher is: events arise in the
 //! audit log's append, which every command builds from its configuration, and threading
 //! a handle through each of those builders would buy nothing.
@@ -15,7 +16,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Events the bus holds at most before it drops its oldest.
@@ -268,24 +269,75 @@ impl EventBus {
     }
 }
 
-static BUS: OnceLock<Arc<EventBus>> = OnceLock::new();
+/// Where the process's bus is, while one is: installed by the events' exporter when it
+/// starts, taken out when it stops (a reload that turns `events` off, the agent's end), so
+/// that no source fills a bus nobody sends.
+#[derive(Debug, Default)]
+pub struct Registry {
+    slot: RwLock<Option<Arc<EventBus>>>,
+}
 
-/// Install the process's bus (once; a later call hands back the one installed).
+impl Registry {
+    pub const fn new() -> Registry {
+        Registry {
+            slot: RwLock::new(None),
+        }
+    }
+
+    /// Install a bus (a later call, while it is installed, hands back the same one).
+    pub fn install(&self, capacity: usize) -> Arc<EventBus> {
+        let mut slot = self.slot.write().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert_with(|| Arc::new(EventBus::new(capacity)))
+            .clone()
+    }
+
+    /// Take `bus` out: publishing does nothing until a bus is installed again (a new one:
+    /// what was published to this one is not carried over). Another bus installed since
+    /// stays.
+    pub fn uninstall(&self, bus: &Arc<EventBus>) {
+        let mut slot = self.slot.write().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|b| Arc::ptr_eq(b, bus)) {
+            *slot = None;
+        }
+    }
+
+    /// Publish to the bus installed; nothing when none is.
+    pub fn publish(&self, event: Event) {
+        if let Some(bus) = self.slot.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            bus.publish(event);
+        }
+    }
+
+    /// Whether a bus is installed.
+    pub fn enabled(&self) -> bool {
+        self.slot
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+}
+
+static BUS: Registry = Registry::new();
+
+/// Install the process's bus (a later call, while it is installed, hands back the same
+/// one).
 pub fn install(capacity: usize) -> Arc<EventBus> {
-    BUS.get_or_init(|| Arc::new(EventBus::new(capacity)))
-        .clone()
+    BUS.install(capacity)
+}
+
+/// Take the process's bus out (its exporter stopped): see [`Registry::uninstall`].
+pub fn uninstall(bus: &Arc<EventBus>) {
+    BUS.uninstall(bus);
 }
 
 /// Publish to the process's bus; nothing when none is installed.
 pub fn publish(event: Event) {
-    if let Some(bus) = BUS.get() {
-        bus.publish(event);
-    }
+    BUS.publish(event);
 }
 
 /// Whether a bus is installed (a source may skip building an event when not).
 pub fn enabled() -> bool {
-    BUS.get().is_some()
+    BUS.enabled()
 }
 
 /// How long a sender waits for events before it looks at its other work.
@@ -347,6 +399,34 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         bus.publish(ev(7));
         assert_eq!(h.join().unwrap()[0].body, "7");
+    }
+
+    /// A bus taken out (its exporter stopped: a reload turned `events` off) is filled no
+    /// more, and one installed later starts empty: nothing published while events were off
+    /// is sent when they are on again.
+    #[test]
+    fn a_bus_taken_out_fills_no_more_and_the_next_starts_empty() {
+        let r = Registry::new();
+        r.publish(ev(0));
+        assert!(!r.enabled());
+        let bus = r.install(8);
+        assert!(Arc::ptr_eq(&bus, &r.install(8)), "one bus while installed");
+        r.publish(ev(1));
+        assert_eq!(bus.len(), 1);
+        r.uninstall(&bus);
+        assert!(!r.enabled());
+        for n in 2..10 {
+            r.publish(ev(n));
+        }
+        assert_eq!(bus.len(), 1, "filled no more");
+        let next = r.install(8);
+        assert!(!Arc::ptr_eq(&bus, &next));
+        assert!(next.is_empty(), "nothing of while it was off");
+        // The old exporter's late uninstall leaves the new bus.
+        r.uninstall(&bus);
+        assert!(r.enabled());
+        r.publish(ev(11));
+        assert_eq!(next.len(), 1);
     }
 
     #[test]

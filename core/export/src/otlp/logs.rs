@@ -133,7 +133,7 @@ struct Links {
 }
 
 impl Links {
-    fn seen(&mut self, c: &Collection) {
+    fn seen(&mut self, c: &Collection, publish: &dyn Fn(Event)) {
         for s in &c.result.samples {
             if s.name != rocewatch_metrics::names::PORT_UP {
                 continue;
@@ -154,7 +154,7 @@ impl Links {
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect();
-                events::publish(Event::link(up, &labels));
+                publish(Event::link(up, &labels));
             }
         }
     }
@@ -180,10 +180,19 @@ impl EventsExporter {
             endpoint: cfg.logs_endpoint(),
             message,
         };
+        // No logs endpoint known (a metrics URL that is not .../v1/metrics): said with the
+        // fix, and no bus filled for nobody.
+        cfg.logs_url().map_err(&err)?;
         let bus = events::install(events::BUS_CAPACITY);
         let stop = Arc::new(AtomicBool::new(false));
+        // Dropped on any error below: the bus taken out again, what started stopped.
+        let mut exporter = EventsExporter {
+            stop: Arc::clone(&stop),
+            bus: Arc::clone(&bus),
+            sender: None,
+        };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-        let sender = {
+        exporter.sender = Some({
             let (cfg, bus, stop) = (cfg.clone(), Arc::clone(&bus), Arc::clone(&stop));
             let resource = super::resource(&cfg, host);
             std::thread::Builder::new()
@@ -204,37 +213,48 @@ impl EventsExporter {
                     Sender::new(cfg, resource, bus, metrics, transport).run(&stop);
                 })
                 .map_err(|e| err(format!("cannot start the events' sender: {e}")))?
-        };
+        });
         ready_rx
             .recv()
             .map_err(|_| err("the events' sender ended".into()))?
             .map_err(err)?;
+        // The pipeline's events go to this exporter's bus while it runs, never to one a
+        // later agent installs (this pipeline's last messages may come after a reload).
+        let to_bus = |bus: &Arc<EventBus>, stop: &Arc<AtomicBool>| {
+            let (bus, stop) = (Arc::clone(bus), Arc::clone(stop));
+            move |e: Event| {
+                if !stop.load(Ordering::Acquire) {
+                    bus.publish(e);
+                }
+            }
+        };
         let transitions = pipeline.transitions();
+        let publish = to_bus(&bus, &stop);
         std::thread::Builder::new()
             .name("otlp-events-rules".into())
             .spawn(move || {
                 follow(transitions, "rule transitions", |t| {
-                    events::publish(transition_event(&t))
+                    publish(transition_event(&t))
                 })
             })
             .map_err(|e| err(format!("cannot start the rules' events: {e}")))?;
         let collections = pipeline.collections();
+        let publish = to_bus(&bus, &stop);
         std::thread::Builder::new()
             .name("otlp-events-links".into())
             .spawn(move || {
                 let mut links = Links::default();
-                follow(collections, "collections", |c| links.seen(&c))
+                follow(collections, "collections", |c| links.seen(&c, &publish))
             })
             .map_err(|e| err(format!("cannot start the links' events: {e}")))?;
-        Ok(EventsExporter {
-            stop,
-            bus,
-            sender: Some(sender),
-        })
+        Ok(exporter)
     }
 
-    /// Send what is queued (within a few seconds), then stop. Blocking.
+    /// Send what is queued (within a few seconds), then stop. Blocking. The bus is taken
+    /// out first: what happens from now on is not published (a reload that turns `events`
+    /// off must not leave it filling, nor a later exporter send it).
     pub fn shutdown(mut self) {
+        events::uninstall(&self.bus);
         self.stop.store(true, Ordering::Release);
         self.bus.wake();
         if let Some(h) = self.sender.take() {
@@ -247,6 +267,7 @@ impl Drop for EventsExporter {
     /// An exporter dropped without [`shutdown`](EventsExporter::shutdown) (a start
     /// abandoned half-way) still stops its sender.
     fn drop(&mut self) {
+        events::uninstall(&self.bus);
         self.stop.store(true, Ordering::Release);
         self.bus.wake();
     }

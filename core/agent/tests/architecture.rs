@@ -1113,3 +1113,91 @@ mod tests {
         vec![(4, "rdma.port.io".to_string())]
     );
 }
+
+/// One home per concept: in `dir`, only the files under `home` (a folder of `dir`; `None`:
+/// no file of `dir`) name `marker` in production code (comments and tests left out).
+const CONCEPT_HOMES: &[(&str, &str, Option<&str>)] = &[
+    // Fleet probing is core/probes/src/fleet/, the map refresh included.
+    ("core/probes/src", "rocewatch_fleet", Some("fleet/")),
+    ("core/agent/src", "FleetView", None),
+    // The quarantine (the file, the watcher, the operator's hand) is
+    // core/runtime/src/quarantine/; the agent and its CLI make none themselves.
+    ("core/runtime/src", "QuarantineFile", Some("quarantine/")),
+    ("core/agent/src", "Quarantine::now", None),
+    // The preflight runner is rocewatch_preflight::verbs; the CLI supplies none.
+    ("core/agent/src", "PairRunner", None),
+];
+
+/// The files of `files` (path relative to their crate's `src`, text) that name `marker`
+/// in production code outside `home`: `path:line`.
+fn concept_home_problems(
+    files: &[(String, String)],
+    marker: &str,
+    home: Option<&str>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (rel, text) in files {
+        if home.is_some_and(|h| rel.starts_with(h)) {
+            continue;
+        }
+        let (prod, _) = production(&strip_comments(text));
+        if let Some(i) = prod.iter().position(|l| l.contains(marker)) {
+            out.push(format!("{rel}:{}", i + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn each_concept_lives_in_its_home() {
+    let mut problems = Vec::new();
+    for (dir, marker, home) in CONCEPT_HOMES {
+        let src = workspace().join(dir);
+        let mut paths = Vec::new();
+        rust_files(&src, &mut paths);
+        let files: Vec<(String, String)> = paths
+            .iter()
+            .map(|p| {
+                let rel = p.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+                (rel, std::fs::read_to_string(p).unwrap())
+            })
+            .collect();
+        for at in concept_home_problems(&files, marker, *home) {
+            problems.push(format!(
+                "{dir}/{at}: names `{marker}`, whose home is {} (CONCEPT_HOMES)",
+                home.map_or("another crate".to_string(), |h| format!("{dir}/{h}"))
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_concept_home_check_sees_a_stray_file_and_not_comments_or_tests() {
+    let files = vec![
+        (
+            "fleet/rounds.rs".to_string(),
+            "use rocewatch_fleet::Nic;\n".to_string(),
+        ),
+        (
+            "noise.rs".to_string(),
+            "fn f() {}\nuse rocewatch_fleet::score;\n".to_string(),
+        ),
+        (
+            "doc.rs".to_string(),
+            "//! rocewatch_fleet is below\nfn g() {}\n".to_string(),
+        ),
+        (
+            "test.rs".to_string(),
+            "fn h() {}\n#[cfg(test)]\nmod tests {\n    use rocewatch_fleet::Nic;\n}\n".to_string(),
+        ),
+    ];
+    assert_eq!(
+        concept_home_problems(&files, "rocewatch_fleet", Some("fleet/")),
+        ["noise.rs:2"]
+    );
+    assert_eq!(
+        concept_home_problems(&files, "rocewatch_fleet", None),
+        ["fleet/rounds.rs:1", "noise.rs:2"]
+    );
+}

@@ -20,7 +20,7 @@ mod acs;
 pub mod appenv;
 mod appenv_check;
 mod appenv_select;
-pub mod bandwidth;
+mod bandwidth;
 mod buffers;
 pub mod capture;
 mod check;

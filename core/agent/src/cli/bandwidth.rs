@@ -10,9 +10,10 @@ use anyhow::Result;
 use super::args::{BandwidthCmdArgs, BandwidthOpArg};
 use super::output::print_json;
 use crate::app::App;
-use rocewatch_doctor::bandwidth::{measure, MeasureError, Measured, Verdict};
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, PluginKind};
-use rocewatch_probes::bandwidth::{gbps, thousands, PortMoves};
+use rocewatch_probes::bandwidth::{
+    gbps, measure, thousands, MeasureError, Measured, PortMoves, Verdict,
+};
 
 /// Exit status of a test that could not run (refused, unreachable, no plugin).
 const NOT_RUN: i32 = 2;

@@ -1,7 +1,12 @@
 //! Bandwidth tests (`rocewatch bandwidth`, `doctor --bandwidth`): the call to the probe
 //! plugin, what moved on each port (counter deltas, the local ones from the collectors'
 //! samples, the peer's from the raw files its responder sent, both named through the
-//! metric catalog), and the sentence that explains a shortfall.
+//! metric catalog), and the sentence that explains a shortfall; `measure.rs` runs a test
+//! between two collections and holds it against the port's line rate.
+
+mod measure;
+
+pub use measure::{line_rate, measure, LineRate, MeasureError, Measured, Verdict};
 
 use rocewatch_metrics::names;
 use std::collections::BTreeMap;

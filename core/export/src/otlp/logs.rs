@@ -380,9 +380,9 @@ impl Sender {
             Err(SendError::Retryable(msg, after)) => {
                 self.say(format!("{msg}; retrying"));
                 self.bus.put_back(batch);
-                let wait = after.unwrap_or_else(|| super::jittered(self.backoff));
+                let wait = after.unwrap_or_else(|| super::sender::jittered(self.backoff));
                 self.backoff = (self.backoff * 2).min(self.cfg.retry_max);
-                Some(wait.min(super::RETRY_AFTER_MAX))
+                Some(wait.min(super::sender::RETRY_AFTER_MAX))
             }
             Err(SendError::TooLarge(msg)) if n > 1 => {
                 self.batch = (batch.len() / 2).max(1);

@@ -193,7 +193,7 @@ pub enum Command {
     /// Checks, in order: RDMA devices present ([health] min_devices, default 1); every
     /// port whose netdev is administratively up, and every InfiniBand port, ACTIVE and
     /// LinkUp at [health] min_rate_gbps or at the rate of its siblings (ports of the same
-    /// HCA model); each device's PCIe link at its maximum width and speed; a RoCE v2 GID
+    /// HCA model); each device's PCIe link at the most its card and slot allow; a RoCE v2 GID
     /// for each address of the port's netdev; the RoCE netdevs' MTU (min_mtu, else one MTU
     /// for all); the driver and firmware builds [health] names; failing driver messages in
     /// the kernel log over [health] kernel_log_window (default 15m: firmware command

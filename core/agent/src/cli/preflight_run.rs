@@ -2,13 +2,9 @@
 //! host's steps measured (`rocewatch_preflight::verbs`), its results written as JSON
 //! lines and a table of them printed.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use rocewatch_preflight as pf;
 pub use rocewatch_preflight::verbs::Settings;
-use rocewatch_preflight::verbs::VerbsRunner;
-use rocewatch_runtime::host::registry::Entry;
+use rocewatch_preflight::verbs::{plugins, VerbsRunner};
 
 /// A sweep's command line, past the host list.
 pub struct Sweep {
@@ -35,61 +31,15 @@ pub async fn sweep(
     // Without the plugin every rail's test says why; the partners still meet, so theirs
     // are not held up.
     let path = rocewatch_probes::plugin_path().map_err(|e| e.to_string());
-    let ranks: Vec<(usize, String, u8)> = rails
-        .nics
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.up)
-        .filter_map(|(k, n)| {
-            let (dev, port) = n.name.rsplit_once(':')?;
-            Some((k, dev.to_string(), port.parse().ok()?))
-        })
-        .collect();
-    let limit = a.settings.duration + Duration::from_secs(30);
-    cfg.plugins.external = Vec::new();
-    for (k, dev, port) in ranks.iter().filter(|_| path.is_ok()) {
-        let tcp = u16::try_from(usize::from(a.tcp_port) + k)
-            .with_context(|| format!("--tcp-port {} + rank {k} is past 65535", a.tcp_port))?;
-        let mut p = rocewatch_probes::plugin_config(
-            path.clone().expect("filtered on"),
-            limit,
-            &Some(dev.clone()),
-            tcp,
-            true,
-            false,
-            Duration::ZERO,
-        );
-        p.options["port"] = (*port).into();
-        p.options["serve_bandwidth"] = true.into();
-        cfg.plugins.external.push(p);
-    }
+    let ranks = plugins::active_ranks(&rails);
+    cfg.plugins.external = match &path {
+        Ok(p) => plugins::configs(&ranks, p, a.tcp_port, &a.settings)?,
+        Err(_) => Vec::new(),
+    };
     cfg.probes = None;
     let kinds = [rocewatch_plugin_api::PluginKind::Probe];
     let app = crate::app::App::start(cfg, Some(&kinds)).await;
-    let external: Vec<&Entry> = app
-        .registry
-        .entries
-        .iter()
-        .filter(|e| matches!(e.origin, rocewatch_runtime::host::registry::Origin::File(_)))
-        .collect();
-    let mut entries = HashMap::new();
-    for (i, (k, dev, port)) in ranks.iter().enumerate() {
-        let got = match external.get(i) {
-            _ if path.is_err() => Err(path.clone().unwrap_err()),
-            Some(e)
-                if e.instance.is_some()
-                    && e.status().state == rocewatch_runtime::host::registry::State::Started =>
-            {
-                Ok((*e).clone())
-            }
-            Some(e) => Err(e
-                .status()
-                .last_error
-                .unwrap_or_else(|| format!("the verbs plugin on {dev} port {port} did not start"))),
-            None => Err(format!("no verbs plugin on {dev} port {port}")),
-        };
-        entries.insert(*k, got);
-    }
+    let entries = plugins::started(&ranks, &app.registry.entries, &path);
     let settings = a.settings.clone();
     let me = rails.clone();
     let mut runner = VerbsRunner::start(

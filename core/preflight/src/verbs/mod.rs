@@ -8,9 +8,11 @@
 //! the partner's rail addresses, runs an RDMA WRITE bandwidth test and a few probes per
 //! rail (the rails at once), then says it is done; a serving step waits for that. The
 //! control port's two ends (the listener, its cap on connections, the driver's hello and
-//! when it is said again) are in `control`.
+//! when it is said again) are in `control`; the plugin of each rail, to start and then
+//! to find started, in [`plugins`].
 
 mod control;
+pub mod plugins;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -7,10 +7,15 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use super::collect::CollectArgs;
+use super::collectd::CollectdExecArgs;
+use super::demo::DemoArgs;
+use super::discover::DiscoverArgs;
+use super::plugins::PluginsArgs;
+use super::rules::RulesArgs;
+use super::run::RunArgs;
 use crate::config::LogFormat;
-use crate::demo::{Format as DemoFormat, Scenario};
-use rocewatch_export::otlp::config::OtlpProtocol;
-use rocewatch_runtime::util::duration::{BANDWIDTH, INTERVAL, PROBE_GAP, PROBE_TIMEOUT, RUN_FOR};
+use rocewatch_runtime::util::duration::{BANDWIDTH, PROBE_GAP, PROBE_TIMEOUT, RUN_FOR};
 
 pub use super::args_doctor::DoctorArgs;
 pub use super::args_sub::{
@@ -49,18 +54,6 @@ pub struct Cli {
     pub log_level: Option<String>,
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum CollectFormat {
-    /// `{"samples":[{"name","unit","value","attributes","source"}]}`
-    Json,
-    /// One line per sample.
-    Text,
-    /// The Prometheus text exposition, as `/metrics` serves it.
-    Prometheus,
-    /// collectd Exec-plugin `PUTVAL` lines.
-    Collectd,
 }
 
 #[derive(Debug, Subcommand)]
@@ -339,100 +332,6 @@ pub enum Command {
     },
 }
 
-/// `rocewatch discover`'s arguments.
-#[derive(Debug, Args)]
-pub struct DiscoverArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// Print JSON: {"devices":[{"name","node_guid","fw_ver","ports":[...]}]}.
-    #[arg(long)]
-    pub json: bool,
-}
-/// `rocewatch collect`'s arguments.
-#[derive(Debug, Args)]
-pub struct CollectArgs {
-    /// Collect once and exit (required; use `rocewatch run` to keep collecting).
-    #[arg(long)]
-    pub once: bool,
-    #[command(flatten)]
-    pub source: SourceArgs,
-    #[arg(long, value_enum, default_value = "json")]
-    pub format: CollectFormat,
-}
-/// `rocewatch run`'s arguments.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// Default collection interval (overrides agent.interval; 100ms to 1h).
-    #[arg(long, value_parser = INTERVAL.flag(), value_name = "DUR")]
-    pub interval: Option<Duration>,
-    /// Export over OTLP to this URL (overrides exporters.otlp.endpoint).
-    #[arg(long, value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
-    /// OTLP transport (with --otlp-endpoint).
-    #[arg(long, value_enum)]
-    pub otlp_protocol: Option<OtlpProtocol>,
-    /// OTLP export interval (overrides exporters.otlp.interval; 100ms to 1h).
-    #[arg(long, value_parser = INTERVAL.flag(), value_name = "DUR")]
-    pub export_interval: Option<Duration>,
-    /// Serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9464
-    /// (overrides exporters.prometheus.listen).
-    #[arg(long, value_name = "ADDR")]
-    pub prometheus_listen: Option<std::net::SocketAddr>,
-    /// Also print every collection as JSON lines on standard output.
-    #[arg(long)]
-    pub stdout: bool,
-    /// Stop after this long (default: run until a signal).
-    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
-    pub duration: Option<Duration>,
-    /// Once every listener is bound, write their addresses to this file as JSON
-    /// (`{"prometheus":"127.0.0.1:9464","alertmanager":null}`), again after each reload:
-    /// with port 0 in the configuration, this says which port the kernel chose. Removed
-    /// when the agent exits (and after a reload that could not write it).
-    #[arg(long, value_name = "FILE")]
-    pub ready_file: Option<PathBuf>,
-}
-/// `rocewatch plugins`'s arguments.
-#[derive(Debug, Args)]
-pub struct PluginsArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    #[arg(long)]
-    pub json: bool,
-}
-/// `rocewatch rules`'s arguments.
-#[derive(Debug, Args)]
-pub struct RulesArgs {
-    /// The agent's Prometheus listener (https:// when it has a web configuration with TLS).
-    #[arg(long, default_value = "http://127.0.0.1:9464", value_name = "URL")]
-    pub url: String,
-    /// The CA that signed the listener's certificate (PEM), for an https:// URL.
-    #[arg(long, value_name = "FILE")]
-    pub ca_file: Option<PathBuf>,
-    /// A client certificate (PEM) for a listener that requires one; with --key-file.
-    #[arg(long, value_name = "FILE", requires = "key_file")]
-    pub cert_file: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "FILE", requires = "cert_file")]
-    pub key_file: Option<PathBuf>,
-    /// USER:PASSWORD for a listener with basic_auth_users (as curl's --user); prefer the
-    /// environment variable, which other users cannot read in the process list.
-    #[arg(
-        long,
-        value_name = "USER:PASSWORD",
-        env = "ROCEWATCH_BASIC_AUTH",
-        hide_env_values = true
-    )]
-    pub user: Option<String>,
-    /// Evaluate the configured rules once, here, instead of asking an agent.
-    #[arg(long)]
-    pub once: bool,
-    #[command(flatten)]
-    pub source: SourceArgs,
-    #[arg(long)]
-    pub json: bool,
-}
 /// `rocewatch probe`'s arguments.
 #[derive(Debug, Args)]
 pub struct ProbeCmdArgs {
@@ -561,41 +460,6 @@ pub enum EnvFormat {
     Shell,
     Json,
     Slurm,
-}
-/// `rocewatch demo`'s arguments.
-#[derive(Debug, Args)]
-pub struct DemoArgs {
-    /// Tick and collection interval (100ms to 1h).
-    #[arg(long, value_parser = INTERVAL.flag(), default_value = "1s", value_name = "DUR")]
-    pub interval: Duration,
-    /// Stop after this long (default: until Ctrl-C).
-    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
-    pub duration: Option<Duration>,
-    /// Print plain frames one after another instead of redrawing the screen.
-    #[arg(long)]
-    pub no_tui: bool,
-    #[arg(long, value_enum, default_value = "table")]
-    pub format: DemoFormat,
-    /// Export over OTLP to this URL as well.
-    #[arg(long, value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
-    #[arg(long, value_enum, default_value = "http/protobuf")]
-    pub otlp_protocol: OtlpProtocol,
-    /// Write the simulated tree here (kept afterwards) instead of a temporary directory.
-    #[arg(long, value_name = "DIR")]
-    pub sysfs_out: Option<PathBuf>,
-    /// What happens on the simulated fabric.
-    #[arg(long, value_enum, default_value = "default")]
-    pub scenario: Scenario,
-    /// The remediation audit log (pfc-storm scenario; default: in the simulated tree).
-    #[arg(long, value_name = "FILE")]
-    pub audit_log: Option<PathBuf>,
-}
-/// `rocewatch collectd-exec`'s arguments.
-#[derive(Debug, Args)]
-pub struct CollectdExecArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
 }
 
 /// `rocewatch probe`'s command line.

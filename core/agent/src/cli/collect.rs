@@ -3,12 +3,37 @@
 use std::io::Write;
 
 use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
 use serde::ser::{SerializeMap, Serializer};
 
-use super::args::{CollectArgs, CollectFormat};
+use super::args::SourceArgs;
 use super::show;
 use crate::app::App;
 use rocewatch_plugin_api::{PartialError, PluginKind, Sample};
+
+/// `rocewatch collect`'s arguments.
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// Collect once and exit (required; use `rocewatch run` to keep collecting).
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: CollectFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CollectFormat {
+    /// `{"samples":[{"name","unit","value","attributes","source"}]}`
+    Json,
+    /// One line per sample.
+    Text,
+    /// The Prometheus text exposition, as `/metrics` serves it.
+    Prometheus,
+    /// collectd Exec-plugin `PUTVAL` lines.
+    Collectd,
+}
 
 /// A sample as `serde_json::Value` printed it before (keys sorted), written straight to
 /// the output: at 2000 ports the `Value` tree of 104 000 samples took 300 MB.

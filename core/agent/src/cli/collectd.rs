@@ -3,11 +3,19 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use clap::Args;
 
-use super::args::CollectdExecArgs;
+use super::args::SourceArgs;
 use crate::app::{Agent, Extras};
 use crate::config::Config;
 use rocewatch_runtime::util::signals::shutdown_on_signals;
+
+/// `rocewatch collectd-exec`'s arguments.
+#[derive(Debug, Args)]
+pub struct CollectdExecArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
 
 pub async fn run(a: CollectdExecArgs) -> Result<i32> {
     collectd_exec(a.source.load()?).await

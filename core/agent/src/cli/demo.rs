@@ -1,10 +1,45 @@
 //! `rocewatch demo`: a simulated fabric, the agent on it, and a live view.
 
-use anyhow::Result;
+use std::path::PathBuf;
+use std::time::Duration;
 
-use super::args::DemoArgs;
+use anyhow::Result;
+use clap::Args;
+
 use crate::demo;
-use rocewatch_export::otlp::config::OtlpConfig;
+use crate::demo::{Format as DemoFormat, Scenario};
+use rocewatch_export::otlp::config::{OtlpConfig, OtlpProtocol};
+use rocewatch_runtime::util::duration::{INTERVAL, RUN_FOR};
+
+/// `rocewatch demo`'s arguments.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Tick and collection interval (100ms to 1h).
+    #[arg(long, value_parser = INTERVAL.flag(), default_value = "1s", value_name = "DUR")]
+    pub interval: Duration,
+    /// Stop after this long (default: until Ctrl-C).
+    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
+    pub duration: Option<Duration>,
+    /// Print plain frames one after another instead of redrawing the screen.
+    #[arg(long)]
+    pub no_tui: bool,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: DemoFormat,
+    /// Export over OTLP to this URL as well.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    #[arg(long, value_enum, default_value = "http/protobuf")]
+    pub otlp_protocol: OtlpProtocol,
+    /// Write the simulated tree here (kept afterwards) instead of a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_out: Option<PathBuf>,
+    /// What happens on the simulated fabric.
+    #[arg(long, value_enum, default_value = "default")]
+    pub scenario: Scenario,
+    /// The remediation audit log (pfc-storm scenario; default: in the simulated tree).
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+}
 
 pub async fn run(a: DemoArgs) -> Result<i32> {
     let DemoArgs {

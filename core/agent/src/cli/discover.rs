@@ -1,12 +1,23 @@
 //! `rocewatch discover`: RDMA devices and ports, like ibdev2netdev.
 
 use anyhow::{bail, Result};
+use clap::Args;
 
-use super::args::DiscoverArgs;
+use super::args::SourceArgs;
 use super::output::print_json;
 use super::show;
 use crate::app::App;
 use rocewatch_plugin_api::PluginKind;
+
+/// `rocewatch discover`'s arguments.
+#[derive(Debug, Args)]
+pub struct DiscoverArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print JSON: {"devices":[{"name","node_guid","fw_ver","ports":[...]}]}.
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub async fn run(a: DiscoverArgs) -> Result<i32> {
     let DiscoverArgs { source, json } = a;

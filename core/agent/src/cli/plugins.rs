@@ -1,11 +1,21 @@
 //! `rocewatch plugins`: every plugin's kind, origin, ABI, state and last error.
 
 use anyhow::Result;
+use clap::Args;
 
-use super::args::PluginsArgs;
+use super::args::SourceArgs;
 use super::output::print_json;
 use super::show;
 use crate::app::App;
+
+/// `rocewatch plugins`'s arguments.
+#[derive(Debug, Args)]
+pub struct PluginsArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub async fn run(a: PluginsArgs) -> Result<i32> {
     let PluginsArgs { source, json } = a;

@@ -1,10 +1,46 @@
 //! `rocewatch rules`: rule states from a running agent, or evaluated once here.
 
-use anyhow::{Context, Result};
+use std::path::PathBuf;
 
-use super::args::RulesArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::args::SourceArgs;
 use super::show;
 use crate::app::{App, READ};
+
+/// `rocewatch rules`'s arguments.
+#[derive(Debug, Args)]
+pub struct RulesArgs {
+    /// The agent's Prometheus listener (https:// when it has a web configuration with TLS).
+    #[arg(long, default_value = "http://127.0.0.1:9464", value_name = "URL")]
+    pub url: String,
+    /// The CA that signed the listener's certificate (PEM), for an https:// URL.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) for a listener that requires one; with --key-file.
+    #[arg(long, value_name = "FILE", requires = "key_file")]
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
+    /// USER:PASSWORD for a listener with basic_auth_users (as curl's --user); prefer the
+    /// environment variable, which other users cannot read in the process list.
+    #[arg(
+        long,
+        value_name = "USER:PASSWORD",
+        env = "ROCEWATCH_BASIC_AUTH",
+        hide_env_values = true
+    )]
+    pub user: Option<String>,
+    /// Evaluate the configured rules once, here, instead of asking an agent.
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub async fn run(a: RulesArgs) -> Result<i32> {
     let RulesArgs {

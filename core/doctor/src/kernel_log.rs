@@ -75,8 +75,13 @@ pub fn kernel_log_checks(
         return vec![no_records(&s, &source, &w)];
     }
     let untimed = s.format.is_some_and(|f| !f.timed());
+    let boot = another_boot(&s, &clock);
     if s.tally.counts.is_empty() {
-        return vec![no_match(&s, &source, &w, untimed)];
+        let mut c = no_match(&s, &source, &w, untimed);
+        if let Some(b) = &boot {
+            c.evidence = format!("{}; {b}", c.evidence);
+        }
+        return vec![c];
     }
     let note = match (untimed, s.unparsed) {
         (true, _) => {
@@ -84,7 +89,7 @@ pub fn kernel_log_checks(
         }
         (false, 0) => String::new(),
         (false, _) => format!(" ({})", unread(&s)),
-    };
+    } + &boot.map_or(String::new(), |b| format!(" ({b})"));
     s.tally
         .counts
         .iter()
@@ -123,6 +128,30 @@ pub fn kernel_log_checks(
             )
         })
         .collect()
+}
+
+/// The records dated after this boot's uptime, when there are: logged in another boot
+/// (a log kept across reboots), never in the window; the driver messages among them.
+fn another_boot(s: &Scan, clock: &Clock) -> Option<String> {
+    let n = s.another_boot.records;
+    if n == 0 {
+        return None;
+    }
+    let mut by_pattern: std::collections::BTreeMap<&str, u64> = Default::default();
+    for ((pattern, _), hit) in &s.another_boot.counts {
+        *by_pattern.entry(pattern).or_default() += hit.count;
+    }
+    let matched: Vec<String> = by_pattern.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    Some(format!(
+        "{n} record{} dated after this boot's uptime of {:.0} s, from another boot: not counted{}",
+        if n == 1 { "" } else { "s" },
+        clock.since_boot_us as f64 / 1e6,
+        if matched.is_empty() {
+            String::new()
+        } else {
+            format!(" (matching there: {})", matched.join(", "))
+        }
+    ))
 }
 
 /// How many lines of the log were not read as records, and the first of them.
@@ -358,6 +387,55 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A log kept across a reboot (issue 49): a firmware timeout dated at 1021 s after
+    /// boot when this boot is 900 s old is another boot's, never "in the last 1m".
+    #[test]
+    fn a_record_dated_after_the_uptime_is_of_another_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kmsg");
+        let timeout = "3,7,1021000000,-;mlx5_core 0000:03:00.0: wait_func:1165:(pid 1): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource\n";
+        let run = |content: &str| {
+            std::fs::write(&log, content).unwrap();
+            kernel_log_checks(
+                dir.path(),
+                &serde_json::json!({ "path": log }),
+                Duration::from_secs(60),
+                boot(900_000_000),
+            )
+        };
+        // Only the other boot's record: nothing of this boot to judge the window by.
+        let c = run(timeout);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].status, Status::Skip, "{c:?}");
+        assert!(
+            c[0].evidence.contains("1 record dated after this boot's uptime of 900 s, from another boot: not counted (matching there: access_reg 1, cmd_timeout 1)"),
+            "{}",
+            c[0].evidence
+        );
+        // And a quiet record of this boot in the window: a pass, the other boot said.
+        let c = run(&format!(
+            "{timeout}6,8,880000000,-;EXT4-fs (sda1): mounted\n"
+        ));
+        assert_eq!(c[0].status, Status::Pass, "{c:?}");
+        assert!(
+            c[0].evidence.contains("from another boot"),
+            "{}",
+            c[0].evidence
+        );
+        // A link flap of this boot: counted, the other boot's timeout not.
+        let c = run(&format!(
+            "{timeout}6,8,880000000,-;mlx5_core 0000:03:00.0 ens1f0np0: Link up\n"
+        ));
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].status, Status::Warn, "{c:?}");
+        assert!(c[0].evidence.starts_with("link_flap"), "{}", c[0].evidence);
+        assert!(
+            c[0].evidence.contains("from another boot: not counted"),
+            "{}",
+            c[0].evidence
+        );
     }
 
     /// What is no evidence of a quiet NIC is never a pass.

@@ -144,6 +144,9 @@ pub struct Scan {
     pub first_unparsed: Option<String>,
     /// When the last kernel record was logged.
     pub last: Option<Stamp>,
+    /// Records dated after this boot's uptime: logged in another boot (a log kept across
+    /// reboots), counted apart and never in the window (`another_boot.records` of them).
+    pub another_boot: Tally,
 }
 
 /// Lines detection looks at.
@@ -226,7 +229,9 @@ impl Scan {
     fn count(&mut self, r: &kmsg::Record, matcher: &Matcher, since: &Since) {
         self.records += 1;
         self.last = Some(r.stamp);
-        if since.covers(r.stamp) {
+        if since.of_another_boot(r.stamp) {
+            matcher.count(r, &mut self.another_boot);
+        } else if since.covers(r.stamp) {
             matcher.count(r, &mut self.tally);
         }
     }
@@ -333,6 +338,39 @@ mod tests {
             s.patterns.len(),
             rocewatch_metrics::KERNEL_LOG_PATTERNS.len()
         );
+    }
+
+    /// A log kept across a reboot: the record dated after the uptime (1021 s at 900 s)
+    /// is of another boot, counted apart, never in the window however short.
+    #[test]
+    fn scan_counts_records_of_another_boot_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kmsg");
+        std::fs::write(
+            &log,
+            "3,7,1021000000,-;mlx5_core 0000:03:00.0: wait_func:1165:(pid 1): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource\n\
+             6,1,850000000,-;mlx5_core 0000:03:00.0 ens1f0np0: Link up\n",
+        )
+        .unwrap();
+        let m = Options::default().matcher(dir.path()).unwrap();
+        let clock = Clock {
+            since_boot_us: 900_000_000,
+            unix_us: 0,
+            utc_offset_s: 0,
+        };
+        let s = scan(&log, &m, Duration::from_secs(60), &clock).unwrap();
+        assert_eq!(
+            (s.records, s.tally.records, s.another_boot.records),
+            (2, 1, 1),
+            "{s:?}"
+        );
+        let keys: Vec<&str> = s.tally.counts.keys().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(keys, ["link_flap"]);
+        let hit = &s.another_boot.counts[&("cmd_timeout".into(), "0000:03:00.0".into())];
+        assert_eq!(hit.count, 1);
+        let s = scan(&log, &m, Duration::from_secs(1), &clock).unwrap();
+        assert!(s.tally.counts.is_empty(), "{s:?}");
+        assert_eq!(s.another_boot.records, 1);
     }
 
     /// The recorded logs of integration-tests/fixtures/kernel-log (see its SOURCE.md):

@@ -62,32 +62,57 @@ impl Clock {
         }
     }
 
-    /// Where a window of `window_us` before now starts, on each clock.
+    /// Where a window of `window_us` before now starts, on each clock, and where this
+    /// boot's records end.
     pub fn since(&self, window_us: u64) -> Since {
         Since {
             boot_us: self.since_boot_us.saturating_sub(window_us),
             unix_us: self
                 .unix_us
                 .saturating_sub(i64::try_from(window_us).unwrap_or(i64::MAX)),
+            boot_until_us: self
+                .since_boot_us
+                .saturating_add(boot_clock_margin_us(self.since_boot_us)),
         }
     }
 }
 
-/// The start of a window on both clocks.
+/// How far after the clock's time since boot a record of this boot may still be dated.
+/// The kernel stamps records with `local_clock()` (kernel/printk/printk.c), which NTP
+/// never slews, while NTP slews `CLOCK_MONOTONIC` by up to 500 ppm (`MAXFREQ`,
+/// include/linux/timex.h): the two drift apart by up to that share of the uptime, and a
+/// record logged while the log is read is dated after the clock was read. Allowed: 1 s
+/// and 1000 ppm of the uptime.
+fn boot_clock_margin_us(since_boot_us: u64) -> u64 {
+    1_000_000 + since_boot_us / 1000
+}
+
+/// The start of a window on both clocks, and the end of this boot's records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Since {
     pub boot_us: u64,
     pub unix_us: i64,
+    /// A record dated later since boot than this was logged in another boot (a recorded
+    /// log, or a file kept across reboots): the clock's time since boot, and a margin for
+    /// the clocks' drift.
+    pub boot_until_us: u64,
 }
 
 impl Since {
-    /// Whether a record stamped `s` is in the window (one without a time always is).
+    /// Whether a record stamped `s` is in the window (one without a time always is; one
+    /// of another boot never is).
     pub fn covers(&self, s: Stamp) -> bool {
         match s {
-            Stamp::SinceBoot(us) => us >= self.boot_us,
+            Stamp::SinceBoot(us) => us >= self.boot_us && us <= self.boot_until_us,
             Stamp::Wall(us) => us >= self.unix_us,
             Stamp::Untimed => true,
         }
+    }
+
+    /// Whether a record stamped `s` is dated after this boot's uptime: logged in
+    /// another boot, whatever the window.
+    pub fn of_another_boot(&self, s: Stamp) -> bool {
+        matches!(s, Stamp::SinceBoot(us) if us > self.boot_until_us)
     }
 }
 
@@ -165,6 +190,37 @@ mod tests {
         assert_eq!(civil_from_days(20_792), (2026, 12, 5));
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
         assert_eq!(format_unix_us(CLOCK_US), "2026-12-05 08:30:00 UTC");
+    }
+
+    /// A record dated after the uptime is of another boot, never in the window; one
+    /// dated just after the clock was read (the clocks drift apart) is of this boot.
+    #[test]
+    fn records_after_the_uptime_are_of_another_boot() {
+        let clock = Clock {
+            since_boot_us: 900_000_000,
+            unix_us: CLOCK_US,
+            utc_offset_s: 0,
+        };
+        let since = clock.since(60_000_000);
+        let at = |s: u64| Stamp::SinceBoot(s * 1000);
+        // 1021 s with an uptime of 900 s: another boot, whatever the window.
+        assert!(!since.covers(at(1_021_000)));
+        assert!(since.of_another_boot(at(1_021_000)));
+        assert!(!clock.since(u64::MAX).covers(at(1_021_000)));
+        // In the window, at its edges, and within the clocks' drift after now.
+        for ms in [840_000, 899_999, 900_000, 901_000] {
+            assert!(since.covers(at(ms)), "{ms} ms");
+            assert!(!since.of_another_boot(at(ms)), "{ms} ms");
+        }
+        // Before the window: of this boot, not in the window.
+        assert!(!since.covers(at(839_999)));
+        assert!(!since.of_another_boot(at(839_999)));
+        // The margin grows with the uptime (1000 ppm): 1 s + 0.9 s at 900 s.
+        assert!(since.covers(at(901_900)));
+        assert!(since.of_another_boot(at(901_901)));
+        // Wall-clock and untimed records are not told apart by boot.
+        assert!(!since.of_another_boot(Stamp::Wall(CLOCK_US + 3_600_000_000)));
+        assert!(!since.of_another_boot(Stamp::Untimed));
     }
 
     #[test]

@@ -869,3 +869,108 @@ fn health_slurm_drains_within_its_timeout_when_reads_never_answer() {
     assert_eq!(again, out, "{err}");
     assert_eq!(updates(), 1, "{err}");
 }
+
+/// Microseconds since boot on the clock the kernel-log window is measured on
+/// (`CLOCK_MONOTONIC`, as rocewatch_klog reads it).
+fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+        0
+    );
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+/// A kernel log kept across a reboot (issue 49): the firmware command timeout of
+/// fixtures/kernel-log/kmsg.txt dated after this boot's uptime is another boot's, so a
+/// one-minute window holds nothing of it: healthy, and the finding says so. The same
+/// message dated ten seconds ago is this boot's: unhealthy.
+#[test]
+fn a_kernel_log_record_of_another_boot_is_not_recent() {
+    // Built before the log is written: its times are relative to now.
+    artifacts();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kmsg");
+    let cfg = dir.path().join("rocewatch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[health]\nkernel_log_window = \"1m\"\n\n[plugins.builtin.kernel-log.options]\npath = {:?}\n",
+            log.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let root = fixture("mlx5-roce-dual-port");
+    let timeout_at = |us: u64| {
+        std::fs::write(
+            &log,
+            format!(
+                "6,1,{},-;mlx5_core 0000:3b:00.0 ens1f0np0: Link up\n\
+                 3,2,{us},-;mlx5_core 0000:3b:00.0: wait_func:1189:(pid 72061): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource\n",
+                monotonic_us().saturating_sub(30_000_000)
+            ),
+        )
+        .unwrap();
+        let args = [
+            "--config",
+            cfg.to_str().unwrap(),
+            "--sysfs-root",
+            root.to_str().unwrap(),
+        ];
+        let (code, line, err) = health(&args);
+        let (_, json, _) = health(&[&args[..], &["--json"]].concat());
+        let v: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}{err}"));
+        (code, line, err, v)
+    };
+    let kernel_log = |v: &serde_json::Value| -> Vec<(String, String)> {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["check"] == "kernel-log")
+            .map(|f| {
+                (
+                    f["status"].as_str().unwrap().to_string(),
+                    f["what"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    // Twice the uptime and an hour more: after this boot's uptime, whatever the clocks'
+    // drift allowance (1 s and 1000 ppm).
+    let now = monotonic_us();
+    let (code, line, err, v) = timeout_at(2 * now + 3_600_000_000);
+    let found = kernel_log(&v);
+    assert_eq!(
+        code, 0,
+        "another boot's timeout made the host unhealthy: {line}{err}{found:?}"
+    );
+    assert!(
+        found.iter().any(|(_, what)| what.contains(
+            "from another boot: not counted (matching there: access_reg 1, cmd_timeout 1)"
+        )),
+        "{found:?}"
+    );
+    // This boot's link flap within the minute is still counted.
+    assert!(
+        found
+            .iter()
+            .any(|(s, what)| s == "warning" && what.starts_with("link_flap")),
+        "{found:?}"
+    );
+    // The same message ten seconds ago: this boot's, in the window.
+    let (code, line, err, v) = timeout_at(monotonic_us().saturating_sub(10_000_000));
+    assert_eq!(code, 1, "{line}{err}{}", v);
+    assert!(line.contains("cmd_timeout"), "{line}");
+    assert!(
+        kernel_log(&v)
+            .iter()
+            .all(|(_, what)| !what.contains("another boot")),
+        "{v}"
+    );
+}

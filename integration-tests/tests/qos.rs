@@ -266,6 +266,133 @@ fn qos_diff_compares_two_hosts() {
     assert!(stderr(&o).contains("bad.json"), "{}", stderr(&o));
 }
 
+/// Two hosts configured alike whose `unknown` reasons differ (each names its own tree, as
+/// a host's names its paths and PCI addresses): the same fingerprint, as the fleet rule
+/// compares them, and `qos diff` agrees: no difference, exit 0, the reasons shown apart
+/// once each. A changed value changes both (issue 49).
+#[test]
+fn qos_diff_and_the_fingerprint_agree_on_hosts_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let shown = |name: &str, mtu: Option<&str>| -> (std::path::PathBuf, Value) {
+        let host = dir.path().join(name);
+        std::fs::create_dir(&host).unwrap();
+        let root = fixture_copy("mlx5-roce-dual-port", &host);
+        if let Some(mtu) = mtu {
+            std::fs::write(root.join("class/net/ens1f0np0/mtu"), format!("{mtu}\n")).unwrap();
+        }
+        let o = rocewatch(
+            &[
+                "qos",
+                "show",
+                "--json",
+                "--sysfs-root",
+                root.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, stdout(&o)).unwrap();
+        (path, serde_json::from_str(&stdout(&o)).unwrap())
+    };
+    let diff = |x: &std::path::Path, y: &std::path::Path, json: bool| {
+        let mut args = vec!["qos", "diff", x.to_str().unwrap(), y.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        rocewatch(&args, &[])
+    };
+    let ((a, va), (b, vb)) = (shown("node1", None), shown("node2", None));
+    // The reasons differ, the values and the fingerprints do not.
+    assert_ne!(
+        setting(&va, "mlx5_0", "trust"),
+        setting(&vb, "mlx5_0", "trust")
+    );
+    assert_eq!(setting(&va, "mlx5_0", "trust")["status"], "unknown");
+    assert_eq!(va["fingerprint"], vb["fingerprint"]);
+    let o = diff(&a, &b, false);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
+    assert!(text.ends_with("\n0 differences\n"), "{text}");
+    assert!(
+        text.starts_with(
+            "unknown on both sides for different reasons, equal as values (not counted):\n"
+        ),
+        "{text}"
+    );
+    // Each side's reason once, not once per setting and port.
+    let dcb = |host: &str| {
+        format!(
+            "DCB is read over netlink from the live kernel; {} is not the live /sys",
+            dir.path().join(host).join("sys").display()
+        )
+    };
+    for host in ["node1", "node2"] {
+        assert_eq!(text.matches(&dcb(host)).count(), 1, "{host}: {text}");
+    }
+    let o = diff(&a, &b, true);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap(),
+        serde_json::json!([])
+    );
+    // Another MTU (and so another RDMA MTU): another fingerprint, and exactly those
+    // differences.
+    let (c, vc) = shown("node3", Some("1500"));
+    assert_ne!(va["fingerprint"], vc["fingerprint"]);
+    let o = diff(&a, &c, false);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(text.starts_with("mlx5_0/1  mtu: "), "{text}");
+    assert!(text.ends_with("\n2 differences\n"), "{text}");
+    let o = diff(&a, &c, true);
+    let rows: Vec<(String, String, String)> = serde_json::from_str::<Value>(&stdout(&o))
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let s = |k: &str| d[k].as_str().unwrap().to_string();
+            (s("setting"), s("a"), s("b"))
+        })
+        .collect();
+    let row = |s: &str, a: &str, b: &str| (s.to_string(), a.to_string(), b.to_string());
+    assert_eq!(
+        rows,
+        [row("mtu", "9000", "1500"), row("rdma_mtu", "4096", "1024")]
+    );
+}
+
+/// `qos show` says each reason a setting could not be read for once, under the ports,
+/// not on each of the settings it applies to (issue 49).
+#[test]
+fn qos_show_says_each_reason_once() {
+    let root = fixture("mlx5-roce-dual-port");
+    let o = rocewatch(
+        &["qos", "show", "--sysfs-root", root.to_str().unwrap()],
+        &[],
+    );
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}{}", stderr(&o));
+    let dcb = format!(
+        "DCB is read over netlink from the live kernel; {} is not the live /sys",
+        root.display()
+    );
+    let marked: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("  ") && l.ends_with(" unknown [1]"))
+        .collect();
+    // trust, pfc_enabled, dscp_map... of both ports.
+    assert!(marked.len() >= 2 * 9, "{text}");
+    assert_eq!(text.matches(dcb.as_str()).count(), 1, "{text}");
+    assert!(text.contains(&format!("\n[1] {dcb}\n")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  mtu ") && l.ends_with(" 9000")),
+        "{text}"
+    );
+}
+
 /// A writable copy of a fixture tree (apply writes into it).
 fn fixture_copy(case: &str, dir: &std::path::Path) -> std::path::PathBuf {
     let st = std::process::Command::new("cp")

@@ -9,18 +9,22 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::collect::CollectArgs;
 use super::collectd::CollectdExecArgs;
+use super::config::ConfigCommand;
+use super::congestion::CongestionArgs;
 use super::demo::DemoArgs;
 use super::discover::DiscoverArgs;
+use super::doctor::DoctorArgs;
+use super::env::EnvArgs;
 use super::plugins::PluginsArgs;
+use super::probe::ProbeCmdArgs;
+use super::quarantine::QuarantineCommand;
 use super::rules::RulesArgs;
 use super::run::RunArgs;
+use super::top::TopArgs;
 use crate::config::LogFormat;
-use rocewatch_runtime::util::duration::{BANDWIDTH, PROBE_GAP, PROBE_TIMEOUT, RUN_FOR};
+use rocewatch_runtime::util::duration::{BANDWIDTH, PROBE_TIMEOUT, RUN_FOR};
 
-pub use super::args_doctor::DoctorArgs;
-pub use super::args_sub::{
-    ConfigCommand, CongestionArgs, QosCommand, QuarantineCommand, SourceArgs, TopArgs,
-};
+pub use super::args_sub::{QosCommand, SourceArgs};
 
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -332,14 +336,6 @@ pub enum Command {
     },
 }
 
-/// `rocewatch probe`'s arguments.
-#[derive(Debug, Args)]
-pub struct ProbeCmdArgs {
-    #[command(flatten)]
-    pub args: ProbeArgs,
-    #[command(flatten)]
-    pub source: SourceArgs,
-}
 /// `rocewatch bandwidth`'s arguments.
 #[derive(Debug, Args)]
 pub struct BandwidthCmdArgs {
@@ -416,104 +412,6 @@ pub struct CaptureArgs {
     /// "by_opcode","by_dest_qp","cnp",...,"truncated"}.
     #[arg(long)]
     pub json: bool,
-}
-/// Whose variables `rocewatch env` prints (`rocewatch_doctor::appenv::For`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum EnvFor {
-    Nccl,
-    Ucx,
-    Openmpi,
-    All,
-}
-
-impl From<EnvFor> for rocewatch_doctor::appenv::For {
-    fn from(f: EnvFor) -> Self {
-        match f {
-            EnvFor::Nccl => Self::Nccl,
-            EnvFor::Ucx => Self::Ucx,
-            EnvFor::Openmpi => Self::Openmpi,
-            EnvFor::All => Self::All,
-        }
-    }
-}
-
-/// `rocewatch env`'s arguments.
-#[derive(Debug, Args)]
-pub struct EnvArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// Whose variables.
-    #[arg(long = "for", value_enum, default_value = "all")]
-    pub target: EnvFor,
-    /// shell: `export NAME=value` lines; json: variables, ports and warnings; slurm: a
-    /// TaskProlog script (it prints each `export` line whole, as slurmstepd reads it).
-    /// Names that could not be printed exactly are left out, with a warning.
-    #[arg(long, value_enum, default_value = "shell")]
-    pub format: EnvFormat,
-    /// Only RDMA devices whose name matches this glob (e.g. 'mlx5_*').
-    #[arg(long, value_name = "GLOB")]
-    pub device: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum EnvFormat {
-    Shell,
-    Json,
-    Slurm,
-}
-
-/// `rocewatch probe`'s command line.
-#[derive(Debug, clap::Args)]
-pub struct ProbeArgs {
-    /// The peer (IP address or name).
-    #[arg(required_unless_present = "serve")]
-    pub peer: Option<String>,
-    /// Probes to send.
-    #[arg(long, default_value_t = 10)]
-    pub count: u32,
-    /// Message size in bytes.
-    #[arg(long, default_value_t = 64)]
-    pub size: u32,
-    /// Per-probe timeout (at most 1m).
-    #[arg(long, value_parser = PROBE_TIMEOUT.flag(), default_value = "1s", value_name = "DUR")]
-    pub timeout: Duration,
-    /// Time between probes (0s: one after another; at most 1h).
-    #[arg(long, value_parser = PROBE_GAP.flag(), default_value = "100ms", value_name = "DUR")]
-    pub interval: Duration,
-    /// Run a responder until interrupted instead of probing; it also serves bandwidth
-    /// tests (`rocewatch bandwidth`) unless --no-bandwidth.
-    #[arg(long)]
-    pub serve: bool,
-    /// With --serve: refuse bandwidth tests.
-    #[arg(long, requires = "serve")]
-    pub no_bandwidth: bool,
-    /// RDMA device (default: the first).
-    #[arg(long)]
-    pub device: Option<String>,
-    /// TCP port of the side channel.
-    #[arg(long, default_value_t = rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT)]
-    pub tcp_port: u16,
-    /// Print the results and the summary as JSON.
-    #[arg(long)]
-    pub json: bool,
-    /// Busy-poll for completions (prober, or responder with --serve) instead of sleeping
-    /// on completion events, as ib_send_lat does: lower, steadier RTTs, one core busy.
-    #[arg(long)]
-    pub busy_poll: bool,
-    /// Connect through the RDMA connection manager, as rping and every CM application
-    /// (NVMe over Fabrics, iSER, UCX, Open MPI) do: address and route resolution, the
-    /// CM's request over UDP 4791, the connection's RoCE mode and type of service; each
-    /// failure named by where it stopped. The peer runs `rocewatch probe --serve --cm`.
-    /// With --serve: also listen for CM connections (as rping -s).
-    #[arg(long)]
-    pub cm: bool,
-    /// The RDMA CM port (the same on both sides).
-    #[arg(long, default_value_t = rocewatch_probes::DEFAULT_CM_PORT, requires = "cm")]
-    pub port: u16,
-    /// The type of service a CM connection asks for (the whole ToS byte: DSCP 26 is
-    /// 104); default: the device's configfs default_roce_tos.
-    #[arg(long, value_name = "TOS", requires = "cm", conflicts_with = "serve")]
-    pub tos: Option<u8>,
 }
 
 impl Command {

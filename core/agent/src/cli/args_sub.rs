@@ -1,15 +1,12 @@
-//! The grammar of the commands with subcommands of their own (`rocewatch qos ...`,
-//! `rocewatch config ...`), of `rocewatch top`'s options, and of the options most commands
-//! share (clap; beside args.rs, which has the rest).
+//! The grammar of `rocewatch qos ...`, and of the options most commands share (clap;
+//! beside args.rs, which has the top level).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::top_view::SortKey;
 use crate::config::Config;
 
 /// Options shared by the commands that read sysfs.
@@ -31,58 +28,6 @@ impl SourceArgs {
         }
         Ok(cfg)
     }
-}
-
-/// `rocewatch top`'s arguments.
-#[derive(Debug, Args)]
-pub struct TopArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// Print one frame and exit. With per-QP counters it collects twice, --interval
-    /// apart, to show rates; without them, once.
-    #[arg(long)]
-    pub once: bool,
-    /// With --once: print the frame as JSON: {"host","time","sort","totals","folded",
-    /// "rates_over_s","per_qp_counters","workloads":[{"workload","kind","attributes",
-    /// "qps","cqs","mrs","mr_bytes","pds","ports","rates"}],"not_shown","errors"}.
-    #[arg(long, requires = "once")]
-    pub json: bool,
-    /// The column rows are sorted by (descending; `workload` ascending).
-    #[arg(long, value_enum, default_value = "qps")]
-    pub sort: SortKey,
-    /// Show at most N workloads (default: all; the live view: what fits the terminal).
-    #[arg(long, value_name = "N")]
-    pub limit: Option<usize>,
-    /// Time between collections: the live view's refresh, and the window of the rates
-    /// (100ms to 1h).
-    #[arg(long, value_parser = rocewatch_runtime::util::duration::INTERVAL.flag(), default_value = "2s", value_name = "DUR")]
-    pub interval: Duration,
-}
-
-/// `rocewatch congestion`'s arguments.
-#[derive(Debug, Args)]
-pub struct CongestionArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// Time between the two collections the rates are computed over (100ms to 1h).
-    #[arg(long, value_parser = rocewatch_runtime::util::duration::WATCH.flag(), default_value = "10s", value_name = "DUR")]
-    pub window: Duration,
-    /// For each port and priority in a troubled state: what to tune, the counters it
-    /// rests on, and the port's own settings it points at (ECN enables, DCQCN timers,
-    /// PFC, buffer, storm prevention).
-    #[arg(long)]
-    pub advise: bool,
-    /// Show idle priorities too.
-    #[arg(long)]
-    pub all: bool,
-    /// Again every window until interrupted: on a terminal one screen redrawn like top
-    /// (q quits), elsewhere frames one after another.
-    #[arg(long, conflicts_with = "json")]
-    pub watch: bool,
-    /// Print JSON: {"window_s","ports":[{"device","port","netdev","priority","state",
-    /// "evidence","knob","rates":{...}}],"errors"}.
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -194,68 +139,6 @@ pub enum QosCommand {
         /// Print JSON: [{"port","setting","a","b"}].
         #[arg(long)]
         json: bool,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
-    /// Check a configuration file; errors name the key path. Exit status 1 when invalid.
-    ///
-    /// Web configuration files (`web_config_file`) it names are checked too: certificates
-    /// and keys read, client CA, versions, bcrypt hashes.
-    Check { file: PathBuf },
-    /// Print the bcrypt hash of a password read from standard input, for
-    /// `basic_auth_users` in a web configuration file.
-    ///
-    /// Example:
-    ///   read -rs PW && echo "$PW" | rocewatch config hash-password
-    ///   # then in web.yml:  basic_auth_users: { prometheus: <the hash> }
-    #[command(verbatim_doc_comment)]
-    HashPassword {
-        /// bcrypt cost (4-31); each step doubles the work of every check that is not cached.
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(4..=31))]
-        cost: u32,
-    },
-}
-
-/// `rocewatch quarantine`'s subcommands.
-#[derive(Debug, Subcommand)]
-pub enum QuarantineCommand {
-    /// Whether the host is in quarantine, since when, by whom and why.
-    ///
-    /// Exit status: 0 not in quarantine, 1 in quarantine, 2 on an error.
-    Show {
-        #[command(flatten)]
-        source: SourceArgs,
-        /// Print JSON: {"quarantine": null} or {"quarantine": {"reason","origin","since",
-        /// "since_unix","labels"}}.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Put the host in quarantine by hand (audited): health says unhealthy, --slurm
-    /// drains the node, until `quarantine release`.
-    ///
-    /// Example: rocewatch quarantine enter --reason "flapping cable on mlx5_3, ticket 4711"
-    #[command(verbatim_doc_comment)]
-    Enter {
-        #[command(flatten)]
-        source: SourceArgs,
-        /// Why, in one line (it lands in the audit log, the metric and Slurm's reason).
-        #[arg(long)]
-        reason: String,
-    },
-    /// End the quarantine (audited with the reason): the only way one ends, unless
-    /// [health] release_after lets a rule's quarantine recover. Restarting the agent or
-    /// rebooting ends none.
-    ///
-    /// Example: rocewatch quarantine release --reason "cable replaced, ticket 4711"
-    #[command(verbatim_doc_comment)]
-    Release {
-        #[command(flatten)]
-        source: SourceArgs,
-        /// Why it ends, in one line (audited).
-        #[arg(long)]
-        reason: String,
     },
 }
 

@@ -1,11 +1,33 @@
 //! `rocewatch config check FILE` (with where each OTLP value came from),
 //! `rocewatch config hash-password`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use clap::Subcommand;
 
 use crate::config::Config;
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a configuration file; errors name the key path. Exit status 1 when invalid.
+    ///
+    /// Web configuration files (`web_config_file`) it names are checked too: certificates
+    /// and keys read, client CA, versions, bcrypt hashes.
+    Check { file: PathBuf },
+    /// Print the bcrypt hash of a password read from standard input, for
+    /// `basic_auth_users` in a web configuration file.
+    ///
+    /// Example:
+    ///   read -rs PW && echo "$PW" | rocewatch config hash-password
+    ///   # then in web.yml:  basic_auth_users: { prometheus: <the hash> }
+    #[command(verbatim_doc_comment)]
+    HashPassword {
+        /// bcrypt cost (4-31); each step doubles the work of every check that is not cached.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(4..=31))]
+        cost: u32,
+    },
+}
 
 pub fn check(file: &Path) -> Result<i32> {
     match Config::load(Some(file)) {

@@ -10,13 +10,40 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use anyhow::Result;
+use clap::Args;
 use rocewatch_congestion::{between, settings_advice, Row, State};
 use rocewatch_plugin_api::{PluginKind, QosState, Sample, Setting};
 
-use super::args::CongestionArgs;
+use super::args::SourceArgs;
 use super::output::print_json;
 use super::terminal::{live_view, terminal_rows};
 use crate::app::App;
+
+/// `rocewatch congestion`'s arguments.
+#[derive(Debug, Args)]
+pub struct CongestionArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Time between the two collections the rates are computed over (100ms to 1h).
+    #[arg(long, value_parser = rocewatch_runtime::util::duration::WATCH.flag(), default_value = "10s", value_name = "DUR")]
+    pub window: Duration,
+    /// For each port and priority in a troubled state: what to tune, the counters it
+    /// rests on, and the port's own settings it points at (ECN enables, DCQCN timers,
+    /// PFC, buffer, storm prevention).
+    #[arg(long)]
+    pub advise: bool,
+    /// Show idle priorities too.
+    #[arg(long)]
+    pub all: bool,
+    /// Again every window until interrupted: on a terminal one screen redrawn like top
+    /// (q quits), elsewhere frames one after another.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// Print JSON: {"window_s","ports":[{"device","port","netdev","priority","state",
+    /// "evidence","knob","rates":{...}}],"errors"}.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// How long --advise keeps the configuration it read.
 const CONFIG_EVERY: Duration = Duration::from_secs(30);

@@ -1,14 +1,60 @@
 //! `rocewatch env`: what NCCL, UCX and Open MPI need on this host.
 
 use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
 
-use super::args::{EnvArgs, EnvFormat};
+use super::args::SourceArgs;
 use super::output::print_json;
 use crate::app::App;
 use rocewatch_doctor::appenv;
 use rocewatch_doctor::shell::one_line;
 use rocewatch_plugin_api::PluginKind;
 use rocewatch_sysfs::rails;
+
+/// Whose variables `rocewatch env` prints (`rocewatch_doctor::appenv::For`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EnvFor {
+    Nccl,
+    Ucx,
+    Openmpi,
+    All,
+}
+
+impl From<EnvFor> for rocewatch_doctor::appenv::For {
+    fn from(f: EnvFor) -> Self {
+        match f {
+            EnvFor::Nccl => Self::Nccl,
+            EnvFor::Ucx => Self::Ucx,
+            EnvFor::Openmpi => Self::Openmpi,
+            EnvFor::All => Self::All,
+        }
+    }
+}
+
+/// `rocewatch env`'s arguments.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Whose variables.
+    #[arg(long = "for", value_enum, default_value = "all")]
+    pub target: EnvFor,
+    /// shell: `export NAME=value` lines; json: variables, ports and warnings; slurm: a
+    /// TaskProlog script (it prints each `export` line whole, as slurmstepd reads it).
+    /// Names that could not be printed exactly are left out, with a warning.
+    #[arg(long, value_enum, default_value = "shell")]
+    pub format: EnvFormat,
+    /// Only RDMA devices whose name matches this glob (e.g. 'mlx5_*').
+    #[arg(long, value_name = "GLOB")]
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum EnvFormat {
+    Shell,
+    Json,
+    Slurm,
+}
 
 pub async fn run(a: EnvArgs) -> Result<i32> {
     let EnvArgs {

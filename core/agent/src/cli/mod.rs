@@ -5,7 +5,6 @@
 
 mod agent_logs;
 mod args;
-mod args_doctor;
 mod args_sub;
 mod bandwidth;
 mod capture;
@@ -40,7 +39,7 @@ pub use args::{Cli, Command};
 
 use anyhow::Result;
 
-use args::ConfigCommand;
+use config::ConfigCommand;
 
 /// Run a parsed command line; the returned code is the process exit status.
 pub async fn run(cli: Cli) -> Result<i32> {

@@ -4,13 +4,78 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use clap::Args;
 use rocewatch_plugin_api::{CmConnection, NicTimestamps, ProbeOutcome, ProbeResult};
 use rocewatch_runtime::host::call::CallError;
 use rocewatch_runtime::host::registry::{Entry, Registry, State};
+use rocewatch_runtime::util::duration::{PROBE_GAP, PROBE_TIMEOUT};
 
-use super::args::{ProbeArgs, ProbeCmdArgs};
+use super::args::SourceArgs;
 use crate::app::App;
 use crate::config::Config;
+
+/// `rocewatch probe`'s arguments.
+#[derive(Debug, Args)]
+pub struct ProbeCmdArgs {
+    #[command(flatten)]
+    pub args: ProbeArgs,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// `rocewatch probe`'s command line.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The peer (IP address or name).
+    #[arg(required_unless_present = "serve")]
+    pub peer: Option<String>,
+    /// Probes to send.
+    #[arg(long, default_value_t = 10)]
+    pub count: u32,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub size: u32,
+    /// Per-probe timeout (at most 1m).
+    #[arg(long, value_parser = PROBE_TIMEOUT.flag(), default_value = "1s", value_name = "DUR")]
+    pub timeout: Duration,
+    /// Time between probes (0s: one after another; at most 1h).
+    #[arg(long, value_parser = PROBE_GAP.flag(), default_value = "100ms", value_name = "DUR")]
+    pub interval: Duration,
+    /// Run a responder until interrupted instead of probing; it also serves bandwidth
+    /// tests (`rocewatch bandwidth`) unless --no-bandwidth.
+    #[arg(long)]
+    pub serve: bool,
+    /// With --serve: refuse bandwidth tests.
+    #[arg(long, requires = "serve")]
+    pub no_bandwidth: bool,
+    /// RDMA device (default: the first).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// TCP port of the side channel.
+    #[arg(long, default_value_t = rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT)]
+    pub tcp_port: u16,
+    /// Print the results and the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Busy-poll for completions (prober, or responder with --serve) instead of sleeping
+    /// on completion events, as ib_send_lat does: lower, steadier RTTs, one core busy.
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Connect through the RDMA connection manager, as rping and every CM application
+    /// (NVMe over Fabrics, iSER, UCX, Open MPI) do: address and route resolution, the
+    /// CM's request over UDP 4791, the connection's RoCE mode and type of service; each
+    /// failure named by where it stopped. The peer runs `rocewatch probe --serve --cm`.
+    /// With --serve: also listen for CM connections (as rping -s).
+    #[arg(long)]
+    pub cm: bool,
+    /// The RDMA CM port (the same on both sides).
+    #[arg(long, default_value_t = rocewatch_probes::DEFAULT_CM_PORT, requires = "cm")]
+    pub port: u16,
+    /// The type of service a CM connection asks for (the whole ToS byte: DSCP 26 is
+    /// 104); default: the device's configfs default_roce_tos.
+    #[arg(long, value_name = "TOS", requires = "cm", conflicts_with = "serve")]
+    pub tos: Option<u8>,
+}
 
 pub async fn run(a: ProbeCmdArgs) -> Result<i32> {
     run_probe(a.args, a.source.load()?).await

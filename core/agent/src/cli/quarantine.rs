@@ -8,10 +8,52 @@
 //! arguments' handling and the printing only.
 
 use anyhow::{Context, Result};
+use clap::Subcommand;
 
-use super::args::QuarantineCommand;
+use super::args::SourceArgs;
 use super::output::print_json;
 use rocewatch_runtime::quarantine::operator;
+
+/// `rocewatch quarantine`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub enum QuarantineCommand {
+    /// Whether the host is in quarantine, since when, by whom and why.
+    ///
+    /// Exit status: 0 not in quarantine, 1 in quarantine, 2 on an error.
+    Show {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print JSON: {"quarantine": null} or {"quarantine": {"reason","origin","since",
+        /// "since_unix","labels"}}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put the host in quarantine by hand (audited): health says unhealthy, --slurm
+    /// drains the node, until `quarantine release`.
+    ///
+    /// Example: rocewatch quarantine enter --reason "flapping cable on mlx5_3, ticket 4711"
+    #[command(verbatim_doc_comment)]
+    Enter {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Why, in one line (it lands in the audit log, the metric and Slurm's reason).
+        #[arg(long)]
+        reason: String,
+    },
+    /// End the quarantine (audited with the reason): the only way one ends, unless
+    /// [health] release_after lets a rule's quarantine recover. Restarting the agent or
+    /// rebooting ends none.
+    ///
+    /// Example: rocewatch quarantine release --reason "cable replaced, ticket 4711"
+    #[command(verbatim_doc_comment)]
+    Release {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Why it ends, in one line (audited).
+        #[arg(long)]
+        reason: String,
+    },
+}
 
 /// The most of a field of the file `show` prints (a reason is one line).
 const SHOWN_MAX: usize = 1024;

@@ -12,18 +12,45 @@
 use std::io::{IsTerminal, Write};
 
 use super::terminal::{live_view, terminal_rows};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
+use clap::Args;
 use rocewatch_metrics::{RESOURCE_CATALOG, RESOURCE_QPS, WORKLOAD_COUNTER};
 use rocewatch_plugin_api::{PluginKind, Sample};
 
-use super::args::TopArgs;
+use super::args::SourceArgs;
 use super::output::print_json;
-use super::top_view::{self, Frame};
+use super::top_view::{self, Frame, SortKey};
 use crate::app::App;
 use rocewatch_runtime::host::call;
 use rocewatch_runtime::host::registry::{Entry, Instance, State};
+
+/// `rocewatch top`'s arguments.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print one frame and exit. With per-QP counters it collects twice, --interval
+    /// apart, to show rates; without them, once.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: print the frame as JSON: {"host","time","sort","totals","folded",
+    /// "rates_over_s","per_qp_counters","workloads":[{"workload","kind","attributes",
+    /// "qps","cqs","mrs","mr_bytes","pds","ports","rates"}],"not_shown","errors"}.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+    /// The column rows are sorted by (descending; `workload` ascending).
+    #[arg(long, value_enum, default_value = "qps")]
+    pub sort: SortKey,
+    /// Show at most N workloads (default: all; the live view: what fits the terminal).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Time between collections: the live view's refresh, and the window of the rates
+    /// (100ms to 1h).
+    #[arg(long, value_parser = rocewatch_runtime::util::duration::INTERVAL.flag(), default_value = "2s", value_name = "DUR")]
+    pub interval: Duration,
+}
 
 /// The built-in collector of RDMA resources.
 const RESOURCES_PLUGIN: &str = "resources";

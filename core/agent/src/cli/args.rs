@@ -2,11 +2,11 @@
 //! What each command does is in the file of its name beside this one.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::Result;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
+use super::bandwidth::BandwidthCmdArgs;
+use super::capture::CaptureArgs;
 use super::collect::CollectArgs;
 use super::collectd::CollectdExecArgs;
 use super::config::ConfigCommand;
@@ -22,18 +22,8 @@ use super::rules::RulesArgs;
 use super::run::RunArgs;
 use super::top::TopArgs;
 use crate::config::LogFormat;
-use rocewatch_runtime::util::duration::{BANDWIDTH, PROBE_TIMEOUT, RUN_FOR};
 
 pub use super::args_sub::{QosCommand, SourceArgs};
-
-fn parse_share(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "{s:?} is not a share between 0 and 1 (0.9: 90 % of the line rate)"
-        )),
-    }
-}
 
 /// rocewatch: keep RDMA/RoCEv2 networks healthy.
 ///
@@ -334,84 +324,6 @@ pub enum Command {
         /// Where to write them (created if missing).
         dir: PathBuf,
     },
-}
-
-/// `rocewatch bandwidth`'s arguments.
-#[derive(Debug, Args)]
-pub struct BandwidthCmdArgs {
-    /// The peer (IP address or name) running a responder.
-    pub peer: String,
-    /// How long messages are posted (ib_write_bw -D): 1s to 60s (a responder serves at
-    /// most 60 s).
-    #[arg(long, value_parser = BANDWIDTH.flag(), default_value = "10s", value_name = "DUR")]
-    pub duration: Duration,
-    /// Bytes per message (ib_write_bw -s), 1 to 64 MiB.
-    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=64 << 20))]
-    pub size: u32,
-    /// RC queue pairs (ib_write_bw -q).
-    #[arg(long, default_value_t = 4)]
-    pub qps: u16,
-    #[arg(long, value_enum, default_value = "write")]
-    pub op: BandwidthOpArg,
-    /// The peer runs the same test towards this host at the same time (ib_write_bw -b).
-    #[arg(long)]
-    pub bidirectional: bool,
-    /// The share of the line rate below which the test fails (0 to 1; 0: no verdict).
-    #[arg(long, default_value_t = 0.9, value_name = "FRACTION", value_parser = parse_share)]
-    pub min_share: f64,
-    /// RDMA device (default: the first).
-    #[arg(long)]
-    pub device: Option<String>,
-    /// TCP port of the side channel.
-    #[arg(long, default_value_t = rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT)]
-    pub tcp_port: u16,
-    /// Connecting and the side channel's answers (at most 1m).
-    #[arg(long, value_parser = PROBE_TIMEOUT.flag(), default_value = "3s", value_name = "DUR")]
-    pub timeout: Duration,
-    /// Print the result as JSON.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub source: SourceArgs,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum BandwidthOpArg {
-    Write,
-    Read,
-    Send,
-}
-
-/// `rocewatch capture`'s arguments.
-#[derive(Debug, Args)]
-pub struct CaptureArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// An RDMA device (mlx5_0) or a netdev (ens1f0np0).
-    #[arg(conflicts_with = "read")]
-    pub target: Option<String>,
-    /// Stop after this long (default: until Ctrl-C, or --count).
-    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
-    pub duration: Option<Duration>,
-    /// Stop after this many packets.
-    #[arg(long, value_name = "N")]
-    pub count: Option<u64>,
-    /// Write the packets to this pcap file (as tcpdump -w).
-    #[arg(short = 'w', long = "write", value_name = "FILE")]
-    pub write: Option<PathBuf>,
-    /// Turn rx-vlan-offload off for the capture; the value found is put back afterwards.
-    #[arg(long)]
-    pub offload_off: bool,
-    /// Decode the captured RoCE v2 packets and print the summary.
-    #[arg(long)]
-    pub summary: bool,
-    /// Sum up this pcap file instead of capturing (a regular file, read as it streams).
-    #[arg(long, value_name = "FILE")]
-    pub read: Option<PathBuf>,
-    /// The summary as JSON: {"frames","roce","not_roce","not_roce_why","other",
-    /// "by_opcode","by_dest_qp","cnp",...,"truncated"}.
-    #[arg(long)]
-    pub json: bool,
 }
 
 impl Command {

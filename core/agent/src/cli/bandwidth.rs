@@ -6,14 +6,71 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Result;
+use clap::{Args, ValueEnum};
 
-use super::args::{BandwidthCmdArgs, BandwidthOpArg};
+use super::args::SourceArgs;
 use super::output::print_json;
 use crate::app::App;
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, PluginKind};
 use rocewatch_probes::bandwidth::{
     gbps, measure, thousands, MeasureError, Measured, PortMoves, Verdict,
 };
+use rocewatch_runtime::util::duration::{BANDWIDTH, PROBE_TIMEOUT};
+
+/// `rocewatch bandwidth`'s arguments.
+#[derive(Debug, Args)]
+pub struct BandwidthCmdArgs {
+    /// The peer (IP address or name) running a responder.
+    pub peer: String,
+    /// How long messages are posted (ib_write_bw -D): 1s to 60s (a responder serves at
+    /// most 60 s).
+    #[arg(long, value_parser = BANDWIDTH.flag(), default_value = "10s", value_name = "DUR")]
+    pub duration: Duration,
+    /// Bytes per message (ib_write_bw -s), 1 to 64 MiB.
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..=64 << 20))]
+    pub size: u32,
+    /// RC queue pairs (ib_write_bw -q).
+    #[arg(long, default_value_t = 4)]
+    pub qps: u16,
+    #[arg(long, value_enum, default_value = "write")]
+    pub op: BandwidthOpArg,
+    /// The peer runs the same test towards this host at the same time (ib_write_bw -b).
+    #[arg(long)]
+    pub bidirectional: bool,
+    /// The share of the line rate below which the test fails (0 to 1; 0: no verdict).
+    #[arg(long, default_value_t = 0.9, value_name = "FRACTION", value_parser = parse_share)]
+    pub min_share: f64,
+    /// RDMA device (default: the first).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// TCP port of the side channel.
+    #[arg(long, default_value_t = rocewatch_plugin_api::DEFAULT_PROBE_TCP_PORT)]
+    pub tcp_port: u16,
+    /// Connecting and the side channel's answers (at most 1m).
+    #[arg(long, value_parser = PROBE_TIMEOUT.flag(), default_value = "3s", value_name = "DUR")]
+    pub timeout: Duration,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum BandwidthOpArg {
+    Write,
+    Read,
+    Send,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a share between 0 and 1 (0.9: 90 % of the line rate)"
+        )),
+    }
+}
 
 /// Exit status of a test that could not run (refused, unreachable, no plugin).
 const NOT_RUN: i32 = 2;

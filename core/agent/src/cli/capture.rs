@@ -6,13 +6,47 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use clap::Args;
 use rocewatch_plugin_api::{Inventory, PluginKind};
 
-use super::args::CaptureArgs;
+use super::args::SourceArgs;
 use super::output::print_json;
 use crate::app::App;
 use rocewatch_doctor::capture::{restore_leftovers, OffloadGuard};
 use rocewatch_pcap::{open_capture, summarize};
+use rocewatch_runtime::util::duration::RUN_FOR;
+
+/// `rocewatch capture`'s arguments.
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// An RDMA device (mlx5_0) or a netdev (ens1f0np0).
+    #[arg(conflicts_with = "read")]
+    pub target: Option<String>,
+    /// Stop after this long (default: until Ctrl-C, or --count).
+    #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
+    pub duration: Option<Duration>,
+    /// Stop after this many packets.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Write the packets to this pcap file (as tcpdump -w).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Turn rx-vlan-offload off for the capture; the value found is put back afterwards.
+    #[arg(long)]
+    pub offload_off: bool,
+    /// Decode the captured RoCE v2 packets and print the summary.
+    #[arg(long)]
+    pub summary: bool,
+    /// Sum up this pcap file instead of capturing (a regular file, read as it streams).
+    #[arg(long, value_name = "FILE")]
+    pub read: Option<PathBuf>,
+    /// The summary as JSON: {"frames","roce","not_roce","not_roce_why","other",
+    /// "by_opcode","by_dest_qp","cnp",...,"truncated"}.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Sum up `file` as it is read (a regular file only: a FIFO or a device is refused), one
 /// record at a time: memory does not grow with the file.

@@ -280,20 +280,10 @@ fn qos_diff_and_the_fingerprint_agree_on_hosts_alike() {
         if let Some(mtu) = mtu {
             std::fs::write(root.join("class/net/ens1f0np0/mtu"), format!("{mtu}\n")).unwrap();
         }
-        let o = rocewatch(
-            &[
-                "qos",
-                "show",
-                "--json",
-                "--sysfs-root",
-                root.to_str().unwrap(),
-            ],
-            &[],
-        );
-        assert!(o.status.success(), "{}", stderr(&o));
+        let shown = show_at(&root);
         let path = dir.path().join(format!("{name}.json"));
-        std::fs::write(&path, stdout(&o)).unwrap();
-        (path, serde_json::from_str(&stdout(&o)).unwrap())
+        std::fs::write(&path, shown.to_string()).unwrap();
+        (path, shown)
     };
     let diff = |x: &std::path::Path, y: &std::path::Path, json: bool| {
         let mut args = vec!["qos", "diff", x.to_str().unwrap(), y.to_str().unwrap()];

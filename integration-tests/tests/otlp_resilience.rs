@@ -2,8 +2,8 @@
 //! when it returns; a tiny queue drops and counts; a gRPC receiver that starts late gets
 //! the backlog in batches; a receiver that answers 413 to more than one snapshot a
 //! request still gets every one after an outage, one whose limit is below a snapshot's
-//! request gets it cut until it fits, and one that refuses even one point has it
-//! dropped, counted and said; TLS (custom CA, client certificate), headers and gzip work
+//! request gets it cut until it fits and the next exports under the limit learnt, and
+//! one that refuses everything gets a few requests a snapshot, dropped, counted and said; TLS (custom CA, client certificate), headers and gzip work
 //! on both transports. Delivery as the OTLP specification says: HTTP 429/502/503/504 and
 //! the retryable gRPC codes retried, `Retry-After` and `RetryInfo` honoured however much
 //! new data comes meanwhile, other failures (gRPC UNKNOWN, RESOURCE_EXHAUSTED without
@@ -368,7 +368,8 @@ fn slow_and_failing_exporters_stall_neither_each_other_nor_collection() {
 
 /// An OTLP/HTTP receiver that takes `max` snapshots a request: 413 to a request
 /// carrying more `ResourceMetrics` (an agent's snapshot is one), or more than its byte
-/// limit, 200 to others. It keeps the body of each request it took and counts the 413s.
+/// limit, 200 to others. It keeps the body of each request it took, counts the 413s, and
+/// keeps every request's size and whether it was taken, in order.
 mod single_snapshot_receiver {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::sync::{Arc, Mutex};
@@ -377,6 +378,8 @@ mod single_snapshot_receiver {
     pub struct Seen {
         pub taken: Vec<Vec<u8>>,
         pub too_large: usize,
+        /// Every request: its size, and whether it was taken.
+        pub requests: Vec<(usize, bool)>,
     }
 
     fn varint(b: &[u8]) -> Option<(u64, usize)> {
@@ -438,7 +441,9 @@ mod single_snapshot_receiver {
             r.read_exact(&mut body)?;
             let n = snapshots_in(&body).expect("an ExportMetricsServiceRequest");
             let mut s = seen.lock().unwrap();
-            if n > max || body.len() > max_bytes {
+            let refused = n > max || body.len() > max_bytes;
+            s.requests.push((body.len(), !refused));
+            if refused {
                 s.too_large += 1;
                 drop(s);
                 let msg = "one snapshot a request";
@@ -517,9 +522,9 @@ fn a_413_splits_the_backlog_and_every_snapshot_arrives() {
     assert_eq!(otlp_dropped(&base), 0.0);
 }
 
-/// A receiver that refuses every request, down to one point: what cannot be cut further
-/// is the only thing dropped, each snapshot counted once in
-/// rocewatch_exporter_dropped_total, and said with its size.
+/// A receiver that refuses every request: a snapshot is cut only while what is refused
+/// is over 16 KiB, then dropped, each snapshot counted once in
+/// rocewatch_exporter_dropped_total, and said once with its size.
 #[test]
 fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -531,9 +536,9 @@ fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
         fixture("mlx5-roce-dual-port")
     ));
     let base = rw.prometheus_url();
-    // Each snapshot is cut down to one point a request before it is dropped: a request
-    // per point and as many cuts, each refused.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Each snapshot is cut while what is refused is over 16 KiB, then dropped: a few
+    // requests a snapshot.
+    let deadline = Instant::now() + Duration::from_secs(10);
     let dropped = || otlp_dropped(&base);
     while Instant::now() < deadline && dropped() < 1.0 {
         std::thread::sleep(Duration::from_millis(100));
@@ -556,23 +561,27 @@ fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
     assert!(status.success(), "{log}");
 }
 
-/// A receiver whose limit (4 KiB) is below `max_request_bytes` (4 MiB) answers 413 to a
-/// snapshot's request, which holds one snapshot and cannot be split by snapshots: it is
-/// cut in two again and again (by metric, then by series) until every part fits, and
-/// nothing is dropped; every port's series arrives.
+/// A receiver whose limit (20 KiB, over the 16 KiB under which nothing is cut) is below
+/// `max_request_bytes` (4 MiB) answers 413 to a snapshot's request, which holds one
+/// snapshot and cannot be split by snapshots: it is cut in two again and again (by
+/// metric, then by series) until every part fits, and nothing is dropped; every port's
+/// series arrives.
 #[test]
 fn a_413_on_one_snapshot_cuts_it_until_it_fits() {
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
     use prost::Message;
-    let limit = 4096;
+    let Some(tree) = scale_tree(8, 2) else {
+        return;
+    };
+    let limit = 20 << 10;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = single_snapshot_receiver::start_limited(listener, usize::MAX, limit);
     let (mut rw, _cfg) = agent(&format!(
         "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
          [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
-        fixture("mlx5-roce-dual-port")
+        tree.path().join("sys")
     ));
     let base = rw.prometheus_url();
     // The port's up gauge of each port, as the receiver took them.
@@ -597,7 +606,7 @@ fn a_413_on_one_snapshot_cuts_it_until_it_fits() {
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline
-        && (ports_up().len() < 2 || seen.lock().unwrap().taken.len() < 20)
+        && (ports_up().len() < 16 || seen.lock().unwrap().taken.len() < 20)
     {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -613,9 +622,149 @@ fn a_413_on_one_snapshot_cuts_it_until_it_fits() {
         assert!(body.len() <= limit, "a request of {} taken", body.len());
     }
     drop(s);
-    assert_eq!(ports_up().len(), 2, "both ports' series\n{log}");
+    assert_eq!(ports_up().len(), 16, "every port's series\n{log}");
     assert_eq!(dropped, 0.0, "nothing dropped\n{log}");
     assert!(!log.contains("dropped"), "{log}");
+    assert!(status.success(), "{log}");
+}
+
+/// `rocewatch_exporter_dropped_total{exporter="otlp",reason="too_large"}`.
+fn dropped_too_large(base: &str) -> f64 {
+    metric(
+        base,
+        "rocewatch_exporter_dropped_total{exporter=\"otlp\",reason=\"too_large\"}",
+    )
+    .unwrap_or(0.0)
+}
+
+/// `rocewatch_exporter_sent_total{exporter="otlp"}`: snapshots delivered.
+fn otlp_sent(base: &str) -> f64 {
+    metric(base, "rocewatch_exporter_sent_total{exporter=\"otlp\"}").unwrap_or(0.0)
+}
+
+/// Waits until `done` (polled every 50 ms) or `secs` have passed.
+fn until(secs: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline && !done() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The size (uncompressed) at or under which a request refused as too large is not cut
+/// again (docs/EXPORTERS.md, "Too large anyway").
+const CUT_FLOOR: usize = 16 << 10;
+
+/// A receiver that refuses every request (a proxy with a tiny limit, a misconfigured
+/// one): a snapshot is cut only while what is refused is over 16 KiB (no real receiver
+/// refuses less), then dropped with all that is left of it and counted once: a few
+/// requests a snapshot (its first piece halved down to 16 KiB), not two a data point;
+/// said once, with the endpoint and the receiver's setting to raise.
+#[test]
+fn a_receiver_refusing_everything_gets_a_few_requests_a_snapshot() {
+    let Some(tree) = scale_tree(8, 2) else {
+        return;
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = single_snapshot_receiver::start(listener, 0);
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
+        tree.path().join("sys")
+    ));
+    let base = rw.prometheus_url();
+    until(20, || dropped_too_large(&base) >= 3.0);
+    // The requests first: a snapshot dropped after they are counted only adds to the
+    // count of snapshots.
+    let (requests, largest) = {
+        let s = seen.lock().unwrap();
+        let largest = s.requests.iter().map(|r| r.0).max().unwrap_or(0);
+        (s.requests.len(), largest)
+    };
+    let dropped = dropped_too_large(&base);
+    let (status, log, _) = rw.proc.stop();
+    assert!(dropped >= 3.0, "{dropped} snapshots dropped in 20 s\n{log}");
+    assert!(
+        largest > 4 * CUT_FLOOR,
+        "a snapshot of {largest} bytes is hardly cut: the test proves nothing\n{log}"
+    );
+    // A snapshot's first request, then its first half, and so on while over the floor:
+    // halves are cut near the middle of their bytes.
+    let halvings = (largest as f64 / CUT_FLOOR as f64).log2().ceil() as usize;
+    let per_snapshot = 2 + halvings;
+    assert!(
+        requests <= (dropped as usize + 1) * per_snapshot,
+        "{requests} requests for {dropped} snapshots dropped (and one being cut), over {per_snapshot} a snapshot\n{log}"
+    );
+    assert!(seen.lock().unwrap().taken.is_empty());
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("dropped with the rest of its snapshot"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once, not once a snapshot\n{log}");
+    for what in [
+        &format!("127.0.0.1:{port}") as &str,
+        "max_request_body_size",
+        "is too large for the receiver",
+    ] {
+        assert!(said[0].contains(what), "{what} in {}", said[0]);
+    }
+    assert!(status.success(), "{log}");
+}
+
+/// A receiver whose limit (48 KiB) is below `max_request_bytes` refuses the first export
+/// it gets, which is cut until it fits; the largest piece it took becomes the bound of the
+/// exports after it (their encoding, any merge), so that the next exports arrive with no
+/// 413 at all. Said once, with the setting that makes it so from the start.
+#[test]
+fn the_limit_learnt_from_a_413_spares_the_next_exports_a_refusal() {
+    let Some(tree) = scale_tree(8, 2) else {
+        return;
+    };
+    let limit = 48 << 10;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = single_snapshot_receiver::start_limited(listener, usize::MAX, limit);
+    let (mut rw, _cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
+        tree.path().join("sys")
+    ));
+    let base = rw.prometheus_url();
+    let refused = || seen.lock().unwrap().too_large;
+    // An export refused, then delivered cut: every refusal of its cutting is done.
+    until(20, || refused() >= 1);
+    let before = otlp_sent(&base);
+    until(20, || otlp_sent(&base) > before);
+    let first = refused();
+    let delivered = otlp_sent(&base);
+    // Four exports more.
+    until(20, || otlp_sent(&base) >= delivered + 4.0);
+    let (later, sent) = (refused(), otlp_sent(&base));
+    let dropped = otlp_dropped(&base);
+    let (status, log, _) = rw.proc.stop();
+    let s = seen.lock().unwrap();
+    let largest = s.requests.iter().map(|r| r.0).max().unwrap_or(0);
+    assert!(
+        first >= 1 && largest > limit,
+        "no request over the receiver's limit: the test proves nothing\n{log}"
+    );
+    assert!(sent >= delivered + 4.0, "{sent} exports delivered\n{log}");
+    assert_eq!(
+        later,
+        first,
+        "the exports after the first cut are refused again ({} requests)\n{log}",
+        s.requests.len()
+    );
+    for body in &s.taken {
+        assert!(body.len() <= limit, "a request of {} taken", body.len());
+    }
+    assert_eq!(dropped, 0.0, "nothing dropped\n{log}");
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("kept under")).collect();
+    assert_eq!(said.len(), 1, "the bound learnt said once\n{log}");
+    for what in ["max_request_bytes", "max_request_body_size", "reload"] {
+        assert!(said[0].contains(what), "{what} in {}", said[0]);
+    }
     assert!(status.success(), "{log}");
 }
 

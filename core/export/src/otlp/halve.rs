@@ -134,9 +134,18 @@ fn halve_at(msg: &[u8], level: usize) -> Option<(Vec<u8>, Vec<u8>)> {
             Some((with(&a), with(&b)))
         }
         n if *repeated => {
-            // The first half of the children in one, the rest in the other; every other
-            // field in both.
-            let second = children[n / 2];
+            // The children up to half their bytes in one (one at least), the rest in the
+            // other (one at least); every other field in both. Halved by size, not count,
+            // a refused half is about half as large: a receiver refusing everything sees
+            // about log2(size / floor) requests a snapshot.
+            let size = |k: usize| fields[children[k]].whole.len();
+            let total: usize = (0..n).map(size).sum();
+            let (mut k, mut first) = (1, size(0));
+            while k < n - 1 && 2 * (first + size(k)) <= total {
+                first += size(k);
+                k += 1;
+            }
+            let second = children[k];
             let keep = |first: bool| {
                 let mut out = Vec::with_capacity(msg.len());
                 for (i, f) in fields.iter().enumerate() {

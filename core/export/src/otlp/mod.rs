@@ -26,8 +26,13 @@
 //!   bound drops only as many as it must;
 //! - a request the receiver refuses as too large (HTTP 413, or gRPC's "message larger
 //!   than max") goes back to the queue split, and from then on at most half as many are
-//!   merged, down to one: only a single request still too large is dropped (counted in
-//!   `rocewatch.exporter.dropped{reason="too_large"}`, said with its size);
+//!   merged, down to one; a single request is cut in two (`halve`) and both sent again,
+//!   so on until each fits, and the largest piece the receiver took becomes the bound of
+//!   the following exports (`limit`: their encoding, merging, and the requests queued
+//!   before), said once; a refused request of 16 KiB or less (`limit::CUT_FLOOR`: no
+//!   receiver in use refuses so little) is not cut again but dropped with the rest of its
+//!   snapshot (counted in `rocewatch.exporter.dropped{reason="too_large"}`, said once per
+//!   change), so a receiver that refuses everything gets a few requests a snapshot;
 //! - retries as the OTLP specification says (`transport`: what is retryable), with
 //!   exponential backoff and jitter, or the receiver's `Retry-After` / `RetryInfo` (up to
 //!   [`sender::RETRY_AFTER_MAX`]); a wait holds its deadline however many snapshots are queued
@@ -50,13 +55,14 @@ mod encode;
 mod fields;
 mod halve;
 mod identity;
+mod limit;
 pub mod logs;
 mod queue;
 mod sender;
 mod transport;
 
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 #[cfg(test)]
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -168,6 +174,10 @@ impl OtlpExporter {
             max_bytes: cfg.queue_max_bytes,
             metrics: Arc::clone(&metrics),
         });
+        // The bound on a request: `max_request_bytes`, or lower once the receiver taught
+        // the sender its limit (`limit`); the encoding thread reads it at each export.
+        let limit = limit::Limit::new(cfg.max_request_bytes.max(MIN_REQUEST_BYTES));
+        let bound = limit.shared();
         // The clients are built on the sender thread: the blocking HTTP client and the gRPC
         // runtime must not be created or dropped on the agent's async workers.
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -178,8 +188,7 @@ impl OtlpExporter {
                 .spawn(move || match Transport::build(&c) {
                     Ok(t) => {
                         let _ = ready_tx.send(Ok(()));
-                        let max_request = c.max_request_bytes.max(MIN_REQUEST_BYTES);
-                        sender::sender(q, t, c, max_request)
+                        sender::sender(q, t, c, limit)
                     }
                     Err(e) => {
                         q.lock().done = true;
@@ -196,7 +205,6 @@ impl OtlpExporter {
         let ticker = {
             let (q, stop, interval) = (Arc::clone(&queue), Arc::clone(&stop), cfg.interval);
             let gz = cfg.compression == config::Compression::Gzip;
-            let max_request = cfg.max_request_bytes.max(MIN_REQUEST_BYTES);
             let mut enc =
                 Encoder::new(&resource(cfg, host), SystemTime::now()).temporality(cfg.temporality);
             std::thread::Builder::new()
@@ -223,6 +231,7 @@ impl OtlpExporter {
                         // the gzip stream (or a buffer sized from the last request), as
                         // one request or, past `max_request_bytes`, several.
                         let now = SystemTime::now();
+                        let max_request = bound.load(std::sync::atomic::Ordering::Relaxed);
                         let mut requests = Requests::new(gz, last_len);
                         let body = enc
                             .encode(&store, &metrics, now, max_request, &mut requests)
@@ -312,6 +321,7 @@ impl OtlpExporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn req(tag: &str) -> ExportMetricsServiceRequest {
         use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics as R;

@@ -306,6 +306,31 @@ impl Queue {
         b
     }
 
+    /// `batch` (refused, not to be sent again) and what is queued of its snapshots:
+    /// dropped for `reason`, each snapshot counted once. The queue holds one request a
+    /// batch (merged only when taken), so no other snapshot's request goes with them.
+    /// Returns the parts dropped, `batch`'s first.
+    pub(super) fn drop_with_rest(&self, batch: &Batch, reason: ExporterDropReason) -> Vec<Part> {
+        let mut st = self.lock();
+        st.in_flight = 0;
+        let of = |p: &Part| batch.parts.iter().any(|b| b.snapshot == p.snapshot);
+        let mut dropped = batch.parts.clone();
+        let queued = std::mem::take(&mut st.batches);
+        for b in queued {
+            if b.parts.iter().any(of) {
+                st.bytes -= b.body.len();
+                st.snapshots -= b.snapshots();
+                dropped.extend_from_slice(&b.parts);
+            } else {
+                st.batches.push_back(b);
+            }
+        }
+        for p in &dropped {
+            st.lost(p, reason, &self.metrics);
+        }
+        dropped
+    }
+
     /// Shutting down and the endpoint is unreachable: give up now rather than hold the
     /// agent's exit; what is left is counted as dropped.
     pub(super) fn give_up(&self, mut st: std::sync::MutexGuard<'_, QueueState>) {
@@ -596,6 +621,47 @@ mod tests {
             resource_metrics: vec![ResourceMetrics::default()],
         });
         assert!(one.halve().is_none(), "nothing to cut");
+    }
+
+    /// A request refused at the floor goes with what is queued of its snapshot, counted
+    /// once; other snapshots stay, and the counts follow.
+    #[test]
+    fn a_snapshot_dropped_with_its_rest_counts_once() {
+        let q = queue(10);
+        let req = |tag: &str| {
+            let b = ExportMetricsServiceRequest {
+                resource_metrics: vec![opentelemetry_proto::tonic::metrics::v1::ResourceMetrics {
+                    schema_url: tag.into(),
+                    ..Default::default()
+                }],
+            }
+            .encode_to_vec();
+            let raw = b.len();
+            (b, raw)
+        };
+        q.push_snapshot(vec![req("a0"), req("a1"), req("a2")], false);
+        q.push_snapshot(vec![req("b0")], false);
+        let first = q.take(&mut q.lock(), 1, usize::MAX);
+        let kept = q.lock().batches[2].body.len();
+        let dropped = q.drop_with_rest(&first, ExporterDropReason::TooLarge);
+        assert_eq!(dropped.len(), 3);
+        assert!(dropped[2].last, "its last request too");
+        let st = q.lock();
+        assert_eq!((st.snapshots, st.batches.len(), st.in_flight), (1, 1, 0));
+        assert_eq!(st.bytes, kept);
+        assert!(st.lost.is_empty(), "nothing of it is left to count");
+        drop(st);
+        assert_eq!(
+            q.metrics
+                .exporter_dropped_for("otlp", ExporterDropReason::TooLarge),
+            1
+        );
+        let b = q.take(&mut q.lock(), 1, usize::MAX);
+        assert_eq!(
+            q.lock().delivered(&b.parts),
+            1,
+            "the other snapshot still goes"
+        );
     }
 
     /// A count that disagrees with what is queued never makes the trim loop.

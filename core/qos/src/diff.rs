@@ -6,7 +6,6 @@ use rocewatch_plugin_api::{QosState, Setting};
 use serde::{Deserialize, Serialize};
 
 use super::config::normalize;
-use super::metrics::in_fingerprint;
 
 /// What `rocewatch qos show --json` prints, as `qos diff` reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +63,13 @@ pub fn setting_text(s: Option<&Setting>) -> String {
         Some(Setting::Unknown(why)) => format!("unknown: {why}"),
         None => "absent".into(),
     }
+}
+
+/// Settings the fingerprint leaves out: what the switch announced (`peer_*`: the host's
+/// configuration is the same whatever DCBX says this minute) and the NIC's fixed buffer
+/// total.
+pub(crate) fn in_fingerprint(setting: &str) -> bool {
+    !setting.starts_with("peer_") && setting != "buffer_total"
 }
 
 /// A setting as the fingerprint digests it and `qos diff` compares it: the normalized

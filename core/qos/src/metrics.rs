@@ -12,6 +12,7 @@ use rocewatch_plugin_api::{
 use tokio::sync::watch;
 
 use super::observe::{observe, ConfigPlugins};
+use crate::diff::in_fingerprint;
 use crate::QosConfig;
 use rocewatch_runtime::host::discovery::Discovery;
 use rocewatch_runtime::pipeline::Pipeline;
@@ -27,13 +28,6 @@ pub const ATTR_FINGERPRINT: &str = names::QOS_FINGERPRINT;
 
 /// The pseudo-plugin the configuration metrics are stored under.
 pub const PLUGIN: &str = "qos";
-
-/// Settings the fingerprint leaves out: what the switch announced (`peer_*`: the host's
-/// configuration is the same whatever DCBX says this minute) and the NIC's fixed buffer
-/// total.
-pub(crate) fn in_fingerprint(setting: &str) -> bool {
-    !setting.starts_with("peer_") && setting != "buffer_total"
-}
 
 /// A stable digest (FNV-1a, 64 bits, hex) of the effective configuration of every port
 /// and of every device's driver (its module's version, source digest and origin) and

@@ -227,10 +227,10 @@ fn kernel_log_env_and_firewall_fixes() {
     };
     let mut env = BTreeMap::new();
     env.insert("NCCL_IB_HCA".to_string(), "mlx5_9".to_string());
-    let checks = super::appenv_check::env_checks(&host, &Inventory::default(), &[], &env, None);
+    let checks = super::appenv::check::env_checks(&host, &Inventory::default(), &[], &env, None);
     assert_quoted(&checks);
     let checks =
-        super::appenv_check::env_checks(&host, &Inventory::default(), &[], &BTreeMap::new(), None);
+        super::appenv::check::env_checks(&host, &Inventory::default(), &[], &BTreeMap::new(), None);
     assert_quoted(&checks);
     // A table and chain named by whoever wrote the rule set; an iptables rule whose
     // comment iptables-save double-quotes.

@@ -18,8 +18,6 @@
 
 mod acs;
 pub mod appenv;
-mod appenv_check;
-mod appenv_select;
 mod bandwidth;
 mod buffers;
 pub mod capture;
@@ -50,7 +48,7 @@ mod topics;
 pub mod userspace;
 mod userspace_topic;
 
-pub use appenv_check::{env_checks, parse_env, relevant};
+pub use appenv::check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};
 pub use firewall::{iptables_blocking, nft_blocking};
 pub use guide::run;

@@ -204,7 +204,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
         Duration::from_secs(5),
     ));
     let host = super::appenv::HostEnv::default();
-    out.extend(super::appenv_check::env_checks(
+    out.extend(super::appenv::check::env_checks(
         &host,
         &no_inv,
         &[],
@@ -260,13 +260,28 @@ fn no_check_passes_on_empty_input() {
     }
 }
 
+/// The doctor's source files, in every folder under `src`.
+fn source_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_dir() {
+            source_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
 /// The names given to `check(` as a literal in the doctor's sources.
 fn check_names_in_sources() -> BTreeSet<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
     let mut names = BTreeSet::new();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let path = e.unwrap().path();
-        if path.extension().is_none_or(|x| x != "rs") || path.ends_with("no_evidence_tests.rs") {
+    for path in files {
+        if path.ends_with("no_evidence_tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();

@@ -176,5 +176,5 @@ pub(super) fn env(h: &Host) -> Vec<Check> {
         super::appenv::For::All,
         h.addrs.as_ref(),
     );
-    super::appenv_check::env_checks(&host, &h.inv, &h.qos, env, h.addrs.as_ref())
+    super::appenv::check::env_checks(&host, &h.inv, &h.qos, env, h.addrs.as_ref())
 }

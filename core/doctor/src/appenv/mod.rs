@@ -2,7 +2,7 @@
 //! path, computed from discovery and the QoS state: the ACTIVE ports, the GID index that
 //! holds the RoCE v2 GID of the netdev's IPv4 address, the traffic class that puts RDMA on
 //! the lossless priority, the interface for sockets. `rocewatch env` prints it;
-//! `rocewatch doctor --env` compares an application's settings with it (appenv_check).
+//! `rocewatch doctor --env` compares an application's settings with it (`check.rs`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -12,6 +12,9 @@ use rocewatch_sysfs::rails::PortEnv;
 use serde::Serialize;
 
 use crate::shell::{has_control, one_line, quote};
+
+pub(crate) mod check;
+mod select;
 
 /// Which application's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

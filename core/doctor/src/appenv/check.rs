@@ -9,9 +9,9 @@ use rocewatch_plugin_api::{Inventory, QosState};
 use rocewatch_sysfs::gid::gid_ip;
 use rocewatch_sysfs::rails::{value, PortEnv};
 
-use super::appenv::HostEnv;
-use super::appenv_select::{nccl_selected, ucx_selected};
-use super::check::{check, Check, Status};
+use super::select::{nccl_selected, ucx_selected};
+use super::HostEnv;
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// `NAME=value` lines (a leading `export `, quotes, comments and blank lines allowed), as

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
 
 use super::bandwidth::BandwidthCmdArgs;
 use super::capture::CaptureArgs;
@@ -17,13 +18,12 @@ use super::doctor::DoctorArgs;
 use super::env::EnvArgs;
 use super::plugins::PluginsArgs;
 use super::probe::ProbeCmdArgs;
+use super::qos::QosCommand;
 use super::quarantine::QuarantineCommand;
 use super::rules::RulesArgs;
 use super::run::RunArgs;
 use super::top::TopArgs;
-use crate::config::LogFormat;
-
-pub use super::args_sub::{QosCommand, SourceArgs};
+use crate::config::{Config, LogFormat};
 
 /// rocewatch: keep RDMA/RoCEv2 networks healthy.
 ///
@@ -35,7 +35,7 @@ pub use super::args_sub::{QosCommand, SourceArgs};
 #[derive(Debug, Parser)]
 #[command(
     name = "rocewatch",
-    version = super::args_sub::long_version(),
+    version = super::manuals::long_version(),
     propagate_version = true
 )]
 pub struct Cli {
@@ -315,7 +315,7 @@ pub enum Command {
     Completions {
         /// The shell.
         #[arg(value_enum)]
-        shell: super::args_sub::CompletionShell,
+        shell: super::manuals::CompletionShell,
     },
     /// Write the manual pages (rocewatch.1, one page per subcommand: rocewatch-probe.1,
     /// rocewatch-qos-apply.1, ...) into DIR, for packaging.
@@ -324,6 +324,27 @@ pub enum Command {
         /// Where to write them (created if missing).
         dir: PathBuf,
     },
+}
+
+/// Options shared by the commands that read sysfs.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// Configuration file (TOML). Without it: defaults plus ROCEWATCH_* overrides.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Root of the sysfs tree to read instead of /sys (overrides agent.sysfs_root).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    pub fn load(&self) -> Result<Config> {
+        let mut cfg = Config::load(self.config.as_deref())?;
+        if let Some(root) = &self.sysfs_root {
+            cfg.agent.sysfs_root = root.clone();
+        }
+        Ok(cfg)
+    }
 }
 
 impl Command {

@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use clap::Args;
 
-use super::args_sub::SourceArgs;
+use super::args::SourceArgs;
 use super::output::print_json;
 use rocewatch_health::{Report, Status};
 

@@ -5,7 +5,6 @@
 
 mod agent_logs;
 mod args;
-mod args_sub;
 mod bandwidth;
 mod capture;
 mod collect;

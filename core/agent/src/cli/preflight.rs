@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
-use super::args_sub::SourceArgs;
+use super::args::SourceArgs;
 use super::output::print_json;
 use crate::app::App;
 use rocewatch_plugin_api::PluginKind;

@@ -104,12 +104,14 @@ impl Limit {
         }
     }
 
-    /// `parts` sent or dropped: when they end the snapshot being cut, the largest request
-    /// taken since the refusal is the bound from now on (never under [`CUT_FLOOR`], never
-    /// over `max_request_bytes`); returned when it changed.
+    /// `parts` sent or dropped: when they end the snapshot being cut (its last part, or a
+    /// later snapshot's: its end went otherwise, dropped from a full queue), the largest
+    /// request taken since the refusal is the bound from now on (never under
+    /// [`CUT_FLOOR`], never over `max_request_bytes`); returned when it changed.
     pub(super) fn ended(&mut self, parts: &[Part]) -> Option<Learnt> {
         let cutting = self.cutting?;
-        if !parts.iter().any(|p| p.last && p.snapshot == cutting) {
+        let ends = |p: &Part| p.snapshot > cutting || (p.last && p.snapshot == cutting);
+        if !parts.iter().any(ends) {
             return None;
         }
         self.cutting = None;
@@ -163,11 +165,19 @@ mod tests {
         // The next snapshot, under the bound: nothing new.
         l.taken(45 << 10);
         assert_eq!(l.ended(&[part(45 << 10, 2, true)]), None);
+        // A cut snapshot whose end was dropped elsewhere ends with a later one's part; 50
+        // KiB taken before a refusal of 60 still holds.
+        assert_eq!(l.refused(&part(60 << 10, 4, false)), Refused::Cut);
+        l.taken(48 << 10);
+        assert_eq!(l.ended(&[part(48 << 10, 4, false)]), None);
+        assert_eq!(l.cutting, Some(4));
+        assert_eq!(l.ended(&[part(1, 5, false)]), None, "50 KiB still");
+        assert_eq!((l.cutting, l.bound()), (None, 50 << 10));
         // The receiver's limit went down: 45 KiB refused, 30 taken.
-        assert_eq!(l.refused(&part(45 << 10, 3, false)), Refused::Cut);
+        assert_eq!(l.refused(&part(45 << 10, 6, false)), Refused::Cut);
         l.taken(30 << 10);
         assert_eq!(
-            l.ended(&[part(20 << 10, 3, true)]),
+            l.ended(&[part(20 << 10, 6, true)]),
             Some(Learnt {
                 bound: 30 << 10,
                 refused: 45 << 10

@@ -255,6 +255,9 @@ impl Sender {
         }
         drop(st);
         self.queue.metrics.exporter_error("otlp");
+        if let Some(learnt) = self.limit.ended(&batch.parts) {
+            self.learnt(&learnt);
+        }
         // Said once per change: a receiver that rejects every export would otherwise
         // fill the log.
         if self.said.rejected.as_deref() != Some(e.as_str()) {

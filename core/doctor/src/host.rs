@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use rocewatch_netlink::ifaddrs::interface_addresses;
 use rocewatch_plugin_api::{Device, Inventory, Port, QosState, ScrapeResult};
-use rocewatch_sysfs::gid::gid_ip;
+use rocewatch_sysfs::gid::routable_v2_gids;
 use rocewatch_sysfs::interrupts::nic_irqs;
+use rocewatch_sysfs::verdict::{judge_gids, GidVerdict};
 use rocewatch_sysfs::SysRoot;
 
 use super::check::{check, Check, Options, Status};
@@ -97,23 +98,24 @@ impl<'a> Host<'a> {
         })
     }
 
-    /// A RoCE port's RoCE v2 GIDs that are not link-local: (IP, GID index).
-    pub fn v2_gids(p: &Port) -> Vec<(IpAddr, u32)> {
-        p.gids
-            .iter()
-            .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
-            .filter_map(|g| gid_ip(&g.gid).map(|ip| (ip, g.index)))
-            .filter(
-                |(ip, _)| !matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80),
-            )
-            .collect()
+    /// A RoCE port's GIDs against its netdev's addresses: `health`'s verdict
+    /// (`rocewatch_sysfs::verdict::gid`).
+    pub fn gid_verdict(&self, p: &RocePort) -> GidVerdict {
+        let addresses = self
+            .addrs
+            .as_ref()
+            .map(|a| a.get(p.netdev).map_or(&[][..], Vec::as_slice));
+        let why = self
+            .sys
+            .no_address(&p.device.name, p.netdev, self.addrs.as_ref());
+        judge_gids(p.netdev, p.port, addresses, why)
     }
 
     /// A RoCE port's IPs: from the live interface, or (fixture trees) from its GIDs.
     pub fn ips(&self, p: &RocePort) -> Vec<IpAddr> {
         match &self.addrs {
             Some(a) => a.get(p.netdev).cloned().unwrap_or_default(),
-            None => Self::v2_gids(p.port).iter().map(|(ip, _)| *ip).collect(),
+            None => routable_v2_gids(p.port).iter().map(|g| g.ip).collect(),
         }
     }
 
@@ -125,10 +127,10 @@ impl<'a> Host<'a> {
             .map(|p| p.netdev)
     }
 
-    /// The RoCE netdevs' MTUs.
-    pub fn mtus(&self) -> BTreeMap<String, u32> {
+    /// The RoCE netdevs' MTUs, an unreadable one `None`, by netdev name.
+    pub fn mtus(&self) -> BTreeMap<String, Option<u32>> {
         self.roce_ports()
-            .filter_map(|p| Some((p.netdev.to_string(), p.port.netdev_mtu?)))
+            .map(|p| (p.netdev.to_string(), p.port.netdev_mtu))
             .collect()
     }
 }

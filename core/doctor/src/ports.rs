@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use rocewatch_plugin_api::{Device, Port};
-use rocewatch_sysfs::verdict::{judge_port_state, Weight};
+use rocewatch_sysfs::verdict::{judge_mtus, judge_port_state, GidVerdict, MtuVerdict, Weight};
 
 use super::check::{check, Check, Status};
 use super::host::{Host, RocePort};
@@ -129,19 +129,15 @@ fn roce_port_checks(h: &Host, d: &Device, p: &Port, subject: &str) -> Vec<Check>
         port: p,
         netdev: nd,
     };
-    let ips = h.ips(&rp);
+    // The verdict health's `gid` gives.
+    let v = h.gid_verdict(&rp);
+    let ips = v.ips();
     if ips.is_empty() {
-        out.push(check(
-            "ip",
-            subject,
-            Status::Fail,
-            format!("no IP address on {nd}"),
-            Some(format!("ip addr add ADDRESS/PREFIX dev {}", word(nd))),
-        ));
+        out.push(no_address_check(&v, subject));
         return out;
     }
-    out.push(ip_check(h.live, subject, nd, &ips));
-    out.extend(gid_checks(&rp, subject, &ips));
+    out.push(ip_check(h.live, subject, &v));
+    out.extend(gid_checks(&v, subject));
     out.extend(qos_checks(&h.qos, &d.name, p.port, nd, h.opts.priority));
     out.push(super::cm_path::cm_tos_check(
         &h.qos,
@@ -171,46 +167,61 @@ fn roce_port_checks(h: &Host, d: &Device, p: &Port, subject: &str) -> Vec<Check>
     out
 }
 
-/// The netdev's addresses (live), or those its GIDs carry (a tree).
-fn ip_check(live: bool, subject: &str, nd: &str, ips: &[IpAddr]) -> Check {
+/// The netdev's addresses (live), or those its GIDs carry (a tree, or a netdev whose
+/// addresses are on a VLAN or master above it).
+fn ip_check(live: bool, subject: &str, v: &GidVerdict) -> Check {
+    let ips = v
+        .ips()
+        .iter()
+        .map(IpAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (status, whence) = match &v.addresses {
+        Some(a) if !a.is_empty() => (Status::Pass, ""),
+        Some(_) => (
+            Status::Info,
+            " (its RoCE v2 GIDs': the addresses are on a device above it)",
+        ),
+        None if live => (Status::Info, " (from the GID table)"),
+        None => (Status::Info, " (from the GID table: not the live system)"),
+    };
     check(
         "ip",
         subject,
-        if live { Status::Pass } else { Status::Info },
-        format!(
-            "{nd}: {}{}",
-            ips.iter()
-                .map(IpAddr::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-            if live {
-                ""
-            } else {
-                " (from the GID table: not the live system)"
-            }
-        ),
+        status,
+        format!("{}: {ips}{whence}", v.netdev),
         None,
     )
 }
 
+/// A port with no address and no RoCE v2 GID holding one: a fault unless something
+/// explains it (a warning then).
+fn no_address_check(v: &GidVerdict, subject: &str) -> Check {
+    let nd = &v.netdev;
+    match v.weight() {
+        Weight::Note => check("ip", subject, Status::Warn, v.text(), None),
+        _ => check(
+            "ip",
+            subject,
+            Status::Fail,
+            v.text(),
+            Some(format!("ip addr add ADDRESS/PREFIX dev {}", word(nd))),
+        ),
+    }
+}
+
 /// A RoCE v2 GID for each of the netdev's addresses.
-fn gid_checks(p: &RocePort, subject: &str, ips: &[IpAddr]) -> Vec<Check> {
-    let v2 = Host::v2_gids(p.port);
-    let nd = p.netdev;
-    ips.iter()
-        .map(|ip| match v2.iter().find(|(g, _)| g == ip) {
-            Some((_, index)) => check(
-                "gid",
-                subject,
-                Status::Pass,
-                format!("RoCE v2 GID index {index} for {ip}"),
-                None,
-            ),
+fn gid_checks(v: &GidVerdict, subject: &str) -> Vec<Check> {
+    let nd = &v.netdev;
+    v.ips()
+        .iter()
+        .map(|ip| match v.found_text(ip) {
+            Some(found) => check("gid", subject, Status::Pass, found, None),
             None => check(
                 "gid",
                 subject,
                 Status::Fail,
-                format!("no RoCE v2 GID for {ip} on {}", p.device.name),
+                format!("no RoCE v2 GID for {ip}"),
                 Some(format!(
                     "the address must be on {nd} (or a VLAN of it) for the kernel to add its GID; see show_gids / rdma link; re-add it: ip addr del {ip} dev {w}; ip addr add {ip}/PREFIX dev {w}",
                     w = word(nd)
@@ -257,40 +268,48 @@ pub(super) fn port_check(subject: &str, p: &Port) -> Check {
     }
 }
 
-/// MTU: the RDMA MTU the netdev allows, the same on every RoCE netdev here, and the path
-/// MTU to the peer.
+/// MTU: the RoCE MTU each RoCE netdev gives, held against the others' (`health`'s verdict,
+/// without its `[health] min_mtu`), and the path MTU to the peer.
 pub(super) fn mtu(h: &Host) -> Vec<Check> {
     let mtus = h.mtus();
+    let netdevs: Vec<(&str, Option<u32>)> = mtus.iter().map(|(n, m)| (n.as_str(), *m)).collect();
+    let verdicts = judge_mtus(&netdevs, None);
     let mut out = Vec::new();
-    let distinct: std::collections::BTreeSet<u32> = mtus.values().copied().collect();
-    let listing = mtus
-        .iter()
-        .map(|(n, m)| {
-            format!(
-                "{n} {m} (RoCE MTU {})",
-                rocewatch_sysfs::parse::rdma_mtu_for(*m).map_or("none".into(), |r| r.to_string())
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    if distinct.len() > 1 {
-        out.push(check(
-            "mtu",
-            "",
-            Status::Warn,
-            format!("RoCE netdevs differ: {listing}"),
-            Some(format!(
-                "use one MTU on every RoCE netdev and end to end (ip link set IF mtu {})",
-                distinct.iter().max().unwrap()
-            )),
-        ));
-    } else if !mtus.is_empty() {
-        out.push(check("mtu", "", Status::Pass, listing, None));
+    if verdicts.iter().all(|v| v.weight() == Weight::Fine) {
+        if !verdicts.is_empty() {
+            let listing = verdicts
+                .iter()
+                .map(|v| format!("{} {}", v.netdev, v.text().trim_start_matches("MTU ")))
+                .collect::<Vec<_>>()
+                .join(", ");
+            out.push(check("mtu", "", Status::Pass, listing, None));
+        }
+    } else {
+        out.extend(verdicts.iter().map(mtu_check));
     }
     if let (Some(peer), Some(nd)) = (&h.opts.peer, h.capture_netdev()) {
-        if let Some(m) = mtus.get(nd) {
+        if let Some(Some(m)) = mtus.get(nd) {
             out.push(peer_mtu_check(peer, *m, nd));
         }
     }
     out
+}
+
+/// One RoCE netdev's MTU verdict, where not every one is fine.
+fn mtu_check(v: &MtuVerdict) -> Check {
+    let w = word(&v.netdev);
+    let (status, fix) = match v.weight() {
+        Weight::Fine => (Status::Pass, None),
+        Weight::Note => (Status::Warn, v.other.as_ref().map(|(_, o)| {
+            format!("where IP traffic should see one MTU too: ip link set {w} mtu {o}")
+        })),
+        Weight::CannotTell | Weight::NotApplicable => (Status::Skip, None),
+        Weight::Fault => (Status::Fail, Some(match v.wanted() {
+            Some(m) => format!(
+                "use one MTU on every RoCE netdev and end to end (switch ports, peers): ip link set {w} mtu {m}"
+            ),
+            None => format!("ip link set {w} mtu 1500 (at least 352 leaves room for RoCE)"),
+        })),
+    };
+    check("mtu", &v.netdev, status, v.text(), fix)
 }

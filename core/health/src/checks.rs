@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rocewatch_plugin_api::{Device, Inventory, Port};
-use rocewatch_sysfs::verdict::{judge_port_state, port_gbps, Weight};
+use rocewatch_sysfs::verdict::{judge_gids, judge_mtus, judge_port_state, port_gbps, Weight};
 use rocewatch_sysfs::SysRoot;
 
 use super::config::{parse_port, CheckName, HealthConfig};
@@ -351,95 +351,66 @@ pub fn pcie(h: &Host, checked: &[Checked]) -> Vec<Finding> {
     out
 }
 
-/// A RoCE v2 GID for each address of each checked Ethernet port's netdev (the live
-/// addresses); on a tree without them, at least one RoCE v2 GID that holds an IP.
+/// What a verdict's weight is to `health`: a note warns, a fault is unhealthy.
+fn status_of(w: Weight) -> Status {
+    match w {
+        Weight::Fine => Status::Ok,
+        Weight::Note => Status::Warning,
+        Weight::Fault => Status::Unhealthy,
+        Weight::CannotTell => Status::Unknown,
+        Weight::NotApplicable => Status::Skipped,
+    }
+}
+
+/// Each checked RoCE port's RoCE v2 GIDs: one for each address of its netdev (the live
+/// addresses), else at least one holding an address (a tree, or addresses on a VLAN or
+/// master above the netdev). A port with neither is a fault unless its netdev is
+/// enslaved to a master holding the addresses or its function is an SR-IOV PF with VFs
+/// (a warning). The verdict is `rocewatch_sysfs::verdict::gid`'s, the one `doctor` gives.
 pub fn gid(h: &Host, checked: &[Checked]) -> Vec<Finding> {
+    let sys = SysRoot::new(&h.root);
     checked
         .iter()
         .filter(|c| c.ethernet())
         .map(|c| {
-            let v2: Vec<IpAddr> = c
-                .port
-                .gids
-                .iter()
-                .filter(|g| g.gid_type.as_deref() == Some("RoCE v2"))
-                .filter_map(|g| rocewatch_sysfs::gid::gid_ip(&g.gid))
-                .filter(|ip| !matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
-                .collect();
-            let live = h
+            let Some(nd) = c.port.netdev.as_deref() else {
+                return c.finding(
+                    "gid",
+                    Status::Skipped,
+                    "no netdev (ports says so): its GIDs come from one".into(),
+                );
+            };
+            let addresses = h
                 .addresses
                 .as_ref()
-                .zip(c.port.netdev.as_ref())
-                .map(|(a, nd)| a.get(nd).cloned().unwrap_or_default());
-            match live {
-                // An SR-IOV PF whose VFs carry the addresses, a bond slave, addresses on
-                // a VLAN device: nothing to route by here, and not a fault of the port.
-                Some(addrs) if addrs.is_empty() => c.finding(
-                    "gid",
-                    Status::Warning,
-                    "the netdev has no IP address of its own: no RoCE v2 GID checked".into(),
-                ),
-                Some(addrs) => {
-                    let missing: Vec<String> = addrs
-                        .iter()
-                        .filter(|a| !v2.contains(a))
-                        .map(ToString::to_string)
-                        .collect();
-                    if missing.is_empty() {
-                        c.finding(
-                            "gid",
-                            Status::Ok,
-                            format!("RoCE v2 GID for {}", list(&addrs)),
-                        )
-                    } else {
-                        c.finding(
-                            "gid",
-                            Status::Unhealthy,
-                            format!("no RoCE v2 GID for {}", missing.join(", ")),
-                        )
-                    }
-                }
-                None if v2.is_empty() => c.finding(
-                    "gid",
-                    Status::Unhealthy,
-                    "no RoCE v2 GID holding an IP address".into(),
-                ),
-                None => c.finding("gid", Status::Ok, format!("RoCE v2 GID for {}", list(&v2))),
-            }
+                .map(|a| a.get(nd).map_or(&[][..], Vec::as_slice));
+            let what = format!("{nd}'s master and {}'s sriov_numvfs", c.dev.name);
+            h.board.reading(Part::Check(CheckName::Gid), "gid", what);
+            let why = sys.no_address(&c.dev.name, nd, h.addresses.as_ref());
+            let v = judge_gids(nd, c.port, addresses, why);
+            c.finding("gid", status_of(v.weight()), v.text())
         })
         .collect()
 }
 
-fn list(ips: &[IpAddr]) -> String {
-    ips.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The checked RoCE netdevs' MTU: at least `min_mtu`, else all the same.
+/// The checked RoCE netdevs' RoCE MTU (what the netdev MTU leaves room for): at least the
+/// one `min_mtu` gives, and the other RoCE netdevs'; IP MTUs that differ with the same
+/// RoCE MTU warn. The verdict is `rocewatch_sysfs::verdict::mtu`'s, the one `doctor`
+/// gives.
 pub fn mtu(h: &Host, checked: &[Checked]) -> Vec<Finding> {
-    let roce: Vec<(&Checked, Option<u32>)> = checked
+    let roce: Vec<(&Checked, &str)> = checked
         .iter()
-        .filter(|c| c.ethernet() && c.port.netdev.is_some())
-        .map(|c| (c, c.port.netdev_mtu))
+        .filter(|c| c.ethernet())
+        .filter_map(|c| Some((c, c.port.netdev.as_deref()?)))
         .collect();
-    let most = roce.iter().filter_map(|(_, m)| *m).max();
-    roce.iter()
-        .map(|(c, m)| match (m, h.cfg.min_mtu, most) {
-            (None, _, _) => c.finding("mtu", Status::Unknown, "MTU unreadable".into()),
-            (Some(m), Some(want), _) if *m < want => c.finding(
-                "mtu",
-                Status::Unhealthy,
-                format!("MTU {m}, at least {want} expected ([health] min_mtu)"),
-            ),
-            (Some(m), None, Some(top)) if *m < top => c.finding(
-                "mtu",
-                Status::Unhealthy,
-                format!("MTU {m}, the other RoCE netdevs' {top}"),
-            ),
-            (Some(m), _, _) => c.finding("mtu", Status::Ok, format!("MTU {m}")),
-        })
+    let netdevs: Vec<(&str, Option<u32>)> = roce
+        .iter()
+        .map(|(c, nd)| (*nd, c.port.netdev_mtu))
+        .collect();
+    judge_mtus(&netdevs, h.cfg.min_mtu)
+        .into_iter()
+        .zip(&roce)
+        .map(|(v, (c, _))| c.finding("mtu", status_of(v.weight()), v.text()))
         .collect()
 }
 

@@ -115,7 +115,10 @@ pub struct HealthConfig {
     /// the ports of the same HCA model.
     #[serde(default)]
     pub min_rate_gbps: Option<f64>,
-    /// The lowest MTU of a RoCE netdev; default: every RoCE netdev has the same MTU.
+    /// The lowest MTU of a RoCE netdev (an IP MTU), held as the RoCE MTU it gives: a
+    /// netdev whose RoCE MTU is below that is unhealthy, one whose RoCE MTU meets it but
+    /// whose MTU is below warns. Without it (and with it), no RoCE netdev below another's
+    /// RoCE MTU.
     #[serde(default)]
     pub min_mtu: Option<u32>,
     /// The driver module's expected version (`module/NAME/version`, or its srcversion).

@@ -7,7 +7,7 @@
 //!   `class/net/<if>`.
 //! - [`parse`]: pure functions for the odd strings the kernel prints (`4: ACTIVE`,
 //!   `100 Gb/sec (4X EDR)`, `N/A (no PMA)`), table-tested inline.
-//! - [`gid`]: the IP address a GID carries.
+//! - [`gid`]: the IP address a GID carries, a port's RoCE v2 GIDs that hold a routable one.
 //! - [`rails`]: the rail order, the ports as applications see them (what `rocewatch env`,
 //!   the fleet and preflight list and rank).
 //! - [`interrupts`]: a NIC's interrupts in `/proc/interrupts` (procfs).
@@ -17,16 +17,17 @@
 //! - [`inventory`]: the whole RDMA inventory (devices, ports, GIDs, netdevs) for the
 //!   devices a [`inventory::DeviceFilter`] selects: what every per-device plugin reads.
 //! - [`verdict`]: the verdicts `health` and `doctor` both give on one fact (the PCIe link
-//!   against its card and slot, a port's state), each with its weight and evidence.
+//!   against its card and slot, a port's state, a RoCE netdev's MTU, a RoCE port's GIDs),
+//!   each with its weight and evidence.
 //! - [`read`]: reading one attribute file, and the classification of errors into
 //!   "absent" (the kernel says the value does not exist here) and real failures.
 //!
 //! Every reader returns `Ok(None)` for absent values: absent and zero are different.
 
-pub mod inventory;
-pub mod module;
 pub mod gid;
 pub mod interrupts;
+pub mod inventory;
+pub mod module;
 pub mod parse;
 pub mod pci;
 pub mod read;

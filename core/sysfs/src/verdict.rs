@@ -3,7 +3,14 @@
 //! their own scale, so a fact is never healthy to one and faulty to the other.
 //!
 //! Each verdict carries a [`Weight`], what it counts for, and the evidence in words both
-//! commands print.
+//! commands print: the PCIe link and a port's state here, a RoCE netdev's MTU in [`mtu`],
+//! a RoCE port's GIDs in [`gid`].
+
+pub mod gid;
+pub mod mtu;
+
+pub use gid::{judge_gids, GidKind, GidVerdict, NoAddress};
+pub use mtu::{judge_mtus, MtuKind, MtuVerdict};
 
 use rocewatch_plugin_api::{Device, Port};
 

@@ -16,7 +16,10 @@ use super::demo::DemoArgs;
 use super::discover::DiscoverArgs;
 use super::doctor::DoctorArgs;
 use super::env::EnvArgs;
+use super::fleet::FleetCommand;
+use super::health::HealthArgs;
 use super::plugins::PluginsArgs;
+use super::preflight::PreflightArgs;
 use super::probe::ProbeCmdArgs;
 use super::qos::QosCommand;
 use super::quarantine::QuarantineCommand;
@@ -121,11 +124,11 @@ pub enum Command {
     ///
     /// Each host runs it (srun --ntasks-per-node=1) and writes its tests as JSON lines;
     /// --judge over every host's lines names a bad NIC, host or direction (docs/PROBES.md).
-    Preflight(super::preflight::PreflightArgs),
+    Preflight(PreflightArgs),
     /// The fleet: the pinglists hosts derive from a topology file (ToR mesh and
     /// cross-ToR peers).
     #[command(subcommand)]
-    Fleet(super::fleet::FleetCommand),
+    Fleet(FleetCommand),
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -204,7 +207,7 @@ pub enum Command {
     ///   rocewatch health --all --agent http://127.0.0.1:9464
     ///   rocewatch health --json --sysfs-root integration-tests/fixtures/gpu-two-socket/sys
     #[command(verbatim_doc_comment)]
-    Health(super::health::HealthArgs),
+    Health(HealthArgs),
     /// The host's quarantine: show it, enter it by hand, release it (audited).
     ///
     /// A host in quarantine takes no jobs: `health` says unhealthy (and `health --slurm`

@@ -8,6 +8,44 @@ use super::args::SourceArgs;
 use super::output::print_json;
 use rocewatch_health::{Report, Status};
 
+/// `rocewatch health`'s arguments.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// After the line, every finding: STATUS check subject: what.
+    #[arg(long, conflicts_with = "json")]
+    pub all: bool,
+    /// Print JSON: {"verdict","line","findings":[{"check","status","device","port",
+    /// "netdev","what"}]}.
+    #[arg(long)]
+    pub json: bool,
+    /// A running agent's Prometheus endpoint, whose /rules are read (overrides [health]
+    /// agent). Example: --agent http://127.0.0.1:9464
+    #[arg(long, value_name = "URL")]
+    pub agent: Option<String>,
+    /// Act on the verdict as Slurm's HealthCheckProgram (or a prolog): unhealthy drains
+    /// this node (scontrol update nodename=NODE state=drain reason="rocewatch: FINDING")
+    /// and puts the host in quarantine (origin health, audited); healthy again releases
+    /// that quarantine and resumes the node, only when the drain's reason is rocewatch's
+    /// (an administrator's drain stays). A quarantine a rule or an operator set keeps the
+    /// node drained. Cannot tell: Slurm is left as it is. What was done goes to stderr.
+    #[arg(long)]
+    pub slurm: bool,
+    /// With --slurm: this node's Slurm name (default: $SLURMD_NODENAME, else the host
+    /// name up to its first dot, as slurmd takes it).
+    #[arg(long, value_name = "NAME", requires = "slurm")]
+    pub slurm_node: Option<String>,
+    /// With --slurm: the scontrol to run (SLURM_CONF is passed through).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "scontrol",
+        requires = "slurm"
+    )]
+    pub scontrol: std::path::PathBuf,
+}
+
 pub async fn run(a: HealthArgs) -> Result<i32> {
     let HealthArgs {
         source,
@@ -94,42 +132,4 @@ fn table(r: &Report) -> String {
             format!("{}\n", rocewatch_health::bounded(&line, 8192))
         })
         .collect()
-}
-
-/// `rocewatch health`'s arguments.
-#[derive(Debug, Args)]
-pub struct HealthArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
-    /// After the line, every finding: STATUS check subject: what.
-    #[arg(long, conflicts_with = "json")]
-    pub all: bool,
-    /// Print JSON: {"verdict","line","findings":[{"check","status","device","port",
-    /// "netdev","what"}]}.
-    #[arg(long)]
-    pub json: bool,
-    /// A running agent's Prometheus endpoint, whose /rules are read (overrides [health]
-    /// agent). Example: --agent http://127.0.0.1:9464
-    #[arg(long, value_name = "URL")]
-    pub agent: Option<String>,
-    /// Act on the verdict as Slurm's HealthCheckProgram (or a prolog): unhealthy drains
-    /// this node (scontrol update nodename=NODE state=drain reason="rocewatch: FINDING")
-    /// and puts the host in quarantine (origin health, audited); healthy again releases
-    /// that quarantine and resumes the node, only when the drain's reason is rocewatch's
-    /// (an administrator's drain stays). A quarantine a rule or an operator set keeps the
-    /// node drained. Cannot tell: Slurm is left as it is. What was done goes to stderr.
-    #[arg(long)]
-    pub slurm: bool,
-    /// With --slurm: this node's Slurm name (default: $SLURMD_NODENAME, else the host
-    /// name up to its first dot, as slurmd takes it).
-    #[arg(long, value_name = "NAME", requires = "slurm")]
-    pub slurm_node: Option<String>,
-    /// With --slurm: the scontrol to run (SLURM_CONF is passed through).
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value = "scontrol",
-        requires = "slurm"
-    )]
-    pub scontrol: std::path::PathBuf,
 }

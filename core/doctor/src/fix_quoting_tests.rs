@@ -60,7 +60,7 @@ fn port_and_qos_fixes() {
         settings,
         ..Default::default()
     }];
-    let checks = super::qos::qos_checks(&qos, DEV, 1, ND, 3);
+    let checks = crate::checks::qos::qos_checks(&qos, DEV, 1, ND, 3);
     assert_eq!(checks.len(), 3);
     assert!(
         checks.iter().all(|c| c.status == Status::Fail),
@@ -71,12 +71,12 @@ fn port_and_qos_fixes() {
     unknown[0]
         .settings
         .insert("roce_mode".into(), Setting::Unknown("no configfs".into()));
-    assert_quoted(&super::qos::qos_checks(&unknown, DEV, 1, ND, 3)[..1]);
+    assert_quoted(&crate::checks::qos::qos_checks(&unknown, DEV, 1, ND, 3)[..1]);
     let mut peer = qos.clone();
     peer[0]
         .settings
         .insert("peer_pfc_enabled".into(), value("none"));
-    let c = super::dcbx::dcbx_peer_check(&peer, DEV, 1, ND, 3);
+    let c = crate::checks::dcbx::dcbx_peer_check(&peer, DEV, 1, ND, 3);
     assert_eq!(c.status, Status::Fail, "{c:?}");
     assert_quoted(&[c]);
     let mut buf = qos.clone();
@@ -87,30 +87,30 @@ fn port_and_qos_fixes() {
     ] {
         buf[0].settings.insert(k.into(), value(v));
     }
-    let link = super::buffers::Link {
+    let link = crate::checks::buffers::Link {
         speed_mbps: Some(100_000),
         mtu: Some(9000),
         cable_m: None,
     };
-    let c = super::buffers::buffer_check(&buf, DEV, 1, ND, &link);
+    let c = crate::checks::buffers::buffer_check(&buf, DEV, 1, ND, &link);
     assert_eq!(c.status, Status::Warn, "{c:?}");
     assert_quoted(&[c]);
 }
 
 #[test]
 fn numa_linklayer_pcie_and_driver_fixes() {
-    let irqs = [super::numa::IrqCpus {
+    let irqs = [crate::checks::numa::IrqCpus {
         irq: "112".into(),
         cpus: vec![0],
     }];
-    assert_quoted(&[super::numa::locality_check(
+    assert_quoted(&[crate::checks::numa::locality_check(
         DEV,
         Some(ND),
         1,
         &[16, 17],
         &irqs,
     )]);
-    let fix = super::linklayer::fix(true, Some(DEV), 1, super::linklayer::ETHERNET);
+    let fix = crate::checks::linklayer::fix(true, Some(DEV), 1, crate::checks::linklayer::ETHERNET);
     assert!(only_single_quoted(&fix, "touch"), "{fix}");
     let link = rocewatch_sysfs::pci::PcieLink {
         speed: Some(8.0),
@@ -118,7 +118,13 @@ fn numa_linklayer_pcie_and_driver_fixes() {
         max_speed: Some(16.0),
         max_width: Some(16),
     };
-    assert_quoted(&[super::pcie::link_check(DEV, DEV, &link, None, Some(100.0))]);
+    assert_quoted(&[crate::checks::pcie::link_check(
+        DEV,
+        DEV,
+        &link,
+        None,
+        Some(100.0),
+    )]);
     let module = |v: &str| DriverModule {
         name: DEV.into(),
         version: Some(v.into()),
@@ -141,7 +147,7 @@ fn numa_linklayer_pcie_and_driver_fixes() {
     };
     let dir = tempfile::tempdir().unwrap();
     let sys = rocewatch_sysfs::SysRoot::new(dir.path());
-    assert_quoted(&super::driver::driver_checks(&sys, None, &inv));
+    assert_quoted(&crate::checks::driver::driver_checks(&sys, None, &inv));
 }
 
 #[test]
@@ -151,7 +157,7 @@ fn multirail_fixes() {
         addr: a.parse::<IpAddr>().unwrap(),
         len: 24,
     };
-    let o = super::multirail::Observed {
+    let o = crate::checks::multirail::Observed {
         netdevs: vec![ND.into(), "rail1".into()],
         links: vec![
             Link {
@@ -189,7 +195,7 @@ fn multirail_fixes() {
         source: "a test".into(),
         ..Default::default()
     };
-    let checks = super::multirail::decide(&o);
+    let checks = crate::checks::multirail::decide(&o);
     let mine: Vec<Check> = checks
         .into_iter()
         .filter(|c| c.subject.starts_with(ND) && c.fix.is_some())
@@ -207,7 +213,7 @@ fn kernel_log_env_and_firewall_fixes() {
         format!("6,1,10,-;mlx5_core 0000:03:00.0 {ND}: Link down\n"),
     )
     .unwrap();
-    let checks = super::kernel_log::kernel_log_checks(
+    let checks = crate::checks::kernel_log::kernel_log_checks(
         dir.path(),
         &serde_json::json!({ "path": log }),
         std::time::Duration::from_secs(60),
@@ -237,13 +243,13 @@ fn kernel_log_env_and_firewall_fixes() {
     let nft = format!(
         r#"{{"nftables":[{{"chain":{{"family":"inet","table":"t{ND}","name":"c{DEV}","hook":"input","policy":"drop"}}}},{{"rule":{{"family":"inet","table":"t{ND}","chain":"c{DEV}","handle":7,"expr":[{{"match":{{"op":"==","left":{{"payload":{{"protocol":"udp","field":"dport"}}}},"right":4791}}}},{{"drop":null}}]}}}}]}}"#
     );
-    let b = super::firewall::nft_blocking(&nft, 4791).unwrap();
+    let b = crate::checks::firewall::nft_blocking(&nft, 4791).unwrap();
     assert_eq!(b.len(), 2, "the rule and the policy: {b:?}");
     for x in &b {
         assert!(only_single_quoted(&x.fix, "touch"), "{}", x.fix);
     }
     let save = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 4791 -m comment --comment \"$(touch P)\" -j DROP\nCOMMIT\n";
-    let b = super::firewall::iptables_blocking(save, 4791, "iptables");
+    let b = crate::checks::firewall::iptables_blocking(save, 4791, "iptables");
     assert_eq!(b.len(), 1, "{b:?}");
     assert!(only_single_quoted(&b[0].fix, "touch"), "{}", b[0].fix);
 }

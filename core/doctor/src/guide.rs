@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use rocewatch_plugin_api::Inventory;
 
-use super::bandwidth::bandwidth_check;
 use super::check::{check, Check, Options, Status};
 use super::host::Host;
 use super::ports;
 use super::topics;
+use crate::checks::bandwidth::bandwidth_check;
 use rocewatch_runtime::app::App;
 
 /// A topic of the guide: the checks it makes of what the host was read to be.
@@ -74,8 +74,14 @@ async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>) {
             let side_ok = c.status == Status::Pass;
             h.probe.push(c);
             // The path CM applications take, beside it.
-            let c =
-                super::cm_path::cm_probe_check(agent, peer, h.opts.cm_port, side_ok, &h.qos).await;
+            let c = crate::checks::cm_path::cm_probe_check(
+                agent,
+                peer,
+                h.opts.cm_port,
+                side_ok,
+                &h.qos,
+            )
+            .await;
             h.probe.push(c);
             if h.opts.bandwidth {
                 let c = bandwidth_check(agent, peer).await;

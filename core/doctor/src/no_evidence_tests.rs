@@ -99,7 +99,7 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         kernel_log: serde_json::json!({ "path": log }),
     };
     let mut out = super::guide::run(&app, &opts).await;
-    out.push(super::bandwidth::bandwidth_check(&app, "peer.example").await);
+    out.push(crate::checks::bandwidth::bandwidth_check(&app, "peer.example").await);
     app.stop().await;
     out
 }
@@ -128,23 +128,39 @@ async fn every_check_on_empty_input() -> Vec<Check> {
         }],
     };
     out.push(super::ports::port_check("dev0/1", &Port::default()));
-    out.extend(super::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
-    out.push(super::dcbx::dcbx_peer_check(&[], "dev0", 1, "eth0", 3));
-    out.push(super::cm_path::cm_tos_check(&[], "dev0", 1, 3, None));
-    out.push(super::buffers::buffer_check(
+    out.extend(crate::checks::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
+    out.push(crate::checks::dcbx::dcbx_peer_check(
         &[],
         "dev0",
         1,
         "eth0",
-        &super::buffers::Link {
+        3,
+    ));
+    out.push(crate::checks::cm_path::cm_tos_check(
+        &[],
+        "dev0",
+        1,
+        3,
+        None,
+    ));
+    out.push(crate::checks::buffers::buffer_check(
+        &[],
+        "dev0",
+        1,
+        "eth0",
+        &crate::checks::buffers::Link {
             speed_mbps: None,
             mtu: None,
             cable_m: None,
         },
     ));
-    for told in [None, Some(super::linklayer::ETHERNET)] {
-        out.extend(super::linklayer::link_layer_checks(&sys, &no_inv, told));
-        out.extend(super::linklayer::link_layer_checks(&sys, &one, told));
+    for told in [None, Some(crate::checks::linklayer::ETHERNET)] {
+        out.extend(crate::checks::linklayer::link_layer_checks(
+            &sys, &no_inv, told,
+        ));
+        out.extend(crate::checks::linklayer::link_layer_checks(
+            &sys, &one, told,
+        ));
     }
     let unread = rocewatch_sysfs::pci::PcieLink {
         speed: None,
@@ -152,26 +168,26 @@ async fn every_check_on_empty_input() -> Vec<Check> {
         max_speed: None,
         max_width: None,
     };
-    out.push(super::pcie::link_check(
+    out.push(crate::checks::pcie::link_check(
         "dev0",
         "0000:00:00.0",
         &unread,
         None,
         None,
     ));
-    out.extend(super::pcie::link_checks(&sys, &one));
-    out.extend(super::gpu::gpu_checks(&sys, &[], &[]));
-    out.extend(super::acs::acs_checks(&sys, &[], &[]));
-    out.extend(super::numa::numa_checks(&sys, scratch.path(), &one));
-    out.extend(super::multirail::multirail_checks(
+    out.extend(crate::checks::pcie::link_checks(&sys, &one));
+    out.extend(crate::checks::gpu::gpu_checks(&sys, &[], &[]));
+    out.extend(crate::checks::acs::acs_checks(&sys, &[], &[]));
+    out.extend(crate::checks::numa::numa_checks(&sys, scratch.path(), &one));
+    out.extend(crate::checks::multirail::multirail_checks(
         &no_inv,
         empty.path(),
         scratch.path(),
     ));
-    out.extend(super::multirail::decide(&two_rails_nothing_read()));
+    out.extend(crate::checks::multirail::decide(&two_rails_nothing_read()));
     // No firewall tool: nothing read. (A rule set that was read, an empty one too, is
     // evidence: nothing in it drops RoCE.)
-    out.extend(super::firewall::firewall_verdict(vec![
+    out.extend(crate::checks::firewall::firewall_verdict(vec![
         ("nft", None),
         ("iptables-save", None),
         ("ip6tables-save", None),
@@ -181,24 +197,24 @@ async fn every_check_on_empty_input() -> Vec<Check> {
         scratch.path(),
         &["eth0".into()],
     ));
-    out.extend(super::driver::driver_checks(&sys, None, &one));
-    out.extend(super::driver::firmware_checks(&one));
+    out.extend(crate::checks::driver::driver_checks(&sys, None, &one));
+    out.extend(crate::checks::driver::firmware_checks(&one));
     let log = scratch.path().join("empty.log");
     std::fs::write(&log, "").unwrap();
     let clock = rocewatch_klog::text::Clock::now();
-    out.extend(super::kernel_log::kernel_log_checks(
+    out.extend(crate::checks::kernel_log::kernel_log_checks(
         empty.path(),
         &serde_json::json!({ "path": log }),
         Duration::from_secs(3600),
         clock,
     ));
-    out.extend(super::counters::counters_checks(
+    out.extend(crate::checks::counters::counters_checks(
         &ScrapeResult::default(),
         &ScrapeResult::default(),
         &[],
         Duration::from_secs(5),
     ));
-    out.extend(super::congestion::congestion_checks(
+    out.extend(crate::checks::congestion::congestion_checks(
         &ScrapeResult::default(),
         &ScrapeResult::default(),
         Duration::from_secs(5),
@@ -215,7 +231,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
 }
 
 /// Two rails in one subnet, but no sysctl read and no rule or route.
-fn two_rails_nothing_read() -> super::multirail::Observed {
+fn two_rails_nothing_read() -> crate::checks::multirail::Observed {
     use rocewatch_netlink::route::{Address, Link, Prefix};
     let link = |index, name: &str| Link {
         index,
@@ -232,7 +248,7 @@ fn two_rails_nothing_read() -> super::multirail::Observed {
         scope: 0,
         label: None,
     };
-    super::multirail::Observed {
+    crate::checks::multirail::Observed {
         netdevs: vec!["rail0".into(), "rail1".into()],
         links: vec![link(2, "rail0"), link(3, "rail1")],
         addresses: vec![addr(2, "198.51.100.11"), addr(3, "198.51.100.12")],

@@ -3,26 +3,26 @@
 
 use std::path::Path;
 
-use super::capture::vlan_offload;
 use super::check::{check, Check, Status, ROCE_PORT};
 use super::host::{irq_checks, Host};
+use crate::checks::capture::vlan_offload;
 use crate::shell::word_on_one_line as word;
 
 /// The link layer each port runs against what it is meant to run.
 pub(super) fn link_layer(h: &Host) -> Vec<Check> {
-    super::linklayer::link_layer_checks(&h.sys, &h.inv, h.opts.link_layer)
+    crate::checks::linklayer::link_layer_checks(&h.sys, &h.inv, h.opts.link_layer)
 }
 
 /// Each NIC's PCIe link.
 pub(super) fn pcie(h: &Host) -> Vec<Check> {
-    super::pcie::link_checks(&h.sys, &h.inv)
+    crate::checks::pcie::link_checks(&h.sys, &h.inv)
 }
 
 /// Where GPUs sit from NICs, GPUDirect, and ACS on the path between them.
 pub(super) fn gpu(h: &Host) -> Vec<Check> {
-    let mut out = super::gpu::gpu_checks(&h.sys, &h.gpus, &h.nics);
+    let mut out = crate::checks::gpu::gpu_checks(&h.sys, &h.gpus, &h.nics);
     if !h.gpus.is_empty() && !h.nics.is_empty() {
-        out.extend(super::acs::acs_checks(&h.sys, &h.gpus, &h.nics));
+        out.extend(crate::checks::acs::acs_checks(&h.sys, &h.gpus, &h.nics));
     }
     out
 }
@@ -30,7 +30,7 @@ pub(super) fn gpu(h: &Host) -> Vec<Check> {
 /// Interrupts against the NIC's node: the proc tree must go with the sysfs tree.
 pub(super) fn numa(h: &Host) -> Vec<Check> {
     match h.proc_root() {
-        Some(proc_root) => super::numa::numa_checks(&h.sys, proc_root, &h.inv),
+        Some(proc_root) => crate::checks::numa::numa_checks(&h.sys, proc_root, &h.inv),
         None => vec![check(
             "numa",
             "",
@@ -48,7 +48,7 @@ pub(super) fn numa(h: &Host) -> Vec<Check> {
 /// Multi-rail: live rtnetlink and sysctls of this network namespace, for the netdevs
 /// the inventory names (a fixture tree's too, when those netdevs exist here).
 pub(super) fn multirail(h: &Host) -> Vec<Check> {
-    super::multirail::multirail_checks(&h.inv, &h.root, &h.opts.procfs_root)
+    crate::checks::multirail::multirail_checks(&h.inv, &h.root, &h.opts.procfs_root)
 }
 
 /// A host check that says nothing about a tree that is not the live `/sys`.
@@ -70,7 +70,7 @@ pub(super) fn firewall(h: &Host) -> Vec<Check> {
     if !h.live {
         return not_this_tree(h, "firewall");
     }
-    super::firewall::firewall_checks()
+    crate::checks::firewall::firewall_checks()
 }
 
 /// The RoCE netdevs' interrupts (live only).
@@ -84,7 +84,7 @@ pub(super) fn interrupts(h: &Host) -> Vec<Check> {
 
 /// The driver: loaded modules, taint, kernel.
 pub(super) fn driver(h: &Host) -> Vec<Check> {
-    super::driver::driver_checks(&h.sys, h.proc_root(), &h.inv)
+    crate::checks::driver::driver_checks(&h.sys, h.proc_root(), &h.inv)
 }
 
 /// The userspace verbs stack: device files, the RDMA CM device, locked memory, the
@@ -110,12 +110,12 @@ pub(super) fn userspace(h: &Host) -> Vec<Check> {
 
 /// Firmware: devices of one driver should run one firmware.
 pub(super) fn firmware(h: &Host) -> Vec<Check> {
-    super::driver::firmware_checks(&h.inv)
+    crate::checks::driver::firmware_checks(&h.inv)
 }
 
 /// The kernel log's driver messages over --log-window.
 pub(super) fn kernel_log(h: &Host) -> Vec<Check> {
-    super::kernel_log::kernel_log_checks(
+    crate::checks::kernel_log::kernel_log_checks(
         &h.root,
         &h.opts.kernel_log,
         h.opts.log_window,
@@ -125,8 +125,9 @@ pub(super) fn kernel_log(h: &Host) -> Vec<Check> {
 
 /// Live counters over the window.
 pub(super) fn counters(h: &Host) -> Vec<Check> {
-    let mut out = super::counters::counters_checks(&h.first, &h.second, &h.failed, h.opts.window);
-    out.extend(super::congestion::congestion_checks(
+    let mut out =
+        crate::checks::counters::counters_checks(&h.first, &h.second, &h.failed, h.opts.window);
+    out.extend(crate::checks::congestion::congestion_checks(
         &h.first,
         &h.second,
         h.opts.window,

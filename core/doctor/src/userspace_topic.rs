@@ -1,9 +1,9 @@
 //! The userspace topic of the guide: who the workload is (`--user`, `--pid`, `--unit`),
-//! asked of the host (the C library, systemd), then the checks of [`super::userspace`].
+//! asked of the host (the C library, systemd), then the checks of [`crate::checks::userspace`].
 
 use super::check::{check, Check, Status};
 use super::host::Host;
-use super::userspace::{self as us, Roots, User, Workload};
+use crate::checks::userspace::{self as us, Roots, User, Workload};
 
 /// `systemctl show --property=NAME --value [UNIT]`.
 fn systemctl_show(property: &str, unit: Option<&str>) -> Result<String, String> {

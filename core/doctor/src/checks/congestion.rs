@@ -7,12 +7,12 @@ use std::time::Duration;
 use rocewatch_congestion::{between, State};
 use rocewatch_plugin_api::ScrapeResult;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 
 /// One check per port and priority in a troubled state (storm, PFC-dominated, lossy: a
 /// warning with its evidence and knob), and one line for the others; a skip when no
 /// per-priority counter (the NIC's driver statistics) moved or was read in both.
-pub(super) fn congestion_checks(
+pub(crate) fn congestion_checks(
     first: &ScrapeResult,
     second: &ScrapeResult,
     window: Duration,

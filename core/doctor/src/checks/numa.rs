@@ -11,19 +11,19 @@ use rocewatch_sysfs::interrupts::nic_irqs;
 use rocewatch_sysfs::pci::parse_cpulist;
 use rocewatch_sysfs::SysRoot;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// Where one interrupt may run: its number and CPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct IrqCpus {
+pub(crate) struct IrqCpus {
     pub irq: String,
     pub cpus: Vec<u32>,
 }
 
 /// The CPUs an interrupt runs on: the effective affinity (where the kernel put it) when
 /// the kernel reports one, else the allowed set.
-pub(super) fn irq_cpus(proc_root: &Path, irq: &str) -> Option<Vec<u32>> {
+pub(crate) fn irq_cpus(proc_root: &Path, irq: &str) -> Option<Vec<u32>> {
     ["effective_affinity_list", "smp_affinity_list"]
         .iter()
         .find_map(|f| {
@@ -33,7 +33,7 @@ pub(super) fn irq_cpus(proc_root: &Path, irq: &str) -> Option<Vec<u32>> {
 }
 
 /// `0-3,8`: a CPU set written back as a list.
-pub(super) fn cpulist(cpus: &BTreeSet<u32>) -> String {
+pub(crate) fn cpulist(cpus: &BTreeSet<u32>) -> String {
     let mut out: Vec<String> = Vec::new();
     let v: Vec<u32> = cpus.iter().copied().collect();
     let mut i = 0;
@@ -53,7 +53,7 @@ pub(super) fn cpulist(cpus: &BTreeSet<u32>) -> String {
 }
 
 /// The verdict for one NIC on `node` (whose CPUs are `local`), from its interrupts.
-pub(super) fn locality_check(
+pub(crate) fn locality_check(
     subject: &str,
     netdev: Option<&str>,
     node: u32,
@@ -100,7 +100,7 @@ pub(super) fn locality_check(
 }
 
 /// The NUMA locality of every RDMA device's interrupts.
-pub(super) fn numa_checks(root: &SysRoot, proc_root: &Path, inv: &Inventory) -> Vec<Check> {
+pub(crate) fn numa_checks(root: &SysRoot, proc_root: &Path, inv: &Inventory) -> Vec<Check> {
     let table = match std::fs::read_to_string(proc_root.join("interrupts")) {
         Ok(t) => t,
         Err(e) => {

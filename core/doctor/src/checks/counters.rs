@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use rocewatch_plugin_api::{Sample, ScrapeResult};
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 
 use rocewatch_metrics::counter::{counter_move_from, Move};
 use rocewatch_metrics::names;
 
 /// Counters that must not move on a healthy lossless fabric.
-pub(super) const TROUBLE: &[&str] = &[
+pub(crate) const TROUBLE: &[&str] = &[
     names::PFC_PAUSE_FRAMES,
     names::PFC_STORM_EVENTS,
     names::LINK_PAUSE_FRAMES,
@@ -82,7 +82,7 @@ pub fn counter_increases(before: &[Sample], after: &[Sample]) -> Vec<(String, Mo
 /// that grew, a pass when none did, and a skip when no trouble counter was read in both
 /// (every one unreadable, or no collector: no evidence). `unread` says what the
 /// collectors could not read (their partial errors and failed calls).
-pub(super) fn counters_checks(
+pub(crate) fn counters_checks(
     first: &ScrapeResult,
     second: &ScrapeResult,
     unread: &[String],

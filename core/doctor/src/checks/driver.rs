@@ -9,11 +9,11 @@ use rocewatch_plugin_api::{DriverModule, Inventory};
 use rocewatch_sysfs::module::ModuleInfo;
 use rocewatch_sysfs::SysRoot;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// One check per driver: the firmware its devices run.
-pub(super) fn firmware_checks(inv: &Inventory) -> Vec<Check> {
+pub(crate) fn firmware_checks(inv: &Inventory) -> Vec<Check> {
     let mut out = Vec::new();
     let mut fw: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     for d in &inv.devices {
@@ -98,7 +98,7 @@ fn as_info(m: &DriverModule) -> ModuleInfo {
 /// One check per driver module: its build, and whether the RDMA stack's modules (the
 /// module's holders and ib_core) come from the same one. `proc_root` (when it is this
 /// host's, as the sysfs tree is) gives the kernel release an in-tree module shares.
-pub(super) fn driver_checks(
+pub(crate) fn driver_checks(
     sys: &SysRoot,
     proc_root: Option<&Path>,
     inv: &Inventory,

@@ -21,7 +21,7 @@ const RECORD_MODE: u32 = 0o600;
 
 /// The rx-vlan-offload state of `nd` (`on`/`off`, as `ethtool -k` says it), read with the
 /// ethtool ioctls; `None` when it cannot be read.
-pub(super) fn vlan_offload(nd: &str) -> Option<String> {
+pub(crate) fn vlan_offload(nd: &str) -> Option<String> {
     let f = EthtoolSocket::open()
         .ok()?
         .feature(nd, VLAN_FEATURE)

@@ -13,8 +13,8 @@
 
 use rocewatch_plugin_api::{QosState, Setting};
 
-use super::check::{check, Check, Status};
 use super::qos::setting;
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// mlx5's default cable length, metres (`MLX5E_DEFAULT_CABLE_LEN`).
@@ -44,7 +44,7 @@ fn list(s: &str) -> Vec<u64> {
 }
 
 /// What the port runs at, for the headroom.
-pub(super) struct Link {
+pub(crate) struct Link {
     pub speed_mbps: Option<u64>,
     pub mtu: Option<u32>,
     /// Told on the command line (`--cable-length`).
@@ -113,7 +113,7 @@ fn read_buffers(qos: &[QosState], dev: &str, port: u32, nd: &str) -> Result<Buff
 }
 
 /// The `buffers` check of one port, for the lossless priorities (PFC on).
-pub(super) fn buffer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, link: &Link) -> Check {
+pub(crate) fn buffer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, link: &Link) -> Check {
     let subject = format!("{dev}/{port}");
     let (p2b, sizes, lossless) = match read_buffers(qos, dev, port, nd) {
         Ok(r) => r,

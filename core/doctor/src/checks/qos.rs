@@ -2,10 +2,10 @@
 
 use rocewatch_plugin_api::{QosState, Setting};
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
-pub(super) fn setting<'a>(
+pub(crate) fn setting<'a>(
     qos: &'a [QosState],
     dev: &str,
     port: u32,
@@ -16,12 +16,12 @@ pub(super) fn setting<'a>(
         .and_then(|s| s.settings.get(k))
 }
 
-pub(super) fn has_priority(list: &str, p: u8) -> bool {
+pub(crate) fn has_priority(list: &str, p: u8) -> bool {
     list.split(',').any(|x| x.trim() == p.to_string())
 }
 
 /// The QoS checks of one port: RoCE mode, PFC and trust, ECN.
-pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio: u8) -> Vec<Check> {
+pub(crate) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio: u8) -> Vec<Check> {
     let subject = format!("{dev}/{port}");
     let w = word(nd);
     let mut out = Vec::new();
@@ -134,7 +134,7 @@ pub(super) fn qos_checks(qos: &[QosState], dev: &str, port: u32, nd: &str, prio:
 
 /// One port (`mlx5_0/1` on `eth0`) with the settings given as values: the tests' input.
 #[cfg(test)]
-pub(super) fn port_with(s: &[(&str, &str)]) -> Vec<QosState> {
+pub(crate) fn port_with(s: &[(&str, &str)]) -> Vec<QosState> {
     vec![QosState {
         device: "mlx5_0".into(),
         port: 1,

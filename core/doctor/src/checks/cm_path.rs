@@ -8,8 +8,8 @@ use std::sync::Arc;
 use rocewatch_plugin_api::{CmConnection, ProbeOutcome, ProbeTarget, QosState, Setting};
 use rocewatch_runtime::app::App;
 
-use super::check::{check, Check, Status};
 use super::qos::setting;
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// Why the side channel can pass while the CM fails, by where the CM stopped, with what
@@ -52,7 +52,7 @@ fn via(cm: Option<&CmConnection>) -> String {
 
 /// The CM probe to `peer`'s listener on `port`, and when the side channel passed
 /// (`side_ok`) but this fails, why the two differ.
-pub(super) async fn cm_probe_check(
+pub(crate) async fn cm_probe_check(
     agent: &Arc<App>,
     peer: &str,
     port: u16,
@@ -131,7 +131,7 @@ fn priority_of(dscp: u8, map: &str) -> u8 {
 /// The type of service RDMA CM connections from this port carry (configfs
 /// `default_roce_tos`; an application may set its own) against the desired ToS and the
 /// PFC priority `prio`: landing on a lossy priority is a FAIL with both values.
-pub(super) fn cm_tos_check(
+pub(crate) fn cm_tos_check(
     qos: &[QosState],
     dev: &str,
     port: u32,

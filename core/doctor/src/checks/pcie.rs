@@ -7,7 +7,7 @@ use rocewatch_sysfs::pci::PcieLink;
 use rocewatch_sysfs::verdict::{port_gbps, PcieLinkKind, PcieLinkVerdict, Weight};
 use rocewatch_sysfs::SysRoot;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// The verdict in doctor's words: its status, evidence and fix.
@@ -51,7 +51,7 @@ fn shape(l: &PcieLink) -> String {
 /// The check on given values (the tests'). `slot` is the link of the bridge above it
 /// (its maximum bounds what the function can train at), `port` the device's port rate.
 #[cfg(test)]
-pub(super) fn link_check(
+pub(crate) fn link_check(
     subject: &str,
     address: &str,
     link: &PcieLink,
@@ -63,7 +63,7 @@ pub(super) fn link_check(
 }
 
 /// The link of every RDMA device's PCI function.
-pub(super) fn link_checks(root: &SysRoot, inv: &Inventory) -> Vec<Check> {
+pub(crate) fn link_checks(root: &SysRoot, inv: &Inventory) -> Vec<Check> {
     let mut out = Vec::new();
     for d in &inv.devices {
         let Some(f) = root.rdma_pci_function(&d.name) else {

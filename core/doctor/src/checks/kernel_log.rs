@@ -9,7 +9,7 @@ use std::time::Duration;
 use rocewatch_klog::text::Clock;
 use rocewatch_klog::{scan, Options as LogOptions, Scan};
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// Patterns that mean the device is failing (the rest warn).

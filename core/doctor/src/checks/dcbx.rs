@@ -4,8 +4,8 @@
 
 use rocewatch_plugin_api::{QosState, Setting};
 
-use super::check::{check, Check, Status, ROCE_PORT};
 use super::qos::setting;
+use crate::check::{check, Check, Status, ROCE_PORT};
 use crate::shell::word_on_one_line as word;
 
 /// Priorities of a "3,4" / "none" list.
@@ -17,7 +17,7 @@ fn priorities(list: &str) -> Vec<u8> {
 
 /// `(selector word, protocol, priority)` of a `dcb app show`-like text
 /// ("dgram-port-prio 4791:3 dscp-prio 26:3"); an ethtype's protocol is hex.
-pub(super) fn app_entries(text: &str) -> Vec<(String, u32, u8)> {
+pub(crate) fn app_entries(text: &str) -> Vec<(String, u32, u8)> {
     let mut out = Vec::new();
     let mut sel = String::new();
     for tok in text.split_whitespace() {
@@ -91,7 +91,7 @@ fn roce_elsewhere(
 /// The `dcbx-peer` check of one port: PFC on the same priorities on both ends of the
 /// link, and the switch's APP table sending RoCE (UDP 4791, the RoCE DSCP) to the
 /// priority the host expects it on.
-pub(super) fn dcbx_peer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, prio: u8) -> Check {
+pub(crate) fn dcbx_peer_check(qos: &[QosState], dev: &str, port: u32, nd: &str, prio: u8) -> Check {
     let subject = format!("{dev}/{port}");
     let (peer_pfc, peer_app) = (
         setting(qos, dev, port, "peer_pfc_enabled"),

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::check::{check, Check, Status, ROCE_PORT};
-use super::host::run_tool;
+use crate::check::{check, Check, Status, ROCE_PORT};
+use crate::host::run_tool;
 use crate::shell::word_on_one_line as word;
 
 /// A rule (or policy) that drops RoCE v2 traffic, as found in a rule set.
@@ -18,7 +18,7 @@ pub struct Blocking {
     pub fix: String,
 }
 
-pub(super) fn port_matches(right: &serde_json::Value, port: u16) -> bool {
+pub(crate) fn port_matches(right: &serde_json::Value, port: u16) -> bool {
     match right {
         serde_json::Value::Number(n) => n.as_u64() == Some(port as u64),
         serde_json::Value::Object(o) => {
@@ -308,7 +308,7 @@ pub fn iptables_blocking(save: &str, port: u16, tool: &str) -> Vec<Blocking> {
     out
 }
 
-pub(super) fn firewall_checks() -> Vec<Check> {
+pub(crate) fn firewall_checks() -> Vec<Check> {
     firewall_verdict(vec![
         ("nft", run_tool("nft", &["-j", "list", "ruleset"])),
         ("iptables-save", run_tool("iptables-save", &[])),
@@ -318,7 +318,7 @@ pub(super) fn firewall_checks() -> Vec<Check> {
 
 /// The verdict over what each tool printed (`None`: not installed). Nothing read is a
 /// skip; a rule set read (an empty one too: nothing filters) is the evidence of a pass.
-pub(super) fn firewall_verdict(reads: Vec<(&str, Option<Result<String, String>>)>) -> Vec<Check> {
+pub(crate) fn firewall_verdict(reads: Vec<(&str, Option<Result<String, String>>)>) -> Vec<Check> {
     let mut out = Vec::new();
     let mut read = Vec::new();
     let mut blocking = Vec::new();

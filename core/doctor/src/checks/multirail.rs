@@ -26,12 +26,12 @@ use rocewatch_netlink::route::{
 };
 use rocewatch_plugin_api::Inventory;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// One ARP or reverse-path sysctl: the values that do for multi-rail, the one to set, and
 /// what a wrong value does.
-pub(super) struct Knob {
+pub(crate) struct Knob {
     pub name: &'static str,
     allowed: &'static [u32],
     target: u32,
@@ -40,7 +40,7 @@ pub(super) struct Knob {
 }
 
 /// `Documentation/networking/ip-sysctl.rst` for the meanings.
-pub(super) const KNOBS: [Knob; 3] = [
+pub(crate) const KNOBS: [Knob; 3] = [
     Knob {
         name: "arp_ignore",
         allowed: &[1, 2],
@@ -66,11 +66,11 @@ pub(super) const KNOBS: [Knob; 3] = [
 
 /// The values of [`KNOBS`] in one `conf/` directory (`all` or an interface), in that
 /// order; an error says what could not be read.
-pub(super) type Conf = [Result<u32, String>; 3];
+pub(crate) type Conf = [Result<u32, String>; 3];
 
 /// What the verdict is made from.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Observed {
+pub(crate) struct Observed {
     /// The inventory's RoCE netdevs (ports with link layer Ethernet), each once.
     pub netdevs: Vec<String>,
     pub links: Vec<Link>,
@@ -122,7 +122,7 @@ fn rail_address(ip: IpAddr) -> bool {
 
 /// The sysctl name of a knob of an interface: a dot in the name (a VLAN, `eth0.100`)
 /// becomes a slash, as sysctl(8) and sysctl.d(5) want it.
-pub(super) fn sysctl_key(conf: &str, knob: &str) -> String {
+pub(crate) fn sysctl_key(conf: &str, knob: &str) -> String {
     format!("net.ipv4.conf.{}.{knob}", conf.replace('.', "/"))
 }
 
@@ -217,7 +217,7 @@ impl Tables {
 
 /// The verdict: one line per subnet shared by rails (or one saying the checks do not
 /// apply), the sysctls of each rail in a shared IPv4 subnet, a policy route per address.
-pub(super) fn decide(o: &Observed) -> Vec<Check> {
+pub(crate) fn decide(o: &Observed) -> Vec<Check> {
     let mut out = Vec::new();
     let by_name: BTreeMap<&str, &Link> = o.links.iter().map(|l| (l.name.as_str(), l)).collect();
     let mut present: Vec<(&str, &Link)> = Vec::new();
@@ -585,7 +585,7 @@ fn route_check(
 }
 
 /// The inventory's RoCE netdevs: ports with link layer Ethernet and a netdev, each once.
-pub(super) fn roce_netdevs(inv: &Inventory) -> Vec<String> {
+pub(crate) fn roce_netdevs(inv: &Inventory) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for p in inv.devices.iter().flat_map(|d| &d.ports) {
         if p.link_layer.as_deref() != Some("Ethernet") {
@@ -601,7 +601,7 @@ pub(super) fn roce_netdevs(inv: &Inventory) -> Vec<String> {
 }
 
 /// The [`KNOBS`] of one `conf/` directory under `conf_dir`.
-pub(super) fn read_conf(conf_dir: &Path, conf: &str) -> Conf {
+pub(crate) fn read_conf(conf_dir: &Path, conf: &str) -> Conf {
     KNOBS.each_ref().map(|k| {
         let path = conf_dir.join(conf).join(k.name);
         match std::fs::read_to_string(&path) {
@@ -615,7 +615,7 @@ pub(super) fn read_conf(conf_dir: &Path, conf: &str) -> Conf {
 }
 
 /// The multi-rail checks of the inventory's RoCE netdevs, on this network namespace.
-pub(super) fn multirail_checks(
+pub(crate) fn multirail_checks(
     inv: &Inventory,
     sysfs_root: &Path,
     procfs_root: &Path,

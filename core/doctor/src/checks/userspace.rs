@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use rocewatch_plugin_api::Inventory;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// `CAP_IPC_LOCK` (`include/uapi/linux/capability.h`).

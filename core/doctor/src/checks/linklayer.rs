@@ -5,7 +5,7 @@
 use rocewatch_plugin_api::Inventory;
 use rocewatch_sysfs::SysRoot;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::{one_line, word_on_one_line};
 
 /// The two link layers sysfs names (`ports/<n>/link_layer`).
@@ -38,7 +38,7 @@ fn mlx_port_index(address: &str, port: u32, ports_on_function: usize) -> u32 {
 
 /// The fix for a port that should run `want`; `mellanox`: a Mellanox/NVIDIA adapter
 /// (PCI vendor 0x15b3, or an mlx driver), whose firmware mlxconfig sets.
-pub(super) fn fix(mellanox: bool, address: Option<&str>, index: u32, want: &str) -> String {
+pub(crate) fn fix(mellanox: bool, address: Option<&str>, index: u32, want: &str) -> String {
     let (code, word) = if want == ETHERNET {
         (2, "ETH")
     } else {
@@ -56,7 +56,7 @@ pub(super) fn fix(mellanox: bool, address: Option<&str>, index: u32, want: &str)
     }
 }
 
-pub(super) fn link_layer_checks(root: &SysRoot, inv: &Inventory, told: Option<&str>) -> Vec<Check> {
+pub(crate) fn link_layer_checks(root: &SysRoot, inv: &Inventory, told: Option<&str>) -> Vec<Check> {
     let ports: Vec<(&str, &rocewatch_plugin_api::Port, usize)> = inv
         .devices
         .iter()

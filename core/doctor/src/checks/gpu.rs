@@ -7,12 +7,12 @@ use rocewatch_plugin_api::Inventory;
 use rocewatch_sysfs::pci::{is_gpu_class, proximity, vendor_name, PciFunction, Proximity};
 use rocewatch_sysfs::SysRoot;
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::one_line;
 
 /// A GPU or an RDMA device on the bus: its label, PCI function and NUMA node.
 #[derive(Debug, Clone)]
-pub(super) struct Placed {
+pub(crate) struct Placed {
     /// `GPU0`, or the RDMA device's name (`mlx5_0`).
     pub name: String,
     pub function: PciFunction,
@@ -23,7 +23,7 @@ pub(super) struct Placed {
 
 /// The GPUs of the bus, in address order, named GPU0, GPU1... as `nvidia-smi` numbers
 /// them by default (PCI bus order).
-pub(super) fn gpus(root: &SysRoot) -> Vec<Placed> {
+pub(crate) fn gpus(root: &SysRoot) -> Vec<Placed> {
     root.pci_functions()
         .unwrap_or_default()
         .into_iter()
@@ -42,7 +42,7 @@ pub(super) fn gpus(root: &SysRoot) -> Vec<Placed> {
 }
 
 /// The RDMA devices that sit on the PCI bus, in inventory order.
-pub(super) fn nics(root: &SysRoot, inv: &Inventory) -> Vec<Placed> {
+pub(crate) fn nics(root: &SysRoot, inv: &Inventory) -> Vec<Placed> {
     inv.devices
         .iter()
         .filter_map(|d| {
@@ -58,7 +58,7 @@ pub(super) fn nics(root: &SysRoot, inv: &Inventory) -> Vec<Placed> {
 }
 
 /// `matrix[g][n]`: how GPU `g` reaches NIC `n`.
-pub(super) fn matrix(gpus: &[Placed], nics: &[Placed]) -> Vec<Vec<Proximity>> {
+pub(crate) fn matrix(gpus: &[Placed], nics: &[Placed]) -> Vec<Vec<Proximity>> {
     gpus.iter()
         .map(|g| {
             nics.iter()
@@ -69,7 +69,7 @@ pub(super) fn matrix(gpus: &[Placed], nics: &[Placed]) -> Vec<Vec<Proximity>> {
 }
 
 /// The matrix as `nvidia-smi topo -m` prints it, NICs as NIC0.. with a legend.
-pub(super) fn render(gpus: &[Placed], nics: &[Placed], m: &[Vec<Proximity>]) -> String {
+pub(crate) fn render(gpus: &[Placed], nics: &[Placed], m: &[Vec<Proximity>]) -> String {
     use std::fmt::Write;
     let mut s = String::from("     ");
     for i in 0..nics.len() {
@@ -90,7 +90,7 @@ pub(super) fn render(gpus: &[Placed], nics: &[Placed], m: &[Vec<Proximity>]) -> 
 }
 
 /// The matrix, each GPU's nearest NIC, and GPUDirect RDMA.
-pub(super) fn gpu_checks(root: &SysRoot, gpus: &[Placed], nics: &[Placed]) -> Vec<Check> {
+pub(crate) fn gpu_checks(root: &SysRoot, gpus: &[Placed], nics: &[Placed]) -> Vec<Check> {
     if gpus.is_empty() {
         return vec![check(
             "gpu-topology",
@@ -129,7 +129,7 @@ pub(super) fn gpu_checks(root: &SysRoot, gpus: &[Placed], nics: &[Placed]) -> Ve
 
 /// A GPU's nearest RDMA devices (`row`: its line of the matrix); all across the socket
 /// interconnect warns.
-pub(super) fn nearest_check(g: &Placed, row: &[Proximity], nics: &[Placed]) -> Check {
+pub(crate) fn nearest_check(g: &Placed, row: &[Proximity], nics: &[Placed]) -> Check {
     let best = *row.iter().min().expect("nics is not empty");
     let nearest: Vec<&str> = nics
         .iter()

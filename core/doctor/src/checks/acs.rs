@@ -10,13 +10,13 @@ use std::path::PathBuf;
 use rocewatch_sysfs::pci::{acs_control, bridges_between, proximity, ConfigSpaceError};
 use rocewatch_sysfs::SysRoot;
 
-use super::check::{check, Check, Status};
 use super::gpu::Placed;
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 
 /// What a bridge's config space says about ACS.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum BridgeAcs {
+pub(crate) enum BridgeAcs {
     /// Redirect on: the control register's offset and value.
     Redirects {
         at: usize,
@@ -30,7 +30,7 @@ pub(super) enum BridgeAcs {
 }
 
 /// The verdict on one bridge from its config bytes (`None`: no `config` file).
-pub(super) fn bridge_acs(config: Option<&[u8]>) -> BridgeAcs {
+pub(crate) fn bridge_acs(config: Option<&[u8]>) -> BridgeAcs {
     let Some(c) = config else {
         return BridgeAcs::Unknown("no config file".into());
     };
@@ -49,7 +49,7 @@ pub(super) fn bridge_acs(config: Option<&[u8]>) -> BridgeAcs {
 }
 
 /// The ACS of every bridge between a GPU and a NIC below one root complex.
-pub(super) fn acs_checks(root: &SysRoot, gpus: &[Placed], nics: &[Placed]) -> Vec<Check> {
+pub(crate) fn acs_checks(root: &SysRoot, gpus: &[Placed], nics: &[Placed]) -> Vec<Check> {
     // Bridge address → its directory and the pairs it sits between.
     let mut bridges: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
     for g in gpus {

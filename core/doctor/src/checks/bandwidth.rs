@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest};
 
-use super::check::{check, Check, Status};
+use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
 use rocewatch_probes::bandwidth::{gbps, measure, MeasureError, Verdict};
 use rocewatch_runtime::app::App;
 
 /// Doctor's check: a 3 s RDMA WRITE test, 4 queue pairs of 64 KiB, held against 90 % of
 /// the line rate.
-pub(super) async fn bandwidth_check(app: &Arc<App>, peer: &str) -> Check {
+pub(crate) async fn bandwidth_check(app: &Arc<App>, peer: &str) -> Check {
     let req = BandwidthRequest {
         peer: peer.into(),
         op: BandwidthOp::Write,

@@ -47,7 +47,7 @@ fn port_and_qos_fixes() {
         netdev: Some(ND.into()),
         ..Default::default()
     };
-    assert_quoted(&[super::ports::port_check(DEV, &p)]);
+    assert_quoted(&[crate::guide::ports::port_check(DEV, &p)]);
     let mut settings = BTreeMap::new();
     settings.insert("roce_mode".to_string(), value("IB/RoCE v1"));
     settings.insert("pfc_enabled".to_string(), value("4"));

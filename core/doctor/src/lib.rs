@@ -22,14 +22,9 @@ mod checks;
 #[cfg(test)]
 mod fix_quoting_tests;
 mod guide;
-mod host;
-mod mtu;
 #[cfg(test)]
 mod no_evidence_tests;
-mod ports;
 pub mod shell;
-mod topics;
-mod userspace_topic;
 
 pub use appenv::check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};
@@ -38,5 +33,3 @@ pub use checks::kernel_log::kernel_log_checks;
 pub use checks::linklayer::{ETHERNET, INFINIBAND};
 pub use checks::{capture, userspace};
 pub use guide::run;
-// Where `host.rs` and `ports.rs` (still at the top) reach the checks they call.
-pub(crate) use checks::{buffers, cm_path, dcbx, gpu, qos};

@@ -127,7 +127,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
             ..Default::default()
         }],
     };
-    out.push(super::ports::port_check("dev0/1", &Port::default()));
+    out.push(crate::guide::ports::port_check("dev0/1", &Port::default()));
     out.extend(crate::checks::qos::qos_checks(&[], "dev0", 1, "eth0", 3));
     out.push(crate::checks::dcbx::dcbx_peer_check(
         &[],
@@ -192,7 +192,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
         ("iptables-save", None),
         ("ip6tables-save", None),
     ]));
-    out.extend(super::host::irq_checks(
+    out.extend(crate::guide::host::irq_checks(
         empty.path(),
         scratch.path(),
         &["eth0".into()],

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::check::{check, Check, Status, ROCE_PORT};
-use crate::host::run_tool;
+use crate::guide::host::run_tool;
 use crate::shell::word_on_one_line as word;
 
 /// A rule (or policy) that drops RoCE v2 traffic, as found in a rule set.

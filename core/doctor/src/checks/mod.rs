@@ -15,6 +15,7 @@ pub(crate) mod firewall;
 pub(crate) mod gpu;
 pub(crate) mod kernel_log;
 pub(crate) mod linklayer;
+pub(crate) mod mtu;
 pub(crate) mod multirail;
 pub(crate) mod numa;
 pub(crate) mod pcie;

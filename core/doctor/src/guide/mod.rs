@@ -9,11 +9,14 @@ use std::sync::Arc;
 use rocewatch_plugin_api::Inventory;
 
 use super::check::{check, Check, Options, Status};
-use super::host::Host;
-use super::ports;
-use super::topics;
 use crate::checks::bandwidth::bandwidth_check;
+use host::Host;
 use rocewatch_runtime::app::App;
+
+pub(crate) mod host;
+pub(crate) mod ports;
+mod topics;
+mod userspace_topic;
 
 /// A topic of the guide: the checks it makes of what the host was read to be.
 pub(super) type Topic = fn(&Host) -> Vec<Check>;

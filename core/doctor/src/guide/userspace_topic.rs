@@ -1,8 +1,8 @@
 //! The userspace topic of the guide: who the workload is (`--user`, `--pid`, `--unit`),
 //! asked of the host (the C library, systemd), then the checks of [`crate::checks::userspace`].
 
-use super::check::{check, Check, Status};
 use super::host::Host;
+use crate::check::{check, Check, Status};
 use crate::checks::userspace::{self as us, Roots, User, Workload};
 
 /// `systemctl show --property=NAME --value [UNIT]`.
@@ -29,7 +29,7 @@ fn systemctl_show_with(
     }
 }
 
-pub(super) fn checks(h: &Host) -> Vec<Check> {
+pub(crate) fn checks(h: &Host) -> Vec<Check> {
     let mut out = Vec::new();
     let user = match h.opts.user.as_deref() {
         None => User::current(),

@@ -12,13 +12,13 @@ use rocewatch_sysfs::interrupts::nic_irqs;
 use rocewatch_sysfs::verdict::{judge_gids, GidVerdict};
 use rocewatch_sysfs::SysRoot;
 
-use super::check::{check, Check, Options, Status};
-use super::gpu::Placed;
+use crate::check::{check, Check, Options, Status};
+use crate::checks::gpu::Placed;
 
 /// What the checks read, read once: the inventory, the QoS state, the roots, the
 /// interfaces' addresses, the PCI side, and what the live agent saw (the two collections
 /// a window apart, the probe and the bandwidth test), filled by the guide's async steps.
-pub(super) struct Host<'a> {
+pub(crate) struct Host<'a> {
     pub opts: &'a Options,
     /// The sysfs root, and whether it is the live `/sys`.
     pub root: PathBuf,
@@ -41,7 +41,7 @@ pub(super) struct Host<'a> {
 }
 
 /// A RoCE port: an Ethernet port with a netdev.
-pub(super) struct RocePort<'h> {
+pub(crate) struct RocePort<'h> {
     pub device: &'h Device,
     pub port: &'h Port,
     pub netdev: &'h str,
@@ -57,7 +57,10 @@ impl<'a> Host<'a> {
         } else {
             None
         };
-        let (gpus, nics) = (super::gpu::gpus(&sys), super::gpu::nics(&sys, &inv));
+        let (gpus, nics) = (
+            crate::checks::gpu::gpus(&sys),
+            crate::checks::gpu::nics(&sys, &inv),
+        );
         Host {
             opts,
             proc_live: opts.procfs_root == Path::new("/proc"),
@@ -135,16 +138,16 @@ impl<'a> Host<'a> {
     }
 }
 
-pub(super) fn run_tool(cmd: &str, args: &[&str]) -> Option<Result<String, String>> {
+pub(crate) fn run_tool(cmd: &str, args: &[&str]) -> Option<Result<String, String>> {
     run_tool_within(cmd, args, TOOL_TIMEOUT)
 }
 
 /// How long a tool the doctor asks (`nft`, `iptables-save`, `ping`, `systemctl`) may run.
-pub(super) const TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `cmd ARGS` within `timeout`, as a process group killed at the bound with whatever it
 /// started ([`rocewatch_process`]); none when the tool is not installed.
-pub(super) fn run_tool_within(
+pub(crate) fn run_tool_within(
     cmd: &str,
     args: &[&str],
     timeout: std::time::Duration,
@@ -170,7 +173,7 @@ pub(super) fn run_tool_within(
 
 /// Interrupts of the RoCE netdevs: irqbalance running, or each NIC's interrupts spread.
 /// `sys` and `proc_root` are the live host's (the caller checks).
-pub(super) fn irq_checks(sys: &Path, proc_root: &Path, netdevs: &[String]) -> Vec<Check> {
+pub(crate) fn irq_checks(sys: &Path, proc_root: &Path, netdevs: &[String]) -> Vec<Check> {
     let irqbalance = std::fs::read_dir(proc_root)
         .map(|rd| {
             rd.filter_map(Result::ok).any(|e| {
@@ -255,7 +258,7 @@ pub(super) fn irq_checks(sys: &Path, proc_root: &Path, netdevs: &[String]) -> Ve
 /// Process `pid` is gone, or dead and left to its reaper, within 2 s (a killed process
 /// may still run for a moment).
 #[cfg(test)]
-pub(super) fn gone(pid: &str) -> bool {
+pub(crate) fn gone(pid: &str) -> bool {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));

@@ -3,23 +3,23 @@
 
 use std::path::Path;
 
-use super::check::{check, Check, Status, ROCE_PORT};
 use super::host::{irq_checks, Host};
+use crate::check::{check, Check, Status, ROCE_PORT};
 use crate::checks::capture::vlan_offload;
 use crate::shell::word_on_one_line as word;
 
 /// The link layer each port runs against what it is meant to run.
-pub(super) fn link_layer(h: &Host) -> Vec<Check> {
+pub(crate) fn link_layer(h: &Host) -> Vec<Check> {
     crate::checks::linklayer::link_layer_checks(&h.sys, &h.inv, h.opts.link_layer)
 }
 
 /// Each NIC's PCIe link.
-pub(super) fn pcie(h: &Host) -> Vec<Check> {
+pub(crate) fn pcie(h: &Host) -> Vec<Check> {
     crate::checks::pcie::link_checks(&h.sys, &h.inv)
 }
 
 /// Where GPUs sit from NICs, GPUDirect, and ACS on the path between them.
-pub(super) fn gpu(h: &Host) -> Vec<Check> {
+pub(crate) fn gpu(h: &Host) -> Vec<Check> {
     let mut out = crate::checks::gpu::gpu_checks(&h.sys, &h.gpus, &h.nics);
     if !h.gpus.is_empty() && !h.nics.is_empty() {
         out.extend(crate::checks::acs::acs_checks(&h.sys, &h.gpus, &h.nics));
@@ -28,7 +28,7 @@ pub(super) fn gpu(h: &Host) -> Vec<Check> {
 }
 
 /// Interrupts against the NIC's node: the proc tree must go with the sysfs tree.
-pub(super) fn numa(h: &Host) -> Vec<Check> {
+pub(crate) fn numa(h: &Host) -> Vec<Check> {
     match h.proc_root() {
         Some(proc_root) => crate::checks::numa::numa_checks(&h.sys, proc_root, &h.inv),
         None => vec![check(
@@ -47,7 +47,7 @@ pub(super) fn numa(h: &Host) -> Vec<Check> {
 
 /// Multi-rail: live rtnetlink and sysctls of this network namespace, for the netdevs
 /// the inventory names (a fixture tree's too, when those netdevs exist here).
-pub(super) fn multirail(h: &Host) -> Vec<Check> {
+pub(crate) fn multirail(h: &Host) -> Vec<Check> {
     crate::checks::multirail::multirail_checks(&h.inv, &h.root, &h.opts.procfs_root)
 }
 
@@ -66,7 +66,7 @@ fn not_this_tree(h: &Host, name: &str) -> Vec<Check> {
 }
 
 /// Firewall rules for UDP 4791 (live only).
-pub(super) fn firewall(h: &Host) -> Vec<Check> {
+pub(crate) fn firewall(h: &Host) -> Vec<Check> {
     if !h.live {
         return not_this_tree(h, "firewall");
     }
@@ -74,7 +74,7 @@ pub(super) fn firewall(h: &Host) -> Vec<Check> {
 }
 
 /// The RoCE netdevs' interrupts (live only).
-pub(super) fn interrupts(h: &Host) -> Vec<Check> {
+pub(crate) fn interrupts(h: &Host) -> Vec<Check> {
     if !h.live {
         return not_this_tree(h, "interrupts");
     }
@@ -83,14 +83,14 @@ pub(super) fn interrupts(h: &Host) -> Vec<Check> {
 }
 
 /// The driver: loaded modules, taint, kernel.
-pub(super) fn driver(h: &Host) -> Vec<Check> {
+pub(crate) fn driver(h: &Host) -> Vec<Check> {
     crate::checks::driver::driver_checks(&h.sys, h.proc_root(), &h.inv)
 }
 
 /// The userspace verbs stack: device files, the RDMA CM device, locked memory, the
 /// provider of each device's driver. A fixture tree's need `--rootfs` and
 /// `--procfs-root` of the same host.
-pub(super) fn userspace(h: &Host) -> Vec<Check> {
+pub(crate) fn userspace(h: &Host) -> Vec<Check> {
     let rootfs_live = h.opts.rootfs == Path::new("/");
     if h.live != rootfs_live {
         return vec![check(
@@ -109,12 +109,12 @@ pub(super) fn userspace(h: &Host) -> Vec<Check> {
 }
 
 /// Firmware: devices of one driver should run one firmware.
-pub(super) fn firmware(h: &Host) -> Vec<Check> {
+pub(crate) fn firmware(h: &Host) -> Vec<Check> {
     crate::checks::driver::firmware_checks(&h.inv)
 }
 
 /// The kernel log's driver messages over --log-window.
-pub(super) fn kernel_log(h: &Host) -> Vec<Check> {
+pub(crate) fn kernel_log(h: &Host) -> Vec<Check> {
     crate::checks::kernel_log::kernel_log_checks(
         &h.root,
         &h.opts.kernel_log,
@@ -124,7 +124,7 @@ pub(super) fn kernel_log(h: &Host) -> Vec<Check> {
 }
 
 /// Live counters over the window.
-pub(super) fn counters(h: &Host) -> Vec<Check> {
+pub(crate) fn counters(h: &Host) -> Vec<Check> {
     let mut out =
         crate::checks::counters::counters_checks(&h.first, &h.second, &h.failed, h.opts.window);
     out.extend(crate::checks::congestion::congestion_checks(
@@ -136,12 +136,12 @@ pub(super) fn counters(h: &Host) -> Vec<Check> {
 }
 
 /// The verbs probe to the peer and the bandwidth test (run by the live agent).
-pub(super) fn probe(h: &Host) -> Vec<Check> {
+pub(crate) fn probe(h: &Host) -> Vec<Check> {
     h.probe.clone()
 }
 
 /// How to capture the RoCE traffic.
-pub(super) fn capture(h: &Host) -> Vec<Check> {
+pub(crate) fn capture(h: &Host) -> Vec<Check> {
     let Some(nd) = h.capture_netdev() else {
         return vec![check(
             "capture",
@@ -167,15 +167,15 @@ pub(super) fn capture(h: &Host) -> Vec<Check> {
 }
 
 /// An application's settings (--env) against what this host needs.
-pub(super) fn env(h: &Host) -> Vec<Check> {
+pub(crate) fn env(h: &Host) -> Vec<Check> {
     let Some(env) = &h.opts.env else {
         return Vec::new();
     };
-    let host = super::appenv::compute(
+    let host = crate::appenv::compute(
         rocewatch_sysfs::rails::ports(&h.inv, &h.qos, None),
-        super::appenv::desired_tos(&h.opts.qos, &h.qos),
-        super::appenv::For::All,
+        crate::appenv::desired_tos(&h.opts.qos, &h.qos),
+        crate::appenv::For::All,
         h.addrs.as_ref(),
     );
-    super::appenv::check::env_checks(&host, &h.inv, &h.qos, env, h.addrs.as_ref())
+    crate::appenv::check::env_checks(&host, &h.inv, &h.qos, env, h.addrs.as_ref())
 }

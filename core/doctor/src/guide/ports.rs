@@ -7,14 +7,14 @@ use std::net::IpAddr;
 use rocewatch_plugin_api::{Device, Port};
 use rocewatch_sysfs::verdict::{judge_mtus, judge_port_state, GidVerdict, MtuVerdict, Weight};
 
-use super::check::{check, Check, Status};
 use super::host::{Host, RocePort};
-use super::mtu::peer_mtu_check;
-use super::qos::qos_checks;
+use crate::check::{check, Check, Status};
+use crate::checks::mtu::peer_mtu_check;
+use crate::checks::qos::qos_checks;
 use crate::shell::word_on_one_line as word;
 
 /// The check when no RDMA device is there (and nothing else is checked).
-pub(super) fn no_devices(root: &std::path::Path) -> Check {
+pub(crate) fn no_devices(root: &std::path::Path) -> Check {
     check(
         "devices",
         "",
@@ -26,7 +26,7 @@ pub(super) fn no_devices(root: &std::path::Path) -> Check {
 
 /// The devices, their drivers and firmware; a device whose ports say nothing (no state
 /// read) is no working device.
-pub(super) fn devices(h: &Host) -> Vec<Check> {
+pub(crate) fn devices(h: &Host) -> Vec<Check> {
     if h.inv.devices.is_empty() {
         return vec![no_devices(&h.root)];
     }
@@ -74,7 +74,7 @@ pub(super) fn devices(h: &Host) -> Vec<Check> {
 
 /// Per port, in order: its state, its netdev, the netdev's IP, the GID for each IP and
 /// the port's QoS (the RoCE checks for an Ethernet port with a netdev and an address).
-pub(super) fn ports(h: &Host) -> Vec<Check> {
+pub(crate) fn ports(h: &Host) -> Vec<Check> {
     let mut out = Vec::new();
     for d in &h.inv.devices {
         for p in &d.ports {
@@ -139,25 +139,25 @@ fn roce_port_checks(h: &Host, d: &Device, p: &Port, subject: &str) -> Vec<Check>
     out.push(ip_check(h.live, subject, &v));
     out.extend(gid_checks(&v, subject));
     out.extend(qos_checks(&h.qos, &d.name, p.port, nd, h.opts.priority));
-    out.push(super::cm_path::cm_tos_check(
+    out.push(crate::checks::cm_path::cm_tos_check(
         &h.qos,
         &d.name,
         p.port,
         h.opts.priority,
-        super::appenv::desired_tos(&h.opts.qos, &h.qos),
+        crate::appenv::desired_tos(&h.opts.qos, &h.qos),
     ));
-    out.push(super::buffers::buffer_check(
+    out.push(crate::checks::buffers::buffer_check(
         &h.qos,
         &d.name,
         p.port,
         nd,
-        &super::buffers::Link {
+        &crate::checks::buffers::Link {
             speed_mbps: p.rate_bps.map(|b| b / 1_000_000),
             mtu: p.netdev_mtu,
             cable_m: h.opts.cable_length,
         },
     ));
-    out.push(super::dcbx::dcbx_peer_check(
+    out.push(crate::checks::dcbx::dcbx_peer_check(
         &h.qos,
         &d.name,
         p.port,
@@ -233,7 +233,7 @@ fn gid_checks(v: &GidVerdict, subject: &str) -> Vec<Check> {
 
 /// A port's state: active and linked up, or what to look at. The verdict is
 /// `rocewatch_sysfs::verdict`'s, the one `health` gives.
-pub(super) fn port_check(subject: &str, p: &Port) -> Check {
+pub(crate) fn port_check(subject: &str, p: &Port) -> Check {
     let v = judge_port_state(p);
     match v.weight() {
         Weight::Fine => check(
@@ -270,7 +270,7 @@ pub(super) fn port_check(subject: &str, p: &Port) -> Check {
 
 /// MTU: the RoCE MTU each RoCE netdev gives, held against the others' (`health`'s verdict,
 /// without its `[health] min_mtu`), and the path MTU to the peer.
-pub(super) fn mtu(h: &Host) -> Vec<Check> {
+pub(crate) fn mtu(h: &Host) -> Vec<Check> {
     let mtus = h.mtus();
     let netdevs: Vec<(&str, Option<u32>)> = mtus.iter().map(|(n, m)| (n.as_str(), *m)).collect();
     let verdicts = judge_mtus(&netdevs, None);

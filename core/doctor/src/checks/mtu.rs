@@ -1,12 +1,12 @@
 //! The path MTU to a peer: packets of the RoCE MTU reach it unfragmented (`ping -M do`).
 
-use super::check::{check, Check, Status};
-use super::host::run_tool;
+use crate::check::{check, Check, Status};
+use crate::guide::host::run_tool;
 use crate::shell::word_on_one_line as word;
 
 /// Path MTU to the peer: the largest ICMP echo that passes without fragmentation
 /// (`ping -M do`), tried at the netdev's MTU.
-pub(super) fn peer_mtu_check(peer: &str, mtu: u32, nd: &str) -> Check {
+pub(crate) fn peer_mtu_check(peer: &str, mtu: u32, nd: &str) -> Check {
     let size = mtu.saturating_sub(28).to_string();
     match run_tool("ping", &["-M", "do", "-c", "1", "-W", "2", "-s", &size, peer]) {
         None => check("mtu", peer, Status::Skip, "ping is not installed: the path MTU to the peer was not measured", None),

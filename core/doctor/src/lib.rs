@@ -25,6 +25,7 @@ mod guide;
 #[cfg(test)]
 mod no_evidence_tests;
 pub mod shell;
+mod tool;
 
 pub use appenv::check::{env_checks, parse_env, relevant};
 pub use check::{text, Check, Options, Status, ROCE_PORT};

@@ -192,7 +192,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
         ("iptables-save", None),
         ("ip6tables-save", None),
     ]));
-    out.extend(crate::guide::host::irq_checks(
+    out.extend(crate::checks::interrupts::irq_checks(
         empty.path(),
         scratch.path(),
         &["eth0".into()],

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::check::{check, Check, Status, ROCE_PORT};
-use crate::guide::host::run_tool;
 use crate::shell::word_on_one_line as word;
+use crate::tool::run_tool;
 
 /// A rule (or policy) that drops RoCE v2 traffic, as found in a rule set.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,7 @@ pub(crate) mod dcbx;
 pub(crate) mod driver;
 pub(crate) mod firewall;
 pub(crate) mod gpu;
+pub(crate) mod interrupts;
 pub(crate) mod kernel_log;
 pub(crate) mod linklayer;
 pub(crate) mod mtu;

@@ -1,8 +1,8 @@
 //! The path MTU to a peer: packets of the RoCE MTU reach it unfragmented (`ping -M do`).
 
 use crate::check::{check, Check, Status};
-use crate::guide::host::run_tool;
 use crate::shell::word_on_one_line as word;
+use crate::tool::run_tool;
 
 /// Path MTU to the peer: the largest ICMP echo that passes without fragmentation
 /// (`ping -M do`), tried at the netdev's MTU.

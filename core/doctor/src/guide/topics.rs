@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
-use super::host::{irq_checks, Host};
+use super::host::Host;
 use crate::check::{check, Check, Status, ROCE_PORT};
 use crate::checks::capture::vlan_offload;
+use crate::checks::interrupts::irq_checks;
 use crate::shell::word_on_one_line as word;
 
 /// The link layer each port runs against what it is meant to run.

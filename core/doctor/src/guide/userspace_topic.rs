@@ -7,7 +7,7 @@ use crate::checks::userspace::{self as us, Roots, User, Workload};
 
 /// `systemctl show --property=NAME --value [UNIT]`.
 fn systemctl_show(property: &str, unit: Option<&str>) -> Result<String, String> {
-    systemctl_show_with("systemctl", property, unit, super::host::TOOL_TIMEOUT)
+    systemctl_show_with("systemctl", property, unit, crate::tool::TOOL_TIMEOUT)
 }
 
 /// `program show ...` within `timeout`, through the doctor's bounded runner (a process
@@ -23,7 +23,7 @@ fn systemctl_show_with(
     if let Some(u) = unit {
         args.extend(["--", u]);
     }
-    match super::host::run_tool_within(program, &args, timeout) {
+    match crate::tool::run_tool_within(program, &args, timeout) {
         None => Err(format!("{program}: not found (not a systemd host)")),
         Some(r) => r.map(|out| out.trim().to_string()),
     }
@@ -118,7 +118,7 @@ mod tests {
         assert!(e.contains("MainPID") && e.contains("killed"), "{e}");
         let pid = std::fs::read_to_string(&pidfile).unwrap();
         assert!(
-            super::super::host::gone(pid.trim()),
+            crate::tool::gone(pid.trim()),
             "systemctl's child {} lives on",
             pid.trim()
         );
@@ -126,7 +126,7 @@ mod tests {
             "/nonexistent/systemctl",
             "MainPID",
             None,
-            super::super::host::TOOL_TIMEOUT,
+            crate::tool::TOOL_TIMEOUT,
         )
         .unwrap_err();
         assert!(e.contains("not a systemd host"), "{e}");

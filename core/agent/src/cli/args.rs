@@ -2,9 +2,9 @@
 //! What each command does is in the file of its name beside this one.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
-use anyhow::Result;
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 use super::bandwidth::BandwidthCmdArgs;
 use super::capture::CaptureArgs;
@@ -26,7 +26,7 @@ use super::quarantine::QuarantineCommand;
 use super::rules::RulesArgs;
 use super::run::RunArgs;
 use super::top::TopArgs;
-use crate::config::{Config, LogFormat};
+use crate::config::LogFormat;
 
 /// rocewatch: keep RDMA/RoCEv2 networks healthy.
 ///
@@ -38,7 +38,7 @@ use crate::config::{Config, LogFormat};
 #[derive(Debug, Parser)]
 #[command(
     name = "rocewatch",
-    version = super::manuals::long_version(),
+    version = long_version(),
     propagate_version = true
 )]
 pub struct Cli {
@@ -318,7 +318,7 @@ pub enum Command {
     Completions {
         /// The shell.
         #[arg(value_enum)]
-        shell: super::manuals::CompletionShell,
+        shell: CompletionShell,
     },
     /// Write the manual pages (rocewatch.1, one page per subcommand: rocewatch-probe.1,
     /// rocewatch-qos-apply.1, ...) into DIR, for packaging.
@@ -329,25 +329,27 @@ pub enum Command {
     },
 }
 
-/// Options shared by the commands that read sysfs.
-#[derive(Debug, Clone, Args)]
-pub struct SourceArgs {
-    /// Configuration file (TOML). Without it: defaults plus ROCEWATCH_* overrides.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Root of the sysfs tree to read instead of /sys (overrides agent.sysfs_root).
-    #[arg(long, value_name = "DIR")]
-    pub sysfs_root: Option<PathBuf>,
+/// `rocewatch --version`: `0.1.0 (git 1a2b3c4d5e6f, plugin ABI 1.4)`. The revision is
+/// the build's (`build.rs`: `ROCEWATCH_GIT_REV`, else `git rev-parse`, else `unknown`).
+pub fn long_version() -> &'static str {
+    static V: OnceLock<String> = OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (git {}, plugin ABI {}.{})",
+            env!("CARGO_PKG_VERSION"),
+            env!("ROCEWATCH_GIT_REV"),
+            rocewatch_plugin_sdk::abi::ABI_MAJOR,
+            rocewatch_plugin_sdk::abi::ABI_MINOR
+        )
+    })
 }
 
-impl SourceArgs {
-    pub fn load(&self) -> Result<Config> {
-        let mut cfg = Config::load(self.config.as_deref())?;
-        if let Some(root) = &self.sysfs_root {
-            cfg.agent.sysfs_root = root.clone();
-        }
-        Ok(cfg)
-    }
+/// The shells completions are made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 impl Command {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, PluginKind};
 use rocewatch_probes::bandwidth::{

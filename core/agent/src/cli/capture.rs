@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use rocewatch_plugin_api::{Inventory, PluginKind};
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_doctor::capture::{restore_leftovers, OffloadGuard};
 use rocewatch_pcap::{open_capture, summarize};

@@ -6,8 +6,8 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use serde::ser::{SerializeMap, Serializer};
 
-use super::args::SourceArgs;
 use super::show;
+use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::{PartialError, PluginKind, Sample};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 
-use super::args::SourceArgs;
+use super::source::SourceArgs;
 use crate::app::{Agent, Extras};
 use crate::config::Config;
 use rocewatch_runtime::util::signals::shutdown_on_signals;

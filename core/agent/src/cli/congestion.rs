@@ -14,8 +14,8 @@ use clap::Args;
 use rocewatch_congestion::{between, settings_advice, Row, State};
 use rocewatch_plugin_api::{PluginKind, QosState, Sample, Setting};
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use super::terminal::{live_view, terminal_rows};
 use crate::app::App;
 

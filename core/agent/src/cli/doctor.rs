@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::{PluginKind, DEFAULT_PROBE_TCP_PORT};
 use rocewatch_runtime::util::duration::{LOOK_BACK, WATCH};

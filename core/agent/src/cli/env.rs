@@ -3,8 +3,8 @@
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_doctor::appenv;
 use rocewatch_doctor::shell::one_line;

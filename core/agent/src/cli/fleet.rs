@@ -130,7 +130,7 @@ pub struct SimulateArgs {
 #[derive(Debug, Args)]
 pub struct TopologyArgs {
     #[command(flatten)]
-    pub source: super::args::SourceArgs,
+    pub source: super::source::SourceArgs,
     /// Read lldpcli's JSON (-f json0 show neighbors details) from this file instead of
     /// running lldpcli.
     #[arg(long, value_name = "FILE")]

@@ -4,8 +4,8 @@ use anyhow::Result;
 
 use clap::Args;
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use rocewatch_health::{Report, Status};
 
 /// `rocewatch health`'s arguments.

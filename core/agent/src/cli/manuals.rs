@@ -4,35 +4,13 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
-use super::args::Cli;
-
-/// `rocewatch --version`: `0.1.0 (git 1a2b3c4d5e6f, plugin ABI 1.4)`. The revision is
-/// the build's (`build.rs`: `ROCEWATCH_GIT_REV`, else `git rev-parse`, else `unknown`).
-pub fn long_version() -> &'static str {
-    static V: OnceLock<String> = OnceLock::new();
-    V.get_or_init(|| {
-        format!(
-            "{} (git {}, plugin ABI {}.{})",
-            env!("CARGO_PKG_VERSION"),
-            env!("ROCEWATCH_GIT_REV"),
-            rocewatch_plugin_sdk::abi::ABI_MAJOR,
-            rocewatch_plugin_sdk::abi::ABI_MINOR
-        )
-    })
-}
-
-/// The shells completions are made for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CompletionShell {
-    Bash,
-    Zsh,
-    Fish,
-}
+#[cfg(test)]
+use super::args::long_version;
+use super::args::{Cli, CompletionShell};
 
 /// Print the completion script for `shell`.
 pub fn completions(shell: CompletionShell) -> Result<i32> {

@@ -30,6 +30,7 @@ mod quarantine;
 mod rules;
 mod run;
 pub mod show;
+mod source;
 mod terminal;
 mod top;
 mod top_view;

@@ -3,9 +3,9 @@
 use anyhow::Result;
 use clap::Args;
 
-use super::args::SourceArgs;
 use super::output::print_json;
 use super::show;
+use super::source::SourceArgs;
 use crate::app::App;
 
 /// `rocewatch plugins`'s arguments.

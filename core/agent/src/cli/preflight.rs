@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::PluginKind;
 use rocewatch_preflight as pf;

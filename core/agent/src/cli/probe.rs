@@ -10,7 +10,7 @@ use rocewatch_runtime::host::call::CallError;
 use rocewatch_runtime::host::registry::{Entry, Registry, State};
 use rocewatch_runtime::util::duration::{PROBE_GAP, PROBE_TIMEOUT};
 
-use super::args::SourceArgs;
+use super::source::SourceArgs;
 use crate::app::App;
 use crate::config::Config;
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::PluginKind;
 

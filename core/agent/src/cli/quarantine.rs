@@ -10,8 +10,8 @@
 use anyhow::{Context, Result};
 use clap::Subcommand;
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use rocewatch_runtime::quarantine::operator;
 
 /// `rocewatch quarantine`'s subcommands.

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::args::SourceArgs;
 use super::show;
+use super::source::SourceArgs;
 use crate::app::{App, READ};
 
 /// `rocewatch rules`'s arguments.

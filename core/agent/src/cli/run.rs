@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 
-use super::args::SourceArgs;
+use super::source::SourceArgs;
 use crate::config::Config;
 use crate::supervisor::Supervisor;
 use rocewatch_export::otlp::config::OtlpProtocol;

@@ -19,8 +19,8 @@ use clap::Args;
 use rocewatch_metrics::{RESOURCE_CATALOG, RESOURCE_QPS, WORKLOAD_COUNTER};
 use rocewatch_plugin_api::{PluginKind, Sample};
 
-use super::args::SourceArgs;
 use super::output::print_json;
+use super::source::SourceArgs;
 use super::top_view::{self, Frame, SortKey};
 use crate::app::App;
 use rocewatch_runtime::host::call;

@@ -10,8 +10,9 @@
 //!   A → B is a path in A, `use` or inline or a serde `deserialize_with` string, naming an
 //!   item defined in B; `mod x;` and `pub use` re-exports in `lib.rs`/`mod.rs` are not
 //!   edges, and a path through a re-export leads to the file that defines the item);
-//! - in the crates made of components (`COMPONENT_LAYERS`: the runtime and the agent), a
-//!   component imports only components of a lower layer, and `lib.rs` states that order;
+//! - in the crates made of components (`COMPONENT_LAYERS`: the runtime, the agent and the
+//!   doctor), a component imports only components of a lower layer, and `lib.rs` states
+//!   that order;
 //! - no source file in `core/` or `plugins/` has more than 700 lines of production code
 //!   (everything but its `#[cfg(test)]` items: the test module, test-only `use`s and helpers).
 //!
@@ -81,6 +82,15 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
             &["supervisor"],
             &["demo"],
             &["cli"],
+        ],
+    ),
+    (
+        "core/doctor",
+        &[
+            &["shell", "tool"],
+            &["check"],
+            &["checks", "appenv"],
+            &["guide"],
         ],
     ),
 ];

@@ -148,7 +148,7 @@ impl GidVerdict {
                 .join(", "),
             (GidKind::Missing, _) => format!("no RoCE v2 GID for {}", list(&self.missing)),
             (GidKind::Explained, Some(NoAddress::Enslaved { master })) => format!(
-                "{none}: {} is enslaved to {master}, which holds the addresses (its active slave's port gets their GIDs)",
+                "{none}: {} is enslaved to {master}, which holds the addresses (the kernel gives their GIDs to its active slave's port)",
                 self.netdev
             ),
             (GidKind::Explained, Some(NoAddress::SriovPf { vfs })) => format!(
@@ -256,7 +256,7 @@ mod tests {
         assert_eq!((v.kind, v.weight()), (GidKind::Explained, Weight::Note));
         assert_eq!(
             v.text(),
-            "e0 has no IP address and the port no RoCE v2 GID holding one: e0 is enslaved to bond0, which holds the addresses (its active slave's port gets their GIDs)"
+            "e0 has no IP address and the port no RoCE v2 GID holding one: e0 is enslaved to bond0, which holds the addresses (the kernel gives their GIDs to its active slave's port)"
         );
         let v = judge_gids("e0", &p, None, Some(NoAddress::SriovPf { vfs: 8 }));
         assert_eq!(

@@ -89,9 +89,12 @@ pub fn judge_mtus(netdevs: &[(&str, Option<u32>)], min_mtu: Option<u32>) -> Vec<
                     return verdict(MtuKind::BelowOthers, Some((top_nd, top_mtu)));
                 }
             }
-            let ip_other = netdevs
-                .iter()
-                .find_map(|(n, o)| o.filter(|o| *o != m).map(|o| (*n, o)));
+            // Another netdev with the same RoCE MTU and another IP MTU (one with another
+            // RoCE MTU has a verdict of its own).
+            let ip_other = netdevs.iter().find_map(|(n, o)| {
+                o.filter(|o| *o != m && rdma_mtu_for(*o) == Some(r))
+                    .map(|o| (*n, o))
+            });
             if min_mtu.is_some_and(|w| m < w) || ip_other.is_some() {
                 return verdict(MtuKind::IpDiffers, ip_other);
             }
@@ -181,6 +184,9 @@ mod tests {
     fn a_roce_mtu_below_the_others_or_the_minimum_is_a_fault() {
         let v = judge_mtus(&[("a", Some(1500)), ("b", Some(9000)), ("c", None)], None);
         assert_eq!(v[0].kind, MtuKind::BelowOthers);
+        // The netdev it is below is fine: its IP MTU differs from one whose RoCE MTU
+        // does too, which has its own verdict.
+        assert_eq!(v[1].kind, MtuKind::Fine);
         assert_eq!(v[0].weight(), Weight::Fault);
         assert_eq!(
             v[0].text(),

@@ -161,38 +161,13 @@ fn health_and_doctor_give_one_verdict_on_each_pcie_link() {
 /// read cannot be told by either (health said unknown for both, doctor failed both).
 #[test]
 fn health_and_doctor_give_one_verdict_on_a_port_state() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("sys");
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(fixture("mlx5-roce-dual-port"))
-        .arg(&root)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let (_dir, root) = dual_port_copy();
     let port = |dev: &str| root.join("class/infiniband").join(dev).join("ports/1");
     std::fs::write(port("mlx5_0").join("state"), "1: DOWN\n").unwrap();
     std::fs::remove_file(port("mlx5_0").join("phys_state")).unwrap();
     std::fs::remove_file(port("mlx5_1").join("state")).unwrap();
-    let r = root.to_str().unwrap();
-    let (_, out, err) = health(&["--json", "--sysfs-root", r]);
-    let h: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
-    let o = rocewatch(
-        &["doctor", "--json", "--window", "300ms", "--sysfs-root", r],
-        &[],
-    );
-    let d: serde_json::Value = serde_json::from_str(&stdout(&o))
-        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
-    let doctor_port = |subject: &str| {
-        d["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["check"] == "port" && c["subject"] == subject)
-            .unwrap_or_else(|| panic!("no port {subject} in {d}"))
-            .clone()
-    };
+    let (h, d) = health_and_doctor(&root);
+    let doctor_port = |subject: &str| doctor_check(&d, "port", subject);
     let cases = [
         ("mlx5_0", "DOWN, phys_state unreadable", "unhealthy", "fail"),
         ("mlx5_1", "state unreadable, LinkUp", "unknown", "skip"),
@@ -220,6 +195,140 @@ fn health_and_doctor_give_one_verdict_on_a_port_state() {
             "{case}: health {said}, doctor {evidence}"
         );
     }
+}
+
+/// A copy of fixtures/mlx5-roce-dual-port to edit, and its `sys` root.
+fn dual_port_copy() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sys");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("mlx5-roce-dual-port"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    (dir, root)
+}
+
+/// health's report and doctor's on one tree.
+fn health_and_doctor(root: &std::path::Path) -> (serde_json::Value, serde_json::Value) {
+    let r = root.to_str().unwrap();
+    let (_, out, err) = health(&["--json", "--sysfs-root", r]);
+    let h = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let o = rocewatch(
+        &["doctor", "--json", "--window", "300ms", "--sysfs-root", r],
+        &[],
+    );
+    let d = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    (h, d)
+}
+
+/// doctor's `check` about `subject`.
+fn doctor_check(d: &serde_json::Value, check: &str, subject: &str) -> serde_json::Value {
+    d["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == check && c["subject"] == subject)
+        .unwrap_or_else(|| panic!("no {check} {subject} in {d}"))
+        .clone()
+}
+
+/// One verdict per fact: the MTU. What RDMA uses is the RoCE MTU: netdevs at 4200 and
+/// 9000 both give 4096, a note to both (health drained the node on it, doctor warned);
+/// a netdev whose RoCE MTU is below the other's is a fault to both (doctor warned), in
+/// the same words.
+#[test]
+fn health_and_doctor_give_one_verdict_on_the_mtu() {
+    let (_dir, root) = dual_port_copy();
+    let mtu = |nd: &str, m: &str| std::fs::write(root.join("class/net").join(nd).join("mtu"), m);
+    let cases = [
+        (
+            "4200",
+            [
+                ("mlx5_0", "ens1f0np0", "warning", "warn"),
+                ("mlx5_1", "ens1f1np1", "warning", "warn"),
+            ],
+        ),
+        (
+            "1500",
+            [
+                ("mlx5_0", "ens1f0np0", "unhealthy", "fail"),
+                ("mlx5_1", "ens1f1np1", "ok", "pass"),
+            ],
+        ),
+    ];
+    for (first, want) in cases {
+        mtu("ens1f0np0", &format!("{first}\n")).unwrap();
+        let (h, d) = health_and_doctor(&root);
+        for (dev, nd, hs, ds) in want {
+            let said = finding_of(&h, "mtu", dev).clone();
+            let check = doctor_check(&d, "mtu", nd);
+            assert_eq!(
+                (first, nd, &said["status"], &check["status"]),
+                (first, nd, &hs.into(), &ds.into()),
+                "health / doctor: {said} / {check}"
+            );
+            assert_eq!(said["what"], check["evidence"], "in the same words");
+        }
+    }
+}
+
+/// One verdict per fact: a RoCE port with no RoCE v2 GID holding an address. Nothing
+/// explains mlx5_0's: a fault to both; mlx5_1's function is an SR-IOV PF with VFs, whose
+/// VFs carry the traffic: a note to both (both failed it); then ens1f0np0 enslaved to a
+/// bond, whose master holds the addresses: a note to both.
+#[test]
+fn health_and_doctor_give_one_verdict_on_a_port_without_an_address() {
+    let (_dir, root) = dual_port_copy();
+    for dev in ["mlx5_0", "mlx5_1"] {
+        let port = root.join("class/infiniband").join(dev).join("ports/1");
+        // The IPv4 GIDs (slots 2 and 3) emptied as the kernel empties a slot: all zeros,
+        // no type, no netdev.
+        for slot in ["2", "3"] {
+            std::fs::write(
+                port.join("gids").join(slot),
+                "0000:0000:0000:0000:0000:0000:0000:0000\n",
+            )
+            .unwrap();
+            for attr in ["types", "ndevs"] {
+                std::fs::remove_file(port.join("gid_attrs").join(attr).join(slot)).unwrap();
+            }
+        }
+    }
+    std::fs::write(
+        root.join("class/infiniband/mlx5_1/device/sriov_numvfs"),
+        "4\n",
+    )
+    .unwrap();
+    let check = |want: &[(&str, &str, &str)]| {
+        let (h, d) = health_and_doctor(&root);
+        for (dev, hs, ds) in want {
+            let said = finding_of(&h, "gid", dev).clone();
+            let ip = doctor_check(&d, "ip", &format!("{dev}/1"));
+            assert_eq!(
+                (dev, &said["status"], &ip["status"]),
+                (dev, &(*hs).into(), &(*ds).into()),
+                "health / doctor: {said} / {ip}"
+            );
+            assert_eq!(said["what"], ip["evidence"], "in the same words");
+        }
+    };
+    check(&[
+        ("mlx5_0", "unhealthy", "fail"),
+        ("mlx5_1", "warning", "warn"),
+    ]);
+    let bond = root.join("devices/virtual/net/bond0");
+    std::fs::create_dir_all(&bond).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/virtual/net/bond0",
+        root.join("class/net/bond0"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&bond, root.join("class/net/ens1f0np0/master")).unwrap();
+    check(&[("mlx5_0", "warning", "warn"), ("mlx5_1", "warning", "warn")]);
 }
 
 #[test]

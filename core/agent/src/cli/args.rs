@@ -1,5 +1,7 @@
-//! The command line's grammar: every command, its arguments and their help text (clap).
-//! What each command does is in the file of its name beside this one.
+//! The top of the command line's grammar (clap): `Cli` (with the long version), and the
+//! `Command` enum with each command's help text. Each command's own arguments are at the
+//! top of the file of its name beside this one, with what it does; the options several
+//! commands share are in `source.rs`.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -1,7 +1,9 @@
-//! The command line: `args` is the grammar (clap), one file per command does the work
-//! and prints, `show` renders inventories, samples, rules and QoS state as text, `output`
-//! sets up logging, `agent_logs` sends it over OTLP as well (opt-in). `main.rs` only parses
-//! and calls [`run`].
+//! The command line: `args` is the top level of the grammar (clap: `Cli`, the `Command`
+//! enum), `source` the options several commands share; one file per command holds that
+//! command's arguments at its top, then does the work and prints; `show` renders
+//! inventories, samples, rules and QoS state as text, `output` sets up logging,
+//! `agent_logs` sends it over OTLP as well (opt-in). `main.rs` only parses and calls
+//! [`run`].
 
 mod agent_logs;
 mod args;

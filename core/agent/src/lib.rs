@@ -10,7 +10,8 @@
 //! and that no two files import each other.
 //!
 //! Where things are:
-//! - [`cli`]: the command line; `args` is the grammar, one file per command.
+//! - [`cli`]: the command line: one file per command, its arguments at the top; `args`
+//!   is the top level.
 //! - [`demo`]: the simulated fabric behind `rocewatch demo`, and its live view.
 //! - [`supervisor`]: `run`'s lifecycle: start, reload on SIGHUP, shutdown, what a reload
 //!   carries over, the host changes put back, the ready file.

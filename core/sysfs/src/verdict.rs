@@ -8,30 +8,16 @@
 
 pub mod gid;
 pub mod mtu;
+mod weight;
 
 pub use gid::{judge_gids, GidKind, GidVerdict, NoAddress};
 pub use mtu::{judge_mtus, MtuKind, MtuVerdict};
+pub use weight::Weight;
 
 use rocewatch_plugin_api::{Device, Port};
 
 use crate::pci::{link_gbps, PciFunction, PcieLink};
 use crate::SysRoot;
-
-/// What a verdict counts for, before each command names it: `health` says ok / warning /
-/// unhealthy / unknown / skipped, `doctor` PASS / WARN / FAIL / SKIP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Weight {
-    /// As it should be.
-    Fine,
-    /// Worth knowing, not a fault: it does not take a host out of service.
-    Note,
-    /// A fault: the host must not take jobs until it is fixed.
-    Fault,
-    /// What the verdict needs could not be read.
-    CannotTell,
-    /// Nothing of its kind here (a software device, not a PCI Express function).
-    NotApplicable,
-}
 
 /// The verdict on one PCIe link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

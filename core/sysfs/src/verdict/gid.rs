@@ -13,7 +13,7 @@ use crate::gid::{routable_v2_gids, V2Gid};
 use crate::read::{read_attr, Attr};
 use crate::SysRoot;
 
-use super::Weight;
+use super::weight::Weight;
 
 /// Why a RoCE port has no address and no routable RoCE v2 GID and is not at fault.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@
 
 use crate::parse::rdma_mtu_for;
 
-use super::Weight;
+use super::weight::Weight;
 
 /// The verdict on one RoCE netdev's MTU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -561,6 +561,30 @@ fn a_single_snapshot_too_large_is_dropped_counted_and_said() {
     assert!(status.success(), "{log}");
 }
 
+/// The agent on `tree` (exports every 300 ms, uncompressed) to a
+/// [`single_snapshot_receiver`] taking `max` snapshots and `max_bytes` a request; the
+/// receiver's port.
+fn agent_to_limited(
+    tree: &std::path::Path,
+    max: usize,
+    max_bytes: usize,
+) -> (
+    RunningAgent,
+    tempfile::TempDir,
+    std::sync::Arc<std::sync::Mutex<single_snapshot_receiver::Seen>>,
+    u16,
+) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = single_snapshot_receiver::start_limited(listener, max, max_bytes);
+    let (rw, cfg) = agent(&format!(
+        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
+         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
+        tree.join("sys")
+    ));
+    (rw, cfg, seen, port)
+}
+
 /// A receiver whose limit (20 KiB, over the 16 KiB under which nothing is cut) is below
 /// `max_request_bytes` (4 MiB) answers 413 to a snapshot's request, which holds one
 /// snapshot and cannot be split by snapshots: it is cut in two again and again (by
@@ -575,14 +599,7 @@ fn a_413_on_one_snapshot_cuts_it_until_it_fits() {
         return;
     };
     let limit = 20 << 10;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = single_snapshot_receiver::start_limited(listener, usize::MAX, limit);
-    let (mut rw, _cfg) = agent(&format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
-         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
-        tree.path().join("sys")
-    ));
+    let (mut rw, _cfg, seen, _) = agent_to_limited(tree.path(), usize::MAX, limit);
     let base = rw.prometheus_url();
     // The port's up gauge of each port, as the receiver took them.
     let ports_up = || -> std::collections::BTreeSet<String> {
@@ -664,14 +681,7 @@ fn a_receiver_refusing_everything_gets_a_few_requests_a_snapshot() {
     let Some(tree) = scale_tree(8, 2) else {
         return;
     };
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = single_snapshot_receiver::start(listener, 0);
-    let (mut rw, _cfg) = agent(&format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
-         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
-        tree.path().join("sys")
-    ));
+    let (mut rw, _cfg, seen, port) = agent_to_limited(tree.path(), 0, usize::MAX);
     let base = rw.prometheus_url();
     until(20, || dropped_too_large(&base) >= 3.0);
     // The requests first: a snapshot dropped after they are counted only adds to the
@@ -722,14 +732,7 @@ fn the_limit_learnt_from_a_413_spares_the_next_exports_a_refusal() {
         return;
     };
     let limit = 48 << 10;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = single_snapshot_receiver::start_limited(listener, usize::MAX, limit);
-    let (mut rw, _cfg) = agent(&format!(
-        "[agent]\nsysfs_root = {:?}\ninterval = \"200ms\"\n\n[exporters.prometheus]\nlisten = \"127.0.0.1:0\"\n\n\
-         [exporters.otlp]\nendpoint = \"http://127.0.0.1:{port}/v1/metrics\"\ninterval = \"300ms\"\ncompression = \"none\"\n",
-        tree.path().join("sys")
-    ));
+    let (mut rw, _cfg, seen, _) = agent_to_limited(tree.path(), usize::MAX, limit);
     let base = rw.prometheus_url();
     let refused = || seen.lock().unwrap().too_large;
     // An export refused, then delivered cut: every refusal of its cutting is done.

@@ -2048,7 +2048,8 @@ fn lab_fleet_probes_use_a_source_port_per_path_and_rotation_and_export_the_lldp_
     for path in 0..4u16 {
         for s in t0.saturating_sub(4)..=t1 + 4 {
             let e = rocewatch_probes::fleet::flows::epoch("lab-a", "192.168.100.2", path, s, 2);
-            let label = rocewatch_probes::fleet::flows::flow_label("lab-a", "192.168.100.2", path, e);
+            let label =
+                rocewatch_probes::fleet::flows::flow_label("lab-a", "192.168.100.2", path, e);
             predicted.insert(rocewatch_probes::fleet::flows::udp_sport(label));
         }
     }

@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rocewatch_slurm::harness::{HealthCheck, LocalCluster, Options};
 use rocewatch_process::run_bounded;
+use rocewatch_slurm::harness::{HealthCheck, LocalCluster, Options};
 
 use crate::support::*;
 

@@ -26,8 +26,8 @@ mod real {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
-    use rocewatch_slurm::harness::{HealthCheck, LocalCluster, Options};
     use rocewatch_process::run_bounded;
+    use rocewatch_slurm::harness::{HealthCheck, LocalCluster, Options};
     use rocewatch_slurm::{expand, ResumeOutcome, REASON_PREFIX};
 
     /// One cluster at a time: each picks its ports by binding and letting go.

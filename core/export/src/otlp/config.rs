@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rocewatch_runtime::util::duration::de_duration;
+use rocewatch_duration::de_duration;
 use serde::Deserialize;
 
 /// OTLP transport.

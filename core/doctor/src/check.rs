@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::shell::one_line;
 
-/// The RoCE v2 UDP port.
-pub const ROCE_PORT: u16 = 4791;
+/// The RoCE v2 UDP port, named once where RoCE v2 packets are decoded.
+pub use rocewatch_pcap::ROCE_PORT;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

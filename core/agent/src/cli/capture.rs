@@ -249,7 +249,7 @@ fn tcpdump_command(
     if let Some(n) = count {
         cmd.args(["-c", &n.to_string()]);
     }
-    cmd.args(["udp", "port", &rocewatch_doctor::ROCE_PORT.to_string()]);
+    cmd.args(["udp", "port", &rocewatch_pcap::ROCE_PORT.to_string()]);
     // tcpdump goes when we go, however we go (SIGKILL included).
     cmd.kill_on_drop(true);
     // SAFETY: prctl in the child before exec, async-signal-safe.

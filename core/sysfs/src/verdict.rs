@@ -33,10 +33,15 @@ pub enum PcieLinkKind {
     /// The link is down: `current_link_speed` gives no speed (`Unknown`) or the width
     /// is 0, while the function says what it could run at.
     Down,
-    /// No `max_link_speed`/`max_link_width`: not a PCI Express function (the kernel
+    /// No `max_link_speed` (absent, or `Unknown`) or a `max_link_width` of 0 or none:
+    /// the function reports no link of its own. Not a PCI Express function (the kernel
     /// shows the link attributes of PCI Express functions only,
-    /// `pcie_dev_attrs_are_visible()` in drivers/pci/pci-sysfs.c).
+    /// `pcie_dev_attrs_are_visible()` in drivers/pci/pci-sysfs.c), or one whose link
+    /// fields the PCIe spec reserves (an SR-IOV VF reads `Unknown` and 0).
     NotPcie,
+    /// An SR-IOV VF (it has a `physfn` link, drivers/pci/iov.c): its link is its PF's,
+    /// judged there.
+    VirtualFunction,
     /// The link attributes could not be read.
     Unreadable,
 }
@@ -55,6 +60,11 @@ pub struct PcieLinkVerdict {
     pub port_gbps: Option<f64>,
     /// Why it could not be read ([`PcieLinkKind::Unreadable`] only).
     pub error: Option<String>,
+    /// The PF of a VF ([`PcieLinkKind::VirtualFunction`] only).
+    pub physfn: Option<String>,
+    /// The slot's reading was left out as impossible: its maximum below the link's
+    /// current speed or width, or its width 0 (a passthrough VM's virtual root port).
+    pub slot_ignored: bool,
 }
 
 /// `x8 at 16 GT/s`
@@ -88,8 +98,10 @@ pub fn judge_pcie_link(
         slot: slot.copied(),
         port_gbps,
         error: None,
+        physfn: None,
+        slot_ignored: false,
     };
-    if link.max_speed.is_none() && link.max_width.is_none() {
+    if link.max_speed.is_none() || matches!(link.max_width, None | Some(0)) {
         return verdict(PcieLinkKind::NotPcie);
     }
     let (Some(speed), Some(width)) = (link.speed, link.width) else {
@@ -98,19 +110,33 @@ pub fn judge_pcie_link(
     if width == 0 {
         return verdict(PcieLinkKind::Down);
     }
-    let v = verdict(PcieLinkKind::Full);
+    let mut v = verdict(PcieLinkKind::Full);
+    if slot.is_some_and(|s| impossible_slot(s, speed, width)) {
+        v.slot = None;
+        v.slot_ignored = true;
+    }
     let (want_speed, want_width) = v.allowed();
+    let with = |kind| PcieLinkVerdict { kind, ..v.clone() };
     // Equal speeds read from the same kind of file compare equal; the margin is for the
     // decimal forms (`2.5`) only.
     let below = |have: f64, want: Option<f64>| want.is_some_and(|w| have + 1e-9 < w);
     if below(speed, want_speed) || want_width.is_some_and(|w| width < w) {
-        return verdict(PcieLinkKind::Degraded);
+        return with(PcieLinkKind::Degraded);
     }
     let card_more = below(speed, link.max_speed) || link.max_width.is_some_and(|w| width < w);
     if card_more {
-        return verdict(PcieLinkKind::AtSlotLimit);
+        return with(PcieLinkKind::AtSlotLimit);
     }
     v
+}
+
+/// A slot reading no physical slot gives: a maximum width of 0, or a maximum below what
+/// the link it carries runs at now (a passthrough VM's virtual root port claims x1 at
+/// 2.5 GT/s whatever the card trained at).
+fn impossible_slot(slot: &PcieLink, speed: f64, width: u32) -> bool {
+    slot.max_width == Some(0)
+        || slot.max_width.is_some_and(|w| w < width)
+        || slot.max_speed.is_some_and(|s| s + 1e-9 < speed)
 }
 
 impl PcieLinkVerdict {
@@ -128,6 +154,19 @@ impl PcieLinkVerdict {
             slot: None,
             port_gbps: None,
             error: Some(why),
+            physfn: None,
+            slot_ignored: false,
+        }
+    }
+
+    /// An SR-IOV VF, whose PF is `physfn` (when its link resolves): its link is the PF's.
+    pub fn virtual_function(address: &str, link: PcieLink, physfn: Option<String>) -> Self {
+        PcieLinkVerdict {
+            kind: PcieLinkKind::VirtualFunction,
+            physfn,
+            error: None,
+            link,
+            ..PcieLinkVerdict::unreadable(address, String::new())
         }
     }
 
@@ -166,7 +205,7 @@ impl PcieLinkVerdict {
             PcieLinkKind::AtSlotLimit if self.below_port() => Weight::Note,
             PcieLinkKind::AtSlotLimit => Weight::Fine,
             PcieLinkKind::Degraded | PcieLinkKind::Down => Weight::Fault,
-            PcieLinkKind::NotPcie => Weight::NotApplicable,
+            PcieLinkKind::NotPcie | PcieLinkKind::VirtualFunction => Weight::NotApplicable,
             PcieLinkKind::Unreadable => Weight::CannotTell,
         }
     }
@@ -178,8 +217,9 @@ impl PcieLinkVerdict {
         let l = &self.link;
         let now = shape(l.speed, l.width);
         let card = shape(l.max_speed, l.max_width);
+        let ignored = self.slot_ignored_text();
         match self.kind {
-            PcieLinkKind::Full => format!("{a} {now}, its maximum"),
+            PcieLinkKind::Full => format!("{a} {now}, its maximum{ignored}"),
             PcieLinkKind::AtSlotLimit => {
                 format!("{a} {now}, the most its slot allows (the card can {card})")
             }
@@ -190,16 +230,25 @@ impl PcieLinkVerdict {
                     }
                     _ => String::new(),
                 };
-                format!("{a} trained at {now} of {card}{slot_note}")
+                format!("{a} trained at {now} of {card}{slot_note}{ignored}")
             }
             PcieLinkKind::Down => format!(
                 "{a} link down (current_link_speed {}, current_link_width {}), its maximum {card}",
                 l.speed.map_or("Unknown".into(), |s| format!("{s} GT/s")),
                 l.width.map_or("unreadable".into(), |w| w.to_string()),
             ),
-            PcieLinkKind::NotPcie => {
+            PcieLinkKind::NotPcie if l.max_speed.is_none() && l.max_width.is_none() => {
                 format!("{a}: no max_link_speed/max_link_width (not a PCI Express function)")
             }
+            PcieLinkKind::NotPcie => format!(
+                "{a}: max_link_speed {}, max_link_width {}: the function reports no link of its own",
+                l.max_speed.map_or("Unknown".into(), |s| format!("{s} GT/s")),
+                l.max_width.map_or("unreadable".into(), |w| w.to_string()),
+            ),
+            PcieLinkKind::VirtualFunction => format!(
+                "{a}: an SR-IOV VF (physfn {}): its link is its PF's",
+                self.physfn.as_deref().unwrap_or("unresolved")
+            ),
             PcieLinkKind::Unreadable => {
                 format!("{a}: {}", self.error.as_deref().unwrap_or("unreadable"))
             }
@@ -229,6 +278,15 @@ impl PcieLinkVerdict {
     pub fn evidence(&self) -> String {
         self.link_text() + &self.capacity_text()
     }
+
+    /// Why the slot was not held against the link, where it was not: empty otherwise.
+    fn slot_ignored_text(&self) -> &'static str {
+        if self.slot_ignored {
+            " (the slot's reading was ignored: its maximum is below what the link runs at, or its width 0, as a passthrough VM's virtual root port reports)"
+        } else {
+            ""
+        }
+    }
 }
 
 /// The fastest port of the device, in Gb/s.
@@ -250,6 +308,15 @@ impl SysRoot {
             Ok(l) => l,
             Err(e) => return PcieLinkVerdict::unreadable(&f.address, e.to_string()),
         };
+        // A VF's `physfn` link (made by `pci_iov_sysfs_link()`, drivers/pci/iov.c) names
+        // its PF, whose link it shares.
+        let physfn = f.dir.join("physfn");
+        if physfn.symlink_metadata().is_ok() {
+            let pf = std::fs::read_link(&physfn)
+                .ok()
+                .and_then(|l| Some(l.file_name()?.to_string_lossy().into_owned()));
+            return PcieLinkVerdict::virtual_function(&f.address, link, pf);
+        }
         // The directory above a function is its bridge, or the host bridge
         // (`pci0000:00`, no link files) for a root-complex integrated endpoint.
         let slot = f.dir.parent().and_then(|p| self.pcie_link(p).ok());
@@ -460,6 +527,106 @@ mod tests {
         );
     }
 
+    /// A function directory with the four link files, as drivers/pci/pci-sysfs.c writes
+    /// them (`Unknown` for a speed it cannot name).
+    fn write_link(dir: &std::path::Path, speed: &str, width: &str, ms: &str, mw: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        for (f, v) in [
+            ("current_link_speed", speed),
+            ("current_link_width", width),
+            ("max_link_speed", ms),
+            ("max_link_width", mw),
+        ] {
+            std::fs::write(dir.join(f), format!("{v}\n")).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_sriov_vf_is_not_judged_on_its_reserved_link_fields() {
+        // A VF reads `Unknown` and 0 for its link fields (reserved by the PCIe spec).
+        let vf = PcieLink {
+            speed: None,
+            width: Some(0),
+            max_speed: None,
+            max_width: Some(0),
+        };
+        let v = judge_pcie_link("0000:3b:00.2", &vf, None, Some(200.0));
+        assert_eq!(v.weight(), Weight::NotApplicable, "{}", v.evidence());
+        // A maximum width of 0 alone, or no maximum speed alone, is no link of its own.
+        let zero_width = PcieLink {
+            max_width: Some(0),
+            ..link(16.0, 16, 16.0, 16)
+        };
+        assert_eq!(
+            judge_pcie_link("a", &zero_width, None, None).weight(),
+            Weight::NotApplicable
+        );
+        let no_speed = PcieLink {
+            max_speed: None,
+            ..link(16.0, 16, 16.0, 16)
+        };
+        assert_eq!(
+            judge_pcie_link("a", &no_speed, None, None).weight(),
+            Weight::NotApplicable
+        );
+
+        // On a tree: a VF under its PF's root port, with the `physfn` link iov.c makes.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let rp = root.join("devices/pci0000:3a/0000:3a:00.0");
+        let pf = rp.join("0000:3b:00.0");
+        let vf = rp.join("0000:3b:00.2");
+        write_link(&rp, "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16");
+        write_link(&pf, "16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16");
+        write_link(&vf, "Unknown", "0", "Unknown", "0");
+        std::os::unix::fs::symlink("../0000:3b:00.0", vf.join("physfn")).unwrap();
+        let f = PciFunction {
+            address: "0000:3b:00.2".into(),
+            dir: vf.clone(),
+            chain: vec![
+                "pci0000:3a".into(),
+                "0000:3a:00.0".into(),
+                "0000:3b:00.2".into(),
+            ],
+        };
+        let v = SysRoot::new(root).pcie_link_verdict(&f, Some(200.0));
+        assert_eq!(v.weight(), Weight::NotApplicable, "{}", v.evidence());
+        assert_eq!(v.kind, PcieLinkKind::VirtualFunction);
+        assert_eq!(
+            v.evidence(),
+            "0000:3b:00.2: an SR-IOV VF (physfn 0000:3b:00.0): its link is its PF's"
+        );
+        // The same VF with link values that would read as down is still the PF's link.
+        write_link(&vf, "Unknown", "0", "16.0 GT/s PCIe", "16");
+        let v = SysRoot::new(root).pcie_link_verdict(&f, Some(200.0));
+        assert_eq!(v.kind, PcieLinkKind::VirtualFunction, "{}", v.evidence());
+    }
+
+    #[test]
+    fn an_impossible_slot_is_ignored() {
+        // A passthrough VM's virtual root port claims x1 at 2.5 GT/s, or width 0: the card
+        // trained x8 of x16 at 16 GT/s is degraded against its own maximum.
+        let l = link(16.0, 8, 16.0, 16);
+        for s in [slot(2.5, 1), slot(16.0, 0), slot(2.5, 16), slot(16.0, 4)] {
+            let v = judge_pcie_link("a", &l, Some(&s), Some(200.0));
+            assert_eq!(v.kind, PcieLinkKind::Degraded, "{s:?}: {}", v.evidence());
+            assert_eq!(v.weight(), Weight::Fault);
+            assert!(
+                v.link_text().contains("the slot's reading was ignored"),
+                "{}",
+                v.link_text()
+            );
+        }
+        // A full link under such a slot is full, and says why the slot was not counted.
+        let v = judge_pcie_link("a", &link(16.0, 16, 16.0, 16), Some(&slot(2.5, 1)), None);
+        assert_eq!(v.kind, PcieLinkKind::Full);
+        assert!(v.link_text().contains("ignored"), "{}", v.link_text());
+        // A real slot narrower than the card, at the link's width, still bounds it.
+        let v = judge_pcie_link("a", &l, Some(&slot(16.0, 8)), None);
+        assert_eq!(v.kind, PcieLinkKind::AtSlotLimit);
+        assert!(!v.link_text().contains("ignored"));
+    }
+
     #[test]
     fn port_states_as_the_kernel_prints_them() {
         let port = |st: Option<&str>, ph: Option<&str>| Port {
@@ -546,6 +713,9 @@ mod tests {
             let l = link(SPEEDS[s], WIDTHS[w], SPEEDS[ms], WIDTHS[mw]);
             let sl = slot(SPEEDS[ss], WIDTHS[sw]);
             let v = judge_pcie_link("a", &l, Some(&sl), Some(f64::from(port)));
+            // A slot whose maximum is below what the link runs at is no physical slot:
+            // the card's own maximum is what counts then.
+            let (ss, sw) = if ss < s || sw < w { (ms, mw) } else { (ss, sw) };
             let below = s < ms.min(ss) || w < mw.min(sw);
             proptest::prop_assert_eq!(v.weight() == Weight::Fault, below);
             proptest::prop_assert_eq!(v.kind == PcieLinkKind::Degraded, below);

@@ -173,12 +173,21 @@ pub(super) struct QueueState {
     /// flight: counted dropped then, and never sent (a snapshot counts once, as dropped
     /// if any part was lost). An id leaves with its snapshot's last part.
     pub(super) lost: HashSet<u64>,
+    /// The snapshots of the batch being sent.
+    pub(super) flying: Vec<u64>,
+    /// Those of them whose last request was dropped from the queue while it was in
+    /// flight: counted then, so what comes back of them is dropped unseen (not queued
+    /// again, not counted again). Never more than `flying`; emptied when it lands.
+    pub(super) ended: HashSet<u64>,
 }
 
 impl QueueState {
     /// `part` dropped for `reason`: its snapshot counted once as dropped.
     pub(super) fn lost(&mut self, part: &Part, reason: ExporterDropReason, metrics: &SelfMetrics) {
-        let counted = if part.last {
+        let counted = if self.ended.contains(&part.snapshot) {
+            // In flight when its end was dropped: counted then.
+            true
+        } else if part.last {
             // Its snapshot ends here: nothing of it comes again.
             self.lost.remove(&part.snapshot)
         } else {
@@ -195,6 +204,13 @@ impl QueueState {
             .iter()
             .filter(|p| p.last && !self.lost.remove(&p.snapshot))
             .count()
+    }
+
+    /// The batch being sent has landed (sent, put back, dropped): nothing is in flight.
+    pub(super) fn landed(&mut self) {
+        self.in_flight = 0;
+        self.flying.clear();
+        self.ended.clear();
     }
 }
 
@@ -242,14 +258,18 @@ impl Queue {
     /// snapshot by snapshot: over a bound, only as many of its oldest as needed go.
     pub(super) fn push_front(&self, b: Batch) {
         let mut st = self.lock();
-        st.in_flight = 0;
         for one in b.split().rev() {
+            if st.ended.contains(&one.parts[0].snapshot) {
+                // Its snapshot was dropped (and counted) while it was in flight.
+                continue;
+            }
             st.bytes += one.body.len();
             // A snapshot counts where its last request is: an earlier request of a
             // split snapshot put back adds none (it did not count when it was taken).
             st.snapshots += one.snapshots();
             st.batches.push_front(one);
         }
+        st.landed();
         self.trim(&mut st);
     }
 
@@ -274,6 +294,9 @@ impl Queue {
                 for p in &b.parts {
                     st.lost(p, ExporterDropReason::QueueFull, &self.metrics);
                     ended |= p.last;
+                    if p.last && st.flying.contains(&p.snapshot) {
+                        st.ended.insert(p.snapshot);
+                    }
                 }
                 if ended {
                     break;
@@ -303,6 +326,7 @@ impl Queue {
         st.bytes -= b.body.len();
         st.snapshots -= b.snapshots();
         st.in_flight = b.body.len();
+        st.flying = b.parts.iter().map(|p| p.snapshot).collect();
         b
     }
 
@@ -312,7 +336,6 @@ impl Queue {
     /// Returns the parts dropped, `batch`'s first.
     pub(super) fn drop_with_rest(&self, batch: &Batch, reason: ExporterDropReason) -> Vec<Part> {
         let mut st = self.lock();
-        st.in_flight = 0;
         let of = |p: &Part| batch.parts.iter().any(|b| b.snapshot == p.snapshot);
         let mut dropped = batch.parts.clone();
         let queued = std::mem::take(&mut st.batches);
@@ -328,6 +351,7 @@ impl Queue {
         for p in &dropped {
             st.lost(p, reason, &self.metrics);
         }
+        st.landed();
         dropped
     }
 
@@ -662,6 +686,38 @@ mod tests {
             1,
             "the other snapshot still goes"
         );
+    }
+
+    /// A split snapshot whose last request is dropped from a full queue while an earlier
+    /// one is in flight counts once: the earlier request, put back after a failed send,
+    /// is discarded rather than queued again (it was counted dropped twice, its id stayed
+    /// in `lost` for ever, and the next trim took the snapshot after it along).
+    #[test]
+    fn a_snapshot_ended_while_a_request_of_it_is_in_flight_counts_once() {
+        let q = queue(2);
+        let req = |tag: u8| (vec![tag; 8], 8);
+        q.push_snapshot(vec![req(0), req(1)], false);
+        // Its first request is being sent (the endpoint is down).
+        let first = q.take(&mut q.lock(), 1, usize::MAX);
+        assert_eq!(first.snapshots(), 0);
+        // Two more snapshots: the queue is full, and the trim drops its last request.
+        q.push_snapshot(vec![req(2)], false);
+        q.push_snapshot(vec![req(3)], false);
+        let dropped = || {
+            q.metrics
+                .exporter_dropped_for("otlp", ExporterDropReason::QueueFull)
+        };
+        assert_eq!(dropped(), 1);
+        // The send fails: the first request comes back, and is not queued again.
+        q.push_front(first);
+        assert_eq!((q.len(), q.lock().batches.len()), (2, 2));
+        // One more: the oldest whole snapshot goes, and only it.
+        q.push_snapshot(vec![req(4)], false);
+        assert_eq!(dropped(), 2, "the first snapshot once, the second once");
+        let st = q.lock();
+        assert!(st.lost.is_empty(), "no id left behind: {:?}", st.lost);
+        let left: Vec<u8> = st.batches.iter().map(|b| b.body[0]).collect();
+        assert_eq!(left, [3, 4]);
     }
 
     /// A count that disagrees with what is queued never makes the trim loop.

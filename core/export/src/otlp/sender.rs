@@ -134,8 +134,8 @@ impl Sender {
 
     fn sent(&mut self, batch: &Batch, partial: Option<PartialSuccess>) {
         let mut st = self.queue.lock();
-        st.in_flight = 0;
         let delivered = st.delivered(&batch.parts);
+        st.landed();
         drop(st);
         if self.failing {
             tracing::info!(endpoint = %self.cfg.endpoint, "OTLP export recovered; queued data sent");
@@ -209,12 +209,12 @@ impl Sender {
     /// dropped, its snapshot counted in `dropped{reason="too_large"}`, said once.
     fn one_point(&mut self, batch: &Batch, e: &str) {
         let mut st = self.queue.lock();
-        st.in_flight = 0;
         st.lost(
             &batch.parts[0],
             ExporterDropReason::TooLarge,
             &self.queue.metrics,
         );
+        st.landed();
         drop(st);
         self.queue.metrics.exporter_error("otlp");
         let what = format!(
@@ -249,10 +249,10 @@ impl Sender {
     /// Not retryable: dropped and counted, said once per change.
     fn rejected(&mut self, batch: &Batch, e: String) {
         let mut st = self.queue.lock();
-        st.in_flight = 0;
         for p in &batch.parts {
             st.lost(p, ExporterDropReason::Rejected, &self.queue.metrics);
         }
+        st.landed();
         drop(st);
         self.queue.metrics.exporter_error("otlp");
         if let Some(learnt) = self.limit.ended(&batch.parts) {

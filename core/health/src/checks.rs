@@ -365,8 +365,9 @@ fn status_of(w: Weight) -> Status {
 /// Each checked RoCE port's RoCE v2 GIDs: one for each address of its netdev (the live
 /// addresses), else at least one holding an address (a tree, or addresses on a VLAN or
 /// master above the netdev). A port with neither is a fault unless its netdev is
-/// enslaved to a master holding the addresses or its function is an SR-IOV PF with VFs
-/// (a warning). The verdict is `rocewatch_sysfs::verdict::gid`'s, the one `doctor` gives.
+/// enslaved (to a master that, or a device stacked above which, holds the addresses, or
+/// one whose addresses cannot be found: never drained on a guess) or its function is an
+/// SR-IOV PF with VFs (a warning). The verdict is `rocewatch_sysfs::verdict::gid`'s, the one `doctor` gives.
 pub fn gid(h: &Host, checked: &[Checked]) -> Vec<Finding> {
     let sys = SysRoot::new(&h.root);
     checked

@@ -10,7 +10,7 @@ pub mod gid;
 pub mod mtu;
 mod weight;
 
-pub use gid::{judge_gids, GidKind, GidVerdict, NoAddress};
+pub use gid::{judge_gids, GidKind, GidVerdict, Holder, NoAddress};
 pub use mtu::{judge_mtus, MtuKind, MtuVerdict};
 pub use weight::Weight;
 

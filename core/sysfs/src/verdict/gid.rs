@@ -4,6 +4,7 @@
 //! drivers/infiniband/core/roce_gid_mgmt.c). A port without one carries no RoCE v2 traffic,
 //! unless something explains why its traffic is elsewhere.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -20,11 +21,25 @@ use super::weight::Weight;
 pub enum NoAddress {
     /// The netdev is enslaved (`class/net/<netdev>/master`, made by
     /// `__netdev_adjacent_dev_insert()` in net/core/dev.c): its master (a bond, a team,
-    /// a bridge) holds the addresses, and the kernel gives the GIDs to its active slave.
-    Enslaved { master: String },
+    /// a bridge) or a device stacked above it (a VLAN of the bond) holds the addresses,
+    /// and the kernel gives the GIDs to its active slave.
+    Enslaved { master: String, holder: Holder },
     /// The port's PCI function is an SR-IOV PF with VFs enabled (`sriov_numvfs`,
     /// drivers/pci/iov.c): the VFs, RDMA devices of their own, carry the traffic.
     SriovPf { vfs: u32 },
+}
+
+/// Which device above an enslaved netdev holds the addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// The addresses are not known (a tree).
+    Unknown,
+    /// The master, or a device stacked above it (`upper_<dev>` links), holds one.
+    Device(String),
+    /// Neither the master nor any device stacked above it holds one: the addresses may
+    /// be where sysfs does not link them (an Open vSwitch internal port, not stacked
+    /// above `ovs-system`), so a guess, not a fault.
+    NotFound,
 }
 
 /// The verdict on one RoCE port's GIDs.
@@ -147,10 +162,23 @@ impl GidVerdict {
                 .collect::<Vec<_>>()
                 .join(", "),
             (GidKind::Missing, _) => format!("no RoCE v2 GID for {}", list(&self.missing)),
-            (GidKind::Explained, Some(NoAddress::Enslaved { master })) => format!(
-                "{none}: {} is enslaved to {master}, which holds the addresses (the kernel gives their GIDs to its active slave's port)",
-                self.netdev
-            ),
+            (GidKind::Explained, Some(NoAddress::Enslaved { master, holder })) => {
+                let nd = &self.netdev;
+                let held = match holder {
+                    Holder::Device(d) if d != master => {
+                        format!("{d}, stacked above it, holds the addresses")
+                    }
+                    Holder::Device(_) | Holder::Unknown => "which holds the addresses".into(),
+                    Holder::NotFound => {
+                        return format!(
+                            "{none}: {nd} is enslaved to {master}, and no address was found on {master} or a device stacked above it (an Open vSwitch internal port holds its addresses where sysfs does not link it): check that the port carries RoCE traffic"
+                        )
+                    }
+                };
+                format!(
+                    "{none}: {nd} is enslaved to {master}, {held} (the kernel gives their GIDs to its active slave's port)"
+                )
+            }
             (GidKind::Explained, Some(NoAddress::SriovPf { vfs })) => format!(
                 "{none}: an SR-IOV PF with {vfs} VF{} enabled, which carry the traffic",
                 if *vfs == 1 { "" } else { "s" }
@@ -164,29 +192,84 @@ impl SysRoot {
     /// What explains a RoCE port with no address of its own: its netdev enslaved
     /// (`class/net/<netdev>/master`), else its device's PCI function an SR-IOV PF with VFs
     /// enabled (`class/infiniband/<dev>/device/sriov_numvfs` above 0). `addresses` are the
-    /// live host's: an enslaved netdev whose master has none is not explained by it.
+    /// live host's: an enslaved netdev is explained by a master that, or a device stacked
+    /// above it that, holds one; else by its VFs; else it is still enslaved, its addresses
+    /// not found ([`Holder::NotFound`], a warning: the gate does not drain on a guess).
     pub fn no_address(
         &self,
         dev: &str,
         netdev: &str,
-        addresses: Option<&std::collections::BTreeMap<String, Vec<IpAddr>>>,
+        addresses: Option<&BTreeMap<String, Vec<IpAddr>>>,
     ) -> Option<NoAddress> {
         let master = std::fs::read_link(self.netdev_dir(netdev).join("master"))
             .ok()
             .and_then(|l| Some(l.file_name()?.to_string_lossy().into_owned()));
-        if let Some(master) = master {
-            let holds = addresses.is_none_or(|a| a.get(&master).is_some_and(|v| !v.is_empty()));
-            if holds {
-                return Some(NoAddress::Enslaved { master });
-            }
+        let holder = master.as_ref().map(|m| match addresses {
+            None => Holder::Unknown,
+            Some(a) => self.holder(m, a).map_or(Holder::NotFound, Holder::Device),
+        });
+        if let (Some(master), Some(holder @ (Holder::Unknown | Holder::Device(_)))) =
+            (&master, &holder)
+        {
+            return Some(NoAddress::Enslaved {
+                master: master.clone(),
+                holder: holder.clone(),
+            });
         }
         let numvfs = self.device_dir(dev).join("device/sriov_numvfs");
-        match read_number(&numvfs) {
-            Some(vfs) if vfs > 0 => Some(NoAddress::SriovPf { vfs }),
+        match (read_number(&numvfs), master) {
+            (Some(vfs), _) if vfs > 0 => Some(NoAddress::SriovPf { vfs }),
+            // Enslaved, and its addresses not found: a warning, never a fault on a guess.
+            (_, Some(master)) => Some(NoAddress::Enslaved {
+                master,
+                holder: Holder::NotFound,
+            }),
             _ => None,
         }
     }
+
+    /// The first of `master` and the devices stacked above it (its `upper_<dev>` links,
+    /// made by `netdev_adjacent_sysfs_add()` in net/core/dev.c, followed up to
+    /// [`MAX_STACK`] levels) that holds an address.
+    fn holder(&self, master: &str, addresses: &BTreeMap<String, Vec<IpAddr>>) -> Option<String> {
+        let holds = |d: &str| addresses.get(d).is_some_and(|v| !v.is_empty());
+        let mut seen = std::collections::BTreeSet::new();
+        let mut level = vec![master.to_string()];
+        for _ in 0..=MAX_STACK {
+            let mut next = Vec::new();
+            for d in level {
+                if !seen.insert(d.clone()) {
+                    continue;
+                }
+                if holds(&d) {
+                    return Some(d);
+                }
+                next.extend(self.uppers(&d));
+            }
+            level = next;
+        }
+        None
+    }
+
+    /// The devices stacked directly above `netdev`: its `upper_<dev>` entries.
+    fn uppers(&self, netdev: &str) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.netdev_dir(netdev)) else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = entries
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().to_string_lossy().into_owned();
+                Some(name.strip_prefix("upper_")?.to_string())
+            })
+            .collect();
+        out.sort();
+        out
+    }
 }
+
+/// How many levels above a master are followed (a bond, its VLAN, a bridge over that:
+/// real stacks are a few deep; the bound stops a loop in a malformed tree).
+const MAX_STACK: usize = 8;
 
 fn read_number(path: &Path) -> Option<u32> {
     match read_attr(path) {
@@ -251,6 +334,7 @@ mod tests {
         let p = port(&[(1, LINK_LOCAL, "e0")]);
         let bond = NoAddress::Enslaved {
             master: "bond0".into(),
+            holder: Holder::Device("bond0".into()),
         };
         let v = judge_gids("e0", &p, Some(&[]), Some(bond));
         assert_eq!((v.kind, v.weight()), (GidKind::Explained, Weight::Note));
@@ -280,6 +364,67 @@ mod tests {
         assert_eq!((v.kind, v.why), (GidKind::Missing, None));
     }
 
+    /// A tree with `e0` (the RoCE port's netdev, no VFs) enslaved to `master`, and
+    /// `uppers` stacked above the master (`upper_<dev>` links, as net/core/dev.c makes).
+    fn stacked(root: &Path, master: &str, uppers: &[(&str, &str)]) -> SysRoot {
+        let pf = root.join("devices/pci0000:00/0000:3b:00.0");
+        let virt = root.join("devices/virtual/net");
+        std::fs::create_dir_all(root.join("class/net")).unwrap();
+        std::fs::create_dir_all(root.join("class/infiniband")).unwrap();
+        std::fs::create_dir_all(pf.join("net/e0")).unwrap();
+        std::os::unix::fs::symlink(pf.join("net/e0"), root.join("class/net/e0")).unwrap();
+        std::os::unix::fs::symlink(&pf, root.join("class/infiniband/mlx5_0")).unwrap();
+        std::os::unix::fs::symlink(&pf, pf.join("device")).unwrap();
+        std::fs::write(pf.join("sriov_numvfs"), "0\n").unwrap();
+        let mut devs = vec![master];
+        devs.extend(uppers.iter().map(|(_, up)| *up));
+        devs.sort_unstable();
+        devs.dedup();
+        for d in devs {
+            std::fs::create_dir_all(virt.join(d)).unwrap();
+            std::os::unix::fs::symlink(virt.join(d), root.join("class/net").join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(virt.join(master), pf.join("net/e0/master")).unwrap();
+        for (below, up) in uppers {
+            let link = virt.join(below).join(format!("upper_{up}"));
+            std::os::unix::fs::symlink(virt.join(up), link).unwrap();
+        }
+        SysRoot::new(root)
+    }
+
+    #[test]
+    fn a_slave_whose_addresses_are_above_its_master_is_not_a_fault() {
+        let p = port(&[(1, LINK_LOCAL, "e0")]);
+        let live = |pairs: &[(&str, &[&str])]| -> BTreeMap<String, Vec<IpAddr>> {
+            pairs
+                .iter()
+                .map(|(d, a)| (d.to_string(), a.iter().map(|s| ip(s)).collect()))
+                .collect()
+        };
+        // The backup slave of an active-backup bond whose address is on a VLAN of it
+        // (a loop in the links is followed no further than once).
+        let dir = tempfile::tempdir().unwrap();
+        let sys = stacked(
+            dir.path(),
+            "bond0",
+            &[("bond0", "bond0.100"), ("bond0.100", "bond0")],
+        );
+        let a = live(&[("e0", &[]), ("bond0", &[]), ("bond0.100", &["10.0.0.1"])]);
+        let why = sys.no_address("mlx5_0", "e0", Some(&a));
+        let v = judge_gids("e0", &p, Some(&[]), why);
+        assert_eq!(v.weight(), Weight::Note, "{}", v.text());
+        assert!(v.text().contains("bond0.100"), "{}", v.text());
+        // A port enslaved to ovs-system, its address on an internal port sysfs does not
+        // stack above it: not confirmed, so a warning, not a fault.
+        let dir = tempfile::tempdir().unwrap();
+        let sys = stacked(dir.path(), "ovs-system", &[]);
+        let a = live(&[("e0", &[]), ("ovs-system", &[]), ("br0", &["10.0.0.1"])]);
+        let why = sys.no_address("mlx5_0", "e0", Some(&a));
+        let v = judge_gids("e0", &p, Some(&[]), why);
+        assert_eq!(v.weight(), Weight::Note, "{}", v.text());
+        assert!(v.text().contains("no address was found"), "{}", v.text());
+    }
+
     #[test]
     fn what_explains_a_port_without_an_address() {
         let dir = tempfile::tempdir().unwrap();
@@ -303,10 +448,13 @@ mod tests {
         );
         std::os::unix::fs::symlink("../../../../virtual/net/bond0", pf.join("net/e0/master"))
             .unwrap();
-        let bond = Some(NoAddress::Enslaved {
-            master: "bond0".into(),
-        });
-        assert_eq!(sys.no_address("mlx5_0", "e0", None), bond);
+        let bond = |holder| {
+            Some(NoAddress::Enslaved {
+                master: "bond0".into(),
+                holder,
+            })
+        };
+        assert_eq!(sys.no_address("mlx5_0", "e0", None), bond(Holder::Unknown));
         // Live: the master must hold an address to explain it.
         let mut addrs = std::collections::BTreeMap::new();
         addrs.insert("bond0".to_string(), vec![]);
@@ -315,6 +463,17 @@ mod tests {
             Some(NoAddress::SriovPf { vfs: 4 })
         );
         addrs.insert("bond0".to_string(), vec![ip("10.0.0.1")]);
-        assert_eq!(sys.no_address("mlx5_0", "e0", Some(&addrs)), bond);
+        assert_eq!(
+            sys.no_address("mlx5_0", "e0", Some(&addrs)),
+            bond(Holder::Device("bond0".into()))
+        );
+        // Without VFs, an enslaved netdev whose addresses are not found is still
+        // enslaved: a warning, not a fault.
+        std::fs::write(pf.join("sriov_numvfs"), "0\n").unwrap();
+        addrs.insert("bond0".to_string(), vec![]);
+        assert_eq!(
+            sys.no_address("mlx5_0", "e0", Some(&addrs)),
+            bond(Holder::NotFound)
+        );
     }
 }

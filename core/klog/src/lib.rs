@@ -30,7 +30,7 @@ use rocewatch_plugin_api::PluginError;
 use kmsg::KmsgReader;
 use matcher::{DeviceMap, Matcher, Tally};
 use text::Format;
-use time::{Clock, Since, Stamp};
+use time::{Boots, Clock, Since, Stamp};
 
 /// Most records read at once from the kernel log device (a flood is counted over the
 /// next reads).
@@ -147,6 +147,18 @@ pub struct Scan {
     /// Records dated after this boot's uptime: logged in another boot (a log kept across
     /// reboots), counted apart and never in the window (`another_boot.records` of them).
     pub another_boot: Tally,
+    /// Of `another_boot`'s records, those before the log's last boot (a log of several
+    /// boots, whose since-boot times start again at each); the rest are dated after the
+    /// uptime.
+    pub before_last_boot: u64,
+    /// Where the log's last boot starts, and how it shows: `line 3: times since boot go
+    /// back from ...`, a kmsg sequence number going back, journalctl's boot line.
+    pub last_boot: Option<String>,
+    /// Where the boots of a file part.
+    boots: Boots,
+    /// The current boot's records before the window (set apart with the window's when
+    /// another boot follows).
+    earlier: Tally,
 }
 
 /// Lines detection looks at.
@@ -182,12 +194,14 @@ pub fn scan(
     if meta.file_type().is_char_device() && (libc::major(rdev), libc::minor(rdev)) == KMSG_DEV {
         out.device = true;
         out.format = Some(Format::Kmsg);
+        // The device holds this boot's records only.
+        let since = since.of_this_boot_only();
         let mut reader = KmsgReader::from_file(path, file);
         loop {
             let b = reader.read_available(MAX_PER_COLLECTION)?;
             let done = b.records.len() + b.errors.len() < MAX_PER_COLLECTION;
             for r in &b.records {
-                out.count(r, matcher, &since);
+                out.count(r, None, matcher, &since);
             }
             out.lines += (b.records.len() + b.errors.len()) as u64;
             for e in &b.errors {
@@ -226,14 +240,35 @@ pub fn scan(
 }
 
 impl Scan {
-    fn count(&mut self, r: &kmsg::Record, matcher: &Matcher, since: &Since) {
+    /// Count a record (`seq`: its kmsg sequence number, in a file of kmsg records) in the
+    /// window, or apart as another boot's: dated after the uptime, or followed by another
+    /// boot in the file.
+    fn count(&mut self, r: &kmsg::Record, seq: Option<u64>, matcher: &Matcher, since: &Since) {
         self.records += 1;
         self.last = Some(r.stamp);
+        if !self.device {
+            if let Some(why) = self.boots.starts_a_boot(r.stamp, seq) {
+                self.new_boot(why);
+            }
+        }
         if since.of_another_boot(r.stamp) {
             matcher.count(r, &mut self.another_boot);
         } else if since.covers(r.stamp) {
             matcher.count(r, &mut self.tally);
+        } else if !self.device && matches!(r.stamp, Stamp::SinceBoot(_)) {
+            matcher.count(r, &mut self.earlier);
         }
+    }
+
+    /// Another boot starts at the current line, for `why`: every record counted so far
+    /// is another boot's.
+    fn new_boot(&mut self, why: String) {
+        let earlier = std::mem::take(&mut self.earlier);
+        let window = std::mem::take(&mut self.tally);
+        self.before_last_boot += earlier.records + window.records;
+        self.another_boot.absorb(earlier);
+        self.another_boot.absorb(window);
+        self.last_boot = Some(format!("line {}: {why}", self.lines));
     }
 
     fn unread(&mut self, line: u64, why: String) {
@@ -267,9 +302,17 @@ impl Scan {
             return;
         };
         match text::parse_line(format, line, clock) {
-            Ok(text::Line::Kernel(r)) => self.count(&r, matcher, since),
+            Ok(text::Line::Kernel(r)) => {
+                let seq = (format == Format::Kmsg).then_some(r.seq);
+                self.count(&r, seq, matcher, since);
+            }
             Ok(text::Line::Other) => self.other += 1,
-            Ok(text::Line::Skip) => {}
+            Ok(text::Line::Boot) if format.since_boot() => {
+                self.boots = Boots::default();
+                self.new_boot(format!("journalctl's boot line {:?}", line.trim_end()));
+            }
+            // A wall-clock journal's records are dated across boots.
+            Ok(text::Line::Boot | text::Line::Skip) => {}
             Err(why) => {
                 let shown: String = line.chars().take(100).collect();
                 self.unread(self.lines, format!("{why}: {shown:?}"));
@@ -371,6 +414,98 @@ mod tests {
         let s = scan(&log, &m, Duration::from_secs(1), &clock).unwrap();
         assert!(s.tally.counts.is_empty(), "{s:?}");
         assert_eq!(s.another_boot.records, 1);
+    }
+
+    /// A log kept across a reboot whose since-boot times restart (issue 49): the previous
+    /// boot's firmware timeout at 300 s, then this boot's records from 1 s to 390 s, read
+    /// at an uptime of 400 s over an hour. The timeout is before this boot's uptime but of
+    /// another boot: set apart, never in the window, in each layout that tells the boot
+    /// (times going back, a kmsg sequence going back, journalctl's boot line).
+    #[test]
+    fn scan_sets_apart_the_records_before_the_last_boot() {
+        let timeout = "mlx5_core 0000:03:00.0: wait_func:1165:(pid 1): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource";
+        let flap = "mlx5_core 0000:03:00.0 ens1f0np0: Link up";
+        let kmsg = format!(
+            "6,10,200000000,-;{flap}\n3,11,300000000,-;{timeout}\n6,0,1000000,-;Linux version 6.1.0\n6,1,390000000,-;{flap}\n"
+        );
+        let dmesg = format!(
+            "[  200.000000] {flap}\n[  300.000000] {timeout}\n[    1.000000] Linux version 6.1.0\n[  390.000000] {flap}\n"
+        );
+        let journal = format!(
+            "[  200.000000] node7 kernel: {flap}\n[  300.000000] node7 kernel: {timeout}\n-- Boot 3c1f0e2a9b7d4f6e8a5c2d1b0e9f8a7c --\n[    1.000000] node7 kernel: Linux version 6.1.0\n[  390.000000] node7 kernel: {flap}\n"
+        );
+        // Only the sequence tells this boot: its first record is dated later than the
+        // last of the boot before (a boot of 2 s, then this one's record at 3 s).
+        let seq = format!("6,10,1000000,-;{flap}\n3,11,2000000,-;{timeout}\n6,0,3000000,-;Linux version 6.1.0\n6,1,390000000,-;{flap}\n");
+        let journal_reboot = journal.replace(
+            "-- Boot 3c1f0e2a9b7d4f6e8a5c2d1b0e9f8a7c --",
+            "-- Reboot --",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let m = Options::default().matcher(dir.path()).unwrap();
+        let clock = Clock {
+            since_boot_us: 400_000_000,
+            unix_us: 0,
+            utc_offset_s: 0,
+        };
+        for (name, text) in [
+            ("kmsg", kmsg),
+            ("dmesg", dmesg),
+            ("journal", journal),
+            ("seq", seq),
+            ("journal-reboot", journal_reboot),
+        ] {
+            let log = dir.path().join(name);
+            std::fs::write(&log, text).unwrap();
+            let s = scan(&log, &m, Duration::from_secs(3600), &clock).unwrap();
+            let keys: Vec<&str> = s.tally.counts.keys().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(keys, ["link_flap"], "{name}: {s:?}");
+            assert_eq!(
+                s.tally.counts[&("link_flap".into(), "0000:03:00.0".into())].count,
+                1,
+                "{name}"
+            );
+            assert_eq!(
+                (s.records, s.tally.records, s.another_boot.records),
+                (4, 2, 2),
+                "{name}: {s:?}"
+            );
+            assert_eq!(s.before_last_boot, 2, "{name}");
+            let hit = &s.another_boot.counts[&("cmd_timeout".into(), "0000:03:00.0".into())];
+            assert_eq!(hit.count, 1, "{name}");
+            assert!(
+                s.another_boot
+                    .counts
+                    .contains_key(&("link_flap".into(), "0000:03:00.0".into())),
+                "{name}"
+            );
+        }
+    }
+
+    /// Times going back by less than a second are this boot's: the kernel stamps a record
+    /// before it takes its place in the log, so records of two CPUs may cross.
+    #[test]
+    fn scan_keeps_records_whose_times_cross_slightly() {
+        let timeout = "mlx5_core 0000:03:00.0: wait_func:1165:(pid 1): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource";
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("dmesg");
+        std::fs::write(
+            &log,
+            format!("[  300.500000] usb 1-1: new device\n[  300.000000] {timeout}\n"),
+        )
+        .unwrap();
+        let m = Options::default().matcher(dir.path()).unwrap();
+        let clock = Clock {
+            since_boot_us: 400_000_000,
+            unix_us: 0,
+            utc_offset_s: 0,
+        };
+        let s = scan(&log, &m, Duration::from_secs(3600), &clock).unwrap();
+        assert_eq!((s.tally.records, s.another_boot.records), (2, 0), "{s:?}");
+        assert!(s
+            .tally
+            .counts
+            .contains_key(&("cmd_timeout".into(), "0000:03:00.0".into())));
     }
 
     /// The recorded logs of integration-tests/fixtures/kernel-log (see its SOURCE.md):

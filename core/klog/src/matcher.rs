@@ -177,6 +177,21 @@ pub struct Tally {
     pub records: u64,
 }
 
+impl Tally {
+    /// Add `later`'s counts (of records read after these) to these: its last messages
+    /// replace theirs.
+    pub fn absorb(&mut self, later: Tally) {
+        self.records += later.records;
+        for (key, hit) in later.counts {
+            let h = self.counts.entry(key).or_default();
+            h.count += hit.count;
+            h.last_message = hit.last_message;
+            h.last_timestamp_us = hit.last_timestamp_us;
+            h.last_stamp = hit.last_stamp;
+        }
+    }
+}
+
 /// One (pattern, device)'s count and its last message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Hit {

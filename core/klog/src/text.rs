@@ -67,6 +67,15 @@ impl Format {
         }
     }
 
+    /// Whether its records are dated since boot (the clock that starts again at each
+    /// boot).
+    pub fn since_boot(self) -> bool {
+        matches!(
+            self,
+            Format::Kmsg | Format::JournalMonotonic | Format::Dmesg
+        )
+    }
+
     /// Whether its lines say when they were logged.
     pub fn timed(self) -> bool {
         self != Format::DmesgUntimed
@@ -80,8 +89,11 @@ pub enum Line {
     Kernel(Record),
     /// A line of another program (a syslog file holds more than the kernel's).
     Other,
-    /// Not a record: blank, a continuation line, journalctl's `-- Boot ... --`.
+    /// Not a record: blank, a continuation line, journalctl's `-- No entries --`.
     Skip,
+    /// journalctl's line between two boots' records: `-- Boot ID --` (`-- Reboot --` in
+    /// older releases).
+    Boot,
 }
 
 const MONTHS: [&str; 12] = [
@@ -421,7 +433,11 @@ pub fn parse_line(format: Format, line: &str, clock: &Clock) -> Result<Line, Str
         return Ok(Line::Skip);
     }
     if line.starts_with("-- ") && line.ends_with(" --") {
-        // journalctl: `-- Boot 0f3c... --`, `-- No entries --`, `-- Logs begin at ... --`.
+        // journalctl: `-- Boot 0f3c... --`, `-- Reboot --`, `-- No entries --`,
+        // `-- Logs begin at ... --`.
+        if line.starts_with("-- Boot ") || line == "-- Reboot --" {
+            return Ok(Line::Boot);
+        }
         return Ok(Line::Skip);
     }
     match format {
@@ -569,6 +585,15 @@ mod tests {
         }
         for l in [
             "-- Boot 0f3c2b8a1d7e4c5b9a6f8e7d6c5b4a39 --",
+            "-- Reboot --",
+        ] {
+            assert_eq!(
+                parse_line(Format::JournalMonotonic, l, &CLOCK),
+                Ok(Line::Boot)
+            );
+        }
+        for l in [
+            "-- Logs begin at Mon 2025-11-24 00:00:01 UTC, end at Mon 2025-12-01 00:00:00 UTC. --",
             "-- No entries --",
             "",
             " SUBSYSTEM=pci",

@@ -116,6 +116,62 @@ impl Since {
     }
 }
 
+/// How far a record's time since boot may go back from the one before it in the same
+/// boot: the kernel stamps a record before it takes its place in the log
+/// (kernel/printk/printk.c `vprintk_store`), so two CPUs' records may cross by the time
+/// between, microseconds; a boot that restarts the clock goes back further (but after
+/// a boot shorter than this, which the kmsg sequence numbers still tell).
+const CROSSING_US: u64 = 1_000_000;
+
+impl Since {
+    /// The window over a log that holds only this boot's records (the kernel log device):
+    /// nothing in it is dated after the uptime, whatever the clocks' drift or a read slow
+    /// enough to outlast the margin.
+    pub fn of_this_boot_only(self) -> Since {
+        Since {
+            boot_until_us: u64::MAX,
+            ..self
+        }
+    }
+}
+
+/// Where a log of several boots passes from one boot to the next: a record whose time
+/// since boot goes back (by more than records of two CPUs cross), or whose kmsg sequence
+/// number does (both start again at each boot). Wall-clock and untimed records tell
+/// nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Boots {
+    last_us: Option<u64>,
+    last_seq: Option<u64>,
+}
+
+impl Boots {
+    /// Whether a record stamped `stamp`, with its kmsg sequence number `seq` (`None` for
+    /// a layout without one), begins another boot than the records before it, and why.
+    pub fn starts_a_boot(&mut self, stamp: Stamp, seq: Option<u64>) -> Option<String> {
+        let mut why = None;
+        if let Stamp::SinceBoot(us) = stamp {
+            if let Some(last) = self.last_us.filter(|l| us.saturating_add(CROSSING_US) < *l) {
+                why = Some(format!(
+                    "times since boot go back from {} to {}",
+                    Stamp::SinceBoot(last).describe(),
+                    stamp.describe()
+                ));
+            }
+            self.last_us = Some(us);
+        }
+        if let Some(n) = seq {
+            if let Some(last) = self.last_seq.filter(|l| n < *l) {
+                why.get_or_insert_with(|| {
+                    format!("kmsg sequence numbers go back from {last} to {n}")
+                });
+            }
+            self.last_seq = Some(n);
+        }
+        why
+    }
+}
+
 /// Local time's offset from UTC at `unix_s` (localtime_r's `tm_gmtoff`).
 fn local_utc_offset(unix_s: i64) -> i64 {
     let t = unix_s as libc::time_t;
@@ -221,6 +277,54 @@ mod tests {
         // Wall-clock and untimed records are not told apart by boot.
         assert!(!since.of_another_boot(Stamp::Wall(CLOCK_US + 3_600_000_000)));
         assert!(!since.of_another_boot(Stamp::Untimed));
+    }
+
+    /// A log of two boots: times since boot or kmsg sequence numbers going back start
+    /// another boot; records of two CPUs crossing by less than a second do not.
+    #[test]
+    fn times_or_sequences_going_back_start_another_boot() {
+        let at = |s: f64| Stamp::SinceBoot((s * 1e6) as u64);
+        let mut b = Boots::default();
+        assert_eq!(b.starts_a_boot(at(200.0), None), None);
+        assert_eq!(b.starts_a_boot(at(300.0), None), None);
+        assert_eq!(b.starts_a_boot(at(299.1), None), None, "crossing");
+        assert_eq!(
+            b.starts_a_boot(at(1.0), None).as_deref(),
+            Some("times since boot go back from 299.100 s after boot to 1.000 s after boot")
+        );
+        assert_eq!(b.starts_a_boot(at(390.0), None), None);
+        // A boot shorter than the crossing allowed: only the sequence tells it.
+        let mut b = Boots::default();
+        assert_eq!(b.starts_a_boot(at(1.0), Some(10)), None);
+        assert_eq!(b.starts_a_boot(at(2.0), Some(11)), None);
+        assert_eq!(b.starts_a_boot(at(2.0), Some(11)), None, "a record twice");
+        assert_eq!(
+            b.starts_a_boot(at(3.0), Some(0)).as_deref(),
+            Some("kmsg sequence numbers go back from 11 to 0")
+        );
+        // Wall-clock and untimed records tell nothing.
+        let mut b = Boots::default();
+        assert_eq!(b.starts_a_boot(Stamp::Wall(CLOCK_US), None), None);
+        assert_eq!(b.starts_a_boot(Stamp::Wall(0), None), None);
+        assert_eq!(b.starts_a_boot(Stamp::Untimed, None), None);
+    }
+
+    /// The kernel log device holds only this boot's records: none is set apart as dated
+    /// after the uptime (a slow read soon after boot may outlast the margin).
+    #[test]
+    fn a_window_of_this_boot_only_sets_nothing_apart() {
+        let clock = Clock {
+            since_boot_us: 2_000_000,
+            unix_us: CLOCK_US,
+            utc_offset_s: 0,
+        };
+        let since = clock.since(60_000_000);
+        let late = Stamp::SinceBoot(3_500_000);
+        assert!(since.of_another_boot(late));
+        let device = since.of_this_boot_only();
+        assert!(!device.of_another_boot(late));
+        assert!(device.covers(late));
+        assert_eq!(device.boot_us, since.boot_us);
     }
 
     #[test]

@@ -130,12 +130,31 @@ pub fn kernel_log_checks(
         .collect()
 }
 
-/// The records dated after this boot's uptime, when there are: logged in another boot
-/// (a log kept across reboots), never in the window; the driver messages among them.
+/// The records of another boot, when there are: before the log's last boot (a log of
+/// several boots, whose times since boot start again at each) or dated after this boot's
+/// uptime (a log kept across reboots), never in the window; the driver messages among
+/// them.
 fn another_boot(s: &Scan, clock: &Clock) -> Option<String> {
     let n = s.another_boot.records;
     if n == 0 {
         return None;
+    }
+    let records = |n: u64| format!("{n} record{}", if n == 1 { "" } else { "s" });
+    let before = s.before_last_boot.min(n);
+    let mut parts = Vec::new();
+    if before > 0 {
+        parts.push(format!(
+            "{} logged before the log's last boot ({})",
+            records(before),
+            s.last_boot.as_deref().unwrap_or_default()
+        ));
+    }
+    if n > before {
+        parts.push(format!(
+            "{} dated after this boot's uptime of {:.0} s",
+            records(n - before),
+            clock.since_boot_us as f64 / 1e6
+        ));
     }
     let mut by_pattern: std::collections::BTreeMap<&str, u64> = Default::default();
     for ((pattern, _), hit) in &s.another_boot.counts {
@@ -143,9 +162,8 @@ fn another_boot(s: &Scan, clock: &Clock) -> Option<String> {
     }
     let matched: Vec<String> = by_pattern.iter().map(|(p, n)| format!("{p} {n}")).collect();
     Some(format!(
-        "{n} record{} dated after this boot's uptime of {:.0} s, from another boot: not counted{}",
-        if n == 1 { "" } else { "s" },
-        clock.since_boot_us as f64 / 1e6,
+        "{}, from another boot: not counted{}",
+        parts.join(" and "),
         if matched.is_empty() {
             String::new()
         } else {
@@ -433,6 +451,53 @@ mod tests {
         assert!(c[0].evidence.starts_with("link_flap"), "{}", c[0].evidence);
         assert!(
             c[0].evidence.contains("from another boot: not counted"),
+            "{}",
+            c[0].evidence
+        );
+    }
+
+    /// A log of two boots whose times since boot start again (issue 49): the previous
+    /// boot's firmware timeout at 300 s is before this boot's uptime of 400 s but not this
+    /// boot's: not counted in the hour, said apart.
+    #[test]
+    fn the_records_before_the_last_boot_of_a_log_are_of_another_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("dmesg");
+        std::fs::write(
+            &log,
+            "[  300.000000] mlx5_core 0000:03:00.0: wait_func:1165:(pid 1): ACCESS_REG(0x805) timeout. Will cause a leak of a command resource\n\
+             [    1.000000] Linux version 6.1.0\n\
+             [  390.000000] EXT4-fs (sda1): mounted\n",
+        )
+        .unwrap();
+        let c = kernel_log_checks(
+            dir.path(),
+            &serde_json::json!({ "path": log }),
+            Duration::from_secs(3600),
+            boot(400_000_000),
+        );
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].status, Status::Pass, "{c:?}");
+        assert!(
+            c[0].evidence.contains("1 record logged before the log's last boot (line 2: times since boot go back from 300.000 s after boot to 1.000 s after boot), from another boot: not counted (matching there: access_reg 1, cmd_timeout 1)"),
+            "{}",
+            c[0].evidence
+        );
+        // With a record dated after the uptime too: both said.
+        let text = std::fs::read_to_string(&log).unwrap();
+        std::fs::write(&log, format!("[ 1021.000000] usb 1-1: new device\n{text}")).unwrap();
+        let c = kernel_log_checks(
+            dir.path(),
+            &serde_json::json!({ "path": log }),
+            Duration::from_secs(3600),
+            boot(400_000_000),
+        );
+        assert!(
+            c[0].evidence
+                .contains("1 record logged before the log's last boot (line 3: ")
+                && c[0].evidence.contains(
+                    " and 1 record dated after this boot's uptime of 400 s, from another boot"
+                ),
             "{}",
             c[0].evidence
         );

@@ -9,10 +9,9 @@ use rocewatch_metrics::labels::ExporterDropReason;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 
 use super::config::{OtlpConfig, OtlpProtocol};
-use super::limit::{Learnt, Limit, Refused, CUT_FLOOR};
+use super::limit::{Learnt, Limit, Raised, Refused, CUT_FLOOR};
 use super::queue::{Batch, Queue};
 use super::transport::{PartialSuccess, SendError, Transport};
-use super::MAX_MERGE;
 
 pub(super) fn jittered(d: Duration) -> Duration {
     // ±20 %, from the clock's nanoseconds: enough to spread a fleet's retries.
@@ -54,7 +53,6 @@ pub(super) fn sender(queue: Arc<Queue>, transport: Transport, cfg: OtlpConfig, l
         cfg,
         failing: false,
         said: Said::default(),
-        merge: MAX_MERGE,
         limit,
     }
     .run();
@@ -68,10 +66,8 @@ struct Sender {
     /// The last try failed and is being retried.
     failing: bool,
     said: Said,
-    /// Requests merged into one at most: halved by each merged request the receiver finds
-    /// too large, and kept so for the exporter's life (a receiver's bound does not move).
-    merge: usize,
-    /// The bound on a request's size: `max_request_bytes`, or what the receiver taught.
+    /// The bound on a request's size (`max_request_bytes`, or what the receiver taught)
+    /// and on the requests merged into one.
     limit: Limit,
 }
 
@@ -94,11 +90,10 @@ impl Sender {
             match sent {
                 Ok(partial) => self.sent(&batch, partial),
                 Err(SendError::TooLarge(e)) if parts > 1 => {
-                    self.merge = (parts / 2).max(1);
+                    let merge = self.limit.merged_refused(parts);
                     tracing::info!(
-                        "OTLP receiver refused {parts} requests merged ({} bytes) as too large: sent again split, at most {} a request from now on: {e}",
+                        "OTLP receiver refused {parts} requests merged ({} bytes) as too large: sent again split, at most {merge} a request from now on (more again after exports without a refusal): {e}",
                         batch.body.len(),
-                        self.merge
                     );
                     self.queue.push_front(batch);
                 }
@@ -128,7 +123,7 @@ impl Sender {
         }
         // While the endpoint fails, one request per try: a merged request would be
         // built (and, gzip'd, compressed) again for every retry.
-        let merge = if self.failing { 1 } else { self.merge };
+        let merge = if self.failing { 1 } else { self.limit.merge() };
         Some(queue.take(&mut st, merge, self.limit.bound()))
     }
 
@@ -147,6 +142,9 @@ impl Sender {
         self.limit.taken(raw);
         if self.said.floor.is_some_and(|r| raw >= r) {
             self.said.floor = None;
+        }
+        if let Some(raised) = self.limit.clean(&batch.parts) {
+            self.raised(&raised);
         }
         if let Some(learnt) = self.limit.ended(&batch.parts) {
             self.learnt(&learnt);
@@ -237,13 +235,33 @@ impl Sender {
     fn learnt(&self, l: &Learnt) {
         tracing::warn!(
             endpoint = %self.cfg.endpoint,
-            "OTLP receiver refused a request of {} bytes (uncompressed) as too large, and took pieces of up to {} bytes: requests are kept under {} bytes from now on, until a restart or a configuration reload. To send them so from the start, set exporters.otlp.max_request_bytes = {} (or raise the receiver's limit: {})",
+            "OTLP receiver refused a request of {} bytes (uncompressed) as too large, and took pieces of up to {} bytes: requests are kept under {} bytes from now on (larger again, step by step, after exports without a refusal). To send them so from the start, set exporters.otlp.max_request_bytes = {} (or raise the receiver's limit: {})",
             l.refused,
             l.bound,
             l.bound,
             l.bound,
             receiver_setting(self.cfg.protocol),
         );
+    }
+
+    /// A learnt bound or merge raised after exports without a refusal: said once it is
+    /// back where it was configured, each step at debug level.
+    fn raised(&self, r: &Raised) {
+        if r.recovered {
+            tracing::info!(
+                endpoint = %self.cfg.endpoint,
+                "OTLP receiver took every request for a while: requests are back to exporters.otlp.max_request_bytes ({} bytes uncompressed), {} merged at most after an outage",
+                r.bound,
+                r.merge,
+            );
+        } else {
+            tracing::debug!(
+                endpoint = %self.cfg.endpoint,
+                "OTLP receiver took every request for a while: requests of up to {} bytes uncompressed tried, {} merged at most",
+                r.bound,
+                r.merge,
+            );
+        }
     }
 
     /// Not retryable: dropped and counted, said once per change.

@@ -1082,4 +1082,33 @@ fn a_kernel_log_record_of_another_boot_is_not_recent() {
             .all(|(_, what)| !what.contains("another boot")),
         "{v}"
     );
+    // Ten seconds ago too, but followed by a record whose time and sequence number go
+    // back (a file of two boots, the previous one's timeout first): not this boot's.
+    timeout_at(monotonic_us().saturating_sub(10_000_000));
+    let kmsg = std::fs::read_to_string(&log).unwrap();
+    let (flap, timeout) = kmsg.split_once('\n').unwrap();
+    let two_boots = format!("{}{flap}\n", timeout.replacen("3,2,", "3,9,", 1));
+    std::fs::write(&log, &two_boots).unwrap();
+    let args = [
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--json",
+    ];
+    let (code, json, err) = health(&args);
+    let v: serde_json::Value =
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}{err}"));
+    assert_eq!(
+        code, 0,
+        "the boot before's timeout made the host unhealthy: {two_boots}{v}{err}"
+    );
+    assert!(
+        kernel_log(&v).iter().any(|(_, what)| what
+            .contains("1 record logged before the log's last boot (line 2: ")
+            && what.contains(
+                "from another boot: not counted (matching there: access_reg 1, cmd_timeout 1)"
+            )),
+        "{v}"
+    );
 }

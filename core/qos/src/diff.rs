@@ -74,14 +74,29 @@ pub(crate) fn in_fingerprint(setting: &str) -> bool {
 
 /// A setting as the fingerprint digests it and `qos diff` compares it: the normalized
 /// value, `unsupported`, or `unknown` whatever the reason (the reason names a path or a
-/// PCI address, which differ between hosts configured alike).
+/// PCI address, which differ between hosts configured alike). A value that would read as
+/// one of the two states (`unknown`, `unsupported`, or one starting with [`LITERAL`])
+/// gets [`LITERAL`] before it, so no value is taken for a state; every other value is its
+/// normalized self, as fingerprints have always digested it.
 pub(crate) fn compared(setting: &str, s: &Setting) -> String {
     match s {
-        Setting::Value(v) => normalize(setting, v),
-        Setting::Unsupported => "unsupported".into(),
-        Setting::Unknown(_) => "unknown".into(),
+        Setting::Value(v) => {
+            let v = normalize(setting, v);
+            if v == UNSUPPORTED || v == UNKNOWN || v.starts_with(LITERAL) {
+                format!("{LITERAL}{v}")
+            } else {
+                v
+            }
+        }
+        Setting::Unsupported => UNSUPPORTED.into(),
+        Setting::Unknown(_) => UNKNOWN.into(),
     }
 }
+
+const UNSUPPORTED: &str = "unsupported";
+const UNKNOWN: &str = "unknown";
+/// What marks a value that reads as a state in [`compared`].
+const LITERAL: &str = "value:";
 
 fn row(port: &str, setting: &str, a: Option<&Setting>, b: Option<&Setting>) -> HostDiff {
     HostDiff {
@@ -247,6 +262,31 @@ mod tests {
             .is_empty());
     }
 
+    /// A value that reads "unknown" or "unsupported" is a value, never the state of a
+    /// setting that could not be read or that the device lacks: a difference, and a
+    /// different fingerprint.
+    #[test]
+    fn a_literal_value_is_not_the_unknown_or_unsupported_state() {
+        let inv = Inventory::default();
+        let v = |s: &str| Setting::Value(s.into());
+        for (value, state_of) in [
+            (v("unknown"), Setting::Unknown("no configfs".into())),
+            (v("unsupported"), Setting::Unsupported),
+            (v("value:unknown"), v("unknown")),
+        ] {
+            let a = [state("mlx5_0", "e0", &[("roce_mode", value.clone())])];
+            let b = [state("mlx5_0", "e0", &[("roce_mode", state_of.clone())])];
+            let c = compare_hosts(&host(&a), &host(&b));
+            assert_eq!(
+                c.differences.len(),
+                1,
+                "{value:?} against {state_of:?}: {c:?}"
+            );
+            assert_eq!(c.differences[0].setting, "roce_mode");
+            assert_ne!(fingerprint(&a, &inv), fingerprint(&b, &inv), "{value:?}");
+        }
+    }
+
     #[test]
     fn what_the_fingerprint_leaves_out_is_shown_apart_and_drivers_are_one_difference() {
         let v = |s: &str| Setting::Value(s.into());
@@ -304,7 +344,20 @@ mod tests {
         ]);
         let value = prop_oneof![
             prop::sample::select(vec![
-                "3", "4,3", "3,4", "3, 4", "none", "9000", "1500", "RoCE v2", "2", "dscp", "0,0,1"
+                "3",
+                "4,3",
+                "3,4",
+                "3, 4",
+                "none",
+                "9000",
+                "1500",
+                "RoCE v2",
+                "2",
+                "dscp",
+                "0,0,1",
+                "unknown",
+                "unsupported",
+                "value:unknown"
             ])
             .prop_map(|v| Setting::Value(v.into())),
             Just(Setting::Unsupported),
@@ -356,6 +409,15 @@ mod tests {
     }
 
     proptest! {
+        /// Every value but those that read as a state is compared as its normalized self,
+        /// so that the fingerprints of hosts with such values stay what they were.
+        #[test]
+        fn ordinary_values_are_compared_as_themselves(n in "[a-z_]{1,20}", v in "\\PC{0,20}") {
+            let normal = normalize(&n, &v);
+            prop_assume!(!["unknown", "unsupported"].contains(&normal.as_str()) && !normal.starts_with("value:"));
+            prop_assert_eq!(compared(&n, &Setting::Value(v)), normal);
+        }
+
         /// The fleet's fingerprint and `qos diff` agree: the same fingerprint, and only
         /// then, no difference (drivers and firmware alike, or not).
         #[test]

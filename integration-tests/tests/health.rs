@@ -276,6 +276,49 @@ fn health_and_doctor_give_one_verdict_on_the_mtu() {
     }
 }
 
+/// One verdict per fact: the MTU against `[health] min_mtu`, read by both from one file.
+/// Both netdevs at 4000 (RoCE MTU 2048) agree with each other, but `min_mtu = 9000` asks
+/// for 4096: unhealthy to health, and doctor fails them too (it passed them, reading no
+/// `min_mtu`).
+#[test]
+fn health_and_doctor_hold_the_mtu_to_one_min_mtu() {
+    let (dir, root) = dual_port_copy();
+    for nd in ["ens1f0np0", "ens1f1np1"] {
+        std::fs::write(root.join("class/net").join(nd).join("mtu"), "4000\n").unwrap();
+    }
+    let cfg = dir.path().join("rocewatch.toml");
+    std::fs::write(&cfg, "[health]\nmin_mtu = 9000\n").unwrap();
+    let (c, r) = (cfg.to_str().unwrap(), root.to_str().unwrap());
+    let (_, out, err) = health(&["--json", "--config", c, "--sysfs-root", r]);
+    let h: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let o = rocewatch(
+        &[
+            "doctor",
+            "--json",
+            "--window",
+            "300ms",
+            "-c",
+            c,
+            "--sysfs-root",
+            r,
+        ],
+        &[],
+    );
+    let d: serde_json::Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    for (dev, nd) in [("mlx5_0", "ens1f0np0"), ("mlx5_1", "ens1f1np1")] {
+        let said = finding_of(&h, "mtu", dev).clone();
+        let check = doctor_check(&d, "mtu", nd);
+        assert_eq!(
+            (nd, &said["status"], &check["status"]),
+            (nd, &"unhealthy".into(), &"fail".into()),
+            "health / doctor: {said} / {check}"
+        );
+        assert_eq!(said["what"], check["evidence"], "in the same words");
+    }
+}
+
 /// One verdict per fact: a RoCE port with no RoCE v2 GID holding an address. Nothing
 /// explains mlx5_0's: a fault to both; mlx5_1's function is an SR-IOV PF with VFs, whose
 /// VFs carry the traffic: a note to both (both failed it); then ens1f0np0 enslaved to a

@@ -100,6 +100,9 @@ pub struct Options {
     /// The kernel-log collector's options (`[plugins.builtin.kernel-log.options]`): where
     /// the log is and which patterns count.
     pub kernel_log: serde_json::Value,
+    /// `[health] min_mtu`: the lowest netdev MTU the RoCE netdevs may have, so that the
+    /// MTU verdict is the one `health` gives on the same configuration.
+    pub min_mtu: Option<u32>,
 }
 
 /// Checks whose evidence is a table, one row a line (the GPU×NIC matrix, whose names are

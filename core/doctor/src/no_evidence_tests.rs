@@ -97,6 +97,7 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         memlock_need: None,
         qos: Default::default(),
         kernel_log: serde_json::json!({ "path": log }),
+        min_mtu: None,
     };
     let mut out = super::guide::run(&app, &opts).await;
     out.push(crate::checks::bandwidth::bandwidth_check(&app, "peer.example").await);

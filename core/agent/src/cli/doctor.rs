@@ -175,6 +175,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
             .get(crate::builtins::KERNEL_LOG)
             .map(|p| p.options.clone())
             .unwrap_or_else(|| serde_json::json!({})),
+        min_mtu: agent.cfg.health.min_mtu,
     };
     let checks = rocewatch_doctor::run(&agent.core, &opts).await;
     if a.json {

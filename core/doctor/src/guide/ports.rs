@@ -268,12 +268,12 @@ pub(crate) fn port_check(subject: &str, p: &Port) -> Check {
     }
 }
 
-/// MTU: the RoCE MTU each RoCE netdev gives, held against the others' (`health`'s verdict,
-/// without its `[health] min_mtu`), and the path MTU to the peer.
+/// MTU: the RoCE MTU each RoCE netdev gives, held against the others' and against the one
+/// `[health] min_mtu` gives (`health`'s verdict), and the path MTU to the peer.
 pub(crate) fn mtu(h: &Host) -> Vec<Check> {
     let mtus = h.mtus();
     let netdevs: Vec<(&str, Option<u32>)> = mtus.iter().map(|(n, m)| (n.as_str(), *m)).collect();
-    let verdicts = judge_mtus(&netdevs, None);
+    let verdicts = judge_mtus(&netdevs, h.opts.min_mtu);
     let mut out = Vec::new();
     if verdicts.iter().all(|v| v.weight() == Weight::Fine) {
         if !verdicts.is_empty() {

@@ -79,7 +79,7 @@ pub enum Command {
     /// need a running agent; --once shows what holds right now).
     ///
     /// Examples:
-    ///   rocewatch rules --url http://127.0.0.1:9464
+    ///   rocewatch rules --agent http://127.0.0.1:9464
     ///   rocewatch rules --once --config configs/rules.toml --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys
     #[command(verbatim_doc_comment)]
     Rules(RulesArgs),

@@ -19,8 +19,12 @@ pub struct CollectArgs {
     pub once: bool,
     #[command(flatten)]
     pub source: SourceArgs,
+    /// What to print: json (the default; as --json), text, prometheus or collectd.
     #[arg(long, value_enum, default_value = "json")]
     pub format: CollectFormat,
+    /// Print JSON (the default): {"errors":[...],"samples":[...]}; the same as --format json.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -83,7 +87,9 @@ pub async fn run(a: CollectArgs) -> Result<i32> {
         once,
         source,
         format,
+        json,
     } = a;
+    let format = if json { CollectFormat::Json } else { format };
     if !once {
         bail!("collect needs --once (use `rocewatch run` to collect continuously)");
     }

@@ -14,7 +14,9 @@ pub enum ConfigCommand {
     ///
     /// Web configuration files (`web_config_file`) it names are checked too: certificates
     /// and keys read, client CA, versions, bcrypt hashes.
-    Check { file: PathBuf },
+    ///
+    /// Example: rocewatch config check -c /etc/rocewatch/rocewatch.toml
+    Check(CheckArgs),
     /// Print the bcrypt hash of a password read from standard input, for
     /// `basic_auth_users` in a web configuration file.
     ///
@@ -27,6 +29,29 @@ pub enum ConfigCommand {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(4..=31))]
         cost: u32,
     },
+}
+
+/// `rocewatch config check`'s arguments: the file as every command names it
+/// (`-c/--config FILE`), or as the one positional argument it took first.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("file").required(true).args(["config", "path"])))]
+pub struct CheckArgs {
+    /// The configuration file (TOML) to check.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The same file, given without -c (the first spelling, kept).
+    #[arg(value_name = "FILE", hide = true, conflicts_with = "config")]
+    pub path: Option<PathBuf>,
+}
+
+impl CheckArgs {
+    /// The file, however it was named.
+    pub fn file(&self) -> &Path {
+        self.config
+            .as_deref()
+            .or(self.path.as_deref())
+            .expect("clap requires -c FILE or FILE")
+    }
 }
 
 pub fn check(file: &Path) -> Result<i32> {

@@ -23,7 +23,18 @@ pub struct DemoArgs {
     /// Print plain frames one after another instead of redrawing the screen.
     #[arg(long)]
     pub no_tui: bool,
-    #[arg(long, value_enum, default_value = "table")]
+    /// Print JSON lines, one per collection (as the stdout exporter prints them), instead
+    /// of the rate table.
+    #[arg(long)]
+    pub json: bool,
+    /// table or json (the first spelling of --json, kept).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "table",
+        hide = true,
+        conflicts_with = "json"
+    )]
     pub format: DemoFormat,
     /// Export over OTLP to this URL as well.
     #[arg(long, value_name = "URL")]
@@ -46,6 +57,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         interval,
         duration,
         no_tui,
+        json,
         format,
         otlp_endpoint,
         otlp_protocol,
@@ -53,6 +65,7 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
         scenario,
         audit_log,
     } = a;
+    let format = if json { DemoFormat::Json } else { format };
     demo::run(demo::Options {
         interval,
         duration,

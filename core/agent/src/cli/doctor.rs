@@ -27,7 +27,7 @@ pub struct DoctorArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
     pub priority: u8,
     /// The peer's RDMA CM listener port, for --peer's probe through the connection
-    /// manager (`rocewatch probe --serve --cm --port` there).
+    /// manager (`rocewatch probe --serve --cm --cm-port` there).
     #[arg(long, value_name = "PORT", default_value_t = rocewatch_probes::DEFAULT_CM_PORT)]
     pub cm_port: u16,
     /// The cable length in metres, for the PFC headroom a lossless buffer needs (default:

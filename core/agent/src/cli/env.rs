@@ -44,6 +44,9 @@ pub struct EnvArgs {
     /// Names that could not be printed exactly are left out, with a warning.
     #[arg(long, value_enum, default_value = "shell")]
     pub format: EnvFormat,
+    /// Print JSON (variables, ports and warnings); the same as --format json.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
     /// Only RDMA devices whose name matches this glob (e.g. 'mlx5_*').
     #[arg(long, value_name = "GLOB")]
     pub device: Option<String>,
@@ -61,8 +64,10 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
         source,
         target,
         format,
+        json,
         device,
     } = a;
+    let format = if json { EnvFormat::Json } else { format };
     let cfg = source.load()?;
     let device = device
         .map(|g| {

@@ -30,7 +30,7 @@ pub enum FleetCommand {
     ///
     /// Examples:
     ///   rocewatch fleet plan --topology fleet.csv --host gpu001
-    ///   rocewatch fleet plan --topology fleet.csv --all --format json
+    ///   rocewatch fleet plan --topology fleet.csv --all --json
     ///   rocewatch fleet plan --prometheus http://vm:8428 --host gpu001
     #[command(verbatim_doc_comment)]
     Plan(PlanArgs),
@@ -145,7 +145,7 @@ pub struct TopologyArgs {
     pub lldpcli: PathBuf,
     /// This host's name as the fleet spells it (default: the configured host name, else
     /// the kernel's, up to its first dot).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long = "host", alias = "this-host", value_name = "NAME")]
     pub this_host: Option<String>,
     /// No header line (for lines gathered from many hosts).
     #[arg(long)]
@@ -186,7 +186,18 @@ pub struct PlanArgs {
     /// first 20 pairs left short named).
     #[arg(long)]
     pub all: bool,
-    #[arg(long, value_enum, default_value = "text")]
+    /// Print JSON: {"options","hosts","coverage"} with --all, the host's pinglist with
+    /// --host.
+    #[arg(long)]
+    pub json: bool,
+    /// text or json (the first spelling of --json, kept).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        hide = true,
+        conflicts_with = "json"
+    )]
     pub format: Format,
     /// Cross-ToR probers per ordered pair of ToRs and rail.
     #[arg(long, default_value_t = pinglist::DEFAULT_PROBERS, value_parser = clap::value_parser!(u16).range(1..=16).map(usize::from))]
@@ -409,7 +420,8 @@ fn plan(a: PlanArgs) -> Result<i32> {
         max_peers: a.max_peers,
     };
     let plan = Plan::new(&topo, opts);
-    match (a.host, a.format) {
+    let format = if a.json { Format::Json } else { a.format };
+    match (a.host, format) {
         (Some(host), Format::Json) => print_json(&serde_json::to_value(plan.of(&host)?)?)?,
         (Some(host), Format::Text) => print!("{}", host_text(&plan.of(&host)?)),
         (None, format) => plan_all(&plan, opts, format)?,

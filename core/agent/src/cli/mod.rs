@@ -63,7 +63,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Bandwidth(a) => bandwidth::run(a).await,
         Command::Preflight(a) => preflight::run(a).await,
         Command::Fleet(c) => fleet::run(c).await,
-        Command::Config(ConfigCommand::Check { file }) => config::check(&file),
+        Command::Config(ConfigCommand::Check(a)) => config::check(a.file()),
         Command::Config(ConfigCommand::HashPassword { cost }) => config::hash_password(cost),
         Command::Qos(c) => qos::run(c).await,
         Command::Doctor(a) => doctor::run(a).await,

@@ -42,14 +42,19 @@ pub struct PreflightArgs {
     pub host_list: Option<String>,
     /// This host's name as the list spells it (default: the configured host name, else
     /// the kernel's, up to its first dot).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long = "host", alias = "this-host", value_name = "NAME")]
     pub this_host: Option<String>,
     /// Test every pair of hosts (N−1 rounds) instead of the default 3 partners each (a
     /// constant 3 rounds, 4 for an odd number of hosts).
     #[arg(long)]
     pub all_pairs: bool,
     /// The share of the line rate a test must reach to pass (above 0, at most 1).
-    #[arg(long, default_value_t = pf::verdict::DEFAULT_MIN_SHARE, value_name = "FRACTION")]
+    #[arg(
+        long = "min-share",
+        alias = "min-bandwidth-share",
+        default_value_t = pf::verdict::DEFAULT_MIN_SHARE,
+        value_name = "FRACTION"
+    )]
     pub min_bandwidth_share: f64,
     /// The latency a test may not exceed, in microseconds.
     #[arg(long, default_value_t = pf::verdict::DEFAULT_MAX_LATENCY_US, value_name = "MICROSECONDS")]

@@ -69,7 +69,13 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub cm: bool,
     /// The RDMA CM port (the same on both sides).
-    #[arg(long, default_value_t = rocewatch_probes::DEFAULT_CM_PORT, requires = "cm")]
+    #[arg(
+        long = "cm-port",
+        alias = "port",
+        default_value_t = rocewatch_probes::DEFAULT_CM_PORT,
+        value_name = "PORT",
+        requires = "cm"
+    )]
     pub port: u16,
     /// The type of service a CM connection asks for (the whole ToS byte: DSCP 26 is
     /// 104); default: the device's configfs default_roce_tos.

@@ -13,7 +13,12 @@ use crate::app::{App, READ};
 #[derive(Debug, Args)]
 pub struct RulesArgs {
     /// The agent's Prometheus listener (https:// when it has a web configuration with TLS).
-    #[arg(long, default_value = "http://127.0.0.1:9464", value_name = "URL")]
+    #[arg(
+        long = "agent",
+        alias = "url",
+        default_value = "http://127.0.0.1:9464",
+        value_name = "URL"
+    )]
     pub url: String,
     /// The CA that signed the listener's certificate (PEM), for an https:// URL.
     #[arg(long, value_name = "FILE")]

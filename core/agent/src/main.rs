@@ -1,9 +1,7 @@
 //! The `rocewatch` binary: parse the command line, run it, map errors to exit status 2.
 
-use clap::Parser;
-
 fn main() {
-    let cli = rocewatch::cli::Cli::parse();
+    let cli = rocewatch::cli::parse();
     if cli.command.is_one_shot() {
         // Printing commands end quietly when their reader goes away (`| head`), like any
         // Unix filter. The long-running modes keep Rust's default (SIGPIPE ignored, EPIPE

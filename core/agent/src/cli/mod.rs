@@ -33,11 +33,13 @@ mod rules;
 mod run;
 pub mod show;
 mod source;
+mod suggest;
 mod terminal;
 mod top;
 mod top_view;
 
 pub use args::{Cli, Command};
+pub use suggest::{parse, parse_from};
 
 use anyhow::Result;
 

@@ -121,8 +121,14 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// [fleet] as the hosts run it (its pinglist and flow settings; the topology file
-    /// given here is the map).
-    #[arg(long, value_name = "FILE")]
+    /// given here is the map): the agent's configuration file (TOML), of which only
+    /// [fleet] is read.
+    #[arg(
+        long = "config",
+        short = 'c',
+        alias = "fleet-config",
+        value_name = "FILE"
+    )]
     pub fleet_config: Option<PathBuf>,
 }
 

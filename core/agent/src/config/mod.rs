@@ -115,6 +115,41 @@ pub struct Config {
     /// Where each `[exporters.otlp]` value came from (not a key: filled in by [`Config::load`]).
     #[serde(skip)]
     pub otlp_sources: otlp_sources::OtlpSources,
+    /// The keys `ROCEWATCH_*` variables set (not a key: filled in by [`Config::load`]).
+    #[serde(skip)]
+    pub env_keys: EnvKeys,
+}
+
+/// The key paths the `ROCEWATCH_*` overrides set, each with its variable: an error about
+/// such a key names the variable, whose value won over the file's.
+#[derive(Debug, Clone, Default)]
+pub struct EnvKeys(Vec<(String, String)>);
+
+impl EnvKeys {
+    fn new(overrides: &[(String, String)]) -> EnvKeys {
+        EnvKeys(
+            overrides
+                .iter()
+                .filter_map(|(var, _)| {
+                    let rest = var.strip_prefix("ROCEWATCH_")?;
+                    Some((rest.to_ascii_lowercase().replace("__", "."), var.clone()))
+                })
+                .collect(),
+        )
+    }
+
+    /// The variable that set `path` (`agent.interval`) or the key above it
+    /// (`devices.include` for `devices.include[1]`), the longest key first.
+    fn var(&self, path: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .filter(|(key, _)| {
+                path.strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+            })
+            .max_by_key(|(key, _)| key.len())
+            .map(|(_, var)| var.as_str())
+    }
 }
 
 /// Log output format.
@@ -212,18 +247,19 @@ fn non_finite(v: &config::Value, path: String) -> Option<(String, f64)> {
 /// Why a configuration is refused: the key path at fault and what is wrong with it.
 type Refusal = (String, String);
 
-/// The error for a refused key: naming the OpenTelemetry variable its value came from, if
-/// it did, else the file.
+/// The error for a refused key: naming the variable its value came from (`ROCEWATCH_*` or
+/// OpenTelemetry), if it did, else the file.
 fn refusal(
     file: &str,
     sources: &otlp_sources::OtlpSources,
+    env: &EnvKeys,
     path: String,
     message: String,
 ) -> ConfigError {
-    match path
-        .strip_prefix("exporters.otlp.")
-        .and_then(|k| sources.otel_var(k))
-    {
+    match env.var(&path).or_else(|| {
+        path.strip_prefix("exporters.otlp.")
+            .and_then(|k| sources.otel_var(k))
+    }) {
         Some(var) => ConfigError::Env {
             var: var.to_string(),
             message: format!("{path}: {message}"),
@@ -298,7 +334,9 @@ impl Config {
                 message: e.to_string(),
             })?;
         let mut sources = otlp_sources::OtlpSources::apply(&mut value, &name, overrides, otel)?;
-        let mut cfg = Self::decode(&name, value, &sources)?;
+        let env = EnvKeys::new(overrides);
+        let mut cfg = Self::decode(&name, value, &sources, &env)?;
+        cfg.env_keys = env;
         if let Some(o) = cfg.exporters.otlp.as_mut() {
             sources.resolve_endpoint(o);
         }
@@ -324,7 +362,12 @@ impl Config {
 
     /// Decode an already-parsed document; errors carry the key path.
     pub fn from_value(name: &str, value: serde_json::Value) -> Result<Config, ConfigError> {
-        let cfg = Self::decode(name, value, &otlp_sources::OtlpSources::default())?;
+        let cfg = Self::decode(
+            name,
+            value,
+            &otlp_sources::OtlpSources::default(),
+            &EnvKeys::default(),
+        )?;
         cfg.validate(name)?;
         Ok(cfg)
     }
@@ -333,9 +376,17 @@ impl Config {
         name: &str,
         value: serde_json::Value,
         sources: &otlp_sources::OtlpSources,
+        env: &EnvKeys,
     ) -> Result<Config, ConfigError> {
-        serde_path_to_error::deserialize(value)
-            .map_err(|e| refusal(name, sources, e.path().to_string(), e.inner().to_string()))
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            refusal(
+                name,
+                sources,
+                env,
+                e.path().to_string(),
+                e.inner().to_string(),
+            )
+        })
     }
 
     /// `--otlp-endpoint`, `--otlp-protocol` and `--export-interval` over everything else
@@ -368,8 +419,9 @@ impl Config {
             Config::check_health,
         ];
         for check in checks {
-            check(self)
-                .map_err(|(path, message)| refusal(name, &self.otlp_sources, path, message))?;
+            check(self).map_err(|(path, message)| {
+                refusal(name, &self.otlp_sources, &self.env_keys, path, message)
+            })?;
         }
         Ok(())
     }

@@ -79,12 +79,17 @@ impl Drop for OutFile {
 }
 
 /// The file `--out` names, created (a new file, or HOST.jsonl in a directory; never an
-/// existing file, never through a link: the directory may be a shared one).
+/// existing file, never through a link: the directory may be a shared one). A name ending
+/// in `/` is a directory, made if missing (`--out /shared/pf-$SLURM_JOB_ID/`, every host
+/// of the job making it at once).
 fn open_out(out: Option<&std::path::Path>, host: &str) -> anyhow::Result<Option<OutFile>> {
     use anyhow::Context as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let Some(out) = out else { return Ok(None) };
-    let path = if out.is_dir() {
+    let dir_meant = out.as_os_str().as_encoded_bytes().ends_with(b"/");
+    let path = if dir_meant || out.is_dir() {
+        std::fs::create_dir_all(out)
+            .with_context(|| format!("--out {}: cannot make the directory", out.display()))?;
         out.join(format!("{host}.jsonl"))
     } else {
         out.to_path_buf()
@@ -95,11 +100,16 @@ fn open_out(out: Option<&std::path::Path>, host: &str) -> anyhow::Result<Option<
         .custom_flags(libc::O_NOFOLLOW)
         .mode(0o644)
         .open(&path)
-        .with_context(|| {
-            format!(
-                "--out {}: cannot create it (an existing file is never overwritten)",
-                path.display()
-            )
+        .map_err(|e| {
+            let what = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                "cannot create it (an existing file is never overwritten): remove it, or name \
+                 a new file or a directory (HOST.jsonl in it)"
+            } else if e.raw_os_error() == Some(libc::ELOOP) {
+                "it is a link, never followed (the directory may be a shared one): name a new file"
+            } else {
+                "cannot create it"
+            };
+            anyhow::Error::new(e).context(format!("--out {}: {what}", path.display()))
         })?;
     Ok(Some(OutFile {
         file,

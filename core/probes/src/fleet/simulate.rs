@@ -85,13 +85,17 @@ fn host_rail(s: &str) -> Result<(String, Option<u8>), String> {
     }
 }
 
+/// Every fault kind with its target, as `--fault` takes them.
+const FAULT_KINDS: &str = "nic_down:HOST[/RAIL], host_overloaded:HOST, tor_down:TOR, \
+     uplink_loss:TOR, ecmp_blackhole:N, link_loss:HOST[/RAIL]";
+
 impl FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Fault, String> {
-        let (kind, target) = s.split_once(':').ok_or_else(|| {
-            format!("{s:?}: give KIND:TARGET (nic_down:HOST[/RAIL], host_overloaded:HOST, tor_down:TOR, uplink_loss:TOR, ecmp_blackhole:N, link_loss:HOST[/RAIL])")
-        })?;
+        let (kind, target) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?}: give KIND:TARGET ({FAULT_KINDS})"))?;
         if target.is_empty() {
             return Err(format!("{s:?}: no target"));
         }
@@ -113,7 +117,11 @@ impl FromStr for Fault {
                     .parse()
                     .map_err(|_| format!("{s:?}: the path is a number"))?,
             },
-            other => return Err(format!("{s:?}: unknown fault kind {other:?}")),
+            other => {
+                return Err(format!(
+                    "{s:?}: unknown fault kind {other:?}; the kinds: {FAULT_KINDS}"
+                ))
+            }
         })
     }
 }

@@ -86,8 +86,9 @@ pub const RATE_INTERVAL: Bounds = bounds(MS, HOUR);
 pub const WATCH: Bounds = bounds(Duration::from_millis(100), HOUR);
 /// `doctor --log-window`: how far back the kernel log is read. A recorded `kern.log` or
 /// `dmesg` of an old incident is read whole with a long window; 100 years keeps every
-/// clock subtraction in range.
-pub const LOOK_BACK: Bounds = bounds(SECOND, Duration::from_secs(36_500 * 86_400));
+/// clock subtraction in range. Years as humantime counts them (365.25 days), so `100y`
+/// is taken and the bound reads "100years", as the docs say it.
+pub const LOOK_BACK: Bounds = bounds(SECOND, Duration::from_secs(100 * 31_557_600));
 
 impl Bounds {
     /// `Err` with what is wrong and the bound (the caller names the key or flag).
@@ -170,6 +171,15 @@ mod tests {
             .unwrap_err()
             .ends_with("at least 100ms (or 0s: off)"));
         assert_eq!(JITTER.parse("0s"), Ok(Duration::ZERO));
+        // The bound as the docs write it: 100 years, taken, and said so when passed.
+        assert_eq!(
+            LOOK_BACK.parse("100y"),
+            Ok(Duration::from_secs(3_155_760_000))
+        );
+        assert!(LOOK_BACK
+            .parse("101y")
+            .unwrap_err()
+            .ends_with("at most 100years"));
     }
 
     proptest::proptest! {

@@ -59,7 +59,12 @@ pub async fn run(a: RulesArgs) -> Result<i32> {
         json,
     } = a;
     let rows: Vec<serde_json::Value> = if once {
-        let cfg = source.load()?;
+        let mut cfg = source.load()?;
+        if cfg.rules.is_empty() && source.config.is_none() {
+            // Without a file, the default set (configs/rules.toml), as the demo runs it.
+            cfg.rules = crate::demo::default_rules().context("the default rules")?;
+            eprintln!("rocewatch: no --config: the default rules (configs/rules.toml)");
+        }
         if cfg.rules.is_empty() {
             anyhow::bail!(
                 "no [[rules]] in the configuration (configs/rules.toml has the default set)"

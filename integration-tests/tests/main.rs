@@ -34,6 +34,8 @@
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
 //!   fixture trees.
 //! - `capture`: `rocewatch capture --read` on a crafted pcap of RoCE v2 packets.
+//! - `causes`: errors name their cause (a refused connection, the variable a bad value
+//!   came from, what is wrong with `preflight --out`).
 //! - `top`: `rocewatch top` says why it has nothing to show (a fixture tree, which the
 //!   resources collector cannot read; the collector disabled). The attribution is checked
 //!   in the lab.
@@ -55,6 +57,7 @@ mod agent_logs;
 mod alertmanager;
 mod appenv;
 mod capture;
+mod causes;
 mod collectd;
 mod config;
 mod congestion;

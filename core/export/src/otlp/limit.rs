@@ -29,7 +29,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::queue::Part;
-use super::{MAX_MERGE, MIN_REQUEST_BYTES};
+/// At most this many queued snapshots go into one request.
+pub const MAX_MERGE: usize = 10;
+
+/// `max_request_bytes` is taken as at least this: a request holds a resource, a scope and
+/// a metric's head besides its points.
+pub(super) const MIN_REQUEST_BYTES: usize = 64 << 10;
 
 /// The least bound learnt: `max_request_bytes`'s own least.
 pub(super) const MIN_LEARNT: usize = MIN_REQUEST_BYTES;

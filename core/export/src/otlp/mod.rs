@@ -80,14 +80,10 @@ use rocewatch_metrics::labels::ExporterDropReason;
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::Store;
 
-/// At most this many queued snapshots go into one request.
-pub const MAX_MERGE: usize = 10;
+pub use self::limit::MAX_MERGE;
+use self::limit::MIN_REQUEST_BYTES;
 
 pub use self::config::MAX_REQUEST_BYTES;
-
-/// `max_request_bytes` is taken as at least this: a request holds a resource, a scope and
-/// a metric's head besides its points.
-const MIN_REQUEST_BYTES: usize = 64 << 10;
 
 /// The resource of every export, in order (a later key wins): rocewatch's own
 /// `service.name` (rocewatch), `service.version`, `host.name`, `host.id` and

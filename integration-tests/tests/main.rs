@@ -34,6 +34,8 @@
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
 //!   fixture trees.
 //! - `capture`: `rocewatch capture --read` on a crafted pcap of RoCE v2 packets.
+//! - `grammar`: each shared flag's spelling and the old one kept as a hidden alias give
+//!   the same output; a typo suggests the nearest command first.
 //! - `causes`: errors name their cause (a refused connection, the variable a bad value
 //!   came from, what is wrong with `preflight --out`).
 //! - `top`: `rocewatch top` says why it has nothing to show (a fixture tree, which the
@@ -69,6 +71,7 @@ mod exporters;
 mod fixtures;
 mod fleet;
 mod fleet_rules;
+mod grammar;
 mod health;
 mod lab;
 mod lifecycle;

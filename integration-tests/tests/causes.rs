@@ -179,3 +179,43 @@ fn rules_once_without_a_config_uses_the_default_set() {
         .expect("a named rule in configs/rules.toml");
     assert!(text.contains(first), "{first} in {text}");
 }
+
+/// `doctor --peer` when the probe plugin cannot start (its device does not exist) says
+/// why it did not start, not "probe called before start".
+#[test]
+fn doctor_peer_says_why_the_probe_plugin_did_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("rw.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[plugins.external]]\npath = {:?}\n[plugins.external.options]\ndevice = \"no_such_dev9\"\n",
+            artifacts().probe_so
+        ),
+    )
+    .unwrap();
+    let o = rocewatch(
+        &[
+            "doctor",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--peer",
+            "192.0.2.1",
+            "--sysfs-root",
+            fixture("mlx5-roce-dual-port").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.contains("probe 192.0.2.1"))
+        .unwrap_or_else(|| panic!("no probe check: {out}{}", stderr(&o)));
+    assert!(!line.contains("called before start"), "{line}");
+    // Why: no device by that name, or no RDMA device at all on this host.
+    let why = line
+        .split_once("the probe plugin did not start: ")
+        .map(|(_, why)| why.trim())
+        .unwrap_or_default();
+    assert!(why.contains("device"), "{line}");
+}

@@ -107,6 +107,8 @@ pub struct VerbsProbe {
     backoff: Reconnects,
     serving: bool,
     serving_cm: bool,
+    /// Why the last start failed: a later call says it rather than "called before start".
+    start_error: Option<PluginError>,
 }
 
 impl Plugin for VerbsProbe {
@@ -115,6 +117,22 @@ impl Plugin for VerbsProbe {
     }
 
     fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        let r = self.start_setup(ctx);
+        self.start_error = r.as_ref().err().cloned();
+        r
+    }
+
+    fn stop(&mut self) {
+        let flows: Vec<FlowKey> = self.conns.keys().cloned().collect();
+        for f in flows {
+            self.drop_conn(&f);
+        }
+    }
+}
+
+impl VerbsProbe {
+    /// Open the device, start the responders, and keep what calls need.
+    fn start_setup(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
         let opts: Options = serde_json::from_value(ctx.options.clone())
             .map_err(|e| PluginError::InvalidOptions(e.to_string()))?;
         let dev = Device::open(opts.device.as_deref(), opts.port)
@@ -170,15 +188,17 @@ impl Plugin for VerbsProbe {
         Ok(())
     }
 
-    fn stop(&mut self) {
-        let flows: Vec<FlowKey> = self.conns.keys().cloned().collect();
-        for f in flows {
-            self.drop_conn(&f);
+    /// What a call made without a started plugin says: why the start failed, if it did.
+    fn not_started(&self, call: &str) -> PluginError {
+        match &self.start_error {
+            Some(PluginError::Unsupported(why)) => {
+                PluginError::Unsupported(format!("the probe plugin did not start: {why}"))
+            }
+            Some(e) => PluginError::failed(format!("the probe plugin did not start: {e}")),
+            None => PluginError::failed(format!("{call} called before start")),
         }
     }
-}
 
-impl VerbsProbe {
     /// The side-channel targets through [`VerbsProbe::probe_targets`], then the RDMA CM
     /// ones (`cm_port` set) through [`cm::cm_probe`], up to [`CM_PROBES_AT_ONCE`] in flight;
     /// results in order.
@@ -308,7 +328,7 @@ impl ProbePlugin for VerbsProbe {
         let setup = self
             .setup
             .as_ref()
-            .ok_or_else(|| PluginError::failed("bandwidth called before start"))?;
+            .ok_or_else(|| self.not_started("bandwidth"))?;
         bwclient::run(setup, request)
     }
 }

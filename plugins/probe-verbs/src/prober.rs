@@ -231,7 +231,7 @@ impl VerbsProbe {
         let setup = Arc::clone(
             self.setup
                 .as_ref()
-                .ok_or_else(|| PluginError::failed("probe called before start"))?,
+                .ok_or_else(|| self.not_started("probe"))?,
         );
         let keys: Vec<FlowKey> = targets.iter().map(|t| (t.peer.clone(), t.path)).collect();
         let mut outcomes: Vec<Option<ProbeOutcome>> = vec![None; targets.len()];

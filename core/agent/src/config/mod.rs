@@ -12,8 +12,11 @@
 //! `otel_env.rs` reads them), under the file and `ROCEWATCH_*`; `otlp_sources.rs` says
 //! why in that order and records where each OTLP value came from, for `config check`.
 
+mod env;
 pub mod otel_env;
 pub mod otlp_sources;
+use env::env_overrides;
+pub use env::EnvKeys;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -120,38 +123,6 @@ pub struct Config {
     pub env_keys: EnvKeys,
 }
 
-/// The key paths the `ROCEWATCH_*` overrides set, each with its variable: an error about
-/// such a key names the variable, whose value won over the file's.
-#[derive(Debug, Clone, Default)]
-pub struct EnvKeys(Vec<(String, String)>);
-
-impl EnvKeys {
-    fn new(overrides: &[(String, String)]) -> EnvKeys {
-        EnvKeys(
-            overrides
-                .iter()
-                .filter_map(|(var, _)| {
-                    let rest = var.strip_prefix("ROCEWATCH_")?;
-                    Some((rest.to_ascii_lowercase().replace("__", "."), var.clone()))
-                })
-                .collect(),
-        )
-    }
-
-    /// The variable that set `path` (`agent.interval`) or the key above it
-    /// (`devices.include` for `devices.include[1]`), the longest key first.
-    fn var(&self, path: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .filter(|(key, _)| {
-                path.strip_prefix(key.as_str())
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
-            })
-            .max_by_key(|(key, _)| key.len())
-            .map(|(_, var)| var.as_str())
-    }
-}
-
 /// Log output format.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -208,16 +179,6 @@ impl Default for AgentConfig {
             log_level: None,
         }
     }
-}
-
-/// The `ROCEWATCH_*` variables that are config overrides (they contain `__`).
-fn env_overrides() -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, _)| {
-            k.strip_prefix("ROCEWATCH_")
-                .is_some_and(|rest| rest.contains("__"))
-        })
-        .collect()
 }
 
 /// The first float that is NaN or infinite, with its key path (`health.min_rate_gbps`,

@@ -43,3 +43,27 @@ pub(super) fn env_overrides() -> Vec<(String, String)> {
         .collect()
 }
 
+#[cfg(test)]
+mod tests {
+    use super::EnvKeys;
+
+    #[test]
+    fn a_key_or_one_under_it_names_its_variable() {
+        let o = |k: &str| (k.to_string(), "x".to_string());
+        let keys = EnvKeys::new(&[
+            o("ROCEWATCH_AGENT__INTERVAL"),
+            o("ROCEWATCH_DEVICES__INCLUDE"),
+        ]);
+        assert_eq!(
+            keys.var("agent.interval"),
+            Some("ROCEWATCH_AGENT__INTERVAL")
+        );
+        assert_eq!(
+            keys.var("devices.include[1]"),
+            Some("ROCEWATCH_DEVICES__INCLUDE")
+        );
+        // Another key that only begins the same is not it.
+        assert_eq!(keys.var("agent.interval_max"), None);
+        assert_eq!(keys.var("agent.jitter"), None);
+    }
+}

@@ -139,21 +139,7 @@ fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-/// An error and its causes, each said once: reqwest's "error sending request for url
-/// (...)" alone hides why (the certificate, a refused connection, a name not found).
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !text.is_empty() && !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
+pub(super) use rocewatch_runtime::util::error::chain;
 
 // One transport lives per exporter for the life of the process: its size does not matter.
 #[allow(clippy::large_enum_variant)]

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use rocewatch_fleet::pinglist::{Options, Peer, Pinglist, Plan};
 use rocewatch_fleet::{Nic, Topology};
+use rocewatch_runtime::util::error::chain;
 
 use super::flows::MAX_PATHS;
 
@@ -325,13 +326,13 @@ pub fn fetch_prometheus(
         .get(&endpoint)
         .query(&[("query", query)])
         .send()
-        .map_err(|e| format!("{endpoint}: {}", with_causes(&e)))?;
+        .map_err(|e| format!("{endpoint}: {}", chain(&e)))?;
     let status = resp.status();
     // At most 64 MiB, read as it comes: 10,000 hosts of 8 NICs are about 20 MiB of JSON.
     const MAX: u64 = 64 << 20;
     let mut body = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(resp, MAX + 1), &mut body)
-        .map_err(|e| format!("{endpoint}: reading the answer: {}", with_causes(&e)))?;
+        .map_err(|e| format!("{endpoint}: reading the answer: {}", chain(&e)))?;
     if body.len() as u64 > MAX {
         return Err(format!("{endpoint}: the answer is over {} MiB", MAX >> 20));
     }
@@ -342,22 +343,6 @@ pub fn fetch_prometheus(
             format!("{endpoint}: HTTP {status}: {e}")
         }
     })
-}
-
-/// An error and its causes, each said once: reqwest's "error sending request for url
-/// (...)" alone hides why (a refused connection, a certificate, a name not found).
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !text.is_empty() && !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

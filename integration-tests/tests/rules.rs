@@ -140,11 +140,39 @@ fn the_default_rule_set_evaluates_on_every_fixture() {
         .any(|r| r["rule"] == "port-down"
             && r["phase"] == "pending"
             && r["labels"]["rdma.port"] == "2"));
-    // A config without rules says where the default set is.
+    // Without a config, the default set is evaluated, and said.
     let out = rocewatch(
         &[
             "rules",
             "--once",
+            "--json",
+            "--sysfs-root",
+            fixture("ib-hca").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("configs/rules.toml"),
+        "{}",
+        stderr(&out)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["rule"] == "port-down"));
+    // A config without rules says where the default set is.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let out = rocewatch(
+        &[
+            "rules",
+            "--once",
+            "--config",
+            empty.to_str().unwrap(),
             "--sysfs-root",
             fixture("ib-hca").to_str().unwrap(),
         ],

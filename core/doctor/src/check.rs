@@ -71,7 +71,7 @@ pub struct Options {
     pub bandwidth: bool,
     /// The priority PFC and ECN are expected on.
     pub priority: u8,
-    /// The peer's RDMA CM listener port (`probe --serve --cm --port`).
+    /// The peer's RDMA CM listener port (`probe --serve --cm --cm-port`).
     pub cm_port: u16,
     /// The cable length, metres, for the PFC headroom a lossless buffer needs.
     pub cable_length: Option<u32>,

@@ -82,7 +82,7 @@ pub enum ScheduleError {
         "the host list names {0:?} twice: every host runs preflight once, so each must appear once"
     )]
     Duplicate(String),
-    #[error("this host {host:?} is not in the host list ({count} hosts, first {first:?}): pass --this-host with the name the list uses")]
+    #[error("this host {host:?} is not in the host list ({count} hosts, first {first:?}): pass --host with the name the list uses")]
     NotListed {
         host: String,
         count: usize,
@@ -343,7 +343,7 @@ mod tests {
         let s = Schedule::new(vec!["n1".into(), "n2".into()], Mode::Default).unwrap();
         let err = s.partner_of("n3", 0).unwrap_err().to_string();
         assert!(
-            err.contains("\"n3\"") && err.contains("--this-host"),
+            err.contains("\"n3\"") && err.contains("--host"),
             "{err}"
         );
         assert!(s

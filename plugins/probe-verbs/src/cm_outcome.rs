@@ -177,7 +177,7 @@ pub fn event_outcome(
             "unreachable: no answer to the connection request to {peer} port {port} (status {status}): UDP 4791 dropped on the path or at {peer}, or no RDMA CM there"
         ),
         event::REJECTED if status == 8 => format!(
-            "rejected: nothing listens on port {port} at {peer} (CM reject reason 8, invalid service ID): start rocewatch probe --serve --cm --port {port} there"
+            "rejected: nothing listens on port {port} at {peer} (CM reject reason 8, invalid service ID): start rocewatch probe --serve --cm --cm-port {port} there"
         ),
         event::REJECTED if status == 28 => format!(
             "rejected: the listener on port {port} at {peer} refused (CM reject reason 28, consumer defined)"
@@ -307,7 +307,7 @@ mod tests {
             c.starts_with("rejected: nothing listens on port 7471 at 10.0.0.2 (CM reject reason 8"),
             "{c}"
         );
-        assert!(c.contains("--serve --cm --port 7471"), "{c}");
+        assert!(c.contains("--serve --cm --cm-port 7471"), "{c}");
         let c = event_outcome(Stage::Connect, event::REJECTED, 28, "10.0.0.2", 7471).unwrap_err();
         assert!(
             c.contains("refused (CM reject reason 28, consumer defined)"),

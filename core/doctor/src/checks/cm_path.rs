@@ -93,7 +93,7 @@ pub(crate) async fn cm_probe_check(
                 peer,
                 Status::Info,
                 format!("the CM path reaches {peer}: its CM answered that nothing listens on port {port} (address, route and UDP 4791 work for CM applications)"),
-                Some(format!("to measure it: rocewatch probe --serve --cm --port {port} on {}", word(peer))),
+                Some(format!("to measure it: rocewatch probe --serve --cm --cm-port {port} on {}", word(peer))),
             ),
             ProbeOutcome::ConnectFailed { cause } => {
                 let evidence = if side_ok {

@@ -342,10 +342,7 @@ mod tests {
         assert!(e(&["n1", ""]).contains("position 2"));
         let s = Schedule::new(vec!["n1".into(), "n2".into()], Mode::Default).unwrap();
         let err = s.partner_of("n3", 0).unwrap_err().to_string();
-        assert!(
-            err.contains("\"n3\"") && err.contains("--host"),
-            "{err}"
-        );
+        assert!(err.contains("\"n3\"") && err.contains("--host"), "{err}");
         assert!(s
             .partner_of("n1", 5)
             .unwrap_err()

@@ -66,4 +66,4 @@ pub use checks::firewall::{iptables_blocking, nft_blocking};
 pub use checks::kernel_log::kernel_log_checks;
 pub use checks::linklayer::{ETHERNET, INFINIBAND};
 pub use checks::{capture, userspace};
-pub use guide::run;
+pub use guide::{run, run_telling, Waiting};

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::output::print_json;
+use super::progress::Progress;
 use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::{PluginKind, DEFAULT_PROBE_TCP_PORT};
@@ -115,6 +116,9 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         )),
     };
     let mut cfg = a.source.load()?;
+    // On a terminal, what it waits on (the window is seconds of silence otherwise).
+    let progress = Progress::start("doctor");
+    progress.waiting("starting the collectors", None);
     // The probe needs the verbs plugin: the one configured, else the one next to
     // the binary (its absence is the probe check's to report).
     let probe_configured = cfg
@@ -177,7 +181,9 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
             .unwrap_or_else(|| serde_json::json!({})),
         min_mtu: agent.cfg.health.min_mtu,
     };
-    let checks = rocewatch_doctor::run(&agent.core, &opts).await;
+    let waiting = |what: String, until| progress.waiting(what, until);
+    let checks = rocewatch_doctor::run_telling(&agent.core, &opts, &waiting).await;
+    progress.finish();
     if a.json {
         print_json(&serde_json::json!({ "checks": checks }))?;
     } else {

@@ -27,6 +27,7 @@ mod plugins;
 mod preflight;
 mod preflight_run;
 mod probe;
+mod progress;
 mod qos;
 mod quarantine;
 mod rules;

@@ -1,5 +1,6 @@
 //! The live views' hold on the terminal (`top`, `congestion --watch`): the alternate
-//! screen, `q` read at once, the height to fit a frame in.
+//! screen, `q` read at once, the height to fit a frame in; standard error's width for
+//! the progress line (`progress`).
 
 use std::io::{IsTerminal, Read, Write};
 
@@ -15,6 +16,20 @@ pub(crate) fn terminal_rows() -> usize {
         ws.ws_row as usize
     } else {
         24
+    }
+}
+
+/// Standard error's width in columns (80 when it cannot be asked): a progress line is cut
+/// to it.
+pub(crate) fn stderr_columns() -> usize {
+    // SAFETY: TIOCGWINSZ writes a winsize into the zeroed struct it is given, or fails.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the pointer is to a live winsize.
+    let r = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    if r == 0 && ws.ws_col > 0 {
+        ws.ws_col as usize
+    } else {
+        80
     }
 }
 

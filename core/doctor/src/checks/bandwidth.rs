@@ -13,13 +13,16 @@ use rocewatch_runtime::app::App;
 
 /// Doctor's check: a 3 s RDMA WRITE test, 4 queue pairs of 64 KiB, held against 90 % of
 /// the line rate.
+/// How long `--bandwidth` measures.
+pub(crate) const BANDWIDTH_TEST: Duration = Duration::from_secs(3);
+
 pub(crate) async fn bandwidth_check(app: &Arc<App>, peer: &str) -> Check {
     let req = BandwidthRequest {
         peer: peer.into(),
         op: BandwidthOp::Write,
         size: 65536,
         qps: 4,
-        duration_ms: 3000,
+        duration_ms: BANDWIDTH_TEST.as_millis() as u64,
         bidirectional: false,
         timeout_ms: Duration::from_secs(3).as_millis() as u64,
     };

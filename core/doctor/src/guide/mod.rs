@@ -5,11 +5,12 @@
 //! `fn(&Host) -> Vec<Check>`, and [`GUIDE`] is their order.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use rocewatch_plugin_api::Inventory;
 
 use super::check::{check, Check, Options, Status};
-use crate::checks::bandwidth::bandwidth_check;
+use crate::checks::bandwidth::{bandwidth_check, BANDWIDTH_TEST};
 use host::Host;
 use rocewatch_runtime::app::App;
 
@@ -43,12 +44,23 @@ pub(super) const GUIDE: &[Topic] = &[
     topics::env,
 ];
 
+/// What the guide is waiting on, told as it starts each wait (for a progress line): a
+/// phrase ("reading counters over a 5s window") and when the wait ends, if known.
+pub type Waiting<'a> = &'a (dyn Fn(String, Option<Instant>) + Sync);
+
 /// Run every check.
 pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
+    run_telling(agent, opts, &|_, _| {}).await
+}
+
+/// Run every check, telling `waiting` what each step waits on.
+pub async fn run_telling(agent: &Arc<App>, opts: &Options, waiting: Waiting<'_>) -> Vec<Check> {
+    waiting("discovering the RDMA devices".into(), None);
     let inv: Inventory = agent.discover().await.unwrap_or_default();
     if inv.devices.is_empty() {
         return vec![ports::no_devices(&agent.sysfs_root)];
     }
+    waiting("reading the QoS settings".into(), None);
     let qos = rocewatch_qos::observe::observe(
         &rocewatch_qos::observe::config_plugins(&agent.registry),
         agent.metrics(),
@@ -56,15 +68,25 @@ pub async fn run(agent: &Arc<App>, opts: &Options) -> Vec<Check> {
     .await
     .unwrap_or_default();
     let mut h = Host::new(agent.sysfs_root.clone(), opts, inv, qos);
-    live_steps(agent, &mut h).await;
+    live_steps(agent, &mut h, waiting).await;
+    waiting("checking what was read".into(), None);
     GUIDE.iter().flat_map(|topic| topic(&h)).collect()
 }
 
 /// What only the live agent can tell: the collections a window apart, the probe to the
 /// peer and the bandwidth test.
-async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>) {
+async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>, waiting: Waiting<'_>) {
+    waiting("reading counters".into(), None);
     let (first, e1) = agent.collect_all().await;
-    tokio::time::sleep(h.opts.window).await;
+    let window = h.opts.window;
+    waiting(
+        format!(
+            "reading counters over a {} window",
+            humantime::format_duration(window)
+        ),
+        Some(Instant::now() + window),
+    );
+    tokio::time::sleep(window).await;
     let (second, e2) = agent.collect_all().await;
     h.failed = e1.iter().chain(&e2).map(ToString::to_string).collect();
     (h.first, h.second) = (first, second);
@@ -73,10 +95,18 @@ async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>) {
             .probe
             .push(check("probe", "", Status::Skip, "no --peer given", None)),
         Some(peer) => {
+            waiting(format!("probing {peer} over RDMA"), None);
             let c = probe_check(agent, peer).await;
             let side_ok = c.status == Status::Pass;
             h.probe.push(c);
             // The path CM applications take, beside it.
+            waiting(
+                format!(
+                    "probing {peer} through the RDMA connection manager (port {})",
+                    h.opts.cm_port
+                ),
+                None,
+            );
             let c = crate::checks::cm_path::cm_probe_check(
                 agent,
                 peer,
@@ -87,6 +117,10 @@ async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>) {
             .await;
             h.probe.push(c);
             if h.opts.bandwidth {
+                waiting(
+                    format!("measuring the bandwidth to {peer}"),
+                    Some(Instant::now() + BANDWIDTH_TEST),
+                );
                 let c = bandwidth_check(agent, peer).await;
                 h.probe.push(c);
             }

@@ -274,7 +274,8 @@ fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series(
     );
     let results = series(&text, "rdma_probe_fleet_results_total");
     let count = |class: &str, path: u16, outcome: &str| {
-        let want = format!(r#"class="{class}",host="a",outcome="{outcome}",path="{path}""#);
+        let want =
+            format!(r#"class="{class}",host="a",outcome="{outcome}",path="{path}",rail="0""#);
         results
             .iter()
             .find(|(l, _)| *l == want)
@@ -432,7 +433,7 @@ fn fleet_simulate_writes_series_victoriametrics_loads_and_the_fault_shows_where_
     assert_eq!(meta["hosts"], 120);
     assert_eq!(
         meta["faults"][0]["suspect"],
-        serde_json::json!({"kind": "nic", "target": "gpu060"})
+        serde_json::json!({"kind": "nic", "target": "gpu060", "rails": [1]})
     );
     assert_eq!(meta["faults"][0]["start_ms"], (start + 180) * 1000);
     let series = std::fs::read_to_string(out.join("series.prom")).unwrap();

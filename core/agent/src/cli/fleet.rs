@@ -382,10 +382,10 @@ fn simulate(a: SimulateArgs) -> Result<i32> {
         std::fs::File::create(&series).with_context(|| format!("creating {}", series.display()))?,
     );
     let t0 = std::time::Instant::now();
-    simulate::run(&topo, &a.fault, &fleet, &opts, |text| {
+    let most = simulate::run(&topo, &a.fault, &fleet, &opts, |text| {
         std::io::Write::write_all(&mut w, text.as_bytes())
     })
-    .and_then(|()| std::io::Write::flush(&mut w))
+    .and_then(|most| std::io::Write::flush(&mut w).map(|()| most))
     .with_context(|| format!("writing {}", series.display()))?;
     let faults: Vec<serde_json::Value> = a
         .fault
@@ -395,7 +395,7 @@ fn simulate(a: SimulateArgs) -> Result<i32> {
             serde_json::json!({
                 "fault": f.kind(),
                 "start_ms": (opts.start_s + opts.fault_after_s) * 1000,
-                "suspect": {"kind": kind, "target": target},
+                "suspect": {"kind": kind, "target": target, "rails": f.suspect_rails(&topo)},
             })
         })
         .collect();
@@ -405,16 +405,27 @@ fn simulate(a: SimulateArgs) -> Result<i32> {
         "start_ms": opts.start_s * 1000,
         "end_ms": (opts.start_s + opts.duration_s) * 1000,
         "faults": faults,
+        "series_per_host": {
+            "results": most.results,
+            "rtt_histograms": most.rtt_histograms,
+            "failing": most.failing,
+            "total": most.total(),
+        },
     });
     let fj = a.out.join("faults.json");
     std::fs::write(&fj, serde_json::to_string_pretty(&meta)? + "\n")
         .with_context(|| format!("writing {}", fj.display()))?;
     eprintln!(
-        "rocewatch: simulated {} hosts for {:?} in {:.1} s: {}",
+        "rocewatch: simulated {} hosts for {:?} in {:.1} s: {}; at most {} series a host \
+         ({} results, {} RTT histograms, {} failing flows)",
         hosts.len(),
         a.duration,
         t0.elapsed().as_secs_f64(),
-        series.display()
+        series.display(),
+        most.total(),
+        most.results,
+        most.rtt_histograms,
+        most.failing
     );
     Ok(0)
 }

@@ -130,8 +130,8 @@ pub fn targets(
     f.targets(cfg)
 }
 
-/// RTT histogram attributes by class and path, made once.
-pub type RttAttrs = BTreeMap<(Class, u16), Attributes>;
+/// RTT histogram attributes by rail and class, made once.
+pub type RttAttrs = BTreeMap<(u8, Class), Attributes>;
 
 /// Count a round: `outcomes[i]` is how the `i`th flow of `flows` ended, `Err` when the plugin gave nothing. The answered probes' RTTs, with
 /// their histogram's attributes.
@@ -149,7 +149,7 @@ pub fn count_round(
         let peer = &view.peers[peer];
         if let Ok(ProbeOutcome::Ok { rtt_seconds }) = r {
             let a = rtt_attrs
-                .entry((peer.class, path))
+                .entry((peer.rail, peer.class))
                 .or_insert_with(|| st.rtt_attrs(peer, path));
             rtts.push((a.clone(), *rtt_seconds));
         }

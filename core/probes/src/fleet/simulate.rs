@@ -21,6 +21,7 @@ use std::str::FromStr;
 
 use rocewatch_fleet::pinglist::{fnv1a, Plan, FNV_OFFSET};
 use rocewatch_fleet::Topology;
+use rocewatch_metrics::names;
 use rocewatch_metrics::naming::{prometheus_sample_name, write_prometheus_labels};
 use rocewatch_plugin_api::{ProbeOutcome, Sample, Value};
 
@@ -57,6 +58,26 @@ impl Fault {
             Fault::EcmpBlackhole { .. } => "ecmp_blackhole",
             Fault::LinkLoss { .. } => "link_loss",
         }
+    }
+
+    /// The rails on which the rules should name the suspect: a NIC's or link's rail
+    /// (every rail of its host when none is given), the rails a ToR carries; none for a
+    /// prober (its host, all rails) or the spine (the fleet).
+    pub fn suspect_rails(&self, topo: &Topology) -> Vec<u8> {
+        let rails: BTreeSet<u8> = match self {
+            Fault::NicDown { host, rail } | Fault::LinkLoss { host, rail } => match rail {
+                Some(r) => [*r].into(),
+                None => topo.nics_of(host).map(|n| n.rail).collect(),
+            },
+            Fault::TorDown { tor } | Fault::UplinkLoss { tor } => topo
+                .nics()
+                .iter()
+                .filter(|n| n.tor == *tor)
+                .map(|n| n.rail)
+                .collect(),
+            Fault::HostOverloaded { .. } | Fault::EcmpBlackhole { .. } => BTreeSet::new(),
+        };
+        rails.into_iter().collect()
     }
 
     /// The suspect the localization rules should name: (kind, target).
@@ -222,15 +243,43 @@ fn lost(faults: &[Fault], a: &End, b: &End, sport: u16, opts: &Options, rng: &mu
     rng.next() < opts.background_loss
 }
 
+/// The most fleet series one host exported at any scrape of a simulation, by metric.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeriesPerHost {
+    /// `rdma_probe_fleet_results_total`.
+    pub results: usize,
+    /// `rdma_probe_fleet_rtt_seconds` histograms (each `buckets + 3` series in the
+    /// Prometheus format: the buckets, `+Inf`, `_sum` and `_count`).
+    pub rtt_histograms: usize,
+    /// `rdma_probe_fleet_failing_ratio`.
+    pub failing: usize,
+}
+
+impl SeriesPerHost {
+    /// Every series in the Prometheus format, with the default RTT buckets
+    /// (`[probes] rtt_buckets`).
+    pub fn total(&self) -> usize {
+        let bounds = crate::config::default_rtt_buckets().len();
+        self.results + self.rtt_histograms * (bounds + 3) + self.failing
+    }
+
+    fn most(&mut self, other: SeriesPerHost) {
+        self.results = self.results.max(other.results);
+        self.rtt_histograms = self.rtt_histograms.max(other.rtt_histograms);
+        self.failing = self.failing.max(other.failing);
+    }
+}
+
 /// Simulate `topo` with `faults`; `write` gets each scrape's text (every host's series,
-/// timestamped in milliseconds).
+/// timestamped in milliseconds). Returns the most series a host exported (the RTT
+/// histograms are counted, not written).
 pub fn run(
     topo: &Topology,
     faults: &[Fault],
     fleet: &FleetConfig,
     opts: &Options,
     mut write: impl FnMut(&str) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+) -> std::io::Result<SeriesPerHost> {
     let plan = Plan::new(topo, fleet.options());
     let none = BTreeSet::new();
     let mut hosts: Vec<Host> = plan
@@ -255,6 +304,7 @@ pub fn run(
         })
         .collect();
     let mut rng = Rng(opts.seed);
+    let mut most = SeriesPerHost::default();
     let info = info_text(topo);
     let ok = ProbeOutcome::Ok { rtt_seconds: 12e-6 };
     let timeout = ProbeOutcome::Timeout;
@@ -310,13 +360,20 @@ pub fn run(
         if (t - opts.start_s).is_multiple_of(opts.scrape_s) {
             let mut out = info.replace("@TS@", &(t * 1000).to_string());
             for h in &hosts {
-                write_samples(&mut out, &h.stats.samples(t), t * 1000);
+                let samples = h.stats.samples(t);
+                let count = |name: &str| samples.iter().filter(|s| s.name == name).count();
+                most.most(SeriesPerHost {
+                    results: count(names::PROBE_FLEET_RESULTS),
+                    rtt_histograms: h.rtt.len(),
+                    failing: count(names::PROBE_FLEET_FAILING),
+                });
+                write_samples(&mut out, &samples, t * 1000);
             }
             write(&out)?;
         }
         t += opts.round_s;
     }
-    Ok(())
+    Ok(most)
 }
 
 /// Every NIC's info series, with `@TS@` for the timestamp.
@@ -383,14 +440,25 @@ mod tests {
         }
     }
 
-    fn sim(faults: &[Fault]) -> String {
+    /// `racks` racks of 4 hosts on `rails` rails, each rail on its own ToRs (rail 0's
+    /// ToR of rack 2 is `t2`, rail 5's `t2-5`).
+    fn fleet(racks: usize, rails: u8) -> Topology {
         let mut csv = String::from("host,rail,addr,tor\n");
-        for r in 0..6 {
+        for r in 0..racks {
             for h in 0..4 {
-                let _ = writeln!(csv, "h{r}{h},0,10.0.{r}.{},t{r}", h + 1);
+                for rail in 0..rails {
+                    let tor = match rail {
+                        0 => format!("t{r}"),
+                        _ => format!("t{r}-{rail}"),
+                    };
+                    let _ = writeln!(csv, "h{r}{h},{rail},10.{rail}.{r}.{},{tor}", h + 1);
+                }
             }
         }
-        let topo = Topology::parse("t", &csv).unwrap();
+        Topology::parse("t", &csv).unwrap()
+    }
+
+    fn sim_on(topo: &Topology, faults: &[Fault]) -> (String, SeriesPerHost) {
         let fleet: FleetConfig =
             serde_json::from_value(serde_json::json!({"topology": "t"})).unwrap();
         let opts = Options {
@@ -404,12 +472,16 @@ mod tests {
             seed: 7,
         };
         let mut text = String::new();
-        run(&topo, faults, &fleet, &opts, |s| {
+        let most = run(topo, faults, &fleet, &opts, |s| {
             text.push_str(s);
             Ok(())
         })
         .unwrap();
-        text
+        (text, most)
+    }
+
+    fn sim(faults: &[Fault]) -> String {
+        sim_on(&fleet(6, 1), faults).0
     }
 
     #[test]
@@ -417,7 +489,7 @@ mod tests {
         let clean = sim(&[]);
         assert!(!clean.contains("rdma_probe_fleet_failing_ratio"), "{clean}");
         assert!(clean.contains("rdma_fleet_nic_info{address=\"10.0.0.1\",host=\"h00\",rail=\"0\",tor=\"t0\",tor_port=\"\"} 1 1000000000"));
-        assert!(clean.contains("rdma_probe_fleet_results_total{class=\"cross_tor\",host=\"h00\",outcome=\"ok\",path=\"0\"}"));
+        assert!(clean.contains("rdma_probe_fleet_results_total{class=\"cross_tor\",host=\"h00\",outcome=\"ok\",path=\"0\",rail=\"0\"}"));
         let down = sim(&["nic_down:h21".parse().unwrap()]);
         let failing: Vec<&str> = down
             .lines()
@@ -437,5 +509,70 @@ mod tests {
         );
         // Deterministic.
         assert_eq!(down, sim(&["nic_down:h21".parse().unwrap()]));
+    }
+
+    /// Eight rails, a NIC down on rail 5: only rail 5's flows fail, and the series a host
+    /// exports are bounded by the rails, classes, paths and `top_failing`, not by the
+    /// fleet: twice the racks give the same count.
+    #[test]
+    fn a_nic_down_on_rail_5_fails_rail_5_only_and_series_per_host_stay_bounded() {
+        let fault: Fault = "nic_down:h21/5".parse().unwrap();
+        let small = fleet(6, 8);
+        assert_eq!(fault.suspect_rails(&small), [5]);
+        assert_eq!(
+            "tor_down:t3-2"
+                .parse::<Fault>()
+                .unwrap()
+                .suspect_rails(&small),
+            [2]
+        );
+        assert_eq!(
+            "nic_down:h21"
+                .parse::<Fault>()
+                .unwrap()
+                .suspect_rails(&small),
+            (0..8).collect::<Vec<u8>>()
+        );
+        let (text, most) = sim_on(&small, std::slice::from_ref(&fault));
+        let failing: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("rdma_probe_fleet_failing_ratio"))
+            .collect();
+        assert!(!failing.is_empty());
+        for l in &failing {
+            assert!(l.contains("rail=\"5\""), "{l}");
+            assert!(l.contains("tor=\"t") && l.contains("-5\""), "{l}");
+            assert!(
+                l.contains("peer_host=\"h21\"") || l.contains("host=\"h21\""),
+                "{l}"
+            );
+        }
+        // Every rail's results are there, apart.
+        for rail in 0..8 {
+            let want = format!("outcome=\"ok\",path=\"3\",rail=\"{rail}\"");
+            assert!(text.contains(&want), "rail {rail}");
+        }
+        // Results: 8 rails x 2 classes x 4 paths of `ok`, and `timeout` on rail 5's
+        // flows of the hosts that probe h21 (or h21 itself): at most 8 x 2 x 4 x 2.
+        // RTT: one histogram per rail and class. Failing: the default top 32.
+        assert!(
+            (8 * 2 * 4..=8 * 2 * 4 * 2).contains(&most.results),
+            "{most:?}"
+        );
+        assert_eq!(most.rtt_histograms, 8 * 2, "{most:?}");
+        assert!((1..=32).contains(&most.failing), "{most:?}");
+        eprintln!(
+            "series a host exports, 8 rails: {most:?}, {} in all",
+            most.total()
+        );
+        let (_, big) = sim_on(&fleet(12, 8), std::slice::from_ref(&fault));
+        assert_eq!(big.results, most.results, "{big:?} {most:?}");
+        assert_eq!(big.rtt_histograms, most.rtt_histograms);
+        // Default buckets (16 bounds): 19 series a histogram.
+        assert_eq!(
+            most.total(),
+            most.results + 16 * 19 + most.failing,
+            "{most:?}"
+        );
     }
 }

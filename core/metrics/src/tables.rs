@@ -104,7 +104,7 @@ pub static TABLES: &[Table] = &[
     },
     Table {
         title: "Fleet probing",
-        about: "With `[fleet]` the prober probes this host's pinglist (see FLEET.md) and exports, instead of the per-peer series, series bounded per host: results by class, path and outcome, and the failing flows only while they fail. The NIC info series is the fleet's map on the metrics backend.",
+        about: "With `[fleet]` the prober probes this host's pinglist (see FLEET.md) and exports, instead of the per-peer series, series bounded per host: results by rail, class, path and outcome, RTTs by rail and class, and the failing flows only while they fail. The NIC info series is the fleet's map on the metrics backend.",
         columns: Columns::Plain,
         entries: FLEET_CATALOG,
         then: Then::Nothing,

@@ -29,6 +29,8 @@
 //! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
 //! - `doctor`: `rocewatch doctor` on fixture trees (the soft-RoCE pair is in `lab`).
 //! - `congestion`: `rocewatch congestion` on a fixture tree whose driver statistics move.
+//! - `progress`: `doctor` says what it waits on within a second on a terminal and nothing
+//!   on a pipe; `congestion` answers at once when the first collection decides it.
 //! - `web`: TLS and basic auth on the listeners (exporter-toolkit's web configuration),
 //!   with a real Prometheus and curl.
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
@@ -85,6 +87,7 @@ mod packaging;
 mod plugins;
 mod preflight;
 mod probes;
+mod progress;
 mod prometheus;
 mod qos;
 mod quarantine;

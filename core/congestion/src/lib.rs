@@ -378,6 +378,15 @@ fn series_key(s: &Sample) -> String {
     format!("{}{{{}}}", s.name, attrs.join(","))
 }
 
+/// Whether a collection holds a per-priority counter [`between`] reads. Rows need the same
+/// series in both collections: a first collection without one decides the outcome (no
+/// rows, whatever the second holds), so a caller need not wait out its window.
+pub fn has_per_priority(samples: &[Sample]) -> bool {
+    samples.iter().any(|s| {
+        Join::METRICS.contains(&s.name.as_ref()) && s.attributes.get(ATTR_PRIORITY).is_some()
+    })
+}
+
 /// The state of every port and priority between two collections `window` apart (what
 /// `rocewatch doctor` and `rocewatch congestion` read): each counter's increase over the
 /// window, a reset or a counter resting at its top counting as no evidence.
@@ -592,6 +601,46 @@ mod tests {
         j.add(names::PRIORITY_IO, attrs(Some("0"), Some("transmit")), 1e9);
         j.add(names::PORT_OUT_OF_SEQUENCE, attrs(None, None), 40.0);
         assert_eq!(classify(&j.finish()[0].1).state, State::Lossy);
+    }
+
+    fn counter(name: &'static str, attrs: &[(&str, &str)], value: u64) -> Sample {
+        Sample {
+            name: name.into(),
+            unit: "By".into(),
+            value: rocewatch_plugin_api::Value::U64(value),
+            attributes: std::sync::Arc::new(attrs.iter().copied().collect()),
+            source: "test".into(),
+            kind: rocewatch_plugin_api::MetricKind::Counter,
+        }
+    }
+
+    /// A first collection without a per-priority counter decides it: no rows, whatever
+    /// the second holds (a priority's series that appears later has no start to count
+    /// from); a port counter alone is not one.
+    #[test]
+    fn a_first_collection_without_priorities_decides() {
+        let port = [("rdma.device", "mlx5_0"), ("rdma.port", "1")];
+        let prio = [
+            ("rdma.device", "mlx5_0"),
+            ("rdma.port", "1"),
+            ("rdma.priority", "3"),
+            ("network.io.direction", "transmit"),
+        ];
+        let first = vec![counter(names::PORT_CNP_SENT, &port, 10)];
+        assert!(!has_per_priority(&first));
+        assert!(!has_per_priority(&[]));
+        // A priority attribute on a counter `between` does not read is not one either.
+        assert!(!has_per_priority(&[counter("rdma.other", &prio, 1)]));
+        let second = vec![
+            counter(names::PORT_CNP_SENT, &port, 20),
+            counter(names::PRIORITY_IO, &prio, 5000),
+        ];
+        assert!(has_per_priority(&second));
+        assert!(between(&first, &second, Duration::from_secs(1)).is_empty());
+        // With it in both, a row.
+        let first = vec![counter(names::PRIORITY_IO, &prio, 1000)];
+        assert!(has_per_priority(&first));
+        assert_eq!(between(&first, &second, Duration::from_secs(1)).len(), 1);
     }
 
     proptest::proptest! {

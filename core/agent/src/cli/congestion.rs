@@ -11,10 +11,11 @@ use tokio::sync::watch;
 
 use anyhow::Result;
 use clap::Args;
-use rocewatch_congestion::{between, settings_advice, Row, State};
+use rocewatch_congestion::{between, has_per_priority, settings_advice, Row, State};
 use rocewatch_plugin_api::{PluginKind, QosState, Sample, Setting};
 
 use super::output::print_json;
+use super::progress::Progress;
 use super::source::SourceArgs;
 use super::terminal::{live_view, terminal_rows};
 use crate::app::App;
@@ -50,6 +51,13 @@ const CONFIG_EVERY: Duration = Duration::from_secs(30);
 
 pub async fn run(a: CongestionArgs) -> Result<i32> {
     let cfg = a.source.load()?;
+    // On a terminal, what it waits on; a live view draws it on its own screen (`frames`).
+    let progress = if live(&a) {
+        Progress::new("congestion", false)
+    } else {
+        Progress::start("congestion")
+    };
+    progress.waiting("starting the collectors", None);
     // With --advise, the configuration plugins too: the settings each advice points at.
     let kinds: &[PluginKind] = if a.advise {
         &[PluginKind::Collector, PluginKind::Configuration]
@@ -57,9 +65,55 @@ pub async fn run(a: CongestionArgs) -> Result<i32> {
         &[PluginKind::Collector]
     };
     let app = App::start(cfg, Some(kinds)).await;
-    let code = frames(&app, &a).await;
+    let code = frames(&app, &a, progress).await;
     app.stop().await;
     code
+}
+
+/// Whether `--watch` redraws one screen (on a terminal, like top).
+fn live(a: &CongestionArgs) -> bool {
+    a.watch && !a.json && std::io::stdout().is_terminal()
+}
+
+/// What is said when not even the first collection read anything: exit status 2.
+fn nothing_collected(errors: &[String]) -> i32 {
+    eprintln!(
+        "rocewatch congestion: nothing could be collected{}",
+        match errors.first() {
+            Some(e) => format!(" ({e}{})", if errors.len() > 1 { "; ..." } else { "" }),
+            None => String::new(),
+        }
+    );
+    2
+}
+
+/// The answer the first collection decides (no per-priority counter in it: the window
+/// could only end in no rows), given at once instead of after the window.
+async fn answer_now(
+    app: &App,
+    a: &CongestionArgs,
+    first: &[Sample],
+    mut errors: Vec<String>,
+    elapsed: Duration,
+) -> Result<i32> {
+    if first.is_empty() {
+        return Ok(nothing_collected(&errors));
+    }
+    let mut config = Vec::new();
+    if a.advise {
+        match app.observe_qos().await {
+            Ok(states) => config = states,
+            Err(e) => errors.push(format!("configuration: {e}")),
+        }
+    }
+    if a.json {
+        print_json(&json(&[], elapsed, &errors))?;
+    } else {
+        let over = Over::FirstCollection { window: a.window };
+        let advise = a.advise.then_some(config.as_slice());
+        print!("{}", text(&[], &over, advise, a.all, &errors));
+    }
+    Ok(0)
 }
 
 /// One collection: its samples and what could not be read ("target: message").
@@ -74,13 +128,34 @@ async fn collect(app: &App) -> (Vec<Sample>, Vec<String>) {
     (r.samples, errors)
 }
 
-async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
-    let (mut before, _) = collect(app).await;
+async fn frames(app: &App, a: &CongestionArgs, progress: Progress) -> Result<i32> {
+    progress.waiting("reading the counters", None);
+    let started = Instant::now();
+    let (mut before, first_errors) = collect(app).await;
+    if !a.watch && !has_per_priority(&before) {
+        progress.finish();
+        return answer_now(app, a, &before, first_errors, started.elapsed()).await;
+    }
     let mut at = Instant::now();
     // --watch on a terminal redraws one screen, like top (q or Ctrl-C ends it); else
     // frames follow one another.
-    let tty = a.watch && !a.json && std::io::stdout().is_terminal();
+    let tty = live(a);
     let (terminal, mut quit) = live_view(tty);
+    // Until the first frame, what it waits on (on the live view's screen when there is
+    // one); later windows show the frame before.
+    let progress = if tty {
+        Progress::start("congestion")
+    } else {
+        progress
+    };
+    progress.waiting(
+        format!(
+            "reading counters over a {} window",
+            humantime::format_duration(a.window)
+        ),
+        Some(at + a.window),
+    );
+    let mut progress = Some(progress);
     // Only --watch ends on a signal as a quit; a single frame keeps the default (Ctrl-C
     // is an interrupted command, status 130).
     let (_no_signal, quiet) = watch::channel(false);
@@ -99,19 +174,15 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
             () = quit.typed() => break,
         }
         let (after, errors) = collect(app).await;
+        if let Some(p) = progress.take() {
+            p.finish();
+        }
         // The rates over the time that really passed between the two collections (the
         // window, plus a collection, plus printing when watching).
         let elapsed = std::mem::replace(&mut at, Instant::now()).elapsed();
         if before.is_empty() && after.is_empty() {
             drop(terminal);
-            eprintln!(
-                "rocewatch congestion: nothing could be collected{}",
-                match errors.first() {
-                    Some(e) => format!(" ({e}{})", if errors.len() > 1 { "; ..." } else { "" }),
-                    None => String::new(),
-                }
-            );
-            return Ok(2);
+            return Ok(nothing_collected(&errors));
         }
         let rows = between(&before, &after, elapsed);
         let mut errors = errors;
@@ -130,7 +201,7 @@ async fn frames(app: &App, a: &CongestionArgs) -> Result<i32> {
             print_json(&json(&rows, elapsed, &errors))?;
         } else {
             let advise = a.advise.then_some(config);
-            let body = text(&rows, elapsed, advise, a.all, &errors);
+            let body = text(&rows, &Over::Window(elapsed), advise, a.all, &errors);
             let mut out = std::io::stdout().lock();
             if tty {
                 // The frame cut to the screen, the host and time on top (as top does).
@@ -204,17 +275,46 @@ fn setting_of<'a>(config: &'a [QosState], r: &Row) -> impl Fn(&str) -> Option<St
     }
 }
 
+/// What the rates are over.
+pub(crate) enum Over {
+    /// The time that passed between the two collections.
+    Window(Duration),
+    /// The first collection decided it: no per-priority counter, no need to wait `window`.
+    FirstCollection { window: Duration },
+}
+
+impl Over {
+    /// The first line, and how "over what" reads in a sentence ("over 10s").
+    fn words(&self) -> (String, String) {
+        // Whole milliseconds: the elapsed time's nanoseconds say nothing.
+        let ms =
+            |d: &Duration| humantime::format_duration(Duration::from_millis(d.as_millis() as u64));
+        match self {
+            Over::Window(d) => {
+                let over = format!("over {}", ms(d));
+                (format!("rocewatch congestion {over}"), over)
+            }
+            Over::FirstCollection { window } => (
+                format!(
+                    "rocewatch congestion from the first collection, without waiting the {} window",
+                    ms(window)
+                ),
+                "in the first collection".to_string(),
+            ),
+        }
+    }
+}
+
 /// The table, and with `advise` (the ports' configuration) what to tune.
 pub(crate) fn text(
     rows: &[Row],
-    window: Duration,
+    over: &Over,
     advise: Option<&[QosState]>,
     all: bool,
     errors: &[String],
 ) -> String {
-    // Whole milliseconds: the elapsed time's nanoseconds say nothing.
-    let w = humantime::format_duration(Duration::from_millis(window.as_millis() as u64));
-    let mut out = format!("rocewatch congestion over {w}\n");
+    let (first_line, w) = over.words();
+    let mut out = format!("{first_line}\n");
     let shown: Vec<&Row> = rows
         .iter()
         .filter(|r| all || r.verdict.state != State::Idle)
@@ -280,7 +380,7 @@ pub(crate) fn text(
         if troubled.is_empty() {
             let _ = writeln!(
                 out,
-                "nothing to tune over {w}: no priority in storm, pfc_dominated or lossy"
+                "nothing to tune {w}: no priority in storm, pfc_dominated or lossy"
             );
         }
         for r in troubled {
@@ -384,7 +484,13 @@ mod tests {
             .into(),
             settable_unread: Vec::new(),
         }];
-        let t = text(&rows, Duration::from_secs(10), Some(&config), false, &[]);
+        let t = text(
+            &rows,
+            &Over::Window(Duration::from_secs(10)),
+            Some(&config),
+            false,
+            &[],
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "rocewatch congestion over 10s");
         assert!(lines[1].starts_with("PORT"), "{t}");
@@ -414,7 +520,7 @@ mod tests {
         // --all shows the idle priority; without --advise no advice.
         let t = text(
             &rows,
-            Duration::from_secs(10),
+            &Over::Window(Duration::from_secs(10)),
             None,
             true,
             &["x: denied".into()],
@@ -423,17 +529,41 @@ mod tests {
         assert!(!t.contains("tune:"), "{t}");
         assert!(t.ends_with("not read: x: denied\n"), "{t}");
         // Nothing to tune, said.
-        let t = text(&rows[1..], Duration::from_secs(10), Some(&[]), false, &[]);
+        let t = text(
+            &rows[1..],
+            &Over::Window(Duration::from_secs(10)),
+            Some(&[]),
+            false,
+            &[],
+        );
         assert!(t.contains("nothing to tune over 10s"), "{t}");
         // A netdev name with a terminal escape prints escaped.
         let mut odd = rows[0].clone();
         odd.at.netdev = "x\x1b[2J".into();
-        let t = text(&[odd], Duration::from_millis(10_400), Some(&[]), false, &[]);
+        let t = text(
+            &[odd],
+            &Over::Window(Duration::from_millis(10_400)),
+            Some(&[]),
+            false,
+            &[],
+        );
         assert!(
             t.starts_with("rocewatch congestion over 10s 400ms\n"),
             "{t}"
         );
         assert!(t.contains("x\\x1b[2J") && !t.contains('\x1b'), "{t}");
+        // Decided by the first collection: said, and the window not claimed.
+        let over = Over::FirstCollection {
+            window: Duration::from_secs(30),
+        };
+        let t = text(&[], &over, Some(&[]), false, &[]);
+        assert_eq!(
+            t,
+            "rocewatch congestion from the first collection, without waiting the 30s window\n\
+             no per-priority counters (bytes, pauses, pause time: the NIC's driver statistics \
+             through counters-ethtool): no congestion state\n\n\
+             nothing to tune in the first collection: no priority in storm, pfc_dominated or lossy\n"
+        );
         let j = json(&rows, Duration::from_secs(10), &[]);
         assert_eq!(j["ports"][0]["state"], "storm");
         assert_eq!(j["ports"][0]["rates"]["paused_by_peer"], 0.98);

@@ -1,0 +1,175 @@
+//! Nothing silent on a terminal: `doctor` and `congestion` say on standard error what they
+//! wait on within a second when it is a terminal (a pseudo-terminal from util-linux's
+//! `script`), wipe it before their output, and write no progress byte to a pipe; and
+//! `congestion` answers at once when the first collection already decides it.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// util-linux's `script`, which runs a command on a pseudo-terminal (Debian: bsdutils,
+/// essential), or `None` after saying what is missing.
+fn script() -> Option<&'static std::path::Path> {
+    let script = std::path::Path::new("/usr/bin/script");
+    if script.exists() {
+        Some(script)
+    } else {
+        missing(
+            "util-linux's script (a pseudo-terminal)",
+            "apt-get install bsdutils",
+        );
+        None
+    }
+}
+
+/// What a command run on a pseudo-terminal wrote there (its standard error: standard
+/// output goes to `out`), when the first byte came, and its exit status.
+struct OnTerminal {
+    bytes: String,
+    first_byte_after: Option<Duration>,
+    code: Option<i32>,
+}
+
+fn on_terminal(script: &std::path::Path, args: &[&str], out: &std::path::Path) -> OnTerminal {
+    let words: Vec<String> = std::iter::once(artifacts().rocewatch.display().to_string())
+        .chain(args.iter().map(|a| a.to_string()))
+        .map(|w| format!("'{w}'"))
+        .collect();
+    // Standard output to a file: the terminal carries standard error only.
+    let cmd = format!("{} > '{}'", words.join(" "), out.display());
+    let started = Instant::now();
+    let mut child = Command::new(script)
+        .args(["-qec", &cmd, "/dev/null"])
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    let mut pty = child.stdout.take().unwrap();
+    let mut bytes = Vec::new();
+    let mut first_byte_after = None;
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = pty.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        first_byte_after.get_or_insert_with(|| started.elapsed());
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    let status = child.wait().unwrap();
+    OnTerminal {
+        bytes: String::from_utf8_lossy(&bytes).into_owned(),
+        first_byte_after,
+        code: status.code(),
+    }
+}
+
+#[test]
+fn doctor_says_what_it_waits_on_within_a_second_on_a_terminal() {
+    let Some(script) = script() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("stdout");
+    let root = fixture("mlx5-roce-dual-port");
+    let args = [
+        "doctor",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--window",
+        "3s",
+    ];
+    let t = on_terminal(script, &args, &out);
+    let report = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(t.code, Some(1), "{report}\n{:?}", t.bytes);
+    let first = t.first_byte_after.expect("nothing on the terminal");
+    assert!(
+        first < Duration::from_secs(1),
+        "first byte after {first:?}: {:?}",
+        t.bytes
+    );
+    // What it waits on, and how long remains, counting down.
+    assert!(
+        t.bytes
+            .contains("doctor: reading counters over a 3s window (3s left)")
+            && t.bytes
+                .contains("doctor: reading counters over a 3s window (1s left)"),
+        "{:?}",
+        t.bytes
+    );
+    // Wiped before the report: the terminal's last bytes clear the line.
+    assert!(t.bytes.ends_with("\r\x1b[2K"), "{:?}", t.bytes);
+    // The report is as on a pipe, without a byte of the progress line.
+    assert!(report.contains("PASS  devices: mlx5_0"), "{report}");
+    assert!(
+        !report.contains('\r') && !report.contains('\x1b'),
+        "{report:?}"
+    );
+
+    // On a pipe: not one byte of it.
+    let o = rocewatch(&args, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        !err.contains('\r') && !err.contains('\x1b') && !err.contains("doctor: reading"),
+        "{err:?}"
+    );
+    assert_eq!(stdout(&o), report);
+}
+
+#[test]
+fn congestion_answers_at_once_without_per_priority_counters() {
+    // The fixture's sysfs counters are read, but no driver statistics per priority: the
+    // first collection decides it, however long the window.
+    let root = fixture("mlx5-roce-dual-port");
+    for json in [false, true] {
+        let mut args = vec![
+            "congestion",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--window",
+            "30s",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let started = Instant::now();
+        let o = rocewatch(&args, &[]);
+        let took = started.elapsed();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        let text = stdout(&o);
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["ports"], serde_json::json!([]), "{v}");
+            assert!(v["window_s"].as_f64().unwrap() < 5.0, "{v}");
+        } else {
+            assert!(
+                text.contains("\nno per-priority counters (bytes, pauses, pause time: the NIC's driver statistics through counters-ethtool): no congestion state\n"),
+                "{text}"
+            );
+            assert!(text.contains("without waiting the 30s window"), "{text}");
+        }
+    }
+    // Nothing collected at all: said at once, status 2.
+    let root = fixture("no-devices");
+    let started = Instant::now();
+    let o = rocewatch(
+        &[
+            "congestion",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+            "--window",
+            "30s",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        stderr(&o).contains("rocewatch congestion: nothing could be collected"),
+        "{}",
+        stderr(&o)
+    );
+}

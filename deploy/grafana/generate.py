@@ -79,9 +79,9 @@ def full_width_y():
 
 y = full_width_y()
 panel("Fleet: ToR x ToR probe loss (worst flow, cross-ToR)",
-      [('max by (tor, peer_tor) (max_over_time(rdma_probe_fleet_failing_ratio{class="cross_tor"}[5m]))', "")],
+      [('max by (tor, peer_tor) (max_over_time(rdma_probe_fleet_failing_ratio{class="cross_tor",rail=~"$rail"}[5m]))', "")],
       unit="percentunit", kind="table", w=24, h=10,
-      desc="Rows: the probers' ToR; columns: the destinations' ToR; cells: the worst share of probes lost by a flow between them over 5 minutes (rdma_probe_fleet_failing_ratio, [fleet] in docs/FLEET.md). Empty: nothing failing. A full column is a ToR (or its hosts) unreachable; a row and a column alike, its uplinks; cells everywhere, a spine path. The alerts of configs/prometheus/rocewatch-fleet.rules.yml name the suspect.",
+      desc="Rows: the probers' ToR; columns: the destinations' ToR; cells: the worst share of probes lost by a flow between them over 5 minutes on the rails chosen above (rdma_probe_fleet_failing_ratio, [fleet] in docs/FLEET.md). Empty: nothing failing. A full column is a ToR (or its hosts) unreachable; a row and a column alike, its uplinks; cells everywhere, a spine path. The alerts of configs/prometheus/rocewatch-fleet.rules.yml name the suspect.",
       extra={
           "gridPos": {"x": 0, "y": y},
           "fieldConfig": {"defaults": {
@@ -91,8 +91,19 @@ panel("Fleet: ToR x ToR probe loss (worst flow, cross-ToR)",
                   {"color": "green", "value": None}, {"color": "orange", "value": 0.01}, {"color": "red", "value": 0.5}]},
           }, "overrides": []},
           "transformations": [{"id": "groupingToMatrix", "options": {"rowField": "tor", "columnField": "peer_tor", "valueField": "Value"}}],
-          "targets": [{"refId": "A", "datasource": DS, "expr": 'max by (tor, peer_tor) (max_over_time(rdma_probe_fleet_failing_ratio{class="cross_tor"}[5m]))', "instant": True, "format": "table"}],
+          "targets": [{"refId": "A", "datasource": DS, "expr": 'max by (tor, peer_tor) (max_over_time(rdma_probe_fleet_failing_ratio{class="cross_tor",rail=~"$rail"}[5m]))', "instant": True, "format": "table"}],
       })
+
+y = full_width_y()
+FLEET_RAIL = 'rail=~"$rail"'
+panel("Fleet: probe loss by rail",
+      [(f'sum by (rail) (rate(rdma_probe_fleet_results_total{{outcome=~"timeout|failed",{FLEET_RAIL}}}[$__rate_interval])) / sum by (rail) (rate(rdma_probe_fleet_results_total{{outcome=~"ok|timeout|failed",{FLEET_RAIL}}}[$__rate_interval]))', "rail {{rail}}")],
+      unit="percentunit",
+      desc="The share of the fleet's probes lost on each rail (timeouts and failed connections; an overloaded host's timeouts and local errors are not loss). One rail above the others: its leaves, or a NIC of that rail; the alerts name the suspect with its rail.",
+      extra={"gridPos": {"x": 0, "y": y}})
+panel("Fleet: probe RTT p99 by rail",
+      [(f'histogram_quantile(0.99, sum by (le, rail) (rate(rdma_probe_fleet_rtt_seconds_bucket{{{FLEET_RAIL}}}[$__rate_interval])))', "rail {{rail}}")],
+      unit="s", extra={"gridPos": {"x": 12, "y": y}})
 
 # Congestion (docs/CONGESTION.md).
 y = full_width_y()
@@ -131,6 +142,12 @@ dashboard = {
         "name": "instance", "label": "Host", "type": "query", "datasource": DS,
         "query": {"query": "label_values(rdma_port_up_ratio, instance)", "refId": "instance"},
         "definition": "label_values(rdma_port_up_ratio, instance)",
+        "multi": True, "includeAll": True, "allValue": ".*", "refresh": 2,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+    }, {
+        "name": "rail", "label": "Rail", "type": "query", "datasource": DS,
+        "query": {"query": "label_values(rdma_fleet_nic_info, rail)", "refId": "rail"},
+        "definition": "label_values(rdma_fleet_nic_info, rail)",
         "multi": True, "includeAll": True, "allValue": ".*", "refresh": 2,
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
     }]},

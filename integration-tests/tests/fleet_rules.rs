@@ -1,15 +1,18 @@
 //! The localization rules (`configs/prometheus/rocewatch-fleet.rules.yml`) on the fleet
-//! simulator's series: 1,000 hosts (racks of 1, 2, 48 and 24 to 40 hosts), each kind of
-//! fault in its own hour of a real VictoriaMetrics, and a clean stretch. vmalert replays
+//! simulator's series: 1,000 hosts (racks of 1, 2, 48 and 24 to 40 hosts) on 2 rails,
+//! each rail on its own leaves, each kind of fault in its own hour of a real
+//! VictoriaMetrics (on the last rail where the fault has one), and a clean stretch. vmalert replays
 //! the rules over all of it in steps, as it or Prometheus evaluates them live (one group
 //! after the other: recording rules, suspects, alerts), writing the recorded series and
 //! `ALERTS` back. Every firing alert is then checked: nothing before a fault or in the
-//! clean stretch; after a fault only the injected suspect, named within two failing
-//! windows (2 minutes) and firing for the rest of the scenario. Precision and recall per
+//! clean stretch; after a fault only the injected suspect on its rail (nothing on the
+//! other rails), named within two failing windows (2 minutes) and firing for the rest of
+//! the scenario. Precision and recall per
 //! kind, and the time one evaluation of all the rules takes, are printed for
 //! docs/FLEET.md and docs/PERFORMANCE.md.
 //!
-//! `ROCEWATCH_FLEET_RULES_HOSTS=10000` runs it on 10,000 hosts and
+//! `ROCEWATCH_FLEET_RULES_HOSTS=10000` runs it on 10,000 hosts,
+//! `ROCEWATCH_FLEET_RULES_RAILS=8` on 8 rails (the faults on rail 5), and
 //! `ROCEWATCH_FLEET_RULES_CLEAN_DAY=1` makes the clean stretch a whole day (both take
 //! long: the suite runs 1,000 hosts and a clean 10 minutes; their figures are in
 //! docs/PERFORMANCE.md); `ROCEWATCH_FLEET_RULES_BIN=target/release/rocewatch` simulates
@@ -24,19 +27,22 @@ use crate::support::*;
 
 const RULES: &str = "configs/prometheus/rocewatch-fleet.rules.yml";
 
-/// (scenario, fault).
-const SCENARIOS: &[(&str, Option<&str>)] = &[
-    ("clean", None),
-    ("nic_down", Some("nic_down:gpu00100")),
-    ("host_overloaded", Some("host_overloaded:gpu00300")),
-    ("tor_down", Some("tor_down:leaf-r005")),
-    ("uplink_loss", Some("uplink_loss:leaf-r007")),
-    ("ecmp_blackhole", Some("ecmp_blackhole:3")),
-    ("link_loss", Some("link_loss:gpu00200")),
-];
+/// (scenario, fault), the faults of a NIC, a link or a leaf on `rail`.
+fn scenarios(rail: u8) -> Vec<(&'static str, Option<String>)> {
+    vec![
+        ("clean", None),
+        ("nic_down", Some(format!("nic_down:gpu00100/{rail}"))),
+        ("host_overloaded", Some("host_overloaded:gpu00300".into())),
+        ("tor_down", Some(format!("tor_down:leaf-r005-{rail}"))),
+        ("uplink_loss", Some(format!("uplink_loss:leaf-r007-{rail}"))),
+        ("ecmp_blackhole", Some("ecmp_blackhole:3".into())),
+        ("link_loss", Some(format!("link_loss:gpu00200/{rail}"))),
+    ]
+}
 
-/// `hosts` hosts on one rail: racks of 1, 2 and 48 hosts, then 24 to 40.
-fn topology(hosts: usize) -> String {
+/// `hosts` hosts on `rails` rails, each rail on its own leaves (rack 5's leaf of rail 1
+/// is `leaf-r005-1`): racks of 1, 2 and 48 hosts, then 24 to 40.
+fn topology(hosts: usize, rails: u8) -> String {
     let mut sizes = vec![1usize, 2, 48];
     let mut total: usize = sizes.iter().sum();
     let mut k = 0;
@@ -50,21 +56,23 @@ fn topology(hosts: usize) -> String {
     let mut h = 0;
     for (rack, n) in sizes.iter().enumerate() {
         for _ in 0..*n {
-            csv.push_str(&format!(
-                "gpu{h:05},0,10.{}.{}.{},leaf-r{rack:03}\n",
-                h / 62_500,
-                h / 250 % 250,
-                h % 250 + 1
-            ));
+            for rail in 0..rails {
+                csv.push_str(&format!(
+                    "gpu{h:05},{rail},10.{rail}.{}.{},leaf-r{rack:03}-{rail}\n",
+                    h / 250,
+                    h % 250 + 1
+                ));
+            }
             h += 1;
         }
     }
     csv
 }
 
-/// Who an alert names: (kind, target), from the labels the alert gives `ALERTS`.
-fn suspect(metric: &Value) -> (String, String) {
+/// Who an alert names: (kind, target, rail), from the labels the alert gives `ALERTS`.
+fn suspect(metric: &Value) -> (String, String, Option<String>) {
     let get = |k: &str| metric[k].as_str().unwrap_or("?").to_string();
+    let rail = metric["rail"].as_str().map(str::to_string);
     let kind = get("suspect_kind");
     let target = match kind.as_str() {
         "spine" => "fleet".to_string(),
@@ -72,12 +80,14 @@ fn suspect(metric: &Value) -> (String, String) {
         "nic" | "link" => get("peer_host"),
         _ => get("host"),
     };
-    (kind, target)
+    (kind, target, rail)
 }
 
-/// The suspect an injected fault must be named as.
-fn expected(fault: &str) -> (String, String) {
+/// The suspect an injected fault on `rail` must be named as: the rail for a NIC, link,
+/// ToR or uplink; none for an overloaded host or the spine.
+fn expected(fault: &str, rail: u8) -> (String, String, Option<String>) {
     let (kind, target) = fault.split_once(':').unwrap();
+    let target = target.split('/').next().unwrap();
     let kind = match kind {
         "nic_down" => "nic",
         "host_overloaded" => "prober",
@@ -87,7 +97,8 @@ fn expected(fault: &str) -> (String, String) {
         _ => "link",
     };
     let target = if kind == "spine" { "fleet" } else { target };
-    (kind.to_string(), target.to_string())
+    let rail = (!matches!(kind, "spine" | "prober")).then(|| rail.to_string());
+    (kind.to_string(), target.to_string(), rail)
 }
 
 /// A rules group: its name, its interval, and per rule the rule itself, its expression
@@ -251,7 +262,7 @@ fn replay(
 
 struct Scenario {
     name: &'static str,
-    fault: Option<&'static str>,
+    fault: Option<String>,
     start: u64,
     secs: u64,
 }
@@ -286,8 +297,14 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
+    let rails: u8 = std::env::var("ROCEWATCH_FLEET_RULES_RAILS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    // The faulted rail: rail 5 of eight, else the last.
+    let fault_rail = rails.saturating_sub(1).min(5);
     let clean_day = std::env::var("ROCEWATCH_FLEET_RULES_CLEAN_DAY").as_deref() == Ok("1");
-    std::fs::write(&topo, topology(hosts)).unwrap();
+    std::fs::write(&topo, topology(hosts, rails)).unwrap();
 
     // Each scenario from the start of its own hour (the clean day its own 25), the last
     // ending an hour ago.
@@ -297,9 +314,10 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
             _ => 600,
         }
     };
-    let hours: u64 = SCENARIOS
+    let all = scenarios(fault_rail);
+    let hours: u64 = all
         .iter()
-        .map(|(_, f)| secs_of(*f).div_ceil(3600))
+        .map(|(_, f)| secs_of(f.as_deref()).div_ceil(3600))
         .sum();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -308,11 +326,11 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
     let mut at = now / 3600 * 3600 - 3600 * (hours + 1);
     let from = at;
     let mut scenarios = Vec::new();
-    for (name, fault) in SCENARIOS {
-        let secs = secs_of(*fault);
+    for (name, fault) in all {
+        let secs = secs_of(fault.as_deref());
         scenarios.push(Scenario {
             name,
-            fault: *fault,
+            fault,
             start: at,
             secs,
         });
@@ -354,8 +372,8 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
             "--start".into(),
             s.start.to_string(),
         ];
-        if let Some(f) = s.fault {
-            args.extend(["--fault".to_string(), f.to_string()]);
+        if let Some(f) = &s.fault {
+            args.extend(["--fault".to_string(), f.clone()]);
         }
         let o = match std::env::var_os("ROCEWATCH_FLEET_RULES_BIN") {
             Some(bin) => std::process::Command::new(bin)
@@ -451,7 +469,7 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
     for s in &scenarios {
         let fault_at = s.start + FAULT_AFTER;
         let end = s.start + s.secs;
-        let want = s.fault.map(expected);
+        let want = s.fault.as_deref().map(|f| expected(f, fault_rail));
         let mine: Vec<_> = samples
             .iter()
             .filter(|(_, _, _, t)| (s.start..=end).contains(t))
@@ -556,7 +574,7 @@ fn fleet_rules_name_the_injected_suspect_and_nothing_else_on_1000_simulated_host
     let max = evals.iter().max().unwrap();
     let rules: usize = groups.iter().map(|g| g.rules.len()).sum();
     eprintln!(
-        "fleet rules on {hosts} simulated hosts (vmalert replay of {:.1} h in {replay_secs:.0} s):\n  {}\n  one evaluation of the {rules} rules: mean {:.0} ms, max {:.0} ms",
+        "fleet rules on {hosts} simulated hosts x {rails} rails, faults on rail {fault_rail} (vmalert replay of {:.1} h in {replay_secs:.0} s):\n  {}\n  one evaluation of the {rules} rules: mean {:.0} ms, max {:.0} ms",
         (to - from) as f64 / 3600.0,
         table.join("\n  "),
         mean.as_secs_f64() * 1e3,

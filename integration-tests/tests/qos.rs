@@ -438,7 +438,7 @@ fn qos_apply_dry_run_then_apply_audit_snapshot_and_rollback() {
     let np4 = "class/net/ens1f0np0/ecn/roce_np/enable/4";
     let before = show_at(&root);
 
-    // Dry run: says what it would write where, changes nothing, audits dry runs.
+    // Dry run: says what it would write where, changes nothing, writes nothing.
     let o = qos(&cfg, &["apply"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = stdout(&o);
@@ -452,9 +452,7 @@ fn qos_apply_dry_run_then_apply_audit_snapshot_and_rollback() {
     assert!(text.contains("dry run: 4 to change"), "{text}");
     assert_eq!(show_at(&root), before, "a dry run changed something");
     assert!(!snaps.exists(), "a dry run wrote a snapshot");
-    let recs = audit_records(&audit);
-    assert_eq!(recs.len(), 4);
-    assert!(recs.iter().all(|r| r["decision"] == "dry_run"), "{recs:?}");
+    assert!(!audit.exists(), "a dry run wrote the audit log");
 
     // Apply: every change made, audited before and after, snapshot written.
     let o = qos(&cfg, &["apply", "--yes", "--json"]);
@@ -1057,4 +1055,91 @@ fn qos_apply_as_root_never_writes_through_a_link_or_in_a_directory_another_user_
         )),
         "{said}"
     );
+}
+
+/// Files under `dir`, relative, sorted (an empty or missing directory: none).
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let o = std::process::Command::new("find")
+        .arg(dir)
+        .args(["-mindepth", "1"])
+        .output()
+        .unwrap();
+    let mut v: Vec<String> = stdout(&o)
+        .lines()
+        .map(|l| l.trim_start_matches(dir.to_str().unwrap()).to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A dry run writes nothing, anywhere (issue 49: a dry run against a fixture created
+/// /var/lib/rocewatch/audit.jsonl), and `STATE_DIRECTORY` moves the audit log and the
+/// snapshots with `quarantine.json`: with HOME and STATE_DIRECTORY at empty temporary
+/// directories and a configuration that names neither path, `qos apply` and `qos
+/// rollback` without --yes leave both empty and the default state directory as it was;
+/// with --yes, the audit log and the snapshot are in $STATE_DIRECTORY.
+#[test]
+fn a_dry_run_writes_nothing_and_state_directory_moves_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_copy("mlx5-roce-dual-port", dir.path());
+    let (home, state) = (dir.path().join("home"), dir.path().join("state"));
+    std::fs::create_dir(&home).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    let cfg = dir.path().join("qos.toml");
+    std::fs::write(
+        &cfg,
+        "[[qos.desired]]\ndevices = \"mlx5_0\"\nsettings = { roce_tos = \"24\", mtu = \"1500\" }\n",
+    )
+    .unwrap();
+    let env = [
+        ("HOME", home.to_str().unwrap()),
+        ("STATE_DIRECTORY", state.to_str().unwrap()),
+    ];
+    let run = |args: &[&str]| {
+        let mut a = vec!["qos"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-c", cfg.to_str().unwrap(), "--sysfs-root"]);
+        a.push(root.to_str().unwrap());
+        rocewatch(&a, &env)
+    };
+    let default_log = std::path::Path::new("/var/lib/rocewatch/audit.jsonl");
+    let default_before = std::fs::metadata(default_log).ok().map(|m| m.len());
+    let before = show_at(&root);
+
+    let o = run(&["apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let audit = state.join("audit.jsonl");
+    assert!(
+        stdout(&o).contains(&format!(
+            "dry run: 2 to change, nothing written; run again with --yes to change them (audited in {})",
+            audit.display()
+        )),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(show_at(&root), before, "a dry run changed the tree");
+    assert_eq!(files_under(&state), Vec::<String>::new(), "{}", stderr(&o));
+    assert_eq!(files_under(&home), Vec::<String>::new(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::metadata(default_log).ok().map(|m| m.len()),
+        default_before,
+        "a dry run wrote {}",
+        default_log.display()
+    );
+
+    // Made: audited and snapshotted in $STATE_DIRECTORY.
+    let o = run(&["apply", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(audit_records(&audit).len(), 4, "{}", stderr(&o));
+    let snaps = files_under(&state.join("qos"));
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+
+    // The rollback's dry run writes nothing either.
+    let written = files_under(&state);
+    let o = run(&["rollback"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("would "), "{}", stdout(&o));
+    assert_eq!(files_under(&state), written);
+    assert_eq!(audit_records(&audit).len(), 4);
+    assert_eq!(files_under(&home), Vec::<String>::new());
 }

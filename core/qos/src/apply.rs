@@ -115,6 +115,9 @@ pub struct Applier {
     audit: AuditLog,
     snapshot_dir: PathBuf,
     host: String,
+    /// Whether a dry run is audited (the agent's dry-run remediation is; `qos apply`
+    /// without `--yes` writes nothing).
+    audit_dry_runs: bool,
     /// The desired state (for re-apply on drift).
     pub desired: QosConfig,
 }
@@ -135,8 +138,16 @@ impl Applier {
             audit,
             snapshot_dir: desired.snapshot_dir.clone(),
             host,
+            audit_dry_runs: true,
             desired,
         }
+    }
+
+    /// The same applier, whose dry runs write nothing: no audit record (and so no state
+    /// directory created), as a command's dry run promises.
+    pub fn without_dry_run_audit(mut self) -> Self {
+        self.audit_dry_runs = false;
+        self
     }
 
     pub fn audit_path(&self) -> &Path {
@@ -223,9 +234,11 @@ impl Applier {
         let msg = match &r {
             Ok(m) | Err(m) => m,
         };
-        let detail = format!("{from_text} -> {}: {msg}", qc.to);
-        let d = Self::decision(c);
-        let _ = self.audit(&d, AuditKind::DryRun, origin, action, detail, None, None);
+        if self.audit_dry_runs {
+            let detail = format!("{from_text} -> {}: {msg}", qc.to);
+            let d = Self::decision(c);
+            let _ = self.audit(&d, AuditKind::DryRun, origin, action, detail, None, None);
+        }
         r
     }
 

@@ -46,8 +46,9 @@ pub(super) fn star() -> String {
     "*".into()
 }
 
+/// `qos/` in the state directory (`$STATE_DIRECTORY`, else `/var/lib/rocewatch`).
 pub(super) fn default_snapshot_dir() -> std::path::PathBuf {
-    "/var/lib/rocewatch/qos".into()
+    rocewatch_runtime::audit::state_dir().join("qos")
 }
 
 pub(super) fn default_interval() -> std::time::Duration {

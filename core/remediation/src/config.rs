@@ -12,8 +12,10 @@ pub(super) fn default_true() -> bool {
     true
 }
 
+/// `audit.jsonl` in the state directory (`$STATE_DIRECTORY`, else `/var/lib/rocewatch`),
+/// beside `quarantine.json`.
 pub(super) fn default_audit_log() -> PathBuf {
-    PathBuf::from("/var/lib/rocewatch/audit.jsonl")
+    rocewatch_runtime::audit::state_dir().join("audit.jsonl")
 }
 
 pub(super) fn default_audit_max_bytes() -> u64 {

@@ -56,9 +56,11 @@ pub enum QosCommand {
     /// Change what differs from `[[qos.desired]]`: a dry run unless --yes.
     ///
     /// The dry run asks the configuration plugins what they would write where and
-    /// changes nothing. With --yes: the values about to be replaced are first written to
-    /// a snapshot under [qos] snapshot_dir (no snapshot, no change), every change is
-    /// audited in [remediation] audit_log before it is made and with its result, and a
+    /// writes nothing (no audit record, no snapshot). With --yes: the values about to be
+    /// replaced are first written to a snapshot under [qos] snapshot_dir (default qos/ in
+    /// the state directory: $STATE_DIRECTORY, else /var/lib/rocewatch; no snapshot, no
+    /// change), every change is audited in [remediation] audit_log (default audit.jsonl
+    /// in the state directory) before it is made and with its result, and a
     /// change that fails undoes the ones made before it. `rocewatch qos rollback`
     /// restores the snapshot. Settings that cannot be compared (the device lacks them,
     /// or they cannot be read) are listed and left alone.
@@ -88,7 +90,8 @@ pub enum QosCommand {
     /// Without SNAPSHOT, the newest one under [qos] snapshot_dir that was applied and
     /// not restored yet. Newest change first; a setting changed by someone else since
     /// the apply is left alone (--force restores it anyway); one whose value before the
-    /// apply could not be read is left as is. Audited like apply. Exit status: 0
+    /// apply could not be read is left as is. Audited like apply (the dry run writes
+    /// nothing). Exit status: 0
     /// restored, 1 a restore failed, 2 on an error (no snapshot, already restored).
     #[command(verbatim_doc_comment)]
     Rollback {
@@ -184,7 +187,8 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
         );
     }
     let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
-    let applier = agent.qos_applier();
+    // A dry run writes nothing: no audit record, no state directory.
+    let applier = agent.qos_applier().without_dry_run_audit();
     let states = applier.observe().await?;
     let plan = rocewatch_qos::plan(&applier.desired, &states);
     let report = applier
@@ -213,7 +217,7 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
             );
         } else if !yes {
             println!(
-                "dry run: {} to change; run again with --yes to change them (audit log: {})",
+                "dry run: {} to change, nothing written; run again with --yes to change them (audited in {})",
                 plan.changes.len(),
                 applier.audit_path().display()
             );
@@ -253,7 +257,7 @@ pub async fn rollback(
             })?,
     };
     let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
-    let applier = agent.qos_applier();
+    let applier = agent.qos_applier().without_dry_run_audit();
     let report = applier
         .rollback(&path, !yes, force)
         .await

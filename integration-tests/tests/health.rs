@@ -1155,3 +1155,92 @@ fn a_kernel_log_record_of_another_boot_is_not_recent() {
         "{v}"
     );
 }
+
+/// The host-reading flags take effect (issue 49: health had no --procfs-root or
+/// --rootfs, doctor had both): --procfs-root's `uptime` is where the kernel-log window
+/// ends (a recorded dmesg judged against the uptime it was recorded at), and --rootfs is
+/// the file system the userspace check reads, in place of [health] rootfs.
+#[test]
+fn procfs_root_and_rootfs_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (proc_root, rootfs) = (dir.path().join("proc"), dir.path().join("host"));
+    std::fs::create_dir(&proc_root).unwrap();
+    std::fs::create_dir(&rootfs).unwrap();
+    let cfg = dir.path().join("rocewatch.toml");
+    let dmesg = root().join("integration-tests/fixtures/kernel-log/dmesg.txt");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[health]\nkernel_log_window = \"1m\"\n\n[plugins.builtin.kernel-log.options]\npath = {:?}\n",
+            dmesg.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let sys = fixture("mlx5-roce-dual-port");
+    let run = |extra: &[&str]| {
+        let args = [
+            &[
+                "--json",
+                "-c",
+                cfg.to_str().unwrap(),
+                "--sysfs-root",
+                sys.to_str().unwrap(),
+            ],
+            extra,
+        ]
+        .concat();
+        let (code, json, err) = health(&args);
+        let v: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}{err}"));
+        let of = |check: &str| -> Vec<(String, String)> {
+            v["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["check"] == check)
+                .map(|f| {
+                    (
+                        f["status"].as_str().unwrap().into(),
+                        f["what"].as_str().unwrap().into(),
+                    )
+                })
+                .collect()
+        };
+        (code, of("kernel-log"), of("userspace"), err)
+    };
+    let p = proc_root.to_str().unwrap();
+    // Recorded 1021-1030 s after boot, read at 1040 s: in the last minute.
+    std::fs::write(proc_root.join("uptime"), "1040.00 3.00\n").unwrap();
+    let (code, klog, _, err) = run(&["--procfs-root", p]);
+    assert_eq!(code, 1, "{klog:?}{err}");
+    assert!(
+        klog.iter().any(|(s, w)| s == "unhealthy"
+            && w.contains("cmd_timeout")
+            && w.contains("in the last 1m")),
+        "{klog:?}{err}"
+    );
+    // Read at 5000 s: nothing of the last minute.
+    std::fs::write(proc_root.join("uptime"), "5000.00 3.00\n").unwrap();
+    let (code, klog, _, err) = run(&["--procfs-root", p]);
+    assert_eq!(code, 0, "{klog:?}{err}");
+    assert!(klog.iter().all(|(s, _)| s != "unhealthy"), "{klog:?}");
+    assert!(
+        klog.iter().any(|(_, w)| w.contains("is from the last 1m")),
+        "{klog:?}"
+    );
+
+    // Without --rootfs, a tree's userspace is not judged by this host's files.
+    let (_, _, us, err) = run(&[]);
+    assert!(
+        us.len() == 1 && us[0].0 == "skipped" && us[0].1.contains("give --rootfs"),
+        "{us:?}{err}"
+    );
+    // With it, that root is read: an empty one has no rdma-core.
+    let (code, _, us, err) = run(&["--rootfs", rootfs.to_str().unwrap()]);
+    assert_eq!(code, 1, "{us:?}{err}");
+    assert!(
+        us.iter().any(|(s, w)| s == "unhealthy"
+            && w.contains(&format!("no libibverbs.so.1.* under {}", rootfs.display()))),
+        "{us:?}{err}"
+    );
+}

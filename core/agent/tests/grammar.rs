@@ -20,6 +20,16 @@ const REPLACED: &[(&str, &str)] = &[
 /// `--sysfs-root` reads one as well).
 const READS_CONFIG: &[&str] = &["rocewatch config check", "rocewatch fleet simulate"];
 
+/// The flags that say where the host is read, as a set: a command that reads the host
+/// beyond sysfs takes all three, so one spelling points any command at a fixture tree or
+/// at the host's trees mounted in a pod (`--sysfs-root /host/sys --procfs-root
+/// /host/proc --rootfs /host`).
+const HOST_ROOTS: &[&str] = &["sysfs-root", "procfs-root", "rootfs"];
+
+/// Commands that read the proc tree or the root file system (besides sysfs): each takes
+/// every flag of [`HOST_ROOTS`].
+const READS_HOST_ROOTS: &[&str] = &["rocewatch doctor", "rocewatch health"];
+
 /// Every command and subcommand, with its full name (`rocewatch qos apply`).
 fn every_command(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
     out.push((path.to_string(), cmd.clone()));
@@ -37,7 +47,7 @@ fn long(cmd: &clap::Command, name: &str) -> Option<clap::Arg> {
 }
 
 /// What is inconsistent in one command's flags, each said with the fix.
-fn problems_of(path: &str, cmd: &clap::Command) -> Vec<String> {
+fn problems_of(path: &str, cmd: &clap::Command, reads_host_roots: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     for a in cmd.get_arguments().filter(|a| !a.is_global_set()) {
         let Some(name) = a.get_long() else { continue };
@@ -87,29 +97,50 @@ fn problems_of(path: &str, cmd: &clap::Command) -> Vec<String> {
             "{path}: reads a configuration without -c/--config FILE"
         ));
     }
+    out.extend(host_root_problems(path, cmd, reads_host_roots));
     out
 }
 
-fn problems(root: &clap::Command) -> Vec<String> {
+/// A command that reads the host beyond sysfs (listed, or taking one of the flags
+/// beyond `--sysfs-root`) without each of the host-reading flags, shown.
+fn host_root_problems(path: &str, cmd: &clap::Command, listed: &[&str]) -> Vec<String> {
+    let shown = |name: &str| long(cmd, name).is_some_and(|a| !a.is_hide_set());
+    let beyond_sysfs = HOST_ROOTS[1..].iter().any(|n| shown(n));
+    if !listed.contains(&path) && !beyond_sysfs {
+        return Vec::new();
+    }
+    HOST_ROOTS
+        .iter()
+        .filter(|n| !shown(n))
+        .map(|n| {
+            format!(
+                "{path}: reads the host beyond sysfs without --{n} (the host-reading flags: --{})",
+                HOST_ROOTS.join(", --")
+            )
+        })
+        .collect()
+}
+
+fn problems(root: &clap::Command, reads_host_roots: &[&str]) -> Vec<String> {
     let mut cmd = root.clone();
     cmd.build();
     let mut all = Vec::new();
     every_command(&cmd, "rocewatch", &mut all);
     assert!(all.len() > 20, "only {} commands found", all.len());
-    for c in READS_CONFIG {
+    for c in READS_CONFIG.iter().chain(reads_host_roots) {
         assert!(
             all.iter().any(|(p, _)| p == c),
-            "{c}: listed as reading a configuration, but there is no such command"
+            "{c}: listed as reading a configuration or the host, but there is no such command"
         );
     }
     all.iter()
-        .flat_map(|(path, c)| problems_of(path, c))
+        .flat_map(|(path, c)| problems_of(path, c, reads_host_roots))
         .collect()
 }
 
 #[test]
 fn every_command_speaks_one_grammar() {
-    let found = problems(&rocewatch::cli::Cli::command());
+    let found = problems(&rocewatch::cli::Cli::command(), READS_HOST_ROOTS);
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
@@ -131,14 +162,31 @@ fn an_inconsistent_flag_is_caught() {
                 .arg(value("sysfs-root"))
                 .arg(flag("json")),
         )
-        .subcommand(clap::Command::new("planted-json").arg(value("json")));
-    let found = problems(&bad);
+        .subcommand(clap::Command::new("planted-json").arg(value("json")))
+        .subcommand(
+            clap::Command::new("planted-roots")
+                .arg(value("config").short('c'))
+                .arg(value("sysfs-root"))
+                .arg(value("procfs-root")),
+        )
+        .subcommand(
+            clap::Command::new("planted-reader")
+                .arg(value("config").short('c'))
+                .arg(value("sysfs-root")),
+        );
+    let found = problems(
+        &bad,
+        &[READS_HOST_ROOTS, &["rocewatch planted-reader"]].concat(),
+    );
     let expect = [
         "rocewatch planted-host: --this-host is shown",
         "rocewatch planted-format: --format [\"text\", \"json\"] is --json under another name",
         "rocewatch planted-format: --format json without --json",
         "rocewatch planted-config: reads a configuration without -c/--config FILE",
         "rocewatch planted-json: --json takes a value",
+        "rocewatch planted-roots: reads the host beyond sysfs without --rootfs",
+        "rocewatch planted-reader: reads the host beyond sysfs without --procfs-root",
+        "rocewatch planted-reader: reads the host beyond sysfs without --rootfs",
     ];
     for e in expect {
         assert_eq!(

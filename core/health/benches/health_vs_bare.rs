@@ -104,6 +104,7 @@ fn main() {
         kernel_log: serde_json::json!({}),
         devices: Default::default(),
         state_dir: root.join("no-state-directory"),
+        procfs_root: "/proc".into(),
     };
     let cfg = HealthConfig::default();
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -17,4 +17,8 @@ pub struct Options {
     pub devices: rocewatch_sysfs::inventory::DeviceSelection,
     /// Where the quarantine file is (the state directory).
     pub state_dir: PathBuf,
+    /// The proc tree that goes with the sysfs root (`/proc`, `/host/proc` in a pod, or a
+    /// fixture's): the uptime the kernel-log window is measured from, the userspace
+    /// checks' processes.
+    pub procfs_root: PathBuf,
 }

@@ -21,6 +21,7 @@ fn options(root: &Path, kernel_log: Option<&Path>) -> Options {
         devices: Default::default(),
         // No quarantine: a state directory that does not exist.
         state_dir: root.join("no-state-directory"),
+        procfs_root: "/proc".into(),
     }
 }
 
@@ -334,7 +335,11 @@ fn a_missing_provider_or_device_file_is_unhealthy() {
     let u = userspace(&r);
     assert_eq!(u.len(), 1, "{}", dump(&r));
     assert_eq!(u[0].0, Status::Skipped);
-    assert!(u[0].1.contains("give [health] rootfs"), "{}", dump(&r));
+    assert!(
+        u[0].1.contains("give --rootfs or [health] rootfs"),
+        "{}",
+        dump(&r)
+    );
     // An empty root file system: no rdma-core, no provider, no device files.
     let rootfs = tempfile::tempdir().unwrap();
     let cfg = HealthConfig {

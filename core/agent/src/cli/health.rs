@@ -13,6 +13,16 @@ use rocewatch_health::{Report, Status};
 pub struct HealthArgs {
     #[command(flatten)]
     pub source: SourceArgs,
+    /// Root of the proc tree that goes with --sysfs-root (default /proc): the uptime the
+    /// kernel-log window ends at (`uptime`), so a recorded log is read against its own
+    /// host's clock. In a pod with the host's / at /host: --procfs-root /host/proc.
+    #[arg(long, value_name = "DIR")]
+    pub procfs_root: Option<std::path::PathBuf>,
+    /// Root of the host's file system that goes with --sysfs-root (overrides [health]
+    /// rootfs, default /): the userspace check's rdma-core, libibverbs providers and
+    /// device files. In a pod with the host's / at /host: --rootfs /host.
+    #[arg(long, value_name = "DIR")]
+    pub rootfs: Option<std::path::PathBuf>,
     /// After the line, every finding: STATUS check subject: what.
     #[arg(long, conflicts_with = "json")]
     pub all: bool,
@@ -49,6 +59,8 @@ pub struct HealthArgs {
 pub async fn run(a: HealthArgs) -> Result<i32> {
     let HealthArgs {
         source,
+        procfs_root,
+        rootfs,
         all,
         json,
         agent,
@@ -68,13 +80,19 @@ pub async fn run(a: HealthArgs) -> Result<i32> {
         }
     };
     let mut health = cfg.health.clone();
+    if let Some(root) = rootfs {
+        health.rootfs = root;
+    }
     if let Some(url) = agent {
         health.agent = Some(url);
         if let Err(e) = health.validate() {
             anyhow::bail!("--agent: {}", e.why);
         }
     }
-    let opts = cfg.health_options(rocewatch_runtime::audit::state_dir());
+    let mut opts = cfg.health_options(rocewatch_runtime::audit::state_dir());
+    if let Some(root) = procfs_root {
+        opts.procfs_root = root;
+    }
     let mut report = rocewatch_health::run(&opts, &health).await;
     if slurm {
         let env_name = std::env::var("SLURMD_NODENAME").ok();

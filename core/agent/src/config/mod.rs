@@ -402,6 +402,7 @@ impl Config {
                 .unwrap_or_else(|| serde_json::json!({})),
             devices: self.devices.clone(),
             state_dir,
+            procfs_root: "/proc".into(),
         }
     }
 

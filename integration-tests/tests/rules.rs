@@ -919,3 +919,68 @@ fn a_second_signal_leaves_nothing_behind_of_an_action_that_calls_setsid() {
     assert_eq!(st.code(), Some(130), "{}", agent.stderr());
     assert_all_gone(&pids, "after a second signal", &agent.stderr());
 }
+
+/// The `rules` table (issue 49: `retransmission-timeout-growth inactive` ran into its
+/// neighbour, `pending   40000000000.0000`): every column starts where its header does,
+/// and a 40 Gb/s link reads `40 Gb/s`, in the value and in the threshold; `--json` keeps
+/// the raw number.
+#[test]
+fn the_rules_table_is_aligned_and_reads_as_operators_read() {
+    let root = fixture("ib-hca");
+    let args = [
+        "rules",
+        "--once",
+        "--config",
+        "configs/rules.toml",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+    ];
+    let out = rocewatch(&args, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() > 10, "{text}{}", stderr(&out));
+    for name in ["PHASE", "FOR", "LABELS", "CONDITION"] {
+        let at = lines[0]
+            .find(&format!("  {name}"))
+            .unwrap_or_else(|| panic!("{name} in {}", lines[0]))
+            + 2;
+        for l in &lines[1..] {
+            if name == "FOR" {
+                // Right-aligned: the seconds end under the header's end.
+                let end = at + name.len();
+                assert_eq!(
+                    l.get(end - 1..end + 2),
+                    Some("s  "),
+                    "{name} in {l:?}\n{text}"
+                );
+            } else {
+                assert_eq!(l.get(at - 2..at), Some("  "), "{name} in {l:?}\n{text}");
+                assert_ne!(l.get(at..=at), Some(" "), "{name} in {l:?}\n{text}");
+            }
+        }
+    }
+    let timeouts = lines
+        .iter()
+        .find(|l| l.starts_with("retransmission-timeout-growth "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(timeouts.contains("growth  inactive"), "{timeouts}");
+    let slow = lines
+        .iter()
+        .find(|l| l.starts_with("link-speed-below-nominal") && l.contains("ib0"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(slow.contains("  pending   40 Gb/s  "), "{slow}");
+    assert!(slow.ends_with("rdma.port.rate < 100 Gb/s for 1m"), "{slow}");
+    assert!(!text.contains("0000000"), "{text}");
+
+    let out = rocewatch(&[&args[..], &["--json"]].concat(), &[]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let raw: Vec<f64> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["rule"] == "link-speed-below-nominal")
+        .filter_map(|r| r["value"].as_f64())
+        .collect();
+    assert!(raw.contains(&40_000_000_000.0), "{raw:?}");
+}

@@ -20,6 +20,8 @@ pub const ATTR_HOST: &str = "host";
 pub const ATTR_TOR: &str = "tor";
 /// The rail of the flow (the peer's rail in the pinglist: both ends are on it).
 pub const ATTR_RAIL: &str = "rail";
+/// The local RDMA device (and port) the flow's rail is probed from, where known.
+pub const ATTR_DEVICE: &str = "device";
 /// `same_tor` or `cross_tor`.
 pub const ATTR_CLASS: &str = "class";
 /// The flow's index among the peer's flows.
@@ -170,6 +172,8 @@ pub struct FleetStats {
     host: String,
     /// This host's ToR per rail.
     tors: BTreeMap<u8, String>,
+    /// The local device each rail is probed from, where known.
+    devices: BTreeMap<u8, String>,
     /// By (rail, class, path, outcome).
     results: BTreeMap<(u8, Class, u16, Outcome), u64>,
     flows: FlowMap<(Peer, Recent)>,
@@ -184,6 +188,7 @@ impl FleetStats {
         FleetStats {
             host: host.to_string(),
             tors,
+            devices: BTreeMap::new(),
             results: BTreeMap::new(),
             flows: FlowMap::default(),
             bucket_s: (window_s / BUCKETS as u64).max(1),
@@ -194,6 +199,13 @@ impl FleetStats {
     /// This host's ToRs changed (a new map).
     pub fn set_tors(&mut self, tors: BTreeMap<u8, String>) {
         self.tors = tors;
+    }
+
+    /// The local device (`mlx5_3:1`) each rail is probed from: the series of a rail's
+    /// flows name it (`device`) from now on. One device a rail, so the label adds no
+    /// series; a rail without one has no `device` label.
+    pub fn set_devices(&mut self, devices: BTreeMap<u8, String>) {
+        self.devices = devices;
     }
 
     /// Count one probe of `peer` on `path` at `now_s`.
@@ -263,9 +275,14 @@ impl FleetStats {
         out
     }
 
-    fn attrs(&self, pairs: &[(&str, &str)]) -> Attributes {
+    /// This host's attributes, the rail's and its device's where known, and `pairs`.
+    fn attrs(&self, rail: u8, pairs: &[(&str, &str)]) -> Attributes {
         let mut m = rocewatch_plugin_api::AttrSet::new();
         m.insert(ATTR_HOST, &self.host);
+        m.insert(ATTR_RAIL, rail.to_string());
+        if let Some(d) = self.devices.get(&rail) {
+            m.insert(ATTR_DEVICE, d);
+        }
         for (k, v) in pairs {
             m.insert(k, v);
         }
@@ -278,10 +295,7 @@ impl FleetStats {
     /// nothing and multiply the histograms by the paths (8 rails x 2 classes x 4 paths
     /// x 19 series each would be 1,216 series a host).
     pub fn rtt_attrs(&self, peer: &Peer, _path: u16) -> Attributes {
-        self.attrs(&[
-            (ATTR_RAIL, &peer.rail.to_string()),
-            (ATTR_CLASS, peer.class.as_str()),
-        ])
+        self.attrs(peer.rail, &[(ATTR_CLASS, peer.class.as_str())])
     }
 
     /// The counters and the failing flows as samples at `now_s`.
@@ -291,12 +305,14 @@ impl FleetStats {
             out.push(sample(
                 names::PROBE_FLEET_RESULTS,
                 Value::U64(*n),
-                self.attrs(&[
-                    (ATTR_RAIL, &rail.to_string()),
-                    (ATTR_CLASS, class.as_str()),
-                    (ATTR_PATH, &path.to_string()),
-                    (ATTR_OUTCOME, outcome.as_str()),
-                ]),
+                self.attrs(
+                    *rail,
+                    &[
+                        (ATTR_CLASS, class.as_str()),
+                        (ATTR_PATH, &path.to_string()),
+                        (ATTR_OUTCOME, outcome.as_str()),
+                    ],
+                ),
             ));
         }
         for (peer, path, sent, lost) in self.failing(now_s) {
@@ -304,15 +320,17 @@ impl FleetStats {
             out.push(sample(
                 names::PROBE_FLEET_FAILING,
                 Value::F64(f64::from(lost) / f64::from(sent.max(1))),
-                self.attrs(&[
-                    (ATTR_TOR, tor),
-                    (ATTR_RAIL, &peer.rail.to_string()),
-                    (ATTR_CLASS, peer.class.as_str()),
-                    (ATTR_PEER, &peer.addr.to_string()),
-                    (ATTR_PEER_HOST, &peer.host),
-                    (ATTR_PEER_TOR, &peer.tor),
-                    (ATTR_PATH, &path.to_string()),
-                ]),
+                self.attrs(
+                    peer.rail,
+                    &[
+                        (ATTR_TOR, tor),
+                        (ATTR_CLASS, peer.class.as_str()),
+                        (ATTR_PEER, &peer.addr.to_string()),
+                        (ATTR_PEER_HOST, &peer.host),
+                        (ATTR_PEER_TOR, &peer.tor),
+                        (ATTR_PATH, &path.to_string()),
+                    ],
+                ),
             ));
         }
         out
@@ -484,6 +502,30 @@ mod tests {
         assert_eq!(rtt.get(ATTR_CLASS), Some("cross_tor"));
         assert_eq!(rtt.get(ATTR_PATH), None);
         assert_eq!(s.rtt_attrs(&p5, 0), rtt);
+        // Once the rails' devices are known, their series name them; a rail without one
+        // has no device label.
+        s.set_devices(BTreeMap::from([(5, "mlx5_5:1".to_string())]));
+        let out = s.samples(9);
+        let devices: Vec<(&str, &str, Option<&str>)> = out
+            .iter()
+            .map(|x| {
+                (
+                    &*x.name,
+                    &x.attributes[ATTR_RAIL],
+                    x.attributes.get(ATTR_DEVICE),
+                )
+            })
+            .collect();
+        assert_eq!(
+            devices,
+            [
+                (names::PROBE_FLEET_RESULTS, "0", None),
+                (names::PROBE_FLEET_RESULTS, "5", Some("mlx5_5:1")),
+                (names::PROBE_FLEET_FAILING, "5", Some("mlx5_5:1")),
+            ]
+        );
+        assert_eq!(s.rtt_attrs(&p5, 0).get(ATTR_DEVICE), Some("mlx5_5:1"));
+        assert_eq!(s.rtt_attrs(&p0, 0).get(ATTR_DEVICE), None);
     }
 
     #[test]

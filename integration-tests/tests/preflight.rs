@@ -581,3 +581,95 @@ fn idle_connections_do_not_keep_the_partner_off_the_control_port() {
     assert!(!log.contains("ended early"), "{log}");
     assert!(!log.contains("never came to test this host"), "{log}");
 }
+
+/// `--judge DIR` without a host list (outside Slurm, after the job): the hosts are those
+/// the result files name; with a list that disagrees, the hosts that differ are named.
+#[test]
+fn judge_reads_a_directory_and_takes_the_hosts_from_the_files() {
+    let names = ["gpu01", "gpu02", "gpu03", "gpu04"];
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    write_results(&results, &names, Some(("gpu03", 0)), None);
+    let o = rocewatch(
+        &["preflight", "--judge", results.to_str().unwrap()],
+        &[("SLURM_JOB_NODELIST", "")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("rocewatch preflight: 4 hosts"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("FAIL: bad NIC gpu03/mlx5_0:1 (rail 0)"),
+        "{}",
+        stdout(&o)
+    );
+    // A list that lacks two of the files' hosts: both named at once, with where the
+    // list came from.
+    let o = rocewatch(
+        &[
+            "preflight",
+            "--host-list",
+            "gpu01,gpu02",
+            "--judge",
+            results.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("the results name hosts that --host-list lacks: gpu03, gpu04"),
+        "{}",
+        stderr(&o)
+    );
+    // A list with a host no file names (another job's list?): named, whatever else is
+    // said of the results.
+    let hosts = hosts_file(dir.path(), &["gpu01", "gpu02", "gpu03", "gpu04", "gpu05"]);
+    let o = rocewatch(
+        &[
+            "preflight",
+            "--hosts",
+            &hosts,
+            "--judge",
+            results.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("names hosts that no result names: gpu05"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A test that failed one way whose reverse has no result is said as such, never as
+/// failing both ways.
+#[test]
+fn judge_says_which_direction_was_tested() {
+    let names = ["ha", "hb"];
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_results(dir.path(), &names, Some(("ha", 0)), None);
+    // hb's tests lost: its rails alone.
+    let hb = dir.path().join("hb.jsonl");
+    let rails = std::fs::read_to_string(&hb)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(&hb, format!("{rails}\n")).unwrap();
+    let mut args = vec!["preflight", "--judge"];
+    args.extend(files.iter().map(String::as_str));
+    let o = rocewatch(&args, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.contains("fails both ways"), "{out}");
+    assert!(
+        out.contains("ha/mlx5_0:1 → hb/mlx5_0:1 (rail 0) fails ("),
+        "{out}"
+    );
+    assert!(out.contains("the reverse, hb → ha, has no result"), "{out}");
+}

@@ -20,13 +20,19 @@ pub fn exit_code(v: &Verdict) -> i32 {
     }
 }
 
-/// Names from a host list or sysfs on one line of a terminal: control characters escaped.
-fn clean(s: &str) -> String {
-    if s.chars().any(char::is_control) {
-        s.escape_debug().to_string()
-    } else {
-        s.to_string()
-    }
+/// Names from a host list or sysfs, and messages naming them, on one line of a terminal:
+/// control characters escaped, nothing else (a table for humans is not shell text:
+/// `n2's` stays as written).
+pub fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn num(v: Option<f64>, prec: usize) -> String {
@@ -207,4 +213,33 @@ pub fn json(schedule: &Schedule, v: &Verdict) -> serde_json::Value {
         "tests": v.tests,
         "untested": v.untested,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean;
+    use proptest::prelude::*;
+
+    #[test]
+    fn only_control_characters_are_escaped() {
+        assert_eq!(
+            clean("cannot reach n2's preflight"),
+            "cannot reach n2's preflight"
+        );
+        assert_eq!(clean("a\"b\\c"), "a\"b\\c");
+        assert_eq!(clean("n2\n\u{1b}[2J's"), "n2\\n\\u{1b}[2J's");
+    }
+
+    proptest! {
+        /// Whatever a name holds, it stays on one line with no control character, and
+        /// text without one comes back as written.
+        #[test]
+        fn any_text_is_one_line_of_printable_text(s in "\\PC*|.*[\\x00-\\x1f\\x7f].*") {
+            let c = clean(&s);
+            prop_assert!(!c.chars().any(char::is_control));
+            if !s.chars().any(char::is_control) {
+                prop_assert_eq!(c, s);
+            }
+        }
+    }
 }

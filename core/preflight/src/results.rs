@@ -112,6 +112,50 @@ pub fn to_lines(rails: &HostRails, results: &[TestResult]) -> String {
     out
 }
 
+/// The lines of `text` that are not blank or `#` comments, each with its index (from 0),
+/// parsed.
+fn parsed_lines<'a>(
+    source_name: &'a str,
+    text: &'a str,
+) -> impl Iterator<Item = Result<(usize, Line), ResultsError>> + 'a {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .map(move |(i, l)| {
+            serde_json::from_str(l)
+                .map(|parsed| (i, parsed))
+                .map_err(|e| ResultsError::Line {
+                    source_name: source_name.to_string(),
+                    line: i + 1,
+                    why: e.to_string(),
+                })
+        })
+}
+
+/// The hosts the lines of `text` name (a rails line's host, a test's two ends), added to
+/// `into`: a sweep's host list when none is given, since every host's partners name it
+/// (a host only its own lost file would have named is missing: no test of its is
+/// judged). Errors name the line, as [`read_lines`]'s do.
+pub fn hosts_named(
+    source_name: &str,
+    text: &str,
+    into: &mut BTreeSet<String>,
+) -> Result<(), ResultsError> {
+    for got in parsed_lines(source_name, text) {
+        match got?.1 {
+            Line::Rails(r) => {
+                into.insert(r.host);
+            }
+            Line::Test(t) => {
+                into.insert(t.from.host);
+                into.insert(t.to.host);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The lines of `text` (named `source_name` in errors), added to `into`: only those of
 /// `schedule`'s hosts and tests.
 pub fn read_lines(
@@ -127,16 +171,8 @@ pub fn read_lines(
         .collect();
     // The host whose lines these are: the last rails line's.
     let mut host: Option<String> = None;
-    for (i, l) in text.lines().enumerate() {
-        let l = l.trim();
-        if l.is_empty() || l.starts_with('#') {
-            continue;
-        }
-        let parsed: Line = serde_json::from_str(l).map_err(|e| ResultsError::Line {
-            source_name: source_name.to_string(),
-            line: i + 1,
-            why: e.to_string(),
-        })?;
+    for got in parsed_lines(source_name, text) {
+        let (i, parsed) = got?;
         of_this_sweep(schedule, &parsed, source_name, i + 1)?;
         match parsed {
             Line::Rails(r) => {
@@ -433,7 +469,39 @@ mod tests {
         assert_eq!(got.results.len(), 2);
     }
 
+    /// The hosts of every rails line and both ends of every test, whatever the
+    /// schedule; a line that is no result is refused naming it.
+    #[test]
+    fn the_hosts_the_lines_name_are_gathered() {
+        let mut far = result(0, Some(100.0), None);
+        far.to.host = "gpu09".into();
+        let mut named = BTreeSet::new();
+        hosts_named("a", &to_lines(&rails("gpu01"), &[far]), &mut named).unwrap();
+        hosts_named(
+            "b",
+            &format!("# b\n{}", to_lines(&rails("gpu03"), &[])),
+            &mut named,
+        )
+        .unwrap();
+        assert_eq!(
+            named.into_iter().collect::<Vec<_>>(),
+            ["gpu01", "gpu03", "gpu09"]
+        );
+        let e = hosts_named("c", "\n{\"x\":1}", &mut BTreeSet::new()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("c line 2: not a preflight test result"),
+            "{e}"
+        );
+    }
+
     proptest! {
+        /// Whatever a line holds: hosts or an error, never a panic.
+        #[test]
+        fn any_text_names_hosts_or_is_refused_without_panic(text in "\\PC*(\n\\PC*){0,3}") {
+            let _ = hosts_named("x", &text, &mut BTreeSet::new());
+        }
+
         /// Whatever a line holds: an error or results, never a panic.
         #[test]
         fn any_text_is_read_or_refused_without_panic(text in "\\PC*(\n\\PC*){0,3}") {

@@ -498,7 +498,7 @@ fn unexplained(
                             why,
                         });
                     }
-                    _ => {
+                    Some(Judgement::Fail { .. }) => {
                         let key = (
                             r.rank,
                             r.from.host.clone().min(r.to.host.clone()),
@@ -512,6 +512,19 @@ fn unexplained(
                                 ),
                             });
                         }
+                    }
+                    // One direction tested: nothing is said of the other.
+                    other => {
+                        let reverse = match other {
+                            Some(Judgement::Unknown { why }) => format!("was not judged ({why})"),
+                            _ => "has no result".to_string(),
+                        };
+                        out.push(Finding::Inconclusive {
+                            why: format!(
+                                "{} → {} (rail {}) fails ({}); the reverse, {} → {}, {reverse}: which end is at fault cannot be told from one direction",
+                                r.from, r.to, r.rank, reasons.join("; "), r.to.host, r.from.host
+                            ),
+                        });
                     }
                 }
             }

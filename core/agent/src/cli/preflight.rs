@@ -6,7 +6,8 @@
 //! (this host's part of the schedule, on the NICs discovery finds, in `rocewatch env`'s
 //! order) and `--judge FILE...` (the verdict over the JSON lines every host wrote).
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -34,7 +35,7 @@ pub struct PreflightArgs {
     /// The job's hosts: a file with one host name per line (`#` comments, blank lines
     /// skipped), as `scontrol show hostnames "$SLURM_JOB_NODELIST"` prints them. Without
     /// --hosts or --host-list: Slurm's SLURM_JOB_NODELIST (`node[01-04,07]`), expanded as
-    /// scontrol does.
+    /// scontrol does; with --judge, the hosts the results name.
     #[arg(long, value_name = "FILE")]
     pub hosts: Option<PathBuf>,
     /// The job's hosts as a comma-separated list (already expanded: `node01,node02`).
@@ -101,9 +102,11 @@ pub struct PreflightArgs {
     #[arg(long, value_name = "GBPS")]
     pub line_rate: Option<f64>,
     /// Judge the results every host wrote (files of JSON lines: each host's rails, then
-    /// its tests) and exit 0 (every test passed), 1 (a NIC, host or direction named) or 2
-    /// (cannot tell, saying why).
-    #[arg(long, value_name = "FILE", num_args = 1..)]
+    /// its tests; a directory: its *.jsonl files, as --out DIR/ writes them) and exit 0
+    /// (every test passed), 1 (a NIC, host or direction named) or 2 (cannot tell, saying
+    /// why). The hosts are those the results name, unless --hosts or --host-list gives
+    /// them (then hosts that differ are named).
+    #[arg(long, value_name = "FILE|DIR", num_args = 1..)]
     pub judge: Vec<PathBuf>,
 }
 
@@ -156,44 +159,57 @@ fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn read_hosts(a: &PreflightArgs) -> Result<(String, Vec<String>)> {
+/// The host list given on the command line (`--hosts`, `--host-list`), with where it came
+/// from.
+fn listed_hosts(a: &PreflightArgs) -> Result<Option<(String, Vec<String>)>> {
     match (&a.hosts, &a.host_list) {
         (Some(path), _) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("--hosts {}", path.display()))?;
             let hosts =
                 parse_hosts_file(&text).map_err(|e| anyhow!("--hosts {}: {e}", path.display()))?;
-            Ok((path.display().to_string(), hosts))
+            Ok(Some((format!("--hosts {}", path.display()), hosts)))
         }
-        (None, Some(list)) => Ok((
+        (None, Some(list)) => Ok(Some((
             "--host-list".into(),
             parse_host_list(list).map_err(|e| anyhow!("--host-list: {e}"))?,
+        ))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The sweep's hosts: the list given, else Slurm's.
+fn read_hosts(a: &PreflightArgs) -> Result<(String, Vec<String>)> {
+    if let Some(listed) = listed_hosts(a)? {
+        return Ok(listed);
+    }
+    match std::env::var("SLURM_JOB_NODELIST") {
+        Ok(list) if !list.trim().is_empty() => Ok((
+            "SLURM_JOB_NODELIST".into(),
+            rocewatch_slurm::expand(list.trim())
+                .map_err(|e| anyhow!("SLURM_JOB_NODELIST={list:?}: {e}"))?,
         )),
-        (None, None) => match std::env::var("SLURM_JOB_NODELIST") {
-            Ok(list) if !list.trim().is_empty() => Ok((
-                "SLURM_JOB_NODELIST".into(),
-                rocewatch_slurm::expand(list.trim())
-                    .map_err(|e| anyhow!("SLURM_JOB_NODELIST={list:?}: {e}"))?,
-            )),
-            _ => bail!(
-                "give the job's hosts: --hosts FILE or --host-list HOST,... (or run inside a Slurm job, where SLURM_JOB_NODELIST names them)"
-            ),
-        },
+        _ => bail!(
+            "give the job's hosts: --hosts FILE or --host-list HOST,... (or run inside a Slurm job, where SLURM_JOB_NODELIST names them)"
+        ),
+    }
+}
+
+fn mode(a: &PreflightArgs) -> pf::Mode {
+    if a.all_pairs {
+        pf::Mode::AllPairs
+    } else {
+        pf::Mode::Default
     }
 }
 
 pub async fn run(a: PreflightArgs) -> Result<i32> {
-    let (from, hosts) = read_hosts(&a)?;
-    let mode = if a.all_pairs {
-        pf::Mode::AllPairs
-    } else {
-        pf::Mode::Default
-    };
-    let schedule = pf::Schedule::new(hosts, mode).map_err(|e| anyhow!("{from}: {e}"))?;
     let th = pf::Thresholds::new(a.min_bandwidth_share, a.max_latency_us)?;
     if !a.judge.is_empty() {
-        return judge(&schedule, &a.judge, &th, a.json, a.verbose);
+        return judge(&a, &th);
     }
+    let (from, hosts) = read_hosts(&a)?;
+    let schedule = pf::Schedule::new(hosts, mode(&a)).map_err(|e| anyhow!("{from}: {e}"))?;
     let cfg = a.source.load()?;
     let this = a
         .this_host
@@ -203,8 +219,13 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
     let cfg_for_sweep = cfg.clone();
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
+    let rail_map = match &inv {
+        Ok(inv) => Some(super::rails::map(&app.cfg, &this, inv)),
+        Err(_) => None,
+    };
     app.stop().await;
-    let rails = pf::rails::rails_of(&this, &inv?);
+    let inv = inv?;
+    let rails = pf::rails::rails_of(&this, &inv, &rail_map.expect("read with the inventory")?);
     if a.plan {
         print_plan(&schedule, &rails, a.json)?;
         return Ok(0);
@@ -239,14 +260,18 @@ fn print_plan(schedule: &pf::Schedule, rails: &pf::HostRails, json: bool) -> Res
     }
     println!(
         "{}: {} hosts, {} rounds; rails (rank: NIC): {}",
-        rails.host.escape_debug(),
+        pf::report::clean(&rails.host),
         schedule.hosts().len(),
         schedule.rounds(),
         rails
             .nics
             .iter()
             .enumerate()
-            .map(|(k, n)| format!("{k}: {}{}", n.name, if n.up { "" } else { " (not ACTIVE)" }))
+            .map(|(k, n)| format!(
+                "{k}: {}{}",
+                pf::report::clean(&n.name),
+                if n.up { "" } else { " (not ACTIVE)" }
+            ))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -265,7 +290,7 @@ fn print_plan(schedule: &pf::Schedule, rails: &pf::HostRails, json: bool) -> Res
             let ranks: Vec<String> = s.rails.iter().map(|(k, _)| k.to_string()).collect();
             println!(
                 "round {round} {phase}: {role} {} on rails {}",
-                s.peer.escape_debug(),
+                pf::report::clean(&s.peer),
                 ranks.join(",")
             );
         }
@@ -273,31 +298,98 @@ fn print_plan(schedule: &pf::Schedule, rails: &pf::HostRails, json: bool) -> Res
     Ok(())
 }
 
-fn judge(
-    schedule: &pf::Schedule,
-    files: &[PathBuf],
-    th: &pf::Thresholds,
-    json: bool,
-    verbose: bool,
-) -> Result<i32> {
-    let mut got = pf::results::Gathered::default();
-    for f in files {
-        let text = read_results(f)?;
-        // Lines of hosts or pairs outside this job's sweep are refused, naming them.
-        pf::results::read_lines(schedule, &f.display().to_string(), &text, &mut got)?;
+/// `--judge`: the verdict over the lines every host wrote, judged against the host list
+/// given, else the hosts the lines name.
+fn judge(a: &PreflightArgs, th: &pf::Thresholds) -> Result<i32> {
+    let files = read_results(&a.judge)?;
+    let mut named = BTreeSet::new();
+    for (name, text) in &files {
+        pf::results::hosts_named(name, text, &mut named)?;
     }
-    let plan = pf::plan(schedule, &got.rails);
+    let (from, hosts, strangers) = match listed_hosts(a)? {
+        Some((from, hosts)) => {
+            let strangers = compare_hosts(&from, &hosts, &named);
+            (from, hosts, strangers)
+        }
+        None => {
+            let from = "the hosts the results name".to_string();
+            (from, named.into_iter().collect(), None)
+        }
+    };
+    let schedule = pf::Schedule::new(hosts, mode(a)).map_err(|e| anyhow!("{from}: {e}"))?;
+    let mut got = pf::results::Gathered::default();
+    for (name, text) in &files {
+        // Lines of pairs outside this sweep's schedule are refused, naming them.
+        let read = pf::results::read_lines(&schedule, name, text, &mut got);
+        if let Some(strangers) = &strangers {
+            read.context(strangers.clone())?;
+        } else {
+            read?;
+        }
+    }
+    let plan = pf::plan(&schedule, &got.rails);
     let v = pf::judge(&plan, &got.rails, &got.results, th);
-    if json {
-        print_json(&pf::json(schedule, &v))?;
+    if a.json {
+        print_json(&pf::json(&schedule, &v))?;
     } else {
-        print!("{}", pf::text(schedule, &v, verbose));
+        print!("{}", pf::text(&schedule, &v, a.verbose));
     }
     Ok(pf::exit_code(&v))
 }
 
-fn read_results(f: &Path) -> Result<String> {
-    std::fs::read_to_string(f).with_context(|| format!("--judge {}", f.display()))
+/// The host list given against the hosts the results name: hosts only the list names are
+/// said (judged as having sent nothing); hosts only the results name, returned as a
+/// sentence naming them all, are refused with the first line naming one (results of
+/// another job: judged with this one's, they would blame its hosts).
+fn compare_hosts(from: &str, listed: &[String], named: &BTreeSet<String>) -> Option<String> {
+    let listed: BTreeSet<&String> = listed.iter().collect();
+    let only = |of: &mut dyn Iterator<Item = &String>, not_in: &dyn Fn(&String) -> bool| {
+        of.filter(|h| not_in(h))
+            .map(|h| pf::report::clean(h))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let silent = only(&mut listed.iter().copied(), &|h| !named.contains(h));
+    if !silent.is_empty() {
+        eprintln!(
+            "rocewatch preflight: {from} names hosts that no result names: {silent} (judged as having sent nothing; is it the sweep's list?)"
+        );
+    }
+    let strangers = only(&mut named.iter(), &|h| !listed.contains(h));
+    (!strangers.is_empty())
+        .then(|| format!("the results name hosts that {from} lacks: {strangers}"))
+}
+
+/// The files `--judge` names, each with its name: a directory gives its `*.jsonl` files
+/// (as `--out DIR/` writes them), in name order.
+fn read_results(paths: &[PathBuf]) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("--judge {}", p.display()))?;
+            out.push((p.display().to_string(), text));
+            continue;
+        }
+        let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+            .with_context(|| format!("--judge {}", p.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|f| f.extension().is_some_and(|x| x == "jsonl") && f.is_file())
+            .collect();
+        if found.is_empty() {
+            bail!(
+                "--judge {}: a directory without a .jsonl file (each host's --out DIR/ writes HOST.jsonl)",
+                p.display()
+            );
+        }
+        found.sort();
+        for f in found {
+            let text =
+                std::fs::read_to_string(&f).with_context(|| format!("--judge {}", f.display()))?;
+            out.push((f.display().to_string(), text));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -168,12 +168,12 @@ fn local_table(results: &[pf::TestResult], th: &pf::Thresholds) -> (String, i32)
             " {:<5} {:<5} {:<28} {:<28} {:>10} {:>7} {:>10}  {}",
             t.round,
             t.rank,
-            t.from.to_string().escape_debug().to_string(),
-            t.to.to_string().escape_debug().to_string(),
+            pf::report::clean(&t.from.to_string()),
+            pf::report::clean(&t.to.to_string()),
             num(t.bandwidth_gbps, 2),
             num(share.map(|s| s * 100.0), 0),
             num(t.latency_us, 1),
-            verdict.escape_debug()
+            pf::report::clean(&verdict)
         );
     }
     if results.is_empty() {

@@ -216,14 +216,14 @@ fn series<'t>(text: &'t str, name: &str) -> Vec<(&'t str, f64)> {
 /// probe plugin without RDMA (fake-probe answers an address by its last byte): each peer
 /// on 4 flows with their own labels, the results by class, path and outcome, the failing
 /// flows only (one black-holed path of one peer among them), this host's NIC info series,
-/// nothing per healthy pair; the rail the probe device does not serve is counted, not
-/// probed; when the host turns overloaded its timeouts are its own.
+/// nothing per healthy pair; each rail probed from its own device (issue 50); when the
+/// host turns overloaded its timeouts are its own.
 #[test]
 fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series() {
     let dir = tempfile::tempdir().unwrap();
     let topo = dir.path().join("fleet.csv");
-    // a's NICs are the fixture's mlx5_0 (10.0.0.1) and mlx5_1 (10.0.1.1); the probe
-    // plugin serves the first device, so rail 1 is counted, not probed.
+    // a's NICs are the fixture's mlx5_0 (10.0.0.1) and mlx5_1 (10.0.1.1): rail 0 is
+    // probed from mlx5_0, rail 1 (b alone) from mlx5_1.
     std::fs::write(
         &topo,
         "host,rail,addr,tor,tor_port\na,0,10.0.0.1,t1,Ethernet1\na,1,10.0.1.1,t1b,Ethernet1\nb,0,10.0.0.2,t1,Ethernet2\nb,1,10.0.1.2,t1b,Ethernet2\nc,0,10.0.2.150,t2,\nd,0,10.0.3.210,t3,\ne,0,10.0.4.252,t4,\n",
@@ -336,17 +336,22 @@ fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series(
         "a series per peer\n{ctx}"
     );
     assert!(
-        text.contains(r#"rdma_probe_peers{rdma_probe_state="probed"} 4"#),
+        text.contains(r#"rdma_probe_peers{rdma_probe_state="probed"} 5"#),
         "{ctx}"
     );
     assert!(
-        text.contains(r#"rdma_probe_peers{rdma_probe_state="other_rail"} 1"#),
+        text.contains(r#"rdma_probe_peers{rdma_probe_state="other_rail"} 0"#),
         "{ctx}"
     );
     assert!(
-        log.contains("rails [1] of a are not on the probe device"),
+        log.contains("5 peers on rails [0 from mlx5_0:1, 1 from mlx5_1:1]"),
         "{log}"
     );
+    let rail1 = results
+        .iter()
+        .filter(|(l, _)| l.contains(r#"rail="1""#) && l.contains(r#"outcome="ok""#))
+        .count();
+    assert_eq!(rail1, 4, "b answers on rail 1's four paths\n{ctx}");
     assert!(
         text.contains("# TYPE rdma_probe_fleet_rtt_seconds histogram"),
         "{ctx}"

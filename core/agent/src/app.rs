@@ -22,6 +22,7 @@ use rocewatch_qos::apply::Applier;
 use rocewatch_remediation::{Dispatcher, Targets};
 use rocewatch_runtime::app::AppSpec;
 use rocewatch_runtime::host::call::CallError;
+use rocewatch_runtime::host::registry::{Entry, Origin};
 use rocewatch_runtime::pipeline::scheduler::{self, Schedule};
 use rocewatch_web::server::WebListener;
 use tokio::net::TcpListener;
@@ -295,7 +296,10 @@ pub const PROMETHEUS_WEB: &str = "exporters.prometheus.web_config_file";
 /// The key of the Alertmanager receiver's web configuration.
 pub const ALERTMANAGER_WEB: &str = "alertmanager.web_config_file";
 
-/// `[probes]`: the probe plugin added to the external plugins.
+/// `[probes]`: the probe plugin added to the external plugins: one instance, or with
+/// `[fleet]` and no `probes.device` one instance per RoCE port of the host (each rail
+/// probed from its own port; the first instance runs the responder, which answers on
+/// every port).
 fn add_probe_plugin(cfg: &mut Config) -> Result<(), StartError> {
     let Some(p) = &cfg.probes else {
         return Ok(());
@@ -304,20 +308,35 @@ fn add_probe_plugin(cfg: &mut Config) -> Result<(), StartError> {
         Some(path) => path.clone(),
         None => rocewatch_probes::plugin_path()?,
     };
-    let mut plugin = rocewatch_probes::plugin_config(
-        path,
-        p.timeout,
-        &p.device,
-        p.tcp_port,
-        p.serve,
-        false,
-        p.reconnect_backoff,
-    );
-    plugin.options["serve_bandwidth"] = p.serve_bandwidth.into();
-    if p.serve && p.serve_cm {
-        plugin.options["serve_cm_port"] = p.cm_port.into();
+    let rails = match (&cfg.fleet, &p.device) {
+        (Some(_), None) => rocewatch_probes::rail_ports(&cfg.agent.sysfs_root),
+        _ => Vec::new(),
+    };
+    let ports: Vec<Option<&str>> = if rails.is_empty() {
+        vec![None]
+    } else {
+        rails.iter().map(|r| Some(r.as_str())).collect()
+    };
+    for (i, port) in ports.into_iter().enumerate() {
+        let serve = p.serve && i == 0;
+        let mut plugin = rocewatch_probes::plugin_config(
+            path.clone(),
+            p.timeout,
+            &p.device,
+            p.tcp_port,
+            serve,
+            false,
+            p.reconnect_backoff,
+        );
+        if let Some(port) = port {
+            rocewatch_probes::set_port(&mut plugin.options, port);
+        }
+        plugin.options["serve_bandwidth"] = (serve && p.serve_bandwidth).into();
+        if serve && p.serve_cm {
+            plugin.options["serve_cm_port"] = p.cm_port.into();
+        }
+        cfg.plugins.external.push(plugin);
     }
-    cfg.plugins.external.push(plugin);
     Ok(())
 }
 
@@ -416,20 +435,47 @@ fn watch_qos(app: &App, stop: &watch::Receiver<bool>) -> JoinHandle<()> {
     ))
 }
 
+/// The probe plugin's instances [`add_probe_plugin`] added, in order, each with the port
+/// it probes from (`None`: the plugin's default).
+fn probe_instances(app: &App) -> Vec<(Option<String>, Entry)> {
+    let Some(path) = app.cfg.probes.as_ref().and_then(|p| {
+        p.plugin
+            .clone()
+            .or_else(|| rocewatch_probes::plugin_path().ok())
+    }) else {
+        return Vec::new();
+    };
+    app.registry
+        .of_kind(PluginKind::Probe)
+        .filter(|e| matches!(&e.origin, Origin::File(f) if *f == path))
+        .map(|e| {
+            (
+                rocewatch_probes::instance_port(&e.settings.options),
+                e.clone(),
+            )
+        })
+        .collect()
+}
+
 /// `[fleet]` and `[probes]`: the fleet's map (and this host's NIC info series), and the
 /// peers probed through the probe plugin: the peer list, or with `[fleet]` this host's
-/// pinglist.
+/// pinglist, each rail from its own port.
 fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     let probes = app.cfg.probes.clone();
+    let instances = probe_instances(app);
     let views = app.cfg.fleet.clone().map(|f| {
         let (tx, rx) = watch::channel(None);
         let host = f.host.clone().unwrap_or_else(|| fleet_host_name(&app.cfg));
-        let device = probes.as_ref().and_then(|p| p.device.clone());
+        let specs = if instances.is_empty() {
+            vec![probes.as_ref().and_then(|p| p.device.clone())]
+        } else {
+            instances.iter().map(|(port, _)| port.clone()).collect()
+        };
         tasks.push(tokio::spawn(rocewatch_probes::fleet::map::run(
             f.clone(),
             host,
-            device,
+            specs,
             Arc::clone(&app.discovery),
             Arc::clone(&app.pipeline),
             tx,
@@ -440,15 +486,15 @@ fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> 
     let Some(p) = probes else {
         return tasks;
     };
-    let Some(entry) = app.probe_plugin() else {
+    let Some(entry) = instances.first().map(|(_, e)| e.clone()) else {
         tracing::error!("probes: the probe-verbs plugin is not loaded; no probes will run");
         return tasks;
     };
-    tracing::info!(interval = ?p.interval, fleet = views.is_some(), "probing peers over RDMA verbs");
+    tracing::info!(interval = ?p.interval, fleet = views.is_some(), instances = instances.len(), "probing peers over RDMA verbs");
     let pipeline = Arc::clone(&app.pipeline);
     tasks.push(match views {
         Some((f, rx)) => tokio::spawn(rocewatch_probes::run_fleet(
-            entry,
+            instances.into_iter().map(|(_, e)| e).collect(),
             pipeline,
             p,
             f,

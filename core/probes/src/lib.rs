@@ -34,6 +34,6 @@ pub use fleet::{
     count_round, round_samples, run_fleet, targets as fleet_targets, FlowSet, RttAttrs,
 };
 pub use peers::{parse_peers_file, PeerSource};
-pub use plugin::{plugin_config, plugin_path, PluginNotFound};
+pub use plugin::{instance_port, plugin_config, plugin_path, rail_ports, set_port, PluginNotFound};
 pub use rounds::{probe_batch, probe_once, run};
 pub use stats::declare;

@@ -2,7 +2,7 @@
 //! settings as an external plugin (one builder for `rocewatch probe`, doctor and the
 //! agent's `[probes]`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rocewatch_runtime::host::settings::ExternalPluginConfig;
@@ -55,6 +55,49 @@ pub fn plugin_path() -> Result<PathBuf, PluginNotFound> {
     })
 }
 
+/// The RoCE ports of the host at `sysfs_root` with an IPv4 address on a RoCE v2 GID, in
+/// rail order (`rocewatch env`'s), as `device:port`: with `[fleet]` the agent starts a
+/// probe plugin instance on each (empty when the tree cannot be read).
+pub fn rail_ports(sysfs_root: &Path) -> Vec<String> {
+    let root = rocewatch_sysfs::SysRoot::new(sysfs_root);
+    let filter = rocewatch_sysfs::inventory::DeviceFilter::new(&Default::default())
+        .expect("no globs to refuse");
+    let Ok((inv, _)) = rocewatch_sysfs::inventory::read_inventory(&root, &filter) else {
+        return Vec::new();
+    };
+    rocewatch_sysfs::rails::ports(&inv, &[], None)
+        .into_iter()
+        .filter(|p| p.roce() && p.ipv4.is_some())
+        .map(|p| p.name())
+        .collect()
+}
+
+/// The port a probe plugin instance probes from, from its options: `device:port`,
+/// `device` (no port given: the plugin's own default), or `None` (no device: the first).
+pub fn instance_port(options: &serde_json::Value) -> Option<String> {
+    let device = options.get("device")?.as_str()?;
+    Some(
+        match options.get("port").and_then(serde_json::Value::as_u64) {
+            Some(port) => format!("{device}:{port}"),
+            None => device.to_string(),
+        },
+    )
+}
+
+/// A port name (`mlx5_3:1`) as the plugin's `device` and `port` options.
+pub fn set_port(options: &mut serde_json::Value, port: &str) {
+    match port
+        .rsplit_once(':')
+        .and_then(|(d, p)| Some((d, p.parse::<u8>().ok()?)))
+    {
+        Some((device, n)) => {
+            options["device"] = device.into();
+            options["port"] = n.into();
+        }
+        None => options["device"] = port.into(),
+    }
+}
+
 /// The probe-verbs plugin as an external plugin: its call timeout leaves five seconds
 /// beyond the probe's own.
 pub fn plugin_config(
@@ -76,5 +119,34 @@ pub fn plugin_config(
             "reconnect_backoff": humantime::format_duration(reconnect_backoff).to_string(),
         }),
         allow_insecure_path: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_port_round_trips_through_its_options() {
+        let mut o = serde_json::json!({"device": null});
+        assert_eq!(instance_port(&o), None);
+        set_port(&mut o, "mlx5_3:1");
+        assert_eq!(
+            (o["device"].as_str(), o["port"].as_u64()),
+            (Some("mlx5_3"), Some(1))
+        );
+        assert_eq!(instance_port(&o).as_deref(), Some("mlx5_3:1"));
+        let mut d = serde_json::json!({});
+        set_port(&mut d, "rxe0");
+        assert_eq!(instance_port(&d).as_deref(), Some("rxe0"));
+    }
+
+    /// The fixture's two mlx5 devices each carry one RoCE v2 IPv4 address: two rails.
+    #[test]
+    fn the_rail_ports_of_a_tree_in_rail_order() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys");
+        assert_eq!(rail_ports(&root), ["mlx5_0:1", "mlx5_1:1"]);
+        assert!(rail_ports(Path::new("/nonexistent")).is_empty());
     }
 }

@@ -12,6 +12,10 @@
 //! `probe_many` has a round's probes in flight together, as the verbs plugin does: the
 //! round waits for its longest probe once, so dead peers cost it one timeout, not one
 //! each.
+//!
+//! With `ROCEWATCH_FAKE_PROBE_RECORD=FILE` in its environment, each instance appends a
+//! line per target of each round, `DEVICE:PORT PEER PATH UNIX_MILLIS`, the device and
+//! port of its own options (`-` when not given): what a test of several instances checks.
 
 use std::time::Duration;
 
@@ -19,11 +23,50 @@ use rocewatch_plugin_api::*;
 use rocewatch_plugin_sdk::{export_plugin, ExportPlugin};
 
 #[derive(Default)]
-pub struct FakeProbe;
+pub struct FakeProbe {
+    /// The device and port of its options, as `DEVICE:PORT`.
+    port: String,
+}
 
 impl Plugin for FakeProbe {
     fn name(&self) -> &str {
         Self::NAME
+    }
+
+    fn start(&mut self, ctx: &PluginContext) -> Result<(), PluginError> {
+        let o = &ctx.options;
+        let device = o.get("device").and_then(|d| d.as_str()).unwrap_or("-");
+        let port = o
+            .get("port")
+            .and_then(|p| p.as_u64())
+            .map_or_else(|| "-".to_string(), |p| p.to_string());
+        self.port = format!("{device}:{port}");
+        Ok(())
+    }
+}
+
+impl FakeProbe {
+    /// Each target on a line of the record file, when one is asked for.
+    fn record(&self, targets: &[ProbeTarget]) {
+        use std::io::Write;
+        let Some(file) = std::env::var_os("ROCEWATCH_FAKE_PROBE_RECORD") else {
+            return;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let text: String = targets
+            .iter()
+            .map(|t| format!("{} {} {} {now}\n", self.port, t.peer, t.path))
+            .collect();
+        // One write of the round's lines: instances append at once.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(file)
+        {
+            let _ = f.write_all(text.as_bytes());
+        }
     }
 }
 
@@ -87,12 +130,14 @@ fn result(t: &ProbeTarget, outcome: ProbeOutcome, first: bool) -> ProbeResult {
 
 impl ProbePlugin for FakeProbe {
     fn probe(&mut self, t: &ProbeTarget) -> Result<ProbeResult, PluginError> {
+        self.record(std::slice::from_ref(t));
         let (o, took) = answer(t);
         std::thread::sleep(took);
         Ok(result(t, o, true))
     }
 
     fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
+        self.record(targets);
         let answers: Vec<_> = targets.iter().map(answer).collect();
         let longest = answers.iter().map(|a| a.1).max().unwrap_or_default();
         std::thread::sleep(longest);
@@ -111,7 +156,7 @@ impl ExportPlugin for FakeProbe {
     const KINDS: &'static [PluginKind] = &[PluginKind::Probe];
 
     fn create() -> Self {
-        FakeProbe
+        FakeProbe::default()
     }
 
     fn as_probe(&mut self) -> Option<&mut dyn ProbePlugin> {

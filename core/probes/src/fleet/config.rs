@@ -3,7 +3,8 @@
 //! peer, their rotation, the failing flows kept, what counts as an overloaded host).
 //!
 //! [`FleetView`] is what the prober gets from the map: this host's ToR per rail and its
-//! pinglist, on the rails the probe device serves.
+//! pinglist, on the rails whose address is on one of the ports the probe plugin's
+//! instances probe from, each rail with its port.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -257,6 +258,14 @@ impl FleetConfig {
     }
 }
 
+/// The local RDMA port a rail is probed from: the probe plugin instance (its index among
+/// the prober's instances) and the port's name (`mlx5_3:1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probing {
+    pub instance: usize,
+    pub port: String,
+}
+
 /// What the prober gets from the fleet's map.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FleetView {
@@ -265,35 +274,75 @@ pub struct FleetView {
     pub tors: BTreeMap<u8, String>,
     /// Its pinglist on those rails.
     pub peers: Vec<Peer>,
-    /// Rails of this host in the map that the probe device does not serve (not probed).
+    /// The port each of those rails is probed from (empty in the fleet simulator, which
+    /// has no ports).
+    pub ports: BTreeMap<u8, Probing>,
+    /// Rails of this host in the map whose address is on no port probed from (not
+    /// probed).
     pub other_rails: Vec<u8>,
     /// The peers of those rails.
     pub other_rail_peers: usize,
 }
 
 /// This host's view of `topo`: its pinglist, on the rails whose address is one of
-/// `local` (the probe device's addresses; empty: every rail).
+/// `local` (the probed ports' addresses, each with the port it is on; empty: every rail,
+/// with no port).
 pub fn view_of(
     topo: &Topology,
     host: &str,
     opts: Options,
-    local: &BTreeSet<IpAddr>,
+    local: &BTreeMap<IpAddr, Probing>,
 ) -> Result<FleetView, String> {
     let list = Plan::new(topo, opts).of(host).map_err(|e| e.to_string())?;
-    Ok(view_of_list(topo, list, local))
+    Ok(view_on_ports(topo, list, local))
 }
 
-/// This host's view from its pinglist (`list.host`'s, drawn from `topo`).
+/// This host's view from its pinglist (`list.host`'s, drawn from `topo`), on the rails
+/// whose address is one of `local` (empty: every rail), with no port (the simulator's).
 pub fn view_of_list(topo: &Topology, list: Pinglist, local: &BTreeSet<IpAddr>) -> FleetView {
+    let mut v = view_on_ports(topo, list, &BTreeMap::new());
+    if !local.is_empty() {
+        let keep: BTreeSet<u8> = topo
+            .nics_of(&v.host)
+            .filter(|n| local.contains(&n.addr))
+            .map(|n| n.rail)
+            .collect();
+        let (peers, others): (Vec<Peer>, Vec<Peer>) =
+            v.peers.into_iter().partition(|p| keep.contains(&p.rail));
+        v.other_rails = v
+            .tors
+            .keys()
+            .filter(|r| !keep.contains(r))
+            .copied()
+            .collect();
+        v.tors.retain(|r, _| keep.contains(r));
+        v.peers = peers;
+        v.other_rail_peers = others.len();
+    }
+    v
+}
+
+/// This host's view from its pinglist, each rail probed from the port its address is on
+/// (`local`; empty: every rail, with no port).
+pub fn view_on_ports(
+    topo: &Topology,
+    list: Pinglist,
+    local: &BTreeMap<IpAddr, Probing>,
+) -> FleetView {
     let host = list.host.as_str();
-    let served = |n: &Nic| local.is_empty() || local.contains(&n.addr);
     let mut tors = BTreeMap::new();
+    let mut ports = BTreeMap::new();
     let mut other_rails = Vec::new();
     for n in topo.nics_of(host) {
-        if served(n) {
-            tors.insert(n.rail, n.tor.clone());
-        } else {
-            other_rails.push(n.rail);
+        match local.get(&n.addr) {
+            Some(p) => {
+                ports.insert(n.rail, p.clone());
+                tors.insert(n.rail, n.tor.clone());
+            }
+            None if local.is_empty() => {
+                tors.insert(n.rail, n.tor.clone());
+            }
+            None => other_rails.push(n.rail),
         }
     }
     let host = host.to_string();
@@ -305,6 +354,7 @@ pub fn view_of_list(topo: &Topology, list: Pinglist, local: &BTreeSet<IpAddr>) -
         host,
         tors,
         peers,
+        ports,
         other_rails,
         other_rail_peers: others.len(),
     }
@@ -401,20 +451,41 @@ mod tests {
     }
 
     #[test]
-    fn the_view_keeps_the_rails_the_probe_device_serves() {
+    fn the_view_keeps_the_rails_on_the_probed_ports_each_with_its_port() {
         let topo = Topology::parse(
             "t.csv",
-            "host,rail,addr,tor\na,0,10.0.0.1,t1\na,1,10.1.0.1,t1b\nb,0,10.0.0.2,t1\nb,1,10.1.0.2,t1b\nc,0,10.0.0.3,t2\nc,1,10.1.0.3,t2b\n",
+            "host,rail,addr,tor\na,0,10.0.0.1,t1\na,1,10.1.0.1,t1b\na,2,10.2.0.1,t1c\nb,0,10.0.0.2,t1\nb,1,10.1.0.2,t1b\nb,2,10.2.0.2,t1c\nc,0,10.0.0.3,t2\nc,1,10.1.0.3,t2b\n",
         )
         .unwrap();
-        let all = view_of(&topo, "a", Options::default(), &BTreeSet::new()).unwrap();
-        assert_eq!(all.peers.len(), 4);
-        assert_eq!(all.tors.len(), 2);
-        let local = BTreeSet::from(["10.1.0.1".parse().unwrap()]);
+        let all = view_of(&topo, "a", Options::default(), &BTreeMap::new()).unwrap();
+        assert_eq!((all.peers.len(), all.tors.len()), (5, 3));
+        assert!(all.ports.is_empty());
+        let port = |instance: usize, port: &str| Probing {
+            instance,
+            port: port.into(),
+        };
+        // Rails 1 and 2 are on two ports (two plugin instances); rail 0 on none.
+        let local = BTreeMap::from([
+            ("10.1.0.1".parse().unwrap(), port(0, "mlx5_1:1")),
+            ("10.2.0.1".parse().unwrap(), port(1, "mlx5_2:1")),
+        ]);
         let v = view_of(&topo, "a", Options::default(), &local).unwrap();
-        assert_eq!(v.tors, BTreeMap::from([(1, "t1b".to_string())]));
-        assert!(v.peers.iter().all(|p| p.rail == 1), "{v:?}");
+        assert_eq!(
+            v.tors,
+            BTreeMap::from([(1, "t1b".to_string()), (2, "t1c".to_string())])
+        );
+        assert_eq!(
+            v.ports,
+            BTreeMap::from([(1, port(0, "mlx5_1:1")), (2, port(1, "mlx5_2:1"))])
+        );
+        assert!(v.peers.iter().all(|p| p.rail != 0), "{v:?}");
+        assert_eq!(v.peers.len(), 3, "{v:?}");
         assert_eq!((v.other_rails.clone(), v.other_rail_peers), (vec![0], 2));
+        // The simulator's form: the rails of the addresses, no port.
+        let list = Plan::new(&topo, Options::default()).of("a").unwrap();
+        let s = view_of_list(&topo, list, &BTreeSet::from(["10.1.0.1".parse().unwrap()]));
+        assert_eq!((s.tors.len(), s.peers.len(), s.other_rail_peers), (1, 2, 3));
+        assert_eq!(s.other_rails, vec![0, 2]);
         let e = view_of(&topo, "zz", Options::default(), &local).unwrap_err();
         assert!(e.contains("zz"), "{e}");
     }

@@ -7,7 +7,7 @@
 //! [`FleetView`] when the pinglist changed. A map that cannot be read keeps the last one
 //! in use; the failure is logged when it starts and when it changes, not every refresh.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use super::config::{fetch_prometheus, view_of, FleetConfig, FleetSource, FleetView};
+use super::config::{fetch_prometheus, view_of, FleetConfig, FleetSource, FleetView, Probing};
 use rocewatch_fleet::lldp::{LeftOut, LocalPort, Neighbour};
 use rocewatch_fleet::{Nic, Topology};
 use rocewatch_metrics::names;
@@ -41,18 +41,29 @@ pub fn local_ports(inv: &Inventory) -> Vec<LocalPort> {
         .collect()
 }
 
-/// The addresses of `device` (the first device when none is named: the probe plugin's
-/// default), which tell the rails the probe plugin serves.
-pub fn device_addrs(inv: &Inventory, device: Option<&str>) -> BTreeSet<IpAddr> {
+/// The addresses of the ports each probe plugin instance probes from, with the port
+/// they are on: `specs[i]` is instance `i`'s port (`mlx5_3:1`), device (`mlx5_3`: its
+/// ports) or `None` (the plugin's default: the first device). An address two instances
+/// could probe from is the first one's.
+pub fn probe_addrs(inv: &Inventory, specs: &[Option<String>]) -> BTreeMap<IpAddr, Probing> {
     let ports = rocewatch_sysfs::rails::ports(inv, &[], None);
-    let dev = device
-        .map(str::to_string)
-        .or_else(|| ports.first().map(|p| p.device.clone()));
-    ports
-        .iter()
-        .filter(|p| Some(&p.device) == dev.as_ref())
-        .filter_map(|p| p.ipv4.map(IpAddr::V4))
-        .collect()
+    let first = ports.first().map(|p| p.device.clone());
+    let mut out = BTreeMap::new();
+    for (instance, spec) in specs.iter().enumerate() {
+        let matches = |p: &rocewatch_sysfs::rails::PortEnv| match spec {
+            Some(s) => *s == p.name() || *s == p.device,
+            None => Some(&p.device) == first.as_ref(),
+        };
+        for p in ports.iter().filter(|p| matches(p)) {
+            if let Some(ip) = p.ipv4 {
+                out.entry(IpAddr::V4(ip)).or_insert_with(|| Probing {
+                    instance,
+                    port: p.name(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// `lldpcli -f json0 show neighbors details`, run within [`LLDPCLI_TIMEOUT`].
@@ -132,8 +143,8 @@ const LLDP_GRACE: u32 = 3;
 #[derive(Default)]
 struct Kept {
     inv: Option<Inventory>,
-    /// The probe device's addresses (the rails probed).
-    local: BTreeSet<IpAddr>,
+    /// The probed ports' addresses (the rails probed), each with its port.
+    local: BTreeMap<IpAddr, Probing>,
     /// This host's rows, with the refreshes LLDP has missed each.
     own: Vec<(Nic, u32)>,
     map: Option<Topology>,
@@ -233,11 +244,12 @@ fn note_key(n: &str) -> String {
 
 /// Refresh the map every `cfg.refresh` (spread over the fleet: each host waits between
 /// 0.9 and 1.1 of it, by its name) until `stop`: export this host's rows, and send the
-/// prober its view when it changed. `device` is the probe plugin's device.
+/// prober its view when it changed. `specs` are the ports the probe plugin's instances
+/// probe from ([`probe_addrs`]).
 pub async fn run(
     cfg: FleetConfig,
     host: String,
-    device: Option<String>,
+    specs: Vec<Option<String>>,
     discovery: Arc<Discovery>,
     pipeline: Arc<Pipeline>,
     views: watch::Sender<Option<Arc<FleetView>>>,
@@ -253,11 +265,15 @@ pub async fn run(
         let mut k = kept.take().expect("put back after each refresh");
         match discovery.discover().await {
             Ok(inv) => {
-                let local = device_addrs(&inv, device.as_deref());
+                let local = probe_addrs(&inv, &specs);
                 if local.is_empty() {
+                    let named: Vec<&str> = specs
+                        .iter()
+                        .map(|s| s.as_deref().unwrap_or("the first device"))
+                        .collect();
                     notes.push(format!(
-                        "the probe device ({}) has no IPv4 address with a RoCE v2 GID: the rails it serves are unknown",
-                        device.as_deref().unwrap_or("the first")
+                        "the ports probed from ({}) have no IPv4 address with a RoCE v2 GID: the rails they serve are unknown",
+                        named.join(", ")
                     ));
                 } else {
                     k.local = local;
@@ -283,8 +299,8 @@ pub async fn run(
             _ = stop.changed() => return,
         };
         notes.extend(more);
-        // No view until the probe device's rails are known: probing other rails'
-        // peers through it would count as loss.
+        // No view until the probed ports' rails are known: probing a rail's peers from
+        // another port would count as loss.
         let view = match (&k.map, k.local.is_empty()) {
             (Some(map), false) => match view_of(map, &host, cfg.options(), &k.local) {
                 Ok(v) => Some((v, map.nics().len())),
@@ -316,10 +332,18 @@ pub async fn run(
             views.send_if_modified(|v| {
                 let changed = v.as_deref() != Some(&view);
                 if changed {
+                    let rails: Vec<String> = view
+                        .tors
+                        .keys()
+                        .map(|r| match view.ports.get(r) {
+                            Some(p) => format!("{r} from {}", p.port),
+                            None => r.to_string(),
+                        })
+                        .collect();
                     tracing::info!(
-                        "fleet: {host}: {} peers on rails {:?} ({nics} NICs in the map)",
+                        "fleet: {host}: {} peers on rails [{}] ({nics} NICs in the map)",
                         view.peers.len(),
-                        view.tors.keys().collect::<Vec<_>>(),
+                        rails.join(", "),
                     );
                     *v = Some(Arc::new(view));
                 }

@@ -16,6 +16,7 @@ pub mod simulate;
 pub mod stats;
 
 pub use config::{
-    fetch_prometheus, view_of, view_of_list, FleetConfig, FleetSource, FleetView, MAX_TOP_FAILING,
+    fetch_prometheus, view_of, view_of_list, view_on_ports, FleetConfig, FleetSource, FleetView,
+    Probing, MAX_TOP_FAILING,
 };
 pub use rounds::{count_round, round_samples, run_fleet, targets, FlowSet, RttAttrs};

@@ -10,7 +10,9 @@ use tokio::sync::watch;
 
 use rocewatch_fleet::pinglist::Class;
 use rocewatch_metrics::names;
-use rocewatch_plugin_api::{Attributes, NicTimestamps, ProbeOutcome, ProbeTarget, Sample};
+use rocewatch_plugin_api::{
+    Attributes, NicTimestamps, ProbeOutcome, ProbeResult, ProbeTarget, Sample,
+};
 use rocewatch_runtime::host::registry::Entry;
 use rocewatch_runtime::pipeline::Pipeline;
 
@@ -177,9 +179,155 @@ pub fn round_samples(
     out
 }
 
-/// Probe the fleet view's pinglist once per (effective) interval until `shutdown`.
+/// The flows of each probe plugin instance: the indices in `flows` of the flows whose
+/// rail is probed from it (instance 0 when the view has no ports).
+fn by_instance(view: &FleetView, flows: &FlowSet) -> BTreeMap<usize, Vec<usize>> {
+    let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, (peer, _, _)) in flows.iter().enumerate() {
+        let rail = view.peers[peer].rail;
+        let instance = view.ports.get(&rail).map_or(0, |p| p.instance);
+        out.entry(instance).or_default().push(i);
+    }
+    out
+}
+
+/// A round's results from one instance: its flows' indices and what the plugin answered.
+type Answer = (usize, Vec<usize>, Result<Vec<ProbeResult>, String>);
+
+/// Every rail's flows through its own instance, the instances called at once; `None`
+/// when `shutdown` came first.
+async fn probe_rails(
+    instances: &[Entry],
+    groups: BTreeMap<usize, Vec<usize>>,
+    targets: &[ProbeTarget],
+    pipeline: &Pipeline,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Vec<Answer>> {
+    let mut calls = Vec::with_capacity(groups.len());
+    for (instance, flows) in groups {
+        let t: Vec<ProbeTarget> = flows.iter().map(|&i| targets[i].clone()).collect();
+        let entry = instances.get(instance).cloned();
+        let metrics = Arc::clone(pipeline.metrics());
+        let call = tokio::spawn(async move {
+            match entry {
+                Some(e) => probe_batch(&e, t, &metrics)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err(format!("no probe plugin instance {instance}")),
+            }
+        });
+        calls.push((instance, flows, call));
+    }
+    let aborts: Vec<_> = calls.iter().map(|c| c.2.abort_handle()).collect();
+    let all = async {
+        let mut out = Vec::with_capacity(calls.len());
+        for (instance, flows, call) in calls {
+            let r = call
+                .await
+                .unwrap_or_else(|e| Err(format!("the call failed: {e}")));
+            out.push((instance, flows, r));
+        }
+        out
+    };
+    tokio::select! {
+        r = all => Some(r),
+        _ = shutdown.changed() => {
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
+            None
+        }
+    }
+}
+
+/// What the prober says once or when it changes.
+#[derive(Default)]
+struct Said {
+    waiting: bool,
+    load: bool,
+    timestamps: bool,
+    /// Each instance's last round error, said when it starts and when it changes.
+    errors: BTreeMap<usize, String>,
+}
+
+impl Said {
+    /// Log what is new in a round's answers.
+    fn answers(&mut self, view: &FleetView, answers: &[Answer]) {
+        for (instance, _, r) in answers {
+            let port = view
+                .ports
+                .values()
+                .find(|p| p.instance == *instance)
+                .map_or_else(|| "the probe device".to_string(), |p| p.port.clone());
+            match r {
+                Err(e) if self.errors.get(instance) != Some(e) => {
+                    tracing::warn!("probes: the round from {port} failed: {e}");
+                    self.errors.insert(*instance, e.clone());
+                }
+                Ok(_) if self.errors.remove(instance).is_some() => {
+                    tracing::info!("probes: rounds from {port} work again");
+                }
+                _ => {}
+            }
+            if let (Ok(r), false) = (r, self.timestamps) {
+                if let Some(NicTimestamps::Unsupported { reason }) =
+                    r.first().and_then(|r| r.nic_timestamps.as_ref())
+                {
+                    tracing::info!("probes: no NIC-measured RTT split: {reason}");
+                }
+                self.timestamps = true;
+            }
+        }
+    }
+}
+
+/// The outcome of each of `n` flows from the instances' answers (`Err`: none).
+fn outcomes(n: usize, answers: &[Answer]) -> Vec<Result<&ProbeOutcome, ()>> {
+    let mut out = vec![Err(()); n];
+    for (_, flows, r) in answers {
+        if let Ok(results) = r {
+            for (k, &i) in flows.iter().enumerate() {
+                out[i] = results.get(k).map(|r| &r.outcome).ok_or(());
+            }
+        }
+    }
+    out
+}
+
+/// The statistics and flows of a new view, keeping the counters (a counter never goes
+/// back).
+fn adopt_view(
+    stats: &mut Option<(Arc<FleetView>, FleetStats, FlowSet)>,
+    view: &Arc<FleetView>,
+    fleet: &FleetConfig,
+) {
+    let mut st = match stats.take() {
+        Some((_, st, _)) => st,
+        None => FleetStats::new(
+            &view.host,
+            view.tors.clone(),
+            fleet.failing_window.as_secs(),
+            fleet.top_failing,
+        ),
+    };
+    st.set_tors(view.tors.clone());
+    st.adopt(&view.peers, fleet.paths);
+    if !view.other_rails.is_empty() {
+        tracing::warn!(
+            "probes: rails {:?} of {} are on no port probed from: their {} peers are not probed",
+            view.other_rails,
+            view.host,
+            view.other_rail_peers
+        );
+    }
+    let flows = FlowSet::new(view, fleet);
+    *stats = Some((Arc::clone(view), st, flows));
+}
+
+/// Probe the fleet view's pinglist once per (effective) interval until `shutdown`: each
+/// rail from the probe plugin instance of its port (`instances[view.ports[rail].instance]`),
+/// the instances at once, every rail at the same interval so that all flows together stay
+/// within `max_rate`.
 pub async fn run_fleet(
-    entry: Entry,
+    instances: Vec<Entry>,
     pipeline: Arc<Pipeline>,
     cfg: ProbesConfig,
     fleet: FleetConfig,
@@ -193,49 +341,29 @@ pub async fn run_fleet(
         fleet.overload_steal,
         fleet.overload_run_queue,
     );
-    let mut said = (false, false, false);
+    let mut said = Said::default();
     let mut last_interval = Duration::ZERO;
     let mut rtt_attrs = RttAttrs::new();
-    let mut last_error: Option<String> = None;
     loop {
         let round = tokio::time::Instant::now();
         let view = views.borrow_and_update().clone();
         let Some(view) = view else {
-            if !said.0 {
+            if !said.waiting {
                 tracing::info!("probes: waiting for the fleet's map (see the fleet log lines)");
-                said.0 = true;
+                said.waiting = true;
             }
             tokio::select! {
                 _ = views.changed() => continue,
                 _ = shutdown.changed() => return,
             }
         };
-        // A new map: its flows, keeping the counters (a counter never goes back).
-        let (st, flows) = match &mut stats {
-            Some((v, st, flows)) if Arc::ptr_eq(v, &view) => (st, flows),
-            _ => {
-                let mut st = match stats.take() {
-                    Some((_, st, _)) => st,
-                    None => FleetStats::new(
-                        &view.host,
-                        view.tors.clone(),
-                        fleet.failing_window.as_secs(),
-                        fleet.top_failing,
-                    ),
-                };
-                st.set_tors(view.tors.clone());
-                st.adopt(&view.peers, fleet.paths);
-                if !view.other_rails.is_empty() {
-                    tracing::warn!(
-                        "probes: rails {:?} of {} are not on the probe device: their {} peers are not probed",
-                        view.other_rails, view.host, view.other_rail_peers
-                    );
-                }
-                let flows = FlowSet::new(&view, &fleet);
-                let (_, st, flows) = stats.insert((Arc::clone(&view), st, flows));
-                (st, flows)
-            }
-        };
+        if !stats
+            .as_ref()
+            .is_some_and(|(v, _, _)| Arc::ptr_eq(v, &view))
+        {
+            adopt_view(&mut stats, &view, &fleet);
+        }
+        let (_, st, flows) = stats.as_mut().expect("adopted above");
         let now = now_s();
         flows.rotate(now);
         let targets = flows.targets(&cfg);
@@ -243,52 +371,32 @@ pub async fn run_fleet(
         if interval != last_interval {
             if interval > cfg.interval {
                 tracing::warn!(
-                    "probes: {} flows ({} peers x {} paths) at probes.max_rate = {}/s: each is probed every {interval:?} instead of every {:?}",
-                    targets.len(), view.peers.len(), fleet.paths, cfg.max_rate, cfg.interval
+                    "probes: {} flows ({} peers x {} paths, {} rails) at probes.max_rate = {}/s: each is probed every {interval:?} instead of every {:?}",
+                    targets.len(), view.peers.len(), fleet.paths, view.tors.len(), cfg.max_rate, cfg.interval
                 );
             }
             last_interval = interval;
         }
         if !targets.is_empty() {
-            let results = tokio::select! {
-                r = probe_batch(&entry, targets.clone(), pipeline.metrics()) => r,
-                _ = shutdown.changed() => return,
+            let groups = by_instance(&view, flows);
+            let Some(answers) =
+                probe_rails(&instances, groups, &targets, &pipeline, &mut shutdown).await
+            else {
+                return;
             };
             // The load over the round: steal since the last look, the run queue now.
             let overloaded = match noise.sample() {
                 Ok(l) => noise.overloaded(&l),
                 Err(e) => {
-                    if !said.1 {
+                    if !said.load {
                         tracing::warn!("probes: cannot tell whether this host is overloaded: {e}");
-                        said.1 = true;
+                        said.load = true;
                     }
                     false
                 }
             };
-            if let (Ok(r), false) = (&results, said.2) {
-                if let Some(NicTimestamps::Unsupported { reason }) =
-                    r.first().and_then(|r| r.nic_timestamps.as_ref())
-                {
-                    tracing::info!("probes: no NIC-measured RTT split: {reason}");
-                }
-                said.2 = true;
-            }
-            // A failing plugin is said when it starts failing and when the error changes.
-            let error = results.as_ref().err().map(ToString::to_string);
-            if error != last_error {
-                match &error {
-                    Some(e) => tracing::warn!("probes: the round failed: {e}"),
-                    None if last_error.is_some() => tracing::info!("probes: rounds work again"),
-                    None => {}
-                }
-                last_error = error;
-            }
-            let outcomes: Vec<Result<&ProbeOutcome, ()>> = match &results {
-                Ok(r) => (0..targets.len())
-                    .map(|i| r.get(i).map(|r| &r.outcome).ok_or(()))
-                    .collect(),
-                Err(_) => vec![Err(()); targets.len()],
-            };
+            said.answers(&view, &answers);
+            let outcomes = outcomes(targets.len(), &answers);
             let rtts = count_round(st, &view, flows, &outcomes, overloaded, now, &mut rtt_attrs);
             store.observe(names::PROBE_FLEET_RTT, rtts.iter().map(|(a, v)| (a, *v)));
         }
@@ -313,7 +421,7 @@ mod tests {
             "host,rail,addr,tor\na,0,10.0.0.1,t1\nb,0,10.0.0.2,t1\nc,0,10.0.0.3,t2\n",
         )
         .unwrap();
-        let view = super::super::config::view_of(&topo, "a", Default::default(), &BTreeSet::new())
+        let view = super::super::config::view_of(&topo, "a", Default::default(), &BTreeMap::new())
             .unwrap();
         let cfg: ProbesConfig = toml::from_str("").unwrap();
         let fleet: FleetConfig = toml::from_str("topology = \"t\"").unwrap();

@@ -92,6 +92,7 @@ mod progress;
 mod prometheus;
 mod qos;
 mod quarantine;
+mod rail_map;
 mod rules;
 mod slurm;
 mod top;

@@ -103,6 +103,10 @@ pub struct Options {
     /// `[health] min_mtu`: the lowest netdev MTU the RoCE netdevs may have, so that the
     /// MTU verdict is the one `health` gives on the same configuration.
     pub min_mtu: Option<u32>,
+    /// This host's rows of the fleet topology (`[fleet] topology`), when one is
+    /// configured: the rails are told by them (`rocewatch_sysfs::railmap`), and a row no
+    /// port carries is a NIC missing.
+    pub rail_rows: Option<Vec<rocewatch_sysfs::railmap::RailRow>>,
 }
 
 /// Checks whose evidence is a table, one row a line (the GPU×NIC matrix, whose names are

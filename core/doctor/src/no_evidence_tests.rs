@@ -98,6 +98,7 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         qos: Default::default(),
         kernel_log: serde_json::json!({ "path": log }),
         min_mtu: None,
+        rail_rows: None,
     };
     let mut out = super::guide::run(&app, &opts).await;
     out.push(crate::checks::bandwidth::bandwidth_check(&app, "peer.example").await);
@@ -180,11 +181,7 @@ async fn every_check_on_empty_input() -> Vec<Check> {
     out.extend(crate::checks::gpu::gpu_checks(&sys, &[], &[]));
     out.extend(crate::checks::acs::acs_checks(&sys, &[], &[]));
     out.extend(crate::checks::numa::numa_checks(&sys, scratch.path(), &one));
-    out.extend(crate::checks::multirail::multirail_checks(
-        &no_inv,
-        empty.path(),
-        scratch.path(),
-    ));
+    out.extend(rails_on_nothing(&sys, empty.path(), scratch.path()));
     out.extend(crate::checks::multirail::decide(&two_rails_nothing_read()));
     // No firewall tool: nothing read. (A rule set that was read, an empty one too, is
     // evidence: nothing in it drops RoCE.)
@@ -232,6 +229,25 @@ async fn every_check_on_empty_input() -> Vec<Check> {
 }
 
 /// Two rails in one subnet, but no sysctl read and no rule or route.
+/// The rails on no inventory (without a topology and with one that has no row here),
+/// and the multi-rail checks of no netdev.
+fn rails_on_nothing(
+    sys: &SysRoot,
+    sysfs: &std::path::Path,
+    procfs: &std::path::Path,
+) -> Vec<Check> {
+    let no_inv = Inventory::default();
+    let map = sys.rail_map(&no_inv, None);
+    let mut out = crate::checks::rails::rail_checks(&map);
+    out.extend(crate::checks::rails::rail_checks(
+        &sys.rail_map(&no_inv, Some(&[])),
+    ));
+    out.extend(crate::checks::multirail::multirail_checks(
+        &no_inv, &map, sysfs, procfs,
+    ));
+    out
+}
+
 fn two_rails_nothing_read() -> crate::checks::multirail::Observed {
     use rocewatch_netlink::route::{Address, Link, Prefix};
     let link = |index, name: &str| Link {

@@ -171,10 +171,21 @@ pub fn rows(
     ports: &[LocalPort],
     neighbours: &[Neighbour],
 ) -> (Vec<crate::Nic>, Vec<LeftOut>) {
+    rows_at(host, ports.iter().enumerate(), neighbours)
+}
+
+/// The same with each port's rail given (the host's rail map: a rail is the port's
+/// identity, not its rank, so that a NIC that is gone leaves the others' rails as they
+/// were).
+pub fn rows_at<'a>(
+    host: &str,
+    ports: impl IntoIterator<Item = (usize, &'a LocalPort)>,
+    neighbours: &[Neighbour],
+) -> (Vec<crate::Nic>, Vec<LeftOut>) {
     use crate::topology::{name, MAX_RAIL};
     let mut nics = Vec::new();
     let mut left = Vec::new();
-    for (rank, p) in ports.iter().enumerate() {
+    for (rank, p) in ports {
         let netdev = p.netdev.as_deref().unwrap_or("");
         let seen: Vec<&Neighbour> = neighbours.iter().filter(|n| n.netdev == netdev).collect();
         let checked = |n: &Neighbour| -> Result<(String, Option<String>), String> {

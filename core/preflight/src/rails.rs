@@ -2,18 +2,19 @@
 //! other (on a rail-optimized fabric rank k of every host hangs off the same switch
 //! plane; a cross-rail test would measure the spine, not the NIC).
 //!
-//! A host's ranks are the order `rocewatch env` lists ports in: `rails::ports` in
-//! `core/sysfs/src/rails.rs` walks the inventory's devices (sorted by name, bytewise,
-//! as `SysRoot::devices` in `core/sysfs/src/lib.rs` returns them: `mlx5_10` sorts before
-//! `mlx5_2`) and each device's ports (sorted by number). The caller passes every port of
-//! that list, ACTIVE or not: a port that is down keeps its rank (so the ranks after it do
-//! not slide onto another rail) and is reported down, untested. (`env`'s `NCCL_IB_HCA`
-//! leaves down ports out; ranks here count them.)
+//! A host's ranks are its rails, from the one rail map (`rocewatch_sysfs::railmap`, what
+//! `rocewatch env`, `fleet topology` and doctor print): the fleet topology's row whose
+//! address is on the port when `[fleet] topology` names one, else the ports in PCI address
+//! order. Every port of the map counts, ACTIVE or not: a port that is down keeps its
+//! rank and is reported down, untested; so does a rail of the topology no port carries
+//! (a NIC gone from the bus), so that the ranks after it do not slide onto another rail.
+//! (`env`'s `NCCL_IB_HCA` leaves down ports out; ranks here count them.)
 //!
 //! Hosts with different rail counts are tested on the ranks both have; the extra ranks
 //! are reported untested against that partner.
 
 use rocewatch_plugin_api::Inventory;
+use rocewatch_sysfs::railmap::RailMap;
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::{Phase, Schedule};
@@ -93,25 +94,42 @@ pub struct Plan {
     pub unknown_hosts: Vec<String>,
 }
 
-/// This host's NICs in `rocewatch env`'s order (`rocewatch_sysfs::rails`: devices by name, ports
-/// by number), down ones kept at their rank.
-pub fn rails_of(host: &str, inv: &Inventory) -> HostRails {
-    let ports = rocewatch_sysfs::rails::ports(inv, &[], None);
-    let nics = ports
-        .iter()
-        .map(|p| {
-            let rate = inv
-                .devices
-                .iter()
-                .find(|d| d.name == p.device)
-                .and_then(|d| d.ports.iter().find(|x| x.port == p.port))
-                .and_then(|x| x.rate_bps);
-            Nic {
-                name: p.name(),
-                netdev: p.netdev.clone(),
-                up: p.up,
-                line_rate_gbps: rate.map(|b| b as f64 / 1e9),
-                addr: p.ipv4.map(|ip| ip.to_string()),
+/// This host's NICs by rail, from its rail map (`rocewatch_sysfs::railmap`: the fleet
+/// topology's row whose address is on the port, else PCI address order): rank k is rail
+/// k. A rail of the topology that no port carries keeps its rank as a NIC that is not
+/// ACTIVE, named for it (so the rails after it stay where they are); a port on no rail of
+/// the topology is not tested.
+pub fn rails_of(host: &str, inv: &Inventory, map: &RailMap) -> HostRails {
+    let nics = (0..map.width())
+        .map(|rail| match map.port_on(rail) {
+            Some(p) => {
+                let rate = inv
+                    .devices
+                    .iter()
+                    .find(|d| d.name == p.device)
+                    .and_then(|d| d.ports.iter().find(|x| x.port == p.port))
+                    .and_then(|x| x.rate_bps);
+                let addr = p.addrs.iter().find(|a| a.is_ipv4()).or(p.addrs.first());
+                Nic {
+                    name: p.name(),
+                    netdev: p.netdev.clone(),
+                    up: p.up,
+                    line_rate_gbps: rate.map(|b| b as f64 / 1e9),
+                    addr: addr.map(ToString::to_string),
+                }
+            }
+            None => {
+                let addr = map.missing.iter().find(|m| m.rail == rail).map(|m| m.addr);
+                Nic {
+                    name: match addr {
+                        Some(a) => format!("rail {rail} (missing: no port has {a})"),
+                        None => format!("rail {rail} (no row in the topology)"),
+                    },
+                    netdev: None,
+                    up: false,
+                    line_rate_gbps: None,
+                    addr: addr.map(|a| a.to_string()),
+                }
             }
         })
         .collect();

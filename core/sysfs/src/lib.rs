@@ -10,6 +10,8 @@
 //! - [`gid`]: the IP address a GID carries, a port's RoCE v2 GIDs that hold a routable one.
 //! - [`rails`]: the rail order, the ports as applications see them (what `rocewatch env`,
 //!   the fleet and preflight list and rank).
+//! - [`railmap`]: which rail each port is on, by identity (the fleet topology's row whose
+//!   address is on the port; else PCI address order, said as such): the one rail map.
 //! - [`interrupts`]: a NIC's interrupts in `/proc/interrupts` (procfs).
 //! - [`pci`]: the PCI function of a device, its PCIe link and NUMA node, GPUs on the bus,
 //!   the distance between two functions (`nvidia-smi topo -m` terms), ACS from config space.
@@ -33,6 +35,7 @@ pub mod pci;
 pub mod read;
 pub mod verdict;
 
+pub mod railmap;
 pub mod rails;
 use std::path::{Path, PathBuf};
 

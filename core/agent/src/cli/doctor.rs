@@ -180,6 +180,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
             .map(|p| p.options.clone())
             .unwrap_or_else(|| serde_json::json!({})),
         min_mtu: agent.cfg.health.min_mtu,
+        rail_rows: super::rails::rows(&agent.cfg, &super::rails::fleet_host(&agent.cfg))?,
     };
     let waiting = |what: String, until| progress.waiting(what, until);
     let checks = rocewatch_doctor::run_telling(&agent.core, &opts, &waiting).await;

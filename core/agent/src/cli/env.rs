@@ -95,6 +95,13 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
         None
     };
     let mut env = appenv::compute(ports, tos, target.into(), addrs.as_ref());
+    let rail_map = super::rails::map(&agent.cfg, &super::rails::fleet_host(&agent.cfg), &inv)?;
+    for m in &rail_map.missing {
+        env.warnings.push(format!(
+            "rail {} of the fleet topology ({}) is on no RDMA port of this host: the variables name the others",
+            m.rail, m.addr
+        ));
+    }
     if env.ports.is_empty() {
         env.warnings.insert(
             0,
@@ -115,6 +122,7 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
         EnvFormat::Json => print_json(&serde_json::json!({
             "variables": env.variables.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
             "ports": env.ports,
+            "rails": rail_map,
             "warnings": env.warnings,
         }))?,
         EnvFormat::Shell | EnvFormat::Slurm => {

@@ -242,13 +242,30 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
     let host = a
         .this_host
         .clone()
-        .unwrap_or_else(|| crate::app::fleet_host_name(&cfg));
+        .unwrap_or_else(|| super::rails::fleet_host(&cfg));
     let app =
         crate::app::App::start(cfg, Some(&[rocewatch_plugin_api::PluginKind::Discovery])).await;
     let inv = app.discover().await.context("discovering RDMA devices");
+    // Each port at its rail (the rail map: by [fleet] topology when configured, else by
+    // PCI address order), never at its rank among the ports present.
+    let rail_map = inv.and_then(|inv| super::rails::map(&app.cfg, &host, &inv));
     app.stop().await;
-    let ports = rocewatch_probes::fleet::map::local_ports(&inv?);
-    let (rows, left) = rocewatch_fleet::lldp::rows(&host, &ports, &neighbours);
+    let rail_map = rail_map?;
+    let ports: Vec<(usize, rocewatch_fleet::lldp::LocalPort)> = rail_map
+        .ports
+        .iter()
+        .filter_map(|p| {
+            let addr = p.addrs.iter().find(|a| a.is_ipv4()).or(p.addrs.first());
+            let local = rocewatch_fleet::lldp::LocalPort {
+                name: p.name(),
+                netdev: p.netdev.clone(),
+                addr: addr.copied(),
+            };
+            Some((p.rail?, local))
+        })
+        .collect();
+    let (rows, left) =
+        rocewatch_fleet::lldp::rows_at(&host, ports.iter().map(|(r, p)| (*r, p)), &neighbours);
     let mut out = String::new();
     if !a.no_header {
         out.push_str("host,rail,addr,tor,tor_port\n");
@@ -266,6 +283,13 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
     }
     // A port given a row with a remark (several neighbours) is not left out.
     let mut left_out = 0;
+    for p in rail_map.ports.iter().filter(|p| p.rail.is_none()) {
+        left_out += 1;
+        eprintln!(
+            "rocewatch: {}: left out: none of its addresses is a row of host {host} in [fleet] topology",
+            p.name()
+        );
+    }
     for l in &left {
         let kept = rows.iter().any(|n| usize::from(n.rail) == l.rail);
         if !kept {

@@ -30,6 +30,7 @@ mod probe;
 mod progress;
 mod qos;
 mod quarantine;
+mod rails;
 mod rules;
 mod run;
 pub mod show;

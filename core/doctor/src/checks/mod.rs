@@ -21,4 +21,5 @@ pub(crate) mod multirail;
 pub(crate) mod numa;
 pub(crate) mod pcie;
 pub(crate) mod qos;
+pub(crate) mod rails;
 pub mod userspace;

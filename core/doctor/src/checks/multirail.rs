@@ -25,6 +25,7 @@ use rocewatch_netlink::route::{
     RTN_UNICAST, RT_TABLE_DEFAULT, RT_TABLE_LOCAL, RT_TABLE_MAIN, RT_TABLE_UNSPEC,
 };
 use rocewatch_plugin_api::Inventory;
+use rocewatch_sysfs::railmap::RailMap;
 
 use crate::check::{check, Check, Status};
 use crate::shell::word_on_one_line as word;
@@ -83,13 +84,17 @@ pub(crate) struct Observed {
     pub conf_dir: String,
     /// Where the names came from (`the inventory of /sys`), for the evidence.
     pub source: String,
+    /// Each netdev's rail in the host's rail map (`rocewatch_sysfs::railmap`): its table
+    /// number is 100 + that rail, which a NIC that is gone does not change.
+    pub rails: BTreeMap<String, usize>,
 }
 
 /// One rail address in a shared subnet.
 struct RailAddr<'a> {
     netdev: &'a str,
     ifindex: u32,
-    /// The rail's position among the netdevs present (for a table number).
+    /// The rail, from the rail map (else its position among the netdevs present), for
+    /// a table number.
     rail: usize,
     local: Prefix,
 }
@@ -267,7 +272,7 @@ pub(crate) fn decide(o: &Observed) -> Vec<Check> {
                 .push(RailAddr {
                     netdev: nd,
                     ifindex: link.index,
-                    rail,
+                    rail: o.rails.get(*nd).copied().unwrap_or(rail),
                     local: a.local,
                 });
         }
@@ -617,6 +622,7 @@ pub(crate) fn read_conf(conf_dir: &Path, conf: &str) -> Conf {
 /// The multi-rail checks of the inventory's RoCE netdevs, on this network namespace.
 pub(crate) fn multirail_checks(
     inv: &Inventory,
+    rail_map: &RailMap,
     sysfs_root: &Path,
     procfs_root: &Path,
 ) -> Vec<Check> {
@@ -661,6 +667,11 @@ pub(crate) fn multirail_checks(
         conf,
         conf_dir: conf_dir.display().to_string(),
         source: format!("the inventory of {}", sysfs_root.display()),
+        rails: rail_map
+            .ports
+            .iter()
+            .filter_map(|p| Some((p.netdev.clone()?, p.rail?)))
+            .collect(),
     })
 }
 
@@ -723,7 +734,27 @@ mod tests {
             conf: recorded_conf(state),
             conf_dir: "/proc/sys/net/ipv4/conf".into(),
             source: "the inventory of a test".into(),
+            rails: BTreeMap::new(),
         }
+    }
+
+    /// rail1 is rail 5 of the map (the NICs between are gone, or on other subnets): its
+    /// table is 105, not 101 from its place among the netdevs present.
+    #[test]
+    fn a_table_number_is_the_rail_of_the_map_not_the_position() {
+        let mut o = recorded("bare");
+        o.rails = [("rail0".to_string(), 0), ("rail1".to_string(), 5)].into();
+        let checks = decide(&o);
+        let c = find(&checks, "multirail-route", "rail1 198.51.100.12");
+        assert_eq!(
+            fix_lines(c)[..2],
+            [
+                "ip rule add from 198.51.100.12 table 105",
+                "ip route add 198.51.100.0/24 dev rail1 src 198.51.100.12 table 105",
+            ]
+        );
+        let c = find(&checks, "multirail-route", "rail0 198.51.100.11");
+        assert!(fix_lines(c)[0].ends_with("table 100"), "{:?}", c.fix);
     }
 
     fn find<'a>(checks: &'a [Check], name: &str, subject: &str) -> &'a Check {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use rocewatch_netlink::ifaddrs::interface_addresses;
 use rocewatch_plugin_api::{Device, Inventory, Port, QosState, ScrapeResult};
 use rocewatch_sysfs::gid::routable_v2_gids;
+use rocewatch_sysfs::railmap::RailMap;
 use rocewatch_sysfs::verdict::{judge_gids, GidVerdict};
 use rocewatch_sysfs::SysRoot;
 
@@ -36,6 +37,8 @@ pub(crate) struct Host<'a> {
     pub failed: Vec<String>,
     /// The probe's and the bandwidth test's verdicts (the live agent's).
     pub probe: Vec<Check>,
+    /// Which rail each port is on (`rocewatch_sysfs::railmap`, by `opts.rail_rows`).
+    pub rails: RailMap,
 }
 
 /// A RoCE port: an Ethernet port with a netdev.
@@ -55,6 +58,7 @@ impl<'a> Host<'a> {
         } else {
             None
         };
+        let rails = sys.rail_map(&inv, opts.rail_rows.as_deref());
         let (gpus, nics) = (
             crate::checks::gpu::gpus(&sys),
             crate::checks::gpu::nics(&sys, &inv),
@@ -74,6 +78,7 @@ impl<'a> Host<'a> {
             second: ScrapeResult::default(),
             failed: Vec::new(),
             probe: Vec::new(),
+            rails,
         }
     }
 

@@ -30,6 +30,13 @@ pub(crate) fn devices(h: &Host) -> Vec<Check> {
     if h.inv.devices.is_empty() {
         return vec![no_devices(&h.root)];
     }
+    let mut out = vec![present_devices(h)];
+    out.extend(crate::checks::rails::rail_checks(&h.rails));
+    out
+}
+
+/// The devices present, and those whose ports say nothing.
+fn present_devices(h: &Host) -> Check {
     let silent: Vec<&str> = h
         .inv
         .devices
@@ -37,7 +44,7 @@ pub(crate) fn devices(h: &Host) -> Vec<Check> {
         .filter(|d| !d.ports.iter().any(|p| p.state.is_some()))
         .map(|d| d.name.as_str())
         .collect();
-    vec![check(
+    check(
         "devices",
         "",
         if silent.is_empty() {
@@ -69,7 +76,7 @@ pub(crate) fn devices(h: &Host) -> Vec<Check> {
         (!silent.is_empty()).then(|| {
             "check that the driver finished loading (dmesg, rdma dev) and that the sysfs tree is whole".to_string()
         }),
-    )]
+    )
 }
 
 /// Per port, in order: its state, its netdev, the netdev's IP, the GID for each IP and

@@ -49,7 +49,7 @@ pub(crate) fn numa(h: &Host) -> Vec<Check> {
 /// Multi-rail: live rtnetlink and sysctls of this network namespace, for the netdevs
 /// the inventory names (a fixture tree's too, when those netdevs exist here).
 pub(crate) fn multirail(h: &Host) -> Vec<Check> {
-    crate::checks::multirail::multirail_checks(&h.inv, &h.root, &h.opts.procfs_root)
+    crate::checks::multirail::multirail_checks(&h.inv, &h.rails, &h.root, &h.opts.procfs_root)
 }
 
 /// A host check that says nothing about a tree that is not the live `/sys`.

@@ -1,0 +1,45 @@
+//! This host's rail map (`rocewatch_sysfs::railmap`) as every command takes it: the
+//! rows of this host in `[fleet] topology` when the configuration names one, matched to
+//! the ports by address; else the ports in PCI address order. `env`, `fleet topology`,
+//! `preflight` and `doctor` read it here, so that they agree.
+
+use anyhow::{Context, Result};
+use rocewatch_plugin_api::Inventory;
+use rocewatch_sysfs::railmap::{RailMap, RailRow};
+use rocewatch_sysfs::SysRoot;
+
+use crate::config::Config;
+
+/// This host's name in the fleet's map: `[fleet] host`, else the agent's.
+pub fn fleet_host(cfg: &Config) -> String {
+    cfg.fleet
+        .as_ref()
+        .and_then(|f| f.host.clone())
+        .unwrap_or_else(|| crate::app::fleet_host_name(cfg))
+}
+
+/// `host`'s rows of `[fleet] topology`, when the configuration names a topology file;
+/// an unreadable or malformed file is an error naming it.
+pub fn rows(cfg: &Config, host: &str) -> Result<Option<Vec<RailRow>>> {
+    let Some(path) = cfg.fleet.as_ref().and_then(|f| f.topology.as_ref()) else {
+        return Ok(None);
+    };
+    let name = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("[fleet] topology: {name}"))?;
+    let topo = rocewatch_fleet::Topology::parse(&name, &text)?;
+    Ok(Some(
+        topo.nics_of(host)
+            .map(|n| RailRow {
+                rail: usize::from(n.rail),
+                addr: n.addr,
+            })
+            .collect(),
+    ))
+}
+
+/// The rail map of `inv`, read under the configured sysfs root.
+pub fn map(cfg: &Config, host: &str, inv: &Inventory) -> Result<RailMap> {
+    let rows = rows(cfg, host)?;
+    Ok(SysRoot::new(&cfg.agent.sysfs_root).rail_map(inv, rows.as_deref()))
+}

@@ -1,7 +1,8 @@
-//! Nothing silent on a terminal: `doctor` and `congestion` say on standard error what they
+//! Nothing silent on a terminal: `doctor` and `capture` say on standard error what they
 //! wait on within a second when it is a terminal (a pseudo-terminal from util-linux's
-//! `script`), wipe it before their output, and write no progress byte to a pipe; and
-//! `congestion` answers at once when the first collection already decides it.
+//! `script`), wipe it before their output, and write no progress byte to a pipe;
+//! `congestion` answers at once when the first collection already decides it; `capture`
+//! says why it waited (a `tcpdump -D` that does not answer) at the default log level.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -32,7 +33,12 @@ struct OnTerminal {
     code: Option<i32>,
 }
 
-fn on_terminal(script: &std::path::Path, args: &[&str], out: &std::path::Path) -> OnTerminal {
+fn on_terminal(
+    script: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    out: &std::path::Path,
+) -> OnTerminal {
     let words: Vec<String> = std::iter::once(artifacts().rocewatch.display().to_string())
         .chain(args.iter().map(|a| a.to_string()))
         .map(|w| format!("'{w}'"))
@@ -42,6 +48,7 @@ fn on_terminal(script: &std::path::Path, args: &[&str], out: &std::path::Path) -
     let started = Instant::now();
     let mut child = Command::new(script)
         .args(["-qec", &cmd, "/dev/null"])
+        .envs(env.iter().copied())
         .current_dir(root())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -80,7 +87,7 @@ fn doctor_says_what_it_waits_on_within_a_second_on_a_terminal() {
         "--window",
         "3s",
     ];
-    let t = on_terminal(script, &args, &out);
+    let t = on_terminal(script, &args, &[], &out);
     let report = std::fs::read_to_string(&out).unwrap();
     assert_eq!(t.code, Some(1), "{report}\n{:?}", t.bytes);
     let first = t.first_byte_after.expect("nothing on the terminal");
@@ -123,6 +130,8 @@ fn congestion_answers_at_once_without_per_priority_counters() {
     // The fixture's sysfs counters are read, but no driver statistics per priority: the
     // first collection decides it, however long the window.
     let root = fixture("mlx5-roce-dual-port");
+    // Built (or found) before the clock starts.
+    let _ = artifacts();
     for json in [false, true] {
         let mut args = vec![
             "congestion",
@@ -172,4 +181,92 @@ fn congestion_answers_at_once_without_per_priority_counters() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A stand-in for tcpdump: `-D` hangs (a driver slow to list its devices), a capture says
+/// what tcpdump says on standard error and ends on SIGINT with its counts.
+fn fake_tcpdump(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let tool = dir.join("tcpdump");
+    std::fs::write(
+        &tool,
+        "#!/bin/sh\n\
+         if [ \"$1\" = -D ]; then exec sleep 60; fi\n\
+         echo \"tcpdump: listening on $2, link-type EN10MB (Ethernet), snapshot length 262144 bytes\" >&2\n\
+         trap 'echo \"0 packets captured\" >&2; exit 0' INT\n\
+         while :; do sleep 0.1; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `capture` into a file: the wait for `tcpdump -D` explained at the default log level
+/// (it was silent for 10 s, then captured on the netdev without a word), tcpdump's own
+/// lines passed on, and on a terminal the capture's line counting down; on a pipe not a
+/// byte of that line.
+#[test]
+fn capture_says_why_it_waited_and_what_it_captures() {
+    let Some(script) = script() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    fake_tcpdump(dir.path());
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let pcap = dir.path().join("x.pcap");
+    let root = fixture("mlx5-roce-dual-port");
+    let args = [
+        "capture",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--duration",
+        "2s",
+        "-w",
+        pcap.to_str().unwrap(),
+    ];
+    let env = [
+        ("PATH", path.as_str()),
+        ("STATE_DIRECTORY", dir.path().to_str().unwrap()),
+    ];
+    let o = rocewatch(&args, &env);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("rocewatch: tcpdump -D did not list the interfaces within 10s (given up): capturing on ens1f0np0, without mlx5_0's RDMA sniffer interface\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tcpdump: listening on ens1f0np0") && err.contains("0 packets captured"),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\r') && !err.contains('\x1b') && !err.contains("capture: capturing"),
+        "{err:?}"
+    );
+
+    // On a terminal (the fake tcpdump found through PATH as the shell passes it on).
+    let out = dir.path().join("stdout");
+    let t = on_terminal(script, &args, &env, &out);
+    assert_eq!(t.code, Some(0), "{:?}", t.bytes);
+    let first = t.first_byte_after.expect("nothing on the terminal");
+    assert!(first < Duration::from_secs(1), "first byte after {first:?}");
+    assert!(
+        t.bytes
+            .contains("capture: asking tcpdump -D for mlx5_0's sniffer interface (at most 10s)"),
+        "{:?}",
+        t.bytes
+    );
+    let capturing = format!(
+        "capture: capturing RoCE v2 on ens1f0np0 into {} (2s left)",
+        pcap.display()
+    );
+    assert!(t.bytes.contains(&capturing), "{:?}", t.bytes);
+    // tcpdump's line on a line of its own, the progress line wiped before it.
+    assert!(
+        t.bytes.contains("\r\x1b[2Ktcpdump: listening on ens1f0np0"),
+        "{:?}",
+        t.bytes
+    );
+    assert!(t.bytes.ends_with("\r\x1b[2K"), "{:?}", t.bytes);
 }

@@ -3,12 +3,13 @@
 //! both ports.
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use super::output::print_json;
+use super::progress::Progress;
 use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, PluginKind};
@@ -63,6 +64,15 @@ pub enum BandwidthOpArg {
     Send,
 }
 
+/// The operation as the result names it.
+fn op_name(op: BandwidthOp) -> &'static str {
+    match op {
+        BandwidthOp::Write => "RDMA WRITE",
+        BandwidthOp::Read => "RDMA READ",
+        BandwidthOp::Send => "SEND",
+    }
+}
+
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
@@ -96,6 +106,9 @@ pub async fn run(a: BandwidthCmdArgs) -> Result<i32> {
         Duration::ZERO,
     )];
     cfg.probes = None;
+    // On a terminal, what it waits on: the test is seconds of silence otherwise.
+    let progress = Progress::start("bandwidth");
+    progress.waiting("starting the verbs plugin", None);
     let app = App::start(cfg, Some(&[PluginKind::Collector, PluginKind::Probe])).await;
     let op = match a.op {
         BandwidthOpArg::Write => BandwidthOp::Write,
@@ -111,7 +124,21 @@ pub async fn run(a: BandwidthCmdArgs) -> Result<i32> {
         bidirectional: a.bidirectional,
         timeout_ms: a.timeout.as_millis() as u64,
     };
-    let m = match measure(&app.core, req, a.min_share).await {
+    // The longest it can take: connecting and the side channel within --timeout, then
+    // the messages posted for --duration.
+    progress.waiting(
+        format!(
+            "{} test to {} for {}, connecting within {}",
+            op_name(op),
+            a.peer,
+            humantime::format_duration(a.duration),
+            humantime::format_duration(a.timeout)
+        ),
+        Some(Instant::now() + a.timeout + a.duration),
+    );
+    let measured = measure(&app.core, req, a.min_share).await;
+    progress.finish();
+    let m = match measured {
         Ok(m) => m,
         Err(e) => {
             let msg = match e {
@@ -182,11 +209,7 @@ fn moves_lines(out: &mut String, who: &str, m: &PortMoves) {
 fn text(m: &Measured) -> String {
     let r = &m.result;
     let mut out = String::new();
-    let op = match r.op {
-        BandwidthOp::Write => "RDMA WRITE",
-        BandwidthOp::Read => "RDMA READ",
-        BandwidthOp::Send => "SEND",
-    };
+    let op = op_name(r.op);
     let _ = writeln!(
         out,
         "{op} bandwidth to {} from {} port {}: {} queue pairs, {} messages in flight each",

@@ -2,14 +2,16 @@
 //! interface), optionally with rx-vlan-offload off for the capture; or the RoCE v2
 //! summary of a capture (`--summary`, `--read FILE`).
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rocewatch_plugin_api::{Inventory, PluginKind};
 
 use super::output::print_json;
+use super::progress::{Notes, Progress};
 use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_doctor::capture::{restore_leftovers, OffloadGuard};
@@ -97,22 +99,29 @@ fn resolve(inv: &Inventory, root: &Path, target: Option<&str>) -> Result<(String
     }
 }
 
-/// The RDMA sniffer interface libpcap offers for `device` (mlx5: `tcpdump -D` lists
-/// `mlx5_0`), when it does.
-fn sniffer(device: &str) -> Option<String> {
-    sniffer_with(Path::new("tcpdump"), device, Duration::from_secs(10))
-}
+/// How long `tcpdump -D` may take to list the interfaces.
+const LISTING_BOUND: Duration = Duration::from_secs(10);
 
-/// `tcpdump -D` within `timeout`, as a process group killed at the bound; none when it
-/// cannot run, fails or hangs (then there is no sniffer to offer).
-fn sniffer_with(tcpdump: &Path, device: &str, timeout: Duration) -> Option<String> {
+/// `tcpdump -D` within `timeout`, as a process group killed at the bound: the RDMA
+/// sniffer interface libpcap offers for `device` (mlx5: it lists `mlx5_0`), when it does;
+/// none when tcpdump cannot run or fails (then there is no sniffer to offer); the
+/// timeout when it hangs.
+fn sniffer_with(
+    tcpdump: &Path,
+    device: &str,
+    timeout: Duration,
+) -> Result<Option<String>, rocewatch_process::RunError> {
     let mut cmd = std::process::Command::new(tcpdump);
     cmd.arg("-D");
-    let out = rocewatch_process::run_bounded(cmd, timeout).ok()?;
-    out.stdout.lines().find_map(|l| {
+    let out = match rocewatch_process::run_bounded(cmd, timeout) {
+        Ok(out) => out,
+        Err(rocewatch_process::RunError::Spawn(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(out.stdout.lines().find_map(|l| {
         let name = l.split_once('.')?.1.split_whitespace().next()?;
         (name == device).then(|| name.to_string())
-    })
+    }))
 }
 
 pub async fn run(a: CaptureArgs) -> Result<i32> {
@@ -122,11 +131,14 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
         return Ok(0);
     }
     let mut signals = EndSignals::catch()?;
+    // On a terminal, what it waits on (the capture itself only while no packet is
+    // printed there).
+    let progress = Progress::start("capture");
     let state = rocewatch_runtime::audit::state_dir();
-    let (inv, root) = discover_and_restore(&a, &state).await?;
+    let (inv, root) = discover_and_restore(&a, &state, &progress).await?;
     let (netdev, device) = resolve(&inv, &root, a.target.as_deref())?;
-    let iface = capture_interface(device.as_deref(), &netdev);
-    let mut guard = offload_off(&a, &netdev, &state)?;
+    let iface = capture_interface(device.as_deref(), &netdev, &progress);
+    let mut guard = offload_off(&a, &netdev, &state, &progress)?;
     let temp = tempfile::Builder::new()
         .suffix(".pcap")
         .tempfile()
@@ -136,8 +148,28 @@ pub async fn run(a: CaptureArgs) -> Result<i32> {
         (None, true) => Some(temp.path().to_path_buf()),
         (None, false) => None,
     };
-    let mut child = spawn_tcpdump(tcpdump_command(&iface, file.as_deref(), a.count))?;
+    let mut cmd = tcpdump_command(&iface, file.as_deref(), a.count);
+    // Packets printed on the terminal are the progress; into a file, the line says it.
+    let progress = (file.is_some() || !std::io::stdout().is_terminal()).then(|| {
+        progress.waiting(
+            capturing(&iface, &a),
+            a.duration.map(|d| Instant::now() + d),
+        );
+        progress
+    });
+    // tcpdump's own lines ("listening on", the counts) go above the line.
+    let notes = progress.as_ref().map(Progress::notes);
+    if notes.is_some() {
+        cmd.stderr(std::process::Stdio::piped());
+    }
+    let mut child = spawn_tcpdump(cmd)?;
+    let forwarded = notes.and_then(|n| Some(forward_lines(child.stderr.take()?, n)));
     let (status, signalled) = wait_capture(&mut child, &mut signals, a.duration).await?;
+    if let Some(f) = forwarded {
+        // tcpdump has ended: its standard error is at its end, or soon.
+        let _ = tokio::time::timeout(Duration::from_secs(2), f).await;
+    }
+    drop(progress);
     restore_offload(guard.as_mut());
     use std::os::unix::process::ExitStatusExt;
     let reader_gone = status.signal() == Some(libc::SIGPIPE);
@@ -176,8 +208,13 @@ impl EndSignals {
 
 /// The inventory and sysfs root of the configuration, after the restore records an
 /// earlier capture left are applied.
-async fn discover_and_restore(a: &CaptureArgs, state: &Path) -> Result<(Inventory, PathBuf)> {
+async fn discover_and_restore(
+    a: &CaptureArgs,
+    state: &Path,
+    progress: &Progress,
+) -> Result<(Inventory, PathBuf)> {
     let cfg = a.source.load()?;
+    progress.waiting("discovering the RDMA devices", None);
     let root = cfg.agent.sysfs_root.clone();
     let app = App::start(cfg, Some(&[PluginKind::Discovery])).await;
     let inv = app.discover().await.unwrap_or_default();
@@ -190,41 +227,64 @@ async fn discover_and_restore(a: &CaptureArgs, state: &Path) -> Result<(Inventor
             || root.join("class/net").join(nd).exists()
     };
     for r in restore_leftovers(state, &known) {
-        match r {
-            Ok(said) => eprintln!("rocewatch: {said}"),
-            Err(e) => eprintln!(
+        progress.note(&match r {
+            Ok(said) => format!("rocewatch: {said}"),
+            Err(e) => format!(
                 "rocewatch: a restore record left by an earlier capture could not be applied: {e}"
             ),
-        }
+        });
     }
     Ok((inv, root))
 }
 
 /// The device's RDMA sniffer interface where libpcap offers one, else the netdev.
-fn capture_interface(device: Option<&str>, netdev: &str) -> String {
-    match device.and_then(sniffer) {
-        Some(s) => {
-            eprintln!("rocewatch: capturing on {s}, the RDMA sniffer interface of the device (offloaded RDMA traffic never reaches {netdev})");
+fn capture_interface(device: Option<&str>, netdev: &str, progress: &Progress) -> String {
+    let Some(device) = device else {
+        return netdev.to_string();
+    };
+    progress.waiting(
+        format!(
+            "asking tcpdump -D for {device}'s sniffer interface (at most {})",
+            humantime::format_duration(LISTING_BOUND)
+        ),
+        None,
+    );
+    match sniffer_with(Path::new("tcpdump"), device, LISTING_BOUND) {
+        Ok(Some(s)) => {
+            progress.note(&format!("rocewatch: capturing on {s}, the RDMA sniffer interface of the device (offloaded RDMA traffic never reaches {netdev})"));
             s
         }
-        None => netdev.to_string(),
+        Ok(None) => netdev.to_string(),
+        Err(_) => {
+            // Said at once: the capture started 10 s late, and on the netdev.
+            progress.note(&format!(
+                "rocewatch: tcpdump -D did not list the interfaces within {} (given up): capturing on {netdev}, without {device}'s RDMA sniffer interface",
+                humantime::format_duration(LISTING_BOUND)
+            ));
+            netdev.to_string()
+        }
     }
 }
 
 /// With `--offload-off`, rx-vlan-offload turned off on `netdev` (a guard that puts it
 /// back), saying so.
-fn offload_off(a: &CaptureArgs, netdev: &str, state: &Path) -> Result<Option<OffloadGuard>> {
+fn offload_off(
+    a: &CaptureArgs,
+    netdev: &str,
+    state: &Path,
+    progress: &Progress,
+) -> Result<Option<OffloadGuard>> {
     if !a.offload_off {
         return Ok(None);
     }
     let g = OffloadGuard::turn_off(netdev, state).map_err(anyhow::Error::msg)?;
-    match &g {
-        Some(g) => eprintln!(
+    progress.note(&match &g {
+        Some(g) => format!(
             "rocewatch: rx-vlan-offload off on {} for the capture (it is put back after)",
             g.netdev()
         ),
-        None => eprintln!("rocewatch: rx-vlan-offload is already off on {netdev}"),
-    }
+        None => format!("rocewatch: rx-vlan-offload is already off on {netdev}"),
+    });
     Ok(g)
 }
 
@@ -260,6 +320,32 @@ fn tcpdump_command(
         });
     }
     cmd
+}
+
+/// What the capture waits on: `capturing RoCE v2 on ens1f0np0 into x.pcap until 100
+/// packets`.
+fn capturing(iface: &str, a: &CaptureArgs) -> String {
+    let into = a
+        .write
+        .as_ref()
+        .map_or(String::new(), |w| format!(" into {}", w.display()));
+    let until = match (a.count, a.duration) {
+        (Some(n), _) => format!(" until {n} packets"),
+        (None, Some(_)) => String::new(),
+        (None, None) => " until Ctrl-C".to_string(),
+    };
+    format!("capturing RoCE v2 on {iface}{into}{until}")
+}
+
+/// Each line of a child's standard error said above the progress line, until its end.
+fn forward_lines(err: tokio::process::ChildStderr, notes: Notes) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncBufReadExt;
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(err).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            notes.say(&line);
+        }
+    })
 }
 
 fn spawn_tcpdump(mut cmd: tokio::process::Command) -> Result<tokio::process::Child> {
@@ -351,7 +437,10 @@ mod tests {
         let started = std::time::Instant::now();
         let got = sniffer_with(&tool, "mlx5_0", Duration::from_secs(1));
         let took = started.elapsed();
-        assert_eq!(got, None);
+        assert!(
+            matches!(got, Err(rocewatch_process::RunError::Timeout { .. })),
+            "{got:?}"
+        );
         assert!(took < Duration::from_secs(3), "{took:?}");
         let pid = std::fs::read_to_string(&pidfile).unwrap();
         let until = std::time::Instant::now() + Duration::from_secs(2);

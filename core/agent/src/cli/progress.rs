@@ -20,8 +20,9 @@
 //! print!("{report}");
 //! ```
 //!
-//! [`Progress::note`] prints a line that explains a wait (a peer that does not answer)
-//! above the progress line, whether or not standard error is a terminal.
+//! [`Progress::note`] prints a line that explains a wait (a tool that does not answer)
+//! above the progress line, whether or not standard error is a terminal;
+//! [`Progress::notes`] is a handle for the same from another task.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -40,7 +41,6 @@ const WIPE: &str = "\r\x1b[2K";
 
 /// A command's progress line; inert (writes nothing) unless standard error is a terminal.
 pub(crate) struct Progress {
-    command: &'static str,
     live: Option<Live>,
 }
 
@@ -93,7 +93,7 @@ impl Progress {
                 .ok();
             Live { shared, thread }
         });
-        Progress { command, live }
+        Progress { live }
     }
 
     /// Now waiting on `what` (a phrase: "reading counters over a 5s window"), until
@@ -111,27 +111,17 @@ impl Progress {
         }
     }
 
-    /// A line that explains a wait, printed on standard error on its own line (above the
-    /// progress line on a terminal; alone on a pipe or file), prefixed by the command.
-    #[allow(dead_code)] // the commands' wait explanations come next
+    /// A line that explains a wait (said as it is, e.g. `rocewatch: ...`), printed on
+    /// standard error on its own line: above the progress line on a terminal, alone on a
+    /// pipe or file.
     pub(crate) fn note(&self, line: &str) {
-        let mut err = std::io::stderr().lock();
-        let text = format!("rocewatch {}: {line}\n", self.command);
-        match &self.live {
-            Some(live) => {
-                // Under the state's lock the drawing thread cannot draw between the wipe
-                // and the note; it redraws right after.
-                let (lock, wake) = &*live.shared;
-                let mut s = lock.lock().unwrap_or_else(PoisonError::into_inner);
-                let _ = write!(err, "{WIPE}{text}");
-                let _ = err.flush();
-                s.changed = true;
-                wake.notify_one();
-            }
-            None => {
-                let _ = err.write_all(text.as_bytes());
-            }
-        }
+        self.notes().say(line);
+    }
+
+    /// A handle that says such lines from elsewhere (a task forwarding a child's
+    /// standard error), also after the line is finished.
+    pub(crate) fn notes(&self) -> Notes {
+        Notes(self.live.as_ref().map(|l| Arc::clone(&l.shared)))
     }
 
     /// Wipes the line for good: what the command prints next starts on a clean line.
@@ -150,6 +140,33 @@ impl Progress {
         }
         if let Some(t) = live.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// Says lines above a progress line ([`Progress::notes`]).
+#[derive(Clone)]
+pub(crate) struct Notes(Option<Arc<(Mutex<State>, Condvar)>>);
+
+impl Notes {
+    /// `line` on standard error, on a line of its own.
+    pub(crate) fn say(&self, line: &str) {
+        let line = line.trim_end_matches('\n');
+        let mut err = std::io::stderr().lock();
+        match &self.0 {
+            Some(shared) => {
+                // Under the state's lock the drawing thread cannot draw between the wipe
+                // and the line; it redraws right after (unless it has stopped).
+                let (lock, wake) = &**shared;
+                let mut s = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                let _ = writeln!(err, "{WIPE}{line}");
+                let _ = err.flush();
+                s.changed = true;
+                wake.notify_one();
+            }
+            None => {
+                let _ = writeln!(err, "{line}");
+            }
         }
     }
 }

@@ -50,7 +50,7 @@ const CONNECT_PARALLEL: usize = 64;
 pub(crate) type LocalGid = (u8, [u8; 16]);
 
 /// The RoCE v2 GID whose address is `ip`.
-fn gid_for(root: &SysRoot, dev: &str, port: u8, ip: IpAddr) -> Option<LocalGid> {
+pub(crate) fn gid_for(root: &SysRoot, dev: &str, port: u8, ip: IpAddr) -> Option<LocalGid> {
     let want = match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
         IpAddr::V6(v6) => v6,

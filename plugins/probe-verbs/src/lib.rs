@@ -37,7 +37,10 @@
 //! passes. A round forgets the peers it does not name.
 //!
 //! The responder is two threads whatever the number of probers: one accepts and sets up
-//! each prober's queue pair, one answers them all, asleep in one epoll set.
+//! each prober's queue pair, one answers them all, asleep in one epoll set. It answers
+//! on every RDMA port: each prober's queue pair is made on the port whose RoCE v2 GID is
+//! the address the prober reached (the plugin's own device first), so one responder
+//! serves every rail of the host while each rail is probed from its own instance.
 //!
 //! Completion timestamps: the device is asked (`ibv_query_device_ex`) whether it
 //! timestamps completions, and the first result of a round says what it answered; the
@@ -151,14 +154,10 @@ impl VerbsProbe {
                 busy: Default::default(),
                 root: root.clone(),
             });
-            serve(
-                listener,
-                Arc::clone(&dev),
-                Arc::clone(&gids),
-                opts.busy_poll,
-                policy,
-            )
-            .map_err(|e| PluginError::failed(format!("probe responder on {}: {e}", dev.name)))?;
+            let ports = responder::Ports::new(root.clone(), Arc::clone(&dev), Arc::clone(&gids));
+            serve(listener, Arc::new(ports), opts.busy_poll, policy).map_err(|e| {
+                PluginError::failed(format!("probe responder on {}: {e}", dev.name))
+            })?;
             self.serving = true;
         }
         if let (Some(port), false) = (opts.serve_cm_port, self.serving_cm) {

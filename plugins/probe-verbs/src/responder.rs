@@ -1,17 +1,94 @@
 //! The responder: accepting probers, setting up their queue pairs, and echoing their
 //! messages; a bandwidth prober (its hello starts with the bandwidth magic) is handed to
 //! `bwserve` on its setup thread.
+//!
+//! One responder answers on every RDMA port of the host ([`Ports`]): a prober's queue
+//! pair is made on the port whose RoCE v2 GID is the address the prober reached, so that
+//! the agent's one TCP listener serves every rail (issue 50: each rail is probed from
+//! its own port, and its peers probe this host's address on that rail).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use rocewatch_sysfs::SysRoot;
 
 use crate::bwproto::{HELLO_LEN, MAGIC};
 use crate::bwserve::{serve_test, Policy};
-use crate::conn::GidCache;
+use crate::conn::{gid_for, GidCache};
 use crate::verbs::{self, Device, Endpoint, Info};
+
+/// A port the responder answers on: the opened device and its GIDs.
+type Port = (Arc<Device>, Arc<GidCache>);
+
+/// The ports the responder answers on: the plugin's own, and each other port whose RoCE
+/// v2 GID is an address probers reach, opened when the first of them comes.
+pub(crate) struct Ports {
+    root: SysRoot,
+    own: Port,
+    by_addr: Mutex<HashMap<IpAddr, Port>>,
+}
+
+impl Ports {
+    pub(crate) fn new(root: SysRoot, dev: Arc<Device>, gids: Arc<GidCache>) -> Ports {
+        Ports {
+            root,
+            own: (dev, gids),
+            by_addr: Mutex::default(),
+        }
+    }
+
+    /// The port whose RoCE v2 GID is `ip`: the own one first, then the last one found
+    /// for it (while its GID still is `ip`), else every port of sysfs.
+    fn of(&self, ip: IpAddr) -> Result<Port, String> {
+        if self.own.1.get(ip).is_some() {
+            return Ok(self.own.clone());
+        }
+        let mut known = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = known.get(&ip) {
+            if p.1.get(ip).is_some() {
+                return Ok(p.clone());
+            }
+            known.remove(&ip);
+        }
+        let (dev, port) = port_of(&self.root, ip).ok_or_else(|| {
+            format!(
+                "no RoCE v2 GID for {ip} on {} nor on any other RDMA port",
+                self.own.0.name
+            )
+        })?;
+        // A port already opened for another of its addresses is shared.
+        let opened = known
+            .values()
+            .find(|(d, _)| d.name == dev && d.port == port)
+            .cloned();
+        let p = match opened {
+            Some(p) => p,
+            None => {
+                let d = Device::open(Some(&dev), port).map_err(|e| format!("{dev}: {e}"))?;
+                let g = Arc::new(GidCache::new(self.root.clone(), &d));
+                (d, g)
+            }
+        };
+        known.insert(ip, p.clone());
+        Ok(p)
+    }
+}
+
+/// The RDMA port (device, port number) whose RoCE v2 GID is `ip`, from sysfs.
+pub(crate) fn port_of(root: &SysRoot, ip: IpAddr) -> Option<(String, u8)> {
+    for dev in root.devices().ok()? {
+        for port in root.ports(&dev).unwrap_or_default() {
+            let Ok(n) = u8::try_from(port) else { continue };
+            if gid_for(root, &dev, n, ip).is_some() {
+                return Some((dev, n));
+            }
+        }
+    }
+    None
+}
 
 /// The largest message a responder accepts.
 const MAX_SIZE: u32 = 1 << 20;
@@ -24,22 +101,22 @@ struct Served {
 
 /// Set up one prober's queue pair over its side channel (a silent client is given up
 /// after 2 s); a bandwidth prober's test is served here, on this thread (`Ok(None)`).
-fn handshake(
-    dev: &Arc<Device>,
-    gids: &GidCache,
-    policy: &Policy,
-    mut tcp: TcpStream,
-) -> Result<Option<Served>, String> {
+fn handshake(ports: &Ports, policy: &Policy, mut tcp: TcpStream) -> Result<Option<Served>, String> {
     tcp.set_nodelay(true).ok();
     tcp.set_read_timeout(Some(Duration::from_secs(2))).ok();
     tcp.set_write_timeout(Some(Duration::from_secs(2))).ok();
     let mut first = [0u8; 28];
     tcp.read_exact(&mut first).map_err(|e| e.to_string())?;
+    let ip = tcp.local_addr().map_err(|e| e.to_string())?.ip();
+    let port = ports.of(ip);
     if first[0..4] == MAGIC.to_be_bytes() {
         let hello: &[u8; HELLO_LEN] = &first;
-        return serve_test(dev, gids, policy, tcp, hello).map(|()| None);
+        // The test says itself what is wrong with an address on no port.
+        let (dev, gids) = port.unwrap_or_else(|_| ports.own.clone());
+        return serve_test(&dev, &gids, policy, tcp, hello).map(|()| None);
     }
-    let ip = tcp.local_addr().map_err(|e| e.to_string())?.ip();
+    let (dev, gids) = port?;
+    let dev = &dev;
     let (idx, gid) = gids
         .get(ip)
         .ok_or_else(|| format!("no RoCE v2 GID for {ip} on {}", dev.name))?;
@@ -105,8 +182,7 @@ fn service(ep: &mut Endpoint, busy: bool) -> Result<(), String> {
 /// server). A prober whose side channel closed is forgotten within a second.
 pub(crate) fn serve(
     listener: TcpListener,
-    dev: Arc<Device>,
-    gids: Arc<GidCache>,
+    ports: Arc<Ports>,
     busy: bool,
     policy: Arc<Policy>,
 ) -> Result<(), String> {
@@ -127,14 +203,13 @@ pub(crate) fn serve(
             // Each setup on a short-lived thread of its own: many probers starting at
             // once (an agent with many peers) are set up together, not one after another.
             for s in listener.incoming().flatten() {
-                let (dev, gids, tx, wake, policy) = (
-                    Arc::clone(&dev),
-                    Arc::clone(&gids),
+                let (ports, tx, wake, policy) = (
+                    Arc::clone(&ports),
                     tx.clone(),
                     Arc::clone(&wake_tx),
                     Arc::clone(&policy),
                 );
-                let setup = move || match handshake(&dev, &gids, &policy, s) {
+                let setup = move || match handshake(&ports, &policy, s) {
                     Ok(Some(sv)) => {
                         if tx.send(sv).is_ok() {
                             let _ = (&*wake).write_all(&[1]);
@@ -218,4 +293,24 @@ pub(crate) fn serve(
         })
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixture's two devices each carry one RoCE v2 IPv4 address: a prober reaching
+    /// 10.0.1.1 is answered from mlx5_1, whatever device the plugin was started on.
+    #[test]
+    fn the_port_of_an_address_is_found_on_any_device() {
+        let root = SysRoot::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys"),
+        );
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(port_of(&root, ip("10.0.0.1")), Some(("mlx5_0".into(), 1)));
+        assert_eq!(port_of(&root, ip("10.0.1.1")), Some(("mlx5_1".into(), 1)));
+        assert_eq!(port_of(&root, ip("10.9.9.9")), None);
+        assert_eq!(port_of(&SysRoot::new("/nonexistent"), ip("10.0.0.1")), None);
+    }
 }

@@ -673,3 +673,130 @@ fn judge_says_which_direction_was_tested() {
     );
     assert!(out.contains("the reverse, hb → ha, has no result"), "{out}");
 }
+
+/// The args of a sweep of two unreachable hosts seen from the later one, which serves the
+/// first phase (its partner never comes) and then drives into it (never reached).
+fn absent_partner_args<'a>(root: &'a str, control: &'a str, tcp: &'a str) -> Vec<&'a str> {
+    vec![
+        "preflight",
+        "--host-list",
+        "pf-a.invalid,pf-b.invalid",
+        "--this-host",
+        "pf-b.invalid",
+        "--sysfs-root",
+        root,
+        "--control-port",
+        control,
+        "--tcp-port",
+        tcp,
+        "--patience",
+        "2s",
+    ]
+}
+
+/// `--patience` bounds the wait for a partner that never comes: two steps of 2 s, not
+/// the patience plus a whole test's limit (5 s of RDMA WRITE, 10 probes) each; why the
+/// step took that long is said at the default log level; the table is for humans (no
+/// shell quoting: `pf-a.invalid's`); on a pipe there is no progress line.
+#[test]
+fn patience_bounds_the_wait_for_a_partner_that_never_comes() {
+    let root = fixture("mlx5-roce-dual-port");
+    let _built = artifacts();
+    let started = std::time::Instant::now();
+    let o = rocewatch(
+        &absent_partner_args(root.to_str().unwrap(), "28627", "28700"),
+        &[("RUST_LOG", "")],
+    );
+    let took = started.elapsed();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(took < std::time::Duration::from_secs(12), "{took:?}: {err}");
+    assert!(
+        err.contains("rocewatch preflight: round 0 first: pf-a.invalid never came to test this host (waited 2s"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cannot reach pf-a.invalid's preflight"),
+        "{err}"
+    );
+    assert!(!err.contains("\\'"), "{err}");
+    assert!(!err.contains('\r'), "a progress line on a pipe: {err:?}");
+}
+
+/// Runs `args` with its standard error on a pseudo-terminal: what it wrote there, and its
+/// exit status.
+fn on_a_terminal(args: &[&str], limit: std::time::Duration) -> (String, Option<i32>) {
+    use std::io::Read as _;
+    use std::os::fd::FromRawFd as _;
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors into the integers given; no name, termios
+    // or size.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are fresh from openpty and owned here alone.
+    let (mut master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    };
+    let mut child = std::process::Command::new(&artifacts().rocewatch)
+        .args(args)
+        .current_dir(root())
+        .stdout(std::process::Stdio::null())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        // EIO once the child closed the terminal's last descriptor.
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    (reader.join().unwrap(), status)
+}
+
+/// On a terminal the sweep says what it waits for while it waits: a progress line,
+/// redrawn in place.
+#[test]
+fn a_sweep_on_a_terminal_shows_what_it_waits_for() {
+    let root = fixture("mlx5-roce-dual-port");
+    let _built = artifacts();
+    let args = absent_partner_args(root.to_str().unwrap(), "28628", "28710");
+    let (err, status) = on_a_terminal(&args, std::time::Duration::from_secs(30));
+    assert_eq!(status, Some(1), "{err}");
+    assert!(
+        err.contains("preflight: round 0 first: waiting for pf-a.invalid to write into this host"),
+        "{err:?}"
+    );
+    assert!(err.contains('\r'), "redrawn in place: {err:?}");
+    assert!(
+        err.contains("pf-a.invalid never came to test this host"),
+        "{err:?}"
+    );
+}

@@ -2,8 +2,12 @@
 //! host's steps measured (`rocewatch_preflight::verbs`), its results written as JSON
 //! lines and a table of them printed.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::progress::Progress;
 use rocewatch_preflight as pf;
 pub use rocewatch_preflight::verbs::Settings;
+use rocewatch_preflight::verbs::Tell as _;
 use rocewatch_preflight::verbs::{plugins, VerbsRunner};
 
 /// A sweep's command line, past the host list.
@@ -28,6 +32,8 @@ pub async fn sweep(
     use anyhow::Context as _;
     // Created first: a file left by an earlier run is said before the sweep, not after.
     let out = open_out(a.out.as_deref(), &rails.host)?;
+    let shown = Arc::new(Shown(Mutex::new(Some(Progress::start("preflight")))));
+    shown.waiting("starting the probe plugin of each rail".into(), None);
     // Without the plugin every rail's test says why; the partners still meet, so theirs
     // are not held up.
     let path = rocewatch_probes::plugin_path().map_err(|e| e.to_string());
@@ -48,15 +54,47 @@ pub async fn sweep(
         entries,
         app.metrics().clone(),
         settings,
+        shown.clone(),
     )
     .await
     .with_context(|| format!("listening on control port {}", a.settings.control_port))?;
     let results = pf::run_host(&schedule, &me, &mut runner).await?;
+    shown.waiting("stopping the probe plugins".into(), None);
     app.stop().await;
+    shown.finish();
     write_results(out, &me, &results)?;
     let (table, code) = local_table(&results, th);
     eprint!("{table}");
     Ok(code)
+}
+
+/// The sweep's progress line (on a terminal) and its notes, told by the runner.
+struct Shown(Mutex<Option<Progress>>);
+
+impl Shown {
+    /// The line wiped for good (before the table); notes still said after.
+    fn finish(&self) {
+        let taken = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(p) = taken {
+            p.finish();
+        }
+    }
+}
+
+impl pf::verbs::Tell for Shown {
+    fn waiting(&self, what: String, until: Option<std::time::Instant>) {
+        if let Some(p) = &*self.0.lock().unwrap_or_else(PoisonError::into_inner) {
+            p.waiting(what, until);
+        }
+    }
+
+    fn note(&self, line: String) {
+        let line = format!("rocewatch preflight: {line}");
+        match &*self.0.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(p) => p.note(&line),
+            None => eprintln!("{line}"),
+        }
+    }
 }
 
 /// The `--out` file, created before the sweep. Removed again if the sweep ends without

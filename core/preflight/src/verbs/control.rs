@@ -37,11 +37,14 @@ pub(super) struct Shared {
     pub(super) rails: crate::HostRails,
     /// The serving step this host has reached (a hello for it is answered).
     pub(super) current: watch::Sender<Option<StepId>>,
+    /// The steps whose driver got its answer: both hosts are at the step, its tests run.
+    pub(super) begun: Mutex<std::collections::HashSet<StepId>>,
     /// How each driver's step ended: `Ok` on its done, `Err` why not.
     pub(super) ended: Mutex<HashMap<StepId, Result<(), String>>>,
     pub(super) notify: Notify,
     pub(super) patience: Duration,
     pub(super) step_limit: Duration,
+    pub(super) tell: Arc<dyn super::Tell>,
 }
 
 /// Listens on `port` (every address) for the whole sweep, answering drivers with
@@ -172,15 +175,14 @@ impl Drop for Ticket {
     }
 }
 
-/// The driver's side of a step's start: connects to `peer`'s control port (retrying
-/// within `patience`), says hello and waits for its rails (an earlier round may hold the
-/// partner: up to twice `step_limit`).
+/// The driver's side of a step's start: connects to `peer`'s control port, says hello
+/// and waits for its rails (an earlier round may hold the partner), all within
+/// `patience`.
 pub(super) async fn hello(
     peer: &str,
     port: u16,
     id: &StepId,
     patience: Duration,
-    step_limit: Duration,
 ) -> Result<(BufReader<OwnedReadHalf>, OwnedWriteHalf, crate::HostRails), String> {
     let deadline = tokio::time::Instant::now() + patience;
     let mut backoff = HELLO_BACKOFF;
@@ -203,7 +205,10 @@ pub(super) async fn hello(
         // The partner answers when it reaches this step: an earlier round may hold it.
         let got = match said.await {
             Err(e) => Err(ReadError::Closed(e.to_string())),
-            Ok(()) => read_message(&mut r, step_limit * 2).await,
+            Ok(()) => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                read_message(&mut r, left).await
+            }
         };
         match got {
             Ok(Message::Rails(h)) => return Ok((r, w, h)),
@@ -217,7 +222,11 @@ pub(super) async fn hello(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(HELLO_BACKOFF_MAX);
             }
-            Err(e) => return Err(format!("{peer}'s preflight did not answer: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "{peer}'s preflight did not answer within {patience:?}: {e}"
+                ))
+            }
         }
     }
 }
@@ -300,7 +309,13 @@ async fn answer(sock: TcpStream, sh: &Shared, ticket: Ticket) -> Result<(), Stri
         ));
     }
     let reply = Message::Rails(sh.rails.clone()).encode();
-    let ended = match w.write_all(reply.as_bytes()).await {
+    let written = w.write_all(reply.as_bytes()).await;
+    if written.is_ok() {
+        // The serving step's wait for its driver ends: the tests' limit begins.
+        sh.begun.lock().expect("not poisoned").insert(id.clone());
+        sh.notify.notify_waiters();
+    }
+    let ended = match written {
         Err(e) => Err(format!("answering {}: {e}", id.from)),
         Ok(()) => match read_message(&mut r, sh.step_limit).await {
             Ok(Message::Done(d)) if d == id => Ok(()),
@@ -353,7 +368,7 @@ mod tests {
             phase: crate::Phase::Forward,
         };
         let patience = Duration::from_secs(10);
-        let got = hello("127.0.0.1", port, &id, patience, patience).await;
+        let got = hello("127.0.0.1", port, &id, patience).await;
         let (_, _, theirs) = got.expect("the third hello is answered");
         assert_eq!(theirs, rails);
         assert_eq!(server.await.unwrap(), 3);

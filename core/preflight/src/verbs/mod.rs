@@ -44,6 +44,30 @@ pub struct Settings {
     pub line_rate_gbps: Option<f64>,
 }
 
+/// What the sweep tells its caller while it runs: what it waits on (a progress line on a
+/// terminal) and why a step took long or ended early (said whatever the log level).
+pub trait Tell: Send + Sync {
+    /// Now waiting on `what` (a phrase naming the round and the partner), until `until`
+    /// when that is known.
+    fn waiting(&self, what: String, until: Option<std::time::Instant>);
+    /// A line that explains a wait or an early end (a partner that never came).
+    fn note(&self, line: String);
+}
+
+/// The phrase of a step's round and phase: "round 0 first".
+fn step_name(round: usize, phase: crate::Phase) -> String {
+    let phase = match phase {
+        crate::Phase::Forward => "first",
+        crate::Phase::Reverse => "then",
+    };
+    format!("round {round} {phase}")
+}
+
+/// `d` from now, as the caller's clock reads it.
+fn from_now(d: Duration) -> Option<std::time::Instant> {
+    std::time::Instant::now().checked_add(d)
+}
+
 /// How the verbs responder refuses a test while another one runs (`bwserve.rs`).
 const RESPONDER_BUSY: &str = "another bandwidth test is running on the responder";
 
@@ -64,8 +88,12 @@ impl VerbsRunner {
         entries: HashMap<usize, Result<Entry, String>>,
         metrics: Arc<SelfMetrics>,
         settings: Settings,
+        tell: Arc<dyn Tell>,
     ) -> std::io::Result<VerbsRunner> {
         let me = schedule.index(&rails.host).map_err(std::io::Error::other)?;
+        // A step's tests once both ends are there: the RDMA WRITE, the probes (a second
+        // each at most), a responder still busy with a late test (the patience), and a
+        // margin for the queue pairs' setup.
         let step_limit = settings.duration
             + Duration::from_secs(u64::from(settings.probes) + 10)
             + settings.patience;
@@ -74,10 +102,12 @@ impl VerbsRunner {
             me,
             rails,
             current: watch::Sender::new(None),
+            begun: Mutex::new(std::collections::HashSet::new()),
             ended: Mutex::new(HashMap::new()),
             notify: Notify::new(),
             patience: settings.patience,
             step_limit,
+            tell,
         });
         control::listen(shared.clone(), settings.control_port).await?;
         Ok(VerbsRunner {
@@ -88,6 +118,8 @@ impl VerbsRunner {
         })
     }
 
+    /// Waits within the patience for the driver of `step` to begin (both hosts at this
+    /// step), then within the step's limit for its tests to end.
     async fn serve(&self, step: &crate::Step) {
         let id = StepId {
             from: step.peer.clone(),
@@ -95,35 +127,61 @@ impl VerbsRunner {
             phase: step.phase,
         };
         let sh = &self.shared;
+        let name = step_name(step.round, step.phase);
+        sh.tell.waiting(
+            format!("{name}: waiting for {} to write into this host", step.peer),
+            from_now(sh.patience),
+        );
         sh.current.send_replace(Some(id.clone()));
-        let wait = async {
-            loop {
-                let notified = sh.notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if let Some(r) = sh.ended.lock().expect("not poisoned").remove(&id) {
-                    return r;
+        // Some(how it ended) once it ended, None once it began.
+        let state = |begun_is_enough: bool| {
+            let id = id.clone();
+            async move {
+                loop {
+                    let notified = sh.notify.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    if let Some(r) = sh.ended.lock().expect("not poisoned").remove(&id) {
+                        return Some(r);
+                    }
+                    if begun_is_enough && sh.begun.lock().expect("not poisoned").contains(&id) {
+                        return None;
+                    }
+                    notified.await;
                 }
-                notified.await;
             }
         };
-        match tokio::time::timeout(sh.patience + sh.step_limit, wait).await {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => tracing::warn!(
-                "preflight round {} {:?}: {}'s tests into this host ended early: {why}",
-                step.round,
-                step.phase,
+        let ended = match tokio::time::timeout(sh.patience, state(true)).await {
+            Err(_) => {
+                sh.tell.note(format!(
+                    "{name}: {} never came to test this host (waited {:?}, the patience); going on",
+                    step.peer, sh.patience
+                ));
+                None
+            }
+            Ok(Some(r)) => Some(r),
+            Ok(None) => {
+                sh.tell.waiting(
+                    format!("{name}: {} writing into this host", step.peer),
+                    from_now(sh.step_limit),
+                );
+                match tokio::time::timeout(sh.step_limit, state(false)).await {
+                    Ok(r) => r,
+                    Err(_) => Some(Err(format!(
+                        "its tests did not end within {:?}",
+                        sh.step_limit
+                    ))),
+                }
+            }
+        };
+        if let Some(Err(why)) = ended {
+            sh.tell.note(format!(
+                "{name}: {}'s tests into this host ended early: {why}",
                 step.peer
-            ),
-            Err(_) => tracing::warn!(
-                "preflight round {} {:?}: {} never came to test this host (waited {:?}); going on",
-                step.round,
-                step.phase,
-                step.peer,
-                sh.patience + sh.step_limit
-            ),
+            ));
         }
         sh.current.send_replace(None);
+        sh.begun.lock().expect("not poisoned").remove(&id);
     }
 
     async fn drive(&self, step: &crate::Step) -> Vec<crate::Measurement> {
@@ -143,11 +201,28 @@ impl VerbsRunner {
         };
         let sh = &self.shared;
         let port = self.settings.control_port;
-        let hello = control::hello(&step.peer, port, &id, sh.patience, sh.step_limit);
+        let name = step_name(step.round, step.phase);
+        sh.tell.waiting(
+            format!(
+                "{name}: waiting for {} to be tested by this host",
+                step.peer
+            ),
+            from_now(sh.patience),
+        );
+        let hello = control::hello(&step.peer, port, &id, sh.patience);
         let (_reader, mut writer, theirs) = match hello.await {
             Ok(x) => x,
             Err(why) => return failed(why),
         };
+        let ranks: Vec<String> = step.rails.iter().map(|(k, _)| k.to_string()).collect();
+        sh.tell.waiting(
+            format!(
+                "{name}: writing into {} on rails {}",
+                step.peer,
+                ranks.join(",")
+            ),
+            from_now(self.settings.duration + Duration::from_secs(u64::from(self.settings.probes))),
+        );
         let mut set = tokio::task::JoinSet::new();
         for (i, &(rank, _)) in step.rails.iter().enumerate() {
             let entry = self.entries.get(&rank).cloned();
@@ -173,7 +248,10 @@ impl VerbsRunner {
             .write_all(Message::Done(id).encode().as_bytes())
             .await
         {
-            tracing::warn!("preflight: telling {} the tests are over: {e}", step.peer);
+            sh.tell.note(format!(
+                "{name}: telling {} the tests are over: {e}",
+                step.peer
+            ));
         }
         out
     }

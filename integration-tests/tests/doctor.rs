@@ -78,6 +78,13 @@ fn doctor_on_the_mlx5_tree() {
     for c in ["firewall", "interrupts"] {
         assert_eq!(find(&v, c, "")["status"], "skip", "{c}");
     }
+    let why = find(&v, "firewall", "")["evidence"].clone();
+    assert!(
+        why.as_str().unwrap().ends_with(
+            "is not the live /sys: this host's firewall rules say nothing about that tree"
+        ),
+        "{why}"
+    );
     assert_eq!(find(&v, "probe", "")["status"], "skip");
     let cap = find(&v, "capture", "ens1f0np0");
     assert!(

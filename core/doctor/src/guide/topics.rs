@@ -52,14 +52,15 @@ pub(crate) fn multirail(h: &Host) -> Vec<Check> {
     crate::checks::multirail::multirail_checks(&h.inv, &h.rails, &h.root, &h.opts.procfs_root)
 }
 
-/// A host check that says nothing about a tree that is not the live `/sys`.
-fn not_this_tree(h: &Host, name: &str) -> Vec<Check> {
+/// A host check that says nothing about a tree that is not the live `/sys`: `what` is
+/// what it reads, a plural ("firewall rules": "this host's firewall rules say nothing").
+fn not_this_tree(h: &Host, name: &str, what: &str) -> Vec<Check> {
     vec![check(
         name,
         "",
         Status::Skip,
         format!(
-            "{} is not the live /sys: this host's {name} say nothing about that tree",
+            "{} is not the live /sys: this host's {what} say nothing about that tree",
             h.root.display()
         ),
         None,
@@ -69,7 +70,7 @@ fn not_this_tree(h: &Host, name: &str) -> Vec<Check> {
 /// Firewall rules for UDP 4791 (live only).
 pub(crate) fn firewall(h: &Host) -> Vec<Check> {
     if !h.live {
-        return not_this_tree(h, "firewall");
+        return not_this_tree(h, "firewall", "firewall rules");
     }
     crate::checks::firewall::firewall_checks()
 }
@@ -77,7 +78,7 @@ pub(crate) fn firewall(h: &Host) -> Vec<Check> {
 /// The RoCE netdevs' interrupts (live only).
 pub(crate) fn interrupts(h: &Host) -> Vec<Check> {
     if !h.live {
-        return not_this_tree(h, "interrupts");
+        return not_this_tree(h, "interrupts", "interrupts");
     }
     let netdevs: Vec<String> = h.roce_ports().map(|p| p.netdev.to_string()).collect();
     irq_checks(Path::new(&h.root), &h.opts.procfs_root, &netdevs)

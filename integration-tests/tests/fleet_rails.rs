@@ -179,3 +179,76 @@ fn every_rail_is_probed_from_its_own_nic_within_one_rate_budget() {
     let (lo, hi) = (per_port.first().unwrap(), per_port.last().unwrap());
     assert!(hi - lo <= 4, "rails probed unevenly: {per_port:?}\n{ctx}");
 }
+
+/// Without `[fleet]`: `[probes] device_peers` binds peers to a device; they are probed
+/// from an instance on that device while the list goes from the first one. A device the
+/// host does not have is refused at start, naming the key and the devices there are.
+#[test]
+fn device_peers_are_probed_from_their_device_and_an_unknown_device_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    eight_nic_tree(&sys);
+    let record = dir.path().join("probes.log");
+    let cfg = dir.path().join("agent.toml");
+    let write = |device_peers: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[agent]\nsysfs_root = {sys:?}\ninterval = \"1s\"\n\n[probes]\nplugin = {:?}\npeers = [\"10.0.0.2\"]\ninterval = \"200ms\"\ntimeout = \"50ms\"\nserve = false\n\n[probes.device_peers]\n{device_peers}\n",
+                artifacts().fake_probe_so,
+            ),
+        )
+        .unwrap();
+    };
+    write("mlx5_9 = [\"10.9.0.2\"]");
+    let o = rocewatch(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("probes.device_peers.mlx5_9: no RDMA device mlx5_9 on this host")
+            && err.contains("mlx5_0, mlx5_1, mlx5_2"),
+        "{err}"
+    );
+
+    write("mlx5_3 = [\"10.3.0.2\", \"10.3.1.3\"]\n\"mlx5_5:1\" = [\"10.5.0.2\"]");
+    let agent = RunningAgent::start_with(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ],
+        &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
+        None,
+    );
+    let base = agent.prometheus_url();
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, text) = crate::prometheus::get(&format!("{base}/metrics"), None).unwrap();
+    let ctx = format!("{text}\n--- agent log\n{}", agent.stderr());
+    let mut by_port: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in records(&record) {
+        by_port.entry(p.port).or_default().insert(p.peer);
+    }
+    let want: BTreeMap<String, BTreeSet<String>> = [
+        ("-:-", vec!["10.0.0.2"]),
+        ("mlx5_3:-", vec!["10.3.0.2", "10.3.1.3"]),
+        ("mlx5_5:1", vec!["10.5.0.2"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(by_port, want, "{ctx}");
+    assert!(
+        text.contains(r#"rdma_probe_sent_total{rdma_probe_peer="10.5.0.2"}"#),
+        "{ctx}"
+    );
+}

@@ -296,10 +296,10 @@ pub const PROMETHEUS_WEB: &str = "exporters.prometheus.web_config_file";
 /// The key of the Alertmanager receiver's web configuration.
 pub const ALERTMANAGER_WEB: &str = "alertmanager.web_config_file";
 
-/// `[probes]`: the probe plugin added to the external plugins: one instance, or with
-/// `[fleet]` and no `probes.device` one instance per RoCE port of the host (each rail
-/// probed from its own port; the first instance runs the responder, which answers on
-/// every port).
+/// `[probes]`: the probe plugin added to the external plugins: one instance and one per
+/// `device_peers` device, or with `[fleet]` and no `probes.device` one instance per RoCE
+/// port of the host (each rail probed from its own port). The first instance runs the
+/// responder, which answers on every port.
 fn add_probe_plugin(cfg: &mut Config) -> Result<(), StartError> {
     let Some(p) = &cfg.probes else {
         return Ok(());
@@ -312,11 +312,22 @@ fn add_probe_plugin(cfg: &mut Config) -> Result<(), StartError> {
         (Some(_), None) => rocewatch_probes::rail_ports(&cfg.agent.sysfs_root),
         _ => Vec::new(),
     };
-    let ports: Vec<Option<&str>> = if rails.is_empty() {
+    let mut ports: Vec<Option<&str>> = if rails.is_empty() {
         vec![None]
     } else {
         rails.iter().map(|r| Some(r.as_str())).collect()
     };
+    // Without [fleet]: the list from the first instance, each device_peers device from
+    // an instance of its own.
+    for key in p.device_peers.keys() {
+        rocewatch_probes::check_port(&cfg.agent.sysfs_root, key).map_err(|message| {
+            StartError::Config {
+                path: format!("probes.device_peers.{key}"),
+                message,
+            }
+        })?;
+        ports.push(Some(key.as_str()));
+    }
     for (i, port) in ports.into_iter().enumerate() {
         let serve = p.serve && i == 0;
         let mut plugin = rocewatch_probes::plugin_config(
@@ -486,10 +497,10 @@ fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> 
     let Some(p) = probes else {
         return tasks;
     };
-    let Some(entry) = instances.first().map(|(_, e)| e.clone()) else {
+    if instances.is_empty() {
         tracing::error!("probes: the probe-verbs plugin is not loaded; no probes will run");
         return tasks;
-    };
+    }
     tracing::info!(interval = ?p.interval, fleet = views.is_some(), instances = instances.len(), "probing peers over RDMA verbs");
     let pipeline = Arc::clone(&app.pipeline);
     tasks.push(match views {
@@ -501,7 +512,7 @@ fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> 
             rx,
             stop.clone(),
         )),
-        None => tokio::spawn(rocewatch_probes::run(entry, pipeline, p, stop.clone())),
+        None => tokio::spawn(rocewatch_probes::run(instances, pipeline, p, stop.clone())),
     });
     tasks
 }

@@ -1,6 +1,7 @@
 //! `[probes]`: peers (list, DNS name, file), interval, timeout, bounds, RTT buckets.
 
 use rocewatch_metrics::names;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -99,6 +100,11 @@ pub struct ProbesConfig {
     /// A file with one peer per line (`#` comments), re-read when it changes.
     #[serde(default)]
     pub peers_file: Option<PathBuf>,
+    /// Peers probed from another RDMA device (`mlx5_1`) or port (`mlx5_1:2`) than
+    /// `device`: the peers of another rail. Each device named gets a probe plugin
+    /// instance of its own.
+    #[serde(default)]
+    pub device_peers: BTreeMap<String, Vec<String>>,
     /// Time between two probes of the same peer.
     #[serde(
         default = "default_interval",
@@ -158,6 +164,21 @@ pub struct ProbesConfig {
     pub serve_cm: bool,
 }
 
+/// A device (`mlx5_1`) or port (`mlx5_1:2`) as (device, port), the name as sysfs and
+/// libibverbs spell it (letters, digits, `_`, `-`, `.`), the port 1 to 255.
+pub fn parse_port(spec: &str) -> Option<(&str, Option<u8>)> {
+    let (device, port) = match spec.rsplit_once(':') {
+        Some((d, p)) => (d, Some(p.parse::<u8>().ok().filter(|p| *p > 0)?)),
+        None => (spec, None),
+    };
+    let ok = !device.is_empty()
+        && device.len() <= 64
+        && device
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    ok.then_some((device, port))
+}
+
 impl ProbesConfig {
     /// A listed peer's address and whether it is probed through the RDMA CM.
     pub fn peer_mode<'a>(&self, entry: &'a str) -> (&'a str, bool) {
@@ -200,6 +221,16 @@ impl ProbesConfig {
                 "serve_bandwidth",
                 "needs serve = true (bandwidth tests are served by the responder)".into(),
             );
+        }
+        for key in self.device_peers.keys() {
+            if parse_port(key).is_none() {
+                return bad(
+                    &format!("device_peers.{key}"),
+                    format!(
+                        "{key:?}: give an RDMA device's name (mlx5_1) or DEVICE:PORT (mlx5_1:2)"
+                    ),
+                );
+            }
         }
         if self.serve_cm && !self.serve {
             return bad(
@@ -271,6 +302,24 @@ mod tests {
             "probes.serve_cm"
         );
         assert!(toml::from_str::<ProbesConfig>("mode = \"rping\"").is_err());
+    }
+
+    #[test]
+    fn device_peers_name_a_device_or_port() {
+        let c: ProbesConfig = toml::from_str(
+            "[device_peers]\nmlx5_1 = [\"10.0.1.2\"]\n\"mlx5_2:2\" = [\"10.0.2.2\"]",
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.device_peers["mlx5_1"], ["10.0.1.2"]);
+        for key in ["\"mlx5_1:0\"", "\"mlx5 1\"", "\"mlx5_1:x\"", "\":1\""] {
+            let c: ProbesConfig = toml::from_str(&format!("[device_peers]\n{key} = []")).unwrap();
+            let (k, m) = c.validate().unwrap_err();
+            assert_eq!(k, format!("probes.device_peers.{}", key.trim_matches('"')));
+            assert!(m.contains("DEVICE:PORT"), "{m}");
+        }
+        assert_eq!(parse_port("mlx5_3:1"), Some(("mlx5_3", Some(1))));
+        assert_eq!(parse_port("rxe0"), Some(("rxe0", None)));
     }
 
     #[test]

@@ -27,13 +27,15 @@ mod rounds;
 mod stats;
 
 pub use config::{
-    default_rtt_buckets, ProbeMode, ProbesConfig, ATTR_CAUSE, ATTR_MODE, ATTR_PEER, CM_PREFIX,
-    DEFAULT_CM_PORT, PLUGIN, RTT,
+    default_rtt_buckets, parse_port, ProbeMode, ProbesConfig, ATTR_CAUSE, ATTR_MODE, ATTR_PEER,
+    CM_PREFIX, DEFAULT_CM_PORT, PLUGIN, RTT,
 };
 pub use fleet::{
     count_round, round_samples, run_fleet, targets as fleet_targets, FlowSet, RttAttrs,
 };
 pub use peers::{parse_peers_file, PeerSource};
-pub use plugin::{instance_port, plugin_config, plugin_path, rail_ports, set_port, PluginNotFound};
+pub use plugin::{
+    check_port, instance_port, plugin_config, plugin_path, rail_ports, set_port, PluginNotFound,
+};
 pub use rounds::{probe_batch, probe_once, run};
 pub use stats::declare;

@@ -72,6 +72,39 @@ pub fn rail_ports(sysfs_root: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Whether the device or port `spec` (`mlx5_1`, `mlx5_1:2`) is on the host at
+/// `sysfs_root`; what is missing when it is not, with what there is.
+pub fn check_port(sysfs_root: &Path, spec: &str) -> Result<(), String> {
+    let root = rocewatch_sysfs::SysRoot::new(sysfs_root);
+    let Some((device, port)) = crate::config::parse_port(spec) else {
+        return Err(format!("{spec:?} is not a device or DEVICE:PORT"));
+    };
+    let devices = root.devices().unwrap_or_default();
+    if !devices.iter().any(|d| d == device) {
+        let has = if devices.is_empty() {
+            "none".to_string()
+        } else {
+            devices.join(", ")
+        };
+        return Err(format!(
+            "no RDMA device {device} on this host ({} has: {has})",
+            root.ib_class().display()
+        ));
+    }
+    let ports = root.ports(device).unwrap_or_default();
+    match port {
+        Some(n) if !ports.contains(&u32::from(n)) => Err(format!(
+            "{device} has no port {n} (its ports: {})",
+            ports
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The port a probe plugin instance probes from, from its options: `device:port`,
 /// `device` (no port given: the plugin's own default), or `None` (no device: the first).
 pub fn instance_port(options: &serde_json::Value) -> Option<String> {
@@ -148,5 +181,12 @@ mod tests {
             .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys");
         assert_eq!(rail_ports(&root), ["mlx5_0:1", "mlx5_1:1"]);
         assert!(rail_ports(Path::new("/nonexistent")).is_empty());
+        assert_eq!(check_port(&root, "mlx5_1"), Ok(()));
+        assert_eq!(check_port(&root, "mlx5_1:1"), Ok(()));
+        let e = check_port(&root, "mlx5_9").unwrap_err();
+        assert!(e.starts_with("no RDMA device mlx5_9 on this host"), "{e}");
+        assert!(e.ends_with("has: mlx5_0, mlx5_1)"), "{e}");
+        let e = check_port(&root, "mlx5_1:2").unwrap_err();
+        assert_eq!(e, "mlx5_1 has no port 2 (its ports: 1)");
     }
 }

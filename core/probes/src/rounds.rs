@@ -7,7 +7,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use rocewatch_plugin_api::{NicTimestamps, ProbeResult, ProbeTarget, CM_PROBES_AT_ONCE};
+use rocewatch_plugin_api::{
+    NicTimestamps, ProbeOutcome, ProbeResult, ProbeTarget, CM_PROBES_AT_ONCE,
+};
 
 use super::config::{ProbesConfig, ATTR_MODE, ATTR_PEER, PLUGIN, RTT};
 use super::peers::PeerSource;
@@ -60,14 +62,108 @@ pub async fn probe_batch(
     .await
 }
 
-/// Probe every peer once per (effective) interval until `shutdown` turns true.
+/// A round's results from one probe plugin instance: its targets' indices and what the
+/// plugin answered.
+pub(crate) type Answer = (usize, Vec<usize>, Result<Vec<ProbeResult>, String>);
+
+/// Each instance's targets (`groups`: indices in `targets`) through it, the instances
+/// called at once; `None` when `shutdown` came first.
+pub(crate) async fn probe_rails(
+    instances: &[Entry],
+    groups: BTreeMap<usize, Vec<usize>>,
+    targets: &[ProbeTarget],
+    pipeline: &Pipeline,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Vec<Answer>> {
+    let mut calls = Vec::with_capacity(groups.len());
+    for (instance, flows) in groups {
+        let t: Vec<ProbeTarget> = flows.iter().map(|&i| targets[i].clone()).collect();
+        let entry = instances.get(instance).cloned();
+        let metrics = Arc::clone(pipeline.metrics());
+        let call = tokio::spawn(async move {
+            match entry {
+                Some(e) => probe_batch(&e, t, &metrics)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err(format!("no probe plugin instance {instance}")),
+            }
+        });
+        calls.push((instance, flows, call));
+    }
+    let aborts: Vec<_> = calls.iter().map(|c| c.2.abort_handle()).collect();
+    let all = async {
+        let mut out = Vec::with_capacity(calls.len());
+        for (instance, flows, call) in calls {
+            let r = call
+                .await
+                .unwrap_or_else(|e| Err(format!("the call failed: {e}")));
+            out.push((instance, flows, r));
+        }
+        out
+    };
+    tokio::select! {
+        r = all => Some(r),
+        _ = shutdown.changed() => {
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
+            None
+        }
+    }
+}
+
+/// The outcome of each of `n` targets from the instances' answers (`Err`: none).
+pub(crate) fn outcomes(n: usize, answers: &[Answer]) -> Vec<Result<&ProbeOutcome, ()>> {
+    let mut out = vec![Err(()); n];
+    for (_, flows, r) in answers {
+        if let Ok(results) = r {
+            for (k, &i) in flows.iter().enumerate() {
+                out[i] = results.get(k).map(|r| &r.outcome).ok_or(());
+            }
+        }
+    }
+    out
+}
+
+/// Which instance each `[probes] device_peers` entry is probed from: (the peer entry,
+/// the index in `ports`, the instances' ports), each device's peers in its order, the
+/// peers of a device with no instance left out and named in the log.
+fn bound_peers(cfg: &ProbesConfig, ports: &[Option<String>]) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (key, peers) in &cfg.device_peers {
+        match ports.iter().position(|p| p.as_deref() == Some(key.as_str())) {
+            Some(i) => out.extend(peers.iter().map(|p| (p.trim().to_string(), i))),
+            None => tracing::warn!(
+                "probes: no probe plugin instance on {key}: its {} peers (probes.device_peers) are not probed",
+                peers.len()
+            ),
+        }
+    }
+    out
+}
+
+/// The round's peers: those of the list (the first instance's) and each device's,
+/// deduplicated (the first listing wins), with the instance each is probed from.
+fn round_peers(list: Vec<String>, bound: &[(String, usize)]) -> Vec<(String, usize)> {
+    let mut seen = std::collections::HashSet::new();
+    list.into_iter()
+        .map(|p| (p, 0))
+        .chain(bound.iter().cloned())
+        .filter(|(p, _)| !p.is_empty() && seen.insert(p.clone()))
+        .collect()
+}
+
+/// Probe every peer once per (effective) interval until `shutdown` turns true: the peer
+/// list from the first of `instances` (the plugin's default device or `probes.device`),
+/// each `device_peers` entry from the instance of its device, the instances at once.
 pub async fn run(
-    entry: Entry,
+    instances: Vec<(Option<String>, Entry)>,
     pipeline: Arc<Pipeline>,
     cfg: ProbesConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let store = pipeline.store();
+    let ports: Vec<Option<String>> = instances.iter().map(|(p, _)| p.clone()).collect();
+    let entries: Vec<Entry> = instances.into_iter().map(|(_, e)| e).collect();
+    let bound = bound_peers(&cfg, &ports);
     let mut stats: BTreeMap<String, PeerStats> = BTreeMap::new();
     let mut last_problems = Vec::new();
     let mut last_limits = (0, Duration::ZERO);
@@ -77,7 +173,7 @@ pub async fn run(
         let round = tokio::time::Instant::now();
         // DNS and the peers file block: not on the async worker.
         let mut src = source.take().expect("returned by the previous round");
-        let Ok((src, (mut list, problems))) = tokio::task::spawn_blocking(move || {
+        let Ok((src, (list, problems))) = tokio::task::spawn_blocking(move || {
             let r = src.peers();
             (src, r)
         })
@@ -93,6 +189,7 @@ pub async fn run(
             }
             last_problems = problems;
         }
+        let mut list = round_peers(list, &bound);
         let over_limit = list.len().saturating_sub(cfg.max_peers);
         list.truncate(cfg.max_peers);
         let interval = cfg.effective_interval(list.len());
@@ -115,7 +212,8 @@ pub async fn run(
         }
         // Peers no longer listed are forgotten (their series end). A peer is its entry:
         // `cm:ADDRESS` and ADDRESS are two (the two paths).
-        let listed: std::collections::HashSet<&str> = list.iter().map(String::as_str).collect();
+        let listed: std::collections::HashSet<&str> =
+            list.iter().map(|(p, _)| p.as_str()).collect();
         stats.retain(|p, _| listed.contains(p.as_str()));
         let kept: std::collections::HashSet<(String, bool)> = stats
             .keys()
@@ -128,9 +226,12 @@ pub async fn run(
             a.get(ATTR_PEER)
                 .is_some_and(|p| kept.contains(&(p.to_string(), a.get(ATTR_MODE) == Some("cm"))))
         });
+        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let targets: Vec<ProbeTarget> = list
             .iter()
-            .map(|entry| {
+            .enumerate()
+            .map(|(i, (entry, instance))| {
+                groups.entry(*instance).or_default().push(i);
                 let (peer, cm) = cfg.peer_mode(entry);
                 let mut t = ProbeTarget::new(peer, cfg.size, cfg.timeout.as_millis() as u64);
                 if cm {
@@ -140,28 +241,27 @@ pub async fn run(
             })
             .collect();
         if !targets.is_empty() {
-            let results = tokio::select! {
-                r = probe_batch(&entry, targets, pipeline.metrics()) => r,
-                _ = shutdown.changed() => return,
+            let Some(answers) =
+                probe_rails(&entries, groups, &targets, &pipeline, &mut shutdown).await
+            else {
+                return;
             };
-            if let (Ok(r), false) = (&results, said_timestamps) {
-                if let Some(NicTimestamps::Unsupported { reason }) =
-                    r.first().and_then(|r| r.nic_timestamps.as_ref())
+            if !said_timestamps {
+                if let Some(NicTimestamps::Unsupported { reason }) = answers
+                    .iter()
+                    .find_map(|(_, _, r)| r.as_ref().ok()?.first()?.nic_timestamps.as_ref())
                 {
                     tracing::info!("probes: no NIC-measured RTT split: {reason}");
                 }
-                said_timestamps = true;
+                said_timestamps = answers.iter().any(|(_, _, r)| r.is_ok());
             }
+            let outcomes = outcomes(targets.len(), &answers);
             let mut rtts = Vec::with_capacity(list.len());
-            for (i, peer) in list.iter().enumerate() {
+            for ((peer, _), outcome) in list.iter().zip(outcomes) {
                 let s = stats.entry(peer.clone()).or_insert_with(|| {
                     let (addr, cm) = cfg.peer_mode(peer);
                     PeerStats::with_mode(addr, cm)
                 });
-                let outcome = match &results {
-                    Ok(r) => r.get(i).map(|r| &r.outcome).ok_or(()),
-                    Err(_) => Err(()),
-                };
                 if let Some(rtt) = s.count(outcome) {
                     rtts.push((s.attrs.clone(), rtt));
                 }

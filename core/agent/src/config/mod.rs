@@ -453,17 +453,20 @@ impl Config {
         }
         if let Some(f) = &self.fleet {
             f.validate()?;
-            if let Some(p) = self
-                .probes
-                .as_ref()
-                .filter(|p| !p.peers.is_empty() || p.peers_dns.is_some() || p.peers_file.is_some())
-            {
+            if let Some(p) = self.probes.as_ref().filter(|p| {
+                !p.peers.is_empty()
+                    || p.peers_dns.is_some()
+                    || p.peers_file.is_some()
+                    || !p.device_peers.is_empty()
+            }) {
                 let key = if !p.peers.is_empty() {
                     "peers"
                 } else if p.peers_dns.is_some() {
                     "peers_dns"
-                } else {
+                } else if p.peers_file.is_some() {
                     "peers_file"
+                } else {
+                    "device_peers"
                 };
                 return Err((
                     format!("probes.{key}"),

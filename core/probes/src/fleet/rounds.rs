@@ -10,9 +10,7 @@ use tokio::sync::watch;
 
 use rocewatch_fleet::pinglist::Class;
 use rocewatch_metrics::names;
-use rocewatch_plugin_api::{
-    Attributes, NicTimestamps, ProbeOutcome, ProbeResult, ProbeTarget, Sample,
-};
+use rocewatch_plugin_api::{Attributes, NicTimestamps, ProbeOutcome, ProbeTarget, Sample};
 use rocewatch_runtime::host::registry::Entry;
 use rocewatch_runtime::pipeline::Pipeline;
 
@@ -21,7 +19,7 @@ use super::flows::{epoch_at, flow_label, offset};
 use super::noise::HostNoise;
 use super::stats::{FleetStats, Outcome};
 use crate::config::{ProbesConfig, PLUGIN};
-use crate::rounds::probe_batch;
+use crate::rounds::{outcomes, probe_rails, Answer};
 use crate::stats::peers_and_interval;
 
 /// Seconds since the epoch: flows rotate on the wall clock.
@@ -191,53 +189,6 @@ fn by_instance(view: &FleetView, flows: &FlowSet) -> BTreeMap<usize, Vec<usize>>
     out
 }
 
-/// A round's results from one instance: its flows' indices and what the plugin answered.
-type Answer = (usize, Vec<usize>, Result<Vec<ProbeResult>, String>);
-
-/// Every rail's flows through its own instance, the instances called at once; `None`
-/// when `shutdown` came first.
-async fn probe_rails(
-    instances: &[Entry],
-    groups: BTreeMap<usize, Vec<usize>>,
-    targets: &[ProbeTarget],
-    pipeline: &Pipeline,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Option<Vec<Answer>> {
-    let mut calls = Vec::with_capacity(groups.len());
-    for (instance, flows) in groups {
-        let t: Vec<ProbeTarget> = flows.iter().map(|&i| targets[i].clone()).collect();
-        let entry = instances.get(instance).cloned();
-        let metrics = Arc::clone(pipeline.metrics());
-        let call = tokio::spawn(async move {
-            match entry {
-                Some(e) => probe_batch(&e, t, &metrics)
-                    .await
-                    .map_err(|e| e.to_string()),
-                None => Err(format!("no probe plugin instance {instance}")),
-            }
-        });
-        calls.push((instance, flows, call));
-    }
-    let aborts: Vec<_> = calls.iter().map(|c| c.2.abort_handle()).collect();
-    let all = async {
-        let mut out = Vec::with_capacity(calls.len());
-        for (instance, flows, call) in calls {
-            let r = call
-                .await
-                .unwrap_or_else(|e| Err(format!("the call failed: {e}")));
-            out.push((instance, flows, r));
-        }
-        out
-    };
-    tokio::select! {
-        r = all => Some(r),
-        _ = shutdown.changed() => {
-            aborts.iter().for_each(tokio::task::AbortHandle::abort);
-            None
-        }
-    }
-}
-
 /// What the prober says once or when it changes.
 #[derive(Default)]
 struct Said {
@@ -277,19 +228,6 @@ impl Said {
             }
         }
     }
-}
-
-/// The outcome of each of `n` flows from the instances' answers (`Err`: none).
-fn outcomes(n: usize, answers: &[Answer]) -> Vec<Result<&ProbeOutcome, ()>> {
-    let mut out = vec![Err(()); n];
-    for (_, flows, r) in answers {
-        if let Ok(results) = r {
-            for (k, &i) in flows.iter().enumerate() {
-                out[i] = results.get(k).map(|r| &r.outcome).ok_or(());
-            }
-        }
-    }
-    out
 }
 
 /// The statistics and flows of a new view, keeping the counters (a counter never goes

@@ -200,3 +200,49 @@ fn demo_congestion_scenarios_show_their_state() {
         }
     }
 }
+
+/// On a terminal the demo redraws its screen in place; its log lines (the WARN of a rule
+/// firing) wait and follow the last frame instead of being drawn over the screen (issue
+/// 49), and the screen says they are waiting. Run under `script`, which gives it a
+/// pseudo-terminal.
+#[test]
+fn on_a_terminal_the_demo_logs_follow_its_screen() {
+    let Some(script) = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+    else {
+        missing(
+            "script (util-linux), for a pseudo-terminal",
+            "apt-get install bsdutils",
+        );
+        return;
+    };
+    let bin = artifacts().rocewatch.display().to_string();
+    let o = std::process::Command::new(script)
+        .args([
+            "-qec",
+            &format!("{bin} demo --duration 8s --interval 200ms"),
+            "/dev/null",
+        ])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        text,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let last_clear = text
+        .rfind("\x1b[2J")
+        .unwrap_or_else(|| panic!("no screen drawn: {text}"));
+    let firing: Vec<usize> = text.match_indices("rule firing").map(|(i, _)| i).collect();
+    assert!(!firing.is_empty(), "no rule fired in 8 s: {text}");
+    assert!(
+        firing.iter().all(|&i| i > last_clear),
+        "a log line was drawn over the screen (at {firing:?}, last redraw at {last_clear}):\n{text}"
+    );
+    assert!(text.contains("held, shown when the demo ends"), "{text}");
+}

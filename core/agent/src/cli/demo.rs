@@ -20,7 +20,9 @@ pub struct DemoArgs {
     /// Stop after this long (default: until Ctrl-C).
     #[arg(long, value_parser = RUN_FOR.flag(), value_name = "DUR")]
     pub duration: Option<Duration>,
-    /// Print plain frames one after another instead of redrawing the screen.
+    /// Print plain frames one after another instead of redrawing the screen. (While the
+    /// screen is redrawn, log lines wait and are written to standard error after it ends,
+    /// the screen saying how many.)
     #[arg(long)]
     pub no_tui: bool,
     /// Print JSON lines, one per collection (as the stdout exporter prints them), instead

@@ -99,10 +99,14 @@ pub async fn run(options: Options) -> Result<(), DemoError> {
         app: Arc::clone(&agent.app),
         tick_rx,
     };
+    // While the screen is redrawn in place, log lines wait and follow it (screen_logs).
+    let held = view.tui.then(crate::cli::screen_logs::hold_while_live);
     let view = tokio::spawn(view.run(agent.app.pipeline.collections()));
     agent.run().await;
     let _ = sim.await;
     view.abort();
+    let _ = view.await;
+    drop(held);
     Ok(())
 }
 
@@ -305,6 +309,13 @@ impl View {
             &self.app.pipeline.rule_status(),
             &self.audit_path,
         ));
+        let held = crate::cli::screen_logs::held();
+        if self.tui && held > 0 {
+            footer.push_str(&format!(
+                "\nlog: {held} line{} held, shown when the demo ends",
+                if held == 1 { "" } else { "s" }
+            ));
+        }
         render(&port_rates(self.app.store()), &header, &footer)
     }
 }

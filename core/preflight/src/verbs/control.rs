@@ -44,7 +44,7 @@ pub(super) struct Shared {
     pub(super) notify: Notify,
     pub(super) patience: Duration,
     pub(super) step_limit: Duration,
-    pub(super) tell: Arc<dyn super::Tell>,
+    pub(super) tell: Arc<dyn super::tell::Tell>,
 }
 
 /// Listens on `port` (every address) for the whole sweep, answering drivers with

@@ -9,10 +9,12 @@
 //! rail (the rails at once), then says it is done; a serving step waits for that. The
 //! control port's two ends (the listener, its cap on connections, the driver's hello and
 //! when it is said again) are in `control`; the plugin of each rail, to start and then
-//! to find started, in [`plugins`].
+//! to find started, in [`plugins`]; what it tells its caller while it runs (what it
+//! waits on, why a step took long), in [`Tell`].
 
 mod control;
 pub mod plugins;
+mod tell;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{watch, Notify};
 
 use self::control::Shared;
+pub use self::tell::Tell;
+use self::tell::{from_now, step_name};
 
 /// How a sweep measures.
 #[derive(Debug, Clone)]
@@ -42,30 +46,6 @@ pub struct Settings {
     pub probes: u32,
     /// The line rate to judge against instead of the ports' (`--line-rate`).
     pub line_rate_gbps: Option<f64>,
-}
-
-/// What the sweep tells its caller while it runs: what it waits on (a progress line on a
-/// terminal) and why a step took long or ended early (said whatever the log level).
-pub trait Tell: Send + Sync {
-    /// Now waiting on `what` (a phrase naming the round and the partner), until `until`
-    /// when that is known.
-    fn waiting(&self, what: String, until: Option<std::time::Instant>);
-    /// A line that explains a wait or an early end (a partner that never came).
-    fn note(&self, line: String);
-}
-
-/// The phrase of a step's round and phase: "round 0 first".
-fn step_name(round: usize, phase: crate::Phase) -> String {
-    let phase = match phase {
-        crate::Phase::Forward => "first",
-        crate::Phase::Reverse => "then",
-    };
-    format!("round {round} {phase}")
-}
-
-/// `d` from now, as the caller's clock reads it.
-fn from_now(d: Duration) -> Option<std::time::Instant> {
-    std::time::Instant::now().checked_add(d)
 }
 
 /// How the verbs responder refuses a test while another one runs (`bwserve.rs`).

@@ -180,6 +180,19 @@ pub fn parse_port(spec: &str) -> Option<(&str, Option<u8>)> {
 }
 
 impl ProbesConfig {
+    /// The first key that lists peers (`peers`, `peers_dns`, `peers_file`,
+    /// `device_peers`), if any: `[fleet]` refuses them.
+    pub fn peer_list_key(&self) -> Option<&'static str> {
+        [
+            ("peers", !self.peers.is_empty()),
+            ("peers_dns", self.peers_dns.is_some()),
+            ("peers_file", self.peers_file.is_some()),
+            ("device_peers", !self.device_peers.is_empty()),
+        ]
+        .into_iter()
+        .find_map(|(k, set)| set.then_some(k))
+    }
+
     /// A listed peer's address and whether it is probed through the RDMA CM.
     pub fn peer_mode<'a>(&self, entry: &'a str) -> (&'a str, bool) {
         match entry.strip_prefix(CM_PREFIX) {
@@ -320,6 +333,10 @@ mod tests {
         }
         assert_eq!(parse_port("mlx5_3:1"), Some(("mlx5_3", Some(1))));
         assert_eq!(parse_port("rxe0"), Some(("rxe0", None)));
+        // [fleet] refuses peer lists, this one too.
+        assert_eq!(c.peer_list_key(), Some("device_peers"));
+        let none: ProbesConfig = toml::from_str("").unwrap();
+        assert_eq!(none.peer_list_key(), None);
     }
 
     #[test]

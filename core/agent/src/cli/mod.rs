@@ -33,7 +33,6 @@ mod quarantine;
 mod rails;
 mod rules;
 mod run;
-pub(crate) mod screen_logs;
 pub mod show;
 mod source;
 mod suggest;

@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::config::LogFormat;
 
 /// Set up logging to standard error (held while a live screen is drawn:
-/// `screen_logs`), and to OTLP once `run` has read `[exporters.otlp] agent_logs` (the
+/// `demo::screen_logs`), and to OTLP once `run` has read `[exporters.otlp] agent_logs` (the
 /// layer forwards nothing until then).
 pub fn init_logging(format: LogFormat, level: &str) {
     use tracing_subscriber::layer::SubscriberExt;
@@ -16,7 +16,7 @@ pub fn init_logging(format: LogFormat, level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(super::screen_logs::LogWriter);
+        .with_writer(crate::demo::screen_logs::LogWriter);
     let logs = tracing_subscriber::registry().with(filter);
     let _ = match format {
         LogFormat::Json => logs

@@ -453,21 +453,11 @@ impl Config {
         }
         if let Some(f) = &self.fleet {
             f.validate()?;
-            if let Some(p) = self.probes.as_ref().filter(|p| {
-                !p.peers.is_empty()
-                    || p.peers_dns.is_some()
-                    || p.peers_file.is_some()
-                    || !p.device_peers.is_empty()
-            }) {
-                let key = if !p.peers.is_empty() {
-                    "peers"
-                } else if p.peers_dns.is_some() {
-                    "peers_dns"
-                } else if p.peers_file.is_some() {
-                    "peers_file"
-                } else {
-                    "device_peers"
-                };
+            if let Some(key) = self
+                .probes
+                .as_ref()
+                .and_then(rocewatch_probes::ProbesConfig::peer_list_key)
+            {
                 return Err((
                     format!("probes.{key}"),
                     "with [fleet] the peers are this host's pinglist from the fleet's map; remove the peer list".into(),

@@ -13,6 +13,7 @@
 
 mod fabric;
 mod run;
+pub(crate) mod screen_logs;
 mod view;
 
 pub use fabric::{Fabric, Scenario};

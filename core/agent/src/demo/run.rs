@@ -100,7 +100,7 @@ pub async fn run(options: Options) -> Result<(), DemoError> {
         tick_rx,
     };
     // While the screen is redrawn in place, log lines wait and follow it (screen_logs).
-    let held = view.tui.then(crate::cli::screen_logs::hold_while_live);
+    let held = view.tui.then(super::screen_logs::hold_while_live);
     let view = tokio::spawn(view.run(agent.app.pipeline.collections()));
     agent.run().await;
     let _ = sim.await;
@@ -309,7 +309,7 @@ impl View {
             &self.app.pipeline.rule_status(),
             &self.audit_path,
         ));
-        let held = crate::cli::screen_logs::held();
+        let held = super::screen_logs::held();
         if self.tui && held > 0 {
             footer.push_str(&format!(
                 "\nlog: {held} line{} held, shown when the demo ends",

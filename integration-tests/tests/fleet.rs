@@ -274,8 +274,10 @@ fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series(
     );
     let results = series(&text, "rdma_probe_fleet_results_total");
     let count = |class: &str, path: u16, outcome: &str| {
-        let want =
-            format!(r#"class="{class}",host="a",outcome="{outcome}",path="{path}",rail="0""#);
+        // Rail 0's series name the port it is probed from.
+        let want = format!(
+            r#"class="{class}",device="mlx5_0:1",host="a",outcome="{outcome}",path="{path}",rail="0""#
+        );
         results
             .iter()
             .find(|(l, _)| *l == want)
@@ -307,6 +309,8 @@ fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series(
             assert!(
                 l.contains(r#"host="a""#)
                     && l.contains(r#"tor="t1""#)
+                    && l.contains(r#"rail="0""#)
+                    && l.contains(r#"device="mlx5_0:1""#)
                     && l.contains(r#"class="cross_tor""#),
                 "{l}"
             );
@@ -349,11 +353,30 @@ fn the_agent_probes_its_pinglist_on_every_path_and_exports_bounded_fleet_series(
     );
     let rail1 = results
         .iter()
-        .filter(|(l, _)| l.contains(r#"rail="1""#) && l.contains(r#"outcome="ok""#))
+        .filter(|(l, _)| {
+            l.contains(r#"rail="1""#)
+                && l.contains(r#"device="mlx5_1:1""#)
+                && l.contains(r#"outcome="ok""#)
+        })
         .count();
     assert_eq!(rail1, 4, "b answers on rail 1's four paths\n{ctx}");
     assert!(
         text.contains("# TYPE rdma_probe_fleet_rtt_seconds histogram"),
+        "{ctx}"
+    );
+    // One RTT histogram a rail and class (not a path), with the rail's port.
+    let rtts: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("rdma_probe_fleet_rtt_seconds_count{"))
+        .map(|l| l.split('}').next().unwrap())
+        .collect();
+    assert_eq!(
+        rtts,
+        [
+            r#"class="cross_tor",device="mlx5_0:1",host="a",rail="0""#,
+            r#"class="same_tor",device="mlx5_0:1",host="a",rail="0""#,
+            r#"class="same_tor",device="mlx5_1:1",host="a",rail="1""#,
+        ],
         "{ctx}"
     );
     if let Some(promtool) = crate::prometheus::promtool() {

@@ -496,11 +496,11 @@ pub static PROBE_CATALOG: &[CatalogEntry] = &[
 /// they are.
 pub static FLEET_CATALOG: &[CatalogEntry] = &[
     entry!(names::PROBE_FLEET_RESULTS, "{probe}", Counter, "prober", NONE, 1, "probe-verbs plugin",
-        "Probes of the fleet pinglist by `host`, `rail`, `class` (`same_tor`, `cross_tor`), `path` (the flow's index) and `outcome`: `ok`, `timeout`, `failed` (no connection to the peer, or the queue pair failed in flight), `host_overloaded` (a timeout while this host was overloaded) and `local_error` (this host could not probe: the plugin, a queue pair, a local address); the last two are not network loss."),
+        "Probes of the fleet pinglist by `host`, `rail`, `device` (the local RDMA port the rail is probed from, `mlx5_3:1`), `class` (`same_tor`, `cross_tor`), `path` (the flow's index) and `outcome`: `ok`, `timeout`, `failed` (no connection to the peer, or the queue pair failed in flight), `host_overloaded` (a timeout while this host was overloaded) and `local_error` (this host could not probe: the plugin, a queue pair, a local address); the last two are not network loss."),
     entry!(names::PROBE_FLEET_RTT, "s", Histogram, "prober", NONE, 1, "probe-verbs plugin",
-        "Round-trip times of the fleet pinglist's answered probes, by `host`, `rail` and `class`."),
+        "Round-trip times of the fleet pinglist's answered probes, by `host`, `rail`, `device` and `class`."),
     entry!(names::PROBE_FLEET_FAILING, "1", Gauge, "prober", NONE, 1, "probe-verbs plugin",
-        "Share of a flow's probes lost over `[fleet] failing_window`, only while it loses some, the worst `top_failing` flows: `host`, `tor`, `rail`, `class`, `peer` (address), `peer_host`, `peer_tor`, `path`."),
+        "Share of a flow's probes lost over `[fleet] failing_window`, only while it loses some, the worst `top_failing` flows: `host`, `tor`, `rail`, `device`, `class`, `peer` (address), `peer_host`, `peer_tor`, `path`."),
     entry!(names::FLEET_NIC_INFO, "{nic}", Gauge, "fleet", NONE, 1, "[fleet]",
         "Always 1: where each of this host's NICs hangs, `host`, `rail`, `address`, `tor`, `tor_port` (from LLDP or the topology file); the fleet's map for `[fleet] source = \"prometheus\"`."),
 ];

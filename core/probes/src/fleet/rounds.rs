@@ -247,6 +247,12 @@ fn adopt_view(
         ),
     };
     st.set_tors(view.tors.clone());
+    st.set_devices(
+        view.ports
+            .iter()
+            .map(|(rail, p)| (*rail, p.port.clone()))
+            .collect(),
+    );
     st.adopt(&view.peers, fleet.paths);
     if !view.other_rails.is_empty() {
         tracing::warn!(

@@ -80,6 +80,37 @@ fn records(file: &Path) -> Vec<Probe> {
         .collect()
 }
 
+/// The peers each instance (by its port) probed.
+fn by_port(probes: &[Probe]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in probes {
+        out.entry(p.port.clone())
+            .or_default()
+            .insert(p.peer.clone());
+    }
+    out
+}
+
+/// The agent with `cfg`, fake-probe recording to `record`, for `secs`: its `/metrics`,
+/// and that with its log for a failure's message.
+fn run_agent(cfg: &Path, record: &Path, secs: Duration) -> (String, String) {
+    let agent = RunningAgent::start_with(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ],
+        &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
+        None,
+    );
+    std::thread::sleep(secs);
+    let url = format!("{}/metrics", agent.prometheus_url());
+    let (_, text) = crate::prometheus::get(&url, None).unwrap();
+    let ctx = format!("{text}\n--- agent log\n{}", agent.stderr());
+    (text, ctx)
+}
+
 #[test]
 fn every_rail_is_probed_from_its_own_nic_within_one_rate_budget() {
     let dir = tempfile::tempdir().unwrap();
@@ -100,30 +131,10 @@ fn every_rail_is_probed_from_its_own_nic_within_one_rate_budget() {
         ),
     )
     .unwrap();
-    let agent = RunningAgent::start_with(
-        &[
-            "--config",
-            cfg.to_str().unwrap(),
-            "--prometheus-listen",
-            "127.0.0.1:0",
-        ],
-        &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
-        None,
-    );
-    let base = agent.prometheus_url();
-    std::thread::sleep(Duration::from_secs(5));
-    let (_, text) = crate::prometheus::get(&format!("{base}/metrics"), None).unwrap();
+    let (text, ctx) = run_agent(&cfg, &record, Duration::from_secs(5));
     let probes = records(&record);
-    let ctx = format!("{text}\n--- agent log\n{}", agent.stderr());
-
     // Every rail from its own NIC: the peers of 10.R.x.x only from mlx5_R port 1.
-    let mut by_port: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for p in &probes {
-        by_port
-            .entry(p.port.clone())
-            .or_default()
-            .insert(p.peer.clone());
-    }
+    let by_port = by_port(&probes);
     let want: BTreeMap<String, BTreeSet<String>> = (0..RAILS)
         .map(|r| {
             (
@@ -220,24 +231,8 @@ fn device_peers_are_probed_from_their_device_and_an_unknown_device_is_refused() 
     );
 
     write("mlx5_3 = [\"10.3.0.2\", \"10.3.1.3\"]\n\"mlx5_5:1\" = [\"10.5.0.2\"]");
-    let agent = RunningAgent::start_with(
-        &[
-            "--config",
-            cfg.to_str().unwrap(),
-            "--prometheus-listen",
-            "127.0.0.1:0",
-        ],
-        &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
-        None,
-    );
-    let base = agent.prometheus_url();
-    std::thread::sleep(Duration::from_secs(2));
-    let (_, text) = crate::prometheus::get(&format!("{base}/metrics"), None).unwrap();
-    let ctx = format!("{text}\n--- agent log\n{}", agent.stderr());
-    let mut by_port: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for p in records(&record) {
-        by_port.entry(p.port).or_default().insert(p.peer);
-    }
+    let (text, ctx) = run_agent(&cfg, &record, Duration::from_secs(2));
+    let by_port = by_port(&records(&record));
     let want: BTreeMap<String, BTreeSet<String>> = [
         ("-:-", vec!["10.0.0.2"]),
         ("mlx5_3:-", vec!["10.3.0.2", "10.3.1.3"]),

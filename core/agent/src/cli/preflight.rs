@@ -94,9 +94,11 @@ pub struct PreflightArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub probes: u32,
     /// How long a host waits for its partner at each step (the partner's start, or an
-    /// earlier round it is still busy with) before giving that step up.
-    #[arg(long, value_parser = PATIENCE.flag(), default_value = "60s", value_name = "DUR")]
-    pub patience: Duration,
+    /// earlier round it is still busy with) before giving that step up: the whole wait.
+    /// Default: 60 s, or two steps' tests when longer (2 × (--duration + a second per
+    /// probe + 10 s): a host that idled a round waits for its partner's two steps).
+    #[arg(long, value_parser = PATIENCE.flag(), value_name = "DUR")]
+    pub patience: Option<Duration>,
     /// Judge bandwidth against this line rate (Gb/s) instead of the ports' rates: for
     /// ports that report a rate the path cannot carry (soft-RoCE reports its netdev's).
     #[arg(long, value_name = "GBPS")]
@@ -195,6 +197,13 @@ fn read_hosts(a: &PreflightArgs) -> Result<(String, Vec<String>)> {
     }
 }
 
+/// `--patience` when not given: 60 s, or two steps' tests when longer (a host that idled
+/// a round, with an odd number of hosts, waits for its partner's two steps).
+fn default_patience(duration: Duration, probes: u32) -> Duration {
+    let step = duration + Duration::from_secs(u64::from(probes) + 10);
+    (step * 2).max(Duration::from_secs(60))
+}
+
 fn mode(a: &PreflightArgs) -> pf::Mode {
     if a.all_pairs {
         pf::Mode::AllPairs
@@ -233,7 +242,9 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
     let sweep = super::preflight_run::Sweep {
         settings: super::preflight_run::Settings {
             control_port: a.control_port,
-            patience: a.patience,
+            patience: a
+                .patience
+                .unwrap_or_else(|| default_patience(a.duration, a.probes)),
             duration: a.duration,
             size: a.size,
             qps: a.qps,
@@ -396,6 +407,13 @@ fn read_results(paths: &[PathBuf]) -> Result<Vec<(String, String)>> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_default_patience_covers_two_steps() {
+        let s = Duration::from_secs;
+        assert_eq!(default_patience(s(5), 10), s(60));
+        assert_eq!(default_patience(s(30), 10), s(100));
+    }
 
     #[test]
     fn host_files_and_lists_are_read_and_faults_named() {

@@ -362,6 +362,40 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    /// Each instance's port gives its addresses: by port, by device, or the first
+    /// device's when it names none; an address two instances could serve is the first's.
+    #[test]
+    fn the_addresses_of_each_instance_port() {
+        let root = rocewatch_sysfs::SysRoot::new(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys"),
+        );
+        let filter = rocewatch_sysfs::inventory::DeviceFilter::new(&Default::default()).unwrap();
+        let (inv, _) = rocewatch_sysfs::inventory::read_inventory(&root, &filter).unwrap();
+        let at = |i: usize, port: &str| Probing {
+            instance: i,
+            port: port.into(),
+        };
+        let (a0, a1): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.1.1".parse().unwrap());
+        let rails = probe_addrs(&inv, &[Some("mlx5_0:1".into()), Some("mlx5_1:1".into())]);
+        assert_eq!(
+            rails,
+            BTreeMap::from([(a0, at(0, "mlx5_0:1")), (a1, at(1, "mlx5_1:1"))])
+        );
+        assert_eq!(
+            probe_addrs(&inv, &[None]),
+            BTreeMap::from([(a0, at(0, "mlx5_0:1"))])
+        );
+        assert_eq!(
+            probe_addrs(
+                &inv,
+                &[Some("mlx5_1".into()), None, Some("mlx5_1:1".into())]
+            ),
+            BTreeMap::from([(a0, at(1, "mlx5_0:1")), (a1, at(0, "mlx5_1:1"))])
+        );
+        assert!(probe_addrs(&inv, &[Some("mlx5_7".into())]).is_empty());
+    }
+
     /// An lldpcli that is a wrapper whose child hangs (an lldpd that does not answer) is
     /// killed at the bound with its child; the fleet keeps its last map.
     #[test]

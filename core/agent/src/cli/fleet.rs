@@ -411,31 +411,7 @@ fn simulate(a: SimulateArgs) -> Result<i32> {
     })
     .and_then(|most| std::io::Write::flush(&mut w).map(|()| most))
     .with_context(|| format!("writing {}", series.display()))?;
-    let faults: Vec<serde_json::Value> = a
-        .fault
-        .iter()
-        .map(|f| {
-            let (kind, target) = f.suspect();
-            serde_json::json!({
-                "fault": f.kind(),
-                "start_ms": (opts.start_s + opts.fault_after_s) * 1000,
-                "suspect": {"kind": kind, "target": target, "rails": f.suspect_rails(&topo)},
-            })
-        })
-        .collect();
-    let meta = serde_json::json!({
-        "hosts": hosts.len(),
-        "nics": topo.nics().len(),
-        "start_ms": opts.start_s * 1000,
-        "end_ms": (opts.start_s + opts.duration_s) * 1000,
-        "faults": faults,
-        "series_per_host": {
-            "results": most.results,
-            "rtt_histograms": most.rtt_histograms,
-            "failing": most.failing,
-            "total": most.total(),
-        },
-    });
+    let meta = simulate_meta(&a.fault, &topo, hosts.len(), &opts, most);
     let fj = a.out.join("faults.json");
     std::fs::write(&fj, serde_json::to_string_pretty(&meta)? + "\n")
         .with_context(|| format!("writing {}", fj.display()))?;
@@ -452,6 +428,41 @@ fn simulate(a: SimulateArgs) -> Result<i32> {
         most.failing
     );
     Ok(0)
+}
+
+/// `faults.json`: the run, each fault with when it started and the suspect the rules
+/// should name (with its rails), and the most series a host exported.
+fn simulate_meta(
+    faults: &[rocewatch_probes::fleet::simulate::Fault],
+    topo: &Topology,
+    hosts: usize,
+    opts: &rocewatch_probes::fleet::simulate::Options,
+    most: rocewatch_probes::fleet::simulate::SeriesPerHost,
+) -> serde_json::Value {
+    let faults: Vec<serde_json::Value> = faults
+        .iter()
+        .map(|f| {
+            let (kind, target) = f.suspect();
+            serde_json::json!({
+                "fault": f.kind(),
+                "start_ms": (opts.start_s + opts.fault_after_s) * 1000,
+                "suspect": {"kind": kind, "target": target, "rails": f.suspect_rails(topo)},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "hosts": hosts,
+        "nics": topo.nics().len(),
+        "start_ms": opts.start_s * 1000,
+        "end_ms": (opts.start_s + opts.duration_s) * 1000,
+        "faults": faults,
+        "series_per_host": {
+            "results": most.results,
+            "rtt_histograms": most.rtt_histograms,
+            "failing": most.failing,
+            "total": most.total(),
+        },
+    })
 }
 
 fn plan(a: PlanArgs) -> Result<i32> {

@@ -4,6 +4,9 @@
 //! (`fixtures/eight-rails`) and on the same host with NIC 3 gone from the bus
 //! (`fixtures/eight-rails-one-gone`, where the later RDMA devices take lower names): with
 //! the fleet topology configured the other rails keep their numbers in every command.
+//! And every NIC accounted for: `health` and `doctor` give one verdict on a NIC gone from
+//! the bus (`eight-rails-one-gone`, the topology the only configuration) and on a
+//! degraded switch uplink above a NIC (`eight-rails-switch-degraded`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -211,4 +214,119 @@ fn every_command_reads_one_rail_map_and_a_gone_nic_renumbers_none() {
     .unwrap();
     assert_eq!(j["rails"]["missing"][0]["rail"], 3, "{j}");
     assert_eq!(j["rails"]["by"], "topology", "{j}");
+}
+
+/// A state directory without a quarantine, whatever this machine's holds.
+const NO_STATE: (&str, &str) = ("STATE_DIRECTORY", "/nonexistent/rocewatch-rail-map-test");
+
+/// `rocewatch health --json` and `rocewatch doctor --json` on `case`: health's exit
+/// status, its report and doctor's checks.
+fn health_and_doctor(case: &str, cfg: Option<&Path>) -> (i32, Value, Vec<Value>) {
+    let root = fixture(case);
+    let mut args = vec!["health", "--json", "--sysfs-root", root.to_str().unwrap()];
+    if let Some(c) = cfg {
+        args.extend(["--config", c.to_str().unwrap()]);
+    }
+    let o = rocewatch(&args, &[NO_STATE]);
+    let h: Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    let code = o.status.code().unwrap_or(-1);
+    let mut args = vec!["doctor", "--json", "--window", "100ms"];
+    args.extend(["--sysfs-root", root.to_str().unwrap()]);
+    if let Some(c) = cfg {
+        args.extend(["--config", c.to_str().unwrap()]);
+    }
+    let o = rocewatch(&args, &[]);
+    let d: Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    (code, h, d["checks"].as_array().unwrap().clone())
+}
+
+fn unhealthy<'a>(h: &'a Value, check: &str) -> Vec<&'a Value> {
+    h["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == check && f["status"] == "unhealthy")
+        .collect()
+}
+
+fn failed<'a>(d: &'a [Value], check: &str) -> Vec<&'a Value> {
+    d.iter()
+        .filter(|c| c["check"] == check && c["status"] == "fail")
+        .collect()
+}
+
+/// A NIC gone from the bus, with no configuration beyond the fleet topology: health is
+/// unhealthy naming the rail and the slot's PCI address, and doctor fails the same rail
+/// in the same words, with what would bring it back. With all eight present, neither.
+#[test]
+fn health_and_doctor_give_one_verdict_on_a_nic_gone_from_the_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "eight-rails-one-gone");
+    let (code, h, d) = health_and_doctor("eight-rails-one-gone", Some(&cfg));
+    assert_eq!(code, 1, "{h}");
+    let line = h["line"].as_str().unwrap();
+    assert!(
+        line.contains("rail 3") && line.contains("0000:41:01.0"),
+        "the line names the rail and the slot: {line:?}"
+    );
+    let found = unhealthy(&h, "devices");
+    assert_eq!(found.len(), 1, "{h}");
+    assert_eq!(found[0]["device"], "rail 3", "{h}");
+    let doctor = failed(&d, "rails");
+    assert_eq!(doctor.len(), 1, "{d:#?}");
+    assert_eq!(doctor[0]["subject"], "rail 3");
+    let evidence = doctor[0]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("rail 3 (10.0.3.1)") && evidence.contains("0000:41:01.0"),
+        "{evidence}"
+    );
+    // One fix, in both: health's finding ends with doctor's.
+    let fix = doctor[0]["fix"].as_str().unwrap();
+    assert!(fix.starts_with("echo 1 > /sys/bus/pci/rescan"), "{fix}");
+    assert!(found[0]["what"].as_str().unwrap().ends_with(fix), "{h}");
+
+    // All eight: no NIC missing to either.
+    let cfg = config(dir.path(), "eight-rails");
+    let (code, h, d) = health_and_doctor("eight-rails", Some(&cfg));
+    assert_eq!(code, 0, "{h}");
+    assert!(failed(&d, "rails").is_empty(), "{d:#?}");
+    // Without the topology an empty slot is how many hosts are built: not a fault alone.
+    let (code, h, _) = health_and_doctor("eight-rails-one-gone", None);
+    assert!(unhealthy(&h, "devices").is_empty(), "{code}: {h}");
+}
+
+/// The switch uplink above NIC 5 trained x8 of x16 (the GPU behind that switch shares
+/// it): unhealthy to health and a failure to doctor, naming the switch port, while the
+/// NIC's own link is full.
+#[test]
+fn health_and_doctor_give_one_verdict_on_a_degraded_switch_uplink() {
+    let (code, h, d) = health_and_doctor("eight-rails-switch-degraded", None);
+    assert_eq!(code, 1, "{h}");
+    let found = unhealthy(&h, "pcie");
+    assert_eq!(found.len(), 1, "{h}");
+    assert_eq!(found[0]["device"], "mlx5_5", "{h}");
+    let what = found[0]["what"].as_str().unwrap();
+    assert!(what.contains("0000:a0:00.0 trained at x8"), "{what}");
+    let doctor = failed(&d, "pcie-upstream");
+    assert_eq!(doctor.len(), 1, "{d:#?}");
+    assert_eq!(doctor[0]["subject"], "mlx5_5 0000:a0:00.0");
+    // In the same words.
+    let evidence = doctor[0]["evidence"].as_str().unwrap();
+    let link = what.strip_prefix("PCIe above it: ").unwrap();
+    assert!(
+        evidence.starts_with(link),
+        "health {what:?}, doctor {evidence:?}"
+    );
+    assert!(
+        failed(&d, "pcie-link").is_empty(),
+        "the NIC's own link is full"
+    );
+    // Every other switch uplink passes.
+    let passed = d
+        .iter()
+        .filter(|c| c["check"] == "pcie-upstream" && c["status"] == "pass")
+        .count();
+    assert_eq!(passed, 7, "{d:#?}");
 }

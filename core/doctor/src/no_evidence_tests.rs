@@ -238,9 +238,10 @@ fn rails_on_nothing(
 ) -> Vec<Check> {
     let no_inv = Inventory::default();
     let map = sys.rail_map(&no_inv, None);
-    let mut out = crate::checks::rails::rail_checks(&map);
+    let mut out = crate::checks::rails::rail_checks(&map, &[]);
     out.extend(crate::checks::rails::rail_checks(
         &sys.rail_map(&no_inv, Some(&[])),
+        &rocewatch_sysfs::verdict::nics::missing_nics(sys, &map),
     ));
     out.extend(crate::checks::multirail::multirail_checks(
         &no_inv, &map, sysfs, procfs,

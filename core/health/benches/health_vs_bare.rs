@@ -105,6 +105,7 @@ fn main() {
         devices: Default::default(),
         state_dir: root.join("no-state-directory"),
         procfs_root: "/proc".into(),
+        rail_rows: Ok(None),
     };
     let cfg = HealthConfig::default();
     let rt = tokio::runtime::Builder::new_current_thread()

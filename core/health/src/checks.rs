@@ -27,6 +27,8 @@ pub struct Host<'a> {
     pub board: &'a Board,
     /// The devices whose `ports/` could not be listed, with why.
     pub unlisted: BTreeMap<String, String>,
+    /// This host's rows of the fleet topology (`Options::rail_rows`).
+    pub rail_rows: &'a Result<Option<Vec<rocewatch_sysfs::railmap::RailRow>>, String>,
 }
 
 /// A port `health` looks at, and why.
@@ -166,7 +168,38 @@ pub fn devices(h: &Host) -> Vec<Finding> {
     } else {
         what
     };
-    vec![Finding::host("devices", status, what)]
+    let mut out = vec![Finding::host("devices", status, what)];
+    out.extend(missing_nics(h));
+    out
+}
+
+/// The NICs this host should have and does not show
+/// (`rocewatch_sysfs::verdict::nics`, the verdict doctor's `rails` check gives): the
+/// rails of the fleet topology no port carries, RDMA functions without an RDMA device.
+fn missing_nics(h: &Host) -> Vec<Finding> {
+    let rows = match h.rail_rows {
+        Ok(rows) => rows.as_deref(),
+        Err(e) => return vec![Finding::host("devices", Status::Unknown, e.clone())],
+    };
+    let sys = SysRoot::new(&h.root);
+    let map = sys.rail_map(h.inv, rows);
+    rocewatch_sysfs::verdict::nics::missing_nics(&sys, &map)
+        .into_iter()
+        .map(|m| {
+            let what = format!("{}: {}", m.headline(), m.fix());
+            match &m.rail {
+                Some((r, _)) => Finding::at(
+                    "devices",
+                    Status::Unhealthy,
+                    &format!("rail {r}"),
+                    None,
+                    None,
+                    what,
+                ),
+                None => Finding::host("devices", Status::Unhealthy, what),
+            }
+        })
+        .collect()
 }
 
 /// Each checked port ACTIVE and LinkUp, at `min_rate_gbps` or at the highest rate of the
@@ -347,6 +380,18 @@ pub fn pcie(h: &Host, checked: &[Checked]) -> Vec<Finding> {
             None,
             format!("PCIe {what}"),
         ));
+        // The switch links between it and its root port: the same verdict.
+        for v in sys.upstream_link_verdicts(&f, port_gbps(c.dev)) {
+            let what = format!("PCIe above it: {}", v.link_text());
+            out.push(Finding::at(
+                "pcie",
+                status_of(v.weight()),
+                dev,
+                None,
+                None,
+                what,
+            ));
+        }
     }
     out
 }

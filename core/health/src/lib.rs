@@ -154,6 +154,7 @@ fn sysfs_part(board: &Arc<Board>, opts: &Arc<Options>, cfg: &Arc<HealthConfig>) 
             .and_then(Result::ok),
         board,
         unlisted,
+        rail_rows: &opts.rail_rows,
     };
     let (checked, scope) = checks::scope(&host);
     board.done(Part::Scope, errors.into_iter().chain(scope).collect());

@@ -458,6 +458,7 @@ mod tests {
             devices: Default::default(),
             state_dir: "/nonexistent".into(),
             procfs_root: "/proc".into(),
+            rail_rows: Ok(None),
         };
         let f = userspace(&opts("/host/sys"), &HealthConfig::default(), &inv);
         assert_eq!(f.len(), 1, "{f:?}");

@@ -21,4 +21,8 @@ pub struct Options {
     /// fixture's): the uptime the kernel-log window is measured from, the userspace
     /// checks' processes.
     pub procfs_root: PathBuf,
+    /// This host's rows of the fleet topology (`[fleet] topology`), when one is
+    /// configured: a row no RDMA port carries is a NIC missing (the `devices` check).
+    /// An error says why the topology could not be read.
+    pub rail_rows: Result<Option<Vec<rocewatch_sysfs::railmap::RailRow>>, String>,
 }

@@ -22,6 +22,7 @@ fn options(root: &Path, kernel_log: Option<&Path>) -> Options {
         // No quarantine: a state directory that does not exist.
         state_dir: root.join("no-state-directory"),
         procfs_root: "/proc".into(),
+        rail_rows: Ok(None),
     }
 }
 

@@ -37,6 +37,7 @@ fn options(sys: &Path, kernel_log: Option<&Path>, state_dir: &Path) -> Options {
         devices: Default::default(),
         state_dir: state_dir.to_path_buf(),
         procfs_root: "/proc".into(),
+        rail_rows: Ok(None),
     }
 }
 

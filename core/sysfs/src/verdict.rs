@@ -8,6 +8,7 @@
 
 pub mod gid;
 pub mod mtu;
+pub mod nics;
 mod weight;
 
 pub use gid::{judge_gids, GidKind, GidVerdict, Holder, NoAddress};

@@ -90,6 +90,8 @@ pub async fn run(a: HealthArgs) -> Result<i32> {
         }
     }
     let mut opts = cfg.health_options(rocewatch_runtime::audit::state_dir());
+    opts.rail_rows =
+        super::rails::rows(&cfg, &super::rails::fleet_host(&cfg)).map_err(|e| format!("{e:#}"));
     if let Some(root) = procfs_root {
         opts.procfs_root = root;
     }

@@ -403,6 +403,9 @@ impl Config {
             devices: self.devices.clone(),
             state_dir,
             procfs_root: "/proc".into(),
+            // `rocewatch health` reads this host's topology rows (cli::rails); the
+            // quarantine's self-test counts NICs without them.
+            rail_rows: Ok(None),
         }
     }
 

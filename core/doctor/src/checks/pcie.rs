@@ -1,5 +1,7 @@
 //! The PCIe link of each RDMA device's function against what it and its slot can do, and
-//! the bandwidth a narrower or slower link caps its ports at. The verdict is
+//! the bandwidth a narrower or slower link caps its ports at; and the switch links
+//! between it and its root port (`pcie-upstream`: a switch's upstream port against the
+//! port above it, where the GPU shares the switch). The verdict is
 //! `rocewatch_sysfs::verdict`'s, the one `health` gives: doctor adds the fix.
 
 use rocewatch_plugin_api::Inventory;
@@ -80,6 +82,12 @@ pub(crate) fn link_checks(root: &SysRoot, inv: &Inventory) -> Vec<Check> {
             continue;
         };
         out.push(render(&d.name, &root.pcie_link_verdict(&f, port_gbps(d))));
+        // The switch links between it and its root port, judged alike.
+        for v in root.upstream_link_verdicts(&f, port_gbps(d)) {
+            let mut c = render(&format!("{} {}", d.name, v.address), &v);
+            c.check = "pcie-upstream".into();
+            out.push(c);
+        }
     }
     out
 }

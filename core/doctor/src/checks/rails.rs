@@ -1,13 +1,17 @@
 //! The rails: which rail each RDMA port is on (`rocewatch_sysfs::railmap`, the one rail
-//! map `rocewatch env`, `fleet topology` and preflight print too), and each rail of the
-//! fleet topology that no port of this host carries.
+//! map `rocewatch env`, `fleet topology` and preflight print too), and every NIC the
+//! host should have and does not show (`rocewatch_sysfs::verdict::nics`, the verdict
+//! `health`'s `devices` check gives): a rail of the fleet topology no port carries, an
+//! RDMA function without an RDMA device.
 
 use rocewatch_sysfs::railmap::RailMap;
+use rocewatch_sysfs::verdict::nics::MissingNic;
 
 use crate::check::{check, Check, Status};
 
-/// One line with the map; one failure per rail of the topology that no port carries.
-pub(crate) fn rail_checks(map: &RailMap) -> Vec<Check> {
+/// One line with the map; one failure per NIC missing, naming its rail and PCI address
+/// and what would bring it back.
+pub(crate) fn rail_checks(map: &RailMap, missing: &[MissingNic]) -> Vec<Check> {
     let mut out = vec![check(
         "rails",
         "",
@@ -15,19 +19,18 @@ pub(crate) fn rail_checks(map: &RailMap) -> Vec<Check> {
         format!("{}; rails told {}", map.line(), map.by.words()),
         None,
     )];
-    for m in &map.missing {
+    for m in missing {
+        let subject = match (&m.rail, &m.pci) {
+            (Some((r, _)), _) => format!("rail {r}"),
+            (None, Some(p)) => p.clone(),
+            (None, None) => String::new(),
+        };
         out.push(check(
             "rails",
-            &format!("rail {}", m.rail),
+            &subject,
             Status::Fail,
-            format!(
-                "rail {} of the fleet topology ({}) is on no RDMA port of this host: its NIC is gone or does not carry its address",
-                m.rail, m.addr
-            ),
-            Some(format!(
-                "find the NIC of rail {}: `rdma link`, `lspci -d 15b3:` (or the vendor's ID), `dmesg`; give its port the address {} if the NIC is there",
-                m.rail, m.addr
-            )),
+            m.evidence(),
+            Some(m.fix()),
         ));
     }
     out

@@ -31,7 +31,8 @@ pub(crate) fn devices(h: &Host) -> Vec<Check> {
         return vec![no_devices(&h.root)];
     }
     let mut out = vec![present_devices(h)];
-    out.extend(crate::checks::rails::rail_checks(&h.rails));
+    let missing = rocewatch_sysfs::verdict::nics::missing_nics(&h.sys, &h.rails);
+    out.extend(crate::checks::rails::rail_checks(&h.rails, &missing));
     out
 }
 

@@ -303,6 +303,55 @@ mod tests {
         assert_eq!(v[0].kind, PcieLinkKind::Full, "{v:?}");
     }
 
+    /// An Ethernet function bound to mlx5_core with no `infiniband/` (mlx5_ib not
+    /// loaded), beside one with its RDMA device, a VF and an Ethernet NIC of no RDMA
+    /// driver: the first only is missing, without any topology.
+    #[test]
+    fn a_function_bound_without_its_rdma_device_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let function = |addr: &str, class: &str, driver: &str| {
+            let d = root.join("devices/pci0000:00").join(addr);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("class"), format!("{class}\n")).unwrap();
+            let drv = root.join("bus/pci/drivers").join(driver);
+            std::fs::create_dir_all(&drv).unwrap();
+            std::os::unix::fs::symlink(&drv, d.join("driver")).unwrap();
+            let bus = root.join("bus/pci/devices");
+            std::fs::create_dir_all(&bus).unwrap();
+            std::os::unix::fs::symlink(&d, bus.join(addr)).unwrap();
+            d
+        };
+        function("0000:01:00.0", "0x020000", "mlx5_core");
+        let with = function("0000:02:00.0", "0x020000", "mlx5_core");
+        std::fs::create_dir_all(with.join("infiniband/mlx5_0")).unwrap();
+        let vf = function("0000:02:00.2", "0x020000", "mlx5_core");
+        std::os::unix::fs::symlink(&with, vf.join("physfn")).unwrap();
+        function("0000:03:00.0", "0x020000", "igb");
+        let sys = SysRoot::new(root);
+        let map = sys.rail_map(&Default::default(), None);
+        let m = missing_nics(&sys, &map);
+        assert_eq!(
+            m,
+            vec![MissingNic {
+                rail: None,
+                pci: Some("0000:01:00.0".into()),
+                gone: Gone::NoRdmaDevice {
+                    driver: "mlx5_core".into(),
+                    module: Some("mlx5_ib"),
+                },
+            }]
+        );
+        assert!(
+            m[0].fix().starts_with("modprobe mlx5_ib; "),
+            "{}",
+            m[0].fix()
+        );
+        assert!(m[0]
+            .fix()
+            .contains("echo 0000:01:00.0 > /sys/bus/pci/drivers/mlx5_core/bind"));
+    }
+
     #[test]
     fn rdma_modules_of_ethernet_drivers() {
         assert_eq!(rdma_module_of("mlx5_core"), Some("mlx5_ib"));

@@ -270,3 +270,37 @@ fn capture_says_why_it_waited_and_what_it_captures() {
     );
     assert!(t.bytes.ends_with("\r\x1b[2K"), "{:?}", t.bytes);
 }
+
+/// A plugin that hangs (the fault plugin, given 2 s a call): the timeout that made the
+/// command wait is said on standard error at the default log level, when it happens.
+#[test]
+fn a_plugin_timeout_is_said_at_the_default_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("rocewatch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\n\n[[plugins.external]]\npath = {:?}\ntimeout = \"2s\"\noptions = {{ mode = \"hang\" }}\n",
+            fixture("mlx5-roce-dual-port"),
+            artifacts().fault_so
+        ),
+    )
+    .unwrap();
+    let o = rocewatch(
+        &[
+            "congestion",
+            "-c",
+            cfg.to_str().unwrap(),
+            "--window",
+            "100ms",
+        ],
+        &[],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("WARN") && err.contains("timed out after 2s"),
+        "{err}\n{}",
+        stdout(&o)
+    );
+}

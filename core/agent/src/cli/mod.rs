@@ -51,6 +51,12 @@ use config::ConfigCommand;
 pub async fn run(cli: Cli) -> Result<i32> {
     let default_level = match cli.command {
         Command::Run(_) | Command::Demo(_) => "info",
+        // Commands that wait on plugins: a plugin call that fails or times out is said
+        // when it happens (why the wait was long), not only in the report after it.
+        Command::Doctor(_)
+        | Command::Congestion(_)
+        | Command::Bandwidth(_)
+        | Command::Capture(_) => "error,rocewatch_runtime::host::call=warn",
         _ => "error",
     };
     output::init_logging(

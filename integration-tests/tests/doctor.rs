@@ -828,3 +828,58 @@ fn doctor_userspace_stack_on_a_container_like_host() {
         "{c}"
     );
 }
+
+/// The kernel-log window ends at the uptime of the proc tree given with `--procfs-root`
+/// (a recorded host's), as in `health`: the recorded dmesg (1021-1030 s after boot) read
+/// at an uptime of 1040 s has a firmware command timeout in the last minute; read at
+/// 5000 s, none.
+#[test]
+fn doctor_ends_the_kernel_log_window_at_the_procfs_roots_uptime() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    std::fs::create_dir(&proc_root).unwrap();
+    let cfg = dir.path().join("log.toml");
+    let log = root().join("integration-tests/fixtures/kernel-log/dmesg.txt");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[plugins.builtin.kernel-log.options]\npath = {:?}\n",
+            log.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let at = |uptime: &str| -> Vec<Value> {
+        std::fs::write(proc_root.join("uptime"), uptime).unwrap();
+        let (_, v) = doctor(
+            "mlx5-roce-dual-port",
+            &[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--log-window",
+                "1m",
+                "--procfs-root",
+                proc_root.to_str().unwrap(),
+            ],
+        );
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["check"] == "kernel-log")
+            .cloned()
+            .collect()
+    };
+    let recent = at("1040.00 3.00\n");
+    assert!(
+        recent
+            .iter()
+            .any(|c| c["status"] == "fail"
+                && c["evidence"].as_str().unwrap().starts_with("cmd_timeout")),
+        "read at 1040 s after boot: {recent:#?}"
+    );
+    let later = at("5000.00 3.00\n");
+    assert!(
+        !later.is_empty() && later.iter().all(|c| c["status"] != "fail"),
+        "read at 5000 s after boot: {later:#?}"
+    );
+}

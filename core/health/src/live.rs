@@ -18,59 +18,11 @@ pub fn kernel_log(opts: &Options, cfg: &HealthConfig) -> Vec<Finding> {
         &opts.sysfs_root,
         &opts.kernel_log,
         cfg.kernel_log_window,
-        clock(opts),
+        rocewatch_klog::text::Clock::of_procfs(&opts.procfs_root),
     )
     .into_iter()
     .map(|c| finding_of("kernel-log", c.evidence.clone(), c))
     .collect()
-}
-
-/// The clocks the kernel-log window is measured on: now, with the time since boot of the
-/// host whose proc tree is read when that is not this one's `/proc` (a recorded host's,
-/// or a fixture's: `<procfs>/uptime`), so a recorded log is judged against the uptime it
-/// was recorded at. A proc tree without `uptime` leaves this host's (said at debug).
-fn clock(opts: &Options) -> rocewatch_klog::text::Clock {
-    let now = rocewatch_klog::text::Clock::now();
-    if opts.procfs_root == std::path::Path::new("/proc") {
-        return now;
-    }
-    let file = opts.procfs_root.join("uptime");
-    match std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|t| uptime_us(&t))
-    {
-        Some(us) => rocewatch_klog::text::Clock {
-            since_boot_us: us,
-            ..now
-        },
-        None => {
-            tracing::debug!(file = %file.display(), "no uptime there: the kernel-log window ends at this host's");
-            now
-        }
-    }
-}
-
-/// The time since boot in `/proc/uptime` (fs/proc/uptime.c prints the uptime and the
-/// idle time as `"%lu.%02lu %lu.%02lu\n"`, seconds and hundredths), in microseconds.
-pub fn uptime_us(text: &str) -> Option<u64> {
-    let first = text.split_ascii_whitespace().next()?;
-    let (secs, hundredths) = first.split_once('.').unwrap_or((first, "0"));
-    if secs.is_empty()
-        || !secs.bytes().all(|b| b.is_ascii_digit())
-        || hundredths.is_empty()
-        || hundredths.len() > 2
-        || !hundredths.bytes().all(|b| b.is_ascii_digit())
-    {
-        return None;
-    }
-    let secs: u64 = secs.parse().ok()?;
-    let frac: u64 = hundredths.parse().ok()?;
-    let frac_us = if hundredths.len() == 1 {
-        frac * 100_000
-    } else {
-        frac * 10_000
-    };
-    secs.checked_mul(1_000_000)?.checked_add(frac_us)
 }
 
 /// What the kernel-log check reads: the kernel-log plugin's `path`, else the kernel's.
@@ -407,38 +359,6 @@ fn judge_rules(url: &str, rules: &Rules, ignore: &[String]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn uptime_as_the_kernel_prints_it() {
-        assert_eq!(uptime_us("900.00 1800.55\n"), Some(900_000_000));
-        assert_eq!(uptime_us("1021.37 4.01\n"), Some(1_021_370_000));
-        assert_eq!(uptime_us("12.5 1.0"), Some(12_500_000));
-        assert_eq!(uptime_us("7"), Some(7_000_000));
-        for bad in [
-            "",
-            "\n",
-            "x.00 1.00",
-            "-1.00 2",
-            "1.234 5",
-            "1. 2",
-            ".5 1",
-            "1e3 2",
-        ] {
-            assert_eq!(uptime_us(bad), None, "{bad:?}");
-        }
-    }
-
-    proptest::proptest! {
-        /// Whatever a proc tree holds: no panic, and what the kernel prints reads back.
-        #[test]
-        fn uptime_never_panics_and_reads_back(text in ".{0,40}", secs in 0u64..1u64 << 40, c in 0u64..100) {
-            let _ = uptime_us(&text);
-            proptest::prop_assert_eq!(
-                uptime_us(&format!("{secs}.{c:02} 3.00\n")),
-                Some(secs * 1_000_000 + c * 10_000)
-            );
-        }
-    }
 
     /// The host's sysfs bound into a pod (`/host/sys`, live) with `[health] rootfs` left
     /// at `/`: `/` is the container's, not the host's; its rdma-core says nothing of the

@@ -38,6 +38,29 @@ pub fn now_since_boot_us() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000) + (ts.tv_nsec as u64) / 1000
 }
 
+/// The time since boot in `/proc/uptime` (fs/proc/uptime.c prints the uptime and the
+/// idle time as `"%lu.%02lu %lu.%02lu\n"`, seconds and hundredths), in microseconds.
+pub fn uptime_us(text: &str) -> Option<u64> {
+    let first = text.split_ascii_whitespace().next()?;
+    let (secs, hundredths) = first.split_once('.').unwrap_or((first, "0"));
+    if secs.is_empty()
+        || !secs.bytes().all(|b| b.is_ascii_digit())
+        || hundredths.is_empty()
+        || hundredths.len() > 2
+        || !hundredths.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let secs: u64 = secs.parse().ok()?;
+    let frac: u64 = hundredths.parse().ok()?;
+    let frac_us = if hundredths.len() == 1 {
+        frac * 100_000
+    } else {
+        frac * 10_000
+    };
+    secs.checked_mul(1_000_000)?.checked_add(frac_us)
+}
+
 /// The clocks a window is measured on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Clock {
@@ -59,6 +82,32 @@ impl Clock {
             since_boot_us: now_since_boot_us(),
             unix_us,
             utc_offset_s: local_utc_offset(unix_us / 1_000_000),
+        }
+    }
+
+    /// The clocks of the host whose proc tree is `procfs`: now, with that host's time
+    /// since boot where `procfs` is not this one's `/proc` (a recorded host's or a
+    /// fixture's `<procfs>/uptime`), so a recorded log is judged against the uptime it was
+    /// recorded at. A proc tree without a readable `uptime` leaves this host's (said at
+    /// debug). `health` and `doctor` measure the kernel-log window on it.
+    pub fn of_procfs(procfs: &std::path::Path) -> Clock {
+        let now = Clock::now();
+        if procfs == std::path::Path::new("/proc") {
+            return now;
+        }
+        let file = procfs.join("uptime");
+        match std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|t| uptime_us(&t))
+        {
+            Some(us) => Clock {
+                since_boot_us: us,
+                ..now
+            },
+            None => {
+                tracing::debug!(file = %file.display(), "no uptime there: the kernel-log window ends at this host's");
+                now
+            }
         }
     }
 
@@ -235,6 +284,38 @@ pub fn format_unix_us(us: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn uptime_as_the_kernel_prints_it() {
+        assert_eq!(uptime_us("900.00 1800.55\n"), Some(900_000_000));
+        assert_eq!(uptime_us("1021.37 4.01\n"), Some(1_021_370_000));
+        assert_eq!(uptime_us("12.5 1.0"), Some(12_500_000));
+        assert_eq!(uptime_us("7"), Some(7_000_000));
+        for bad in [
+            "",
+            "\n",
+            "x.00 1.00",
+            "-1.00 2",
+            "1.234 5",
+            "1. 2",
+            ".5 1",
+            "1e3 2",
+        ] {
+            assert_eq!(uptime_us(bad), None, "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a proc tree holds: no panic, and what the kernel prints reads back.
+        #[test]
+        fn uptime_never_panics_and_reads_back(text in ".{0,40}", secs in 0u64..1u64 << 40, c in 0u64..100) {
+            let _ = uptime_us(&text);
+            proptest::prop_assert_eq!(
+                uptime_us(&format!("{secs}.{c:02} 3.00\n")),
+                Some(secs * 1_000_000 + c * 10_000)
+            );
+        }
+    }
+
     use super::*;
 
     const CLOCK_US: i64 = 1_796_459_400_000_000;

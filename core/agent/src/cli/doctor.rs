@@ -58,7 +58,8 @@ pub struct DoctorArgs {
     pub link_layer: Option<String>,
     /// Root of the proc tree that goes with --sysfs-root (default /proc): the NICs'
     /// interrupts (`interrupts`, `irq/<N>/smp_affinity_list`) for the NUMA check, the
-    /// kernel release (`sys/kernel/osrelease`) for the driver check.
+    /// kernel release (`sys/kernel/osrelease`) for the driver check, the uptime (`uptime`)
+    /// the kernel-log window ends at.
     /// Example: --sysfs-root integration-tests/fixtures/gpu-two-socket/sys
     ///          --procfs-root integration-tests/fixtures/gpu-two-socket/proc
     #[arg(long, value_name = "DIR", default_value = "/proc")]

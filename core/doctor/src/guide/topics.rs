@@ -121,7 +121,7 @@ pub(crate) fn kernel_log(h: &Host) -> Vec<Check> {
         &h.root,
         &h.opts.kernel_log,
         h.opts.log_window,
-        rocewatch_klog::text::Clock::now(),
+        rocewatch_klog::text::Clock::of_procfs(&h.opts.procfs_root),
     )
 }
 

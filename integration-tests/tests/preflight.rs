@@ -800,3 +800,123 @@ fn a_sweep_on_a_terminal_shows_what_it_waits_for() {
         "{err:?}"
     );
 }
+
+/// Connects to the control port at `port`, retrying while `host` starts.
+fn control_connection(host: &mut Spawned, port: u16) -> std::net::TcpStream {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => {
+                s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                    .unwrap();
+                return s;
+            }
+            Err(_) if std::time::Instant::now() < deadline => {
+                assert!(host.alive(), "preflight exited: {}", host.log());
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => panic!("the control port never opened: {e}\n{}", host.log()),
+        }
+    }
+}
+
+/// Says `line` on a new control connection and returns the answer's line.
+fn say(host: &mut Spawned, port: u16, line: &str) -> (std::net::TcpStream, String) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = control_connection(host, port);
+    s.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut reply = String::new();
+    let _ = BufReader::new(s.try_clone().unwrap()).read_line(&mut reply);
+    (s, reply)
+}
+
+/// With a token (`--token-file`, mode 0600) a hello without it, or with another, is
+/// refused saying why and logged with the address it came from, and its done ends
+/// nothing: the partner's hello with the token is still answered and its done ends the
+/// step. A token file others can read is refused before the sweep.
+#[test]
+fn a_hello_without_the_jobs_token_is_refused_and_the_step_goes_on() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt as _;
+    let root = fixture("mlx5-roce-dual-port");
+    let _built = artifacts();
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "job-1234-0f9e8d7c\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let args = |token: &str| {
+        let mut a = absent_partner_args(root.to_str().unwrap(), "28629", "28720");
+        a.extend(["--duration", "1s", "--probes", "1", "--token-file"]);
+        a.push(token);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let o = rocewatch(
+        &args(token.to_str().unwrap())
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("mode 0644 lets others read or change the job's token"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut child = std::process::Command::new(&artifacts().rocewatch);
+    // Long enough for the hellos below, however slow the machine.
+    let args: Vec<String> = args(token.to_str().unwrap())
+        .into_iter()
+        .map(|a| if a == "2s" { "10s".into() } else { a })
+        .collect();
+    child.args(&args).env("RUST_LOG", "");
+    let mut host = Spawned::start("rocewatch preflight", &mut child, None);
+    let step = r#""from":"pf-a.invalid","round":0,"phase":"forward""#;
+    let strays = [
+        (format!("{{\"hello\":{{{step}}}}}"), "carries no token"),
+        (
+            format!("{{\"hello\":{{{step},\"token\":\"job-1234-guess\"}}}}"),
+            "token is not this sweep's",
+        ),
+    ];
+    for (hello, why) in strays {
+        let (mut s, reply) = say(&mut host, 28629, &hello);
+        assert!(
+            reply.starts_with("{\"refused\":") && reply.contains(why),
+            "{hello}: {reply:?}\n{}",
+            host.log()
+        );
+        // Its done, were it read, would end the step.
+        let _ = s.write_all(format!("{{\"done\":{{{step}}}}}\n").as_bytes());
+    }
+    let hello = format!("{{\"hello\":{{{step},\"token\":\"job-1234-0f9e8d7c\"}}}}");
+    let (mut partner, reply) = say(&mut host, 28629, &hello);
+    assert!(
+        reply.starts_with("{\"rails\":{\"host\":\"pf-b.invalid\""),
+        "the partner's hello got {reply:?}\n{}",
+        host.log()
+    );
+    partner
+        .write_all(format!("{{\"done\":{{{step}}}}}\n").as_bytes())
+        .unwrap();
+    // The second phase drives into pf-a.invalid, which no one can reach.
+    let status = host.wait_exit(std::time::Duration::from_secs(90));
+    let log = host.log();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{log}");
+    for why in ["carries no token", "token is not this sweep's"] {
+        let said = log.lines().any(|l| {
+            l.starts_with("rocewatch preflight: refused a hello from 127.0.0.1:")
+                && l.contains("naming pf-a.invalid round 0 first: the hello")
+                && l.contains(why)
+        });
+        assert!(said, "each refusal said with its address ({why}): {log}");
+    }
+    assert!(
+        !log.contains("job-1234-0f9e8d7c"),
+        "the token was shown: {log}"
+    );
+    assert!(!log.contains("ended early"), "{log}");
+    assert!(!log.contains("never came to test this host"), "{log}");
+    assert!(!log.contains("warning: no --token-file"), "{log}");
+}

@@ -13,8 +13,11 @@
 //! partners, the wrong side driving) is answered [`Message::Refused`] with why.
 //!
 //! One JSON object per line, at most [`MAX_LINE`] bytes; anything else is refused with
-//! what was wrong. The messages carry only host names, NIC names and addresses: a stray
-//! client learns what `rocewatch env` would show, and can at worst end a step early.
+//! what was wrong. The messages carry only host names, NIC names and addresses (and the
+//! job's [`Token`]). A sweep given a token (every host the same) answers only hellos that
+//! carry it, compared in constant time ([`Token::admits`]): a host on the network that
+//! lacks it is refused before its hello can begin, end or alter a step. Without a token a
+//! stray client learns what `rocewatch env` would show, and can end a step early.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,12 +37,104 @@ pub struct StepId {
     pub phase: Phase,
 }
 
+/// A secret every host of a sweep shares (`--token-file`, `ROCEWATCH_PREFLIGHT_TOKEN`),
+/// said in each hello. Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Token(String);
+
+/// The longest token taken (a control line holds it many times over).
+pub const MAX_TOKEN: usize = 1024;
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl Token {
+    /// `text` without the spaces and newline around it: at least one character, at most
+    /// [`MAX_TOKEN`] bytes, one line.
+    pub fn new(text: &str) -> Result<Token, String> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Err("the token is empty".into());
+        }
+        if t.len() > MAX_TOKEN {
+            return Err(format!(
+                "a token of {} bytes is over the limit of {MAX_TOKEN}",
+                t.len()
+            ));
+        }
+        if t.contains(['\n', '\r']) {
+            return Err("the token is more than one line".into());
+        }
+        Ok(Token(t.to_string()))
+    }
+
+    /// Whether a hello carrying `said` may be answered by a host holding `mine`: the same
+    /// token (compared in constant time over the longer of the two), or neither has one.
+    pub fn admits(mine: Option<&Token>, said: Option<&Token>) -> bool {
+        match (mine, said) {
+            (None, None) => true,
+            (Some(a), Some(b)) => same(a.0.as_bytes(), b.0.as_bytes()),
+            _ => false,
+        }
+    }
+}
+
+/// `a == b`, in a time that depends only on their lengths.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..n {
+        let (x, y) = (
+            a.get(i).copied().unwrap_or(0),
+            b.get(i).copied().unwrap_or(0),
+        );
+        diff |= usize::from(x ^ y);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// A driver's hello: the step it is about to run, and the sweep's token if it has one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    pub from: String,
+    pub round: usize,
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Token>,
+}
+
+impl Hello {
+    pub fn new(step: StepId, token: Option<Token>) -> Hello {
+        Hello {
+            from: step.from,
+            round: step.round,
+            phase: step.phase,
+            token,
+        }
+    }
+
+    /// The step it names.
+    pub fn step(&self) -> StepId {
+        StepId {
+            from: self.from.clone(),
+            round: self.round,
+            phase: self.phase,
+        }
+    }
+}
+
 /// One line of the control channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Message {
-    /// Driver → server: this step is about to run.
-    Hello(StepId),
+    /// Driver → server: this step is about to run (a hello without a token is the line
+    /// of a sweep without one, as before tokens).
+    Hello(Hello),
     /// Server → driver: go ahead, here are my rails.
     Rails(HostRails),
     /// Server → driver: the schedule does not explain this hello.
@@ -118,12 +213,14 @@ mod tests {
 
     #[test]
     fn messages_round_trip_as_one_line_each() {
+        let step = StepId {
+            from: "node01".into(),
+            round: 2,
+            phase: Phase::Reverse,
+        };
         let msgs = [
-            Message::Hello(StepId {
-                from: "node01".into(),
-                round: 2,
-                phase: Phase::Reverse,
-            }),
+            Message::Hello(Hello::new(step.clone(), None)),
+            Message::Hello(Hello::new(step, Some(Token::new("s3cret").unwrap()))),
             Message::Rails(HostRails {
                 host: "node02".into(),
                 nics: vec![Nic {
@@ -149,6 +246,34 @@ mod tests {
             })),
             "{\"done\":{\"from\":\"a\",\"round\":0,\"phase\":\"forward\"}}\n"
         );
+    }
+
+    #[test]
+    fn hellos_are_admitted_only_with_the_sweeps_token() {
+        let t = |s: &str| Token::new(s).unwrap();
+        assert!(Token::admits(None, None));
+        assert!(Token::admits(Some(&t("abc")), Some(&t(" abc\n"))));
+        assert!(!Token::admits(Some(&t("abc")), Some(&t("abd"))));
+        assert!(!Token::admits(Some(&t("abc")), Some(&t("abcd"))));
+        assert!(!Token::admits(Some(&t("abc")), None));
+        assert!(!Token::admits(None, Some(&t("abc"))));
+        // A hello of a sweep without tokens still reads (no token field).
+        let old = "{\"hello\":{\"from\":\"a\",\"round\":0,\"phase\":\"forward\"}}";
+        let Message::Hello(h) = Message::decode(old).unwrap() else {
+            panic!("not a hello")
+        };
+        assert_eq!(h.token, None);
+        // Never shown.
+        let shown = format!(
+            "{:?}",
+            Message::Hello(Hello::new(h.step(), Some(t("s3cret"))))
+        );
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert_eq!(Token::new(" \n").unwrap_err(), "the token is empty");
+        assert!(Token::new("a\nb").unwrap_err().contains("one line"));
+        assert!(Token::new(&"x".repeat(MAX_TOKEN + 1))
+            .unwrap_err()
+            .contains("over the limit"));
     }
 
     #[test]
@@ -222,6 +347,13 @@ mod tests {
     }
 
     proptest! {
+        /// The comparison is equality, whatever the bytes and lengths.
+        #[test]
+        fn same_is_equality(a in proptest::collection::vec(any::<u8>(), 0..40), b in proptest::collection::vec(any::<u8>(), 0..40)) {
+            prop_assert_eq!(same(&a, &b), a == b);
+            prop_assert!(same(&a, &a));
+        }
+
         /// Any line: a message or an error, never a panic.
         #[test]
         fn any_line_is_decoded_or_refused(line in "\\PC{0,200}") {

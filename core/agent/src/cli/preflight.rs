@@ -99,6 +99,13 @@ pub struct PreflightArgs {
     /// probe + 10 s): a host that idled a round waits for its partner's two steps).
     #[arg(long, value_parser = PATIENCE.flag(), value_name = "DUR")]
     pub patience: Option<Duration>,
+    /// A file holding the job's token (one line, mode 0600: readable by its owner only),
+    /// the same on every host: hellos on the control port carry it, and a hello without
+    /// it is refused, so a host outside the job cannot end this host's steps. Default:
+    /// the environment's ROCEWATCH_PREFLIGHT_TOKEN (srun passes a token exported in the
+    /// batch script to every task); with neither, any hello is answered, with a warning.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["plan", "judge"])]
+    pub token_file: Option<PathBuf>,
     /// Judge bandwidth against this line rate (Gb/s) instead of the ports' rates: for
     /// ports that report a rate the path cannot carry (soft-RoCE reports its netdev's).
     #[arg(long, value_name = "GBPS")]
@@ -250,6 +257,10 @@ pub async fn run(a: PreflightArgs) -> Result<i32> {
             qps: a.qps,
             probes: a.probes,
             line_rate_gbps: a.line_rate,
+            token: super::preflight_run::token(
+                a.token_file.as_deref(),
+                std::env::var_os(super::preflight_run::TOKEN_ENV),
+            )?,
         },
         tcp_port: a.tcp_port,
         out: a.out.clone(),

@@ -19,6 +19,51 @@ pub struct Sweep {
     pub out: Option<std::path::PathBuf>,
 }
 
+/// The environment variable that holds the job's token when `--token-file` is not given.
+pub const TOKEN_ENV: &str = "ROCEWATCH_PREFLIGHT_TOKEN";
+
+/// The sweep's token: `--token-file` (one line, readable and writable by its owner only,
+/// as ssh wants its keys: the token is the job's secret), else the environment's
+/// [`TOKEN_ENV`]; neither is `None` (hellos unauthenticated, as before tokens, warned of
+/// when the sweep starts).
+pub fn token(
+    file: Option<&std::path::Path>,
+    env: Option<std::ffi::OsString>,
+) -> anyhow::Result<Option<pf::control::Token>> {
+    use anyhow::{anyhow, Context as _};
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(file) = file else {
+        return match env {
+            None => Ok(None),
+            Some(v) => {
+                let v = v
+                    .into_string()
+                    .map_err(|_| anyhow!("{TOKEN_ENV}: not UTF-8"))?;
+                let t = pf::control::Token::new(&v).map_err(|e| anyhow!("{TOKEN_ENV}: {e}"))?;
+                Ok(Some(t))
+            }
+        };
+    };
+    let shown = file.display();
+    let md = std::fs::metadata(file).with_context(|| format!("--token-file {shown}"))?;
+    let mode = md.mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "--token-file {shown}: mode {mode:04o} lets others read or change the job's \
+             token: chmod 600 {shown}"
+        );
+    }
+    if md.len() > 4 * pf::control::MAX_TOKEN as u64 {
+        anyhow::bail!(
+            "--token-file {shown}: {} bytes, too long for a token",
+            md.len()
+        );
+    }
+    let text = std::fs::read_to_string(file).with_context(|| format!("--token-file {shown}"))?;
+    let t = pf::control::Token::new(&text).map_err(|e| anyhow!("--token-file {shown}: {e}"))?;
+    Ok(Some(t))
+}
+
 /// The sweep: a probe plugin per ACTIVE rail, this host's steps, its results written as
 /// JSON lines, a table of them on stderr. Exit 1 when one of them failed, 2 when none
 /// failed but one could not be judged, 0 when all passed.
@@ -32,6 +77,14 @@ pub async fn sweep(
     use anyhow::Context as _;
     // Created first: a file left by an earlier run is said before the sweep, not after.
     let out = open_out(a.out.as_deref(), &rails.host)?;
+    if a.settings.token.is_none() {
+        eprintln!(
+            "rocewatch preflight: warning: no --token-file or {TOKEN_ENV}: any host that \
+             reaches control port {} can end this host's steps; give every host of the job \
+             the same token",
+            a.settings.control_port
+        );
+    }
     let shown = Arc::new(Shown(Mutex::new(Some(Progress::start("preflight")))));
     shown.waiting("starting the probe plugin of each rail".into(), None);
     // Without the plugin every rail's test says why; the partners still meet, so theirs
@@ -229,4 +282,40 @@ fn local_table(results: &[pf::TestResult], th: &pf::Thresholds) -> (String, i32)
         0
     };
     (out, code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn a_token_comes_from_a_private_file_or_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("token");
+        std::fs::write(&f, "s3cret\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let want = pf::control::Token::new("s3cret").unwrap();
+        assert_eq!(token(Some(&f), None).unwrap(), Some(want.clone()));
+        // The file wins over the environment.
+        assert_eq!(
+            token(Some(&f), Some("other".into())).unwrap(),
+            Some(want.clone())
+        );
+        assert_eq!(token(None, Some("s3cret".into())).unwrap(), Some(want));
+        assert_eq!(token(None, None).unwrap(), None);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let e = token(Some(&f), None).unwrap_err().to_string();
+        assert!(e.contains("mode 0640 lets others read"), "{e}");
+        assert!(e.contains("chmod 600"), "{e}");
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = token(Some(&empty), None).unwrap_err().to_string();
+        assert!(e.ends_with("the token is empty"), "{e}");
+        let e = token(None, Some(" ".into())).unwrap_err().to_string();
+        assert_eq!(e, "ROCEWATCH_PREFLIGHT_TOKEN: the token is empty");
+        let e = token(Some(&dir.path().join("missing")), None).unwrap_err();
+        assert!(format!("{e:#}").contains("No such file"), "{e:#}");
+    }
 }

@@ -9,14 +9,16 @@
 //! hello yet is closed, the oldest first, for the newcomer (a driver says hello as soon
 //! as it connects; only admitted drivers keep their slot). A driver whose hello is closed
 //! unanswered or reset (a port full of admitted drivers, a partner restarting) says it
-//! again after a backoff, within its patience.
+//! again after a backoff, within its patience. A hello without the sweep's token (when
+//! it has one) is refused and logged with the address it came from, before it can touch
+//! a step.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::control::{admit, Message, StepId, MAX_LINE};
+use crate::control::{admit, Hello, Message, StepId, Token, MAX_LINE};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -44,6 +46,8 @@ pub(super) struct Shared {
     pub(super) notify: Notify,
     pub(super) patience: Duration,
     pub(super) step_limit: Duration,
+    /// The sweep's token: a hello must carry it (none: hellos carry none).
+    pub(super) token: Option<Token>,
     pub(super) tell: Arc<dyn super::tell::Tell>,
 }
 
@@ -64,8 +68,8 @@ pub(super) async fn listen(shared: Arc<Shared>, port: u16) -> std::io::Result<()
         let (sh, gate) = (shared.clone(), gate.clone());
         tokio::spawn(async move {
             loop {
-                let sock = match listener.accept().await {
-                    Ok((sock, _)) => sock,
+                let (sock, from) = match listener.accept().await {
+                    Ok(x) => x,
                     Err(e) => {
                         // Out of descriptors, say: never a busy loop.
                         tracing::debug!("preflight control port: accept: {e}");
@@ -80,9 +84,9 @@ pub(super) async fn listen(shared: Arc<Shared>, port: u16) -> std::io::Result<()
                 };
                 let sh = sh.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = answer(sock, &sh, ticket).await {
+                    if let Err(e) = answer(sock, from, &sh, ticket).await {
                         let e: String = e.chars().take(300).collect();
-                        tracing::warn!("preflight control connection: {e}");
+                        tracing::warn!("preflight control connection from {from}: {e}");
                     }
                 });
             }
@@ -181,7 +185,7 @@ impl Drop for Ticket {
 pub(super) async fn hello(
     peer: &str,
     port: u16,
-    id: &StepId,
+    hello: &Hello,
     patience: Duration,
 ) -> Result<(BufReader<OwnedReadHalf>, OwnedWriteHalf, crate::HostRails), String> {
     let deadline = tokio::time::Instant::now() + patience;
@@ -200,7 +204,7 @@ pub(super) async fn hello(
         };
         let (r, mut w) = sock.into_split();
         let mut r = BufReader::new(r);
-        let line = Message::Hello(id.clone()).encode();
+        let line = Message::Hello(hello.clone()).encode();
         let said = w.write_all(line.as_bytes());
         // The partner answers when it reaches this step: an earlier round may hold it.
         let got = match said.await {
@@ -274,7 +278,12 @@ async fn read_message<R: AsyncRead + Unpin>(
 
 /// One control connection: a driver's hello, answered when this host reaches the step,
 /// then its done. Until its hello its slot may go to a newer connection.
-async fn answer(sock: TcpStream, sh: &Shared, ticket: Ticket) -> Result<(), String> {
+async fn answer(
+    sock: TcpStream,
+    from: std::net::SocketAddr,
+    sh: &Shared,
+    ticket: Ticket,
+) -> Result<(), String> {
     let (r, mut w) = sock.into_split();
     let mut r = BufReader::new(r);
     // A driver says hello as soon as it connects.
@@ -282,8 +291,8 @@ async fn answer(sock: TcpStream, sh: &Shared, ticket: Ticket) -> Result<(), Stri
         m = read_message(&mut r, HELLO_WITHIN) => Some(m),
         () = ticket.evicted() => None,
     };
-    let id = match first {
-        Some(Ok(Message::Hello(id))) if ticket.hello_said() => id,
+    let hello = match first {
+        Some(Ok(Message::Hello(h))) if ticket.hello_said() => h,
         None | Some(Ok(Message::Hello(_))) => {
             tracing::debug!("preflight control port: a connection that had not said hello closed for a newer one");
             return Ok(());
@@ -291,6 +300,26 @@ async fn answer(sock: TcpStream, sh: &Shared, ticket: Ticket) -> Result<(), Stri
         Some(Ok(other)) => return Err(format!("expected a hello, got {other:?}")),
         Some(Err(e)) => return Err(e.to_string()),
     };
+    if !Token::admits(sh.token.as_ref(), hello.token.as_ref()) {
+        let why = match (&sh.token, &hello.token) {
+            (Some(_), None) => "the hello carries no token and this sweep has one (--token-file or ROCEWATCH_PREFLIGHT_TOKEN: the same on every host)",
+            (None, _) => "the hello carries a token and this host was started without one (--token-file or ROCEWATCH_PREFLIGHT_TOKEN: the same on every host)",
+            (Some(_), Some(_)) => "the hello's token is not this sweep's (--token-file or ROCEWATCH_PREFLIGHT_TOKEN: the same on every host)",
+        };
+        let _ = w
+            .write_all(Message::Refused(why.into()).encode().as_bytes())
+            .await;
+        // Said at any log level: someone on the network, or a host of the job started
+        // with another token. An IPv4 peer of the [::] listener as IPv4.
+        let from = std::net::SocketAddr::new(from.ip().to_canonical(), from.port());
+        sh.tell.note(format!(
+            "refused a hello from {from} naming {} {}: {why}",
+            hello.from,
+            super::tell::step_name(hello.round, hello.phase)
+        ));
+        return Ok(());
+    }
+    let id = hello.step();
     if let Err(why) = admit(&sh.schedule, sh.me, &id) {
         let _ = w
             .write_all(Message::Refused(why.clone()).encode().as_bytes())
@@ -368,7 +397,7 @@ mod tests {
             phase: crate::Phase::Forward,
         };
         let patience = Duration::from_secs(10);
-        let got = hello("127.0.0.1", port, &id, patience).await;
+        let got = hello("127.0.0.1", port, &Hello::new(id, None), patience).await;
         let (_, _, theirs) = got.expect("the third hello is answered");
         assert_eq!(theirs, rails);
         assert_eq!(server.await.unwrap(), 3);

@@ -46,6 +46,9 @@ pub struct Settings {
     pub probes: u32,
     /// The line rate to judge against instead of the ports' (`--line-rate`).
     pub line_rate_gbps: Option<f64>,
+    /// The sweep's token, the same on every host: hellos carry it and must (none: any
+    /// hello the schedule explains is answered).
+    pub token: Option<crate::control::Token>,
 }
 
 /// How the verbs responder refuses a test while another one runs (`bwserve.rs`).
@@ -87,6 +90,7 @@ impl VerbsRunner {
             notify: Notify::new(),
             patience: settings.patience,
             step_limit,
+            token: settings.token.clone(),
             tell,
         });
         control::listen(shared.clone(), settings.control_port).await?;
@@ -189,7 +193,8 @@ impl VerbsRunner {
             ),
             from_now(sh.patience),
         );
-        let hello = control::hello(&step.peer, port, &id, sh.patience);
+        let said = crate::control::Hello::new(id.clone(), sh.token.clone());
+        let hello = control::hello(&step.peer, port, &said, sh.patience);
         let (_reader, mut writer, theirs) = match hello.await {
             Ok(x) => x,
             Err(why) => return failed(why),

@@ -137,6 +137,7 @@ mod tests {
             qps: 4,
             probes: 10,
             line_rate_gbps: None,
+            token: None,
         }
     }
 

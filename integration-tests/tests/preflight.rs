@@ -537,18 +537,7 @@ fn idle_connections_do_not_keep_the_partner_off_the_control_port() {
         "1",
     ]);
     let mut host = Spawned::start("rocewatch preflight", &mut child, None);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut idle = Vec::new();
-    while idle.is_empty() {
-        match TcpStream::connect("127.0.0.1:28625") {
-            Ok(s) => idle.push(s),
-            Err(_) if std::time::Instant::now() < deadline => {
-                assert!(host.alive(), "preflight exited: {}", host.log());
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            Err(e) => panic!("the control port never opened: {e}\n{}", host.log()),
-        }
-    }
+    let mut idle = vec![control_connection(&mut host, 28625)];
     while idle.len() < 40 {
         idle.push(TcpStream::connect("127.0.0.1:28625").unwrap());
     }

@@ -7,14 +7,20 @@
 //! histograms and the store. The instances are in-process fakes that answer every probe
 //! at once (20 µs), one per rail, so what is measured is the agent's side only: no verbs,
 //! no C ABI and its JSON (`benches/fleet-prober-overhead.sh` measures those through
-//! the fake-probe library).
+//! the fake-probe library; so do the `-abi` cases below).
 //!
 //! Cases, each in a process of its own (so that each has its own peak RSS), alternated:
 //! - `one`: one rail, 600 peers on its ToR, 4 paths: 2,400 flows a round;
 //! - `eight`: eight rails, 600 peers on each (`[fleet] max_peers = 4800`): 19,200 flows;
 //! - `eight-bounded`: eight rails at the default `max_peers = 600`: 2,400 flows over the
 //!   eight rails (what a host of a 10,000-host fleet probes, docs/FLEET.md);
-//! - `idle`: the same process with no prober (the RSS baseline).
+//! - `idle`: the same process with no prober (the RSS baseline);
+//! - `one-abi`, `eight-abi`: `one` and `eight` with the instances loaded from the
+//!   fake-probe library (`integration-tests/fake-probe`, answering in 20 µs) through the C
+//!   ABI and its JSON, as the agent calls the verbs plugin: run when
+//!   `libfake_probe.so` is beside the bench's directory (`cargo build --release -p
+//!   fake-probe` into the same target directory), else said SKIPPED (a failure with
+//!   `ROCEWATCH_REQUIRE_ALL=1`).
 //!
 //! Rounds run back to back (interval 1 ms, no rate bound) for the window; the CPU time is
 //! the process's (`getrusage`, every thread) over the rounds completed. Then one
@@ -44,7 +50,14 @@ use rocewatch_runtime::store::Store;
 use tokio::sync::watch;
 
 const PEERS: usize = 600;
-const CASES: [&str; 4] = ["idle", "one", "eight", "eight-bounded"];
+const CASES: [&str; 6] = [
+    "idle",
+    "one",
+    "eight",
+    "eight-bounded",
+    "one-abi",
+    "eight-abi",
+];
 
 /// A probe plugin instance that answers every probe at once.
 struct Fake {
@@ -73,7 +86,52 @@ impl ProbePlugin for Fake {
     }
 }
 
-fn entry(calls: &Arc<AtomicU64>) -> Entry {
+/// The fake-probe library beside the bench's target directory (`release/deps/rails-*`).
+fn fake_library() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let so = exe.parent()?.parent()?.join("libfake_probe.so");
+    so.exists().then_some(so)
+}
+
+/// A fake-probe instance through the C ABI, counting its rounds as [`Fake`] does.
+struct Abi {
+    inner: rocewatch_plugin_sdk::host::ExternalPlugin,
+    calls: Arc<AtomicU64>,
+}
+
+impl Plugin for Abi {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+impl ProbePlugin for Abi {
+    fn probe(&mut self, t: &ProbeTarget) -> Result<ProbeResult, PluginError> {
+        self.inner.probe(t)
+    }
+
+    fn probe_many(&mut self, targets: &[ProbeTarget]) -> Result<Vec<ProbeResult>, PluginError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.probe_many(targets)
+    }
+}
+
+fn abi_instance(calls: &Arc<AtomicU64>) -> Instance {
+    let so = fake_library().expect("libfake_probe.so");
+    let lib = rocewatch_plugin_sdk::host::PluginLibrary::load(&so).expect("fake-probe loads");
+    let mut inner = lib
+        .instantiate(PluginKind::Probe)
+        .expect("a probe instance");
+    inner
+        .start(&rocewatch_plugin_api::PluginContext::new("/nonexistent"))
+        .expect("fake-probe starts");
+    Instance::Probe(Box::new(Abi {
+        inner,
+        calls: Arc::clone(calls),
+    }))
+}
+
+fn entry(calls: &Arc<AtomicU64>, abi: bool) -> Entry {
     let status = Status {
         name: "fake-probe".into(),
         kind: Some(PluginKind::Probe),
@@ -91,9 +149,13 @@ fn entry(calls: &Arc<AtomicU64>) -> Entry {
         settings: Default::default(),
         interval: Duration::from_secs(1),
         timeout: Duration::from_secs(1),
-        instance: Some(Arc::new(Mutex::new(Instance::Probe(Box::new(Fake {
-            calls: Arc::clone(calls),
-        }))))),
+        instance: Some(Arc::new(Mutex::new(if abi {
+            abi_instance(calls)
+        } else {
+            Instance::Probe(Box::new(Fake {
+                calls: Arc::clone(calls),
+            }))
+        }))),
         busy: Arc::new(AtomicBool::new(false)),
         status: Arc::new(Mutex::new(status)),
     }
@@ -105,11 +167,8 @@ fn topology(rails: u8) -> Topology {
     for r in 0..rails {
         csv.push_str(&format!("a,{r},10.200.{r}.1,t{r}\n"));
         for i in 0..PEERS {
-            csv.push_str(&format!(
-                "h{i},{r},10.{r}.{}.{},t{r}\n",
-                i / 250,
-                i % 250 + 1
-            ));
+            // Last byte 1-99: the addresses fake-probe answers.
+            csv.push_str(&format!("h{i},{r},10.{r}.{}.{},t{r}\n", i / 99, i % 99 + 1));
         }
     }
     Topology::parse("bench", &csv).expect("the bench's topology")
@@ -138,7 +197,8 @@ fn vm_hwm_kib() -> u64 {
 
 /// One case, in this process: its figures as `key=value` words on one line.
 fn child(case: &str, secs: f64) -> String {
-    let (rails, max_peers) = match case {
+    let abi = case.ends_with("-abi");
+    let (rails, max_peers) = match case.trim_end_matches("-abi") {
         "one" => (1u8, PEERS),
         "eight" => (8, 8 * PEERS),
         "eight-bounded" | "idle" => (8, PEERS),
@@ -172,7 +232,7 @@ fn child(case: &str, secs: f64) -> String {
     let metrics = Arc::new(SelfMetrics::default());
     let pipeline = Pipeline::new(Arc::clone(&store), Arc::clone(&metrics), &[]);
     let calls = Arc::new(AtomicU64::new(0));
-    let instances: Vec<Entry> = (0..rails).map(|_| entry(&calls)).collect();
+    let instances: Vec<Entry> = (0..rails).map(|_| entry(&calls, abi)).collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -245,6 +305,15 @@ fn main() {
     for run in 1..=runs {
         let mut got = BTreeMap::new();
         for case in CASES {
+            if case.ends_with("-abi") && fake_library().is_none() {
+                let why = "SKIPPED: no libfake_probe.so beside the bench (cargo build --release -p fake-probe)";
+                assert!(
+                    std::env::var_os("ROCEWATCH_REQUIRE_ALL").is_none(),
+                    "{case}: {why}"
+                );
+                println!("run {run}: case={case} {why}");
+                continue;
+            }
             let out = Command::new(&exe)
                 .args(["--case", case, &secs.to_string()])
                 .output()
@@ -262,18 +331,22 @@ fn main() {
     }
 }
 
-/// Ratios to one rail, the share of a core at a 1 s interval and at the interval
+/// Ratios to one rail (the ABI cases' to one rail through the ABI), the share of a core at a 1 s interval and at the interval
 /// `max_rate = 2400` (FLEET.md's setting for 600 x 4 flows a second) stretches it to.
 fn report(got: &BTreeMap<&str, String>) {
-    let one = field(&got["one"], "round_us");
     let idle = field(&got["idle"], "hwm_kib");
-    for case in ["one", "eight", "eight-bounded"] {
-        let l = &got[case];
+    for (case, l) in got.iter().filter(|(c, _)| **c != "idle") {
+        let base = if case.ends_with("-abi") {
+            "one-abi"
+        } else {
+            "one"
+        };
+        let one = field(&got[base], "round_us");
         let round = field(l, "round_us");
         let flows = field(l, "flows");
         let interval = (flows / 2400.0).max(1.0);
         println!(
-            "  {case:>13}: {flows:>6} flows, {:>8.0} µs a round ({:.2} µs a flow), {:.2}× one rail; \
+            "  {case:>13}: {flows:>6} flows, {:>8.0} µs a round ({:.2} µs a flow), {:.2}× one rail ({base}); \
              {:.2} % of a core at 1 s, {:.2} % at max_rate 2400 (every {interval:.0} s); \
              scrape {:.0} µs ({} lines); peak RSS {:.1} MiB ({:+.1} over idle)",
             round,

@@ -20,15 +20,22 @@ const REPLACED: &[(&str, &str)] = &[
 /// `--sysfs-root` reads one as well).
 const READS_CONFIG: &[&str] = &["rocewatch config check", "rocewatch fleet simulate"];
 
-/// The flags that say where the host is read, as a set: a command that reads the host
-/// beyond sysfs takes all three, so one spelling points any command at a fixture tree or
-/// at the host's trees mounted in a pod (`--sysfs-root /host/sys --procfs-root
-/// /host/proc --rootfs /host`).
+/// The flags that say where the host is read: one spelling points any command at a
+/// fixture tree or at the host's trees mounted in a pod (`--sysfs-root /host/sys
+/// --procfs-root /host/proc --rootfs /host`).
 const HOST_ROOTS: &[&str] = &["sysfs-root", "procfs-root", "rootfs"];
 
-/// Commands that read the proc tree or the root file system (besides sysfs): each takes
-/// every flag of [`HOST_ROOTS`].
-const READS_HOST_ROOTS: &[&str] = &["rocewatch doctor", "rocewatch health"];
+/// Commands that read the host beyond sysfs, and the trees each reads: each takes the
+/// flag of every tree it reads. A command taking `--procfs-root` or `--rootfs` must be
+/// listed, so the list stays what the commands do.
+const READS_HOST_ROOTS: &[(&str, &[&str])] = &[
+    ("rocewatch doctor", HOST_ROOTS),
+    ("rocewatch health", HOST_ROOTS),
+    // The resources collector's `<pid>/cgroup` and `<pid>/comm`.
+    ("rocewatch top", &["sysfs-root", "procfs-root"]),
+    ("rocewatch collect", &["sysfs-root", "procfs-root"]),
+    ("rocewatch run", &["sysfs-root", "procfs-root"]),
+];
 
 /// Every command and subcommand, with its full name (`rocewatch qos apply`).
 fn every_command(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
@@ -47,7 +54,11 @@ fn long(cmd: &clap::Command, name: &str) -> Option<clap::Arg> {
 }
 
 /// What is inconsistent in one command's flags, each said with the fix.
-fn problems_of(path: &str, cmd: &clap::Command, reads_host_roots: &[&str]) -> Vec<String> {
+fn problems_of(
+    path: &str,
+    cmd: &clap::Command,
+    reads_host_roots: &[(&str, &[&str])],
+) -> Vec<String> {
     let mut out = Vec::new();
     for a in cmd.get_arguments().filter(|a| !a.is_global_set()) {
         let Some(name) = a.get_long() else { continue };
@@ -101,33 +112,40 @@ fn problems_of(path: &str, cmd: &clap::Command, reads_host_roots: &[&str]) -> Ve
     out
 }
 
-/// A command that reads the host beyond sysfs (listed, or taking one of the flags
-/// beyond `--sysfs-root`) without each of the host-reading flags, shown.
-fn host_root_problems(path: &str, cmd: &clap::Command, listed: &[&str]) -> Vec<String> {
+/// A command that reads the host beyond sysfs without the flag of a tree it reads, or
+/// that takes such a flag without being listed as reading that tree.
+fn host_root_problems(path: &str, cmd: &clap::Command, listed: &[(&str, &[&str])]) -> Vec<String> {
     let shown = |name: &str| long(cmd, name).is_some_and(|a| !a.is_hide_set());
-    let beyond_sysfs = HOST_ROOTS[1..].iter().any(|n| shown(n));
-    if !listed.contains(&path) && !beyond_sysfs {
-        return Vec::new();
-    }
-    HOST_ROOTS
+    let reads: &[&str] = listed
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map_or(&[], |(_, trees)| trees);
+    let mut out: Vec<String> = reads
         .iter()
         .filter(|n| !shown(n))
-        .map(|n| {
-            format!(
-                "{path}: reads the host beyond sysfs without --{n} (the host-reading flags: --{})",
-                HOST_ROOTS.join(", --")
-            )
-        })
-        .collect()
+        .map(|n| format!("{path}: reads the host beyond sysfs without --{n}"))
+        .collect();
+    out.extend(
+        HOST_ROOTS[1..]
+            .iter()
+            .filter(|n| shown(n) && !reads.contains(n))
+            .map(|n| {
+                format!("{path}: takes --{n} but is not listed in READS_HOST_ROOTS as reading that tree (list it, with every tree it reads)")
+            }),
+    );
+    out
 }
 
-fn problems(root: &clap::Command, reads_host_roots: &[&str]) -> Vec<String> {
+fn problems(root: &clap::Command, reads_host_roots: &[(&str, &[&str])]) -> Vec<String> {
     let mut cmd = root.clone();
     cmd.build();
     let mut all = Vec::new();
     every_command(&cmd, "rocewatch", &mut all);
     assert!(all.len() > 20, "only {} commands found", all.len());
-    for c in READS_CONFIG.iter().chain(reads_host_roots) {
+    for c in READS_CONFIG
+        .iter()
+        .chain(reads_host_roots.iter().map(|(c, _)| c))
+    {
         assert!(
             all.iter().any(|(p, _)| p == c),
             "{c}: listed as reading a configuration or the host, but there is no such command"
@@ -176,7 +194,11 @@ fn an_inconsistent_flag_is_caught() {
         );
     let found = problems(
         &bad,
-        &[READS_HOST_ROOTS, &["rocewatch planted-reader"]].concat(),
+        &[
+            READS_HOST_ROOTS,
+            &[("rocewatch planted-reader", HOST_ROOTS)],
+        ]
+        .concat(),
     );
     let expect = [
         "rocewatch planted-host: --this-host is shown",
@@ -184,7 +206,7 @@ fn an_inconsistent_flag_is_caught() {
         "rocewatch planted-format: --format json without --json",
         "rocewatch planted-config: reads a configuration without -c/--config FILE",
         "rocewatch planted-json: --json takes a value",
-        "rocewatch planted-roots: reads the host beyond sysfs without --rootfs",
+        "rocewatch planted-roots: takes --procfs-root but is not listed",
         "rocewatch planted-reader: reads the host beyond sysfs without --procfs-root",
         "rocewatch planted-reader: reads the host beyond sysfs without --rootfs",
     ];

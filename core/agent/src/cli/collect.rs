@@ -19,6 +19,8 @@ pub struct CollectArgs {
     pub once: bool,
     #[command(flatten)]
     pub source: SourceArgs,
+    #[command(flatten)]
+    pub proc: super::source::ProcArgs,
     /// What to print: json (the default; as --json), text, prometheus or collectd.
     #[arg(long, value_enum, default_value = "json")]
     pub format: CollectFormat,
@@ -86,6 +88,7 @@ pub async fn run(a: CollectArgs) -> Result<i32> {
     let CollectArgs {
         once,
         source,
+        proc,
         format,
         json,
     } = a;
@@ -93,7 +96,8 @@ pub async fn run(a: CollectArgs) -> Result<i32> {
     if !once {
         bail!("collect needs --once (use `rocewatch run` to collect continuously)");
     }
-    let cfg = source.load()?;
+    let mut cfg = source.load()?;
+    proc.apply(&mut cfg);
     let root = cfg.agent.sysfs_root.clone();
     let cfg_interval = cfg.agent.interval;
     let agent = App::start(cfg, Some(&[PluginKind::Collector])).await;

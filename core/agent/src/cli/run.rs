@@ -18,6 +18,8 @@ use rocewatch_runtime::util::duration::{INTERVAL, RUN_FOR};
 pub struct RunArgs {
     #[command(flatten)]
     pub source: SourceArgs,
+    #[command(flatten)]
+    pub proc: super::source::ProcArgs,
     /// Default collection interval (overrides agent.interval; 100ms to 1h).
     #[arg(long, value_parser = INTERVAL.flag(), value_name = "DUR")]
     pub interval: Option<Duration>,
@@ -52,6 +54,7 @@ pub struct RunArgs {
 /// with, and what a SIGHUP loads again.
 fn load(a: &RunArgs) -> Result<Config> {
     let mut cfg = a.source.load()?;
+    a.proc.apply(&mut cfg);
     if let Some(i) = a.interval {
         cfg.agent.interval = i;
     }

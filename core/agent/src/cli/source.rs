@@ -29,3 +29,68 @@ impl SourceArgs {
         Ok(cfg)
     }
 }
+
+/// The proc tree read besides sysfs by the commands that run the resources collector
+/// (`top`, `collect`, `run`): where each workload's `<pid>/cgroup` and `<pid>/comm` are.
+#[derive(Debug, Clone, Args)]
+pub struct ProcArgs {
+    /// Root of the proc tree that goes with --sysfs-root (default /proc): the workloads'
+    /// `<pid>/cgroup` and `<pid>/comm`, which the resources collector attributes queue
+    /// pairs by (overrides [plugins.builtin.resources.options] procfs_root). In a pod:
+    /// --sysfs-root /host/sys --procfs-root /host/proc.
+    #[arg(long, value_name = "DIR")]
+    pub procfs_root: Option<PathBuf>,
+}
+
+impl ProcArgs {
+    /// `cfg` with the resources collector reading `--procfs-root`, where given.
+    pub fn apply(&self, cfg: &mut Config) {
+        let Some(root) = &self.procfs_root else {
+            return;
+        };
+        let settings = cfg
+            .plugins
+            .builtin
+            .entry(crate::builtins::RESOURCES.to_string())
+            .or_default();
+        if !settings.options.is_object() {
+            settings.options = serde_json::json!({});
+        }
+        settings.options["procfs_root"] = serde_json::json!(root);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--procfs-root` reaches the resources collector's options, over the file's and
+    /// beside its other options; without it the file's stands.
+    #[test]
+    fn procfs_root_sets_the_resources_collectors_option() {
+        let file = |cfg: &Config| {
+            cfg.plugins.builtin[crate::builtins::RESOURCES].options["procfs_root"].clone()
+        };
+        let mut cfg: Config = toml::from_str(
+            "[plugins.builtin.resources.options]\nprocfs_root = \"/from/file\"\nqp_counters = true\n",
+        )
+        .unwrap();
+        ProcArgs { procfs_root: None }.apply(&mut cfg);
+        assert_eq!(file(&cfg), "/from/file");
+        ProcArgs {
+            procfs_root: Some("/host/proc".into()),
+        }
+        .apply(&mut cfg);
+        assert_eq!(file(&cfg), "/host/proc");
+        assert_eq!(
+            cfg.plugins.builtin[crate::builtins::RESOURCES].options["qp_counters"],
+            true
+        );
+        let mut bare = Config::default();
+        ProcArgs {
+            procfs_root: Some("/host/proc".into()),
+        }
+        .apply(&mut bare);
+        assert_eq!(file(&bare), "/host/proc");
+    }
+}

@@ -31,6 +31,8 @@ use rocewatch_runtime::host::registry::{Entry, Instance, State};
 pub struct TopArgs {
     #[command(flatten)]
     pub source: SourceArgs,
+    #[command(flatten)]
+    pub proc: super::source::ProcArgs,
     /// Print one frame and exit. With per-QP counters it collects twice, --interval
     /// apart, to show rates; without them, once.
     #[arg(long)]
@@ -60,7 +62,8 @@ const RESOURCES_PLUGIN: &str = "resources";
 const FRAME_LINES: usize = 7;
 
 pub async fn run(a: TopArgs) -> Result<i32> {
-    let cfg = a.source.load()?;
+    let mut cfg = a.source.load()?;
+    a.proc.apply(&mut cfg);
     let app = App::start(cfg, Some(&[PluginKind::Collector])).await;
     let code = match resource_collectors(&app).await {
         Err(why) => {

@@ -304,3 +304,39 @@ fn a_plugin_timeout_is_said_at_the_default_level() {
         stdout(&o)
     );
 }
+
+/// A log line said while the progress line is drawn (a plugin that hangs past its
+/// timeout during doctor's counter window) starts on a wiped line: the progress line's
+/// text is not left in front of it on the terminal.
+#[test]
+fn a_log_line_wipes_the_progress_line_first() {
+    let Some(script) = script() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, out) = (dir.path().join("rocewatch.toml"), dir.path().join("stdout"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {:?}\n\n[[plugins.external]]\npath = {:?}\ntimeout = \"1s\"\noptions = {{ mode = \"hang\" }}\n",
+            fixture("mlx5-roce-dual-port"),
+            artifacts().fault_so
+        ),
+    )
+    .unwrap();
+    let t = on_terminal(
+        script,
+        &["doctor", "-c", cfg.to_str().unwrap(), "--window", "3s"],
+        &[],
+        &out,
+    );
+    let at = t
+        .bytes
+        .find("timed out after 1s")
+        .unwrap_or_else(|| panic!("no timeout said: {:?}", t.bytes));
+    let line_start = t.bytes[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = &t.bytes[line_start..at];
+    let shown = line.rsplit("\x1b[2K").next().unwrap_or(line);
+    assert!(
+        !shown.contains("doctor: "),
+        "the log line is drawn after the progress line's text: {line:?}"
+    );
+}

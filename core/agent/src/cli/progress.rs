@@ -25,6 +25,7 @@
 //! [`Progress::notes`] is a handle for the same from another task.
 
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -91,6 +92,7 @@ impl Progress {
                 .name("progress".into())
                 .spawn(move || draw_until_stopped(command, &theirs))
                 .ok();
+            crate::demo::screen_logs::PROGRESS_DRAWN.store(true, Ordering::Relaxed);
             Live { shared, thread }
         });
         Progress { live }
@@ -141,6 +143,7 @@ impl Progress {
         if let Some(t) = live.thread.take() {
             let _ = t.join();
         }
+        crate::demo::screen_logs::PROGRESS_DRAWN.store(false, Ordering::Relaxed);
     }
 }
 

@@ -76,6 +76,12 @@ impl Router {
 
 static ROUTER: Mutex<Router> = Mutex::new(Router { held: None });
 
+/// Set while a command's progress line is drawn on standard error (`cli::progress`): a
+/// log line wipes it first, so it starts on a clean line; the progress line is drawn
+/// again under it at its next tick.
+pub static PROGRESS_DRAWN: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 fn router() -> std::sync::MutexGuard<'static, Router> {
     ROUTER.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -139,6 +145,9 @@ impl Drop for Line {
         let now = router().route(line);
         if let Some(line) = now {
             let mut err = std::io::stderr().lock();
+            if PROGRESS_DRAWN.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = err.write_all(b"\r\x1b[2K");
+            }
             let _ = err.write_all(&line);
             let _ = err.flush();
         }

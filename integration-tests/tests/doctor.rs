@@ -564,8 +564,13 @@ fn doctor_fixes_quote_a_netdev_name_a_shell_would_run() {
 }
 
 /// doctor's kernel-log check on a recorded log (fixtures/kernel-log, see its SOURCE.md):
-/// the check's results, and the whole output.
+/// the check's results, over the whole log.
 fn doctor_kernel_log(file: &str) -> Vec<Value> {
+    doctor_kernel_log_with(file, &["--log-window", "36500d"])
+}
+
+/// The kernel-log check's results on a recorded log, with `extra` arguments.
+fn doctor_kernel_log_with(file: &str, extra: &[&str]) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("log.toml");
     let log = root()
@@ -581,7 +586,7 @@ fn doctor_kernel_log(file: &str) -> Vec<Value> {
     .unwrap();
     let (_, v) = doctor(
         "mlx5-roce-dual-port",
-        &["--config", cfg.to_str().unwrap(), "--log-window", "36500d"],
+        &[&["--config", cfg.to_str().unwrap()], extra].concat(),
     );
     v["checks"]
         .as_array()
@@ -838,36 +843,10 @@ fn doctor_ends_the_kernel_log_window_at_the_procfs_roots_uptime() {
     let dir = tempfile::tempdir().unwrap();
     let proc_root = dir.path().join("proc");
     std::fs::create_dir(&proc_root).unwrap();
-    let cfg = dir.path().join("log.toml");
-    let log = root().join("integration-tests/fixtures/kernel-log/dmesg.txt");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[plugins.builtin.kernel-log.options]\npath = {:?}\n",
-            log.to_str().unwrap()
-        ),
-    )
-    .unwrap();
     let at = |uptime: &str| -> Vec<Value> {
         std::fs::write(proc_root.join("uptime"), uptime).unwrap();
-        let (_, v) = doctor(
-            "mlx5-roce-dual-port",
-            &[
-                "--config",
-                cfg.to_str().unwrap(),
-                "--log-window",
-                "1m",
-                "--procfs-root",
-                proc_root.to_str().unwrap(),
-            ],
-        );
-        v["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["check"] == "kernel-log")
-            .cloned()
-            .collect()
+        let p = proc_root.to_str().unwrap();
+        doctor_kernel_log_with("dmesg.txt", &["--log-window", "1m", "--procfs-root", p])
     };
     let recent = at("1040.00 3.00\n");
     assert!(

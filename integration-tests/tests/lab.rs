@@ -16,6 +16,9 @@
 //! `cargo test` says SKIPPED and how to get them; `scripts/test.sh` (and CI) requires them
 //! (`ROCEWATCH_REQUIRE_ALL=1`). A lab that cannot boot fails the test;
 //! ROCEWATCH_SKIP_LAB=1 skips it knowingly outside scripts/test.sh, saying so.
+//! ROCEWATCH_LAB_RUNS=DIR boots into DIR/lab-<script> instead of target/, and judges a run
+//! already finished there (both guests' commands exited 0) without booting again: for
+//! working on a lab's tests, or two checkouts' labs apart.
 
 use std::collections::BTreeMap;
 use std::net::Ipv6Addr;
@@ -54,6 +57,23 @@ fn probe_lab() -> Option<&'static Path> {
 /// plugin built here are shared with the guests.
 fn run_lab(script: &str) -> Option<PathBuf> {
     {
+        let runs = std::env::var_os("ROCEWATCH_LAB_RUNS").map(PathBuf::from);
+        let runs = runs.unwrap_or_else(target_dir);
+        let finished = |out: &Path| {
+            ["a", "b"].iter().all(|r| {
+                std::fs::read_to_string(out.join(format!("exit-{r}")))
+                    .is_ok_and(|e| e.trim() == "0")
+            })
+        };
+        if std::env::var_os("ROCEWATCH_LAB_RUNS").is_some()
+            && finished(&runs.join(format!("lab-{script}")))
+        {
+            eprintln!(
+                "SOFT-RoCE LAB: judging the finished {script} run in {} (ROCEWATCH_LAB_RUNS), not booting",
+                runs.display()
+            );
+            return Some(runs.join(format!("lab-{script}")));
+        }
         if std::env::var("ROCEWATCH_SKIP_LAB").as_deref() == Ok("1") && !require_all() {
             skipped("soft-RoCE lab (ROCEWATCH_SKIP_LAB=1); this test did not run");
             return None;
@@ -79,8 +99,8 @@ fn run_lab(script: &str) -> Option<PathBuf> {
         }
         // One lab at a time: two pairs of emulated guests on two cores starve each other.
         let _one = HEAVY.lock().unwrap_or_else(|p| p.into_inner());
-        let share = target_dir().join(format!("lab-share-{script}"));
-        let out = target_dir().join(format!("lab-{script}"));
+        let share = runs.join(format!("lab-share-{script}"));
+        let out = runs.join(format!("lab-{script}"));
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&share).unwrap();
         std::fs::create_dir_all(&out).unwrap();
@@ -110,7 +130,7 @@ fn run_lab(script: &str) -> Option<PathBuf> {
             // An emulated pair stalls now and then (one boot in CI ran into the guests'
             // 900 s limit where the next one took 343 s). Booted once more, loudly, with
             // the failed boot's logs kept for a look; a second failure fails the tests.
-            let kept = target_dir().join(format!("lab-{script}-failed-boot"));
+            let kept = runs.join(format!("lab-{script}-failed-boot"));
             let _ = std::fs::remove_dir_all(&kept);
             let _ = std::fs::rename(&out, &kept);
             eprintln!(

@@ -2,8 +2,9 @@
 # rxe-lab.sh - real soft-RoCE (rdma_rxe) inside nested QEMU guests, for integration tests.
 #
 # rocewatch's copy of the project's shared lab script (../shared/lab/rxe-lab.sh), changed
-# only where marked "rocewatch:": the cache lives in the repository (.cache/rxe-lab) and
-# the one-off KVM probe gives up after 20 s.
+# only where marked "rocewatch:": the cache lives in the repository (.cache/rxe-lab), the
+# one-off KVM probe gives up after 20 s, and RXE_LAB_NICS=2 gives each guest of a pair a
+# second NIC on a second link (a second rail).
 #
 # Works on a Debian 12 (bookworm) x86_64 host as root, without RDMA support in the host kernel.
 # The guest runs the stock Debian bookworm kernel (linux-image-amd64, which ships rdma_rxe.ko)
@@ -24,6 +25,10 @@
 #   RXE_SELF_IP   10.0.2.15 (single, QEMU user net) or 192.168.100.1 (a) / 192.168.100.2 (b)
 #   RXE_PEER_IP   the other guest's IP (pair mode), empty in single mode
 #   RXE_DEV=rxe0  RXE_NETDEV=eth0
+#   with RXE_LAB_NICS=2 (pair mode): RXE_NETDEV1=eth1, RXE_SELF_IP1 192.168.101.1 (a) /
+#   192.168.101.2 (b), RXE_PEER_IP1 the other's; eth1 is up with its address, and the
+#   command file makes its rxe device itself (rdma link add rxe1 type rxe netdev eth1) when
+#   it wants one, so that a script written for one device sees one until then.
 # Host paths visible in the guest (virtio-9p): OUTDIR at /mnt/host, $RXE_LAB_SHARE at /mnt/extra.
 # Results on the host: OUTDIR/guest-<role>.log (command stdout+stderr), OUTDIR/exit-<role>
 # (command exit status), OUTDIR/console-<role>.log (serial console), OUTDIR/timings.txt.
@@ -36,6 +41,7 @@
 #   RXE_LAB_EXTRA_PKGS="pkg1,pkg2"  (guest packages)
 #   RXE_LAB_SHARE=/some/host/dir  (read-write 9p mount at /mnt/extra, e.g. host-built test binaries)
 #   RXE_LAB_SETUP=1  (0: don't create rxe0 in init)
+#   RXE_LAB_NICS=1  (2: --pair guests get a second virtio NIC, eth1, linked to each other)
 set -euo pipefail
 
 # rocewatch: cache under the repository, never in /tmp
@@ -55,6 +61,7 @@ SMP=${RXE_LAB_SMP:-1}
 TMO=${RXE_LAB_TIMEOUT:-900}
 ACCEL=${RXE_LAB_ACCEL:-auto}
 SETUP=${RXE_LAB_SETUP:-1}
+NICS=${RXE_LAB_NICS:-1}
 GUEST_PKGS="rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,iproute2,tcpdump,kmod,iputils-ping,procps,nftables,lldpd${RXE_LAB_EXTRA_PKGS:+,$RXE_LAB_EXTRA_PKGS}"
 GUEST_MODULES="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci virtio_rng 9p 9pnet_virtio configfs crc32_generic crc32-pclmul nf_tables sch_tbf"
 
@@ -139,10 +146,13 @@ for x in $(cat /proc/cmdline); do
   case "$x" in
     rxe.role=*) RXE_ROLE=${x#rxe.role=};; rxe.ip=*) RXE_SELF_IP=${x#rxe.ip=};;
     rxe.peer=*) RXE_PEER_IP=${x#rxe.peer=};; rxe.setup=*) SETUP=${x#rxe.setup=};;
+    # rocewatch: the second NIC's address and its peer's (RXE_LAB_NICS=2)
+    rxe.ip1=*) RXE_SELF_IP1=${x#rxe.ip1=};; rxe.peer1=*) RXE_PEER_IP1=${x#rxe.peer1=};;
   esac
 done
 RXE_DEV=rxe0 RXE_NETDEV=eth0
 export RXE_ROLE RXE_SELF_IP RXE_PEER_IP RXE_DEV RXE_NETDEV
+[ -n "${RXE_SELF_IP1:-}" ] && { RXE_NETDEV1=eth1; export RXE_SELF_IP1 RXE_PEER_IP1 RXE_NETDEV1; }
 modprobe -a virtio_pci virtio_net virtio_rng 9pnet_virtio 9p configfs
 mount -t configfs configfs /sys/kernel/config 2>/dev/null
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 host0 /mnt/host || echo "rxe-lab: 9p host0 mount FAILED"
@@ -151,6 +161,11 @@ ip link set lo up
 i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 ip addr add "$RXE_SELF_IP/24" dev eth0; ip link set eth0 up
 [ -n "$RXE_PEER_IP" ] || ip route add default via 10.0.2.2 2>/dev/null
+# rocewatch: the second NIC, eth1, up with its address (its rxe device is the command's to make)
+if [ -n "${RXE_SELF_IP1:-}" ]; then
+  i=0; while [ ! -e /sys/class/net/eth1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  ip addr add "$RXE_SELF_IP1/24" dev eth1; ip link set eth1 up
+fi
 if [ "$SETUP" = 1 ]; then
   modprobe -a rdma_rxe ib_uverbs rdma_ucm ib_umad && rdma link add rxe0 type rxe netdev eth0 || echo "rxe-lab: rxe setup FAILED"
 fi
@@ -229,15 +244,18 @@ qemu_accel_args() {
   esac
 }
 
-# boot_vm ROLE IP PEER NETDEV_ARGS MAC OUTDIR  (runs in background, sets VM_PID)
+# boot_vm ROLE IP PEER NETDEV_ARGS MAC OUTDIR [IP1 PEER1 NETDEV1_ARGS MAC1]
+# (runs in background, sets VM_PID; the optional four make a second NIC, eth1)
 boot_vm() {
-  local role=$1 ip=$2 peer=$3 net=$4 mac=$5 out=$6 extra=()
+  local role=$1 ip=$2 peer=$3 net=$4 mac=$5 out=$6 extra=() nic1=() app1=
   [ -n "${RXE_LAB_SHARE:-}" ] && extra=(-virtfs "local,path=$(readlink -f "$RXE_LAB_SHARE"),mount_tag=extra,security_model=none,id=extra")
+  # rocewatch: a second NIC right after the first (the next PCI slot, so the guest names it eth1)
+  [ -n "${7:-}" ] && { nic1=(-netdev "$9" -device "virtio-net-pci,netdev=n1,mac=${10}"); app1=" rxe.ip1=$7 rxe.peer1=$8"; }
   timeout --kill-after=10 "$TMO" qemu-system-x86_64 $ACCEL_ARGS -m "$MEM" -smp "$SMP" \
     -kernel "$VMLINUZ" -initrd "$W/initrd.gz" \
-    -append "console=ttyS0 panic=-1 rxe.role=$role rxe.ip=$ip rxe.peer=$peer rxe.setup=$SETUP" \
+    -append "console=ttyS0 panic=-1 rxe.role=$role rxe.ip=$ip rxe.peer=$peer rxe.setup=$SETUP$app1" \
     -display none -monitor none -no-reboot -serial file:"$out/console-$role.log" \
-    -netdev "$net" -device "virtio-net-pci,netdev=n0,mac=$mac" \
+    -netdev "$net" -device "virtio-net-pci,netdev=n0,mac=$mac" "${nic1[@]}" \
     -virtfs "local,path=$out,mount_tag=host0,security_model=none,id=host0" "${extra[@]}" \
     > "$out/qemu-$role.log" 2>&1 &
   VM_PID=$!
@@ -260,11 +278,16 @@ do_run() {
     boot_vm single 10.0.2.15 "" "user,id=n0" 52:54:00:12:34:56 "$out"; pids+=($VM_PID)
   else
     roles="a b"
-    local sd; sd=$(mktemp -d /tmp/rxe-lab-sock.XXXXXX)
+    local sd; sd=$(mktemp -d /tmp/rxe-lab-sock.XXXXXX) a1=() b1=()
+    # rocewatch: RXE_LAB_NICS=2, a second link between the guests (its own socket pair)
+    if [ "$NICS" = 2 ]; then
+      a1=(192.168.101.1 192.168.101.2 "dgram,id=n1,local.type=unix,local.path=$sd/a1,remote.type=unix,remote.path=$sd/b1" 52:54:00:00:01:01)
+      b1=(192.168.101.2 192.168.101.1 "dgram,id=n1,local.type=unix,local.path=$sd/b1,remote.type=unix,remote.path=$sd/a1" 52:54:00:00:01:02)
+    fi
     boot_vm a 192.168.100.1 192.168.100.2 \
-      "dgram,id=n0,local.type=unix,local.path=$sd/a,remote.type=unix,remote.path=$sd/b" 52:54:00:00:00:01 "$out"; pids+=($VM_PID)
+      "dgram,id=n0,local.type=unix,local.path=$sd/a,remote.type=unix,remote.path=$sd/b" 52:54:00:00:00:01 "$out" "${a1[@]}"; pids+=($VM_PID)
     boot_vm b 192.168.100.2 192.168.100.1 \
-      "dgram,id=n0,local.type=unix,local.path=$sd/b,remote.type=unix,remote.path=$sd/a" 52:54:00:00:00:02 "$out"; pids+=($VM_PID)
+      "dgram,id=n0,local.type=unix,local.path=$sd/b,remote.type=unix,remote.path=$sd/a" 52:54:00:00:00:02 "$out" "${b1[@]}"; pids+=($VM_PID)
   fi
   log "booted ($ACCEL) roles: $roles; output in $out"
   for p in "${pids[@]}"; do wait "$p" || { r=$?; log "qemu pid $p exited rc=$r (124 = timeout after ${TMO}s)"; rc=1; }; done

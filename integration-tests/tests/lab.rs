@@ -54,7 +54,8 @@ fn probe_lab() -> Option<&'static Path> {
 }
 
 /// Boot the guest pair with `integration-tests/lab/<script>.sh`; the agent and the probe
-/// plugin built here are shared with the guests.
+/// plugin built here are shared with the guests. The probe boot's guests have two NICs
+/// each (two rails, for the fleet's part: `fleet.sh`).
 fn run_lab(script: &str) -> Option<PathBuf> {
     {
         let runs = std::env::var_os("ROCEWATCH_LAB_RUNS").map(PathBuf::from);
@@ -122,6 +123,7 @@ fn run_lab(script: &str) -> Option<PathBuf> {
                 .arg(lab.join(format!("{script}.sh")))
                 .arg(&out)
                 .env("RXE_LAB_SHARE", &share)
+                .env("RXE_LAB_NICS", if script == "probe" { "2" } else { "1" })
                 .status()
                 .expect("run integration-tests/lab/rxe-lab.sh")
         };
@@ -1966,10 +1968,10 @@ fn lab_preflight_passes_on_the_pair_and_names_the_throttled_direction() {
 }
 
 /// LLDP in the guest pair (integration-tests/lab/fleet.sh): lldpd in each guest sees the
-/// other as its neighbour, and `rocewatch fleet topology` prints each guest's line (rail 0,
-/// the address of rxe0's RoCE v2 GID, the other guest as its switch and eth0 as the
-/// port); both guests' lines make a topology file whose pinglists have each guest probe
-/// the other across "ToRs".
+/// other as its neighbour on both NICs, and `rocewatch fleet topology` prints each guest's
+/// two lines (rail 0, the address of rxe0's RoCE v2 GID, the other guest as its switch and
+/// eth0 as the port; rail 1 the same on rxe1 and eth1); both guests' lines make a topology
+/// file whose pinglists have each guest probe the other across "ToRs" on both rails.
 #[test]
 fn lab_lldp_gives_each_guest_the_other_as_its_neighbour_in_the_topology() {
     let Some(out) = probe_lab() else { return };
@@ -1986,16 +1988,17 @@ fn lab_lldp_gives_each_guest_the_other_as_its_neighbour_in_the_topology() {
     };
     assert_eq!(
         lines("a"),
-        "host,rail,addr,tor,tor_port\nlab-a,0,192.168.100.1,lab-b,eth0\n"
+        "host,rail,addr,tor,tor_port\nlab-a,0,192.168.100.1,lab-b,eth0\nlab-a,1,192.168.101.1,lab-b,eth1\n"
     );
     let b = lines("b");
     assert_eq!(
         b,
-        "host,rail,addr,tor,tor_port\nlab-b,0,192.168.100.2,lab-a,eth0\n"
+        "host,rail,addr,tor,tor_port\nlab-b,0,192.168.100.2,lab-a,eth0\nlab-b,1,192.168.101.2,lab-a,eth1\n"
     );
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("fleet.csv");
-    std::fs::write(&csv, format!("{}{}", lines("a"), b.lines().nth(1).unwrap())).unwrap();
+    let b_rows: String = b.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&csv, format!("{}{b_rows}", lines("a"))).unwrap();
     let o = Command::new(&artifacts().rocewatch)
         .args([
             "fleet",
@@ -2011,57 +2014,109 @@ fn lab_lldp_gives_each_guest_the_other_as_its_neighbour_in_the_topology() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let peers = v["peers"].as_array().unwrap();
-    assert_eq!(peers.len(), 1, "{v:#}");
-    assert_eq!(peers[0]["host"], "lab-b");
-    assert_eq!(peers[0]["addr"], "192.168.100.2");
-    assert_eq!(peers[0]["class"], "cross_tor");
+    assert_lab_b_on_both_rails(&v);
+}
+
+/// Asserts lab-a's pinglist `v` (`fleet plan --format json`): lab-b across "ToRs" on
+/// rail 0 (192.168.100.2) and rail 1 (192.168.101.2).
+fn assert_lab_b_on_both_rails(v: &Value) {
+    let peers = v["peers"].as_array().cloned().unwrap_or_default();
+    let got: Vec<(u64, &str, &str, &str, &str)> = peers
+        .iter()
+        .map(|p| {
+            let s = |k: &str| p[k].as_str().unwrap_or("?");
+            (
+                p["rail"].as_u64().unwrap_or(99),
+                s("host"),
+                s("addr"),
+                s("tor"),
+                s("class"),
+            )
+        })
+        .collect();
+    let want = [
+        (0, "lab-b", "192.168.100.2", "lab-a", "cross_tor"),
+        (1, "lab-b", "192.168.101.2", "lab-a", "cross_tor"),
+    ];
+    assert_eq!(got, want, "{v:#}");
+}
+
+/// The agent's log, fleet.txt and rxe1's setup of guest `r`, for a failure's message.
+fn fleet_ctx(out: &Path, r: &str) -> String {
+    format!(
+        "--- agent log\n{}\n--- fleet.txt\n{}\n--- rxe1.log\n{}",
+        read(&out.join(format!("{r}/fleet-agent.log"))),
+        read(&out.join(format!("{r}/fleet.txt"))),
+        std::fs::read_to_string(out.join(format!("{r}/rxe1.log"))).unwrap_or_default()
+    )
+}
+
+/// How much the fleet results with the labels `with` rose from the scrape `m0` to `m`.
+fn fleet_delta(m0: &str, m: &str, with: &[(&str, &str)]) -> f64 {
+    let sum = |m: &str| prom_sum(m, "rdma_probe_fleet_results_total", with).unwrap_or(0.0);
+    sum(m) - sum(m0)
+}
+
+/// The lines of `family` in the scrape `m` whose labels include `with` (`rail="1"`).
+fn fleet_series<'a>(m: &'a str, family: &str, with: &str) -> Vec<&'a str> {
+    m.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains(with))
+        .collect()
 }
 
 /// The agent with `[fleet]` in both guests (`fleet.sh`): the map is both guests' topology
-/// lines, each guest's NIC info series carries the ToR LLDP named (the other guest), and
-/// each probes the other on 4 flows whose source ports rotate every 2 s. In a's capture of
-/// the RoCE v2 packets it sent, the prober's ports are exactly those its flow labels give
-/// (`0xC000 | label` of lab-a → 192.168.100.2, path, epoch), many of them; every probe
-/// on every path was answered (a flow moved to a new port keeps its queue pairs).
+/// lines (two rails each), each guest's NIC info series carries the ToR LLDP named (the
+/// other guest) on both rails, and each probes the other on both rails, each rail from
+/// its own device (rail 0 from rxe0, rail 1 from rxe1: the series' `device`), on 4 flows
+/// whose source ports rotate every 2 s. In a's capture of the RoCE v2 packets it sent on
+/// eth0, the prober's ports are exactly those its flow labels give (`0xC000 | label` of
+/// lab-a → 192.168.100.2, path, epoch), many of them; every probe on every path of both
+/// rails was answered (a flow moved to a new port keeps its queue pairs).
 #[test]
 fn lab_fleet_probes_use_a_source_port_per_path_and_rotation_and_export_the_lldp_tor() {
     let Some(out) = probe_lab() else { return };
-    let ctx = |r: &str| {
-        format!(
-            "--- agent log\n{}\n--- fleet.txt\n{}",
-            read(&out.join(format!("{r}/fleet-agent.log"))),
-            read(&out.join(format!("{r}/fleet.txt")))
-        )
-    };
-    for (r, me, ip, tor) in [
-        ("a", "lab-a", "192.168.100.1", "lab-b"),
-        ("b", "lab-b", "192.168.100.2", "lab-a"),
-    ] {
+    let ctx = |r: &str| fleet_ctx(out, r);
+    for (r, me, n, tor) in [("a", "lab-a", 1, "lab-b"), ("b", "lab-b", 2, "lab-a")] {
         let m = read(&out.join(format!("{r}/fleet-metrics.txt")));
-        let info = format!(
-            r#"rdma_fleet_nic_info{{address="{ip}",host="{me}",rail="0",tor="{tor}",tor_port="eth0"}} 1"#
-        );
-        assert!(m.contains(&info), "{info} not in\n{m}\n{}", ctx(r));
-        for path in 0..4 {
-            let ok = format!(
-                r#"rdma_probe_fleet_results_total{{class="cross_tor",host="{me}",outcome="ok",path="{path}"}} "#
+        for rail in 0..2 {
+            let info = format!(
+                r#"rdma_fleet_nic_info{{address="192.168.10{rail}.{n}",host="{me}",rail="{rail}",tor="{tor}",tor_port="eth{rail}"}} 1"#
             );
-            let n: f64 = m
-                .lines()
-                .find_map(|l| l.strip_prefix(&ok))
-                .unwrap_or_else(|| panic!("no {ok} in\n{m}\n{}", ctx(r)))
-                .trim()
-                .parse()
-                .unwrap();
-            assert!(n >= 5.0, "{ok}{n}\n{}", ctx(r));
-        }
-        for bad in ["timeout", "failed", "host_overloaded"] {
+            assert!(m.contains(&info), "{info} not in\n{m}\n{}", ctx(r));
+            // Every series of the rail is its own device's.
+            let results = fleet_series(
+                &m,
+                "rdma_probe_fleet_results_total",
+                &format!("rail=\"{rail}\""),
+            );
+            let device = format!("device=\"rxe{rail}:1\"");
             assert!(
-                !m.contains(&format!("outcome=\"{bad}\"")),
-                "{bad} in\n{m}\n{}",
+                !results.is_empty() && results.iter().all(|l| l.contains(&device)),
+                "rail {rail} not all from {device}: {results:#?}\n{}",
                 ctx(r)
             );
+        }
+        // The 12 s between the scrape once every flow was answered and this one.
+        let m0 = read(&out.join(format!("{r}/fleet-metrics0.txt")));
+        for (rail, path) in (0..2).flat_map(|rail| (0..4).map(move |path| (rail, path))) {
+            let (rail, path) = (rail.to_string(), path.to_string());
+            let with = [("rail", rail.as_str()), ("path", &path), ("outcome", "ok")];
+            let n = fleet_delta(&m0, &m, &with);
+            assert!(
+                n >= 5.0,
+                "{me} rail {rail} path {path}: {n} answered\n{m}\n{}",
+                ctx(r)
+            );
+            for bad in ["timeout", "failed", "host_overloaded", "local_error"] {
+                let with = [("rail", rail.as_str()), ("path", &path), ("outcome", bad)];
+                let n = fleet_delta(&m0, &m, &with);
+                assert_eq!(
+                    n,
+                    0.0,
+                    "{me} rail {rail} path {path}: {bad}\n{m}\n{}",
+                    ctx(r)
+                );
+            }
         }
         assert!(!m.contains("rdma_probe_fleet_failing_ratio{"), "{m}");
     }
@@ -2102,9 +2157,49 @@ fn lab_fleet_probes_use_a_source_port_per_path_and_rotation_and_export_the_lldp_
     assert!(prober.iter().all(|p| *p >= 0xc000), "{prober:?}");
 }
 
+/// Then guest a drops UDP 4791 to its rail-1 address (nftables, `fleet.sh`) for 10 s: in
+/// both guests' scrape at its end, rail 1's flows fail (timeouts or failed connections,
+/// failing flows named with rail 1, rxe1 and the peer's rail-1 address) while rail 0,
+/// probed all the while, lost nothing and has no failing flow.
+#[test]
+fn lab_fleet_udp_4791_dropped_to_rail_1_fails_rail_1_only() {
+    let Some(out) = probe_lab() else { return };
+    let nft = read(&out.join("a/nft-fleet.json"));
+    assert!(nft.contains("192.168.101.1"), "the drop rule: {nft}");
+    for (r, peer) in [("a", "192.168.101.2"), ("b", "192.168.101.1")] {
+        let before = read(&out.join(format!("{r}/fleet-metrics.txt")));
+        let m = read(&out.join(format!("{r}/fleet-drop-metrics.txt")));
+        let ctx = || format!("{m}\n{}", fleet_ctx(out, r));
+        // What the 10 s of the drop (and the few seconds around) added.
+        let added = |rail: &str, outcome: &str| {
+            fleet_delta(&before, &m, &[("rail", rail), ("outcome", outcome)])
+        };
+        let lost = |rail: &str| added(rail, "timeout") + added(rail, "failed");
+        assert!(lost("1") > 0.0, "guest {r}: rail 1 lost nothing\n{}", ctx());
+        assert_eq!(lost("0"), 0.0, "guest {r}: rail 0 lost probes\n{}", ctx());
+        assert!(
+            added("0", "ok") >= 8.0,
+            "guest {r}: rail 0 answered {} probes during the drop\n{}",
+            added("0", "ok"),
+            ctx()
+        );
+        let failing = fleet_series(&m, "rdma_probe_fleet_failing_ratio", "");
+        assert!(!failing.is_empty(), "guest {r}: no failing flow\n{}", ctx());
+        for l in &failing {
+            for want in [
+                "rail=\"1\"",
+                "device=\"rxe1:1\"",
+                &format!("peer=\"{peer}\""),
+            ] {
+                assert!(l.contains(want), "guest {r}: {l} without {want}\n{}", ctx());
+            }
+        }
+    }
+}
+
 /// The metrics backend as the fleet's map (`[fleet] source = "prometheus"`,
 /// `fleet plan --prometheus`): the NIC info series both guests' agents exported, loaded
-/// into a real VictoriaMetrics, give lab-a its pinglist: lab-b across "ToRs".
+/// into a real VictoriaMetrics, give lab-a its pinglist: lab-b across "ToRs" on both rails.
 #[test]
 fn lab_the_prometheus_map_of_the_guests_info_series_gives_the_right_peers() {
     let Some(out) = probe_lab() else { return };
@@ -2120,9 +2215,11 @@ fn lab_the_prometheus_map_of_the_guests_info_series_gives_the_right_peers() {
             .lines()
             .filter(|l| l.starts_with("rdma_fleet_nic_info{"))
             .collect();
-        assert_eq!(info.len(), 1, "{m}");
-        lines.push_str(info[0]);
-        lines.push('\n');
+        assert_eq!(info.len(), 2, "{m}");
+        for l in info {
+            lines.push_str(l);
+            lines.push('\n');
+        }
     }
     let url = format!("http://{}", vm.addr);
     let r = reqwest::blocking::Client::new()
@@ -2161,10 +2258,5 @@ fn lab_the_prometheus_map_of_the_guests_info_series_gives_the_right_peers() {
         String::from_utf8_lossy(&o.stderr)
     );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let peers = v["peers"].as_array().unwrap();
-    assert_eq!(peers.len(), 1, "{v:#}");
-    assert_eq!(peers[0]["host"], "lab-b");
-    assert_eq!(peers[0]["addr"], "192.168.100.2");
-    assert_eq!(peers[0]["tor"], "lab-a");
-    assert_eq!(peers[0]["class"], "cross_tor");
+    assert_lab_b_on_both_rails(&v);
 }

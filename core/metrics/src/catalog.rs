@@ -486,7 +486,7 @@ pub static PROBE_CATALOG: &[CatalogEntry] = &[
     entry!(names::PROBE_RTT_LAST, "s", Gauge, "prober", NONE, 1, "probe-verbs plugin",
         "Round-trip time of the last answered probe (for rules: the histogram is not a series they read)."),
     entry!(names::PROBE_PEERS, "{peer}", Gauge, "prober", NONE, 1, "prober",
-        "Peers listed, by `rdma.probe.state`: `probed`, `over_limit` (beyond `[probes] max_peers`, not probed), or with `[fleet]` `other_rail` (pinglist peers of rails the probe device does not serve)."),
+        "Peers listed, by `rdma.probe.state`: `probed`, `over_limit` (beyond `[probes] max_peers`, not probed), or with `[fleet]` `other_rail` (pinglist peers of rails whose address is on no RoCE port of this host, or not on `probes.device` where one is set: not probed)."),
     entry!(names::PROBE_INTERVAL, "s", Gauge, "prober", NONE, 1, "prober",
         "Time between two probes of the same peer in effect: `[probes] interval`, stretched when the peers at that interval would exceed `max_rate`."),
 ];

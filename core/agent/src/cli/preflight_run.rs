@@ -45,7 +45,30 @@ pub fn token(
         };
     };
     let shown = file.display();
-    let md = std::fs::metadata(file).with_context(|| format!("--token-file {shown}"))?;
+    // Opened once, not through a link and without waiting on a FIFO; what is checked is
+    // the file that is read (fstat of the open descriptor, no window between the two).
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(file)
+        .with_context(|| format!("--token-file {shown} (a link is not followed)"))?;
+    let md = f
+        .metadata()
+        .with_context(|| format!("--token-file {shown}"))?;
+    if !md.file_type().is_file() {
+        anyhow::bail!("--token-file {shown}: not a regular file");
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != me && md.uid() != 0 {
+        anyhow::bail!(
+            "--token-file {shown}: owned by uid {}, not by this user (uid {me}) or root: \
+             whoever owns it knows the job's token",
+            md.uid()
+        );
+    }
     let mode = md.mode() & 0o7777;
     if mode & 0o077 != 0 {
         anyhow::bail!(
@@ -53,13 +76,14 @@ pub fn token(
              token: chmod 600 {shown}"
         );
     }
-    if md.len() > 4 * pf::control::MAX_TOKEN as u64 {
-        anyhow::bail!(
-            "--token-file {shown}: {} bytes, too long for a token",
-            md.len()
-        );
+    let limit = 4 * pf::control::MAX_TOKEN as u64;
+    let mut text = String::new();
+    f.take(limit + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("--token-file {shown}"))?;
+    if text.len() as u64 > limit {
+        anyhow::bail!("--token-file {shown}: more than {limit} bytes, too long for a token");
     }
-    let text = std::fs::read_to_string(file).with_context(|| format!("--token-file {shown}"))?;
     let t = pf::control::Token::new(&text).map_err(|e| anyhow!("--token-file {shown}: {e}"))?;
     Ok(Some(t))
 }
@@ -317,5 +341,44 @@ mod tests {
         assert_eq!(e, "ROCEWATCH_PREFLIGHT_TOKEN: the token is empty");
         let e = token(Some(&dir.path().join("missing")), None).unwrap_err();
         assert!(format!("{e:#}").contains("No such file"), "{e:#}");
+    }
+
+    /// What else could stand at the path is refused without reading through it: a FIFO
+    /// (it would block the sweep for ever), a link to a private file, a file another
+    /// user owns (they know the token).
+    #[test]
+    fn a_token_file_is_a_private_regular_file_of_this_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("token");
+        std::fs::write(&real, "s3cret\n").unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let started = std::time::Instant::now();
+        let e = format!("{:#}", token(Some(&fifo), None).unwrap_err());
+        assert!(e.contains("not a regular file"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = format!("{:#}", token(Some(&link), None).unwrap_err());
+        assert!(e.contains("a link is not followed"), "{e}");
+        let big = dir.path().join("big");
+        std::fs::write(&big, "x".repeat(8 * 1024)).unwrap();
+        std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = format!("{:#}", token(Some(&big), None).unwrap_err());
+        assert!(e.contains("too long for a token"), "{e}");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = dir.path().join("theirs");
+            std::fs::write(&theirs, "s3cret\n").unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let e = format!("{:#}", token(Some(&theirs), None).unwrap_err());
+            assert!(e.contains("owned by uid 65534"), "{e}");
+        } else {
+            eprintln!("SKIPPED: a file of another user needs root to make (CI runs as root)");
+        }
     }
 }

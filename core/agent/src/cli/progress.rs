@@ -7,7 +7,7 @@
 //! busy in a blocking call still shows it), and it is wiped before anything else is
 //! printed: [`Progress::finish`], or dropping it (an error returned early).
 //!
-//! ```ignore
+//! ```text
 //! let progress = Progress::start("doctor");
 //! progress.waiting("reading the host", None);
 //! // ...

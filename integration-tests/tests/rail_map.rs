@@ -222,7 +222,11 @@ const NO_STATE: (&str, &str) = ("STATE_DIRECTORY", "/nonexistent/rocewatch-rail-
 /// `rocewatch health --json` and `rocewatch doctor --json` on `case`: health's exit
 /// status, its report and doctor's checks.
 fn health_and_doctor(case: &str, cfg: Option<&Path>) -> (i32, Value, Vec<Value>) {
-    let root = fixture(case);
+    health_and_doctor_at(&fixture(case), cfg)
+}
+
+/// [`health_and_doctor`] on the tree at `root`.
+fn health_and_doctor_at(root: &Path, cfg: Option<&Path>) -> (i32, Value, Vec<Value>) {
     let mut args = vec!["health", "--json", "--sysfs-root", root.to_str().unwrap()];
     if let Some(c) = cfg {
         args.extend(["--config", c.to_str().unwrap()]);
@@ -329,4 +333,200 @@ fn health_and_doctor_give_one_verdict_on_a_degraded_switch_uplink() {
         .filter(|c| c["check"] == "pcie-upstream" && c["status"] == "pass")
         .count();
     assert_eq!(passed, 7, "{d:#?}");
+}
+
+/// `case`'s tree copied to `dir/sys` (links kept), to be altered by a test.
+fn copy_of(case: &str, dir: &Path) -> PathBuf {
+    let to = dir.join("sys");
+    let o = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture(case))
+        .arg(&to)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cp: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    to
+}
+
+/// A PCI function at `addr` below `parent` (a directory of the tree) with its class,
+/// device ID and driver link, linked from `bus/pci/devices` (the layout of
+/// Documentation/ABI/testing/sysfs-bus-pci, as the fixtures are made).
+fn add_function(
+    root: &Path,
+    parent: &Path,
+    addr: &str,
+    attrs: &[(&str, &str)],
+    driver: Option<&str>,
+) -> PathBuf {
+    let d = parent.join(addr);
+    std::fs::create_dir_all(&d).unwrap();
+    for (f, v) in attrs {
+        std::fs::write(d.join(f), format!("{v}\n")).unwrap();
+    }
+    if let Some(driver) = driver {
+        let drv = root.join("bus/pci/drivers").join(driver);
+        std::fs::create_dir_all(&drv).unwrap();
+        std::os::unix::fs::symlink(&drv, d.join("driver")).unwrap();
+    }
+    std::os::unix::fs::symlink(&d, root.join("bus/pci/devices").join(addr)).unwrap();
+    d
+}
+
+fn with_status<'a>(h: &'a Value, check: &str, status: &str) -> Vec<&'a Value> {
+    h["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == check && f["status"] == status)
+        .collect()
+}
+
+/// The eight-rail host with an Intel X710 (i40e, device 0x1572: no RDMA at all) and
+/// the second PF of NIC 0 bound to mlx5_core without an RDMA device (a RoCE LAG: only
+/// PF0 has one): healthy to health and no failure or warning to doctor, with or without
+/// the topology. An mlx5 function alone without its RDMA device that no row needs: a
+/// warning to both (health exits 0), naming it with the same fix.
+#[test]
+fn an_ethernet_function_without_rdma_no_row_needs_never_drains() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = copy_of("eight-rails", dir.path());
+    let host = root.join("devices/pci0000:00");
+    let eth = |device: &'static str| {
+        [
+            ("class", "0x020000"),
+            ("vendor", "0x8086"),
+            ("device", device),
+        ]
+    };
+    add_function(&root, &host, "0000:5e:00.0", &eth("0x1572"), Some("i40e"));
+    let pf0 = std::fs::canonicalize(root.join("bus/pci/devices/0000:13:00.0")).unwrap();
+    let lag = [
+        ("class", "0x020000"),
+        ("vendor", "0x15b3"),
+        ("device", "0x1021"),
+    ];
+    add_function(
+        &root,
+        pf0.parent().unwrap(),
+        "0000:13:00.1",
+        &lag,
+        Some("mlx5_core"),
+    );
+    let cfg = config(dir.path(), "eight-rails");
+    for cfg in [None, Some(cfg.as_path())] {
+        let (code, h, d) = health_and_doctor_at(&root, cfg);
+        assert_eq!(code, 0, "{h}");
+        assert!(with_status(&h, "devices", "warning").is_empty(), "{h}");
+        let rails: Vec<_> = d
+            .iter()
+            .filter(|c| c["check"] == "rails" && c["status"] != "info")
+            .collect();
+        assert!(rails.is_empty(), "{rails:#?}");
+    }
+
+    add_function(&root, &host, "0000:5f:00.0", &lag, Some("mlx5_core"));
+    let (code, h, d) = health_and_doctor_at(&root, None);
+    assert_eq!(code, 0, "a warning does not drain: {h}");
+    let warned = with_status(&h, "devices", "warning");
+    assert_eq!(warned.len(), 1, "{h}");
+    let doctor: Vec<_> = d
+        .iter()
+        .filter(|c| c["check"] == "rails" && c["status"] == "warn")
+        .collect();
+    assert_eq!(doctor.len(), 1, "{d:#?}");
+    assert_eq!(doctor[0]["subject"], "0000:5f:00.0");
+    let fix = doctor[0]["fix"].as_str().unwrap();
+    assert!(fix.starts_with("modprobe mlx5_ib; "), "{fix}");
+    assert!(warned[0]["what"].as_str().unwrap().ends_with(fix), "{h}");
+    assert!(failed(&d, "rails").is_empty(), "{d:#?}");
+}
+
+/// Rail 3's NIC present with its address not configured (its RoCE v2 GID gone: the
+/// zero GID in `gids/0`, no `gid_attrs/types/0`, as drivers/infiniband/core/sysfs.c
+/// shows an empty entry) and an empty NVMe bay (a root port with x4 lanes, no link):
+/// unhealthy to both, as "address not configured?" naming the port, not a NIC gone
+/// from the bus. With rail 3's NIC gone too and the bay: both places named, none claimed.
+#[test]
+fn health_and_doctor_give_one_verdict_on_a_rail_address_not_configured() {
+    let bay = [
+        ("class", "0x060400"),
+        ("vendor", "0x8086"),
+        ("device", "0x2030"),
+        ("current_link_speed", "Unknown"),
+        ("current_link_width", "0"),
+        ("max_link_speed", "16.0 GT/s PCIe"),
+        ("max_link_width", "4"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let root = copy_of("eight-rails", dir.path());
+    let port = root.join("class/infiniband/mlx5_3/ports/1");
+    std::fs::write(
+        port.join("gids/0"),
+        "0000:0000:0000:0000:0000:0000:0000:0000\n",
+    )
+    .unwrap();
+    for f in ["gid_attrs/types/0", "gid_attrs/ndevs/0"] {
+        let _ = std::fs::remove_file(port.join(f));
+    }
+    add_function(
+        &root,
+        &root.join("devices/pci0000:00"),
+        "0000:00:05.0",
+        &bay,
+        None,
+    );
+    let cfg = config(dir.path(), "eight-rails");
+    let (code, h, d) = health_and_doctor_at(&root, Some(&cfg));
+    assert_eq!(code, 1, "{h}");
+    let found = unhealthy(&h, "devices");
+    assert_eq!(found.len(), 1, "{h}");
+    assert_eq!(found[0]["device"], "rail 3", "{h}");
+    let what = found[0]["what"].as_str().unwrap();
+    assert!(
+        what.contains("address not configured?") && what.contains("mlx5_3:1"),
+        "{what}"
+    );
+    assert!(
+        !what.contains("reseat the NIC") && !what.contains("0000:00:05.0"),
+        "{what}"
+    );
+    let doctor = failed(&d, "rails");
+    assert_eq!(doctor.len(), 1, "{d:#?}");
+    assert!(
+        what.ends_with(doctor[0]["fix"].as_str().unwrap()),
+        "{h} {d:#?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = copy_of("eight-rails-one-gone", dir.path());
+    add_function(
+        &root,
+        &root.join("devices/pci0000:00"),
+        "0000:00:05.0",
+        &bay,
+        None,
+    );
+    let cfg = config(dir.path(), "eight-rails-one-gone");
+    let (code, h, d) = health_and_doctor_at(&root, Some(&cfg));
+    assert_eq!(code, 1, "{h}");
+    let what = unhealthy(&h, "devices")[0]["what"].as_str().unwrap();
+    assert!(
+        what.contains("one of: 0000:00:05.0, 0000:41:01.0"),
+        "{what}"
+    );
+    let doctor = failed(&d, "rails");
+    assert_eq!(doctor.len(), 1, "{d:#?}");
+    let evidence = doctor[0]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("0000:00:05.0, 0000:41:01.0"),
+        "{evidence}"
+    );
+    assert!(
+        !evidence.contains("no PCI function or empty slot"),
+        "{evidence}"
+    );
 }

@@ -175,7 +175,9 @@ pub fn devices(h: &Host) -> Vec<Finding> {
 
 /// The NICs this host should have and does not show
 /// (`rocewatch_sysfs::verdict::nics`, the verdict doctor's `rails` check gives): the
-/// rails of the fleet topology no port carries, RDMA functions without an RDMA device.
+/// rails of the fleet topology no port carries, RDMA functions without an RDMA device
+/// (only a warning, unless a row of the topology needs it or it is an InfiniBand
+/// controller: `MissingNic::drains`).
 fn missing_nics(h: &Host) -> Vec<Finding> {
     let rows = match h.rail_rows {
         Ok(rows) => rows.as_deref(),
@@ -187,16 +189,17 @@ fn missing_nics(h: &Host) -> Vec<Finding> {
         .into_iter()
         .map(|m| {
             let what = format!("{}: {}", m.headline(), m.fix());
+            // Only a NIC the host surely lacks drains it (docs/HEALTH.md).
+            let status = if m.drains() {
+                Status::Unhealthy
+            } else {
+                Status::Warning
+            };
             match &m.rail {
-                Some((r, _)) => Finding::at(
-                    "devices",
-                    Status::Unhealthy,
-                    &format!("rail {r}"),
-                    None,
-                    None,
-                    what,
-                ),
-                None => Finding::host("devices", Status::Unhealthy, what),
+                Some((r, _)) => {
+                    Finding::at("devices", status, &format!("rail {r}"), None, None, what)
+                }
+                None => Finding::host("devices", status, what),
             }
         })
         .collect()

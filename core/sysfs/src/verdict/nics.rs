@@ -4,16 +4,21 @@
 //!
 //! What the host says it should have, without configuration:
 //! - the rows of this host in the fleet topology no port carries (the rail map's
-//!   `missing`, [`crate::railmap`]);
+//!   `missing`, [`crate::railmap`]): the host has fewer rails than the topology says,
+//!   which keeps it out of jobs ([`MissingNic::drains`]);
 //! - an RDMA-capable PCI function whose driver is bound but which has no RDMA device
 //!   (`<function>/infiniband/` empty or absent): class `0x0207` (InfiniBand controller,
-//!   any driver), or `0x0200` (Ethernet) bound to a driver whose RDMA half is another
-//!   module ([`rdma_module_of`]); SR-IOV VFs (a `physfn` link) are not counted;
+//!   any driver: only ever RDMA, so it drains), or `0x0200` (Ethernet) bound to a driver
+//!   whose RDMA half is another module ([`rdma_module_of_function`]): only worth a look
+//!   unless a topology row is pinned on it (RDMA may be off on purpose: devlink
+//!   `enable_rdma`, the RDMA module blacklisted), and not counted at all when another
+//!   function of its slot has an RDMA device (a RoCE LAG's `mlx5_bond_0` on PF0 only).
+//!   SR-IOV VFs (a `physfn` link) are not counted;
 //! - a PCIe bridge whose link is down (`current_link_speed` `Unknown` or
 //!   `current_link_width` 0, drivers/pci/pci-sysfs.c, while `max_link_width` says it has
 //!   lanes) with no function below it: an empty slot. An empty slot alone is how many
-//!   hosts are built, so it only tells where a missing rail's NIC was (paired in PCI
-//!   address order with the missing rails when there are as many of each).
+//!   hosts are built (an NVMe bay), so it only tells where a missing rail's NIC was, and
+//!   only when that is unambiguous ([`missing_nics`]).
 //!
 //! The links above a NIC: in the chain from the root port down (`PciFunction::chain`),
 //! a PCIe switch is an upstream port and its downstream ports on a virtual bus, and each
@@ -27,7 +32,7 @@
 use std::net::IpAddr;
 
 use crate::pci::PciFunction;
-use crate::railmap::RailMap;
+use crate::railmap::{RailMap, RailsBy};
 use crate::SysRoot;
 
 use super::PcieLinkVerdict;
@@ -35,16 +40,17 @@ use super::PcieLinkVerdict;
 /// The RDMA module that serves an Ethernet function bound to `driver`, for the drivers
 /// whose RDMA half binds to an auxiliary device the Ethernet driver creates (the
 /// `auxiliary_device_id` tables of drivers/infiniband/hw/: mlx5 `mlx5_core.rdma`,
-/// bnxt_re `bnxt_en.rdma`, irdma `ice.roce`/`ice.iwarp` and `i40e.iwarp`, mana_ib
-/// `mana.rdma`), or to the Ethernet driver's own client interface (qedr on qed,
-/// iw_cxgb4 on cxgb4's ULD, hns_roce_hw_v2 on hnae3, ocrdma on be2net, mlx4_ib on
-/// mlx4_core). rdma-core's providers (`doctor`'s userspace check) name the same pairs.
+/// bnxt_re `bnxt_en.rdma`, irdma `ice.roce`/`ice.iwarp`, mana_ib `mana.rdma`), or to the
+/// Ethernet driver's own client interface (qedr on qed, iw_cxgb4 on cxgb4's ULD,
+/// hns_roce_hw_v2 on hnae3, ocrdma on be2net, mlx4_ib on mlx4_core). rdma-core's
+/// providers (`doctor`'s userspace check) name the same pairs. `i40e` is not here: most
+/// of its NICs (X710, XL710, XXV710) have no RDMA at all; see [`rdma_module_of_function`].
 pub fn rdma_module_of(driver: &str) -> Option<&'static str> {
     Some(match driver {
         "mlx5_core" => "mlx5_ib",
         "mlx4_core" => "mlx4_ib",
         "bnxt_en" => "bnxt_re",
-        "ice" | "i40e" => "irdma",
+        "ice" => "irdma",
         "qede" => "qedr",
         "cxgb4" => "iw_cxgb4",
         "mana" => "mana_ib",
@@ -52,6 +58,22 @@ pub fn rdma_module_of(driver: &str) -> Option<&'static str> {
         "be2net" => "ocrdma",
         _ => return None,
     })
+}
+
+/// The X722 physical functions of i40e (drivers/net/ethernet/intel/i40e/i40e_devids.h:
+/// `I40E_DEV_ID_KX_X722` 0x37ce to `I40E_DEV_ID_SFP_I_X722` 0x37d3), the only i40e
+/// NICs with iWARP (irdma binds `i40e.iwarp`, the auxiliary device i40e creates when
+/// the function reports the iWARP capability).
+const I40E_X722: std::ops::RangeInclusive<u16> = 0x37ce..=0x37d3;
+
+/// [`rdma_module_of`] for a function with PCI device ID `device` (`0x37d0`): an i40e
+/// function is served by irdma only when it is an X722.
+pub fn rdma_module_of_function(driver: &str, device: Option<&str>) -> Option<&'static str> {
+    if driver != "i40e" {
+        return rdma_module_of(driver);
+    }
+    let id = u16::from_str_radix(device?.trim().trim_start_matches("0x"), 16).ok()?;
+    I40E_X722.contains(&id).then_some("irdma")
 }
 
 /// Why a NIC is counted missing.
@@ -62,9 +84,17 @@ pub enum Gone {
         driver: String,
         /// The RDMA module to load, when the driver's RDMA half is another module.
         module: Option<&'static str>,
+        /// Class `0x0207` (InfiniBand controller): a function that is only ever RDMA.
+        infiniband: bool,
     },
     /// Nothing below this bridge, whose link is down: the NIC is gone from the bus.
     SlotDown,
+    /// A rail of the topology no port carries while RDMA ports of this host carry no
+    /// address of the topology (named here): the address is likely not configured.
+    Unaddressed { ports: Vec<String> },
+    /// A rail of the topology no port carries, and more places it could have been (the
+    /// empty slots' bridges and RDMA-less functions, named here) than rails to pin.
+    OneOf(Vec<String>),
     /// A rail of the topology no port carries, and no function or slot to pin it on.
     Unplaced,
 }
@@ -81,6 +111,22 @@ pub struct MissingNic {
 }
 
 impl MissingNic {
+    /// Whether the host has fewer NICs than it should for sure, which keeps it out of
+    /// jobs (health unhealthy, doctor FAIL): a row of the fleet topology no port
+    /// carries, or an InfiniBand controller without its RDMA device. An Ethernet
+    /// function without one that no row points at is only worth a look (RDMA off on
+    /// purpose, a NIC without RDMA, a port of a RoCE LAG).
+    pub fn drains(&self) -> bool {
+        self.rail.is_some()
+            || matches!(
+                self.gone,
+                Gone::NoRdmaDevice {
+                    infiniband: true,
+                    ..
+                }
+            )
+    }
+
     /// What is missing, in words both commands print.
     pub fn evidence(&self) -> String {
         let rail = match &self.rail {
@@ -88,11 +134,23 @@ impl MissingNic {
             None => "a NIC is missing".to_string(),
         };
         match (&self.gone, &self.pci) {
-            (Gone::NoRdmaDevice { driver, .. }, Some(p)) => format!(
+            (Gone::NoRdmaDevice { driver, .. }, Some(p)) if self.drains() => format!(
                 "{rail}: PCI function {p} is bound to {driver} but has no RDMA device"
+            ),
+            (Gone::NoRdmaDevice { driver, .. }, Some(p)) => format!(
+                "PCI function {p} is bound to {driver}, whose NICs can do RDMA, but has no RDMA device (no row of the fleet topology needs it: RDMA may be off on purpose)"
             ),
             (Gone::SlotDown, Some(p)) => format!(
                 "{rail}: its slot's bridge {p} has no function below it and its link is down (the NIC is gone from the bus)"
+            ),
+            (Gone::Unaddressed { ports }, _) => format!(
+                "{rail}, and {} carr{} no address of the topology: the address is not configured?",
+                ports.join(", "),
+                if ports.len() == 1 { "ies" } else { "y" }
+            ),
+            (Gone::OneOf(places), _) => format!(
+                "{rail}: its NIC was in one of: {} (an empty slot or a function without an RDMA device; more of them than rails missing)",
+                places.join(", ")
             ),
             _ => format!("{rail}: no PCI function or empty slot found for it"),
         }
@@ -106,6 +164,12 @@ impl MissingNic {
                 format!("NIC {p} ({driver}) has no RDMA device")
             }
             (Gone::SlotDown, Some(p), _) => format!("NIC gone from the bus: slot {p} link down"),
+            (Gone::Unaddressed { .. }, _, Some((_, a))) => {
+                format!("{a} on no port: address not configured?")
+            }
+            (Gone::OneOf(places), _, Some((_, a))) => {
+                format!("no RDMA port carries {a}; one of: {}", places.join(", "))
+            }
             (_, _, Some((_, a))) => format!("no RDMA port carries {a}"),
             _ => "a NIC is missing".into(),
         }
@@ -114,7 +178,7 @@ impl MissingNic {
     /// What would bring it back, in the order to try.
     pub fn fix(&self) -> String {
         match (&self.gone, &self.pci) {
-            (Gone::NoRdmaDevice { driver, module }, Some(p)) => {
+            (Gone::NoRdmaDevice { driver, module, .. }, Some(p)) => {
                 let load = module.map_or(String::new(), |m| format!("modprobe {m}; "));
                 format!(
                     "{load}dmesg | grep {p} (why the RDMA device did not register); rebind the function: echo {p} > /sys/bus/pci/drivers/{driver}/unbind; echo {p} > /sys/bus/pci/drivers/{driver}/bind"
@@ -122,6 +186,17 @@ impl MissingNic {
             }
             (Gone::SlotDown, Some(p)) => format!(
                 "echo 1 > /sys/bus/pci/rescan (enumerates again what trains a link); if /sys/bus/pci/devices/{p}/current_link_width stays 0, power the host off and reseat the NIC (and its riser or cable); a NIC that fell off after a fatal error may need a cold boot, not a reboot"
+            ),
+            (Gone::Unaddressed { ports }, _) => {
+                let addr = self.rail.map_or(String::new(), |(_, a)| format!("{a} "));
+                format!(
+                    "configure the rail's address {addr}on its port's netdev (netplan, NetworkManager, ifcfg: ip addr show on {}); not a reseat",
+                    ports.join(", ")
+                )
+            }
+            (Gone::OneOf(places), _) => format!(
+                "lspci -s on each of {} (which one held the NIC?), dmesg (did it fail to probe?); then echo 1 > /sys/bus/pci/rescan",
+                places.join(", ")
             ),
             _ => "lspci (is the NIC on the bus?), dmesg (did it fail to probe?), rdma link (does it carry its address?)".into(),
         }
@@ -134,6 +209,19 @@ fn candidates(sys: &SysRoot) -> Vec<MissingNic> {
     let Ok(functions) = sys.pci_functions() else {
         return Vec::new();
     };
+    let has_device = |f: &PciFunction| {
+        crate::read::list_dir(&f.dir.join("infiniband"))
+            .map(|d| !d.is_empty())
+            .unwrap_or(false)
+    };
+    // The slots (domain:bus:device) where a function has an RDMA device: in a RoCE LAG
+    // only PF0 has one (`mlx5_bond_0`), and a NIC may have RDMA on one PF only.
+    let slot = |a: &str| a.rsplit_once('.').map_or(a, |(s, _)| s).to_string();
+    let with_rdma: std::collections::BTreeSet<String> = functions
+        .iter()
+        .filter(|f| has_device(f))
+        .map(|f| slot(&f.address))
+        .collect();
     let mut out = Vec::new();
     for f in &functions {
         let class = sys.pci_attr(&f.dir, "class").unwrap_or_default();
@@ -152,17 +240,21 @@ fn candidates(sys: &SysRoot) -> Vec<MissingNic> {
             continue;
         }
         let Some(driver) = driver else { continue };
-        let module = rdma_module_of(&driver);
-        let rdma = class.starts_with("0207") || (class.starts_with("0200") && module.is_some());
+        let device = sys.pci_attr(&f.dir, "device");
+        let module = rdma_module_of_function(&driver, device.as_deref());
+        let infiniband = class.starts_with("0207");
+        let ethernet = class.starts_with("0200") && module.is_some();
         let vf = f.dir.join("physfn").symlink_metadata().is_ok();
-        let has_device = crate::read::list_dir(&f.dir.join("infiniband"))
-            .map(|d| !d.is_empty())
-            .unwrap_or(false);
-        if rdma && !vf && !has_device {
+        let sibling = ethernet && with_rdma.contains(&slot(&f.address));
+        if (infiniband || ethernet) && !vf && !sibling && !has_device(f) {
             out.push(MissingNic {
                 rail: None,
                 pci: Some(f.address.clone()),
-                gone: Gone::NoRdmaDevice { driver, module },
+                gone: Gone::NoRdmaDevice {
+                    driver,
+                    module,
+                    infiniband,
+                },
             });
         }
     }
@@ -183,26 +275,47 @@ fn slot_down(sys: &SysRoot, bridge: &PciFunction, all: &[PciFunction]) -> bool {
 }
 
 /// The NICs this host should have and does not show: the rails of `map` no port
-/// carries, each pinned on a slot or function where there are as many of those as
-/// missing rails (in PCI address order, the order rails are cabled in when the topology
-/// was made from the host: `fleet topology`), and RDMA functions without an RDMA device
-/// beyond those.
+/// carries, and RDMA functions without an RDMA device beyond those. A missing rail is
+/// pinned on a slot or function only when that is unambiguous: as many of those as
+/// missing rails (paired in PCI address order, the order rails are cabled in when the
+/// topology was made from the host: `fleet topology`) and no port of the host without
+/// an address of the topology. A port without one makes the missing rails "address not
+/// configured?"; more places than rails names them all, claiming none.
 pub fn missing_nics(sys: &SysRoot, map: &RailMap) -> Vec<MissingNic> {
     let found = candidates(sys);
     let rails: Vec<(usize, IpAddr)> = map.missing.iter().map(|m| (m.rail, m.addr)).collect();
-    if !rails.is_empty() && rails.len() == found.len() {
+    let unaddressed: Vec<String> = match map.by {
+        RailsBy::Topology => map
+            .ports
+            .iter()
+            .filter(|p| p.rail.is_none())
+            .map(|p| match &p.netdev {
+                Some(n) => format!("{} ({n})", p.name()),
+                None => p.name(),
+            })
+            .collect(),
+        RailsBy::PciOrder => Vec::new(),
+    };
+    if !rails.is_empty() && unaddressed.is_empty() && rails.len() == found.len() {
         return rails
             .into_iter()
             .zip(found)
             .map(|(r, c)| MissingNic { rail: Some(r), ..c })
             .collect();
     }
+    let gone = if !unaddressed.is_empty() {
+        Gone::Unaddressed { ports: unaddressed }
+    } else if !found.is_empty() {
+        Gone::OneOf(found.iter().filter_map(|c| c.pci.clone()).collect())
+    } else {
+        Gone::Unplaced
+    };
     let mut out: Vec<MissingNic> = rails
         .into_iter()
         .map(|r| MissingNic {
             rail: Some(r),
             pci: None,
-            gone: Gone::Unplaced,
+            gone: gone.clone(),
         })
         .collect();
     // An empty slot alone is not a missing NIC; a function without its RDMA device is.
@@ -267,6 +380,175 @@ mod tests {
             .collect()
     }
 
+    /// A function at `addr` under host bridge pci0000:00 in the small tree at `root`,
+    /// with its `class`, `device` and the `driver` link (the layout of
+    /// Documentation/ABI/testing/sysfs-bus-pci), linked from `bus/pci/devices`.
+    fn function(
+        root: &std::path::Path,
+        addr: &str,
+        class: &str,
+        driver: &str,
+        device: &str,
+    ) -> std::path::PathBuf {
+        let d = root.join("devices/pci0000:00").join(addr);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("class"), format!("{class}\n")).unwrap();
+        std::fs::write(d.join("device"), format!("{device}\n")).unwrap();
+        let drv = root.join("bus/pci/drivers").join(driver);
+        std::fs::create_dir_all(&drv).unwrap();
+        std::os::unix::fs::symlink(&drv, d.join("driver")).unwrap();
+        let bus = root.join("bus/pci/devices");
+        std::fs::create_dir_all(&bus).unwrap();
+        std::os::unix::fs::symlink(&d, bus.join(addr)).unwrap();
+        d
+    }
+
+    /// A root port at `addr` with x16 lanes and no link trained, nothing below it.
+    fn empty_slot(root: &std::path::Path, addr: &str) {
+        let d = root.join("devices/pci0000:00").join(addr);
+        std::fs::create_dir_all(&d).unwrap();
+        for (f, v) in [
+            ("class", "0x060400"),
+            ("current_link_speed", "Unknown"),
+            ("current_link_width", "0"),
+            ("max_link_speed", "32.0 GT/s PCIe"),
+            ("max_link_width", "16"),
+        ] {
+            std::fs::write(d.join(f), format!("{v}\n")).unwrap();
+        }
+        let bus = root.join("bus/pci/devices");
+        std::fs::create_dir_all(&bus).unwrap();
+        std::os::unix::fs::symlink(&d, bus.join(addr)).unwrap();
+    }
+
+    fn port(device: &str, rail: Option<usize>, pci: &str) -> crate::railmap::RailPort {
+        crate::railmap::RailPort {
+            rail,
+            device: device.into(),
+            port: 1,
+            netdev: None,
+            addrs: Vec::new(),
+            pci: Some(pci.into()),
+            up: true,
+        }
+    }
+
+    fn row(rail: usize) -> RailRow {
+        RailRow {
+            rail,
+            addr: format!("10.0.{rail}.1").parse().unwrap(),
+        }
+    }
+
+    /// Ethernet functions of RDMA drivers without an RDMA device that nothing needs: an
+    /// X710 (i40e, no RDMA at all) is not counted; a RoCE LAG's PF1 (only PF0 has
+    /// `mlx5_bond_0`) is not; an X722 and an mlx5 function alone are, without draining;
+    /// a function bound to vfio-pci is not; an InfiniBand controller drains.
+    #[test]
+    fn an_ethernet_function_without_rdma_device_is_no_drain() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        function(root, "0000:5e:00.0", "0x020000", "i40e", "0x1572");
+        let pf0 = function(root, "0000:3b:00.0", "0x020000", "mlx5_core", "0x1021");
+        std::fs::create_dir_all(pf0.join("infiniband/mlx5_bond_0")).unwrap();
+        function(root, "0000:3b:00.1", "0x020000", "mlx5_core", "0x1021");
+        function(root, "0000:60:00.0", "0x020000", "vfio-pci", "0x1021");
+        let sys = SysRoot::new(root);
+        let map = sys.rail_map(&Default::default(), None);
+        assert_eq!(missing_nics(&sys, &map), vec![]);
+
+        function(root, "0000:18:00.0", "0x020000", "i40e", "0x37d0");
+        function(root, "0000:af:00.0", "0x020000", "mlx5_core", "0x1021");
+        let m = missing_nics(&sys, &map);
+        let pci: Vec<_> = m.iter().filter_map(|m| m.pci.as_deref()).collect();
+        assert_eq!(pci, ["0000:18:00.0", "0000:af:00.0"], "{m:?}");
+        assert!(m.iter().all(|m| !m.drains()), "{m:?}");
+        assert!(m[0].fix().starts_with("modprobe irdma; "), "{}", m[0].fix());
+
+        function(root, "0000:c1:00.0", "0x020700", "mlx5_core", "0x101b");
+        let m = missing_nics(&sys, &map);
+        let drains: Vec<_> = m.iter().filter(|m| m.drains()).collect();
+        assert_eq!(drains.len(), 1, "{m:?}");
+        assert_eq!(drains[0].pci.as_deref(), Some("0000:c1:00.0"));
+    }
+
+    /// Rail 3's address on no port while a present port carries no address of the
+    /// topology, with an empty bay too: the address is not configured, not a NIC gone.
+    #[test]
+    fn a_port_without_its_address_is_not_a_nic_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        empty_slot(root, "0000:00:05.0");
+        let sys = SysRoot::new(root);
+        let map = RailMap {
+            by: RailsBy::Topology,
+            ports: vec![
+                port("mlx5_0", Some(0), "0000:13:00.0"),
+                port("mlx5_3", None, "0000:43:00.0"),
+            ],
+            missing: vec![row(3)],
+        };
+        let m = missing_nics(&sys, &map);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(
+            m[0].gone,
+            Gone::Unaddressed {
+                ports: vec!["mlx5_3:1".into()]
+            }
+        );
+        assert!(m[0].drains(), "fewer rails than the topology says");
+        assert!(
+            m[0].headline().contains("address not configured?"),
+            "{}",
+            m[0].headline()
+        );
+        assert!(!m[0].fix().contains("reseat the NIC"), "{}", m[0].fix());
+        assert!(m[0].evidence().contains("mlx5_3:1"), "{}", m[0].evidence());
+    }
+
+    /// One rail missing and two empty slots (the NIC's and an NVMe bay): which one held
+    /// the NIC is not told; both are named. Two rails missing, two slots: pinned.
+    #[test]
+    fn a_missing_rail_is_pinned_only_when_unambiguous() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        empty_slot(root, "0000:00:05.0");
+        empty_slot(root, "0000:00:06.0");
+        let sys = SysRoot::new(root);
+        let mut map = RailMap {
+            by: RailsBy::Topology,
+            ports: vec![port("mlx5_0", Some(0), "0000:13:00.0")],
+            missing: vec![row(3)],
+        };
+        let m = missing_nics(&sys, &map);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(
+            m[0].gone,
+            Gone::OneOf(vec!["0000:00:05.0".into(), "0000:00:06.0".into()])
+        );
+        assert_eq!(m[0].pci, None);
+        assert!(
+            m[0].headline()
+                .contains("one of: 0000:00:05.0, 0000:00:06.0"),
+            "{}",
+            m[0].headline()
+        );
+        assert!(m[0].drains());
+        map.missing.push(row(5));
+        let m = missing_nics(&sys, &map);
+        let pinned: Vec<_> = m
+            .iter()
+            .map(|m| (m.rail.unwrap().0, m.pci.clone()))
+            .collect();
+        assert_eq!(
+            pinned,
+            [
+                (3, Some("0000:00:05.0".into())),
+                (5, Some("0000:00:06.0".into()))
+            ]
+        );
+    }
+
     #[test]
     fn a_missing_rail_is_pinned_on_the_empty_slot() {
         let sys = tree("eight-rails-one-gone");
@@ -310,24 +592,12 @@ mod tests {
     fn a_function_bound_without_its_rdma_device_is_missing() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let function = |addr: &str, class: &str, driver: &str| {
-            let d = root.join("devices/pci0000:00").join(addr);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("class"), format!("{class}\n")).unwrap();
-            let drv = root.join("bus/pci/drivers").join(driver);
-            std::fs::create_dir_all(&drv).unwrap();
-            std::os::unix::fs::symlink(&drv, d.join("driver")).unwrap();
-            let bus = root.join("bus/pci/devices");
-            std::fs::create_dir_all(&bus).unwrap();
-            std::os::unix::fs::symlink(&d, bus.join(addr)).unwrap();
-            d
-        };
-        function("0000:01:00.0", "0x020000", "mlx5_core");
-        let with = function("0000:02:00.0", "0x020000", "mlx5_core");
+        function(root, "0000:01:00.0", "0x020000", "mlx5_core", "0x1021");
+        let with = function(root, "0000:02:00.0", "0x020000", "mlx5_core", "0x1021");
         std::fs::create_dir_all(with.join("infiniband/mlx5_0")).unwrap();
-        let vf = function("0000:02:00.2", "0x020000", "mlx5_core");
+        let vf = function(root, "0000:02:00.2", "0x020000", "mlx5_core", "0x101e");
         std::os::unix::fs::symlink(&with, vf.join("physfn")).unwrap();
-        function("0000:03:00.0", "0x020000", "igb");
+        function(root, "0000:03:00.0", "0x020000", "igb", "0x1533");
         let sys = SysRoot::new(root);
         let map = sys.rail_map(&Default::default(), None);
         let m = missing_nics(&sys, &map);
@@ -339,6 +609,7 @@ mod tests {
                 gone: Gone::NoRdmaDevice {
                     driver: "mlx5_core".into(),
                     module: Some("mlx5_ib"),
+                    infiniband: false,
                 },
             }]
         );
@@ -358,5 +629,13 @@ mod tests {
         assert_eq!(rdma_module_of("ice"), Some("irdma"));
         assert_eq!(rdma_module_of("bnxt_en"), Some("bnxt_re"));
         assert_eq!(rdma_module_of("igb"), None);
+        // i40e: only the X722 has RDMA (iWARP through irdma).
+        assert_eq!(rdma_module_of("i40e"), None);
+        assert_eq!(rdma_module_of_function("i40e", Some("0x1572")), None);
+        assert_eq!(
+            rdma_module_of_function("i40e", Some("0x37d2\n")),
+            Some("irdma")
+        );
+        assert_eq!(rdma_module_of_function("i40e", None), None);
     }
 }

@@ -445,13 +445,10 @@ fn an_ethernet_function_without_rdma_no_row_needs_never_drains() {
     assert!(failed(&d, "rails").is_empty(), "{d:#?}");
 }
 
-/// Rail 3's NIC present with its address not configured (its RoCE v2 GID gone: the
-/// zero GID in `gids/0`, no `gid_attrs/types/0`, as drivers/infiniband/core/sysfs.c
-/// shows an empty entry) and an empty NVMe bay (a root port with x4 lanes, no link):
-/// unhealthy to both, as "address not configured?" naming the port, not a NIC gone
-/// from the bus. With rail 3's NIC gone too and the bay: both places named, none claimed.
-#[test]
-fn health_and_doctor_give_one_verdict_on_a_rail_address_not_configured() {
+/// `case`'s tree copied to `dir/sys` with an empty NVMe bay: root port `0000:00:05.0`
+/// with x4 lanes and no link trained, nothing below it.
+fn with_an_empty_bay(case: &str, dir: &Path) -> PathBuf {
+    let root = copy_of(case, dir);
     let bay = [
         ("class", "0x060400"),
         ("vendor", "0x8086"),
@@ -461,8 +458,20 @@ fn health_and_doctor_give_one_verdict_on_a_rail_address_not_configured() {
         ("max_link_speed", "16.0 GT/s PCIe"),
         ("max_link_width", "4"),
     ];
+    let host = root.join("devices/pci0000:00");
+    add_function(&root, &host, "0000:00:05.0", &bay, None);
+    root
+}
+
+/// Rail 3's NIC present with its address not configured (its RoCE v2 GID gone: the
+/// zero GID in `gids/0`, no `gid_attrs/types/0`, as drivers/infiniband/core/sysfs.c
+/// shows an empty entry) and an empty NVMe bay (a root port with x4 lanes, no link):
+/// unhealthy to both, as "address not configured?" naming the port, not a NIC gone
+/// from the bus. With rail 3's NIC gone too and the bay: both places named, none claimed.
+#[test]
+fn health_and_doctor_give_one_verdict_on_a_rail_address_not_configured() {
     let dir = tempfile::tempdir().unwrap();
-    let root = copy_of("eight-rails", dir.path());
+    let root = with_an_empty_bay("eight-rails", dir.path());
     let port = root.join("class/infiniband/mlx5_3/ports/1");
     std::fs::write(
         port.join("gids/0"),
@@ -472,13 +481,6 @@ fn health_and_doctor_give_one_verdict_on_a_rail_address_not_configured() {
     for f in ["gid_attrs/types/0", "gid_attrs/ndevs/0"] {
         let _ = std::fs::remove_file(port.join(f));
     }
-    add_function(
-        &root,
-        &root.join("devices/pci0000:00"),
-        "0000:00:05.0",
-        &bay,
-        None,
-    );
     let cfg = config(dir.path(), "eight-rails");
     let (code, h, d) = health_and_doctor_at(&root, Some(&cfg));
     assert_eq!(code, 1, "{h}");
@@ -502,14 +504,7 @@ fn health_and_doctor_give_one_verdict_on_a_rail_address_not_configured() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let root = copy_of("eight-rails-one-gone", dir.path());
-    add_function(
-        &root,
-        &root.join("devices/pci0000:00"),
-        "0000:00:05.0",
-        &bay,
-        None,
-    );
+    let root = with_an_empty_bay("eight-rails-one-gone", dir.path());
     let cfg = config(dir.path(), "eight-rails-one-gone");
     let (code, h, d) = health_and_doctor_at(&root, Some(&cfg));
     assert_eq!(code, 1, "{h}");

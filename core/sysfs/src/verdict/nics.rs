@@ -623,6 +623,18 @@ mod tests {
             .contains("echo 0000:01:00.0 > /sys/bus/pci/drivers/mlx5_core/bind"));
     }
 
+    proptest::proptest! {
+        /// Any `device` text: never panics; irdma only for an X722 ID, in the kernel's
+        /// `0x%04x` form, whatever the case.
+        #[test]
+        fn an_i40e_device_id_of_any_text(text in ".{0,12}", id in 0u16..) {
+            let _ = rdma_module_of_function("i40e", Some(&text));
+            let x722 = (0x37ce..=0x37d3).contains(&id);
+            let got = rdma_module_of_function("i40e", Some(&format!("0x{id:04X}\n")));
+            proptest::prop_assert_eq!(got, x722.then_some("irdma"));
+        }
+    }
+
     #[test]
     fn rdma_modules_of_ethernet_drivers() {
         assert_eq!(rdma_module_of("mlx5_core"), Some("mlx5_ib"));

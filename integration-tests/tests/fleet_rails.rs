@@ -20,8 +20,9 @@ fn put(path: &Path, text: &str) {
 
 /// A sysfs tree of `RAILS` mlx5 devices of one RoCE port each, the port of `mlx5_R`
 /// carrying the RoCE v2 GID of 10.R.0.1 (an IPv4-mapped GID, as the kernel writes it:
-/// `gids/N`, `gid_attrs/types/N`, `gid_attrs/ndevs/N`, drivers/infiniband/core/sysfs.c).
-fn eight_nic_tree(root: &Path) {
+/// `gids/N`, `gid_attrs/types/N`, `gid_attrs/ndevs/N`, drivers/infiniband/core/sysfs.c),
+/// except the rails of `unaddressed`, whose GID 0 is all zeros (no address yet).
+fn eight_nic_tree(root: &Path, unaddressed: &[u8]) {
     for r in 0..RAILS {
         let dev = root.join(format!("class/infiniband/mlx5_{r}"));
         put(&dev.join("node_guid"), &format!("b859:9f03:0000:{r:04x}"));
@@ -34,16 +35,29 @@ fn eight_nic_tree(root: &Path) {
         put(&port.join("link_layer"), "Ethernet");
         put(&port.join("rate"), "400 Gb/sec (4X NDR)");
         put(&port.join("lid"), "0x0");
-        put(
-            &port.join("gids/0"),
-            &format!("0000:0000:0000:0000:0000:ffff:0a{r:02x}:0001"),
-        );
-        put(&port.join("gid_attrs/types/0"), "RoCE v2");
-        put(&port.join("gid_attrs/ndevs/0"), &format!("eth{r}"));
+        if unaddressed.contains(&r) {
+            put(
+                &port.join("gids/0"),
+                "0000:0000:0000:0000:0000:0000:0000:0000",
+            );
+        } else {
+            give_address(root, r);
+        }
         let nd = root.join(format!("class/net/eth{r}"));
         put(&nd.join("mtu"), "9000");
         put(&nd.join("operstate"), "up");
     }
+}
+
+/// Rail `r`'s port gets its RoCE v2 GID of 10.R.0.1 on eth`r`.
+fn give_address(root: &Path, r: u8) {
+    let port = root.join(format!("class/infiniband/mlx5_{r}/ports/1"));
+    put(
+        &port.join("gids/0"),
+        &format!("0000:0000:0000:0000:0000:ffff:0a{r:02x}:0001"),
+    );
+    put(&port.join("gid_attrs/types/0"), "RoCE v2");
+    put(&port.join("gid_attrs/ndevs/0"), &format!("eth{r}"));
 }
 
 /// Hosts a and b under one ToR per rail, c under another: a probes b (its ToR mesh) and
@@ -115,7 +129,7 @@ fn run_agent(cfg: &Path, record: &Path, secs: Duration) -> (String, String) {
 fn every_rail_is_probed_from_its_own_nic_within_one_rate_budget() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    eight_nic_tree(&sys);
+    eight_nic_tree(&sys, &[]);
     let topo = dir.path().join("fleet.csv");
     std::fs::write(&topo, topology()).unwrap();
     let record = dir.path().join("probes.log");
@@ -198,7 +212,7 @@ fn every_rail_is_probed_from_its_own_nic_within_one_rate_budget() {
 fn device_peers_are_probed_from_their_device_and_an_unknown_device_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    eight_nic_tree(&sys);
+    eight_nic_tree(&sys, &[]);
     let record = dir.path().join("probes.log");
     let cfg = dir.path().join("agent.toml");
     let write = |device_peers: &str| {
@@ -245,5 +259,77 @@ fn device_peers_are_probed_from_their_device_and_an_unknown_device_is_refused() 
     assert!(
         text.contains(r#"rdma_probe_sent_total{rdma_probe_peer="10.5.0.2"}"#),
         "{ctx}"
+    );
+}
+
+/// Rails whose address arrives after the agent started (the rail interfaces come up
+/// after the agent, as `network-online.target` does not wait for them): an instance runs
+/// on every RoCE port from the start, and a rail is probed from its port from the first
+/// map refresh that finds its address there.
+#[test]
+fn a_rail_whose_address_arrives_late_is_probed_from_the_next_map_refresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    let late = [4, 5, 6, 7];
+    eight_nic_tree(&sys, &late);
+    let topo = dir.path().join("fleet.csv");
+    std::fs::write(&topo, topology()).unwrap();
+    let record = dir.path().join("probes.log");
+    let cfg = dir.path().join("agent.toml");
+    // The shortest refresh there is: 10 s, 9 to 11 s by the host's name.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nsysfs_root = {sys:?}\ninterval = \"1s\"\n\n[fleet]\ntopology = {topo:?}\nhost = \"a\"\npaths = 1\nrefresh = \"10s\"\n\n[probes]\nplugin = {:?}\ninterval = \"100ms\"\ntimeout = \"50ms\"\nserve = false\n",
+            artifacts().fake_probe_so,
+        ),
+    )
+    .unwrap();
+    let agent = RunningAgent::start_with(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--prometheus-listen",
+            "127.0.0.1:0",
+        ],
+        &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
+        None,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let early = by_port(&records(&record));
+    let ctx = || format!("--- agent log\n{}", agent.stderr());
+    assert_eq!(
+        early.keys().cloned().collect::<Vec<_>>(),
+        ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"],
+        "{}",
+        ctx()
+    );
+    for r in late {
+        give_address(&sys, r);
+    }
+    let want: BTreeMap<String, BTreeSet<String>> = (0..RAILS)
+        .map(|r| {
+            (
+                format!("mlx5_{r}:1"),
+                [format!("10.{r}.0.2"), format!("10.{r}.1.3")].into(),
+            )
+        })
+        .collect();
+    let until = std::time::Instant::now() + Duration::from_secs(16);
+    let seen = loop {
+        let seen = by_port(&records(&record));
+        if seen == want || std::time::Instant::now() >= until {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(seen, want, "{}", ctx());
+    let url = format!("{}/metrics", agent.prometheus_url());
+    let (_, text) = crate::prometheus::get(&url, None).unwrap();
+    assert!(
+        text.contains(r#"rdma_probe_peers{rdma_probe_state="probed"} 16"#)
+            && text.contains(r#"rdma_probe_peers{rdma_probe_state="other_rail"} 0"#),
+        "{text}\n{}",
+        ctx()
     );
 }

@@ -55,9 +55,11 @@ pub fn plugin_path() -> Result<PathBuf, PluginNotFound> {
     })
 }
 
-/// The RoCE ports of the host at `sysfs_root` with an IPv4 address on a RoCE v2 GID, in
-/// rail order (`rocewatch env`'s), as `device:port`: with `[fleet]` the agent starts a
-/// probe plugin instance on each (empty when the tree cannot be read).
+/// The RoCE ports of the host at `sysfs_root`, in rail order (`rocewatch env`'s), as
+/// `device:port`: with `[fleet]` the agent starts a probe plugin instance on each (empty
+/// when the tree cannot be read). Whether a port has an address yet does not matter: the
+/// fleet's map gives each rail the port its address is on at every refresh, so a rail
+/// whose address comes after the agent started is probed from the next refresh.
 pub fn rail_ports(sysfs_root: &Path) -> Vec<String> {
     let root = rocewatch_sysfs::SysRoot::new(sysfs_root);
     let filter = rocewatch_sysfs::inventory::DeviceFilter::new(&Default::default())
@@ -67,7 +69,7 @@ pub fn rail_ports(sysfs_root: &Path) -> Vec<String> {
     };
     rocewatch_sysfs::rails::ports(&inv, &[], None)
         .into_iter()
-        .filter(|p| p.roce() && p.ipv4.is_some())
+        .filter(rocewatch_sysfs::rails::PortEnv::roce)
         .map(|p| p.name())
         .collect()
 }

@@ -105,10 +105,9 @@ fn by_port(probes: &[Probe]) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
-/// The agent with `cfg`, fake-probe recording to `record`, for `secs`: its `/metrics`,
-/// and that with its log for a failure's message.
-fn run_agent(cfg: &Path, record: &Path, secs: Duration) -> (String, String) {
-    let agent = RunningAgent::start_with(
+/// The agent with `cfg`, fake-probe recording to `record`.
+fn start_agent(cfg: &Path, record: &Path) -> RunningAgent {
+    RunningAgent::start_with(
         &[
             "--config",
             cfg.to_str().unwrap(),
@@ -117,12 +116,30 @@ fn run_agent(cfg: &Path, record: &Path, secs: Duration) -> (String, String) {
         ],
         &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
         None,
-    );
+    )
+}
+
+/// The agent with `cfg`, fake-probe recording to `record`, for `secs`: its `/metrics`,
+/// and that with its log for a failure's message.
+fn run_agent(cfg: &Path, record: &Path, secs: Duration) -> (String, String) {
+    let agent = start_agent(cfg, record);
     std::thread::sleep(secs);
     let url = format!("{}/metrics", agent.prometheus_url());
     let (_, text) = crate::prometheus::get(&url, None).unwrap();
     let ctx = format!("{text}\n--- agent log\n{}", agent.stderr());
     (text, ctx)
+}
+
+/// Every rail from its own NIC: the peers of 10.R.x.x only from mlx5_R port 1.
+fn each_rail_from_its_nic() -> BTreeMap<String, BTreeSet<String>> {
+    (0..RAILS)
+        .map(|r| {
+            (
+                format!("mlx5_{r}:1"),
+                [format!("10.{r}.0.2"), format!("10.{r}.1.3")].into(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -147,17 +164,8 @@ fn every_rail_is_probed_from_its_own_nic_within_one_rate_budget() {
     .unwrap();
     let (text, ctx) = run_agent(&cfg, &record, Duration::from_secs(5));
     let probes = records(&record);
-    // Every rail from its own NIC: the peers of 10.R.x.x only from mlx5_R port 1.
     let by_port = by_port(&probes);
-    let want: BTreeMap<String, BTreeSet<String>> = (0..RAILS)
-        .map(|r| {
-            (
-                format!("mlx5_{r}:1"),
-                [format!("10.{r}.0.2"), format!("10.{r}.1.3")].into(),
-            )
-        })
-        .collect();
-    assert_eq!(by_port, want, "{ctx}");
+    assert_eq!(by_port, each_rail_from_its_nic(), "{ctx}");
     assert!(
         text.contains(r#"rdma_probe_peers{rdma_probe_state="probed"} 16"#),
         "{ctx}"
@@ -285,16 +293,7 @@ fn a_rail_whose_address_arrives_late_is_probed_from_the_next_map_refresh() {
         ),
     )
     .unwrap();
-    let agent = RunningAgent::start_with(
-        &[
-            "--config",
-            cfg.to_str().unwrap(),
-            "--prometheus-listen",
-            "127.0.0.1:0",
-        ],
-        &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
-        None,
-    );
+    let agent = start_agent(&cfg, &record);
     std::thread::sleep(Duration::from_secs(2));
     let early = by_port(&records(&record));
     let ctx = || format!("--- agent log\n{}", agent.stderr());
@@ -307,14 +306,7 @@ fn a_rail_whose_address_arrives_late_is_probed_from_the_next_map_refresh() {
     for r in late {
         give_address(&sys, r);
     }
-    let want: BTreeMap<String, BTreeSet<String>> = (0..RAILS)
-        .map(|r| {
-            (
-                format!("mlx5_{r}:1"),
-                [format!("10.{r}.0.2"), format!("10.{r}.1.3")].into(),
-            )
-        })
-        .collect();
+    let want = each_rail_from_its_nic();
     let until = std::time::Instant::now() + Duration::from_secs(16);
     let seen = loop {
         let seen = by_port(&records(&record));

@@ -67,7 +67,7 @@ for = "1h"
         text.contains("slow-link") && text.contains("firing"),
         "{text}"
     );
-    assert!(text.contains("rdma.port.rate < 200000000000"), "{text}");
+    assert!(text.contains("rdma.port.rate < 200 Gb/s"), "{text}");
     let metrics = reqwest::blocking::get(format!("{url}/metrics"))
         .unwrap()
         .text()

@@ -1091,9 +1091,16 @@ fn lab_the_agent_probes_on_schedule_and_a_rule_fires_on_probe_failures() {
         value(r#"rdma_probe_sent_total{rdma_probe_mode="cm",rdma_probe_peer="192.168.100.1"}"#);
     let cm_received =
         value(r#"rdma_probe_received_total{rdma_probe_mode="cm",rdma_probe_peer="192.168.100.1"}"#);
+    // Every CM probe answered or timed out (an emulated guest under the suite's load can
+    // miss the 1 s timeout once: a CI run had 10 of 11 answered, 1 timed out).
+    let cm_timeouts = metrics
+        .lines()
+        .find(|l| l.starts_with(r#"rdma_probe_timeouts_total{rdma_probe_mode="cm",rdma_probe_peer="192.168.100.1"}"#))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
     assert!(
-        cm_sent >= 5.0 && cm_received == cm_sent,
-        "CM: {cm_sent} sent, {cm_received} received"
+        cm_received >= 5.0 && cm_received + cm_timeouts == cm_sent && cm_timeouts <= 1.0,
+        "CM: {cm_sent} sent, {cm_received} received, {cm_timeouts} timed out"
     );
     // Nobody has 192.168.100.77-84: the side channel's connection times out (a route
     // failure), for each of them in every round.

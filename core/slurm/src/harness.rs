@@ -209,7 +209,15 @@ impl LocalCluster {
                 .and_then(|()| fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)))
                 .map_err(|e| plain(format!("{}: {e}", wrapper.display())))?;
         }
-        let text = slurm_conf(dir.path(), &node, free_port()?, free_port()?, &options);
+        // Two different ports: the first is let go before the second is asked for, and the
+        // kernel may hand out the same one again (a CI run got 45561 twice: slurmd could not
+        // bind beside slurmctld).
+        let ctld_port = free_port()?;
+        let mut slurmd_port = free_port()?;
+        while slurmd_port == ctld_port {
+            slurmd_port = free_port()?;
+        }
+        let text = slurm_conf(dir.path(), &node, ctld_port, slurmd_port, &options);
         fs::write(&conf, text).map_err(|e| plain(format!("{}: {e}", conf.display())))?;
         let mut cluster = Self {
             dir,

@@ -13,9 +13,12 @@
 //! - [`railmap`]: which rail each port is on, by identity (the fleet topology's row whose
 //!   address is on the port; else PCI address order, said as such): the one rail map.
 //! - [`interrupts`]: a NIC's interrupts in `/proc/interrupts` (procfs).
+//! - [`procstat`]: the host's CPU times in `/proc/stat` (procfs): steal, the run queue.
 //! - [`pci`]: the PCI function of a device, its PCIe link and NUMA node, GPUs on the bus,
 //!   the distance between two functions (`nvidia-smi topo -m` terms), ACS from config space.
 //! - [`module`]: the kernel module serving a device: version, srcversion, taint.
+//! - [`sriov`]: SR-IOV roles: a PF with its VFs (`virtfnN`), a VF with its PF (`physfn`)
+//!   or, in a guest, by its PCI id.
 //! - [`inventory`]: the whole RDMA inventory (devices, ports, GIDs, netdevs) for the
 //!   devices a [`inventory::DeviceFilter`] selects: what every per-device plugin reads.
 //! - [`verdict`]: the verdicts `health` and `doctor` both give on one fact (the PCIe link
@@ -32,7 +35,9 @@ pub mod inventory;
 pub mod module;
 pub mod parse;
 pub mod pci;
+pub mod procstat;
 pub mod read;
+pub mod sriov;
 pub mod verdict;
 
 pub mod railmap;

@@ -1,0 +1,379 @@
+//! SR-IOV: which PCI functions are physical functions (PFs) carrying virtual functions
+//! (VFs), and which are VFs, as sysfs lays them out.
+//!
+//! Files (drivers/pci/iov.c; Documentation/ABI/testing/sysfs-bus-pci): on a PF only
+//! (`sriov_attrs_are_visible` hides them elsewhere, and a function whose capability
+//! says 0 VFs is never a PF), `sriov_totalvfs` (`%u`), `sriov_numvfs` (`%u`),
+//! `sriov_offset` and `sriov_stride` (`%u`), `sriov_vf_device` (`%x`: hexadecimal
+//! *without* `0x`, unlike the function's own `device` file), `sriov_drivers_autoprobe`
+//! (`%u`: 0 or 1); and one link `virtfn<N>` per enabled VF (`pci_iov_sysfs_link`, N from
+//! 0) to the VF's directory, a sibling of the PF (the VF's parent is the PF's parent).
+//! On a VF, `physfn` links back to the PF.
+//!
+//! Inside a virtual machine the VF is passed through alone: no `physfn` (the PF is on
+//! the host), so a VF is recognised there by its PCI vendor and device id, from the
+//! drivers' own tables ([`vf_by_id`]).
+
+use std::path::{Path, PathBuf};
+
+use crate::read::{self, Attr, SysfsError};
+use crate::SysRoot;
+
+/// A file that held what its kernel source never prints.
+#[derive(Debug, thiserror::Error)]
+pub enum SriovError {
+    #[error(transparent)]
+    Sysfs(#[from] SysfsError),
+    #[error("{path}: {what}")]
+    Parse { path: PathBuf, what: String },
+}
+
+impl SriovError {
+    /// The file at fault.
+    pub fn path(&self) -> &Path {
+        match self {
+            SriovError::Sysfs(e) => e.path(),
+            SriovError::Parse { path, .. } => path,
+        }
+    }
+}
+
+/// The SR-IOV role of one PCI function.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Sriov {
+    /// A physical function with the SR-IOV capability.
+    Pf(PhysFn),
+    /// A virtual function.
+    Vf(VirtFn),
+}
+
+impl Sriov {
+    pub fn is_vf(&self) -> bool {
+        matches!(self, Sriov::Vf(_))
+    }
+
+    pub fn as_pf(&self) -> Option<&PhysFn> {
+        match self {
+            Sriov::Pf(p) => Some(p),
+            Sriov::Vf(_) => None,
+        }
+    }
+
+    pub fn as_vf(&self) -> Option<&VirtFn> {
+        match self {
+            Sriov::Vf(v) => Some(v),
+            Sriov::Pf(_) => None,
+        }
+    }
+}
+
+/// A PF: what its SR-IOV capability allows and the VFs enabled now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PhysFn {
+    /// `sriov_totalvfs`: the most VFs the device (and its firmware) offers.
+    pub totalvfs: u32,
+    /// `sriov_numvfs`: the VFs enabled now.
+    pub numvfs: u32,
+    /// `sriov_vf_device`: the PCI device id its VFs carry (`0x101e`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vf_device: Option<String>,
+    /// `sriov_offset`, `sriov_stride`: where VF routing ids start and their step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stride: Option<u32>,
+    /// `sriov_drivers_autoprobe`: whether new VFs are bound to a host driver at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drivers_autoprobe: Option<bool>,
+    /// Each `virtfn<N>`, by N.
+    pub vfs: Vec<VfFunction>,
+}
+
+/// One VF as its PF lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VfFunction {
+    /// N of `virtfn<N>`: the VF index `ip link` and rtnetlink use.
+    pub index: u32,
+    /// `0000:3b:00.2`
+    pub address: String,
+    /// The host driver it is bound to (`driver` link): `mlx5_core` when the host uses it,
+    /// `vfio-pci` when it is handed to a VM, `None` when unbound.
+    pub driver: Option<String>,
+    /// Its netdevs on the host (`net/*`).
+    pub netdevs: Vec<String>,
+    /// Its RDMA devices on the host (`infiniband/*`).
+    pub rdma_devices: Vec<String>,
+}
+
+impl VfFunction {
+    /// Bound to a driver that hands the function to a virtual machine.
+    pub fn assigned_to_vm(&self) -> bool {
+        matches!(
+            self.driver.as_deref(),
+            Some("vfio-pci" | "pci-stub" | "xen-pciback")
+        )
+    }
+}
+
+/// A VF seen from itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VirtFn {
+    /// The PF's address (`physfn`); `None` where the PF is not visible (in a guest).
+    pub pf: Option<String>,
+    /// Its index on the PF (the PF's `virtfn<N>` that leads here), when the PF is visible.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// The VF model from the drivers' id tables, when recognised by id (`vf_by_id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<&'static str>,
+}
+
+/// PCI vendor ids of the drivers below.
+const MELLANOX: u16 = 0x15b3;
+const BROADCOM: u16 = 0x14e4;
+
+/// VF device ids, from the drivers' PCI id tables:
+/// - mlx5: drivers/net/ethernet/mellanox/mlx5/core/main.c `mlx5_core_pci_table`, the
+///   entries marked `MLX5_PCI_DEV_IS_VF`;
+/// - bnxt_en (bnxt_re's RDMA): drivers/net/ethernet/broadcom/bnxt/bnxt.c `bnxt_pci_tbl`,
+///   the `NETXTREME_*_VF*` entries under `CONFIG_BNXT_SRIOV`.
+const VF_IDS: &[(u16, u16, &str)] = &[
+    (MELLANOX, 0x1012, "Connect-IB VF"),
+    (MELLANOX, 0x1014, "ConnectX-4 VF"),
+    (MELLANOX, 0x1016, "ConnectX-4 Lx VF"),
+    (MELLANOX, 0x1018, "ConnectX-5 VF"),
+    (MELLANOX, 0x101a, "ConnectX-5 Ex VF"),
+    (MELLANOX, 0x101c, "ConnectX-6 VF"),
+    (MELLANOX, 0x101e, "ConnectX Family mlx5Gen VF"),
+    (MELLANOX, 0xa2d3, "BlueField ConnectX-5 VF"),
+    (BROADCOM, 0x1606, "NetXtreme-E VF"),
+    (BROADCOM, 0x1607, "NetXtreme-E VF (Hyper-V)"),
+    (BROADCOM, 0x1608, "NetXtreme-E VF (Hyper-V)"),
+    (BROADCOM, 0x1609, "NetXtreme-E VF"),
+    (BROADCOM, 0x16bd, "NetXtreme-E VF (Hyper-V)"),
+    (BROADCOM, 0x16c1, "NetXtreme-E VF"),
+    (BROADCOM, 0x16c2, "NetXtreme-C VF (Hyper-V)"),
+    (BROADCOM, 0x16c3, "NetXtreme-C VF (Hyper-V)"),
+    (BROADCOM, 0x16c4, "NetXtreme-E VF (Hyper-V)"),
+    (BROADCOM, 0x16c5, "NetXtreme-E VF (Hyper-V)"),
+    (BROADCOM, 0x16cb, "NetXtreme-C VF"),
+    (BROADCOM, 0x16d3, "NetXtreme-E VF"),
+    (BROADCOM, 0x16dc, "NetXtreme-E VF"),
+    (BROADCOM, 0x16e1, "NetXtreme-C VF"),
+    (BROADCOM, 0x16e5, "NetXtreme-C VF"),
+    (BROADCOM, 0x1806, "BCM5750X NetXtreme-E VF"),
+    (BROADCOM, 0x1807, "BCM5750X NetXtreme-E VF"),
+    (BROADCOM, 0xd800, "NetXtreme-S VF"),
+];
+
+/// The VF model a PCI vendor and device id belong to, from the drivers' tables; `None`
+/// for any other function (a PF, or a VF of a driver not listed).
+pub fn vf_by_id(vendor: u16, device: u16) -> Option<&'static str> {
+    VF_IDS
+        .iter()
+        .find(|(v, d, _)| *v == vendor && *d == device)
+        .map(|(_, _, name)| *name)
+}
+
+/// A PCI id as the function's `vendor`/`device` files print it (`0x15b3`, pci-sysfs.c
+/// `%#06x`) or as `sriov_vf_device` does (`101e`, `%x`).
+pub fn parse_pci_id(text: &str) -> Option<u16> {
+    let t = text.trim();
+    let hex = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    if hex.is_empty() || hex.len() > 4 {
+        return None;
+    }
+    u16::from_str_radix(hex, 16).ok()
+}
+
+/// The name a link points at (`../0000:3b:00.2` → `0000:3b:00.2`).
+fn link_name(link: &Path) -> Option<String> {
+    std::fs::read_link(link)
+        .ok()?
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+}
+
+/// A `%u` attribute; `None` when absent.
+fn read_u32(path: &Path) -> Result<Option<u32>, SriovError> {
+    match read::read_attr(path)? {
+        Attr::Absent => Ok(None),
+        Attr::Value(v) => v.parse().map(Some).map_err(|_| SriovError::Parse {
+            path: path.to_path_buf(),
+            what: format!("{v:?} is not a count"),
+        }),
+    }
+}
+
+impl SysRoot {
+    /// The SR-IOV role of the PCI function in `dir` (a `PciFunction::dir`): `Ok(None)`
+    /// for a function that is neither a PF nor a VF.
+    pub fn sriov_at(&self, dir: &Path) -> Result<Option<Sriov>, SriovError> {
+        if let Some(totalvfs) = read_u32(&dir.join("sriov_totalvfs"))? {
+            return self.phys_fn(dir, totalvfs).map(|p| Some(Sriov::Pf(p)));
+        }
+        let physfn = dir.join("physfn");
+        if std::fs::symlink_metadata(&physfn).is_ok() {
+            let pf = link_name(&physfn);
+            let me = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+            let index = match (&me, std::fs::canonicalize(&physfn)) {
+                (Some(me), Ok(pf_dir)) => self.virtfn_index(&pf_dir, me),
+                _ => None,
+            };
+            return Ok(Some(Sriov::Vf(VirtFn {
+                pf,
+                index,
+                model: None,
+            })));
+        }
+        let id = |f: &str| -> Result<Option<u16>, SriovError> {
+            let path = dir.join(f);
+            match read::read_attr(&path)? {
+                Attr::Absent => Ok(None),
+                Attr::Value(v) => parse_pci_id(&v).map(Some).ok_or(SriovError::Parse {
+                    path,
+                    what: format!("{v:?} is not a PCI id"),
+                }),
+            }
+        };
+        let (Some(vendor), Some(device)) = (id("vendor")?, id("device")?) else {
+            return Ok(None);
+        };
+        Ok(vf_by_id(vendor, device).map(|model| {
+            Sriov::Vf(VirtFn {
+                pf: None,
+                index: None,
+                model: Some(model),
+            })
+        }))
+    }
+
+    /// The SR-IOV role of an RDMA device's PCI function; `Ok(None)` without one
+    /// (soft-RoCE) or when it has no role.
+    pub fn sriov_of_device(&self, dev: &str) -> Result<Option<Sriov>, SriovError> {
+        match self.rdma_pci_function(dev) {
+            Some(f) => self.sriov_at(&f.dir),
+            None => Ok(None),
+        }
+    }
+
+    /// The SR-IOV role of a netdev's PCI function (`class/net/<if>/device`).
+    pub fn sriov_of_netdev(&self, ifname: &str) -> Result<Option<Sriov>, SriovError> {
+        match self.pci_function_at(&self.netdev_dir(ifname).join("device")) {
+            Some(f) => self.sriov_at(&f.dir),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether an RDMA device is a VF (with or without its PF in view). An unreadable
+    /// file counts as "not known to be a VF".
+    pub fn device_is_vf(&self, dev: &str) -> bool {
+        self.sriov_of_device(dev)
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.is_vf())
+    }
+
+    /// Every PF under `bus/pci/devices`, by address, with its VFs.
+    pub fn sriov_pfs(&self) -> Result<Vec<(String, PhysFn)>, SriovError> {
+        let mut out = Vec::new();
+        for f in self.pci_functions()? {
+            if let Some(Sriov::Pf(p)) = self.sriov_at(&f.dir)? {
+                out.push((f.address, p));
+            }
+        }
+        Ok(out)
+    }
+
+    fn phys_fn(&self, dir: &Path, totalvfs: u32) -> Result<PhysFn, SriovError> {
+        let vf_device_path = dir.join("sriov_vf_device");
+        let vf_device = match read::read_attr(&vf_device_path)? {
+            Attr::Absent => None,
+            Attr::Value(v) => Some(parse_pci_id(&v).ok_or(SriovError::Parse {
+                path: vf_device_path,
+                what: format!("{v:?} is not a PCI device id"),
+            })?),
+        };
+        let autoprobe_path = dir.join("sriov_drivers_autoprobe");
+        let drivers_autoprobe = match read_u32(&autoprobe_path)? {
+            None => None,
+            Some(0) => Some(false),
+            Some(1) => Some(true),
+            Some(n) => {
+                return Err(SriovError::Parse {
+                    path: autoprobe_path,
+                    what: format!("{n} is neither 0 nor 1"),
+                })
+            }
+        };
+        Ok(PhysFn {
+            totalvfs,
+            numvfs: read_u32(&dir.join("sriov_numvfs"))?.unwrap_or(0),
+            vf_device: vf_device.map(|d| format!("{d:#06x}")),
+            offset: read_u32(&dir.join("sriov_offset"))?,
+            stride: read_u32(&dir.join("sriov_stride"))?,
+            drivers_autoprobe,
+            vfs: self.virtfns(dir),
+        })
+    }
+
+    /// The `virtfn<N>` links of a PF, by N, each with what the host has on that VF.
+    fn virtfns(&self, pf_dir: &Path) -> Vec<VfFunction> {
+        let mut vfs: Vec<VfFunction> = read::list_dir(pf_dir)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|name| {
+                let index: u32 = name.strip_prefix("virtfn")?.parse().ok()?;
+                let link = pf_dir.join(name);
+                let address = link_name(&link)?;
+                let vf_dir = std::fs::canonicalize(&link).unwrap_or(link);
+                Some(VfFunction {
+                    index,
+                    address,
+                    driver: link_name(&vf_dir.join("driver")),
+                    netdevs: read::list_dir(&vf_dir.join("net")).unwrap_or_default(),
+                    rdma_devices: read::list_dir(&vf_dir.join("infiniband")).unwrap_or_default(),
+                })
+            })
+            .collect();
+        vfs.sort_by_key(|v| v.index);
+        vfs
+    }
+
+    fn virtfn_index(&self, pf_dir: &Path, me: &str) -> Option<u32> {
+        read::list_dir(pf_dir).ok()?.iter().find_map(|name| {
+            let index = name.strip_prefix("virtfn")?.parse().ok()?;
+            (link_name(&pf_dir.join(name)).as_deref() == Some(me)).then_some(index)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vf_ids_are_the_drivers() {
+        assert_eq!(vf_by_id(0x15b3, 0x101e), Some("ConnectX Family mlx5Gen VF"));
+        assert_eq!(vf_by_id(0x15b3, 0x1016), Some("ConnectX-4 Lx VF"));
+        // The PFs next to them are not VFs.
+        assert_eq!(vf_by_id(0x15b3, 0x101d), None);
+        assert_eq!(vf_by_id(0x15b3, 0x1017), None);
+        // A device id of one vendor is not another's.
+        assert_eq!(vf_by_id(0x8086, 0x101e), None);
+        assert_eq!(vf_by_id(0x14e4, 0x16c1), Some("NetXtreme-E VF"));
+    }
+
+    #[test]
+    fn pci_ids_in_both_spellings() {
+        assert_eq!(parse_pci_id("0x101e\n"), Some(0x101e));
+        assert_eq!(parse_pci_id("101e"), Some(0x101e));
+        assert_eq!(parse_pci_id("0x"), None);
+        assert_eq!(parse_pci_id("0x10101e"), None);
+        assert_eq!(parse_pci_id("zz"), None);
+    }
+}

@@ -4,7 +4,8 @@
 //! dumps of `rdma resource show qp|cq|mr|pd` ([`rdma_res`]), the per-QP statistic
 //! counters of `rdma statistic qp mode|set|show` ([`rdma_stat`]), the DCB (PFC, APP
 //! table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]), and the rtnetlink dumps
-//! of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]); the interfaces'
+//! of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]); an SR-IOV PF's virtual
+//! functions as `ip link show dev PF` prints them ([`vfinfo`]); the interfaces'
 //! addresses as `getifaddrs` gives them ([`ifaddrs`]).
 //!
 //! Everything that turns bytes into values is a pure function over byte slices, so it is
@@ -18,6 +19,7 @@ pub mod rdma_res;
 pub mod rdma_stat;
 pub mod route;
 pub mod socket;
+pub mod vfinfo;
 
 #[cfg(test)]
 mod rdma_recorded;

@@ -54,6 +54,14 @@ pub fn fleet_host_name(cfg: &Config) -> String {
     }
 }
 
+/// This host's name in the fleet's map: `[fleet] host`, else the agent's.
+pub fn fleet_host(cfg: &Config) -> String {
+    cfg.fleet
+        .as_ref()
+        .and_then(|f| f.host.clone())
+        .unwrap_or_else(|| fleet_host_name(cfg))
+}
+
 /// What every command works with: the runtime's [`rocewatch_runtime::app::App`] (started
 /// plugins, store, pipeline, discovery; reached through `Deref`) and the configuration it
 /// was started from.

@@ -10,13 +10,7 @@ use rocewatch_sysfs::SysRoot;
 
 use crate::config::Config;
 
-/// This host's name in the fleet's map: `[fleet] host`, else the agent's.
-pub fn fleet_host(cfg: &Config) -> String {
-    cfg.fleet
-        .as_ref()
-        .and_then(|f| f.host.clone())
-        .unwrap_or_else(|| crate::app::fleet_host_name(cfg))
-}
+pub use crate::app::fleet_host;
 
 /// `host`'s rows of `[fleet] topology`, when the configuration names a topology file;
 /// an unreadable or malformed file is an error naming it.

@@ -376,4 +376,152 @@ mod tests {
         assert_eq!(parse_pci_id("0x10101e"), None);
         assert_eq!(parse_pci_id("zz"), None);
     }
+
+    fn fixture(case: &str) -> SysRoot {
+        SysRoot::new(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../integration-tests/fixtures")
+                .join(case)
+                .join("sys"),
+        )
+    }
+
+    #[test]
+    fn a_pf_lists_its_vfs_with_what_the_host_has_on_each() {
+        let sys = fixture("sriov-host");
+        let Some(Sriov::Pf(pf)) = sys.sriov_of_device("mlx5_0").unwrap() else {
+            panic!("mlx5_0 is the PF");
+        };
+        assert_eq!((pf.totalvfs, pf.numvfs), (8, 4));
+        assert_eq!(pf.vf_device.as_deref(), Some("0x101e"));
+        assert_eq!((pf.offset, pf.stride), (Some(2), Some(1)));
+        assert_eq!(pf.drivers_autoprobe, Some(true));
+        let addrs: Vec<&str> = pf.vfs.iter().map(|v| v.address.as_str()).collect();
+        assert_eq!(
+            addrs,
+            [
+                "0000:3b:00.2",
+                "0000:3b:00.3",
+                "0000:3b:00.4",
+                "0000:3b:00.5"
+            ]
+        );
+        assert_eq!(pf.vfs[0].driver.as_deref(), Some("mlx5_core"));
+        assert_eq!(pf.vfs[0].netdevs, ["ens1f0v0"]);
+        assert_eq!(pf.vfs[1].rdma_devices, ["mlx5_3"]);
+        assert!(!pf.vfs[1].assigned_to_vm());
+        assert_eq!(pf.vfs[2].driver.as_deref(), Some("vfio-pci"));
+        assert!(pf.vfs[2].assigned_to_vm());
+        assert!(pf.vfs[3].netdevs.is_empty() && pf.vfs[3].rdma_devices.is_empty());
+        let pfs = sys.sriov_pfs().unwrap();
+        assert_eq!(pfs.len(), 1);
+        assert_eq!(pfs[0].0, "0000:3b:00.0");
+    }
+
+    #[test]
+    fn a_vf_on_the_host_names_its_pf_and_index() {
+        let sys = fixture("sriov-host");
+        let vf = sys.sriov_of_device("mlx5_3").unwrap().unwrap();
+        assert_eq!(
+            vf.as_vf(),
+            Some(&VirtFn {
+                pf: Some("0000:3b:00.0".into()),
+                index: Some(1),
+                model: None
+            })
+        );
+        assert!(sys.device_is_vf("mlx5_2"));
+        assert!(!sys.device_is_vf("mlx5_0"));
+        assert!(sys.sriov_of_netdev("ens1f0v0").unwrap().unwrap().is_vf());
+    }
+
+    #[test]
+    fn a_vf_in_a_guest_is_known_by_its_id_without_a_pf() {
+        let sys = fixture("sriov-guest");
+        let vf = sys.sriov_of_device("mlx5_0").unwrap().unwrap();
+        assert_eq!(
+            vf.as_vf(),
+            Some(&VirtFn {
+                pf: None,
+                index: None,
+                model: Some("ConnectX Family mlx5Gen VF")
+            })
+        );
+        assert!(sys.device_is_vf("mlx5_0"));
+        assert!(sys.sriov_of_netdev("enp1s0").unwrap().unwrap().is_vf());
+        // The guest's root port is neither.
+        let rp = sys.root().join("devices/pci0000:00/0000:00:02.0");
+        assert_eq!(sys.sriov_at(&rp).unwrap(), None);
+    }
+
+    #[test]
+    fn a_plain_function_and_a_soft_device_have_no_role() {
+        let sys = fixture("mlx5-roce-dual-port");
+        assert_eq!(sys.sriov_of_device("mlx5_0").unwrap(), None);
+        let rxe = fixture("rxe-soft-roce");
+        let dev = rxe.devices().unwrap().into_iter().next().unwrap();
+        assert_eq!(rxe.sriov_of_device(&dev).unwrap(), None);
+    }
+
+    /// A PF directory in a temporary tree with `files` written as given.
+    fn pf_dir(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("devices/pci0000:00/0000:3b:00.0");
+        std::fs::create_dir_all(&d).unwrap();
+        for (f, text) in files {
+            std::fs::write(d.join(f), text).unwrap();
+        }
+        (t, d)
+    }
+
+    #[test]
+    fn a_bad_file_is_an_error_naming_it() {
+        for (file, text) in [
+            ("sriov_numvfs", "four\n"),
+            ("sriov_vf_device", "0x1g1e\n"),
+            ("sriov_drivers_autoprobe", "2\n"),
+            ("sriov_stride", "-1\n"),
+        ] {
+            let (t, d) = pf_dir(&[("sriov_totalvfs", "8\n"), (file, text)]);
+            let e = SysRoot::new(t.path()).sriov_at(&d).unwrap_err();
+            assert_eq!(e.path(), d.join(file), "{e}");
+            assert!(e.to_string().contains(file), "{e}");
+        }
+        let (t, d) = pf_dir(&[("sriov_totalvfs", "eight\n")]);
+        let e = SysRoot::new(t.path()).sriov_at(&d).unwrap_err();
+        assert_eq!(e.path(), d.join("sriov_totalvfs"));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Any contents of the SR-IOV files: a PF, or an error naming one of them; never a
+        /// panic.
+        #[test]
+        fn any_file_contents_are_a_pf_or_an_error_naming_the_file(
+            total in ".{0,12}", num in ".{0,12}", dev in ".{0,8}", auto in ".{0,4}",
+        ) {
+            let (t, d) = pf_dir(&[
+                ("sriov_totalvfs", &total), ("sriov_numvfs", &num),
+                ("sriov_vf_device", &dev), ("sriov_drivers_autoprobe", &auto),
+            ]);
+            match SysRoot::new(t.path()).sriov_at(&d) {
+                Ok(Some(Sriov::Pf(p))) => proptest::prop_assert_eq!(Some(p.totalvfs), total.trim().parse().ok()),
+                Ok(None) => proptest::prop_assert!(total.trim().is_empty()),
+                Ok(Some(Sriov::Vf(_))) => proptest::prop_assert!(false, "a PF read as a VF"),
+                Err(e) => proptest::prop_assert!(
+                    e.path().starts_with(&d) && e.path().file_name().unwrap().to_string_lossy().starts_with("sriov_"),
+                    "{}", e
+                ),
+            }
+        }
+
+        #[test]
+        fn any_pci_id_text_parses_or_not_without_panic(text in ".{0,10}") {
+            if let Some(id) = parse_pci_id(&text) {
+                let hex = format!("{id:x}");
+                proptest::prop_assert!(text.to_lowercase().contains(&hex));
+            }
+        }
+    }
 }

@@ -24,6 +24,8 @@
 //! - [`verdict`]: the verdicts `health` and `doctor` both give on one fact (the PCIe link
 //!   against its card and slot, a port's state, a RoCE netdev's MTU, a RoCE port's GIDs),
 //!   each with its weight and evidence.
+//! - [`virt`]: whether the host is a virtual machine and of which hypervisor (DMI, the
+//!   CPU's hypervisor flag, `hypervisor/type`), as `systemd-detect-virt` tells it.
 //! - [`read`]: reading one attribute file, and the classification of errors into
 //!   "absent" (the kernel says the value does not exist here) and real failures.
 //!
@@ -39,6 +41,7 @@ pub mod procstat;
 pub mod read;
 pub mod sriov;
 pub mod verdict;
+pub mod virt;
 
 pub mod railmap;
 pub mod rails;

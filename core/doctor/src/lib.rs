@@ -4,8 +4,9 @@
 //!
 //! Order follows the guide: devices, ports, netdev and its IP, the RoCE v2 GID for that
 //! IP, RoCE mode, PFC/trust/ECN on the expected priority, MTU, the link layer, the NICs'
-//! PCIe links and NUMA locality, multi-rail networking (RoCE netdevs sharing a subnet:
-//! ARP and reverse-path sysctls, a policy route per rail; `checks/multirail.rs`, read over
+//! PCIe links and NUMA locality, SR-IOV VFs (each PF's VFs and the settings it imposes
+//! on them: `checks/sriov.rs`, over rtnetlink), multi-rail networking (RoCE netdevs
+//! sharing a subnet: ARP and reverse-path sysctls, a policy route per rail; `checks/multirail.rs`, read over
 //! rtnetlink), GPUs against NICs (topology, GPUDirect, ACS),
 //! firewall rules for UDP 4791, interrupts, driver and firmware, the kernel log's driver
 //! messages, live counters over a short window, a verbs probe
@@ -28,7 +29,7 @@
 //!   they all read, read once. Only the guide knows the order and the `Host`.
 //! - `checks/`: the checks, one file per topic or part of one (acs, bandwidth, buffers,
 //!   capture, cm_path, congestion, counters, dcbx, driver, firewall, gpu, interrupts,
-//!   kernel_log, linklayer, mtu, multirail, numa, pcie, qos, userspace). Each takes what
+//!   kernel_log, linklayer, mtu, multirail, numa, pcie, qos, sriov, userspace). Each takes what
 //!   it judges (a sysfs root, the inventory, the QoS state, two collections) rather than
 //!   the `Host`, so the tests call it alone and `health` uses `userspace` and the kernel
 //!   log check without the guide; a few share a sibling's helper (`qos::setting`,

@@ -22,4 +22,5 @@ pub(crate) mod numa;
 pub(crate) mod pcie;
 pub(crate) mod qos;
 pub(crate) mod rails;
+pub(crate) mod sriov;
 pub mod userspace;

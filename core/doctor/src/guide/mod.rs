@@ -1,5 +1,5 @@
 //! The guide in order: devices, ports, netdev and IP, GID, the QoS checks, MTU, the link
-//! layer, the PCIe links, GPUs, NUMA, multi-rail, firewall, interrupts, driver and
+//! layer, the PCIe links, SR-IOV VFs, GPUs, NUMA, multi-rail, firewall, interrupts, driver and
 //! firmware, the kernel log, counters over a window, a verbs probe, capture, and an
 //! application's environment. The host is read once ([`Host`]); each topic is a named
 //! `fn(&Host) -> Vec<Check>`, and [`GUIDE`] is their order.
@@ -30,6 +30,7 @@ pub(super) const GUIDE: &[Topic] = &[
     ports::mtu,
     topics::link_layer,
     topics::pcie,
+    topics::sriov,
     topics::gpu,
     topics::numa,
     topics::multirail,

@@ -19,6 +19,18 @@ pub(crate) fn pcie(h: &Host) -> Vec<Check> {
     crate::checks::pcie::link_checks(&h.sys, &h.inv)
 }
 
+/// SR-IOV: each PF's VFs and what the PF's settings of them do to RoCE (the settings
+/// over this host's rtnetlink: live only).
+pub(crate) fn sriov(h: &Host) -> Vec<Check> {
+    use crate::checks::sriov::{LiveNetlink, NotThisHost, VfSettings};
+    let (mut live, mut other) = (
+        LiveNetlink::default(),
+        NotThisHost(h.root.display().to_string()),
+    );
+    let settings: &mut dyn VfSettings = if h.live { &mut live } else { &mut other };
+    crate::checks::sriov::sriov_checks(&h.sys, &h.inv, &h.qos, h.opts.priority, settings)
+}
+
 /// Where GPUs sit from NICs, GPUDirect, and ACS on the path between them.
 pub(crate) fn gpu(h: &Host) -> Vec<Check> {
     let mut out = crate::checks::gpu::gpu_checks(&h.sys, &h.gpus, &h.nics);

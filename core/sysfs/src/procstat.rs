@@ -72,6 +72,24 @@ pub fn parse_stat(file: &str, text: &str) -> Result<CpuSample, StatError> {
     })
 }
 
+/// Read and parse `<procfs>/stat`; errors name the file.
+pub fn read_stat(procfs: &std::path::Path) -> Result<CpuSample, StatError> {
+    let file = procfs.join("stat");
+    let name = file.display().to_string();
+    let text = std::fs::read_to_string(&file).map_err(|e| StatError {
+        file: name.clone(),
+        why: e.to_string(),
+    })?;
+    parse_stat(&name, &text)
+}
+
+/// The share of CPU time stolen between two readings; `None` when no time passed (or
+/// the counters went back: another boot).
+pub fn steal_share(before: &CpuSample, after: &CpuSample) -> Option<f64> {
+    (after.total > before.total && after.steal >= before.steal)
+        .then(|| (after.steal - before.steal) as f64 / (after.total - before.total) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,11 +122,32 @@ mod tests {
         assert!(e.why.contains("procs_running"), "{e}");
     }
 
+    #[test]
+    fn steal_between_two_readings() {
+        let a = parse_stat("stat", STAT).unwrap();
+        let b = parse_stat(
+            "stat",
+            &STAT.replace("cpu  100 0 50 800 10 0 5 35", "cpu  150 0 60 880 10 0 5 95"),
+        )
+        .unwrap();
+        let share = steal_share(&a, &b).unwrap();
+        assert!((share - 0.3).abs() < 1e-9, "{share}");
+        assert_eq!(steal_share(&b, &a), None);
+        assert_eq!(steal_share(&a, &a), None);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("stat"), STAT).unwrap();
+        assert_eq!(read_stat(dir.path()).unwrap(), a);
+        let e = read_stat(&dir.path().join("none")).unwrap_err();
+        assert!(e.file.ends_with("none/stat"), "{e}");
+    }
+
     proptest! {
         #[test]
         fn never_panics_on_any_text(text in "(cpu[0-9 ]{0,30}|procs_running [0-9a-z]{0,12}|[ -~]{0,30})(\n(cpu[0-9 ]{0,30}|procs_running [0-9a-z]{0,12}|[ -~]{0,30})){0,6}") {
             if let Ok(s) = parse_stat("stat", &text) {
                 prop_assert!(s.cpus >= 1 && s.steal <= s.total);
+                let share = steal_share(&CpuSample { total: 0, steal: 0, cpus: 1, running: 0 }, &s);
+                prop_assert!(share.is_none_or(|x| (0.0..=1.0).contains(&x)));
             }
         }
     }

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rocewatch_sysfs::procstat::parse_stat;
+use rocewatch_sysfs::procstat::{read_stat, steal_share};
 pub use rocewatch_sysfs::procstat::{CpuSample, StatError};
 
 /// How the host stood over the last round.
@@ -20,7 +20,7 @@ pub struct Load {
 
 /// Reads `<procfs>/stat` each round and says whether the host is overloaded.
 pub struct HostNoise {
-    file: PathBuf,
+    procfs: PathBuf,
     last: Option<CpuSample>,
     steal_limit: f64,
     run_queue_limit: f64,
@@ -29,7 +29,7 @@ pub struct HostNoise {
 impl HostNoise {
     pub fn new(procfs: &Path, steal_limit: f64, run_queue_limit: f64) -> Self {
         HostNoise {
-            file: procfs.join("stat"),
+            procfs: procfs.to_path_buf(),
             last: None,
             steal_limit,
             run_queue_limit,
@@ -38,18 +38,8 @@ impl HostNoise {
 
     /// The load now, or why it could not be read.
     pub fn sample(&mut self) -> Result<Load, StatError> {
-        let name = self.file.display().to_string();
-        let text = std::fs::read_to_string(&self.file).map_err(|e| StatError {
-            file: name.clone(),
-            why: e.to_string(),
-        })?;
-        let now = parse_stat(&name, &text)?;
-        let steal = match self.last {
-            Some(l) if now.total > l.total => {
-                now.steal.saturating_sub(l.steal) as f64 / (now.total - l.total) as f64
-            }
-            _ => 0.0,
-        };
+        let now = read_stat(&self.procfs)?;
+        let steal = self.last.and_then(|l| steal_share(&l, &now)).unwrap_or(0.0);
         self.last = Some(now);
         Ok(Load {
             steal,
@@ -71,7 +61,7 @@ mod tests {
 
     #[test]
     fn steal_share_and_run_queue_from_proc_stat() {
-        let s = parse_stat("stat", STAT).unwrap();
+        let s = rocewatch_sysfs::procstat::parse_stat("stat", STAT).unwrap();
         assert_eq!(
             s,
             CpuSample {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rocewatch_plugin_api::{BandwidthOp, BandwidthRequest, BandwidthResult, PluginError};
 
-use crate::bwproto::{self, Answer, Hello, QpInfo, Report, DONE, MAX_QPS};
+use crate::bwproto::{self, Answer, Hello, QpInfo, Report, ABORT, DONE, MAX_QPS};
 use crate::bwverbs::{self, BwQp, Plan};
 use crate::conn::{open_channel, Setup};
 
@@ -41,6 +41,7 @@ pub(crate) fn negotiate(
     let hello = Hello {
         op: req.op,
         bidirectional: req.bidirectional,
+        says_abort: true,
         size: req.size,
         qps: req.qps,
         duration_ms: req.duration_ms as u32,
@@ -58,6 +59,16 @@ pub(crate) fn negotiate(
         ))),
         Answer::Accepted(r) => Ok(r),
     }
+}
+
+/// Tells the responder the test is over (done, or abort when it failed here: the
+/// responder then frees its queue pairs at once) and reads what it saw. A test that
+/// failed here only waits a moment for that: the sweep or the next test is waiting.
+pub(crate) fn finish(tcp: &mut TcpStream, ok: bool) -> Result<Report, bwproto::ProtoError> {
+    let _ = tcp.write_all(&[if ok { DONE } else { ABORT }]);
+    let wait = if ok { 20 } else { 3 };
+    tcp.set_read_timeout(Some(Duration::from_secs(wait))).ok();
+    Report::read(tcp)
 }
 
 /// Run the test of `req` against its peer's responder.
@@ -101,15 +112,8 @@ pub(crate) fn run(setup: &Setup, req: &BandwidthRequest) -> Result<BandwidthResu
             "the responder at {peer} could not set up the test: {why}"
         )));
     }
-    let ran = bwverbs::run(&mut qps, &remotes, req.size, &plan, &mut || false);
-    // Whatever happened, tell the responder and hear what it saw.
-    let _ = tcp.write_all(&[DONE]);
-    // A test that failed here only waits a moment for what the responder saw: its queue
-    // pairs may still hold messages the link cannot carry, and the sweep or the next
-    // test is waiting.
-    let wait = if ran.is_err() { 3 } else { 20 };
-    tcp.set_read_timeout(Some(Duration::from_secs(wait))).ok();
-    let report = Report::read(&mut tcp);
+    let ran = bwverbs::run(&mut qps, &remotes, req.size, &plan, &mut |_| false);
+    let report = finish(&mut tcp, ran.is_ok());
     let local = ran
         .map_err(|e| {
             let theirs = match &report {
@@ -191,6 +195,25 @@ mod tests {
             s.write_all(&answer).unwrap();
         });
         addr
+    }
+
+    /// A revision 1 responder took any byte after the test for done and sent its
+    /// report: a prober's abort reaches it as one, and the report still comes.
+    #[test]
+    fn an_abort_is_a_done_to_an_older_responder() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let old = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut done = [0u8; 1];
+            s.read_exact(&mut done).unwrap();
+            s.write_all(&Report::default().encode()).unwrap();
+            done[0]
+        });
+        let mut tcp = TcpStream::connect(addr).unwrap();
+        assert_eq!(finish(&mut tcp, false), Ok(Report::default()));
+        assert_eq!(old.join().unwrap(), ABORT);
     }
 
     fn request() -> BandwidthRequest {

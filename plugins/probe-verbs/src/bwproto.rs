@@ -8,16 +8,24 @@
 //! order throughout:
 //!
 //! ```text
-//! prober    hello   MAGIC u32, version u8, op u8, flags u8 (1: bidirectional), 0 u8,
-//!                   size u32, qps u16, 0 u16, duration_ms u32, 8 zero bytes
+//! prober    hello   MAGIC u32, version u8, op u8, flags u8 (1: bidirectional,
+//!                   2: says abort), 0 u8, size u32, qps u16, 0 u16, duration_ms u32,
+//!                   8 zero bytes
 //! responder answer  MAGIC u32, then 0 u8 + qps u16 + qps x QpInfo (accepted)
 //!                              or   1 u8 + len u16 + reason (refused, UTF-8)
 //! prober            qps x QpInfo
 //! responder ready   0 u8 (queue pairs connected, receives posted) or 1 u8 + len u16 + reason
 //!   ... the test ...
-//! prober    done    b'D'
+//! prober    done    b'D' (or b'A': abort, its test failed)
 //! responder report  len u32 + JSON (Report)
 //! ```
+//!
+//! Revision 2 adds the abort: a prober whose test failed says b'A' instead of done, and
+//! the responder then moves its queue pairs to error and frees them at once (`bwend`)
+//! instead of answering until the test's end. The version byte stays 1, since a version
+//! 1 responder refuses any other; the hello's flag 2 says the prober is of revision 2,
+//! and a version 1 responder ignores it and takes the abort for a done (any byte ends its
+//! test), so either side may be the older one.
 //! A QpInfo is 36 bytes: qpn u32, psn u32, gid 16 bytes, rkey u32, addr u64.
 
 use std::io::Read;
@@ -40,6 +48,9 @@ const MAX_REASON: usize = 4096;
 const MAX_REPORT: u32 = 1 << 20;
 /// The done message.
 pub const DONE: u8 = b'D';
+/// The abort message, said instead of done when the prober's test failed (revision 2;
+/// an older responder takes any byte for done).
+pub const ABORT: u8 = b'A';
 
 /// What was wrong with bytes read from the side channel.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -86,11 +97,17 @@ impl From<std::io::Error> for ProtoError {
     }
 }
 
+/// The hello's flags.
+const FLAG_BIDIRECTIONAL: u8 = 1;
+const FLAG_SAYS_ABORT: u8 = 2;
+
 /// A bandwidth prober's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     pub op: BandwidthOp,
     pub bidirectional: bool,
+    /// The prober says abort when its test fails (revision 2).
+    pub says_abort: bool,
     pub size: u32,
     pub qps: u16,
     pub duration_ms: u32,
@@ -118,7 +135,11 @@ impl Hello {
         b[0..4].copy_from_slice(&MAGIC.to_be_bytes());
         b[4] = VERSION;
         b[5] = op_code(self.op);
-        b[6] = u8::from(self.bidirectional);
+        b[6] = if self.bidirectional {
+            FLAG_BIDIRECTIONAL
+        } else {
+            0
+        } | if self.says_abort { FLAG_SAYS_ABORT } else { 0 };
         b[8..12].copy_from_slice(&self.size.to_be_bytes());
         b[12..14].copy_from_slice(&self.qps.to_be_bytes());
         b[16..20].copy_from_slice(&self.duration_ms.to_be_bytes());
@@ -141,7 +162,8 @@ impl Hello {
         };
         let h = Hello {
             op,
-            bidirectional: b[6] & 1 != 0,
+            bidirectional: b[6] & FLAG_BIDIRECTIONAL != 0,
+            says_abort: b[6] & FLAG_SAYS_ABORT != 0,
             size: be32(&b[8..12]),
             qps: be16(&b[12..14]),
             duration_ms: be32(&b[16..20]),
@@ -355,6 +377,7 @@ mod tests {
         Hello {
             op: BandwidthOp::Read,
             bidirectional: true,
+            says_abort: true,
             size: 65536,
             qps: 4,
             duration_ms: 10_000,
@@ -369,6 +392,24 @@ mod tests {
         let mut b = h.encode();
         b[0..4].copy_from_slice(&64u32.to_be_bytes());
         assert_eq!(Hello::decode(&b), Err(ProtoError::NotBandwidth(64)));
+    }
+
+    #[test]
+    fn the_abort_flag_is_one_a_version_1_responder_reads_past() {
+        let h = Hello {
+            bidirectional: false,
+            ..hello()
+        };
+        let b = h.encode();
+        // A version 1 responder checks the version byte and reads bit 0 of the flags.
+        assert_eq!(b[4], 1);
+        assert_eq!(b[6] & 1, 0, "not bidirectional");
+        assert_eq!(b[6], 2);
+        // A revision 1 prober's hello (no abort flag) reads as before.
+        let mut old = b;
+        old[6] = 1;
+        let got = Hello::decode(&old).unwrap();
+        assert!(got.bidirectional && !got.says_abort, "{got:?}");
     }
 
     #[test]
@@ -457,9 +498,9 @@ mod tests {
         }
 
         #[test]
-        fn valid_hellos_round_trip(op in 0u8..3, bidi in any::<bool>(), size in 1u32.., qps in 1u16..=MAX_QPS, ms in 1u32..) {
+        fn valid_hellos_round_trip(op in 0u8..3, bidi in any::<bool>(), aborts in any::<bool>(), size in 1u32.., qps in 1u16..=MAX_QPS, ms in 1u32..) {
             let op = [BandwidthOp::Write, BandwidthOp::Read, BandwidthOp::Send][op as usize];
-            let h = Hello { op, bidirectional: bidi, size, qps, duration_ms: ms };
+            let h = Hello { op, bidirectional: bidi, says_abort: aborts, size, qps, duration_ms: ms };
             prop_assert_eq!(Hello::decode(&h.encode()), Ok(h));
         }
     }

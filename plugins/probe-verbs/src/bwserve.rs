@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rocewatch_plugin_api::BandwidthOp;
 use rocewatch_sysfs::SysRoot;
 
+use crate::bwend::{End, Ending, Heard, LINGER};
 use crate::bwproto::{self, Answer, Hello, Report, HELLO_LEN};
 use crate::bwverbs::{self, BwQp, Plan};
 use crate::conn::GidCache;
@@ -127,12 +128,14 @@ pub(crate) fn serve_test(
     let remotes =
         bwproto::read_qps(&mut tcp, h.qps).map_err(|e| from(format!("its queue pairs: {e}")))?;
     let duration = Duration::from_millis(u64::from(h.duration_ms));
+    let mut ending = Ending::new(duration);
     let plan = Plan {
         op: h.op,
         active_for: h.bidirectional.then_some(duration),
         receive: h.op == BandwidthOp::Send,
-        linger: duration + Duration::from_secs(15),
-        hard_stop: Instant::now() + duration + Duration::from_secs(15),
+        // The ending decides; these only bound it.
+        linger: ending.hard_stop(),
+        hard_stop: Instant::now() + ending.hard_stop(),
     };
     let rd = bwverbs::rd_atomic(dev);
     let setup: Result<(), String> = qps
@@ -145,37 +148,91 @@ pub(crate) fn serve_test(
     send(&mut tcp, &bwproto::encode_ready(&setup)).map_err(from)?;
     setup.map_err(from)?;
     tcp.set_nonblocking(true).ok();
-    // The prober's done message (or its leaving) ends the test.
-    let mut stop = || {
-        let mut b = [0u8; 1];
-        match tcp.peek(&mut b) {
-            Ok(_) => true,
-            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    let began = Instant::now();
+    let mut decided = None;
+    // What the prober says (done, abort, or its leaving) or its silence ends the test.
+    let ran = bwverbs::run(&mut qps, &remotes, h.size, &plan, &mut |own_done| {
+        decided = heard_end(&mut tcp, &mut ending, began, own_done);
+        decided.is_some()
+    });
+    // Ended here (an error on this side): the prober's word is still awaited.
+    let end = decided.unwrap_or_else(|| await_word(&mut tcp, &mut ending, began));
+    if end.releases() {
+        // The prober's queue pairs are gone or going: flush this side's at once (one
+        // that cannot move is destroyed with the others below all the same).
+        for q in &mut qps {
+            let _ = q.fail();
         }
-    };
-    let ran = bwverbs::run(&mut qps, &remotes, h.size, &plan, &mut stop);
+    }
     snap.after = snapshot::counters(&policy.root, &dev.name, dev.port);
-    tcp.set_nonblocking(false).ok();
-    tcp.set_read_timeout(Some(Duration::from_secs(15))).ok();
-    let mut done = [0u8; 1];
-    let _ = tcp.read_exact(&mut done);
-    let report = match ran {
-        Ok(side) => Report {
-            side,
-            port: Some(snap),
-            error: None,
+    let report = Report {
+        side: match (&ran, end) {
+            (Ok(side), End::Done) => side.clone(),
+            _ => None,
         },
-        Err(e) => Report {
-            side: None,
-            port: Some(snap),
-            error: Some(e.to_string()),
+        port: Some(snap),
+        // Stopped by the prober: nothing went wrong here.
+        error: match &ran {
+            Err(e) if decided.is_none() => Some(e.to_string()),
+            _ => None,
         },
     };
-    let err = report.error.clone();
-    send(&mut tcp, &report.encode()).map_err(from)?;
-    match err {
-        Some(e) => Err(from(e)),
-        None => Ok(()),
+    let sent = conclude(&mut tcp, end, &report);
+    drop(qps);
+    sent.map_err(from)?;
+    match (report.error, end) {
+        (Some(e), _) => Err(from(e)),
+        (None, End::Done) => Ok(()),
+        (None, _) => Err(from(format!("{}: its queue pairs released", end.why()))),
+    }
+}
+
+/// Whether the test ends now: what the prober said since the last call, read without
+/// waiting (the side channel is non-blocking), and the time since it began.
+fn heard_end(
+    tcp: &mut TcpStream,
+    ending: &mut Ending,
+    began: Instant,
+    own_done: bool,
+) -> Option<End> {
+    listen(tcp, ending);
+    ending.decide(began.elapsed(), own_done)
+}
+
+/// The prober's word after this side's run ended by itself, or its silence.
+fn await_word(tcp: &mut TcpStream, ending: &mut Ending, began: Instant) -> End {
+    loop {
+        if let Some(end) = heard_end(tcp, ending, began, true) {
+            return end;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The report to a prober still there, written within [`LINGER`].
+fn conclude(tcp: &mut TcpStream, end: End, report: &Report) -> Result<(), String> {
+    if end == End::Closed {
+        return Ok(());
+    }
+    tcp.set_nonblocking(false).ok();
+    tcp.set_write_timeout(Some(LINGER)).ok();
+    send(tcp, &report.encode())
+}
+
+/// Reads what the prober said since the last call, without waiting (the side channel is
+/// non-blocking), into `ending`.
+pub(crate) fn listen(tcp: &mut TcpStream, ending: &mut Ending) {
+    let mut b = [0u8; 16];
+    loop {
+        match tcp.read(&mut b) {
+            Ok(0) => return ending.hear(Heard::Closed),
+            Ok(n) => b[..n]
+                .iter()
+                .for_each(|&w| ending.hear(Heard::from_byte(w))),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(_) => return ending.hear(Heard::Closed),
+        }
     }
 }
 
@@ -195,10 +252,78 @@ mod tests {
         Hello {
             op: BandwidthOp::Write,
             bidirectional: false,
+            says_abort: true,
             size,
             qps,
             duration_ms,
         }
+    }
+
+    /// A responder's side channel on loopback once the test began: what ended it, and
+    /// how long after the prober's first word (or its leaving).
+    fn responder_side() -> (
+        std::net::SocketAddr,
+        std::thread::JoinHandle<(End, Duration)>,
+    ) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let served = std::thread::spawn(move || {
+            let (mut tcp, _) = l.accept().unwrap();
+            tcp.set_nonblocking(true).unwrap();
+            // A test long enough that its silence never ends it here.
+            let mut ending = Ending::new(Duration::from_secs(60));
+            let began = Instant::now();
+            let mut first = None;
+            let end = loop {
+                if let Some(end) = heard_end(&mut tcp, &mut ending, began, true) {
+                    break end;
+                }
+                let mut b = [0u8; 1];
+                if first.is_none()
+                    && !matches!(tcp.peek(&mut b), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                {
+                    first = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            let after = first.map_or(Duration::ZERO, |t| t.elapsed());
+            conclude(&mut tcp, end, &Report::default()).unwrap();
+            (end, after)
+        });
+        (addr, served)
+    }
+
+    /// A prober's abort, its leaving, and an older prober's done (it says done whatever
+    /// happened) each end the test; the first two within the linger, with the report to
+    /// an aborting prober.
+    #[test]
+    fn an_abort_or_a_close_ends_the_test_at_once_and_an_old_probers_done_still_works() {
+        let (addr, served) = responder_side();
+        let mut tcp = TcpStream::connect(addr).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let asked = Instant::now();
+        let report = crate::bwclient::finish(&mut tcp, false).expect("a report");
+        assert!(asked.elapsed() < LINGER, "{:?}", asked.elapsed());
+        assert_eq!(report, Report::default());
+        let (end, after) = served.join().unwrap();
+        assert_eq!(end, End::Abort);
+        assert!(after < LINGER, "{after:?}");
+
+        let (addr, served) = responder_side();
+        let tcp = TcpStream::connect(addr).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        drop(tcp);
+        let (end, after) = served.join().unwrap();
+        assert_eq!(end, End::Closed);
+        assert!(after < LINGER, "{after:?}");
+
+        // Revision 1: b'D', then the report.
+        let (addr, served) = responder_side();
+        let mut tcp = TcpStream::connect(addr).unwrap();
+        tcp.write_all(&[bwproto::DONE]).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(Report::read(&mut tcp), Ok(Report::default()));
+        assert_eq!(served.join().unwrap().0, End::Done);
     }
 
     #[test]

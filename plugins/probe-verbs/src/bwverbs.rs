@@ -213,6 +213,24 @@ impl BwQp {
         Ok(())
     }
 
+    /// To the error state: whatever is posted is flushed at once instead of retried, and
+    /// the peer's messages are no longer answered.
+    pub fn fail(&mut self) -> Result<(), VerbsError> {
+        // SAFETY: an all-zero attribute is valid; the state is set below.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: qp is valid; only the state is modified.
+        let r = unsafe { ibv_modify_qp(self.qp, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
+        if r != 0 {
+            return Err(VerbsError(format!(
+                "ibv_modify_qp to ERR on {}: {}",
+                self.dev.name,
+                std::io::Error::from_raw_os_error(r)
+            )));
+        }
+        Ok(())
+    }
+
     /// Completions waiting: (messages of send chains completed, receives completed).
     fn poll(&mut self) -> Result<(u64, u64), VerbsError> {
         // SAFETY: all-zero work completions are valid out-buffers.
@@ -287,14 +305,15 @@ pub fn prepare(qps: &mut [BwQp], plan: &Plan) -> Result<(), VerbsError> {
 }
 
 /// Run `plan` on the connected queue pairs (the peer's in `remotes`, same order); `stop`
-/// is asked every few milliseconds once this side's own messages are done (or from the
-/// start, for a side that only answers).
+/// is asked every few milliseconds, with whether this side's own messages are over
+/// (always, for a side that only answers): true ends the run then, an error when they
+/// were not over (the peer aborted: nothing this side measured is kept).
 pub fn run(
     qps: &mut [BwQp],
     remotes: &[QpInfo],
     size: u32,
     plan: &Plan,
-    stop: &mut dyn FnMut() -> bool,
+    stop: &mut dyn FnMut(bool) -> bool,
 ) -> Result<Option<BandwidthSide>, VerbsError> {
     let start = Instant::now();
     let deadline = plan.active_for.map(|d| start + d);
@@ -356,17 +375,26 @@ pub fn run(
                     "{in_flight} messages still in flight {DRAIN:?} after the end of the test"
                 )));
             }
-            if posting || in_flight > 0 {
-                continue;
+        }
+        let own_done = deadline.is_none() || !(posting || in_flight > 0);
+        if now >= next_stop_check {
+            next_stop_check = now + STOP_EVERY;
+            if stop(own_done) {
+                if own_done {
+                    break;
+                }
+                return Err(VerbsError(
+                    "ended by the side channel before this side's messages were over".into(),
+                ));
             }
+        }
+        if !own_done {
+            continue;
         }
         // This side's own messages are done (or it only answers): linger for the peer.
         let done_at = *own_done_at.get_or_insert(now);
-        if now >= next_stop_check {
-            next_stop_check = now + STOP_EVERY;
-            if stop() || (deadline.is_some() && now >= done_at + plan.linger) {
-                break;
-            }
+        if deadline.is_some() && now >= done_at + plan.linger {
+            break;
         }
         if deadline.is_none() && !plan.receive {
             // Nothing to answer (the peer writes or reads this side's memory): sleep, and

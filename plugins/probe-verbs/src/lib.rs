@@ -18,7 +18,9 @@
 //! 2 MiB each), busy-polled for the duration, counted as `ib_write_bw` counts (bytes completed over the time from the
 //! first post to the last completion). The responder refuses when `serve_bandwidth` is
 //! off, while another test runs, or beyond 60 s, saying why; it sends back its port's
-//! counters before and after.
+//! counters before and after. A prober whose test failed says abort instead of done, and
+//! the responder frees its queue pairs at once (within 1 s), as it does when the side
+//! channel closes; a prober silent 10 s past the test's end is given up.
 //!
 //! Flows (ABI 1.3): a target names a path (0..) and a flow label; each (peer, path) has
 //! its own queue pair, and the label sets its UDP source port (the kernel derives the
@@ -61,9 +63,12 @@
 //! - `bwproto`: the bandwidth test's side-channel messages (pure).
 //! - `bwverbs`: the bandwidth test's queue pairs and posting loop.
 //! - `bwclient`, `bwserve`: the prober's and the responder's side of a test.
+//! - `bwend`: when the responder's side of a test ends, and why (pure): the prober's
+//!   done, its abort or its leaving (queue pairs to error at once), or its silence.
 //! - `snapshot`: a port's raw counters, rate and netdev speed (the responder's report).
 
 mod bwclient;
+mod bwend;
 mod bwproto;
 mod bwserve;
 mod bwverbs;

@@ -95,5 +95,6 @@ mod quarantine;
 mod rail_map;
 mod rules;
 mod slurm;
+mod sriov;
 mod top;
 mod web;

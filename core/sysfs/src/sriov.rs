@@ -39,8 +39,7 @@ impl SriovError {
 }
 
 /// The SR-IOV role of one PCI function.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "role", rename_all = "lowercase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sriov {
     /// A physical function with the SR-IOV capability.
     Pf(PhysFn),
@@ -69,29 +68,25 @@ impl Sriov {
 }
 
 /// A PF: what its SR-IOV capability allows and the VFs enabled now.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PhysFn {
     /// `sriov_totalvfs`: the most VFs the device (and its firmware) offers.
     pub totalvfs: u32,
     /// `sriov_numvfs`: the VFs enabled now.
     pub numvfs: u32,
     /// `sriov_vf_device`: the PCI device id its VFs carry (`0x101e`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub vf_device: Option<String>,
     /// `sriov_offset`, `sriov_stride`: where VF routing ids start and their step.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stride: Option<u32>,
     /// `sriov_drivers_autoprobe`: whether new VFs are bound to a host driver at once.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub drivers_autoprobe: Option<bool>,
     /// Each `virtfn<N>`, by N.
     pub vfs: Vec<VfFunction>,
 }
 
 /// One VF as its PF lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VfFunction {
     /// N of `virtfn<N>`: the VF index `ip link` and rtnetlink use.
     pub index: u32,
@@ -117,15 +112,13 @@ impl VfFunction {
 }
 
 /// A VF seen from itself.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VirtFn {
     /// The PF's address (`physfn`); `None` where the PF is not visible (in a guest).
     pub pf: Option<String>,
     /// Its index on the PF (the PF's `virtfn<N>` that leads here), when the PF is visible.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
     /// The VF model from the drivers' id tables, when recognised by id (`vf_by_id`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<&'static str>,
 }
 

@@ -8,7 +8,10 @@
 //! rank order, each with the address its RoCE v2 GID carries) only when it has itself
 //! reached that step as the serving side: a host still busy with an earlier round keeps
 //! its next driver waiting instead of being measured twice at once. The driver runs its
-//! tests, then sends [`Message::Done`], which ends the partner's step. A hello the
+//! tests, then sends [`Message::Done`], which ends the partner's step (the connection
+//! closing ends it too: the driver is gone). The tests' queue pairs on the partner's
+//! responder do not wait for it: each bandwidth test ends on its own side channel, at
+//! once when it failed (the verbs plugin's abort). A hello the
 //! schedule does not explain (a host not in the list, a round where the two are not
 //! partners, the wrong side driving) is answered [`Message::Refused`] with why.
 //!

@@ -40,8 +40,9 @@ pub struct Measurement {
 }
 
 /// Runs one step. Driving: one measurement per rail of `step.rails`, in that order (the
-/// rails in parallel). Serving: answer the peer's tests until they end; the result is
-/// ignored (the driver measures).
+/// rails in parallel), then say done. Serving: answer the peer's tests until it says
+/// done or is gone (its control connection closed); the result is ignored (the driver
+/// measures).
 pub trait PairRunner {
     fn run_step(&mut self, step: &Step) -> impl Future<Output = Vec<Measurement>> + Send;
 }
@@ -112,4 +113,104 @@ pub async fn run_host<R: PairRunner>(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{Hello, Message, StepId};
+    use crate::verbs::{Settings, Tell, VerbsRunner};
+    use crate::{Mode, PairRunner};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// The notes a sweep says (an early end among them).
+    #[derive(Default)]
+    struct Notes(Mutex<Vec<String>>);
+
+    impl Tell for Notes {
+        fn waiting(&self, _: String, _: Option<std::time::Instant>) {}
+        fn note(&self, line: String) {
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    /// A serving step ends as soon as its driver says done, or as soon as the driver's
+    /// control connection closes without it, not at the step's limit (here 100 s).
+    #[tokio::test]
+    async fn a_serving_step_ends_on_the_drivers_done_or_its_leaving() {
+        for says_done in [true, false] {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let schedule = Schedule::new(vec!["a".into(), "b".into()], Mode::Default).unwrap();
+            let b = HostRails {
+                host: "b".into(),
+                nics: Vec::new(),
+            };
+            let step = steps(&schedule, &b)
+                .unwrap()
+                .into_iter()
+                .find(|s| s.role == Role::Serve)
+                .expect("b serves a step");
+            let settings = Settings {
+                control_port: port,
+                patience: Duration::from_secs(30),
+                duration: Duration::from_secs(60),
+                size: 65536,
+                qps: 1,
+                probes: 0,
+                line_rate_gbps: None,
+                token: None,
+            };
+            let notes = Arc::new(Notes::default());
+            let metrics = Arc::new(rocewatch_runtime::selfmetrics::SelfMetrics::default());
+            let mut runner = VerbsRunner::start(
+                schedule,
+                b,
+                Default::default(),
+                metrics,
+                settings,
+                notes.clone(),
+            )
+            .await
+            .unwrap();
+            let id = StepId {
+                from: "a".into(),
+                round: step.round,
+                phase: step.phase,
+            };
+            let driver = tokio::spawn(async move {
+                let sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .unwrap();
+                let (r, mut w) = sock.into_split();
+                let hello = Message::Hello(Hello::new(id.clone(), None)).encode();
+                w.write_all(hello.as_bytes()).await.unwrap();
+                let mut line = String::new();
+                BufReader::new(r).read_line(&mut line).await.unwrap();
+                assert!(
+                    matches!(Message::decode(&line), Ok(Message::Rails(_))),
+                    "{line}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if says_done {
+                    w.write_all(Message::Done(id).encode().as_bytes())
+                        .await
+                        .unwrap();
+                }
+                // Both halves dropped: the connection closes.
+            });
+            let served =
+                tokio::time::timeout(Duration::from_secs(10), runner.run_step(&step)).await;
+            driver.await.unwrap();
+            let notes = notes.0.lock().unwrap().clone();
+            assert!(served.is_ok(), "done {says_done}: {notes:?}");
+            let early = notes.iter().any(|n| n.contains("ended early"));
+            assert_eq!(early, !says_done, "{notes:?}");
+        }
+    }
 }

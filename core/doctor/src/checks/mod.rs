@@ -24,3 +24,4 @@ pub(crate) mod qos;
 pub(crate) mod rails;
 pub(crate) mod sriov;
 pub mod userspace;
+pub(crate) mod virtualization;

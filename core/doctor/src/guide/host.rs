@@ -13,6 +13,7 @@ use rocewatch_sysfs::SysRoot;
 
 use crate::check::{Check, Options};
 use crate::checks::gpu::Placed;
+use crate::checks::virtualization::CpuWindow;
 
 /// What the checks read, read once: the inventory, the QoS state, the roots, the
 /// interfaces' addresses, the PCI side, and what the live agent saw (the two collections
@@ -39,6 +40,9 @@ pub(crate) struct Host<'a> {
     pub probe: Vec<Check>,
     /// Which rail each port is on (`rocewatch_sysfs::railmap`, by `opts.rail_rows`).
     pub rails: RailMap,
+    /// `/proc/stat` at the start and the end of the window (`None`: the proc tree is not
+    /// the sysfs tree's host's).
+    pub cpu: Option<CpuWindow>,
 }
 
 /// A RoCE port: an Ethernet port with a netdev.
@@ -79,6 +83,7 @@ impl<'a> Host<'a> {
             failed: Vec::new(),
             probe: Vec::new(),
             rails,
+            cpu: None,
         }
     }
 
@@ -86,6 +91,14 @@ impl<'a> Host<'a> {
     /// given).
     pub fn proc_root(&self) -> Option<&Path> {
         (self.live == self.proc_live).then_some(self.opts.procfs_root.as_path())
+    }
+
+    /// `/proc/stat` now, when the proc tree is this tree's host's.
+    pub fn cpu_times(
+        &self,
+    ) -> Option<Result<rocewatch_sysfs::procstat::CpuSample, rocewatch_sysfs::procstat::StatError>>
+    {
+        self.proc_root().map(rocewatch_sysfs::procstat::read_stat)
     }
 
     /// The RoCE ports (Ethernet, with a netdev), in inventory order.

@@ -1,4 +1,4 @@
-//! The guide in order: devices, ports, netdev and IP, GID, the QoS checks, MTU, the link
+//! The guide in order: devices, what the host is (bare metal or a guest), ports, netdev and IP, GID, the QoS checks, MTU, the link
 //! layer, the PCIe links, SR-IOV VFs, GPUs, NUMA, multi-rail, firewall, interrupts, driver and
 //! firmware, the kernel log, counters over a window, a verbs probe, capture, and an
 //! application's environment. The host is read once ([`Host`]); each topic is a named
@@ -25,6 +25,7 @@ pub(super) type Topic = fn(&Host) -> Vec<Check>;
 /// The guide, in order.
 pub(super) const GUIDE: &[Topic] = &[
     ports::devices,
+    topics::virtualization,
     topics::userspace,
     ports::ports,
     ports::mtu,
@@ -79,6 +80,7 @@ pub async fn run_telling(agent: &Arc<App>, opts: &Options, waiting: Waiting<'_>)
 async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>, waiting: Waiting<'_>) {
     waiting("reading counters".into(), None);
     let (first, e1) = agent.collect_all().await;
+    let cpu_before = h.cpu_times();
     let window = h.opts.window;
     waiting(
         format!(
@@ -89,6 +91,7 @@ async fn live_steps(agent: &Arc<App>, h: &mut Host<'_>, waiting: Waiting<'_>) {
     );
     tokio::time::sleep(window).await;
     let (second, e2) = agent.collect_all().await;
+    h.cpu = cpu_before.zip(h.cpu_times());
     h.failed = e1.iter().chain(&e2).map(ToString::to_string).collect();
     (h.first, h.second) = (first, second);
     match &h.opts.peer {

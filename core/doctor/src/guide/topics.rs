@@ -193,3 +193,20 @@ pub(crate) fn env(h: &Host) -> Vec<Check> {
     );
     crate::appenv::check::env_checks(&host, &h.inv, &h.qos, env, h.addrs.as_ref())
 }
+
+/// What the host is (bare metal, a guest of which hypervisor), its VFs, the CPU time
+/// stolen over the window, and in a guest what only the hypervisor can judge.
+pub(crate) fn virtualization(h: &Host) -> Vec<Check> {
+    let mut facts = rocewatch_sysfs::virt::read_facts(&h.root, &h.opts.procfs_root);
+    if h.proc_root().is_none() {
+        // Another host's cpuinfo says nothing of this tree's.
+        facts.hypervisor_flag = None;
+    }
+    crate::checks::virtualization::virtualization_checks(
+        &rocewatch_sysfs::virt::judge(&facts),
+        &h.sys,
+        &h.inv,
+        h.cpu.as_ref(),
+        h.opts.window,
+    )
+}

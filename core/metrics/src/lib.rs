@@ -5,6 +5,7 @@
 //! - [`catalog`]: the tables ([`CATALOG`] for the ports, one per collector or signal) of
 //!   name, unit, kind, kernel source file, fixed attributes, scale and description;
 //!   lookups by source file.
+//! - [`vf`]: the SR-IOV virtual functions' table (`VF_CATALOG`) and attributes.
 //! - [`tables`]: every table in one list ([`TABLES`]), read by [`all_entries`] and the
 //!   doc; a new collector's table is one element there.
 //! - [`counter`]: what "a counter increased" means (reset, saturation, wrap), for every
@@ -30,9 +31,11 @@ pub mod names;
 pub mod naming;
 pub mod resources;
 pub mod tables;
+pub mod vf;
 
 pub use catalog::*;
 pub use derived::*;
 pub use kernel_log::*;
 pub use resources::*;
 pub use tables::{all_entries, kind_of, TABLES};
+pub use vf::*;

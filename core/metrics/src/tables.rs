@@ -10,6 +10,7 @@ use crate::catalog::{
     PCIE_CATALOG, PROBE_CATALOG, QOS_CATALOG, RESOURCE_CATALOG, SELF_METRICS,
 };
 use crate::derived::DERIVED_CATALOG;
+use crate::vf::VF_CATALOG;
 
 /// One catalog table and its section of `docs/METRICS.md`.
 pub struct Table {
@@ -86,6 +87,13 @@ pub static TABLES: &[Table] = &[
         about: "Read with the ethtool ioctls from the netdevs of RDMA ports and normalized across vendors. Every sample carries `network.interface.name` (plus `rdma.device` and `rdma.port` of the RDMA port behind it), `rdma.priority` for per-priority metrics and `network.io.direction`.",
         columns: Columns::DriverStatistics,
         entries: ETHTOOL_CATALOG,
+        then: Then::Nothing,
+    },
+    Table {
+        title: "SR-IOV virtual functions",
+        about: "Read by counters-ethtool from the netdevs of RDMA ports that are SR-IOV physical functions: the VF count from the PF's `sriov_*` files, each VF's settings and statistics from rtnetlink (`RTM_GETLINK` with `RTEXT_FILTER_VF`, what `ip -s link show dev PF` prints). Every sample carries the PF port's attributes (`network.interface.name`, `rdma.device`, `rdma.port`); a VF's also `rdma.vf` (its index) and `rdma.vf.pci_address`. One set of series per VF the PF has enabled. See VMS.md.",
+        columns: Columns::Source,
+        entries: VF_CATALOG,
         then: Then::Nothing,
     },
     Table {

@@ -16,10 +16,12 @@
 //!
 //! Layout: `rocewatch_ethtool` reads (the ioctls, Linux only), [`normalize`] maps names, this file plans and
 //! scrapes behind the [`StatsSource`] seam so recorded outputs can stand in for NICs this
-//! machine does not have.
+//! machine does not have; [`vf`] adds the SR-IOV VFs of the netdevs that are PFs
+//! (rtnetlink, live `/sys` only, behind its own seam).
 
 #[cfg(target_os = "linux")]
 pub mod normalize;
+pub mod vf;
 
 use rocewatch_metrics::names;
 use std::collections::BTreeMap;
@@ -124,6 +126,9 @@ pub struct EthtoolCounters {
     source: Option<Box<dyn StatsSource>>,
     targets: Vec<Target>,
     raw: Option<regex::Regex>,
+    /// The VFs of PF netdevs: rtnetlink where the sysfs root is the live `/sys`.
+    vfs: Option<(SysRoot, Box<dyn vf::VfSource>)>,
+    vf_source: Option<Box<dyn vf::VfSource>>,
 }
 
 impl Default for EthtoolCounters {
@@ -140,6 +145,8 @@ impl EthtoolCounters {
             source: None,
             targets: Vec::new(),
             raw: None,
+            vfs: None,
+            vf_source: None,
         }
     }
 
@@ -149,7 +156,16 @@ impl EthtoolCounters {
             source: Some(source),
             targets: Vec::new(),
             raw: None,
+            vfs: None,
+            vf_source: None,
         }
+    }
+
+    /// Read the VFs of PF netdevs from `source` instead of rtnetlink, whatever the sysfs
+    /// root (tests: replies built as the kernel lays them out).
+    pub fn with_vf_source(mut self, source: Box<dyn vf::VfSource>) -> Self {
+        self.vf_source = Some(source);
+        self
     }
 }
 
@@ -237,6 +253,14 @@ impl Plugin for EthtoolCounters {
                 self.targets.push(Target { ifname: i, base });
             }
         }
+        let root = SysRoot::new(&ctx.sysfs_root);
+        self.vfs = match self.vf_source.take() {
+            Some(s) => Some((root, s)),
+            None if rocewatch_sysfs::read::is_sysfs(&ctx.sysfs_root) => {
+                Some((root, Box::new(vf::NetlinkVfSource::default())))
+            }
+            None => None,
+        };
         if let Some(dir) = &opts.stats_dir {
             self.source = Some(Box::new(FileSource(dir.clone())));
         }
@@ -258,7 +282,9 @@ impl Plugin for EthtoolCounters {
 
 impl CollectorPlugin for EthtoolCounters {
     fn descriptors(&self) -> Vec<MetricDescriptor> {
-        rocewatch_metrics::ethtool_descriptors()
+        let mut d = rocewatch_metrics::ethtool_descriptors();
+        d.extend(rocewatch_metrics::vf_descriptors());
+        d
     }
 
     fn collect(&mut self) -> Result<ScrapeResult, PluginError> {
@@ -285,6 +311,9 @@ impl CollectorPlugin for EthtoolCounters {
                     target: format!("ethtool -S {}", t.ifname),
                     message: e.to_string(),
                 }),
+            }
+            if let Some((sys, vfs)) = self.vfs.as_mut() {
+                vf::collect(sys, vfs.as_mut(), &t.ifname, &t.base, &mut out);
             }
         }
         if present == 0 && out.errors.is_empty() {

@@ -13,6 +13,7 @@
 //! why in that order and records where each OTLP value came from, for `config check`.
 
 mod env;
+pub mod host;
 pub mod otel_env;
 pub mod otlp_sources;
 use env::env_overrides;

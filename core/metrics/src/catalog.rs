@@ -327,6 +327,8 @@ pub static SELF_METRICS: &[CatalogEntry] = &[
         "Series of a counter that stops at its maximum (IB PortCounters) now resting there, by metric `name`: their rate is unknown, not 0, until the counter is cleared (`perfquery -R`)."),
     entry!(names::ROCEWATCH_QUARANTINE, "{quarantine}", Gauge, "agent", NONE, 1, "agent",
         "1 while the host is in quarantine (no jobs until `rocewatch quarantine release` or the recovery policy), with its `reason`, `origin` (`rule:NAME`, `health`, `operator`) and `since` (RFC 3339); 0, without them, when it is not."),
+    entry!(names::ROCEWATCH_PROBE_ROUNDS_SKIPPED, "{round}", Counter, "agent", NONE, 1, "agent",
+        "Probe rounds a rail was not probed in because its previous call to the probe plugin was still running (a slow or hung NIC; the other rails keep their interval), by `device` (the local port, `mlx5_3:1`) and, with `[fleet]`, `rail`."),
 ];
 
 /// The entry for a file of a port directory (`counters`, `port_xmit_data`): the first

@@ -84,6 +84,7 @@ names! {
     ROCEWATCH_COUNTER_RESETS = "rocewatch.counter.resets",
     ROCEWATCH_COUNTER_SATURATED = "rocewatch.counter.saturated",
     ROCEWATCH_QUARANTINE = "rocewatch.quarantine",
+    ROCEWATCH_PROBE_ROUNDS_SKIPPED = "rocewatch.probe.rounds_skipped",
     PFC_PAUSE_FRAMES = "rdma.pfc.pause_frames",
     PFC_PAUSE_DURATION = "rdma.pfc.pause_duration",
     PFC_PAUSE_TRANSITIONS = "rdma.pfc.pause_transitions",

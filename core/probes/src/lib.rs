@@ -15,8 +15,11 @@
 //! interval stretches so that the agent sends at most `max_rate` probes per second; a
 //! round hands every peer to the plugin at once (`probe_many`: every probe in flight
 //! together, so dead peers cost the round one timeout, not one per dead peer; new peers
-//! are connected 64 at a time). Memory per peer in the agent is its counters and one
-//! histogram of `rtt_buckets.len() + 1` counts.
+//! are connected 64 at a time). Each probe plugin instance (a device, a rail) is called on
+//! a task of its own: one whose call still runs when the next round comes skips that
+//! round (counted, `rocewatch.probe.rounds_skipped`) and the others keep their interval.
+//! Memory per peer in the agent is its counters and one histogram of
+//! `rtt_buckets.len() + 1` counts.
 
 pub mod bandwidth;
 mod config;

@@ -39,6 +39,8 @@ struct Inner {
     durations: BTreeMap<(String, String), (u64, f64)>,
     /// The host's quarantine as last read: not yet read, none, or its attributes.
     quarantine: Option<Option<BTreeMap<String, String>>>,
+    /// (rail, device) → probe rounds skipped while the rail's previous call ran.
+    rounds_skipped: BTreeMap<(Option<u8>, String), u64>,
 }
 
 fn counter_sample(
@@ -73,6 +75,22 @@ fn events_samples(inner: &Inner, out: &mut Vec<Sample>) {
             "{log_record}",
             *v,
             attrs(&[("reason", reason.as_str())]),
+        ));
+    }
+}
+
+/// Probe rounds skipped, by `device` and, where known, `rail`.
+fn probe_samples(inner: &Inner, out: &mut Vec<Sample>) {
+    for ((rail, device), v) in &inner.rounds_skipped {
+        let mut a = attrs(&[("device", device)]);
+        if let Some(r) = rail {
+            a.insert("rail".into(), r.to_string());
+        }
+        out.push(counter_sample(
+            names::ROCEWATCH_PROBE_ROUNDS_SKIPPED,
+            "{round}",
+            *v,
+            a,
         ));
     }
 }
@@ -250,6 +268,16 @@ impl SelfMetrics {
             .or_default() += 1;
     }
 
+    /// A probe round in which `rail` (where known) on `device` was not probed: its
+    /// previous call was still running.
+    pub fn probe_round_skipped(&self, rail: Option<u8>, device: &str) {
+        *self
+            .lock()
+            .rounds_skipped
+            .entry((rail, device.into()))
+            .or_default() += 1;
+    }
+
     pub fn counter_reset(&self, metric: &str) {
         *self.lock().resets.entry(metric.into()).or_default() += 1;
     }
@@ -342,6 +370,7 @@ impl SelfMetrics {
             ));
         }
         events_samples(&inner, &mut out);
+        probe_samples(&inner, &mut out);
         for (result, v) in &inner.alertmanager {
             out.push(counter(
                 names::ROCEWATCH_ALERTMANAGER_REQUESTS,

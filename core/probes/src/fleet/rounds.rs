@@ -19,7 +19,7 @@ use super::flows::{epoch_at, flow_label, offset};
 use super::noise::HostNoise;
 use super::stats::{FleetStats, Outcome};
 use crate::config::{ProbesConfig, PLUGIN};
-use crate::rounds::{outcomes, probe_rails, Answer};
+use crate::rounds::{outcomes, Answer, Rails};
 use crate::stats::peers_and_interval;
 
 /// Seconds since the epoch: flows rotate on the wall clock.
@@ -133,19 +133,20 @@ pub fn targets(
 /// RTT histogram attributes by rail and class, made once.
 pub type RttAttrs = BTreeMap<(u8, Class), Attributes>;
 
-/// Count a round: `outcomes[i]` is how the `i`th flow of `flows` ended, `Err` when the plugin gave nothing. The answered probes' RTTs, with
+/// Count a round: `outcomes[i]` is how the `i`th flow of `flows` ended, `Err` when the plugin gave nothing, `None` when it was not probed (its rail's call still running). The answered probes' RTTs, with
 /// their histogram's attributes.
 pub fn count_round(
     st: &mut FleetStats,
     view: &FleetView,
     flows: &FlowSet,
-    outcomes: &[Result<&ProbeOutcome, ()>],
+    outcomes: &[Option<Result<&ProbeOutcome, ()>>],
     overloaded: bool,
     now: u64,
     rtt_attrs: &mut RttAttrs,
 ) -> Vec<(Attributes, f64)> {
     let mut rtts = Vec::new();
     for ((peer, path, _), r) in flows.iter().zip(outcomes) {
+        let Some(r) = r else { continue };
         let peer = &view.peers[peer];
         if let Ok(ProbeOutcome::Ok { rtt_seconds }) = r {
             let a = rtt_attrs
@@ -268,7 +269,8 @@ fn adopt_view(
 
 /// Probe the fleet view's pinglist once per (effective) interval until `shutdown`: each
 /// rail from the probe plugin instance of its port (`instances[view.ports[rail].instance]`),
-/// the instances at once, every rail at the same interval so that all flows together stay
+/// each instance's call on its own task (one still running at the next round skips that
+/// round: [`Rails`]), every rail at the same interval so that all flows together stay
 /// within `max_rate`.
 pub async fn run_fleet(
     instances: Vec<Entry>,
@@ -288,6 +290,7 @@ pub async fn run_fleet(
     let mut said = Said::default();
     let mut last_interval = Duration::ZERO;
     let mut rtt_attrs = RttAttrs::new();
+    let mut rails = Rails::new(instances, &pipeline);
     loop {
         let round = tokio::time::Instant::now();
         let view = views.borrow_and_update().clone();
@@ -323,8 +326,14 @@ pub async fn run_fleet(
         }
         if !targets.is_empty() {
             let groups = by_instance(&view, flows);
-            let Some(answers) =
-                probe_rails(&instances, groups, &targets, &pipeline, &mut shutdown).await
+            rails.name_rails(
+                view.ports
+                    .iter()
+                    .map(|(r, p)| (*r, p.instance, p.port.as_str())),
+            );
+            let Some(answers) = rails
+                .round(groups, &targets, round + interval, &mut shutdown)
+                .await
             else {
                 return;
             };

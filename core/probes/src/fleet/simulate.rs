@@ -321,7 +321,7 @@ pub fn run(
             let overloaded = active
                 .iter()
                 .any(|f| matches!(f, Fault::HostOverloaded { host } if *host == h.view.host));
-            let outcomes: Vec<Result<&ProbeOutcome, ()>> = h
+            let outcomes: Vec<Option<Result<&ProbeOutcome, ()>>> = h
                 .flows
                 .iter()
                 .map(|(peer, _, label)| {
@@ -344,7 +344,7 @@ pub fn run(
                         addr: peer.addr,
                     };
                     let gone = lost(active, &a, &b, udp_sport(label), opts, &mut rng);
-                    Ok(if gone { &timeout } else { &ok })
+                    Some(Ok(if gone { &timeout } else { &ok }))
                 })
                 .collect();
             count_round(

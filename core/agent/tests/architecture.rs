@@ -31,6 +31,7 @@ const CRATE_LAYERS: &[&[&str]] = &[
         "rocewatch-plugin-api",
         "rocewatch-process",
         "rocewatch-duration",
+        "rocewatch-optics",
     ],
     &[
         "rocewatch-plugin-sdk",

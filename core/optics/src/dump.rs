@@ -1,0 +1,1 @@
+//! The dump formats operators paste (being written).

@@ -1,0 +1,49 @@
+//! Transceiver module EEPROM decoders: SFF-8472 (SFP/SFP+/SFP28), SFF-8636 (QSFP+/QSFP28)
+//! and CMIS (QSFP-DD/OSFP), laid out as ethtool's `sfpid.c`/`sfpdiag.c`, `qsfp.c` and
+//! `cmis.c` read them, with SFF-8472's external calibration as the standard states it.
+//!
+//! Layout:
+//! - [`eeprom`]: the bytes as read ([`Eeprom`]: lower page, upper pages by bank and page,
+//!   A2h), from a reader (ethtool netlink by page) or ethtool's linear dump;
+//! - [`model`]: what a module says ([`Module`]): inventory, readings (°C, V, mA, mW),
+//!   thresholds, alarms, problems; absent readings are `None`, never zero;
+//! - `sff8472`, `sff8636`, `cmis`: one decoder per family;
+//! - [`dump`]: the formats operators paste (`ethtool -m DEV hex on`, `hexdump -C`, raw
+//!   bytes) into an [`Eeprom`].
+
+mod cmis;
+mod common;
+pub mod dump;
+pub mod eeprom;
+pub mod model;
+mod sff8472;
+mod sff8636;
+
+pub use eeprom::{Eeprom, Page};
+pub use model::{Alarm, Family, Lane, Level, Limits, Measure, Module, Problem, Thresholds};
+
+/// Why a module could not be decoded at all (a partial decode is a [`Module`] with
+/// [`Problem`]s instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Fewer bytes than the lower page.
+    #[error("{len} bytes: a module's memory is at least 128 bytes (the lower page)")]
+    TooShort { len: usize },
+    /// An identifier byte no decoder knows (SFF-8024 table 4-1).
+    #[error("identifier byte 0x{code:02x} is not an SFP, QSFP or CMIS module")]
+    UnknownIdentifier { code: u8 },
+}
+
+/// Decodes a module: the family from the identifier byte, then that family's map.
+pub fn decode(eeprom: &Eeprom) -> Result<Module, Error> {
+    let id = eeprom.identifier();
+    if eeprom::is_sff8472_id(id) {
+        Ok(sff8472::decode(eeprom))
+    } else if eeprom::is_sff8636_id(id) {
+        Ok(sff8636::decode(eeprom))
+    } else if eeprom::is_cmis_id(id) {
+        Ok(cmis::decode(eeprom))
+    } else {
+        Err(Error::UnknownIdentifier { code: id })
+    }
+}

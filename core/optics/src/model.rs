@@ -1,0 +1,217 @@
+//! What a decoded module says: inventory, readings in the units `ethtool -m` prints (°C, V,
+//! mA, mW; dBm derived), thresholds, the flags that are on, and the problems of the read.
+//! A reading the module does not give, or gives in a way that cannot be trusted, is `None`:
+//! never a zero.
+
+use serde::Serialize;
+
+/// The memory map family (which standard lays the bytes out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    /// SFF-8472 (SFP, SFP+, SFP28): A0h and A2h.
+    Sff8472,
+    /// SFF-8636 (QSFP+, QSFP28).
+    Sff8636,
+    /// CMIS (QSFP-DD, OSFP, ...).
+    Cmis,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Sff8472 => "SFF-8472",
+            Family::Sff8636 => "SFF-8636",
+            Family::Cmis => "CMIS",
+        }
+    }
+}
+
+/// A decoded module.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Module {
+    pub family: Family,
+    /// SFF-8024 identifier byte (byte 0).
+    pub identifier_code: u8,
+    /// Its name as ethtool prints it ("SFP/SFP+/SFP28", "QSFP28", "QSFP-DD ...").
+    pub identifier: String,
+    pub vendor: Option<String>,
+    /// Vendor OUI as `aa:bb:cc`.
+    pub vendor_oui: Option<String>,
+    pub part_number: Option<String>,
+    pub revision: Option<String>,
+    pub serial_number: Option<String>,
+    /// Date code as the module stores it (`YYMMDD` plus an optional lot code).
+    pub date_code: Option<String>,
+    /// SFF-8024 connector byte and its name.
+    pub connector: Option<String>,
+    /// Laser wavelength in nm (SFF-8472 byte 60-61, SFF-8636 186-187), optics only.
+    pub wavelength_nm: Option<f64>,
+    /// The standard's revision the module claims ("SFF-8472 rev 12.3", "CMIS 4.0", ...).
+    pub revision_compliance: Option<String>,
+    /// SFF-8636/CMIS: only page 00h exists (no thresholds, no lane pages).
+    pub flat_memory: Option<bool>,
+    /// CMIS module state (`ModuleReady`, `ModuleLowPwr`, ...).
+    pub module_state: Option<String>,
+    /// Whether the module says it implements diagnostics at all.
+    pub diagnostics_implemented: bool,
+    /// The receive power kind: "average" or "OMA" (SFF-8472 byte 92 bit 3, SFF-8636 byte
+    /// 220 bit 3); `None` when there are no diagnostics.
+    pub rx_power_kind: Option<&'static str>,
+    /// Module temperature, °C.
+    pub temperature_c: Option<f64>,
+    /// Supply voltage, V.
+    pub voltage_v: Option<f64>,
+    pub lanes: Vec<Lane>,
+    pub thresholds: Option<Thresholds>,
+    /// The alarm and warning flags that are set.
+    pub alarms: Vec<Alarm>,
+    /// What is wrong with the read or the module's answers.
+    pub problems: Vec<Problem>,
+}
+
+/// One lane (channel), numbered from 1 as ethtool does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lane {
+    pub lane: u8,
+    pub bias_ma: Option<f64>,
+    pub tx_power_mw: Option<f64>,
+    pub rx_power_mw: Option<f64>,
+}
+
+/// High/low alarm and warning levels of one measure.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Limits {
+    pub high_alarm: f64,
+    pub low_alarm: f64,
+    pub high_warning: f64,
+    pub low_warning: f64,
+}
+
+/// The module's thresholds, in the readings' units.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Thresholds {
+    pub temperature_c: Limits,
+    pub voltage_v: Limits,
+    pub bias_ma: Limits,
+    pub tx_power_mw: Limits,
+    pub rx_power_mw: Limits,
+}
+
+/// What a flag is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    Temperature,
+    Voltage,
+    Bias,
+    TxPower,
+    RxPower,
+    /// CMIS/SFF-8636 loss of signal on receive (a dark lane).
+    RxLos,
+    /// CMIS/SFF-8636 loss of signal on transmit.
+    TxLos,
+    /// CMIS/SFF-8636 transmitter fault.
+    TxFault,
+}
+
+impl Measure {
+    pub fn name(self) -> &'static str {
+        match self {
+            Measure::Temperature => "temperature",
+            Measure::Voltage => "voltage",
+            Measure::Bias => "laser bias current",
+            Measure::TxPower => "laser output power",
+            Measure::RxPower => "receiver power",
+            Measure::RxLos => "rx loss of signal",
+            Measure::TxLos => "tx loss of signal",
+            Measure::TxFault => "tx fault",
+        }
+    }
+}
+
+/// Which level a flag is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    HighAlarm,
+    LowAlarm,
+    HighWarning,
+    LowWarning,
+    /// A state flag (LOS, fault): no level.
+    Set,
+}
+
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::HighAlarm => "high alarm",
+            Level::LowAlarm => "low alarm",
+            Level::HighWarning => "high warning",
+            Level::LowWarning => "low warning",
+            Level::Set => "set",
+        }
+    }
+}
+
+/// One flag that is on. `lane` is `None` for module-level flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Alarm {
+    pub measure: Measure,
+    pub level: Level,
+    pub lane: Option<u8>,
+}
+
+/// What is wrong with a read, said as such rather than as zero readings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Problem {
+    /// A checksum (SFF-8472/SFF-8636 `CC_BASE`, `CC_EXT`, SFF-8472 `CC_DMI`) does not match
+    /// the bytes it covers: the read (or the module) is corrupt; readings are withheld
+    /// where the checksum covers them.
+    Checksum {
+        name: &'static str,
+        stored: u8,
+        computed: u8,
+    },
+    /// The DOM type byte (SFF-8472 byte 92 bit 6) says diagnostics are not implemented.
+    DiagnosticsNotImplemented,
+    /// Diagnostics are claimed but every reading is zero: the driver or module does not
+    /// answer them (a zero temperature, voltage and power together is not a module).
+    DiagnosticsAllZero,
+    /// A page the decoder needs was not read (`page` as in the standard, e.g. "A2h", "03h").
+    PageMissing { page: String },
+    /// The identifier byte is not one the decoder knows.
+    UnknownIdentifier { code: u8 },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Checksum {
+                name,
+                stored,
+                computed,
+            } => write!(
+                f,
+                "checksum {name} fails: stored 0x{stored:02x}, computed 0x{computed:02x} (corrupt read)"
+            ),
+            Problem::DiagnosticsNotImplemented => {
+                write!(f, "the module says it has no diagnostics (DOM type byte)")
+            }
+            Problem::DiagnosticsAllZero => write!(
+                f,
+                "diagnostics claimed but every reading is zero: not answered, readings withheld"
+            ),
+            Problem::PageMissing { page } => write!(f, "page {page} was not read"),
+            Problem::UnknownIdentifier { code } => {
+                write!(f, "unknown identifier 0x{code:02x}")
+            }
+        }
+    }
+}
+
+/// Power in mW as dBm, as ethtool prints it (`-inf` for 0).
+pub fn mw_to_dbm(mw: f64) -> f64 {
+    10.0 * mw.log10()
+}

@@ -1,0 +1,9 @@
+//! sff8636 decoder (being written).
+
+use crate::common::empty_module;
+use crate::model::{Family, Module};
+use crate::Eeprom;
+
+pub(crate) fn decode(eeprom: &Eeprom) -> Module {
+    empty_module(Family::Sff8636, eeprom.identifier())
+}

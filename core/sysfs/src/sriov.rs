@@ -130,7 +130,9 @@ const BROADCOM: u16 = 0x14e4;
 /// - mlx5: drivers/net/ethernet/mellanox/mlx5/core/main.c `mlx5_core_pci_table`, the
 ///   entries marked `MLX5_PCI_DEV_IS_VF`;
 /// - bnxt_en (bnxt_re's RDMA): drivers/net/ethernet/broadcom/bnxt/bnxt.c `bnxt_pci_tbl`,
-///   the `NETXTREME_*_VF*` entries under `CONFIG_BNXT_SRIOV`.
+///   the `NETXTREME_*_VF*` entries under `CONFIG_BNXT_SRIOV` (the ids `bnxt_vf_pciid`
+///   names VFs), up to the P7 (BCM5760X) VFs 0x1819 and, in Broadcom's own bnxt_en
+///   package, 0x181b.
 const VF_IDS: &[(u16, u16, &str)] = &[
     (MELLANOX, 0x1012, "Connect-IB VF"),
     (MELLANOX, 0x1014, "ConnectX-4 VF"),
@@ -155,8 +157,13 @@ const VF_IDS: &[(u16, u16, &str)] = &[
     (BROADCOM, 0x16dc, "NetXtreme-E VF"),
     (BROADCOM, 0x16e1, "NetXtreme-C VF"),
     (BROADCOM, 0x16e5, "NetXtreme-C VF"),
+    (BROADCOM, 0x16e6, "NetXtreme-C VF (Hyper-V)"),
     (BROADCOM, 0x1806, "BCM5750X NetXtreme-E VF"),
     (BROADCOM, 0x1807, "BCM5750X NetXtreme-E VF"),
+    (BROADCOM, 0x1808, "BCM5750X NetXtreme-E VF (Hyper-V)"),
+    (BROADCOM, 0x1809, "BCM5750X NetXtreme-E VF (Hyper-V)"),
+    (BROADCOM, 0x1819, "BCM5760X VF"),
+    (BROADCOM, 0x181b, "BCM5760X VF (Hyper-V)"),
     (BROADCOM, 0xd800, "NetXtreme-S VF"),
 ];
 
@@ -359,6 +366,14 @@ mod tests {
         // A device id of one vendor is not another's.
         assert_eq!(vf_by_id(0x8086, 0x101e), None);
         assert_eq!(vf_by_id(0x14e4, 0x16c1), Some("NetXtreme-E VF"));
+        assert_eq!(vf_by_id(0x14e4, 0x1819), Some("BCM5760X VF"));
+        // A bnxt PF (BCM57508) is not one.
+        assert_eq!(vf_by_id(0x14e4, 0x1750), None);
+        // Every entry is there once.
+        let mut ids: Vec<(u16, u16)> = VF_IDS.iter().map(|(v, d, _)| (*v, *d)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), VF_IDS.len());
     }
 
     #[test]

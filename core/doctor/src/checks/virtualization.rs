@@ -254,4 +254,64 @@ mod tests {
         assert!(checks.iter().all(|c| c.subject != "switch"), "{checks:?}");
         assert!(checks[0].evidence.starts_with("bare metal"), "{checks:?}");
     }
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integration-tests/fixtures")
+            .join(name)
+    }
+
+    /// integration-tests/fixtures/sriov-guest (its SOURCE.md): a QEMU guest with an mlx5
+    /// VF 0x101e and no physfn; sriov-host: the PF with VFs on mlx5_core (mlx5_2, mlx5_3).
+    #[test]
+    fn the_fixture_trees_guest_and_host() {
+        use rocewatch_sysfs::inventory::{read_inventory, DeviceFilter};
+        let tree = fixture("sriov-guest");
+        let sys = SysRoot::new(tree.join("sys"));
+        let inv = read_inventory(&sys, &DeviceFilter::default()).unwrap().0;
+        let d = rocewatch_sysfs::virt::detect(&tree.join("sys"), &tree.join("proc"));
+        assert_eq!(d.virt, Virtualization::Guest(Hypervisor::Qemu), "{d:?}");
+        let cpu = || rocewatch_sysfs::procstat::read_stat(&tree.join("proc"));
+        let w = (cpu(), cpu());
+        let checks = virtualization_checks(&d, &sys, &inv, Some(&w), Duration::from_secs(5));
+        let text = crate::check::text(&checks);
+        assert!(checks.iter().all(|c| c.status != Status::Fail), "{text}");
+        let vf = checks
+            .iter()
+            .find(|c| c.subject == "mlx5_0" && c.status == Status::Info)
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            vf.evidence.contains("virtual function") && vf.evidence.contains("on the hypervisor"),
+            "{text}"
+        );
+        let owned = checks
+            .iter()
+            .find(|c| c.subject == "mlx5_0" && c.status == Status::Skip)
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(owned.evidence.contains("PFC"), "{text}");
+        assert!(checks.iter().any(|c| c.subject == "steal"), "{text}");
+
+        // On the hypervisor: its VFs named with their PF and index, nothing said owned.
+        let tree = fixture("sriov-host");
+        let sys = SysRoot::new(tree.join("sys"));
+        let inv = read_inventory(&sys, &DeviceFilter::default()).unwrap().0;
+        let bare = Detection {
+            virt: Virtualization::BareMetal,
+            evidence: vec!["test".into()],
+        };
+        let checks = virtualization_checks(&bare, &sys, &inv, None, Duration::ZERO);
+        let text = crate::check::text(&checks);
+        assert!(
+            checks
+                .iter()
+                .any(|c| c.subject == "mlx5_2" && c.evidence.contains("VF 0 of the PF")),
+            "{text}"
+        );
+        assert!(
+            checks
+                .iter()
+                .all(|c| c.status != Status::Pass || c.subject == "steal"),
+            "{text}"
+        );
+    }
 }

@@ -24,6 +24,8 @@
 //! - `exporters`: Prometheus, OTLP, collectd and collectd-exec carry the same metrics.
 //! - `derived`, `ethtool`, `rules`, `alertmanager`, `probes`, `qos`: each feature through
 //!   the binary on fixture trees.
+//! - `qos_vf`: `qos` on SR-IOV virtual functions (a guest's VF, a host's VF and its PF):
+//!   what the physical function owns shown as its, and refused by `plan` and `apply`.
 //! - `lifecycle`: steady conditions said once, a closed stdout, a second signal.
 //! - `lab`: the soft-RoCE guest pair (real verbs, sysfs, netlink, configfs, nftables).
 //! - `demo`: `rocewatch demo` shows moving numbers and the error burst.
@@ -58,6 +60,7 @@
 mod support;
 
 mod agent_logs;
+mod agent_rails;
 mod alertmanager;
 mod appenv;
 mod capture;
@@ -91,6 +94,7 @@ mod probes;
 mod progress;
 mod prometheus;
 mod qos;
+mod qos_vf;
 mod quarantine;
 mod rail_map;
 mod rules;

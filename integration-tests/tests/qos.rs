@@ -384,7 +384,7 @@ fn qos_show_says_each_reason_once() {
 }
 
 /// A writable copy of a fixture tree (apply writes into it).
-fn fixture_copy(case: &str, dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn fixture_copy(case: &str, dir: &std::path::Path) -> std::path::PathBuf {
     let st = std::process::Command::new("cp")
         .arg("-a")
         .arg(fixture(case))
@@ -623,7 +623,7 @@ fn dcqcn_parameters_planned_applied_and_rolled_back() {
 }
 
 /// `qos show --json` of a tree.
-fn show_at(root: &std::path::Path) -> Value {
+pub(crate) fn show_at(root: &std::path::Path) -> Value {
     let o = rocewatch(
         &[
             "qos",

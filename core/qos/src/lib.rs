@@ -10,6 +10,10 @@
 //! ```
 //!
 //! Entries apply in order; a later one overrides an earlier one's value for a setting.
+//!
+//! On a port of an SR-IOV virtual function, the settings its physical function owns (PFC,
+//! trust, ECN where the VF lacks it) are shown as the physical function's and refused by
+//! a plan, with what to set on the hypervisor instead (`vf`).
 
 pub mod apply;
 mod config;
@@ -21,13 +25,15 @@ mod plan;
 pub mod qp_mode;
 pub mod snapshot;
 mod text;
+pub mod vf;
 
 pub use config::{
     canonical_roce_mode, check_value, normalize, validate, DesiredEntry, QosConfig, SETTABLE,
 };
 pub use diff::{compare_hosts, setting_text, HostComparison, HostDiff, HostQos};
 pub use plan::{
-    blocked_line, desired_for, plan, plan_text, port_label, Blocked, Change, Plan, SettingAt,
+    blocked_line, desired_for, plan, plan_text, port_label, refused_line, Blocked, Change, Plan,
+    SettingAt,
 };
 pub use text::{diff_text, show_text};
 #[cfg(test)]

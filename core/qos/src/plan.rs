@@ -61,17 +61,22 @@ pub struct Blocked {
     pub reason: String,
 }
 
-/// The plan: what differs, what cannot be compared, how many settings already match.
+/// The plan: what differs, what cannot be compared, what is refused as the physical
+/// function's, how many settings already match.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Plan {
     pub changes: Vec<Change>,
     pub blocked: Vec<Blocked>,
+    /// Desired settings of a port on a virtual function that its physical function owns
+    /// (set on the hypervisor): refused (see `vf::refuse_pf_owned`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pf_owned: Vec<Blocked>,
     pub in_sync: usize,
 }
 
 impl Plan {
     pub fn is_clean(&self) -> bool {
-        self.changes.is_empty() && self.blocked.is_empty()
+        self.changes.is_empty() && self.blocked.is_empty() && self.pf_owned.is_empty()
     }
 }
 
@@ -167,9 +172,16 @@ pub fn plan_text(p: &Plan) -> String {
     for b in &p.blocked {
         let _ = writeln!(s, "{}", blocked_line(b, 8));
     }
+    for b in &p.pf_owned {
+        let _ = writeln!(s, "{}", refused_line(b, 8));
+    }
+    let refused = match p.pf_owned.len() {
+        0 => String::new(),
+        n => format!(", {n} refused (the physical function's)"),
+    };
     let _ = writeln!(
         s,
-        "{} to change, {} that cannot be compared, {} already as desired",
+        "{} to change, {} that cannot be compared, {} already as desired{refused}",
         p.changes.len(),
         p.blocked.len(),
         p.in_sync
@@ -179,9 +191,18 @@ pub fn plan_text(p: &Plan) -> String {
 
 /// "cannot  mlx5_0/1 (ens1f0np0)  pfc_enabled -> 3: why", the word padded to `width`.
 pub fn blocked_line(b: &Blocked, width: usize) -> String {
+    word_line("cannot", b, width)
+}
+
+/// "refused mlx5_0/1 (ens5)  pfc_enabled -> 3: owned by the physical function (...)".
+pub fn refused_line(b: &Blocked, width: usize) -> String {
+    word_line("refused", b, width)
+}
+
+fn word_line(word: &str, b: &Blocked, width: usize) -> String {
     format!(
         "{:<width$}{}  {} -> {}: {}",
-        "cannot",
+        word,
         b.at.port_label(),
         b.at.setting,
         b.to,

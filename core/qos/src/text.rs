@@ -8,6 +8,7 @@ use rocewatch_plugin_api::{QosState, Setting};
 
 use super::diff::{setting_text, HostComparison, HostDiff};
 use super::plan::port_label;
+use super::vf::{VfPorts, PF_OWNED, PF_READ};
 
 /// The reasons of the unknowns of one output, each numbered once.
 #[derive(Debug, Default)]
@@ -25,9 +26,11 @@ impl Reasons {
         }
     }
 
-    /// A setting as a cell: its value, `unsupported`, `absent`, or `unknown [n]`.
+    /// A setting as a cell: its value, `unsupported`, `absent`, `unknown [n]`, or, on a
+    /// virtual function, that the physical function owns it.
     fn cell(&mut self, s: Option<&Setting>) -> String {
         match s {
+            Some(Setting::Unknown(why)) if why == PF_OWNED || why == PF_READ => why.clone(),
             Some(Setting::Unknown(why)) => format!("unknown [{}]", self.mark(why)),
             other => setting_text(other),
         }
@@ -41,9 +44,10 @@ impl Reasons {
     }
 }
 
-/// `rocewatch qos show`: a block per port; the DCQCN parameters on one line
+/// `rocewatch qos show`: a block per port (a port on a virtual function says so, and
+/// which physical function owns what it cannot set); the DCQCN parameters on one line
 /// (`dcqcn_* (17)`) while none has a value; the reasons under the blocks.
-pub fn show_text(states: &[QosState]) -> String {
+pub fn show_text(states: &[QosState], vfs: &VfPorts) -> String {
     let mut s = String::new();
     if states.is_empty() {
         s.push_str("no RDMA ports found\n");
@@ -53,8 +57,9 @@ pub fn show_text(states: &[QosState]) -> String {
     for st in states {
         let _ = writeln!(
             s,
-            "{}",
-            port_label(&st.device, st.port, st.netdev.as_deref())
+            "{}{}",
+            port_label(&st.device, st.port, st.netdev.as_deref()),
+            vf_note(vfs, st)
         );
         let dcqcn: Vec<_> = st
             .settings
@@ -86,6 +91,21 @@ pub fn show_text(states: &[QosState]) -> String {
     }
     reasons.write(&mut s);
     s
+}
+
+/// `  virtual function of 0000:3b:00.0 (vf 2)` after a port on a VF; empty on any other.
+fn vf_note(vfs: &VfPorts, st: &QosState) -> String {
+    let Some(vf) = vfs.get(&st.device, st.port) else {
+        return String::new();
+    };
+    match (&vf.function.pf, vf.function.index) {
+        (Some(pf), Some(i)) => format!("  virtual function {i} of {pf}"),
+        (Some(pf), None) => format!("  virtual function of {pf}"),
+        (None, _) => {
+            "  virtual function (its physical function is on the hypervisor, not visible here)"
+                .into()
+        }
+    }
 }
 
 /// A port and the numbers of the reasons on each side.
@@ -206,7 +226,7 @@ mod tests {
                 ],
             )
         };
-        let text = show_text(&[p("mlx5_0"), p("mlx5_1")]);
+        let text = show_text(&[p("mlx5_0"), p("mlx5_1")], &crate::vf::VfPorts::default());
         assert_eq!(
             text,
             format!(

@@ -9,6 +9,8 @@ use super::output::print_json;
 use super::source::SourceArgs;
 use crate::app::App;
 use rocewatch_plugin_api::PluginKind;
+use rocewatch_qos::vf;
+use rocewatch_sysfs::SysRoot;
 
 #[derive(Debug, Subcommand)]
 pub enum QosCommand {
@@ -25,12 +27,18 @@ pub enum QosCommand {
     /// that could not be read says "unknown" and why. Ends with the configuration
     /// fingerprint (settings, drivers, firmware: equal on hosts configured alike).
     ///
+    /// A port on an SR-IOV virtual function (in a guest, or a VF's netdev on the host)
+    /// says so; the settings its physical function owns (PFC, trust, DSCP map, buffers,
+    /// and ECN/CNP where the VF has none) read "owned by the physical function (set on
+    /// the hypervisor)".
+    ///
     /// Example: rocewatch qos show --sysfs-root integration-tests/fixtures/mlx5-roce-dual-port/sys --json
     #[command(verbatim_doc_comment)]
     Show {
         #[command(flatten)]
         source: SourceArgs,
-        /// Print JSON: {"ports":[{"device","port","netdev","settings":{NAME:{"status","value"}}}],"fingerprint"}.
+        /// Print JSON: {"ports":[{"device","port","netdev","settings":{NAME:{"status","value"}},"sriov"}],"fingerprint"};
+        /// "sriov" only on a virtual function: {"role":"vf","pf":PCI|null,"index","mac","pf_owned":[NAME]}.
         #[arg(long)]
         json: bool,
     },
@@ -38,9 +46,12 @@ pub enum QosCommand {
     ///
     /// Each desired setting of each matching port is either already as desired, a change
     /// ("change  mlx5_0/1 (ens1f0np0)  mtu: 1500 -> 9000"), or cannot be compared (the
-    /// device lacks the setting, or it could not be read: the reason is given). Changes
-    /// nothing. Exit status, as diff(1): 0 when everything is as desired, 1 when
-    /// something differs or cannot be compared, 2 on an error.
+    /// device lacks the setting, or it could not be read: the reason is given). On a
+    /// virtual function, a setting its physical function owns (PFC, trust, ECN...) is
+    /// refused, with what to set on the hypervisor instead (mlnx_qos, the VF's VLAN
+    /// priority with ip link, or rocewatch there). Changes nothing. Exit status, as
+    /// diff(1): 0 when everything is as desired, 1 when something differs, cannot be
+    /// compared or is refused, 2 on an error.
     ///
     /// [[qos.desired]]
     /// devices = "mlx5_*"
@@ -49,7 +60,7 @@ pub enum QosCommand {
     Plan {
         #[command(flatten)]
         source: SourceArgs,
-        /// Print JSON: {"changes":[...],"blocked":[...],"in_sync":N}.
+        /// Print JSON: {"changes":[...],"blocked":[...],"pf_owned":[...],"in_sync":N,"on_hypervisor":[...]}.
         #[arg(long)]
         json: bool,
     },
@@ -68,9 +79,14 @@ pub enum QosCommand {
     /// RoCE mode and ToS live in configfs (rdma_cm): a device's directory there is
     /// created when a RoCE setting is desired and it does not exist yet (audited).
     ///
+    /// On a virtual function, desired settings its physical function owns (PFC, trust,
+    /// ECN...) are refused: nothing at all is written, the plan and what to set on the
+    /// hypervisor are said, exit status 1.
+    ///
     /// Exit status: 0 everything applied (or nothing to do), 1 a change failed (and what
-    /// was made before it was undone) or the dry run found one a plugin cannot make,
-    /// 2 on an error (configuration, snapshot not writable).
+    /// was made before it was undone), the dry run found one a plugin cannot make, or a
+    /// setting was refused as a physical function's, 2 on an error (configuration,
+    /// snapshot not writable).
     ///
     /// Example: rocewatch qos apply            # what would change
     ///          rocewatch qos apply --yes      # change it
@@ -143,18 +159,21 @@ pub async fn run(c: QosCommand) -> Result<i32> {
 
 pub async fn show_cmd(source: SourceArgs, json: bool) -> Result<i32> {
     let cfg = source.load()?;
+    let root = SysRoot::new(cfg.agent.sysfs_root.clone());
     let agent = App::start(
         cfg,
         Some(&[PluginKind::Configuration, PluginKind::Discovery]),
     )
     .await;
-    let states = agent.observe_qos().await?;
+    let mut states = agent.observe_qos().await?;
+    let vfs = vf::mark_pf_owned(&mut states, &root);
     let inventory = agent.discover().await.unwrap_or_default();
     let fingerprint = rocewatch_qos::metrics::fingerprint(&states, &inventory);
     if json {
-        print_json(&serde_json::json!({ "ports": states, "fingerprint": fingerprint }))?;
+        let ports = vf::shown_ports(&states, &vfs);
+        print_json(&serde_json::json!({ "ports": ports, "fingerprint": fingerprint }))?;
     } else {
-        print!("{}", rocewatch_qos::show_text(&states));
+        print!("{}", rocewatch_qos::show_text(&states, &vfs));
         println!("fingerprint {fingerprint} (settings, drivers and firmware; equal on hosts configured alike)");
     }
     Ok(0)
@@ -168,15 +187,66 @@ pub async fn plan(source: SourceArgs, json: bool) -> Result<i32> {
         );
     }
     let desired = cfg.qos.clone();
+    let root = SysRoot::new(cfg.agent.sysfs_root.clone());
     let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
-    let states = agent.observe_qos().await?;
-    let plan = rocewatch_qos::plan(&desired, &states);
+    let mut states = agent.observe_qos().await?;
+    let (plan, steps) = plan_refusing_pf_owned(&desired, &mut states, &root);
     if json {
-        print_json(&serde_json::to_value(&plan)?)?;
+        let mut v = serde_json::to_value(&plan)?;
+        if !steps.is_empty() {
+            v["on_hypervisor"] = serde_json::to_value(&steps)?;
+        }
+        print_json(&v)?;
     } else {
         print!("{}", rocewatch_qos::plan_text(&plan));
+        print!("{}", vf::refusal_text(&steps));
     }
     Ok(if plan.is_clean() { 0 } else { 1 })
+}
+
+/// The plan of `states` towards `desired`, with the settings a virtual function's
+/// physical function owns refused, and what to set on the hypervisor for them.
+fn plan_refusing_pf_owned(
+    desired: &rocewatch_qos::QosConfig,
+    states: &mut [rocewatch_plugin_api::QosState],
+    root: &SysRoot,
+) -> (rocewatch_qos::Plan, Vec<vf::HypervisorSteps>) {
+    let vfs = vf::mark_pf_owned(states, root);
+    let mut plan = rocewatch_qos::plan(desired, states);
+    vf::refuse_pf_owned(&mut plan, &vfs);
+    let steps = vf::on_hypervisor(&plan, &vfs, &rocewatch_doctor::shell::word_on_one_line);
+    (plan, steps)
+}
+
+/// `qos apply` when the plan has settings a physical function owns: nothing is changed
+/// (not even what the virtual function could set: half a RoCE configuration is a trap),
+/// the plan and what to set on the hypervisor are said, exit 1.
+fn refuse_apply(
+    plan: &rocewatch_qos::Plan,
+    steps: &[vf::HypervisorSteps],
+    json: bool,
+) -> Result<i32> {
+    if json {
+        print_json(&serde_json::json!({
+            "plan": plan,
+            "steps": [],
+            "failed": true,
+            "refused": true,
+            "on_hypervisor": steps,
+        }))?;
+        return Ok(1);
+    }
+    print!("{}", rocewatch_qos::plan_text(plan));
+    print!("{}", vf::refusal_text(steps));
+    let mut ports: Vec<String> = plan.pf_owned.iter().map(|b| b.at.port_label()).collect();
+    ports.dedup();
+    println!(
+        "refused, nothing written: {} {} settings owned by the physical function; set them on the hypervisor (above) or leave them out of [[qos.desired]] for {}",
+        ports.join(", "),
+        if ports.len() == 1 { "has" } else { "have" },
+        if ports.len() == 1 { "it" } else { "them" },
+    );
+    Ok(1)
 }
 
 pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
@@ -186,11 +256,15 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
             "no desired state: add [[qos.desired]] entries to the configuration (see `rocewatch qos plan --help`)"
         );
     }
+    let root = SysRoot::new(cfg.agent.sysfs_root.clone());
     let agent = App::start(cfg, Some(&[PluginKind::Configuration])).await;
     // A dry run writes nothing: no audit record, no state directory.
     let applier = agent.qos_applier().without_dry_run_audit();
-    let states = applier.observe().await?;
-    let plan = rocewatch_qos::plan(&applier.desired, &states);
+    let mut states = applier.observe().await?;
+    let (plan, steps) = plan_refusing_pf_owned(&applier.desired, &mut states, &root);
+    if !plan.pf_owned.is_empty() {
+        return refuse_apply(&plan, &steps, json);
+    }
     let report = applier
         .apply(&plan.changes, !yes, "qos apply")
         .await

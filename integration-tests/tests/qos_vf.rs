@@ -1,0 +1,235 @@
+//! `rocewatch qos` on SR-IOV virtual functions, through the binary on the fixture trees
+//! `sriov-guest` (an mlx5 VF 0x101e passed to a QEMU guest, no `physfn`) and `sriov-host`
+//! (a PF with VFs on the host): `show` marks what the physical function owns, `plan` and
+//! `apply` refuse it (exit 1, nothing written) and say what to set on the hypervisor; what
+//! the VF sets itself (its RoCE ToS) still applies; the PF plans as before.
+
+use serde_json::Value;
+
+use crate::qos::{fixture_copy, show_at};
+use crate::support::*;
+
+const PF_OWNED: &str = "owned by the physical function (set on the hypervisor)";
+
+fn port<'a>(v: &'a Value, dev: &str) -> &'a Value {
+    v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["device"] == dev)
+        .unwrap_or_else(|| panic!("no {dev} in {v}"))
+}
+
+/// `rocewatch qos ARGS --config CFG --sysfs-root ROOT`, `cfg` holding `desired` (TOML
+/// lines of `[[qos.desired]]`) and the state paths under `dir`.
+fn qos_with(
+    dir: &std::path::Path,
+    root: &std::path::Path,
+    desired: &str,
+    args: &[&str],
+) -> std::process::Output {
+    let cfg = dir.join("qos.toml");
+    let (audit, snaps) = (dir.join("audit.jsonl"), dir.join("snapshots"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "[remediation]\naudit_log = {audit:?}\n[qos]\nsnapshot_dir = {snaps:?}\n[[qos.desired]]\n{desired}\n"
+        ),
+    )
+    .unwrap();
+    let mut a = vec!["qos"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        root.to_str().unwrap(),
+    ]);
+    rocewatch(&a, &[])
+}
+
+#[test]
+fn qos_show_on_a_vf_says_the_physical_function_owns_pfc_trust_and_ecn() {
+    let v = show_at(&fixture("sriov-guest"));
+    let p = port(&v, "mlx5_0");
+    assert_eq!(p["sriov"]["role"], "vf", "{p}");
+    // Inside the guest the PF is not visible.
+    assert_eq!(p["sriov"]["pf"], Value::Null, "{p}");
+    let owned: Vec<&str> = p["sriov"]["pf_owned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    for k in ["pfc_enabled", "trust", "dscp_map", "ecn_np_enabled"] {
+        assert!(owned.contains(&k), "{k} not in {owned:?}");
+        assert_eq!(p["settings"][k]["value"], PF_OWNED, "{k}: {p}");
+    }
+    // The VF's own settings are not the PF's.
+    for k in ["roce_tos", "mtu"] {
+        assert!(!owned.contains(&k), "{k} in {owned:?}");
+    }
+    let root = fixture("sriov-guest");
+    let o = rocewatch(
+        &["qos", "show", "--sysfs-root", root.to_str().unwrap()],
+        &[],
+    );
+    let text = stdout(&o);
+    assert!(
+        text.starts_with(
+            "mlx5_0/1 (enp1s0)  virtual function (its physical function is on the hypervisor"
+        ),
+        "{text}{}",
+        stderr(&o)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  pfc_enabled ") && l.ends_with(&format!(" {PF_OWNED}"))),
+        "{text}"
+    );
+
+    // On the host: the VF names its PF and index; the PF has no `sriov` here.
+    let v = show_at(&fixture("sriov-host"));
+    let vf = port(&v, "mlx5_2");
+    assert_eq!(
+        (&vf["sriov"]["pf"], &vf["sriov"]["index"]),
+        (&Value::from("0000:3b:00.0"), &Value::from(0)),
+        "{vf}"
+    );
+    let pf = port(&v, "mlx5_0");
+    assert!(pf.get("sriov").is_none(), "{pf}");
+    assert_ne!(pf["settings"]["pfc_enabled"]["value"], PF_OWNED, "{pf}");
+}
+
+#[test]
+fn qos_plan_on_a_guest_vf_refuses_pfc_and_trust_and_says_what_to_set_on_the_hypervisor() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("sriov-guest");
+    let desired = "settings = { pfc_enabled = \"3\", trust = \"dscp\" }";
+    let o = qos_with(dir.path(), &root, desired, &["plan"]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    for line in [
+        format!("refused mlx5_0/1 (enp1s0)  pfc_enabled -> 3: {PF_OWNED}"),
+        format!("refused mlx5_0/1 (enp1s0)  trust -> dscp: {PF_OWNED}"),
+        "mlx5_0/1 (enp1s0) is a virtual function: pfc_enabled, trust are owned by the physical function".into(),
+        "  PF: the physical function's netdev on the hypervisor (the one whose `ip link show` lists a vf with this VF's MAC, 52:54:00:c1:2b:00)".into(),
+        "  mlnx_qos -i PF --pfc 0,0,0,1,0,0,0,0 --trust dscp".into(),
+        "  ip link set dev PF vf N vlan VLAN qos 3".into(),
+        "    settings = { pfc_enabled = \"3\", trust = \"dscp\" }".into(),
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&line)),
+            "no line {line:?} in:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("0 to change, 0 that cannot be compared, 0 already as desired, 2 refused"),
+        "{text}"
+    );
+    let o = qos_with(dir.path(), &root, desired, &["plan", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let refused: Vec<&str> = v["pf_owned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["setting"].as_str().unwrap())
+        .collect();
+    assert_eq!(refused, ["pfc_enabled", "trust"], "{v}");
+    assert_eq!(v["blocked"].as_array().unwrap().len(), 0, "{v}");
+    let steps = &v["on_hypervisor"][0];
+    assert_eq!(steps["device"], "mlx5_0", "{v}");
+    assert_eq!(
+        steps["commands"][1], "ip link set dev PF vf N vlan VLAN qos 3",
+        "{v}"
+    );
+}
+
+/// A writable copy of the guest tree whose VF has its configfs `rdma_cm` directory (as
+/// `mkdir` makes it: the layout of the mlx5-roce-dual-port fixture,
+/// drivers/infiniband/core/cma_configfs.c).
+fn guest_with_configfs(dir: &std::path::Path) -> std::path::PathBuf {
+    let root = fixture_copy("sriov-guest", dir);
+    let from = fixture("mlx5-roce-dual-port").join("kernel/config/rdma_cm/mlx5_0/ports/1");
+    let to = root.join("kernel/config/rdma_cm/mlx5_0/ports/1");
+    std::fs::create_dir_all(&to).unwrap();
+    for f in ["default_roce_mode", "default_roce_tos"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    root
+}
+
+#[test]
+fn qos_apply_on_a_guest_vf_refuses_the_pf_settings_and_writes_nothing_but_sets_its_own_tos() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = guest_with_configfs(dir.path());
+    let tos = root.join("kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos");
+    let before = std::fs::read_to_string(&tos).unwrap();
+    assert_ne!(before.trim(), "24");
+    let desired = "settings = { pfc_enabled = \"3\", roce_tos = \"24\" }";
+    for args in [&["apply", "--yes"][..], &["apply"][..]] {
+        let o = qos_with(dir.path(), &root, desired, args);
+        let out = format!("{}{}", stdout(&o), stderr(&o));
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {out}");
+        assert!(
+            out.contains("mlx5_0/1 (enp1s0)") && out.contains("owned by the physical function"),
+            "{out}"
+        );
+        assert!(out.contains("nothing written"), "{out}");
+        assert!(
+            out.contains("mlnx_qos -i PF --pfc 0,0,0,1,0,0,0,0"),
+            "{out}"
+        );
+        assert_eq!(std::fs::read_to_string(&tos).unwrap(), before, "{out}");
+        assert!(!dir.path().join("snapshots").exists(), "{out}");
+        assert!(!dir.path().join("audit.jsonl").exists(), "{out}");
+    }
+    // What the VF sets itself still applies.
+    let o = qos_with(
+        dir.path(),
+        &root,
+        "settings = { roce_tos = \"24\" }",
+        &["apply", "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(std::fs::read_to_string(&tos).unwrap().trim(), "24");
+}
+
+#[test]
+fn qos_plan_names_the_pf_and_index_of_a_host_vf_and_plans_the_pf_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("sriov-host");
+    let o = qos_with(
+        dir.path(),
+        &root,
+        "settings = { pfc_enabled = \"3\" }",
+        &["plan"],
+    );
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    // The PF: DCB is read from the live kernel only, as on any PF.
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("cannot  mlx5_0/1 (ens1f0np0)  pfc_enabled -> 3: unknown: DCB is read over netlink from the live kernel")),
+        "{text}"
+    );
+    assert!(!text.contains("refused mlx5_0/"), "{text}");
+    // Its VFs on the host: refused, with the PF's netdev and their index.
+    assert!(
+        text.lines().any(|l| l.starts_with(&format!(
+            "refused mlx5_2/1 (ens1f0v0)  pfc_enabled -> 3: {PF_OWNED}"
+        ))),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "  mlnx_qos -i ens1f0np0 --pfc 0,0,0,1,0,0,0,0"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "  ip link set dev ens1f0np0 vf 0 vlan VLAN qos 3"),
+        "{text}"
+    );
+}

@@ -60,7 +60,6 @@
 mod support;
 
 mod agent_logs;
-mod agent_rails;
 mod alertmanager;
 mod appenv;
 mod capture;

@@ -60,6 +60,7 @@
 mod support;
 
 mod agent_logs;
+mod agent_rails;
 mod alertmanager;
 mod appenv;
 mod capture;

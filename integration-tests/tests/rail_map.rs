@@ -336,7 +336,7 @@ fn health_and_doctor_give_one_verdict_on_a_degraded_switch_uplink() {
 }
 
 /// `case`'s tree copied to `dir/sys` (links kept), to be altered by a test.
-fn copy_of(case: &str, dir: &Path) -> PathBuf {
+pub(crate) fn copy_of(case: &str, dir: &Path) -> PathBuf {
     let to = dir.join("sys");
     let o = std::process::Command::new("cp")
         .arg("-a")

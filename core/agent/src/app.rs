@@ -455,16 +455,19 @@ fn start_probes(app: &App, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> 
     let instances = probe_instances(app);
     let views = app.cfg.fleet.clone().map(|f| {
         let (tx, rx) = watch::channel(None);
-        let host = f.host.clone().unwrap_or_else(|| fleet_host_name(&app.cfg));
         let specs = if instances.is_empty() {
             vec![probes.as_ref().and_then(|p| p.device.clone())]
         } else {
             instances.iter().map(|(port, _)| port.clone()).collect()
         };
+        let this = rocewatch_probes::fleet::map::ThisHost {
+            name: fleet_host(&app.cfg),
+            sysfs_root: app.cfg.agent.sysfs_root.clone(),
+            specs,
+        };
         tasks.push(tokio::spawn(rocewatch_probes::fleet::map::run(
             f.clone(),
-            host,
-            specs,
+            this,
             Arc::clone(&app.discovery),
             Arc::clone(&app.pipeline),
             tx,

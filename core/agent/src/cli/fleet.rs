@@ -251,19 +251,8 @@ async fn topology(a: TopologyArgs) -> Result<i32> {
     let rail_map = inv.and_then(|inv| super::rails::map(&app.cfg, &host, &inv));
     app.stop().await;
     let rail_map = rail_map?;
-    let ports: Vec<(usize, rocewatch_fleet::lldp::LocalPort)> = rail_map
-        .ports
-        .iter()
-        .filter_map(|p| {
-            let addr = p.addrs.iter().find(|a| a.is_ipv4()).or(p.addrs.first());
-            let local = rocewatch_fleet::lldp::LocalPort {
-                name: p.name(),
-                netdev: p.netdev.clone(),
-                addr: addr.copied(),
-            };
-            Some((p.rail?, local))
-        })
-        .collect();
+    // The ports as the agent's map joins them with LLDP.
+    let ports = rocewatch_probes::fleet::rails::lldp_ports(&rail_map);
     let (rows, left) =
         rocewatch_fleet::lldp::rows_at(&host, ports.iter().map(|(r, p)| (*r, p)), &neighbours);
     let mut out = String::new();

@@ -9,62 +9,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
 use super::config::{fetch_prometheus, view_of, FleetConfig, FleetSource, FleetView, Probing};
-use rocewatch_fleet::lldp::{LeftOut, LocalPort, Neighbour};
+use super::rails;
+use rocewatch_fleet::lldp::{LeftOut, Neighbour};
 use rocewatch_fleet::{Nic, Topology};
 use rocewatch_metrics::names;
 use rocewatch_plugin_api::{AttrSet, Attributes, Inventory, MetricKind, Sample, Value};
 use rocewatch_runtime::host::discovery::Discovery;
 use rocewatch_runtime::pipeline::Pipeline;
+use rocewatch_sysfs::railmap::RailRow;
+use rocewatch_sysfs::SysRoot;
 
 /// The pseudo-plugin the NIC info series are stored under.
 pub const PLUGIN: &str = "fleet";
 
 /// How long lldpcli may take.
 pub const LLDPCLI_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The ports LLDP is joined with, at their ranks.
-pub fn local_ports(inv: &Inventory) -> Vec<LocalPort> {
-    rocewatch_sysfs::rails::ports(inv, &[], None)
-        .into_iter()
-        .map(|p| LocalPort {
-            name: p.name(),
-            netdev: p.netdev.clone(),
-            addr: p.ipv4.map(IpAddr::V4),
-        })
-        .collect()
-}
-
-/// The addresses of the ports each probe plugin instance probes from, with the port
-/// they are on: `specs[i]` is instance `i`'s port (`mlx5_3:1`), device (`mlx5_3`: its
-/// ports) or `None` (the plugin's default: the first device). An address two instances
-/// could probe from is the first one's.
-pub fn probe_addrs(inv: &Inventory, specs: &[Option<String>]) -> BTreeMap<IpAddr, Probing> {
-    let ports = rocewatch_sysfs::rails::ports(inv, &[], None);
-    let first = ports.first().map(|p| p.device.clone());
-    let mut out = BTreeMap::new();
-    for (instance, spec) in specs.iter().enumerate() {
-        let matches = |p: &rocewatch_sysfs::rails::PortEnv| match spec {
-            Some(s) => *s == p.name() || *s == p.device,
-            None => Some(&p.device) == first.as_ref(),
-        };
-        for p in ports.iter().filter(|p| matches(p)) {
-            if let Some(ip) = p.ipv4 {
-                out.entry(IpAddr::V4(ip)).or_insert_with(|| Probing {
-                    instance,
-                    port: p.name(),
-                });
-            }
-        }
-    }
-    out
-}
 
 /// `lldpcli -f json0 show neighbors details`, run within [`LLDPCLI_TIMEOUT`].
 pub fn lldp_neighbours(lldpcli: &Path) -> Result<Vec<Neighbour>, String> {
@@ -121,6 +87,7 @@ pub fn info_samples(rows: &[Nic]) -> Vec<Sample> {
 /// The most of a topology file read: 10,000 hosts of 8 NICs are about 4 MiB.
 const MAX_TOPOLOGY: u64 = 256 << 20;
 
+/// The topology file at `path`, read within [`MAX_TOPOLOGY`].
 fn read_file(path: &Path) -> Result<Topology, String> {
     use std::io::Read;
     let name = path.display().to_string();
@@ -135,35 +102,92 @@ fn read_file(path: &Path) -> Result<Topology, String> {
     Topology::parse(&name, &text).map_err(|e| e.to_string())
 }
 
+/// `host`'s rows of `[fleet] topology`, when `fleet` names a topology file: what tells
+/// the rail map, health and doctor which rails this host has. An unreadable or malformed
+/// file is an error naming it. Read as the agent's map reads it (within its bound).
+pub fn topology_rows(
+    fleet: Option<&FleetConfig>,
+    host: &str,
+) -> Result<Option<Vec<RailRow>>, String> {
+    let Some(path) = fleet.and_then(|f| f.topology.as_deref()) else {
+        return Ok(None);
+    };
+    let topo = read_file(path).map_err(|e| format!("[fleet] topology: {e}"))?;
+    Ok(Some(rails::rail_rows(topo.nics_of(host))))
+}
+
 /// Refreshes the LLDP rows may miss a rail before its last row is dropped (a port flap,
 /// an lldpd or switch restart: the NIC stays in the map meanwhile).
 const LLDP_GRACE: u32 = 3;
+
+/// How often the ports are looked at between refreshes (in the inventory the agent's
+/// discovery keeps, nothing read): a port whose addresses changed (a rail's address
+/// configured after the agent started) is given its rail then, not at the next refresh.
+const PORTS_LOOK: Duration = Duration::from_secs(5);
+
+/// This host, as the map runner takes it.
+#[derive(Debug, Clone)]
+pub struct ThisHost {
+    /// Its name in the fleet's map.
+    pub name: String,
+    /// The sysfs tree its ports are read under (the rail map reads their PCI functions).
+    pub sysfs_root: PathBuf,
+    /// The ports the probe plugin's instances probe from ([`rails::probed_rails`]).
+    pub specs: Vec<Option<String>>,
+}
 
 /// What the runner keeps between refreshes: a failure keeps the last good value.
 #[derive(Default)]
 struct Kept {
     inv: Option<Inventory>,
-    /// The probed ports' addresses (the rails probed), each with its port.
+    /// The ports and their addresses in `inv` ([`rails::ports_key`]).
+    key: Vec<(String, u32, Vec<IpAddr>)>,
+    /// The probed rails' addresses, each with its port.
     local: BTreeMap<IpAddr, Probing>,
     /// This host's rows, with the refreshes LLDP has missed each.
     own: Vec<(Nic, u32)>,
+    /// This host's rows of `[fleet] topology` as last read: the rail map LLDP's rows take
+    /// their rails from.
+    file_rows: Option<Vec<RailRow>>,
     map: Option<Topology>,
 }
 
-/// This host's rows from LLDP: the rows seen now, and the rails seen before but missed
-/// now kept for [`LLDP_GRACE`] refreshes.
-fn lldp_own(cfg: &FleetConfig, host: &str, kept: &mut Kept, notes: &mut Vec<String>) {
+impl Kept {
+    fn take_inventory(&mut self, inv: Inventory) {
+        self.key = rails::ports_key(&inv);
+        self.inv = Some(inv);
+    }
+}
+
+/// This host's rows from LLDP: each port at its rail in the rail map (by the rows of
+/// `[fleet] topology` when one is configured, else by PCI address order: what `rocewatch
+/// fleet topology` prints), and the rails seen before but missed now kept for
+/// [`LLDP_GRACE`] refreshes.
+fn lldp_own(cfg: &FleetConfig, this: &ThisHost, kept: &mut Kept, notes: &mut Vec<String>) {
     let Some(inv) = &kept.inv else {
         notes.push("no inventory yet: LLDP rows need this host's ports".into());
         return;
     };
+    if cfg.topology.is_some() && kept.file_rows.is_none() {
+        notes.push("LLDP rows wait for this host's rows of [fleet] topology (their rails)".into());
+        return;
+    }
+    let rail_map = SysRoot::new(&this.sysfs_root).rail_map(inv, kept.file_rows.as_deref());
+    let ports = rails::lldp_ports(&rail_map);
+    let host = this.name.as_str();
     let (rows, left) = match lldp_neighbours(&cfg.lldpcli) {
-        Ok(n) => rocewatch_fleet::lldp::rows(host, &local_ports(inv), &n),
+        Ok(n) => rocewatch_fleet::lldp::rows_at(host, ports.iter().map(|(r, p)| (*r, p)), &n),
         Err(e) => {
             notes.push(format!("{e}; this host's last rows stay"));
             return;
         }
     };
+    notes.extend(rail_map.ports.iter().filter(|p| p.rail.is_none()).map(|p| {
+        format!(
+            "{}: none of its addresses is a row of host {host} in [fleet] topology: no LLDP row",
+            p.name()
+        )
+    }));
     notes.extend(
         left.iter()
             .map(|LeftOut { rail, name, why }| format!("rail {rail} ({name}): {why}")),
@@ -179,7 +203,6 @@ fn lldp_own(cfg: &FleetConfig, host: &str, kept: &mut Kept, notes: &mut Vec<Stri
 }
 
 /// The map from the backend: every host's NICs but this one's, which are its own rows.
-/// NICs that claim another's address are left out (this host's own always stay).
 fn backend_map(
     cfg: &FleetConfig,
     host: &str,
@@ -187,14 +210,25 @@ fn backend_map(
     notes: &mut Vec<String>,
 ) -> Result<Topology, String> {
     let url = cfg.url.as_deref().ok_or("no url")?;
-    let (mut nics, left) = fetch_prometheus(url, &cfg.query, Duration::from_secs(10))?;
+    let (nics, left) = fetch_prometheus(url, &cfg.query, Duration::from_secs(10))?;
     if let Some(first) = left.first() {
         notes.push(format!(
             "series of the backend left out, the first: {first}"
         ));
     }
+    with_own(nics, host, own, notes)
+}
+
+/// `nics` with this host's own rows in place of the ones they give for it. NICs that
+/// claim another's address are left out (this host's own always stay).
+fn with_own(
+    mut nics: Vec<Nic>,
+    host: &str,
+    own: &[Nic],
+    notes: &mut Vec<String>,
+) -> Result<Topology, String> {
     nics.retain(|n| n.host != host);
-    let mut by_addr: std::collections::BTreeMap<IpAddr, usize> = std::collections::BTreeMap::new();
+    let mut by_addr: BTreeMap<IpAddr, usize> = BTreeMap::new();
     for n in nics.iter().chain(own) {
         *by_addr.entry(n.addr).or_default() += 1;
     }
@@ -214,10 +248,14 @@ fn backend_map(
 }
 
 /// One refresh (blocking: files, HTTP, lldpcli): this host's rows, then the map.
-fn refresh(cfg: &FleetConfig, host: &str, kept: &mut Kept, notes: &mut Vec<String>) {
+fn refresh(cfg: &FleetConfig, this: &ThisHost, kept: &mut Kept, notes: &mut Vec<String>) {
+    let host = this.name.as_str();
     let file = cfg.topology.as_deref().map(read_file);
+    if let Some(Ok(t)) = &file {
+        kept.file_rows = Some(rails::rail_rows(t.nics_of(host)));
+    }
     if cfg.lldp {
-        lldp_own(cfg, host, kept, notes);
+        lldp_own(cfg, this, kept, notes);
     } else {
         match &file {
             Some(Ok(t)) => kept.own = t.nics_of(host).cloned().map(|n| (n, 0)).collect(),
@@ -236,73 +274,79 @@ fn refresh(cfg: &FleetConfig, host: &str, kept: &mut Kept, notes: &mut Vec<Strin
     }
 }
 
+/// A look at this host's ports between refreshes (blocking: lldpcli), when they changed:
+/// LLDP's rows again and, with the backend's map, this host's rows in the map kept; the
+/// map is not read again (the file's rows of this host do not depend on its ports).
+fn relook(cfg: &FleetConfig, this: &ThisHost, kept: &mut Kept, notes: &mut Vec<String>) {
+    if !cfg.lldp {
+        return;
+    }
+    lldp_own(cfg, this, kept, notes);
+    if cfg.source != FleetSource::Prometheus {
+        return;
+    }
+    let own: Vec<Nic> = kept.own.iter().map(|(n, _)| n.clone()).collect();
+    if let Some(map) = &kept.map {
+        match with_own(map.nics().to_vec(), &this.name, &own, notes) {
+            Ok(t) => kept.map = Some(t),
+            Err(e) => notes.push(format!("{e}; the last map stays in use")),
+        }
+    }
+}
+
+/// The rails probed: this host's rows of the map tell the rail map each port's rail
+/// (`rocewatch_sysfs::railmap`, what `env`, `fleet topology`, preflight and doctor read),
+/// each probed from its port when an instance serves it. None found: the last stay.
+fn probed(this: &ThisHost, kept: &mut Kept, notes: &mut Vec<String>) {
+    let (Some(inv), Some(map)) = (&kept.inv, &kept.map) else {
+        return;
+    };
+    let rows = rails::rail_rows(map.nics_of(&this.name));
+    if rows.is_empty() {
+        return; // the view says this host is not in the map
+    }
+    let rail_map = SysRoot::new(&this.sysfs_root).rail_map(inv, Some(&rows));
+    let local = rails::probed_rails(&rail_map, &rows, inv, &this.specs);
+    if local.is_empty() {
+        let named: Vec<&str> = this
+            .specs
+            .iter()
+            .map(|s| s.as_deref().unwrap_or("the first device"))
+            .collect();
+        notes.push(format!(
+            "none of this host's rails is on a port probed from ({}): {}",
+            named.join(", "),
+            rail_map.line()
+        ));
+    } else {
+        kept.local = local;
+    }
+}
+
 /// A note as the log remembers it: without its numbers, so that a count that moves
 /// does not log the same condition again.
 fn note_key(n: &str) -> String {
     n.chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
-/// Refresh the map every `cfg.refresh` (spread over the fleet: each host waits between
-/// 0.9 and 1.1 of it, by its name) until `stop`: export this host's rows, and send the
-/// prober its view when it changed. `specs` are the ports the probe plugin's instances
-/// probe from ([`probe_addrs`]).
-pub async fn run(
+/// What [`run`] hands on after each look: the notes logged when new, this host's rows
+/// exported, the view sent to the prober when it changed.
+struct Outlet {
     cfg: FleetConfig,
     host: String,
-    specs: Vec<Option<String>>,
-    discovery: Arc<Discovery>,
     pipeline: Arc<Pipeline>,
     views: watch::Sender<Option<Arc<FleetView>>>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let spread =
-        0.9 + 0.2 * (rocewatch_fleet::pinglist::score(&[&host, "refresh"]) % 1000) as f64 / 1000.0;
-    let pause = cfg.refresh.mul_f64(spread);
-    let mut said: BTreeSet<String> = BTreeSet::new();
-    let mut kept = Some(Kept::default());
-    loop {
-        let mut notes = Vec::new();
-        let mut k = kept.take().expect("put back after each refresh");
-        match discovery.discover().await {
-            Ok(inv) => {
-                let local = probe_addrs(&inv, &specs);
-                if local.is_empty() {
-                    let named: Vec<&str> = specs
-                        .iter()
-                        .map(|s| s.as_deref().unwrap_or("the first device"))
-                        .collect();
-                    notes.push(format!(
-                        "the ports probed from ({}) have no IPv4 address with a RoCE v2 GID: the rails they serve are unknown",
-                        named.join(", ")
-                    ));
-                } else {
-                    k.local = local;
-                }
-                k.inv = Some(inv);
-            }
-            Err(e) => notes.push(format!("discovering this host's ports: {e}")),
-        }
-        let (c, h) = (cfg.clone(), host.clone());
-        let task = tokio::task::spawn_blocking(move || {
-            let mut notes = Vec::new();
-            refresh(&c, &h, &mut k, &mut notes);
-            (k, notes)
-        });
-        let (k, more) = tokio::select! {
-            r = task => match r {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!("fleet: the refresh failed: {e}; the map is no longer read");
-                    return;
-                }
-            },
-            _ = stop.changed() => return,
-        };
-        notes.extend(more);
+    /// The notes of the last look, as [`note_key`] keeps them.
+    said: BTreeSet<String>,
+}
+
+impl Outlet {
+    fn publish(&mut self, k: &Kept, mut notes: Vec<String>) {
+        let host = &self.host;
         // No view until the probed ports' rails are known: probing a rail's peers from
         // another port would count as loss.
         let view = match (&k.map, k.local.is_empty()) {
-            (Some(map), false) => match view_of(map, &host, cfg.options(), &k.local) {
+            (Some(map), false) => match view_of(map, host, self.cfg.options(), &k.local) {
                 Ok(v) => Some((v, map.nics().len())),
                 Err(e) => {
                     notes.push(format!("{e}; the last pinglist stays in use"));
@@ -313,88 +357,149 @@ pub async fn run(
         };
         let keys: BTreeSet<String> = notes.iter().map(|n| note_key(n)).collect();
         for n in &notes {
-            if !said.contains(&note_key(n)) {
+            if !self.said.contains(&note_key(n)) {
                 tracing::warn!("fleet: {n}");
             }
         }
-        if keys.is_empty() && !said.is_empty() {
+        if keys.is_empty() && !self.said.is_empty() {
             tracing::info!("fleet: the map and this host's rows are read again");
         }
-        said = keys;
+        self.said = keys;
         let own: Vec<Nic> = k.own.iter().map(|(n, _)| n.clone()).collect();
-        pipeline.ingest_at(
+        self.pipeline.ingest_at(
             PLUGIN,
             &info_samples(&own),
             SystemTime::now(),
             Instant::now(),
         );
-        if let Some((view, nics)) = view {
-            views.send_if_modified(|v| {
-                let changed = v.as_deref() != Some(&view);
-                if changed {
-                    let rails: Vec<String> = view
-                        .tors
-                        .keys()
-                        .map(|r| match view.ports.get(r) {
-                            Some(p) => format!("{r} from {}", p.port),
-                            None => r.to_string(),
-                        })
-                        .collect();
-                    tracing::info!(
-                        "fleet: {host}: {} peers on rails [{}] ({nics} NICs in the map)",
-                        view.peers.len(),
-                        rails.join(", "),
-                    );
-                    *v = Some(Arc::new(view));
+        let Some((view, nics)) = view else {
+            return;
+        };
+        self.views.send_if_modified(|v| {
+            let changed = v.as_deref() != Some(&view);
+            if changed {
+                let rails: Vec<String> = view
+                    .tors
+                    .keys()
+                    .map(|r| match view.ports.get(r) {
+                        Some(p) => format!("{r} from {}", p.port),
+                        None => r.to_string(),
+                    })
+                    .collect();
+                tracing::info!(
+                    "fleet: {host}: {} peers on rails [{}] ({nics} NICs in the map)",
+                    view.peers.len(),
+                    rails.join(", "),
+                );
+                *v = Some(Arc::new(view));
+            }
+            changed
+        });
+    }
+}
+
+/// Run `look` (a refresh or a relook, then the rails probed) off the runtime's threads.
+async fn blocking(
+    cfg: &FleetConfig,
+    this: &ThisHost,
+    mut k: Kept,
+    full: bool,
+) -> Result<(Kept, Vec<String>), tokio::task::JoinError> {
+    let (c, t) = (cfg.clone(), this.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut notes = Vec::new();
+        if full {
+            refresh(&c, &t, &mut k, &mut notes);
+        } else {
+            relook(&c, &t, &mut k, &mut notes);
+        }
+        probed(&t, &mut k, &mut notes);
+        (k, notes)
+    })
+    .await
+}
+
+/// Refresh the map every `cfg.refresh` (spread over the fleet: each host waits between
+/// 0.9 and 1.1 of it, by its name) until `stop`: export this host's rows, and send the
+/// prober its view when it changed. Between refreshes, every [`PORTS_LOOK`], the ports of
+/// the inventory the agent's discovery keeps: when their addresses changed, the rails
+/// probed are told again then (the map is not read again).
+pub async fn run(
+    cfg: FleetConfig,
+    this: ThisHost,
+    discovery: Arc<Discovery>,
+    pipeline: Arc<Pipeline>,
+    views: watch::Sender<Option<Arc<FleetView>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let spread = 0.9
+        + 0.2 * (rocewatch_fleet::pinglist::score(&[&this.name, "refresh"]) % 1000) as f64 / 1000.0;
+    let pause = cfg.refresh.mul_f64(spread);
+    let mut out = Outlet {
+        cfg: cfg.clone(),
+        host: this.name.clone(),
+        pipeline,
+        views,
+        said: BTreeSet::new(),
+    };
+    let mut kept = Some(Kept::default());
+    let mut full = true;
+    let mut next = tokio::time::Instant::now();
+    loop {
+        let mut k = kept.take().expect("put back after each look");
+        let mut notes = Vec::new();
+        if full {
+            match discovery.discover().await {
+                Ok(inv) => k.take_inventory(inv),
+                Err(e) => notes.push(format!("discovering this host's ports: {e}")),
+            }
+        }
+        let look = blocking(&cfg, &this, k, full);
+        let (k, more) = tokio::select! {
+            r = look => match r {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("fleet: the refresh failed: {e}; the map is no longer read");
+                    return;
                 }
-                changed
-            });
+            },
+            _ = stop.changed() => return,
+        };
+        notes.extend(more);
+        out.publish(&k, notes);
+        if full {
+            next = tokio::time::Instant::now() + pause;
+        }
+        // Until the next refresh, or until the ports' addresses change.
+        let changed = loop {
+            let at = next.min(tokio::time::Instant::now() + PORTS_LOOK);
+            tokio::select! {
+                _ = tokio::time::sleep_until(at) => {}
+                _ = stop.changed() => return,
+            }
+            if tokio::time::Instant::now() >= next {
+                break None;
+            }
+            let inv = discovery.latest();
+            if rails::ports_key(&inv) != k.key {
+                break Some(inv);
+            }
+        };
+        let mut k = k;
+        full = changed.is_none();
+        if let Some(inv) = changed {
+            tracing::info!(
+                "fleet: this host's ports or their addresses changed: their rails are told again"
+            );
+            k.take_inventory(inv);
         }
         kept = Some(k);
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = stop.changed() => return,
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Each instance's port gives its addresses: by port, by device, or the first
-    /// device's when it names none; an address two instances could serve is the first's.
-    #[test]
-    fn the_addresses_of_each_instance_port() {
-        let root = rocewatch_sysfs::SysRoot::new(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../integration-tests/fixtures/mlx5-roce-dual-port/sys"),
-        );
-        let filter = rocewatch_sysfs::inventory::DeviceFilter::new(&Default::default()).unwrap();
-        let (inv, _) = rocewatch_sysfs::inventory::read_inventory(&root, &filter).unwrap();
-        let at = |i: usize, port: &str| Probing {
-            instance: i,
-            port: port.into(),
-        };
-        let (a0, a1): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.1.1".parse().unwrap());
-        let rails = probe_addrs(&inv, &[Some("mlx5_0:1".into()), Some("mlx5_1:1".into())]);
-        assert_eq!(
-            rails,
-            BTreeMap::from([(a0, at(0, "mlx5_0:1")), (a1, at(1, "mlx5_1:1"))])
-        );
-        assert_eq!(
-            probe_addrs(&inv, &[None]),
-            BTreeMap::from([(a0, at(0, "mlx5_0:1"))])
-        );
-        assert_eq!(
-            probe_addrs(
-                &inv,
-                &[Some("mlx5_1".into()), None, Some("mlx5_1:1".into())]
-            ),
-            BTreeMap::from([(a0, at(1, "mlx5_0:1")), (a1, at(0, "mlx5_1:1"))])
-        );
-        assert!(probe_addrs(&inv, &[Some("mlx5_7".into())]).is_empty());
-    }
 
     /// An lldpcli that is a wrapper whose child hangs (an lldpd that does not answer) is
     /// killed at the bound with its child; the fleet keeps its last map.

@@ -5,12 +5,14 @@
 //! the failing flows only while they fail ([`stats`]); timeouts while this host is
 //! overloaded are its own ([`noise`]). [`simulate`] runs the same round and statistics
 //! code for every host of a simulated fleet. [`map`] keeps the map fresh: this host's rows
-//! (LLDP or the topology file), exported; the map; the view handed to the prober.
+//! (LLDP or the topology file), exported; the map; the view handed to the prober, each
+//! rail on the port the one rail map gives it ([`rails`]).
 
 mod config;
 pub mod flows;
 pub mod map;
 pub mod noise;
+pub mod rails;
 mod rounds;
 pub mod simulate;
 pub mod stats;

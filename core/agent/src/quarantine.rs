@@ -6,14 +6,45 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use rocewatch_probes::fleet::FleetConfig;
 use rocewatch_runtime::quarantine::{QuarantineFile, SelfTest, SelfTestReport, Settings, Watcher};
 
 use crate::config::Config;
 
-/// The agent's self-test: `rocewatch health` without the quarantine and agent checks.
+/// The agent's self-test: `rocewatch health` without the quarantine and agent checks,
+/// counting the NICs this host should have as it does (its rows of `[fleet] topology`,
+/// read again at every run as every `rocewatch health` reads them).
 struct HealthSelfTest {
     options: rocewatch_health::Options,
     cfg: rocewatch_health::HealthConfig,
+    /// `[fleet]`, whose topology's rows of `host` are the rails this host should have.
+    fleet: Option<FleetConfig>,
+    /// This host's name in the fleet's map.
+    host: String,
+}
+
+impl HealthSelfTest {
+    fn new(cfg: &Config, state: std::path::PathBuf) -> HealthSelfTest {
+        let mut health_cfg = cfg.health.clone();
+        let checks = rocewatch_health::CheckName::ALL.iter().copied();
+        health_cfg.checks = Some(
+            checks
+                .filter(|c| {
+                    !matches!(
+                        c,
+                        rocewatch_health::CheckName::Quarantine
+                            | rocewatch_health::CheckName::Agent
+                    )
+                })
+                .collect(),
+        );
+        HealthSelfTest {
+            options: cfg.health_options(state),
+            cfg: health_cfg,
+            fleet: cfg.fleet.clone(),
+            host: crate::config::host::fleet_host(cfg),
+        }
+    }
 }
 
 impl SelfTest for HealthSelfTest {
@@ -23,7 +54,14 @@ impl SelfTest for HealthSelfTest {
 
     fn run(&self) -> Pin<Box<dyn Future<Output = SelfTestReport> + Send + '_>> {
         Box::pin(async {
-            let report = rocewatch_health::run(&self.options, &self.cfg).await;
+            let mut options = self.options.clone();
+            let (fleet, host) = (self.fleet.clone(), self.host.clone());
+            options.rail_rows = tokio::task::spawn_blocking(move || {
+                rocewatch_probes::fleet::map::topology_rows(fleet.as_ref(), &host)
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("reading [fleet] topology: {e}")));
+            let report = rocewatch_health::run(&options, &self.cfg).await;
             SelfTestReport {
                 passed: report.verdict == rocewatch_health::Verdict::Healthy,
                 line: report.line,
@@ -36,18 +74,6 @@ impl SelfTest for HealthSelfTest {
 /// health self-test.
 pub fn watcher(cfg: &Config) -> Watcher {
     let state = rocewatch_runtime::audit::state_dir();
-    let mut health_cfg = cfg.health.clone();
-    let checks = rocewatch_health::CheckName::ALL.iter().copied();
-    health_cfg.checks = Some(
-        checks
-            .filter(|c| {
-                !matches!(
-                    c,
-                    rocewatch_health::CheckName::Quarantine | rocewatch_health::CheckName::Agent
-                )
-            })
-            .collect(),
-    );
     let settings = Settings {
         file: QuarantineFile::in_dir(&state),
         audit: cfg.remediation.audit(),
@@ -60,9 +86,50 @@ pub fn watcher(cfg: &Config) -> Watcher {
         release_after: cfg.health.release_after,
         interval: cfg.agent.interval,
     };
-    let self_test = HealthSelfTest {
-        options: cfg.health_options(state),
-        cfg: health_cfg,
-    };
+    let self_test = HealthSelfTest::new(cfg, state);
     Watcher::new(settings, Box::new(self_test))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(case: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integration-tests/fixtures")
+            .join(case)
+    }
+
+    /// The self-test of the agent on `case` with `[fleet] topology` (this host gpu001).
+    fn self_test(case: &str, dir: &std::path::Path) -> HealthSelfTest {
+        let file = dir.join(format!("{case}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "[agent]\nsysfs_root = {:?}\n\n[fleet]\ntopology = {:?}\nhost = \"gpu001\"\n",
+                fixture(case).join("sys"),
+                fixture(case).join("topology.csv"),
+            ),
+        )
+        .unwrap();
+        let cfg = Config::load(Some(&file)).unwrap();
+        HealthSelfTest::new(&cfg, dir.join("state"))
+    }
+
+    /// One NIC of eight gone from the bus, the topology the only configuration: the
+    /// recovery's self-test fails naming the rail, as `rocewatch health` does; with all
+    /// eight it passes.
+    #[tokio::test]
+    async fn the_self_test_counts_a_missing_nic_as_health_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = self_test("eight-rails-one-gone", dir.path()).run().await;
+        assert!(!gone.passed, "{}", gone.line);
+        assert!(
+            gone.line.contains("rail 3") && gone.line.contains("0000:41:01.0"),
+            "{}",
+            gone.line
+        );
+        let all = self_test("eight-rails", dir.path()).run().await;
+        assert!(all.passed, "{}", all.line);
+    }
 }

@@ -3,7 +3,7 @@
 //! the ports by address; else the ports in PCI address order. `env`, `fleet topology`,
 //! `preflight` and `doctor` read it here, so that they agree.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use rocewatch_plugin_api::Inventory;
 use rocewatch_sysfs::railmap::{RailMap, RailRow};
 use rocewatch_sysfs::SysRoot;
@@ -12,24 +12,12 @@ use crate::config::Config;
 
 pub use crate::app::fleet_host;
 
-/// `host`'s rows of `[fleet] topology`, when the configuration names a topology file;
-/// an unreadable or malformed file is an error naming it.
+/// `host`'s rows of `[fleet] topology`, when the configuration names a topology file
+/// (read as the agent's map and its quarantine self-test read it); an unreadable or
+/// malformed file is an error naming it.
 pub fn rows(cfg: &Config, host: &str) -> Result<Option<Vec<RailRow>>> {
-    let Some(path) = cfg.fleet.as_ref().and_then(|f| f.topology.as_ref()) else {
-        return Ok(None);
-    };
-    let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("[fleet] topology: {name}"))?;
-    let topo = rocewatch_fleet::Topology::parse(&name, &text)?;
-    Ok(Some(
-        topo.nics_of(host)
-            .map(|n| RailRow {
-                rail: usize::from(n.rail),
-                addr: n.addr,
-            })
-            .collect(),
-    ))
+    rocewatch_probes::fleet::map::topology_rows(cfg.fleet.as_ref(), host)
+        .map_err(anyhow::Error::msg)
 }
 
 /// The rail map of `inv`, read under the configured sysfs root.

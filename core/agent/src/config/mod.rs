@@ -404,8 +404,8 @@ impl Config {
             devices: self.devices.clone(),
             state_dir,
             procfs_root: "/proc".into(),
-            // `rocewatch health` reads this host's topology rows (cli::rails); the
-            // quarantine's self-test counts NICs without them.
+            // Read at each run, by `rocewatch health` (cli::rails) and the quarantine's
+            // self-test: this host's rows of `[fleet] topology`.
             rail_rows: Ok(None),
         }
     }

@@ -185,6 +185,39 @@ fn check(run: &Run, rail: &str) {
     }
 }
 
+/// A prober (`start` makes it of a fast instance and a slow one, the pipeline and the
+/// shutdown) run for [`RUN`]: what the rails did, the store and the self-metrics.
+async fn run_for<F>(
+    cfg: &ProbesConfig,
+    start: impl FnOnce(Entry, Entry, Arc<Pipeline>, watch::Receiver<bool>) -> F,
+) -> (Run, Arc<Store>, Arc<SelfMetrics>)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (fast, slow): (Calls, Calls) = Default::default();
+    let store = Arc::new(Store::new());
+    rocewatch_probes::declare(&store, Some(cfg));
+    let metrics = Arc::new(SelfMetrics::default());
+    let pipeline = Pipeline::new(Arc::clone(&store), Arc::clone(&metrics), &[]);
+    let (stop, stopped) = watch::channel(false);
+    let prober = start(
+        entry(Duration::ZERO, &fast),
+        entry(SLOW, &slow),
+        pipeline,
+        stopped,
+    );
+    let task = tokio::spawn(prober);
+    tokio::time::sleep(RUN).await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let run = Run {
+        fast: fast.lock().unwrap().clone(),
+        slow: slow.lock().unwrap().clone(),
+        skipped: skipped(&metrics),
+    };
+    (run, store, metrics)
+}
+
 fn addrs(rail: u8) -> Vec<String> {
     (1..=PEERS).map(|i| format!("10.0.{rail}.{i}")).collect()
 }
@@ -197,25 +230,14 @@ async fn a_slow_device_does_not_set_the_other_devices_pace() {
         list(0),
         list(1)
     ));
-    let (fast, slow): (Calls, Calls) = Default::default();
-    let instances = vec![
-        (Some("mlx5_0:1".to_string()), entry(Duration::ZERO, &fast)),
-        (Some("mlx5_1:1".to_string()), entry(SLOW, &slow)),
-    ];
-    let store = Arc::new(Store::new());
-    rocewatch_probes::declare(&store, Some(&cfg));
-    let metrics = Arc::new(SelfMetrics::default());
-    let pipeline = Pipeline::new(Arc::clone(&store), Arc::clone(&metrics), &[]);
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(rocewatch_probes::run(instances, pipeline, cfg, stopped));
-    tokio::time::sleep(RUN).await;
-    stop.send(true).unwrap();
-    task.await.unwrap();
-    let run = Run {
-        fast: fast.lock().unwrap().clone(),
-        slow: slow.lock().unwrap().clone(),
-        skipped: skipped(&metrics),
-    };
+    let (run, store, _) = run_for(&cfg.clone(), |fast, slow, pipeline, stopped| {
+        let instances = vec![
+            (Some("mlx5_0:1".to_string()), fast),
+            (Some("mlx5_1:1".to_string()), slow),
+        ];
+        rocewatch_probes::run(instances, pipeline, cfg, stopped)
+    })
+    .await;
     check(&run, "");
     // Rail 1's peers count the probes that were sent, not the skipped rounds as failures.
     let sent = store.by_name("rdma.probe.sent");
@@ -260,25 +282,12 @@ async fn a_slow_rail_does_not_set_the_other_rails_pace() {
     let view = view_of(&topo, "a", fleet.options(), &local).unwrap();
     assert_eq!(view.peers.len(), 2 * PEERS);
     let cfg = probes_config("");
-    let (fast, slow): (Calls, Calls) = Default::default();
-    let instances = vec![entry(Duration::ZERO, &fast), entry(SLOW, &slow)];
-    let store = Arc::new(Store::new());
-    rocewatch_probes::declare(&store, Some(&cfg));
-    let metrics = Arc::new(SelfMetrics::default());
-    let pipeline = Pipeline::new(Arc::clone(&store), Arc::clone(&metrics), &[]);
-    let (_views_tx, views) = watch::channel(Some(Arc::new(view)));
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(rocewatch_probes::run_fleet(
-        instances, pipeline, cfg, fleet, views, stopped,
-    ));
-    tokio::time::sleep(RUN).await;
-    stop.send(true).unwrap();
-    task.await.unwrap();
-    let run = Run {
-        fast: fast.lock().unwrap().clone(),
-        slow: slow.lock().unwrap().clone(),
-        skipped: skipped(&metrics),
-    };
+    let (views_tx, views) = watch::channel(Some(Arc::new(view)));
+    let (run, store, metrics) = run_for(&cfg.clone(), |fast, slow, pipeline, stopped| {
+        rocewatch_probes::run_fleet(vec![fast, slow], pipeline, cfg, fleet, views, stopped)
+    })
+    .await;
+    drop(views_tx);
     check(&run, "1");
     // As a scrape shows it.
     let text = rocewatch_export::prometheus::render(

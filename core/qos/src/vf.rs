@@ -536,4 +536,38 @@ mod tests {
         assert!(steps[0].placeholders.iter().any(|p| p.starts_with("P: ")));
         assert!(!steps[0].placeholders.iter().any(|p| p.starts_with("PF: ")));
     }
+
+    proptest::proptest! {
+        /// Whatever the PF netdev is called (a tree given with --sysfs-root may name it
+        /// anything), the `[[qos.desired]]` entry parses as TOML and names exactly it.
+        #[test]
+        fn the_desired_entry_names_any_pf_netdev_exactly(name in "\\PC{0,16}", ctl in "[\\x00-\\x1f\"\\\\]{0,3}") {
+            let name = format!("{name}{ctl}");
+            let mut p = Plan::default();
+            p.pf_owned.push(Blocked {
+                at: crate::SettingAt {
+                    device: "mlx5_0".into(),
+                    port: 1,
+                    netdev: None,
+                    setting: "trust".into(),
+                },
+                to: "dscp".into(),
+                reason: PF_OWNED.into(),
+            });
+            let mut vfs = VfPorts::default();
+            vfs.0.insert(
+                ("mlx5_0".into(), 1),
+                VfPort {
+                    role: "vf",
+                    function: VfOf { pf_netdev: Some(name.clone()), ..VfOf::default() },
+                    pf_owned: vec!["trust".into()],
+                },
+            );
+            let steps = on_hypervisor(&p, &vfs, &quote);
+            let v: toml::Value = toml::from_str(&steps[0].desired).unwrap();
+            let entry = &v["qos"]["desired"][0];
+            proptest::prop_assert_eq!(entry["netdevs"].as_str(), Some(name.as_str()));
+            proptest::prop_assert_eq!(entry["settings"]["trust"].as_str(), Some("dscp"));
+        }
+    }
 }

@@ -26,6 +26,8 @@
 #   kmsg-pci.txt, kmsg-metrics*.txt, kmsg-rules.txt, kmsg-agent.log, doctor-kmsg.json (role b):
 #       driver messages in mlx5's formats written into /dev/kmsg while the agent runs with
 #       a rule on rdma.kernel.events; what /metrics, /rules and doctor made of them
+#   virt-facts.txt, virt-stat.txt, doctor-virt.json/.stderr (role a): DMI, the hypervisor
+#       flag and the clocksources; /proc/stat's cpu line before and after a doctor run
 set -u
 R=/mnt/host/$RXE_ROLE
 # Run the agent from the guest's memory, not page by page over 9p (a debug build is big).
@@ -250,6 +252,18 @@ if [ "$RXE_ROLE" = a ]; then
   rdma statistic qp mode link rxe0/1 > "$R/res-restart-mode.txt" 2>&1
   ls /var/lib/rocewatch > "$R/res-restart-state.txt" 2>&1
   cp /var/lib/rocewatch/audit.jsonl "$R/res-audit-kill.jsonl"
+fi
+# Inside the guest (role a): what the files say of the virtualization (DMI, the CPU's
+# hypervisor flag, the clocksources) and /proc/stat's cpu line around a doctor run, whose
+# virtualization topic tells the hypervisor and the steal over its window.
+if [ "$RXE_ROLE" = a ]; then
+  { for f in sys_vendor product_name; do echo "$f=$(cat /sys/class/dmi/id/$f 2>/dev/null)"; done
+    echo "hypervisor_flag=$(grep -m1 -c -w hypervisor /proc/cpuinfo)"
+    echo "clocksources=$(cat /sys/devices/system/clocksource/clocksource0/available_clocksource 2>/dev/null)"
+  } > "$R/virt-facts.txt"
+  grep '^cpu ' /proc/stat > "$R/virt-stat.txt"
+  "$BIN" doctor --window 2s --json > "$R/doctor-virt.json" 2> "$R/doctor-virt.stderr"
+  grep '^cpu ' /proc/stat >> "$R/virt-stat.txt"
 fi
 grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* > "$R/hw_counters.txt"
 echo done > "$R/done"

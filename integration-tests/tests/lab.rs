@@ -2278,3 +2278,85 @@ fn lab_the_prometheus_map_of_the_guests_info_series_gives_the_right_peers() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_lab_b_on_both_rails(&v);
 }
+
+/// Inside a lab guest, on its real kernel: doctor's virtualization topic says a QEMU
+/// guest (kvm where the guest has kvm-clock and the CPU's hypervisor flag, as under
+/// `-enable-kvm`; qemu under TCG), with the DMI vendor the guest's own file shows, and
+/// measures steal over its window from the same `/proc/stat` the guest reads.
+#[test]
+fn lab_doctor_says_a_qemu_guest_and_measures_steal() {
+    let Some(out) = lab_run() else { return };
+    let a = out.join("a");
+    let facts: BTreeMap<String, String> = read(&a.join("virt-facts.txt"))
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect();
+    let stderr = read(&a.join("doctor-virt.stderr"));
+    let doctor = json(&a.join("doctor-virt.json"));
+    let checks: Vec<&Value> = doctor["checks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{doctor}\nstderr: {stderr}"))
+        .iter()
+        .filter(|c| c["check"] == "virtualization")
+        .collect();
+    let find = |subject: &str| -> &Value {
+        checks
+            .iter()
+            .find(|c| c["subject"] == subject)
+            .unwrap_or_else(|| {
+                panic!("no virtualization {subject:?} in {checks:?}\nstderr: {stderr}")
+            })
+    };
+    assert_eq!(facts["sys_vendor"], "QEMU", "{facts:?}");
+    let what = find("");
+    let evidence = what["evidence"].as_str().unwrap();
+    let kvm = facts["hypervisor_flag"] == "1"
+        && facts["clocksources"]
+            .split_whitespace()
+            .any(|c| c == "kvm-clock");
+    let expect = if kvm { "(kvm)" } else { "(qemu)" };
+    assert_eq!(what["status"], "info", "{what}");
+    assert!(
+        evidence.starts_with("a guest: a virtual machine ") && evidence.contains(expect),
+        "{expect} expected from {facts:?}: {what}"
+    );
+    assert!(evidence.contains("DMI sys_vendor: QEMU"), "{what}");
+    // The guest cannot see the switch: said, never judged.
+    assert_eq!(find("switch")["status"], "skip", "{checks:?}");
+    // Steal: measured on the live /proc/stat (pass, or warn when the host was busy).
+    let steal = find("steal");
+    assert!(
+        steal["status"] == "pass" || steal["status"] == "warn",
+        "{steal}"
+    );
+    let pct: f64 = steal["evidence"]
+        .as_str()
+        .unwrap()
+        .split(" % ")
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no share in {steal}"));
+    assert!((0.0..=100.0).contains(&pct), "{steal}");
+    // The guest's own reading around the run: the cpu line has steal (8th value), which
+    // never goes back.
+    let stat = read(&a.join("virt-stat.txt"));
+    let steals: Vec<u64> = stat
+        .lines()
+        .map(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .map(|x| x.parse().unwrap())
+                .collect();
+            assert!(v.len() >= 8, "{l}");
+            v[7]
+        })
+        .collect();
+    assert_eq!(steals.len(), 2, "{stat}");
+    assert!(steals[1] >= steals[0], "{stat}");
+    eprintln!(
+        "lab guest: {evidence}; steal over doctor's window: {}",
+        steal["evidence"]
+    );
+}

@@ -45,6 +45,8 @@ pub mod virt;
 
 pub mod railmap;
 pub mod rails;
+#[cfg(test)]
+mod testrails;
 use std::path::{Path, PathBuf};
 
 pub use read::{Attr, SysfsError};

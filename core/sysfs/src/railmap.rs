@@ -203,6 +203,7 @@ impl SysRoot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testrails::eight_rows as rows;
 
     /// Eight NICs, `mlx5_<k>` at `0000:<k+1>:00.0` with 10.0.<k>.1, as named at boot.
     fn eight() -> Vec<RailPort> {
@@ -215,15 +216,6 @@ mod tests {
                 addrs: vec![format!("10.0.{k}.1").parse().unwrap()],
                 pci: Some(format!("0000:{:02x}:00.0", k + 1)),
                 up: true,
-            })
-            .collect()
-    }
-
-    fn rows() -> Vec<RailRow> {
-        (0..8)
-            .map(|k| RailRow {
-                rail: k,
-                addr: format!("10.0.{k}.1").parse().unwrap(),
             })
             .collect()
     }

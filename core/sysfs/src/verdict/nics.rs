@@ -354,7 +354,7 @@ impl SysRoot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::railmap::RailRow;
+    use crate::testrails::{eight_rows as rows, row};
     use crate::verdict::PcieLinkKind;
 
     fn tree(case: &str) -> SysRoot {
@@ -369,15 +369,6 @@ mod tests {
     fn inventory(sys: &SysRoot) -> rocewatch_plugin_api::Inventory {
         let filter = crate::inventory::DeviceFilter::new(&Default::default()).unwrap();
         crate::inventory::read_inventory(sys, &filter).unwrap().0
-    }
-
-    fn rows() -> Vec<RailRow> {
-        (0..8)
-            .map(|k| RailRow {
-                rail: k,
-                addr: format!("10.0.{k}.1").parse().unwrap(),
-            })
-            .collect()
     }
 
     /// A function at `addr` under host bridge pci0000:00 in the small tree at `root`,
@@ -430,13 +421,6 @@ mod tests {
             addrs: Vec::new(),
             pci: Some(pci.into()),
             up: true,
-        }
-    }
-
-    fn row(rail: usize) -> RailRow {
-        RailRow {
-            rail,
-            addr: format!("10.0.{rail}.1").parse().unwrap(),
         }
     }
 

@@ -1,9 +1,231 @@
-//! cmis decoder (being written).
+//! CMIS (QSFP-DD, OSFP, DSFP, QSFP+/SFP-DD/SFP+ with CMIS): module state and monitors in
+//! the lower page, the identity in upper page 00h, the advertisements in page 01h, the
+//! thresholds in page 02h, the lanes (eight a bank) in page 11h of each bank, as ethtool's
+//! `cmis.c` reads them.
+//!
+//! Where this differs from ethtool, it follows CMIS and says so: ethtool tests a lane's
+//! flag with `byte & lane_number` instead of the lane's bit, and divides the TX bias by
+//! the page 01h multiplier (byte 160 bits 4-3, "multiply by 1, 2 or 4") where CMIS
+//! multiplies.
 
-use crate::common::empty_module;
-use crate::model::{Family, Module};
-use crate::Eeprom;
+use crate::common::{
+    ascii, bias_ma, check, connector_name, empty_module, flag, i16_at, limits, oui, power_mw,
+    temperature_c, u16_at, voltage_v,
+};
+use crate::model::{Family, Lane, Level, Measure, Module, Problem, Thresholds};
+use crate::{Eeprom, Page};
+
+const FLAT_MEMORY: u8 = 1 << 7;
+const LANES_PER_BANK: u8 = 8;
+/// Page 01h byte 160: which lane monitors exist, and the TX bias multiplier.
+const MONITORS: usize = 160;
+const MON_BIAS: u8 = 1 << 0;
+const MON_TX_POWER: u8 = 1 << 1;
+const MON_RX_POWER: u8 = 1 << 2;
 
 pub(crate) fn decode(eeprom: &Eeprom) -> Module {
-    empty_module(Family::Cmis, eeprom.identifier())
+    let lower = eeprom.lower();
+    let mut module = empty_module(Family::Cmis, lower[0]);
+    module.revision_compliance = Some(format!("CMIS Rev. {}.{}", lower[1] >> 4, lower[1] & 0x0f));
+    let flat = lower[2] & FLAT_MEMORY != 0;
+    module.flat_memory = Some(flat);
+    module.module_state = Some(state(lower[3]));
+    match eeprom.page(0, 0) {
+        Some(page00) => {
+            inventory(page00, &mut module);
+            // Page 00h's checksum (byte 222) covers 128-221.
+            check(
+                &mut module.problems,
+                "page 00h checksum",
+                &page00[0..94],
+                page00[94],
+            );
+        }
+        None => module.problems.push(Problem::PageMissing {
+            page: "00h".to_string(),
+        }),
+    }
+    if flat {
+        // A flat module (a passive cable) has no diagnostics pages.
+        module.problems.push(Problem::DiagnosticsNotImplemented);
+        return module;
+    }
+    module.diagnostics_implemented = true;
+    let (temperature, vcc) = (i16_at(lower, 14), u16_at(lower, 16));
+    if temperature == 0 && vcc == 0 {
+        module.problems.push(Problem::DiagnosticsAllZero);
+        return module;
+    }
+    module.temperature_c = Some(temperature_c(temperature));
+    module.voltage_v = (vcc != 0).then(|| voltage_v(vcc));
+    module_alarms(lower[9], &mut module);
+    let Some(page01) = eeprom.page(0, 1) else {
+        module.problems.push(Problem::PageMissing {
+            page: "01h".to_string(),
+        });
+        return module;
+    };
+    if let Some(wavelength) = Some(u16_at(page01, 138 - 128)).filter(|w| *w != 0) {
+        module.wavelength_nm = Some(f64::from(wavelength) / 20.0);
+    }
+    module.rx_power_kind = Some(if page01[151 - 128] & 0x10 != 0 {
+        "average"
+    } else {
+        "OMA"
+    });
+    let multiplier = match (page01[MONITORS - 128] >> 3) & 0x03 {
+        1 => 2.0,
+        2 => 4.0,
+        _ => 1.0,
+    };
+    match eeprom.page(0, 2) {
+        Some(page02) => thresholds(page02, multiplier, &mut module),
+        None => module.problems.push(Problem::PageMissing {
+            page: "02h".to_string(),
+        }),
+    }
+    let banks = match page01[142 - 128] & 0x03 {
+        1 => 2,
+        2 => 4,
+        _ => 1,
+    };
+    for bank in 0..banks {
+        match eeprom.page(bank, 0x11) {
+            Some(page11) => lanes(bank, page01, page11, multiplier, &mut module),
+            None => module.problems.push(Problem::PageMissing {
+                page: format!("11h (bank {bank})"),
+            }),
+        }
+    }
+    module
+}
+
+/// Lower byte 3 bits 3-1, the module state, as ethtool prints it.
+fn state(byte: u8) -> String {
+    let code = (byte & 0x0e) >> 1;
+    let name = match code {
+        1 => "ModuleLowPwr",
+        2 => "ModulePwrUp",
+        3 => "ModuleReady",
+        4 => "ModulePwrDn",
+        5 => "ModuleFault",
+        _ => "Unknown",
+    };
+    format!("0x{code:02x} ({name})")
+}
+
+fn inventory(page00: &Page, module: &mut Module) {
+    let at = |offset: usize| offset - 128;
+    module.vendor = ascii(&page00[at(129)..at(145)]);
+    module.vendor_oui = Some(oui(&page00[at(145)..at(148)]));
+    module.part_number = ascii(&page00[at(148)..at(164)]);
+    module.revision = ascii(&page00[at(164)..at(166)]);
+    module.serial_number = ascii(&page00[at(166)..at(182)]);
+    module.date_code = ascii(&page00[at(182)..at(190)]);
+    let connector = page00[at(203)];
+    module.connector = Some(format!("0x{connector:02x} ({})", connector_name(connector)));
+}
+
+/// Lower byte 9: temperature flags in bits 0-3, supply voltage flags in bits 4-7, each
+/// high alarm, low alarm, high warning, low warning from the low bit up.
+fn module_alarms(byte: u8, module: &mut Module) {
+    let levels = [
+        Level::HighAlarm,
+        Level::LowAlarm,
+        Level::HighWarning,
+        Level::LowWarning,
+    ];
+    for (shift, measure) in [(0, Measure::Temperature), (4, Measure::Voltage)] {
+        for (i, level) in levels.iter().enumerate() {
+            flag(
+                &mut module.alarms,
+                byte,
+                1 << (shift + i),
+                measure,
+                *level,
+                None,
+            );
+        }
+    }
+}
+
+fn thresholds(page02: &Page, multiplier: f64, module: &mut Module) {
+    let at = |offset: usize| offset - 128;
+    module.thresholds = Thresholds {
+        temperature_c: limits(page02, at(128), |b, o| temperature_c(i16_at(b, o))),
+        voltage_v: limits(page02, at(136), |b, o| voltage_v(u16_at(b, o))),
+        tx_power_mw: limits(page02, at(176), |b, o| power_mw(u16_at(b, o))),
+        bias_ma: limits(page02, at(184), |b, o| bias_ma(u16_at(b, o)) * multiplier),
+        rx_power_mw: limits(page02, at(192), |b, o| power_mw(u16_at(b, o))),
+    }
+    .or_none();
+}
+
+/// One bank's eight lanes from its page 11h: the monitors page 01h advertises, and the
+/// lane flags (one bit a lane) of those monitors, loss of signal and transmitter fault.
+fn lanes(bank: u8, page01: &Page, page11: &Page, multiplier: f64, module: &mut Module) {
+    let at = |offset: usize| offset - 128;
+    let monitors = page01[at(MONITORS)];
+    let (tx_flags, rx_flags) = (page01[at(157)], page01[at(158)]);
+    for i in 0..LANES_PER_BANK {
+        let lane = bank * LANES_PER_BANK + i + 1;
+        let word = |base: usize| u16_at(page11, at(base) + 2 * usize::from(i));
+        module.lanes.push(Lane {
+            lane,
+            bias_ma: (monitors & MON_BIAS != 0).then(|| bias_ma(word(170)) * multiplier),
+            tx_power_mw: (monitors & MON_TX_POWER != 0).then(|| power_mw(word(154))),
+            rx_power_mw: (monitors & MON_RX_POWER != 0).then(|| power_mw(word(186))),
+        });
+        let bit = 1 << i;
+        let byte = |offset: usize| page11[at(offset)];
+        let alarms = &mut module.alarms;
+        if tx_flags & (1 << 0) != 0 {
+            flag(
+                alarms,
+                byte(135),
+                bit,
+                Measure::TxFault,
+                Level::Set,
+                Some(lane),
+            );
+        }
+        if tx_flags & (1 << 1) != 0 {
+            flag(
+                alarms,
+                byte(136),
+                bit,
+                Measure::TxLos,
+                Level::Set,
+                Some(lane),
+            );
+        }
+        if rx_flags & (1 << 1) != 0 {
+            flag(
+                alarms,
+                byte(147),
+                bit,
+                Measure::RxLos,
+                Level::Set,
+                Some(lane),
+            );
+        }
+        let levels = [
+            Level::HighAlarm,
+            Level::LowAlarm,
+            Level::HighWarning,
+            Level::LowWarning,
+        ];
+        for (first, measure, advertised) in [
+            (139, Measure::TxPower, MON_TX_POWER),
+            (143, Measure::Bias, MON_BIAS),
+            (149, Measure::RxPower, MON_RX_POWER),
+        ] {
+            if monitors & advertised == 0 {
+                continue;
+            }
+            for (k, level) in levels.iter().enumerate() {
+                flag(alarms, byte(first + k), bit, measure, *level, Some(lane));
+            }
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Helpers the three decoders share: big-endian words, ASCII fields, the units of
 //! SFF-8472/SFF-8636/CMIS (ethtool's `sff-common.h`), checksums, SFF-8024 names.
 
-use crate::model::{Family, Module};
+use crate::model::{Alarm, Family, Level, Limits, Measure, Module, Problem};
 
 /// Big-endian unsigned 16-bit word at `offset`.
 pub(crate) fn u16_at(bytes: &[u8], offset: usize) -> u16 {
@@ -160,4 +160,61 @@ pub(crate) fn empty_module(family: Family, id: u8) -> Module {
         alarms: Vec::new(),
         problems: Vec::new(),
     }
+}
+
+/// Four thresholds (high alarm, low alarm, high warning, low warning: the order of
+/// SFF-8472, SFF-8636 page 03h and CMIS page 02h) as consecutive 16-bit words from
+/// `offset`, converted by `value`; `None` when all four words are zero (not programmed).
+pub(crate) fn limits(
+    bytes: &[u8],
+    offset: usize,
+    value: impl Fn(&[u8], usize) -> f64,
+) -> Option<Limits> {
+    if bytes[offset..offset + 8].iter().all(|&b| b == 0) {
+        return None;
+    }
+    Some(Limits {
+        high_alarm: value(bytes, offset),
+        low_alarm: value(bytes, offset + 2),
+        high_warning: value(bytes, offset + 4),
+        low_warning: value(bytes, offset + 6),
+    })
+}
+
+/// Pushes an alarm when `byte & mask` is set.
+pub(crate) fn flag(
+    alarms: &mut Vec<Alarm>,
+    byte: u8,
+    mask: u8,
+    measure: Measure,
+    level: Level,
+    lane: Option<u8>,
+) {
+    if byte & mask != 0 {
+        alarms.push(Alarm {
+            measure,
+            level,
+            lane,
+        });
+    }
+}
+
+/// Compares a stored checksum with the sum of the bytes it covers; a failure is a
+/// [`Problem::Checksum`] pushed to `problems` (and `false` returned).
+pub(crate) fn check(
+    problems: &mut Vec<Problem>,
+    name: &'static str,
+    covered: &[u8],
+    stored: u8,
+) -> bool {
+    let computed = checksum(covered);
+    if computed == stored {
+        return true;
+    }
+    problems.push(Problem::Checksum {
+        name,
+        stored,
+        computed,
+    });
+    false
 }

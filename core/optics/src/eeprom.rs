@@ -64,8 +64,17 @@ impl Eeprom {
     /// `cmis_memory_map_init_buf`), bank 0. Pages cut short by the dump's end are left out,
     /// as are pages a flat-memory module does not have (only 00h is kept).
     pub fn from_linear(bytes: &[u8]) -> Result<Self, Error> {
+        let known: Vec<Option<u8>> = bytes.iter().copied().map(Some).collect();
+        Self::from_sparse(&known)
+    }
+
+    /// [`Eeprom::from_linear`] over a dump with holes (`None`: a byte the dump did not
+    /// give): a page is kept only when all its bytes are known.
+    pub fn from_sparse(bytes: &[Option<u8>]) -> Result<Self, Error> {
         let Some(lower) = page_at(bytes, 0) else {
-            return Err(Error::TooShort { len: bytes.len() });
+            return Err(Error::TooShort {
+                len: bytes.iter().take_while(|b| b.is_some()).count(),
+            });
         };
         let mut eeprom = Eeprom::new(lower);
         let id = lower[0];
@@ -73,10 +82,11 @@ impl Eeprom {
             if let Some(upper) = page_at(bytes, 0x80) {
                 eeprom.insert_page(0, 0, upper);
             }
-            if let Some(a2) = bytes.get(0x100..0x200) {
-                let mut copy = [0u8; 256];
-                copy.copy_from_slice(a2);
-                eeprom.set_a2(copy);
+            if let (Some(low), Some(high)) = (page_at(bytes, 0x100), page_at(bytes, 0x180)) {
+                let mut a2 = [0u8; 256];
+                a2[..128].copy_from_slice(&low);
+                a2[128..].copy_from_slice(&high);
+                eeprom.set_a2(a2);
             }
             return Ok(eeprom);
         }
@@ -87,9 +97,8 @@ impl Eeprom {
         };
         let last_page = if flat { 0 } else { 0xff };
         for page in 0..=last_page {
-            match page_at(bytes, 0x80 * (usize::from(page) + 1)) {
-                Some(upper) => eeprom.insert_page(0, page, upper),
-                None => break,
+            if let Some(upper) = page_at(bytes, 0x80 * (usize::from(page) + 1)) {
+                eeprom.insert_page(0, page, upper);
             }
         }
         Ok(eeprom)
@@ -116,9 +125,11 @@ impl Eeprom {
     }
 }
 
-fn page_at(bytes: &[u8], offset: usize) -> Option<Page> {
+fn page_at(bytes: &[Option<u8>], offset: usize) -> Option<Page> {
     let slice = bytes.get(offset..offset + 128)?;
     let mut page = [0u8; 128];
-    page.copy_from_slice(slice);
+    for (to, from) in page.iter_mut().zip(slice) {
+        *to = (*from)?;
+    }
     Some(page)
 }

@@ -88,14 +88,27 @@ pub struct Limits {
     pub low_warning: f64,
 }
 
-/// The module's thresholds, in the readings' units.
+/// The module's thresholds, in the readings' units. A measure whose four levels are all
+/// zero (not programmed, or not answered) is `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Thresholds {
-    pub temperature_c: Limits,
-    pub voltage_v: Limits,
-    pub bias_ma: Limits,
-    pub tx_power_mw: Limits,
-    pub rx_power_mw: Limits,
+    pub temperature_c: Option<Limits>,
+    pub voltage_v: Option<Limits>,
+    pub bias_ma: Option<Limits>,
+    pub tx_power_mw: Option<Limits>,
+    pub rx_power_mw: Option<Limits>,
+}
+
+impl Thresholds {
+    /// `None` when no measure has thresholds.
+    pub(crate) fn or_none(self) -> Option<Self> {
+        let any = self.temperature_c.is_some()
+            || self.voltage_v.is_some()
+            || self.bias_ma.is_some()
+            || self.tx_power_mw.is_some()
+            || self.rx_power_mw.is_some();
+        any.then_some(self)
+    }
 }
 
 /// What a flag is about.

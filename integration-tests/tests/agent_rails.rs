@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::fleet_rails::start_agent;
 use crate::support::*;
 
 /// The fleet topology of the eight-rail trees (gpu001 and gpu002 under one leaf a rail).
@@ -23,24 +24,8 @@ fn topology(case: &str) -> PathBuf {
 /// An LLDP neighbour on every netdev of `root` (lldpcli's json0), written to `dir`, and
 /// an lldpcli that prints it: (the JSON file, the lldpcli).
 fn lldp(root: &Path, dir: &Path) -> (PathBuf, PathBuf) {
-    let mut netdevs: Vec<String> = std::fs::read_dir(root.join("class/net"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    netdevs.sort();
-    let ifaces: Vec<Value> = netdevs
-        .iter()
-        .map(|nd| {
-            serde_json::json!({"name": nd, "chassis": [{"name": [{"value": format!("leaf-{nd}")}]}],
-                "port": [{"id": [{"type": "ifname", "value": "Ethernet1/1"}]}]})
-        })
-        .collect();
     let json = dir.join("lldp.json");
-    std::fs::write(
-        &json,
-        serde_json::json!({"lldp": [{"interface": ifaces}]}).to_string(),
-    )
-    .unwrap();
+    crate::rail_map::write_lldp_json(root, &json);
     let tool = dir.join("lldpcli");
     std::fs::write(&tool, format!("#!/bin/sh\ncat {:?}\n", json)).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -61,19 +46,6 @@ fn config(dir: &Path, root: &Path, topo: &Path, agent: &str, fleet: &str) -> Pat
     )
     .unwrap();
     cfg
-}
-
-fn start_agent(cfg: &Path, record: &Path) -> RunningAgent {
-    RunningAgent::start_with(
-        &[
-            "--config",
-            cfg.to_str().unwrap(),
-            "--prometheus-listen",
-            "127.0.0.1:0",
-        ],
-        &[("ROCEWATCH_FAKE_PROBE_RECORD", record.to_str().unwrap())],
-        None,
-    )
 }
 
 /// Rail → the port its peer (gpu002's `10.1.R.1`) was probed from, as fake-probe

@@ -106,7 +106,7 @@ fn by_port(probes: &[Probe]) -> BTreeMap<String, BTreeSet<String>> {
 }
 
 /// The agent with `cfg`, fake-probe recording to `record`.
-fn start_agent(cfg: &Path, record: &Path) -> RunningAgent {
+pub(crate) fn start_agent(cfg: &Path, record: &Path) -> RunningAgent {
     RunningAgent::start_with(
         &[
             "--config",

@@ -90,10 +90,10 @@ fn preflight_rails(case: &str, cfg: Option<&Path>) -> Rails {
         .collect()
 }
 
-/// `fleet topology` with an LLDP neighbour on every netdev of the tree.
-fn fleet_rails(case: &str, cfg: Option<&Path>, dir: &Path, names: &Rails) -> Rails {
-    let root = fixture(case).join("class/net");
-    let mut netdevs: Vec<String> = std::fs::read_dir(root)
+/// lldpcli's json0 output with an LLDP neighbour on every netdev of the tree at `root`
+/// (switch `leaf-NETDEV`, port `Ethernet1/1`), written to `file`.
+pub(crate) fn write_lldp_json(root: &Path, file: &Path) {
+    let mut netdevs: Vec<String> = std::fs::read_dir(root.join("class/net"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
@@ -105,12 +105,17 @@ fn fleet_rails(case: &str, cfg: Option<&Path>, dir: &Path, names: &Rails) -> Rai
                 "port": [{"id": [{"type": "ifname", "value": "Ethernet1/1"}]}]})
         })
         .collect();
-    let lldp = dir.join(format!("{case}-lldp.json"));
     std::fs::write(
-        &lldp,
+        file,
         serde_json::json!({"lldp": [{"interface": ifaces}]}).to_string(),
     )
     .unwrap();
+}
+
+/// `fleet topology` with an LLDP neighbour on every netdev of the tree.
+fn fleet_rails(case: &str, cfg: Option<&Path>, dir: &Path, names: &Rails) -> Rails {
+    let lldp = dir.join(format!("{case}-lldp.json"));
+    write_lldp_json(&fixture(case), &lldp);
     let args = [
         "fleet",
         "topology",

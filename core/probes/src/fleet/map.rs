@@ -162,8 +162,14 @@ impl Kept {
 /// This host's rows from LLDP: each port at its rail in the rail map (by the rows of
 /// `[fleet] topology` when one is configured, else by PCI address order: what `rocewatch
 /// fleet topology` prints), and the rails seen before but missed now kept for
-/// [`LLDP_GRACE`] refreshes.
-fn lldp_own(cfg: &FleetConfig, this: &ThisHost, kept: &mut Kept, notes: &mut Vec<String>) {
+/// [`LLDP_GRACE`] refreshes (a look between refreshes, `refreshed` false, ages none).
+fn lldp_own(
+    cfg: &FleetConfig,
+    this: &ThisHost,
+    kept: &mut Kept,
+    refreshed: bool,
+    notes: &mut Vec<String>,
+) {
     let Some(inv) = &kept.inv else {
         notes.push("no inventory yet: LLDP rows need this host's ports".into());
         return;
@@ -193,9 +199,10 @@ fn lldp_own(cfg: &FleetConfig, this: &ThisHost, kept: &mut Kept, notes: &mut Vec
             .map(|LeftOut { rail, name, why }| format!("rail {rail} ({name}): {why}")),
     );
     let mut own: Vec<(Nic, u32)> = rows.into_iter().map(|n| (n, 0)).collect();
+    let age = u32::from(refreshed);
     for (n, missed) in &kept.own {
-        if !own.iter().any(|(o, _)| o.rail == n.rail) && missed + 1 < LLDP_GRACE {
-            own.push((n.clone(), missed + 1));
+        if !own.iter().any(|(o, _)| o.rail == n.rail) && missed + age < LLDP_GRACE {
+            own.push((n.clone(), missed + age));
         }
     }
     own.sort_by_key(|(n, _)| n.rail);
@@ -255,7 +262,7 @@ fn refresh(cfg: &FleetConfig, this: &ThisHost, kept: &mut Kept, notes: &mut Vec<
         kept.file_rows = Some(rails::rail_rows(t.nics_of(host)));
     }
     if cfg.lldp {
-        lldp_own(cfg, this, kept, notes);
+        lldp_own(cfg, this, kept, true, notes);
     } else {
         match &file {
             Some(Ok(t)) => kept.own = t.nics_of(host).cloned().map(|n| (n, 0)).collect(),
@@ -281,7 +288,7 @@ fn relook(cfg: &FleetConfig, this: &ThisHost, kept: &mut Kept, notes: &mut Vec<S
     if !cfg.lldp {
         return;
     }
-    lldp_own(cfg, this, kept, notes);
+    lldp_own(cfg, this, kept, false, notes);
     if cfg.source != FleetSource::Prometheus {
         return;
     }

@@ -6,13 +6,22 @@
 //! table) requests of `dcb pfc show` / `dcb app show` ([`dcb`]), and the rtnetlink dumps
 //! of `ip link`, `ip addr`, `ip rule` and `ip route` ([`route`]); an SR-IOV PF's virtual
 //! functions as `ip link show dev PF` prints them ([`vfinfo`]); the interfaces'
-//! addresses as `getifaddrs` gives them ([`ifaddrs`]).
+//! addresses as `getifaddrs` gives them ([`ifaddrs`]); generic netlink's family lookup
+//! ([`genl`]) and ethtool netlink's link state, FEC statistics and module EEPROM pages
+//! ([`ethtool`], a whole module by page in [`module_eeprom`]).
 //!
 //! Everything that turns bytes into values is a pure function over byte slices, so it is
 //! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
 
 pub mod dcb;
+pub mod ethtool;
+pub mod ethtool_replies;
+#[cfg(test)]
+mod ethtool_tests;
+mod ethtool_words;
+pub mod genl;
 pub mod ifaddrs;
+pub mod module_eeprom;
 pub mod msg;
 pub mod rdma;
 pub mod rdma_res;

@@ -1,4 +1,4 @@
-//! Test support: an [`RdmaNetlink`] whose kernel is the other end of a `socketpair(2)`.
+//! Test support: an [`RdmaNetlink`] (or any netlink client) whose kernel is the other end of a `socketpair(2)`.
 //! A test hands it the replies a kernel gave (recorded in `testdata/`, or crafted from
 //! the uapi layout) and reads back the request the client sent, so a whole request
 //! (framing, sequence numbers, dumps across datagrams, errors) runs without RDMA.
@@ -15,6 +15,13 @@ pub(crate) struct FakeKernel {
 
 /// A client and its fake kernel; receives on both ends time out after 2 s.
 pub(crate) fn rdma_pair() -> (RdmaNetlink, FakeKernel) {
+    let (sock, kernel) = pair();
+    (RdmaNetlink { sock }, kernel)
+}
+
+/// A socket and its fake kernel, for any protocol's client; receives on both ends time
+/// out after 2 s.
+pub(crate) fn pair() -> (NetlinkSocket, FakeKernel) {
     let mut fds = [0; 2];
     // SAFETY: fds is a valid array of two descriptors; the result is checked.
     let r = unsafe {
@@ -31,10 +38,7 @@ pub(crate) fn rdma_pair() -> (RdmaNetlink, FakeKernel) {
     for fd in [&ours, &peer] {
         crate::socket::set_recv_timeout(fd, std::time::Duration::from_secs(2)).unwrap();
     }
-    let client = RdmaNetlink {
-        sock: NetlinkSocket::from_connected(ours),
-    };
-    (client, FakeKernel { peer })
+    (NetlinkSocket::from_connected(ours), FakeKernel { peer })
 }
 
 impl FakeKernel {

@@ -1,0 +1,306 @@
+//! A whole transceiver module read over ethtool netlink, page by page, the pages its
+//! family needs as ethtool's own `-m` asks for them (`sfpid.c`, `qsfp.c`, `cmis.c`
+//! `*_memory_map_init_pages`), into a [`rocewatch_optics::Eeprom`]:
+//!
+//! - the lower page (I2C address 0x50, page 0, offset 0, 128 bytes) always: its byte 0
+//!   (the SFF-8024 identifier) says the family;
+//! - SFF-8472 (SFP, identifier 0x02/0x03): A2h's first 128 bytes (I2C address 0x51:
+//!   thresholds, calibration, readings, flags) when byte 92 bit 6 says the module has
+//!   diagnostics; A2h's upper half (vendor and user memory) is not read, and left zero;
+//! - SFF-8636 (QSFP+/QSFP28, 0x0C/0x0D/0x11): upper page 00h, and page 03h (thresholds)
+//!   unless byte 2 bit 2 says flat memory; a failing page 03h read is a problem, not a
+//!   failure (some drivers refuse it; ethtool goes on without it too);
+//! - CMIS (QSFP-DD/OSFP/...): upper page 00h; unless byte 2 bit 7 says flat memory,
+//!   pages 01h and 02h, then page 11h (lane flags and monitors) of each bank page 01h
+//!   byte 0x8E bits 0-1 advertise (1, 2 or 4 banks).
+//!
+//! Each read is one I2C transaction on the module's bus: about 128 bytes at 100 kHz, a
+//! few milliseconds, more where the driver goes through firmware (mlx5's MCIA register).
+//! A CMIS module with 4 banks costs 8 reads; callers read modules at a slow interval.
+
+use rocewatch_optics::Eeprom;
+
+use crate::ethtool::{EthtoolError, PageRequest};
+
+/// The I2C address of the module's main memory (A0h).
+pub const I2C_ADDRESS_LOW: u8 = 0x50;
+/// SFF-8472's diagnostics address (A2h).
+pub const I2C_ADDRESS_A2: u8 = 0x51;
+const PAGE: u32 = 128;
+
+/// A module's memory as read, and what could not be read (pages the decoder then lacks).
+#[derive(Debug, Clone)]
+pub struct ModuleRead {
+    pub eeprom: Eeprom,
+    /// Optional pages whose read failed, each said as "page 03h: ...".
+    pub problems: Vec<String>,
+}
+
+fn page_of(bytes: Vec<u8>, what: &str) -> Result<[u8; 128], EthtoolError> {
+    <[u8; 128]>::try_from(bytes.as_slice()).map_err(|_| {
+        EthtoolError::Netlink(crate::NetlinkError::Malformed {
+            request: format!("module EEPROM {what}"),
+            detail: format!("{} bytes, want 128", bytes.len()),
+        })
+    })
+}
+
+fn lower() -> PageRequest {
+    PageRequest {
+        i2c_address: I2C_ADDRESS_LOW,
+        bank: 0,
+        page: 0,
+        offset: 0,
+        length: PAGE,
+    }
+}
+
+fn upper(bank: u8, page: u8) -> PageRequest {
+    PageRequest {
+        i2c_address: I2C_ADDRESS_LOW,
+        bank,
+        page,
+        offset: PAGE,
+        length: PAGE,
+    }
+}
+
+/// SFF-8024 identifiers, as `rocewatch_optics` splits them.
+fn family_of(id: u8) -> Family {
+    match id {
+        0x02 | 0x03 => Family::Sff8472,
+        0x0c | 0x0d | 0x11 => Family::Sff8636,
+        0x18 | 0x19 | 0x1b | 0x1e | 0x1f | 0x20 => Family::Cmis,
+        _ => Family::Unknown,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Sff8472,
+    Sff8636,
+    Cmis,
+    Unknown,
+}
+
+/// Reads a module through `read` (one [`PageRequest`] at a time: ethtool netlink, or a
+/// test's pages). The lower page must read; what fails after it is a problem.
+pub fn read_module(
+    mut read: impl FnMut(&PageRequest) -> Result<Vec<u8>, EthtoolError>,
+) -> Result<ModuleRead, EthtoolError> {
+    let low = page_of(read(&lower())?, "lower page")?;
+    let mut eeprom = Eeprom::new(low);
+    let mut problems = Vec::new();
+    let mut upper_page = |eeprom: &mut Eeprom, problems: &mut Vec<String>, bank, page| {
+        let what = format!("bank {bank} page {page:02x}h");
+        match read(&upper(bank, page)).and_then(|b| page_of(b, &what)) {
+            Ok(p) => {
+                eeprom.insert_page(bank, page, p);
+                true
+            }
+            Err(e) => {
+                problems.push(format!("{what}: {e}"));
+                false
+            }
+        }
+    };
+    match family_of(low[0]) {
+        Family::Sff8472 => {
+            if low[92] & 0x40 != 0 {
+                let a2 = PageRequest {
+                    i2c_address: I2C_ADDRESS_A2,
+                    ..lower()
+                };
+                match read(&a2).and_then(|b| page_of(b, "A2h")) {
+                    Ok(p) => {
+                        let mut full = [0u8; 256];
+                        full[..128].copy_from_slice(&p);
+                        eeprom.set_a2(full);
+                    }
+                    Err(e) => problems.push(format!("A2h (diagnostics): {e}")),
+                }
+            }
+        }
+        Family::Sff8636 => {
+            upper_page(&mut eeprom, &mut problems, 0, 0);
+            if low[2] & 0x04 == 0 {
+                upper_page(&mut eeprom, &mut problems, 0, 3);
+            }
+        }
+        Family::Cmis => {
+            upper_page(&mut eeprom, &mut problems, 0, 0);
+            if low[2] & 0x80 == 0 {
+                let have_01 = upper_page(&mut eeprom, &mut problems, 0, 1);
+                upper_page(&mut eeprom, &mut problems, 0, 2);
+                let banks = match eeprom.page(0, 1).map(|p| p[0x8e - 0x80] & 0x03) {
+                    Some(0) => 1,
+                    Some(1) => 2,
+                    Some(2) => 4,
+                    Some(v) => {
+                        problems.push(format!(
+                            "page 01h byte 0x8e: banks field {v} is reserved; bank 0 only"
+                        ));
+                        1
+                    }
+                    None => {
+                        debug_assert!(!have_01);
+                        1
+                    }
+                };
+                for bank in 0..banks {
+                    upper_page(&mut eeprom, &mut problems, bank, 0x11);
+                }
+            }
+        }
+        Family::Unknown => {}
+    }
+    Ok(ModuleRead { eeprom, problems })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    type Pages = BTreeMap<(u8, u8, u8, u32), [u8; 128]>;
+
+    /// A module answering from `pages` (I2C address, bank, page, offset), recording the
+    /// requests; anything else answers EINVAL as the kernel does for a page the module
+    /// lacks.
+    type Log = std::rc::Rc<std::cell::RefCell<Vec<PageRequest>>>;
+
+    fn module(
+        pages: Pages,
+    ) -> (
+        impl FnMut(&PageRequest) -> Result<Vec<u8>, EthtoolError>,
+        Log,
+    ) {
+        let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let l = log.clone();
+        let f = move |r: &PageRequest| {
+            l.borrow_mut().push(*r);
+            pages
+                .get(&(r.i2c_address, r.bank, r.page, r.offset))
+                .map(|p| p[..r.length as usize].to_vec())
+                .ok_or(EthtoolError::Netlink(crate::NetlinkError::Kernel {
+                    request: "module EEPROM".into(),
+                    errno: libc::EINVAL,
+                }))
+        };
+        (f, log)
+    }
+
+    fn page(fill: u8) -> [u8; 128] {
+        [fill; 128]
+    }
+
+    #[test]
+    fn sfp_with_diagnostics_reads_a0_and_a2() {
+        let mut a0 = page(0);
+        a0[0] = 0x03;
+        a0[92] = 0x40 | 0x20;
+        let mut pages = Pages::new();
+        pages.insert((0x50, 0, 0, 0), a0);
+        pages.insert((0x51, 0, 0, 0), page(7));
+        let (f, log) = module(pages);
+        let m = read_module(f).unwrap();
+        assert!(m.problems.is_empty(), "{:?}", m.problems);
+        let a2 = m.eeprom.a2().unwrap();
+        assert_eq!((a2[0], a2[127], a2[128]), (7, 7, 0));
+        let addrs: Vec<_> = log.borrow().iter().map(|r| r.i2c_address).collect();
+        assert_eq!(addrs, vec![0x50, 0x51]);
+    }
+
+    #[test]
+    fn sfp_without_diagnostics_reads_only_a0() {
+        let mut a0 = page(0);
+        a0[0] = 0x03;
+        let (f, log) = module(Pages::from([((0x50, 0, 0, 0), a0)]));
+        let m = read_module(f).unwrap();
+        assert!(m.eeprom.a2().is_none());
+        assert_eq!(log.borrow().len(), 1);
+    }
+
+    #[test]
+    fn qsfp28_paged_reads_page_03_and_a_refused_page_03_is_a_problem() {
+        let mut low = page(0);
+        low[0] = 0x11;
+        let mut pages = Pages::from([((0x50, 0, 0, 0), low), ((0x50, 0, 0, 128), page(1))]);
+        let (f, log) = module(pages.clone());
+        let m = read_module(f).unwrap();
+        assert!(m.eeprom.page(0, 0).is_some());
+        assert!(m.eeprom.page(0, 3).is_none());
+        assert_eq!(m.problems.len(), 1, "{:?}", m.problems);
+        assert!(
+            m.problems[0].starts_with("bank 0 page 03h"),
+            "{:?}",
+            m.problems
+        );
+        assert_eq!(log.borrow().last().unwrap().page, 3);
+        pages.insert((0x50, 0, 3, 128), page(3));
+        let (f, _) = module(pages);
+        let m = read_module(f).unwrap();
+        assert_eq!(m.eeprom.page(0, 3).unwrap()[0], 3);
+        assert!(m.problems.is_empty());
+    }
+
+    #[test]
+    fn qsfp_flat_memory_reads_no_page_03() {
+        let mut low = page(0);
+        low[0] = 0x0d;
+        low[2] = 0x04;
+        let (f, log) = module(Pages::from([
+            ((0x50, 0, 0, 0), low),
+            ((0x50, 0, 0, 128), page(1)),
+        ]));
+        let m = read_module(f).unwrap();
+        assert!(m.problems.is_empty());
+        assert_eq!(log.borrow().len(), 2);
+    }
+
+    #[test]
+    fn cmis_reads_page_11h_of_each_advertised_bank() {
+        let mut low = page(0);
+        low[0] = 0x18;
+        let mut p1 = page(0);
+        p1[0x8e - 0x80] = 0x02; // banks 0-3
+        let mut pages = Pages::from([
+            ((0x50, 0, 0, 0), low),
+            ((0x50, 0, 0, 128), page(0)),
+            ((0x50, 0, 1, 128), p1),
+            ((0x50, 0, 2, 128), page(2)),
+        ]);
+        for bank in 0..4 {
+            pages.insert((0x50, bank, 0x11, 128), page(0x11 + bank));
+        }
+        let (f, log) = module(pages);
+        let m = read_module(f).unwrap();
+        assert!(m.problems.is_empty(), "{:?}", m.problems);
+        for bank in 0..4 {
+            assert_eq!(m.eeprom.page(bank, 0x11).unwrap()[0], 0x11 + bank);
+        }
+        assert_eq!(log.borrow().len(), 8);
+    }
+
+    #[test]
+    fn cmis_flat_memory_reads_lower_and_page_00_only() {
+        let mut low = page(0);
+        low[0] = 0x19;
+        low[2] = 0x80;
+        let (f, log) = module(Pages::from([
+            ((0x50, 0, 0, 0), low),
+            ((0x50, 0, 0, 128), page(0)),
+        ]));
+        read_module(f).unwrap();
+        assert_eq!(log.borrow().len(), 2);
+    }
+
+    #[test]
+    fn a_lower_page_that_fails_or_is_short_fails_the_read() {
+        let (f, _) = module(Pages::new());
+        assert!(read_module(f).is_err());
+        let short = |_: &PageRequest| Ok(vec![3u8; 20]);
+        let e = read_module(short).unwrap_err().to_string();
+        assert!(e.contains("20 bytes, want 128"), "{e}");
+    }
+}

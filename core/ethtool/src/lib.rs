@@ -1,7 +1,10 @@
 //! Driver statistics through the ethtool ioctls (what `ethtool -S IF` prints), without
 //! shelling out: `ETHTOOL_GSSET_INFO` for the number of statistics, `ETHTOOL_GSTRINGS`
 //! for their names, `ETHTOOL_GSTATS` for their values. Ethtool netlink does not carry
-//! driver-private statistics, hence the ioctl.
+//! driver-private statistics, hence the ioctl. [`module`]: a transceiver module's EEPROM
+//! through `ETHTOOL_GMODULEINFO`/`ETHTOOL_GMODULEEEPROM`, where ethtool netlink cannot.
+
+pub mod module;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

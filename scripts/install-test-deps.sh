@@ -28,6 +28,11 @@
 #                                                    qemu-system-x86, debootstrap, cpio from
 #                                                    apt; the Debian kernel .deb unpacked and a
 #                                                    bookworm guest built into .cache/rxe-lab)
+#   - netdevsim.ko for the lab's guest kernel       (integration-tests/lab/netdevsim-build.sh:
+#                                                    built once out of tree from Debian's
+#                                                    linux-source and headers of that kernel,
+#                                                    ~150 MB downloaded, ~1 min; cached in
+#                                                    .cache/netdevsim; the .debs are not kept)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -59,5 +64,6 @@ fi
 "$prom" --version >/dev/null 2>&1 || { echo "install-test-deps: $prom does not run" >&2; exit 1; }
 if [ "${ROCEWATCH_SKIP_LAB:-}" != 1 ]; then
   integration-tests/lab/rxe-lab.sh build 2>&1 | sed 's/^/install-test-deps: /'
+  $SUDO integration-tests/lab/netdevsim-build.sh 2>&1 | sed 's/^/install-test-deps: /'
 fi
 echo "install-test-deps: ok ($("$vm" -version 2>&1 | grep -m1 .); $("$prom" --version 2>&1 | grep -m1 .))"

@@ -28,6 +28,8 @@
 #       a rule on rdma.kernel.events; what /metrics, /rules and doctor made of them
 #   virt-facts.txt, virt-stat.txt, doctor-virt.json/.stderr (role a): DMI, the hypervisor
 #       flag and the clocksources; /proc/stat's cpu line before and after a doctor run
+#   nds-setup.txt, nds-pf.txt, nds-vfinfo-reply.bin, nds-ip-link.txt (role a): netdevsim's
+#       VFs and the kernel's IFLA_VFINFO_LIST reply (netdevsim.sh), or nds-missing.txt
 set -u
 R=/mnt/host/$RXE_ROLE
 # Run the agent from the guest's memory, not page by page over 9p (a debug build is big).
@@ -265,5 +267,8 @@ if [ "$RXE_ROLE" = a ]; then
   "$BIN" doctor --window 2s --json > "$R/doctor-virt.json" 2> "$R/doctor-virt.stderr"
   grep '^cpu ' /proc/stat >> "$R/virt-stat.txt"
 fi
+# SR-IOV VFs on the real kernel (role a): netdevsim's VFs with their attributes set, the
+# kernel's raw IFLA_VFINFO_LIST reply and `ip -d link show` (integration-tests/lab/netdevsim.sh).
+if [ "$RXE_ROLE" = a ] && [ -f /mnt/extra/netdevsim.sh ]; then . /mnt/extra/netdevsim.sh; fi
 grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* > "$R/hw_counters.txt"
 echo done > "$R/done"

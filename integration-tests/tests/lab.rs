@@ -116,6 +116,15 @@ fn run_lab(script: &str) -> Option<PathBuf> {
         for sourced in ["walkthrough.sh", "preflight.sh", "fleet.sh"] {
             std::fs::copy(lab.join(sourced), share.join(sourced)).unwrap();
         }
+        // netdevsim for the guest kernel where netdevsim-build.sh built it, with the guest
+        // side (counters.sh sources netdevsim.sh in guest a).
+        std::fs::copy(lab.join("netdevsim.sh"), share.join("netdevsim.sh")).unwrap();
+        if let Some(built) = netdevsim_build() {
+            std::fs::create_dir_all(share.join("netdevsim")).unwrap();
+            for ko in ["netdevsim.ko", "psample.ko"] {
+                std::fs::copy(built.join(ko), share.join("netdevsim").join(ko)).unwrap();
+            }
+        }
         let boot = || {
             Command::new("bash")
                 .arg(lab.join("rxe-lab.sh"))
@@ -2359,4 +2368,124 @@ fn lab_doctor_says_a_qemu_guest_and_measures_steal() {
         "lab guest: {evidence}; steal over doctor's window: {}",
         steal["evidence"]
     );
+}
+
+/// The netdevsim module netdevsim-build.sh built for the lab's guest kernel
+/// (`.cache/netdevsim/KV`, marked `.done`), if it did.
+fn netdevsim_build() -> Option<PathBuf> {
+    std::fs::read_dir(root().join(".cache/netdevsim"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| d.join(".done").is_file())
+}
+
+/// One `vf N` line of `ip -d link show dev PF`: its comma-separated parts.
+fn ip_vf_line(text: &str, vf: u32) -> Vec<String> {
+    let head = format!("vf {vf} ");
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no {head:?} line in ip -d link show:\n{text}"));
+    line.split(", ").map(str::to_string).collect()
+}
+
+/// On the lab guest's real kernel, netdevsim's SR-IOV emulation (built for that kernel by
+/// netdevsim-build.sh) answers RTM_GETLINK with IFLA_VFINFO_LIST as `rtnl_fill_vfinfo`
+/// lays it out; rocewatch's decoder (`rocewatch_netlink::vfinfo`) reads that reply to
+/// what `ip -d link show` prints from the same kernel (MAC, VLAN and its QoS, rate, spoof
+/// checking, link state, trust) and to what netdevsim.sh set.
+#[test]
+fn lab_the_kernels_vfinfo_reply_decodes_to_what_ip_link_shows() {
+    use rocewatch_netlink::vfinfo::{self, LinkState};
+    let Some(out) = lab_run() else { return };
+    let a = out.join("a");
+    if a.join("nds-missing.txt").is_file() {
+        missing(
+            "netdevsim.ko for the lab's guest kernel",
+            "run scripts/install-test-deps.sh (integration-tests/lab/netdevsim-build.sh builds it once, about a minute)",
+        );
+        return;
+    }
+    let setup = read(&a.join("nds-setup.txt"));
+    let failed: Vec<&str> = setup
+        .lines()
+        .filter(|l| l.starts_with("rc=") && !l.starts_with("rc=0 "))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "netdevsim setup failed: {failed:?}\n{setup}"
+    );
+    let pf = read(&a.join("nds-pf.txt")).trim().to_string();
+    let reply = std::fs::read(a.join("nds-vfinfo-reply.bin")).unwrap();
+    assert!(reply.len() >= 16, "short reply {reply:?}\n{setup}");
+    let len = u32::from_ne_bytes(reply[0..4].try_into().unwrap()) as usize;
+    let kind = u16::from_ne_bytes(reply[4..6].try_into().unwrap());
+    // RTM_NEWLINK (16), not NLMSG_ERROR (2), and the whole message came.
+    assert_eq!(kind, 16, "reply type {kind}: {reply:?}\n{setup}");
+    assert!(len <= reply.len(), "{len} > {}", reply.len());
+    let got = vfinfo::decode_vf_link(&reply[16..len])
+        .unwrap_or_else(|e| panic!("the kernel's reply does not decode: {e}"));
+    assert_eq!(got.name, pf);
+    // netdevsim.sh enabled two VFs (its sriov_numvfs).
+    assert_eq!(got.num_vf, Some(2), "{got:?}");
+    assert_eq!(got.vfs.iter().map(|v| v.vf).collect::<Vec<_>>(), [0, 1]);
+    // What netdevsim.sh set: vf 0 mac and vlan 10 qos 3; vf 1 rate 100..300, state
+    // disable, trust on, spoofchk off.
+    let (v0, v1) = (&got.vfs[0], &got.vfs[1]);
+    assert_eq!(
+        v0.mac_text().as_deref(),
+        Some("02:00:00:00:0a:03"),
+        "{v0:?}"
+    );
+    let vlan = v0.vlan.unwrap_or_else(|| panic!("no VLAN in {v0:?}"));
+    assert_eq!((vlan.vlan, vlan.qos), (10, 3), "{v0:?}");
+    assert_eq!(vlan.proto, Some(vfinfo::ETH_P_8021Q), "{v0:?}");
+    assert_eq!(
+        (v1.min_tx_rate, v1.max_tx_rate),
+        (Some(100), Some(300)),
+        "{v1:?}"
+    );
+    assert_eq!(v1.link_state, Some(LinkState::Disable), "{v1:?}");
+    assert_eq!((v1.trust, v1.spoofchk), (Some(true), Some(false)), "{v1:?}");
+    // And field by field what `ip -d link show` printed from the same kernel.
+    let ip = read(&a.join("nds-ip-link.txt"));
+    let on = |b: bool| if b { "on" } else { "off" };
+    for v in &got.vfs {
+        let parts = ip_vf_line(&ip, v.vf);
+        let mut want = Vec::new();
+        if let Some(vl) = v.vlan.filter(|vl| vl.vlan != 0) {
+            want.push(format!("vlan {}", vl.vlan));
+            if vl.qos != 0 {
+                want.push(format!("qos {}", vl.qos));
+            }
+        }
+        if let Some(r) = v.max_tx_rate.filter(|r| *r != 0) {
+            want.push(format!("max_tx_rate {r}Mbps"));
+        }
+        if let Some(r) = v.min_tx_rate.filter(|r| *r != 0) {
+            want.push(format!("min_tx_rate {r}Mbps"));
+        }
+        if let Some(b) = v.spoofchk {
+            want.push(format!("spoof checking {}", on(b)));
+        }
+        if let Some(l) = v.link_state {
+            want.push(format!("link-state {}", l.as_str()));
+        }
+        if let Some(b) = v.trust {
+            want.push(format!("trust {}", on(b)));
+        }
+        for w in &want {
+            assert!(parts.contains(w), "vf {}: {w:?} not in {parts:?}", v.vf);
+        }
+        let mac = v.mac_text().unwrap_or_else(|| panic!("no MAC in {v:?}"));
+        assert!(
+            parts[0].contains(&mac),
+            "vf {}: {mac} not in {parts:?}",
+            v.vf
+        );
+        eprintln!("lab netdevsim vf {}: {} == {v:?}", v.vf, parts.join(", "));
+    }
 }

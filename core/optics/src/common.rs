@@ -164,7 +164,8 @@ pub(crate) fn empty_module(family: Family, id: u8) -> Module {
 
 /// Four thresholds (high alarm, low alarm, high warning, low warning: the order of
 /// SFF-8472, SFF-8636 page 03h and CMIS page 02h) as consecutive 16-bit words from
-/// `offset`, converted by `value`; `None` when all four words are zero (not programmed).
+/// `offset`, converted by `value`; `None` when all four words are zero (not programmed)
+/// or a converted value is not a number.
 pub(crate) fn limits(
     bytes: &[u8],
     offset: usize,
@@ -173,12 +174,25 @@ pub(crate) fn limits(
     if bytes[offset..offset + 8].iter().all(|&b| b == 0) {
         return None;
     }
-    Some(Limits {
+    let limits = Limits {
         high_alarm: value(bytes, offset),
         low_alarm: value(bytes, offset + 2),
         high_warning: value(bytes, offset + 4),
         low_warning: value(bytes, offset + 6),
-    })
+    };
+    let all = [
+        limits.high_alarm,
+        limits.low_alarm,
+        limits.high_warning,
+        limits.low_warning,
+    ];
+    all.iter().all(|v| v.is_finite()).then_some(limits)
+}
+
+/// A computed reading, `None` when it is not a number (external calibration constants
+/// that are NaN or infinite).
+pub(crate) fn finite(value: f64) -> Option<f64> {
+    value.is_finite().then_some(value)
 }
 
 /// Pushes an alarm when `byte & mask` is set.

@@ -120,27 +120,38 @@ fn split_offset(line: &str) -> Option<(&str, &str)> {
     Some((digits, rest))
 }
 
-/// The byte columns of a line: up to `|` (hexdump -C's text column) or up to a run of
-/// two spaces after the 16th byte or after the bytes end (xxd's text column).
+/// The byte columns of a line: up to `|` (hexdump -C's text column, its columns split
+/// by two spaces in the middle), else up to the first run of two spaces or a tab after
+/// the bytes (xxd's text column). Every token there must be a byte.
 fn hex_values(rest: &str, line: usize) -> Result<Vec<u8>, DumpError> {
-    let columns = rest.split('|').next().unwrap_or("");
+    let columns = match rest.split_once('|') {
+        Some((columns, _)) => columns,
+        None => {
+            let rest = rest.trim_start();
+            let end = [rest.find("  "), rest.find('\t')]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(rest.len());
+            &rest[..end]
+        }
+    };
     let mut values = Vec::new();
     for token in columns.split_whitespace() {
-        if values.len() == 16 {
-            break;
-        }
         let is_byte = token.len() == 2 && token.chars().all(|c| c.is_ascii_hexdigit());
         if !is_byte {
-            if values.is_empty() {
-                return Err(DumpError::Line {
-                    line,
-                    detail: format!("{token:?} is not a byte (two hexadecimal digits)"),
-                });
-            }
-            // xxd's text column after a short last line.
-            break;
+            return Err(DumpError::Line {
+                line,
+                detail: format!("{token:?} is not a byte (two hexadecimal digits)"),
+            });
         }
         values.push(u8::from_str_radix(token, 16).expect("checked hex"));
+    }
+    if values.len() > 16 {
+        return Err(DumpError::Line {
+            line,
+            detail: format!("{} bytes on one line (at most 16)", values.len()),
+        });
     }
     Ok(values)
 }

@@ -7,7 +7,7 @@
 //! (A2h 112-113 and 116-117) are implemented.
 
 use crate::common::{
-    ascii, check, connector_name, empty_module, flag, i16_at, limits, oui, u16_at,
+    ascii, check, connector_name, empty_module, finite, flag, i16_at, limits, oui, u16_at,
 };
 use crate::model::{Family, Lane, Level, Measure, Module, Problem, Thresholds};
 use crate::Eeprom;
@@ -94,14 +94,14 @@ fn diagnostics(a0: &[u8; 128], a2: &[u8; 256], module: &mut Module) {
         module.problems.push(Problem::DiagnosticsAllZero);
         return;
     }
-    module.temperature_c = Some(cal.temperature(a2, 96));
+    module.temperature_c = finite(cal.temperature(a2, 96));
     // A module runs on 3.3 V: zero volts is a missing reading, not a measurement.
-    module.voltage_v = Some(cal.voltage(a2, 98)).filter(|v| *v > 0.0);
+    module.voltage_v = finite(cal.voltage(a2, 98)).filter(|v| *v > 0.0);
     module.lanes.push(Lane {
         lane: 1,
-        bias_ma: Some(cal.bias(a2, 100)),
-        tx_power_mw: Some(cal.tx_power(a2, 102)),
-        rx_power_mw: Some(cal.rx_power(a2, 104)),
+        bias_ma: finite(cal.bias(a2, 100)),
+        tx_power_mw: finite(cal.tx_power(a2, 102)),
+        rx_power_mw: finite(cal.rx_power(a2, 104)),
     });
     module.thresholds = Thresholds {
         temperature_c: limits(a2, 0, |b, o| cal.temperature(b, o)),

@@ -508,6 +508,34 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    /// This host's rows replace the ones the map gives it (what a look between refreshes
+    /// does with the map in hand); another host's NIC that claims one of its addresses is
+    /// left out, named.
+    #[test]
+    fn this_hosts_own_rows_replace_its_rows_in_the_map() {
+        let nic = |host: &str, rail: u8, addr: &str| Nic {
+            host: host.into(),
+            rail,
+            addr: addr.parse().unwrap(),
+            tor: format!("leaf-{rail}"),
+            tor_port: None,
+        };
+        let map = Topology::from_nics(vec![
+            nic("a", 0, "10.0.0.1"),
+            nic("b", 0, "10.0.0.2"),
+            nic("c", 1, "10.1.0.1"),
+        ])
+        .unwrap();
+        // a's rail 1 came: its address is the one c's stale row claims.
+        let own = [nic("a", 0, "10.0.0.1"), nic("a", 1, "10.1.0.1")];
+        let mut notes = Vec::new();
+        let t = with_own(map.nics().to_vec(), "a", &own, &mut notes).unwrap();
+        assert_eq!(t.nics_of("a").cloned().collect::<Vec<_>>(), own);
+        assert_eq!(t.hosts(), ["a", "b"]);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("10.1.0.1") && notes[0].contains("c rail 1"));
+    }
+
     /// An lldpcli that is a wrapper whose child hangs (an lldpd that does not answer) is
     /// killed at the bound with its child; the fleet keeps its last map.
     #[test]

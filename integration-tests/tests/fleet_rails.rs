@@ -272,10 +272,10 @@ fn device_peers_are_probed_from_their_device_and_an_unknown_device_is_refused() 
 
 /// Rails whose address arrives after the agent started (the rail interfaces come up
 /// after the agent, as `network-online.target` does not wait for them): an instance runs
-/// on every RoCE port from the start, and a rail is probed from its port from the first
-/// map refresh that finds its address there.
+/// on every RoCE port from the start, and a rail is probed from its port once the map
+/// finds its address there.
 #[test]
-fn a_rail_whose_address_arrives_late_is_probed_from_the_next_map_refresh() {
+fn a_rail_whose_address_arrives_late_is_probed_once_the_map_finds_it() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
     let late = [4, 5, 6, 7];

@@ -58,8 +58,9 @@ pub fn plugin_path() -> Result<PathBuf, PluginNotFound> {
 /// The RoCE ports of the host at `sysfs_root`, in rail order (`rocewatch env`'s), as
 /// `device:port`: with `[fleet]` the agent starts a probe plugin instance on each (empty
 /// when the tree cannot be read). Whether a port has an address yet does not matter: the
-/// fleet's map gives each rail the port its address is on at every refresh, so a rail
-/// whose address comes after the agent started is probed from the next refresh.
+/// fleet's map gives each rail the port its address is on, at every refresh and when the
+/// ports' addresses change between refreshes, so a rail whose address comes after the
+/// agent started is probed within seconds of the agent's discovery seeing it.
 pub fn rail_ports(sysfs_root: &Path) -> Vec<String> {
     let root = rocewatch_sysfs::SysRoot::new(sysfs_root);
     let filter = rocewatch_sysfs::inventory::DeviceFilter::new(&Default::default())

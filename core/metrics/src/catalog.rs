@@ -410,6 +410,10 @@ pub static ETHTOOL_CATALOG: &[CatalogEntry] = &[
         "Bits corrected by FEC (a rising rate announces uncorrectable errors)."),
     entry!(names::LINK_DOWN_EVENTS, "{event}", Counter, "mlx5 link_down_events_phy", NONE, 1, "mlx5",
         "Times the physical link went down."),
+    entry!(names::LINK_RECEIVED_BITS, "{bit}", Counter, "mlx5 rx_bits_phy", NONE, 1, "mlx5 (newer kernels)",
+        "Bits the PHY received: with `rdma.link.corrected_bits` the pre-FEC bit error rate (corrected bits / received bits)."),
+    entry!(names::LINK_PCS_SYMBOL_ERRORS, "{error}", Counter, "mlx5 rx_pcs_symbol_err_phy", NONE, 1, "mlx5",
+        "Symbol errors FEC did not correct (PCS level): errors that reach the frames."),
     entry!(names::NETDEV_DRIVER_STAT, "1", Counter, "any statistic matching options.raw_include", NONE, 1, "any driver",
         "Raw passthrough of driver statistics without a normalized metric (opt-in); the name is in `rdma.driver_stat`."),
 ];
@@ -437,6 +441,23 @@ pub static KERNEL_LOG_CATALOG: &[CatalogEntry] = &[CatalogEntry {
     scale: 1,
     seen_on: "mlx5, any driver whose messages name a PCI function",
     description: "Kernel log messages of the RDMA/NIC drivers matching a pattern since the agent started, by `rdma.kernel.pattern` and `rdma.device` (the RDMA device of the PCI function or netdev the message names, else the PCI address, else empty).",
+}];
+
+/// The CPU mode of `system.cpu.time` (OpenTelemetry's `cpu.mode`: `steal`).
+pub const ATTR_CPU_MODE: &str = "cpu.mode";
+
+/// The host collector's metrics: the CPU time the hypervisor took from this host, under
+/// OpenTelemetry's own name for it (the semantic conventions' `system.cpu.time`, a counter
+/// in seconds with `cpu.mode`), so a backend that knows host metrics knows this one.
+pub static HOST_CATALOG: &[CatalogEntry] = &[CatalogEntry {
+    name: names::SYSTEM_CPU_TIME,
+    unit: "s",
+    kind: MetricKind::Counter,
+    source: "<procfs>/stat, the aggregate cpu line's 8th time (steal; fs/proc/stat.c), user hertz / 100",
+    attributes: &[(ATTR_CPU_MODE, "steal")],
+    scale: 1,
+    seen_on: "any Linux guest whose hypervisor reports steal (KVM, Xen, Hyper-V); 0 on bare metal",
+    description: "CPU time stolen from this host by the hypervisor since boot, summed over its CPUs, with `cpu.mode` = `steal` (no `cpu.logical_number`: all CPUs). Its rate over the number of CPUs is the share stolen: above 10 % late probes are the host's, not the network's.",
 }];
 
 macro_rules! resource {

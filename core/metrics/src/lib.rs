@@ -6,6 +6,8 @@
 //!   name, unit, kind, kernel source file, fixed attributes, scale and description;
 //!   lookups by source file.
 //! - [`vf`]: the SR-IOV virtual functions' table (`VF_CATALOG`) and attributes.
+//! - [`link_health`]: the link's history (carrier, down reason, FEC) and its module's
+//!   diagnostics (`LINK_HEALTH_CATALOG`, `OPTICS_CATALOG`).
 //! - [`tables`]: every table in one list ([`TABLES`]), read by [`all_entries`] and the
 //!   doc; a new collector's table is one element there.
 //! - [`counter`]: what "a counter increased" means (reset, saturation, wrap), for every
@@ -27,6 +29,7 @@ pub mod doc;
 pub mod entry;
 pub mod kernel_log;
 pub mod labels;
+pub mod link_health;
 pub mod names;
 pub mod naming;
 pub mod resources;
@@ -36,6 +39,7 @@ pub mod vf;
 pub use catalog::*;
 pub use derived::*;
 pub use kernel_log::*;
+pub use link_health::*;
 pub use resources::*;
 pub use tables::{all_entries, kind_of, TABLES};
 pub use vf::*;

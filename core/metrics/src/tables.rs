@@ -6,10 +6,11 @@
 use rocewatch_plugin_api::MetricKind;
 
 use crate::catalog::{
-    CatalogEntry, CATALOG, DRIVER_CATALOG, ETHTOOL_CATALOG, FLEET_CATALOG, KERNEL_LOG_CATALOG,
-    PCIE_CATALOG, PROBE_CATALOG, QOS_CATALOG, RESOURCE_CATALOG, SELF_METRICS,
+    CatalogEntry, CATALOG, DRIVER_CATALOG, ETHTOOL_CATALOG, FLEET_CATALOG, HOST_CATALOG,
+    KERNEL_LOG_CATALOG, PCIE_CATALOG, PROBE_CATALOG, QOS_CATALOG, RESOURCE_CATALOG, SELF_METRICS,
 };
 use crate::derived::DERIVED_CATALOG;
+use crate::link_health::{LINK_HEALTH_CATALOG, OPTICS_CATALOG};
 use crate::vf::VF_CATALOG;
 
 /// One catalog table and its section of `docs/METRICS.md`.
@@ -97,6 +98,20 @@ pub static TABLES: &[Table] = &[
         then: Then::Nothing,
     },
     Table {
+        title: "Link history: flaps, FEC, down reasons",
+        about: "Read by counters-ethtool on the netdevs of RDMA ports: the carrier counters from sysfs (any sysfs root), the down reason and FEC from ethtool netlink (the live `/sys` only; a driver without them gives none of their series). Every sample carries the port's attributes (`network.interface.name`, `rdma.device`, `rdma.port`). See OPTICS.md.",
+        columns: Columns::Source,
+        entries: LINK_HEALTH_CATALOG,
+        then: Then::Nothing,
+    },
+    Table {
+        title: "Transceiver modules",
+        about: "Read by counters-ethtool from each port's module EEPROM (ethtool netlink by page, the ioctls where netlink cannot), at its own slower interval (`options.module_interval`, 300 s by default: an I2C read costs milliseconds per page and some drivers go through firmware), the last reading repeated in between. A reading the module does not give, a module whose diagnostics answer zeros or whose checksums fail, exports no sample, never a zero. With the port's attributes. See OPTICS.md.",
+        columns: Columns::Source,
+        entries: OPTICS_CATALOG,
+        then: Then::Nothing,
+    },
+    Table {
         title: "Derived signals",
         about: "Computed by the agent from counter rates after every collection (pseudo-plugin `derived`), with the attributes of the series they come from. Rates are per second over the last collection interval; a reset or a saturated counter yields no value for that interval, never a negative or zero one; only a counter known to roll over counts the increase across its top.",
         columns: Columns::Source,
@@ -130,6 +145,13 @@ pub static TABLES: &[Table] = &[
         columns: Columns::Source,
         entries: KERNEL_LOG_CATALOG,
         then: Then::KernelLogPatterns,
+    },
+    Table {
+        title: "Host CPU",
+        about: "From the host collector (`<procfs>/stat`, one file read per collection; `[plugins.builtin.host.options]`): the CPU time the hypervisor stole, which makes this host's probes late whatever the network does; `rocewatch doctor` reports the share over its window (the `virtualization` topic, and beside a late probe). A host without the file (or a fixture tree given without its proc tree) reports the collector unsupported, never a zero. See VMS.md.",
+        columns: Columns::Source,
+        entries: HOST_CATALOG,
+        then: Then::Nothing,
     },
     Table {
         title: "RDMA resources per workload",

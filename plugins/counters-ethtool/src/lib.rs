@@ -17,8 +17,13 @@
 //! Layout: `rocewatch_ethtool` reads (the ioctls, Linux only), [`normalize`] maps names, this file plans and
 //! scrapes behind the [`StatsSource`] seam so recorded outputs can stand in for NICs this
 //! machine does not have; [`vf`] adds the SR-IOV VFs of the netdevs that are PFs
-//! (rtnetlink, live `/sys` only, behind its own seam).
+//! (rtnetlink, live `/sys` only, behind its own seam); [`link`] adds the link's history
+//! (carrier transitions, the down reason, FEC) and its transceiver module (ethtool netlink
+//! on the live `/sys` only, behind the [`link::LinkSource`] seam).
+//! - `module_interval_secs`: how often a port's module EEPROM is read (default 300; the
+//!   last reading is repeated in between).
 
+pub mod link;
 #[cfg(target_os = "linux")]
 pub mod normalize;
 pub mod vf;
@@ -78,7 +83,13 @@ pub struct Options {
     pub exclude: Vec<String>,
     #[serde(default)]
     pub stats_dir: Option<std::path::PathBuf>,
+    /// Seconds between two reads of a port's module EEPROM (default 300).
+    #[serde(default)]
+    pub module_interval_secs: Option<u64>,
 }
+
+/// Default seconds between module EEPROM reads.
+pub const MODULE_INTERVAL_SECS: u64 = 300;
 
 impl Options {
     /// Decode and check `options`; errors name the key.
@@ -129,6 +140,9 @@ pub struct EthtoolCounters {
     /// The VFs of PF netdevs: rtnetlink where the sysfs root is the live `/sys`.
     vfs: Option<(SysRoot, Box<dyn vf::VfSource>)>,
     vf_source: Option<Box<dyn vf::VfSource>>,
+    /// The link history and modules, with the sysfs root for the carrier files.
+    link: Option<(SysRoot, link::LinkReader)>,
+    link_source: Option<Box<dyn link::LinkSource>>,
 }
 
 impl Default for EthtoolCounters {
@@ -147,6 +161,8 @@ impl EthtoolCounters {
             raw: None,
             vfs: None,
             vf_source: None,
+            link: None,
+            link_source: None,
         }
     }
 
@@ -158,7 +174,16 @@ impl EthtoolCounters {
             raw: None,
             vfs: None,
             vf_source: None,
+            link: None,
+            link_source: None,
         }
+    }
+
+    /// Read the link state, FEC and modules from `source` instead of the kernel, whatever
+    /// the sysfs root (tests: replies built as the kernel lays them out).
+    pub fn with_link_source(mut self, source: Box<dyn link::LinkSource>) -> Self {
+        self.link_source = Some(source);
+        self
     }
 
     /// Read the VFs of PF netdevs from `source` instead of rtnetlink, whatever the sysfs
@@ -261,6 +286,18 @@ impl Plugin for EthtoolCounters {
             }
             None => None,
         };
+        let link_source: Box<dyn link::LinkSource> = match self.link_source.take() {
+            Some(s) => s,
+            None if rocewatch_sysfs::read::is_sysfs(&ctx.sysfs_root) => {
+                Box::new(link::KernelLinkSource::default())
+            }
+            None => Box::new(link::NoLinkSource),
+        };
+        let every = opts.module_interval_secs.unwrap_or(MODULE_INTERVAL_SECS);
+        self.link = Some((
+            SysRoot::new(&ctx.sysfs_root),
+            link::LinkReader::new(link_source, std::time::Duration::from_secs(every)),
+        ));
         if let Some(dir) = &opts.stats_dir {
             self.source = Some(Box::new(FileSource(dir.clone())));
         }
@@ -284,6 +321,7 @@ impl CollectorPlugin for EthtoolCounters {
     fn descriptors(&self) -> Vec<MetricDescriptor> {
         let mut d = rocewatch_metrics::ethtool_descriptors();
         d.extend(rocewatch_metrics::vf_descriptors());
+        d.extend(rocewatch_metrics::link_health_descriptors());
         d
     }
 
@@ -314,6 +352,9 @@ impl CollectorPlugin for EthtoolCounters {
             }
             if let Some((sys, vfs)) = self.vfs.as_mut() {
                 vf::collect(sys, vfs.as_mut(), &t.ifname, &t.base, &mut out);
+            }
+            if let Some((sys, reader)) = self.link.as_mut() {
+                reader.collect(sys, &t.ifname, &t.base, &mut out);
             }
         }
         if present == 0 && out.errors.is_empty() {

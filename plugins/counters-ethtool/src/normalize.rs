@@ -29,7 +29,7 @@
 //! | mlx5 | `rx_global_pause_transition` | `rdma.link.pause_transitions` |
 //! | mlx5 | `rx_discards_phy`, `tx_discards_phy` | `rdma.link.discards` |
 //! | mlx5 | `rx_out_of_buffer` | `rdma.netdev.out_of_buffer` |
-//! | mlx5 | `rx_crc_errors_phy`, `rx_symbol_err_phy`, `rx_corrected_bits_phy`, `link_down_events_phy` | `rdma.link.*` |
+//! | mlx5 | `rx_crc_errors_phy`, `rx_symbol_err_phy`, `rx_corrected_bits_phy`, `link_down_events_phy`, `rx_bits_phy`, `rx_pcs_symbol_err_phy` (en_stats.c `pport_phy_statistical_stats_desc`) | `rdma.link.*` |
 //! | ice | `rx_priority_<N>_xoff.nic`, `tx_priority_<N>_xoff.nic` | `rdma.pfc.pause_frames` |
 //! | ice | `rx_priority_<N>_xon.nic`, `tx_priority_<N>_xon.nic` | `rdma.pfc.resume_frames` |
 //! | ice | `link_xoff_rx.nic`, `link_xoff_tx.nic` | `rdma.link.pause_frames` |
@@ -199,6 +199,8 @@ pub fn normalize(name: &str) -> Option<Normalized> {
         "rx_symbol_err_phy" => n(names::LINK_SYMBOL_ERRORS, None, Some("receive")),
         "rx_corrected_bits_phy" => n(names::LINK_CORRECTED_BITS, None, Some("receive")),
         "link_down_events_phy" => n(names::LINK_DOWN_EVENTS, None, None),
+        "rx_bits_phy" => n(names::LINK_RECEIVED_BITS, None, Some("receive")),
+        "rx_pcs_symbol_err_phy" => n(names::LINK_PCS_SYMBOL_ERRORS, None, Some("receive")),
         _ => None,
     }
 }
@@ -323,6 +325,14 @@ mod tests {
             (
                 "link_down_events_phy",
                 Some(("rdma.link.down_events", None, None)),
+            ),
+            (
+                "rx_bits_phy",
+                Some(("rdma.link.received_bits", None, Some("receive"))),
+            ),
+            (
+                "rx_pcs_symbol_err_phy",
+                Some(("rdma.link.pcs_symbol_errors", None, Some("receive"))),
             ),
             ("rx_packets", None),
             ("rx_queue_0_packets", None),

@@ -14,6 +14,7 @@
 //! tested against messages recorded from a real kernel (`testdata/`), byte for byte.
 
 pub mod dcb;
+pub mod devlink;
 pub mod ethtool;
 pub mod ethtool_replies;
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! settings from rtnetlink (`rocewatch_netlink::vfinfo`) through [`VfSettings`], which a
 //! test replaces with replies built as the kernel lays them out.
 
+use rocewatch_netlink::devlink::{self, Eswitch};
 use rocewatch_netlink::vfinfo::{LinkState, PfVfs, VfInfo, VfNetlink};
 use rocewatch_plugin_api::{Inventory, QosState, Setting};
 use rocewatch_sysfs::sriov::{PhysFn, Sriov};
@@ -28,6 +29,12 @@ use crate::shell::{one_line, word_on_one_line as word};
 pub(crate) trait VfSettings {
     /// The VFs of the PF whose netdev is `netdev`, as rtnetlink reports them.
     fn vfs(&mut self, netdev: &str) -> Result<PfVfs, String>;
+
+    /// The eswitch mode of the PF at PCI address `pci` (devlink's words: `legacy`,
+    /// `switchdev`), or why it was not read.
+    fn eswitch(&mut self, _pci: &str) -> Result<String, String> {
+        Err("not read".into())
+    }
 }
 
 /// This network namespace's rtnetlink, opened at the first request.
@@ -43,6 +50,14 @@ impl VfSettings for LiveNetlink {
         }
         let nl = self.nl.as_mut().expect("opened above");
         nl.vfs_by_name(netdev).map_err(|e| e.to_string())
+    }
+
+    fn eswitch(&mut self, pci: &str) -> Result<String, String> {
+        match devlink::eswitch_mode(pci, std::time::Duration::from_secs(2)) {
+            Ok(Eswitch::Mode(m)) => Ok(m.to_string()),
+            Ok(Eswitch::NotReported(why)) => Err(why),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 
@@ -63,6 +78,8 @@ struct Pf<'a> {
     dev: &'a str,
     port: u32,
     netdev: &'a str,
+    /// Its PCI address (devlink's handle), when sysfs links the netdev to one.
+    pci: Option<String>,
     sriov: PhysFn,
 }
 
@@ -107,6 +124,9 @@ fn pfs<'i>(
                     dev: &d.name,
                     port: p.port,
                     netdev: nd,
+                    pci: sys
+                        .pci_function_at(&sys.netdev_dir(nd).join("device"))
+                        .map(|f| f.address),
                     sriov,
                 }),
                 Ok(Some(Sriov::Pf(sriov))) => idle.push(format!(
@@ -252,18 +272,36 @@ fn pf_checks(pf: &Pf, qos: &[QosState], prio: u8, settings: &mut dyn VfSettings)
         pf.netdev,
         Status::Info,
         format!(
-            "{} of {} VFs enabled on {nd}: {}. {said}. {shared}",
+            "{} of {} VFs enabled on {nd}: {}. {said}. {}. {shared}",
             pf.sriov.numvfs,
             pf.sriov.totalvfs,
             if listed.is_empty() {
                 "rtnetlink lists none".to_string()
             } else {
                 listed.join("; ")
-            }
+            },
+            eswitch_said(pf, settings)
         ),
         None,
     ));
     out
+}
+
+/// The PF's eswitch mode in words: in switchdev mode the VFs' traffic is switched by the
+/// host's representor netdevs (OVS offload, TC rules), and the VLAN the PF's `vf N vlan`
+/// setting would insert is not how it is tagged.
+fn eswitch_said(pf: &Pf, settings: &mut dyn VfSettings) -> String {
+    let Some(pci) = pf.pci.as_deref() else {
+        return "eswitch mode not read: no PCI function links to the netdev".into();
+    };
+    match settings.eswitch(pci) {
+        Ok(m) if m == "switchdev" => format!(
+            "eswitch switchdev (devlink pci/{}): the VFs' traffic is switched by this host's representors (OVS, TC), which decide its VLAN and priority, not the VF settings above",
+            one_line(pci)
+        ),
+        Ok(m) => format!("eswitch {} (devlink pci/{})", one_line(&m), one_line(pci)),
+        Err(e) => format!("eswitch mode not read: {}", one_line(&e)),
+    }
 }
 
 /// One VF on one line, as `ip link show` prints its `vf N` line.
@@ -451,7 +489,7 @@ mod tests {
 
     /// The kernel's replies for each PF netdev, built as `rtnl_fill_vfinfo` lays them
     /// out, then decoded as the live reply is.
-    struct Replies(Vec<PfVfs>);
+    struct Replies(Vec<PfVfs>, Option<u16>);
 
     impl VfSettings for Replies {
         fn vfs(&mut self, netdev: &str) -> Result<PfVfs, String> {
@@ -459,6 +497,21 @@ mod tests {
             let bytes = encode_vf_reply(1, pf);
             let m = messages(&bytes).next().unwrap().unwrap();
             decode_vf_link(m.payload)
+        }
+
+        /// devlink's reply, built as `devlink_nl_eswitch_fill()` lays it out.
+        fn eswitch(&mut self, pci: &str) -> Result<String, String> {
+            let mode = self.1.ok_or("EOPNOTSUPP")?;
+            let mut b = rocewatch_netlink::msg::MessageBuilder::new(0x15, 0, 1);
+            b.family_header(&rocewatch_netlink::genl::genl_header(29, 1))
+                .attr_str(devlink::DEVLINK_ATTR_BUS_NAME, "pci")
+                .attr_str(devlink::DEVLINK_ATTR_DEV_NAME, pci)
+                .attr_bytes(devlink::DEVLINK_ATTR_ESWITCH_MODE, &mode.to_ne_bytes());
+            let bytes = b.finish();
+            let m = messages(&bytes).next().unwrap().unwrap();
+            Ok(devlink::decode_eswitch_mode(m.payload)?
+                .ok_or("no mode")?
+                .to_string())
         }
     }
 
@@ -481,12 +534,15 @@ mod tests {
     }
 
     fn host_replies(vfs: Vec<VfInfo>) -> Replies {
-        Replies(vec![PfVfs {
-            ifindex: 4,
-            name: "ens1f0np0".into(),
-            num_vf: Some(vfs.len() as u32),
-            vfs,
-        }])
+        Replies(
+            vec![PfVfs {
+                ifindex: 4,
+                name: "ens1f0np0".into(),
+                num_vf: Some(vfs.len() as u32),
+                vfs,
+            }],
+            Some(0),
+        )
     }
 
     /// mlx5_0's port with PFC on 3 and trust pcp, as the QoS plugins read it.
@@ -551,8 +607,38 @@ mod tests {
             .evidence
             .contains("PFC, ECN and DCQCN on ens1f0np0 apply to every VF"));
         assert!(
+            pf[0]
+                .evidence
+                .contains("eswitch legacy (devlink pci/0000:3b:00.0)"),
+            "{}",
+            pf[0].evidence
+        );
+        assert!(
             checks.iter().all(|c| c.status != Status::Warn),
             "{checks:#?}"
+        );
+    }
+
+    /// In switchdev mode the representors decide the VFs' tagging: said on the PF, and a
+    /// driver without the op is said as not read.
+    #[test]
+    fn the_eswitch_mode_is_said_on_the_pf() {
+        let mut r = host_replies(vec![vf(0, 100, 3)]);
+        r.1 = Some(1);
+        let checks = run(&mut r, &pfc_on_3("pcp"));
+        let pf = about(&checks, "ens1f0np0");
+        assert!(
+            pf[0].evidence.contains("eswitch switchdev (devlink pci/0000:3b:00.0): the VFs' traffic is switched by this host's representors"),
+            "{}",
+            pf[0].evidence
+        );
+        r.1 = None;
+        let checks = run(&mut r, &pfc_on_3("pcp"));
+        let pf = about(&checks, "ens1f0np0");
+        assert!(
+            pf[0].evidence.contains("eswitch mode not read: EOPNOTSUPP"),
+            "{}",
+            pf[0].evidence
         );
     }
 
@@ -707,17 +793,21 @@ mod tests {
             dev: "mlx5_0",
             port: 1,
             netdev: nd,
+            pci: Some("0000:3b:00.0".into()),
             sriov,
         };
         let mut v = vf(3, 100, 0);
         v.link_state = Some(LinkState::Disable);
         v.max_tx_rate = Some(1);
-        let mut r = Replies(vec![PfVfs {
-            ifindex: 4,
-            name: nd.into(),
-            num_vf: Some(1),
-            vfs: vec![v],
-        }]);
+        let mut r = Replies(
+            vec![PfVfs {
+                ifindex: 4,
+                name: nd.into(),
+                num_vf: Some(1),
+                vfs: vec![v],
+            }],
+            Some(1),
+        );
         let checks = pf_checks(&pf, &[], 3, &mut r);
         let fixes: Vec<&String> = checks.iter().filter_map(|c| c.fix.as_ref()).collect();
         assert!(fixes.len() >= 4, "{checks:#?}");

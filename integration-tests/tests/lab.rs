@@ -2419,6 +2419,7 @@ fn lab_the_kernels_vfinfo_reply_decodes_to_what_ip_link_shows() {
         "netdevsim setup failed: {failed:?}\n{setup}"
     );
     let pf = read(&a.join("nds-pf.txt")).trim().to_string();
+    assert!(!pf.is_empty(), "netdevsim made no netdev:\n{setup}");
     let reply = std::fs::read(a.join("nds-vfinfo-reply.bin")).unwrap();
     assert!(reply.len() >= 16, "short reply {reply:?}\n{setup}");
     let len = u32::from_ne_bytes(reply[0..4].try_into().unwrap()) as usize;

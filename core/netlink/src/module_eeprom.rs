@@ -18,9 +18,11 @@
 //! few milliseconds, more where the driver goes through firmware (mlx5's MCIA register).
 //! A CMIS module with 4 banks costs 8 reads; callers read modules at a slow interval.
 
+use std::path::Path;
+
 use rocewatch_optics::Eeprom;
 
-use crate::ethtool::{EthtoolError, PageRequest};
+use crate::ethtool::{EthtoolError, EthtoolNetlink, PageRequest};
 
 /// The I2C address of the module's main memory (A0h).
 pub const I2C_ADDRESS_LOW: u8 = 0x50;
@@ -155,6 +157,62 @@ pub fn read_module(
         Family::Unknown => {}
     }
     Ok(ModuleRead { eeprom, problems })
+}
+
+/// One port's module on this host: its netdev and the memory read, or `None` where the
+/// driver reads no module (no cage, a virtual NIC: `EOPNOTSUPP` from netlink and the
+/// ioctl), or what failed.
+pub type HostModule = (String, Result<Option<ModuleRead>, String>);
+
+/// The netdevs of `sysfs_root` backed by a device (`class/net/IF/device` exists: a PCI
+/// or platform NIC, not `lo`, a bridge or a veth), sorted.
+pub fn physical_netdevs(sysfs_root: &Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(sysfs_root.join("class/net"))? {
+        let e = e?;
+        if e.path().join("device").exists() {
+            out.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every module of this host (`rocewatch optics` without a file): the physical netdevs
+/// under `sysfs_root`, each read over ethtool netlink (opened once; `nl` is `None` or
+/// the family is missing: straight to the fallback) and, where netlink cannot
+/// ([`EthtoolError::is_unsupported`]), through `linear` (the ioctls' linear dump;
+/// `Ok(None)` when the driver reads no module either).
+pub fn host_modules(
+    sysfs_root: &Path,
+    mut nl: Option<&mut EthtoolNetlink>,
+    mut linear: impl FnMut(&str) -> std::io::Result<Option<Vec<u8>>>,
+) -> std::io::Result<Vec<HostModule>> {
+    let mut out = Vec::new();
+    for ifname in physical_netdevs(sysfs_root)? {
+        let by_netlink = match nl.as_deref_mut() {
+            Some(n) => read_module(|r| n.module_eeprom(&ifname, r)),
+            None => Err(EthtoolError::NoFamily),
+        };
+        let r = match by_netlink {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.is_unsupported() => match linear(&ifname) {
+                Ok(Some(bytes)) => Eeprom::from_linear(&bytes)
+                    .map(|eeprom| {
+                        Some(ModuleRead {
+                            eeprom,
+                            problems: Vec::new(),
+                        })
+                    })
+                    .map_err(|e| format!("{ifname}: module EEPROM (ioctl): {e}")),
+                Ok(None) => Ok(None),
+                Err(e) => Err(format!("{ifname}: module EEPROM (ioctl): {e}")),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        out.push((ifname, r));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -302,5 +360,52 @@ mod tests {
         let short = |_: &PageRequest| Ok(vec![3u8; 20]);
         let e = read_module(short).unwrap_err().to_string();
         assert!(e.contains("20 bytes, want 128"), "{e}");
+    }
+
+    #[test]
+    fn host_modules_read_physical_netdevs_and_fall_back_where_netlink_cannot() {
+        let d = tempfile_dir();
+        for (name, physical) in [("eth0", true), ("lo", false), ("eth1", true)] {
+            let dir = d.join("class/net").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            if physical {
+                std::fs::create_dir_all(dir.join("device")).unwrap();
+            }
+        }
+        assert_eq!(physical_netdevs(&d).unwrap(), vec!["eth0", "eth1"]);
+        // No netlink: eth0's driver gives a linear SFP dump through the ioctl, eth1's none.
+        let mut asked = Vec::new();
+        let got = host_modules(&d, None, |ifname| {
+            asked.push(ifname.to_string());
+            Ok((ifname == "eth0").then(|| {
+                let mut b = vec![0u8; 256];
+                b[0] = 0x03;
+                b
+            }))
+        })
+        .unwrap();
+        assert_eq!(asked, vec!["eth0", "eth1"]);
+        let m = got[0].1.as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(m.eeprom.identifier(), 0x03);
+        assert!(got[1].1.as_ref().unwrap().is_none());
+        // A dump too short for a lower page is an error naming the port.
+        let got = host_modules(&d, None, |_| Ok(Some(vec![3u8; 10]))).unwrap();
+        assert!(got[0]
+            .1
+            .as_ref()
+            .unwrap_err()
+            .starts_with("eth0: module EEPROM (ioctl)"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "rocewatch-netlink-modules-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
     }
 }

@@ -16,8 +16,10 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 log() { echo "netdevsim: $*" >&2; }
-kdir=$(for d in "$top"/.cache/rxe-lab/kernel/*/; do [ -e "$d.done" ] && echo "$d"; done | head -n1)
-[ -n "$kdir" ] || { log "the lab kernel is not unpacked yet (integration-tests/lab/rxe-lab.sh build)"; exit 1; }
+# The kernel rxe-lab.sh boots: the image package linux-image-amd64 depends on now.
+kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+kdir=$top/.cache/rxe-lab/kernel/$kpkg
+[ -n "$kpkg" ] && [ -e "$kdir/.done" ] || { log "the lab kernel ($kpkg) is not unpacked yet (integration-tests/lab/rxe-lab.sh build)"; exit 1; }
 kv=$(ls "$kdir/lib/modules")
 out=$top/.cache/netdevsim/$kv
 if [ -e "$out/.done" ]; then log "cached: $out"; exit 0; fi

@@ -1,5 +1,6 @@
 # netdevsim.sh - sourced by counters.sh in guest a: SR-IOV VFs on a real kernel, from
-# netdevsim (built for the guest kernel by netdevsim-build.sh, shared at /mnt/extra/netdevsim).
+# netdevsim (built for the guest kernel by netdevsim-build.sh, shared at
+# /mnt/extra/netdevsim/KV, KV the guest kernel's release).
 #
 # Loads psample and netdevsim, makes netdevsim device 1 with one port, enables 2 VFs on it
 # (its `sriov_numvfs`), sets the VF attributes through `ip link set PF vf N ...`, then
@@ -14,7 +15,7 @@
 # the RDMA ports' netdevs, and netdevsim is neither a PCI device nor an RDMA device.
 # Uses $R (the role's output directory), as counters.sh sets it.
 nds_run() {
-  local m=/mnt/extra/netdevsim dev=/sys/bus/netdevsim/devices/netdevsim1 pf i
+  local m=/mnt/extra/netdevsim/$(uname -r) dev=/sys/bus/netdevsim/devices/netdevsim1 pf i
   if [ ! -f "$m/netdevsim.ko" ]; then
     echo "no $m/netdevsim.ko (integration-tests/lab/netdevsim-build.sh did not run)" > "$R/nds-missing.txt"
     return 0

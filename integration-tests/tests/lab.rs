@@ -116,13 +116,14 @@ fn run_lab(script: &str) -> Option<PathBuf> {
         for sourced in ["walkthrough.sh", "preflight.sh", "fleet.sh"] {
             std::fs::copy(lab.join(sourced), share.join(sourced)).unwrap();
         }
-        // netdevsim for the guest kernel where netdevsim-build.sh built it, with the guest
-        // side (counters.sh sources netdevsim.sh in guest a).
+        // netdevsim for each kernel netdevsim-build.sh built it for (the guest takes its
+        // own release's), with the guest side (counters.sh sources netdevsim.sh in guest a).
         std::fs::copy(lab.join("netdevsim.sh"), share.join("netdevsim.sh")).unwrap();
-        if let Some(built) = netdevsim_build() {
-            std::fs::create_dir_all(share.join("netdevsim")).unwrap();
+        for built in netdevsim_builds() {
+            let to = share.join("netdevsim").join(built.file_name().unwrap());
+            std::fs::create_dir_all(&to).unwrap();
             for ko in ["netdevsim.ko", "psample.ko"] {
-                std::fs::copy(built.join(ko), share.join("netdevsim").join(ko)).unwrap();
+                std::fs::copy(built.join(ko), to.join(ko)).unwrap();
             }
         }
         let boot = || {
@@ -2370,15 +2371,16 @@ fn lab_doctor_says_a_qemu_guest_and_measures_steal() {
     );
 }
 
-/// The netdevsim module netdevsim-build.sh built for the lab's guest kernel
-/// (`.cache/netdevsim/KV`, marked `.done`), if it did.
-fn netdevsim_build() -> Option<PathBuf> {
+/// Where netdevsim-build.sh built netdevsim for a lab kernel (`.cache/netdevsim/KV`,
+/// marked `.done`), one directory per kernel release.
+fn netdevsim_builds() -> Vec<PathBuf> {
     std::fs::read_dir(root().join(".cache/netdevsim"))
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .find(|d| d.join(".done").is_file())
+        .filter(|d| d.join(".done").is_file())
+        .collect()
 }
 
 /// One `vf N` line of `ip -d link show dev PF`: its comma-separated parts.

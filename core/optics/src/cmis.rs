@@ -10,7 +10,7 @@
 
 use crate::common::{
     ascii, bias_ma, check, connector_name, empty_module, flag, i16_at, limits, oui, power_mw,
-    temperature_c, u16_at, voltage_v,
+    temperature_c, u16_at, voltage_v, LEVELS,
 };
 use crate::model::{Family, Lane, Level, Measure, Module, Problem, Thresholds};
 use crate::{Eeprom, Page};
@@ -129,14 +129,8 @@ fn inventory(page00: &Page, module: &mut Module) {
 /// Lower byte 9: temperature flags in bits 0-3, supply voltage flags in bits 4-7, each
 /// high alarm, low alarm, high warning, low warning from the low bit up.
 fn module_alarms(byte: u8, module: &mut Module) {
-    let levels = [
-        Level::HighAlarm,
-        Level::LowAlarm,
-        Level::HighWarning,
-        Level::LowWarning,
-    ];
     for (shift, measure) in [(0, Measure::Temperature), (4, Measure::Voltage)] {
-        for (i, level) in levels.iter().enumerate() {
+        for (i, level) in LEVELS.iter().enumerate() {
             flag(
                 &mut module.alarms,
                 byte,
@@ -209,12 +203,6 @@ fn lanes(bank: u8, page01: &Page, page11: &Page, multiplier: f64, module: &mut M
                 Some(lane),
             );
         }
-        let levels = [
-            Level::HighAlarm,
-            Level::LowAlarm,
-            Level::HighWarning,
-            Level::LowWarning,
-        ];
         for (first, measure, advertised) in [
             (139, Measure::TxPower, MON_TX_POWER),
             (143, Measure::Bias, MON_BIAS),
@@ -223,7 +211,7 @@ fn lanes(bank: u8, page01: &Page, page11: &Page, multiplier: f64, module: &mut M
             if monitors & advertised == 0 {
                 continue;
             }
-            for (k, level) in levels.iter().enumerate() {
+            for (k, level) in LEVELS.iter().enumerate() {
                 flag(alarms, byte(first + k), bit, measure, *level, Some(lane));
             }
         }

@@ -195,6 +195,14 @@ pub(crate) fn finite(value: f64) -> Option<f64> {
     value.is_finite().then_some(value)
 }
 
+/// The four levels in the order the standards lay out thresholds and flags.
+pub(crate) const LEVELS: [Level; 4] = [
+    Level::HighAlarm,
+    Level::LowAlarm,
+    Level::HighWarning,
+    Level::LowWarning,
+];
+
 /// Pushes an alarm when `byte & mask` is set.
 pub(crate) fn flag(
     alarms: &mut Vec<Alarm>,

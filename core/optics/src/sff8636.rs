@@ -8,7 +8,7 @@
 
 use crate::common::{
     ascii, bias_ma, check, connector_name, empty_module, flag, i16_at, limits, oui, power_mw,
-    temperature_c, u16_at, voltage_v,
+    temperature_c, u16_at, voltage_v, LEVELS,
 };
 use crate::model::{Family, Lane, Level, Measure, Module, Problem, Thresholds};
 use crate::{Eeprom, Page};
@@ -176,14 +176,8 @@ fn thresholds(page03: &Page, module: &mut Module) {
 /// Module flags (lower bytes 6 and 7) and lane flags (9-14: two lanes a byte, the first
 /// in the high nibble; each nibble high alarm, low alarm, high warning, low warning).
 fn alarms(lower: &Page, module: &mut Module) {
-    let levels = [
-        Level::HighAlarm,
-        Level::LowAlarm,
-        Level::HighWarning,
-        Level::LowWarning,
-    ];
     for (byte, measure) in [(6, Measure::Temperature), (7, Measure::Voltage)] {
-        for (i, level) in levels.iter().enumerate() {
+        for (i, level) in LEVELS.iter().enumerate() {
             flag(
                 &mut module.alarms,
                 lower[byte],
@@ -202,7 +196,7 @@ fn alarms(lower: &Page, module: &mut Module) {
         for lane in 0..LANES {
             let byte = lower[first + usize::from(lane / 2)];
             let shift = if lane % 2 == 0 { 4 } else { 0 };
-            for (i, level) in levels.iter().enumerate() {
+            for (i, level) in LEVELS.iter().enumerate() {
                 let mask = (0x08 >> i) << shift;
                 flag(
                     &mut module.alarms,

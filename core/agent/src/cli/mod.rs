@@ -22,6 +22,7 @@ mod env;
 mod fleet;
 mod health;
 mod manuals;
+mod optics_host;
 mod output;
 mod plugins;
 mod preflight;

@@ -79,6 +79,7 @@ mod fleet_rails;
 mod fleet_rules;
 mod grammar;
 mod health;
+mod host_cpu;
 mod lab;
 mod lifecycle;
 mod otel_env;

@@ -418,6 +418,14 @@ const FEATURES: &[Feature] = &[
         pod: &[PodNeed::HostPid, PodNeed::HostNetwork],
     },
     Feature {
+        name: "host",
+        default_on: true,
+        // /proc/stat: ProcSubset=pid would leave only the process directories.
+        unit: &[UnitNeed::Not("ProcSubset", "pid")],
+        // /proc/stat is not namespaced: the container's is the node's.
+        pod: &[],
+    },
+    Feature {
         name: "qos-linux",
         default_on: true,
         unit: &[UnitNeed::Family("AF_NETLINK"), UnitNeed::Family("AF_INET")],

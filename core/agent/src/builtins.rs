@@ -5,6 +5,7 @@
 use rocewatch_counters_ethtool::EthtoolCounters;
 use rocewatch_counters_sysfs::SysfsCounters;
 use rocewatch_discovery_sysfs::SysfsDiscovery;
+use rocewatch_host::HostCpu;
 use rocewatch_kernel_log::KernelLog;
 use rocewatch_qos_linux::QosLinux;
 use rocewatch_resources::Resources;
@@ -38,6 +39,11 @@ pub const BUILTINS: &[Builtin] = &[
         check_options: |o| rocewatch_resources::Options::from_json(o).map(drop),
     },
     Builtin {
+        name: HostCpu::NAME,
+        make: || Instance::Collector(Box::new(HostCpu::new())),
+        check_options: |o| rocewatch_host::Options::from_json(o).map(drop),
+    },
+    Builtin {
         name: QosLinux::NAME,
         make: || Instance::Configuration(Box::new(QosLinux::new())),
         check_options: |o| rocewatch_qos_linux::Options::from_json(o).map(drop),
@@ -52,6 +58,9 @@ pub const COUNTERS_ETHTOOL: &str = EthtoolCounters::NAME;
 pub const KERNEL_LOG: &str = KernelLog::NAME;
 /// The resources collector's name, whose `qp_counters` option `run` acts on.
 pub const RESOURCES: &str = Resources::NAME;
+
+/// The host collector's name (`host`), whose `procfs_root` `--procfs-root` sets.
+pub const HOST: &str = HostCpu::NAME;
 
 /// Names of every built-in plugin.
 pub fn builtin_names() -> Vec<&'static str> {

@@ -36,27 +36,26 @@ impl SourceArgs {
 pub struct ProcArgs {
     /// Root of the proc tree that goes with --sysfs-root (default /proc): the workloads'
     /// `<pid>/cgroup` and `<pid>/comm`, which the resources collector attributes queue
-    /// pairs by (overrides [plugins.builtin.resources.options] procfs_root). In a pod:
+    /// pairs by, and `stat`, the host collector's CPU steal (overrides procfs_root of
+    /// [plugins.builtin.resources.options] and [plugins.builtin.host.options]). In a pod:
     /// --sysfs-root /host/sys --procfs-root /host/proc.
     #[arg(long, value_name = "DIR")]
     pub procfs_root: Option<PathBuf>,
 }
 
 impl ProcArgs {
-    /// `cfg` with the resources collector reading `--procfs-root`, where given.
+    /// `cfg` with the resources and host collectors reading `--procfs-root`, where given.
     pub fn apply(&self, cfg: &mut Config) {
         let Some(root) = &self.procfs_root else {
             return;
         };
-        let settings = cfg
-            .plugins
-            .builtin
-            .entry(crate::builtins::RESOURCES.to_string())
-            .or_default();
-        if !settings.options.is_object() {
-            settings.options = serde_json::json!({});
+        for plugin in [crate::builtins::RESOURCES, crate::builtins::HOST] {
+            let settings = cfg.plugins.builtin.entry(plugin.to_string()).or_default();
+            if !settings.options.is_object() {
+                settings.options = serde_json::json!({});
+            }
+            settings.options["procfs_root"] = serde_json::json!(root);
         }
-        settings.options["procfs_root"] = serde_json::json!(root);
     }
 }
 
@@ -92,5 +91,9 @@ mod tests {
         }
         .apply(&mut bare);
         assert_eq!(file(&bare), "/host/proc");
+        assert_eq!(
+            bare.plugins.builtin[crate::builtins::HOST].options["procfs_root"],
+            "/host/proc"
+        );
     }
 }

@@ -17,10 +17,10 @@ use crate::names;
 pub const ATTR_LANE: &str = "rdma.lane";
 /// Why the link is down, in words (`enum ethtool_link_ext_state`: `autoneg`, `bad
 /// signal integrity`, `cable issue`, ...).
-pub const ATTR_DOWN_REASON: &str = "rdma.link.down_reason";
+pub const ATTR_DOWN_REASON: &str = "rdma.link.reason";
 /// The detail of the reason (its substate: `no partner detected`, `serdes ALOS (loss of
 /// signal)`, ...); empty when the driver gives none.
-pub const ATTR_DOWN_DETAIL: &str = "rdma.link.down_detail";
+pub const ATTR_DOWN_DETAIL: &str = "rdma.link.reason_detail";
 /// The FEC mode in use (`Off`, `RS`, `BaseR`, `LLRS`), as `ethtool --show-fec` prints it.
 pub const ATTR_FEC_MODE: &str = "rdma.link.fec.mode";
 /// A FEC histogram bin: the symbol errors per codeword it counts (`0`, `1-3`, ...).
@@ -50,7 +50,7 @@ pub static LINK_HEALTH_CATALOG: &[CatalogEntry] = &[
     entry!(names::LINK_CARRIER_DOWN_EVENTS, "{event}", Counter, "carrier_down_count", NONE, 1, LINK,
         "Times the carrier went down."),
     entry!(names::LINK_DOWN_REASON, "1", Gauge, "ETHTOOL_A_LINKSTATE_EXT_STATE", NONE, 1, EXT,
-        "1 while the link is down and the driver says why: `rdma.link.down_reason` (the state) and `rdma.link.down_detail` (its substate), in words. Absent while the link is up or the driver does not say."),
+        "1 while the link is down and the driver says why: `rdma.link.reason` (the state) and `rdma.link.reason_detail` (its substate), in words. Absent while the link is up or the driver does not say."),
     entry!(names::LINK_FEC_MODE, "1", Gauge, "ETHTOOL_A_FEC_ACTIVE", NONE, 1, FEC,
         "1, with the FEC mode in use in `rdma.link.fec.mode`; absent when the kernel reports none (no link)."),
     entry!(names::LINK_FEC_CORRECTED_BLOCKS, "{codeword}", Counter, "ETHTOOL_A_FEC_STAT_CORRECTED", NONE, 1, FEC,

@@ -109,7 +109,7 @@ names! {
     LINK_CARRIER_UP_EVENTS = "rdma.link.carrier_up_events",
     LINK_CARRIER_DOWN_EVENTS = "rdma.link.carrier_down_events",
     LINK_DOWN_REASON = "rdma.link.down_reason",
-    LINK_FEC_MODE = "rdma.link.fec.mode",
+    LINK_FEC_MODE = "rdma.link.fec.active",
     LINK_FEC_CORRECTED_BLOCKS = "rdma.link.fec.corrected_blocks",
     LINK_FEC_UNCORRECTABLE_BLOCKS = "rdma.link.fec.uncorrectable_blocks",
     LINK_FEC_CORRECTED_BITS = "rdma.link.fec.corrected_bits",

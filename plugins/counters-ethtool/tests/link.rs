@@ -121,15 +121,15 @@ fn carrier_down_reason_fec_and_a_module_read_at_its_own_interval() {
     assert_eq!(v("rdma.link.received_bits"), Value::U64(1_000_000));
     let down = one(&r, "rdma.link.down_reason");
     assert_eq!(
-        down[0].attributes.get("rdma.link.down_reason"),
+        down[0].attributes.get("rdma.link.reason"),
         Some("bad signal integrity")
     );
     assert_eq!(
-        down[0].attributes.get("rdma.link.down_detail"),
+        down[0].attributes.get("rdma.link.reason_detail"),
         Some("serdes ALOS (loss of signal)")
     );
     assert_eq!(
-        one(&r, "rdma.link.fec.mode")[0]
+        one(&r, "rdma.link.fec.active")[0]
             .attributes
             .get("rdma.link.fec.mode"),
         Some("RS")

@@ -20,6 +20,7 @@ pub(crate) mod mtu;
 pub(crate) mod multirail;
 pub(crate) mod numa;
 pub(crate) mod pcie;
+pub(crate) mod probe;
 pub(crate) mod qos;
 pub(crate) mod rails;
 pub(crate) mod sriov;

@@ -31,6 +31,8 @@ pub(super) const GUIDE: &[Topic] = &[
     ports::mtu,
     topics::link_layer,
     topics::pcie,
+    topics::optics,
+    topics::link,
     topics::sriov,
     topics::gpu,
     topics::numa,

@@ -31,6 +31,30 @@ pub(crate) fn sriov(h: &Host) -> Vec<Check> {
     crate::checks::sriov::sriov_checks(&h.sys, &h.inv, &h.qos, h.opts.priority, settings)
 }
 
+/// The netdevs of the RoCE ports, in inventory order.
+fn roce_netdevs(h: &Host) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in h.inv.devices.iter().flat_map(|d| &d.ports) {
+        if let Some(nd) = &p.netdev {
+            if !out.contains(nd) {
+                out.push(nd.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Each port's transceiver module against its own thresholds (this host's only).
+pub(crate) fn optics(h: &Host) -> Vec<Check> {
+    let mut live = crate::checks::optics::LiveModules::default();
+    crate::checks::optics::optics_checks(&roce_netdevs(h), h.live, &mut live)
+}
+
+/// Each port's link over the window: down reason, flaps, FEC, pre-FEC BER.
+pub(crate) fn link(h: &Host) -> Vec<Check> {
+    crate::checks::link::link_checks(&roce_netdevs(h), &h.first, &h.second, h.opts.window)
+}
+
 /// Where GPUs sit from NICs, GPUDirect, and ACS on the path between them.
 pub(crate) fn gpu(h: &Host) -> Vec<Check> {
     let mut out = crate::checks::gpu::gpu_checks(&h.sys, &h.gpus, &h.nics);

@@ -127,6 +127,31 @@ panel("Congestion hotspots: discards (top 10 ports and priorities)", [
 panel("Congestion states across the fleet", [("rocewatch:priority_congestion:count", "{{rdma_congestion_state}}")],
       extra={"gridPos": {"x": 12, "y": y + 8}})
 
+# Optics and the link's physical layer (docs/OPTICS.md).
+y = full_width_y()
+NETDEV = "{{instance}} {{network_interface_name}}"
+panel("Optics: receive power per lane", [(f"rdma_optics_lane_rx_power_mW{{{SEL}}}", NETDEV + " lane {{rdma_lane}}")],
+      unit="mwatt",
+      desc="Optical power each lane of a module receives. A lane drifting down is a dirty connector or a bent fiber before the module's low warning (RdmaOpticsRxPowerFalling); a lane at zero beside lit ones is a dark lane (RdmaOpticsDarkLane). rocewatch optics on the host shows the thresholds.",
+      extra={"gridPos": {"x": 0, "y": y}})
+panel("Optics: module temperature", [(f"rdma_optics_temperature_celsius{{{SEL}}}", NETDEV)],
+      unit="celsius", extra={"gridPos": {"x": 12, "y": y}})
+panel("Optics: module flags set", [(f"rdma_optics_flag_ratio{{{SEL}}} == 1", "")],
+      kind="table", desc="Each alarm, warning or state flag a module has set now (RdmaOpticsFlag); rocewatch doctor (topic optics) says what to do.",
+      extra={"gridPos": {"x": 0, "y": y + 8},
+             "targets": [{"refId": "A", "datasource": DS, "expr": f"rdma_optics_flag_ratio{{{SEL}}} == 1", "instant": True, "format": "table"}]})
+panel("Link: carrier changes (flaps are two)", [(f"increase(rdma_link_carrier_changes_total{{{SEL}}}[$__rate_interval])", NETDEV)],
+      desc="Link down and up transitions of each RoCE netdev (RdmaNetdevLinkFlapping at four in 10 minutes).",
+      extra={"gridPos": {"x": 12, "y": y + 8}})
+panel("Link: FEC codewords corrected and uncorrectable", [
+    (f"rate(rdma_link_fec_corrected_blocks_total{{{SEL}}}[$__rate_interval])", "corrected " + NETDEV),
+    (f"rate(rdma_link_fec_uncorrectable_blocks_total{{{SEL}}}[$__rate_interval])", "uncorrectable " + NETDEV),
+], desc="Uncorrectable codewords are frames lost on the physical layer (RdmaFecUncorrectable).",
+      extra={"gridPos": {"x": 0, "y": y + 16}})
+panel("Link: pre-FEC bit error rate", [(f"rate(rdma_link_corrected_bits_total{{{SEL}}}[$__rate_interval]) / on (instance, network_interface_name) rate(rdma_link_received_bits_total{{{SEL}}}[$__rate_interval])", NETDEV)],
+      unit="sci", desc="Bits FEC corrected over bits received (mlx5). Above 5e-6 is little margin for RS(528,514) (RdmaPreFecBerHigh, docs/OPTICS.md).",
+      extra={"gridPos": {"x": 12, "y": y + 16}})
+
 dashboard = {
     "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}],
     "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "9.0.0"}],

@@ -221,20 +221,31 @@ fn a_whole_request_against_a_fake_kernel() {
     });
 }
 
-#[test]
-fn eopnotsupp_is_said_as_the_driver_not_reporting_it() {
+/// The error a call gets when the kernel answers `errno`.
+fn refused(
+    call: impl FnOnce(&mut EthtoolNetlink) -> Result<(), EthtoolError> + Send,
+    errno: i32,
+) -> EthtoolError {
     let (mut c, k) = client();
     std::thread::scope(|s| {
-        let h = s.spawn(|| c.fec("eth0"));
+        let h = s.spawn(move || call(&mut c));
         let req = k.request();
-        k.reply(&encode_error(seq_of(&req), libc::EOPNOTSUPP));
-        let e = h.join().unwrap().unwrap_err();
-        assert!(e.is_unsupported());
-        assert_eq!(
-            e.to_string(),
-            "eth0: the driver does not report FEC settings"
-        );
-    });
+        k.reply(&encode_error(seq_of(&req), errno));
+        h.join().unwrap().unwrap_err()
+    })
+}
+
+#[test]
+fn kernel_errors_are_said_in_words() {
+    let e = refused(|c| c.fec("eth0").map(drop), libc::EOPNOTSUPP);
+    assert!(e.is_unsupported());
+    assert_eq!(
+        e.to_string(),
+        "eth0: the driver does not report FEC settings"
+    );
+    let e = refused(|c| c.link_state("gone0").map(drop), libc::ENODEV);
+    assert!(!e.is_unsupported());
+    assert_eq!(e.to_string(), "gone0: no such interface");
 }
 
 /// A kernel before 6.3 refuses the statistics flag on the link state (its policy has
@@ -261,18 +272,6 @@ fn linkstate_refused_with_the_stats_flag_is_asked_again_without() {
             &up,
         ));
         assert_eq!(h.join().unwrap().unwrap(), up);
-    });
-}
-
-#[test]
-fn enodev_names_the_interface() {
-    let (mut c, k) = client();
-    std::thread::scope(|s| {
-        let h = s.spawn(|| c.link_state("gone0"));
-        let req = k.request();
-        k.reply(&encode_error(seq_of(&req), libc::ENODEV));
-        let e = h.join().unwrap().unwrap_err();
-        assert_eq!(e.to_string(), "gone0: no such interface");
     });
 }
 

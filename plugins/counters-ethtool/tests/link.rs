@@ -98,12 +98,9 @@ fn sysfs() -> tempfile::TempDir {
     d
 }
 
-fn one<'a>(r: &'a ScrapeResult, name: &str) -> Vec<&'a Sample> {
-    r.samples.iter().filter(|s| s.name == name).collect()
-}
-
-#[test]
-fn carrier_down_reason_fec_and_a_module_read_at_its_own_interval() {
+/// A collector on eth0 of a fresh sysfs tree reading modules every `secs`, and its
+/// count of module reads.
+fn started(secs: u64) -> (EthtoolCounters, Arc<AtomicUsize>, tempfile::TempDir) {
     let root = sysfs();
     let reads = Arc::new(AtomicUsize::new(0));
     let mut c =
@@ -111,8 +108,18 @@ fn carrier_down_reason_fec_and_a_module_read_at_its_own_interval() {
             module_reads: reads.clone(),
         }));
     let mut ctx = PluginContext::new(root.path());
-    ctx.options = serde_json::json!({"interfaces": ["eth0"], "module_interval_secs": 3600});
+    ctx.options = serde_json::json!({"interfaces": ["eth0"], "module_interval_secs": secs});
     c.start(&ctx).unwrap();
+    (c, reads, root)
+}
+
+fn one<'a>(r: &'a ScrapeResult, name: &str) -> Vec<&'a Sample> {
+    r.samples.iter().filter(|s| s.name == name).collect()
+}
+
+#[test]
+fn carrier_down_reason_fec_and_a_module_read_at_its_own_interval() {
+    let (mut c, reads, _root) = started(3600);
     let r = c.collect().unwrap();
     let v = |name: &str| one(&r, name)[0].value;
     assert_eq!(v("rdma.link.carrier_changes"), Value::U64(7));
@@ -167,15 +174,7 @@ fn carrier_down_reason_fec_and_a_module_read_at_its_own_interval() {
 
 #[test]
 fn module_interval_zero_reads_every_collection() {
-    let root = sysfs();
-    let reads = Arc::new(AtomicUsize::new(0));
-    let mut c =
-        EthtoolCounters::with_source(Box::new(OneStat)).with_link_source(Box::new(Kernel {
-            module_reads: reads.clone(),
-        }));
-    let mut ctx = PluginContext::new(root.path());
-    ctx.options = serde_json::json!({"interfaces": ["eth0"], "module_interval_secs": 0});
-    c.start(&ctx).unwrap();
+    let (mut c, reads, _root) = started(0);
     c.collect().unwrap();
     std::thread::sleep(Duration::from_millis(5));
     c.collect().unwrap();

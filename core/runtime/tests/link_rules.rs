@@ -3,27 +3,18 @@
 //! rdma.link.fec.uncorrectable_blocks, rdma.link.corrected_bits over rdma.link.received_bits):
 //! each fires on the port that is bad, after its `for`, and not on the good one.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
-use rocewatch_runtime::rules::{validate, Engine, RuleConfig};
+use rocewatch_runtime::rules::{validate, Engine};
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::Store;
 use tokio::time::Instant;
 
-fn default_rule(name: &str) -> RuleConfig {
-    #[derive(serde::Deserialize)]
-    struct File {
-        rules: Vec<RuleConfig>,
-    }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rules.toml");
-    let f: File = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    f.rules
-        .into_iter()
-        .find(|r| r.name == name)
-        .unwrap_or_else(|| panic!("no rule {name} in configs/rules.toml"))
-}
+use common::default_rule;
 
 fn sample(
     name: &'static str,

@@ -2,27 +2,18 @@
 //! counters-ethtool emits for SR-IOV VFs: it fires, after its `for`, on the VF whose link
 //! state is `disable`, and only on that one.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use rocewatch_plugin_api::{Attributes, MetricKind, Sample, Value};
-use rocewatch_runtime::rules::{validate, Engine, RuleConfig};
+use rocewatch_runtime::rules::{validate, Engine};
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::Store;
 use tokio::time::Instant;
 
-fn default_rule(name: &str) -> RuleConfig {
-    #[derive(serde::Deserialize)]
-    struct File {
-        rules: Vec<RuleConfig>,
-    }
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rules.toml");
-    let f: File = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    f.rules
-        .into_iter()
-        .find(|r| r.name == name)
-        .unwrap_or_else(|| panic!("no rule {name} in configs/rules.toml"))
-}
+use common::default_rule;
 
 /// `rdma.vf.info` of one VF, as counters-ethtool writes it.
 fn info(vf: &str, link_state: &str) -> Sample {

@@ -19,8 +19,10 @@
 //! asking the driver (`ndo_get_vf_config`): those decode to `None`, not to off.
 //!
 //! [`encode_vf_reply`] builds a reply as the kernel lays it out, for tests and fake
-//! kernels of other crates (no SR-IOV hardware answers in CI: Debian's kernels do not
-//! build `netdevsim`, whose SR-IOV emulation would).
+//! kernels of other crates. A real kernel's reply is decoded in the soft-RoCE lab:
+//! `netdevsim`, built for the guest kernel (Debian does not ship it), emulates a PF with
+//! VFs whose settings the lab sets with `ip link` and compares with `ip -d link show`
+//! (`lab_the_kernels_vfinfo_reply_decodes_to_what_ip_link_shows`).
 
 use std::time::Duration;
 

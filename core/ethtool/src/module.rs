@@ -172,6 +172,16 @@ mod tests {
         assert!(decode_eeprom(&e[..10]).is_empty());
     }
 
+    proptest::proptest! {
+        /// Any answer a driver writes back: a value or an error, never a panic.
+        #[test]
+        fn any_answer_decodes_without_panicking(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..700)) {
+            let _ = decode_modinfo(&b);
+            let d = decode_eeprom(&b);
+            proptest::prop_assert!(d.len() <= b.len().saturating_sub(16));
+        }
+    }
+
     /// lo reads no modules: EOPNOTSUPP, what the netlink reader's fallback sees on a
     /// NIC without a cage too.
     #[test]

@@ -362,6 +362,29 @@ mod tests {
         assert!(e.contains("20 bytes, want 128"), "{e}");
     }
 
+    proptest::proptest! {
+        /// Any module memory (any identifier, memory model and bank bits; pages of any
+        /// length): a read or an error, never a panic, and never more than 8 reads.
+        #[test]
+        fn any_module_reads_without_panicking(
+            low in proptest::collection::vec(proptest::prelude::any::<u8>(), 128),
+            len in 0usize..200,
+            fill in proptest::prelude::any::<u8>(),
+        ) {
+            let mut n = 0;
+            let r = read_module(|req| {
+                n += 1;
+                Ok(if req.offset == 0 && req.i2c_address == I2C_ADDRESS_LOW {
+                    low.clone()
+                } else {
+                    vec![fill; len]
+                })
+            });
+            proptest::prop_assert!(r.is_ok());
+            proptest::prop_assert!(n <= 8, "{n} reads");
+        }
+    }
+
     #[test]
     fn host_modules_read_physical_netdevs_and_fall_back_where_netlink_cannot() {
         let d = tempfile_dir();

@@ -930,7 +930,7 @@ fn prometheus_rules_find_the_host_that_differs_from_the_majority() {
         );
         said.push(stdout(&o));
     }
-    assert!(said[0].contains("SUCCESS: 16 rules found"), "{}", said[0]);
+    assert!(said[0].contains("SUCCESS: 24 rules found"), "{}", said[0]);
     assert!(said[2].contains("SUCCESS: 26 rules found"), "{}", said[2]);
 }
 

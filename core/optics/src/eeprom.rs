@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::Error;
+use crate::error::Error;
 
 /// One 128-byte page.
 pub type Page = [u8; 128];

@@ -15,24 +15,14 @@ mod cmis;
 mod common;
 pub mod dump;
 pub mod eeprom;
+mod error;
 pub mod model;
 mod sff8472;
 mod sff8636;
 
 pub use eeprom::{Eeprom, Page};
+pub use error::Error;
 pub use model::{Alarm, Family, Lane, Level, Limits, Measure, Module, Problem, Thresholds};
-
-/// Why a module could not be decoded at all (a partial decode is a [`Module`] with
-/// [`Problem`]s instead).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// Fewer bytes than the lower page.
-    #[error("{len} bytes: a module's memory is at least 128 bytes (the lower page)")]
-    TooShort { len: usize },
-    /// An identifier byte no decoder knows (SFF-8024 table 4-1).
-    #[error("identifier byte 0x{code:02x} is not an SFP, QSFP or CMIS module")]
-    UnknownIdentifier { code: u8 },
-}
 
 /// Decodes a module: the family from the identifier byte, then that family's map.
 pub fn decode(eeprom: &Eeprom) -> Result<Module, Error> {

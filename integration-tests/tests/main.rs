@@ -38,6 +38,7 @@
 //! - `appenv`: `rocewatch env` and `doctor --env` (NCCL/UCX/Open MPI settings) on the
 //!   fixture trees.
 //! - `capture`: `rocewatch capture --read` on a crafted pcap of RoCE v2 packets.
+//! - `optics`: `rocewatch optics --eeprom-file` on module dumps (text and JSON).
 //! - `grammar`: each shared flag's spelling and the old one kept as a hidden alias give
 //!   the same output; a typo suggests the nearest command first.
 //! - `causes`: errors name their cause (a refused connection, the variable a bad value
@@ -82,6 +83,7 @@ mod health;
 mod host_cpu;
 mod lab;
 mod lifecycle;
+mod optics;
 mod otel_env;
 mod otlp;
 mod otlp_events;

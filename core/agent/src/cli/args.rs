@@ -20,6 +20,7 @@ use super::doctor::DoctorArgs;
 use super::env::EnvArgs;
 use super::fleet::FleetCommand;
 use super::health::HealthArgs;
+use super::optics::OpticsArgs;
 use super::plugins::PluginsArgs;
 use super::preflight::PreflightArgs;
 use super::probe::ProbeCmdArgs;
@@ -219,6 +220,31 @@ pub enum Command {
     /// kill -9 and a reboot; the agent exports it as rocewatch_quarantine.
     #[command(subcommand, verbatim_doc_comment)]
     Quarantine(QuarantineCommand),
+    /// Transceiver modules: identity, temperature, voltage, per lane bias and optical
+    /// power, thresholds and the alarm and warning flags that are on, as `ethtool -m`
+    /// shows them (°C, V, mA, mW and dBm).
+    ///
+    /// Decodes SFF-8472 (SFP, SFP+, SFP28, with external calibration), SFF-8636 (QSFP+,
+    /// QSFP28) and CMIS (QSFP-DD, OSFP; lanes of every bank). What cannot be trusted is
+    /// said under Problems and its readings are absent (`-`, null in JSON), never 0: a
+    /// module that claims diagnostics but answers zeros, a DOM type byte saying none, a
+    /// read failing its checksums (CC_BASE, CC_EXT, CC_DMI), a page not read.
+    ///
+    /// Without --eeprom-file: the module of every netdev backed by a device (under
+    /// --sysfs-root), read over ethtool netlink by page and bank, through the ioctl's
+    /// linear dump where netlink cannot; a port whose driver reads no module (a virtual
+    /// NIC, an empty cage) is said on standard error and left out. --eeprom-file decodes
+    /// a dump taken elsewhere instead (docs/OPTICS.md).
+    ///
+    /// Exit status: 0 decoded (no module read included), 2 on an error (a file that is not
+    /// a dump names the line or offset at fault).
+    ///
+    /// Examples:
+    ///   rocewatch optics
+    ///   ethtool -m eth2 hex on > eth2.hex; rocewatch optics --eeprom-file eth2.hex
+    ///   ethtool -m eth2 raw on > eth2.bin; rocewatch optics --eeprom-file eth2.bin --json
+    #[command(verbatim_doc_comment)]
+    Optics(OpticsArgs),
     /// The environment NCCL, UCX and Open MPI need on this host to take the RDMA path.
     ///
     /// Computed from discovery and the QoS state: the ACTIVE ports (NCCL_IB_HCA,
@@ -369,6 +395,7 @@ impl Command {
             | Command::Congestion(_)
             | Command::Health(_)
             | Command::Quarantine(_)
+            | Command::Optics(_)
             | Command::Bandwidth(_)
             | Command::Preflight(_)
             | Command::Fleet(_)

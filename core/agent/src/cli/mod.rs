@@ -22,6 +22,7 @@ mod env;
 mod fleet;
 mod health;
 mod manuals;
+mod optics;
 mod optics_host;
 mod output;
 mod plugins;
@@ -80,6 +81,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Doctor(a) => doctor::run(a).await,
         Command::Congestion(a) => congestion::run(a).await,
         Command::Health(a) => health::run(a).await,
+        Command::Optics(a) => optics::run(a),
         Command::Quarantine(c) => quarantine::run(c),
         Command::Env(a) => env::run(a).await,
         Command::Capture(a) => capture::run(a).await,

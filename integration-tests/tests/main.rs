@@ -83,6 +83,7 @@ mod health;
 mod host_cpu;
 mod lab;
 mod lifecycle;
+mod link_history;
 mod optics;
 mod otel_env;
 mod otlp;

@@ -104,5 +104,6 @@ mod rail_map;
 mod rules;
 mod slurm;
 mod sriov;
+mod sriov_rails;
 mod top;
 mod web;

@@ -84,7 +84,15 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
     let inv = agent.discover().await.context("discovering RDMA devices")?;
     // Without the QoS state the traffic class is unknown, not fatal: said below.
     let qos = agent.observe_qos().await.unwrap_or_default();
-    let ports = rails::ports(&inv, &qos, device.as_ref());
+    let rail_map = super::rails::map(&agent.cfg, &super::rails::fleet_host(&agent.cfg), &inv)?;
+    let mut ports = rails::ports(&inv, &qos, device.as_ref());
+    // Host-side SR-IOV VFs are not rails: their PF's port is (the rail map says which).
+    let vfs: Vec<String> = ports
+        .iter()
+        .filter(|p| rail_map.is_host_vf(&p.device, p.port))
+        .map(|p| p.name())
+        .collect();
+    ports.retain(|p| !rail_map.is_host_vf(&p.device, p.port));
     let tos = appenv::desired_tos(&agent.cfg.qos, &qos);
     // On the live host the interfaces' addresses say which IPoIB netdev can carry
     // sockets; a sysfs tree has none to tell.
@@ -95,7 +103,12 @@ pub async fn run(a: EnvArgs) -> Result<i32> {
         None
     };
     let mut env = appenv::compute(ports, tos, target.into(), addrs.as_ref());
-    let rail_map = super::rails::map(&agent.cfg, &super::rails::fleet_host(&agent.cfg), &inv)?;
+    if !vfs.is_empty() {
+        env.warnings.push(format!(
+            "{} left out: SR-IOV VFs whose PF is an RDMA port of this host too (the PF carries the rail; a VF is for the VM or container it is handed to)",
+            vfs.join(", ")
+        ));
+    }
     for m in &rail_map.missing {
         env.warnings.push(format!(
             "rail {} of the fleet topology ({}) is on no RDMA port of this host: the variables name the others",

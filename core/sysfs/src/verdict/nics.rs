@@ -280,7 +280,8 @@ fn slot_down(sys: &SysRoot, bridge: &PciFunction, all: &[PciFunction]) -> bool {
 /// missing rails (paired in PCI address order, the order rails are cabled in when the
 /// topology was made from the host: `fleet topology`) and no port of the host without
 /// an address of the topology. A port without one makes the missing rails "address not
-/// configured?"; more places than rails names them all, claiming none.
+/// configured?" (host-side SR-IOV VFs are not such ports: the map keeps them apart,
+/// `RailMap::host_vfs`); more places than rails names them all, claiming none.
 pub fn missing_nics(sys: &SysRoot, map: &RailMap) -> Vec<MissingNic> {
     let found = candidates(sys);
     let rails: Vec<(usize, IpAddr)> = map.missing.iter().map(|m| (m.rail, m.addr)).collect();
@@ -471,6 +472,7 @@ mod tests {
                 port("mlx5_3", None, "0000:43:00.0"),
             ],
             missing: vec![row(3)],
+            host_vfs: Vec::new(),
         };
         let m = missing_nics(&sys, &map);
         assert_eq!(m.len(), 1, "{m:?}");
@@ -503,6 +505,7 @@ mod tests {
             by: RailsBy::Topology,
             ports: vec![port("mlx5_0", Some(0), "0000:13:00.0")],
             missing: vec![row(3)],
+            host_vfs: Vec::new(),
         };
         let m = missing_nics(&sys, &map);
         assert_eq!(m.len(), 1, "{m:?}");
@@ -554,6 +557,35 @@ mod tests {
         let sys = tree("eight-rails");
         let map = sys.rail_map(&inventory(&sys), Some(&rows()));
         assert!(missing_nics(&sys, &map).is_empty());
+    }
+
+    /// A hypervisor's PF carries rail 0; rail 1's NIC is gone. The PF's VFs bound on the
+    /// host (mlx5_2, mlx5_3) have no address of the topology and are not rails: the
+    /// missing rail is not blamed on them as an address not configured.
+    #[test]
+    fn host_side_vfs_do_not_make_a_missing_rail_unaddressed() {
+        let sys = tree("sriov-host");
+        let mut inv = inventory(&sys);
+        let pf = inv.devices.iter_mut().find(|d| d.name == "mlx5_0").unwrap();
+        let netdev = pf.ports[0].netdev.clone();
+        pf.ports[0].gids.push(rocewatch_plugin_api::Gid {
+            index: 3,
+            gid: "0000:0000:0000:0000:0000:ffff:0a00:0001".into(),
+            gid_type: Some("RoCE v2".into()),
+            netdev,
+        });
+        let map = sys.rail_map(&inv, Some(&[row(0), row(1)]));
+        assert_eq!(map.rail_of("mlx5_0", 1), Some(0), "{}", map.line());
+        let m = missing_nics(&sys, &map);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(m[0].rail, Some((1, row(1).addr)));
+        assert!(
+            !matches!(m[0].gone, Gone::Unaddressed { .. }),
+            "{}",
+            m[0].evidence()
+        );
+        assert!(!m[0].evidence().contains("ens1f0v"), "{}", m[0].evidence());
+        assert!(m[0].drains());
     }
 
     #[test]

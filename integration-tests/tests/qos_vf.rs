@@ -2,7 +2,9 @@
 //! `sriov-guest` (an mlx5 VF 0x101e passed to a QEMU guest, no `physfn`) and `sriov-host`
 //! (a PF with VFs on the host): `show` marks what the physical function owns, `plan` and
 //! `apply` refuse it (exit 1, nothing written) and say what to set on the hypervisor; what
-//! the VF sets itself (its RoCE ToS) still applies; the PF plans as before.
+//! the VF sets itself (its RoCE ToS) still applies; on the hypervisor the PF's own entry
+//! covers its VFs (the PF's and the VFs' own changes apply), and an entry of VFs only is
+//! refused with one line per PF.
 
 use serde_json::Value;
 
@@ -139,7 +141,7 @@ fn qos_plan_on_a_guest_vf_refuses_pfc_and_trust_and_says_what_to_set_on_the_hype
     assert_eq!(refused, ["pfc_enabled", "trust"], "{v}");
     assert_eq!(v["blocked"].as_array().unwrap().len(), 0, "{v}");
     let steps = &v["on_hypervisor"][0];
-    assert_eq!(steps["device"], "mlx5_0", "{v}");
+    assert_eq!(steps["vfs"][0]["device"], "mlx5_0", "{v}");
     assert_eq!(
         steps["commands"][1], "ip link set dev PF vf N vlan VLAN qos 3",
         "{v}"
@@ -197,7 +199,7 @@ fn qos_apply_on_a_guest_vf_refuses_the_pf_settings_and_writes_nothing_but_sets_i
 }
 
 #[test]
-fn qos_plan_names_the_pf_and_index_of_a_host_vf_and_plans_the_pf_as_before() {
+fn qos_plan_on_a_hypervisor_takes_a_vf_s_pf_settings_as_covered_by_the_pf_in_the_plan() {
     let dir = tempfile::tempdir().unwrap();
     let root = fixture("sriov-host");
     let o = qos_with(
@@ -207,29 +209,193 @@ fn qos_plan_names_the_pf_and_index_of_a_host_vf_and_plans_the_pf_as_before() {
         &["plan"],
     );
     let text = stdout(&o);
+    // The PF's DCB cannot be compared (read from the live kernel only): exit 1 for it.
     assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
-    // The PF: DCB is read from the live kernel only, as on any PF.
     assert!(
         text.lines().any(|l| l
             .starts_with("cannot  mlx5_0/1 (ens1f0np0)  pfc_enabled -> 3: unknown: DCB is read over netlink from the live kernel")),
         "{text}"
     );
-    assert!(!text.contains("refused mlx5_0/"), "{text}");
-    // Its VFs on the host: refused, with the PF's netdev and their index.
+    // Its VFs on the host: the PF's own entry sets it for them; nothing refused, no advice.
+    for vf in ["mlx5_2/1 (ens1f0v0)", "mlx5_3/1 (ens1f0v1)"] {
+        assert!(
+            text.lines().any(|l| l
+                == format!("covered {vf}  pfc_enabled -> 3: covered by the PF ens1f0np0 (set there for every VF of it)")),
+            "{text}"
+        );
+    }
+    assert!(!text.contains("refused"), "{text}");
+    assert!(!text.contains("mlnx_qos"), "{text}");
     assert!(
-        text.lines().any(|l| l.starts_with(&format!(
-            "refused mlx5_2/1 (ens1f0v0)  pfc_enabled -> 3: {PF_OWNED}"
-        ))),
+        text.contains("1 that cannot be compared, 0 already as desired, 2 covered by the PF"),
+        "{text}"
+    );
+}
+
+/// A writable copy of the hypervisor's tree with configfs `rdma_cm` directories for the PF
+/// (mlx5_0) and its VFs on the host (mlx5_2, mlx5_3), as `mkdir` makes them.
+fn host_with_configfs(dir: &std::path::Path) -> std::path::PathBuf {
+    let root = fixture_copy("sriov-host", dir);
+    let from = fixture("mlx5-roce-dual-port").join("kernel/config/rdma_cm/mlx5_0/ports/1");
+    for dev in ["mlx5_0", "mlx5_2", "mlx5_3"] {
+        let to = root.join(format!("kernel/config/rdma_cm/{dev}/ports/1"));
+        std::fs::create_dir_all(&to).unwrap();
+        for f in ["default_roce_mode", "default_roce_tos"] {
+            std::fs::copy(from.join(f), to.join(f)).unwrap();
+        }
+    }
+    root
+}
+
+#[test]
+fn qos_apply_on_a_hypervisor_applies_the_pf_and_its_vfs_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = host_with_configfs(dir.path());
+    let tos = |dev: &str| {
+        let f = root.join(format!(
+            "kernel/config/rdma_cm/{dev}/ports/1/default_roce_tos"
+        ));
+        std::fs::read_to_string(f).unwrap().trim().to_string()
+    };
+    assert_ne!(tos("mlx5_0"), "24");
+    let desired = "devices = \"mlx5_*\"\nsettings = { pfc_enabled = \"3\", roce_tos = \"24\" }";
+    let o = qos_with(dir.path(), &root, desired, &["apply", "--yes"]);
+    let out = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(!out.contains("refused"), "{out}");
+    assert!(
+        out.contains(
+            "covered     mlx5_2/1 (ens1f0v0)  pfc_enabled -> 3: covered by the PF ens1f0np0"
+        ),
+        "{out}"
+    );
+    // The PF's and the VFs' own changes were made.
+    for dev in ["mlx5_0", "mlx5_2", "mlx5_3"] {
+        assert_eq!(tos(dev), "24", "{dev}: {out}");
+    }
+}
+
+#[test]
+fn qos_apply_of_vfs_only_on_a_hypervisor_refuses_and_says_to_set_it_on_the_pf_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = host_with_configfs(dir.path());
+    let tos = root.join("kernel/config/rdma_cm/mlx5_2/ports/1/default_roce_tos");
+    let before = std::fs::read_to_string(&tos).unwrap();
+    let desired = "devices = \"mlx5_[23]\"\nsettings = { pfc_enabled = \"3\", roce_tos = \"24\" }";
+    for args in [&["plan"][..], &["apply", "--yes"][..]] {
+        let o = qos_with(dir.path(), &root, desired, args);
+        let text = stdout(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {text}{}", stderr(&o));
+        for vf in ["mlx5_2/1 (ens1f0v0)", "mlx5_3/1 (ens1f0v1)"] {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!(
+                    "refused {vf}  pfc_enabled -> 3: owned by the physical function: set it on the PF ens1f0np0 (this host)"
+                ))),
+                "{text}"
+            );
+        }
+        // One line per PF, not per VF; the VLAN priority per VF.
+        let mlnx: Vec<&str> = text.lines().filter(|l| l.contains("mlnx_qos")).collect();
+        assert_eq!(
+            mlnx,
+            ["  mlnx_qos -i ens1f0np0 --pfc 0,0,0,1,0,0,0,0"],
+            "{text}"
+        );
+        for n in [0, 1] {
+            assert!(
+                text.lines()
+                    .any(|l| l == format!("  ip link set dev ens1f0np0 vf {n} vlan VLAN qos 3")),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains("set it on the PF ens1f0np0 (this host)"),
+            "{text}"
+        );
+        assert!(text.contains("    netdevs = \"ens1f0np0\""), "{text}");
+        assert!(!text.contains("hypervisor"), "{text}");
+    }
+    assert_eq!(std::fs::read_to_string(&tos).unwrap(), before);
+    assert!(!dir.path().join("snapshots").exists());
+    assert!(!dir.path().join("audit.jsonl").exists());
+}
+
+#[test]
+fn the_vlan_priority_is_advised_only_for_pfc_or_trust_and_only_where_the_pf_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("sriov-guest");
+    let o = qos_with(
+        dir.path(),
+        &root,
+        "settings = { ecn_np_enabled = \"3\" }",
+        &["plan"],
+    );
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("refused mlx5_0/1 (enp1s0)  ecn_np_enabled -> 3"),
+        "{text}"
+    );
+    assert!(!text.contains("ip link set"), "{text}");
+    assert!(!text.contains("VLAN"), "{text}");
+    let o = qos_with(
+        dir.path(),
+        &root,
+        "settings = { pfc_enabled = \"3\" }",
+        &["plan"],
+    );
+    let text = stdout(&o);
+    assert!(
+        text.contains("  ip link set dev PF vf N vlan VLAN qos 3"),
         "{text}"
     );
     assert!(
-        text.lines()
-            .any(|l| l == "  mlnx_qos -i ens1f0np0 --pfc 0,0,0,1,0,0,0,0"),
+        text.contains("only where the PF inserts a VLAN for the VF: if the VF has no VLAN, the guest must tag its RoCE traffic with priority 3 (`rocewatch doctor --topic sriov` on the hypervisor says which)"),
         "{text}"
     );
+}
+
+/// `qos show` on a VF prints the fingerprint the agent exports (`rdma.qos.fingerprint`):
+/// the settings as read, before they are marked the PF's.
+#[test]
+fn qos_show_on_a_vf_prints_the_agent_s_fingerprint() {
+    use crate::prometheus::get;
+    use std::time::{Duration, Instant};
+    let root = fixture("sriov-guest");
+    let shown = show_at(&root);
+    let want = shown["fingerprint"].as_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(&cfg, "[qos]\ninterval = \"300ms\"\n").unwrap();
+    let agent = RunningAgent::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--interval",
+        "300ms",
+        "--prometheus-listen",
+        "127.0.0.1:0",
+    ]);
+    let url = format!("{}/metrics", agent.prometheus_url());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let line = loop {
+        let text = get(&url, None).map(|(_, b)| b).unwrap_or_default();
+        if let Some(l) = text
+            .lines()
+            .find(|l| l.starts_with("rdma_qos_fingerprint{"))
+        {
+            break l.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no fingerprint exported:\n{text}\n{}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
-        text.lines()
-            .any(|l| l == "  ip link set dev ens1f0np0 vf 0 vlan VLAN qos 3"),
-        "{text}"
+        line.contains(&format!("rdma_qos_fingerprint=\"{want}\"")),
+        "qos show says {want}, the agent {line}"
     );
 }

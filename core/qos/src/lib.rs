@@ -32,8 +32,8 @@ pub use config::{
 };
 pub use diff::{compare_hosts, setting_text, HostComparison, HostDiff, HostQos};
 pub use plan::{
-    blocked_line, desired_for, plan, plan_text, port_label, refused_line, Blocked, Change, Plan,
-    SettingAt,
+    blocked_line, covered_line, desired_for, plan, plan_text, port_label, refused_line, Blocked,
+    Change, Plan, SettingAt,
 };
 pub use text::{diff_text, show_text};
 #[cfg(test)]

@@ -71,6 +71,12 @@ pub struct Plan {
     /// (set on the hypervisor): refused (see `vf::refuse_pf_owned`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pf_owned: Vec<Blocked>,
+    /// Desired settings of a port on a virtual function that its physical function owns,
+    /// where the PF is on this host and the same plan desires the same value on it: the
+    /// PF's entry sets them for every VF of it (see `vf::refuse_pf_owned`). Not refused,
+    /// not written on the VF.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pf_covered: Vec<Blocked>,
     pub in_sync: usize,
 }
 
@@ -172,13 +178,22 @@ pub fn plan_text(p: &Plan) -> String {
     for b in &p.blocked {
         let _ = writeln!(s, "{}", blocked_line(b, 8));
     }
+    for b in &p.pf_covered {
+        let _ = writeln!(s, "{}", covered_line(b, 8));
+    }
     for b in &p.pf_owned {
         let _ = writeln!(s, "{}", refused_line(b, 8));
     }
-    let refused = match p.pf_owned.len() {
+    let mut refused = match p.pf_covered.len() {
         0 => String::new(),
-        n => format!(", {n} refused (the physical function's)"),
+        n => format!(", {n} covered by the PF"),
     };
+    if !p.pf_owned.is_empty() {
+        refused.push_str(&format!(
+            ", {} refused (the physical function's)",
+            p.pf_owned.len()
+        ));
+    }
     let _ = writeln!(
         s,
         "{} to change, {} that cannot be compared, {} already as desired{refused}",
@@ -192,6 +207,11 @@ pub fn plan_text(p: &Plan) -> String {
 /// "cannot  mlx5_0/1 (ens1f0np0)  pfc_enabled -> 3: why", the word padded to `width`.
 pub fn blocked_line(b: &Blocked, width: usize) -> String {
     word_line("cannot", b, width)
+}
+
+/// "covered mlx5_2/1 (ens1f0v0)  pfc_enabled -> 3: covered by the PF ens1f0np0 (...)".
+pub fn covered_line(b: &Blocked, width: usize) -> String {
+    word_line("covered", b, width)
 }
 
 /// "refused mlx5_0/1 (ens5)  pfc_enabled -> 3: owned by the physical function (...)".

@@ -12,15 +12,16 @@
 //! class, its MTU.
 //!
 //! [`mark_pf_owned`] says so in the observed state (`qos show`), [`refuse_pf_owned`]
-//! takes such settings out of a plan (`qos plan` and `qos apply` refuse them) and
-//! [`on_hypervisor`] says what to run on the hypervisor instead.
+//! takes such settings out of a plan (`qos plan` and `qos apply` refuse them, unless the
+//! PF is on this host and the same plan sets them on it: then the PF covers them) and
+//! [`on_hypervisor`] says what to run where the PF is instead.
 
 use std::collections::BTreeMap;
 
 use rocewatch_plugin_api::{QosState, Setting};
 use serde::Serialize;
 
-use crate::{port_label, Blocked, Plan};
+use crate::{desired_for, port_label, Blocked, Plan, QosConfig};
 
 /// How `qos show` and `qos plan` say a setting is the PF's.
 pub const PF_OWNED: &str = "owned by the physical function (set on the hypervisor)";
@@ -189,75 +190,140 @@ pub fn mark_pf_owned(states: &mut [QosState], functions: &dyn Functions) -> VfPo
     out
 }
 
-/// Moves the desired settings a VF's PF owns out of the plan's `blocked` into its
-/// `pf_owned`: what `qos plan` and `qos apply` refuse.
-pub fn refuse_pf_owned(plan: &mut Plan, vfs: &VfPorts) {
-    let (refused, kept): (Vec<Blocked>, Vec<Blocked>) = std::mem::take(&mut plan.blocked)
+/// The reason of a VF's PF-owned setting that the PF's own entry in the same plan sets.
+pub fn covered_reason(pf_netdev: &str) -> String {
+    format!("covered by the PF {pf_netdev} (set there for every VF of it)")
+}
+
+/// The reason of a VF's PF-owned setting refused on the host (the PF is visible there).
+fn on_this_host_reason(pf_netdev: &str) -> String {
+    format!("owned by the physical function: set it on the PF {pf_netdev} (this host)")
+}
+
+/// Moves the desired settings a VF's PF owns out of the plan's `blocked`: into its
+/// `pf_covered` where the PF is on this host and the plan desires the same value on it
+/// (the PF's entry sets it for every VF; nothing to refuse), else into its `pf_owned`:
+/// what `qos plan` and `qos apply` refuse. `desired` and `states` are what the plan was
+/// made of.
+pub fn refuse_pf_owned(plan: &mut Plan, vfs: &VfPorts, desired: &QosConfig, states: &[QosState]) {
+    let (owned, kept): (Vec<Blocked>, Vec<Blocked>) = std::mem::take(&mut plan.blocked)
         .into_iter()
         .partition(|b| {
             vfs.get(&b.at.device, b.at.port)
                 .is_some_and(|p| p.pf_owned.contains(&b.at.setting))
         });
     plan.blocked = kept;
-    plan.pf_owned = refused
-        .into_iter()
-        .map(|mut b| {
+    for mut b in owned {
+        let pf_netdev = vfs
+            .get(&b.at.device, b.at.port)
+            .filter(|p| p.function.pf.is_some())
+            .and_then(|p| p.function.pf_netdev.clone());
+        let Some(pf) = pf_netdev else {
             b.reason = PF_OWNED.into();
-            b
-        })
-        .collect();
+            plan.pf_owned.push(b);
+            continue;
+        };
+        let pf_desires_it = states
+            .iter()
+            .filter(|st| st.netdev.as_deref() == Some(pf.as_str()))
+            .filter(|st| vfs.get(&st.device, st.port).is_none())
+            .any(|st| desired_for(desired, st).get(&b.at.setting) == Some(&b.to));
+        if pf_desires_it {
+            b.reason = covered_reason(&pf);
+            plan.pf_covered.push(b);
+        } else {
+            b.reason = on_this_host_reason(&pf);
+            plan.pf_owned.push(b);
+        }
+    }
 }
 
-/// What to do on the hypervisor for one VF port whose PF-owned settings were refused.
+/// A VF port named in [`HypervisorSteps`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HypervisorSteps {
+pub struct VfRef {
     pub device: String,
     pub port: u32,
     pub netdev: Option<String>,
-    #[serde(flatten)]
-    pub function: VfOf,
+    /// The VF's index on its PF, when the PF is visible.
+    pub index: Option<u32>,
+    /// The MAC of the VF's netdev.
+    pub mac: Option<String>,
+}
+
+/// What to do on the PF for the VF ports whose PF-owned settings were refused: one per
+/// PF on the host (per VF port inside a guest, where the PF cannot be told), per set of
+/// refused values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HypervisorSteps {
+    /// The PF's PCI address; `None` inside a guest.
+    pub pf: Option<String>,
+    /// The PF's netdev, when the PF is visible.
+    pub pf_netdev: Option<String>,
+    /// The VF ports the settings were refused on.
+    pub vfs: Vec<VfRef>,
     /// The refused settings and the values wanted.
     pub settings: BTreeMap<String, String>,
-    /// Shell command lines to run on the hypervisor, as root (names quoted for `sh`;
+    /// Shell command lines to run where the PF is, as root (names quoted for `sh`;
     /// `PF`, `N`, `VLAN`, `P` stand for what cannot be known here, see `placeholders`).
     pub commands: Vec<String>,
-    /// The same PF settings as a `[[qos.desired]]` entry for rocewatch on the hypervisor
+    /// The same PF settings as a `[[qos.desired]]` entry for rocewatch where the PF is
     /// (then `rocewatch qos apply --yes` there).
     pub desired: String,
     /// What each placeholder in `commands` and `desired` stands for.
     pub placeholders: Vec<String>,
 }
 
-/// For every VF port with refused settings: the `mlnx_qos` line for PFC and trust, the
-/// same settings as a rocewatch `[[qos.desired]]` entry, and the VF's VLAN priority
-/// (`ip link set dev PF vf N vlan VLAN qos P`: the PCP the PF writes into the VF's
-/// frames). `word` quotes a name for the shell.
+/// Groups the refused settings of `plan.pf_owned` by PF (by VF port where the PF is not
+/// visible) and the values wanted, then says for each: the `mlnx_qos` line for PFC and
+/// trust, the same settings as a rocewatch `[[qos.desired]]` entry, and, where PFC or
+/// trust was refused, each VF's VLAN priority (`ip link set dev PF vf N vlan VLAN qos P`:
+/// the PCP the PF writes into the VF's frames, where it puts the VF in a VLAN). `word`
+/// quotes a name for the shell.
 pub fn on_hypervisor(
     plan: &Plan,
     vfs: &VfPorts,
     word: &dyn Fn(&str) -> String,
 ) -> Vec<HypervisorSteps> {
-    let mut by_port: BTreeMap<(String, u32), HypervisorSteps> = BTreeMap::new();
+    type PortKey = (String, u32);
+    let mut by_port: BTreeMap<PortKey, (VfRef, &VfOf, BTreeMap<String, String>)> = BTreeMap::new();
     for b in &plan.pf_owned {
         let Some(vf) = vfs.get(&b.at.device, b.at.port) else {
             continue;
         };
         by_port
             .entry((b.at.device.clone(), b.at.port))
+            .or_insert_with(|| {
+                let r = VfRef {
+                    device: b.at.device.clone(),
+                    port: b.at.port,
+                    netdev: b.at.netdev.clone(),
+                    index: vf.function.index,
+                    mac: vf.function.mac.clone(),
+                };
+                (r, &vf.function, BTreeMap::new())
+            })
+            .2
+            .insert(b.at.setting.clone(), b.to.clone());
+    }
+    type GroupKey = (Option<String>, Option<PortKey>, BTreeMap<String, String>);
+    let mut groups: BTreeMap<GroupKey, HypervisorSteps> = BTreeMap::new();
+    for (key, (r, f, settings)) in by_port {
+        let alone = f.pf.is_none().then_some(key);
+        groups
+            .entry((f.pf.clone(), alone, settings.clone()))
             .or_insert_with(|| HypervisorSteps {
-                device: b.at.device.clone(),
-                port: b.at.port,
-                netdev: b.at.netdev.clone(),
-                function: vf.function.clone(),
-                settings: BTreeMap::new(),
+                pf: f.pf.clone(),
+                pf_netdev: f.pf_netdev.clone(),
+                vfs: Vec::new(),
+                settings,
                 commands: Vec::new(),
                 desired: String::new(),
                 placeholders: Vec::new(),
             })
-            .settings
-            .insert(b.at.setting.clone(), b.to.clone());
+            .vfs
+            .push(r);
     }
-    let mut out: Vec<HypervisorSteps> = by_port.into_values().collect();
+    let mut out: Vec<HypervisorSteps> = groups.into_values().collect();
     for s in &mut out {
         fill_steps(s, word);
     }
@@ -266,11 +332,12 @@ pub fn on_hypervisor(
 
 /// The commands, the desired entry and the placeholders of `s`, from its settings.
 fn fill_steps(s: &mut HypervisorSteps, word: &dyn Fn(&str) -> String) {
-    let mac = match &s.function.mac {
+    let first_mac = s.vfs.first().and_then(|v| v.mac.as_deref());
+    let mac = match first_mac {
         Some(m) => format!("this VF's MAC, {}", word(m)),
         None => "this VF's MAC".into(),
     };
-    let pf = match &s.function.pf_netdev {
+    let pf = match &s.pf_netdev {
         Some(n) => word(n),
         None => {
             s.placeholders.push(format!(
@@ -288,30 +355,9 @@ fn fill_steps(s: &mut HypervisorSteps, word: &dyn Fn(&str) -> String) {
     }
     if !mlnx.is_empty() {
         s.commands.push(format!("mlnx_qos -i {pf}{mlnx}"));
+        vlan_priority(s, &pf, &mac);
     }
-    let index = match s.function.index {
-        Some(n) => n.to_string(),
-        None => {
-            s.placeholders.push(format!(
-                "N: this VF's index on the PF (`ip link show PF`: \"vf N\" with {mac})"
-            ));
-            "N".into()
-        }
-    };
-    s.placeholders
-        .push("VLAN: the VLAN the PF puts this VF in (`ip link show PF`: \"vf N ... vlan VLAN\"; none: no PCP is written)".into());
-    let prio = match s.settings.get("pfc_enabled").map(|p| priorities(p)) {
-        Some(p) if p.len() == 1 => p[0].to_string(),
-        _ => {
-            s.placeholders
-                .push("P: the lossless priority this VF's RoCE traffic uses".into());
-            "P".into()
-        }
-    };
-    s.commands.push(format!(
-        "ip link set dev {pf} vf {index} vlan VLAN qos {prio}"
-    ));
-    let netdev = s.function.pf_netdev.as_deref().unwrap_or("PF");
+    let netdev = s.pf_netdev.as_deref().unwrap_or("PF");
     let settings: Vec<String> = s
         .settings
         .iter()
@@ -322,6 +368,48 @@ fn fill_steps(s: &mut HypervisorSteps, word: &dyn Fn(&str) -> String) {
         toml_string(netdev),
         settings.join(", ")
     );
+}
+
+/// Each VF's `ip link set dev PF vf N vlan VLAN qos P` line of `s` and what its
+/// placeholders stand for: the priority matters only where the PF puts the VF in a VLAN.
+fn vlan_priority(s: &mut HypervisorSteps, pf: &str, mac: &str) {
+    let prio = match s.settings.get("pfc_enabled").map(|p| priorities(p)) {
+        Some(p) if p.len() == 1 => p[0].to_string(),
+        _ => {
+            s.placeholders
+                .push("P: the lossless priority this VF's RoCE traffic uses".into());
+            "P".into()
+        }
+    };
+    let mut unknown_index = false;
+    for v in &s.vfs {
+        let index = match v.index {
+            Some(n) => n.to_string(),
+            None => {
+                unknown_index = true;
+                "N".into()
+            }
+        };
+        s.commands.push(format!(
+            "ip link set dev {pf} vf {index} vlan VLAN qos {prio}"
+        ));
+    }
+    if unknown_index {
+        s.placeholders.push(format!(
+            "N: this VF's index on the PF (`ip link show PF`: \"vf N\" with {mac})"
+        ));
+    }
+    let (user, doctor) = if s.pf.is_some() {
+        (
+            "whoever uses the VF (this host, or the guest it is passed to)",
+            "here",
+        )
+    } else {
+        ("the guest", "on the hypervisor")
+    };
+    s.placeholders.push(format!(
+        "VLAN: the VLAN the PF puts the VF in (`ip link show PF`: \"vf N ... vlan VLAN\"); the `ip link` line applies only where the PF inserts a VLAN for the VF: if the VF has no VLAN, {user} must tag its RoCE traffic with priority {prio} (`rocewatch doctor --topic sriov` {doctor} says which)"
+    ));
 }
 
 /// The priorities of a `pfc_enabled` value (`3,4`; `none`).
@@ -356,31 +444,52 @@ fn toml_string(s: &str) -> String {
     out
 }
 
-/// The refusal as text: which port, that the settings are the PF's, and what to run on
-/// the hypervisor.
+/// The refusal as text: which ports, that the settings are the PF's, and what to run
+/// where the PF is (on the hypervisor, or on this host when the PF is visible).
 pub fn refusal_text(steps: &[HypervisorSteps]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for st in steps {
         let names: Vec<&str> = st.settings.keys().map(String::as_str).collect();
-        let whose = match &st.function.pf {
-            Some(pf) => format!("the physical function {pf}"),
-            None => "the physical function (not visible here: on the hypervisor)".into(),
+        let ports: Vec<String> = st
+            .vfs
+            .iter()
+            .map(|v| port_label(&v.device, v.port, v.netdev.as_deref()))
+            .collect();
+        let (one, it) = if names.len() == 1 {
+            ("is", "it")
+        } else {
+            ("are", "them")
+        };
+        let (whose, where_) = match (&st.pf, &st.pf_netdev) {
+            (Some(pf), Some(n)) => (
+                format!("the physical function {n} ({pf}) on this host"),
+                format!("set {it} on the PF {n} (this host)"),
+            ),
+            (Some(pf), None) => (
+                format!("the physical function {pf} on this host"),
+                format!("set {it} on that PF (this host)"),
+            ),
+            (None, _) => (
+                "the physical function (not visible here: on the hypervisor)".into(),
+                "set on the hypervisor".into(),
+            ),
         };
         let _ = writeln!(
             s,
-            "{} is a virtual function: {} {} owned by {whose}, which applies {} to every VF on it; set on the hypervisor, as root:",
-            port_label(&st.device, st.port, st.netdev.as_deref()),
+            "{} {} virtual function{}: {} {one} owned by {whose}, which applies {it} to every VF on it; {where_}, as root:",
+            ports.join(", "),
+            if ports.len() == 1 { "is a" } else { "are" },
+            if ports.len() == 1 { "" } else { "s" },
             names.join(", "),
-            if names.len() == 1 { "is" } else { "are" },
-            if names.len() == 1 { "it" } else { "them" },
         );
         for c in &st.commands {
             let _ = writeln!(s, "  {c}");
         }
         let _ = writeln!(
             s,
-            "  or with rocewatch there: this entry in its configuration, then `rocewatch qos apply --yes`:"
+            "  or with rocewatch {}: this entry in its configuration, then `rocewatch qos apply --yes`:",
+            if st.pf.is_some() { "here" } else { "there" }
         );
         for l in st.desired.lines() {
             let _ = writeln!(s, "    {l}");
@@ -463,7 +572,7 @@ mod tests {
         )
         .unwrap();
         let mut p = crate::plan(&cfg, &st);
-        refuse_pf_owned(&mut p, &vfs);
+        refuse_pf_owned(&mut p, &vfs, &cfg, &st);
         let refused: Vec<_> = p
             .pf_owned
             .iter()
@@ -535,6 +644,121 @@ mod tests {
             .contains("netdevs = \"ens 1\\\"f0\"\nsettings = { pfc_enabled = \"3,4\" }"));
         assert!(steps[0].placeholders.iter().any(|p| p.starts_with("P: ")));
         assert!(!steps[0].placeholders.iter().any(|p| p.starts_with("PF: ")));
+    }
+
+    /// A hypervisor: mlx5_0 the PF (ens1f0np0), mlx5_2 and mlx5_3 its VFs 0 and 1.
+    struct Host;
+    impl Functions for Host {
+        fn vf_of(&self, device: &str) -> Option<VfOf> {
+            let index = match device {
+                "mlx5_2" => 0,
+                "mlx5_3" => 1,
+                _ => return None,
+            };
+            Some(VfOf {
+                pf: Some("0000:3b:00.0".into()),
+                pf_netdev: Some("ens1f0np0".into()),
+                index: Some(index),
+                mac: None,
+            })
+        }
+    }
+
+    fn host_plan(desired: &str) -> (Plan, VfPorts) {
+        let dcb = || Setting::Unknown("not the live /sys".into());
+        let s = |dev, nd| state(dev, nd, &[("pfc_enabled", dcb()), ("trust", dcb())]);
+        let mut st = vec![
+            s("mlx5_0", "ens1f0np0"),
+            s("mlx5_2", "ens1f0v0"),
+            s("mlx5_3", "ens1f0v1"),
+        ];
+        let vfs = mark_pf_owned(&mut st, &Host);
+        let cfg: crate::QosConfig = toml::from_str(desired).unwrap();
+        let mut p = crate::plan(&cfg, &st);
+        refuse_pf_owned(&mut p, &vfs, &cfg, &st);
+        (p, vfs)
+    }
+
+    fn at(list: &[Blocked]) -> Vec<(&str, &str)> {
+        list.iter()
+            .map(|b| (b.at.device.as_str(), b.at.setting.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn on_a_hypervisor_the_pf_s_own_entry_covers_its_vfs_and_nothing_is_refused() {
+        let (p, _) =
+            host_plan("[[desired]]\ndevices = \"mlx5_*\"\nsettings = { pfc_enabled = \"3\" }");
+        assert!(p.pf_owned.is_empty(), "{p:?}");
+        assert_eq!(
+            at(&p.pf_covered),
+            [("mlx5_2", "pfc_enabled"), ("mlx5_3", "pfc_enabled")]
+        );
+        assert_eq!(p.pf_covered[0].reason, covered_reason("ens1f0np0"));
+        // The PF's own setting is planned as on any PF (here: cannot be compared).
+        assert_eq!(at(&p.blocked), [("mlx5_0", "pfc_enabled")]);
+        let text = crate::plan_text(&p);
+        assert!(
+            text.contains(
+                "covered mlx5_2/1 (ens1f0v0)  pfc_enabled -> 3: covered by the PF ens1f0np0"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn on_a_hypervisor_a_vf_only_entry_is_refused_with_one_pf_line_for_all_its_vfs() {
+        let (p, vfs) = host_plan(
+            "[[desired]]\ndevices = \"mlx5_[23]\"\nsettings = { pfc_enabled = \"3\", trust = \"dscp\" }",
+        );
+        assert!(p.pf_covered.is_empty(), "{p:?}");
+        assert_eq!(p.pf_owned.len(), 4, "{p:?}");
+        assert!(p.pf_owned[0]
+            .reason
+            .ends_with("set it on the PF ens1f0np0 (this host)"));
+        let steps = on_hypervisor(&p, &vfs, &quote);
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert_eq!(
+            steps[0].commands,
+            [
+                "mlnx_qos -i ens1f0np0 --pfc 0,0,0,1,0,0,0,0 --trust dscp",
+                "ip link set dev ens1f0np0 vf 0 vlan VLAN qos 3",
+                "ip link set dev ens1f0np0 vf 1 vlan VLAN qos 3",
+            ]
+        );
+        let text = refusal_text(&steps);
+        assert!(
+            text.starts_with("mlx5_2/1 (ens1f0v0), mlx5_3/1 (ens1f0v1) are virtual functions: pfc_enabled, trust are owned by the physical function ens1f0np0 (0000:3b:00.0) on this host"),
+            "{text}"
+        );
+        assert!(
+            text.contains("set them on the PF ens1f0np0 (this host)"),
+            "{text}"
+        );
+        // The PF desired at another value does not cover its VFs.
+        let (p, _) = host_plan(
+            "[[desired]]\ndevices = \"mlx5_0\"\nsettings = { pfc_enabled = \"4\" }\n[[desired]]\ndevices = \"mlx5_[23]\"\nsettings = { pfc_enabled = \"3\" }",
+        );
+        assert!(p.pf_covered.is_empty(), "{p:?}");
+        assert_eq!(p.pf_owned.len(), 2, "{p:?}");
+    }
+
+    #[test]
+    fn the_vlan_priority_is_advised_only_when_pfc_or_trust_is_refused() {
+        let mut st = observed();
+        let vfs = mark_pf_owned(&mut st, &Guest);
+        let cfg: crate::QosConfig =
+            toml::from_str("[[desired]]\nsettings = { ecn_np_enabled = \"3\" }").unwrap();
+        let mut p = crate::plan(&cfg, &st);
+        refuse_pf_owned(&mut p, &vfs, &cfg, &st);
+        let steps = on_hypervisor(&p, &vfs, &quote);
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert!(steps[0].commands.is_empty(), "{steps:?}");
+        assert!(
+            !steps[0].placeholders.iter().any(|p| p.starts_with("VLAN")),
+            "{steps:?}"
+        );
+        assert!(steps[0].desired.contains("ecn_np_enabled = \"3\""));
     }
 
     proptest::proptest! {

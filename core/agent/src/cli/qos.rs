@@ -49,9 +49,10 @@ pub enum QosCommand {
     /// device lacks the setting, or it could not be read: the reason is given). On a
     /// virtual function, a setting its physical function owns (PFC, trust, ECN...) is
     /// refused, with what to set on the hypervisor instead (mlnx_qos, the VF's VLAN
-    /// priority with ip link, or rocewatch there). Changes nothing. Exit status, as
-    /// diff(1): 0 when everything is as desired, 1 when something differs, cannot be
-    /// compared or is refused, 2 on an error.
+    /// priority with ip link, or rocewatch there); on the hypervisor, one the plan sets
+    /// to the same value on the VF's PF is "covered" by the PF instead. Changes nothing.
+    /// Exit status, as diff(1): 0 when everything is as desired, 1 when something
+    /// differs, cannot be compared or is refused, 2 on an error.
     ///
     /// [[qos.desired]]
     /// devices = "mlx5_*"
@@ -60,7 +61,7 @@ pub enum QosCommand {
     Plan {
         #[command(flatten)]
         source: SourceArgs,
-        /// Print JSON: {"changes":[...],"blocked":[...],"pf_owned":[...],"in_sync":N,"on_hypervisor":[...]}.
+        /// Print JSON: {"changes":[...],"blocked":[...],"pf_owned":[...],"pf_covered":[...],"in_sync":N,"on_hypervisor":[...]}.
         #[arg(long)]
         json: bool,
     },
@@ -81,7 +82,9 @@ pub enum QosCommand {
     ///
     /// On a virtual function, desired settings its physical function owns (PFC, trust,
     /// ECN...) are refused: nothing at all is written, the plan and what to set on the
-    /// hypervisor are said, exit status 1.
+    /// hypervisor are said, exit status 1. On the hypervisor, where the same plan sets
+    /// such a setting to the same value on the VF's PF, it is covered by the PF (not
+    /// written on the VF) and the rest applies as usual.
     ///
     /// Exit status: 0 everything applied (or nothing to do), 1 a change failed (and what
     /// was made before it was undone), the dry run found one a plugin cannot make, or a
@@ -166,9 +169,11 @@ pub async fn show_cmd(source: SourceArgs, json: bool) -> Result<i32> {
     )
     .await;
     let mut states = agent.observe_qos().await?;
-    let vfs = vf::mark_pf_owned(&mut states, &root);
     let inventory = agent.discover().await.unwrap_or_default();
+    // The settings as read, as the agent's rdma.qos.fingerprint takes them: before they
+    // are marked the physical function's.
     let fingerprint = rocewatch_qos::metrics::fingerprint(&states, &inventory);
+    let vfs = vf::mark_pf_owned(&mut states, &root);
     if json {
         let ports = vf::shown_ports(&states, &vfs);
         print_json(&serde_json::json!({ "ports": ports, "fingerprint": fingerprint }))?;
@@ -213,7 +218,7 @@ fn plan_refusing_pf_owned(
 ) -> (rocewatch_qos::Plan, Vec<vf::HypervisorSteps>) {
     let vfs = vf::mark_pf_owned(states, root);
     let mut plan = rocewatch_qos::plan(desired, states);
-    vf::refuse_pf_owned(&mut plan, &vfs);
+    vf::refuse_pf_owned(&mut plan, &vfs, desired, states);
     let steps = vf::on_hypervisor(&plan, &vfs, &rocewatch_doctor::shell::word_on_one_line);
     (plan, steps)
 }
@@ -241,7 +246,7 @@ fn refuse_apply(
     let mut ports: Vec<String> = plan.pf_owned.iter().map(|b| b.at.port_label()).collect();
     ports.dedup();
     println!(
-        "refused, nothing written: {} {} settings owned by the physical function; set them on the hypervisor (above) or leave them out of [[qos.desired]] for {}",
+        "refused, nothing written: {} {} settings owned by the physical function; set them where it is (above) or leave them out of [[qos.desired]] for {}",
         ports.join(", "),
         if ports.len() == 1 { "has" } else { "have" },
         if ports.len() == 1 { "it" } else { "them" },
@@ -277,6 +282,9 @@ pub async fn apply(source: SourceArgs, yes: bool, json: bool) -> Result<i32> {
         print!("{}", rocewatch_qos::apply::report_text(&report));
         for b in &plan.blocked {
             println!("{}", rocewatch_qos::blocked_line(b, 12));
+        }
+        for b in &plan.pf_covered {
+            println!("{}", rocewatch_qos::covered_line(b, 12));
         }
         let done = report
             .steps

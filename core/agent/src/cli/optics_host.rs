@@ -13,10 +13,7 @@ use rocewatch_netlink::ethtool::{EthtoolError, EthtoolNetlink};
 use rocewatch_netlink::module_eeprom::{host_modules, ModuleRead};
 
 /// The modules of the ports under `sysfs_root` (`/sys` on a host), by netdev name: what
-/// `optics.rs`'s `KERNEL_READER` returns (wired there: `Some(|| Ok(super::optics_host::
-/// read_host("/sys")?.into_iter().map(|(port, m)| PortModule { port, eeprom: m.eeprom
-/// }).collect()))`; until then only this file's test calls it).
-#[cfg_attr(not(test), allow(dead_code))]
+/// `optics.rs`'s `KERNEL_READER` shows.
 pub fn read_host(sysfs_root: &str) -> Result<Vec<(String, ModuleRead)>> {
     let mut nl = match EthtoolNetlink::open(Duration::from_secs(5)) {
         Ok(n) => Some(n),

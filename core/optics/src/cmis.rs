@@ -3,10 +3,23 @@
 //! thresholds in page 02h, the lanes (eight a bank) in page 11h of each bank, as ethtool's
 //! `cmis.c` reads them.
 //!
-//! Where this differs from ethtool, it follows CMIS and says so: ethtool tests a lane's
-//! flag with `byte & lane_number` instead of the lane's bit, and divides the TX bias by
-//! the page 01h multiplier (byte 160 bits 4-3, "multiply by 1, 2 or 4") where CMIS
-//! multiplies.
+//! Checked against public CMIS implementations (issue 52): ethtool `cmis.c`/`cmis.h`/
+//! `module-common.c` (pmachata/ethtool, jbrandeb/ethtool, the later JSON-output version),
+//! SONiC sonic-platform-common (`sonic_xcvr/mem_maps/public/cmis.py`,
+//! `mem_maps/public/cmis/pages/page11.py`, `api/public/cmis.py`), Facebook FBOSS
+//! (`qsfp_service/module/cmis/CmisModule.cpp`, `CmisFieldInfo.cpp`), Oxide
+//! transceiver-control (its CMIS monitor decoder) and Mellanox mstflint (mlxlink's
+//! `MlxlinkCablesCommander.cpp`). Read the same way by ethtool, SONiC and FBOSS: lower 1
+//! (revision nibbles), 3 bits 3-1 (module state; its names 1-5 as ethtool and SONiC),
+//! 14 and 16 (temperature, Vcc), page 00h 129-189 (identity), page 01h 160 (monitors,
+//! bias multiplier), page 11h 135-152 (flags) and 154/170/186 (TX power, bias, RX power).
+//! By ethtool and SONiC: lower 2 bit 7 (flat memory), lower 9 (module flags; mstflint's
+//! mlxlink alone orders each nibble's bits the other way round), page 00h 203
+//! (connector), page 01h 157/158 (flag support), page 02h 128-199 (thresholds, each high
+//! alarm, low alarm, high warning, low warning). By ethtool and Oxide: page 01h 151 bit 4
+//! (RX power kind). By ethtool only: page 01h 138 (wavelength, 0.05 nm) and 142 bits 1-0
+//! (banks). By FBOSS only: page 00h 222, the checksum of 128-221 (ethtool checks none).
+//! Two of ethtool's readings are outvoted: see the bias multiplier and the lane bits.
 
 use crate::common::{
     ascii, bias_ma, check, connector_name, empty_module, flag, i16_at, limits, oui, power_mw,
@@ -73,6 +86,12 @@ pub(crate) fn decode(eeprom: &Eeprom) -> Module {
     } else {
         "OMA"
     });
+    // Bits 4-3: the bias (and its thresholds) times 1, 2 or 4; 3 is reserved, read as 1.
+    // FBOSS (`getTxBiasMultiplier`, `getTxBias(value) * biasMultiplier`, thresholds too),
+    // SONiC (`tx_bias[key] *= scale`, thresholds `* tx_bias_scale`), Oxide
+    // transceiver-control (`decode_bias_current(bytes) * tx_bias_scale`) and mstflint
+    // (`tx_bias_lane * pow(2, tx_bias_scaling_factor)`) multiply; ethtool alone divides
+    // (`bias_cur >>= bias_mul`), which shows a x4 module's bias 16 times too small.
     let multiplier = match (page01[MONITORS - 128] >> 3) & 0x03 {
         1 => 2.0,
         2 => 4.0,
@@ -170,6 +189,11 @@ fn lanes(bank: u8, page01: &Page, page11: &Page, multiplier: f64, module: &mut M
             tx_power_mw: (monitors & MON_TX_POWER != 0).then(|| power_mw(word(154))),
             rx_power_mw: (monitors & MON_RX_POWER != 0).then(|| power_mw(word(186))),
         });
+        // Lane n of a bank is bit n-1 of each flag byte: SONiC's page 11h map
+        // (`RegBitField(lane-1)`), FBOSS's `getChannelFlags` (`data[k] & (1 << channel)`)
+        // and ethtool's own LOS/LOL/fault lines (`module_show_lane_status`) agree.
+        // ethtool's alarm/warning lines test `byte & chan` (chan = bank * 8 + lane - 1),
+        // which never shows lane 1 and puts a lane's flag on other lanes.
         let bit = 1 << i;
         let byte = |offset: usize| page11[at(offset)];
         let alarms = &mut module.alarms;

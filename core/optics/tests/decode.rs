@@ -288,6 +288,84 @@ fn cmis_bias_multiplier_multiplies() {
     ));
 }
 
+/// Multiplier codes 2 (×4) and 3 (reserved: ×1, as FBOSS's `getTxBiasMultiplier` and
+/// SONiC's `2**raw if raw < 3 else 1` read it). ethtool shifts right (divides) instead.
+#[test]
+fn cmis_bias_multiplier_four_and_reserved() {
+    for (code, factor) in [(0x10, 4.0), (0x18, 1.0)] {
+        let mut c = Cmis::new(1);
+        *up(&mut c.page01, 160) = 0x07 | code;
+        let m = decode(&c.eeprom()).unwrap();
+        assert!(
+            close(m.lanes[0].bias_ma, 80.0 * factor),
+            "code {code:#x}: {:?}",
+            m.lanes[0].bias_ma
+        );
+        let t = m.thresholds.unwrap().bias_ma.unwrap();
+        assert!(close(Some(t.low_warning), 15.0 * factor), "{t:?}");
+    }
+}
+
+/// Page 11h flag bytes: lane n (of a bank) is bit n-1, as SONiC's page11 map
+/// (`RegBitField(lane-1)`) and FBOSS's `getChannelFlags` (`1 << channel`) read them.
+/// Bit 0 is lane 1: ethtool's `byte & chan` (chan = 0 for lane 1) never shows it.
+#[test]
+fn cmis_bit_zero_of_every_lane_flag_byte_is_lane_one() {
+    let mut c = Cmis::new(2);
+    for offset in [
+        135, 136, 139, 140, 141, 142, 143, 144, 145, 146, 147, 149, 150, 151, 152,
+    ] {
+        *up(&mut c.page11[1], offset) = 0x01;
+    }
+    let m = decode(&c.eeprom()).unwrap();
+    let lanes: Vec<_> = m.alarms.iter().map(|a| a.lane).collect();
+    assert_eq!(lanes, vec![Some(9); 15], "{:?}", m.alarms);
+    let measures: Vec<_> = m.alarms.iter().map(|a| (a.measure, a.level)).collect();
+    assert_eq!(
+        measures,
+        vec![
+            (Measure::TxFault, Level::Set),
+            (Measure::TxLos, Level::Set),
+            (Measure::RxLos, Level::Set),
+            (Measure::TxPower, Level::HighAlarm),
+            (Measure::TxPower, Level::LowAlarm),
+            (Measure::TxPower, Level::HighWarning),
+            (Measure::TxPower, Level::LowWarning),
+            (Measure::Bias, Level::HighAlarm),
+            (Measure::Bias, Level::LowAlarm),
+            (Measure::Bias, Level::HighWarning),
+            (Measure::Bias, Level::LowWarning),
+            (Measure::RxPower, Level::HighAlarm),
+            (Measure::RxPower, Level::LowAlarm),
+            (Measure::RxPower, Level::HighWarning),
+            (Measure::RxPower, Level::LowWarning),
+        ]
+    );
+}
+
+/// Lower byte 9: temperature in bits 0-3, supply voltage in bits 4-7, each high alarm,
+/// low alarm, high warning, low warning from the low bit up (ethtool's `cmis.h` masks,
+/// SONiC's `get_module_level_flag`).
+#[test]
+fn cmis_module_flag_bits() {
+    for (byte, measure, level) in [
+        (0x01, Measure::Temperature, Level::HighAlarm),
+        (0x08, Measure::Temperature, Level::LowWarning),
+        (0x10, Measure::Voltage, Level::HighAlarm),
+        (0x80, Measure::Voltage, Level::LowWarning),
+    ] {
+        let mut c = Cmis::new(1);
+        c.lower[9] = byte;
+        let m = decode(&c.eeprom()).unwrap();
+        let on: Vec<_> = m
+            .alarms
+            .iter()
+            .map(|a| (a.measure, a.level, a.lane))
+            .collect();
+        assert_eq!(on, vec![(measure, level, None)], "byte 9 = {byte:#04x}");
+    }
+}
+
 #[test]
 fn cmis_missing_pages_and_flat_modules() {
     let mut c = Cmis::new(2);

@@ -350,7 +350,7 @@ fn the_vlan_priority_is_advised_only_for_pfc_or_trust_and_only_where_the_pf_tags
         "{text}"
     );
     assert!(
-        text.contains("only where the PF inserts a VLAN for the VF: if the VF has no VLAN, the guest must tag its RoCE traffic with priority 3 (`rocewatch doctor --topic sriov` on the hypervisor says which)"),
+        text.contains("only where the PF inserts a VLAN for the VF: if the VF has no VLAN, the guest must tag its RoCE traffic with priority 3 (`rocewatch doctor` on the hypervisor, its sriov check, says which)"),
         "{text}"
     );
 }

@@ -408,7 +408,7 @@ fn vlan_priority(s: &mut HypervisorSteps, pf: &str, mac: &str) {
         ("the guest", "on the hypervisor")
     };
     s.placeholders.push(format!(
-        "VLAN: the VLAN the PF puts the VF in (`ip link show PF`: \"vf N ... vlan VLAN\"); the `ip link` line applies only where the PF inserts a VLAN for the VF: if the VF has no VLAN, {user} must tag its RoCE traffic with priority {prio} (`rocewatch doctor --topic sriov` {doctor} says which)"
+        "VLAN: the VLAN the PF puts the VF in (`ip link show PF`: \"vf N ... vlan VLAN\"); the `ip link` line applies only where the PF inserts a VLAN for the VF: if the VF has no VLAN, {user} must tag its RoCE traffic with priority {prio} (`rocewatch doctor` {doctor}, its sriov check, says which)"
     ));
 }
 

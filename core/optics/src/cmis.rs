@@ -91,7 +91,8 @@ pub(crate) fn decode(eeprom: &Eeprom) -> Module {
     // SONiC (`tx_bias[key] *= scale`, thresholds `* tx_bias_scale`), Oxide
     // transceiver-control (`decode_bias_current(bytes) * tx_bias_scale`) and mstflint
     // (`tx_bias_lane * pow(2, tx_bias_scaling_factor)`) multiply; ethtool alone divides
-    // (`bias_cur >>= bias_mul`), which shows a x4 module's bias 16 times too small.
+    // (`bias_cur >>= bias_mul`), which shows a x4 module's bias 16 times too small. Real
+    // modules set it: Juniper's dump of an Acacia 400ZR+ has byte 160 = 0x17 (x4).
     let multiplier = match (page01[MONITORS - 128] >> 3) & 0x03 {
         1 => 2.0,
         2 => 4.0,
@@ -193,7 +194,10 @@ fn lanes(bank: u8, page01: &Page, page11: &Page, multiplier: f64, module: &mut M
         // (`RegBitField(lane-1)`), FBOSS's `getChannelFlags` (`data[k] & (1 << channel)`)
         // and ethtool's own LOS/LOL/fault lines (`module_show_lane_status`) agree.
         // ethtool's alarm/warning lines test `byte & chan` (chan = bank * 8 + lane - 1),
-        // which never shows lane 1 and puts a lane's flag on other lanes.
+        // which never shows lane 1 and puts a lane's flag on other lanes; mstflint's
+        // mlxlink makes the same mistake (the lane index passed as `getStatusBit`'s mask).
+        // A real capture agrees with the bit: the same Acacia 400ZR+ dump (one media lane,
+        // lower byte 88 = 0x81) has rx LOS byte 147 = 0x01 (docs/OPTICS.md).
         let bit = 1 << i;
         let byte = |offset: usize| page11[at(offset)];
         let alarms = &mut module.alarms;

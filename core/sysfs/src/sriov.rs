@@ -99,15 +99,23 @@ pub struct VfFunction {
     pub netdevs: Vec<String>,
     /// Its RDMA devices on the host (`infiniband/*`).
     pub rdma_devices: Vec<String>,
+    /// A VFIO device is registered on it (`vfio-dev/vfio<N>`: drivers/vfio/vfio_main.c's
+    /// class `vfio-dev`, a device `vfio%d` whose parent is the function; since 6.1).
+    pub vfio_device: bool,
 }
 
 impl VfFunction {
-    /// Bound to a driver that hands the function to a virtual machine.
+    /// Bound to a driver that hands the function to a virtual machine: vfio-pci, a
+    /// vendor's vfio variant driver (drivers/vfio/pci/*, named by KBUILD_MODNAME:
+    /// `mlx5_vfio_pci` since 5.18, `hisi_acc_vfio_pci`, `pds_vfio_pci`, ...), pci-stub,
+    /// xen-pciback; or any driver with a VFIO device on the function.
     pub fn assigned_to_vm(&self) -> bool {
-        matches!(
-            self.driver.as_deref(),
-            Some("vfio-pci" | "pci-stub" | "xen-pciback")
-        )
+        let by_name = self.driver.as_deref().is_some_and(|d| {
+            d.ends_with("vfio_pci")
+                || d.ends_with("vfio-pci")
+                || matches!(d, "pci-stub" | "xen-pciback")
+        });
+        by_name || self.vfio_device
     }
 }
 
@@ -337,6 +345,8 @@ impl SysRoot {
                     driver: link_name(&vf_dir.join("driver")),
                     netdevs: read::list_dir(&vf_dir.join("net")).unwrap_or_default(),
                     rdma_devices: read::list_dir(&vf_dir.join("infiniband")).unwrap_or_default(),
+                    vfio_device: read::list_dir(&vf_dir.join("vfio-dev"))
+                        .is_ok_and(|d| !d.is_empty()),
                 })
             })
             .collect();
@@ -480,6 +490,50 @@ mod tests {
             std::fs::write(d.join(f), text).unwrap();
         }
         (t, d)
+    }
+
+    /// VFs handed to VMs through a vendor's vfio variant driver (drivers/vfio/pci/: the
+    /// driver's name is its KBUILD_MODNAME, `mlx5_vfio_pci`, `hisi_acc_vfio_pci`,
+    /// `pds_vfio_pci`), or with a VFIO device registered on them (`vfio-dev/vfioN`,
+    /// drivers/vfio/vfio_main.c's class `vfio-dev` under the function) whatever the driver
+    /// is called, are assigned to a VM; a VF on mlx5_core with none is not.
+    #[test]
+    fn vendor_vfio_drivers_and_a_vfio_device_assign_a_vf_to_a_vm() {
+        let (t, pf) = pf_dir(&[("sriov_totalvfs", "8\n"), ("sriov_numvfs", "5\n")]);
+        let parent = pf.parent().unwrap();
+        let vfs = [
+            ("0000:3b:00.2", Some("mlx5_vfio_pci"), false),
+            ("0000:3b:00.3", Some("hisi_acc_vfio_pci"), false),
+            ("0000:3b:00.4", Some("vendor_stub"), true),
+            ("0000:3b:00.5", Some("mlx5_core"), false),
+            ("0000:3b:00.6", None, false),
+        ];
+        for (n, (addr, driver, vfio_dev)) in vfs.iter().enumerate() {
+            let d = parent.join(addr);
+            std::fs::create_dir_all(&d).unwrap();
+            if let Some(drv) = driver {
+                let drv_dir = t.path().join("bus/pci/drivers").join(drv);
+                std::fs::create_dir_all(&drv_dir).unwrap();
+                std::os::unix::fs::symlink(&drv_dir, d.join("driver")).unwrap();
+            }
+            if *vfio_dev {
+                std::fs::create_dir_all(d.join("vfio-dev/vfio3")).unwrap();
+            }
+            std::os::unix::fs::symlink(format!("../{addr}"), pf.join(format!("virtfn{n}")))
+                .unwrap();
+        }
+        let Some(Sriov::Pf(p)) = SysRoot::new(t.path()).sriov_at(&pf).unwrap() else {
+            panic!("a PF");
+        };
+        let assigned: Vec<(u32, bool)> = p
+            .vfs
+            .iter()
+            .map(|v| (v.index, v.assigned_to_vm()))
+            .collect();
+        assert_eq!(
+            assigned,
+            [(0, true), (1, true), (2, true), (3, false), (4, false)]
+        );
     }
 
     #[test]

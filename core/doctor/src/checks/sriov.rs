@@ -192,21 +192,21 @@ fn address(pf: &Pf, vf: u32) -> String {
 fn function_checks(pf: &Pf, out: &mut Vec<Check>) {
     let nd = one_line(pf.netdev);
     let s = &pf.sriov;
+    // No fix: the kernel refuses more VFs than sriov_totalvfs through sriov_numvfs
+    // (sriov_numvfs_store: -ERANGE, drivers/pci/iov.c) and a driver cannot lower the
+    // limit while VFs are enabled (pci_sriov_set_totalvfs: -EBUSY), so this reading is
+    // a driver's own doing or two moments of a changing tree; re-creating the VFs
+    // (`echo 0` first) would take every VF from the VM that holds it.
     if s.numvfs > s.totalvfs {
         out.push(check(
             "sriov",
             pf.netdev,
             Status::Warn,
             format!(
-                "{nd} has {} VFs enabled, more than the {} its sriov_totalvfs offers (the firmware's NUM_OF_VFS)",
+                "{nd} has {} VFs enabled, more than the {} its sriov_totalvfs offers: the kernel refuses that many through sriov_numvfs (-ERANGE), so the PF's driver enabled them itself or the two files were read at different moments; read both again before changing anything (re-creating the VFs takes them from their VMs)",
                 s.numvfs, s.totalvfs
             ),
-            Some(format!(
-                "echo 0 > {}; echo {} > {}",
-                word(&format!("/sys/class/net/{}/device/sriov_numvfs", pf.netdev)),
-                s.totalvfs,
-                word(&format!("/sys/class/net/{}/device/sriov_numvfs", pf.netdev)),
-            )),
+            None,
         ));
     }
     for f in &s.vfs {
@@ -747,18 +747,45 @@ mod tests {
         let sys = SysRoot::new(tmp.path());
         let mut r = host_replies(vec![vf(0, 100, 3)]);
         let checks = sriov_checks(&sys, &inventory(&sys), &pfc_on_3("pcp"), 3, &mut r);
-        let c = about(&checks, "ens1f0np0");
-        assert!(
-            c.iter().any(|c| c.status == Status::Warn
-                && c.evidence.contains("4 VFs enabled, more than the 2")),
-            "{checks:#?}"
-        );
+        let c: Vec<&Check> = about(&checks, "ens1f0np0")
+            .into_iter()
+            .filter(|c| c.evidence.contains("4 VFs enabled, more than the 2"))
+            .collect();
+        assert_eq!(c.len(), 1, "{checks:#?}");
+        assert_eq!(c[0].status, Status::Warn);
+        // The kernel refuses such a write (-ERANGE): no fix that would re-create the VFs
+        // (echo 0 first), taking them from the VMs that hold them.
+        assert_eq!(c[0].fix, None, "{:?}", c[0]);
+        assert!(c[0].evidence.contains("-ERANGE"), "{}", c[0].evidence);
         let c = about(&checks, "ens1f0np0 vf 1");
         assert_eq!(c.len(), 1, "{checks:#?}");
         assert_eq!(c[0].status, Status::Warn);
         assert!(c[0].evidence.contains(
             "VF 1 (0000:3b:00.3) is bound to mlx5_core on the host but has no RDMA device"
         ));
+    }
+
+    /// A VF handed to a VM through mlx5's vfio variant driver (`mlx5_vfio_pci`) is not
+    /// "bound on the host without RDMA".
+    #[test]
+    fn a_vf_on_a_vendor_vfio_driver_is_a_vms() {
+        let tmp = tempfile::tempdir().unwrap();
+        copy_tree(&fixture(), tmp.path());
+        let vf2 = tmp
+            .path()
+            .join("devices/pci0000:3a/0000:3a:00.0/0000:3b:00.4/driver");
+        std::fs::remove_file(&vf2).unwrap();
+        let drv = tmp.path().join("bus/pci/drivers/mlx5_vfio_pci");
+        std::fs::create_dir_all(&drv).unwrap();
+        std::os::unix::fs::symlink(&drv, &vf2).unwrap();
+        let sys = SysRoot::new(tmp.path());
+        let mut r = host_replies(vec![vf(0, 100, 3)]);
+        let checks = sriov_checks(&sys, &inventory(&sys), &pfc_on_3("pcp"), 3, &mut r);
+        assert!(about(&checks, "ens1f0np0 vf 2").is_empty(), "{checks:#?}");
+        assert!(
+            !checks.iter().any(|c| c.evidence.contains("mlx5_vfio_pci")),
+            "{checks:#?}"
+        );
     }
 
     #[test]
@@ -781,14 +808,13 @@ mod tests {
     #[test]
     fn fixes_quote_the_pf_netdev() {
         let nd = "$(touch${IFS}P)";
-        let mut sriov = SysRoot::new(fixture())
+        let sriov = SysRoot::new(fixture())
             .sriov_of_netdev("ens1f0np0")
             .unwrap()
             .unwrap()
             .as_pf()
             .unwrap()
             .clone();
-        sriov.totalvfs = 1;
         let pf = Pf {
             dev: "mlx5_0",
             port: 1,
@@ -810,7 +836,8 @@ mod tests {
         );
         let checks = pf_checks(&pf, &[], 3, &mut r);
         let fixes: Vec<&String> = checks.iter().filter_map(|c| c.fix.as_ref()).collect();
-        assert!(fixes.len() >= 4, "{checks:#?}");
+        // Every fix the PF's checks give (link state, rate, VLAN priority) quotes it.
+        assert!(fixes.len() >= 3, "{checks:#?}");
         for f in fixes {
             assert!(only_single_quoted(f, "touch"), "{f}");
         }

@@ -148,6 +148,29 @@ impl NetlinkSocket {
         }
         let mut datagram = 0;
         loop {
+            // The datagram's whole length first (MSG_PEEK|MSG_TRUNC: netlink_recvmsg and
+            // unix_dgram_recvmsg return it whatever the buffer), so that a reply larger
+            // than the buffer (a PF's VF list with stats, ~300 bytes a VF) is read whole
+            // instead of truncated.
+            // SAFETY: a zero-length read into a valid buffer; nothing is written.
+            let len = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr() as *mut libc::c_void,
+                    0,
+                    libc::MSG_PEEK | libc::MSG_TRUNC,
+                )
+            };
+            if len < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(io_err(e));
+            }
+            if len as usize > self.buf.len() {
+                self.buf.resize(len as usize, 0);
+            }
             // SAFETY: buf is a valid, writable buffer of the length passed.
             let n = unsafe {
                 libc::recv(
@@ -213,5 +236,34 @@ impl NetlinkSocket {
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// One reply message larger than the 64 KiB buffer (a PF with ~250 VFs and their
+    /// stats) is read whole, not cut at the buffer.
+    #[test]
+    fn a_reply_larger_than_the_buffer_is_read_whole() {
+        let (mut sock, kernel) = crate::replay::pair();
+        let seq = sock.next_seq();
+        let payload = 100_000usize;
+        let mut m = Vec::with_capacity(16 + payload);
+        m.extend_from_slice(&((16 + payload) as u32).to_ne_bytes());
+        m.extend_from_slice(&16u16.to_ne_bytes()); // RTM_NEWLINK
+        m.extend_from_slice(&0u16.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend((0..payload).map(|i| (i % 251) as u8));
+        kernel.reply(&m);
+        let mut got = Vec::new();
+        sock.request("RTM_GETLINK", b"req", seq, false, |msg| {
+            got.extend_from_slice(msg.payload);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(kernel.request(), b"req");
+        assert_eq!(got.len(), payload);
+        assert_eq!(got[..], m[16..]);
     }
 }

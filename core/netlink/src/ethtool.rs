@@ -77,14 +77,18 @@ pub const A_FEC_STAT_UNCORR: u16 = 3;
 pub const A_FEC_STAT_CORR_BITS: u16 = 4;
 /// Nest (repeated): one FEC histogram bin (IEEE 802.3ck/df), newer kernels.
 pub const A_FEC_STAT_HIST: u16 = 5;
+/// `ETHTOOL_A_FEC_HIST_PAD` (alignment padding, skipped): the merged uapi's bin
+/// attributes start at 1 with it (`ethtool_netlink_generated.h`; an early version of the
+/// series numbered LOW from 1).
+pub const A_FEC_HIST_PAD: u16 = 1;
 /// u32: the bin's lowest error count per codeword (inclusive).
-pub const A_FEC_HIST_BIN_LOW: u16 = 1;
+pub const A_FEC_HIST_BIN_LOW: u16 = 2;
 /// u32: the bin's highest error count per codeword (inclusive).
-pub const A_FEC_HIST_BIN_HIGH: u16 = 2;
+pub const A_FEC_HIST_BIN_HIGH: u16 = 3;
 /// uint (u32 or u64): the bin's codewords.
-pub const A_FEC_HIST_BIN_VAL: u16 = 3;
+pub const A_FEC_HIST_BIN_VAL: u16 = 4;
 /// u64 array: the bin's codewords per lane.
-pub const A_FEC_HIST_BIN_VAL_PER_LANE: u16 = 4;
+pub const A_FEC_HIST_BIN_VAL_PER_LANE: u16 = 5;
 
 // `ETHTOOL_A_MODULE_EEPROM_*`.
 pub const A_MODULE_EEPROM_HEADER: u16 = 1;
@@ -339,7 +343,9 @@ fn decode_fec_stats(a: &Attr<'_>, fec: &mut Fec) -> Result<(), String> {
             A_FEC_STAT_CORR_BITS => {
                 fec.corrected_bits = counter("ETHTOOL_A_FEC_STAT_CORR_BITS", &s)?
             }
-            A_FEC_STAT_HIST => fec.histogram.push(decode_bin(&s)?),
+            // A bin this reader cannot make sense of is left out, never the whole
+            // reply: the mode and the counters stand without the histogram.
+            A_FEC_STAT_HIST => fec.histogram.extend(decode_bin(&s).ok()),
             _ => {} // ETHTOOL_A_FEC_STAT_PAD, and what later kernels add
         }
     }

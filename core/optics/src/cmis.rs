@@ -109,9 +109,10 @@ pub(crate) fn decode(eeprom: &Eeprom) -> Module {
         2 => 4,
         _ => 1,
     };
+    let in_use = lanes_in_use(lower, page01);
     for bank in 0..banks {
         match eeprom.page(bank, 0x11) {
-            Some(page11) => lanes(bank, page01, page11, multiplier, &mut module),
+            Some(page11) => lanes(bank, in_use, page01, page11, multiplier, &mut module),
             None => module.problems.push(Problem::PageMissing {
                 page: format!("11h (bank {bank})"),
             }),
@@ -175,20 +176,47 @@ fn thresholds(page02: &Page, multiplier: f64, module: &mut Module) {
     .or_none();
 }
 
+/// The media lanes of a bank that carry the first application, one bit a lane (bit 0 is
+/// lane 1). Lower byte 86 is the first application descriptor's host interface ID (0xff:
+/// no application); byte 88 holds the host lane count in bits 7-4 and the media lane
+/// count in bits 3-0, as SONiC's `mem_maps/public/cmis.py` reads them (`MEDIA_LANE_COUNT`
+/// bits 0-3 and `HOST_LANE_COUNT` bits 4-7 of byte 88); page 01h byte 176 is the first
+/// application's media lane assignment options (a bit for each lane a data path may start
+/// on; CMIS 5.2 table 8-52, bytes 176-190). A module lights only those lanes: a real Arista
+/// QDD-400G-XDR4 reads 0 mA and 0 mW on lanes 5-8, a real Acacia 400ZR+ advertises one
+/// media lane (byte 88 = 0x81). No count (0, or no application): every lane.
+fn lanes_in_use(lower: &Page, page01: &Page) -> u8 {
+    let count = lower[88] & 0x0f;
+    if lower[86] == 0xff || count == 0 || count > LANES_PER_BANK {
+        return 0xff;
+    }
+    let block = ((1u16 << count) - 1) as u8;
+    let starts = match page01[176 - 128] {
+        0 => 0x01,
+        options => options,
+    };
+    (0..LANES_PER_BANK)
+        .filter(|start| starts & (1 << start) != 0)
+        .fold(0u8, |used, start| used | block << start)
+}
+
 /// One bank's eight lanes from its page 11h: the monitors page 01h advertises, and the
 /// lane flags (one bit a lane) of those monitors, loss of signal and transmitter fault.
-fn lanes(bank: u8, page01: &Page, page11: &Page, multiplier: f64, module: &mut Module) {
+/// A lane outside `in_use` is listed with no readings.
+fn lanes(bank: u8, in_use: u8, page01: &Page, page11: &Page, multiplier: f64, module: &mut Module) {
     let at = |offset: usize| offset - 128;
     let monitors = page01[at(MONITORS)];
     let (tx_flags, rx_flags) = (page01[at(157)], page01[at(158)]);
     for i in 0..LANES_PER_BANK {
         let lane = bank * LANES_PER_BANK + i + 1;
         let word = |base: usize| u16_at(page11, at(base) + 2 * usize::from(i));
+        let used = in_use & (1 << i) != 0;
+        let has = |monitor: u8| used && monitors & monitor != 0;
         module.lanes.push(Lane {
             lane,
-            bias_ma: (monitors & MON_BIAS != 0).then(|| bias_ma(word(170)) * multiplier),
-            tx_power_mw: (monitors & MON_TX_POWER != 0).then(|| power_mw(word(154))),
-            rx_power_mw: (monitors & MON_RX_POWER != 0).then(|| power_mw(word(186))),
+            bias_ma: has(MON_BIAS).then(|| bias_ma(word(170)) * multiplier),
+            tx_power_mw: has(MON_TX_POWER).then(|| power_mw(word(154))),
+            rx_power_mw: has(MON_RX_POWER).then(|| power_mw(word(186))),
         });
         // Lane n of a bank is bit n-1 of each flag byte: SONiC's page 11h map
         // (`RegBitField(lane-1)`), FBOSS's `getChannelFlags` (`data[k] & (1 << channel)`)

@@ -275,6 +275,49 @@ fn cmis_lanes_of_two_banks_thresholds_and_lane_bits() {
     assert!(m.problems.is_empty(), "{:?}", m.problems);
 }
 
+/// A module that advertises 4 media lanes (lower byte 88 bits 3-0, as a QDD-400G-XDR4 does)
+/// and reads 0 on lanes 5-8: those lanes have no readings, not zeros; the first application
+/// allowed to start on lanes 1 and 5 (page 01h byte 176 = 0x11) uses all eight.
+#[test]
+fn cmis_lanes_outside_the_application_have_no_readings() {
+    let build = |options: u8| {
+        let mut c = Cmis::new(1);
+        c.lower[86] = 0x11; // a host interface (400GAUI-8)
+        c.lower[88] = 0x84; // 8 host lanes, 4 media lanes
+        *up(&mut c.page01, 176) = options;
+        for lane in 4..8 {
+            for base in [154, 170, 186] {
+                c.page11[0][base - 128 + 2 * lane] = 0;
+                c.page11[0][base - 128 + 2 * lane + 1] = 0;
+            }
+        }
+        decode(&c.eeprom()).unwrap()
+    };
+    let m = build(0x01);
+    assert_eq!(m.lanes.len(), 8);
+    assert!(close(m.lanes[3].rx_power_mw, 2.0003), "{:?}", m.lanes[3]);
+    for lane in &m.lanes[4..] {
+        assert_eq!(
+            (lane.bias_ma, lane.tx_power_mw, lane.rx_power_mw),
+            (None, None, None),
+            "{lane:?}"
+        );
+    }
+    let both = build(0x11);
+    assert_eq!(both.lanes[7].rx_power_mw, Some(0.0));
+}
+
+/// An application whose media lane count is 1 (a real Acacia 400ZR+: byte 88 = 0x81).
+#[test]
+fn cmis_one_media_lane() {
+    let mut c = Cmis::new(1);
+    c.lower[86] = 0x4f;
+    c.lower[88] = 0x81;
+    let m = decode(&c.eeprom()).unwrap();
+    assert!(m.lanes[0].rx_power_mw.is_some());
+    assert!(m.lanes[1..].iter().all(|l| l.rx_power_mw.is_none()));
+}
+
 /// CMIS page 01h byte 160 bits 4-3: "multiply by 2" doubles the bias and its thresholds.
 #[test]
 fn cmis_bias_multiplier_multiplies() {

@@ -120,26 +120,32 @@ fn split_offset(line: &str) -> Option<(&str, &str)> {
     Some((digits, rest))
 }
 
-/// The byte columns of a line: up to `|` (hexdump -C's text column, its columns split
-/// by two spaces in the middle), else up to the first run of two spaces or a tab after
-/// the bytes (xxd's text column). Every token there must be a byte.
+/// The byte columns of a line: hexdump -C's, up to its text column framed by `|` at both
+/// ends (the columns split by two spaces in the middle); else xxd's and ethtool's, up to
+/// the first run of two spaces or a tab after the bytes (xxd's text column, which shows
+/// byte 0x7c as `|` anywhere, the end included). Every token there must be a byte.
 fn hex_values(rest: &str, line: usize) -> Result<Vec<u8>, DumpError> {
-    let columns = match rest.split_once('|') {
-        Some((columns, _)) => columns,
-        None => {
-            let rest = rest.trim_start();
-            let end = [rest.find("  "), rest.find('\t')]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(rest.len());
-            &rest[..end]
-        }
-    };
+    let is_byte = |token: &str| token.len() == 2 && token.chars().all(|c| c.is_ascii_hexdigit());
+    let hexdump = rest
+        .trim_end()
+        .strip_suffix('|')
+        .and_then(|framed| framed.split_once('|'))
+        .map(|(columns, _)| columns)
+        // The frame opens the text column: after the bytes' whitespace, not inside xxd's
+        // text (an xxd text column opening with `|` reads the same either way).
+        .filter(|columns| columns.ends_with(char::is_whitespace));
+    let columns = hexdump.unwrap_or_else(|| {
+        let rest = rest.trim_start();
+        let end = [rest.find("  "), rest.find('\t')]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(rest.len());
+        &rest[..end]
+    });
     let mut values = Vec::new();
     for token in columns.split_whitespace() {
-        let is_byte = token.len() == 2 && token.chars().all(|c| c.is_ascii_hexdigit());
-        if !is_byte {
+        if !is_byte(token) {
             return Err(DumpError::Line {
                 line,
                 detail: format!("{token:?} is not a byte (two hexadecimal digits)"),

@@ -146,6 +146,35 @@ fn xxd_lines_and_short_last_lines() {
     assert_eq!(&e.page(0, 0).unwrap()[..], &bytes[128..256]);
 }
 
+/// xxd's text column shows byte 0x7c as `|`: such a line is xxd's, not hexdump -C's
+/// (whose text column is framed by `|` at both ends), including a text column that ends in
+/// `|`.
+#[test]
+fn xxd_text_column_with_a_bar() {
+    let mut bytes = Qsfp::new().linear();
+    bytes[0x10] = 0x7c;
+    bytes[0x2f] = 0x7c;
+    let mut text = String::new();
+    for (line, chunk) in bytes[..256].chunks(16).enumerate() {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        let shown: String = chunk
+            .iter()
+            .map(|&b| {
+                if (0x20..0x7f).contains(&b) {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        text.push_str(&format!("{:08x}: {}  {shown}\n", line * 16, hex.join(" ")));
+    }
+    assert!(text.contains("|"), "{text}");
+    let e = parse(text.as_bytes()).unwrap();
+    assert_eq!(&e.lower()[..], &bytes[..128]);
+    assert_eq!(&e.page(0, 0).unwrap()[..], &bytes[128..256]);
+}
+
 #[test]
 fn errors_name_the_line_or_the_offset() {
     let bad = "Offset\t\tValues\n------\t\t------\n0x0000:\t\t03 04 zz 00\n";

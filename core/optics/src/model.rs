@@ -192,6 +192,10 @@ pub enum Problem {
     /// Diagnostics are claimed but every reading is zero: the driver or module does not
     /// answer them (a zero temperature, voltage and power together is not a module).
     DiagnosticsAllZero,
+    /// The module says it does not measure `measure` (SFF-8636 byte 220 bit 2 for transmit
+    /// power, CMIS page 01h byte 159 for temperature and supply voltage): the reading is
+    /// absent, whatever its bytes hold. Not a fault: a module design.
+    MonitorNotImplemented { measure: Measure },
     /// A page the decoder needs was not read (`page` as in the standard, e.g. "A2h", "03h").
     PageMissing { page: String },
     /// The identifier byte is not one the decoder knows.
@@ -215,6 +219,11 @@ impl std::fmt::Display for Problem {
             Problem::DiagnosticsAllZero => write!(
                 f,
                 "diagnostics claimed but every reading is zero: not answered, readings withheld"
+            ),
+            Problem::MonitorNotImplemented { measure } => write!(
+                f,
+                "the module does not monitor {}: that reading is absent",
+                measure.name()
             ),
             Problem::PageMissing { page } => write!(f, "page {page} was not read"),
             Problem::UnknownIdentifier { code } => {

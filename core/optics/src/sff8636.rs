@@ -18,6 +18,10 @@ const STATUS_FLAT_MEMORY: u8 = 1 << 2;
 /// Upper page 00h byte 220, "Diagnostic Monitoring Type".
 const DIAG_TYPE: usize = 220;
 const DIAG_RX_AVERAGE: u8 = 1 << 3;
+/// Byte 220 bit 2: transmit power measured (ethtool `qsfp.h` `SFF8636_TX_PWR_TYPE_MASK`
+/// 0x4, read into `tx_power_type`; SFF-8636 table 6-24 "Transmitter power measurement
+/// supported"). A real Kaiam XQX2502 reads 0x08 here and 0 in its TX power bytes.
+const DIAG_TX_POWER: u8 = 1 << 2;
 /// Upper page 00h byte 195, "Options": TX LOS (bit 1; also taken for RX LOS, as ethtool
 /// does: there is no RX LOS bit), TX fault (bit 3) reported.
 const OPTIONS_4: usize = 195;
@@ -60,7 +64,7 @@ pub(crate) fn decode(eeprom: &Eeprom) -> Module {
     } else {
         "OMA"
     });
-    monitors(lower, &mut module);
+    monitors(lower, upper(DIAG_TYPE) & DIAG_TX_POWER != 0, &mut module);
     let page03 = if flat { None } else { eeprom.page(0, 3) };
     match page03 {
         Some(page03) => {
@@ -146,7 +150,14 @@ fn signals(lower: &Page, options: u8, module: &mut Module) {
     }
 }
 
-fn monitors(lower: &Page, module: &mut Module) {
+/// Temperature, voltage and each lane's bias and powers; the transmit power only where
+/// `tx_power` (byte 220 bit 2) says the module measures it, else its absence said once.
+fn monitors(lower: &Page, tx_power: bool, module: &mut Module) {
+    if !tx_power {
+        module.problems.push(Problem::MonitorNotImplemented {
+            measure: Measure::TxPower,
+        });
+    }
     module.temperature_c = Some(temperature_c(i16_at(lower, 22)));
     // Zero volts is a missing reading (voltage monitoring not implemented), not a measurement.
     let vcc = u16_at(lower, 26);
@@ -155,7 +166,7 @@ fn monitors(lower: &Page, module: &mut Module) {
         module.lanes.push(Lane {
             lane: lane as u8 + 1,
             bias_ma: Some(bias_ma(u16_at(lower, 42 + 2 * lane))),
-            tx_power_mw: Some(power_mw(u16_at(lower, 50 + 2 * lane))),
+            tx_power_mw: tx_power.then(|| power_mw(u16_at(lower, 50 + 2 * lane))),
             rx_power_mw: Some(power_mw(u16_at(lower, 34 + 2 * lane))),
         });
     }

@@ -209,6 +209,33 @@ fn sff8636_lanes_thresholds_and_flags() {
     assert!(m.problems.is_empty(), "{:?}", m.problems);
 }
 
+/// SFF-8636 page 00h byte 220 bit 2 clear (a real Kaiam XQX2502 reads 0x08): the module
+/// measures no transmit power, so none is exported (its bytes read 0), and that is said once.
+#[test]
+fn sff8636_without_a_tx_power_monitor_has_no_tx_power() {
+    let mut q = Qsfp::new();
+    q.bytes[220] = 0x08;
+    for lane in 0..4 {
+        q.bytes[50 + 2 * lane] = 0;
+        q.bytes[51 + 2 * lane] = 0;
+    }
+    let m = decode(&Eeprom::from_linear(&q.linear()).unwrap()).unwrap();
+    assert_eq!(m.lanes.len(), 4);
+    assert!(
+        m.lanes.iter().all(|l| l.tx_power_mw.is_none()),
+        "{:?}",
+        m.lanes
+    );
+    assert!(close(m.lanes[3].bias_ma, 7.06));
+    assert!(close(m.lanes[3].rx_power_mw, 0.83));
+    assert_eq!(
+        m.problems,
+        vec![Problem::MonitorNotImplemented {
+            measure: Measure::TxPower
+        }]
+    );
+}
+
 #[test]
 fn sff8636_missing_page_03h_and_unanswered_monitors() {
     let bytes = Qsfp::new().linear();

@@ -130,7 +130,9 @@ pub(crate) fn module_check(nd: &str, eeprom: &Eeprom, unread: &[String]) -> Chec
     let mut findings = judge(&m);
     for p in &m.problems {
         let status = match p {
-            Problem::DiagnosticsNotImplemented => Status::Info,
+            Problem::DiagnosticsNotImplemented | Problem::MonitorNotImplemented { .. } => {
+                Status::Info
+            }
             _ => Status::Warn,
         };
         findings.push((status, p.to_string(), fix_for_problem(p)));
@@ -206,7 +208,7 @@ fn readings(m: &Module) -> String {
 
 fn fix_for_problem(p: &Problem) -> String {
     match p {
-        Problem::DiagnosticsNotImplemented => String::new(),
+        Problem::DiagnosticsNotImplemented | Problem::MonitorNotImplemented { .. } => String::new(),
         _ => "reseat the module; if its memory still reads wrong, replace it".into(),
     }
 }

@@ -64,15 +64,12 @@ pub(crate) fn decode(eeprom: &Eeprom) -> Module {
         return module;
     }
     module.diagnostics_implemented = true;
-    let (temperature, vcc) = (i16_at(lower, 14), u16_at(lower, 16));
-    if temperature == 0 && vcc == 0 {
-        module.problems.push(Problem::DiagnosticsAllZero);
+    let page01 = eeprom.page(0, 1);
+    if !module_monitors(lower, page01, &mut module) {
         return module;
     }
-    module.temperature_c = Some(temperature_c(temperature));
-    module.voltage_v = (vcc != 0).then(|| voltage_v(vcc));
     module_alarms(lower[9], &mut module);
-    let Some(page01) = eeprom.page(0, 1) else {
+    let Some(page01) = page01 else {
         module.problems.push(Problem::PageMissing {
             page: "01h".to_string(),
         });
@@ -119,6 +116,35 @@ pub(crate) fn decode(eeprom: &Eeprom) -> Module {
         }
     }
     module
+}
+
+/// Temperature and supply voltage (lower 14-17), each where page 01h byte 159 says the
+/// module has that monitor: bit 0 temperature, bit 1 supply voltage (CMIS 5.2 8.4.7
+/// "Supported Monitors Advertisement", `TempMonSupported`/`VccMonSupported`); without page
+/// 01h both are taken as there. `false` when the monitors it has all read 0 (not answered:
+/// no reading of the module can be trusted).
+fn module_monitors(lower: &Page, page01: Option<&Page>, module: &mut Module) -> bool {
+    let supported = page01.map_or(0x03, |p| p[159 - 128]);
+    let (temperature, vcc) = (i16_at(lower, 14), u16_at(lower, 16));
+    let (has_temperature, has_vcc) = (supported & 0x01 != 0, supported & 0x02 != 0);
+    let answered = (has_temperature && temperature != 0) || (has_vcc && vcc != 0);
+    if (has_temperature || has_vcc) && !answered {
+        module.problems.push(Problem::DiagnosticsAllZero);
+        return false;
+    }
+    for (has, measure) in [
+        (has_temperature, Measure::Temperature),
+        (has_vcc, Measure::Voltage),
+    ] {
+        if !has {
+            module
+                .problems
+                .push(Problem::MonitorNotImplemented { measure });
+        }
+    }
+    module.temperature_c = has_temperature.then(|| temperature_c(temperature));
+    module.voltage_v = (has_vcc && vcc != 0).then(|| voltage_v(vcc));
+    true
 }
 
 /// Lower byte 3 bits 3-1, the module state, as ethtool prints it.

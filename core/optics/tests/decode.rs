@@ -345,6 +345,34 @@ fn cmis_one_media_lane() {
     assert!(m.lanes[1..].iter().all(|l| l.rx_power_mw.is_none()));
 }
 
+/// CMIS page 01h byte 159 bit 0 (temperature) and bit 1 (supply voltage) monitor
+/// supported: a module without one reads 0 there, absent rather than 0 °C or 0 V; without
+/// both the lanes are still read.
+#[test]
+fn cmis_module_monitors_the_module_does_not_have_are_absent() {
+    let mut c = Cmis::new(1);
+    *up(&mut c.page01, 159) = 0x02;
+    c.lower[14] = 0;
+    c.lower[15] = 0;
+    let m = decode(&c.eeprom()).unwrap();
+    assert_eq!(m.temperature_c, None);
+    assert!(close(m.voltage_v, 3.3));
+    assert_eq!(
+        m.problems,
+        vec![Problem::MonitorNotImplemented {
+            measure: Measure::Temperature
+        }]
+    );
+    let mut c = Cmis::new(1);
+    *up(&mut c.page01, 159) = 0x00;
+    c.lower[14..18].fill(0);
+    let m = decode(&c.eeprom()).unwrap();
+    assert_eq!((m.temperature_c, m.voltage_v), (None, None));
+    assert_eq!(m.lanes.len(), 8);
+    assert!(m.lanes[0].rx_power_mw.is_some());
+    assert_eq!(m.problems.len(), 2, "{:?}", m.problems);
+}
+
 /// CMIS page 01h byte 160 bits 4-3: "multiply by 2" doubles the bias and its thresholds.
 #[test]
 fn cmis_bias_multiplier_multiplies() {

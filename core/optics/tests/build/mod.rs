@@ -180,6 +180,7 @@ impl Cmis {
         *up(&mut page01, 151) = 0x10; // average RX power
         *up(&mut page01, 157) = 0x03; // TX fault and TX LOS flags
         *up(&mut page01, 158) = 0x02; // RX LOS flag
+        *up(&mut page01, 159) = 0x03; // temperature and supply voltage monitors
         *up(&mut page01, 160) = 0x07; // bias, TX and RX power monitors, multiplier 1
         let mut page02 = [0u8; 128];
         for (i, v) in [75 * 256, (-5i16 * 256) as u16, 70 * 256, 0]

@@ -182,13 +182,14 @@ i=0; until hget /metrics > /dev/null 2>&1 || [ $i -ge 120 ]; do sleep 0.5; i=$((
 rdma statistic qp mode link rxe0/1 > "$R/res-mode-during.txt" 2>&1
 cat /var/lib/rocewatch/qp-counter-modes.json > "$R/res-state-during.txt" 2>&1
 snap idle0
-# RDMA writes of 64 KiB for 30 s (duration mode): long enough to read the counters while
-# they move, then the resources, however slow the emulation (a CI run under the suite's
-# load at 20 s: the steps before the counters' snapshot outlasted the traffic).
+# RDMA writes of 64 KiB for 45 s (duration mode): long enough to read the resources, then
+# the counters while they move, however slow the emulation (CI runs under the suite's
+# load: at 20 s the steps before the counters' snapshot outlasted the traffic; with the
+# snapshot first, at 30 s, the resources were read after it).
 # 32 in flight and a ~1 s retransmission timeout (-t 32 -u 18), as the bandwidth lab runs
 # it: with perftest's 128 and 67 ms, soft-RoCE in loaded guests retransmitted until a round
 # failed ("Failed status 9"), and the workload was gone while top was read.
-PERF="ib_write_bw -d rxe0 -x 1 -D 30 -s 65536 -t 32 -u 18"
+PERF="ib_write_bw -d rxe0 -x 1 -D 45 -s 65536 -t 32 -u 18"
 # Under emulation perftest's clock calibration sometimes fails after the traffic ("Can't
 # produce a report"); both sides then fail that round and start another. Failed rounds go
 # to perftest-failed.txt, the successful one to perftest.txt.
@@ -211,9 +212,6 @@ perf_rounds &
 PERF_PID=$!
 # Snapshot while packets flow (once 2000 have moved), then wait for the end.
 i=0; while [ $(( $(moving) - base )) -lt 2000 ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done
-# The counters while the writes flow, first: the steps after it need only the workload's
-# queue pairs alive, this one the packets moving.
-snap during moving
 # rocewatch capture while the writes flow (role a, the target: WRITEs in, ACKs out),
 # beside the next steps.
 if [ "$RXE_ROLE" = a ]; then
@@ -227,6 +225,7 @@ fi
 i=0; until hget /metrics > "$R/res-metrics-during.txt" 2>/dev/null && grep "^rdma_resource_qps{" "$R/res-metrics-during.txt" | grep -q "rdma_workload=\"$WL\".* [1-9]" || [ $i -ge 40 ]; do sleep 0.25; i=$((i+1)); done
 for k in qp cq mr pd; do rdma -j resource show $k > "$R/res-$k.json" 2>&1; done
 i=0; until "$BIN" top --once --json > "$R/top-during.json" 2> "$R/top-during.stderr" && grep -q "\"$WL\"" "$R/top-during.json" || [ $i -ge 20 ]; do sleep 0.5; i=$((i+1)); done
+snap during moving
 [ "$RXE_ROLE" = a ] && wait $CAP_PID
 wait $PERF_PID
 sleep 3   # the peer's last ACKs

@@ -129,6 +129,8 @@ fn optics_without_a_file_reads_this_hosts_ports() {
             "{}",
             stdout(&text)
         );
-        skipped("no port of this host reads a transceiver module (a VM's NIC): the kernel path is tested by rocewatch-netlink's replayed replies");
+        // Not a skip: a host without modules saying so is what this host can check (the
+        // kernel path with modules is tested by rocewatch-netlink's replayed replies).
+        eprintln!("note: no port of this host reads a transceiver module (a VM's NIC): checked that it says so");
     }
 }

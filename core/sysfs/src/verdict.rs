@@ -4,13 +4,15 @@
 //!
 //! Each verdict carries a [`Weight`], what it counts for, and the evidence in words both
 //! commands print: the PCIe link and a port's state here, a RoCE netdev's MTU in [`mtu`],
-//! a RoCE port's GIDs in [`gid`].
+//! a RoCE port's GIDs in [`gid`], whether a link flaps in [`flap`].
 
+pub mod flap;
 pub mod gid;
 pub mod mtu;
 pub mod nics;
 mod weight;
 
+pub use flap::{judge_flaps, FlapKind, FlapVerdict, DEFAULT_MAX_FLAPS};
 pub use gid::{judge_gids, GidKind, GidVerdict, Holder, NoAddress};
 pub use mtu::{judge_mtus, MtuKind, MtuVerdict};
 pub use weight::Weight;

@@ -65,7 +65,7 @@ pub struct FlapVerdict {
 /// `10s`, `10m`, `1.5s`: a window as the rules write it.
 fn window_text(w: Duration) -> String {
     let s = w.as_secs_f64();
-    if w.subsec_nanos() == 0 && w.as_secs() >= 60 && w.as_secs() % 60 == 0 {
+    if w.subsec_nanos() == 0 && w.as_secs() >= 60 && w.as_secs().is_multiple_of(60) {
         format!("{}m", w.as_secs() / 60)
     } else {
         format!("{s}s")

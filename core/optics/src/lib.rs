@@ -8,6 +8,8 @@
 //! - [`model`]: what a module says ([`Module`]): inventory, readings (°C, V, mA, mW),
 //!   thresholds, alarms, problems; absent readings are `None`, never zero;
 //! - `sff8472`, `sff8636`, `cmis`: one decoder per family;
+//! - [`verdict`]: one verdict per module ([`ModuleVerdict`]), for every command that
+//!   judges one (doctor, health);
 //! - [`dump`]: the formats operators paste (`ethtool -m DEV hex on`, `hexdump -C`, raw
 //!   bytes) into an [`Eeprom`].
 
@@ -19,10 +21,12 @@ mod error;
 pub mod model;
 mod sff8472;
 mod sff8636;
+pub mod verdict;
 
 pub use eeprom::{Eeprom, Page};
 pub use error::Error;
 pub use model::{Alarm, Family, Lane, Level, Limits, Measure, Module, Problem, Thresholds};
+pub use verdict::{judge_module, ModuleFinding, ModuleLevel, ModuleVerdict};
 
 /// Decodes a module: the family from the identifier byte, then that family's map.
 pub fn decode(eeprom: &Eeprom) -> Result<Module, Error> {

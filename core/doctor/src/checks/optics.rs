@@ -6,9 +6,9 @@
 //!
 //! The module's memory comes through [`ModuleSource`]: ethtool netlink by page (the
 //! ioctls where netlink cannot) on this host, bytes built field by field in tests; it is
-//! decoded by `rocewatch_optics`.
+//! decoded and judged by `rocewatch_optics::verdict`, as `health` judges it.
 
-use rocewatch_optics::{Alarm, Eeprom, Level, Limits, Measure, Module, Problem};
+use rocewatch_optics::{judge_module, Eeprom, ModuleLevel};
 
 use crate::check::{check, Check, Status};
 use crate::shell::one_line;
@@ -111,230 +111,28 @@ fn skip(nd: &str) -> Check {
     )
 }
 
-/// One module's verdict.
+/// One module's verdict (`rocewatch_optics::verdict`, the one `health` judges by) in
+/// doctor's words: PASS, WARN, FAIL, and INFO where nothing could be judged.
 pub(crate) fn module_check(nd: &str, eeprom: &Eeprom, unread: &[String]) -> Check {
-    let m = match rocewatch_optics::decode(eeprom) {
-        Ok(m) => m,
-        Err(e) => {
-            return check(
-                "optics",
-                nd,
-                Status::Warn,
-                format!("the module's memory does not decode: {e}"),
-                Some("reseat the module; if it persists, replace it".into()),
-            )
-        }
+    let v = judge_module(eeprom, unread);
+    let status = match v.level {
+        ModuleLevel::Ok => Status::Pass,
+        ModuleLevel::Warn => Status::Warn,
+        ModuleLevel::Fail => Status::Fail,
+        ModuleLevel::Unjudged => Status::Info,
     };
-    let mut said = vec![inventory(&m)];
-    said.extend(unread.iter().map(|u| one_line(u)));
-    let mut findings = judge(&m);
-    for p in &m.problems {
-        let status = match p {
-            Problem::DiagnosticsNotImplemented | Problem::MonitorNotImplemented { .. } => {
-                Status::Info
-            }
-            _ => Status::Warn,
-        };
-        findings.push((status, p.to_string(), fix_for_problem(p)));
+    let mut said: Vec<String> = Vec::new();
+    if !v.inventory.is_empty() {
+        said.push(one_line(&v.inventory));
     }
-    let status = findings
-        .iter()
-        .map(|f| f.0)
-        .max_by_key(|s| rank(*s))
-        .unwrap_or(if has_readings(&m) {
-            Status::Pass
-        } else {
-            Status::Info
-        });
-    if findings.is_empty() {
-        said.push(readings(&m));
+    said.extend(v.unread.iter().map(|u| one_line(u)));
+    if v.findings.is_empty() {
+        said.push(one_line(&v.readings));
     }
-    let mut fixes: Vec<&str> = Vec::new();
-    for (_, what, fix) in &findings {
-        said.push(what.clone());
-        if !fix.is_empty() && !fixes.contains(&fix.as_str()) {
-            fixes.push(fix);
-        }
-    }
+    said.extend(v.findings.iter().map(|f| one_line(&f.what)));
+    let fixes = v.fixes();
     let fix = (!fixes.is_empty()).then(|| fixes.join("; "));
     check("optics", nd, status, said.join("; "), fix)
-}
-
-fn rank(s: Status) -> u8 {
-    match s {
-        Status::Fail => 4,
-        Status::Warn => 3,
-        Status::Info => 2,
-        Status::Pass => 1,
-        Status::Skip => 0,
-    }
-}
-
-fn inventory(m: &Module) -> String {
-    let t = |o: &Option<String>| o.as_deref().map(one_line).unwrap_or_else(|| "?".into());
-    format!(
-        "{} {} {} SN {} ({})",
-        one_line(&m.identifier),
-        t(&m.vendor),
-        t(&m.part_number),
-        t(&m.serial_number),
-        m.family.name()
-    )
-}
-
-fn has_readings(m: &Module) -> bool {
-    m.temperature_c.is_some() || m.lanes.iter().any(|l| l.rx_power_mw.is_some())
-}
-
-fn readings(m: &Module) -> String {
-    let mut s = Vec::new();
-    if let Some(t) = m.temperature_c {
-        s.push(format!("{t:.1} °C"));
-    }
-    let rx: Vec<String> = m
-        .lanes
-        .iter()
-        .filter_map(|l| l.rx_power_mw.map(|p| format!("{}: {p:.3} mW", l.lane)))
-        .collect();
-    if !rx.is_empty() {
-        s.push(format!("rx power by lane {}", rx.join(", ")));
-    }
-    if s.is_empty() {
-        "no readings".into()
-    } else {
-        format!("{} within the module's thresholds", s.join(", "))
-    }
-}
-
-fn fix_for_problem(p: &Problem) -> String {
-    match p {
-        Problem::DiagnosticsNotImplemented | Problem::MonitorNotImplemented { .. } => String::new(),
-        _ => "reseat the module; if its memory still reads wrong, replace it".into(),
-    }
-}
-
-/// What to do about `measure` out of its range.
-fn fix_for(measure: Measure) -> &'static str {
-    match measure {
-        Measure::RxPower | Measure::RxLos => "clean the connectors at both ends and check the fiber, reseat the optic; if the far end transmits low, replace the far end's optic",
-        Measure::Temperature => "check the airflow and fans, reseat the module; replace it if it stays hot",
-        Measure::Voltage => "reseat the module; if it persists, replace it (or check the NIC's cage power)",
-        Measure::Bias | Measure::TxPower | Measure::TxFault | Measure::TxLos => "replace the optic (its transmitter is failing)",
-    }
-}
-
-fn status_of(level: Level) -> Status {
-    match level {
-        Level::HighAlarm | Level::LowAlarm | Level::Set => Status::Fail,
-        Level::HighWarning | Level::LowWarning => Status::Warn,
-    }
-}
-
-/// Readings against the thresholds, the flags that are on, and a dark lane among lit
-/// ones: (status, what, fix).
-fn judge(m: &Module) -> Vec<(Status, String, String)> {
-    let mut out = Vec::new();
-    let th = m.thresholds.as_ref();
-    let mut against = |what: String, v: Option<f64>, lim: Option<&Limits>, measure: Measure| {
-        if let (Some(v), Some(l)) = (v, lim) {
-            if let Some((level, at)) = crossed(v, l) {
-                out.push((
-                    status_of(level),
-                    format!("{what} {v:.3} at or past its {} {at:.3}", level.name()),
-                    fix_for(measure).to_string(),
-                ));
-            }
-        }
-    };
-    against(
-        "temperature °C".into(),
-        m.temperature_c,
-        th.and_then(|t| t.temperature_c.as_ref()),
-        Measure::Temperature,
-    );
-    against(
-        "voltage V".into(),
-        m.voltage_v,
-        th.and_then(|t| t.voltage_v.as_ref()),
-        Measure::Voltage,
-    );
-    for l in &m.lanes {
-        let n = l.lane;
-        against(
-            format!("lane {n} bias mA"),
-            l.bias_ma,
-            th.and_then(|t| t.bias_ma.as_ref()),
-            Measure::Bias,
-        );
-        against(
-            format!("lane {n} tx power mW"),
-            l.tx_power_mw,
-            th.and_then(|t| t.tx_power_mw.as_ref()),
-            Measure::TxPower,
-        );
-        against(
-            format!("lane {n} rx power mW"),
-            l.rx_power_mw,
-            th.and_then(|t| t.rx_power_mw.as_ref()),
-            Measure::RxPower,
-        );
-    }
-    for a in &m.alarms {
-        out.push((
-            status_of(a.level),
-            flag_words(a),
-            fix_for(a.measure).to_string(),
-        ));
-    }
-    if let Some(d) = dark_lane(m) {
-        out.push((Status::Fail, d, fix_for(Measure::RxLos).to_string()));
-    }
-    out
-}
-
-/// Light below this is no light (-30 dBm): far under any receiver's sensitivity.
-const DARK_MW: f64 = 0.001;
-/// Light above this is a lit lane (-20 dBm).
-const LIT_MW: f64 = 0.01;
-
-/// A lane with no light while another lane of the module has light.
-fn dark_lane(m: &Module) -> Option<String> {
-    let lit = m
-        .lanes
-        .iter()
-        .any(|l| l.rx_power_mw.is_some_and(|p| p >= LIT_MW));
-    let dark: Vec<String> = m
-        .lanes
-        .iter()
-        .filter(|l| l.rx_power_mw.is_some_and(|p| p < DARK_MW))
-        .map(|l| l.lane.to_string())
-        .collect();
-    (lit && !dark.is_empty()).then(|| {
-        format!(
-            "dark lane {} (rx power under {DARK_MW} mW) while the other lanes have light",
-            dark.join(", ")
-        )
-    })
-}
-
-/// The worst level `v` reaches: an alarm before a warning.
-fn crossed(v: f64, l: &Limits) -> Option<(Level, f64)> {
-    if v >= l.high_alarm {
-        Some((Level::HighAlarm, l.high_alarm))
-    } else if v <= l.low_alarm {
-        Some((Level::LowAlarm, l.low_alarm))
-    } else if v >= l.high_warning {
-        Some((Level::HighWarning, l.high_warning))
-    } else if v <= l.low_warning {
-        Some((Level::LowWarning, l.low_warning))
-    } else {
-        None
-    }
-}
-
-fn flag_words(a: &Alarm) -> String {
-    let lane = a.lane.map(|l| format!("lane {l} ")).unwrap_or_default();
-    format!("flag on: {lane}{} {}", a.measure.name(), a.level.name())
 }
 
 #[cfg(test)]
@@ -406,23 +204,6 @@ mod tests {
         assert_eq!(c.status, Status::Warn, "{c:?}");
         assert!(c.evidence.contains("every reading is zero"), "{c:?}");
         assert!(c.fix.as_deref().unwrap().contains("reseat"), "{c:?}");
-    }
-
-    #[test]
-    fn a_dark_lane_among_lit_ones_fails_naming_it() {
-        let mut m = rocewatch_optics::decode(&fixture("qsfp28-sr4.hexdump")).unwrap();
-        m.thresholds = None;
-        assert!(judge(&m).is_empty(), "{:?}", judge(&m));
-        m.lanes[2].rx_power_mw = Some(0.0);
-        let found = judge(&m);
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].0, Status::Fail);
-        assert!(found[0].1.starts_with("dark lane 3 "), "{found:?}");
-        // Every lane dark (no fiber): not a dark lane of a lit module.
-        for l in &mut m.lanes {
-            l.rx_power_mw = Some(0.0);
-        }
-        assert!(dark_lane(&m).is_none());
     }
 
     #[test]

@@ -23,6 +23,10 @@
 //!
 //! The storm condition is the one SONiC's PFC watchdog acts on: a queue that receives
 //! pauses for nearly all of its detection time while it does not drain.
+//!
+//! [`classify`] gives the state with its evidence and knob (what `rocewatch congestion` and
+//! `doctor` print); [`state_of`] the state alone, without formatting (what the agent
+//! derives after every collection, per port and priority).
 
 mod advice;
 
@@ -131,103 +135,182 @@ fn per_s(v: f64) -> String {
     }
 }
 
-/// The state of one port and priority over one interval.
-pub fn classify(r: &Rates) -> Verdict {
-    let paused = pos(r.paused_by_peer).min(1.0);
-    let pausing = pos(r.pausing_peer).min(1.0);
-    let pauses = pos(r.pause_frames_rx) + pos(r.pause_frames_tx);
-    let paused_any = pauses > 0.0 || paused > 0.0 || pausing > 0.0;
-    let ecn = pos(r.ecn_marked) + pos(r.cnp_sent) + pos(r.cnp_handled);
-    let loss = pos(r.out_of_sequence) + pos(r.retransmissions) + pos(r.discards);
-    let tx = pos(r.tx_bytes);
-    let rx = pos(r.rx_bytes);
-    let pct = |x: f64| format!("{:.0} %", x * 100.0);
+/// The signals one interval's rates give, each absent or unusable counter as none.
+struct Signals {
+    /// Shares of the interval paused by the peer and pausing it (0..1).
+    paused: f64,
+    pausing: f64,
+    /// Pause frames received and sent.
+    pauses: f64,
+    paused_any: bool,
+    /// ECN marks and CNPs sent and handled.
+    ecn: f64,
+    /// Whether any ECN or CNP counter was read at all.
+    ecn_read: bool,
+    /// Out-of-sequence, retransmissions and discards.
+    loss: f64,
+    tx: f64,
+    rx: f64,
+}
 
-    let ecn_read = [r.ecn_marked, r.cnp_sent, r.cnp_handled]
-        .iter()
-        .any(|v| v.is_some_and(f64::is_finite));
-    if paused >= STORM_PAUSED && r.tx_bytes.is_some_and(f64::is_finite) && tx < STORM_TX_BYTES {
-        return Verdict {
-            state: State::Storm,
-            evidence: format!(
-                "paused by the peer {} of the interval while sending {tx:.0} B/s",
-                pct(paused)
-            ),
-            knob: "the peer keeps pausing this priority because something behind it does not drain (a stuck receiver host, or a loop): find it from the switch's pause counters; the switch's PFC watchdog contains it, and on the stuck host the NIC's storm prevention (ethtool --set-tunable IF pfc-prevention-tout) stops it pausing",
-        };
+impl Signals {
+    fn of(r: &Rates) -> Signals {
+        let paused = pos(r.paused_by_peer).min(1.0);
+        let pausing = pos(r.pausing_peer).min(1.0);
+        let pauses = pos(r.pause_frames_rx) + pos(r.pause_frames_tx);
+        Signals {
+            paused,
+            pausing,
+            pauses,
+            paused_any: pauses > 0.0 || paused > 0.0 || pausing > 0.0,
+            ecn: pos(r.ecn_marked) + pos(r.cnp_sent) + pos(r.cnp_handled),
+            ecn_read: [r.ecn_marked, r.cnp_sent, r.cnp_handled]
+                .iter()
+                .any(|v| v.is_some_and(f64::is_finite)),
+            loss: pos(r.out_of_sequence) + pos(r.retransmissions) + pos(r.discards),
+            tx: pos(r.tx_bytes),
+            rx: pos(r.rx_bytes),
+        }
     }
-    if paused_any {
-        let losses = if loss > 0.0 {
-            format!(", and losses {} despite them", per_s(loss))
+}
+
+/// Which condition decided the state (`pfc_dominated` has two: without any ECN counter
+/// read, and with fewer marks and CNPs than pauses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    Storm,
+    PfcEcnUnread,
+    PfcEcnBehind,
+    Lossy,
+    EcnControlled,
+    Flowing,
+    Idle,
+}
+
+impl Case {
+    fn of(r: &Rates, s: &Signals) -> Case {
+        if s.paused >= STORM_PAUSED
+            && r.tx_bytes.is_some_and(f64::is_finite)
+            && s.tx < STORM_TX_BYTES
+        {
+            return Case::Storm;
+        }
+        if s.paused_any {
+            if !s.ecn_read {
+                return Case::PfcEcnUnread;
+            }
+            if s.ecn < s.pauses || s.ecn == 0.0 {
+                return Case::PfcEcnBehind;
+            }
+        }
+        if s.loss > 0.0 && !s.paused_any {
+            Case::Lossy
+        } else if s.ecn > 0.0 {
+            Case::EcnControlled
+        } else if s.tx + s.rx > 0.0 {
+            Case::Flowing
+        } else {
+            Case::Idle
+        }
+    }
+
+    fn state(self) -> State {
+        match self {
+            Case::Storm => State::Storm,
+            Case::PfcEcnUnread | Case::PfcEcnBehind => State::PfcDominated,
+            Case::Lossy => State::Lossy,
+            Case::EcnControlled => State::EcnControlled,
+            Case::Flowing => State::Flowing,
+            Case::Idle => State::Idle,
+        }
+    }
+}
+
+/// The state of one port and priority over one interval, without the evidence text:
+/// what the agent derives after every collection (a text per port and priority it would
+/// throw away), the same state as [`classify`]'s.
+pub fn state_of(r: &Rates) -> State {
+    Case::of(r, &Signals::of(r)).state()
+}
+
+/// The state of one port and priority over one interval, with its evidence and knob.
+pub fn classify(r: &Rates) -> Verdict {
+    let s = Signals::of(r);
+    let case = Case::of(r, &s);
+    let pct = |x: f64| format!("{:.0} %", x * 100.0);
+    let losses = || {
+        if s.loss > 0.0 {
+            format!(", and losses {} despite them", per_s(s.loss))
         } else {
             String::new()
-        };
-        if !ecn_read {
-            return Verdict {
-                state: State::PfcDominated,
-                evidence: format!(
-                    "pause frames {} (paused by the peer {}, pausing it {}), no ECN or CNP counter read{losses}",
-                    per_s(pauses),
-                    pct(paused),
-                    pct(pausing)
-                ),
-                knob: "pauses, and nothing here says whether ECN marks: read the port's ECN and CNP counters (hw_counters np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled) and check ECN is on for this priority (rocewatch qos show)",
-            };
         }
-        if ecn < pauses || ecn == 0.0 {
-            return Verdict {
-                state: State::PfcDominated,
-                evidence: format!(
-                    "pause frames {} (paused by the peer {}, pausing it {}), ECN marks and CNPs {}{losses}",
-                    per_s(pauses),
-                    pct(paused),
-                    pct(pausing),
-                    per_s(ecn)
-                ),
-                knob: if ecn == 0.0 {
-                    "ECN is off or never marks on this priority: enable it on the switch queue and the NIC (rocewatch qos plan), marking below the PFC xoff threshold"
-                } else {
-                    "ECN marks later than PFC triggers: lower the switch's ECN marking threshold (Kmin) below the PFC xoff threshold, or raise xoff within the headroom"
-                },
-            };
-        }
-    }
-    if loss > 0.0 && !paused_any {
-        return Verdict {
-            state: State::Lossy,
-            evidence: format!(
+    };
+    let (evidence, knob) = match case {
+        Case::Storm => (
+            format!(
+                "paused by the peer {} of the interval while sending {:.0} B/s",
+                pct(s.paused),
+                s.tx
+            ),
+            "the peer keeps pausing this priority because something behind it does not drain (a stuck receiver host, or a loop): find it from the switch's pause counters; the switch's PFC watchdog contains it, and on the stuck host the NIC's storm prevention (ethtool --set-tunable IF pfc-prevention-tout) stops it pausing",
+        ),
+        Case::PfcEcnUnread => (
+            format!(
+                "pause frames {} (paused by the peer {}, pausing it {}), no ECN or CNP counter read{}",
+                per_s(s.pauses),
+                pct(s.paused),
+                pct(s.pausing),
+                losses()
+            ),
+            "pauses, and nothing here says whether ECN marks: read the port's ECN and CNP counters (hw_counters np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled) and check ECN is on for this priority (rocewatch qos show)",
+        ),
+        Case::PfcEcnBehind => (
+            format!(
+                "pause frames {} (paused by the peer {}, pausing it {}), ECN marks and CNPs {}{}",
+                per_s(s.pauses),
+                pct(s.paused),
+                pct(s.pausing),
+                per_s(s.ecn),
+                losses()
+            ),
+            if s.ecn == 0.0 {
+                "ECN is off or never marks on this priority: enable it on the switch queue and the NIC (rocewatch qos plan), marking below the PFC xoff threshold"
+            } else {
+                "ECN marks later than PFC triggers: lower the switch's ECN marking threshold (Kmin) below the PFC xoff threshold, or raise xoff within the headroom"
+            },
+        ),
+        Case::Lossy => (
+            format!(
                 "out-of-sequence {}, retransmissions {}, discards {}, and no pauses",
                 per_s(pos(r.out_of_sequence)),
                 per_s(pos(r.retransmissions)),
                 per_s(pos(r.discards))
             ),
-            knob: "the priority is not lossless in practice: PFC on it on the NIC and every switch port of the path (rocewatch qos plan; rocewatch doctor compares with the switch)",
-        };
-    }
-    if ecn > 0.0 {
-        return Verdict {
-            state: State::EcnControlled,
-            evidence: format!(
+            "the priority is not lossless in practice: PFC on it on the NIC and every switch port of the path (rocewatch qos plan; rocewatch doctor compares with the switch)",
+        ),
+        Case::EcnControlled => (
+            format!(
                 "ECN marks {}, CNPs sent {}, handled {}, pause frames {}",
                 per_s(pos(r.ecn_marked)),
                 per_s(pos(r.cnp_sent)),
                 per_s(pos(r.cnp_handled)),
-                per_s(pauses)
+                per_s(s.pauses)
             ),
-            knob: "",
-        };
-    }
-    if tx + rx > 0.0 {
-        return Verdict {
-            state: State::Flowing,
-            evidence: format!("sending {tx:.0} B/s, receiving {rx:.0} B/s, no congestion signal"),
-            knob: "",
-        };
-    }
+            "",
+        ),
+        Case::Flowing => (
+            format!(
+                "sending {:.0} B/s, receiving {:.0} B/s, no congestion signal",
+                s.tx, s.rx
+            ),
+            "",
+        ),
+        Case::Idle => ("no traffic, no pauses".into(), ""),
+    };
     Verdict {
-        state: State::Idle,
-        evidence: "no traffic, no pauses".into(),
-        knob: "",
+        state: case.state(),
+        evidence,
+        knob,
     }
 }
 
@@ -661,6 +744,8 @@ mod tests {
             let out = classify(&r);
             proptest::prop_assert!(State::ALL.contains(&out.state));
             proptest::prop_assert!(!out.evidence.contains("NaN"), "{}", out.evidence);
+            // The state the agent derives without the text is the one the text explains.
+            proptest::prop_assert_eq!(state_of(&r), out.state);
         }
     }
 }

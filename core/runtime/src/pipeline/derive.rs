@@ -6,7 +6,7 @@ use rocewatch_metrics::names;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rocewatch_congestion::{classify, Join};
+use rocewatch_congestion::{state_of, Join};
 use rocewatch_metrics::{
     CatalogEntry, ATTR_CONGESTION_STATE, ATTR_DEVICE, ATTR_NETDEV, ATTR_PORT, ATTR_PRIORITY,
     DERIVED_PFC_PAUSE_RATIO, DERIVED_PORT_ERROR_RATE, DERIVED_PORT_THROUGHPUT,
@@ -96,7 +96,7 @@ fn congestion(store: &Store, out: &mut Vec<Sample>) {
     }
     let source: Arc<str> = "derived:congestion counters".into();
     for (k, r) in join.finish() {
-        let state = classify(&r).state;
+        let state = state_of(&r);
         let mut attrs: Vec<(&str, &str)> = Vec::with_capacity(5);
         for (key, v) in [
             (ATTR_DEVICE, k.device.as_str()),

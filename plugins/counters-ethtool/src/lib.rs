@@ -20,8 +20,8 @@
 //! (rtnetlink, live `/sys` only, behind its own seam); [`link`] adds the link's history
 //! (carrier transitions, the down reason, FEC) and its transceiver module (ethtool netlink
 //! on the live `/sys` only, behind the [`link::LinkSource`] seam).
-//! - `module_interval_secs`: how often a port's module EEPROM is read (default 300; the
-//!   last reading is repeated in between).
+//! - `module_interval_secs`: how often a port's module EEPROM is read (default 300, 10 to
+//!   86400; the last reading is repeated in between).
 
 pub mod link;
 #[cfg(target_os = "linux")]
@@ -30,6 +30,7 @@ pub mod vf;
 
 use rocewatch_metrics::names;
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use rocewatch_metrics::{ATTR_DEVICE, ATTR_DIRECTION, ATTR_NETDEV, ATTR_PORT};
 use rocewatch_plugin_api::*;
@@ -42,7 +43,9 @@ pub use rocewatch_metrics::{ATTR_DRIVER_STAT as ATTR_STAT, ATTR_PRIORITY};
 
 /// Where driver statistics come from: the ioctls on a host, recorded outputs in tests.
 pub trait StatsSource: Send {
-    /// `Ok(None)` when the interface has no driver statistics or does not exist.
+    /// `Ok(None)` when the interface has no driver statistics or does not exist; an error
+    /// of kind `NotFound` when it does not exist and that is known (the ioctls' ENODEV):
+    /// it is then asked again only after [`ABSENT_RECHECK`].
     fn stats(&mut self, ifname: &str) -> std::io::Result<Option<Vec<(String, u64)>>>;
 }
 
@@ -55,12 +58,12 @@ impl StatsSource for IoctlSource {
     fn stats(&mut self, ifname: &str) -> std::io::Result<Option<Vec<(String, u64)>>> {
         match self.0.driver_stats(ifname) {
             Ok(v) => Ok(Some(v)),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENODEV) | Some(libc::EOPNOTSUPP) | Some(libc::ENXIO)
-                ) =>
-            {
+            // net/ethtool/ioctl.c: no netdev of that name, or one its driver detached
+            // (`netif_device_present`).
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {
+                Err(std::io::Error::new(std::io::ErrorKind::NotFound, e))
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENXIO)) => {
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -83,19 +86,37 @@ pub struct Options {
     pub exclude: Vec<String>,
     #[serde(default)]
     pub stats_dir: Option<std::path::PathBuf>,
-    /// Seconds between two reads of a port's module EEPROM (default 300).
+    /// Seconds between two reads of a port's module EEPROM (default 300; 10 to 86400).
     #[serde(default)]
     pub module_interval_secs: Option<u64>,
 }
 
+/// How long a netdev that did not exist goes unasked for its statistics: asking costs a
+/// failed ioctl per netdev and collection (five a second at 5 Hz), for a netdev that was
+/// renamed or removed, or that its driver detached while it resets and brings back in
+/// seconds (hence not the minute the PCIe link files wait).
+pub const ABSENT_RECHECK: Duration = Duration::from_secs(10);
+
 /// Default seconds between module EEPROM reads.
 pub const MODULE_INTERVAL_SECS: u64 = 300;
+/// The `module_interval_secs` allowed: at least 10 s (a CMIS module is up to 8 page
+/// reads, each milliseconds, more through firmware), at most a day.
+pub const MODULE_INTERVAL_RANGE: std::ops::RangeInclusive<u64> = 10..=86_400;
 
 impl Options {
     /// Decode and check `options`; errors name the key.
     pub fn from_json(options: &serde_json::Value) -> Result<Options, PluginError> {
         let o: Options = rocewatch_plugin_api::options::decode(options)?;
         o.raw_regex()?;
+        if let Some(secs) = o.module_interval_secs {
+            if !MODULE_INTERVAL_RANGE.contains(&secs) {
+                return Err(PluginError::InvalidOptions(format!(
+                    "module_interval_secs = {secs}: must be {} to {} seconds (a module read is an I2C transaction a page, through the NIC's firmware on some drivers: not every collection)",
+                    MODULE_INTERVAL_RANGE.start(),
+                    MODULE_INTERVAL_RANGE.end()
+                )));
+            }
+        }
         DeviceFilter::new(&DeviceSelection {
             include: o.include.clone(),
             exclude: o.exclude.clone(),
@@ -130,6 +151,8 @@ impl StatsSource for FileSource {
 struct Target {
     ifname: String,
     base: BTreeMap<String, String>,
+    /// A netdev that did not exist is not asked for its statistics before this.
+    recheck_at: Option<Instant>,
 }
 
 /// The built-in ethtool collector.
@@ -267,6 +290,7 @@ impl Plugin for EthtoolCounters {
                         self.targets.push(Target {
                             ifname: nd.clone(),
                             base,
+                            recheck_at: None,
                         });
                     }
                 }
@@ -275,7 +299,11 @@ impl Plugin for EthtoolCounters {
             for i in opts.interfaces {
                 let mut base = BTreeMap::new();
                 base.insert(ATTR_NETDEV.to_string(), i.clone());
-                self.targets.push(Target { ifname: i, base });
+                self.targets.push(Target {
+                    ifname: i,
+                    base,
+                    recheck_at: None,
+                });
             }
         }
         let root = SysRoot::new(&ctx.sysfs_root);
@@ -337,14 +365,24 @@ impl CollectorPlugin for EthtoolCounters {
         }
         let mut out = ScrapeResult::default();
         let mut present = 0;
-        for t in &self.targets {
-            match source.stats(&t.ifname) {
+        let now = Instant::now();
+        for t in &mut self.targets {
+            let read = if t.recheck_at.is_some_and(|at| now < at) {
+                Ok(None)
+            } else {
+                t.recheck_at = None;
+                source.stats(&t.ifname)
+            };
+            match read {
                 Ok(Some(stats)) => {
                     present += 1;
                     out.samples
                         .extend(samples_of(&stats, &t.base, self.raw.as_ref()))
                 }
                 Ok(None) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    t.recheck_at = Some(now + ABSENT_RECHECK);
+                }
                 Err(e) => out.errors.push(PartialError {
                     target: format!("ethtool -S {}", t.ifname),
                     message: e.to_string(),
@@ -365,5 +403,80 @@ impl CollectorPlugin for EthtoolCounters {
             )));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// `eth0` always there; `gone0` only once `back` is set; every call counted.
+    struct Counted {
+        calls: Arc<Mutex<BTreeMap<String, usize>>>,
+        back: Arc<Mutex<bool>>,
+    }
+
+    impl StatsSource for Counted {
+        fn stats(&mut self, ifname: &str) -> std::io::Result<Option<Vec<(String, u64)>>> {
+            *self.calls.lock().unwrap().entry(ifname.into()).or_default() += 1;
+            if ifname == "eth0" || *self.back.lock().unwrap() {
+                return Ok(Some(vec![("rx_prio3_pause".into(), 7)]));
+            }
+            Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{ifname}: no such device"),
+            ))
+        }
+    }
+
+    fn read(c: &mut EthtoolCounters, ifname: &str) -> bool {
+        let r = c.collect().unwrap();
+        assert!(
+            r.errors.is_empty(),
+            "absent is not an error: {:?}",
+            r.errors
+        );
+        r.samples
+            .iter()
+            .any(|s| s.attributes.get(ATTR_NETDEV) == Some(ifname))
+    }
+
+    /// A netdev that does not exist (the ioctls' ENODEV) is not asked on every
+    /// collection, but is again after the recheck time, and read once it is back.
+    #[test]
+    fn absent_netdevs_are_asked_again_only_after_a_while() {
+        let calls = Arc::new(Mutex::new(BTreeMap::new()));
+        let back = Arc::new(Mutex::new(false));
+        let mut c = EthtoolCounters::with_source(Box::new(Counted {
+            calls: Arc::clone(&calls),
+            back: Arc::clone(&back),
+        }));
+        let mut ctx = PluginContext::new("/nonexistent");
+        ctx.options = serde_json::json!({"interfaces": ["eth0", "gone0"]});
+        c.start(&ctx).unwrap();
+        let count = |n: &str| calls.lock().unwrap().get(n).copied().unwrap_or(0);
+        for _ in 0..5 {
+            assert!(read(&mut c, "eth0"));
+            assert!(!read(&mut c, "gone0"));
+        }
+        assert_eq!(count("eth0"), 10);
+        assert_eq!(count("gone0"), 1, "an absent netdev asked every collection");
+        let wait = c.targets[1]
+            .recheck_at
+            .expect("absent: a recheck set")
+            .saturating_duration_since(Instant::now());
+        assert!(
+            wait > ABSENT_RECHECK / 2 && wait <= ABSENT_RECHECK,
+            "{wait:?}"
+        );
+        // It comes back: read at the recheck, and every collection after.
+        *back.lock().unwrap() = true;
+        assert!(!read(&mut c, "gone0"), "asked before the recheck");
+        c.targets[1].recheck_at = Some(Instant::now());
+        assert!(read(&mut c, "gone0"), "not read again once it is time");
+        assert!(c.targets[1].recheck_at.is_none());
+        assert!(read(&mut c, "gone0"));
+        assert_eq!(count("gone0"), 3);
     }
 }

@@ -64,6 +64,11 @@ pub(crate) fn decode(eeprom: &Eeprom) -> Module {
         return module;
     }
     module.diagnostics_implemented = true;
+    if lower[86] != 0xff {
+        // The first application's lane counts, as `lanes_in_use` reads them.
+        module.host_lane_count = Some(lower[88] >> 4).filter(|n| *n != 0);
+        module.media_lane_count = Some(lower[88] & 0x0f).filter(|n| *n != 0);
+    }
     let page01 = eeprom.page(0, 1);
     if !module_monitors(lower, page01, &mut module) {
         return module;
@@ -226,6 +231,31 @@ fn lanes_in_use(lower: &Page, page01: &Page) -> u8 {
         .fold(0u8, |used, start| used | block << start)
 }
 
+/// Host lane `i` (0-7) of a bank's data path state: page 11h bytes 128-131, two lanes a
+/// byte, lane 1 in byte 128 bits 3-0 and lane 2 in its bits 7-4 (SONiC's page 11h map:
+/// `DP<lane>State` at `128 + (lane-1)/2`, bits 0-3 for an odd lane, 4-7 for an even
+/// one), the codes as ethtool's `cmis_dp_state_str` names them (CMIS 5 table 8-74:
+/// 1 DPDeactivated, 2 DPInit, 3 DPDeinit, 4 DPActivated, 5 DPTxTurnOn, 6 DPTxTurnOff,
+/// 7 DPInitialized).
+fn data_path_state(page11: &Page, i: u8) -> String {
+    let byte = page11[usize::from(i / 2)];
+    let code = if i.is_multiple_of(2) {
+        byte & 0x0f
+    } else {
+        byte >> 4
+    };
+    match code {
+        1 => "DPDeactivated".into(),
+        2 => "DPInit".into(),
+        3 => "DPDeinit".into(),
+        4 => crate::model::DP_ACTIVATED.into(),
+        5 => "DPTxTurnOn".into(),
+        6 => "DPTxTurnOff".into(),
+        7 => "DPInitialized".into(),
+        _ => format!("reserved (0x{code:x})"),
+    }
+}
+
 /// One bank's eight lanes from its page 11h: the monitors page 01h advertises, and the
 /// lane flags (one bit a lane) of those monitors, loss of signal and transmitter fault.
 /// A lane outside `in_use` is listed with no readings.
@@ -243,6 +273,7 @@ fn lanes(bank: u8, in_use: u8, page01: &Page, page11: &Page, multiplier: f64, mo
             bias_ma: has(MON_BIAS).then(|| bias_ma(word(170)) * multiplier),
             tx_power_mw: has(MON_TX_POWER).then(|| power_mw(word(154))),
             rx_power_mw: has(MON_RX_POWER).then(|| power_mw(word(186))),
+            data_path_state: Some(data_path_state(page11, i)),
         });
         // Lane n of a bank is bit n-1 of each flag byte: SONiC's page 11h map
         // (`RegBitField(lane-1)`), FBOSS's `getChannelFlags` (`data[k] & (1 << channel)`)

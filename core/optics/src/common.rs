@@ -151,6 +151,8 @@ pub(crate) fn empty_module(family: Family, id: u8) -> Module {
         revision_compliance: None,
         flat_memory: None,
         module_state: None,
+        host_lane_count: None,
+        media_lane_count: None,
         diagnostics_implemented: false,
         rx_power_kind: None,
         temperature_c: None,

@@ -18,6 +18,18 @@ pub enum Family {
 }
 
 impl Family {
+    /// Whether the module's alarm and warning flags are latched (set when the level was
+    /// crossed, cleared when read), so that a set flag says "since the last read", not
+    /// "now". SFF-8636 names its flags "L-Temp High Alarm" ... (lower bytes 3-14) and CMIS
+    /// marks its module flags (lower byte 9) and lane flags (page 11h 135-152) "Latched
+    /// ... Flag", type RO/COR (clear on read). SFF-8472's A2h bytes 112-117 are not:
+    /// each says how the last measurement compares with its threshold (the DS1876 SFP
+    /// controller's A2h alarm registers: "1 = last measurement was above threshold
+    /// setting"), so they are judged as current.
+    pub fn flags_latched(self) -> bool {
+        matches!(self, Family::Sff8636 | Family::Cmis)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Family::Sff8472 => "SFF-8472",
@@ -53,6 +65,11 @@ pub struct Module {
     pub flat_memory: Option<bool>,
     /// CMIS module state (`ModuleReady`, `ModuleLowPwr`, ...).
     pub module_state: Option<String>,
+    /// CMIS: the first application's host and media lane counts (lower byte 88 bits 7-4
+    /// and 3-0; `None` without an application). Equal counts map host lane n to media
+    /// lane n, which is what lets a lane's data path state speak for its light.
+    pub host_lane_count: Option<u8>,
+    pub media_lane_count: Option<u8>,
     /// Whether the module says it implements diagnostics at all.
     pub diagnostics_implemented: bool,
     /// The receive power kind: "average" or "OMA" (SFF-8472 byte 92 bit 3, SFF-8636 byte
@@ -77,7 +94,25 @@ pub struct Lane {
     pub bias_ma: Option<f64>,
     pub tx_power_mw: Option<f64>,
     pub rx_power_mw: Option<f64>,
+    /// CMIS: the data path state of host lane `lane` (page 11h bytes 128-131, a nibble a
+    /// lane), as ethtool names it ("DPActivated", "DPDeactivated", ...; "reserved (0xN)"
+    /// otherwise). `None` for SFF-8472/SFF-8636, which have no data path state.
+    pub data_path_state: Option<String>,
 }
+
+impl Lane {
+    /// The lane's data path is known to be other than activated: unused (a breakout port
+    /// not configured), held down by the host, or coming up; its light is not a fault. A
+    /// reserved code says nothing either way.
+    pub fn data_path_inactive(&self) -> bool {
+        self.data_path_state
+            .as_deref()
+            .is_some_and(|s| s != DP_ACTIVATED && !s.starts_with("reserved"))
+    }
+}
+
+/// The data path state of a lane that carries traffic (CMIS DPState 4).
+pub const DP_ACTIVATED: &str = "DPActivated";
 
 /// High/low alarm and warning levels of one measure.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

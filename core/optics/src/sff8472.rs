@@ -102,6 +102,7 @@ fn diagnostics(a0: &[u8; 128], a2: &[u8; 256], module: &mut Module) {
         bias_ma: finite(cal.bias(a2, 100)),
         tx_power_mw: finite(cal.tx_power(a2, 102)),
         rx_power_mw: finite(cal.rx_power(a2, 104)),
+        data_path_state: None,
     });
     module.thresholds = Thresholds {
         temperature_c: limits(a2, 0, |b, o| cal.temperature(b, o)),

@@ -168,6 +168,7 @@ fn monitors(lower: &Page, tx_power: bool, module: &mut Module) {
             bias_ma: Some(bias_ma(u16_at(lower, 42 + 2 * lane))),
             tx_power_mw: tx_power.then(|| power_mw(u16_at(lower, 50 + 2 * lane))),
             rx_power_mw: Some(power_mw(u16_at(lower, 34 + 2 * lane))),
+            data_path_state: None,
         });
     }
 }

@@ -7,7 +7,7 @@
 //! The words are the evidence both print; they carry what the module and the read said,
 //! so a renderer that prints on one line escapes control characters itself.
 
-use crate::model::{Alarm, Level, Limits, Measure, Module, Problem};
+use crate::model::{Alarm, Lane, Level, Limits, Measure, Module, Problem};
 use crate::Eeprom;
 
 /// How a module (or one finding of it) is judged.
@@ -54,6 +54,9 @@ pub struct ModuleVerdict {
     pub inventory: String,
     /// What was read that could not be, as the reader said it ("bank 0 page 03h: ...").
     pub unread: Vec<String>,
+    /// What was seen and deliberately not judged, said beside the findings ("data path
+    /// not activated on lane 3 (DPDeactivated): its light is not judged").
+    pub notes: Vec<String>,
     /// The readings in words ("41.2 °C, rx power by lane 1: 0.512 mW, ... within the
     /// module's thresholds"), or "no readings".
     pub readings: String,
@@ -76,23 +79,27 @@ impl ModuleVerdict {
 /// The verdict on the module whose memory is `eeprom`; `unread` what the reader could
 /// not read (said, not judged).
 pub fn judge_module(eeprom: &Eeprom, unread: &[String]) -> ModuleVerdict {
-    let m = match crate::decode(eeprom) {
-        Ok(m) => m,
-        Err(e) => {
-            return ModuleVerdict {
+    match crate::decode(eeprom) {
+        Ok(m) => judge_decoded(&m, unread),
+        Err(e) => ModuleVerdict {
+            level: ModuleLevel::Warn,
+            inventory: String::new(),
+            unread: Vec::new(),
+            notes: Vec::new(),
+            readings: "no readings".into(),
+            findings: vec![ModuleFinding {
                 level: ModuleLevel::Warn,
-                inventory: String::new(),
-                unread: Vec::new(),
-                readings: "no readings".into(),
-                findings: vec![ModuleFinding {
-                    level: ModuleLevel::Warn,
-                    what: format!("the module's memory does not decode: {e}"),
-                    fix: "reseat the module; if it persists, replace it".into(),
-                }],
-            }
-        }
-    };
-    let mut findings = judge(&m);
+                what: format!("the module's memory does not decode: {e}"),
+                fix: "reseat the module; if it persists, replace it".into(),
+            }],
+        },
+    }
+}
+
+/// [`judge_module`] of a module already decoded.
+pub fn judge_decoded(m: &Module, unread: &[String]) -> ModuleVerdict {
+    let mut notes = Vec::new();
+    let mut findings = judge(m, &mut notes);
     for p in &m.problems {
         let level = match p {
             Problem::DiagnosticsNotImplemented | Problem::MonitorNotImplemented { .. } => {
@@ -106,20 +113,22 @@ pub fn judge_module(eeprom: &Eeprom, unread: &[String]) -> ModuleVerdict {
             fix: fix_for_problem(p),
         });
     }
+    let (readings, all_judged) = readings(m);
     let level = findings
         .iter()
         .map(|f| f.level)
         .max_by_key(|l| l.rank())
-        .unwrap_or(if has_readings(&m) {
+        .unwrap_or(if has_readings(m) && all_judged {
             ModuleLevel::Ok
         } else {
             ModuleLevel::Unjudged
         });
     ModuleVerdict {
         level,
-        inventory: inventory(&m),
+        inventory: inventory(m),
         unread: unread.to_vec(),
-        readings: readings(&m),
+        notes,
+        readings,
         findings,
     }
 }
@@ -140,10 +149,15 @@ fn has_readings(m: &Module) -> bool {
     m.temperature_c.is_some() || m.lanes.iter().any(|l| l.rx_power_mw.is_some())
 }
 
-fn readings(m: &Module) -> String {
-    let mut s = Vec::new();
+/// The readings in words, and whether every one had thresholds to be judged by: a
+/// module that programs none (its thresholds page absent, or all zero) is never said to
+/// be "within" them.
+fn readings(m: &Module) -> (String, bool) {
+    let th = m.thresholds.as_ref();
+    let (mut judged, mut unjudged) = (Vec::new(), Vec::new());
     if let Some(t) = m.temperature_c {
-        s.push(format!("{t:.1} °C"));
+        let has = th.is_some_and(|t| t.temperature_c.is_some());
+        (if has { &mut judged } else { &mut unjudged }).push(format!("{t:.1} °C"));
     }
     let rx: Vec<String> = m
         .lanes
@@ -151,13 +165,27 @@ fn readings(m: &Module) -> String {
         .filter_map(|l| l.rx_power_mw.map(|p| format!("{}: {p:.3} mW", l.lane)))
         .collect();
     if !rx.is_empty() {
-        s.push(format!("rx power by lane {}", rx.join(", ")));
+        let has = th.is_some_and(|t| t.rx_power_mw.is_some());
+        (if has { &mut judged } else { &mut unjudged })
+            .push(format!("rx power by lane {}", rx.join(", ")));
     }
-    if s.is_empty() {
-        "no readings".into()
-    } else {
-        format!("{} within the module's thresholds", s.join(", "))
+    let mut said = Vec::new();
+    if !judged.is_empty() {
+        said.push(format!(
+            "{} within the module's thresholds",
+            judged.join(", ")
+        ));
     }
+    if !unjudged.is_empty() {
+        said.push(format!(
+            "{}: the module carries no thresholds to judge them by",
+            unjudged.join(", ")
+        ));
+    }
+    if said.is_empty() {
+        return ("no readings".into(), false);
+    }
+    (said.join("; "), unjudged.is_empty())
 }
 
 fn fix_for_problem(p: &Problem) -> String {
@@ -193,8 +221,8 @@ fn finding(level: ModuleLevel, what: String, measure: Measure) -> ModuleFinding 
 }
 
 /// Readings against the thresholds, the flags that are on, and a dark lane among lit
-/// ones.
-fn judge(m: &Module) -> Vec<ModuleFinding> {
+/// ones; what is deliberately left unjudged goes to `notes`.
+fn judge(m: &Module, notes: &mut Vec<String>) -> Vec<ModuleFinding> {
     let mut out = Vec::new();
     let th = m.thresholds.as_ref();
     let mut against = |what: String, v: Option<f64>, lim: Option<&Limits>, measure: Measure| {
@@ -242,12 +270,79 @@ fn judge(m: &Module) -> Vec<ModuleFinding> {
         );
     }
     for a in &m.alarms {
-        out.push(finding(level_of(a.level), flag_words(a), a.measure));
+        out.push(flag_finding(m, a));
     }
-    if let Some(d) = dark_lane(m) {
+    if let Some(d) = dark_lane(m, notes) {
         out.push(finding(ModuleLevel::Fail, d, Measure::RxLos));
     }
     out
+}
+
+/// The reading a flag is about, now: the module's for a module flag, the lane's for a
+/// lane flag; loss of signal and a transmitter fault by the power they are about.
+fn reading_now(m: &Module, a: &Alarm) -> Option<f64> {
+    let lane = || m.lanes.iter().find(|l| Some(l.lane) == a.lane);
+    match a.measure {
+        Measure::Temperature => m.temperature_c,
+        Measure::Voltage => m.voltage_v,
+        Measure::Bias => lane()?.bias_ma,
+        Measure::TxPower | Measure::TxLos | Measure::TxFault => lane()?.tx_power_mw,
+        Measure::RxPower | Measure::RxLos => lane()?.rx_power_mw,
+    }
+}
+
+fn limits_of(m: &Module, measure: Measure) -> Option<Limits> {
+    let t = m.thresholds.as_ref()?;
+    match measure {
+        Measure::Temperature => t.temperature_c,
+        Measure::Voltage => t.voltage_v,
+        Measure::Bias => t.bias_ma,
+        Measure::TxPower | Measure::TxLos | Measure::TxFault => t.tx_power_mw,
+        Measure::RxPower | Measure::RxLos => t.rx_power_mw,
+    }
+}
+
+/// Whether the reading now is where the flag says it went: at or past the flag's own
+/// level; for loss of signal or a transmitter fault, no light (under [`DARK_MW`]) or at
+/// or under the power's low alarm. `None`: no reading to tell.
+fn confirmed(m: &Module, a: &Alarm) -> Option<bool> {
+    let v = reading_now(m, a)?;
+    let l = limits_of(m, a.measure);
+    Some(match a.level {
+        Level::HighAlarm => l.is_some_and(|l| v >= l.high_alarm),
+        Level::LowAlarm => l.is_some_and(|l| v <= l.low_alarm),
+        Level::HighWarning => l.is_some_and(|l| v >= l.high_warning),
+        Level::LowWarning => l.is_some_and(|l| v <= l.low_warning),
+        Level::Set => v < DARK_MW || l.is_some_and(|l| v <= l.low_alarm),
+    })
+}
+
+/// A flag that is on. SFF-8472's flags compare the last measurement, so a set flag is
+/// now. SFF-8636's and CMIS's are latched ([`crate::Family::flags_latched`]): set when
+/// the level was crossed at any time since the last read, so a latched alarm fails only
+/// where the reading now confirms it, and is otherwise a warning that says so.
+fn flag_finding(m: &Module, a: &Alarm) -> ModuleFinding {
+    let level = level_of(a.level);
+    if !m.family.flags_latched() || confirmed(m, a) == Some(true) {
+        return finding(level, flag_words(a), a.measure);
+    }
+    let lane = a.lane.map(|l| format!("lane {l} ")).unwrap_or_default();
+    let now = match reading_now(m, a) {
+        Some(v) => format!("now {v:.3}"),
+        None => "no reading now to confirm it".into(),
+    };
+    let what = match a.level {
+        Level::Set => format!(
+            "latched: {lane}{} since the last read, {now}",
+            a.measure.name()
+        ),
+        l => format!(
+            "latched: {lane}{} {} crossed since the last read, {now}",
+            a.measure.name(),
+            l.name()
+        ),
+    };
+    finding(ModuleLevel::Warn, what, a.measure)
 }
 
 /// Light below this is no light (-30 dBm): far under any receiver's sensitivity.
@@ -255,8 +350,39 @@ const DARK_MW: f64 = 0.001;
 /// Light above this is a lit lane (-20 dBm).
 const LIT_MW: f64 = 0.01;
 
-/// A lane with no light while another lane of the module has light.
-fn dark_lane(m: &Module) -> Option<String> {
+/// A lane with no light while another lane of the module has light. A lane whose data
+/// path is not activated (CMIS) is not judged: its light is off by design (a breakout
+/// port unused, a lane the host holds down, a data path coming up). Its state is the host
+/// lane's, so where the application does not map host lanes 1:1 onto media lanes no lane
+/// is judged dark while any data path is down; either is said in `notes`.
+fn dark_lane(m: &Module, notes: &mut Vec<String>) -> Option<String> {
+    let inactive: Vec<&Lane> = m.lanes.iter().filter(|l| l.data_path_inactive()).collect();
+    if !inactive.is_empty() {
+        let which: Vec<String> = inactive
+            .iter()
+            .map(|l| {
+                let state = l.data_path_state.as_deref().unwrap_or_default();
+                format!("{} ({state})", l.lane)
+            })
+            .collect();
+        let one_to_one = match (m.host_lane_count, m.media_lane_count) {
+            (Some(h), Some(media)) => h == media,
+            _ => true,
+        };
+        if !one_to_one {
+            notes.push(format!(
+                "data path not activated on host lane {}: the application maps {} host lanes onto {} media lanes, dark lanes not judged",
+                which.join(", "),
+                m.host_lane_count.unwrap_or_default(),
+                m.media_lane_count.unwrap_or_default()
+            ));
+            return None;
+        }
+        notes.push(format!(
+            "data path not activated on lane {}: its light is not judged",
+            which.join(", ")
+        ));
+    }
     let lit = m
         .lanes
         .iter()
@@ -264,7 +390,7 @@ fn dark_lane(m: &Module) -> Option<String> {
     let dark: Vec<String> = m
         .lanes
         .iter()
-        .filter(|l| l.rx_power_mw.is_some_and(|p| p < DARK_MW))
+        .filter(|l| !l.data_path_inactive() && l.rx_power_mw.is_some_and(|p| p < DARK_MW))
         .map(|l| l.lane.to_string())
         .collect();
     (lit && !dark.is_empty()).then(|| {
@@ -309,9 +435,9 @@ mod tests {
     fn a_dark_lane_among_lit_ones_fails_naming_it() {
         let mut m = crate::decode(&fixture("qsfp28-sr4.hexdump")).unwrap();
         m.thresholds = None;
-        assert!(judge(&m).is_empty(), "{:?}", judge(&m));
+        assert!(judge(&m, &mut Vec::new()).is_empty());
         m.lanes[2].rx_power_mw = Some(0.0);
-        let found = judge(&m);
+        let found = judge(&m, &mut Vec::new());
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].level, ModuleLevel::Fail);
         assert!(found[0].what.starts_with("dark lane 3 "), "{found:?}");
@@ -319,7 +445,7 @@ mod tests {
         for l in &mut m.lanes {
             l.rx_power_mw = Some(0.0);
         }
-        assert!(dark_lane(&m).is_none());
+        assert!(dark_lane(&m, &mut Vec::new()).is_none());
     }
 
     #[test]
@@ -329,6 +455,138 @@ mod tests {
         assert!(v.findings.is_empty(), "{v:?}");
         assert!(v.readings.contains("rx power by lane 1:"), "{v:?}");
         assert!(v.fixes().is_empty());
+    }
+
+    fn qsfp28() -> Module {
+        crate::decode(&fixture("qsfp28-sr4.hexdump")).unwrap()
+    }
+
+    fn flag(measure: Measure, level: Level, lane: Option<u8>) -> Alarm {
+        Alarm {
+            measure,
+            level,
+            lane,
+        }
+    }
+
+    /// SFF-8636 and CMIS flags are latched (clear on read): an alarm flag whose reading is
+    /// back inside the thresholds is a warning said as latched; one the reading confirms
+    /// fails. SFF-8472's flags follow the last measurement: a set alarm fails.
+    #[test]
+    fn a_latched_alarm_fails_only_when_the_reading_confirms_it() {
+        let mut m = qsfp28();
+        m.alarms = vec![flag(Measure::RxPower, Level::LowAlarm, Some(2))];
+        let v = judge_decoded(&m, &[]);
+        assert_eq!(v.level, ModuleLevel::Warn, "{v:?}");
+        let what = &v.findings[0].what;
+        assert!(
+            what.starts_with(
+                "latched: lane 2 receiver power low alarm crossed since the last read, now "
+            ),
+            "{what}"
+        );
+        let low_alarm = m
+            .thresholds
+            .as_ref()
+            .unwrap()
+            .rx_power_mw
+            .unwrap()
+            .low_alarm;
+        m.lanes[1].rx_power_mw = Some(low_alarm / 2.0);
+        let v = judge_decoded(&m, &[]);
+        assert_eq!(v.level, ModuleLevel::Fail, "{v:?}");
+        assert!(
+            v.findings.iter().any(|f| f.level == ModuleLevel::Fail
+                && f.what
+                    .starts_with("flag on: lane 2 receiver power low alarm")),
+            "{v:?}"
+        );
+        // A latched LOS on a lane that has light now, then on one that has none.
+        let mut m = qsfp28();
+        m.thresholds = None;
+        m.alarms = vec![flag(Measure::RxLos, Level::Set, Some(1))];
+        assert_eq!(judge_decoded(&m, &[]).level, ModuleLevel::Warn);
+        m.lanes[0].rx_power_mw = Some(0.0);
+        let v = judge_decoded(&m, &[]);
+        assert_eq!(v.level, ModuleLevel::Fail, "{v:?}");
+        // SFF-8472: the flag is the current comparison.
+        let mut s = crate::decode(&fixture("sfp-10g-sr-rx-low.hex")).unwrap();
+        s.lanes[0].rx_power_mw = Some(0.5);
+        let v = judge_decoded(&s, &[]);
+        assert_eq!(v.level, ModuleLevel::Fail, "{v:?}");
+        assert!(
+            v.findings.iter().all(|f| !f.what.starts_with("latched")),
+            "{v:?}"
+        );
+    }
+
+    /// No thresholds (page absent, or all zero): the readings are said, not passed.
+    #[test]
+    fn a_module_without_thresholds_is_not_within_them() {
+        let mut m = qsfp28();
+        m.thresholds = None;
+        let v = judge_decoded(&m, &[]);
+        assert_eq!(v.level, ModuleLevel::Unjudged, "{v:?}");
+        assert!(!v.readings.contains("within"), "{v:?}");
+        assert!(
+            v.readings
+                .contains("the module carries no thresholds to judge them by"),
+            "{v:?}"
+        );
+        assert!(v.readings.contains("rx power by lane 1:"), "{v:?}");
+        // Still judged: a dark lane.
+        m.lanes[2].rx_power_mw = Some(0.0);
+        assert_eq!(judge_decoded(&m, &[]).level, ModuleLevel::Fail);
+        // Thresholds for temperature only: the temperature judged, rx power not.
+        let mut m = qsfp28();
+        m.thresholds.as_mut().unwrap().rx_power_mw = None;
+        let v = judge_decoded(&m, &[]);
+        assert_eq!(v.level, ModuleLevel::Unjudged, "{v:?}");
+        assert!(
+            v.readings.contains("°C within the module's thresholds"),
+            "{v:?}"
+        );
+        assert!(v.readings.contains("no thresholds"), "{v:?}");
+    }
+
+    /// A dark lane whose data path is not activated (a breakout port unused, a lane the
+    /// host holds down) is not a dark lane; where host lanes do not map 1:1 onto media
+    /// lanes, no lane is judged dark while a data path is down.
+    #[test]
+    fn a_lane_whose_data_path_is_down_is_not_judged_dark() {
+        let mut m = qsfp28();
+        m.thresholds = None;
+        for l in &mut m.lanes {
+            l.data_path_state = Some(crate::model::DP_ACTIVATED.into());
+        }
+        m.lanes[2].rx_power_mw = Some(0.0);
+        assert_eq!(judge_decoded(&m, &[]).level, ModuleLevel::Fail);
+        m.lanes[2].data_path_state = Some("DPDeactivated".into());
+        let v = judge_decoded(&m, &[]);
+        assert!(
+            v.findings.iter().all(|f| f.level != ModuleLevel::Fail),
+            "{v:?}"
+        );
+        assert!(v.notes.iter().any(|n| n.contains("lane 3")), "{v:?}");
+        // 8 host lanes on 4 media lanes: lane 3's data path says nothing of media lane 2.
+        let mut m = qsfp28();
+        m.thresholds = None;
+        m.host_lane_count = Some(8);
+        m.media_lane_count = Some(4);
+        for l in &mut m.lanes {
+            l.data_path_state = Some(crate::model::DP_ACTIVATED.into());
+        }
+        m.lanes[1].rx_power_mw = Some(0.0);
+        m.lanes[2].data_path_state = Some("DPDeactivated".into());
+        let v = judge_decoded(&m, &[]);
+        assert!(
+            v.findings.iter().all(|f| f.level != ModuleLevel::Fail),
+            "{v:?}"
+        );
+        assert!(
+            v.notes.iter().any(|n| n.contains("dark lanes not judged")),
+            "{v:?}"
+        );
     }
 
     #[test]

@@ -334,6 +334,42 @@ fn cmis_lanes_outside_the_application_have_no_readings() {
     assert_eq!(both.lanes[7].rx_power_mw, Some(0.0));
 }
 
+/// Page 11h bytes 128-131: a nibble a host lane, lane 1 in byte 128 bits 3-0, lane 2 in
+/// its bits 7-4 (SONiC's map); bank 1's lanes are 9-16. A reserved code is said as such
+/// and is not taken as a data path down.
+#[test]
+fn cmis_data_path_state_by_lane() {
+    let mut c = Cmis::new(2);
+    c.lower[86] = 0x11;
+    c.lower[88] = 0x88;
+    c.page11[0][0] = 0x14; // lane 1 DPActivated, lane 2 DPDeactivated
+    c.page11[0][1] = 0x27; // lane 3 DPInitialized, lane 4 DPInit
+    c.page11[0][3] = 0x0f; // lane 7 reserved 0xf, lane 8 reserved 0
+    c.page11[1][0] = 0x61; // lane 9 DPDeactivated, lane 10 DPTxTurnOff
+    let m = decode(&c.eeprom()).unwrap();
+    let state = |n: usize| m.lanes[n - 1].data_path_state.clone().unwrap();
+    assert_eq!(
+        [1, 2, 3, 4, 5, 7, 8, 9, 10].map(state),
+        [
+            "DPActivated",
+            "DPDeactivated",
+            "DPInitialized",
+            "DPInit",
+            "DPActivated",
+            "reserved (0xf)",
+            "reserved (0x0)",
+            "DPDeactivated",
+            "DPTxTurnOff"
+        ]
+    );
+    assert!(!m.lanes[0].data_path_inactive() && m.lanes[1].data_path_inactive());
+    assert!(
+        !m.lanes[6].data_path_inactive(),
+        "a reserved code says nothing"
+    );
+    assert_eq!((m.host_lane_count, m.media_lane_count), (Some(8), Some(8)));
+}
+
 /// An application whose media lane count is 1 (a real Acacia 400ZR+: byte 88 = 0x81).
 #[test]
 fn cmis_one_media_lane() {

@@ -1,8 +1,9 @@
 //! Each RoCE port's transceiver module: its inventory line, and its readings against the
-//! thresholds the module itself carries (FAIL at an alarm level, WARN at a warning level,
-//! the same for the flags the module has set), a dark lane on a lit module, and a module
-//! whose read has problems (no diagnostics, all zeros, a checksum that fails) said as
-//! such. Absent readings are never a pass.
+//! thresholds the module itself carries (FAIL at an alarm level, WARN at a warning level;
+//! a latched flag fails only where the reading now confirms it), a dark lane on a lit
+//! module (not a lane whose data path is down), and a module whose read has problems (no
+//! diagnostics, all zeros, a checksum that fails) said as such. Absent readings, and
+//! readings the module carries no thresholds for, are never a pass.
 //!
 //! The module's memory comes through [`ModuleSource`]: ethtool netlink by page (the
 //! ioctls where netlink cannot) on this host, bytes built field by field in tests; it is
@@ -112,7 +113,8 @@ fn skip(nd: &str) -> Check {
 }
 
 /// One module's verdict (`rocewatch_optics::verdict`, the one `health` judges by) in
-/// doctor's words: PASS, WARN, FAIL, and INFO where nothing could be judged.
+/// doctor's words: PASS, WARN, FAIL, and INFO where nothing could be judged (no
+/// diagnostics, no thresholds).
 pub(crate) fn module_check(nd: &str, eeprom: &Eeprom, unread: &[String]) -> Check {
     let v = judge_module(eeprom, unread);
     let status = match v.level {
@@ -126,10 +128,13 @@ pub(crate) fn module_check(nd: &str, eeprom: &Eeprom, unread: &[String]) -> Chec
         said.push(one_line(&v.inventory));
     }
     said.extend(v.unread.iter().map(|u| one_line(u)));
-    if v.findings.is_empty() {
+    // The readings where nothing is wrong with them (their words would say "within the
+    // module's thresholds" beside a reading that is not).
+    if matches!(v.level, ModuleLevel::Ok | ModuleLevel::Unjudged) {
         said.push(one_line(&v.readings));
     }
     said.extend(v.findings.iter().map(|f| one_line(&f.what)));
+    said.extend(v.notes.iter().map(|n| one_line(n)));
     let fixes = v.fixes();
     let fix = (!fixes.is_empty()).then(|| fixes.join("; "));
     check("optics", nd, status, said.join("; "), fix)
@@ -196,6 +201,24 @@ mod tests {
         );
         assert!(c.evidence.contains("rx power by lane 1:"), "{c:?}");
         assert!(c.fix.is_none());
+    }
+
+    /// A QSFP28 whose page 03h is all zero programs no thresholds: INFO with its
+    /// readings, never PASS "within the module's thresholds".
+    #[test]
+    fn a_module_without_thresholds_is_info_with_its_readings() {
+        let full = fixture("qsfp28-sr4.hexdump");
+        let mut e = Eeprom::new(*full.lower());
+        e.insert_page(0, 0, *full.page(0, 0).unwrap());
+        e.insert_page(0, 3, [0; 128]);
+        let c = run(&mut One(Ok(Some((e, vec![])))));
+        assert_eq!(c.status, Status::Info, "{c:?}");
+        assert!(
+            c.evidence
+                .contains("the module carries no thresholds to judge them by"),
+            "{c:?}"
+        );
+        assert!(!c.evidence.contains("within"), "{c:?}");
     }
 
     #[test]

@@ -204,6 +204,7 @@ impl Cmis {
         let page11 = (0..banks)
             .map(|bank| {
                 let mut p = [0u8; 128];
+                p[..4].fill(0x44); // page 11h 128-131: every lane's data path DPActivated
                 for lane in 0..8 {
                     let n = (bank * 8 + lane) as u16;
                     put_u16(&mut p, 154 - 128 + 2 * lane, 15000 + n); // TX power

@@ -1,7 +1,9 @@
 //! The link's own history per netdev, from the two collections a window apart that the
 //! counters topic also reads (counters-ethtool's link series, docs/OPTICS.md): why the
 //! link is down (ethtool's extended state, in words), carrier changes since the netdev
-//! appeared and over the window (a flap is two), the FEC mode, the codewords FEC
+//! appeared, the flaps over the window (`rocewatch_sysfs::verdict::flap`: mlx5's
+//! `link_down_events_phy` where present, else carrier changes, two a flap; one flap
+//! warns, the default rule's two fail), the FEC mode, the codewords FEC
 //! corrected and could not correct over the window, and the pre-FEC bit error rate
 //! (mlx5's corrected bits over the bits received). A netdev with none of these series
 //! (virtio-net, a fixture tree) is skipped: absent readings are never a pass.
@@ -11,6 +13,7 @@ use std::collections::BTreeMap;
 use rocewatch_metrics::counter::counter_move_from;
 use rocewatch_metrics::names;
 use rocewatch_plugin_api::{Sample, ScrapeResult};
+use rocewatch_sysfs::verdict::{judge_flaps, Weight, DEFAULT_MAX_FLAPS};
 
 use crate::check::{check, Check, Status};
 use crate::shell::one_line;
@@ -101,6 +104,36 @@ fn worse(status: &mut Status, s: Status) {
     }
 }
 
+/// The flap verdict over the window (`rocewatch_sysfs::verdict::flap`, the one `health`
+/// gives), said and weighed: one flap warns, [`DEFAULT_MAX_FLAPS`] (the default rule
+/// `link-flapping`'s two) fail. `None` when it could not judge, else whether it flapped.
+fn flaps(
+    nd: &str,
+    first: &ScrapeResult,
+    second: &ScrapeResult,
+    window: std::time::Duration,
+    said: &mut Vec<String>,
+    status: &mut Status,
+) -> Option<bool> {
+    // Counters are whole numbers: the increase is one.
+    let moved = |name| increase(first, second, name, nd).map(|d| d as u64);
+    let v = judge_flaps(
+        moved(names::LINK_CARRIER_CHANGES),
+        moved(names::LINK_DOWN_EVENTS),
+        window,
+        DEFAULT_MAX_FLAPS,
+    );
+    match v.weight() {
+        Weight::CannotTell | Weight::NotApplicable => return None,
+        Weight::Fine => {}
+        Weight::Note => worse(status, Status::Warn),
+        Weight::Fault => worse(status, Status::Fail),
+    }
+    let flapped = v.weight() != Weight::Fine;
+    said.push(v.evidence);
+    Some(flapped)
+}
+
 /// What the window says of one netdev's link.
 fn one_link(
     nd: &str,
@@ -108,7 +141,6 @@ fn one_link(
     second: &ScrapeResult,
     window: std::time::Duration,
 ) -> Check {
-    let secs = window.as_secs_f64();
     let mut said = Vec::new();
     let mut status = Status::Info;
     let mut fixes: BTreeMap<u8, String> = BTreeMap::new();
@@ -135,13 +167,11 @@ fn one_link(
     if let Some(c) = total(second, names::LINK_CARRIER_CHANGES, nd) {
         let since = c.value.as_f64();
         said.push(format!("{since} carrier changes since the netdev appeared"));
-        if let Some(d) = increase(first, second, names::LINK_CARRIER_CHANGES, nd) {
-            judged = true;
-            if d >= 1.0 {
-                said.push(format!("{d} during the {secs}s window (a flap is two)"));
-                worse(&mut status, Status::Fail);
-                fixes.insert(1, "the link flaps: reseat or replace the cable or optic, check the switch port's log for the same flaps".into());
-            }
+    }
+    if let Some(flapped) = flaps(nd, first, second, window, &mut said, &mut status) {
+        judged = true;
+        if flapped {
+            fixes.insert(1, "the link flaps: reseat or replace the cable or optic, check the switch port's log for the same flaps".into());
         }
     }
     if let Some(m) = total(second, names::LINK_FEC_MODE, nd) {
@@ -273,13 +303,53 @@ mod tests {
         assert!(c.evidence.contains("pre-FEC BER 1.0e-7"), "{c:?}");
     }
 
+    /// The quiet window of [`window`] with eth0's carrier changes and, where given, its
+    /// `link_down_events_phy` before and after.
+    fn flapping(carrier: (u64, u64), phy: Option<(u64, u64)>) -> Check {
+        let (mut a, mut b) = window(carrier, (10, 10), (0, 1_000_000), (0, 0));
+        if let Some((x, y)) = phy {
+            a.samples.push(s(names::LINK_DOWN_EVENTS, "eth0", &[], x));
+            b.samples.push(s(names::LINK_DOWN_EVENTS, "eth0", &[], y));
+        }
+        one(&a, &b)
+    }
+
     #[test]
-    fn a_flap_in_the_window_fails() {
-        let (a, b) = window((4, 6), (10, 10), (0, 1_000_000), (0, 0));
-        let c = one(&a, &b);
-        assert_eq!(c.status, Status::Fail, "{c:?}");
-        assert!(c.evidence.contains("2 during the 10s window"), "{c:?}");
+    fn one_flap_in_the_window_warns_and_the_rules_two_fail() {
+        let c = flapping((4, 6), None);
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.evidence.contains(
+                "2 carrier changes in the 10s window (carrier_changes: 1 flap, a flap is a down and an up; the count may include administrative toggles"
+            ),
+            "{c:?}"
+        );
         assert!(c.fix.unwrap().contains("the link flaps"));
+        let c = flapping((4, 8), None);
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(
+            c.evidence.contains("flapping: 2 flaps is the limit"),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn the_phy_counter_outweighs_an_administrators_toggle() {
+        // ip link set down/up twice: four carrier changes, the PHY never went down.
+        let c = flapping((4, 8), Some((3, 3)));
+        assert_eq!(c.status, Status::Pass, "{c:?}");
+        assert!(
+            c.evidence.contains("0 link down events in the 10s window (link_down_events_phy); 4 carrier changes beyond them"),
+            "{c:?}"
+        );
+        assert!(c.fix.is_none(), "{c:?}");
+        // The PHY's own down, whatever the carrier did.
+        let c = flapping((4, 4), Some((3, 4)));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.evidence.contains("1 link down event in the 10s window"),
+            "{c:?}"
+        );
     }
 
     #[test]

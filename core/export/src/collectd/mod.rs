@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use self::config::{CollectdConfig, SecurityLevel};
 use rocewatch_runtime::selfmetrics::SelfMetrics;
-use rocewatch_runtime::store::Store;
+use rocewatch_runtime::store::{Reading, Store};
 
 const PART_HOST: u16 = 0x0000;
 const PART_PLUGIN: u16 = 0x0002;
@@ -87,6 +87,11 @@ fn is_catalogued(name: &str) -> bool {
 
 /// Map one sample to a value list.
 pub fn value_list(s: &Sample, host: &str, time: SystemTime, interval: Duration) -> ValueList {
+    reading_list(&Reading::from(s), host, time, interval)
+}
+
+/// [`value_list`] of a store series' reading.
+fn reading_list(s: &Reading, host: &str, time: SystemTime, interval: Duration) -> ValueList {
     let value = match (s.kind, s.value) {
         (MetricKind::Counter, Value::U64(v)) => {
             CollectdValue::Derive(v.min(i64::MAX as u64) as i64)
@@ -306,7 +311,7 @@ pub fn store_value_lists(
 ) -> (Vec<ValueList>, u64) {
     let (mut lists, seen) = store.with_series_since(since, |series, _| {
         series
-            .map(|s| value_list(&s.sample, host, s.time, interval))
+            .map(|s| reading_list(&s.sample, host, s.time(), interval))
             .collect::<Vec<_>>()
     });
     let now = SystemTime::now();

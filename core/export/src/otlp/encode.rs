@@ -29,7 +29,7 @@ use std::io;
 use std::io::Write;
 use std::time::SystemTime;
 
-use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
+use rocewatch_plugin_api::{AttrSet, MetricDescriptor, MetricKind, Sample, Value};
 use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::{HistogramFamily, Series, Store};
 
@@ -116,9 +116,8 @@ const RESEND_ALL_EVERY: std::time::Duration = std::time::Duration::from_secs(240
 
 /// The length of a data point's contents (without its own tag and length): what
 /// [`point`] writes.
-fn point_len(sample: &Sample, counter: bool) -> usize {
-    let attributes: usize = sample
-        .attributes
+fn point_len(attributes: &AttrSet, counter: bool) -> usize {
+    let attributes: usize = attributes
         .iter()
         .map(|(k, v)| field_len(string_len(k) + field_len(field_len(v.len()))))
         .sum();
@@ -131,13 +130,13 @@ fn point_len(sample: &Sample, counter: bool) -> usize {
 /// `as_double`; `value`: the sample's, or a delta.
 fn point(
     b: &mut Vec<u8>,
-    sample: &Sample,
+    attributes: &AttrSet,
     value: Value,
     start: SystemTime,
     time: SystemTime,
     counter: bool,
 ) {
-    for (k, v) in sample.attributes.iter() {
+    for (k, v) in attributes.iter() {
         key_value(b, ndp::ATTRIBUTES, k, v);
     }
     if counter {
@@ -156,11 +155,11 @@ fn point(
 /// nothing of before: start equal to time, no increase.
 fn series_point(b: &mut Vec<u8>, s: &Series, counter: bool, delta: bool) {
     let (start, value) = match s.last_published() {
-        _ if !(counter && delta) => (s.start, s.sample.value),
+        _ if !(counter && delta) => (s.start(), s.sample.value),
         Some(t) => (t, Value::F64(s.unpublished_increase())),
-        None => (s.time, Value::U64(0)),
+        None => (s.time(), Value::U64(0)),
     };
-    point(b, &s.sample, value, start, s.time, counter);
+    point(b, &s.sample.attributes, value, start, s.time(), counter);
 }
 
 /// Whether a series' read was already sent as a delta (it is not sent twice).
@@ -307,15 +306,14 @@ impl Encoder {
                 let points: usize = series[from..to]
                     .iter()
                     .map(|s| {
-                        let len = point_len(&s.sample, counter);
+                        let len = point_len(&s.sample.attributes, counter);
                         lengths.push(len as u32);
                         field_len(len)
                     })
                     .sum();
                 // A sum's temporality and monotonicity.
                 let data = points + if counter { split::SUM_TAIL } else { 0 };
-                let (description, unit) =
-                    d.map_or(("", first.unit.as_ref()), |d| (&d.description, &d.unit));
+                let (description, unit) = d.map_or(("", ""), |d| (&d.description, &d.unit));
                 let metric = split::metric_len(&first.name, description, unit, data);
                 families.push(Family {
                     from,
@@ -557,7 +555,7 @@ fn number_metric(
     metric(m, &first.name, description, unit, data_field, |b| {
         for p in points {
             nested(b, data::DATA_POINTS, |b| {
-                point(b, p.sample, p.value, p.start, p.time, counter)
+                point(b, &p.sample.attributes, p.value, p.start, p.time, counter)
             });
         }
         if counter {

@@ -226,7 +226,7 @@ fn render_into(
         let name = family_header(out, d, format);
         for s in group {
             out.push_str(&name);
-            out.push_str(&s.labels);
+            s.write_labels(out);
             out.push(' ');
             write_number(out, s.sample.value);
             out.push('\n');

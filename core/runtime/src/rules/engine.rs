@@ -8,10 +8,10 @@ use globset::{Glob, GlobMatcher};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use rocewatch_plugin_api::{Attributes, Sample};
+use rocewatch_plugin_api::Attributes;
 
 use super::config::{Condition, RuleConfig};
-use crate::store::Store;
+use crate::store::{Reading, Store};
 
 /// Where a rule stands for one series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,7 +75,7 @@ pub(super) fn compile(m: &BTreeMap<String, String>) -> Vec<(String, GlobMatcher)
         .collect()
 }
 
-pub(super) fn join_key(keys: &[String], s: &Sample) -> Vec<String> {
+pub(super) fn join_key(keys: &[String], s: &Reading) -> Vec<String> {
     keys.iter()
         .map(|k| s.attributes.get(k).map(str::to_string).unwrap_or_default())
         .collect()
@@ -100,14 +100,14 @@ pub(super) fn record(
     window: Duration,
 ) {
     s.seen = true;
-    if s.read_at == Some(st.time) {
+    if s.read_at == Some(st.time()) {
         return;
     }
-    s.read_at = Some(st.time);
+    s.read_at = Some(st.time());
     s.history.push_back(Point {
         at: now,
         value: st.sample.value.as_f64(),
-        increase: st.increase,
+        increase: st.increase(),
     });
     let keep = window.max(Duration::from_secs(1)) * 2;
     while s.history.len() > RECENT
@@ -343,7 +343,7 @@ pub fn describe(r: &RuleConfig) -> String {
     s
 }
 
-pub(super) fn matches(matchers: &[(String, GlobMatcher)], s: &Sample) -> bool {
+pub(super) fn matches(matchers: &[(String, GlobMatcher)], s: &Reading) -> bool {
     matchers
         .iter()
         .all(|(k, g)| s.attributes.get(k).is_some_and(|v| g.is_match(v)))
@@ -443,6 +443,7 @@ mod tests {
     use super::*;
     use crate::rules::validate;
     use crate::selfmetrics::SelfMetrics;
+    use rocewatch_plugin_api::Sample;
     use serde::Deserialize;
 
     use rocewatch_plugin_api::{MetricKind, Value};

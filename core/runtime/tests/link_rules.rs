@@ -1,6 +1,6 @@
 //! The default optics and link rules (configs/rules.toml, #52) against series as
-//! counters-ethtool writes them (rdma.optics.flag, rdma.link.carrier_changes,
-//! rdma.link.fec.uncorrectable_blocks, rdma.link.corrected_bits over rdma.link.received_bits):
+//! counters-ethtool writes them (rdma.optics.flag, rdma.link.down_events,
+//! rdma.link.carrier_changes, rdma.link.fec.uncorrectable_blocks, rdma.link.corrected_bits over rdma.link.received_bits):
 //! each fires on the port that is bad, after its `for`, and not on the good one.
 
 mod common;
@@ -141,9 +141,30 @@ async fn dark_lane_fires_on_a_lane_with_loss_of_signal() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn flapping_fires_at_the_second_flap_in_ten_minutes_not_the_first() {
-    // eth0 flaps at 100 s and 300 s (two changes each); eth1 flaps once.
+async fn flapping_fires_at_the_second_phy_down_in_ten_minutes_not_the_first() {
+    // eth0's PHY goes down at 100 s and 300 s; eth1's once; eth2 is toggled by an
+    // administrator (four carrier changes, no PHY down): link-flapping is the PHY's.
     let seen = run("link-flapping", 400, |s| {
+        let downs = |times: &[u64]| times.iter().filter(|t| s >= **t).count() as u64;
+        vec![
+            counter("rdma.link.down_events", "eth0", 3 + downs(&[100, 300])),
+            counter("rdma.link.down_events", "eth1", 3 + downs(&[100])),
+            counter("rdma.link.down_events", "eth2", 3),
+            counter(
+                "rdma.link.carrier_changes",
+                "eth2",
+                2 + 2 * downs(&[100, 300]),
+            ),
+        ]
+    })
+    .await;
+    assert_eq!(seen, [on(300, "eth0")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn carrier_flapping_fires_at_the_second_flap_in_ten_minutes_not_the_first() {
+    // eth0 flaps at 100 s and 300 s (two changes each); eth1 flaps once.
+    let seen = run("link-carrier-flapping", 400, |s| {
         let flaps = |times: &[u64]| 2 * times.iter().filter(|t| s >= **t).count() as u64;
         vec![
             counter("rdma.link.carrier_changes", "eth0", 2 + flaps(&[100, 300])),

@@ -101,6 +101,19 @@ pub fn decode_eeprom(b: &[u8]) -> Vec<u8> {
     data[..len.min(data.len())].to_vec()
 }
 
+/// `ifname`'s module as one linear dump (a socket of its own), for the reader that
+/// falls back to the ioctls where ethtool netlink cannot
+/// (`rocewatch_netlink::module_eeprom::read_port_module`): `Ok(None)` when the driver
+/// reads no module (`EOPNOTSUPP`: no `get_module_info`).
+pub fn module_dump(ifname: &str) -> io::Result<Option<Vec<u8>>> {
+    let sock = EthtoolSocket::open()?;
+    match sock.module_eeprom(ifname) {
+        Ok((_, bytes)) => Ok(Some(bytes)),
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl EthtoolSocket {
     /// `ETHTOOL_GMODULEINFO` of `ifname`: `EOPNOTSUPP` when the driver reads no modules,
     /// an error (often `EIO`) when the cage is empty.

@@ -178,11 +178,42 @@ pub fn physical_netdevs(sysfs_root: &Path) -> std::io::Result<Vec<String>> {
     Ok(out)
 }
 
+/// One port's module on this host, the one live reader doctor, `rocewatch optics`, the
+/// collector and health share: over ethtool netlink by page and bank (`nl`; `None` where
+/// the kernel has no ethtool family) and, where netlink cannot
+/// ([`EthtoolError::is_unsupported`]), through `linear` (the ioctls' linear dump,
+/// `rocewatch_ethtool::module::module_dump`; `Ok(None)` when the driver reads no module
+/// either). `Ok(None)`: no module to read; `Err`: the read failed, said with the port.
+pub fn read_port_module(
+    nl: Option<&mut EthtoolNetlink>,
+    ifname: &str,
+    linear: impl FnOnce(&str) -> std::io::Result<Option<Vec<u8>>>,
+) -> Result<Option<ModuleRead>, String> {
+    let by_netlink = match nl {
+        Some(n) => read_module(|r| n.module_eeprom(ifname, r)),
+        None => Err(EthtoolError::NoFamily),
+    };
+    match by_netlink {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.is_unsupported() => match linear(ifname) {
+            Ok(Some(bytes)) => Eeprom::from_linear(&bytes)
+                .map(|eeprom| {
+                    Some(ModuleRead {
+                        eeprom,
+                        problems: Vec::new(),
+                    })
+                })
+                .map_err(|e| format!("{ifname}: module EEPROM (ioctl): {e}")),
+            Ok(None) => Ok(None),
+            Err(e) => Err(format!("{ifname}: module EEPROM (ioctl): {e}")),
+        },
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Every module of this host (`rocewatch optics` without a file): the physical netdevs
-/// under `sysfs_root`, each read over ethtool netlink (opened once; `nl` is `None` or
-/// the family is missing: straight to the fallback) and, where netlink cannot
-/// ([`EthtoolError::is_unsupported`]), through `linear` (the ioctls' linear dump;
-/// `Ok(None)` when the driver reads no module either).
+/// under `sysfs_root`, each read by [`read_port_module`] (netlink opened once by the
+/// caller, `None` where the family is missing).
 pub fn host_modules(
     sysfs_root: &Path,
     mut nl: Option<&mut EthtoolNetlink>,
@@ -190,26 +221,7 @@ pub fn host_modules(
 ) -> std::io::Result<Vec<HostModule>> {
     let mut out = Vec::new();
     for ifname in physical_netdevs(sysfs_root)? {
-        let by_netlink = match nl.as_deref_mut() {
-            Some(n) => read_module(|r| n.module_eeprom(&ifname, r)),
-            None => Err(EthtoolError::NoFamily),
-        };
-        let r = match by_netlink {
-            Ok(m) => Ok(Some(m)),
-            Err(e) if e.is_unsupported() => match linear(&ifname) {
-                Ok(Some(bytes)) => Eeprom::from_linear(&bytes)
-                    .map(|eeprom| {
-                        Some(ModuleRead {
-                            eeprom,
-                            problems: Vec::new(),
-                        })
-                    })
-                    .map_err(|e| format!("{ifname}: module EEPROM (ioctl): {e}")),
-                Ok(None) => Ok(None),
-                Err(e) => Err(format!("{ifname}: module EEPROM (ioctl): {e}")),
-            },
-            Err(e) => Err(e.to_string()),
-        };
+        let r = read_port_module(nl.as_deref_mut(), &ifname, &mut linear);
         out.push((ifname, r));
     }
     Ok(out)

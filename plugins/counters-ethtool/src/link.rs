@@ -94,25 +94,6 @@ impl KernelLinkSource {
     }
 }
 
-/// A module through the ioctls' linear dump.
-#[cfg(target_os = "linux")]
-fn module_by_ioctl(ifname: &str) -> Answer<(Eeprom, Vec<String>)> {
-    let sock =
-        rocewatch_ethtool::EthtoolSocket::open().map_err(|e| format!("ethtool socket: {e}"))?;
-    match sock.module_eeprom(ifname) {
-        Ok((_, bytes)) => Eeprom::from_linear(&bytes)
-            .map(|e| Some((e, Vec::new())))
-            .map_err(|e| format!("{ifname}: module EEPROM: {e}")),
-        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
-        Err(e) => Err(format!("{ifname}: module EEPROM (ioctl): {e}")),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn module_by_ioctl(_: &str) -> Answer<(Eeprom, Vec<String>)> {
-    Ok(None)
-}
-
 impl LinkSource for KernelLinkSource {
     fn link_state(&mut self, ifname: &str) -> Answer<LinkState> {
         answer(self.nl().and_then(|n| n.link_state(ifname)))
@@ -123,14 +104,17 @@ impl LinkSource for KernelLinkSource {
     }
 
     fn module(&mut self, ifname: &str) -> Answer<(Eeprom, Vec<String>)> {
-        let read = self.nl().and_then(|n| {
-            rocewatch_netlink::module_eeprom::read_module(|r| n.module_eeprom(ifname, r))
-        });
-        match read {
-            Ok(m) => Ok(Some((m.eeprom, m.problems))),
-            Err(e) if e.is_unsupported() => module_by_ioctl(ifname),
-            Err(e) => Err(e.to_string()),
-        }
+        let nl = match self.nl() {
+            Ok(n) => Some(n),
+            Err(e) if e.is_unsupported() => None,
+            Err(e) => return Err(e.to_string()),
+        };
+        rocewatch_netlink::module_eeprom::read_port_module(
+            nl,
+            ifname,
+            rocewatch_ethtool::module::module_dump,
+        )
+        .map(|m| m.map(|m| (m.eeprom, m.problems)))
     }
 }
 

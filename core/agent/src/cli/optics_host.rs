@@ -20,19 +20,14 @@ pub fn read_host(sysfs_root: &str) -> Result<Vec<(String, ModuleRead)>> {
         Err(EthtoolError::NoFamily) => None,
         Err(e) => return Err(e).context("ethtool netlink"),
     };
-    let sock = rocewatch_ethtool::EthtoolSocket::open().context("ethtool socket")?;
-    let linear = |ifname: &str| match sock.module_eeprom(ifname) {
-        Ok((_, bytes)) => Ok(Some(bytes)),
-        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
-        Err(e) => Err(e),
-    };
     let root = Path::new(sysfs_root);
-    let ports = host_modules(root, nl.as_mut(), linear).with_context(|| {
-        format!(
-            "listing the netdevs under {}",
-            root.join("class/net").display()
-        )
-    })?;
+    let ports = host_modules(root, nl.as_mut(), rocewatch_ethtool::module::module_dump)
+        .with_context(|| {
+            format!(
+                "listing the netdevs under {}",
+                root.join("class/net").display()
+            )
+        })?;
     let mut out = Vec::new();
     for (ifname, read) in ports {
         match read {

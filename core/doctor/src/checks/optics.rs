@@ -36,33 +36,13 @@ impl ModuleSource for LiveModules {
                 self.nl = Some(n);
             }
         }
-        if let Some(nl) = self.nl.as_mut() {
-            match rocewatch_netlink::module_eeprom::read_module(|r| nl.module_eeprom(netdev, r)) {
-                Ok(m) => return Ok(Some((m.eeprom, m.problems))),
-                Err(e) if !e.is_unsupported() => return Err(e.to_string()),
-                Err(_) => {}
-            }
-        }
-        by_ioctl(netdev)
+        rocewatch_netlink::module_eeprom::read_port_module(
+            self.nl.as_mut(),
+            netdev,
+            rocewatch_ethtool::module::module_dump,
+        )
+        .map(|m| m.map(|m| (m.eeprom, m.problems)))
     }
-}
-
-#[cfg(target_os = "linux")]
-fn by_ioctl(netdev: &str) -> Result<Option<(Eeprom, Vec<String>)>, String> {
-    let sock =
-        rocewatch_ethtool::EthtoolSocket::open().map_err(|e| format!("ethtool socket: {e}"))?;
-    match sock.module_eeprom(netdev) {
-        Ok((_, bytes)) => Eeprom::from_linear(&bytes)
-            .map(|e| Some((e, Vec::new())))
-            .map_err(|e| format!("module EEPROM: {e}")),
-        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
-        Err(e) => Err(format!("module EEPROM (ioctl): {e}")),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn by_ioctl(_: &str) -> Result<Option<(Eeprom, Vec<String>)>, String> {
-    Ok(None)
 }
 
 /// The optics checks of each netdev: read through `source`, or SKIP where this is not

@@ -90,7 +90,8 @@ pub struct Series {
     generation: u64,
     /// Its Prometheus label set (`{k="v",...}`), rendered once when it appeared and
     /// shared by the series that appeared with the same attributes `Arc` in one ingest
-    /// (a collector's port: 52 series, one string).
+    /// (a collector's port: 52 series, one string); `None` for a series whose set is its
+    /// own (the QoS view's: a set per setting and value), rendered when read instead.
     labels: Option<Arc<str>>,
     /// What the OTLP exporter published of it.
     published: Publication,
@@ -271,7 +272,7 @@ impl Inner {
         let mut added: HashMap<(Name, Attributes), u32> = HashMap::new();
         // The label set last rendered, for the next sample with the same attributes `Arc`.
         let mut rendered: Option<(Attributes, Arc<str>)> = None;
-        for s in samples {
+        for (n, s) in samples.iter().enumerate() {
             let known = match self.find(&s.name, &s.attributes) {
                 Ok(pos) => Some(self.index[pos]),
                 Err(_) if added.is_empty() => None,
@@ -288,14 +289,20 @@ impl Inner {
                     slot
                 }
                 None => {
+                    // Kept when the set is shared with the next sample (a collector's
+                    // port), else rendered per read (the QoS view: a set per series).
+                    let shared = samples
+                        .get(n + 1)
+                        .is_some_and(|next| Arc::ptr_eq(&next.attributes, &s.attributes));
                     let labels = match &rendered {
-                        Some((a, l)) if Arc::ptr_eq(a, &s.attributes) => Arc::clone(l),
-                        _ => {
+                        Some((a, l)) if Arc::ptr_eq(a, &s.attributes) => Some(Arc::clone(l)),
+                        _ if shared => {
                             let l: Arc<str> =
                                 rocewatch_metrics::naming::prometheus_labels(&s.attributes).into();
                             rendered = Some((Arc::clone(&s.attributes), Arc::clone(&l)));
-                            l
+                            Some(l)
                         }
+                        _ => None,
                     };
                     let slot = self.add(Series {
                         sample: Reading::from(s),
@@ -308,7 +315,7 @@ impl Inner {
                         interval: 0.0,
                         saturated: false,
                         generation,
-                        labels: Some(labels),
+                        labels,
                         published: Publication::default(),
                     });
                     added.insert((s.name.clone(), Arc::clone(&s.attributes)), slot);
@@ -1185,6 +1192,33 @@ mod tests {
         put(&store, &m, "p", &all(1), i0, 5);
         assert_eq!(seen(&store).len(), 5);
         assert_eq!(store.inner.read().unwrap().slots.len(), 6);
+    }
+
+    /// A label set shared by a port's series is rendered once and kept; one that is a
+    /// series' own (the QoS view's) is not kept but rendered when read, the same text.
+    #[test]
+    fn labels_kept_for_a_shared_set_and_rendered_per_read_for_a_lone_one() {
+        let m = SelfMetrics::default();
+        let store = Store::new();
+        let (port, own) = (attrs(&[("p", "1")]), attrs(&[("s", "pfc"), ("v", "0,1")]));
+        let samples = [
+            series("a", &port, 1),
+            series("b", &port, 1),
+            series("q", &own, 1),
+        ];
+        store.ingest("p", &samples, &m);
+        let g = store.inner.read().unwrap();
+        let s: Vec<&Series> = g.sorted().collect();
+        let (a, b, q) = (s[0].labels.as_ref(), s[1].labels.as_ref(), &s[2]);
+        assert!(
+            Arc::ptr_eq(a.unwrap(), b.unwrap()),
+            "one string for the port"
+        );
+        assert!(q.labels.is_none(), "not kept");
+        assert_eq!(q.labels(), r#"{s="pfc",v="0,1"}"#);
+        let mut out = String::from("q");
+        q.write_labels(&mut out);
+        assert_eq!(out, r#"q{s="pfc",v="0,1"}"#);
     }
 
     #[test]

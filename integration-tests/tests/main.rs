@@ -80,6 +80,7 @@ mod fleet_rails;
 mod fleet_rules;
 mod grammar;
 mod health;
+mod health_link;
 mod host_cpu;
 mod lab;
 mod lifecycle;

@@ -37,6 +37,10 @@ pub enum CheckName {
     /// The userspace verbs stack: rdma-core, each device's provider and uverbs device
     /// file (openable by every user), the RDMA CM device.
     Userspace,
+    /// Links that flap: carrier changes (and mlx5's PHY link downs) between runs.
+    Link,
+    /// Transceiver modules at an alarm level, or with a dark lane.
+    Optics,
 }
 
 impl CheckName {
@@ -52,6 +56,8 @@ impl CheckName {
         CheckName::Agent,
         CheckName::Quarantine,
         CheckName::Userspace,
+        CheckName::Link,
+        CheckName::Optics,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +73,8 @@ impl CheckName {
             CheckName::Agent => "agent",
             CheckName::Quarantine => "quarantine",
             CheckName::Userspace => "userspace",
+            CheckName::Link => "link",
+            CheckName::Optics => "optics",
         }
     }
 }
@@ -91,6 +99,15 @@ fn default_rootfs() -> std::path::PathBuf {
 
 fn default_min_devices() -> usize {
     1
+}
+
+/// The default rule `link-flapping`'s window (configs/rules.toml).
+fn default_flap_window() -> Duration {
+    Duration::from_secs(10 * 60)
+}
+
+fn default_max_flaps() -> u64 {
+    rocewatch_sysfs::verdict::flap::DEFAULT_MAX_FLAPS
 }
 
 /// `[health]`
@@ -158,6 +175,14 @@ pub struct HealthConfig {
         deserialize_with = "rocewatch_runtime::util::duration::de_opt_duration"
     )]
     pub release_after: Option<Duration>,
+    /// The window the `link` check counts flaps over: readings of earlier runs older than
+    /// this are dropped.
+    #[serde(default = "default_flap_window", deserialize_with = "de_duration")]
+    pub flap_window: Duration,
+    /// Flaps within `flap_window` at which a link is unhealthy (fewer, but any: a
+    /// warning).
+    #[serde(default = "default_max_flaps")]
+    pub max_flaps: u64,
 }
 
 impl Default for HealthConfig {
@@ -178,6 +203,8 @@ impl Default for HealthConfig {
             ignore_rules: Vec::new(),
             release_after: None,
             rootfs: default_rootfs(),
+            flap_window: default_flap_window(),
+            max_flaps: default_max_flaps(),
         }
     }
 }
@@ -201,6 +228,14 @@ const AGENT_TIMEOUT: Bounds = Bounds {
 const CHECKS_TIMEOUT: Bounds = Bounds {
     min: Duration::from_millis(100),
     max: Duration::from_secs(20),
+    zero_means: None,
+};
+
+/// The `link` check's window: at least a second (the tests), at most a day (the readings
+/// of every run in it are kept).
+const FLAP_WINDOW: Bounds = Bounds {
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(86_400),
     zero_means: None,
 };
 
@@ -233,6 +268,15 @@ impl HealthConfig {
             if let Err(why) = RELEASE_AFTER.check(d) {
                 return err("release_after", why);
             }
+        }
+        if let Err(why) = FLAP_WINDOW.check(self.flap_window) {
+            return err("flap_window", why);
+        }
+        if self.max_flaps == 0 {
+            return err(
+                "max_flaps",
+                "0 would call every link flapping: at least 1 (the default is 2, as the rule link-flapping)".into(),
+            );
         }
         if self.checks.as_ref().is_some_and(Vec::is_empty) {
             return err(
@@ -302,6 +346,8 @@ mod tests {
         assert!(CheckName::ALL.iter().all(|&k| c.runs(k)));
         assert_eq!(c.kernel_log_window, Duration::from_secs(900));
         assert_eq!(c.min_devices, 1);
+        assert_eq!(c.flap_window, Duration::from_secs(600));
+        assert_eq!(c.max_flaps, 2);
     }
 
     #[test]
@@ -336,6 +382,12 @@ mod tests {
             e.starts_with("health.ignore_ports: mlx5_1/1 is also in ports"),
             "{e}"
         );
+        let e = parse("max_flaps = 0").unwrap_err();
+        assert!(e.starts_with("health.max_flaps: 0 would call"), "{e}");
+        let e = parse("flap_window = \"2d\"").unwrap_err();
+        assert!(e.starts_with("health.flap_window: 2days is more"), "{e}");
+        let c = parse("checks = [\"link\", \"optics\"]\nflap_window = \"5s\"").unwrap();
+        assert!(c.runs(CheckName::Link) && c.runs(CheckName::Optics) && !c.runs(CheckName::Ports));
         let c = parse("checks = [\"ports\", \"kernel-log\"]").unwrap();
         assert!(c.runs(CheckName::KernelLog) && !c.runs(CheckName::Pcie));
     }

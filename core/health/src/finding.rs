@@ -45,7 +45,7 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
     /// The check: `ports`, `pcie`, `gid`, `mtu`, `builds`, `kernel-log`, `qps`, `agent`,
-    /// `quarantine`, `devices`.
+    /// `quarantine`, `devices`, `userspace`, `link`, `optics`.
     pub check: &'static str,
     pub status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]

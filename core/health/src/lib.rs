@@ -6,7 +6,9 @@
 //! administratively up (and every InfiniBand port, and every RoCE port whose netdev is
 //! gone, unless `ignore_ports` names it) ACTIVE/LinkUp at its expected rate;
 //! PCIe at the most its card and slot allow; a RoCE v2 GID for each address; the MTU; the
-//! expected driver and firmware builds; failing driver messages in the kernel log (the
+//! expected driver and firmware builds; a link that flapped `[health] max_flaps` times
+//! within `flap_window`, counted between runs (`link`, `history`); a transceiver module
+//! at an alarm level or with a dark lane (`optics`); failing driver messages in the kernel log (the
 //! doctor's kernel-log check over `[health] kernel_log_window`); queue pairs in the error
 //! state (RDMA netlink, the live host only); a running agent's firing rules (its
 //! `/rules`, never required). `[health]` says what "expected" means ([`HealthConfig`]).
@@ -17,6 +19,7 @@
 //!
 //! Files: `config` (the section), `checks` (the host's checks over what was read once),
 //! `live` (the kernel log, QPs and the agent: what a fixture tree does not have),
+//! `link` and `history` (flaps, and the readings kept between runs), `optics` (modules),
 //! `finding` (findings, the verdict and the line), `deadline` (the parts on their
 //! threads, and the bound).
 
@@ -24,7 +27,10 @@ mod checks;
 pub mod config;
 mod deadline;
 mod finding;
+mod history;
+mod link;
 mod live;
+mod optics;
 mod options;
 pub mod slurm;
 
@@ -102,6 +108,8 @@ fn sysfs_part(board: &Arc<Board>, opts: &Arc<Options>, cfg: &Arc<HealthConfig>) 
         C::Builds,
         C::Qps,
         C::Userspace,
+        C::Link,
+        C::Optics,
     ]
     .into_iter()
     .filter(|&c| cfg.runs(c))
@@ -158,6 +166,7 @@ fn sysfs_part(board: &Arc<Board>, opts: &Arc<Options>, cfg: &Arc<HealthConfig>) 
     };
     let (checked, scope) = checks::scope(&host);
     board.done(Part::Scope, errors.into_iter().chain(scope).collect());
+    spawn_link_and_optics(board, opts, cfg, &checked);
     let run = |name: CheckName, f: &dyn Fn() -> Vec<Finding>| {
         if cfg.runs(name) {
             board.reading(
@@ -174,6 +183,49 @@ fn sysfs_part(board: &Arc<Board>, opts: &Arc<Options>, cfg: &Arc<HealthConfig>) 
     run(C::Gid, &|| checks::gid(&host, &checked));
     run(C::Mtu, &|| checks::mtu(&host, &checked));
     run(C::Builds, &|| checks::builds(&host, &checked));
+}
+
+/// The `link` and `optics` checks of the checked ports, each on a thread of its own (a
+/// module's read is an I2C transaction per page, the flap history a file).
+fn spawn_link_and_optics(
+    board: &Arc<Board>,
+    opts: &Arc<Options>,
+    cfg: &Arc<HealthConfig>,
+    checked: &[checks::Checked],
+) {
+    let ports: Arc<Vec<link::LinkPort>> = Arc::new(
+        checked
+            .iter()
+            .map(|c| link::LinkPort {
+                device: c.dev.name.clone(),
+                port: c.port.port,
+                netdev: c.port.netdev.clone(),
+            })
+            .collect(),
+    );
+    if cfg.runs(CheckName::Link) {
+        let (b, o, c, p) = (board.clone(), opts.clone(), cfg.clone(), ports.clone());
+        let part = Part::Check(CheckName::Link);
+        deadline::spawn(board, part, "link", move || {
+            let f = link::run_host(
+                &b,
+                o.sysfs_root.clone(),
+                o.state_dir.clone(),
+                o.live,
+                &c,
+                &p,
+            );
+            b.done(part, f);
+        });
+    }
+    if cfg.runs(CheckName::Optics) {
+        let (b, o, p) = (board.clone(), opts.clone(), ports);
+        let part = Part::Check(CheckName::Optics);
+        deadline::spawn(board, part, "optics", move || {
+            let mut reader = optics::LiveModules::default();
+            b.done(part, optics::optics(&p, o.live, &mut reader, &b));
+        });
+    }
 }
 
 /// The inventory of the sysfs root, or the finding that says why there is none.

@@ -1,0 +1,352 @@
+//! What `health` keeps between runs for the `link` check: each checked port's flap
+//! counters (`carrier_changes`, mlx5's `link_down_events_phy`) with the time they were
+//! read, in `link-history.json` in the state directory. One run of `health` takes a few
+//! seconds; a flap shows as these counters rising between runs.
+//!
+//! The file is read and replaced as the quarantine file is (`rocewatch_runtime::util::fs`):
+//! never through a link, a regular file of bounded size, replaced whole through a
+//! temporary file of a random name and a rename; root acts in a state directory another
+//! user owns as that user. Two runs at once (Slurm's and node-problem-detector's) each
+//! replace it whole: the last one's readings stay, the other's are lost, which costs one
+//! reading, never a false flap. A file that cannot be read or is not a history is said,
+//! and the history starts over.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rocewatch_runtime::util::fs::{as_owner_of, create_trusted_dir, read_trusted, write_atomic};
+use serde::{Deserialize, Serialize};
+
+/// The file's name in the state directory.
+pub const FILE: &str = "link-history.json";
+
+/// The readings kept per port: runs every few seconds over a day's window stay bounded
+/// (the oldest reading, the baseline, is always kept; those after it are thinned).
+const MAX_READINGS: usize = 128;
+
+/// The format this build writes and reads.
+const VERSION: u32 = 1;
+
+/// One port's counters at one time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reading {
+    /// When, in milliseconds since the epoch.
+    pub at_unix_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carrier_changes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_down_events_phy: Option<u64>,
+}
+
+/// One port's readings, oldest first, and the netdev they were read on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortHistory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<String>,
+    pub readings: Vec<Reading>,
+}
+
+/// Every checked port's readings, by `DEVICE/PORT`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct History {
+    pub version: u32,
+    pub ports: BTreeMap<String, PortHistory>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History {
+            version: VERSION,
+            ports: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why the history could not be read or kept, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("{path}: not a link history ({why})")]
+    Corrupt { path: String, why: String },
+    #[error(transparent)]
+    Fs(#[from] rocewatch_runtime::util::fs::FsError),
+}
+
+/// What a port's new reading is held against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Baseline {
+    /// No earlier reading within the window: the first run, or none for longer than it.
+    None,
+    /// The history was started over: why.
+    Restarted(String),
+    /// The oldest reading within the window.
+    Since(Reading),
+}
+
+/// `bytes` as the history file at `path` holds it.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<History, HistoryError> {
+    let corrupt = |why: String| HistoryError::Corrupt {
+        path: path.display().to_string(),
+        why,
+    };
+    let h: History = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    if h.version != VERSION {
+        return Err(corrupt(format!(
+            "version {}, this build reads {VERSION}",
+            h.version
+        )));
+    }
+    Ok(h)
+}
+
+/// The history file of the state directory `dir`.
+#[derive(Debug, Clone)]
+pub struct HistoryFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl HistoryFile {
+    pub fn in_dir(dir: &Path) -> HistoryFile {
+        HistoryFile {
+            dir: dir.to_path_buf(),
+            path: dir.join(FILE),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The history kept, empty where there is none yet.
+    pub fn load(&self) -> Result<History, HistoryError> {
+        if !self.dir.is_dir() {
+            return Ok(History::default());
+        }
+        let bytes = match as_owner_of(&self.dir, || read_trusted(&self.path)) {
+            Ok(b) => b,
+            Err(e) if e.is_not_found() => return Ok(History::default()),
+            Err(e) => return Err(e.into()),
+        };
+        parse(&self.path, &bytes)
+    }
+
+    /// Replace the file with `h` (the state directory created when missing, as the
+    /// quarantine's is).
+    pub fn store(&self, h: &History) -> Result<(), HistoryError> {
+        let json = serde_json::to_vec(h).expect("plain data");
+        as_owner_of(&self.dir, || {
+            create_trusted_dir(&self.dir)?;
+            write_atomic(&self.path, &json, 0o644)
+        })
+        .map_err(HistoryError::from)
+    }
+}
+
+impl History {
+    /// Keep only the ports in `keep` (those checked this run: the file stays bounded).
+    pub fn retain_ports(&mut self, keep: &[String]) {
+        self.ports.retain(|k, _| keep.contains(k));
+    }
+
+    /// Add `now` to `port`'s readings (read on `netdev`), dropping those older than
+    /// `window` (or dated after `now`: a clock set back); what `now` is held against. A
+    /// counter lower than before (the netdev recreated, the driver reloaded) or another
+    /// netdev starts the port's history over.
+    pub fn record(
+        &mut self,
+        port: &str,
+        netdev: Option<&str>,
+        now: Reading,
+        window: Duration,
+    ) -> Baseline {
+        let h = self.ports.entry(port.to_string()).or_default();
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let restart = if h.netdev.as_deref() != netdev && !h.readings.is_empty() {
+            Some(format!(
+                "its netdev is {} now, was {}",
+                netdev.unwrap_or("none"),
+                h.netdev.as_deref().unwrap_or("none")
+            ))
+        } else {
+            went_back(&h.readings, &now)
+        };
+        h.netdev = netdev.map(str::to_string);
+        if let Some(why) = restart {
+            h.readings = vec![now];
+            return Baseline::Restarted(why);
+        }
+        h.readings.retain(|r| {
+            r.at_unix_ms <= now.at_unix_ms && now.at_unix_ms - r.at_unix_ms <= window_ms
+        });
+        let base = h.readings.first().copied();
+        h.readings.push(now);
+        while h.readings.len() > MAX_READINGS {
+            h.readings.remove(1);
+        }
+        match base {
+            Some(b) => Baseline::Since(b),
+            None => Baseline::None,
+        }
+    }
+}
+
+/// Why `now` cannot follow `before`: a counter that went down.
+fn went_back(before: &[Reading], now: &Reading) -> Option<String> {
+    let back = |name: &str, f: fn(&Reading) -> Option<u64>| {
+        let n = f(now)?;
+        let was = before.iter().filter_map(f).max()?;
+        (n < was).then(|| format!("{name} went back from {was} to {n} (the netdev was recreated or its driver reloaded)"))
+    };
+    back("carrier_changes", |r| r.carrier_changes)
+        .or_else(|| back("link_down_events_phy", |r| r.link_down_events_phy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn at(s: u64, c: u64) -> Reading {
+        Reading {
+            at_unix_ms: s * 1000,
+            carrier_changes: Some(c),
+            link_down_events_phy: None,
+        }
+    }
+
+    const W: Duration = Duration::from_secs(600);
+
+    #[test]
+    fn the_first_reading_has_no_baseline_and_the_next_is_held_against_it() {
+        let mut h = History::default();
+        assert_eq!(
+            h.record("mlx5_0/1", Some("eth0"), at(0, 2), W),
+            Baseline::None
+        );
+        assert_eq!(
+            h.record("mlx5_0/1", Some("eth0"), at(300, 6), W),
+            Baseline::Since(at(0, 2))
+        );
+        // Still the oldest within the window.
+        assert_eq!(
+            h.record("mlx5_0/1", Some("eth0"), at(600, 6), W),
+            Baseline::Since(at(0, 2))
+        );
+        // The first is older than the window now: the next oldest.
+        assert_eq!(
+            h.record("mlx5_0/1", Some("eth0"), at(700, 6), W),
+            Baseline::Since(at(300, 6))
+        );
+    }
+
+    #[test]
+    fn readings_older_than_the_window_leave_no_baseline() {
+        let mut h = History::default();
+        h.record("mlx5_0/1", Some("eth0"), at(0, 2), W);
+        assert_eq!(
+            h.record("mlx5_0/1", Some("eth0"), at(601, 9), W),
+            Baseline::None
+        );
+        assert_eq!(h.ports["mlx5_0/1"].readings, vec![at(601, 9)]);
+    }
+
+    #[test]
+    fn a_counter_that_went_back_or_another_netdev_starts_over() {
+        let mut h = History::default();
+        h.record("mlx5_0/1", Some("eth0"), at(0, 8), W);
+        let b = h.record("mlx5_0/1", Some("eth0"), at(10, 1), W);
+        assert!(
+            matches!(&b, Baseline::Restarted(w) if w.contains("carrier_changes went back from 8 to 1")),
+            "{b:?}"
+        );
+        assert_eq!(
+            h.record("mlx5_0/1", Some("eth0"), at(20, 3), W),
+            Baseline::Since(at(10, 1))
+        );
+        let b = h.record("mlx5_0/1", Some("eth1"), at(30, 5), W);
+        assert!(
+            matches!(&b, Baseline::Restarted(w) if w.contains("eth1 now, was eth0")),
+            "{b:?}"
+        );
+    }
+
+    #[test]
+    fn a_clock_set_back_drops_the_readings_dated_after_now() {
+        let mut h = History::default();
+        h.record("p", Some("eth0"), at(1000, 2), W);
+        assert_eq!(h.record("p", Some("eth0"), at(900, 2), W), Baseline::None);
+    }
+
+    #[test]
+    fn the_baseline_is_kept_when_readings_are_thinned() {
+        let mut h = History::default();
+        for i in 0..(MAX_READINGS as u64 + 10) {
+            h.record("p", Some("eth0"), at(i, i), W);
+        }
+        let r = &h.ports["p"].readings;
+        assert_eq!(r.len(), MAX_READINGS);
+        assert_eq!(r[0], at(0, 0));
+    }
+
+    #[test]
+    fn the_file_round_trips_and_another_version_is_refused_naming_it() {
+        let mut h = History::default();
+        h.record("mlx5_0/1", Some("eth0"), at(5, 2), W);
+        let p = Path::new("/state/link-history.json");
+        let bytes = serde_json::to_vec(&h).unwrap();
+        assert_eq!(parse(p, &bytes).unwrap(), h);
+        let e = parse(p, br#"{"version":2,"ports":{}}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/state/link-history.json: not a link history (version 2, this build reads 1)"
+        );
+    }
+
+    #[test]
+    fn stored_and_loaded_in_a_state_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = HistoryFile::in_dir(&dir.path().join("state"));
+        assert_eq!(f.load().unwrap(), History::default());
+        let mut h = History::default();
+        h.record("mlx5_0/1", Some("eth0"), at(5, 2), W);
+        f.store(&h).unwrap();
+        assert_eq!(f.load().unwrap(), h);
+        std::fs::write(f.path(), b"{").unwrap();
+        let e = f.load().unwrap_err().to_string();
+        assert!(e.starts_with(&f.path().display().to_string()), "{e}");
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_parse_or_an_error_names_the_file(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let p = Path::new("/state/link-history.json");
+            if let Err(e) = parse(p, &bytes) {
+                prop_assert!(e.to_string().starts_with("/state/link-history.json: "), "{e}");
+            }
+        }
+
+        #[test]
+        fn json_shaped_text_parses_or_an_error_names_the_file(
+            version in 0u32..3,
+            port in "[a-z0-9_/]{0,12}",
+            at in any::<u64>(),
+            c in proptest::option::of(any::<u64>()),
+            extra in "[a-z\":,{}0-9 ]{0,20}",
+        ) {
+            let p = Path::new("/state/link-history.json");
+            let c = c.map(|c| format!(",\"carrier_changes\":{c}")).unwrap_or_default();
+            let text = format!("{{\"version\":{version},\"ports\":{{\"{port}\":{{\"readings\":[{{\"at_unix_ms\":{at}{c}}}]}}}}{extra}}}");
+            match parse(p, text.as_bytes()) {
+                Ok(mut h) => {
+                    // Whatever it held, a reading can follow it.
+                    h.record(&port, None, Reading { at_unix_ms: 1, carrier_changes: Some(0), link_down_events_phy: None }, W);
+                }
+                Err(e) => prop_assert!(e.to_string().starts_with("/state/link-history.json: "), "{e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! `rocewatch health`'s `link` check as a scheduler runs it, run after run: a copy of the
+//! mlx5 tree whose netdevs' `carrier_changes` move between runs, with a state directory
+//! of its own (where the readings are kept between runs).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// The window the test runs with: long enough for two runs back to back on a loaded
+/// machine, short enough to wait out.
+const WINDOW_SECS: u64 = 5;
+
+struct Host {
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new() -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(fixture("mlx5-roce-dual-port"))
+            .arg(dir.path().join("sys"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        std::fs::write(
+            dir.path().join("rocewatch.toml"),
+            format!("[health]\nflap_window = \"{WINDOW_SECS}s\"\n"),
+        )
+        .unwrap();
+        let h = Host { dir };
+        h.carrier("ens1f0np0", 6);
+        h.carrier("ens1f1np1", 2);
+        h
+    }
+
+    fn sys(&self) -> PathBuf {
+        self.dir.path().join("sys")
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// The netdev's `carrier_changes` (through its `class/net` link, as the kernel's).
+    fn carrier(&self, netdev: &str, n: u64) {
+        let p = self
+            .sys()
+            .join("class/net")
+            .join(netdev)
+            .join("carrier_changes");
+        std::fs::write(p, format!("{n}\n")).unwrap();
+    }
+
+    /// `health --json`'s exit status and report.
+    fn health(&self) -> (i32, serde_json::Value) {
+        let o = rocewatch(
+            &[
+                "health",
+                "--json",
+                "--config",
+                self.dir.path().join("rocewatch.toml").to_str().unwrap(),
+                "--sysfs-root",
+                self.sys().to_str().unwrap(),
+            ],
+            &[("STATE_DIRECTORY", self.state().to_str().unwrap())],
+        );
+        let out = stdout(&o);
+        let v = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{e}: {out}\nstderr:\n{}", stderr(&o)));
+        (o.status.code().unwrap_or(-1), v)
+    }
+}
+
+/// The `link` findings of a report, by device.
+fn link_of<'a>(report: &'a serde_json::Value, device: &str) -> &'a serde_json::Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "link" && f["device"] == device)
+        .unwrap_or_else(|| panic!("no link finding about {device} in {report}"))
+}
+
+fn history(state: &Path) -> serde_json::Value {
+    let p = state.join("link-history.json");
+    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+}
+
+#[test]
+fn health_link_flaps_between_runs_are_unhealthy_until_the_window_passes() {
+    let h = Host::new();
+    // The first run: nothing to compare with, never a drain.
+    let (code, r) = h.health();
+    assert_eq!(code, 0, "{r}");
+    let f = link_of(&r, "mlx5_0");
+    assert_eq!(f["status"], "ok", "{r}");
+    assert_eq!(
+        f["what"],
+        "first reading (carrier_changes 6); flaps counted from the next run"
+    );
+    assert_eq!(f["netdev"], "ens1f0np0");
+    let kept = history(&h.state());
+    assert_eq!(
+        kept["ports"]["mlx5_0/1"]["readings"][0]["carrier_changes"], 6,
+        "{kept}"
+    );
+    // Two flaps (four carrier changes) on mlx5_0's link: unhealthy, named in the line.
+    h.carrier("ens1f0np0", 10);
+    let (code, r) = h.health();
+    assert_eq!(code, 1, "{r}");
+    let f = link_of(&r, "mlx5_0");
+    assert_eq!(f["status"], "unhealthy", "{r}");
+    assert!(
+        r["line"]
+            .as_str()
+            .unwrap()
+            .starts_with("mlx5_0/1 ens1f0np0: 4 carrier changes"),
+        "{r}"
+    );
+    assert_eq!(link_of(&r, "mlx5_1")["status"], "ok", "{r}");
+    // Once the flaps are older than the window: healthy again.
+    std::thread::sleep(Duration::from_millis(WINDOW_SECS * 1000 + 500));
+    let (code, r) = h.health();
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(link_of(&r, "mlx5_0")["status"], "ok", "{r}");
+}
+
+#[test]
+fn health_link_a_corrupt_history_is_said_and_started_over() {
+    let h = Host::new();
+    std::fs::create_dir_all(h.state()).unwrap();
+    std::fs::write(h.state().join("link-history.json"), b"{\"version\":").unwrap();
+    let (code, r) = h.health();
+    assert_eq!(code, 0, "{r}");
+    let said = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "link" && f["status"] == "warning")
+        .unwrap_or_else(|| panic!("no warning about the history in {r}"));
+    assert!(
+        said["what"]
+            .as_str()
+            .unwrap()
+            .contains("link-history.json: not a link history"),
+        "{said}"
+    );
+    // Started over: the file holds this run's readings.
+    assert_eq!(history(&h.state())["version"], 1);
+}
+
+#[test]
+fn health_link_and_optics_off_a_live_host() {
+    let h = Host::new();
+    let (_, r) = h.health();
+    let optics: Vec<&serde_json::Value> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "optics")
+        .collect();
+    assert_eq!(optics.len(), 1, "{r}");
+    assert_eq!(optics[0]["status"], "skipped", "{r}");
+}

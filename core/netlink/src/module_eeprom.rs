@@ -85,6 +85,31 @@ enum Family {
     Unknown,
 }
 
+/// What an A2h read that came back as A0h's first bytes is: the kernel's answer for a
+/// driver without `get_module_eeprom_by_page` that reports the module as SFF-8079
+/// (`fallback_set_params` in net/ethtool/eeprom.c moves an I2C 0x51 request to A2h only
+/// for `ETH_MODULE_SFF_8472`), not the module's diagnostics.
+const FALLBACK_A2: &str = "A2h (diagnostics): the kernel answered with A0h's bytes (its fallback for a driver without page reads, which reports this module as SFF-8079: no diagnostics to read), not read; not a fault of the module";
+
+/// Bank 1 and up of page 11h identical to bank 0's, byte for byte: the kernel's
+/// fallback for a driver without page reads does not look at the bank
+/// (`fallback_set_params`), so those are bank 0's bytes again. They are dropped (the
+/// decoder then says those lanes' page is missing) and said as a read the kernel could
+/// not make. Two banks of live readings (powers, biases, flags) are not equal by chance.
+fn refuse_banks_read_as_bank_0(eeprom: &mut Eeprom, problems: &mut Vec<String>, banks: u8) {
+    let Some(bank0) = eeprom.page(0, 0x11).copied() else {
+        return;
+    };
+    for bank in 1..banks {
+        if eeprom.page(bank, 0x11) == Some(&bank0) {
+            eeprom.remove_page(bank, 0x11);
+            problems.push(format!(
+                "bank {bank} page 11h: byte for byte bank 0's (the kernel's fallback for a driver without page reads ignores the bank), not read; not a fault of the module"
+            ));
+        }
+    }
+}
+
 /// Reads a module through `read` (one [`PageRequest`] at a time: ethtool netlink, or a
 /// test's pages). The lower page must read; what fails after it is a problem.
 pub fn read_module(
@@ -114,6 +139,7 @@ pub fn read_module(
                     ..lower()
                 };
                 match read(&a2).and_then(|b| page_of(b, "A2h")) {
+                    Ok(p) if p == low => problems.push(FALLBACK_A2.to_string()),
                     Ok(p) => {
                         let mut full = [0u8; 256];
                         full[..128].copy_from_slice(&p);
@@ -152,6 +178,7 @@ pub fn read_module(
                 for bank in 0..banks {
                     upper_page(&mut eeprom, &mut problems, bank, 0x11);
                 }
+                refuse_banks_read_as_bank_0(&mut eeprom, &mut problems, banks);
             }
         }
         Family::Unknown => {}
@@ -372,6 +399,91 @@ mod tests {
         let short = |_: &PageRequest| Ok(vec![3u8; 20]);
         let e = read_module(short).unwrap_err().to_string();
         assert!(e.contains("20 bytes, want 128"), "{e}");
+    }
+
+    /// A driver without `get_module_eeprom_by_page`: the kernel serves each page request
+    /// from the driver's linear dump as `fallback_set_params` (net/ethtool/eeprom.c)
+    /// computes it: a page's offset is `page * 128 + offset`, A2h (0x51) moves 256 bytes
+    /// on only where the driver calls the map SFF-8472, the bank is not looked at, and
+    /// what lies past the dump is EINVAL.
+    fn kernel_fallback(
+        dump: Vec<u8>,
+        map_is_sff8472: bool,
+    ) -> impl FnMut(&PageRequest) -> Result<Vec<u8>, EthtoolError> {
+        move |r: &PageRequest| {
+            let einval = || {
+                EthtoolError::Netlink(crate::NetlinkError::Kernel {
+                    request: "module EEPROM".into(),
+                    errno: libc::EINVAL,
+                })
+            };
+            let mut offset = r.offset as usize;
+            if r.page != 0 {
+                if offset < 128 || offset + r.length as usize > 256 {
+                    return Err(einval());
+                }
+                offset += usize::from(r.page) * 128;
+            }
+            if map_is_sff8472 && r.i2c_address == I2C_ADDRESS_A2 {
+                offset += 256;
+            }
+            if offset >= dump.len() {
+                return Err(einval());
+            }
+            let end = (offset + r.length as usize).min(dump.len());
+            Ok(dump[offset..end].to_vec())
+        }
+    }
+
+    /// An SFP whose A0h byte 92 claims diagnostics, behind a driver that reports the map
+    /// as SFF-8079 (A0h only, 256 bytes): the kernel answers the A2h request with A0h's
+    /// first bytes. That is said as a read the kernel could not make, and no A2h is kept
+    /// (its checksum would fail: a module fault that is not one).
+    #[test]
+    fn an_a2h_answered_with_a0h_bytes_is_refused_as_the_kernel_fallback() {
+        let mut a0 = vec![0u8; 256];
+        a0[0] = 0x03;
+        a0[92] = 0x68;
+        let m = read_module(kernel_fallback(a0.clone(), false)).unwrap();
+        assert!(m.eeprom.a2().is_none(), "A0h's bytes kept as A2h");
+        assert_eq!(m.problems.len(), 1, "{:?}", m.problems);
+        assert!(
+            m.problems[0].contains("A0h's bytes")
+                && m.problems[0].contains("not a fault of the module"),
+            "{:?}",
+            m.problems
+        );
+        // The same module behind a driver that gives A2h: read.
+        let mut both = a0;
+        both.extend((0..256).map(|i| i as u8));
+        let m = read_module(kernel_fallback(both, true)).unwrap();
+        assert!(m.problems.is_empty(), "{:?}", m.problems);
+        assert_eq!(m.eeprom.a2().unwrap()[5], 5);
+    }
+
+    /// A CMIS module of two banks behind the fallback: the bank is ignored, so bank 1's
+    /// page 11h comes back as bank 0's, byte for byte: refused, bank 0 kept.
+    #[test]
+    fn a_bank_page_identical_to_bank_0_is_refused_as_the_kernel_fallback() {
+        let mut dump = vec![0u8; 128 * 19];
+        dump[0] = 0x18;
+        dump[0x100 + (0x8e - 0x80)] = 0x01; // page 01h: banks 0 and 1
+        for (i, b) in dump[0x80 * 0x12..0x80 * 0x13].iter_mut().enumerate() {
+            *b = i as u8; // page 11h
+        }
+        let m = read_module(kernel_fallback(dump, false)).unwrap();
+        assert!(m.eeprom.page(0, 0x11).is_some());
+        assert!(
+            m.eeprom.page(1, 0x11).is_none(),
+            "bank 0's page kept as bank 1's"
+        );
+        assert!(
+            m.problems
+                .iter()
+                .any(|p| p.starts_with("bank 1 page 11h") && p.contains("bank 0's")),
+            "{:?}",
+            m.problems
+        );
     }
 
     proptest::proptest! {

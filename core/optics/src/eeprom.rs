@@ -52,6 +52,11 @@ impl Eeprom {
         self.upper.insert((bank, page), upper);
     }
 
+    /// Removes upper page `page` of `bank` (a reader that finds it was not the module's).
+    pub fn remove_page(&mut self, bank: u8, page: u8) {
+        self.upper.remove(&(bank, page));
+    }
+
     /// Sets SFF-8472's diagnostics memory (I2C address 0x51, "A2h"): 256 bytes.
     pub fn set_a2(&mut self, a2: [u8; 256]) {
         self.a2 = Some(a2);

@@ -101,10 +101,13 @@ pub fn judge_decoded(m: &Module, unread: &[String]) -> ModuleVerdict {
     let mut notes = Vec::new();
     let mut findings = judge(m, &mut notes);
     for p in &m.problems {
+        // A page not read is the reader's problem (the reader says why in `unread`: a
+        // driver that refuses it, the kernel's fallback that cannot read it), not the
+        // module's: unjudged, nothing to reseat.
         let level = match p {
-            Problem::DiagnosticsNotImplemented | Problem::MonitorNotImplemented { .. } => {
-                ModuleLevel::Unjudged
-            }
+            Problem::DiagnosticsNotImplemented
+            | Problem::MonitorNotImplemented { .. }
+            | Problem::PageMissing { .. } => ModuleLevel::Unjudged,
             _ => ModuleLevel::Warn,
         };
         findings.push(ModuleFinding {
@@ -190,7 +193,9 @@ fn readings(m: &Module) -> (String, bool) {
 
 fn fix_for_problem(p: &Problem) -> String {
     match p {
-        Problem::DiagnosticsNotImplemented | Problem::MonitorNotImplemented { .. } => String::new(),
+        Problem::DiagnosticsNotImplemented
+        | Problem::MonitorNotImplemented { .. }
+        | Problem::PageMissing { .. } => String::new(),
         _ => "reseat the module; if its memory still reads wrong, replace it".into(),
     }
 }
@@ -585,6 +590,24 @@ mod tests {
         );
         assert!(
             v.notes.iter().any(|n| n.contains("dark lanes not judged")),
+            "{v:?}"
+        );
+    }
+
+    /// A page the reader could not get (the kernel's fallback answered A0h's bytes for
+    /// A2h, a driver refused a page) is a read said as such: nothing to reseat.
+    #[test]
+    fn a_page_not_read_is_unjudged_not_a_module_to_replace() {
+        let sfp = fixture("sfp-10g-sr-rx-low.hex");
+        let mut a0_only = Eeprom::new(*sfp.lower());
+        a0_only.insert_page(0, 0, *sfp.page(0, 0).unwrap());
+        let why = vec!["A2h (diagnostics): the kernel answered with A0h's bytes".to_string()];
+        let v = judge_module(&a0_only, &why);
+        assert_eq!(v.level, ModuleLevel::Unjudged, "{v:?}");
+        assert!(v.fixes().is_empty(), "{v:?}");
+        assert_eq!(v.unread, why);
+        assert!(
+            v.findings.iter().any(|f| f.what == "page A2h was not read"),
             "{v:?}"
         );
     }

@@ -188,7 +188,10 @@ pub enum Command {
     /// LinkUp at [health] min_rate_gbps or at the rate of its siblings (ports of the same
     /// HCA model); each device's PCIe link at the most its card and slot allow; a RoCE v2 GID
     /// for each address of the port's netdev; the RoCE netdevs' MTU (min_mtu, else one MTU
-    /// for all); the driver and firmware builds [health] names; failing driver messages in
+    /// for all); the driver and firmware builds [health] names; links that flapped
+    /// [health] max_flaps times (default 2) within flap_window (default 10m), counted
+    /// between runs in the state directory; transceiver modules at an alarm level or with
+    /// a dark lane (live host); failing driver messages in
     /// the kernel log over [health] kernel_log_window (default 15m: firmware command
     /// timeouts, health compromised, PCIe slot power); queue pairs in the error state
     /// (RDMA netlink; a QP in ERR wedges every rank of the job on it); and, with

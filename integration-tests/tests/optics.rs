@@ -69,6 +69,9 @@ fn optics_json_of_a_cmis_module_with_lane_pages() {
     assert_eq!(m["lanes"].as_array().map(Vec::len), Some(8));
     assert_eq!(m["lanes"][7]["lane"], 8);
     assert_eq!(m["thresholds"]["bias_ma"]["high_alarm"], 130.0);
+    // Page 11h 128-131, a nibble a host lane (the fixture's builder: 0x44, activated).
+    assert_eq!(m["lanes"][0]["data_path_state"], "DPActivated");
+    assert_eq!(m["lanes"][7]["data_path_state"], "DPActivated");
 }
 
 /// Diagnostics claimed but all zero: said, and every reading null, never 0.

@@ -28,8 +28,9 @@ pub struct OpticsArgs {
     pub eeprom_file: Option<PathBuf>,
     /// Print JSON: {"modules": [{"port", "identifier", "vendor", "part_number",
     /// "serial_number", "temperature_c", "voltage_v", "lanes": [{"lane", "bias_ma",
-    /// "tx_power_mw", "rx_power_mw"}], "thresholds", "alarms", "problems", ...}]}; a
-    /// reading the module does not give is null, never 0.
+    /// "tx_power_mw", "rx_power_mw", "data_path_state"}], "thresholds", "alarms",
+    /// "problems", ...}]}; a reading the module does not give is null, never 0
+    /// (data_path_state: CMIS only).
     #[arg(long)]
     pub json: bool,
 }
@@ -228,26 +229,31 @@ fn lanes_table(out: &mut String, m: &Module) {
     } else {
         "RX avg"
     };
+    // CMIS only: the data path state of each host lane (page 11h 128-131).
+    let dp = m.lanes.iter().any(|l| l.data_path_state.is_some());
+    let state = |s: &str| if dp { format!("  {s}") } else { String::new() };
     let _ = writeln!(
         out,
-        "  {:>4}  {:>9}  {:>9}  {:>8}  {:>9}  {:>8}",
+        "  {:>4}  {:>9}  {:>9}  {:>8}  {:>9}  {:>8}{}",
         "Lane",
         "Bias mA",
         "TX mW",
         "TX dBm",
         format!("{rx} mW"),
-        "RX dBm"
+        "RX dBm",
+        state("Data path")
     );
     for lane in &m.lanes {
         let _ = writeln!(
             out,
-            "  {:>4}  {:>9}  {:>9}  {:>8}  {:>9}  {:>8}",
+            "  {:>4}  {:>9}  {:>9}  {:>8}  {:>9}  {:>8}{}",
             lane.lane,
             num(lane.bias_ma, 3),
             num(lane.tx_power_mw, 4),
             dbm(lane.tx_power_mw),
             num(lane.rx_power_mw, 4),
-            dbm(lane.rx_power_mw)
+            dbm(lane.rx_power_mw),
+            state(lane.data_path_state.as_deref().unwrap_or("-"))
         );
     }
 }

@@ -88,7 +88,7 @@ const COMPONENT_LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "core/doctor",
         &[
-            &["shell", "tool"],
+            &["shell", "tool", "config"],
             &["check"],
             &["checks", "appenv"],
             &["guide"],

@@ -103,6 +103,9 @@ pub struct Options {
     /// `[health] min_mtu`: the lowest netdev MTU the RoCE netdevs may have, so that the
     /// MTU verdict is the one `health` gives on the same configuration.
     pub min_mtu: Option<u32>,
+    /// `[doctor] pre_fec_ber_warn`: the pre-FEC bit error rate the `link` check warns
+    /// above, whatever the port's FEC (else the figure of its FEC and lane rate).
+    pub pre_fec_ber_warn: Option<f64>,
     /// This host's rows of the fleet topology (`[fleet] topology`), when one is
     /// configured: the rails are told by them (`rocewatch_sysfs::railmap`), and a row no
     /// port carries is a NIC missing.

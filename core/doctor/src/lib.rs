@@ -18,7 +18,7 @@
 //! It needs the runtime and the readers, nothing of the command line.
 //!
 //! Direction (each imports only what is to its right): `guide` → `checks`, `appenv` →
-//! `check` → `shell`, `tool`. `core/agent/tests/architecture.rs` checks it.
+//! `check` → `shell`, `tool`, `config`. `core/agent/tests/architecture.rs` checks it.
 //!
 //! Where things live (grouped by who imports whom, so a folder reaches only to its right):
 //! - `guide/`: the guide itself. `mod.rs` runs it (`run`: discovery, the QoS state, the
@@ -29,7 +29,8 @@
 //!   they all read, read once. Only the guide knows the order and the `Host`.
 //! - `checks/`: the checks, one file per topic or part of one (acs, bandwidth, buffers,
 //!   capture, cm_path, congestion, counters, dcbx, driver, firewall, gpu, interrupts,
-//!   kernel_log, linklayer, mtu, multirail, numa, pcie, qos, sriov, userspace). Each takes what
+//!   fec_margin, kernel_log, link, linklayer, mtu, multirail, numa, optics, pcie, qos, sriov,
+//!   userspace). Each takes what
 //!   it judges (a sysfs root, the inventory, the QoS state, two collections) rather than
 //!   the `Host`, so the tests call it alone and `health` uses `userspace` and the kernel
 //!   log check without the guide; a few share a sibling's helper (`qos::setting`,
@@ -41,7 +42,8 @@
 //! - At the top, what every folder uses: `check.rs` the report (`Check`, `Status`,
 //!   `Options`, the text form; below the guide, since the checks and appenv make
 //!   `Check`s without it), `shell.rs` text for a shell, `tool.rs` a host tool (`nft`,
-//!   `iptables-save`, `ping`, `systemctl`) run within a bound.
+//!   `iptables-save`, `ping`, `systemctl`) run within a bound, `config.rs` the `[doctor]`
+//!   section of the `-c` file (`DoctorConfig`; the agent's configuration holds it).
 //! - Tests of the whole crate, beside this file: `no_evidence_tests.rs` (no check passes
 //!   on empty input, and every check name in the sources runs there) and
 //!   `fix_quoting_tests.rs` (every fix keeps the names it prints quoted); they reach into
@@ -53,6 +55,7 @@
 pub mod appenv;
 mod check;
 mod checks;
+mod config;
 #[cfg(test)]
 mod fix_quoting_tests;
 mod guide;
@@ -67,4 +70,5 @@ pub use checks::firewall::{iptables_blocking, nft_blocking};
 pub use checks::kernel_log::kernel_log_checks;
 pub use checks::linklayer::{ETHERNET, INFINIBAND};
 pub use checks::{capture, userspace};
+pub use config::DoctorConfig;
 pub use guide::{run, run_telling, Waiting};

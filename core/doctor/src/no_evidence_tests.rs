@@ -98,6 +98,7 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         qos: Default::default(),
         kernel_log: serde_json::json!({ "path": log }),
         min_mtu: None,
+        pre_fec_ber_warn: None,
         rail_rows: None,
     };
     let mut out = super::guide::run(&app, &opts).await;

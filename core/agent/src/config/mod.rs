@@ -116,6 +116,9 @@ pub struct Config {
     /// What `rocewatch health` expects (`[health]`).
     #[serde(default)]
     pub health: rocewatch_health::HealthConfig,
+    /// What `rocewatch doctor` holds the host to (`[doctor]`).
+    #[serde(default)]
+    pub doctor: rocewatch_doctor::DoctorConfig,
     /// Where each `[exporters.otlp]` value came from (not a key: filled in by [`Config::load`]).
     #[serde(skip)]
     pub otlp_sources: otlp_sources::OtlpSources,
@@ -932,5 +935,20 @@ mod tests {
             .to_string();
         assert!(e.contains("health.checks"), "{e}");
         parse("[health]\nmin_rate_gbps = 400.0\nchecks = [\"ports\"]\n").unwrap();
+    }
+
+    /// `[doctor] pre_fec_ber_warn`: read for doctor, refused by key outside (0, 1).
+    #[test]
+    fn doctor_pre_fec_ber_warn_is_a_bit_error_rate() {
+        let c = parse("[doctor]\npre_fec_ber_warn = 1e-5\n").unwrap();
+        assert_eq!(c.doctor.pre_fec_ber_warn, Some(1e-5));
+        assert_eq!(parse("").unwrap().doctor.pre_fec_ber_warn, None);
+        for v in ["0.0", "1.5", "nan"] {
+            let e = parse(&format!("[doctor]\npre_fec_ber_warn = {v}\n"))
+                .expect_err(v)
+                .to_string();
+            assert!(e.contains("doctor.pre_fec_ber_warn"), "{v}: {e}");
+        }
+        assert!(parse("[doctor]\nno_such_key = 1\n").is_err());
     }
 }

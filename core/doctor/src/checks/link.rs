@@ -12,20 +12,38 @@ use std::collections::BTreeMap;
 
 use rocewatch_metrics::counter::counter_move_from;
 use rocewatch_metrics::names;
-use rocewatch_plugin_api::{Sample, ScrapeResult};
+use rocewatch_plugin_api::{Inventory, Sample, ScrapeResult};
 use rocewatch_sysfs::verdict::{judge_flaps, Weight, DEFAULT_MAX_FLAPS};
 
+use super::fec_margin::{ber_limit, lane_gbps, BerLimit};
 use crate::check::{check, Check, Status};
 use crate::shell::one_line;
 
 const NETDEV: &str = rocewatch_metrics::ATTR_NETDEV;
 
-/// Pre-FEC bit error rate above which the link is said to be short of margin. IEEE 802.3
-/// clause 91.5.3.3 marks errors downstream past 417 symbol errors in 8192 codewords for
-/// RS(528,514), about 9.6e-6 per bit at one bit per symbol error (6380, about 1.4e-4,
-/// for RS(544,514)); the series carry no RS variant, so the lower figure, halved, as the
-/// default rule `pre-fec-ber-high` does.
-pub(crate) const PRE_FEC_BER_WARN: f64 = 5e-6;
+/// A RoCE netdev and its port's lane rate in Gb/s (`rate` over its width), when known.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LinkPort {
+    pub netdev: String,
+    pub lane_gbps: Option<f64>,
+}
+
+/// The netdevs of the RoCE ports, in inventory order, each with its first port's lane
+/// rate.
+pub(crate) fn link_ports(inv: &Inventory) -> Vec<LinkPort> {
+    let mut out: Vec<LinkPort> = Vec::new();
+    for p in inv.devices.iter().flat_map(|d| &d.ports) {
+        if let Some(nd) = &p.netdev {
+            if !out.iter().any(|o| &o.netdev == nd) {
+                out.push(LinkPort {
+                    netdev: nd.clone(),
+                    lane_gbps: p.rate.as_deref().and_then(lane_gbps),
+                });
+            }
+        }
+    }
+    out
+}
 
 /// A series of `name` on `netdev` with no other attribute than the port's (no lane, no
 /// histogram bin): the port's total.
@@ -57,14 +75,16 @@ fn netdevs(second: &ScrapeResult) -> Vec<String> {
     out
 }
 
-/// The link checks of every netdev of `roce_netdevs`.
+/// The link checks of every RoCE netdev of `ports`; `ber_warn` is `[doctor]
+/// pre_fec_ber_warn`, when set (else the figure of the port's FEC, `fec_margin`).
 pub(crate) fn link_checks(
-    roce_netdevs: &[String],
+    ports: &[LinkPort],
     first: &ScrapeResult,
     second: &ScrapeResult,
     window: std::time::Duration,
+    ber_warn: Option<f64>,
 ) -> Vec<Check> {
-    if roce_netdevs.is_empty() {
+    if ports.is_empty() {
         return vec![check(
             "link",
             "",
@@ -75,7 +95,8 @@ pub(crate) fn link_checks(
     }
     let with_series = netdevs(second);
     let mut out = Vec::new();
-    for nd in roce_netdevs {
+    for port in ports {
+        let nd = &port.netdev;
         if !with_series.contains(nd) {
             out.push(check(
                 "link",
@@ -86,7 +107,12 @@ pub(crate) fn link_checks(
             ));
             continue;
         }
-        out.push(one_link(nd, first, second, window));
+        let window = Window {
+            first,
+            second,
+            length: window,
+        };
+        out.push(one_link(port, &window, ber_warn));
     }
     out
 }
@@ -104,49 +130,120 @@ fn worse(status: &mut Status, s: Status) {
     }
 }
 
+/// The two collections a window apart.
+struct Window<'a> {
+    first: &'a ScrapeResult,
+    second: &'a ScrapeResult,
+    length: std::time::Duration,
+}
+
+impl Window<'_> {
+    fn increase(&self, name: &str, netdev: &str) -> Option<f64> {
+        increase(self.first, self.second, name, netdev)
+    }
+}
+
+/// What one netdev's check has found so far.
+struct Finding {
+    said: Vec<String>,
+    status: Status,
+    /// The fixes, in the order they are said.
+    fixes: BTreeMap<u8, String>,
+    /// Whether the window gave anything to judge by: only then can it pass.
+    judged: bool,
+}
+
+impl Finding {
+    /// Say `what`, at `status` or worse, with `fix` in place `order`.
+    fn found(&mut self, what: String, status: Status, fix: Option<(u8, String)>) {
+        self.said.push(what);
+        worse(&mut self.status, status);
+        if let Some((order, fix)) = fix {
+            self.fixes.insert(order, fix);
+        }
+    }
+}
+
 /// The flap verdict over the window (`rocewatch_sysfs::verdict::flap`, the one `health`
 /// gives), said and weighed: one flap warns, [`DEFAULT_MAX_FLAPS`] (the default rule
-/// `link-flapping`'s two) fail. `None` when it could not judge, else whether it flapped.
-fn flaps(
-    nd: &str,
-    first: &ScrapeResult,
-    second: &ScrapeResult,
-    window: std::time::Duration,
-    said: &mut Vec<String>,
-    status: &mut Status,
-) -> Option<bool> {
+/// `link-flapping`'s two) fail.
+fn flaps(nd: &str, w: &Window, f: &mut Finding) {
     // Counters are whole numbers: the increase is one.
-    let moved = |name| increase(first, second, name, nd).map(|d| d as u64);
+    let moved = |name| w.increase(name, nd).map(|d| d as u64);
     let v = judge_flaps(
         moved(names::LINK_CARRIER_CHANGES),
         moved(names::LINK_DOWN_EVENTS),
-        window,
+        w.length,
         DEFAULT_MAX_FLAPS,
     );
-    match v.weight() {
-        Weight::CannotTell | Weight::NotApplicable => return None,
-        Weight::Fine => {}
-        Weight::Note => worse(status, Status::Warn),
-        Weight::Fault => worse(status, Status::Fail),
+    let status = match v.weight() {
+        Weight::CannotTell | Weight::NotApplicable => return,
+        Weight::Fine => Status::Info,
+        Weight::Note => Status::Warn,
+        Weight::Fault => Status::Fail,
+    };
+    f.judged = true;
+    let fix = (status != Status::Info).then(|| (1, "the link flaps: reseat or replace the cable or optic, check the switch port's log for the same flaps".to_string()));
+    f.found(v.evidence, status, fix);
+}
+
+/// The pre-FEC BER over the window against what the port's FEC carries (`fec_margin`),
+/// or why it cannot be judged: FEC off.
+fn pre_fec_ber(
+    port: &LinkPort,
+    mode: Option<&str>,
+    w: &Window,
+    ber_warn: Option<f64>,
+    f: &mut Finding,
+) {
+    let nd = port.netdev.as_str();
+    let warn = match ber_limit(mode, port.lane_gbps, ber_warn) {
+        BerLimit::NoFec { why, warns } => {
+            let status = if warns { Status::Warn } else { Status::Info };
+            let fix = warns.then(|| (3, "turn FEC on at both ends (ethtool --set-fec IF encoding rs, the same on the switch port), or check the CRC errors the link has instead".to_string()));
+            f.found(why, status, fix);
+            return;
+        }
+        BerLimit::Warn { warn, why } => (warn, why),
+    };
+    let bits = w.increase(names::LINK_RECEIVED_BITS, nd);
+    let errs = w.increase(names::LINK_CORRECTED_BITS, nd);
+    let (Some(b), Some(e)) = (bits, errs) else {
+        return;
+    };
+    if b <= 0.0 {
+        return;
     }
-    let flapped = v.weight() != Weight::Fine;
-    said.push(v.evidence);
-    Some(flapped)
+    f.judged = true;
+    let ber = e / b;
+    let (limit, why) = warn;
+    if ber > limit {
+        f.found(
+            format!("pre-FEC BER {ber:.1e} over the window, above {limit:.1e} ({why})"),
+            Status::Warn,
+            Some((
+                3,
+                "little FEC margin is left: clean or replace the optic or cable, check the far end"
+                    .into(),
+            )),
+        );
+    } else {
+        f.said.push(format!(
+            "pre-FEC BER {ber:.1e} over the window (warns above {limit:.1e}: {why})"
+        ));
+    }
 }
 
 /// What the window says of one netdev's link.
-fn one_link(
-    nd: &str,
-    first: &ScrapeResult,
-    second: &ScrapeResult,
-    window: std::time::Duration,
-) -> Check {
-    let mut said = Vec::new();
-    let mut status = Status::Info;
-    let mut fixes: BTreeMap<u8, String> = BTreeMap::new();
-    // Whether the window gave anything to judge by: only then can it pass.
-    let mut judged = false;
-    if let Some(down) = total(second, names::LINK_DOWN_REASON, nd) {
+fn one_link(port: &LinkPort, w: &Window, ber_warn: Option<f64>) -> Check {
+    let nd = port.netdev.as_str();
+    let mut f = Finding {
+        said: Vec::new(),
+        status: Status::Info,
+        fixes: BTreeMap::new(),
+        judged: false,
+    };
+    if let Some(down) = total(w.second, names::LINK_DOWN_REASON, nd) {
         let reason = down
             .attributes
             .get(rocewatch_metrics::ATTR_DOWN_REASON)
@@ -160,58 +257,42 @@ fn one_link(
         } else {
             format!("{reason}, {detail}")
         };
-        said.push(format!("link down: {}", one_line(&why)));
-        worse(&mut status, Status::Fail);
-        fixes.insert(0, "check the cable and the far end: the switch port up, the same speed and FEC on both ends; reseat the optic or cable".into());
+        f.found(
+            format!("link down: {}", one_line(&why)),
+            Status::Fail,
+            Some((0, "check the cable and the far end: the switch port up, the same speed and FEC on both ends; reseat the optic or cable".into())),
+        );
     }
-    if let Some(c) = total(second, names::LINK_CARRIER_CHANGES, nd) {
+    if let Some(c) = total(w.second, names::LINK_CARRIER_CHANGES, nd) {
         let since = c.value.as_f64();
-        said.push(format!("{since} carrier changes since the netdev appeared"));
+        f.said
+            .push(format!("{since} carrier changes since the netdev appeared"));
     }
-    if let Some(flapped) = flaps(nd, first, second, window, &mut said, &mut status) {
-        judged = true;
-        if flapped {
-            fixes.insert(1, "the link flaps: reseat or replace the cable or optic, check the switch port's log for the same flaps".into());
-        }
-    }
-    if let Some(m) = total(second, names::LINK_FEC_MODE, nd) {
-        let mode = m
-            .attributes
+    flaps(nd, w, &mut f);
+    let mode = total(w.second, names::LINK_FEC_MODE, nd).map(|m| {
+        m.attributes
             .get(rocewatch_metrics::ATTR_FEC_MODE)
-            .unwrap_or("?");
-        said.push(format!("FEC {}", one_line(mode)));
+            .unwrap_or("?")
+    });
+    if let Some(m) = mode {
+        f.said.push(format!("FEC {}", one_line(m)));
     }
-    let corrected = increase(first, second, names::LINK_FEC_CORRECTED_BLOCKS, nd);
-    let uncorrectable = increase(first, second, names::LINK_FEC_UNCORRECTABLE_BLOCKS, nd);
-    if let Some(c) = corrected {
-        said.push(format!("{c} codewords corrected over the window"));
+    if let Some(c) = w.increase(names::LINK_FEC_CORRECTED_BLOCKS, nd) {
+        f.said
+            .push(format!("{c} codewords corrected over the window"));
     }
-    if let Some(u) = uncorrectable {
-        judged = true;
-        said.push(format!("{u} uncorrectable"));
-        if u > 0.0 {
-            worse(&mut status, Status::Warn);
-            fixes.insert(2, "FEC loses codewords: clean the connectors, reseat the optic; replace the optic or cable if it persists, and check the far end's".into());
-        }
+    if let Some(u) = w.increase(names::LINK_FEC_UNCORRECTABLE_BLOCKS, nd) {
+        f.judged = true;
+        let fix = (u > 0.0).then(|| (2, "FEC loses codewords: clean the connectors, reseat the optic; replace the optic or cable if it persists, and check the far end's".to_string()));
+        let status = if u > 0.0 { Status::Warn } else { Status::Info };
+        f.found(format!("{u} uncorrectable"), status, fix);
     }
-    let bits = increase(first, second, names::LINK_RECEIVED_BITS, nd);
-    let errs = increase(first, second, names::LINK_CORRECTED_BITS, nd);
-    if let (Some(b), Some(e)) = (bits, errs) {
-        if b > 0.0 {
-            judged = true;
-            let ber = e / b;
-            said.push(format!("pre-FEC BER {ber:.1e} over the window"));
-            if ber > PRE_FEC_BER_WARN {
-                worse(&mut status, Status::Warn);
-                fixes.insert(3, format!("the pre-FEC bit error rate is above {PRE_FEC_BER_WARN:.0e} (little FEC margin left): clean or replace the optic or cable, check the far end"));
-            }
-        }
+    pre_fec_ber(port, mode, w, ber_warn, &mut f);
+    if f.status == Status::Info && f.judged {
+        f.status = Status::Pass;
     }
-    if status == Status::Info && judged {
-        status = Status::Pass;
-    }
-    let fix = (!fixes.is_empty()).then(|| fixes.into_values().collect::<Vec<_>>().join("; "));
-    check("link", nd, status, said.join("; "), fix)
+    let fix = (!f.fixes.is_empty()).then(|| f.fixes.into_values().collect::<Vec<_>>().join("; "));
+    check("link", nd, f.status, f.said.join("; "), fix)
 }
 
 #[cfg(test)]
@@ -283,9 +364,140 @@ mod tests {
     }
 
     fn one(first: &ScrapeResult, second: &ScrapeResult) -> Check {
-        let mut c = link_checks(&["eth0".into()], first, second, Duration::from_secs(10));
+        on_lanes(first, second, None, None)
+    }
+
+    /// eth0's check with its port's lane rate and `[doctor] pre_fec_ber_warn`.
+    fn on_lanes(
+        first: &ScrapeResult,
+        second: &ScrapeResult,
+        lane_gbps: Option<f64>,
+        ber_warn: Option<f64>,
+    ) -> Check {
+        let port = LinkPort {
+            netdev: "eth0".into(),
+            lane_gbps,
+        };
+        let mut c = link_checks(&[port], first, second, Duration::from_secs(10), ber_warn);
         assert_eq!(c.len(), 1, "{c:?}");
         c.remove(0)
+    }
+
+    /// A quiet window of eth0 whose FEC mode is `mode` and whose pre-FEC BER is 1e-5.
+    fn ber_1e5_with(mode: &str) -> (ScrapeResult, ScrapeResult) {
+        let (a, mut b) = window((4, 4), (10, 10), (0, 1_000_000_000), (0, 10_000));
+        for x in &mut b.samples {
+            if x.name == names::LINK_FEC_MODE {
+                *x = s(
+                    names::LINK_FEC_MODE,
+                    "eth0",
+                    &[(rocewatch_metrics::ATTR_FEC_MODE, mode)],
+                    1,
+                );
+            }
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn the_pre_fec_ber_is_held_to_what_the_ports_fec_carries() {
+        // 1e-5 is past RS(528,514)'s margin on 25 Gb/s lanes, within RS(544,514)'s on
+        // 50 Gb/s (PAM4) lanes.
+        let (a, b) = ber_1e5_with("RS");
+        let c = on_lanes(&a, &b, Some(25.0), None);
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.evidence.contains("pre-FEC BER 1.0e-5 over the window, above 5.0e-6 (a tenth of the 5.0e-5 RS(528,514) carries (25 Gb/s lanes))"),
+            "{c:?}"
+        );
+        assert!(c.fix.unwrap().contains("little FEC margin is left"));
+        let c = on_lanes(&a, &b, Some(50.0), None);
+        assert_eq!(c.status, Status::Pass, "{c:?}");
+        assert!(
+            c.evidence.contains("pre-FEC BER 1.0e-5 over the window (warns above 2.4e-5: a tenth of the 2.4e-4 RS(544,514) carries (50 Gb/s lanes))"),
+            "{c:?}"
+        );
+        // The operator's figure, from the -c file, for every FEC.
+        let c = on_lanes(&a, &b, Some(50.0), Some(5e-6));
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.evidence
+                .contains("above 5.0e-6 ([doctor] pre_fec_ber_warn)"),
+            "{c:?}"
+        );
+        // BASE-R carries far less.
+        let (a, b) = ber_1e5_with("BaseR");
+        assert_eq!(on_lanes(&a, &b, Some(25.0), None).status, Status::Warn);
+    }
+
+    #[test]
+    fn no_fec_on_fast_lanes_is_never_a_pass_on_its_error_rate() {
+        // FEC off: mlx5 counts no corrected bits, a BER of 0 that says nothing.
+        let (a, b) = window((4, 4), (10, 10), (0, 1_000_000_000), (0, 0));
+        let off = |b: &ScrapeResult| {
+            let mut b = b.clone();
+            for x in &mut b.samples {
+                if x.name == names::LINK_FEC_MODE {
+                    *x = s(
+                        names::LINK_FEC_MODE,
+                        "eth0",
+                        &[(rocewatch_metrics::ATTR_FEC_MODE, "Off")],
+                        1,
+                    );
+                }
+            }
+            b
+        };
+        let b = off(&b);
+        let c = on_lanes(&a, &b, Some(50.0), None);
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.evidence
+                .contains("no FEC on 50 Gb/s lanes: 802.3 runs every PAM4 lane with RS(544,514)"),
+            "{c:?}"
+        );
+        assert!(!c.evidence.contains("pre-FEC BER"), "{c:?}");
+        assert!(c.fix.unwrap().contains("ethtool --set-fec"));
+        assert_eq!(on_lanes(&a, &b, Some(25.0), None).status, Status::Warn);
+        // 10 Gb/s lanes run without FEC: said, not judged, the rest passes.
+        let c = on_lanes(&a, &b, Some(10.0), None);
+        assert_eq!(c.status, Status::Pass, "{c:?}");
+        assert!(c.evidence.contains("no FEC (10 Gb/s lanes)"), "{c:?}");
+    }
+
+    #[test]
+    fn ports_carry_their_lane_rate() {
+        use rocewatch_plugin_api::{Device, Port};
+        let port = |n: u32, nd: &str, rate: Option<&str>| Port {
+            port: n,
+            netdev: Some(nd.into()),
+            rate: rate.map(str::to_string),
+            ..Default::default()
+        };
+        let inv = Inventory {
+            devices: vec![Device {
+                name: "mlx5_0".into(),
+                ports: vec![
+                    port(1, "eth0", Some("200 Gb/sec (4X HDR)")),
+                    port(2, "eth1", None),
+                    port(3, "eth0", Some("100 Gb/sec (4X EDR)")),
+                ],
+                ..Default::default()
+            }],
+        };
+        assert_eq!(
+            link_ports(&inv),
+            [
+                LinkPort {
+                    netdev: "eth0".into(),
+                    lane_gbps: Some(50.0)
+                },
+                LinkPort {
+                    netdev: "eth1".into(),
+                    lane_gbps: None
+                },
+            ]
+        );
     }
 
     #[test]
@@ -358,10 +570,14 @@ mod tests {
         let c = one(&a, &b);
         assert_eq!(c.status, Status::Warn, "{c:?}");
         assert!(c.evidence.contains("2 uncorrectable"), "{c:?}");
-        assert!(c.evidence.contains("pre-FEC BER 1.0e-5"), "{c:?}");
+        assert!(
+            c.evidence
+                .contains("pre-FEC BER 1.0e-5 over the window, above 5.0e-6"),
+            "{c:?}"
+        );
         let fix = c.fix.unwrap();
         assert!(
-            fix.contains("FEC loses codewords") && fix.contains("above 5e-6"),
+            fix.contains("FEC loses codewords") && fix.contains("little FEC margin"),
             "{fix}"
         );
     }

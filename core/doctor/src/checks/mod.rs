@@ -11,6 +11,7 @@ pub(crate) mod congestion;
 pub(crate) mod counters;
 pub(crate) mod dcbx;
 pub(crate) mod driver;
+pub(crate) mod fec_margin;
 pub(crate) mod firewall;
 pub(crate) mod gpu;
 pub(crate) mod interrupts;

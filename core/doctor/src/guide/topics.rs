@@ -52,7 +52,15 @@ pub(crate) fn optics(h: &Host) -> Vec<Check> {
 
 /// Each port's link over the window: down reason, flaps, FEC, pre-FEC BER.
 pub(crate) fn link(h: &Host) -> Vec<Check> {
-    crate::checks::link::link_checks(&roce_netdevs(h), &h.first, &h.second, h.opts.window)
+    use crate::checks::link::{link_checks, link_ports};
+    let (first, second, window) = (&h.first, &h.second, h.opts.window);
+    link_checks(
+        &link_ports(&h.inv),
+        first,
+        second,
+        window,
+        h.opts.pre_fec_ber_warn,
+    )
 }
 
 /// Where GPUs sit from NICs, GPUDirect, and ACS on the path between them.

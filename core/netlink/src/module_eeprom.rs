@@ -6,7 +6,8 @@
 //!   (the SFF-8024 identifier) says the family;
 //! - SFF-8472 (SFP, identifier 0x02/0x03): A2h's first 128 bytes (I2C address 0x51:
 //!   thresholds, calibration, readings, flags) when byte 92 bit 6 says the module has
-//!   diagnostics; A2h's upper half (vendor and user memory) is not read, and left zero;
+//!   diagnostics, with A0h's upper half (to tell the kernel's fallback answering A0h's
+//!   bytes for A2h); A2h's upper half (vendor and user memory) is not read, and left zero;
 //! - SFF-8636 (QSFP+/QSFP28, 0x0C/0x0D/0x11): upper page 00h, and page 03h (thresholds)
 //!   unless byte 2 bit 2 says flat memory; a failing page 03h read is a problem, not a
 //!   failure (some drivers refuse it; ethtool goes on without it too);
@@ -91,6 +92,16 @@ enum Family {
 /// for `ETH_MODULE_SFF_8472`), not the module's diagnostics.
 const FALLBACK_A2: &str = "A2h (diagnostics): the kernel answered with A0h's bytes (its fallback for a driver without page reads, which reports this module as SFF-8079: no diagnostics to read), not read; not a fault of the module";
 
+/// An A2h answer that is A0h's lower page, or its upper half (one that is not a run
+/// of one byte, as a blank page is): `fallback_set_params` (net/ethtool/eeprom.c) serves
+/// I2C 0x51 from A0h's offset 0 for a driver that calls the module SFF-8079 (Linux 5.19
+/// on) or SFF-8472 (before: the map test was the wrong way round, fixed by
+/// a3bb7b63813f), and from A0h's offset 128 for SFF-8079 before 5.19.
+fn is_a0_again(a2: &[u8; 128], low: &[u8; 128], a0_upper: Option<&[u8; 128]>) -> bool {
+    let blank = a2.iter().all(|b| *b == a2[0]);
+    a2 == low || (!blank && a0_upper == Some(a2))
+}
+
 /// Bank 1 and up of page 11h identical to bank 0's, byte for byte: the kernel's
 /// fallback for a driver without page reads does not look at the bank
 /// (`fallback_set_params`), so those are bank 0's bytes again. They are dropped (the
@@ -134,12 +145,22 @@ pub fn read_module(
     match family_of(low[0]) {
         Family::Sff8472 => {
             if low[92] & 0x40 != 0 {
+                // A0h's upper half, to know the kernel's fallback by its A2h answer
+                // (below); not needed otherwise, so a refusal is no problem.
+                let a0_upper = read(&upper(0, 0))
+                    .and_then(|b| page_of(b, "A0h upper half"))
+                    .ok();
+                if let Some(p) = a0_upper {
+                    eeprom.insert_page(0, 0, p);
+                }
                 let a2 = PageRequest {
                     i2c_address: I2C_ADDRESS_A2,
                     ..lower()
                 };
                 match read(&a2).and_then(|b| page_of(b, "A2h")) {
-                    Ok(p) if p == low => problems.push(FALLBACK_A2.to_string()),
+                    Ok(p) if is_a0_again(&p, &low, a0_upper.as_ref()) => {
+                        problems.push(FALLBACK_A2.to_string())
+                    }
                     Ok(p) => {
                         let mut full = [0u8; 256];
                         full[..128].copy_from_slice(&p);
@@ -299,13 +320,19 @@ mod tests {
         let mut pages = Pages::new();
         pages.insert((0x50, 0, 0, 0), a0);
         pages.insert((0x51, 0, 0, 0), page(7));
-        let (f, log) = module(pages);
+        pages.insert((0x50, 0, 0, 128), page(9));
+        let (f, log) = module(pages.clone());
         let m = read_module(f).unwrap();
         assert!(m.problems.is_empty(), "{:?}", m.problems);
         let a2 = m.eeprom.a2().unwrap();
         assert_eq!((a2[0], a2[127], a2[128]), (7, 7, 0));
         let addrs: Vec<_> = log.borrow().iter().map(|r| r.i2c_address).collect();
-        assert_eq!(addrs, vec![0x50, 0x51]);
+        assert_eq!(addrs, vec![0x50, 0x50, 0x51]);
+        // A0h's upper half refused: no matter, A2h still read.
+        pages.remove(&(0x50, 0, 0, 128));
+        let (f, _) = module(pages);
+        let m = read_module(f).unwrap();
+        assert!(m.problems.is_empty() && m.eeprom.a2().is_some(), "{m:?}");
     }
 
     #[test]
@@ -403,12 +430,13 @@ mod tests {
 
     /// A driver without `get_module_eeprom_by_page`: the kernel serves each page request
     /// from the driver's linear dump as `fallback_set_params` (net/ethtool/eeprom.c)
-    /// computes it: a page's offset is `page * 128 + offset`, A2h (0x51) moves 256 bytes
-    /// on only where the driver calls the map SFF-8472, the bank is not looked at, and
-    /// what lies past the dump is EINVAL.
+    /// computes it: a page's offset is `page * 128 + offset`, A2h (0x51) moves on by
+    /// `a2_shift` (256 where the driver calls the map SFF-8472 since a3bb7b63813f, Linux
+    /// 5.19; before it, 128 where the driver calls it SFF-8079 and 0 for SFF-8472), the
+    /// bank is not looked at, and what lies past the dump is EINVAL.
     fn kernel_fallback(
         dump: Vec<u8>,
-        map_is_sff8472: bool,
+        a2_shift: usize,
     ) -> impl FnMut(&PageRequest) -> Result<Vec<u8>, EthtoolError> {
         move |r: &PageRequest| {
             let einval = || {
@@ -424,8 +452,8 @@ mod tests {
                 }
                 offset += usize::from(r.page) * 128;
             }
-            if map_is_sff8472 && r.i2c_address == I2C_ADDRESS_A2 {
-                offset += 256;
+            if r.i2c_address == I2C_ADDRESS_A2 {
+                offset += a2_shift;
             }
             if offset >= dump.len() {
                 return Err(einval());
@@ -444,19 +472,27 @@ mod tests {
         let mut a0 = vec![0u8; 256];
         a0[0] = 0x03;
         a0[92] = 0x68;
-        let m = read_module(kernel_fallback(a0.clone(), false)).unwrap();
-        assert!(m.eeprom.a2().is_none(), "A0h's bytes kept as A2h");
-        assert_eq!(m.problems.len(), 1, "{:?}", m.problems);
-        assert!(
-            m.problems[0].contains("A0h's bytes")
-                && m.problems[0].contains("not a fault of the module"),
-            "{:?}",
-            m.problems
-        );
-        // The same module behind a driver that gives A2h: read.
-        let mut both = a0;
+        a0[200..216].copy_from_slice(b"vendor specific."); // A0h's upper half
+        let mut both = a0.clone();
         both.extend((0..256).map(|i| i as u8));
-        let m = read_module(kernel_fallback(both, true)).unwrap();
+        // SFF-8079 map (A0h only), Linux 5.19 on: A2h answered from A0h byte 0; before
+        // 5.19, from A0h byte 128; an SFF-8472 map before 5.19: from A0h byte 0.
+        for (dump, shift) in [(a0.clone(), 0), (a0, 128), (both.clone(), 0)] {
+            let m = read_module(kernel_fallback(dump, shift)).unwrap();
+            assert!(
+                m.eeprom.a2().is_none(),
+                "shift {shift}: A0h's bytes kept as A2h"
+            );
+            assert_eq!(m.problems.len(), 1, "{:?}", m.problems);
+            assert!(
+                m.problems[0].contains("A0h's bytes")
+                    && m.problems[0].contains("not a fault of the module"),
+                "{:?}",
+                m.problems
+            );
+        }
+        // The same module behind a driver that gives A2h: read.
+        let m = read_module(kernel_fallback(both, 256)).unwrap();
         assert!(m.problems.is_empty(), "{:?}", m.problems);
         assert_eq!(m.eeprom.a2().unwrap()[5], 5);
     }
@@ -471,7 +507,7 @@ mod tests {
         for (i, b) in dump[0x80 * 0x12..0x80 * 0x13].iter_mut().enumerate() {
             *b = i as u8; // page 11h
         }
-        let m = read_module(kernel_fallback(dump, false)).unwrap();
+        let m = read_module(kernel_fallback(dump, 0)).unwrap();
         assert!(m.eeprom.page(0, 0x11).is_some());
         assert!(
             m.eeprom.page(1, 0x11).is_none(),

@@ -1,10 +1,19 @@
-//! Property tests over any bytes: neither the dump reader nor the decoders panic, and a
-//! byte changed where a checksum covers it is flagged.
+//! Property tests over any bytes: neither the dump reader, the decoders nor the verdict
+//! panic, and a byte changed where a checksum covers it is flagged.
 
 mod build;
 
 use proptest::prelude::*;
-use rocewatch_optics::{decode, dump, Eeprom, Problem};
+use rocewatch_optics::{decode, dump, Eeprom, ModuleLevel, Problem};
+
+fn rank(l: ModuleLevel) -> u8 {
+    match l {
+        ModuleLevel::Ok => 0,
+        ModuleLevel::Unjudged => 1,
+        ModuleLevel::Warn => 2,
+        ModuleLevel::Fail => 3,
+    }
+}
 
 fn page() -> impl Strategy<Value = [u8; 128]> {
     proptest::collection::vec(any::<u8>(), 128).prop_map(|v| v.try_into().unwrap())
@@ -45,6 +54,15 @@ proptest! {
         }
         if let Some(a2) = a2 {
             eeprom.set_a2(a2.try_into().unwrap());
+        }
+        // The verdict of any memory: never a panic; OK only with nothing found, and its
+        // level the worst of its findings.
+        let v = rocewatch_optics::judge_module(&eeprom, &[]);
+        if v.level == ModuleLevel::Ok {
+            prop_assert!(v.findings.is_empty(), "{v:?}");
+        }
+        for f in &v.findings {
+            prop_assert!(rank(f.level) <= rank(v.level), "{v:?}");
         }
         if let Ok(module) = decode(&eeprom) {
             // Whatever was read, a reading is a number, never NaN or infinite.

@@ -172,6 +172,12 @@ impl Series {
         }
     }
 
+    /// The ingest that last read it: a series whose count is no higher than at a reader's
+    /// last visit has not changed since (the store's ingests only count up).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// When the point last published of this series was read (`None`: none was).
     pub fn last_published(&self) -> Option<SystemTime> {
         match self.published.time.load(Ordering::Relaxed) {
@@ -519,16 +525,36 @@ impl std::fmt::Debug for HistogramFamily {
 }
 
 /// Shared between collectors (writers) and exporters (readers).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Store {
     inner: RwLock<Inner>,
     /// Histograms by metric name (probe round-trip times), apart from the scalar series.
     histograms: Mutex<BTreeMap<String, HistogramFamily>>,
+    /// This store among the process's (see [`Store::id`]).
+    id: u64,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Store {
+            inner: RwLock::default(),
+            histograms: Mutex::default(),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 impl Store {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A number no other store of this process has: what a reader that keeps something
+    /// of a store between visits (the text of a family that did not change) files it
+    /// under.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Remember what a plugin may emit.

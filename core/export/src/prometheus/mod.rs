@@ -6,6 +6,7 @@
 //! never triggers a collection and never waits for one.
 
 pub mod config;
+mod kept;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -32,7 +33,7 @@ use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::{Series, Store};
 
 /// Which exposition format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
     /// `text/plain; version=0.0.4`
     Text,
@@ -216,6 +217,7 @@ fn render_into(
         group: &[&Series],
         descriptors: &BTreeMap<String, MetricDescriptor>,
         format: Format,
+        kept: &mut kept::Families,
     ) {
         let Some(d) = group
             .first()
@@ -223,32 +225,60 @@ fn render_into(
         else {
             return;
         };
-        let name = family_header(out, d, format);
+        // A family as it was at the last scrape is written from the text kept then (the
+        // QoS view between its reads); one unchanged since the last is rendered aside
+        // (up to `KEEP_MAX`) and kept.
+        let mut aside = match kept.plan(&d.name, group) {
+            kept::Plan::Kept(text) => {
+                out.push_str(text);
+                if out.len() >= CHUNK {
+                    spill(out);
+                }
+                return;
+            }
+            kept::Plan::Render => None,
+            kept::Plan::RenderAndKeep => Some(String::new()),
+        };
+        let name = family_header(aside.as_mut().unwrap_or(out), d, format);
         for s in group {
-            out.push_str(&name);
-            s.write_labels(out);
-            out.push(' ');
-            write_number(out, s.sample.value);
-            out.push('\n');
+            let o = aside.as_mut().unwrap_or(out);
+            o.push_str(&name);
+            s.write_labels(o);
+            o.push(' ');
+            write_number(o, s.sample.value);
+            o.push('\n');
+            if aside.as_ref().is_some_and(|a| a.len() > kept::KEEP_MAX) {
+                out.push_str(&aside.take().expect("checked"));
+                kept.keep(&d.name, None);
+            }
+            if out.len() >= CHUNK {
+                spill(out);
+            }
+        }
+        if let Some(text) = aside {
+            out.push_str(&text);
+            kept.keep(&d.name, Some(text));
             if out.len() >= CHUNK {
                 spill(out);
             }
         }
     }
-    store.with_series(|all, descriptors| {
-        let mut group: Vec<&Series> = Vec::new();
-        for s in all {
-            if group
-                .first()
-                .is_some_and(|g| g.sample.name != s.sample.name)
-            {
-                flush(out, spill, &group, descriptors, format);
-                group.clear();
+    kept::with_kept(store, format, |kept| {
+        store.with_series(|all, descriptors| {
+            let mut group: Vec<&Series> = Vec::new();
+            for s in all {
+                if group
+                    .first()
+                    .is_some_and(|g| g.sample.name != s.sample.name)
+                {
+                    flush(out, spill, &group, descriptors, format, kept);
+                    group.clear();
+                }
+                group.push(s);
             }
-            group.push(s);
-        }
-        flush(out, spill, &group, descriptors, format);
-        store.with_histograms(|h| render_histograms(out, h, descriptors, format));
+            flush(out, spill, &group, descriptors, format, kept);
+            store.with_histograms(|h| render_histograms(out, h, descriptors, format));
+        })
     });
     render_self(out, metrics, format);
     if format == Format::OpenMetrics {

@@ -106,6 +106,9 @@ pub struct Options {
     /// `[doctor] pre_fec_ber_warn`: the pre-FEC bit error rate the `link` check warns
     /// above, whatever the port's FEC (else the figure of its FEC and lane rate).
     pub pre_fec_ber_warn: Option<f64>,
+    /// `[health] max_flaps`: the flaps in the window at which the `link` check fails
+    /// (one flap, fewer: a warning), `health`'s figure on the same configuration.
+    pub max_flaps: u64,
     /// This host's rows of the fleet topology (`[fleet] topology`), when one is
     /// configured: the rails are told by them (`rocewatch_sysfs::railmap`), and a row no
     /// port carries is a NIC missing.

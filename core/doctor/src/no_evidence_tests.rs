@@ -99,6 +99,7 @@ async fn doctor_on(root: &Path, scratch: &Path) -> Vec<Check> {
         kernel_log: serde_json::json!({ "path": log }),
         min_mtu: None,
         pre_fec_ber_warn: None,
+        max_flaps: rocewatch_sysfs::verdict::DEFAULT_MAX_FLAPS,
         rail_rows: None,
     };
     let mut out = super::guide::run(&app, &opts).await;

@@ -182,6 +182,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
             .unwrap_or_else(|| serde_json::json!({})),
         min_mtu: agent.cfg.health.min_mtu,
         pre_fec_ber_warn: agent.cfg.doctor.pre_fec_ber_warn,
+        max_flaps: agent.cfg.health.max_flaps,
         rail_rows: super::rails::rows(&agent.cfg, &super::rails::fleet_host(&agent.cfg))?,
     };
     let waiting = |what: String, until| progress.waiting(what, until);

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use rocewatch_metrics::counter::counter_move_from;
 use rocewatch_metrics::names;
 use rocewatch_plugin_api::{Inventory, Sample, ScrapeResult};
-use rocewatch_sysfs::verdict::{judge_flaps, Weight, DEFAULT_MAX_FLAPS};
+use rocewatch_sysfs::verdict::{judge_flaps, Weight};
 
 use super::fec_margin::{ber_limit, lane_gbps, BerLimit};
 use crate::check::{check, Check, Status};
@@ -75,14 +75,24 @@ fn netdevs(second: &ScrapeResult) -> Vec<String> {
     out
 }
 
-/// The link checks of every RoCE netdev of `ports`; `ber_warn` is `[doctor]
-/// pre_fec_ber_warn`, when set (else the figure of the port's FEC, `fec_margin`).
+/// What the `link` check holds a link to, from the `-c` file.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Limits {
+    /// `[doctor] pre_fec_ber_warn`, when set (else the figure of the port's FEC,
+    /// `fec_margin`).
+    pub pre_fec_ber_warn: Option<f64>,
+    /// `[health] max_flaps`: the flaps in the window that fail (default
+    /// `DEFAULT_MAX_FLAPS`, the default rule `link-flapping`'s two).
+    pub max_flaps: u64,
+}
+
+/// The link checks of every RoCE netdev of `ports`.
 pub(crate) fn link_checks(
     ports: &[LinkPort],
     first: &ScrapeResult,
     second: &ScrapeResult,
     window: std::time::Duration,
-    ber_warn: Option<f64>,
+    limits: &Limits,
 ) -> Vec<Check> {
     if ports.is_empty() {
         return vec![check(
@@ -112,7 +122,7 @@ pub(crate) fn link_checks(
             second,
             length: window,
         };
-        out.push(one_link(port, &window, ber_warn));
+        out.push(one_link(port, &window, limits));
     }
     out
 }
@@ -165,16 +175,16 @@ impl Finding {
 }
 
 /// The flap verdict over the window (`rocewatch_sysfs::verdict::flap`, the one `health`
-/// gives), said and weighed: one flap warns, [`DEFAULT_MAX_FLAPS`] (the default rule
-/// `link-flapping`'s two) fail.
-fn flaps(nd: &str, w: &Window, f: &mut Finding) {
+/// gives), said and weighed: one flap warns, `max_flaps` (`[health] max_flaps`, default the
+/// rule `link-flapping`'s two) fail.
+fn flaps(nd: &str, w: &Window, max_flaps: u64, f: &mut Finding) {
     // Counters are whole numbers: the increase is one.
     let moved = |name| w.increase(name, nd).map(|d| d as u64);
     let v = judge_flaps(
         moved(names::LINK_CARRIER_CHANGES),
         moved(names::LINK_DOWN_EVENTS),
         w.length,
-        DEFAULT_MAX_FLAPS,
+        max_flaps,
     );
     let status = match v.weight() {
         Weight::CannotTell | Weight::NotApplicable => return,
@@ -235,7 +245,7 @@ fn pre_fec_ber(
 }
 
 /// What the window says of one netdev's link.
-fn one_link(port: &LinkPort, w: &Window, ber_warn: Option<f64>) -> Check {
+fn one_link(port: &LinkPort, w: &Window, limits: &Limits) -> Check {
     let nd = port.netdev.as_str();
     let mut f = Finding {
         said: Vec::new(),
@@ -268,7 +278,7 @@ fn one_link(port: &LinkPort, w: &Window, ber_warn: Option<f64>) -> Check {
         f.said
             .push(format!("{since} carrier changes since the netdev appeared"));
     }
-    flaps(nd, w, &mut f);
+    flaps(nd, w, limits.max_flaps, &mut f);
     let mode = total(w.second, names::LINK_FEC_MODE, nd).map(|m| {
         m.attributes
             .get(rocewatch_metrics::ATTR_FEC_MODE)
@@ -287,7 +297,7 @@ fn one_link(port: &LinkPort, w: &Window, ber_warn: Option<f64>) -> Check {
         let status = if u > 0.0 { Status::Warn } else { Status::Info };
         f.found(format!("{u} uncorrectable"), status, fix);
     }
-    pre_fec_ber(port, mode, w, ber_warn, &mut f);
+    pre_fec_ber(port, mode, w, limits.pre_fec_ber_warn, &mut f);
     if f.status == Status::Info && f.judged {
         f.status = Status::Pass;
     }
@@ -378,7 +388,11 @@ mod tests {
             netdev: "eth0".into(),
             lane_gbps,
         };
-        let mut c = link_checks(&[port], first, second, Duration::from_secs(10), ber_warn);
+        let limits = Limits {
+            pre_fec_ber_warn: ber_warn,
+            max_flaps: rocewatch_sysfs::verdict::DEFAULT_MAX_FLAPS,
+        };
+        let mut c = link_checks(&[port], first, second, Duration::from_secs(10), &limits);
         assert_eq!(c.len(), 1, "{c:?}");
         c.remove(0)
     }
@@ -541,6 +555,33 @@ mod tests {
         assert_eq!(c.status, Status::Fail, "{c:?}");
         assert!(
             c.evidence.contains("flapping: 2 flaps is the limit"),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn health_max_flaps_is_the_failing_count() {
+        // [health] max_flaps = 3: two PHY downs in the window warn, three fail.
+        let at = |downs: u64| {
+            let (mut a, mut b) = window((4, 4), (10, 10), (0, 1_000_000), (0, 0));
+            a.samples.push(s(names::LINK_DOWN_EVENTS, "eth0", &[], 0));
+            b.samples
+                .push(s(names::LINK_DOWN_EVENTS, "eth0", &[], downs));
+            let port = LinkPort {
+                netdev: "eth0".into(),
+                lane_gbps: None,
+            };
+            let limits = Limits {
+                pre_fec_ber_warn: None,
+                max_flaps: 3,
+            };
+            link_checks(&[port], &a, &b, Duration::from_secs(10), &limits).remove(0)
+        };
+        assert_eq!(at(2).status, Status::Warn, "{:?}", at(2));
+        let c = at(3);
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(
+            c.evidence.contains("flapping: 3 flaps is the limit"),
             "{c:?}"
         );
     }

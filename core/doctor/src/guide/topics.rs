@@ -52,15 +52,13 @@ pub(crate) fn optics(h: &Host) -> Vec<Check> {
 
 /// Each port's link over the window: down reason, flaps, FEC, pre-FEC BER.
 pub(crate) fn link(h: &Host) -> Vec<Check> {
-    use crate::checks::link::{link_checks, link_ports};
+    use crate::checks::link::{link_checks, link_ports, Limits};
+    let limits = Limits {
+        pre_fec_ber_warn: h.opts.pre_fec_ber_warn,
+        max_flaps: h.opts.max_flaps,
+    };
     let (first, second, window) = (&h.first, &h.second, h.opts.window);
-    link_checks(
-        &link_ports(&h.inv),
-        first,
-        second,
-        window,
-        h.opts.pre_fec_ber_warn,
-    )
+    link_checks(&link_ports(&h.inv), first, second, window, &limits)
 }
 
 /// Where GPUs sit from NICs, GPUDirect, and ACS on the path between them.

@@ -24,6 +24,9 @@ use crate::config::CheckName;
 pub enum ReadError {
     /// This process lacks `CAP_NET_ADMIN`, which a module's read needs.
     Denied(String),
+    /// The netdev is not in this network namespace (a pod without the host's network
+    /// reading the host's sysfs): nothing of it can be read from here.
+    NotHere(String),
     /// Anything else.
     Failed(String),
 }
@@ -83,6 +86,10 @@ pub fn optics(
                 Err(ReadError::Denied(e)) => at(
                     Status::Skipped,
                     format!("not read: {e}, which reading a module needs (health runs as root under Slurm and in node-problem-detector's privileged pod)"),
+                ),
+                Err(ReadError::NotHere(e)) => at(
+                    Status::Skipped,
+                    format!("not read: {e} (modules are read through the host's netdevs: run health in the host's network namespace, hostNetwork in a pod)"),
                 ),
                 Err(ReadError::Failed(e)) => {
                     at(Status::Unknown, format!("the module could not be read: {e}"))
@@ -169,6 +176,14 @@ impl ModuleReader for LiveModules {
                 "this process has no CAP_NET_ADMIN".into(),
             ));
         }
+        let name = std::ffi::CString::new(netdev)
+            .map_err(|_| ReadError::Failed(format!("{netdev:?}: not a netdev name")))?;
+        // SAFETY: a NUL-terminated name; if_nametoindex only reads it.
+        if unsafe { libc::if_nametoindex(name.as_ptr()) } == 0 {
+            return Err(ReadError::NotHere(format!(
+                "{netdev} is not a netdev of this network namespace"
+            )));
+        }
         if self.nl.is_none() {
             if let Ok(n) = EthtoolNetlink::open(std::time::Duration::from_secs(2)) {
                 self.nl = Some(n);
@@ -244,9 +259,26 @@ mod tests {
         )));
         assert_eq!(f.status, Status::Skipped, "{f:?}");
         assert!(f.what.contains("CAP_NET_ADMIN"), "{f:?}");
+        let f = run(Err(ReadError::NotHere(
+            "eth0 is not a netdev of this network namespace".into(),
+        )));
+        assert_eq!(f.status, Status::Skipped, "{f:?}");
+        assert!(f.what.contains("hostNetwork"), "{f:?}");
         let f = run(Err(ReadError::Failed("EIO".into())));
         assert_eq!(f.status, Status::Unknown, "{f:?}");
         assert_eq!(f.what, "the module could not be read: EIO");
+    }
+
+    /// The live reader on this machine: a netdev that is not here is said so, never
+    /// "cannot tell" (a pod without the host's network reading the host's sysfs).
+    #[test]
+    fn the_live_reader_skips_a_netdev_not_in_this_namespace() {
+        let mut live = LiveModules {
+            nl: None,
+            allowed: Some(true),
+        };
+        let e = live.module("rwnosuch0").unwrap_err();
+        assert!(matches!(e, ReadError::NotHere(_)), "{e:?}");
     }
 
     #[test]

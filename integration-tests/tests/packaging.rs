@@ -474,6 +474,8 @@ const HEALTH_IN_A_POD: &[PodNeed] = &[
     PodNeed::Mount("/dev/kmsg", "/dev/kmsg", false),
     PodNeed::Device,
     PodNeed::Cap("SYSLOG"),
+    // The optics check's module reads (ETHTOOL_MSG_MODULE_EEPROM_GET is GENL_UNS_ADMIN_PERM).
+    PodNeed::Cap("NET_ADMIN"),
     PodNeed::HostPid,
     PodNeed::HostNetwork,
     PodNeed::Mount("/var/lib/rocewatch", "/var/lib/rocewatch", false),

@@ -384,22 +384,33 @@ mod tests {
         lane_gbps: Option<f64>,
         ber_warn: Option<f64>,
     ) -> Check {
+        let max_flaps = rocewatch_sysfs::verdict::DEFAULT_MAX_FLAPS;
+        checked(first, second, lane_gbps, ber_warn, max_flaps)
+    }
+
+    /// eth0's check with its port's lane rate and both limits.
+    fn checked(
+        first: &ScrapeResult,
+        second: &ScrapeResult,
+        lane_gbps: Option<f64>,
+        pre_fec_ber_warn: Option<f64>,
+        max_flaps: u64,
+    ) -> Check {
         let port = LinkPort {
             netdev: "eth0".into(),
             lane_gbps,
         };
         let limits = Limits {
-            pre_fec_ber_warn: ber_warn,
-            max_flaps: rocewatch_sysfs::verdict::DEFAULT_MAX_FLAPS,
+            pre_fec_ber_warn,
+            max_flaps,
         };
         let mut c = link_checks(&[port], first, second, Duration::from_secs(10), &limits);
         assert_eq!(c.len(), 1, "{c:?}");
         c.remove(0)
     }
 
-    /// A quiet window of eth0 whose FEC mode is `mode` and whose pre-FEC BER is 1e-5.
-    fn ber_1e5_with(mode: &str) -> (ScrapeResult, ScrapeResult) {
-        let (a, mut b) = window((4, 4), (10, 10), (0, 1_000_000_000), (0, 10_000));
+    /// `b` with eth0's FEC mode `mode`.
+    fn with_mode(mut b: ScrapeResult, mode: &str) -> ScrapeResult {
         for x in &mut b.samples {
             if x.name == names::LINK_FEC_MODE {
                 *x = s(
@@ -410,7 +421,13 @@ mod tests {
                 );
             }
         }
-        (a, b)
+        b
+    }
+
+    /// A quiet window of eth0 whose FEC mode is `mode` and whose pre-FEC BER is 1e-5.
+    fn ber_1e5_with(mode: &str) -> (ScrapeResult, ScrapeResult) {
+        let (a, b) = window((4, 4), (10, 10), (0, 1_000_000_000), (0, 10_000));
+        (a, with_mode(b, mode))
     }
 
     #[test]
@@ -448,21 +465,7 @@ mod tests {
     fn no_fec_on_fast_lanes_is_never_a_pass_on_its_error_rate() {
         // FEC off: mlx5 counts no corrected bits, a BER of 0 that says nothing.
         let (a, b) = window((4, 4), (10, 10), (0, 1_000_000_000), (0, 0));
-        let off = |b: &ScrapeResult| {
-            let mut b = b.clone();
-            for x in &mut b.samples {
-                if x.name == names::LINK_FEC_MODE {
-                    *x = s(
-                        names::LINK_FEC_MODE,
-                        "eth0",
-                        &[(rocewatch_metrics::ATTR_FEC_MODE, "Off")],
-                        1,
-                    );
-                }
-            }
-            b
-        };
-        let b = off(&b);
+        let b = with_mode(b, "Off");
         let c = on_lanes(&a, &b, Some(50.0), None);
         assert_eq!(c.status, Status::Warn, "{c:?}");
         assert!(
@@ -532,12 +535,17 @@ mod tests {
     /// The quiet window of [`window`] with eth0's carrier changes and, where given, its
     /// `link_down_events_phy` before and after.
     fn flapping(carrier: (u64, u64), phy: Option<(u64, u64)>) -> Check {
+        flapping_to(carrier, phy, rocewatch_sysfs::verdict::DEFAULT_MAX_FLAPS)
+    }
+
+    /// [`flapping`], failing at `max_flaps` (`[health] max_flaps`).
+    fn flapping_to(carrier: (u64, u64), phy: Option<(u64, u64)>, max_flaps: u64) -> Check {
         let (mut a, mut b) = window(carrier, (10, 10), (0, 1_000_000), (0, 0));
         if let Some((x, y)) = phy {
             a.samples.push(s(names::LINK_DOWN_EVENTS, "eth0", &[], x));
             b.samples.push(s(names::LINK_DOWN_EVENTS, "eth0", &[], y));
         }
-        one(&a, &b)
+        checked(&a, &b, None, None, max_flaps)
     }
 
     #[test]
@@ -562,21 +570,7 @@ mod tests {
     #[test]
     fn health_max_flaps_is_the_failing_count() {
         // [health] max_flaps = 3: two PHY downs in the window warn, three fail.
-        let at = |downs: u64| {
-            let (mut a, mut b) = window((4, 4), (10, 10), (0, 1_000_000), (0, 0));
-            a.samples.push(s(names::LINK_DOWN_EVENTS, "eth0", &[], 0));
-            b.samples
-                .push(s(names::LINK_DOWN_EVENTS, "eth0", &[], downs));
-            let port = LinkPort {
-                netdev: "eth0".into(),
-                lane_gbps: None,
-            };
-            let limits = Limits {
-                pre_fec_ber_warn: None,
-                max_flaps: 3,
-            };
-            link_checks(&[port], &a, &b, Duration::from_secs(10), &limits).remove(0)
-        };
+        let at = |downs| flapping_to((4, 4), Some((0, downs)), 3);
         assert_eq!(at(2).status, Status::Warn, "{:?}", at(2));
         let c = at(3);
         assert_eq!(c.status, Status::Fail, "{c:?}");

@@ -320,6 +320,51 @@ mod tests {
         assert!(e.starts_with(&f.path().display().to_string()), "{e}");
     }
 
+    #[test]
+    fn a_link_in_place_of_the_file_is_refused_and_replaced_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        let f = HistoryFile::in_dir(&state);
+        std::os::unix::fs::symlink(&victim, f.path()).unwrap();
+        let e = f.load().unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        f.store(&History::default()).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert!(!std::fs::symlink_metadata(f.path()).unwrap().is_symlink());
+        assert_eq!(f.load().unwrap(), History::default());
+    }
+
+    /// Root (Slurm's HealthCheckProgram) keeps the history in a state directory the
+    /// agent's user owns as that user, as it does the quarantine: the agent's own
+    /// self-test can still replace it.
+    #[test]
+    fn root_keeps_the_history_of_a_state_directory_another_user_owns_as_that_user() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        assert!(
+            rocewatch_runtime::util::fs::strict(),
+            "this test checks what root does in a state directory another user owns: it needs root (CI runs as root)"
+        );
+        const NOBODY: u32 = 65534;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let c = std::ffi::CString::new(state.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: lchown on a path the test made; the result is checked.
+        assert_eq!(unsafe { libc::lchown(c.as_ptr(), NOBODY, NOBODY) }, 0);
+        let f = HistoryFile::in_dir(&state);
+        let mut h = History::default();
+        h.record("mlx5_0/1", Some("eth0"), at(5, 2), W);
+        f.store(&h).unwrap();
+        let md = std::fs::symlink_metadata(f.path()).unwrap();
+        assert_eq!((md.uid(), md.gid()), (NOBODY, NOBODY));
+        assert_eq!(f.load().unwrap(), h);
+    }
+
     proptest! {
         #[test]
         fn any_bytes_parse_or_an_error_names_the_file(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {

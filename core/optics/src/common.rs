@@ -219,6 +219,8 @@ pub(crate) fn flag(
             measure,
             level,
             lane,
+            // Set by `decode` from the family.
+            latched: false,
         });
     }
 }

@@ -31,13 +31,18 @@ pub use verdict::{judge_module, ModuleFinding, ModuleLevel, ModuleVerdict};
 /// Decodes a module: the family from the identifier byte, then that family's map.
 pub fn decode(eeprom: &Eeprom) -> Result<Module, Error> {
     let id = eeprom.identifier();
-    if eeprom::is_sff8472_id(id) {
-        Ok(sff8472::decode(eeprom))
+    let mut module = if eeprom::is_sff8472_id(id) {
+        sff8472::decode(eeprom)
     } else if eeprom::is_sff8636_id(id) {
-        Ok(sff8636::decode(eeprom))
+        sff8636::decode(eeprom)
     } else if eeprom::is_cmis_id(id) {
-        Ok(cmis::decode(eeprom))
+        cmis::decode(eeprom)
     } else {
-        Err(Error::UnknownIdentifier { code: id })
+        return Err(Error::UnknownIdentifier { code: id });
+    };
+    let latched = module.family.flags_latched();
+    for a in &mut module.alarms {
+        a.latched = latched;
     }
+    Ok(module)
 }

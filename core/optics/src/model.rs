@@ -208,6 +208,10 @@ pub struct Alarm {
     pub measure: Measure,
     pub level: Level,
     pub lane: Option<u8>,
+    /// The flag is latched ([`Family::flags_latched`]: SFF-8636, CMIS): it says the level
+    /// was crossed since the module's flags were last read (by anyone: each read clears
+    /// them), not that it is crossed now.
+    pub latched: bool,
 }
 
 /// What is wrong with a read, said as such rather than as zero readings.

@@ -323,12 +323,12 @@ fn confirmed(m: &Module, a: &Alarm) -> Option<bool> {
 }
 
 /// A flag that is on. SFF-8472's flags compare the last measurement, so a set flag is
-/// now. SFF-8636's and CMIS's are latched ([`crate::Family::flags_latched`]): set when
+/// now. SFF-8636's and CMIS's are latched ([`Alarm::latched`]): set when
 /// the level was crossed at any time since the last read, so a latched alarm fails only
 /// where the reading now confirms it, and is otherwise a warning that says so.
 fn flag_finding(m: &Module, a: &Alarm) -> ModuleFinding {
     let level = level_of(a.level);
-    if !m.family.flags_latched() || confirmed(m, a) == Some(true) {
+    if !a.latched || confirmed(m, a) == Some(true) {
         return finding(level, flag_words(a), a.measure);
     }
     let lane = a.lane.map(|l| format!("lane {l} ")).unwrap_or_default();
@@ -466,11 +466,13 @@ mod tests {
         crate::decode(&fixture("qsfp28-sr4.hexdump")).unwrap()
     }
 
+    /// A latched flag (as SFF-8636's and CMIS's are).
     fn flag(measure: Measure, level: Level, lane: Option<u8>) -> Alarm {
         Alarm {
             measure,
             level,
             lane,
+            latched: true,
         }
     }
 

@@ -54,6 +54,8 @@ fn sff8472_flags_are_read_only_where_implemented() {
         && a.level == Level::HighWarning
         && a.lane.is_none()));
     assert_eq!(m.alarms.len(), 2);
+    // A2h 112-117 compare the last measurement: not latched.
+    assert!(m.alarms.iter().all(|a| !a.latched));
 
     let mut module = Sfp::new();
     module.a2[113] = 0x40;
@@ -206,6 +208,8 @@ fn sff8636_lanes_thresholds_and_flags() {
             (Measure::Bias, Level::HighAlarm, Some(3)),
         ]
     );
+    // "L-" flags: latched, clear on read.
+    assert!(m.alarms.iter().all(|a| a.latched));
     assert!(m.problems.is_empty(), "{:?}", m.problems);
 }
 

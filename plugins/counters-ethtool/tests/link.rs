@@ -240,6 +240,7 @@ fn module_readings_absent_are_no_samples() {
             measure: Measure::RxPower,
             level: Level::LowWarning,
             lane: Some(2),
+            latched: true,
         }],
         problems: vec![],
     };

@@ -199,7 +199,15 @@ fn alarms_text(out: &mut String, m: &Module) {
         let _ = writeln!(out, "  Alarms         none");
         return;
     }
-    let _ = writeln!(out, "  Alarms");
+    if m.alarms.iter().any(|a| a.latched) {
+        // SFF-8636/CMIS: clear on read, so set since the flags were last read.
+        let _ = writeln!(
+            out,
+            "  Alarms (latched: crossed since the module's flags were last read)"
+        );
+    } else {
+        let _ = writeln!(out, "  Alarms");
+    }
     let mut lanes: Vec<Option<u8>> = m.alarms.iter().map(|a| a.lane).collect();
     lanes.sort();
     lanes.dedup();

@@ -228,6 +228,29 @@ mod tests {
         drop(tx);
     }
 
+    /// A module's I2C read or the flap history still going at the deadline is the read's
+    /// trouble: cannot tell, never a drain.
+    #[tokio::test]
+    async fn a_module_read_or_the_flap_history_still_going_at_the_deadline_cannot_tell() {
+        for (check, what) in [
+            (CheckName::Optics, "ens1f0np0's module EEPROM"),
+            (CheckName::Link, "/var/lib/rocewatch/link-history.json"),
+        ] {
+            let b = Board::new();
+            b.done(Part::Scope, vec![]);
+            for c in ORDER.into_iter().filter(|&c| c != check) {
+                b.done(Part::Check(c), vec![]);
+            }
+            b.reading(Part::Check(check), check.as_str(), what);
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
+            b.wait(deadline).await;
+            let f = b.findings(Duration::from_millis(20));
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert_eq!(f[0].status, Status::Unknown, "{f:?}");
+            assert!(f[0].what.ends_with(what), "{f:?}");
+        }
+    }
+
     #[tokio::test]
     async fn a_part_still_reading_at_the_deadline_is_unhealthy_and_names_what_it_reads() {
         let b = Board::new();

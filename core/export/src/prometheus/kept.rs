@@ -14,8 +14,6 @@ use std::sync::{LazyLock, Mutex};
 
 use rocewatch_runtime::store::{Series, Store};
 
-use super::Format;
-
 /// A family's text is kept only up to this size.
 pub(super) const KEEP_MAX: usize = 256 * 1024;
 
@@ -46,16 +44,20 @@ pub(super) enum Plan<'a> {
     RenderAndKeep,
 }
 
-/// By store and format.
-type Kept = HashMap<(u64, Format), Families>;
+/// By store and format (its content type).
+type Kept = HashMap<(u64, &'static str), Families>;
 
 static KEPT: LazyLock<Mutex<Kept>> = LazyLock::new(Mutex::default);
 
-/// Run `f` with the kept families of `store` in `format` (one scrape at a time per
-/// process holds them); those `f` did not look at are forgotten after it.
-pub(super) fn with_kept<R>(store: &Store, format: Format, f: impl FnOnce(&mut Families) -> R) -> R {
+/// Run `f` with the kept families of `store` in the format of `content_type` (one scrape
+/// at a time per process holds them); those `f` did not look at are forgotten after it.
+pub(super) fn with_kept<R>(
+    store: &Store,
+    content_type: &'static str,
+    f: impl FnOnce(&mut Families) -> R,
+) -> R {
     let mut all = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    let fams = all.entry((store.id(), format)).or_default();
+    let fams = all.entry((store.id(), content_type)).or_default();
     fams.scrape += 1;
     let r = f(fams);
     let scrape = fams.scrape;
@@ -109,7 +111,7 @@ impl Families {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{render, render_gzip};
+    use super::super::{render, render_gzip, Format};
     use super::*;
     use rocewatch_plugin_api::{MetricDescriptor, MetricKind, Sample, Value};
     use rocewatch_runtime::selfmetrics::SelfMetrics;
@@ -150,7 +152,7 @@ mod tests {
 
     fn kept_text(store: &Store, name: &str) -> Option<String> {
         let all = KEPT.lock().unwrap();
-        all.get(&(store.id(), Format::Text))
+        all.get(&(store.id(), Format::Text.content_type()))
             .and_then(|f| f.by_name.get(name))
             .and_then(|e| e.text.clone())
     }
@@ -191,7 +193,10 @@ mod tests {
             );
         }
         let kept = kept_text(&store, "rdma.qos.setting").expect("kept");
-        assert!(kept.contains(r#"{s="pfc",v="0,0,0,1,0,0,0,0"} 1"#), "{kept}");
+        assert!(
+            kept.contains(r#"{s="pfc",v="0,0,0,1,0,0,0,0"} 1"#),
+            "{kept}"
+        );
         assert_eq!(kept_text(&store, "rdma.port.x"), None, "read every time");
         // The view read again, changed: rendered, not the kept text.
         store.ingest("qos", &view("0,0,0,1,1,0,0,0"), &m);

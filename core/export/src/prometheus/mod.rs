@@ -33,7 +33,7 @@ use rocewatch_runtime::selfmetrics::SelfMetrics;
 use rocewatch_runtime::store::{Series, Store};
 
 /// Which exposition format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// `text/plain; version=0.0.4`
     Text,
@@ -263,7 +263,7 @@ fn render_into(
             }
         }
     }
-    kept::with_kept(store, format, |kept| {
+    kept::with_kept(store, format.content_type(), |kept| {
         store.with_series(|all, descriptors| {
             let mut group: Vec<&Series> = Vec::new();
             for s in all {

@@ -25,7 +25,7 @@ echo "generating 1000 devices x 2 ports (about a minute)..." >&2
 big=$(python3 integration-tests/fixtures/generate.py --scale "$work/scale" 1000 2)
 small=$(python3 integration-tests/fixtures/generate.py --big "$work/small")
 # The defaults but for keep_files_open; and the same with the QoS view read again every
-# 5 s (default 60 s), so that the window holds a few re-reads of its 26 000 series.
+# 5 s (default 60 s), so that the window holds a few re-reads of its 72 000 series.
 printf '[plugins.builtin.counters-sysfs.options]\nkeep_files_open = "%s"\n' "$keep" > "$work/rocewatch.toml"
 printf '[qos]\ninterval = "5s"\n' | cat "$work/rocewatch.toml" - > "$work/qos-5s.toml"
 once() { # BINARY ROOT FORMAT -> "wall_s cpu_s rss_mib bytes"

@@ -37,7 +37,7 @@ while True:
     except Exception:
         if time.time() - t0 > 60: raise
         time.sleep(0.2)
-# The steady state includes the QoS view (rdma_qos_setting: 13 series per port), which
+# The steady state includes the QoS view (rdma_qos_setting: 36 series per port), which
 # the agent reads at start and every [qos] interval; at 2000 ports the first read takes a
 # while. Measure once it is there (or after 90 s without it, said).
 t1 = time.time()
@@ -55,6 +55,7 @@ while time.time() - t0 < secs:
         rss.append(status('VmRSS:')); time.sleep(0.1)
 dt = time.time() - t0; c1 = cpu()
 durs = [l for l in b.decode().splitlines() if (l.startswith("rocewatch_plugin_duration_seconds_") and 'plugin="counters-sysfs"' in l) or l.startswith("rocewatch_exporter_") or l.startswith("rocewatch_plugin_errors")]
-print(f"window {dt:.1f}s, {n} scrapes ({size} bytes, {sent} sent, slowest {worst*1e3:.0f} ms); CPU {100*(c1-c0)/dt:.1f}% of a core; RSS mean {sum(rss)/len(rss):.1f} MiB, highest {max(rss):.1f} MiB (sampled every 0.1 s), peak since start {status('VmHWM:'):.1f} MiB")
+series = sum(1 for l in b.splitlines() if l and not l.startswith(b"#"))
+print(f"window {dt:.1f}s, {n} scrapes ({size} bytes, {series} series, {sent} sent, slowest {worst*1e3:.0f} ms); CPU {100*(c1-c0)/dt:.1f}% of a core; RSS mean {sum(rss)/len(rss):.1f} MiB, highest {max(rss):.1f} MiB (sampled every 0.1 s), peak since start {status('VmHWM:'):.1f} MiB")
 for l in durs: print("  " + l)
 p.terminate(); p.wait()

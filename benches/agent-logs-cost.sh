@@ -13,15 +13,17 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+# The CPU and RSS readers shared by the benches (benches/lib/measure.py).
+export PYTHONPATH="$top/benches/lib${PYTHONPATH:+:$PYTHONPATH}"
 [ $# -ge 1 ] || { sed -n '2,13p' "$0"; exit 2; }
 bin=$(realpath "$1") rounds=${2:-3} secs=${3:-20} level=${4:-info}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root=$(python3 integration-tests/fixtures/generate.py --big "$work/host")
 python3 - "$bin" "$root" "$work" "$rounds" "$secs" "$level" <<'PY'
-import http.server, os, socket, statistics, subprocess, sys, threading, time, urllib.request
+import http.server, os, statistics, subprocess, sys, threading, time, urllib.request
 binary, root, work, rounds, secs, level = sys.argv[1:4] + [int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]]
-tick = os.sysconf("SC_CLK_TCK")
+from measure import cpu, free_port, peak_rss
 got = {"/v1/metrics": 0, "/v1/logs": 0}
 class Receiver(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -34,22 +36,13 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
 threading.Thread(target=srv.serve_forever, daemon=True).start()
 endpoint = f"http://127.0.0.1:{srv.server_address[1]}/v1/metrics"
-def cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / tick
-def hwm(pid):
-    for l in open(f"/proc/{pid}/status"):
-        if l.startswith("VmHWM:"):
-            return int(l.split()[1]) / 1024
-def port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 def turn(logs):
     conf = f"{work}/rocewatch-{logs}.toml"
     with open(conf, "w") as f:
         f.write('[plugins.builtin.counters-sysfs.options]\nkeep_files_open = "always"\n\n'
                 f'[exporters.otlp]\nendpoint = "{endpoint}"\ninterval = "1s"\n'
                 f'agent_logs = {"true" if logs else "false"}\n')
-    p = port()
+    p = free_port()
     env = dict(os.environ, ROCEWATCH_AGENT__JITTER="0s")
     env.pop("RUST_LOG", None)
     with open(f"{work}/stderr-{logs}.log", "w") as err:
@@ -72,7 +65,7 @@ def turn(logs):
         s = time.time()
         urllib.request.urlopen(url, timeout=5).read()
         time.sleep(max(0, 0.2 - (time.time() - s)))
-    used, rss = cpu(proc.pid) - c0, hwm(proc.pid)
+    used, rss = cpu(proc.pid) - c0, peak_rss(proc.pid)
     proc.terminate(); proc.wait(timeout=30)
     return used, rss, got["/v1/logs"] - logs0
 res = {False: [], True: []}

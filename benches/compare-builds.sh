@@ -10,6 +10,8 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+# The CPU and RSS readers shared by the benches (benches/lib/measure.py).
+export PYTHONPATH="$top/benches/lib${PYTHONPATH:+:$PYTHONPATH}"
 [ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
 a=$(realpath "$1") b=$(realpath "$2") rounds=${3:-3} secs=${4:-20}
 work=$(mktemp -d)
@@ -17,20 +19,11 @@ trap 'rm -rf "$work"' EXIT
 root=$(python3 integration-tests/fixtures/generate.py --big "$work/host")
 printf '[plugins.builtin.counters-sysfs.options]\nkeep_files_open = "always"\n' > "$work/rocewatch.toml"
 python3 - "$a" "$b" "$root" "$work/rocewatch.toml" "$rounds" "$secs" <<'PY'
-import os, socket, statistics, subprocess, sys, time, urllib.request
+import os, statistics, subprocess, sys, time, urllib.request
 a, b, root, conf, rounds, secs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), float(sys.argv[6])
-tick = os.sysconf("SC_CLK_TCK")
-def cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / tick
-def hwm(pid):
-    for l in open(f"/proc/{pid}/status"):
-        if l.startswith("VmHWM:"):
-            return int(l.split()[1]) / 1024
-def port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+from measure import cpu, free_port, peak_rss
 def turn(binary):
-    p = port()
+    p = free_port()
     env = dict(os.environ, ROCEWATCH_AGENT__JITTER="0s")
     proc = subprocess.Popen([binary, "run", "--sysfs-root", root, "--interval", "200ms",
                              "--prometheus-listen", f"127.0.0.1:{p}", "--log-level", "warn",
@@ -50,7 +43,7 @@ def turn(binary):
         s = time.time()
         urllib.request.urlopen(url, timeout=5).read()
         time.sleep(max(0, 0.2 - (time.time() - s)))
-    used, rss = cpu(proc.pid) - c0, hwm(proc.pid)
+    used, rss = cpu(proc.pid) - c0, peak_rss(proc.pid)
     proc.terminate(); proc.wait(timeout=30)
     return used, rss
 res = {a: [], b: []}

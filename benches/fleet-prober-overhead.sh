@@ -13,6 +13,8 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+# The CPU and RSS readers shared by the benches (benches/lib/measure.py).
+export PYTHONPATH="$top/benches/lib${PYTHONPATH:+:$PYTHONPATH}"
 secs=${1:-30}
 cargo build --release --quiet -p rocewatch -p fake-probe
 work=$(mktemp -d)
@@ -27,7 +29,7 @@ root=integration-tests/fixtures/mlx5-roce-dual-port/sys
   for i in $(seq 0 599); do echo "h$i,0,10.1.$((i / 99)).$((i % 99 + 1)),t1"; done
 } > "$work/fleet.csv"
 for i in $(seq 1 1000); do echo "ok-20us-$i"; done > "$work/peers"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { python3 -c 'from measure import free_port; print(free_port())'; }
 bport=$(port); lport=$(port); fport=$(port)
 : > "$work/base.toml"
 printf '[probes]\npeers_file = "%s"\nplugin = "%s"\ninterval = "1s"\ntimeout = "1s"\nserve = false\n' \
@@ -40,17 +42,10 @@ run "$bport" "$work/base.toml"; BASE=$!
 run "$lport" "$work/flat.toml"; FLAT=$!
 run "$fport" "$work/fleet.toml"; FLEET=$!
 python3 - "$secs" "$BASE:$bport" "$FLAT:$lport" "$FLEET:$fport" <<'PY'
-import sys, time, urllib.request, os
+import sys, time, urllib.request
 secs = float(sys.argv[1])
 (base, bport), (flat, lport), (fleet, fport) = [tuple(a.split(":")) for a in sys.argv[2:5]]
-tick = os.sysconf("SC_CLK_TCK")
-def cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / tick
-def rss(pid):
-    for l in open(f"/proc/{pid}/status"):
-        if l.startswith("VmRSS:"):
-            return int(l.split()[1]) / 1024
+from measure import cpu, rss
 def scrape(port):
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 def total(text, prefix):

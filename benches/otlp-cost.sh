@@ -15,12 +15,14 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+# The port and process readers shared by the benches (benches/lib/measure.py).
+export PYTHONPATH="$top/benches/lib${PYTHONPATH:+:$PYTHONPATH}"
 [ $# -ge 2 ] || { sed -n '2,14p' "$0"; exit 2; }
 before=$(realpath "$1") after=$(realpath "$2") ports=${3:-200} secs=${4:-20}
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 -c 'from measure import free_port; print(free_port())'; }
 root=$(python3 integration-tests/fixtures/generate.py --scale "$work/tree" $((ports / 2)) 2)
 printf '[plugins.builtin.counters-sysfs.options]\nkeep_files_open = "always"\n' > "$work/rocewatch.toml"
 # The OTLP exporter's own section, for its compression (the endpoint comes from the flag).

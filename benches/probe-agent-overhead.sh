@@ -11,6 +11,8 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+# The CPU and RSS readers shared by the benches (benches/lib/measure.py).
+export PYTHONPATH="$top/benches/lib${PYTHONPATH:+:$PYTHONPATH}"
 peers=${1:-1000}
 secs=${2:-30}
 cargo build --release --quiet -p rocewatch -p fake-probe
@@ -18,7 +20,7 @@ work=$(mktemp -d)
 trap 'kill $BASE $LOAD 2>/dev/null || true; rm -rf "$work"' EXIT
 for i in $(seq 1 "$peers"); do echo "ok-20us-$i"; done > "$work/peers"
 root=integration-tests/fixtures/mlx5-roce-dual-port/sys
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { python3 -c 'from measure import free_port; print(free_port())'; }
 bport=$(port); lport=$(port)
 printf '[probes]\npeers_file = "%s"\nplugin = "%s"\ninterval = "1s"\ntimeout = "1s"\nserve = false\n' \
   "$work/peers" "$top/target/release/libfake_probe.so" > "$work/load.toml"
@@ -28,17 +30,10 @@ run() { target/release/rocewatch run --sysfs-root "$root" --prometheus-listen "1
 run "$bport" "$work/base.toml"; BASE=$!
 run "$lport" "$work/load.toml"; LOAD=$!
 python3 - "$BASE" "$LOAD" "$bport" "$lport" "$secs" "$peers" <<'PY'
-import sys, time, urllib.request, os
+import sys, time, urllib.request
 base, load, bport, lport, secs, peers = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                          sys.argv[4], float(sys.argv[5]), int(sys.argv[6]))
-tick = os.sysconf("SC_CLK_TCK")
-def cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / tick
-def status(pid, key):
-    for l in open(f"/proc/{pid}/status"):
-        if l.startswith(key + ":"):
-            return int(l.split()[1]) / 1024
+from measure import cpu, rss
 def scrape(port):
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 def sent(text):
@@ -64,7 +59,7 @@ def per_scrape(pid, port):
     return (cpu(pid) - c) / 20, len(body.splitlines())
 sb, lb = per_scrape(base, bport), per_scrape(load, lport)
 cb, cl = c1[0] - c0[0], c1[1] - c0[1]
-rb, rl = status(base, "VmRSS"), status(load, "VmRSS")
+rb, rl = rss(base), rss(load)
 rate = (s1 - s0) / wall
 print(f"peers={peers} window_s={wall:.1f} probes_per_s={rate:.0f}")
 print(f"cpu_base_pct={100*cb/wall:.2f} cpu_probes_pct={100*cl/wall:.2f} "

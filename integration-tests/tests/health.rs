@@ -867,7 +867,7 @@ fn the_node_problem_detector_pod_judges_the_host_not_its_container() {
 
 /// A stand-in for `scontrol` keeping node `n1`'s state and reason in `dir` (a drain sets
 /// both, a resume clears them), logging each call: what `health --slurm` asked of Slurm.
-fn fake_scontrol(dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn fake_scontrol(dir: &std::path::Path) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let d = sh_quote(dir);
     let script = format!(

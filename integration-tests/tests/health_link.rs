@@ -28,7 +28,10 @@ impl Host {
         assert!(st.success());
         std::fs::write(
             dir.path().join("rocewatch.toml"),
-            format!("[health]\nflap_window = \"{WINDOW_SECS}s\"\n"),
+            format!(
+                "[remediation]\naudit_log = {:?}\n\n[health]\nflap_window = \"{WINDOW_SECS}s\"\n",
+                dir.path().join("state/audit.jsonl")
+            ),
         )
         .unwrap();
         let h = Host { dir };
@@ -55,23 +58,31 @@ impl Host {
         std::fs::write(p, format!("{n}\n")).unwrap();
     }
 
-    /// `health --json`'s exit status and report.
-    fn health(&self) -> (i32, serde_json::Value) {
+    /// `health --json`'s exit status, report and standard error.
+    fn health(&self) -> (i32, serde_json::Value, String) {
+        self.health_with(&[])
+    }
+
+    /// `health --json ARGS`'s exit status, report and standard error.
+    fn health_with(&self, args: &[&str]) -> (i32, serde_json::Value, String) {
+        let config = self.dir.path().join("rocewatch.toml");
+        let sys = self.sys();
+        let base = [
+            "health",
+            "--json",
+            "--config",
+            config.to_str().unwrap(),
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+        ];
         let o = rocewatch(
-            &[
-                "health",
-                "--json",
-                "--config",
-                self.dir.path().join("rocewatch.toml").to_str().unwrap(),
-                "--sysfs-root",
-                self.sys().to_str().unwrap(),
-            ],
+            &[&base[..], args].concat(),
             &[("STATE_DIRECTORY", self.state().to_str().unwrap())],
         );
         let out = stdout(&o);
         let v = serde_json::from_str(&out)
             .unwrap_or_else(|e| panic!("{e}: {out}\nstderr:\n{}", stderr(&o)));
-        (o.status.code().unwrap_or(-1), v)
+        (o.status.code().unwrap_or(-1), v, stderr(&o))
     }
 }
 
@@ -94,10 +105,10 @@ fn history(state: &Path) -> serde_json::Value {
 fn health_link_flaps_between_runs_are_unhealthy_until_the_window_passes() {
     let h = Host::new();
     // The first run: nothing to compare with, never a drain.
-    let (code, r) = h.health();
-    assert_eq!(code, 0, "{r}");
+    let (code, r, err) = h.health();
+    assert_eq!(code, 0, "{r}\n{err}");
     let f = link_of(&r, "mlx5_0");
-    assert_eq!(f["status"], "ok", "{r}");
+    assert_eq!(f["status"], "ok", "{r}\n{err}");
     assert_eq!(
         f["what"],
         "first reading (carrier_changes 6); flaps counted from the next run"
@@ -110,23 +121,23 @@ fn health_link_flaps_between_runs_are_unhealthy_until_the_window_passes() {
     );
     // Two flaps (four carrier changes) on mlx5_0's link: unhealthy, named in the line.
     h.carrier("ens1f0np0", 10);
-    let (code, r) = h.health();
-    assert_eq!(code, 1, "{r}");
+    let (code, r, err) = h.health();
+    assert_eq!(code, 1, "{r}\n{err}");
     let f = link_of(&r, "mlx5_0");
-    assert_eq!(f["status"], "unhealthy", "{r}");
+    assert_eq!(f["status"], "unhealthy", "{r}\n{err}");
     assert!(
         r["line"]
             .as_str()
             .unwrap()
             .starts_with("mlx5_0/1 ens1f0np0: 4 carrier changes"),
-        "{r}"
+        "{r}\n{err}"
     );
-    assert_eq!(link_of(&r, "mlx5_1")["status"], "ok", "{r}");
+    assert_eq!(link_of(&r, "mlx5_1")["status"], "ok", "{r}\n{err}");
     // Once the flaps are older than the window: healthy again.
     std::thread::sleep(Duration::from_millis(WINDOW_SECS * 1000 + 500));
-    let (code, r) = h.health();
-    assert_eq!(code, 0, "{r}");
-    assert_eq!(link_of(&r, "mlx5_0")["status"], "ok", "{r}");
+    let (code, r, err) = h.health();
+    assert_eq!(code, 0, "{r}\n{err}");
+    assert_eq!(link_of(&r, "mlx5_0")["status"], "ok", "{r}\n{err}");
 }
 
 #[test]
@@ -134,8 +145,8 @@ fn health_link_a_corrupt_history_is_said_and_started_over() {
     let h = Host::new();
     std::fs::create_dir_all(h.state()).unwrap();
     std::fs::write(h.state().join("link-history.json"), b"{\"version\":").unwrap();
-    let (code, r) = h.health();
-    assert_eq!(code, 0, "{r}");
+    let (code, r, err) = h.health();
+    assert_eq!(code, 0, "{r}\n{err}");
     let said = r["findings"]
         .as_array()
         .unwrap()
@@ -156,13 +167,50 @@ fn health_link_a_corrupt_history_is_said_and_started_over() {
 #[test]
 fn health_link_and_optics_off_a_live_host() {
     let h = Host::new();
-    let (_, r) = h.health();
+    let (_, r, err) = h.health();
     let optics: Vec<&serde_json::Value> = r["findings"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|f| f["check"] == "optics")
         .collect();
-    assert_eq!(optics.len(), 1, "{r}");
-    assert_eq!(optics[0]["status"], "skipped", "{r}");
+    assert_eq!(optics.len(), 1, "{r}\n{err}");
+    assert_eq!(optics[0]["status"], "skipped", "{r}\n{err}");
+}
+
+/// As Slurm's HealthCheckProgram: a flapping link drains the node (and quarantines the
+/// host, origin health); once the flaps are older than the window the quarantine ends
+/// and the node is resumed.
+#[test]
+fn health_link_flapping_drains_under_slurm_and_resumes_after_the_window() {
+    let h = Host::new();
+    let slurm = h.dir.path().join("slurm");
+    std::fs::create_dir(&slurm).unwrap();
+    let scontrol = crate::health::fake_scontrol(&slurm);
+    let args = [
+        "--slurm",
+        "--slurm-node",
+        "n1",
+        "--scontrol",
+        scontrol.to_str().unwrap(),
+    ];
+    let state = || std::fs::read_to_string(slurm.join("state")).unwrap();
+    let (code, r, err) = h.health_with(&args);
+    assert_eq!(code, 0, "{r}\n{err}");
+    assert_eq!(state(), "IDLE\n");
+    h.carrier("ens1f0np0", 10);
+    let (code, r, err) = h.health_with(&args);
+    assert_eq!(code, 1, "{r}\n{err}");
+    assert_eq!(state(), "IDLE+DRAIN\n", "{r}\n{err}");
+    let reason = std::fs::read_to_string(slurm.join("reason")).unwrap();
+    assert!(
+        reason.starts_with("rocewatch: mlx5_0/1 ens1f0np0: 4 carrier changes"),
+        "{reason}"
+    );
+    assert!(h.state().join("quarantine.json").exists());
+    std::thread::sleep(Duration::from_millis(WINDOW_SECS * 1000 + 500));
+    let (code, r, err) = h.health_with(&args);
+    assert_eq!(code, 0, "{r}\n{err}");
+    assert_eq!(state(), "IDLE\n", "{r}\n{err}");
+    assert!(!h.state().join("quarantine.json").exists());
 }

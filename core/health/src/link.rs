@@ -71,7 +71,7 @@ fn read_port(
     let Some(nd) = p.netdev.as_deref() else {
         return Err(p.finding(
             Status::Skipped,
-            "no netdev: carrier_changes is a netdev's (a RoCE port without one: ports says so)"
+            "no netdev, whose carrier_changes flaps are counted on (an InfiniBand port's link_downed: the agent's rule port-flapping; a RoCE port without one: ports says so)"
                 .into(),
         ));
     };

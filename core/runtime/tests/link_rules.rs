@@ -103,8 +103,8 @@ fn on(s: u64, dev: &str) -> (u64, bool, Option<String>) {
 }
 
 #[tokio::test(start_paused = true)]
-async fn rx_power_low_fires_on_the_low_lane_after_a_minute() {
-    let seen = run("optics-rx-power-low", 90, |_| {
+async fn rx_power_low_fires_on_the_low_lane_after_ten_minutes() {
+    let seen = run("optics-rx-power-low", 700, |_| {
         vec![
             flag("eth0", "receiver power", "low warning", Some("2")),
             // Another measure's low flag and a high receive power flag do not count.
@@ -113,31 +113,54 @@ async fn rx_power_low_fires_on_the_low_lane_after_a_minute() {
         ]
     })
     .await;
-    assert_eq!(seen, [on(60, "eth0")]);
+    assert_eq!(seen, [on(600, "eth0")]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn temperature_high_fires_on_the_hot_module_only() {
-    let seen = run("optics-temperature-high", 90, |_| {
+    let seen = run("optics-temperature-high", 700, |_| {
         vec![
             flag("eth0", "temperature", "low warning", None),
             flag("eth1", "temperature", "high alarm", None),
         ]
     })
     .await;
-    assert_eq!(seen, [on(60, "eth1")]);
+    assert_eq!(seen, [on(600, "eth1")]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn dark_lane_fires_on_a_lane_with_loss_of_signal() {
-    let seen = run("optics-dark-lane", 90, |_| {
+    let seen = run("optics-dark-lane", 700, |_| {
         vec![
             flag("eth0", "rx loss of signal", "set", Some("3")),
             flag("eth1", "tx fault", "set", Some("1")),
         ]
     })
     .await;
-    assert_eq!(seen, [on(60, "eth0")]);
+    assert_eq!(seen, [on(600, "eth0")]);
+}
+
+/// SFF-8636 and CMIS flags are latched: one read's flag (300 s of repeated samples, then
+/// clear at the next read) says the reading crossed since the read before, and fires
+/// none of the flag rules; the same flag at every read for 10 minutes does.
+#[tokio::test(start_paused = true)]
+async fn a_latched_flag_seen_at_one_read_fires_no_flag_rule() {
+    for (rule, measure, level) in [
+        ("optics-rx-power-low", "receiver power", "low warning"),
+        ("optics-temperature-high", "temperature", "high alarm"),
+        ("optics-dark-lane", "rx loss of signal", "set"),
+    ] {
+        let seen = run(rule, 1200, |s| {
+            // eth0: one read's latched flag (reads at 0, 300, 600, ...); eth1: every read.
+            let mut out = vec![flag("eth1", measure, level, Some("1"))];
+            if (300..600).contains(&s) {
+                out.push(flag("eth0", measure, level, Some("1")));
+            }
+            out
+        })
+        .await;
+        assert_eq!(seen, [on(600, "eth1")], "{rule}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

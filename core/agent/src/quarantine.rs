@@ -2,14 +2,25 @@
 //! file, the watcher and its recovery policy): which rules quarantine, `[health]
 //! release_after`, and the self-test the recovery waits for, `rocewatch health` without
 //! the quarantine and agent checks.
+//!
+//! The self-test runs the checks `[health] checks` names (all by default), so a check an
+//! operator left out of the gate does not hold a release either; and while it fails it
+//! runs again at most every [`RETRY`] (the watcher asks at every tick once the rule has
+//! been clear for `release_after`: the `optics` check reads every module, which clears
+//! their latched flags, and `link` keeps its readings in the state directory).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rocewatch_probes::fleet::FleetConfig;
 use rocewatch_runtime::quarantine::{QuarantineFile, SelfTest, SelfTestReport, Settings, Watcher};
 
 use crate::config::Config;
+
+/// How soon a self-test that failed runs again.
+const RETRY: Duration = Duration::from_secs(30);
 
 /// The agent's self-test: `rocewatch health` without the quarantine and agent checks,
 /// counting the NICs this host should have as it does (its rows of `[fleet] topology`,
@@ -21,6 +32,8 @@ struct HealthSelfTest {
     fleet: Option<FleetConfig>,
     /// This host's name in the fleet's map.
     host: String,
+    /// The last failed run: when, and its line (given again until [`RETRY`] passed).
+    failed: Mutex<Option<(Instant, String)>>,
 }
 
 impl HealthSelfTest {
@@ -29,6 +42,7 @@ impl HealthSelfTest {
         let checks = rocewatch_health::CheckName::ALL.iter().copied();
         health_cfg.checks = Some(
             checks
+                .filter(|c| cfg.health.runs(*c))
                 .filter(|c| {
                     !matches!(
                         c,
@@ -43,7 +57,20 @@ impl HealthSelfTest {
             cfg: health_cfg,
             fleet: cfg.fleet.clone(),
             host: crate::config::host::fleet_host(cfg),
+            failed: Mutex::new(None),
         }
+    }
+
+    /// The last failure's report while it is younger than [`RETRY`].
+    fn recent_failure(&self) -> Option<SelfTestReport> {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < RETRY)
+            .map(|(_, line)| SelfTestReport {
+                passed: false,
+                line: line.clone(),
+            })
     }
 }
 
@@ -54,6 +81,9 @@ impl SelfTest for HealthSelfTest {
 
     fn run(&self) -> Pin<Box<dyn Future<Output = SelfTestReport> + Send + '_>> {
         Box::pin(async {
+            if let Some(report) = self.recent_failure() {
+                return report;
+            }
             let mut options = self.options.clone();
             let (fleet, host) = (self.fleet.clone(), self.host.clone());
             options.rail_rows = tokio::task::spawn_blocking(move || {
@@ -62,10 +92,13 @@ impl SelfTest for HealthSelfTest {
             .await
             .unwrap_or_else(|e| Err(format!("reading [fleet] topology: {e}")));
             let report = rocewatch_health::run(&options, &self.cfg).await;
-            SelfTestReport {
+            let report = SelfTestReport {
                 passed: report.verdict == rocewatch_health::Verdict::Healthy,
                 line: report.line,
-            }
+            };
+            let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            *failed = (!report.passed).then(|| (Instant::now(), report.line.clone()));
+            report
         })
     }
 }
@@ -131,5 +164,46 @@ mod tests {
         );
         let all = self_test("eight-rails", dir.path()).run().await;
         assert!(all.passed, "{}", all.line);
+    }
+
+    /// A check left out of `[health] checks` does not hold a release either: with the
+    /// rail count's check (`devices`) left out, the missing NIC does not fail it.
+    #[tokio::test]
+    async fn the_self_test_runs_the_checks_health_is_configured_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = self_test("eight-rails-one-gone", dir.path());
+        assert!(t.cfg.runs(rocewatch_health::CheckName::Devices));
+        let mut cfg = Config::load(Some(&dir.path().join("eight-rails-one-gone.toml"))).unwrap();
+        cfg.health.checks = Some(vec![rocewatch_health::CheckName::Ports]);
+        t = HealthSelfTest::new(&cfg, dir.path().join("state"));
+        assert_eq!(t.cfg.checks, Some(vec![rocewatch_health::CheckName::Ports]));
+        assert!(!t.cfg.runs(rocewatch_health::CheckName::Link));
+    }
+
+    /// A failed self-test is not run again for RETRY: the same report is given back
+    /// (the watcher asks at every tick; optics reads every module at each run).
+    #[tokio::test]
+    async fn a_failed_self_test_is_given_back_rather_than_run_again_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = self_test("eight-rails-one-gone", dir.path());
+        let first = t.run().await;
+        assert!(!first.passed, "{}", first.line);
+        let at = t.failed.lock().unwrap().as_ref().map(|(at, _)| *at);
+        let again = t.run().await;
+        assert_eq!((again.passed, &again.line), (false, &first.line));
+        // Not run again: the failure's time is the first run's.
+        assert_eq!(t.failed.lock().unwrap().as_ref().map(|(at, _)| *at), at);
+        // Once RETRY has passed, it runs again.
+        *t.failed.lock().unwrap() = Some((Instant::now() - RETRY, first.line.clone()));
+        let third = t.run().await;
+        assert!(!third.passed);
+        let later = t
+            .failed
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|(at, _)| *at)
+            .unwrap();
+        assert!(later.elapsed() < RETRY, "not run again after RETRY");
     }
 }

@@ -140,8 +140,10 @@ panel("Optics: module flags set", [(f"rdma_optics_flag_ratio{{{SEL}}} == 1", "")
       kind="table", desc="Each alarm, warning or state flag a module has set now (RdmaOpticsFlag); rocewatch doctor (topic optics) says what to do.",
       extra={"gridPos": {"x": 0, "y": y + 8},
              "targets": [{"refId": "A", "datasource": DS, "expr": f"rdma_optics_flag_ratio{{{SEL}}} == 1", "instant": True, "format": "table"}]})
-panel("Link: carrier changes (flaps are two)", [(f"increase(rdma_link_carrier_changes_total{{{SEL}}}[$__rate_interval])", NETDEV)],
-      desc="Link down and up transitions of each RoCE netdev (RdmaNetdevLinkFlapping at four in 10 minutes).",
+panel("Link: down events and carrier changes", [
+    (f"increase(rdma_link_down_events_total{{{SEL}}}[$__rate_interval])", "PHY down " + NETDEV),
+    (f"increase(rdma_link_carrier_changes_total{{{SEL}}}[$__rate_interval])", "carrier " + NETDEV),
+], desc="The physical link going down as mlx5 counts it (link_down_events_phy: RdmaNetdevLinkFlapping at two in 10 minutes), and carrier changes (a flap is two; they also count ip link set down/up and driver reconfigurations: the alert reads them only where the PHY counter is absent).",
       extra={"gridPos": {"x": 12, "y": y + 8}})
 panel("Link: FEC codewords corrected and uncorrectable", [
     (f"rate(rdma_link_fec_corrected_blocks_total{{{SEL}}}[$__rate_interval])", "corrected " + NETDEV),

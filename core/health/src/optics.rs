@@ -127,6 +127,9 @@ fn judged(v: &ModuleVerdict) -> (Status, String) {
         ModuleLevel::Unjudged => format!("{module}: {}: not judged", worst.join("; ")),
         _ => format!("{} ({module})", worst.join("; ")),
     };
+    if !v.notes.is_empty() {
+        what.push_str(&format!("; {}", v.notes.join("; ")));
+    }
     if !v.unread.is_empty() {
         what.push_str(&format!("; not read: {}", v.unread.join("; ")));
     }
@@ -235,6 +238,25 @@ mod tests {
         assert!(f.what.contains("rx power"), "{f:?}");
         assert!(f.what.contains("; fix: "), "{f:?}");
         assert_eq!(f.subject(), "mlx5_0/1 eth0");
+    }
+
+    /// What the verdict saw and left unjudged (a lane whose data path is not activated)
+    /// is said in the finding, as doctor says it.
+    #[test]
+    fn the_verdicts_notes_are_said() {
+        let v = ModuleVerdict {
+            level: ModuleLevel::Ok,
+            inventory: "QSFP-DD X (CMIS)".into(),
+            unread: Vec::new(),
+            notes: vec![
+                "data path not activated on lane 3 (DPDeactivated): its light is not judged".into(),
+            ],
+            readings: "41.2 °C".into(),
+            findings: Vec::new(),
+        };
+        let (status, what) = judged(&v);
+        assert_eq!(status, Status::Ok);
+        assert!(what.contains("lane 3 (DPDeactivated)"), "{what}");
     }
 
     #[test]

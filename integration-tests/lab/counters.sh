@@ -29,7 +29,9 @@
 #   virt-facts.txt, virt-stat.txt, doctor-virt.json/.stderr (role a): DMI, the hypervisor
 #       flag and the clocksources; /proc/stat's cpu line before and after a doctor run
 #   nds-setup.txt, nds-pf.txt, nds-vfinfo-reply.bin, nds-ip-link.txt (role a): netdevsim's
-#       VFs and the kernel's IFLA_VFINFO_LIST reply (netdevsim.sh), or nds-missing.txt
+#       VFs and the kernel's IFLA_VFINFO_LIST reply (netdevsim.sh), or nds-missing.txt;
+#   nds-link-{default,rs}.json, nds-fec-set.txt, nds-optics.* (role a): counters-ethtool's
+#       link requests on netdevsim before and after its FEC was set, `rocewatch optics`
 set -u
 R=/mnt/host/$RXE_ROLE
 # Run the agent from the guest's memory, not page by page over 9p (a debug build is big).

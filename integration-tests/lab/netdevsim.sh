@@ -10,6 +10,7 @@
 #   nds-vfinfo-reply.bin   the kernel's raw reply to RTM_GETLINK (the PF by name, with
 #                          IFLA_EXT_MASK = RTEXT_FILTER_VF), as one netlink message
 #   nds-ip-link.txt        `ip -d link show dev PF` (its `vf N` lines)
+#   nds-link-*, nds-fec-set.txt, nds-optics.*: the link and module requests (nds_link)
 # or nds-missing.txt when the module was not built (the test then says SKIPPED).
 # doctor's sriov topic is not run here: it finds PFs by their PCI `sriov_totalvfs` among
 # the RDMA ports' netdevs, and netdevsim is neither a PCI device nor an RDMA device.
@@ -50,5 +51,33 @@ nds_run() {
     defined(recv($s, my $r, 65536, 0)) or die "recv: $!"; binmode STDOUT; print $r;
   ' "$pf" > "$R/nds-vfinfo-reply.bin" 2>> "$R/nds-setup.txt"
   ip -d link show dev "$pf" > "$R/nds-ip-link.txt" 2>&1
+  nds_link "$pf"
+}
+# nds_link PF: the link requests of counters-ethtool and `rocewatch optics` on a real
+# kernel. netdevsim (6.1) answers ETHTOOL_MSG_FEC_GET from what the FEC ioctl set, and
+# has no module (ETHTOOL_MSG_MODULE_EEPROM_GET: EOPNOTSUPP). Records:
+#   nds-link-default.json/.stderr  `rocewatch collect --once` on PF before any FEC is set
+#   nds-fec-set.txt                the ETHTOOL_SFECPARAM ioctl (RS) and its status
+#   nds-link-rs.json/.stderr       the same collection after it
+#   nds-optics.txt/.stderr/.rc     `rocewatch optics` on this host (no module anywhere)
+nds_link() {
+  local pf=$1
+  printf '[plugins.builtin.counters-ethtool.options]\ninterfaces = ["%s"]\n' "$pf" > /tmp/nds-ethtool.toml
+  "$BIN" collect --once --config /tmp/nds-ethtool.toml --sysfs-root /sys \
+    > "$R/nds-link-default.json" 2> "$R/nds-link-default.stderr"
+  # struct ethtool_fecparam { cmd = ETHTOOL_SFECPARAM (0x51), active_fec, fec =
+  # ETHTOOL_FEC_RS (1 << ETHTOOL_FEC_RS_BIT 3), reserved } through SIOCETHTOOL (0x8946),
+  # include/uapi/linux/ethtool.h and sockios.h.
+  perl -e '
+    use Socket; socket(my $s, AF_INET, SOCK_DGRAM, 0) or die "socket: $!";
+    my $fp = pack("L4", 0x51, 0, 8, 0);
+    my $ifr = pack("a16 P a16", $ARGV[0], $fp, "");
+    ioctl($s, 0x8946, $ifr) or die "SIOCETHTOOL ETHTOOL_SFECPARAM: $!";
+  ' "$pf" > "$R/nds-fec-set.txt" 2>&1
+  echo "rc=$?" >> "$R/nds-fec-set.txt"
+  "$BIN" collect --once --config /tmp/nds-ethtool.toml --sysfs-root /sys \
+    > "$R/nds-link-rs.json" 2> "$R/nds-link-rs.stderr"
+  "$BIN" optics > "$R/nds-optics.txt" 2> "$R/nds-optics.stderr"
+  echo $? > "$R/nds-optics.rc"
 }
 nds_run

@@ -2492,3 +2492,77 @@ fn lab_the_kernels_vfinfo_reply_decodes_to_what_ip_link_shows() {
         eprintln!("lab netdevsim vf {}: {} == {v:?}", v.vf, parts.join(", "));
     }
 }
+
+/// On the lab guest's real kernel, counters-ethtool's link requests against netdevsim: its
+/// ETHTOOL_MSG_FEC_GET reply (6.1's netdevsim answers from what the FEC ioctl set) decodes
+/// to the RS that netdevsim.sh set through `ETHTOOL_SFECPARAM`, with no active mode before
+/// (the kernel leaves `ETHTOOL_A_FEC_ACTIVE` out for none); and `rocewatch optics` on a
+/// host whose ports have no module (netdevsim, virtio-net) says so and exits 0, the
+/// module request answered EOPNOTSUPP by a real kernel. No module or FEC counter of real
+/// hardware is read anywhere here (docs/OPTICS.md says so).
+#[test]
+fn lab_the_kernels_fec_reply_decodes_to_what_netdevsim_was_set_to() {
+    let Some(out) = lab_run() else { return };
+    let a = out.join("a");
+    if a.join("nds-missing.txt").is_file() {
+        missing(
+            "netdevsim.ko for the lab's guest kernel",
+            "run scripts/install-test-deps.sh (integration-tests/lab/netdevsim-build.sh builds it once, about a minute)",
+        );
+        return;
+    }
+    let pf = read(&a.join("nds-pf.txt")).trim().to_string();
+    assert!(!pf.is_empty(), "netdevsim made no netdev");
+    let fec_set = read(&a.join("nds-fec-set.txt"));
+    assert!(fec_set.contains("rc=0"), "the FEC ioctl failed: {fec_set}");
+    let collection = |name: &str| -> Vec<Value> {
+        let v = json(&a.join(format!("{name}.json")));
+        let why = read(&a.join(format!("{name}.stderr")));
+        let errors = v["errors"].to_string();
+        assert!(
+            !errors.contains(&pf),
+            "{name}: errors about {pf}: {errors}\nstderr:\n{why}"
+        );
+        v["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no samples; stderr:\n{why}"))
+            .iter()
+            .filter(|s| s["attributes"]["network.interface.name"] == pf.as_str())
+            .cloned()
+            .collect()
+    };
+    let active = |samples: &[Value]| -> Vec<(String, Value)> {
+        samples
+            .iter()
+            .filter(|s| s["name"] == "rdma.link.fec.active")
+            .map(|s| {
+                let mode = s["attributes"]
+                    .as_object()
+                    .and_then(|m| m.iter().find(|(k, _)| k.contains("fec")))
+                    .map(|(_, v)| v.as_str().unwrap_or_default().to_string())
+                    .unwrap_or_default();
+                (mode, s["value"].clone())
+            })
+            .collect()
+    };
+    let before = collection("nds-link-default");
+    assert!(
+        before.iter().any(|s| s["name"] == "rdma.link.carrier_changes"),
+        "no link series for {pf} at all: {before:?}"
+    );
+    assert_eq!(active(&before), [], "an active FEC mode before any was set");
+    let after = collection("nds-link-rs");
+    assert_eq!(
+        active(&after),
+        [("RS".to_string(), serde_json::json!(1))],
+        "after ETHTOOL_SFECPARAM RS: {after:?}"
+    );
+    let rc = read(&a.join("nds-optics.rc"));
+    let text = read(&a.join("nds-optics.txt"));
+    let why = read(&a.join("nds-optics.stderr"));
+    assert_eq!(rc.trim(), "0", "rocewatch optics: {text}\nstderr:\n{why}");
+    assert!(
+        text.contains("No transceiver module read"),
+        "rocewatch optics on a host without modules: {text}\nstderr:\n{why}"
+    );
+}

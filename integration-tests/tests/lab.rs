@@ -2547,7 +2547,9 @@ fn lab_the_kernels_fec_reply_decodes_to_what_netdevsim_was_set_to() {
     };
     let before = collection("nds-link-default");
     assert!(
-        before.iter().any(|s| s["name"] == "rdma.link.carrier_changes"),
+        before
+            .iter()
+            .any(|s| s["name"] == "rdma.link.carrier_changes"),
         "no link series for {pf} at all: {before:?}"
     );
     assert_eq!(active(&before), [], "an active FEC mode before any was set");

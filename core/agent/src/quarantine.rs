@@ -39,19 +39,24 @@ struct HealthSelfTest {
 impl HealthSelfTest {
     fn new(cfg: &Config, state: std::path::PathBuf) -> HealthSelfTest {
         let mut health_cfg = cfg.health.clone();
-        let checks = rocewatch_health::CheckName::ALL.iter().copied();
-        health_cfg.checks = Some(
-            checks
-                .filter(|c| cfg.health.runs(*c))
-                .filter(|c| {
-                    !matches!(
-                        c,
-                        rocewatch_health::CheckName::Quarantine
-                            | rocewatch_health::CheckName::Agent
-                    )
-                })
-                .collect(),
-        );
+        let own = |c: &rocewatch_health::CheckName| {
+            !matches!(
+                c,
+                rocewatch_health::CheckName::Quarantine | rocewatch_health::CheckName::Agent
+            )
+        };
+        let all = rocewatch_health::CheckName::ALL.iter().copied();
+        let mut checks: Vec<_> = all
+            .clone()
+            .filter(|c| cfg.health.runs(*c))
+            .filter(own)
+            .collect();
+        // `[health] checks` naming only quarantine and agent leaves nothing to test: the
+        // host's own checks then, never a release on nothing tested.
+        if checks.is_empty() {
+            checks = all.filter(own).collect();
+        }
+        health_cfg.checks = Some(checks);
         HealthSelfTest {
             options: cfg.health_options(state),
             cfg: health_cfg,
@@ -178,6 +183,16 @@ mod tests {
         t = HealthSelfTest::new(&cfg, dir.path().join("state"));
         assert_eq!(t.cfg.checks, Some(vec![rocewatch_health::CheckName::Ports]));
         assert!(!t.cfg.runs(rocewatch_health::CheckName::Link));
+        // Only the two it leaves out: the host's own checks, never nothing tested.
+        cfg.health.checks = Some(vec![
+            rocewatch_health::CheckName::Agent,
+            rocewatch_health::CheckName::Quarantine,
+        ]);
+        let t = HealthSelfTest::new(&cfg, dir.path().join("state"));
+        assert!(t.cfg.runs(rocewatch_health::CheckName::Devices));
+        assert!(!t.cfg.runs(rocewatch_health::CheckName::Agent));
+        let r = t.run().await;
+        assert!(!r.passed, "{}", r.line);
     }
 
     /// A failed self-test is not run again for RETRY: the same report is given back

@@ -204,7 +204,7 @@ fn thresholds(page02: &Page, multiplier: f64, module: &mut Module) {
         bias_ma: limits(page02, at(184), |b, o| bias_ma(u16_at(b, o)) * multiplier),
         rx_power_mw: limits(page02, at(192), |b, o| power_mw(u16_at(b, o))),
     }
-    .or_none();
+    .checked(&mut module.problems);
 }
 
 /// The media lanes of a bank that carry the first application, one bit a lane (bit 0 is
@@ -274,6 +274,7 @@ fn lanes(bank: u8, in_use: u8, page01: &Page, page11: &Page, multiplier: f64, mo
             tx_power_mw: has(MON_TX_POWER).then(|| power_mw(word(154))),
             rx_power_mw: has(MON_RX_POWER).then(|| power_mw(word(186))),
             data_path_state: Some(data_path_state(page11, i)),
+            tx_disabled: None,
         });
         // Lane n of a bank is bit n-1 of each flag byte: SONiC's page 11h map
         // (`RegBitField(lane-1)`), FBOSS's `getChannelFlags` (`data[k] & (1 << channel)`)

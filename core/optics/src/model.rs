@@ -98,6 +98,10 @@ pub struct Lane {
     /// lane), as ethtool names it ("DPActivated", "DPDeactivated", ...; "reserved (0xN)"
     /// otherwise). `None` for SFF-8472/SFF-8636, which have no data path state.
     pub data_path_state: Option<String>,
+    /// SFF-8636: the host disabled the lane's transmitter (lower byte 86, bit `lane - 1`;
+    /// ethtool `qsfp.h` `SFF8636_TX_DISABLE_1`..`_4`). `None` where not read (SFF-8472,
+    /// CMIS).
+    pub tx_disabled: Option<bool>,
 }
 
 impl Lane {
@@ -124,7 +128,8 @@ pub struct Limits {
 }
 
 /// The module's thresholds, in the readings' units. A measure whose four levels are all
-/// zero (not programmed, or not answered) is `None`.
+/// zero (not programmed, or not answered), or out of order ([`Limits::in_order`]), is
+/// `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Thresholds {
     pub temperature_c: Option<Limits>,
@@ -134,9 +139,39 @@ pub struct Thresholds {
     pub rx_power_mw: Option<Limits>,
 }
 
+impl Limits {
+    /// low alarm <= low warning <= high warning <= high alarm, and high alarm above low
+    /// alarm: levels a reading can be judged by. Out of order, every reading crosses one
+    /// (a high alarm of 0 under a low warning of 0 says every reading is past it).
+    pub fn in_order(&self) -> bool {
+        self.low_alarm <= self.low_warning
+            && self.low_warning <= self.high_warning
+            && self.high_warning <= self.high_alarm
+            && self.high_alarm > self.low_alarm
+    }
+}
+
 impl Thresholds {
+    /// Each measure's thresholds out of order dropped, a
+    /// [`Problem::ThresholdsOutOfOrder`] said for it; `None` when no measure is left.
+    pub(crate) fn checked(mut self, problems: &mut Vec<Problem>) -> Option<Self> {
+        for (measure, limits) in [
+            (Measure::Temperature, &mut self.temperature_c),
+            (Measure::Voltage, &mut self.voltage_v),
+            (Measure::Bias, &mut self.bias_ma),
+            (Measure::TxPower, &mut self.tx_power_mw),
+            (Measure::RxPower, &mut self.rx_power_mw),
+        ] {
+            if limits.is_some_and(|l| !l.in_order()) {
+                *limits = None;
+                problems.push(Problem::ThresholdsOutOfOrder { measure });
+            }
+        }
+        self.or_none()
+    }
+
     /// `None` when no measure has thresholds.
-    pub(crate) fn or_none(self) -> Option<Self> {
+    fn or_none(self) -> Option<Self> {
         let any = self.temperature_c.is_some()
             || self.voltage_v.is_some()
             || self.bias_ma.is_some()
@@ -235,6 +270,11 @@ pub enum Problem {
     /// power, CMIS page 01h byte 159 for temperature and supply voltage): the reading is
     /// absent, whatever its bytes hold. Not a fault: a module design.
     MonitorNotImplemented { measure: Measure },
+    /// The module's thresholds of `measure` are not in order (low alarm <= low warning <=
+    /// high warning <= high alarm, high alarm above low alarm): partly programmed, or
+    /// converted by calibration constants that are zero. That measure's thresholds are
+    /// absent: nothing can be judged by them.
+    ThresholdsOutOfOrder { measure: Measure },
     /// A page the decoder needs was not read (`page` as in the standard, e.g. "A2h", "03h").
     PageMissing { page: String },
     /// The identifier byte is not one the decoder knows.
@@ -262,6 +302,11 @@ impl std::fmt::Display for Problem {
             Problem::MonitorNotImplemented { measure } => write!(
                 f,
                 "the module does not monitor {}: that reading is absent",
+                measure.name()
+            ),
+            Problem::ThresholdsOutOfOrder { measure } => write!(
+                f,
+                "the module's {} thresholds are out of order (not low alarm <= low warning <= high warning <= high alarm): not judged by them",
                 measure.name()
             ),
             Problem::PageMissing { page } => write!(f, "page {page} was not read"),

@@ -103,6 +103,7 @@ fn diagnostics(a0: &[u8; 128], a2: &[u8; 256], module: &mut Module) {
         tx_power_mw: finite(cal.tx_power(a2, 102)),
         rx_power_mw: finite(cal.rx_power(a2, 104)),
         data_path_state: None,
+        tx_disabled: None,
     });
     module.thresholds = Thresholds {
         temperature_c: limits(a2, 0, |b, o| cal.temperature(b, o)),
@@ -111,7 +112,7 @@ fn diagnostics(a0: &[u8; 128], a2: &[u8; 256], module: &mut Module) {
         tx_power_mw: limits(a2, 24, |b, o| cal.tx_power(b, o)),
         rx_power_mw: limits(a2, 32, |b, o| cal.rx_power(b, o)),
     }
-    .or_none();
+    .checked(&mut module.problems);
     if a0[OPTIONS] & OPTIONS_ALARM_FLAGS != 0 {
         alarms(a2, module);
     }

@@ -26,6 +26,9 @@ const DIAG_TX_POWER: u8 = 1 << 2;
 /// does: there is no RX LOS bit), TX fault (bit 3) reported.
 const OPTIONS_4: usize = 195;
 const LANES: u8 = 4;
+/// Lower page byte 86: the host's TX disable of lane 1 (bit 0) to lane 4 (bit 3), as
+/// ethtool's `qsfp.h` lays it out (`SFF8636_TX_DISABLE_OFFSET` 0x56).
+const TX_DISABLE: usize = 86;
 
 pub(crate) fn decode(eeprom: &Eeprom) -> Module {
     let lower = eeprom.lower();
@@ -169,6 +172,7 @@ fn monitors(lower: &Page, tx_power: bool, module: &mut Module) {
             tx_power_mw: tx_power.then(|| power_mw(u16_at(lower, 50 + 2 * lane))),
             rx_power_mw: Some(power_mw(u16_at(lower, 34 + 2 * lane))),
             data_path_state: None,
+            tx_disabled: Some(lower[TX_DISABLE] & (1 << lane) != 0),
         });
     }
 }
@@ -182,7 +186,7 @@ fn thresholds(page03: &Page, module: &mut Module) {
         bias_ma: limits(page03, at(184), |b, o| bias_ma(u16_at(b, o))),
         tx_power_mw: limits(page03, at(192), |b, o| power_mw(u16_at(b, o))),
     }
-    .or_none();
+    .checked(&mut module.problems);
 }
 
 /// Module flags (lower bytes 6 and 7) and lane flags (9-14: two lanes a byte, the first

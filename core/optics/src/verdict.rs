@@ -46,8 +46,10 @@ pub struct ModuleFinding {
 /// A module's verdict.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModuleVerdict {
-    /// The worst finding's level; [`ModuleLevel::Ok`] with readings and no finding,
-    /// [`ModuleLevel::Unjudged`] with neither.
+    /// The worst finding's level; without a warning or a failure, [`ModuleLevel::Ok`]
+    /// where some reading was judged against the module's thresholds,
+    /// [`ModuleLevel::Unjudged`] where none was (what was not judged is said in the
+    /// findings at [`ModuleLevel::Unjudged`] and in the readings' words).
     pub level: ModuleLevel,
     /// "QSFP28 ACME OPTICS QSFP-100G-SR4 SN 123 (SFF-8636)"; empty when the memory does
     /// not decode.
@@ -55,7 +57,8 @@ pub struct ModuleVerdict {
     /// What was read that could not be, as the reader said it ("bank 0 page 03h: ...").
     pub unread: Vec<String>,
     /// What was seen and deliberately not judged, said beside the findings ("data path
-    /// not activated on lane 3 (DPDeactivated): its light is not judged").
+    /// not activated on lane 3 (DPDeactivated): its readings, flags and light are not
+    /// judged").
     pub notes: Vec<String>,
     /// The readings in words ("41.2 °C, rx power by lane 1: 0.512 mW, ... within the
     /// module's thresholds"), or "no readings".
@@ -99,7 +102,8 @@ pub fn judge_module(eeprom: &Eeprom, unread: &[String]) -> ModuleVerdict {
 /// [`judge_module`] of a module already decoded.
 pub fn judge_decoded(m: &Module, unread: &[String]) -> ModuleVerdict {
     let mut notes = Vec::new();
-    let mut findings = judge(m, &mut notes);
+    let skipped = lanes_not_judged(m, &mut notes);
+    let mut findings = judge(m, &skipped);
     for p in &m.problems {
         // A page not read is the reader's problem (the reader says why in `unread`: a
         // driver that refuses it, the kernel's fallback that cannot read it), not the
@@ -107,6 +111,7 @@ pub fn judge_decoded(m: &Module, unread: &[String]) -> ModuleVerdict {
         let level = match p {
             Problem::DiagnosticsNotImplemented
             | Problem::MonitorNotImplemented { .. }
+            | Problem::ThresholdsOutOfOrder { .. }
             | Problem::PageMissing { .. } => ModuleLevel::Unjudged,
             _ => ModuleLevel::Warn,
         };
@@ -116,12 +121,15 @@ pub fn judge_decoded(m: &Module, unread: &[String]) -> ModuleVerdict {
             fix: fix_for_problem(p),
         });
     }
-    let (readings, all_judged) = readings(m);
+    let (readings, judged) = readings(m, &skipped);
+    // The worst of what was judged: a part not judged (a monitor the module lacks, a page
+    // not read, thresholds out of order) does not hide what was.
     let level = findings
         .iter()
         .map(|f| f.level)
+        .filter(|l| matches!(l, ModuleLevel::Warn | ModuleLevel::Fail))
         .max_by_key(|l| l.rank())
-        .unwrap_or(if has_readings(m) && all_judged {
+        .unwrap_or(if judged {
             ModuleLevel::Ok
         } else {
             ModuleLevel::Unjudged
@@ -148,14 +156,26 @@ fn inventory(m: &Module) -> String {
     )
 }
 
-fn has_readings(m: &Module) -> bool {
-    m.temperature_c.is_some() || m.lanes.iter().any(|l| l.rx_power_mw.is_some())
+/// Whether any reading had thresholds to be judged by (the module's, the lanes' not in
+/// `skipped`).
+fn any_judged(m: &Module, skipped: &[u8]) -> bool {
+    let Some(t) = m.thresholds.as_ref() else {
+        return false;
+    };
+    let lanes = m.lanes.iter().filter(|l| !skipped.contains(&l.lane));
+    (m.temperature_c.is_some() && t.temperature_c.is_some())
+        || (m.voltage_v.is_some() && t.voltage_v.is_some())
+        || lanes.into_iter().any(|l| {
+            (l.bias_ma.is_some() && t.bias_ma.is_some())
+                || (l.tx_power_mw.is_some() && t.tx_power_mw.is_some())
+                || (l.rx_power_mw.is_some() && t.rx_power_mw.is_some())
+        })
 }
 
-/// The readings in words, and whether every one had thresholds to be judged by: a
-/// module that programs none (its thresholds page absent, or all zero) is never said to
-/// be "within" them.
-fn readings(m: &Module) -> (String, bool) {
+/// The readings in words (the lanes in `skipped` left to the notes), and whether any was
+/// judged: a reading without thresholds (their page absent, all zero or out of order) is
+/// never said to be "within" them.
+fn readings(m: &Module, skipped: &[u8]) -> (String, bool) {
     let th = m.thresholds.as_ref();
     let (mut judged, mut unjudged) = (Vec::new(), Vec::new());
     if let Some(t) = m.temperature_c {
@@ -165,6 +185,7 @@ fn readings(m: &Module) -> (String, bool) {
     let rx: Vec<String> = m
         .lanes
         .iter()
+        .filter(|l| !skipped.contains(&l.lane))
         .filter_map(|l| l.rx_power_mw.map(|p| format!("{}: {p:.3} mW", l.lane)))
         .collect();
     if !rx.is_empty() {
@@ -188,13 +209,14 @@ fn readings(m: &Module) -> (String, bool) {
     if said.is_empty() {
         return ("no readings".into(), false);
     }
-    (said.join("; "), unjudged.is_empty())
+    (said.join("; "), any_judged(m, skipped))
 }
 
 fn fix_for_problem(p: &Problem) -> String {
     match p {
         Problem::DiagnosticsNotImplemented
         | Problem::MonitorNotImplemented { .. }
+        | Problem::ThresholdsOutOfOrder { .. }
         | Problem::PageMissing { .. } => String::new(),
         _ => "reseat the module; if its memory still reads wrong, replace it".into(),
     }
@@ -226,8 +248,8 @@ fn finding(level: ModuleLevel, what: String, measure: Measure) -> ModuleFinding 
 }
 
 /// Readings against the thresholds, the flags that are on, and a dark lane among lit
-/// ones; what is deliberately left unjudged goes to `notes`.
-fn judge(m: &Module, notes: &mut Vec<String>) -> Vec<ModuleFinding> {
+/// ones; the lanes in `skipped` ([`lanes_not_judged`]) are left out.
+fn judge(m: &Module, skipped: &[u8]) -> Vec<ModuleFinding> {
     let mut out = Vec::new();
     let th = m.thresholds.as_ref();
     let mut against = |what: String, v: Option<f64>, lim: Option<&Limits>, measure: Measure| {
@@ -253,7 +275,7 @@ fn judge(m: &Module, notes: &mut Vec<String>) -> Vec<ModuleFinding> {
         th.and_then(|t| t.voltage_v.as_ref()),
         Measure::Voltage,
     );
-    for l in &m.lanes {
+    for l in m.lanes.iter().filter(|l| !skipped.contains(&l.lane)) {
         let n = l.lane;
         against(
             format!("lane {n} bias mA"),
@@ -275,9 +297,11 @@ fn judge(m: &Module, notes: &mut Vec<String>) -> Vec<ModuleFinding> {
         );
     }
     for a in &m.alarms {
-        out.push(flag_finding(m, a));
+        if !a.lane.is_some_and(|n| skipped.contains(&n)) {
+            out.push(flag_finding(m, a));
+        }
     }
-    if let Some(d) = dark_lane(m, notes) {
+    if let Some(d) = dark_lane(m, skipped) {
         out.push(finding(ModuleLevel::Fail, d, Measure::RxLos));
     }
     out
@@ -355,12 +379,15 @@ const DARK_MW: f64 = 0.001;
 /// Light above this is a lit lane (-20 dBm).
 const LIT_MW: f64 = 0.01;
 
-/// A lane with no light while another lane of the module has light. A lane whose data
-/// path is not activated (CMIS) is not judged: its light is off by design (a breakout
-/// port unused, a lane the host holds down, a data path coming up). Its state is the host
-/// lane's, so where the application does not map host lanes 1:1 onto media lanes no lane
-/// is judged dark while any data path is down; either is said in `notes`.
-fn dark_lane(m: &Module, notes: &mut Vec<String>) -> Option<String> {
+/// The lanes whose readings and flags are not judged, each reason said once in `notes`:
+/// a lane whose data path is not activated (CMIS), or whose transmitter the host
+/// disabled (SFF-8636 byte 86): its bias and light are off by design (a breakout port
+/// unused, a lane the host holds down, a data path coming up), and its flags say so. A
+/// data path state is the host lane's, so where the application does not map host lanes
+/// 1:1 onto media lanes (whose readings and flags these are) no lane is judged while any
+/// data path is down.
+fn lanes_not_judged(m: &Module, notes: &mut Vec<String>) -> Vec<u8> {
+    let mut skipped = Vec::new();
     let inactive: Vec<&Lane> = m.lanes.iter().filter(|l| l.data_path_inactive()).collect();
     if !inactive.is_empty() {
         let which: Vec<String> = inactive
@@ -376,18 +403,39 @@ fn dark_lane(m: &Module, notes: &mut Vec<String>) -> Option<String> {
         };
         if !one_to_one {
             notes.push(format!(
-                "data path not activated on host lane {}: the application maps {} host lanes onto {} media lanes, dark lanes not judged",
+                "data path not activated on host lane {}: the application maps {} host lanes onto {} media lanes, so no lane's readings, flags or light are judged",
                 which.join(", "),
                 m.host_lane_count.unwrap_or_default(),
                 m.media_lane_count.unwrap_or_default()
             ));
-            return None;
+            return m.lanes.iter().map(|l| l.lane).collect();
         }
         notes.push(format!(
-            "data path not activated on lane {}: its light is not judged",
+            "data path not activated on lane {}: their readings, flags and light are not judged",
             which.join(", ")
         ));
+        skipped.extend(inactive.iter().map(|l| l.lane));
     }
+    let disabled: Vec<u8> = m
+        .lanes
+        .iter()
+        .filter(|l| l.tx_disabled == Some(true) && !skipped.contains(&l.lane))
+        .map(|l| l.lane)
+        .collect();
+    if !disabled.is_empty() {
+        let which: Vec<String> = disabled.iter().map(u8::to_string).collect();
+        notes.push(format!(
+            "transmitter disabled by the host on lane {}: their readings, flags and light are not judged",
+            which.join(", ")
+        ));
+        skipped.extend(disabled);
+    }
+    skipped
+}
+
+/// A lane with no light while another lane of the module has light; the lanes in
+/// `skipped` are never the dark one.
+fn dark_lane(m: &Module, skipped: &[u8]) -> Option<String> {
     let lit = m
         .lanes
         .iter()
@@ -395,7 +443,7 @@ fn dark_lane(m: &Module, notes: &mut Vec<String>) -> Option<String> {
     let dark: Vec<String> = m
         .lanes
         .iter()
-        .filter(|l| !l.data_path_inactive() && l.rx_power_mw.is_some_and(|p| p < DARK_MW))
+        .filter(|l| !skipped.contains(&l.lane) && l.rx_power_mw.is_some_and(|p| p < DARK_MW))
         .map(|l| l.lane.to_string())
         .collect();
     (lit && !dark.is_empty()).then(|| {
@@ -440,9 +488,9 @@ mod tests {
     fn a_dark_lane_among_lit_ones_fails_naming_it() {
         let mut m = crate::decode(&fixture("qsfp28-sr4.hexdump")).unwrap();
         m.thresholds = None;
-        assert!(judge(&m, &mut Vec::new()).is_empty());
+        assert!(judge(&m, &[]).is_empty());
         m.lanes[2].rx_power_mw = Some(0.0);
-        let found = judge(&m, &mut Vec::new());
+        let found = judge(&m, &[]);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].level, ModuleLevel::Fail);
         assert!(found[0].what.starts_with("dark lane 3 "), "{found:?}");
@@ -450,7 +498,7 @@ mod tests {
         for l in &mut m.lanes {
             l.rx_power_mw = Some(0.0);
         }
-        assert!(dark_lane(&m, &mut Vec::new()).is_none());
+        assert!(dark_lane(&m, &[]).is_none());
     }
 
     #[test]
@@ -544,11 +592,12 @@ mod tests {
         // Still judged: a dark lane.
         m.lanes[2].rx_power_mw = Some(0.0);
         assert_eq!(judge_decoded(&m, &[]).level, ModuleLevel::Fail);
-        // Thresholds for temperature only: the temperature judged, rx power not.
+        // Thresholds for temperature only: the temperature judged (the level is what was
+        // judged), rx power said as not.
         let mut m = qsfp28();
         m.thresholds.as_mut().unwrap().rx_power_mw = None;
         let v = judge_decoded(&m, &[]);
-        assert_eq!(v.level, ModuleLevel::Unjudged, "{v:?}");
+        assert_eq!(v.level, ModuleLevel::Ok, "{v:?}");
         assert!(
             v.readings.contains("°C within the module's thresholds"),
             "{v:?}"
@@ -591,7 +640,9 @@ mod tests {
             "{v:?}"
         );
         assert!(
-            v.notes.iter().any(|n| n.contains("dark lanes not judged")),
+            v.notes
+                .iter()
+                .any(|n| n.contains("so no lane's readings, flags or light are judged")),
             "{v:?}"
         );
     }

@@ -570,5 +570,6 @@ fn sff8472_nan_calibration_is_absent() {
     module.a2[72..76].copy_from_slice(&f32::NAN.to_be_bytes());
     let m = sfp(module);
     assert_eq!(m.lanes[0].rx_power_mw, None);
-    assert!(m.thresholds.unwrap().rx_power_mw.is_none());
+    // The other constants are zero here, so their thresholds convert to 0: out of order.
+    assert!(m.thresholds.and_then(|t| t.rx_power_mw).is_none());
 }

@@ -226,6 +226,7 @@ fn module_readings_absent_are_no_samples() {
                 tx_power_mw: Some(0.9),
                 rx_power_mw: Some(0.8),
                 data_path_state: None,
+                tx_disabled: None,
             },
             Lane {
                 lane: 2,
@@ -233,6 +234,7 @@ fn module_readings_absent_are_no_samples() {
                 tx_power_mw: Some(0.9),
                 rx_power_mw: None,
                 data_path_state: None,
+                tx_disabled: None,
             },
         ],
         thresholds: None,

@@ -66,7 +66,7 @@ declare -A cpu rss
 for mode in prometheus live plain refused; do
   for build in before after; do
     bin=$before; [ $build = after ] && bin=$after
-    read -r c r < <(run "$bin" "$mode")
+    read -r c r < <(run "$bin" "$mode") || { echo "benches/scale-run.py gave no CPU and RSS for $build ($bin), $mode" >&2; exit 1; }
     cpu[$build.$mode]=$c rss[$build.$mode]=$r
   done
 done
@@ -80,7 +80,12 @@ for mode in prometheus live plain refused; do
   [ $mode = refused ] && label="+ OTLP to a refused endpoint"
   printf '%-44s %10s %10s %10s %10s\n' "$label" "${cpu[before.$mode]}" "${rss[before.$mode]}" "${cpu[after.$mode]}" "${rss[after.$mode]}"
 done
-ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+# A ratio, or "-" when the Prometheus run's figure is 0: scale-run.py gives CPU to a tenth
+# of a point of a core, and a short run of a few ports rounds to 0.0 (no ratio to give).
+ratio() { python3 -c "a, b = $1, $2; print(f'x{a / b:.2f}' if b > 0 else '-')"; }
 for build in before after; do
-  echo "$build: OTLP live ${cpu[$build.live]}/${cpu[$build.prometheus]} = x$(ratio "${cpu[$build.live]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.live]}" "${rss[$build.prometheus]}") RSS; uncompressed x$(ratio "${cpu[$build.plain]}" "${cpu[$build.prometheus]}") CPU; refused x$(ratio "${cpu[$build.refused]}" "${cpu[$build.prometheus]}") CPU, x$(ratio "${rss[$build.refused]}" "${rss[$build.prometheus]}") RSS"
+  echo "$build: OTLP live ${cpu[$build.live]}/${cpu[$build.prometheus]} = $(ratio "${cpu[$build.live]}" "${cpu[$build.prometheus]}") CPU, $(ratio "${rss[$build.live]}" "${rss[$build.prometheus]}") RSS; uncompressed $(ratio "${cpu[$build.plain]}" "${cpu[$build.prometheus]}") CPU; refused $(ratio "${cpu[$build.refused]}" "${cpu[$build.prometheus]}") CPU, $(ratio "${rss[$build.refused]}" "${rss[$build.prometheus]}") RSS"
+  if python3 -c "import sys; sys.exit(0 if ${cpu[$build.prometheus]} > 0 else 1)"; then :; else
+    echo "  ($build: the Prometheus run's CPU rounds to 0.0 % of a core over $secs s: no CPU ratio; run longer or with more ports)"
+  fi
 done

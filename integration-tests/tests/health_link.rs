@@ -214,3 +214,109 @@ fn health_link_flapping_drains_under_slurm_and_resumes_after_the_window() {
     assert_eq!(state(), "IDLE\n", "{r}\n{err}");
     assert!(!h.state().join("quarantine.json").exists());
 }
+
+impl Host {
+    /// A proc tree for `--procfs-root` holding `boot_id` (and an uptime for the kernel-log
+    /// window).
+    fn boot(&self, boot_id: &str) -> PathBuf {
+        let proc = self.dir.path().join("proc");
+        std::fs::create_dir_all(proc.join("sys/kernel/random")).unwrap();
+        std::fs::write(proc.join("uptime"), "600.00 1200.00\n").unwrap();
+        std::fs::write(
+            proc.join("sys/kernel/random/boot_id"),
+            format!("{boot_id}\n"),
+        )
+        .unwrap();
+        proc
+    }
+
+    /// The netdev's `ifindex`.
+    fn ifindex(&self, netdev: &str, n: u64) {
+        let p = self.sys().join("class/net").join(netdev).join("ifindex");
+        std::fs::write(p, format!("{n}\n")).unwrap();
+    }
+}
+
+/// After `scontrol reboot` slurmd runs the health check at its start: the links coming
+/// up (and the MTU set, the rings sized) raised carrier_changes, which are no flaps of
+/// the link read before the reboot. Nor are those of a netdev recreated under its name.
+#[test]
+fn health_link_a_reboot_or_a_recreated_netdev_starts_the_history_over() {
+    let h = Host::new();
+    h.carrier("ens1f0np0", 2);
+    h.ifindex("ens1f0np0", 4);
+    let proc = h.boot("9b0c2ad4-6f0c-4f55-8d7e-3f1f0f6b6a01");
+    let with_proc = ["--procfs-root", proc.to_str().unwrap()];
+    let (code, r, err) = h.health_with(&with_proc);
+    assert_eq!(code, 0, "{r}\n{err}");
+    h.boot("1d2e3f40-5a6b-4c7d-8e9f-a0b1c2d3e4f5");
+    h.carrier("ens1f0np0", 6);
+    let (code, r, err) = h.health_with(&with_proc);
+    assert_eq!(code, 0, "{r}\n{err}");
+    let what = link_of(&r, "mlx5_0")["what"].as_str().unwrap().to_string();
+    assert!(
+        what.contains("history started over: the host rebooted"),
+        "{r}\n{err}"
+    );
+    // A netdev of the same name, another ifindex: its counters start anew.
+    h.ifindex("ens1f0np0", 9);
+    h.carrier("ens1f0np0", 10);
+    let (code, r, err) = h.health_with(&with_proc);
+    assert_eq!(code, 0, "{r}\n{err}");
+    let what = link_of(&r, "mlx5_0")["what"].as_str().unwrap().to_string();
+    assert!(what.contains("the netdev was recreated"), "{r}\n{err}");
+    // The same boot and netdev: flaps count again.
+    h.carrier("ens1f0np0", 14);
+    let (code, r, err) = h.health_with(&with_proc);
+    assert_eq!(code, 1, "{r}\n{err}");
+}
+
+/// health run less often than flap_window (Slurm's HealthCheckInterval above it): the
+/// flaps between two runs still count, over the span between them.
+#[test]
+fn health_link_runs_further_apart_than_the_window_still_count_flaps() {
+    let h = Host::new();
+    let (code, r, err) = h.health();
+    assert_eq!(code, 0, "{r}\n{err}");
+    std::thread::sleep(Duration::from_millis(WINDOW_SECS * 1000 + 500));
+    h.carrier("ens1f0np0", 12);
+    let (code, r, err) = h.health();
+    assert_eq!(code, 1, "{r}\n{err}");
+    let f = link_of(&r, "mlx5_0");
+    assert_eq!(f["status"], "unhealthy", "{r}\n{err}");
+    assert!(
+        f["what"]
+            .as_str()
+            .unwrap()
+            .contains("health runs less often than flap_window"),
+        "{r}\n{err}"
+    );
+}
+
+/// The drain's reason is the same run after run for the same flaps: scontrol is asked to
+/// drain once, not at every run (its reason compared first).
+#[test]
+fn health_link_the_drain_reason_is_stable_between_runs() {
+    let h = Host::new();
+    let slurm = h.dir.path().join("slurm");
+    std::fs::create_dir(&slurm).unwrap();
+    let scontrol = crate::health::fake_scontrol(&slurm);
+    let args = [
+        "--slurm",
+        "--slurm-node",
+        "n1",
+        "--scontrol",
+        scontrol.to_str().unwrap(),
+    ];
+    let (code, r, err) = h.health_with(&args);
+    assert_eq!(code, 0, "{r}\n{err}");
+    h.carrier("ens1f0np0", 10);
+    let (code, r, err) = h.health_with(&args);
+    assert_eq!(code, 1, "{r}\n{err}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let (code, r, err) = h.health_with(&args);
+    assert_eq!(code, 1, "{r}\n{err}");
+    let log = std::fs::read_to_string(slurm.join("log")).unwrap();
+    let drains = log.lines().filter(|l| l.contains("state=drain")).count();
+    assert_eq!(drains, 1, "{log}\n{r}\n{err}");
+}

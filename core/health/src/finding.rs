@@ -56,6 +56,12 @@ pub struct Finding {
     pub netdev: Option<String>,
     /// What is wrong, or what was read.
     pub what: String,
+    /// What changes from run to run and so stays out of `what`, which the line (and a
+    /// Slurm drain's reason, compared before `scontrol` is run again) is made of: the age
+    /// of the reading a link's flaps are counted from.
+    /// (A boxed `str`: a finding stays small enough to be a function's error.)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<str>>,
 }
 
 impl Finding {
@@ -68,6 +74,7 @@ impl Finding {
             port: None,
             netdev: None,
             what: what.into(),
+            detail: None,
         }
     }
 
@@ -87,6 +94,7 @@ impl Finding {
             port,
             netdev: netdev.map(str::to_string),
             what: what.into(),
+            detail: None,
         }
     }
 

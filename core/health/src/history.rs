@@ -1,7 +1,11 @@
 //! What `health` keeps between runs for the `link` check: each checked port's flap
-//! counters (`carrier_changes`, mlx5's `link_down_events_phy`) with the time they were
-//! read, in `link-history.json` in the state directory. One run of `health` takes a few
-//! seconds; a flap shows as these counters rising between runs.
+//! counters (`carrier_changes`, mlx5's `link_down_events_phy`, an InfiniBand port's
+//! `link_downed`) with the time they were read, and what they were read on (the boot,
+//! the netdev's ifindex), in `link-history.json` in the state directory. One run of
+//! `health` takes a few seconds; a flap shows as these counters rising between runs. A
+//! reboot or a recreated netdev starts the port's history over: a link coming up, an MTU
+//! set or a ring resized at boot raise `carrier_changes` by two each, which are no flaps
+//! of the link read before (`scontrol reboot` runs the health check at slurmd's start).
 //!
 //! The file is read and replaced as the quarantine file is (`rocewatch_runtime::util::fs`):
 //! never through a link, a regular file of bounded size, replaced whole through a
@@ -38,15 +42,34 @@ pub struct Reading {
     pub carrier_changes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_down_events_phy: Option<u64>,
+    /// An InfiniBand port's `counters/link_downed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_downed: Option<u64>,
 }
 
-/// One port's readings, oldest first, and the netdev they were read on.
+/// One port's readings, oldest first, and what they were read on.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortHistory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netdev: Option<String>,
+    /// The netdev's `ifindex`: another one is another netdev of the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifindex: Option<u64>,
+    /// The kernel's `sys/kernel/random/boot_id` when read: another one is another boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
     pub readings: Vec<Reading>,
+}
+
+/// What a port's counters are read on now: a reading of another boot or another netdev
+/// cannot be compared with them. `None`: not known (a fixture tree without them), compared
+/// with nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOn<'a> {
+    pub netdev: Option<&'a str>,
+    pub ifindex: Option<u64>,
+    pub boot_id: Option<&'a str>,
 }
 
 /// Every checked port's readings, by `DEVICE/PORT`.
@@ -75,15 +98,25 @@ pub enum HistoryError {
     Fs(#[from] rocewatch_runtime::util::fs::FsError),
 }
 
+/// How much older than the window the last reading may be and still be compared with:
+/// a run that comes a little later than `flap_window` counts its flaps over the longer
+/// span rather than not at all.
+pub const SPAN_FACTOR: u64 = 3;
+
 /// What a port's new reading is held against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Baseline {
-    /// No earlier reading within the window: the first run, or none for longer than it.
+    /// No earlier reading: the first run (or readings all dated after now, a clock set
+    /// back).
     None,
     /// The history was started over: why.
     Restarted(String),
-    /// The oldest reading within the window.
+    /// The oldest reading within the window, else the newest one older than it when
+    /// that is within [`SPAN_FACTOR`] windows.
     Since(Reading),
+    /// Only readings older than [`SPAN_FACTOR`] windows: the newest of them. `health`
+    /// runs far less often than the window: flaps cannot be counted over it.
+    Stale(Reading),
 }
 
 /// `bytes` as the history file at `path` holds it.
@@ -152,45 +185,64 @@ impl History {
         self.ports.retain(|k, _| keep.contains(k));
     }
 
-    /// Add `now` to `port`'s readings (read on `netdev`), dropping those older than
-    /// `window` (or dated after `now`: a clock set back); what `now` is held against. A
-    /// counter lower than before (the netdev recreated, the driver reloaded) or another
-    /// netdev starts the port's history over.
-    pub fn record(
-        &mut self,
-        port: &str,
-        netdev: Option<&str>,
-        now: Reading,
-        window: Duration,
-    ) -> Baseline {
+    /// Add `now` to `port`'s readings (read on `on`), dropping those older than
+    /// `window` (or dated after `now`: a clock set back) but the one it is held against;
+    /// what `now` is held against. Another boot, another netdev (by name or ifindex) or a
+    /// counter lower than before (the driver reloaded) starts the port's history over.
+    pub fn record(&mut self, port: &str, on: ReadOn, now: Reading, window: Duration) -> Baseline {
         let h = self.ports.entry(port.to_string()).or_default();
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-        let restart = if h.netdev.as_deref() != netdev && !h.readings.is_empty() {
-            Some(format!(
-                "its netdev is {} now, was {}",
-                netdev.unwrap_or("none"),
-                h.netdev.as_deref().unwrap_or("none")
-            ))
+        let restart = if h.readings.is_empty() {
+            None
         } else {
-            went_back(&h.readings, &now)
+            restarted(h, &on).or_else(|| went_back(&h.readings, &now))
         };
-        h.netdev = netdev.map(str::to_string);
+        h.netdev = on.netdev.map(str::to_string);
+        h.ifindex = on.ifindex;
+        h.boot_id = on.boot_id.map(str::to_string);
         if let Some(why) = restart {
             h.readings = vec![now];
             return Baseline::Restarted(why);
         }
-        h.readings.retain(|r| {
-            r.at_unix_ms <= now.at_unix_ms && now.at_unix_ms - r.at_unix_ms <= window_ms
-        });
-        let base = h.readings.first().copied();
+        h.readings.retain(|r| r.at_unix_ms <= now.at_unix_ms);
+        let age = |r: &Reading| now.at_unix_ms - r.at_unix_ms;
+        let base = match h.readings.iter().find(|r| age(r) <= window_ms) {
+            Some(r) => Baseline::Since(*r),
+            None => match h.readings.last() {
+                Some(r) if age(r) <= window_ms.saturating_mul(SPAN_FACTOR) => Baseline::Since(*r),
+                Some(r) => Baseline::Stale(*r),
+                None => Baseline::None,
+            },
+        };
+        h.readings.retain(|r| age(r) <= window_ms);
         h.readings.push(now);
         while h.readings.len() > MAX_READINGS {
             h.readings.remove(1);
         }
-        match base {
-            Some(b) => Baseline::Since(b),
-            None => Baseline::None,
+        base
+    }
+}
+
+/// Why `h`'s readings were of something else than `on`: another boot, another netdev.
+/// What either side does not know is compared with nothing.
+fn restarted(h: &PortHistory, on: &ReadOn) -> Option<String> {
+    if let (Some(was), Some(is)) = (h.boot_id.as_deref(), on.boot_id) {
+        if was != is {
+            return Some("the host rebooted (another boot_id)".into());
         }
+    }
+    if h.netdev.as_deref() != on.netdev {
+        return Some(format!(
+            "its netdev is {} now, was {}",
+            on.netdev.unwrap_or("none"),
+            h.netdev.as_deref().unwrap_or("none")
+        ));
+    }
+    match (h.ifindex, on.ifindex) {
+        (Some(was), Some(is)) if was != is => Some(format!(
+            "the netdev was recreated (ifindex {is}, was {was})"
+        )),
+        _ => None,
     }
 }
 
@@ -203,6 +255,7 @@ fn went_back(before: &[Reading], now: &Reading) -> Option<String> {
     };
     back("carrier_changes", |r| r.carrier_changes)
         .or_else(|| back("link_down_events_phy", |r| r.link_down_events_phy))
+        .or_else(|| back("link_downed", |r| r.link_downed))
 }
 
 #[cfg(test)]
@@ -215,6 +268,14 @@ mod tests {
             at_unix_ms: s * 1000,
             carrier_changes: Some(c),
             link_down_events_phy: None,
+            link_downed: None,
+        }
+    }
+
+    fn on(netdev: &str) -> ReadOn<'_> {
+        ReadOn {
+            netdev: Some(netdev),
+            ..Default::default()
         }
     }
 
@@ -224,50 +285,90 @@ mod tests {
     fn the_first_reading_has_no_baseline_and_the_next_is_held_against_it() {
         let mut h = History::default();
         assert_eq!(
-            h.record("mlx5_0/1", Some("eth0"), at(0, 2), W),
+            h.record("mlx5_0/1", on("eth0"), at(0, 2), W),
             Baseline::None
         );
         assert_eq!(
-            h.record("mlx5_0/1", Some("eth0"), at(300, 6), W),
+            h.record("mlx5_0/1", on("eth0"), at(300, 6), W),
             Baseline::Since(at(0, 2))
         );
         // Still the oldest within the window.
         assert_eq!(
-            h.record("mlx5_0/1", Some("eth0"), at(600, 6), W),
+            h.record("mlx5_0/1", on("eth0"), at(600, 6), W),
             Baseline::Since(at(0, 2))
         );
         // The first is older than the window now: the next oldest.
         assert_eq!(
-            h.record("mlx5_0/1", Some("eth0"), at(700, 6), W),
+            h.record("mlx5_0/1", on("eth0"), at(700, 6), W),
             Baseline::Since(at(300, 6))
         );
     }
 
+    /// health run less often than the window: the last reading, a little older than the
+    /// window, is still held against (its flaps counted over the longer span); one older
+    /// than three windows is stale (a warning, never a blind Ok).
     #[test]
-    fn readings_older_than_the_window_leave_no_baseline() {
+    fn readings_older_than_the_window_are_held_against_up_to_three_windows() {
         let mut h = History::default();
-        h.record("mlx5_0/1", Some("eth0"), at(0, 2), W);
+        h.record("mlx5_0/1", on("eth0"), at(0, 2), W);
         assert_eq!(
-            h.record("mlx5_0/1", Some("eth0"), at(601, 9), W),
-            Baseline::None
+            h.record("mlx5_0/1", on("eth0"), at(601, 9), W),
+            Baseline::Since(at(0, 2))
         );
         assert_eq!(h.ports["mlx5_0/1"].readings, vec![at(601, 9)]);
+        assert_eq!(
+            h.record("mlx5_0/1", on("eth0"), at(601 + 1801, 9), W),
+            Baseline::Stale(at(601, 9))
+        );
+        assert_eq!(h.ports["mlx5_0/1"].readings, vec![at(2402, 9)]);
+    }
+
+    /// After a reboot the links came up again (carrier_changes +2 each, more for an MTU
+    /// set or rings sized at boot): no flap of the link read before.
+    #[test]
+    fn another_boot_or_ifindex_starts_over_and_an_unknown_one_compares_nothing() {
+        let mut h = History::default();
+        let boot = |b: &'static str, i: u64| ReadOn {
+            netdev: Some("eth0"),
+            ifindex: Some(i),
+            boot_id: Some(b),
+        };
+        h.record("p", boot("a", 4), at(0, 2), W);
+        let b = h.record("p", boot("b", 4), at(60, 6), W);
+        assert_eq!(
+            b,
+            Baseline::Restarted("the host rebooted (another boot_id)".into())
+        );
+        let b = h.record("p", boot("b", 7), at(70, 10), W);
+        assert_eq!(
+            b,
+            Baseline::Restarted("the netdev was recreated (ifindex 7, was 4)".into())
+        );
+        // Neither known (a fixture tree): compared with nothing.
+        assert_eq!(
+            h.record("p", on("eth0"), at(80, 12), W),
+            Baseline::Since(at(70, 10))
+        );
+        assert_eq!(
+            h.record("p", boot("c", 1), at(90, 12), W),
+            Baseline::Since(at(70, 10))
+        );
     }
 
     #[test]
     fn a_counter_that_went_back_or_another_netdev_starts_over() {
         let mut h = History::default();
-        h.record("mlx5_0/1", Some("eth0"), at(0, 8), W);
-        let b = h.record("mlx5_0/1", Some("eth0"), at(10, 1), W);
+        h.record("mlx5_0/1", on("eth0"), at(0, 8), W);
+        let b = h.record("mlx5_0/1", on("eth0"), at(10, 1), W);
         assert!(
             matches!(&b, Baseline::Restarted(w) if w.contains("carrier_changes went back from 8 to 1")),
             "{b:?}"
         );
         assert_eq!(
-            h.record("mlx5_0/1", Some("eth0"), at(20, 3), W),
+            h.record("mlx5_0/1", on("eth0"), at(20, 3), W),
             Baseline::Since(at(10, 1))
         );
-        let b = h.record("mlx5_0/1", Some("eth1"), at(30, 5), W);
+        let b = h.record("mlx5_0/1", on("eth1"), at(30, 5), W);
         assert!(
             matches!(&b, Baseline::Restarted(w) if w.contains("eth1 now, was eth0")),
             "{b:?}"
@@ -277,15 +378,15 @@ mod tests {
     #[test]
     fn a_clock_set_back_drops_the_readings_dated_after_now() {
         let mut h = History::default();
-        h.record("p", Some("eth0"), at(1000, 2), W);
-        assert_eq!(h.record("p", Some("eth0"), at(900, 2), W), Baseline::None);
+        h.record("p", on("eth0"), at(1000, 2), W);
+        assert_eq!(h.record("p", on("eth0"), at(900, 2), W), Baseline::None);
     }
 
     #[test]
     fn the_baseline_is_kept_when_readings_are_thinned() {
         let mut h = History::default();
         for i in 0..(MAX_READINGS as u64 + 10) {
-            h.record("p", Some("eth0"), at(i, i), W);
+            h.record("p", on("eth0"), at(i, i), W);
         }
         let r = &h.ports["p"].readings;
         assert_eq!(r.len(), MAX_READINGS);
@@ -295,7 +396,7 @@ mod tests {
     #[test]
     fn the_file_round_trips_and_another_version_is_refused_naming_it() {
         let mut h = History::default();
-        h.record("mlx5_0/1", Some("eth0"), at(5, 2), W);
+        h.record("mlx5_0/1", on("eth0"), at(5, 2), W);
         let p = Path::new("/state/link-history.json");
         let bytes = serde_json::to_vec(&h).unwrap();
         assert_eq!(parse(p, &bytes).unwrap(), h);
@@ -312,7 +413,7 @@ mod tests {
         let f = HistoryFile::in_dir(&dir.path().join("state"));
         assert_eq!(f.load().unwrap(), History::default());
         let mut h = History::default();
-        h.record("mlx5_0/1", Some("eth0"), at(5, 2), W);
+        h.record("mlx5_0/1", on("eth0"), at(5, 2), W);
         f.store(&h).unwrap();
         assert_eq!(f.load().unwrap(), h);
         std::fs::write(f.path(), b"{").unwrap();
@@ -358,7 +459,7 @@ mod tests {
         assert_eq!(unsafe { libc::lchown(c.as_ptr(), NOBODY, NOBODY) }, 0);
         let f = HistoryFile::in_dir(&state);
         let mut h = History::default();
-        h.record("mlx5_0/1", Some("eth0"), at(5, 2), W);
+        h.record("mlx5_0/1", on("eth0"), at(5, 2), W);
         f.store(&h).unwrap();
         let md = std::fs::symlink_metadata(f.path()).unwrap();
         assert_eq!((md.uid(), md.gid()), (NOBODY, NOBODY));
@@ -388,7 +489,7 @@ mod tests {
             match parse(p, text.as_bytes()) {
                 Ok(mut h) => {
                     // Whatever it held, a reading can follow it.
-                    h.record(&port, None, Reading { at_unix_ms: 1, carrier_changes: Some(0), link_down_events_phy: None }, W);
+                    h.record(&port, ReadOn::default(), Reading { at_unix_ms: 1, carrier_changes: Some(0), link_down_events_phy: None, link_downed: None }, W);
                 }
                 Err(e) => prop_assert!(e.to_string().starts_with("/state/link-history.json: "), "{e}"),
             }

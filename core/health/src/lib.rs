@@ -200,6 +200,9 @@ fn spawn_link_and_optics(
                 device: c.dev.name.clone(),
                 port: c.port.port,
                 netdev: c.port.netdev.clone(),
+                infiniband: c.port.link_layer.as_deref() == Some("InfiniBand"),
+                link_up: rocewatch_sysfs::verdict::judge_port_state(c.port).weight()
+                    == rocewatch_sysfs::verdict::Weight::Fine,
             })
             .collect(),
     );
@@ -207,14 +210,7 @@ fn spawn_link_and_optics(
         let (b, o, c, p) = (board.clone(), opts.clone(), cfg.clone(), ports.clone());
         let part = Part::Check(CheckName::Link);
         deadline::spawn(board, part, "link", move || {
-            let f = link::run_host(
-                &b,
-                o.sysfs_root.clone(),
-                o.state_dir.clone(),
-                o.live,
-                &c,
-                &p,
-            );
+            let f = link::run_host(&b, &o, &c, &p);
             b.done(part, f);
         });
     }

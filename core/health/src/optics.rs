@@ -2,8 +2,11 @@
 //! optics topic judges it (one verdict, `rocewatch_optics::verdict::judge_module`): a
 //! reading at or beyond its alarm level or a dark lane on a lit module is unhealthy, a
 //! warning level warns, a module with nothing to judge is skipped with why. A module
-//! that cannot be read is "cannot tell", never unhealthy: the read's trouble is not the
-//! link's.
+//! that cannot be read is never unhealthy: the read's trouble is not the link's. On a
+//! port whose link is up it is a warning (the module's reading is advisory to a link
+//! that works, and a read that fails every run, EIO or an empty cage's, must not hold
+//! `health --slurm`'s quarantine for ever: "cannot tell" releases nothing); on a port
+//! that is not up it is "cannot tell" (the `ports` check says the link is down).
 //!
 //! Modules are read on the live host only, through ethtool netlink by page (the ioctls
 //! where netlink cannot), which needs `CAP_NET_ADMIN` (`GENL_UNS_ADMIN_PERM` on
@@ -90,6 +93,10 @@ pub fn optics(
                 Err(ReadError::NotHere(e)) => at(
                     Status::Skipped,
                     format!("not read: {e} (modules are read through the host's netdevs: run health in the host's network namespace, hostNetwork in a pod)"),
+                ),
+                Err(ReadError::Failed(e)) if p.link_up => at(
+                    Status::Warning,
+                    format!("the module could not be read: {e} (the link is up: its reading is advisory)"),
                 ),
                 Err(ReadError::Failed(e)) => {
                     at(Status::Unknown, format!("the module could not be read: {e}"))
@@ -221,10 +228,16 @@ mod tests {
     }
 
     fn run(r: Result<Option<(Eeprom, Vec<String>)>, ReadError>) -> Finding {
+        run_on(r, false)
+    }
+
+    fn run_on(r: Result<Option<(Eeprom, Vec<String>)>, ReadError>, link_up: bool) -> Finding {
         let port = LinkPort {
             device: "mlx5_0".into(),
             port: 1,
             netdev: Some("eth0".into()),
+            infiniband: false,
+            link_up,
         };
         let mut f = optics(&[port], true, &mut One(r), &Board::new());
         assert_eq!(f.len(), 1, "{f:?}");
@@ -289,6 +302,15 @@ mod tests {
         let f = run(Err(ReadError::Failed("EIO".into())));
         assert_eq!(f.status, Status::Unknown, "{f:?}");
         assert_eq!(f.what, "the module could not be read: EIO");
+    }
+
+    /// A read that fails every run (EIO, an empty cage) on a link that is up: a warning,
+    /// so that `health --slurm` can still release a quarantine entered for a flap.
+    #[test]
+    fn a_failed_read_on_a_link_that_is_up_warns() {
+        let f = run_on(Err(ReadError::Failed("EIO".into())), true);
+        assert_eq!(f.status, Status::Warning, "{f:?}");
+        assert!(f.what.contains("the link is up"), "{f:?}");
     }
 
     /// The live reader on this machine: a netdev that is not here is said so, never

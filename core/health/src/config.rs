@@ -148,7 +148,9 @@ pub struct HealthConfig {
     #[serde(default = "default_window", deserialize_with = "de_duration")]
     pub kernel_log_window: Duration,
     /// A running agent's Prometheus endpoint (`http://127.0.0.1:9464`): its `/rules` are
-    /// read, and a firing rule makes the host unhealthy. Never required: an agent that
+    /// read: a firing rule of severity `critical` makes the host unhealthy, one of
+    /// severity `warning` or `info` warns (and `link-carrier-flapping` warns while the
+    /// `link` check runs, which judges the flaps itself). Never required: an agent that
     /// does not answer is reported and weighs nothing.
     #[serde(default)]
     pub agent: Option<String>,
@@ -176,7 +178,9 @@ pub struct HealthConfig {
     )]
     pub release_after: Option<Duration>,
     /// The window the `link` check counts flaps over: readings of earlier runs older than
-    /// this are dropped.
+    /// this are dropped, but the last one while within three windows (a run that comes
+    /// later than the window counts flaps over the longer span; later still, a warning).
+    /// Make it at least twice the interval `health` runs at (Slurm's HealthCheckInterval).
     #[serde(default = "default_flap_window", deserialize_with = "de_duration")]
     pub flap_window: Duration,
     /// Flaps within `flap_window` at which a link is unhealthy (fewer, but any: a

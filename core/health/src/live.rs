@@ -255,6 +255,10 @@ struct RuleState {
     phase: String,
     #[serde(default)]
     value: Option<f64>,
+    /// `critical`, `warning` or `info` (the rule's `severity`); an older agent's rows have
+    /// none, and count as critical.
+    #[serde(default)]
+    severity: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -262,8 +266,9 @@ struct Rules {
     rules: Vec<RuleState>,
 }
 
-/// A running agent's firing rules, from its `/rules`: each is unhealthy unless
-/// `ignore_rules` names it. An agent that does not answer is said and weighs nothing.
+/// A running agent's firing rules, from its `/rules`: a critical one is unhealthy unless
+/// `ignore_rules` names it, a warning or info one warns ([`rule_status`]). An agent that
+/// does not answer is said and weighs nothing.
 pub async fn agent(cfg: &HealthConfig) -> Vec<Finding> {
     let Some(base) = &cfg.agent else {
         return vec![Finding::host(
@@ -274,7 +279,7 @@ pub async fn agent(cfg: &HealthConfig) -> Vec<Finding> {
     };
     let url = format!("{}/rules", base.trim_end_matches('/'));
     match fetch(&url, cfg.agent_timeout).await {
-        Ok(rules) => judge_rules(&url, &rules, &cfg.ignore_rules),
+        Ok(rules) => judge_rules(&url, &rules, cfg),
         Err(why) => vec![Finding::host(
             "agent",
             Status::Warning,
@@ -318,8 +323,34 @@ async fn fetch(url: &str, timeout: std::time::Duration) -> Result<Rules, String>
     serde_json::from_slice(&body).map_err(|e| format!("not the agent's /rules: {e}"))
 }
 
+/// The default rule on `carrier_changes`: it also fires for an administrator's two `ip
+/// link set down/up` and a driver's reconfiguration (`ethtool -L/-G` on mlx5), on every
+/// port, mlx5's included (configs/rules.toml).
+const CARRIER_RULE: &str = "link-carrier-flapping";
+
+/// How a firing rule weighs, and why when it is not its severity's weight: a rule
+/// `ignore_rules` names, and one of severity `warning` or `info`, warn; a critical one is
+/// unhealthy, but for [`CARRIER_RULE`] where health's own `link` check runs: that check
+/// is the gate for flaps (mlx5's PHY counter where the port has it, an InfiniBand port's
+/// `link_downed`, else the same carrier changes, over `flap_window` against
+/// `max_flaps`), and the rule would drain a node for a toggle that check sees through.
+fn rule_status(r: &RuleState, cfg: &HealthConfig) -> (Status, Option<String>) {
+    if cfg.ignore_rules.contains(&r.rule) {
+        return (Status::Warning, None);
+    }
+    match r.severity.as_deref() {
+        Some(s @ ("warning" | "info")) => return (Status::Warning, Some(format!("severity {s}"))),
+        _ if r.rule == CARRIER_RULE && cfg.runs(super::config::CheckName::Link) => {
+            let why = "a warning here: health's link check judges the flaps";
+            return (Status::Warning, Some(why.into()));
+        }
+        _ => {}
+    }
+    (Status::Unhealthy, None)
+}
+
 /// Findings of the rules an agent reported.
-fn judge_rules(url: &str, rules: &Rules, ignore: &[String]) -> Vec<Finding> {
+fn judge_rules(url: &str, rules: &Rules, cfg: &HealthConfig) -> Vec<Finding> {
     let firing: Vec<&RuleState> = rules.rules.iter().filter(|r| r.phase == "firing").collect();
     if firing.is_empty() {
         return vec![Finding::host(
@@ -331,17 +362,14 @@ fn judge_rules(url: &str, rules: &Rules, ignore: &[String]) -> Vec<Finding> {
     firing
         .into_iter()
         .map(|r| {
-            let status = if ignore.contains(&r.rule) {
-                Status::Warning
-            } else {
-                Status::Unhealthy
-            };
-            let others: Vec<String> = r
+            let (status, why) = rule_status(r, cfg);
+            let mut others: Vec<String> = r
                 .labels
                 .iter()
                 .filter(|(k, _)| !matches!(k.as_str(), "rdma.device" | "rdma.port" | "rdma.netdev"))
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
+            others.extend(why);
             let value = r.value.map(|v| format!(" at {v}")).unwrap_or_default();
             let what = match others.is_empty() {
                 true => format!("rule {} firing{value}", r.rule),
@@ -488,13 +516,50 @@ mod tests {
             {"rule":"noisy","labels":{},"phase":"firing","value":1},
             {"rule":"quiet","labels":{"rdma.device":"mlx5_1"},"phase":"inactive"}]}"#;
         let rules: Rules = serde_json::from_str(body).unwrap();
-        let f = judge_rules("http://127.0.0.1:9464/rules", &rules, &["noisy".into()]);
+        let cfg = HealthConfig {
+            ignore_rules: vec!["noisy".into()],
+            ..Default::default()
+        };
+        let f = judge_rules("http://127.0.0.1:9464/rules", &rules, &cfg);
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].status, Status::Unhealthy);
         assert_eq!(f[0].subject(), "mlx5_0/1");
         assert_eq!(f[0].what, "rule pfc_storm firing at 12.5 (rdma.priority=3)");
         assert_eq!(f[1].status, Status::Warning);
         let none = Rules { rules: vec![] };
-        assert_eq!(judge_rules("u", &none, &[])[0].status, Status::Ok);
+        assert_eq!(judge_rules("u", &none, &cfg)[0].status, Status::Ok);
+    }
+
+    /// A rule's severity weighs: a warning rule (the optics rules) warns, a critical one
+    /// drains; link-carrier-flapping (an administrator's two ip link set down/up fire it)
+    /// warns where health's own link check judges the flaps.
+    #[test]
+    fn a_warning_rule_and_link_carrier_flapping_warn_a_critical_rule_drains() {
+        let body = r#"{"rules":[
+            {"rule":"optics-dark-lane","labels":{"rdma.device":"mlx5_0"},"phase":"firing","severity":"warning"},
+            {"rule":"qp-errors","labels":{},"phase":"firing","severity":"info"},
+            {"rule":"link-carrier-flapping","labels":{"rdma.device":"mlx5_0"},"phase":"firing","severity":"critical"},
+            {"rule":"link-flapping","labels":{"rdma.device":"mlx5_0"},"phase":"firing","severity":"critical"}]}"#;
+        let rules: Rules = serde_json::from_str(body).unwrap();
+        let f = judge_rules("u", &rules, &HealthConfig::default());
+        let status: Vec<Status> = f.iter().map(|f| f.status).collect();
+        assert_eq!(
+            status,
+            [
+                Status::Warning,
+                Status::Warning,
+                Status::Warning,
+                Status::Unhealthy
+            ],
+            "{f:?}"
+        );
+        assert!(f[0].what.contains("severity warning"), "{f:?}");
+        assert!(f[2].what.contains("health's link check"), "{f:?}");
+        // Without health's own link check, the rule is the gate.
+        let cfg = HealthConfig {
+            checks: Some(vec![crate::CheckName::Agent]),
+            ..Default::default()
+        };
+        assert_eq!(judge_rules("u", &rules, &cfg)[2].status, Status::Unhealthy);
     }
 }

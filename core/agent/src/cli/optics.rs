@@ -28,9 +28,9 @@ pub struct OpticsArgs {
     pub eeprom_file: Option<PathBuf>,
     /// Print JSON: {"modules": [{"port", "identifier", "vendor", "part_number",
     /// "serial_number", "temperature_c", "voltage_v", "lanes": [{"lane", "bias_ma",
-    /// "tx_power_mw", "rx_power_mw", "data_path_state"}], "thresholds", "alarms",
-    /// "problems", ...}]}; a reading the module does not give is null, never 0
-    /// (data_path_state: CMIS only).
+    /// "tx_power_mw", "rx_power_mw", "data_path_state", "tx_disabled"}], "thresholds",
+    /// "alarms", "problems", ...}]}; a reading the module does not give is null, never 0
+    /// (data_path_state: CMIS only; tx_disabled: SFF-8636 only).
     #[arg(long)]
     pub json: bool,
 }

@@ -91,8 +91,9 @@ pub struct Options {
     pub module_interval_secs: Option<u64>,
 }
 
-/// How long a netdev that did not exist goes unasked for its statistics: asking costs a
-/// failed ioctl per netdev and collection (five a second at 5 Hz), for a netdev that was
+/// How long a netdev that did not exist goes unasked for its statistics, VFs and link
+/// (state, FEC, module): asking costs a failed ioctl and two failed ethtool netlink
+/// requests per netdev and collection (fifteen a second at 5 Hz), for a netdev that was
 /// renamed or removed, or that its driver detached while it resets and brings back in
 /// seconds (hence not the minute the PCIe link files wait).
 pub const ABSENT_RECHECK: Duration = Duration::from_secs(10);
@@ -151,8 +152,11 @@ impl StatsSource for FileSource {
 struct Target {
     ifname: String,
     base: BTreeMap<String, String>,
-    /// A netdev that did not exist is not asked for its statistics before this.
+    /// A netdev that did not exist is asked nothing (statistics, VFs, link) before this.
     recheck_at: Option<Instant>,
+    /// A netdev whose statistics answer (recorded files) but that the kernel's ethtool
+    /// netlink does not have: its VFs and link are not asked before this.
+    link_recheck_at: Option<Instant>,
 }
 
 /// The built-in ethtool collector.
@@ -291,6 +295,7 @@ impl Plugin for EthtoolCounters {
                             ifname: nd.clone(),
                             base,
                             recheck_at: None,
+                            link_recheck_at: None,
                         });
                     }
                 }
@@ -303,6 +308,7 @@ impl Plugin for EthtoolCounters {
                     ifname: i,
                     base,
                     recheck_at: None,
+                    link_recheck_at: None,
                 });
             }
         }
@@ -367,32 +373,48 @@ impl CollectorPlugin for EthtoolCounters {
         let mut present = 0;
         let now = Instant::now();
         for t in &mut self.targets {
-            let read = if t.recheck_at.is_some_and(|at| now < at) {
-                Ok(None)
-            } else {
-                t.recheck_at = None;
-                source.stats(&t.ifname)
-            };
-            match read {
+            if t.recheck_at.is_some_and(|at| now < at) {
+                continue;
+            }
+            t.recheck_at = None;
+            let has_stats = match source.stats(&t.ifname) {
                 Ok(Some(stats)) => {
                     present += 1;
                     out.samples
-                        .extend(samples_of(&stats, &t.base, self.raw.as_ref()))
+                        .extend(samples_of(&stats, &t.base, self.raw.as_ref()));
+                    true
                 }
-                Ok(None) => {}
+                Ok(None) => false,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     t.recheck_at = Some(now + ABSENT_RECHECK);
+                    continue;
                 }
-                Err(e) => out.errors.push(PartialError {
-                    target: format!("ethtool -S {}", t.ifname),
-                    message: e.to_string(),
-                }),
+                Err(e) => {
+                    out.errors.push(PartialError {
+                        target: format!("ethtool -S {}", t.ifname),
+                        message: e.to_string(),
+                    });
+                    false
+                }
+            };
+            if t.link_recheck_at.is_some_and(|at| now < at) {
+                continue;
+            }
+            t.link_recheck_at = None;
+            if let Some((sys, reader)) = self.link.as_mut() {
+                if reader.collect(sys, &t.ifname, &t.base, &mut out) == link::Presence::NoDevice {
+                    // Statistics that answered come from elsewhere (files): they go on.
+                    let at = if has_stats {
+                        &mut t.link_recheck_at
+                    } else {
+                        &mut t.recheck_at
+                    };
+                    *at = Some(now + ABSENT_RECHECK);
+                    continue;
+                }
             }
             if let Some((sys, vfs)) = self.vfs.as_mut() {
                 vf::collect(sys, vfs.as_mut(), &t.ifname, &t.base, &mut out);
-            }
-            if let Some((sys, reader)) = self.link.as_mut() {
-                reader.collect(sys, &t.ifname, &t.base, &mut out);
             }
         }
         if present == 0 && out.errors.is_empty() {
@@ -413,7 +435,7 @@ mod tests {
 
     /// `eth0` always there; `gone0` only once `back` is set; every call counted.
     struct Counted {
-        calls: Arc<Mutex<BTreeMap<String, usize>>>,
+        calls: Calls,
         back: Arc<Mutex<bool>>,
     }
 
@@ -442,20 +464,44 @@ mod tests {
             .any(|s| s.attributes.get(ATTR_NETDEV) == Some(ifname))
     }
 
+    type Calls = Arc<Mutex<BTreeMap<String, usize>>>;
+
+    /// A started collector of `interfaces`: statistics from [`Counted`], the link from
+    /// [`KernelLink`] where `link_back` is given, every request counted in `calls`.
+    fn collector(
+        calls: &Calls,
+        stats_back: &Arc<Mutex<bool>>,
+        link_back: Option<&Arc<Mutex<bool>>>,
+        interfaces: &[&str],
+    ) -> EthtoolCounters {
+        let mut c = EthtoolCounters::with_source(Box::new(Counted {
+            calls: Arc::clone(calls),
+            back: Arc::clone(stats_back),
+        }));
+        if let Some(back) = link_back {
+            c = c.with_link_source(Box::new(KernelLink {
+                calls: Arc::clone(calls),
+                back: Arc::clone(back),
+            }));
+        }
+        let mut ctx = PluginContext::new("/nonexistent");
+        ctx.options = serde_json::json!({ "interfaces": interfaces });
+        c.start(&ctx).unwrap();
+        c
+    }
+
+    fn count(calls: &Calls, name: &str) -> usize {
+        calls.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+
     /// A netdev that does not exist (the ioctls' ENODEV) is not asked on every
     /// collection, but is again after the recheck time, and read once it is back.
     #[test]
     fn absent_netdevs_are_asked_again_only_after_a_while() {
-        let calls = Arc::new(Mutex::new(BTreeMap::new()));
+        let calls = Calls::default();
         let back = Arc::new(Mutex::new(false));
-        let mut c = EthtoolCounters::with_source(Box::new(Counted {
-            calls: Arc::clone(&calls),
-            back: Arc::clone(&back),
-        }));
-        let mut ctx = PluginContext::new("/nonexistent");
-        ctx.options = serde_json::json!({"interfaces": ["eth0", "gone0"]});
-        c.start(&ctx).unwrap();
-        let count = |n: &str| calls.lock().unwrap().get(n).copied().unwrap_or(0);
+        let mut c = collector(&calls, &back, None, &["eth0", "gone0"]);
+        let count = |n: &str| count(&calls, n);
         for _ in 0..5 {
             assert!(read(&mut c, "eth0"));
             assert!(!read(&mut c, "gone0"));
@@ -478,5 +524,102 @@ mod tests {
         assert!(c.targets[1].recheck_at.is_none());
         assert!(read(&mut c, "gone0"));
         assert_eq!(count("gone0"), 3);
+    }
+
+    /// As the kernel's ethtool netlink answers for `gone0` until `back` is set
+    /// (`ENODEV`: `EthtoolError::NoDevice`), and for `eth0` (no down reason, no FEC);
+    /// every request counted.
+    struct KernelLink {
+        calls: Calls,
+        back: Arc<Mutex<bool>>,
+    }
+
+    impl KernelLink {
+        fn answer<T>(&mut self, what: &str, ifname: &str) -> link::Answer<T> {
+            *self
+                .calls
+                .lock()
+                .unwrap()
+                .entry(format!("{what} {ifname}"))
+                .or_default() += 1;
+            if ifname == "eth0" || *self.back.lock().unwrap() {
+                return Ok(None);
+            }
+            Err(link::LinkError::NoDevice(ifname.into()))
+        }
+    }
+
+    impl link::LinkSource for KernelLink {
+        fn link_state(
+            &mut self,
+            ifname: &str,
+        ) -> link::Answer<rocewatch_netlink::ethtool::LinkState> {
+            self.answer("link_state", ifname)
+        }
+        fn fec(&mut self, ifname: &str) -> link::Answer<rocewatch_netlink::ethtool::Fec> {
+            self.answer("fec", ifname)
+        }
+        fn module(
+            &mut self,
+            ifname: &str,
+        ) -> link::Answer<(rocewatch_optics::Eeprom, Vec<String>)> {
+            self.answer("module", ifname)
+        }
+    }
+
+    /// While a netdev is absent nothing of it is asked: not its statistics, not its link
+    /// state, FEC or module (ethtool netlink answers ENODEV too, which is no error); a
+    /// netdev that comes back is read again at the recheck, its link too.
+    #[test]
+    fn an_absent_netdev_costs_no_request_until_the_recheck() {
+        let calls = Calls::default();
+        let back = Arc::new(Mutex::new(false));
+        let mut c = collector(&calls, &back, Some(&back), &["eth0", "gone0"]);
+        let count = |n: &str| count(&calls, n);
+        for _ in 0..5 {
+            assert!(read(&mut c, "eth0"));
+            assert!(!read(&mut c, "gone0"));
+        }
+        assert_eq!((count("eth0"), count("link_state eth0")), (10, 10));
+        assert_eq!(count("gone0"), 1);
+        assert_eq!(
+            (
+                count("link_state gone0"),
+                count("fec gone0"),
+                count("module gone0")
+            ),
+            (0, 0, 0),
+            "an absent netdev's link asked: {:?}",
+            calls.lock().unwrap()
+        );
+        *back.lock().unwrap() = true;
+        c.targets[1].recheck_at = Some(Instant::now());
+        assert!(read(&mut c, "gone0"));
+        assert_eq!(
+            (
+                count("gone0"),
+                count("link_state gone0"),
+                count("fec gone0")
+            ),
+            (2, 1, 1)
+        );
+    }
+
+    /// Statistics that answer (recorded files) for a netdev the kernel does not have:
+    /// still read every collection, while its link is asked only at the recheck.
+    #[test]
+    fn statistics_from_elsewhere_are_read_while_the_kernel_has_no_such_netdev() {
+        let calls = Calls::default();
+        let (files, kernel) = (Arc::new(Mutex::new(true)), Arc::new(Mutex::new(false)));
+        let mut c = collector(&calls, &files, Some(&kernel), &["gone0"]);
+        let count = |n: &str| count(&calls, n);
+        for _ in 0..5 {
+            assert!(read(&mut c, "gone0"));
+        }
+        assert_eq!(count("gone0"), 5);
+        assert_eq!((count("link_state gone0"), count("fec gone0")), (1, 0));
+        c.targets[0].link_recheck_at = Some(Instant::now());
+        assert!(read(&mut c, "gone0"));
+        assert_eq!((count("gone0"), count("link_state gone0")), (6, 2));
     }
 }

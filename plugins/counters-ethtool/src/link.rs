@@ -29,7 +29,38 @@ use rocewatch_plugin_api::{Attributes, PartialError, Sample, ScrapeResult, Value
 use rocewatch_sysfs::SysRoot;
 
 /// `Ok(None)`: the driver (or kernel) does not report it; no series, no error.
-pub type Answer<T> = Result<Option<T>, String>;
+pub type Answer<T> = Result<Option<T>, LinkError>;
+
+/// Why a link request has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// The kernel has no netdev of that name (ethtool netlink's `ENODEV`): not an error
+    /// of the collection, the netdev is absent (the collector asks again later).
+    #[error("{0}: no such interface")]
+    NoDevice(String),
+    /// Any other failure, as the kernel or the decoder said it.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for LinkError {
+    fn from(message: String) -> Self {
+        LinkError::Failed(message)
+    }
+}
+
+fn gone<T>(r: &Answer<T>) -> bool {
+    matches!(r, Err(LinkError::NoDevice(_)))
+}
+
+/// What [`LinkReader::collect`] found of a netdev.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// Read (its errors, if any, are in the scrape).
+    Read,
+    /// The kernel has no such netdev: nothing of it was added.
+    NoDevice,
+}
 
 /// Where the link state, FEC and module come from: the kernel on a host, replies built
 /// as the kernel lays them out in tests.
@@ -44,7 +75,8 @@ fn answer<T>(r: Result<T, EthtoolError>) -> Answer<T> {
     match r {
         Ok(v) => Ok(Some(v)),
         Err(e) if e.is_unsupported() => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(EthtoolError::NoDevice { ifname }) => Err(LinkError::NoDevice(ifname)),
+        Err(e) => Err(LinkError::Failed(e.to_string())),
     }
 }
 
@@ -107,7 +139,7 @@ impl LinkSource for KernelLinkSource {
         let nl = match self.nl() {
             Ok(n) => Some(n),
             Err(e) if e.is_unsupported() => None,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return answer(Err(e)),
         };
         rocewatch_netlink::module_eeprom::read_port_module(
             nl,
@@ -115,6 +147,7 @@ impl LinkSource for KernelLinkSource {
             rocewatch_ethtool::module::module_dump,
         )
         .map(|m| m.map(|m| (m.eeprom, m.problems)))
+        .map_err(LinkError::Failed)
     }
 }
 
@@ -319,12 +352,35 @@ impl LinkReader {
         }
     }
 
-    /// Everything of one netdev into `out`; `root` for the carrier files.
+    /// Everything of one netdev into `out`; `root` for the carrier files. A netdev the
+    /// kernel does not have (its link state or FEC request answered `ENODEV`) adds
+    /// nothing, no error either, and its module is read afresh once it is back.
     pub fn collect(
         &mut self,
         root: &SysRoot,
         ifname: &str,
         base: &BTreeMap<String, String>,
+        out: &mut ScrapeResult,
+    ) -> Presence {
+        let state = self.source.link_state(ifname);
+        if !gone(&state) {
+            let fec = self.source.fec(ifname);
+            if !gone(&fec) {
+                self.read(root, ifname, base, state, fec, out);
+                return Presence::Read;
+            }
+        }
+        self.modules.remove(ifname);
+        Presence::NoDevice
+    }
+
+    fn read(
+        &mut self,
+        root: &SysRoot,
+        ifname: &str,
+        base: &BTreeMap<String, String>,
+        state: Answer<LinkState>,
+        fec: Answer<Fec>,
         out: &mut ScrapeResult,
     ) {
         out.samples.extend(carrier_samples(root, ifname, base));
@@ -334,15 +390,15 @@ impl LinkReader {
                 message,
             })
         };
-        match self.source.link_state(ifname) {
+        match state {
             Ok(Some(s)) => out.samples.extend(link_state_samples(&s, base)),
             Ok(None) => {}
-            Err(e) => fail("link state", e),
+            Err(e) => fail("link state", e.to_string()),
         }
-        match self.source.fec(ifname) {
+        match fec {
             Ok(Some(f)) => out.samples.extend(fec_samples(&f, base)),
             Ok(None) => {}
-            Err(e) => fail("FEC", e),
+            Err(e) => fail("FEC", e.to_string()),
         }
         let now = Instant::now();
         let due = self
@@ -365,7 +421,7 @@ impl LinkReader {
                 }
                 Ok(None) => Vec::new(),
                 Err(e) => {
-                    fail("module EEPROM", e);
+                    fail("module EEPROM", e.to_string());
                     Vec::new()
                 }
             };
@@ -374,5 +430,38 @@ impl LinkReader {
         if let Some((_, s)) = self.modules.get(ifname) {
             out.samples.extend(s.iter().cloned());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's ENODEV is the netdev's absence, apart from the other failures, and
+    /// EOPNOTSUPP no answer at all.
+    #[test]
+    fn no_such_interface_is_told_apart() {
+        let gone = EthtoolError::NoDevice {
+            ifname: "gone0".into(),
+        };
+        assert_eq!(
+            answer::<()>(Err(gone)),
+            Err(LinkError::NoDevice("gone0".into()))
+        );
+        let other = EthtoolError::Netlink(rocewatch_netlink::NetlinkError::Malformed {
+            request: "FEC of eth0".into(),
+            detail: "short".into(),
+        });
+        let text = other.to_string();
+        assert_eq!(answer::<()>(Err(other)), Err(LinkError::Failed(text)));
+        let unsupported = EthtoolError::Unsupported {
+            ifname: "eth0".into(),
+            what: "FEC settings",
+        };
+        assert_eq!(answer::<()>(Err(unsupported)), Ok(None));
+        assert_eq!(
+            LinkError::NoDevice("gone0".into()).to_string(),
+            "gone0: no such interface"
+        );
     }
 }

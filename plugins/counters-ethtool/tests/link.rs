@@ -43,7 +43,9 @@ impl LinkSource for Kernel {
             ext_substate: Some(4),
             ext_down_count: Some(9),
         };
-        decode_linkstate(&payload(&encode_linkstate_reply(0x15, 1, 2, ifname, &s))).map(Some)
+        decode_linkstate(&payload(&encode_linkstate_reply(0x15, 1, 2, ifname, &s)))
+            .map(Some)
+            .map_err(Into::into)
     }
 
     fn fec(&mut self, ifname: &str) -> Answer<Fec> {
@@ -70,6 +72,7 @@ impl LinkSource for Kernel {
             0x15, 1, 2, ifname, &f, true, false,
         )))
         .map(Some)
+        .map_err(Into::into)
     }
 
     fn module(&mut self, _: &str) -> Answer<(Eeprom, Vec<String>)> {

@@ -18,10 +18,18 @@ struct Host {
 
 impl Host {
     fn new() -> Host {
+        let h = Host::of("mlx5-roce-dual-port");
+        h.carrier("ens1f0np0", 6);
+        h.carrier("ens1f1np1", 2);
+        h
+    }
+
+    /// A copy of the fixture `name`'s tree.
+    fn of(name: &str) -> Host {
         let dir = tempfile::tempdir().unwrap();
         let st = Command::new("cp")
             .arg("-a")
-            .arg(fixture("mlx5-roce-dual-port"))
+            .arg(fixture(name))
             .arg(dir.path().join("sys"))
             .status()
             .unwrap();
@@ -34,10 +42,7 @@ impl Host {
             ),
         )
         .unwrap();
-        let h = Host { dir };
-        h.carrier("ens1f0np0", 6);
-        h.carrier("ens1f1np1", 2);
-        h
+        Host { dir }
     }
 
     fn sys(&self) -> PathBuf {
@@ -319,4 +324,35 @@ fn health_link_the_drain_reason_is_stable_between_runs() {
     let log = std::fs::read_to_string(slurm.join("log")).unwrap();
     let drains = log.lines().filter(|l| l.contains("state=drain")).count();
     assert_eq!(drains, 1, "{log}\n{r}\n{err}");
+}
+
+/// An InfiniBand port with IPoIB: its flaps are its port counter link_downed's rises, not
+/// ib0's carrier changes (IPoIB turns the carrier off on subnet manager events too).
+#[test]
+fn health_link_an_infiniband_port_is_judged_by_link_downed() {
+    let h = Host::of("ib-hca");
+    // Its second port is down on purpose (the fixture's SOURCE.md).
+    let config = h.dir.path().join("rocewatch.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}ignore_ports = [\"mlx4_0/2\"]\n")).unwrap();
+    let downed = h
+        .sys()
+        .join("class/infiniband/mlx4_0/ports/1/counters/link_downed");
+    let set_downed = |n: u64| std::fs::write(&downed, format!("{n}\n")).unwrap();
+    h.carrier("ib0", 2);
+    let (code, r, err) = h.health();
+    assert_eq!(code, 0, "{r}\n{err}");
+    assert_eq!(
+        link_of(&r, "mlx4_0")["what"],
+        "first reading (link_downed 22017); flaps counted from the next run",
+        "{r}\n{err}"
+    );
+    h.carrier("ib0", 10);
+    let (code, r, err) = h.health();
+    assert_eq!(code, 0, "{r}\n{err}");
+    set_downed(22019);
+    let (code, r, err) = h.health();
+    assert_eq!(code, 1, "{r}\n{err}");
+    let what = link_of(&r, "mlx4_0")["what"].as_str().unwrap().to_string();
+    assert!(what.contains("(link_downed)"), "{r}\n{err}");
 }

@@ -391,10 +391,11 @@ fn a_configuration_that_does_not_load_is_cannot_tell() {
 fn a_firing_rule_of_a_running_agent_makes_the_host_unhealthy() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("rules.toml");
-    // Both mlx5 ports of the tree run at 100 Gb/s: the rule fires on both.
+    // Both mlx5 ports of the tree run at 100 Gb/s: the rule fires on both. Critical: a
+    // rule of severity warning (the default) only warns.
     std::fs::write(
         &cfg,
-        "[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = { \"rdma.device\" = \"mlx5_0\" }\nop = \"<\"\nthreshold = 200e9\n",
+        "[[rules]]\nname = \"slow-link\"\nmetric = \"rdma.port.rate\"\nmatch = { \"rdma.device\" = \"mlx5_0\" }\nop = \"<\"\nthreshold = 200e9\nseverity = \"critical\"\n",
     )
     .unwrap();
     let root = fixture("mlx5-roce-dual-port");

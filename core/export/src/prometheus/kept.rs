@@ -4,61 +4,130 @@
 //!
 //! A family is known by its series' highest ingest count ([`Series::generation`]: the
 //! store's ingests only count up, and reading a series sets it) and how many series it
-//! has: a read, a new series or a gone one changes one or the other. Its text is kept from
-//! the second scrape that finds it unchanged on (a family read every collection is never
-//! kept), and only up to [`KEEP_MAX`] bytes: at 2000 ports the QoS view is 12 MB of text,
-//! which a scrape a second renders for less than keeping it would cost in memory.
+//! has: a read, a new series or a gone one changes one or the other. Its text is kept once
+//! it has stayed so for [`KEEP_AFTER_SCRAPES`] scrapes and [`KEEP_AFTER`] (longer than the
+//! default collection interval: a family read every collection is never kept, however
+//! often it is scraped), only up to [`KEEP_MAX`] bytes a family (at 2000 ports the QoS view is
+//! 12 MB of text, which a scrape a second renders for less than keeping it would cost in
+//! memory) and [`KEEP_TOTAL`] bytes in all, for every store and format of the process
+//! (the families beyond it are rendered each time). What is kept of a store hangs on it
+//! ([`Store::attached`]) and is freed with it when a reload replaces it.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rocewatch_runtime::store::{Series, Store};
 
 /// A family's text is kept only up to this size.
-pub(super) const KEEP_MAX: usize = 256 * 1024;
+const KEEP_MAX: usize = 256 * 1024;
+/// And all the kept text of the process up to this size.
+const KEEP_TOTAL: usize = 1024 * 1024;
+/// A family is kept once unchanged for this long (the default collection interval is
+/// 10 s; the QoS view is read every 60 s)...
+const KEEP_AFTER: Duration = Duration::from_secs(15);
+/// ...and at this many scrapes.
+const KEEP_AFTER_SCRAPES: u32 = 3;
 
-/// What a family was at the last scrape, and its text once it has been seen unchanged.
-struct Entry {
-    stamp: (u64, usize),
-    text: Option<String>,
-    /// The scrape that last rendered it (families gone since are forgotten).
-    scrape: u64,
-    /// Unchanged but over [`KEEP_MAX`]: rendered every time.
-    too_big: bool,
+/// The bytes of kept text (and reserved for text being kept) in the process.
+static KEPT_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of [`KEEP_TOTAL`] held, given back when dropped.
+struct Charge(usize);
+
+impl Charge {
+    /// `n` bytes, if the total has room for them.
+    fn take(n: usize) -> Option<Charge> {
+        KEPT_BYTES
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(n).filter(|t| *t <= KEEP_TOTAL)
+            })
+            .ok()
+            .map(|_| Charge(n))
+    }
 }
 
-#[derive(Default)]
+impl Drop for Charge {
+    fn drop(&mut self) {
+        KEPT_BYTES.fetch_sub(self.0, Ordering::Relaxed);
+    }
+}
+
+/// What a family was at the last scrape, and its text once kept.
+struct Entry {
+    stamp: (u64, usize),
+    /// The first scrape that found it so, and how many have.
+    since: Instant,
+    seen: u32,
+    /// The size of its text, once rendered.
+    len: Option<usize>,
+    text: Option<String>,
+    /// What `text` (or the text being rendered to keep) holds of [`KEEP_TOTAL`].
+    charge: Option<Charge>,
+    /// The scrape that last rendered it (families gone since are forgotten).
+    scrape: u64,
+}
+
+/// The families of one store in one format.
 pub(super) struct Families {
     by_name: HashMap<String, Entry>,
     scrape: u64,
+    now: Instant,
+}
+
+impl Default for Families {
+    fn default() -> Self {
+        Families {
+            by_name: HashMap::new(),
+            scrape: 0,
+            now: now(),
+        }
+    }
 }
 
 /// What to do with a family at this scrape.
 pub(super) enum Plan<'a> {
     /// Write this text: the family is as it was.
     Kept(&'a str),
-    /// Render it (it changed since the last scrape).
+    /// Render it, then tell [`Families::rendered`] its size.
     Render,
-    /// Render it and give the text to [`Families::keep`] (it did not change since the
-    /// last scrape).
-    RenderAndKeep,
+    /// Render it (this many bytes) and give the text to [`Families::keep`].
+    RenderAndKeep(usize),
 }
 
-/// By store and format (its content type).
-type Kept = HashMap<(u64, &'static str), Families>;
+/// What hangs on a store: its families by format (its content type).
+#[derive(Default)]
+struct Kept(Mutex<HashMap<&'static str, Families>>);
 
-static KEPT: LazyLock<Mutex<Kept>> = LazyLock::new(Mutex::default);
+#[cfg(not(test))]
+fn now() -> Instant {
+    Instant::now()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How far the tests moved this thread's clock on.
+    static SKEW: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+#[cfg(test)]
+fn now() -> Instant {
+    Instant::now() + SKEW.with(std::cell::Cell::get)
+}
 
 /// Run `f` with the kept families of `store` in the format of `content_type` (one scrape
-/// at a time per process holds them); those `f` did not look at are forgotten after it.
+/// at a time per store holds them); those `f` did not look at are forgotten after it.
 pub(super) fn with_kept<R>(
     store: &Store,
     content_type: &'static str,
     f: impl FnOnce(&mut Families) -> R,
 ) -> R {
-    let mut all = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    let fams = all.entry((store.id(), content_type)).or_default();
+    let kept = store.attached::<Kept>();
+    let mut all = kept.0.lock().unwrap_or_else(|p| p.into_inner());
+    let fams = all.entry(content_type).or_default();
     fams.scrape += 1;
+    fams.now = now();
     let r = f(fams);
     let scrape = fams.scrape;
     fams.by_name.retain(|_, e| e.scrape == scrape);
@@ -72,39 +141,59 @@ impl Families {
             group.iter().map(|s| s.generation()).max().unwrap_or(0),
             group.len(),
         );
-        let scrape = self.scrape;
+        let (scrape, now) = (self.scrape, self.now);
+        let fresh = || Entry {
+            stamp,
+            since: now,
+            seen: 1,
+            len: None,
+            text: None,
+            charge: None,
+            scrape,
+        };
         if !self.by_name.contains_key(name) {
-            self.by_name.insert(
-                name.to_string(),
-                Entry {
-                    stamp: (u64::MAX, 0),
-                    text: None,
-                    scrape,
-                    too_big: false,
-                },
-            );
-        }
-        let e = self.by_name.get_mut(name).expect("inserted above");
-        e.scrape = scrape;
-        if e.stamp != stamp {
-            e.stamp = stamp;
-            e.text = None;
-            e.too_big = false;
+            self.by_name.insert(name.to_string(), fresh());
             return Plan::Render;
         }
-        match &e.text {
-            Some(text) => Plan::Kept(text),
-            None if e.too_big => Plan::Render,
-            None => Plan::RenderAndKeep,
+        let e = self.by_name.get_mut(name).expect("there");
+        if e.stamp != stamp {
+            *e = fresh();
+            return Plan::Render;
+        }
+        e.scrape = scrape;
+        e.seen = e.seen.saturating_add(1);
+        if let Some(text) = &e.text {
+            return Plan::Kept(text);
+        }
+        let ready = e.seen >= KEEP_AFTER_SCRAPES && now.duration_since(e.since) >= KEEP_AFTER;
+        match e.len {
+            Some(len) if ready && len <= KEEP_MAX => {
+                e.charge = Charge::take(len);
+                if e.charge.is_some() {
+                    return Plan::RenderAndKeep(len);
+                }
+                Plan::Render
+            }
+            _ => Plan::Render,
         }
     }
 
-    /// Keep the text of `name`, rendered after [`Plan::RenderAndKeep`] (`None`: it was
-    /// over [`KEEP_MAX`], render it every time until it changes).
-    pub(super) fn keep(&mut self, name: &str, text: Option<String>) {
+    /// The size of the text of `name`, rendered after [`Plan::Render`].
+    pub(super) fn rendered(&mut self, name: &str, len: usize) {
         if let Some(e) = self.by_name.get_mut(name) {
-            e.too_big = text.is_none();
-            e.text = text;
+            e.len = Some(len);
+        }
+    }
+
+    /// Keep the text of `name`, rendered after [`Plan::RenderAndKeep`].
+    pub(super) fn keep(&mut self, name: &str, mut text: String) {
+        if let Some(e) = self.by_name.get_mut(name) {
+            if e.charge.as_ref().is_some_and(|c| c.0 == text.len()) {
+                text.shrink_to_fit();
+                e.text = Some(text);
+            } else {
+                e.charge = None;
+            }
         }
     }
 }
@@ -118,9 +207,9 @@ mod tests {
     use std::io::Read;
     use std::sync::Arc;
 
-    fn sample(name: &'static str, v: u64, attrs: &[(&str, &str)], kind: MetricKind) -> Sample {
+    fn sample(name: &str, v: u64, attrs: &[(&str, &str)], kind: MetricKind) -> Sample {
         Sample {
-            name: name.into(),
+            name: name.to_string().into(),
             unit: "1".into(),
             value: Value::U64(v),
             attributes: Arc::new(attrs.iter().copied().collect()),
@@ -151,10 +240,16 @@ mod tests {
     }
 
     fn kept_text(store: &Store, name: &str) -> Option<String> {
-        let all = KEPT.lock().unwrap();
-        all.get(&(store.id(), Format::Text.content_type()))
+        let kept = store.attached::<Kept>();
+        let all = kept.0.lock().unwrap();
+        all.get(Format::Text.content_type())
             .and_then(|f| f.by_name.get(name))
             .and_then(|e| e.text.clone())
+    }
+
+    /// Move this thread's clock on by `d`.
+    fn pass(d: Duration) {
+        SKEW.with(|s| s.set(s.get() + d));
     }
 
     fn gunzip(b: &[u8]) -> String {
@@ -187,6 +282,7 @@ mod tests {
         for c in 1..=4 {
             let port = [sample("rdma.port.x", c, &[("p", "1")], MetricKind::Counter)];
             store.ingest("c", &port, &m);
+            pass(KEEP_AFTER / 2);
             assert_eq!(
                 render(&store, &m, Format::Text),
                 fresh(&view("0,0,0,1,0,0,0,0"), c)
@@ -208,12 +304,85 @@ mod tests {
         store.ingest("qos", one, &m);
         store.ingest("qos", one, &m);
         for _ in 0..3 {
+            pass(KEEP_AFTER);
             let gz = render_gzip(&store, &m, Format::Text).unwrap();
             assert_eq!(gunzip(&gz), fresh(one, 4));
         }
         assert!(kept_text(&store, "rdma.qos.setting").is_some());
         // Each format has its own.
         assert!(render(&store, &m, Format::OpenMetrics).ends_with("# EOF\n"));
+    }
+
+    /// Counters read at every collection, scraped four times between two collections
+    /// (an HA pair, a scrape faster than collection): never kept.
+    #[test]
+    fn a_family_read_every_collection_is_not_kept_however_often_scraped() {
+        let (store, m) = (Store::new(), SelfMetrics::default());
+        declare(&store);
+        for c in 1..=3 {
+            let port = [sample("rdma.port.x", c, &[("p", "1")], MetricKind::Counter)];
+            store.ingest("c", &port, &m);
+            for _ in 0..4 {
+                let _ = render_gzip(&store, &m, Format::Text).unwrap();
+            }
+            assert_eq!(kept_text(&store, "rdma.port.x"), None, "collection {c}");
+        }
+    }
+
+    /// Many families, each under `KEEP_MAX`, all unchanged for long: what is kept of
+    /// them stays within `KEEP_TOTAL`, the rest rendered each time, every body the same.
+    #[test]
+    fn the_kept_text_is_bounded_in_total() {
+        let (store, m) = (Store::new(), SelfMetrics::default());
+        let names: Vec<String> = (0..12).map(|i| format!("rdma.port.c{i:02}")).collect();
+        let d: Vec<MetricDescriptor> = names
+            .iter()
+            .map(|n| MetricDescriptor {
+                name: n.clone(),
+                unit: "1".into(),
+                kind: MetricKind::Counter,
+                description: "d".into(),
+            })
+            .collect();
+        store.declare(&d);
+        let ports: Vec<String> = (0..4000).map(|i| format!("mlx5_{i}")).collect();
+        let mut samples = Vec::new();
+        for n in &names {
+            for p in &ports {
+                samples.push(sample(n, 1, &[("rdma.device", p)], MetricKind::Counter));
+            }
+        }
+        store.ingest("c", &samples, &m);
+        let first = render(&store, &m, Format::Text);
+        assert!(first.len() > 2 * KEEP_TOTAL, "{} bytes", first.len());
+        for _ in 0..4 {
+            pass(KEEP_AFTER);
+            assert_eq!(render(&store, &m, Format::Text), first);
+        }
+        let kept: usize = names
+            .iter()
+            .filter_map(|n| kept_text(&store, n))
+            .map(|t| t.len())
+            .sum();
+        assert!(kept > 0, "nothing kept");
+        assert!(kept <= KEEP_TOTAL, "{kept} bytes kept");
+    }
+
+    /// What is kept of a store goes with it (a reload replaces the store), its share of
+    /// `KEEP_TOTAL` given back.
+    #[test]
+    fn the_kept_text_goes_with_its_store() {
+        let (store, m) = (Store::new(), SelfMetrics::default());
+        declare(&store);
+        store.ingest("qos", &view("0,0,0,1,0,0,0,0"), &m);
+        for _ in 0..4 {
+            pass(KEEP_AFTER);
+            render(&store, &m, Format::Text);
+        }
+        assert!(kept_text(&store, "rdma.qos.setting").is_some());
+        let kept = Arc::downgrade(&store.attached::<Kept>());
+        drop(store);
+        assert!(kept.upgrade().is_none(), "freed with the store");
     }
 
     /// A family over `KEEP_MAX` is rendered every time and nothing is kept.
@@ -237,6 +406,7 @@ mod tests {
         store.ingest("qos", &big, &m);
         let first = render(&store, &m, Format::Text);
         for _ in 0..3 {
+            pass(KEEP_AFTER);
             assert_eq!(render(&store, &m, Format::Text), first);
         }
         assert_eq!(kept_text(&store, "rdma.qos.setting"), None);

@@ -225,9 +225,8 @@ fn render_into(
         else {
             return;
         };
-        // A family as it was at the last scrape is written from the text kept then (the
-        // QoS view between its reads); one unchanged since the last is rendered aside
-        // (up to `KEEP_MAX`) and kept.
+        // A family as it was at the last scrapes is written from the text kept then (the
+        // QoS view between its reads); one to keep is rendered aside (at its size) first.
         let mut aside = match kept.plan(&d.name, group) {
             kept::Plan::Kept(text) => {
                 out.push_str(text);
@@ -237,8 +236,10 @@ fn render_into(
                 return;
             }
             kept::Plan::Render => None,
-            kept::Plan::RenderAndKeep => Some(String::new()),
+            kept::Plan::RenderAndKeep(len) => Some(String::with_capacity(len)),
         };
+        // What of `out` is this family's, and how much of it went to `spill` already.
+        let (mut start, mut written) = (out.len(), 0);
         let name = family_header(aside.as_mut().unwrap_or(out), d, format);
         for s in group {
             let o = aside.as_mut().unwrap_or(out);
@@ -247,20 +248,21 @@ fn render_into(
             o.push(' ');
             write_number(o, s.sample.value);
             o.push('\n');
-            if aside.as_ref().is_some_and(|a| a.len() > kept::KEEP_MAX) {
-                out.push_str(&aside.take().expect("checked"));
-                kept.keep(&d.name, None);
-            }
             if out.len() >= CHUNK {
+                written += out.len() - start;
                 spill(out);
+                start = out.len();
             }
         }
-        if let Some(text) = aside {
-            out.push_str(&text);
-            kept.keep(&d.name, Some(text));
-            if out.len() >= CHUNK {
-                spill(out);
+        match aside {
+            Some(text) => {
+                out.push_str(&text);
+                kept.keep(&d.name, text);
+                if out.len() >= CHUNK {
+                    spill(out);
+                }
             }
+            None => kept.rendered(&d.name, written + out.len() - start),
         }
     }
     kept::with_kept(store, format.content_type(), |kept| {

@@ -13,8 +13,8 @@
 //! last published point are summed per series (across wraps, none across a reset), for
 //! delta temporality.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime};
 
@@ -63,23 +63,23 @@ impl std::fmt::Debug for HistogramFamily {
 }
 
 /// Shared between collectors (writers) and exporters (readers).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Store {
     inner: RwLock<Inner>,
     /// Histograms by metric name (probe round-trip times), apart from the scalar series.
     histograms: Mutex<BTreeMap<String, HistogramFamily>>,
-    /// This store among the process's (see [`Store::id`]).
-    id: u64,
+    /// What readers keep of this store between visits (see [`Store::attached`]).
+    attached: Attached,
 }
 
-impl Default for Store {
-    fn default() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        Store {
-            inner: RwLock::default(),
-            histograms: Mutex::default(),
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
-        }
+/// One value of each type readers hang on a store, by type.
+#[derive(Default)]
+struct Attached(Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().unwrap_or_else(|p| p.into_inner()).len();
+        write!(f, "Attached({n})")
     }
 }
 
@@ -88,11 +88,17 @@ impl Store {
         Self::default()
     }
 
-    /// A number no other store of this process has: what a reader that keeps something
-    /// of a store between visits (the text of a family that did not change) files it
-    /// under.
-    pub fn id(&self) -> u64 {
-        self.id
+    /// The `T` hung on this store (made with `T::default()` at the first call): what a
+    /// reader keeps of it between visits (the text of a family that did not change),
+    /// freed with the store when a reload replaces it.
+    pub fn attached<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut all = self.attached.0.lock().unwrap_or_else(|p| p.into_inner());
+        let any = all
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        Arc::clone(any)
+            .downcast::<T>()
+            .expect("filed under its own type")
     }
 
     /// Remember what a plugin may emit.
@@ -947,5 +953,20 @@ mod tests {
         read(5, 4);
         read(105, 5);
         assert_eq!(unpublished(), 1_000_100.0);
+    }
+
+    /// What a reader hangs on a store is one value per type, and goes with the store.
+    #[test]
+    fn attached_values_are_one_per_type_and_go_with_the_store() {
+        let store = Store::new();
+        let a = store.attached::<Mutex<Vec<u8>>>();
+        a.lock().unwrap().push(7);
+        assert_eq!(*store.attached::<Mutex<Vec<u8>>>().lock().unwrap(), [7]);
+        assert_eq!(*store.attached::<Mutex<String>>().lock().unwrap(), "");
+        let weak = Arc::downgrade(&a);
+        drop(a);
+        assert!(weak.upgrade().is_some(), "held by the store");
+        drop(store);
+        assert!(weak.upgrade().is_none(), "freed with the store");
     }
 }

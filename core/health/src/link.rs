@@ -393,6 +393,10 @@ mod tests {
             std::fs::write(p, format!("{n}\n")).unwrap();
         }
         fn run_at(&self, s: u64, phy: Option<u64>) -> Vec<Finding> {
+            self.run_ports(s, &[port()], &mut |_| Ok(phy))
+        }
+        /// The check at `s` seconds over `ports`, with a 10m window and 2 flaps.
+        fn run_ports(&self, s: u64, ports: &[LinkPort], phy: &mut PhyReader) -> Vec<Finding> {
             let board = Board::new();
             let (sys, state) = (self.sys(), self.state());
             let run = LinkRun {
@@ -404,7 +408,7 @@ mod tests {
                 boot_id: None,
                 board: &board,
             };
-            link(&run, &[port()], &mut |_| Ok(phy))
+            link(&run, ports, phy)
         }
     }
 
@@ -481,21 +485,10 @@ mod tests {
             infiniband: true,
             ..port()
         };
-        let board = Board::new();
-        let (sys, state) = (t.sys(), t.state());
         let run_at = |s: u64, carrier: u64, downed: u64| {
             t.carrier(carrier);
             std::fs::write(counters.join("link_downed"), format!("{downed}\n")).unwrap();
-            let run = LinkRun {
-                sysfs_root: &sys,
-                state_dir: &state,
-                window: Duration::from_secs(600),
-                max_flaps: 2,
-                now_ms: s * 1000,
-                boot_id: None,
-                board: &board,
-            };
-            link(&run, std::slice::from_ref(&ib), &mut |_| {
+            t.run_ports(s, std::slice::from_ref(&ib), &mut |_| {
                 panic!("no ethtool for IB")
             })
         };
@@ -580,18 +573,7 @@ mod tests {
             netdev: None,
             ..port()
         };
-        let board = Board::new();
-        let (sys, state) = (t.sys(), t.state());
-        let run = LinkRun {
-            sysfs_root: &sys,
-            state_dir: &state,
-            window: Duration::from_secs(600),
-            max_flaps: 2,
-            now_ms: 0,
-            boot_id: None,
-            board: &board,
-        };
-        let f = link(&run, &[p], &mut |_| Ok(None));
+        let f = t.run_ports(0, &[p], &mut |_| Ok(None));
         assert_eq!(one(&f).status, Status::Skipped, "{f:?}");
     }
 }

@@ -98,12 +98,15 @@ fn main() {
         }
     };
     let files = files(&root);
+    // The link check keeps its readings in the state directory: one of the bench's own,
+    // never inside the tree it reads.
+    let state = tempfile::tempdir().expect("a temporary directory");
     let opts = Options {
         sysfs_root: root.clone(),
         live: false,
         kernel_log: serde_json::json!({}),
         devices: Default::default(),
-        state_dir: root.join("no-state-directory"),
+        state_dir: state.path().join("state"),
         procfs_root: "/proc".into(),
         rail_rows: Ok(None),
     };

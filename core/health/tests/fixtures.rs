@@ -2,6 +2,8 @@
 //! what each says, and trees changed the way hosts break (a port down, PCIe downtrained,
 //! a kernel log with a failing firmware command).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use rocewatch_health::{run, HealthConfig, Options, Report, Status, Verdict, LINE_MAX};
@@ -20,7 +22,7 @@ fn options(root: &Path, kernel_log: Option<&Path>) -> Options {
         },
         devices: Default::default(),
         // No quarantine: a state directory that does not exist.
-        state_dir: root.join("no-state-directory"),
+        state_dir: common::fresh_state_dir(),
         procfs_root: "/proc".into(),
         rail_rows: Ok(None),
     }

@@ -3,6 +3,8 @@
 //! device whose ports cannot be listed, an attribute that cannot be read, and
 //! `--slurm`'s recovery acting on the verdict it judged.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -56,7 +58,7 @@ fn health_within(opts: Options, cfg: HealthConfig, within: Duration) -> Option<R
 }
 
 fn health(sys: &Path, cfg: HealthConfig) -> Report {
-    let opts = options(sys, None, &sys.join("no-state-directory"));
+    let opts = options(sys, None, &common::fresh_state_dir());
     health_within(opts, cfg, Duration::from_secs(30)).expect("health answered")
 }
 

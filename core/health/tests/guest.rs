@@ -5,6 +5,8 @@
 //! the eswitch manager only): neither makes the guest unhealthy; its port, GIDs and MTU
 //! are judged as anywhere.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use rocewatch_health::{run, HealthConfig, Options, Report, Status, Verdict};
@@ -20,7 +22,7 @@ fn health(tree: &Path) -> Report {
         live: false,
         kernel_log: serde_json::json!({}),
         devices: Default::default(),
-        state_dir: root.join("no-state-directory"),
+        state_dir: common::fresh_state_dir(),
         procfs_root: tree.join("proc"),
         rail_rows: Ok(None),
     };

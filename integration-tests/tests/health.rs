@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-/// A state directory without a quarantine, whatever this machine's holds.
-const NO_STATE: (&str, &str) = ("STATE_DIRECTORY", "/nonexistent/rocewatch-health-test");
-
 fn health(args: &[&str]) -> (i32, String, String) {
-    let o = rocewatch(&[&["health"], args].concat(), &[NO_STATE]);
+    // A state directory without a quarantine, whatever this machine's holds.
+    let state = fresh_state_dir();
+    let o = rocewatch(
+        &[&["health"], args].concat(),
+        &[("STATE_DIRECTORY", state.to_str().unwrap())],
+    );
     (o.status.code().unwrap_or(-1), stdout(&o), stderr(&o))
 }
 
@@ -535,7 +537,8 @@ fn the_node_problem_detector_monitor_runs_health_within_its_contract() {
         // The binary is found (and the test's artifacts built) before the clock starts.
         let _ = artifacts();
         let t = Instant::now();
-        let o = rocewatch(&run, &[NO_STATE]);
+        let state = fresh_state_dir();
+        let o = rocewatch(&run, &[("STATE_DIRECTORY", state.to_str().unwrap())]);
         let took = t.elapsed();
         assert_eq!(
             o.status.code(),

@@ -221,9 +221,6 @@ fn every_command_reads_one_rail_map_and_a_gone_nic_renumbers_none() {
     assert_eq!(j["rails"]["by"], "topology", "{j}");
 }
 
-/// A state directory without a quarantine, whatever this machine's holds.
-const NO_STATE: (&str, &str) = ("STATE_DIRECTORY", "/nonexistent/rocewatch-rail-map-test");
-
 /// `rocewatch health --json` and `rocewatch doctor --json` on `case`: health's exit
 /// status, its report and doctor's checks.
 fn health_and_doctor(case: &str, cfg: Option<&Path>) -> (i32, Value, Vec<Value>) {
@@ -236,7 +233,9 @@ fn health_and_doctor_at(root: &Path, cfg: Option<&Path>) -> (i32, Value, Vec<Val
     if let Some(c) = cfg {
         args.extend(["--config", c.to_str().unwrap()]);
     }
-    let o = rocewatch(&args, &[NO_STATE]);
+    // A state directory without a quarantine, whatever this machine's holds.
+    let state = fresh_state_dir();
+    let o = rocewatch(&args, &[("STATE_DIRECTORY", state.to_str().unwrap())]);
     let h: Value = serde_json::from_str(&stdout(&o))
         .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
     let code = o.status.code().unwrap_or(-1);

@@ -708,3 +708,16 @@ pub fn yaml_docs(rel: &str) -> Vec<serde_yaml::Value> {
         .map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("{rel}: {e}")))
         .collect()
 }
+
+/// A state directory of this call's own that does not exist yet (no quarantine, no link
+/// history): `health` keeps its `link` readings in the state directory, so a made-up
+/// path would be created on this machine (a `/nonexistent` at the root). All of them
+/// under one temporary directory of this test process.
+pub fn fresh_state_dir() -> PathBuf {
+    static PARENT: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let parent = PARENT.get_or_init(|| tempfile::tempdir().expect("a temporary directory"));
+    tempfile::tempdir_in(parent.path())
+        .expect("a temporary directory")
+        .keep()
+        .join("state")
+}

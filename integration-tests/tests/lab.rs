@@ -2394,6 +2394,20 @@ fn ip_vf_line(text: &str, vf: u32) -> Vec<String> {
     line.split(", ").map(str::to_string).collect()
 }
 
+/// Guest a's results of the counters boot where netdevsim ran there; `None` (said) when
+/// the lab does not run or netdevsim.ko was not built for its kernel.
+fn netdevsim_guest() -> Option<std::path::PathBuf> {
+    let a = lab_run()?.join("a");
+    if a.join("nds-missing.txt").is_file() {
+        missing(
+            "netdevsim.ko for the lab's guest kernel",
+            "run scripts/install-test-deps.sh (integration-tests/lab/netdevsim-build.sh builds it once, about a minute)",
+        );
+        return None;
+    }
+    Some(a)
+}
+
 /// On the lab guest's real kernel, netdevsim's SR-IOV emulation (built for that kernel by
 /// netdevsim-build.sh) answers RTM_GETLINK with IFLA_VFINFO_LIST as `rtnl_fill_vfinfo`
 /// lays it out; rocewatch's decoder (`rocewatch_netlink::vfinfo`) reads that reply to
@@ -2402,15 +2416,7 @@ fn ip_vf_line(text: &str, vf: u32) -> Vec<String> {
 #[test]
 fn lab_the_kernels_vfinfo_reply_decodes_to_what_ip_link_shows() {
     use rocewatch_netlink::vfinfo::{self, LinkState};
-    let Some(out) = lab_run() else { return };
-    let a = out.join("a");
-    if a.join("nds-missing.txt").is_file() {
-        missing(
-            "netdevsim.ko for the lab's guest kernel",
-            "run scripts/install-test-deps.sh (integration-tests/lab/netdevsim-build.sh builds it once, about a minute)",
-        );
-        return;
-    }
+    let Some(a) = netdevsim_guest() else { return };
     let setup = read(&a.join("nds-setup.txt"));
     let failed: Vec<&str> = setup
         .lines()
@@ -2502,15 +2508,7 @@ fn lab_the_kernels_vfinfo_reply_decodes_to_what_ip_link_shows() {
 /// hardware is read anywhere here (docs/OPTICS.md says so).
 #[test]
 fn lab_the_kernels_fec_reply_decodes_to_what_netdevsim_was_set_to() {
-    let Some(out) = lab_run() else { return };
-    let a = out.join("a");
-    if a.join("nds-missing.txt").is_file() {
-        missing(
-            "netdevsim.ko for the lab's guest kernel",
-            "run scripts/install-test-deps.sh (integration-tests/lab/netdevsim-build.sh builds it once, about a minute)",
-        );
-        return;
-    }
+    let Some(a) = netdevsim_guest() else { return };
     let pf = read(&a.join("nds-pf.txt")).trim().to_string();
     assert!(!pf.is_empty(), "netdevsim made no netdev");
     let fec_set = read(&a.join("nds-fec-set.txt"));

@@ -356,3 +356,35 @@ fn health_link_an_infiniband_port_is_judged_by_link_downed() {
     let what = link_of(&r, "mlx4_0")["what"].as_str().unwrap().to_string();
     assert!(what.contains("(link_downed)"), "{r}\n{err}");
 }
+
+/// `health --all` says how old the reading held against is, after the finding; the one
+/// line a scheduler drains by does not (it stays the same from run to run).
+#[test]
+fn health_link_all_says_the_readings_age_after_the_finding() {
+    let h = Host::new();
+    let (code, r, err) = h.health();
+    assert_eq!(code, 0, "{r}\n{err}");
+    h.carrier("ens1f0np0", 10);
+    let config = h.dir.path().join("rocewatch.toml");
+    let sys = h.sys();
+    let o = rocewatch(
+        &[
+            "health",
+            "--all",
+            "--config",
+            config.to_str().unwrap(),
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+        ],
+        &[("STATE_DIRECTORY", h.state().to_str().unwrap())],
+    );
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\nstderr:\n{}", stderr(&o));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("UNHEALTHY") && l.contains("ens1f0np0"))
+        .unwrap_or_else(|| panic!("no unhealthy link line:\n{out}\nstderr:\n{}", stderr(&o)));
+    assert!(line.contains("(since the reading "), "{line}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(!first.contains("since the reading"), "{out}");
+}

@@ -143,10 +143,17 @@ fn table(r: &Report) -> String {
                 Status::Unhealthy => "UNHEALTHY",
             };
             let subject = f.subject();
+            // The detail (how old the reading held against is) is said here and in
+            // --json, never in the one line a scheduler drains by.
+            let detail = f
+                .detail
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default();
             let line = if subject.is_empty() {
-                format!("{status:<9} {:<10} {}", f.check, f.what)
+                format!("{status:<9} {:<10} {}{detail}", f.check, f.what)
             } else {
-                format!("{status:<9} {:<10} {subject}: {}", f.check, f.what)
+                format!("{status:<9} {:<10} {subject}: {}{detail}", f.check, f.what)
             };
             // A name read from the host cannot start a line of its own.
             format!("{}\n", rocewatch_health::bounded(&line, 8192))

@@ -152,13 +152,7 @@ const CAP_NET_ADMIN: u32 = 12;
 
 /// Whether a `proc/PID/status` text's `CapEff` holds `CAP_NET_ADMIN`; `None` unreadable.
 fn has_net_admin(status: &str) -> Option<bool> {
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))?
-        .trim();
-    u64::from_str_radix(hex, 16)
-        .ok()
-        .map(|c| c & (1 << CAP_NET_ADMIN) != 0)
+    rocewatch_doctor::userspace::has_effective_cap(status, CAP_NET_ADMIN)
 }
 
 /// This host's modules, through the one live reader (`rocewatch_netlink::module_eeprom::

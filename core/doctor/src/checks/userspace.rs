@@ -297,13 +297,19 @@ pub fn memlock_of(limits: &str) -> Result<(Option<u64>, Option<u64>), String> {
 
 /// Whether `proc/PID/status`'s `CapEff` holds `CAP_IPC_LOCK`.
 pub fn has_ipc_lock(status: &str) -> Option<bool> {
+    has_effective_cap(status, CAP_IPC_LOCK)
+}
+
+/// Whether a `proc/PID/status` text's `CapEff` holds capability number `cap`
+/// (include/uapi/linux/capability.h); `None` when there is no readable `CapEff`.
+pub fn has_effective_cap(status: &str, cap: u32) -> Option<bool> {
     let hex = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))?
         .trim();
     u64::from_str_radix(hex, 16)
         .ok()
-        .map(|c| c & (1 << CAP_IPC_LOCK) != 0)
+        .map(|c| cap < 64 && c & (1 << cap) != 0)
 }
 
 fn size(b: u64) -> String {
